@@ -1,0 +1,59 @@
+#include "common/status_macros.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+namespace ringmaster {
+namespace {
+
+absl::StatusOr<int> Half(int x) {
+  if (x % 2 != 0) return absl::InvalidArgumentError("odd");
+  return x / 2;
+}
+
+absl::StatusOr<int> Quarter(int x) {
+  RM_ASSIGN_OR_RETURN(int half, Half(x));
+  RM_ASSIGN_OR_RETURN(auto quarter, Half(half));
+  return quarter;
+}
+
+absl::Status CheckEven(int x) {
+  RM_RETURN_IF_ERROR(Half(x).status());
+  return absl::OkStatus();
+}
+
+absl::Status OpenMissing() {
+  RM_RETURN_IF_SYSCALL_ERROR(open("/nonexistent/ringmaster", O_RDONLY), "open /nonexistent");
+  return absl::OkStatus();
+}
+
+TEST(StatusMacros, AssignOrReturnPropagatesErrors) {
+  EXPECT_EQ(*Quarter(8), 2);
+  EXPECT_EQ(Quarter(6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Quarter(3).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StatusMacros, ReturnIfError) {
+  EXPECT_TRUE(CheckEven(4).ok());
+  EXPECT_EQ(CheckEven(5).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StatusMacros, SyscallErrorNamesTheCallAndErrno) {
+  absl::Status s = OpenMissing();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("open /nonexistent"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("errno 2"), std::string::npos) << s;
+}
+
+TEST(StatusMacros, ErrnoMapping) {
+  EXPECT_EQ(ErrnoToStatus(ECONNREFUSED, "x").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoToStatus(ECONNRESET, "x").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoToStatus(ETIMEDOUT, "x").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ErrnoToStatus(ENOSPC, "x").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoToStatus(EIO, "x").code(), absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace ringmaster
