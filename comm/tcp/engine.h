@@ -1,0 +1,108 @@
+// The TCP backend's progress engine: drives a set of message streams to and from peers
+// on non-blocking sockets from the calling thread alone (no helper threads).
+//
+// Every peer pair uses two connections, one per direction, so a rank's send and receive
+// with the same neighbour never share a socket. Each message is a 32-byte header (magic,
+// op kind, dtype, per-channel sequence number, payload length) followed by the payload;
+// the header lets the receiver detect peers that disagree about the operation.
+//
+// A receive piece can be a plain copy into `dst` or a reduction: dst = other op incoming,
+// applied segment by segment as bytes arrive, so that receiving, reducing and sending
+// overlap. A send may be gated on a receive: it may send payload byte x only once the
+// receive has completed (received and reduced) byte x - gate_offset. That one rule
+// expresses the pipelined ring (send step t+1 forwards what step t received) and the
+// pipelined chain broadcast.
+//
+// Waiting: after each pass that moved no bytes the engine spins (busy-polling with
+// non-blocking syscalls) for `spin`, then blocks in ppoll() on the sockets, the abort
+// eventfd and the deadline.
+#ifndef RINGMASTER_COMM_TCP_ENGINE_H_
+#define RINGMASTER_COMM_TCP_ENGINE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "common/dtype.h"
+#include "kernels/reduce.h"
+
+namespace ringmaster::comm::tcp {
+
+inline constexpr uint32_t kMessageMagic = 0x524d4d47;  // "RMMG"
+
+struct WireHeader {
+  uint32_t magic;
+  uint8_t kind;   // OpKind
+  uint8_t dtype;  // DataType
+  uint16_t from_rank;
+  uint64_t seq;    // per (sender, receiver) message counter
+  uint64_t bytes;  // payload length
+  uint64_t reserved;
+};
+static_assert(sizeof(WireHeader) == 32);
+
+struct SendPiece {
+  const char* data;
+  size_t bytes;
+};
+
+struct RecvPiece {
+  char* dst;
+  size_t bytes;
+  // Null: the payload is copied into dst. Otherwise dst = other op payload (other may
+  // equal dst).
+  const char* other;
+};
+
+struct SendStream {
+  int peer = -1;
+  absl::InlinedVector<SendPiece, 4> pieces;
+  // Index into the receive list this send is gated on (-1: not gated).
+  int gate = -1;
+  size_t gate_offset = 0;
+};
+
+struct RecvStream {
+  int peer = -1;
+  absl::InlinedVector<RecvPiece, 4> pieces;
+};
+
+struct EngineOptions {
+  int rank = 0;
+  // Socket per peer: send_fds[p] carries this rank's messages to p, recv_fds[p] p's to us.
+  const std::vector<int>* send_fds = nullptr;
+  const std::vector<int>* recv_fds = nullptr;
+  // Per-peer message counters, advanced by Run.
+  std::vector<uint64_t>* send_seq = nullptr;
+  std::vector<uint64_t>* recv_seq = nullptr;
+  // Readable when the communicator is aborted.
+  int abort_fd = -1;
+  const std::atomic<bool>* aborted = nullptr;
+  // Reduce segment size in bytes; also the size of `scratch`.
+  size_t segment_bytes = 0;
+  char* scratch = nullptr;
+  absl::Duration spin;
+};
+
+struct Traffic {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
+// Runs the streams to completion. Returns OK, or: ABORTED (aborted), DEADLINE_EXCEEDED
+// (names the peers still owed bytes), UNAVAILABLE (a peer closed or reset its
+// connection), INTERNAL (a header that does not match: names both sides' views).
+// `traffic` counts payload bytes moved, also on error.
+absl::Status RunStreams(const EngineOptions& options, OpKind kind, DataType type,
+                        kernels::ReduceKind reduce, SendStream* sends, int num_sends,
+                        RecvStream* recvs, int num_recvs, absl::Time deadline,
+                        Traffic* traffic);
+
+}  // namespace ringmaster::comm::tcp
+
+#endif  // RINGMASTER_COMM_TCP_ENGINE_H_

@@ -1,0 +1,662 @@
+#include "comm/tcp/tcp_communicator.h"
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace ringmaster::comm {
+namespace {
+
+using tcp::RecvPiece;
+using tcp::RecvStream;
+using tcp::SendPiece;
+using tcp::SendStream;
+
+constexpr uint32_t kHandshakeMagic = 0x524d4853;  // "RMHS"
+constexpr uint32_t kReplyMagic = 0x524d4852;      // "RMHR"
+constexpr uint32_t kProtocolVersion = 1;
+
+struct Handshake {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;  // FNV-1a of the store prefix
+  int32_t world_size;
+  int32_t from_rank;
+  int32_t to_rank;
+  int32_t reserved;
+};
+static_assert(sizeof(Handshake) == 32);
+
+struct HandshakeReply {
+  uint32_t magic;
+  uint32_t accepted;  // 1 = accepted
+  char reason[184];   // NUL-terminated when rejected
+};
+static_assert(sizeof(HandshakeReply) == 192);
+
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+kernels::ReduceKind KindOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return kernels::ReduceKind::kSum;
+    case ReduceOp::kProd:
+      return kernels::ReduceKind::kProd;
+    case ReduceOp::kMin:
+      return kernels::ReduceKind::kMin;
+    case ReduceOp::kMax:
+      return kernels::ReduceKind::kMax;
+  }
+  return kernels::ReduceKind::kSum;
+}
+
+absl::Status ValidateType(absl::string_view op, DataType type) {
+  if (static_cast<uint8_t>(type) > static_cast<uint8_t>(DataType::kUint8)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": unknown data type ",
+                                                   static_cast<int>(type)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOp(absl::string_view name, ReduceOp op) {
+  if (static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::kProd)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": unknown reduce op ", static_cast<int>(op)));
+  }
+  return absl::OkStatus();
+}
+
+// Balanced partition of `count` elements into `parts` chunks.
+struct Chunks {
+  size_t base, extra, elem;
+  size_t Offset(int c) const { return (c * base + std::min<size_t>(c, extra)) * elem; }
+  size_t Bytes(int c) const { return (base + (static_cast<size_t>(c) < extra ? 1 : 0)) * elem; }
+};
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+TcpCommunicator::TcpCommunicator(const TcpCommunicatorOptions& options)
+    : rank_(options.rank),
+      size_(options.size),
+      small_message_bytes_(options.small_message_bytes) {}
+
+TcpCommunicator::~TcpCommunicator() = default;
+
+absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
+    const TcpCommunicatorOptions& options) {
+  if (options.size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TcpCommunicatorOptions.size must be >= 1, got ", options.size));
+  }
+  if (options.size > 65535) {
+    return absl::InvalidArgumentError("TcpCommunicatorOptions.size must be <= 65535");
+  }
+  if (options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpCommunicatorOptions.rank ", options.rank,
+                                                   " is outside [0, ", options.size, ")"));
+  }
+  if (options.size > 1 && options.store == nullptr) {
+    return absl::InvalidArgumentError("TcpCommunicatorOptions.store is null");
+  }
+  if (options.size > 1) RM_RETURN_IF_ERROR(ValidateStoreKey(options.prefix));
+  if (options.segment_bytes < 64 || options.segment_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(
+        "TcpCommunicatorOptions.segment_bytes must be in [64, 64 MiB]");
+  }
+  std::string advertise =
+      options.advertise_host.empty() ? options.listen_host : options.advertise_host;
+  if (advertise == "0.0.0.0" || advertise == "::" || advertise.empty()) {
+    return absl::InvalidArgumentError(
+        "TcpCommunicatorOptions.advertise_host must be set to an address peers can reach "
+        "when listen_host is a wildcard");
+  }
+  std::unique_ptr<TcpCommunicator> comm(new TcpCommunicator(options));
+  int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) return ErrnoToStatus(errno, "eventfd");
+  comm->abort_event_ = tcp::Fd(efd);
+  RM_RETURN_IF_ERROR(comm->Connect(options));
+
+  int n = options.size;
+  comm->send_seq_.assign(n, 0);
+  comm->recv_seq_.assign(n, 0);
+  size_t segment = std::max<size_t>(64, options.segment_bytes & ~size_t{7});
+  comm->segment_scratch_.resize(segment);
+  tcp::EngineOptions& e = comm->engine_options_;
+  e.rank = options.rank;
+  e.send_fds = &comm->send_fds_;
+  e.recv_fds = &comm->recv_fds_;
+  e.send_seq = &comm->send_seq_;
+  e.recv_seq = &comm->recv_seq_;
+  e.abort_fd = comm->abort_event_.get();
+  e.aborted = &comm->aborted_;
+  e.segment_bytes = segment;
+  e.scratch = comm->segment_scratch_.data();
+  if (options.spin >= absl::ZeroDuration()) {
+    e.spin = options.spin;
+  } else {
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    e.spin = comm->local_ranks_ <= cores ? absl::Microseconds(50) : absl::ZeroDuration();
+  }
+  return comm;
+}
+
+absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
+  const int n = options.size, r = options.rank;
+  send_sockets_.resize(n);
+  recv_sockets_.resize(n);
+  send_fds_.assign(n, -1);
+  recv_fds_.assign(n, -1);
+  if (n == 1) return absl::OkStatus();
+
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  const std::string advertise =
+      options.advertise_host.empty() ? options.listen_host : options.advertise_host;
+  const uint64_t comm_id = Fnv1a(options.prefix);
+  auto key_of = [&](int rank) { return absl::StrCat(options.prefix, "/rank-", rank, "/addr"); };
+  auto context = [&](absl::string_view what) {
+    return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (", options.prefix, "): ", what);
+  };
+
+  int port = 0;
+  RM_ASSIGN_OR_RETURN(tcp::Fd listener,
+                      tcp::Listen(options.listen_host, options.listen_port, n + 16, &port));
+  const std::string my_address = tcp::HostPort{advertise, port}.ToString();
+  RM_RETURN_IF_ERROR(options.store->Set(key_of(r), my_address));
+
+  // 1. Connect to every peer and send our handshake. connect() completes against the
+  //    peer's listen backlog, so nobody waits for anybody's accept() here.
+  std::vector<std::string> addresses(n);
+  for (int i = 1; i < n; ++i) {
+    int p = (r + i) % n;
+    auto address = options.store->Get(key_of(p), deadline);
+    if (!address.ok()) {
+      return absl::Status(address.status().code(),
+                          context(absl::StrCat("rank ", p, " never published its address: ",
+                                               address.status().message())));
+    }
+    addresses[p] = *address;
+    RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
+    if (hp.host == advertise) ++local_ranks_;
+    auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
+    if (!fd.ok()) {
+      return absl::Status(fd.status().code(),
+                          context(absl::StrCat("connecting to rank ", p, ": ",
+                                               fd.status().message())));
+    }
+    RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+    Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
+    RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
+    send_sockets_[p] = std::move(fd).value();
+  }
+
+  // 2. Accept until every peer has connected with a valid handshake. Connections that are
+  //    not our peers are answered with the reason and dropped; we keep waiting.
+  std::vector<std::string> rejected;
+  int accepted = 0;
+  while (accepted < n - 1) {
+    std::string from;
+    auto fd = tcp::Accept(listener.get(), deadline, -1, &from);
+    if (!fd.ok()) {
+      std::vector<std::string> missing;
+      for (int p = 0; p < n; ++p) {
+        if (p != r && !recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
+      }
+      std::string why = absl::StrCat("ranks ", absl::StrJoin(missing, ", "),
+                                     " did not connect to ", my_address, ": ",
+                                     fd.status().message());
+      if (!rejected.empty()) {
+        absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
+      }
+      return absl::Status(fd.status().code(), context(why));
+    }
+    RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+    Handshake hs;
+    absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
+                                      std::min(deadline, absl::Now() + absl::Seconds(5)));
+    std::string reason;
+    if (!read.ok()) {
+      reason = absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
+    } else if (hs.magic != kHandshakeMagic) {
+      reason = absl::StrCat("garbled handshake from ", from, " (bad magic 0x",
+                            absl::Hex(hs.magic), "): not a ringmaster rank");
+    } else if (hs.version != kProtocolVersion) {
+      reason = absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
+                            ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
+    } else if (hs.comm_id != comm_id) {
+      reason = absl::StrCat("wrong peer: ", from,
+                            " belongs to another communicator (store prefix differs from \"",
+                            options.prefix, "\")");
+    } else if (hs.world_size != n) {
+      reason = absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
+                            ", this communicator ", n);
+    } else if (hs.to_rank != r) {
+      reason = absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank, ", this is rank ", r);
+    } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
+      reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank,
+                            ", outside [0, ", n, ") or equal to this rank");
+    } else if (recv_sockets_[hs.from_rank].valid()) {
+      reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
+                            " (two processes started with the same rank?)");
+    }
+    HandshakeReply reply;
+    std::memset(&reply, 0, sizeof(reply));
+    reply.magic = kReplyMagic;
+    reply.accepted = reason.empty() ? 1 : 0;
+    std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
+    absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
+                                        std::min(deadline, absl::Now() + absl::Seconds(5)));
+    if (!reason.empty() || !wrote.ok()) {
+      if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
+      LOG(WARNING) << context(absl::StrCat("rejected a connection: ", reason));
+      rejected.push_back(reason);
+      continue;
+    }
+    recv_sockets_[hs.from_rank] = std::move(fd).value();
+    ++accepted;
+  }
+
+  // 3. Read every peer's verdict on our handshake.
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    HandshakeReply reply;
+    absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply), deadline);
+    if (!read.ok()) {
+      return absl::Status(read.code(),
+                          context(absl::StrCat("no handshake reply from rank ", p, " at ",
+                                               addresses[p], ": ", read.message())));
+    }
+    if (reply.magic != kReplyMagic) {
+      return absl::FailedPreconditionError(context(absl::StrCat(
+          "garbled handshake reply from ", addresses[p], " (published as rank ", p,
+          "): it is not a ringmaster rank; is the store's address stale?")));
+    }
+    if (reply.accepted != 1) {
+      reply.reason[sizeof(reply.reason) - 1] = '\0';
+      return absl::FailedPreconditionError(context(absl::StrCat(
+          "rank ", p, " at ", addresses[p], " rejected our connection: ", reply.reason)));
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    send_fds_[p] = send_sockets_[p].get();
+    recv_fds_[p] = recv_sockets_[p].get();
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Health, counters, abort.
+
+void TcpCommunicator::Abort() {
+  if (aborted_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) {
+      error_ = absl::AbortedError(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+    }
+  }
+  uint64_t one = 1;
+  (void)!write(abort_event_.get(), &one, sizeof(one));
+  // Peers blocked on us fail at once instead of waiting for their deadline. shutdown()
+  // keeps the descriptors valid for a thread still inside an operation.
+  for (auto& s : send_sockets_) {
+    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
+  }
+  for (auto& s : recv_sockets_) {
+    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
+  }
+}
+
+absl::Status TcpCommunicator::GetAsyncError() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+Counters TcpCommunicator::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+template <typename Fn>
+absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) {
+      OpCounters& c = counters_.of(kind);
+      ++c.calls;
+      ++c.errors;
+      return error_;
+    }
+  }
+  op_traffic_ = tcp::Traffic{};
+  const absl::Time start = absl::Now();
+  absl::Status status = fn();
+  const absl::Duration took = absl::Now() - start;
+  if (!status.ok() && aborted_.load()) {
+    status = absl::AbortedError(absl::StrCat(OpKindName(kind), " on rank ", rank_,
+                                             ": the communicator was aborted (", status.message(),
+                                             ")"));
+  }
+  bool breaks = !status.ok() && !absl::IsInvalidArgument(status);
+  {
+    absl::MutexLock lock(&mu_);
+    OpCounters& c = counters_.of(kind);
+    ++c.calls;
+    c.bytes_sent += op_traffic_.sent;
+    c.bytes_received += op_traffic_.received;
+    c.time += took;
+    if (!status.ok()) ++c.errors;
+    if (breaks && error_.ok()) error_ = status;
+  }
+  if (breaks && !absl::IsDeadlineExceeded(status)) {
+    // The streams are out of step now; closing them makes every peer fail fast rather
+    // than at its deadline. After a timeout the sockets stay open: the peers time out on
+    // their own and report DEADLINE_EXCEEDED, which says what happened.
+    for (auto& s : send_sockets_) {
+      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
+    }
+    for (auto& s : recv_sockets_) {
+      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
+    }
+  }
+  return status;
+}
+
+absl::Status TcpCommunicator::Run(OpKind kind, DataType type, kernels::ReduceKind reduce,
+                                  SendStream* sends, int num_sends, RecvStream* recvs,
+                                  int num_recvs, absl::Time deadline) {
+  return tcp::RunStreams(engine_options_, kind, type, reduce, sends, num_sends, recvs,
+                         num_recvs, deadline, &op_traffic_);
+}
+
+char* TcpCommunicator::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+// ---------------------------------------------------------------------------------------
+// All-reduce.
+
+absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t count,
+                                        DataType type, ReduceOp op, absl::Time deadline) {
+  return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline);
+}
+
+absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm, const void* send,
+                                            void* recv, size_t count, DataType type,
+                                            ReduceOp op, absl::Time deadline) {
+  return Guarded(OpKind::kAllReduce, [&] {
+    return AllReduceImpl(algorithm, send, recv, count, type, op, deadline);
+  });
+}
+
+absl::Status TcpCommunicator::AllReduceImpl(AllReduceAlgorithm algorithm, const void* send,
+                                            void* recv, size_t count, DataType type,
+                                            ReduceOp op, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(ValidateType("AllReduce", type));
+  RM_RETURN_IF_ERROR(ValidateOp("AllReduce", op));
+  RM_RETURN_IF_ERROR(ValidateBuffers("AllReduce", send, recv, count));
+  const size_t bytes = count * DataTypeSize(type);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (count == 0) return absl::OkStatus();
+  if (size_ == 1) {
+    if (in != out) std::memcpy(out, in, bytes);
+    return absl::OkStatus();
+  }
+  if (algorithm == AllReduceAlgorithm::kAuto) {
+    algorithm = bytes <= small_message_bytes_ ? AllReduceAlgorithm::kRecursiveDoubling
+                                              : AllReduceAlgorithm::kRing;
+  }
+  const kernels::ReduceKind kind = KindOf(op);
+  RM_RETURN_IF_ERROR(algorithm == AllReduceAlgorithm::kRing
+                         ? RingAllReduce(in, out, count, type, kind, deadline)
+                         : RecursiveDoublingAllReduce(in, out, count, type, kind, deadline));
+  if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, size_);
+  return absl::OkStatus();
+}
+
+absl::Status TcpCommunicator::RingAllReduce(const char* send, char* recv, size_t count,
+                                            DataType type, kernels::ReduceKind reduce,
+                                            absl::Time deadline) {
+  const int n = size_, r = rank_;
+  const Chunks chunks{count / n, count % n, DataTypeSize(type)};
+  SendStream out;
+  out.peer = Mod(r + 1, n);
+  out.gate = 0;
+  out.gate_offset = chunks.Bytes(r);
+  RecvStream in;
+  in.peer = Mod(r - 1, n);
+  // Reduce-scatter: step t sends chunk r-t (reduced in step t-1) and reduces chunk r-t-1.
+  for (int t = 0; t < n - 1; ++t) {
+    int sc = Mod(r - t, n), rc = Mod(r - t - 1, n);
+    const char* from = (t == 0 ? send : recv) + chunks.Offset(sc);
+    out.pieces.push_back(SendPiece{from, chunks.Bytes(sc)});
+    in.pieces.push_back(RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc), send + chunks.Offset(rc)});
+  }
+  // All-gather: step t forwards chunk r+1-t, fully reduced, and receives chunk r-t.
+  for (int t = 0; t < n - 1; ++t) {
+    int sc = Mod(r + 1 - t, n), rc = Mod(r - t, n);
+    out.pieces.push_back(SendPiece{recv + chunks.Offset(sc), chunks.Bytes(sc)});
+    in.pieces.push_back(RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc), nullptr});
+  }
+  return Run(OpKind::kAllReduce, type, reduce, &out, 1, &in, 1, deadline);
+}
+
+absl::Status TcpCommunicator::RecursiveDoublingAllReduce(const char* send, char* recv,
+                                                         size_t count, DataType type,
+                                                         kernels::ReduceKind reduce,
+                                                         absl::Time deadline) {
+  const int n = size_, r = rank_;
+  const size_t bytes = count * DataTypeSize(type);
+  if (send != recv) std::memcpy(recv, send, bytes);
+  char* tmp = Scratch(bytes);
+  int pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const int extra = n - pow2;
+
+  // Fold: among the first 2*extra ranks, even ones hand their data to the next odd one
+  // and wait for the result.
+  int vrank;
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      SendStream s{r + 1, {SendPiece{recv, bytes}}};
+      RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
+      RecvStream v{r + 1, {RecvPiece{recv, bytes, nullptr}}};
+      return Run(OpKind::kAllReduce, type, reduce, nullptr, 0, &v, 1, deadline);
+    }
+    RecvStream v{r - 1, {RecvPiece{recv, bytes, recv}}};
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, nullptr, 0, &v, 1, deadline));
+    vrank = r / 2;
+  } else {
+    vrank = r - extra;
+  }
+  for (int mask = 1; mask < pow2; mask <<= 1) {
+    int vpeer = vrank ^ mask;
+    int peer = vpeer < extra ? 2 * vpeer + 1 : vpeer + extra;
+    SendStream s{peer, {SendPiece{recv, bytes}}};
+    RecvStream v{peer, {RecvPiece{tmp, bytes, nullptr}}};
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, &v, 1, deadline));
+    // Both sides compute the same commutative op, so every rank ends bit-identical.
+    kernels::Reduce(type, reduce, recv, recv, tmp, count);
+  }
+  if (r < 2 * extra) {
+    SendStream s{r - 1, {SendPiece{recv, bytes}}};
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// All-gather and reduce-scatter: the two halves of the ring.
+
+absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count,
+                                        DataType type, absl::Time deadline) {
+  return Guarded(OpKind::kAllGather, [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateType("AllGather", type));
+    RM_RETURN_IF_ERROR(ValidateBuffers("AllGather", send, recv, count));
+    if (count == 0) return absl::OkStatus();
+    const int n = size_, r = rank_;
+    const size_t bytes = count * DataTypeSize(type);
+    char* out = static_cast<char*>(recv);
+    if (send != out + r * bytes) std::memcpy(out + r * bytes, send, bytes);
+    if (n == 1) return absl::OkStatus();
+    SendStream s;
+    s.peer = Mod(r + 1, n);
+    s.gate = 0;
+    s.gate_offset = bytes;
+    RecvStream v;
+    v.peer = Mod(r - 1, n);
+    for (int t = 0; t < n - 1; ++t) {
+      s.pieces.push_back(SendPiece{out + Mod(r - t, n) * bytes, bytes});
+      v.pieces.push_back(RecvPiece{out + Mod(r - t - 1, n) * bytes, bytes, nullptr});
+    }
+    return Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s, 1, &v, 1, deadline);
+  });
+}
+
+absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                            DataType type, ReduceOp op, absl::Time deadline) {
+  return Guarded(OpKind::kReduceScatter, [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateType("ReduceScatter", type));
+    RM_RETURN_IF_ERROR(ValidateOp("ReduceScatter", op));
+    RM_RETURN_IF_ERROR(ValidateBuffers("ReduceScatter", send, recv, count));
+    if (count == 0) return absl::OkStatus();
+    const int n = size_, r = rank_;
+    const size_t bytes = count * DataTypeSize(type);
+    const char* in = static_cast<const char*>(send);
+    char* out = static_cast<char*>(recv);
+    if (n == 1) {
+      if (in != out) std::memcpy(out, in, bytes);
+    } else {
+      // Partial sums of the chunks this rank forwards live in scratch until sent; the
+      // last step reduces straight into the caller's buffer.
+      char* partial = Scratch(bytes * n);
+      SendStream s;
+      s.peer = Mod(r + 1, n);
+      s.gate = 0;
+      s.gate_offset = bytes;
+      RecvStream v;
+      v.peer = Mod(r - 1, n);
+      for (int t = 0; t < n - 1; ++t) {
+        int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
+        s.pieces.push_back(SendPiece{(t == 0 ? in : partial) + sc * bytes, bytes});
+        char* dst = t == n - 2 ? out : partial + rc * bytes;
+        v.pieces.push_back(RecvPiece{dst, bytes, in + rc * bytes});
+      }
+      RM_RETURN_IF_ERROR(
+          Run(OpKind::kReduceScatter, type, KindOf(op), &s, 1, &v, 1, deadline));
+    }
+    if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, n);
+    return absl::OkStatus();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Broadcast, point to point, barrier.
+
+absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count,
+                                        DataType type, int root, absl::Time deadline) {
+  return Guarded(OpKind::kBroadcast, [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateType("Broadcast", type));
+    RM_RETURN_IF_ERROR(ValidatePeer("Broadcast", "root", root, rank_, size_, true));
+    RM_RETURN_IF_ERROR(
+        ValidateBuffers("Broadcast", rank_ == root ? send : recv, recv, count));
+    if (count == 0) return absl::OkStatus();
+    const int n = size_, r = rank_;
+    const size_t bytes = count * DataTypeSize(type);
+    char* buf = static_cast<char*>(recv);
+    if (r == root && send != recv) std::memcpy(buf, send, bytes);
+    if (n == 1) return absl::OkStatus();
+    const int vr = Mod(r - root, n);
+    const auto kind = kernels::ReduceKind::kSum;
+    if (bytes > small_message_bytes_) {
+      // Pipelined chain root -> root+1 -> ...: each rank forwards segments as they land.
+      SendStream s;
+      s.peer = Mod(r + 1, n);
+      s.pieces.push_back(SendPiece{buf, bytes});
+      RecvStream v;
+      v.peer = Mod(r - 1, n);
+      v.pieces.push_back(RecvPiece{buf, bytes, nullptr});
+      if (vr == 0) return Run(OpKind::kBroadcast, type, kind, &s, 1, nullptr, 0, deadline);
+      if (vr == n - 1) return Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline);
+      s.gate = 0;
+      return Run(OpKind::kBroadcast, type, kind, &s, 1, &v, 1, deadline);
+    }
+    // Binomial tree over ranks relative to the root.
+    int mask = 1;
+    while (mask < n) {
+      if (vr & mask) {
+        RecvStream v{Mod(vr - mask + root, n), {RecvPiece{buf, bytes, nullptr}}};
+        RM_RETURN_IF_ERROR(Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline));
+        break;
+      }
+      mask <<= 1;
+    }
+    absl::InlinedVector<SendStream, 8> sends;
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (vr + mask < n) sends.push_back(SendStream{Mod(vr + mask + root, n), {SendPiece{buf, bytes}}});
+    }
+    if (sends.empty()) return absl::OkStatus();
+    return Run(OpKind::kBroadcast, type, kind, sends.data(), static_cast<int>(sends.size()),
+               nullptr, 0, deadline);
+  });
+}
+
+absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  return Guarded(OpKind::kSend, [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateType("Send", type));
+    RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
+    RM_RETURN_IF_ERROR(ValidateBuffers("Send", buf, buf, count));
+    SendStream s{peer, {SendPiece{static_cast<const char*>(buf), count * DataTypeSize(type)}}};
+    return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &s, 1, nullptr, 0, deadline);
+  });
+}
+
+absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  return Guarded(OpKind::kRecv, [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateType("Recv", type));
+    RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
+    RM_RETURN_IF_ERROR(ValidateBuffers("Recv", buf, buf, count));
+    RecvStream v{peer, {RecvPiece{static_cast<char*>(buf), count * DataTypeSize(type), nullptr}}};
+    // Messages carry the sender's op kind: a Recv matches the peer's Send.
+    return tcp::RunStreams(engine_options_, OpKind::kSend, type, kernels::ReduceKind::kSum,
+                           nullptr, 0, &v, 1, deadline, &op_traffic_);
+  });
+}
+
+absl::Status TcpCommunicator::Barrier(absl::Time deadline) {
+  return Guarded(OpKind::kBarrier, [&]() -> absl::Status {
+    const int n = size_, r = rank_;
+    for (int k = 1; k < n; k <<= 1) {
+      SendStream s{Mod(r + k, n), {}};
+      RecvStream v{Mod(r - k, n), {}};
+      RM_RETURN_IF_ERROR(Run(OpKind::kBarrier, DataType::kUint8, kernels::ReduceKind::kSum,
+                             &s, 1, &v, 1, deadline));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace ringmaster::comm

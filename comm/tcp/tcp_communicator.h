@@ -1,0 +1,161 @@
+// The TCP backend: collectives built only from point-to-point messages between pairs of
+// ranks, over loopback or a real network.
+//
+// Algorithms (chosen per call by message size; see tcp_communicator.cc):
+//   AllReduce      ≤ small_message_bytes: recursive doubling (non-powers of two fold
+//                  the extra ranks in first); larger: ring = reduce-scatter then
+//                  all-gather, one pipelined stream per direction, reduced segment by
+//                  segment as it arrives. Each rank sends 2(N-1)/N of the buffer.
+//   ReduceScatter  the ring's first half.        AllGather   the ring's second half.
+//   Broadcast      ≤ small_message_bytes: binomial tree; larger: pipelined chain.
+//   Barrier        dissemination (header-only messages).
+//
+// Buffers in CUDA device memory are staged through host memory when the binary is built
+// with --config=cuda (so several ranks can share one GPU, which NCCL refuses).
+//
+// Thread-safety and error semantics: see communicator.h.
+#ifndef RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
+#define RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "comm/tcp/engine.h"
+#include "comm/tcp/socket.h"
+
+namespace ringmaster::comm {
+
+// The all-reduce size at or below which recursive doubling beats the ring, measured with
+// `ringbench comm --tune` on the project's 2-core machine (2 and 4 ranks, loopback).
+inline constexpr size_t kDefaultSmallMessageBytes = 64 * 1024;
+
+struct TcpCommunicatorOptions {
+  int rank = -1;
+  int size = 0;
+  // Where ranks publish and find each other's addresses. Not owned; used only by Create.
+  Store* store = nullptr;
+  // Store key prefix, unique per communicator (e.g. "job-7/epoch-3/tcp"). Ranks that
+  // share a prefix form one communicator; a stale prefix reused by another job is rejected
+  // by the handshake.
+  std::string prefix;
+  // Address to bind ("0.0.0.0" for every interface) and port (0 = any free port).
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 0;
+  // Address peers should connect to. Empty: listen_host (which must then not be a
+  // wildcard address).
+  std::string advertise_host;
+  // Deadline for the whole bootstrap (publish, connect, accept, handshake).
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // How long a refused connection is retried before giving up (the peer published its
+  // address after listening, so a refusal means it is gone).
+  absl::Duration refused_retry = absl::Seconds(2);
+
+  // Tuning. Zero values mean the defaults below.
+  size_t small_message_bytes = kDefaultSmallMessageBytes;
+  // Pipelining granularity of the ring and chain (bytes; rounded to 8).
+  size_t segment_bytes = 64 * 1024;
+  // Socket buffer sizes (0 = kernel default).
+  int socket_buffer_bytes = 4 << 20;
+  // How long a waiting rank busy-polls before blocking in ppoll(). Negative: automatic —
+  // 50 µs when this host has at least as many cores as local ranks, else 0 (ranks that
+  // share cores must not spin against each other).
+  absl::Duration spin = absl::Microseconds(-1);
+};
+
+class TcpCommunicator final : public Communicator {
+ public:
+  // Bootstraps the communicator: listens, publishes "<prefix>/rank-<r>/addr", connects to
+  // and accepts every peer (one connection per direction), and checks each peer's
+  // handshake. Blocks until done or `connect_timeout`.
+  // Errors: INVALID_ARGUMENT for bad options (names the field); DEADLINE_EXCEEDED when
+  // peers do not appear (names them, and any connections rejected meanwhile); UNAVAILABLE
+  // for refused connections; FAILED_PRECONDITION when a peer rejects our handshake or we
+  // reject theirs (wrong world size, another communicator, duplicate rank).
+  static absl::StatusOr<std::unique_ptr<TcpCommunicator>> Create(
+      const TcpCommunicatorOptions& options);
+
+  ~TcpCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::string_view backend() const override { return "tcp"; }
+
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
+                         ReduceOp op, absl::Time deadline) override;
+  absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
+                         absl::Time deadline) override;
+  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                             ReduceOp op, absl::Time deadline) override;
+  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                         absl::Time deadline) override;
+  absl::Status Send(const void* buf, size_t count, DataType type, int peer,
+                    absl::Time deadline) override;
+  absl::Status Recv(void* buf, size_t count, DataType type, int peer,
+                    absl::Time deadline) override;
+  absl::Status Barrier(absl::Time deadline) override;
+  void Abort() override;
+  absl::Status GetAsyncError() const override;
+  Counters counters() const override;
+
+  // Algorithm variants, for tests and `ringbench comm --tune`. Same contract as AllReduce.
+  enum class AllReduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+  absl::Status AllReduceWith(AllReduceAlgorithm algorithm, const void* send, void* recv,
+                             size_t count, DataType type, ReduceOp op, absl::Time deadline);
+
+  // The busy-poll time in force (after resolving the automatic setting).
+  absl::Duration spin() const { return engine_options_.spin; }
+  // Ranks of this communicator that advertise the same host as this one.
+  int local_ranks() const { return local_ranks_; }
+
+ private:
+  TcpCommunicator(const TcpCommunicatorOptions& options);
+  absl::Status Connect(const TcpCommunicatorOptions& options);
+
+  // Common wrapper: checks health, times the op, updates counters, breaks on error.
+  template <typename Fn>
+  absl::Status Guarded(OpKind kind, Fn&& fn);
+  absl::Status Run(OpKind kind, DataType type, kernels::ReduceKind reduce,
+                   tcp::SendStream* sends, int num_sends, tcp::RecvStream* recvs,
+                   int num_recvs, absl::Time deadline);
+  char* Scratch(size_t bytes);
+
+  absl::Status RingAllReduce(const char* send, char* recv, size_t count, DataType type,
+                             kernels::ReduceKind reduce, absl::Time deadline);
+  absl::Status RecursiveDoublingAllReduce(const char* send, char* recv, size_t count,
+                                          DataType type, kernels::ReduceKind reduce,
+                                          absl::Time deadline);
+  absl::Status AllReduceImpl(AllReduceAlgorithm algorithm, const void* send, void* recv,
+                             size_t count, DataType type, ReduceOp op, absl::Time deadline);
+
+  const int rank_;
+  const int size_;
+  const size_t small_message_bytes_;
+  int local_ranks_ = 1;
+
+  std::vector<tcp::Fd> send_sockets_;  // [peer]: our messages to peer
+  std::vector<tcp::Fd> recv_sockets_;  // [peer]: peer's messages to us
+  std::vector<int> send_fds_, recv_fds_;
+  std::vector<uint64_t> send_seq_, recv_seq_;
+  tcp::Fd abort_event_;
+  std::atomic<bool> aborted_{false};
+  tcp::EngineOptions engine_options_;
+  tcp::Traffic op_traffic_;  // payload moved by the operation in progress
+  std::vector<char> scratch_;  // op-local scratch (grow-only)
+  std::vector<char> segment_scratch_;
+
+  mutable absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ringmaster::comm
+
+#endif  // RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
