@@ -1,0 +1,73 @@
+// Bandwidth-vs-message-size plots as self-contained SVG text, with no plotting dependency.
+//
+// The x axis is log2 (bytes), ticked at powers of two labelled by FormatBytes; the y axis is
+// linear from 0 to a rounded-up maximum, or log10 when PlotSpec::log_y. Points with a
+// non-finite coordinate or x <= 0 (and, with log_y, y <= 0) are skipped; an empty or
+// all-zero plot still renders axes and legend. Every label is XML-escaped.
+//
+// Thread-safety: all functions are pure or touch only their own file; call from any thread.
+#ifndef RINGMASTER_BENCH_PLOT_H_
+#define RINGMASTER_BENCH_PLOT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ringmaster::bench {
+
+struct Series {
+  std::string label;
+  std::vector<std::pair<double, double>> points;  // x = bytes, y = GB/s; drawn sorted by x.
+  std::string color;                              // Any SVG colour; empty picks from a palette.
+  bool dashed = false;
+};
+
+// A reference level across the whole plot, e.g. "loopback TCP limit 3.1 GB/s"; drawn dashed
+// with its label at the right end. Counts towards the y range.
+struct HorizontalLine {
+  std::string label;
+  double y = 0;
+  std::string color;  // Empty: grey.
+};
+
+// A band of x (bytes) shaded over the full plot height, label at the top, e.g.
+// "latency-bound". Clamped to the data's x range (x_min <= 0 means from the left edge);
+// does not widen it.
+struct Region {
+  std::string label;
+  double x_min = 0;
+  double x_max = 0;
+  std::string color;  // Drawn translucent. Empty: grey.
+};
+
+struct PlotSpec {
+  std::string title;
+  std::string x_label;
+  std::string y_label;
+  std::vector<Series> series;
+  std::vector<HorizontalLine> lines;
+  std::vector<Region> regions;
+  bool log_y = false;
+  int width = 960;  // Pixels, >= 200.
+  int height = 600;
+};
+
+// The SVG document for `spec`, starting "<svg" and ending "</svg>\n". Never fails: a
+// width or height below 200 is drawn at 200 (WriteSvg rejects it instead).
+std::string RenderSvg(const PlotSpec& spec);
+
+// Renders `spec` and writes it to `path` via a temporary file in the same directory, fsync
+// and rename, so readers never see a partial file. Blocks on disk I/O.
+// INVALID_ARGUMENT: width or height < 200, or an empty path. Otherwise the errno's code
+// (NOT_FOUND, PERMISSION_DENIED, ...); every message names `path`.
+absl::Status WriteSvg(const PlotSpec& spec, const std::string& path);
+
+// Bytes with a binary suffix, up to 4 significant digits: 512 -> "512", 1024 -> "1K",
+// 1536 -> "1.5K", 1048576 -> "1M", 1073741824 -> "1G" (then T, P).
+std::string FormatBytes(double bytes);
+
+}  // namespace ringmaster::bench
+
+#endif  // RINGMASTER_BENCH_PLOT_H_
