@@ -1,5 +1,6 @@
 #include "comm/tcp/tcp_communicator.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -209,91 +210,125 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
     send_sockets_[p] = std::move(fd).value();
   }
 
-  // 2. Accept until every peer has connected with a valid handshake. Connections that are
-  //    not our peers are answered with the reason and dropped; we keep waiting.
+  // 2. Until every peer has connected to us with a valid handshake and answered ours:
+  //    accept and judge incoming handshakes (connections that are not our peers are told
+  //    why and dropped; we keep waiting), and read each peer's verdict on ours.
   std::vector<std::string> rejected;
-  int accepted = 0;
-  while (accepted < n - 1) {
-    std::string from;
-    auto fd = tcp::Accept(listener.get(), deadline, -1, &from);
-    if (!fd.ok()) {
-      std::vector<std::string> missing;
+  std::vector<bool> answered(n, false);
+  answered[r] = true;
+  int accepted = 0, answers = 0;
+  while (accepted < n - 1 || answers < n - 1) {
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> missing, silent;
       for (int p = 0; p < n; ++p) {
         if (p != r && !recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
+        if (!answered[p]) silent.push_back(absl::StrCat(p));
       }
-      std::string why = absl::StrCat("ranks ", absl::StrJoin(missing, ", "),
-                                     " did not connect to ", my_address, ": ",
-                                     fd.status().message());
+      std::string why = "deadline passed";
+      if (!missing.empty()) {
+        absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "), " never connected to ",
+                        my_address);
+      }
+      if (!silent.empty()) {
+        absl::StrAppend(&why, "; ranks ", absl::StrJoin(silent, ", "),
+                        " never answered our handshake");
+      }
       if (!rejected.empty()) {
         absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
       }
-      return absl::Status(fd.status().code(), context(why));
+      return absl::DeadlineExceededError(context(why));
     }
-    RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
-    Handshake hs;
-    absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
-                                      std::min(deadline, absl::Now() + absl::Seconds(5)));
-    std::string reason;
-    if (!read.ok()) {
-      reason = absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
-    } else if (hs.magic != kHandshakeMagic) {
-      reason = absl::StrCat("garbled handshake from ", from, " (bad magic 0x",
-                            absl::Hex(hs.magic), "): not a ringmaster rank");
-    } else if (hs.version != kProtocolVersion) {
-      reason = absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
-                            ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
-    } else if (hs.comm_id != comm_id) {
-      reason = absl::StrCat("wrong peer: ", from,
-                            " belongs to another communicator (store prefix differs from \"",
-                            options.prefix, "\")");
-    } else if (hs.world_size != n) {
-      reason = absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
-                            ", this communicator ", n);
-    } else if (hs.to_rank != r) {
-      reason = absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank, ", this is rank ", r);
-    } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
-      reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank,
-                            ", outside [0, ", n, ") or equal to this rank");
-    } else if (recv_sockets_[hs.from_rank].valid()) {
-      reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
-                            " (two processes started with the same rank?)");
+    std::vector<pollfd> polls;
+    std::vector<int> poll_peer;
+    if (accepted < n - 1) {
+      polls.push_back({listener.get(), POLLIN, 0});
+      poll_peer.push_back(-1);
     }
-    HandshakeReply reply;
-    std::memset(&reply, 0, sizeof(reply));
-    reply.magic = kReplyMagic;
-    reply.accepted = reason.empty() ? 1 : 0;
-    std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
-    absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
+    for (int p = 0; p < n; ++p) {
+      if (!answered[p]) {
+        polls.push_back({send_sockets_[p].get(), POLLIN, 0});
+        poll_peer.push_back(p);
+      }
+    }
+    int wait_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 1000));
+    if (poll(polls.data(), polls.size(), wait_ms) < 0 && errno != EINTR) {
+      return ErrnoToStatus(errno, context("poll"));
+    }
+    for (size_t i = 0; i < polls.size(); ++i) {
+      if (polls[i].revents == 0) continue;
+      int p = poll_peer[i];
+      if (p >= 0) {
+        HandshakeReply reply;
+        absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply),
+                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
+        if (!read.ok()) {
+          return absl::Status(read.code(),
+                              context(absl::StrCat("no handshake reply from rank ", p, " at ",
+                                                   addresses[p], ": ", read.message())));
+        }
+        if (reply.magic != kReplyMagic) {
+          return absl::FailedPreconditionError(context(absl::StrCat(
+              "garbled handshake reply from ", addresses[p], " (published as rank ", p,
+              "): it is not a ringmaster rank; is the store's address stale?")));
+        }
+        if (reply.accepted != 1) {
+          reply.reason[sizeof(reply.reason) - 1] = '\0';
+          return absl::FailedPreconditionError(context(absl::StrCat(
+              "rank ", p, " at ", addresses[p], " rejected our connection: ", reply.reason)));
+        }
+        answered[p] = true;
+        ++answers;
+        continue;
+      }
+      std::string from;
+      auto fd = tcp::Accept(listener.get(), absl::Now(), -1, &from);
+      if (!fd.ok()) continue;  // nothing to accept after all
+      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+      Handshake hs;
+      absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
                                         std::min(deadline, absl::Now() + absl::Seconds(5)));
-    if (!reason.empty() || !wrote.ok()) {
-      if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
-      LOG(WARNING) << context(absl::StrCat("rejected a connection: ", reason));
-      rejected.push_back(reason);
-      continue;
-    }
-    recv_sockets_[hs.from_rank] = std::move(fd).value();
-    ++accepted;
-  }
-
-  // 3. Read every peer's verdict on our handshake.
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    HandshakeReply reply;
-    absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply), deadline);
-    if (!read.ok()) {
-      return absl::Status(read.code(),
-                          context(absl::StrCat("no handshake reply from rank ", p, " at ",
-                                               addresses[p], ": ", read.message())));
-    }
-    if (reply.magic != kReplyMagic) {
-      return absl::FailedPreconditionError(context(absl::StrCat(
-          "garbled handshake reply from ", addresses[p], " (published as rank ", p,
-          "): it is not a ringmaster rank; is the store's address stale?")));
-    }
-    if (reply.accepted != 1) {
-      reply.reason[sizeof(reply.reason) - 1] = '\0';
-      return absl::FailedPreconditionError(context(absl::StrCat(
-          "rank ", p, " at ", addresses[p], " rejected our connection: ", reply.reason)));
+      std::string reason;
+      if (!read.ok()) {
+        reason = absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
+      } else if (hs.magic != kHandshakeMagic) {
+        reason = absl::StrCat("garbled handshake from ", from, " (bad magic 0x",
+                              absl::Hex(hs.magic), "): not a ringmaster rank");
+      } else if (hs.version != kProtocolVersion) {
+        reason = absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
+                              ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
+      } else if (hs.comm_id != comm_id) {
+        reason = absl::StrCat("wrong peer: ", from,
+                              " belongs to another communicator (its store prefix is not \"",
+                              options.prefix, "\")");
+      } else if (hs.world_size != n) {
+        reason = absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
+                              ", this communicator ", n);
+      } else if (hs.to_rank != r) {
+        reason = absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank,
+                              ", this is rank ", r);
+      } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
+        reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank,
+                              ", outside [0, ", n, ") or equal to this rank");
+      } else if (recv_sockets_[hs.from_rank].valid()) {
+        reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
+                              " (two processes started with the same rank?)");
+      }
+      HandshakeReply reply;
+      std::memset(&reply, 0, sizeof(reply));
+      reply.magic = kReplyMagic;
+      reply.accepted = reason.empty() ? 1 : 0;
+      std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
+      absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
+                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
+      if (!reason.empty() || !wrote.ok()) {
+        if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
+        LOG(WARNING) << context(absl::StrCat("rejected a connection: ", reason));
+        rejected.push_back(reason);
+        continue;
+      }
+      recv_sockets_[hs.from_rank] = std::move(fd).value();
+      ++accepted;
     }
   }
   for (int p = 0; p < n; ++p) {

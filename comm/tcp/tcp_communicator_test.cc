@@ -1,0 +1,366 @@
+// Correctness of every operation x dtype x size, on 1-8 forked ranks over loopback. Each
+// rank computes the expected result itself, in double precision, from every rank's
+// input (which is a deterministic function of rank and index): an oracle that shares no
+// code with the backend's reductions.
+#include "comm/tcp/tcp_communicator.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "comm/testing/multiproc.h"
+#include "gtest/gtest.h"
+#include "kernels/half.h"
+
+namespace ringmaster::comm {
+namespace {
+
+using testing::MultiProcOptions;
+using testing::RankResult;
+using testing::RunRanks;
+
+// A buffer of `type` elements read and written as doubles.
+class Buffer {
+ public:
+  Buffer(DataType type, size_t count) : type_(type), bytes_(count * DataTypeSize(type) + 1) {}
+  void* data() { return bytes_.data(); }
+  double Get(size_t i) const {
+    const char* p = bytes_.data() + i * DataTypeSize(type_);
+    switch (type_) {
+      case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+      case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+      case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+      case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+      case DataType::kUint8: return static_cast<uint8_t>(*p);
+      case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return kernels::BFloat16ToFloat(v); }
+      case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return kernels::Float16ToFloat(v); }
+    }
+    return 0;
+  }
+  void Set(size_t i, double x) {
+    char* p = bytes_.data() + i * DataTypeSize(type_);
+    switch (type_) {
+      case DataType::kFloat32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
+      case DataType::kFloat64: std::memcpy(p, &x, 8); return;
+      case DataType::kInt32: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); return; }
+      case DataType::kInt64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
+      case DataType::kUint8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(x) & 0xff)); return;
+      case DataType::kBFloat16: { uint16_t v = kernels::FloatToBFloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
+      case DataType::kFloat16: { uint16_t v = kernels::FloatToFloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
+    }
+  }
+
+ private:
+  DataType type_;
+  std::vector<char> bytes_;
+};
+
+// Small integers (exact in every type, sums of 8 ranks exact even in bf16). Products use
+// factors whose products stay exact (powers of two, signs).
+double Input(int rank, size_t i, ReduceOp op, DataType type) {
+  if (op == ReduceOp::kProd) {
+    int v = static_cast<int>((rank + i) % 3);
+    if (type == DataType::kUint8) return v == 0 ? 1 : v == 1 ? 2 : 3;
+    return v == 0 ? 1 : v == 1 ? 2 : -1;
+  }
+  int v = static_cast<int>((rank * 7 + i * 13) % 10);
+  return type == DataType::kUint8 ? v : v - 4;
+}
+
+double Expected(int world, size_t i, ReduceOp op, DataType type) {
+  double acc = Input(0, i, op, type);
+  int64_t iacc = static_cast<int64_t>(acc);
+  for (int r = 1; r < world; ++r) {
+    double x = Input(r, i, op, type);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += x; break;
+      case ReduceOp::kProd: acc *= x; iacc *= static_cast<int64_t>(x); break;
+      case ReduceOp::kMin: acc = std::min(acc, x); break;
+      case ReduceOp::kMax: acc = std::max(acc, x); break;
+    }
+  }
+  if (type == DataType::kUint8 && op == ReduceOp::kProd) return static_cast<double>(iacc & 0xff);
+  if (op == ReduceOp::kAvg) {
+    if (IsFloatingPoint(type)) return acc / world;
+    return std::trunc(acc / world);
+  }
+  return acc;
+}
+
+bool Close(double got, double want, DataType type, ReduceOp op) {
+  if (op != ReduceOp::kAvg || !IsFloatingPoint(type)) return got == want;
+  double tol = (type == DataType::kFloat16 || type == DataType::kBFloat16) ? 1e-2 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+std::string What(absl::string_view op, DataType type, size_t count, absl::string_view extra) {
+  return absl::StrCat(op, " ", DataTypeName(type), " count ", count, " ", extra);
+}
+
+absl::Status CheckAllReduce(TcpCommunicator& comm, DataType type, ReduceOp op, size_t count,
+                            TcpCommunicator::AllReduceAlgorithm algo, bool in_place,
+                            absl::Time deadline) {
+  const int n = comm.size(), r = comm.rank();
+  Buffer in(type, count), out(type, count);
+  for (size_t i = 0; i < count; ++i) in.Set(i, Input(r, i, op, type));
+  Buffer& dst = in_place ? in : out;
+  absl::Status s = comm.AllReduceWith(algo, in.data(), dst.data(), count, type, op, deadline);
+  std::string what = What("AllReduce", type, count,
+                          absl::StrCat(ReduceOpName(op), in_place ? " in place" : "",
+                                       " algorithm ", static_cast<int>(algo)));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  for (size_t i = 0; i < count; ++i) {
+    double want = Expected(n, i, op, type);
+    if (!Close(dst.Get(i), want, type, op)) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", dst.Get(i),
+                                              ", expected ", want, " (rank ", r, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReduceScatter(TcpCommunicator& comm, DataType type, ReduceOp op,
+                                size_t count, bool in_place, absl::Time deadline) {
+  const int n = comm.size(), r = comm.rank();
+  Buffer in(type, count * n), out(type, count);
+  for (size_t i = 0; i < count * n; ++i) in.Set(i, Input(r, i, op, type));
+  Buffer* dst = &out;
+  void* dst_ptr = out.data();
+  if (in_place) dst_ptr = static_cast<char*>(in.data()) + r * count * DataTypeSize(type);
+  absl::Status s = comm.ReduceScatter(in.data(), dst_ptr, count, type, op, deadline);
+  std::string what = What("ReduceScatter", type, count,
+                          absl::StrCat(ReduceOpName(op), in_place ? " in place" : ""));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  for (size_t i = 0; i < count; ++i) {
+    double want = Expected(n, r * count + i, op, type);
+    double got = in_place ? in.Get(r * count + i) : dst->Get(i);
+    if (!Close(got, want, type, op)) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", got,
+                                              ", expected ", want, " (rank ", r, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllGather(TcpCommunicator& comm, DataType type, size_t count, bool in_place,
+                            absl::Time deadline) {
+  const int n = comm.size(), r = comm.rank();
+  Buffer in(type, count), out(type, count * n);
+  for (size_t i = 0; i < count; ++i) in.Set(i, Input(r, i, ReduceOp::kSum, type));
+  const void* src = in.data();
+  if (in_place) {
+    for (size_t i = 0; i < count; ++i) out.Set(r * count + i, Input(r, i, ReduceOp::kSum, type));
+    src = static_cast<char*>(out.data()) + r * count * DataTypeSize(type);
+  }
+  absl::Status s = comm.AllGather(src, out.data(), count, type, deadline);
+  std::string what = What("AllGather", type, count, in_place ? "in place" : "");
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  for (int p = 0; p < n; ++p) {
+    for (size_t i = 0; i < count; ++i) {
+      Buffer one(type, 1);
+      one.Set(0, Input(p, i, ReduceOp::kSum, type));
+      if (out.Get(p * count + i) != one.Get(0)) {
+        return absl::InternalError(absl::StrCat(what, ": block of rank ", p, " element ", i,
+                                                " is ", out.Get(p * count + i), ", expected ",
+                                                one.Get(0), " (rank ", r, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBroadcast(TcpCommunicator& comm, DataType type, size_t count, int root,
+                            bool in_place, absl::Time deadline) {
+  const int r = comm.rank();
+  Buffer in(type, count), out(type, count);
+  for (size_t i = 0; i < count; ++i) {
+    in.Set(i, r == root ? Input(root, i, ReduceOp::kSum, type) : 99);
+    out.Set(i, 77);
+  }
+  Buffer& dst = in_place ? in : out;
+  absl::Status s = comm.Broadcast(r == root ? in.data() : nullptr, dst.data(), count, type,
+                                  root, deadline);
+  std::string what = What("Broadcast", type, count,
+                          absl::StrCat("root ", root, in_place ? " in place" : ""));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  for (size_t i = 0; i < count; ++i) {
+    Buffer one(type, 1);
+    one.Set(0, Input(root, i, ReduceOp::kSum, type));
+    if (dst.Get(i) != one.Get(0)) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", dst.Get(i),
+                                              ", expected ", one.Get(0), " (rank ", r, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Counts including the edge cases: 0, fewer elements than ranks, not divisible by the
+// world size, and sizes on both sides of the small-message threshold.
+std::vector<size_t> Counts(int n) {
+  return {0, 1, static_cast<size_t>(n > 1 ? n - 1 : 2), static_cast<size_t>(n + 1), 1000,
+          40003, 150001};
+}
+
+absl::Status RunMatrix(TcpCommunicator& comm) {
+  const int n = comm.size();
+  const absl::Time deadline = absl::Now() + absl::Minutes(5);
+  using Algo = TcpCommunicator::AllReduceAlgorithm;
+  int variant = 0;
+  for (DataType type : kAllDataTypes) {
+    for (size_t count : Counts(n)) {
+      bool in_place = (variant++ % 2) == 1;
+      for (ReduceOp op : kAllReduceOps) {
+        for (Algo algo : {Algo::kRing, Algo::kRecursiveDoubling}) {
+          if (algo == Algo::kRecursiveDoubling && count > 40003) continue;
+          absl::Status s = CheckAllReduce(comm, type, op, count, algo, in_place, deadline);
+          if (!s.ok()) return s;
+        }
+        if (count <= 40003) {
+          absl::Status s = CheckReduceScatter(comm, type, op, count, in_place, deadline);
+          if (!s.ok()) return s;
+        }
+      }
+      if (count <= 40003) {
+        absl::Status s = CheckAllGather(comm, type, count, in_place, deadline);
+        if (!s.ok()) return s;
+      }
+      for (int root : {0, n - 1}) {
+        absl::Status s = CheckBroadcast(comm, type, count, root, in_place, deadline);
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  return comm.Barrier(deadline);
+}
+
+class EveryOperation : public ::testing::TestWithParam<int> {};
+
+TEST_P(EveryOperation, MatchesIndependentReference) {
+  MultiProcOptions options;
+  options.world_size = GetParam();
+  options.timeout = absl::Minutes(8);
+  auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) {
+    return RunMatrix(comm);
+  });
+  for (int r = 0; r < GetParam(); ++r) {
+    EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryOperation, ::testing::Values(1, 2, 3, 4, 5, 8),
+                         [](const auto& info) { return absl::StrCat("world", info.param); });
+
+TEST(TcpCommunicator, SendRecvAndBarrier) {
+  MultiProcOptions options;
+  options.world_size = 3;
+  auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    const int r = comm.rank(), n = comm.size();
+    // A token passed around the ring twice, growing at each hop.
+    std::vector<int64_t> token(1000);
+    for (int lap = 0; lap < 2; ++lap) {
+      if (r != 0 || lap > 0) {
+        absl::Status s = comm.Recv(token.data(), token.size(), DataType::kInt64, (r + n - 1) % n,
+                                   deadline);
+        if (!s.ok()) return s;
+      }
+      for (auto& t : token) t += r + 1;
+      absl::Status s = comm.Send(token.data(), token.size(), DataType::kInt64, (r + 1) % n, deadline);
+      if (!s.ok()) return s;
+    }
+    if (r == 0) {
+      absl::Status s = comm.Recv(token.data(), token.size(), DataType::kInt64, n - 1, deadline);
+      if (!s.ok()) return s;
+      if (token[999] != 2 * (1 + 2 + 3)) {
+        return absl::InternalError(absl::StrCat("token is ", token[999], ", expected 12"));
+      }
+    }
+    for (int i = 0; i < 5; ++i) {
+      absl::Status s = comm.Barrier(deadline);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+  for (const RankResult& r : results) EXPECT_TRUE(r.status.ok()) << r.status;
+}
+
+TEST(TcpCommunicator, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
+  for (int n : {2, 3, 4, 5}) {
+    MultiProcOptions options;
+    options.world_size = n;
+    auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+      const int n = comm.size();
+      const size_t count = (1 << 20) + 3;  // 4 MiB + 12 bytes of f32: chunks differ by one
+      std::vector<float> buf(count, 1.0f);
+      Counters before = comm.counters();
+      absl::Status s = comm.AllReduceWith(TcpCommunicator::AllReduceAlgorithm::kRing, buf.data(),
+                                          buf.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                                          absl::Now() + absl::Seconds(60));
+      if (!s.ok()) return s;
+      const Counters after = comm.counters();
+      const OpCounters& c = after.of(OpKind::kAllReduce);
+      double sent = static_cast<double>(c.bytes_sent - before.of(OpKind::kAllReduce).bytes_sent);
+      double received = static_cast<double>(c.bytes_received);
+      double ideal = 2.0 * (n - 1) / n * count * 4;
+      // Chunk rounding: chunks differ by at most one element, two chunks are skipped.
+      if (std::fabs(sent - ideal) > 2 * 4 || std::fabs(received - ideal) > 2 * 4) {
+        return absl::InternalError(absl::StrCat("sent ", sent, " received ", received,
+                                                " bytes, expected ", ideal));
+      }
+      if (c.calls != 1 || c.errors != 0 || c.time <= absl::ZeroDuration()) {
+        return absl::InternalError("counters did not record the call");
+      }
+      if (buf[count - 1] != static_cast<float>(n)) return absl::InternalError("wrong sum");
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(results[r].status.ok()) << "world " << n << " rank " << r << ": "
+                                          << results[r].status;
+    }
+  }
+}
+
+TEST(TcpCommunicator, BadArgumentsNameTheArgumentAndDoNotBreakTheCommunicator) {
+  MultiProcOptions options;
+  options.world_size = 2;
+  auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    float x = 1;
+    absl::Status s = comm.AllReduce(nullptr, &x, 1, DataType::kFloat32, ReduceOp::kSum, deadline);
+    if (!absl::IsInvalidArgument(s) || s.message().find("send buffer") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("null send: ", s.ToString()));
+    }
+    s = comm.Broadcast(&x, &x, 1, DataType::kFloat32, 5, deadline);
+    if (!absl::IsInvalidArgument(s) || s.message().find("root 5") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("bad root: ", s.ToString()));
+    }
+    s = comm.Send(&x, 1, DataType::kFloat32, comm.rank(), deadline);
+    if (!absl::IsInvalidArgument(s)) return absl::InternalError("send to self accepted");
+    // Still healthy.
+    return comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, deadline);
+  });
+  for (const RankResult& r : results) EXPECT_TRUE(r.status.ok()) << r.status;
+}
+
+TEST(TcpCommunicator, CreateRejectsBadOptions) {
+  TcpCommunicatorOptions options;
+  options.size = 2;
+  options.rank = 2;
+  EXPECT_EQ(TcpCommunicator::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  auto s = TcpCommunicator::Create(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("store"), std::string::npos) << s;
+  options.size = 1;
+  options.listen_host = "0.0.0.0";
+  s = TcpCommunicator::Create(options).status();
+  EXPECT_NE(s.message().find("advertise_host"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace ringmaster::comm
