@@ -184,47 +184,61 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   const std::string my_address = tcp::HostPort{advertise, port}.ToString();
   RM_RETURN_IF_ERROR(options.store->Set(key_of(r), my_address));
 
-  // 1. Connect to every peer and send our handshake. connect() completes against the
-  //    peer's listen backlog, so nobody waits for anybody's accept() here.
+  // Everything below runs in one event loop, so that no step waits on a peer that is
+  // itself waiting on us: connect to each peer as soon as its address appears (connect()
+  // completes against the peer's listen backlog) and send our handshake; accept and judge
+  // incoming handshakes; read each peer's verdict on ours.
   std::vector<std::string> addresses(n);
-  for (int i = 1; i < n; ++i) {
-    int p = (r + i) % n;
-    auto address = options.store->Get(key_of(p), deadline);
-    if (!address.ok()) {
-      return absl::Status(address.status().code(),
-                          context(absl::StrCat("rank ", p, " never published its address: ",
-                                               address.status().message())));
+  auto connect_published = [&]() -> absl::Status {
+    for (int i = 1; i < n; ++i) {
+      int p = (r + i) % n;
+      if (send_sockets_[p].valid()) continue;
+      auto address = options.store->Get(key_of(p), absl::Now());  // don't wait here
+      if (absl::IsDeadlineExceeded(address.status())) continue;
+      if (!address.ok()) {
+        return absl::Status(address.status().code(),
+                            context(absl::StrCat("reading rank ", p, "'s address: ",
+                                                 address.status().message())));
+      }
+      addresses[p] = *address;
+      RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
+      if (hp.host == advertise) ++local_ranks_;
+      auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry),
+                             deadline);
+      if (!fd.ok()) {
+        return absl::Status(fd.status().code(),
+                            context(absl::StrCat("connecting to rank ", p, " at ", *address,
+                                                 ": ", fd.status().message())));
+      }
+      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+      Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
+      RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
+      send_sockets_[p] = std::move(fd).value();
     }
-    addresses[p] = *address;
-    RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
-    if (hp.host == advertise) ++local_ranks_;
-    auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
-    if (!fd.ok()) {
-      return absl::Status(fd.status().code(),
-                          context(absl::StrCat("connecting to rank ", p, ": ",
-                                               fd.status().message())));
-    }
-    RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
-    Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
-    RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
-    send_sockets_[p] = std::move(fd).value();
-  }
+    return absl::OkStatus();
+  };
 
-  // 2. Until every peer has connected to us with a valid handshake and answered ours:
-  //    accept and judge incoming handshakes (connections that are not our peers are told
-  //    why and dropped; we keep waiting), and read each peer's verdict on ours.
+  // Connections that are not our peers are told why and dropped; we keep waiting.
   std::vector<std::string> rejected;
   std::vector<bool> answered(n, false);
   answered[r] = true;
   int accepted = 0, answers = 0;
+  absl::Duration store_poll = absl::Microseconds(500);
   while (accepted < n - 1 || answers < n - 1) {
+    RM_RETURN_IF_ERROR(connect_published());
     if (absl::Now() >= deadline) {
-      std::vector<std::string> missing, silent;
+      std::vector<std::string> unpublished, missing, silent;
       for (int p = 0; p < n; ++p) {
-        if (p != r && !recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
-        if (!answered[p]) silent.push_back(absl::StrCat(p));
+        if (p == r) continue;
+        if (!send_sockets_[p].valid()) unpublished.push_back(absl::StrCat(p));
+        if (!recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
+        if (send_sockets_[p].valid() && !answered[p]) silent.push_back(absl::StrCat(p));
       }
       std::string why = "deadline passed";
+      if (!unpublished.empty()) {
+        absl::StrAppend(&why, "; ranks ", absl::StrJoin(unpublished, ", "),
+                        " never published their address under ", options.prefix);
+      }
       if (!missing.empty()) {
         absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "), " never connected to ",
                         my_address);
@@ -244,14 +258,23 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       polls.push_back({listener.get(), POLLIN, 0});
       poll_peer.push_back(-1);
     }
+    bool all_connected = true;
     for (int p = 0; p < n; ++p) {
-      if (!answered[p]) {
+      if (p == r) continue;
+      all_connected &= send_sockets_[p].valid();
+      if (send_sockets_[p].valid() && !answered[p]) {
         polls.push_back({send_sockets_[p].get(), POLLIN, 0});
         poll_peer.push_back(p);
       }
     }
-    int wait_ms = static_cast<int>(
-        std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 1000));
+    // While addresses are still missing, come back soon to look at the store again.
+    absl::Duration wait = deadline - absl::Now();
+    if (!all_connected) {
+      wait = std::min(wait, store_poll);
+      store_poll = std::min(store_poll * 2, absl::Milliseconds(20));
+    }
+    int wait_ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(wait + absl::Microseconds(999)), 0, 1000));
     if (poll(polls.data(), polls.size(), wait_ms) < 0 && errno != EINTR) {
       return ErrnoToStatus(errno, context("poll"));
     }
