@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of ringmaster. Installs what the build needs first (tools/setup.sh).
 # Usage: tools/test.sh [extra bazel test flags, e.g. //comm/...]
-# Ends with one line: "N passed, N failed" (test cases, counted from the JUnit XML that
-# each test target writes; a target that did not build or wrote no XML counts as one failure).
+# Ends with one line: "N passed, N failed[, N skipped]" (test cases, counted from the JUnit
+# XML that each test target writes; a target that did not build or wrote no XML counts as
+# one failure; skipped cases are GPU tests on a machine without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +35,7 @@ python3 - "$start_marker" "$start_marker.targets" "$rc" <<'PY'
 import os, sys, xml.etree.ElementTree as ET
 marker, targets_file, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 since = os.path.getmtime(marker)
-passed = failed = 0
+passed = failed = skipped = 0
 problems = []
 for label in open(targets_file).read().split():
     pkg, name = label[2:].split(":")
@@ -55,7 +56,7 @@ for label in open(targets_file).read().split():
         if case.find("failure") is not None or case.find("error") is not None:
             target_failed += 1
         elif case.find("skipped") is not None or case.get("result") == "skipped":
-            passed += 1  # skipped cases print their reason; they did not fail
+            skipped += 1  # e.g. GPU tests on a machine without a GPU; the log says why
         else:
             passed += 1
     # A crash after some cases passed leaves a log but maybe no failing <testcase>.
@@ -73,7 +74,7 @@ for label in open(targets_file).read().split():
         problems.append(f"{label}: {target_failed} failed")
 for p in problems:
     print("  " + p)
-print(f"{passed} passed, {failed} failed")
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
 sys.exit(0 if failed == 0 and rc == 0 else 1)
 PY
 status=$?
