@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 namespace ringmaster::bench {
@@ -246,28 +247,7 @@ absl::Status WriteSvg(const PlotSpec& spec, const std::string& path) {
         absl::StrCat("WriteSvg ", path, ": PlotSpec.width and .height must be >= ", kMinSize,
                      ", got ", spec.width, "x", spec.height));
   }
-  const std::string svg = RenderSvg(spec);
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter++);
-  auto fail = [&](absl::string_view what) {
-    return ErrnoToStatus(errno, absl::StrCat("WriteSvg ", path, ": ", what));
-  };
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(absl::StrCat("open ", tmp));
-  absl::Status s;
-  for (size_t done = 0; s.ok() && done < svg.size();) {
-    ssize_t n = write(fd, svg.data() + done, svg.size() - done);
-    if (n >= 0) {
-      done += n;
-    } else if (errno != EINTR) {
-      s = fail(absl::StrCat("write ", tmp));
-    }
-  }
-  if (s.ok() && fsync(fd) != 0) s = fail(absl::StrCat("fsync ", tmp));
-  if (close(fd) != 0 && s.ok()) s = fail(absl::StrCat("close ", tmp));
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = fail(absl::StrCat("rename ", tmp));
-  if (!s.ok()) unlink(tmp.c_str());
-  return s;
+  return WriteFileAtomically(path, RenderSvg(spec));
 }
 
 }  // namespace ringmaster::bench

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "comm/store.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 namespace ringmaster::comm {
@@ -31,34 +32,6 @@ absl::Status MakeDirs(const std::string& path) {
     return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
   }
   return absl::OkStatus();
-}
-
-absl::Status WriteWhole(int fd, absl::string_view data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("write ", path));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadWhole(int fd, const std::string& path) {
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("read ", path));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
 }
 
 }  // namespace
@@ -101,25 +74,11 @@ absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
   RM_RETURN_IF_ERROR(ValidateStoreKey(key));
   std::string path = PathOf(key);
   RM_RETURN_IF_ERROR(MakeDirs(path.substr(0, path.find_last_of('/'))));
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", absl::ToUnixNanos(absl::Now()));
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", tmp));
-  absl::Status s = WriteWhole(fd, value, tmp);
-  if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, absl::StrCat("close ", tmp));
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoToStatus(errno, absl::StrCat("rename ", tmp, " to ", path));
-  }
-  if (!s.ok()) unlink(tmp.c_str());
-  return s;
+  return WriteFileAtomically(path, value, {.durable = false});
 }
 
 absl::StatusOr<std::string> FileStore::TryGet(absl::string_view key) const {
-  std::string path = PathOf(key);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
-  auto value = ReadWhole(fd, path);
-  close(fd);
-  return value;
+  return ReadFile(PathOf(key));
 }
 
 absl::StatusOr<std::string> FileStore::Get(absl::string_view key, absl::Time deadline) {

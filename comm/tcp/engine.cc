@@ -1,6 +1,7 @@
 #include "comm/tcp/engine.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -355,7 +356,10 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     }
     absl::Time now = absl::Now();
     if (now >= deadline) return DeadlineError();
-    if (now < spin_until) continue;
+    if (now < spin_until) {
+      if (o_.yield_while_spinning) sched_yield();
+      continue;
+    }
     RM_RETURN_IF_ERROR(Wait(deadline));
   }
 }

@@ -87,6 +87,9 @@ struct EngineOptions {
   size_t segment_bytes = 0;
   char* scratch = nullptr;
   absl::Duration spin;
+  // Call sched_yield() between polls while spinning: when ranks outnumber cores, the
+  // peer we wait for may need this core to make progress.
+  bool yield_while_spinning = false;
 };
 
 struct Traffic {

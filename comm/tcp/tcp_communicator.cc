@@ -152,12 +152,16 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
   e.aborted = &comm->aborted_;
   e.segment_bytes = segment;
   e.scratch = comm->segment_scratch_.data();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool oversubscribed = comm->local_ranks_ > cores;
   if (options.spin >= absl::ZeroDuration()) {
     e.spin = options.spin;
   } else {
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    e.spin = comm->local_ranks_ <= cores ? absl::Microseconds(50) : absl::ZeroDuration();
+    e.spin = !oversubscribed ? absl::Microseconds(50)
+             : options.oversubscribed_spin >= absl::ZeroDuration() ? options.oversubscribed_spin
+                                                                   : absl::Microseconds(100);
   }
+  e.yield_while_spinning = oversubscribed;
   return comm;
 }
 

@@ -1,0 +1,367 @@
+// ringbench: ringmaster's benchmarks.
+//
+//   ringbench comm --ranks 4 --ops all_reduce,all_gather,reduce_scatter,broadcast \
+//       --sizes 1K,4K,...,1G --csv comm.csv --plot comm.svg [--peers gloo,mpi] [--tune]
+//
+// Starts --ranks local processes joined by the TCP backend over loopback, sweeps the
+// sizes, prints a table, writes the CSV and an SVG plot of bus bandwidth against size
+// with the loopback TCP limit measured in the same run. --peers runs Gloo (C++) and
+// OpenMPI over TCP with the same conventions and prints our ratio to the best of them.
+// --tune measures recursive doubling against the ring for all-reduce and prints the
+// size where the ring starts to win (the backend's small-message threshold).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "bench/comm_bench.h"
+#include "bench/loopback.h"
+#include "bench/peers.h"
+#include "bench/plot.h"
+#include "comm/store.h"
+#include "comm/tcp/tcp_communicator.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(int, ranks, 4, "number of local ranks (processes)");
+ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
+          "collectives to measure (comma-separated, or \"all\")");
+ABSL_FLAG(std::string, sizes, "1K,4K,...,1G",
+          "message sizes: K/M/G suffixes, a,b,...,c for a geometric range");
+ABSL_FLAG(std::string, csv, "", "write the results as CSV to this file");
+ABSL_FLAG(std::string, plot, "", "draw bus bandwidth against size into this SVG file");
+ABSL_FLAG(std::string, peers, "",
+          "also measure these peers in the same run and print ratios: gloo, mpi");
+ABSL_FLAG(std::string, peers_csv, "", "write the peers' results as CSV to this file");
+ABSL_FLAG(bool, tune, false,
+          "measure ring vs recursive doubling all-reduce and print the crossover size");
+ABSL_FLAG(int, warmup, 3, "warm-up iterations per size");
+ABSL_FLAG(int, min_iters, 5, "fewest timed iterations per size");
+ABSL_FLAG(int, max_iters, 200, "most timed iterations per size");
+ABSL_FLAG(int64_t, spin_us, -1,
+          "busy-poll microseconds before blocking; -1 = automatic (0 when ranks > cores)");
+ABSL_FLAG(int64_t, socket_buffer_bytes, 0, "SO_SNDBUF/SO_RCVBUF of the data sockets (0 = kernel default)");
+ABSL_FLAG(int64_t, oversubscribed_spin_us, -1,
+          "busy-poll microseconds (yielding the core) when ranks outnumber cores; -1 = default");
+ABSL_FLAG(int64_t, segment_bytes, 64 * 1024, "ring pipelining segment size");
+ABSL_FLAG(int64_t, small_message_bytes, static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
+          "all-reduce/broadcast sizes at or below this use the latency-optimised algorithms");
+
+namespace ringmaster::bench {
+namespace {
+
+struct Outcome {
+  std::vector<Row> rows;
+  absl::Status status;
+};
+
+// Runs the sweep on `ranks` forked processes; rank 0 sends the rows back through a pipe.
+Outcome RunLocalRanks(int ranks, const SweepOptions& sweep, const comm::TcpCommunicatorOptions& base) {
+  Outcome outcome;
+  char dir_template[] = "/tmp/ringbench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    outcome.status = ErrnoToStatus(errno, "mkdtemp /tmp/ringbench-XXXXXX");
+    return outcome;
+  }
+  const std::string store_dir = dir_template;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) {
+    outcome.status = ErrnoToStatus(errno, "pipe");
+    return outcome;
+  }
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < ranks; ++rank) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      outcome.status = ErrnoToStatus(errno, "fork");
+      break;
+    }
+    if (pid == 0) {
+      close(pipe_fds[0]);
+      absl::Status status = [&]() -> absl::Status {
+        comm::FileStoreOptions store_options;
+        store_options.directory = store_dir;
+        RM_ASSIGN_OR_RETURN(auto store, comm::FileStore::Create(store_options));
+        comm::TcpCommunicatorOptions options = base;
+        options.rank = rank;
+        options.size = ranks;
+        options.store = store.get();
+        options.prefix = "ringbench";
+        RM_ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(options));
+        RM_ASSIGN_OR_RETURN(std::vector<Row> rows, RunSweep(*comm, sweep));
+        if (rank == 0) {
+          std::string text;
+          for (const Row& r : rows) {
+            absl::StrAppend(&text, static_cast<int>(r.op), " ", r.ranks, " ", r.bytes, " ",
+                            absl::StrFormat("%.6f %.6f %.6f", r.time_us, r.p90_us, r.max_us), "\n");
+          }
+          (void)!write(pipe_fds[1], text.data(), text.size());
+        }
+        return comm->Barrier(absl::Now() + absl::Seconds(60));
+      }();
+      if (!status.ok()) {
+        fprintf(stderr, "ringbench: rank %d: %s\n", rank, status.ToString().c_str());
+        _exit(1);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  close(pipe_fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) text.append(buf, n);
+  close(pipe_fds[0]);
+  bool failed = false;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (failed && outcome.status.ok()) {
+    outcome.status = absl::InternalError("a rank failed (its error is printed above)");
+  }
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    Row r;
+    int op = 0;
+    if (f.size() != 6 || !absl::SimpleAtoi(f[0], &op) || !absl::SimpleAtoi(f[1], &r.ranks) ||
+        !absl::SimpleAtoi(f[2], &r.bytes) || !absl::SimpleAtod(f[3], &r.time_us) ||
+        !absl::SimpleAtod(f[4], &r.p90_us) || !absl::SimpleAtod(f[5], &r.max_us)) {
+      continue;
+    }
+    r.op = static_cast<CollectiveOp>(op);
+    r.algbw_gbps = r.bytes / (r.time_us * 1e-6) / 1e9;
+    r.busbw_gbps = r.algbw_gbps * BusFactor(r.op, r.ranks);
+    outcome.rows.push_back(r);
+  }
+  // Clean the store directory (files of the form <prefix>/rank-N/addr.value).
+  std::string cleanup = absl::StrCat("rm -rf '", store_dir, "'");
+  (void)!system(cleanup.c_str());
+  return outcome;
+}
+
+std::string Time(double us) {
+  if (us < 1000) return absl::StrFormat("%.1f us", us);
+  if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
+  return absl::StrFormat("%.2f s", us / 1e6);
+}
+
+int Tune(int ranks, SweepOptions sweep, const comm::TcpCommunicatorOptions& base) {
+  sweep.ops = {CollectiveOp::kAllReduce};
+  sweep.sizes.clear();
+  for (uint64_t s = 1 << 10; s <= (4u << 20); s *= 2) sweep.sizes.push_back(s);
+  using Algo = comm::TcpCommunicator::AllReduceAlgorithm;
+  sweep.algorithm = Algo::kRecursiveDoubling;
+  Outcome rd = RunLocalRanks(ranks, sweep, base);
+  sweep.algorithm = Algo::kRing;
+  Outcome ring = RunLocalRanks(ranks, sweep, base);
+  if (!rd.status.ok() || !ring.status.ok()) {
+    fprintf(stderr, "ringbench comm --tune: %s %s\n", rd.status.ToString().c_str(),
+            ring.status.ToString().c_str());
+    return 1;
+  }
+  printf("all-reduce, %d ranks: recursive doubling vs ring (median time)\n", ranks);
+  printf("%10s %14s %14s  %s\n", "bytes", "rec.doubling", "ring", "faster");
+  uint64_t threshold = 0;
+  for (size_t i = 0; i < rd.rows.size() && i < ring.rows.size(); ++i) {
+    bool rd_wins = rd.rows[i].time_us <= ring.rows[i].time_us;
+    printf("%10s %14s %14s  %s\n", FormatBytes(rd.rows[i].bytes).c_str(),
+           Time(rd.rows[i].time_us).c_str(), Time(ring.rows[i].time_us).c_str(),
+           rd_wins ? "recursive doubling" : "ring");
+    if (rd_wins && threshold == rd.rows[i].bytes / 2) threshold = rd.rows[i].bytes;
+    if (i == 0 && rd_wins) threshold = rd.rows[i].bytes;
+  }
+  printf("recursive doubling wins up to %s (current small_message_bytes: %s)\n",
+         FormatBytes(threshold).c_str(), FormatBytes(base.small_message_bytes).c_str());
+  return 0;
+}
+
+int CommMain() {
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  if (ranks < 1 || ranks > 64) {
+    fprintf(stderr, "ringbench comm: --ranks must be between 1 and 64, got %d\n", ranks);
+    return 2;
+  }
+  SweepOptions sweep;
+  auto ops = ParseOps(absl::GetFlag(FLAGS_ops));
+  auto sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  if (!ops.ok() || !sizes.ok()) {
+    fprintf(stderr, "ringbench comm: %s\n",
+            std::string((!ops.ok() ? ops.status() : sizes.status()).message()).c_str());
+    return 2;
+  }
+  sweep.ops = *ops;
+  sweep.sizes = *sizes;
+  sweep.warmup = absl::GetFlag(FLAGS_warmup);
+  sweep.min_iters = absl::GetFlag(FLAGS_min_iters);
+  sweep.max_iters = absl::GetFlag(FLAGS_max_iters);
+  if (sweep.min_iters < 1 || sweep.max_iters < sweep.min_iters || sweep.warmup < 0) {
+    fprintf(stderr, "ringbench comm: need --min_iters >= 1, --max_iters >= --min_iters, --warmup >= 0\n");
+    return 2;
+  }
+  comm::TcpCommunicatorOptions base;
+  base.spin = absl::GetFlag(FLAGS_spin_us) < 0 ? absl::Microseconds(-1)
+                                               : absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
+  base.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  base.oversubscribed_spin = absl::Microseconds(absl::GetFlag(FLAGS_oversubscribed_spin_us));
+  base.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
+  base.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
+  if (absl::GetFlag(FLAGS_tune)) return Tune(ranks, sweep, base);
+
+  std::vector<std::string> peer_names =
+      absl::StrSplit(absl::GetFlag(FLAGS_peers), ',', absl::SkipWhitespace());
+  for (const std::string& p : peer_names) {
+    if (p != "gloo" && p != "mpi") {
+      fprintf(stderr, "ringbench comm: --peers: unknown peer \"%s\"; use gloo and/or mpi\n", p.c_str());
+      return 2;
+    }
+  }
+
+  printf("ringbench comm: %d ranks, TCP backend over loopback, float32 sum\n", ranks);
+  fflush(stdout);
+  Outcome ours = RunLocalRanks(ranks, sweep, base);
+  if (!ours.status.ok()) {
+    fprintf(stderr, "ringbench comm: %s\n", ours.status.ToString().c_str());
+    return 1;
+  }
+  auto loopback = MeasureLoopback(absl::Milliseconds(500));
+  std::vector<PeerRow> peer_rows;
+  for (const std::string& p : peer_names) {
+    auto rows = RunPeer(p, ranks, absl::GetFlag(FLAGS_ops), sweep.sizes);
+    if (!rows.ok()) {
+      fprintf(stderr, "ringbench comm: peer %s: %s\n", p.c_str(), rows.status().ToString().c_str());
+      continue;
+    }
+    peer_rows.insert(peer_rows.end(), rows->begin(), rows->end());
+  }
+
+  // Table.
+  printf("\n%-15s %5s %8s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90",
+         "algbw GB/s", "busbw GB/s");
+  if (!peer_rows.empty()) printf(" %11s %-34s %7s", "best peer", "peer (impl)", "ratio");
+  printf("\n");
+  for (const Row& r : ours.rows) {
+    printf("%-15s %5d %8s %11s %11s %11.3f %11.3f", std::string(CollectiveName(r.op)).c_str(),
+           r.ranks, FormatBytes(r.bytes).c_str(), Time(r.time_us).c_str(), Time(r.p90_us).c_str(),
+           r.algbw_gbps, r.busbw_gbps);
+    if (!peer_rows.empty()) {
+      const PeerRow* best = BestPeer(peer_rows, CollectiveName(r.op), r.bytes);
+      if (best != nullptr) {
+        printf(" %11.3f %-34s %6.2fx", best->busbw_gbps, best->impl.c_str(),
+               best->time_us / r.time_us);
+      } else {
+        printf(" %11s %-34s %7s", "-", "(none)", "-");
+      }
+    }
+    printf("\n");
+  }
+  if (loopback.ok()) {
+    printf("\nloopback TCP on this machine: %.2f GB/s one way, %.2f GB/s per direction both ways\n",
+           loopback->one_way_gbps, loopback->bidirectional_gbps);
+  }
+  if (!peer_rows.empty()) {
+    printf("ratio = best peer's median time / ours (> 1: ringmaster is faster)\n");
+  }
+
+  // CSV.
+  if (!absl::GetFlag(FLAGS_csv).empty()) {
+    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_csv), ToCsv(ours.rows));
+    if (!s.ok()) {
+      fprintf(stderr, "ringbench comm: --csv: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    printf("wrote %s\n", absl::GetFlag(FLAGS_csv).c_str());
+  }
+  if (!absl::GetFlag(FLAGS_peers_csv).empty()) {
+    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_peers_csv), PeersToCsv(peer_rows));
+    if (!s.ok()) {
+      fprintf(stderr, "ringbench comm: --peers_csv: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+
+  // Plot.
+  if (!absl::GetFlag(FLAGS_plot).empty()) {
+    PlotSpec spec;
+    spec.title = absl::StrCat("ringmaster collectives, ", ranks, " ranks, TCP over loopback");
+    spec.x_label = "message size (bytes, nccl-tests convention)";
+    spec.y_label = "bus bandwidth (GB/s)";
+    std::map<std::string, Series> by_op;
+    for (const Row& r : ours.rows) {
+      Series& s = by_op[std::string(CollectiveName(r.op))];
+      s.label = absl::StrCat("ringmaster ", CollectiveName(r.op));
+      s.points.push_back({static_cast<double>(r.bytes), r.busbw_gbps});
+    }
+    for (auto& [name, s] : by_op) spec.series.push_back(s);
+    std::map<std::string, Series> peer_series;
+    for (const PeerRow& p : peer_rows) {
+      const PeerRow* best = BestPeer(peer_rows, p.op, p.bytes);
+      if (best != &p) continue;
+      Series& s = peer_series[p.op];
+      s.label = absl::StrCat("best peer ", p.op);
+      s.dashed = true;
+      s.points.push_back({static_cast<double>(p.bytes), p.busbw_gbps});
+    }
+    for (auto& [name, s] : peer_series) spec.series.push_back(s);
+    if (loopback.ok()) {
+      spec.lines.push_back({absl::StrFormat("loopback TCP, both ways: %.2f GB/s",
+                                            loopback->bidirectional_gbps), loopback->bidirectional_gbps, ""});
+      spec.lines.push_back({absl::StrFormat("loopback TCP, one way: %.2f GB/s",
+                                            loopback->one_way_gbps), loopback->one_way_gbps, ""});
+    }
+    // Latency-bound below the all-reduce's half-performance size n1/2 (where it first
+    // reaches half of its best bus bandwidth), bandwidth-bound above.
+    double peak = 0, half_size = 0;
+    for (const Row& r : ours.rows) peak = std::max(peak, r.busbw_gbps);
+    for (const Row& r : ours.rows) {
+      if (r.busbw_gbps >= peak / 2 && (half_size == 0 || r.bytes < half_size)) half_size = r.bytes;
+    }
+    if (half_size > 0) {
+      spec.regions.push_back({"latency-bound", 0, half_size, "#d0e0ff"});
+      spec.regions.push_back({"bandwidth-bound", half_size, 1e30, "#ffe0c0"});
+    }
+    absl::Status s = WriteSvg(spec, absl::GetFlag(FLAGS_plot));
+    if (!s.ok()) {
+      fprintf(stderr, "ringbench comm: --plot: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    printf("wrote %s\n", absl::GetFlag(FLAGS_plot).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmaster::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
+      "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  ringmaster::InitLogging({.program_name = argv[0], .min_severity = 1});
+  signal(SIGPIPE, SIG_IGN);
+  if (args.size() < 2) {
+    fprintf(stderr, "usage: ringbench comm [flags]  (ringbench --help for the flags)\n");
+    return 2;
+  }
+  std::string command = args[1];
+  if (command == "comm") return ringmaster::bench::CommMain();
+  fprintf(stderr, "ringbench: unknown command \"%s\"; the commands are: comm\n", command.c_str());
+  return 2;
+}
