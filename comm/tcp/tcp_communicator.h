@@ -130,6 +130,11 @@ class TcpCommunicator final : public Communicator {
                    tcp::SendStream* sends, int num_sends, tcp::RecvStream* recvs,
                    int num_recvs, absl::Time deadline);
   char* Scratch(size_t bytes);
+  // Calls fn(host_send, host_recv). CUDA device buffers are first copied into host
+  // staging buffers (keeping in-place layouts in place), and the result copied back.
+  template <typename Fn>
+  absl::Status Staged(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                      Fn&& fn);
 
   absl::Status RingAllReduce(const char* send, char* recv, size_t count, DataType type,
                              kernels::ReduceKind reduce, absl::Time deadline);
@@ -154,6 +159,7 @@ class TcpCommunicator final : public Communicator {
   tcp::Traffic op_traffic_;  // payload moved by the operation in progress
   std::vector<char> scratch_;  // op-local scratch (grow-only)
   std::vector<char> segment_scratch_;
+  std::vector<char> staging_send_, staging_recv_;  // host copies of device buffers
 
   mutable absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
