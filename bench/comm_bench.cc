@@ -21,10 +21,20 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   if (!t.empty() && (t.back() == 'B')) t.pop_back();
   if (!t.empty()) {
     switch (t.back()) {
-      case 'K': mult = 1ull << 10; t.pop_back(); break;
-      case 'M': mult = 1ull << 20; t.pop_back(); break;
-      case 'G': mult = 1ull << 30; t.pop_back(); break;
-      default: break;
+      case 'K':
+        mult = 1ull << 10;
+        t.pop_back();
+        break;
+      case 'M':
+        mult = 1ull << 20;
+        t.pop_back();
+        break;
+      case 'G':
+        mult = 1ull << 30;
+        t.pop_back();
+        break;
+      default:
+        break;
     }
   }
   uint64_t n = 0;
@@ -39,10 +49,14 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
 
 absl::string_view CollectiveName(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::kAllReduce: return "all_reduce";
-    case CollectiveOp::kAllGather: return "all_gather";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kBroadcast: return "broadcast";
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
   }
   return "unknown";
 }
@@ -64,9 +78,9 @@ absl::StatusOr<std::vector<CollectiveOp>> ParseOps(absl::string_view text) {
       }
     }
     if (!found) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--ops: unknown operation \"", part,
-          "\"; use all_reduce, all_gather, reduce_scatter, broadcast or all"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ops: unknown operation \"", part,
+                       "\"; use all_reduce, all_gather, reduce_scatter, broadcast or all"));
     }
   }
   if (ops.empty()) return absl::InvalidArgumentError("--ops is empty");
@@ -100,10 +114,13 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
 
 double BusFactor(CollectiveOp op, int n) {
   switch (op) {
-    case CollectiveOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case CollectiveOp::kAllGather:
-    case CollectiveOp::kReduceScatter: return static_cast<double>(n - 1) / n;
-    case CollectiveOp::kBroadcast: return 1.0;
+    case CollectiveOp::kReduceScatter:
+      return static_cast<double>(n - 1) / n;
+    case CollectiveOp::kBroadcast:
+      return 1.0;
   }
   return 1.0;
 }
@@ -142,8 +159,7 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
             return comm.ReduceScatter(send.data(), recv.data(), count, DataType::kFloat32,
                                       comm::ReduceOp::kSum, deadline);
           case CollectiveOp::kBroadcast:
-            return comm.Broadcast(send.data(), recv.data(), count, DataType::kFloat32, 0,
-                                  deadline);
+            return comm.Broadcast(send.data(), recv.data(), count, DataType::kFloat32, 0, deadline);
         }
         return absl::OkStatus();
       };
@@ -154,9 +170,15 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
         float want = 0;
         switch (op) {
           case CollectiveOp::kAllReduce:
-          case CollectiveOp::kReduceScatter: want = want_sum; break;
-          case CollectiveOp::kAllGather: want = static_cast<float>(i / count + 1); break;
-          case CollectiveOp::kBroadcast: want = 1.0f; break;
+          case CollectiveOp::kReduceScatter:
+            want = want_sum;
+            break;
+          case CollectiveOp::kAllGather:
+            want = static_cast<float>(i / count + 1);
+            break;
+          case CollectiveOp::kBroadcast:
+            want = 1.0f;
+            break;
         }
         if (recv[i] != want) {
           return absl::InternalError(absl::StrCat(CollectiveName(op), " of ", bytes,
@@ -164,9 +186,9 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
                                                   ", expected ", want, " (rank ", r, ")"));
         }
       }
-      const int iters = static_cast<int>(std::clamp<uint64_t>(
-          options.bytes_budget / std::max<uint64_t>(bytes, 1), options.min_iters,
-          options.max_iters));
+      const int iters =
+          static_cast<int>(std::clamp<uint64_t>(options.bytes_budget / std::max<uint64_t>(bytes, 1),
+                                                options.min_iters, options.max_iters));
       // Fresh connections run slowly for their first ~100 small messages (measured: 130 us
       // instead of 8 us per 1 KiB all-gather), so warm up for half the timed iterations.
       const int warmup = std::max(options.warmup, iters / 2);
@@ -202,8 +224,7 @@ std::string ToCsv(const std::vector<Row>& rows) {
   std::string out = "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps\n";
   for (const Row& r : rows) {
     absl::StrAppend(&out, CollectiveName(r.op), ",", r.ranks, ",", r.bytes, ",",
-                    absl::StrFormat("%.2f,%.4f,%.4f", r.time_us, r.algbw_gbps, r.busbw_gbps),
-                    "\n");
+                    absl::StrFormat("%.2f,%.4f,%.4f", r.time_us, r.algbw_gbps, r.busbw_gbps), "\n");
   }
   return out;
 }

@@ -58,8 +58,7 @@ struct Row {
 
 // Runs the sweep on this rank (every rank calls it with the same options). Every rank
 // returns the same rows. Results are checked once per size; a wrong result is INTERNAL.
-absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
-                                          const SweepOptions& options);
+absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm, const SweepOptions& options);
 
 // CSV with the header "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps".
 std::string ToCsv(const std::vector<Row>& rows);

@@ -38,29 +38,29 @@ TEST(BusFactor, NcclTestsConventions) {
 TEST(RunSweep, EveryRankGetsConsistentRowsAndValidResults) {
   comm::testing::MultiProcOptions options;
   options.world_size = 3;
-  auto results = comm::testing::RunRanks(options, [](comm::TcpCommunicator& comm, absl::Duration*)
-                                                      -> absl::Status {
-    SweepOptions sweep;
-    sweep.ops = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
-                 CollectiveOp::kBroadcast};
-    sweep.sizes = {1024, 300000};
-    sweep.min_iters = 3;
-    sweep.max_iters = 5;
-    auto rows = RunSweep(comm, sweep);
-    if (!rows.ok()) return rows.status();
-    if (rows->size() != 8) return absl::InternalError("expected 8 rows");
-    for (const Row& r : *rows) {
-      if (r.ranks != 3 || r.time_us <= 0 || r.busbw_gbps <= 0 || r.p90_us < r.time_us ||
-          r.max_us < r.p90_us) {
-        return absl::InternalError("implausible row");
-      }
-    }
-    std::string csv = ToCsv(*rows);
-    if (csv.rfind("op,ranks,bytes,time_us,algbw_gbps,busbw_gbps\nall_reduce,3,1024,", 0) != 0) {
-      return absl::InternalError("CSV header or first row wrong: " + csv.substr(0, 80));
-    }
-    return absl::OkStatus();
-  });
+  auto results = comm::testing::RunRanks(
+      options, [](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+        SweepOptions sweep;
+        sweep.ops = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                     CollectiveOp::kReduceScatter, CollectiveOp::kBroadcast};
+        sweep.sizes = {1024, 300000};
+        sweep.min_iters = 3;
+        sweep.max_iters = 5;
+        auto rows = RunSweep(comm, sweep);
+        if (!rows.ok()) return rows.status();
+        if (rows->size() != 8) return absl::InternalError("expected 8 rows");
+        for (const Row& r : *rows) {
+          if (r.ranks != 3 || r.time_us <= 0 || r.busbw_gbps <= 0 || r.p90_us < r.time_us ||
+              r.max_us < r.p90_us) {
+            return absl::InternalError("implausible row");
+          }
+        }
+        std::string csv = ToCsv(*rows);
+        if (csv.rfind("op,ranks,bytes,time_us,algbw_gbps,busbw_gbps\nall_reduce,3,1024,", 0) != 0) {
+          return absl::InternalError("CSV header or first row wrong: " + csv.substr(0, 80));
+        }
+        return absl::OkStatus();
+      });
   for (const auto& r : results) EXPECT_TRUE(r.status.ok()) << r.status;
 }
 

@@ -54,11 +54,13 @@ ABSL_FLAG(int, min_iters, 5, "fewest timed iterations per size");
 ABSL_FLAG(int, max_iters, 200, "most timed iterations per size");
 ABSL_FLAG(int64_t, spin_us, -1,
           "busy-poll microseconds before blocking; -1 = automatic (0 when ranks > cores)");
-ABSL_FLAG(int64_t, socket_buffer_bytes, 0, "SO_SNDBUF/SO_RCVBUF of the data sockets (0 = kernel default)");
+ABSL_FLAG(int64_t, socket_buffer_bytes, 0,
+          "SO_SNDBUF/SO_RCVBUF of the data sockets (0 = kernel default)");
 ABSL_FLAG(int64_t, oversubscribed_spin_us, -1,
           "busy-poll microseconds (yielding the core) when ranks outnumber cores; -1 = default");
 ABSL_FLAG(int64_t, segment_bytes, 64 * 1024, "ring pipelining segment size");
-ABSL_FLAG(int64_t, small_message_bytes, static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
+ABSL_FLAG(int64_t, small_message_bytes,
+          static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
           "all-reduce/broadcast sizes at or below this use the latency-optimised algorithms");
 
 namespace ringmaster::bench {
@@ -70,7 +72,8 @@ struct Outcome {
 };
 
 // Runs the sweep on `ranks` forked processes; rank 0 sends the rows back through a pipe.
-Outcome RunLocalRanks(int ranks, const SweepOptions& sweep, const comm::TcpCommunicatorOptions& base) {
+Outcome RunLocalRanks(int ranks, const SweepOptions& sweep,
+                      const comm::TcpCommunicatorOptions& base) {
   Outcome outcome;
   char dir_template[] = "/tmp/ringbench-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
@@ -212,7 +215,8 @@ int CommMain() {
   sweep.min_iters = absl::GetFlag(FLAGS_min_iters);
   sweep.max_iters = absl::GetFlag(FLAGS_max_iters);
   if (sweep.min_iters < 1 || sweep.max_iters < sweep.min_iters || sweep.warmup < 0) {
-    fprintf(stderr, "ringbench comm: need --min_iters >= 1, --max_iters >= --min_iters, --warmup >= 0\n");
+    fprintf(stderr,
+            "ringbench comm: need --min_iters >= 1, --max_iters >= --min_iters, --warmup >= 0\n");
     return 2;
   }
   comm::TcpCommunicatorOptions base;
@@ -228,7 +232,8 @@ int CommMain() {
       absl::StrSplit(absl::GetFlag(FLAGS_peers), ',', absl::SkipWhitespace());
   for (const std::string& p : peer_names) {
     if (p != "gloo" && p != "mpi") {
-      fprintf(stderr, "ringbench comm: --peers: unknown peer \"%s\"; use gloo and/or mpi\n", p.c_str());
+      fprintf(stderr, "ringbench comm: --peers: unknown peer \"%s\"; use gloo and/or mpi\n",
+              p.c_str());
       return 2;
     }
   }
@@ -252,8 +257,8 @@ int CommMain() {
   }
 
   // Table.
-  printf("\n%-15s %5s %8s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90",
-         "algbw GB/s", "busbw GB/s");
+  printf("\n%-15s %5s %8s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90", "algbw GB/s",
+         "busbw GB/s");
   if (!peer_rows.empty()) printf(" %11s %-34s %7s", "best peer", "peer (impl)", "ratio");
   printf("\n");
   for (const Row& r : ours.rows) {
@@ -320,10 +325,12 @@ int CommMain() {
     }
     for (auto& [name, s] : peer_series) spec.series.push_back(s);
     if (loopback.ok()) {
-      spec.lines.push_back({absl::StrFormat("loopback TCP, both ways: %.2f GB/s",
-                                            loopback->bidirectional_gbps), loopback->bidirectional_gbps, ""});
-      spec.lines.push_back({absl::StrFormat("loopback TCP, one way: %.2f GB/s",
-                                            loopback->one_way_gbps), loopback->one_way_gbps, ""});
+      spec.lines.push_back(
+          {absl::StrFormat("loopback TCP, both ways: %.2f GB/s", loopback->bidirectional_gbps),
+           loopback->bidirectional_gbps, ""});
+      spec.lines.push_back(
+          {absl::StrFormat("loopback TCP, one way: %.2f GB/s", loopback->one_way_gbps),
+           loopback->one_way_gbps, ""});
     }
     // Latency-bound below the all-reduce's half-performance size n1/2 (where it first
     // reaches half of its best bus bandwidth), bandwidth-bound above.

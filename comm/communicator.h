@@ -89,8 +89,8 @@ class Communicator {
 
   // send holds count * size() elements; rank r receives in recv (count elements) the
   // reduction over ranks of send[r * count, (r + 1) * count).
-  virtual absl::Status ReduceScatter(const void* send, void* recv, size_t count,
-                                     DataType type, ReduceOp op, absl::Time deadline) = 0;
+  virtual absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                     ReduceOp op, absl::Time deadline) = 0;
 
   // recv on every rank = send on `root` (count elements). On the root, send and recv may
   // be the same buffer; on other ranks `send` is ignored (may be null).

@@ -42,8 +42,8 @@ absl::Status ValidateStoreKey(absl::string_view key) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-' || c == '/';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "store key \"", key, "\" has a character outside [A-Za-z0-9._/-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("store key \"", key, "\" has a character outside [A-Za-z0-9._/-]"));
     }
   }
   if (key.front() == '/' || key.back() == '/' || key.find("//") != absl::string_view::npos ||
@@ -89,8 +89,8 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key, absl::Time dea
     if (value.ok() || !absl::IsNotFound(value.status())) return value;
     absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "store key \"", key, "\" did not appear in ", options_.directory, " before the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat("store key \"", key, "\" did not appear in ",
+                                                      options_.directory, " before the deadline"));
     }
     absl::SleepFor(std::min(backoff, deadline - now));
     backoff = std::min(backoff * 2, options_.poll_max);
@@ -135,8 +135,8 @@ absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
   absl::Status s;
   if (current.ok()) {
     if (!absl::SimpleAtoi(*current, &value)) {
-      s = absl::FailedPreconditionError(absl::StrCat(
-          "store key \"", key, "\" holds \"", *current, "\", not an integer; Add needs one"));
+      s = absl::FailedPreconditionError(absl::StrCat("store key \"", key, "\" holds \"", *current,
+                                                     "\", not an integer; Add needs one"));
     }
   } else if (!absl::IsNotFound(current.status())) {
     s = current.status();

@@ -36,16 +36,16 @@ inline absl::Status NcclToStatus(ncclResult_t res, const char* expr) {
 
 }  // namespace ringmaster
 
-#define RM_RETURN_IF_CUDA_ERROR(call)                                          \
-  do {                                                                         \
+#define RM_RETURN_IF_CUDA_ERROR(call)                                           \
+  do {                                                                          \
     ::absl::Status rm_cuda_status_ = ::ringmaster::CudaToStatus((call), #call); \
-    if (!rm_cuda_status_.ok()) return rm_cuda_status_;                         \
+    if (!rm_cuda_status_.ok()) return rm_cuda_status_;                          \
   } while (0)
 
-#define RM_RETURN_IF_NCCL_ERROR(call)                                          \
-  do {                                                                         \
+#define RM_RETURN_IF_NCCL_ERROR(call)                                           \
+  do {                                                                          \
     ::absl::Status rm_nccl_status_ = ::ringmaster::NcclToStatus((call), #call); \
-    if (!rm_nccl_status_.ok()) return rm_nccl_status_;                         \
+    if (!rm_nccl_status_.ok()) return rm_nccl_status_;                          \
   } while (0)
 
 #endif  // RINGMASTER_COMMON_CUDA_STATUS_H_

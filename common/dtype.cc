@@ -24,13 +24,20 @@ size_t DataTypeSize(DataType type) {
 
 absl::string_view DataTypeName(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return "f32";
-    case DataType::kFloat64: return "f64";
-    case DataType::kFloat16: return "f16";
-    case DataType::kBFloat16: return "bf16";
-    case DataType::kInt32: return "i32";
-    case DataType::kInt64: return "i64";
-    case DataType::kUint8: return "u8";
+    case DataType::kFloat32:
+      return "f32";
+    case DataType::kFloat64:
+      return "f64";
+    case DataType::kFloat16:
+      return "f16";
+    case DataType::kBFloat16:
+      return "bf16";
+    case DataType::kInt32:
+      return "i32";
+    case DataType::kInt64:
+      return "i64";
+    case DataType::kUint8:
+      return "u8";
   }
   return "unknown";
 }
@@ -49,8 +56,8 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
 }
 
 bool IsFloatingPoint(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 ||
-         type == DataType::kFloat16 || type == DataType::kBFloat16;
+  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+         type == DataType::kBFloat16;
 }
 
 }  // namespace ringmaster

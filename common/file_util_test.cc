@@ -1,7 +1,8 @@
 #include "common/file_util.h"
 
-#include <cstdlib>
 #include <dirent.h>
+
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"

@@ -17,8 +17,8 @@ void InitLogging(const LoggingOptions& options) {
   FLAGS_v = options.verbosity;
   if (!initialized.exchange(true)) {
     // glog keeps the pointer: the name must outlive the process.
-    static const std::string* const name = new std::string(
-        options.program_name.empty() ? "ringmaster" : options.program_name);
+    static const std::string* const name =
+        new std::string(options.program_name.empty() ? "ringmaster" : options.program_name);
     google::InitGoogleLogging(name->c_str());
     google::InstallFailureSignalHandler();
   }

@@ -32,10 +32,10 @@ absl::Status ErrnoToStatus(int err, absl::string_view what);
 #define RM_STATUS_CONCAT_INNER_(a, b) a##b
 #define RM_STATUS_CONCAT_(a, b) RM_STATUS_CONCAT_INNER_(a, b)
 
-#define RM_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::absl::Status rm_status_ = (expr);           \
-    if (!rm_status_.ok()) return rm_status_;      \
+#define RM_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status rm_status_ = (expr);      \
+    if (!rm_status_.ok()) return rm_status_; \
   } while (0)
 
 #define RM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
@@ -46,8 +46,8 @@ absl::Status ErrnoToStatus(int err, absl::string_view what);
 #define RM_ASSIGN_OR_RETURN(lhs, expr) \
   RM_ASSIGN_OR_RETURN_IMPL_(RM_STATUS_CONCAT_(rm_statusor_, __LINE__), lhs, expr)
 
-#define RM_RETURN_IF_SYSCALL_ERROR(call, what)                       \
-  do {                                                               \
+#define RM_RETURN_IF_SYSCALL_ERROR(call, what)                         \
+  do {                                                                 \
     if ((call) == -1) return ::ringmaster::ErrnoToStatus(errno, what); \
   } while (0)
 

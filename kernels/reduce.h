@@ -15,8 +15,7 @@ namespace ringmaster::kernels {
 enum class ReduceKind { kSum, kProd, kMin, kMax };
 
 // dst may alias a and/or b exactly (not partially).
-void Reduce(DataType type, ReduceKind kind, void* dst, const void* a, const void* b,
-            size_t count);
+void Reduce(DataType type, ReduceKind kind, void* dst, const void* a, const void* b, size_t count);
 
 // dst[i] /= divisor: floating types multiply by 1/divisor (f16/bf16 through f32);
 // integer types divide, truncating toward zero. Used for averages.

@@ -44,8 +44,8 @@ TEST(ProtoLibrary, GrpcServiceAnswersOverLoopback) {
   ASSERT_NE(server, nullptr);
   ASSERT_GT(port, 0);
 
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   auto stub = testdata::Echo::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

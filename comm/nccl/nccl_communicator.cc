@@ -72,13 +72,20 @@ absl::Status DeviceQueryToStatus(cudaError_t err, const char* expr) {
 
 absl::StatusOr<ncclDataType_t> ToNcclType(absl::string_view op, DataType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kUint8: return ncclUint8;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kUint8:
+      return ncclUint8;
   }
   return absl::InvalidArgumentError(
       absl::StrCat(op, ": type ", static_cast<int>(type), " is not a DataType"));
@@ -86,19 +93,23 @@ absl::StatusOr<ncclDataType_t> ToNcclType(absl::string_view op, DataType type) {
 
 absl::StatusOr<ncclRedOp_t> ToNcclOp(absl::string_view op_name, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProd:
+      return ncclProd;
   }
   return absl::InvalidArgumentError(
       absl::StrCat(op_name, ": op ", static_cast<int>(op), " is not a ReduceOp"));
 }
 
 // count * elements * DataTypeSize(type), or INVALID_ARGUMENT when it overflows.
-absl::StatusOr<size_t> Bytes(absl::string_view op, size_t count, size_t elements,
-                             DataType type) {
+absl::StatusOr<size_t> Bytes(absl::string_view op, size_t count, size_t elements, DataType type) {
   const size_t element = DataTypeSize(type);
   if (count > std::numeric_limits<size_t>::max() / elements / element) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": count ", count, " is too large"));
@@ -112,9 +123,7 @@ bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-const char* At(const void* base, size_t offset) {
-  return static_cast<const char*>(base) + offset;
-}
+const char* At(const void* base, size_t offset) { return static_cast<const char*>(base) + offset; }
 
 // Nominal per-rank volumes of the ring algorithms (see the header).
 uint64_t RingAllReduce(uint64_t bytes, int n) { return 2 * (n - 1) * bytes / n; }
@@ -122,8 +131,7 @@ uint64_t RingGather(uint64_t bytes, int n) { return (n - 1) * bytes; }
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(int rank, int size, int device,
-                                   absl::Duration finalize_timeout)
+NcclCommunicator::NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout)
     : rank_(rank), size_(size), device_(device), finalize_timeout_(finalize_timeout) {}
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -133,9 +141,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         absl::StrCat("NcclCommunicatorOptions.size must be positive, got ", options.size));
   }
   if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("NcclCommunicatorOptions.rank ",
-                                                   options.rank, " is outside [0, ",
-                                                   options.size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("NcclCommunicatorOptions.rank ", options.rank,
+                                                   " is outside [0, ", options.size, ")"));
   }
   if (options.store == nullptr) {
     return absl::InvalidArgumentError("NcclCommunicatorOptions.store is null");
@@ -192,9 +199,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       new NcclCommunicator(options.rank, options.size, device, options.finalize_timeout));
   // On failure below, record the error so that the destructor aborts what was made.
   auto fail = [&comm](absl::Status status) { return comm->Break(std::move(status)); };
-  if (absl::Status s = CudaToStatus(
-          cudaStreamCreateWithFlags(&comm->stream_, cudaStreamNonBlocking),
-          "cudaStreamCreateWithFlags");
+  if (absl::Status s =
+          CudaToStatus(cudaStreamCreateWithFlags(&comm->stream_, cudaStreamNonBlocking),
+                       "cudaStreamCreateWithFlags");
       !s.ok()) {
     return fail(s);
   }
@@ -204,8 +211,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       !s.ok()) {
     return fail(s);
   }
-  if (absl::Status s = CudaToStatus(cudaMemset(comm->barrier_buffer_, 0, sizeof(int32_t)),
-                                    "cudaMemset");
+  if (absl::Status s =
+          CudaToStatus(cudaMemset(comm->barrier_buffer_, 0, sizeof(int32_t)), "cudaMemset");
       !s.ok()) {
     return fail(s);
   }
@@ -215,8 +222,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   absl::MutexLock lock(&comm->comm_mu_);
-  ncclResult_t res =
-      ncclCommInitRankConfig(&comm->comm_, options.size, id, options.rank, &config);
+  ncclResult_t res = ncclCommInitRankConfig(&comm->comm_, options.size, id, options.rank, &config);
   if (res != ncclSuccess && res != ncclInProgress) {
     return fail(res == ncclInvalidArgument || res == ncclInvalidUsage
                     ? NcclToStatus(res, "ncclCommInitRankConfig")
@@ -300,8 +306,7 @@ absl::Status NcclCommunicator::GetAsyncError() const {
   // see the error. Aborting is left to the next operation, Abort() or the destructor.
   ncclResult_t state = ncclSuccess;
   if (comm_mu_.TryLock()) {
-    if (comm_ != nullptr && !comm_aborted_ &&
-        ncclCommGetAsyncError(comm_, &state) != ncclSuccess) {
+    if (comm_ != nullptr && !comm_aborted_ && ncclCommGetAsyncError(comm_, &state) != ncclSuccess) {
       state = ncclInternalError;
     }
     comm_mu_.Unlock();
@@ -359,21 +364,22 @@ absl::Status NcclCommunicator::CheckDevicePointer(absl::string_view op, absl::st
       return absl::OkStatus();
     case cudaMemoryTypeDevice:
       if (attributes.device != device_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": ", what, " buffer is on CUDA device ", attributes.device,
-            " but this communicator uses device ", device_));
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": ", what, " buffer is on CUDA device ", attributes.device,
+                         " but this communicator uses device ", device_));
       }
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": ", what, " buffer is host memory; the NCCL backend needs device memory on "
-          "CUDA device ", device_, " (use the TCP backend for host buffers)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", what,
+                       " buffer is host memory; the NCCL backend needs device memory on "
+                       "CUDA device ",
+                       device_, " (use the TCP backend for host buffers)"));
   }
 }
 
 template <typename Enqueue>
-absl::Status NcclCommunicator::Run(absl::string_view op, absl::Time deadline,
-                                   Enqueue enqueue) {
+absl::Status NcclCommunicator::Run(absl::string_view op, absl::Time deadline, Enqueue enqueue) {
   DeviceGuard guard(device_);
   RM_RETURN_IF_ERROR(guard.status());
   {
@@ -424,8 +430,8 @@ absl::Status NcclCommunicator::Wait(absl::string_view op, absl::Time deadline) {
   }
 }
 
-absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count,
-                                         DataType type, ReduceOp op, absl::Time deadline) {
+absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
+                                         ReduceOp op, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kAllReduce;
   const absl::Time start = absl::Now();
   const std::string name = OpName(kKind);
@@ -443,9 +449,8 @@ absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t co
     RM_RETURN_IF_ERROR(CheckDevicePointer(name, "send", send));
     RM_RETURN_IF_ERROR(CheckDevicePointer(name, "recv", recv));
     return Run(name, deadline, [&](ncclComm_t comm) {
-      return NcclToStatus(
-          ncclAllReduce(send, recv, count, nccl_type, nccl_op, comm, stream_),
-          "ncclAllReduce");
+      return NcclToStatus(ncclAllReduce(send, recv, count, nccl_type, nccl_op, comm, stream_),
+                          "ncclAllReduce");
     });
   }();
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
@@ -453,8 +458,8 @@ absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t co
                 RingAllReduce(bytes, size_));
 }
 
-absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count,
-                                         DataType type, absl::Time deadline) {
+absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
+                                         absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kAllGather;
   const absl::Time start = absl::Now();
   const std::string name = OpName(kKind);
@@ -477,13 +482,12 @@ absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t co
     RM_RETURN_IF_ERROR(CheckDevicePointer(name, "recv", recv));
     return Run(name, deadline, [&](ncclComm_t comm) -> absl::Status {
       if (copy_first) {
-        RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(const_cast<char*>(At(recv, rank_ * bytes)),
-                                                send, bytes, cudaMemcpyDeviceToDevice,
-                                                stream_));
+        RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(const_cast<char*>(At(recv, rank_ * bytes)), send,
+                                                bytes, cudaMemcpyDeviceToDevice, stream_));
       }
-      return NcclToStatus(ncclAllGather(copy_first ? slot : send, recv, count, nccl_type,
-                                        comm, stream_),
-                          "ncclAllGather");
+      return NcclToStatus(
+          ncclAllGather(copy_first ? slot : send, recv, count, nccl_type, comm, stream_),
+          "ncclAllGather");
     });
   }();
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
@@ -492,8 +496,7 @@ absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t co
 }
 
 absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
-                                             DataType type, ReduceOp op,
-                                             absl::Time deadline) {
+                                             DataType type, ReduceOp op, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kReduceScatter;
   const absl::Time start = absl::Now();
   const std::string name = OpName(kKind);
@@ -532,8 +535,8 @@ absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_
                 RingGather(bytes, size_));
 }
 
-absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t count,
-                                         DataType type, int root, absl::Time deadline) {
+absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                         int root, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kBroadcast;
   const absl::Time start = absl::Now();
   const std::string name = OpName(kKind);
@@ -553,9 +556,9 @@ absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t co
     if (is_root) RM_RETURN_IF_ERROR(CheckDevicePointer(name, "send", send));
     RM_RETURN_IF_ERROR(CheckDevicePointer(name, "recv", recv));
     return Run(name, deadline, [&](ncclComm_t comm) {
-      return NcclToStatus(ncclBroadcast(is_root ? send : recv, recv, count, nccl_type, root,
-                                        comm, stream_),
-                          "ncclBroadcast");
+      return NcclToStatus(
+          ncclBroadcast(is_root ? send : recv, recv, count, nccl_type, root, comm, stream_),
+          "ncclBroadcast");
     });
   }();
   // Ring from the root: every rank but the root receives, every rank but the last sends.
@@ -574,8 +577,7 @@ absl::Status NcclCommunicator::Send(const void* buf, size_t count, DataType type
     RM_RETURN_IF_ERROR(CheckHealthy());
     RM_RETURN_IF_ERROR(ValidatePeer(name, "peer", peer, rank_, size_, /*allow_self=*/false));
     if (buf == nullptr && count > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": buf is null but count is ", count));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": buf is null but count is ", count));
     }
     RM_ASSIGN_OR_RETURN(const ncclDataType_t nccl_type, ToNcclType(name, type));
     RM_RETURN_IF_ERROR(Bytes(name, count, 1, type).status());
@@ -597,8 +599,7 @@ absl::Status NcclCommunicator::Recv(void* buf, size_t count, DataType type, int 
     RM_RETURN_IF_ERROR(CheckHealthy());
     RM_RETURN_IF_ERROR(ValidatePeer(name, "peer", peer, rank_, size_, /*allow_self=*/false));
     if (buf == nullptr && count > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": buf is null but count is ", count));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": buf is null but count is ", count));
     }
     RM_ASSIGN_OR_RETURN(const ncclDataType_t nccl_type, ToNcclType(name, type));
     RM_RETURN_IF_ERROR(Bytes(name, count, 1, type).status());
@@ -618,9 +619,9 @@ absl::Status NcclCommunicator::Barrier(absl::Time deadline) {
   absl::Status status = [&]() -> absl::Status {
     RM_RETURN_IF_ERROR(CheckHealthy());
     return Run(name, deadline, [&](ncclComm_t comm) {
-      return NcclToStatus(ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32,
-                                        ncclSum, comm, stream_),
-                          "ncclAllReduce");
+      return NcclToStatus(
+          ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum, comm, stream_),
+          "ncclAllReduce");
     });
   }();
   return Finish(kKind, start, std::move(status), 0, 0);

@@ -105,22 +105,21 @@ class NcclCommunicator final : public Communicator {
   // Work enqueued on it runs in order with the operations.
   cudaStream_t stream() const { return stream_; }
 
-  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op, absl::Time deadline) override;
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         absl::Time deadline) override;
   // In place: send == recv (send is recv's first `count` elements), or NCCL's layout,
   // send == recv + rank() * count elements.
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                          absl::Time deadline) override;
   // In place: recv == send (the result overwrites send's first `count` elements; send's
   // block rank() is clobbered), or NCCL's layout, recv == send + rank() * count elements.
-  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type,
-                             ReduceOp op, absl::Time deadline) override;
-  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type,
-                         int root, absl::Time deadline) override;
+  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                             absl::Time deadline) override;
+  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                         absl::Time deadline) override;
   absl::Status Send(const void* buf, size_t count, DataType type, int peer,
                     absl::Time deadline) override;
-  absl::Status Recv(void* buf, size_t count, DataType type, int peer,
-                    absl::Time deadline) override;
+  absl::Status Recv(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
   // An all-reduce of one int32 on a device buffer owned by the communicator.
   absl::Status Barrier(absl::Time deadline) override;
 

@@ -33,10 +33,10 @@ bool HaveGpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-#define SKIP_WITHOUT_GPU()                                                                \
-  if (!HaveGpu()) {                                                                       \
-    GTEST_SKIP() << "no CUDA GPU on this machine: NCCL tests need one (run with "         \
-                    "--config=cuda where a GPU is present)";                              \
+#define SKIP_WITHOUT_GPU()                                                        \
+  if (!HaveGpu()) {                                                               \
+    GTEST_SKIP() << "no CUDA GPU on this machine: NCCL tests need one (run with " \
+                    "--config=cuda where a GPU is present)";                      \
   }
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
@@ -71,8 +71,7 @@ uint16_t FloatToHalf(float f) {
 double HalfToDouble(uint16_t h) {
   const int exponent = (h >> 10) & 0x1f;
   const int mantissa = h & 0x3ff;
-  double v = exponent == 0 ? std::ldexp(mantissa, -24)
-                           : std::ldexp(1024 + mantissa, exponent - 25);
+  double v = exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
   if (exponent == 31) v = mantissa ? NAN : INFINITY;
   return (h & 0x8000) ? -v : v;
 }
@@ -107,13 +106,27 @@ std::vector<uint8_t> Encode(DataType type, const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = values[i];
     switch (type) {
-      case DataType::kFloat32: Put(out, i, static_cast<float>(v)); break;
-      case DataType::kFloat64: Put(out, i, v); break;
-      case DataType::kFloat16: Put(out, i, FloatToHalf(static_cast<float>(v))); break;
-      case DataType::kBFloat16: Put(out, i, FloatToBf16(static_cast<float>(v))); break;
-      case DataType::kInt32: Put(out, i, static_cast<int32_t>(v)); break;
-      case DataType::kInt64: Put(out, i, static_cast<int64_t>(v)); break;
-      case DataType::kUint8: Put(out, i, static_cast<uint8_t>(v)); break;
+      case DataType::kFloat32:
+        Put(out, i, static_cast<float>(v));
+        break;
+      case DataType::kFloat64:
+        Put(out, i, v);
+        break;
+      case DataType::kFloat16:
+        Put(out, i, FloatToHalf(static_cast<float>(v)));
+        break;
+      case DataType::kBFloat16:
+        Put(out, i, FloatToBf16(static_cast<float>(v)));
+        break;
+      case DataType::kInt32:
+        Put(out, i, static_cast<int32_t>(v));
+        break;
+      case DataType::kInt64:
+        Put(out, i, static_cast<int64_t>(v));
+        break;
+      case DataType::kUint8:
+        Put(out, i, static_cast<uint8_t>(v));
+        break;
     }
   }
   return out;
@@ -123,13 +136,27 @@ std::vector<double> Decode(DataType type, const std::vector<uint8_t>& in) {
   std::vector<double> out(in.size() / DataTypeSize(type));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (type) {
-      case DataType::kFloat32: out[i] = Take<float>(in, i); break;
-      case DataType::kFloat64: out[i] = Take<double>(in, i); break;
-      case DataType::kFloat16: out[i] = HalfToDouble(Take<uint16_t>(in, i)); break;
-      case DataType::kBFloat16: out[i] = Bf16ToDouble(Take<uint16_t>(in, i)); break;
-      case DataType::kInt32: out[i] = Take<int32_t>(in, i); break;
-      case DataType::kInt64: out[i] = static_cast<double>(Take<int64_t>(in, i)); break;
-      case DataType::kUint8: out[i] = Take<uint8_t>(in, i); break;
+      case DataType::kFloat32:
+        out[i] = Take<float>(in, i);
+        break;
+      case DataType::kFloat64:
+        out[i] = Take<double>(in, i);
+        break;
+      case DataType::kFloat16:
+        out[i] = HalfToDouble(Take<uint16_t>(in, i));
+        break;
+      case DataType::kBFloat16:
+        out[i] = Bf16ToDouble(Take<uint16_t>(in, i));
+        break;
+      case DataType::kInt32:
+        out[i] = Take<int32_t>(in, i);
+        break;
+      case DataType::kInt64:
+        out[i] = static_cast<double>(Take<int64_t>(in, i));
+        break;
+      case DataType::kUint8:
+        out[i] = Take<uint8_t>(in, i);
+        break;
     }
   }
   return out;
@@ -156,10 +183,18 @@ std::vector<double> ReduceReference(DataType type, ReduceOp op,
       const double x = inputs[r][i];
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg: out[i] += x; break;
-        case ReduceOp::kProd: out[i] *= x; break;
-        case ReduceOp::kMin: out[i] = std::min(out[i], x); break;
-        case ReduceOp::kMax: out[i] = std::max(out[i], x); break;
+        case ReduceOp::kAvg:
+          out[i] += x;
+          break;
+        case ReduceOp::kProd:
+          out[i] *= x;
+          break;
+        case ReduceOp::kMin:
+          out[i] = std::min(out[i], x);
+          break;
+        case ReduceOp::kMax:
+          out[i] = std::max(out[i], x);
+          break;
       }
     }
     if (op == ReduceOp::kAvg) {
@@ -308,8 +343,8 @@ TEST_F(NcclCommunicatorTest, AllReduceMatchesReference) {
     for (ReduceOp op : kAllReduceOps) {
       for (size_t count : kCounts) {
         for (bool in_place : {false, true}) {
-          SCOPED_TRACE(absl::StrCat(DataTypeName(type), " ", ReduceOpName(op), " count ",
-                                    count, in_place ? " in place" : ""));
+          SCOPED_TRACE(absl::StrCat(DataTypeName(type), " ", ReduceOpName(op), " count ", count,
+                                    in_place ? " in place" : ""));
           const size_t bytes = count * DataTypeSize(type);
           const std::vector<double> input = Input(type, count, 0);
           DeviceBuffer send(bytes), recv(bytes);
@@ -329,8 +364,8 @@ TEST_F(NcclCommunicatorTest, AllGatherMatchesReference) {
   for (DataType type : kAllDataTypes) {
     for (size_t count : kCounts) {
       for (bool in_place : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(DataTypeName(type), " count ", count,
-                                  in_place ? " in place" : ""));
+        SCOPED_TRACE(
+            absl::StrCat(DataTypeName(type), " count ", count, in_place ? " in place" : ""));
         const size_t bytes = count * DataTypeSize(type);
         const std::vector<double> input = Input(type, count, comm_->rank());
         DeviceBuffer send(bytes), recv(bytes * n);
@@ -356,8 +391,8 @@ TEST_F(NcclCommunicatorTest, ReduceScatterMatchesReference) {
     for (ReduceOp op : kAllReduceOps) {
       for (size_t count : kCounts) {
         for (bool in_place : {false, true}) {
-          SCOPED_TRACE(absl::StrCat(DataTypeName(type), " ", ReduceOpName(op), " count ",
-                                    count, in_place ? " in place" : ""));
+          SCOPED_TRACE(absl::StrCat(DataTypeName(type), " ", ReduceOpName(op), " count ", count,
+                                    in_place ? " in place" : ""));
           const size_t bytes = count * DataTypeSize(type);
           // Every rank's input is count * n elements.
           std::vector<std::vector<double>> inputs;
@@ -367,9 +402,9 @@ TEST_F(NcclCommunicatorTest, ReduceScatterMatchesReference) {
           void* out = in_place ? send.get() : recv.get();
           ASSERT_TRUE(comm_->ReduceScatter(send.get(), out, count, type, op, Soon()).ok());
           const std::vector<double> all = ReduceReference(type, op, inputs);
-          ExpectValues(type, (in_place ? send : recv).Download(bytes),
-                       std::vector<double>(all.begin() + rank * count,
-                                           all.begin() + (rank + 1) * count));
+          ExpectValues(
+              type, (in_place ? send : recv).Download(bytes),
+              std::vector<double>(all.begin() + rank * count, all.begin() + (rank + 1) * count));
         }
       }
     }
@@ -380,8 +415,8 @@ TEST_F(NcclCommunicatorTest, BroadcastFromRootZero) {
   for (DataType type : kAllDataTypes) {
     for (size_t count : kCounts) {
       for (bool in_place : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(DataTypeName(type), " count ", count,
-                                  in_place ? " in place" : ""));
+        SCOPED_TRACE(
+            absl::StrCat(DataTypeName(type), " count ", count, in_place ? " in place" : ""));
         const size_t bytes = count * DataTypeSize(type);
         const std::vector<double> input = Input(type, count, 0);
         DeviceBuffer send(bytes), recv(bytes);
@@ -416,9 +451,9 @@ TEST_F(NcclCommunicatorTest, BadArgumentsAreInvalidAndLeaveItUsable) {
   };
   expect_invalid(comm_->AllReduce(nullptr, b.get(), 4, f32, ReduceOp::kSum, Soon()), "send");
   expect_invalid(comm_->AllReduce(a.get(), nullptr, 4, f32, ReduceOp::kSum, Soon()), "recv");
-  expect_invalid(comm_->AllReduce(a.get(), b.get(), 4, static_cast<DataType>(99),
-                                  ReduceOp::kSum, Soon()),
-                 "type");
+  expect_invalid(
+      comm_->AllReduce(a.get(), b.get(), 4, static_cast<DataType>(99), ReduceOp::kSum, Soon()),
+      "type");
   expect_invalid(comm_->AllReduce(a.get(), b.get(), 4, f32, static_cast<ReduceOp>(99), Soon()),
                  "op");
   expect_invalid(comm_->AllReduce(a.get(), a.at(4), 4, f32, ReduceOp::kSum, Soon()), "overlap");
@@ -459,11 +494,11 @@ TEST_F(NcclCommunicatorTest, HostPointersAreRejected) {
 class StreamHold {
  public:
   explicit StreamHold(cudaStream_t stream) {
-    EXPECT_EQ(cudaLaunchHostFunc(
-                  stream,
-                  [](void* n) { static_cast<absl::Notification*>(n)->WaitForNotification(); },
-                  &release_),
-              cudaSuccess);
+    EXPECT_EQ(
+        cudaLaunchHostFunc(
+            stream, [](void* n) { static_cast<absl::Notification*>(n)->WaitForNotification(); },
+            &release_),
+        cudaSuccess);
     releaser_ = std::thread([this] {
       absl::SleepFor(absl::Seconds(1));
       release_.Notify();

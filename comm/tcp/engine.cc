@@ -67,7 +67,11 @@ class Engine {
  public:
   Engine(const EngineOptions& o, OpKind kind, DataType type, kernels::ReduceKind reduce,
          Traffic* traffic)
-      : o_(o), kind_(kind), type_(type), reduce_(reduce), traffic_(traffic),
+      : o_(o),
+        kind_(kind),
+        type_(type),
+        reduce_(reduce),
+        traffic_(traffic),
         elem_(DataTypeSize(type)) {}
 
   absl::Status Run(SendStream* sends, int num_sends, RecvStream* recvs, int num_recvs,
@@ -124,8 +128,7 @@ absl::Status Engine::TrySend(SendState& st, size_t limit, bool* progressed) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, absl::StrCat(OpKindName(kind_), ": sending to rank ",
-                                               st.stream->peer,
-                                               " failed (it exited or aborted)"));
+                                               st.stream->peer, " failed (it exited or aborted)"));
     }
     *progressed = true;
     size_t moved = static_cast<size_t>(n);
@@ -173,9 +176,9 @@ absl::Status Engine::CheckHeader(const RecvState& st) const {
                                                          : absl::string_view("unknown");
     };
     return absl::InternalError(absl::StrCat(
-        "collective mismatch: rank ", h.from_rank, " sent ", kind_name(h.kind), " (message ",
-        h.seq, ", ", h.bytes, " bytes of ", type_name(h.dtype), ") but rank ", o_.rank,
-        " expected ", Describe(kind_, type_, e.seq, e.bytes), " from rank ", peer,
+        "collective mismatch: rank ", h.from_rank, " sent ", kind_name(h.kind), " (message ", h.seq,
+        ", ", h.bytes, " bytes of ", type_name(h.dtype), ") but rank ", o_.rank, " expected ",
+        Describe(kind_, type_, e.seq, e.bytes), " from rank ", peer,
         "; every rank must call the same collectives in the same order with the same sizes"));
   }
   return absl::OkStatus();
@@ -192,7 +195,8 @@ absl::Status Engine::TryRecv(RecvState& st, bool* progressed) {
                       sizeof(WireHeader) - st.header_done};
       want += sizeof(WireHeader) - st.header_done;
     }
-    const RecvPiece* p = st.piece < st.stream->pieces.size() ? &st.stream->pieces[st.piece] : nullptr;
+    const RecvPiece* p =
+        st.piece < st.stream->pieces.size() ? &st.stream->pieces[st.piece] : nullptr;
     size_t seg_start = 0;
     if (p != nullptr && st.done < st.total) {
       if (p->other == nullptr) {
@@ -211,10 +215,10 @@ absl::Status Engine::TryRecv(RecvState& st, bool* progressed) {
     msg.msg_iovlen = n_iov;
     ssize_t n = recvmsg(st.fd, &msg, MSG_DONTWAIT);
     if (n == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          OpKindName(kind_), ": rank ", st.stream->peer,
-          " closed its connection (it exited, crashed or aborted) with ",
-          st.total - st.done, " bytes still owed to rank ", o_.rank));
+      return absl::UnavailableError(
+          absl::StrCat(OpKindName(kind_), ": rank ", st.stream->peer,
+                       " closed its connection (it exited, crashed or aborted) with ",
+                       st.total - st.done, " bytes still owed to rank ", o_.rank));
     }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
@@ -271,8 +275,8 @@ absl::Status Engine::DeadlineError() const {
     }
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      OpKindName(kind_), " on rank ", o_.rank, " missed its deadline: ",
-      absl::StrJoin(owed, "; "), " (a peer is stopped, overloaded or unreachable)"));
+      OpKindName(kind_), " on rank ", o_.rank, " missed its deadline: ", absl::StrJoin(owed, "; "),
+      " (a peer is stopped, overloaded or unreachable)"));
 }
 
 size_t Engine::SendLimit(const SendState& st) const {
@@ -308,8 +312,13 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.recv_fds)[s.peer];
     st.total = TotalBytes(s);
-    st.expect = WireHeader{kMessageMagic, static_cast<uint8_t>(kind_), static_cast<uint8_t>(type_),
-                           static_cast<uint16_t>(s.peer), (*o_.recv_seq)[s.peer]++, st.total, 0};
+    st.expect = WireHeader{kMessageMagic,
+                           static_cast<uint8_t>(kind_),
+                           static_cast<uint8_t>(type_),
+                           static_cast<uint16_t>(s.peer),
+                           (*o_.recv_seq)[s.peer]++,
+                           st.total,
+                           0};
     bool reduces = false;
     for (const RecvPiece& p : s.pieces) {
       reduces |= p.other != nullptr && p.bytes > 0;
@@ -327,8 +336,13 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.send_fds)[s.peer];
     st.total = TotalBytes(s);
-    st.header = WireHeader{kMessageMagic, static_cast<uint8_t>(kind_), static_cast<uint8_t>(type_),
-                           static_cast<uint16_t>(o_.rank), (*o_.send_seq)[s.peer]++, st.total, 0};
+    st.header = WireHeader{kMessageMagic,
+                           static_cast<uint8_t>(kind_),
+                           static_cast<uint8_t>(type_),
+                           static_cast<uint16_t>(o_.rank),
+                           (*o_.send_seq)[s.peer]++,
+                           st.total,
+                           0};
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     sends_.push_back(st);
   }
@@ -336,8 +350,8 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
   absl::Time spin_until = absl::Now() + o_.spin;
   while (true) {
     if (o_.aborted->load(std::memory_order_acquire)) {
-      return absl::AbortedError(absl::StrCat(OpKindName(kind_), " on rank ", o_.rank,
-                                             ": the communicator was aborted"));
+      return absl::AbortedError(
+          absl::StrCat(OpKindName(kind_), " on rank ", o_.rank, ": the communicator was aborted"));
     }
     bool progressed = false;
     for (SendState& st : sends_) {
@@ -368,8 +382,7 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
 
 absl::Status RunStreams(const EngineOptions& options, OpKind kind, DataType type,
                         kernels::ReduceKind reduce, SendStream* sends, int num_sends,
-                        RecvStream* recvs, int num_recvs, absl::Time deadline,
-                        Traffic* traffic) {
+                        RecvStream* recvs, int num_recvs, absl::Time deadline, Traffic* traffic) {
   Engine engine(options, kind, type, reduce, traffic);
   return engine.Run(sends, num_sends, recvs, num_recvs, deadline);
 }

@@ -103,8 +103,7 @@ struct Traffic {
 // `traffic` counts payload bytes moved, also on error.
 absl::Status RunStreams(const EngineOptions& options, OpKind kind, DataType type,
                         kernels::ReduceKind reduce, SendStream* sends, int num_sends,
-                        RecvStream* recvs, int num_recvs, absl::Time deadline,
-                        Traffic* traffic);
+                        RecvStream* recvs, int num_recvs, absl::Time deadline, Traffic* traffic);
 
 }  // namespace ringmaster::comm::tcp
 

@@ -124,8 +124,8 @@ absl::StatusOr<Fd> Listen(const std::string& host, int port, int backlog, int* b
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     std::string where = HostPort{host, port}.ToString();
     if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      last = ErrnoToStatus(errno, absl::StrCat("bind ", where,
-                                               " (is the port in use, or the host not local?)"));
+      last = ErrnoToStatus(
+          errno, absl::StrCat("bind ", where, " (is the port in use, or the host not local?)"));
       continue;
     }
     if (listen(fd.get(), backlog) != 0) {
@@ -210,9 +210,9 @@ absl::StatusOr<Fd> Connect(const HostPort& address, absl::Time refused_deadline,
           if (prc > 0) break;
           if (absl::Now() >= deadline) {
             freeaddrinfo(list);
-            return absl::DeadlineExceededError(absl::StrCat(
-                "connect to ", address.ToString(),
-                ": no answer before the deadline (is a firewall dropping packets?)"));
+            return absl::DeadlineExceededError(
+                absl::StrCat("connect to ", address.ToString(),
+                             ": no answer before the deadline (is a firewall dropping packets?)"));
           }
         }
         int err = 0;

@@ -24,14 +24,14 @@ using tcp::RecvStream;
 using tcp::SendPiece;
 using tcp::SendStream;
 
-constexpr uint32_t kHandshakeMagic = 0x524d4853; // "RMHS"
-constexpr uint32_t kReplyMagic = 0x524d4852;     // "RMHR"
+constexpr uint32_t kHandshakeMagic = 0x524d4853;  // "RMHS"
+constexpr uint32_t kReplyMagic = 0x524d4852;      // "RMHR"
 constexpr uint32_t kProtocolVersion = 1;
 
 struct Handshake {
   uint32_t magic;
   uint32_t version;
-  uint64_t comm_id; // FNV-1a of the store prefix
+  uint64_t comm_id;  // FNV-1a of the store prefix
   int32_t world_size;
   int32_t from_rank;
   int32_t to_rank;
@@ -41,8 +41,8 @@ static_assert(sizeof(Handshake) == 32);
 
 struct HandshakeReply {
   uint32_t magic;
-  uint32_t accepted; // 1 = accepted
-  char reason[184];  // NUL-terminated when rejected
+  uint32_t accepted;  // 1 = accepted
+  char reason[184];   // NUL-terminated when rejected
 };
 static_assert(sizeof(HandshakeReply) == 192);
 
@@ -57,15 +57,15 @@ uint64_t Fnv1a(absl::string_view s) {
 
 kernels::ReduceKind KindOf(ReduceOp op) {
   switch (op) {
-  case ReduceOp::kSum:
-  case ReduceOp::kAvg:
-    return kernels::ReduceKind::kSum;
-  case ReduceOp::kProd:
-    return kernels::ReduceKind::kProd;
-  case ReduceOp::kMin:
-    return kernels::ReduceKind::kMin;
-  case ReduceOp::kMax:
-    return kernels::ReduceKind::kMax;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return kernels::ReduceKind::kSum;
+    case ReduceOp::kProd:
+      return kernels::ReduceKind::kProd;
+    case ReduceOp::kMin:
+      return kernels::ReduceKind::kMin;
+    case ReduceOp::kMax:
+      return kernels::ReduceKind::kMax;
   }
   return kernels::ReduceKind::kSum;
 }
@@ -89,51 +89,42 @@ absl::Status ValidateOp(absl::string_view name, ReduceOp op) {
 // Balanced partition of `count` elements into `parts` chunks.
 struct Chunks {
   size_t base, extra, elem;
-  size_t Offset(int c) const {
-    return (c * base + std::min<size_t>(c, extra)) * elem;
-  }
-  size_t Bytes(int c) const {
-    return (base + (static_cast<size_t>(c) < extra ? 1 : 0)) * elem;
-  }
+  size_t Offset(int c) const { return (c * base + std::min<size_t>(c, extra)) * elem; }
+  size_t Bytes(int c) const { return (base + (static_cast<size_t>(c) < extra ? 1 : 0)) * elem; }
 };
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-} // namespace
+}  // namespace
 
-TcpCommunicator::TcpCommunicator(const TcpCommunicatorOptions &options)
-    : rank_(options.rank), size_(options.size),
-      small_message_bytes_(options.small_message_bytes) {}
+TcpCommunicator::TcpCommunicator(const TcpCommunicatorOptions& options)
+    : rank_(options.rank), size_(options.size), small_message_bytes_(options.small_message_bytes) {}
 
 TcpCommunicator::~TcpCommunicator() = default;
 
-absl::StatusOr<std::unique_ptr<TcpCommunicator>>
-TcpCommunicator::Create(const TcpCommunicatorOptions &options) {
+absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
+    const TcpCommunicatorOptions& options) {
   if (options.size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TcpCommunicatorOptions.size must be >= 1, got ", options.size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TcpCommunicatorOptions.size must be >= 1, got ", options.size));
   }
   if (options.size > 65535) {
-    return absl::InvalidArgumentError(
-        "TcpCommunicatorOptions.size must be <= 65535");
+    return absl::InvalidArgumentError("TcpCommunicatorOptions.size must be <= 65535");
   }
   if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TcpCommunicatorOptions.rank ", options.rank,
-                     " is outside [0, ", options.size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("TcpCommunicatorOptions.rank ", options.rank,
+                                                   " is outside [0, ", options.size, ")"));
   }
   if (options.size > 1 && options.store == nullptr) {
     return absl::InvalidArgumentError("TcpCommunicatorOptions.store is null");
   }
-  if (options.size > 1)
-    RM_RETURN_IF_ERROR(ValidateStoreKey(options.prefix));
+  if (options.size > 1) RM_RETURN_IF_ERROR(ValidateStoreKey(options.prefix));
   if (options.segment_bytes < 64 || options.segment_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(
         "TcpCommunicatorOptions.segment_bytes must be in [64, 64 MiB]");
   }
-  std::string advertise = options.advertise_host.empty()
-                              ? options.listen_host
-                              : options.advertise_host;
+  std::string advertise =
+      options.advertise_host.empty() ? options.listen_host : options.advertise_host;
   if (advertise == "0.0.0.0" || advertise == "::" || advertise.empty()) {
     return absl::InvalidArgumentError(
         "TcpCommunicatorOptions.advertise_host must be set to an address peers "
@@ -142,8 +133,7 @@ TcpCommunicator::Create(const TcpCommunicatorOptions &options) {
   }
   std::unique_ptr<TcpCommunicator> comm(new TcpCommunicator(options));
   int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0)
-    return ErrnoToStatus(errno, "eventfd");
+  if (efd < 0) return ErrnoToStatus(errno, "eventfd");
   comm->abort_event_ = tcp::Fd(efd);
   RM_RETURN_IF_ERROR(comm->Connect(options));
 
@@ -152,7 +142,7 @@ TcpCommunicator::Create(const TcpCommunicatorOptions &options) {
   comm->recv_seq_.assign(n, 0);
   size_t segment = std::max<size_t>(64, options.segment_bytes & ~size_t{7});
   comm->segment_scratch_.resize(segment);
-  tcp::EngineOptions &e = comm->engine_options_;
+  tcp::EngineOptions& e = comm->engine_options_;
   e.rank = options.rank;
   e.send_fds = &comm->send_fds_;
   e.recv_fds = &comm->recv_fds_;
@@ -162,47 +152,39 @@ TcpCommunicator::Create(const TcpCommunicatorOptions &options) {
   e.aborted = &comm->aborted_;
   e.segment_bytes = segment;
   e.scratch = comm->segment_scratch_.data();
-  const int cores =
-      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool oversubscribed = comm->local_ranks_ > cores;
   if (options.spin >= absl::ZeroDuration()) {
     e.spin = options.spin;
   } else {
-    e.spin = !oversubscribed ? absl::Microseconds(50)
-             : options.oversubscribed_spin >= absl::ZeroDuration()
-                 ? options.oversubscribed_spin
-                 : absl::Microseconds(100);
+    e.spin = !oversubscribed                                       ? absl::Microseconds(50)
+             : options.oversubscribed_spin >= absl::ZeroDuration() ? options.oversubscribed_spin
+                                                                   : absl::Microseconds(100);
   }
   e.yield_while_spinning = oversubscribed;
   return comm;
 }
 
-absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
+absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   const int n = options.size, r = options.rank;
   send_sockets_.resize(n);
   recv_sockets_.resize(n);
   send_fds_.assign(n, -1);
   recv_fds_.assign(n, -1);
-  if (n == 1)
-    return absl::OkStatus();
+  if (n == 1) return absl::OkStatus();
 
   const absl::Time deadline = absl::Now() + options.connect_timeout;
-  const std::string advertise = options.advertise_host.empty()
-                                    ? options.listen_host
-                                    : options.advertise_host;
+  const std::string advertise =
+      options.advertise_host.empty() ? options.listen_host : options.advertise_host;
   const uint64_t comm_id = Fnv1a(options.prefix);
-  auto key_of = [&](int rank) {
-    return absl::StrCat(options.prefix, "/rank-", rank, "/addr");
-  };
+  auto key_of = [&](int rank) { return absl::StrCat(options.prefix, "/rank-", rank, "/addr"); };
   auto context = [&](absl::string_view what) {
-    return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (",
-                        options.prefix, "): ", what);
+    return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (", options.prefix, "): ", what);
   };
 
   int port = 0;
-  RM_ASSIGN_OR_RETURN(
-      tcp::Fd listener,
-      tcp::Listen(options.listen_host, options.listen_port, n + 16, &port));
+  RM_ASSIGN_OR_RETURN(tcp::Fd listener,
+                      tcp::Listen(options.listen_host, options.listen_port, n + 16, &port));
   const std::string my_address = tcp::HostPort{advertise, port}.ToString();
   RM_RETURN_IF_ERROR(options.store->Set(key_of(r), my_address));
 
@@ -215,33 +197,24 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
   auto connect_published = [&]() -> absl::Status {
     for (int i = 1; i < n; ++i) {
       int p = (r + i) % n;
-      if (send_sockets_[p].valid())
-        continue;
-      auto address =
-          options.store->Get(key_of(p), absl::Now()); // don't wait here
-      if (absl::IsDeadlineExceeded(address.status()))
-        continue;
+      if (send_sockets_[p].valid()) continue;
+      auto address = options.store->Get(key_of(p), absl::Now());  // don't wait here
+      if (absl::IsDeadlineExceeded(address.status())) continue;
       if (!address.ok()) {
         return absl::Status(
             address.status().code(),
-            context(absl::StrCat("reading rank ", p,
-                                 "'s address: ", address.status().message())));
+            context(absl::StrCat("reading rank ", p, "'s address: ", address.status().message())));
       }
       addresses[p] = *address;
       RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
-      if (hp.host == advertise)
-        ++local_ranks_;
-      auto fd = tcp::Connect(
-          hp, std::min(deadline, absl::Now() + options.refused_retry),
-          deadline);
+      if (hp.host == advertise) ++local_ranks_;
+      auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
       if (!fd.ok()) {
-        return absl::Status(
-            fd.status().code(),
-            context(absl::StrCat("connecting to rank ", p, " at ", *address,
-                                 ": ", fd.status().message())));
+        return absl::Status(fd.status().code(),
+                            context(absl::StrCat("connecting to rank ", p, " at ", *address, ": ",
+                                                 fd.status().message())));
       }
-      RM_RETURN_IF_ERROR(
-          tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
       Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
       RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
       send_sockets_[p] = std::move(fd).value();
@@ -261,32 +234,26 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
     if (absl::Now() >= deadline) {
       std::vector<std::string> unpublished, missing, silent;
       for (int p = 0; p < n; ++p) {
-        if (p == r)
-          continue;
-        if (!send_sockets_[p].valid())
-          unpublished.push_back(absl::StrCat(p));
-        if (!recv_sockets_[p].valid())
-          missing.push_back(absl::StrCat(p));
-        if (send_sockets_[p].valid() && !answered[p])
-          silent.push_back(absl::StrCat(p));
+        if (p == r) continue;
+        if (!send_sockets_[p].valid()) unpublished.push_back(absl::StrCat(p));
+        if (!recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
+        if (send_sockets_[p].valid() && !answered[p]) silent.push_back(absl::StrCat(p));
       }
       std::string why = "deadline passed";
       if (!unpublished.empty()) {
         absl::StrAppend(&why, "; ranks ", absl::StrJoin(unpublished, ", "),
-                        " never published their address under ",
-                        options.prefix);
+                        " never published their address under ", options.prefix);
       }
       if (!missing.empty()) {
-        absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "),
-                        " never connected to ", my_address);
+        absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "), " never connected to ",
+                        my_address);
       }
       if (!silent.empty()) {
         absl::StrAppend(&why, "; ranks ", absl::StrJoin(silent, ", "),
                         " never answered our handshake");
       }
       if (!rejected.empty()) {
-        absl::StrAppend(
-            &why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
+        absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
       }
       return absl::DeadlineExceededError(context(why));
     }
@@ -298,8 +265,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
     }
     bool all_connected = true;
     for (int p = 0; p < n; ++p) {
-      if (p == r)
-        continue;
+      if (p == r) continue;
       all_connected &= send_sockets_[p].valid();
       if (send_sockets_[p].valid() && !answered[p]) {
         polls.push_back({send_sockets_[p].get(), POLLIN, 0});
@@ -313,38 +279,33 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
       wait = std::min(wait, store_poll);
       store_poll = std::min(store_poll * 2, absl::Milliseconds(20));
     }
-    int wait_ms = static_cast<int>(std::clamp<int64_t>(
-        absl::ToInt64Milliseconds(wait + absl::Microseconds(999)), 0, 1000));
+    int wait_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wait + absl::Microseconds(999)), 0, 1000));
     if (poll(polls.data(), polls.size(), wait_ms) < 0 && errno != EINTR) {
       return ErrnoToStatus(errno, context("poll"));
     }
     for (size_t i = 0; i < polls.size(); ++i) {
-      if (polls[i].revents == 0)
-        continue;
+      if (polls[i].revents == 0) continue;
       int p = poll_peer[i];
       if (p >= 0) {
         HandshakeReply reply;
-        absl::Status read =
-            tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply),
-                          std::min(deadline, absl::Now() + absl::Seconds(5)));
+        absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply),
+                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
         if (!read.ok()) {
-          return absl::Status(
-              read.code(),
-              context(absl::StrCat("no handshake reply from rank ", p, " at ",
-                                   addresses[p], ": ", read.message())));
+          return absl::Status(read.code(),
+                              context(absl::StrCat("no handshake reply from rank ", p, " at ",
+                                                   addresses[p], ": ", read.message())));
         }
         if (reply.magic != kReplyMagic) {
-          return absl::FailedPreconditionError(
-              context(absl::StrCat("garbled handshake reply from ",
-                                   addresses[p], " (published as rank ", p,
-                                   "): it is not a ringmaster rank; is the "
-                                   "store's address stale?")));
+          return absl::FailedPreconditionError(context(
+              absl::StrCat("garbled handshake reply from ", addresses[p], " (published as rank ", p,
+                           "): it is not a ringmaster rank; is the "
+                           "store's address stale?")));
         }
         if (reply.accepted != 1) {
           reply.reason[sizeof(reply.reason) - 1] = '\0';
-          return absl::FailedPreconditionError(context(
-              absl::StrCat("rank ", p, " at ", addresses[p],
-                           " rejected our connection: ", reply.reason)));
+          return absl::FailedPreconditionError(context(absl::StrCat(
+              "rank ", p, " at ", addresses[p], " rejected our connection: ", reply.reason)));
         }
         answered[p] = true;
         ++answers;
@@ -352,59 +313,47 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
       }
       std::string from;
       auto fd = tcp::Accept(listener.get(), absl::Now(), -1, &from);
-      if (!fd.ok())
-        continue; // nothing to accept after all
-      RM_RETURN_IF_ERROR(
-          tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
+      if (!fd.ok()) continue;  // nothing to accept after all
+      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
       Handshake hs;
-      absl::Status read =
-          tcp::ReadFull(fd->get(), &hs, sizeof(hs),
-                        std::min(deadline, absl::Now() + absl::Seconds(5)));
+      absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
+                                        std::min(deadline, absl::Now() + absl::Seconds(5)));
       std::string reason;
       if (!read.ok()) {
-        reason = absl::StrCat("no complete handshake from ", from, " (",
-                              read.message(), ")");
+        reason = absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
       } else if (hs.magic != kHandshakeMagic) {
         reason = absl::StrCat("garbled handshake from ", from, " (bad magic 0x",
                               absl::Hex(hs.magic), "): not a ringmaster rank");
       } else if (hs.version != kProtocolVersion) {
-        reason = absl::StrCat(
-            "handshake from ", from, " speaks protocol version ", hs.version,
-            ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
+        reason = absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
+                              ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
       } else if (hs.comm_id != comm_id) {
-        reason = absl::StrCat(
-            "wrong peer: ", from,
-            " belongs to another communicator (its store prefix is not \"",
-            options.prefix, "\")");
+        reason = absl::StrCat("wrong peer: ", from,
+                              " belongs to another communicator (its store prefix is not \"",
+                              options.prefix, "\")");
       } else if (hs.world_size != n) {
-        reason = absl::StrCat("wrong peer: ", from, " has world size ",
-                              hs.world_size, ", this communicator ", n);
+        reason = absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
+                              ", this communicator ", n);
       } else if (hs.to_rank != r) {
-        reason = absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank,
-                              ", this is rank ", r);
+        reason =
+            absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank, ", this is rank ", r);
       } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
-        reason =
-            absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank,
-                         ", outside [0, ", n, ") or equal to this rank");
+        reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank, ", outside [0, ",
+                              n, ") or equal to this rank");
       } else if (recv_sockets_[hs.from_rank].valid()) {
-        reason =
-            absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ",
-                         from, " (two processes started with the same rank?)");
+        reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
+                              " (two processes started with the same rank?)");
       }
       HandshakeReply reply;
       std::memset(&reply, 0, sizeof(reply));
       reply.magic = kReplyMagic;
       reply.accepted = reason.empty() ? 1 : 0;
       std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
-      absl::Status wrote =
-          tcp::WriteFull(fd->get(), &reply, sizeof(reply),
-                         std::min(deadline, absl::Now() + absl::Seconds(5)));
+      absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
+                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
       if (!reason.empty() || !wrote.ok()) {
-        if (reason.empty())
-          reason =
-              absl::StrCat("could not answer ", from, ": ", wrote.message());
-        LOG(WARNING) << context(
-            absl::StrCat("rejected a connection: ", reason));
+        if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
+        LOG(WARNING) << context(absl::StrCat("rejected a connection: ", reason));
         rejected.push_back(reason);
         continue;
       }
@@ -423,13 +372,11 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions &options) {
 // Health, counters, abort.
 
 void TcpCommunicator::Abort() {
-  if (aborted_.exchange(true))
-    return;
+  if (aborted_.exchange(true)) return;
   {
     absl::MutexLock lock(&mu_);
     if (error_.ok()) {
-      error_ = absl::AbortedError(
-          absl::StrCat("rank ", rank_, ": the communicator was aborted"));
+      error_ = absl::AbortedError(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
     }
   }
   uint64_t one = 1;
@@ -437,13 +384,11 @@ void TcpCommunicator::Abort() {
   // Peers blocked on us fail at once instead of waiting for their deadline.
   // shutdown() keeps the descriptors valid for a thread still inside an
   // operation.
-  for (auto &s : send_sockets_) {
-    if (s.valid())
-      shutdown(s.get(), SHUT_RDWR);
+  for (auto& s : send_sockets_) {
+    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
   }
-  for (auto &s : recv_sockets_) {
-    if (s.valid())
-      shutdown(s.get(), SHUT_RDWR);
+  for (auto& s : recv_sockets_) {
+    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
   }
 }
 
@@ -458,11 +403,11 @@ Counters TcpCommunicator::counters() const {
 }
 
 template <typename Fn>
-absl::Status TcpCommunicator::Guarded(OpKind kind, Fn &&fn) {
+absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) {
-      OpCounters &c = counters_.of(kind);
+      OpCounters& c = counters_.of(kind);
       ++c.calls;
       ++c.errors;
       return error_;
@@ -473,67 +418,58 @@ absl::Status TcpCommunicator::Guarded(OpKind kind, Fn &&fn) {
   absl::Status status = fn();
   const absl::Duration took = absl::Now() - start;
   if (!status.ok() && aborted_.load()) {
-    status = absl::AbortedError(absl::StrCat(
-        OpKindName(kind), " on rank ", rank_,
-        ": the communicator was aborted (", status.message(), ")"));
+    status =
+        absl::AbortedError(absl::StrCat(OpKindName(kind), " on rank ", rank_,
+                                        ": the communicator was aborted (", status.message(), ")"));
   }
   bool breaks = !status.ok() && !absl::IsInvalidArgument(status);
   {
     absl::MutexLock lock(&mu_);
-    OpCounters &c = counters_.of(kind);
+    OpCounters& c = counters_.of(kind);
     ++c.calls;
     c.bytes_sent += op_traffic_.sent;
     c.bytes_received += op_traffic_.received;
     c.time += took;
-    if (!status.ok())
-      ++c.errors;
-    if (breaks && error_.ok())
-      error_ = status;
+    if (!status.ok()) ++c.errors;
+    if (breaks && error_.ok()) error_ = status;
   }
   if (breaks && !absl::IsDeadlineExceeded(status)) {
     // The streams are out of step now; closing them makes every peer fail fast
     // rather than at its deadline. After a timeout the sockets stay open: the
     // peers time out on their own and report DEADLINE_EXCEEDED, which says what
     // happened.
-    for (auto &s : send_sockets_) {
-      if (s.valid())
-        shutdown(s.get(), SHUT_RDWR);
+    for (auto& s : send_sockets_) {
+      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
     }
-    for (auto &s : recv_sockets_) {
-      if (s.valid())
-        shutdown(s.get(), SHUT_RDWR);
+    for (auto& s : recv_sockets_) {
+      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
     }
   }
   return status;
 }
 
-absl::Status TcpCommunicator::Run(OpKind kind, DataType type,
-                                  kernels::ReduceKind reduce, SendStream *sends,
-                                  int num_sends, RecvStream *recvs,
+absl::Status TcpCommunicator::Run(OpKind kind, DataType type, kernels::ReduceKind reduce,
+                                  SendStream* sends, int num_sends, RecvStream* recvs,
                                   int num_recvs, absl::Time deadline) {
-  return tcp::RunStreams(engine_options_, kind, type, reduce, sends, num_sends,
-                         recvs, num_recvs, deadline, &op_traffic_);
+  return tcp::RunStreams(engine_options_, kind, type, reduce, sends, num_sends, recvs, num_recvs,
+                         deadline, &op_traffic_);
 }
 
 template <typename Fn>
-absl::Status TcpCommunicator::Staged(const void *send, size_t send_bytes,
-                                     void *recv, size_t recv_bytes, Fn &&fn) {
-  const char *s = static_cast<const char *>(send);
-  char *r = static_cast<char *>(recv);
+absl::Status TcpCommunicator::Staged(const void* send, size_t send_bytes, void* recv,
+                                     size_t recv_bytes, Fn&& fn) {
+  const char* s = static_cast<const char*>(send);
+  char* r = static_cast<char*>(recv);
   const bool send_dev = send_bytes > 0 && tcp::IsDevicePointer(s);
   const bool recv_dev = recv_bytes > 0 && tcp::IsDevicePointer(r);
-  if (!send_dev && !recv_dev)
-    return fn(s, r);
-  const char *host_send = s;
-  char *host_recv = r;
-  const bool send_in_recv =
-      send_dev && recv_dev && s >= r && s + send_bytes <= r + recv_bytes;
-  const bool recv_in_send =
-      send_dev && recv_dev && r >= s && r + recv_bytes <= s + send_bytes;
+  if (!send_dev && !recv_dev) return fn(s, r);
+  const char* host_send = s;
+  char* host_recv = r;
+  const bool send_in_recv = send_dev && recv_dev && s >= r && s + send_bytes <= r + recv_bytes;
+  const bool recv_in_send = send_dev && recv_dev && r >= s && r + recv_bytes <= s + send_bytes;
   if (recv_in_send) {
     staging_send_.resize(send_bytes);
-    RM_RETURN_IF_ERROR(
-        tcp::CopyDeviceToHost(staging_send_.data(), s, send_bytes));
+    RM_RETURN_IF_ERROR(tcp::CopyDeviceToHost(staging_send_.data(), s, send_bytes));
     host_send = staging_send_.data();
     host_recv = staging_send_.data() + (r - s);
   } else {
@@ -543,84 +479,70 @@ absl::Status TcpCommunicator::Staged(const void *send, size_t send_bytes,
     }
     if (send_in_recv) {
       host_send = host_recv + (s - r);
-      RM_RETURN_IF_ERROR(
-          tcp::CopyDeviceToHost(host_recv + (s - r), s, send_bytes));
+      RM_RETURN_IF_ERROR(tcp::CopyDeviceToHost(host_recv + (s - r), s, send_bytes));
     } else if (send_dev) {
       staging_send_.resize(send_bytes);
-      RM_RETURN_IF_ERROR(
-          tcp::CopyDeviceToHost(staging_send_.data(), s, send_bytes));
+      RM_RETURN_IF_ERROR(tcp::CopyDeviceToHost(staging_send_.data(), s, send_bytes));
       host_send = staging_send_.data();
     }
   }
   RM_RETURN_IF_ERROR(fn(host_send, host_recv));
-  if (recv_dev)
-    RM_RETURN_IF_ERROR(tcp::CopyHostToDevice(r, host_recv, recv_bytes));
+  if (recv_dev) RM_RETURN_IF_ERROR(tcp::CopyHostToDevice(r, host_recv, recv_bytes));
   return absl::OkStatus();
 }
 
-char *TcpCommunicator::Scratch(size_t bytes) {
-  if (scratch_.size() < bytes)
-    scratch_.resize(bytes);
+char* TcpCommunicator::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
   return scratch_.data();
 }
 
 // ---------------------------------------------------------------------------------------
 // All-reduce.
 
-absl::Status TcpCommunicator::AllReduce(const void *send, void *recv,
-                                        size_t count, DataType type,
+absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                         ReduceOp op, absl::Time deadline) {
-  return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op,
-                       deadline);
+  return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline);
 }
 
-absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm,
-                                            const void *send, void *recv,
-                                            size_t count, DataType type,
-                                            ReduceOp op, absl::Time deadline) {
+absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm, const void* send,
+                                            void* recv, size_t count, DataType type, ReduceOp op,
+                                            absl::Time deadline) {
   return Guarded(OpKind::kAllReduce, [&] {
     const size_t bytes = count * DataTypeSize(type);
-    return Staged(send, bytes, recv, bytes, [&](const char *s, char *r) {
+    return Staged(send, bytes, recv, bytes, [&](const char* s, char* r) {
       return AllReduceImpl(algorithm, s, r, count, type, op, deadline);
     });
   });
 }
 
-absl::Status TcpCommunicator::AllReduceImpl(AllReduceAlgorithm algorithm,
-                                            const void *send, void *recv,
-                                            size_t count, DataType type,
-                                            ReduceOp op, absl::Time deadline) {
+absl::Status TcpCommunicator::AllReduceImpl(AllReduceAlgorithm algorithm, const void* send,
+                                            void* recv, size_t count, DataType type, ReduceOp op,
+                                            absl::Time deadline) {
   RM_RETURN_IF_ERROR(ValidateType("AllReduce", type));
   RM_RETURN_IF_ERROR(ValidateOp("AllReduce", op));
   RM_RETURN_IF_ERROR(ValidateBuffers("AllReduce", send, recv, count));
   const size_t bytes = count * DataTypeSize(type);
-  const char *in = static_cast<const char *>(send);
-  char *out = static_cast<char *>(recv);
-  if (count == 0)
-    return absl::OkStatus();
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (count == 0) return absl::OkStatus();
   if (size_ == 1) {
-    if (in != out)
-      std::memcpy(out, in, bytes);
+    if (in != out) std::memcpy(out, in, bytes);
     return absl::OkStatus();
   }
   if (algorithm == AllReduceAlgorithm::kAuto) {
-    algorithm = bytes <= small_message_bytes_
-                    ? AllReduceAlgorithm::kRecursiveDoubling
-                    : AllReduceAlgorithm::kRing;
+    algorithm = bytes <= small_message_bytes_ ? AllReduceAlgorithm::kRecursiveDoubling
+                                              : AllReduceAlgorithm::kRing;
   }
   const kernels::ReduceKind kind = KindOf(op);
-  RM_RETURN_IF_ERROR(
-      algorithm == AllReduceAlgorithm::kRing
-          ? RingAllReduce(in, out, count, type, kind, deadline)
-          : RecursiveDoublingAllReduce(in, out, count, type, kind, deadline));
-  if (op == ReduceOp::kAvg)
-    kernels::DivideBy(type, out, count, size_);
+  RM_RETURN_IF_ERROR(algorithm == AllReduceAlgorithm::kRing
+                         ? RingAllReduce(in, out, count, type, kind, deadline)
+                         : RecursiveDoublingAllReduce(in, out, count, type, kind, deadline));
+  if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, size_);
   return absl::OkStatus();
 }
 
-absl::Status TcpCommunicator::RingAllReduce(const char *send, char *recv,
-                                            size_t count, DataType type,
-                                            kernels::ReduceKind reduce,
+absl::Status TcpCommunicator::RingAllReduce(const char* send, char* recv, size_t count,
+                                            DataType type, kernels::ReduceKind reduce,
                                             absl::Time deadline) {
   const int n = size_, r = rank_;
   const Chunks chunks{count / n, count % n, DataTypeSize(type)};
@@ -634,33 +556,30 @@ absl::Status TcpCommunicator::RingAllReduce(const char *send, char *recv,
   // chunk r-t-1.
   for (int t = 0; t < n - 1; ++t) {
     int sc = Mod(r - t, n), rc = Mod(r - t - 1, n);
-    const char *from = (t == 0 ? send : recv) + chunks.Offset(sc);
+    const char* from = (t == 0 ? send : recv) + chunks.Offset(sc);
     out.pieces.push_back(SendPiece{from, chunks.Bytes(sc)});
-    in.pieces.push_back(RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc),
-                                  send + chunks.Offset(rc)});
+    in.pieces.push_back(
+        RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc), send + chunks.Offset(rc)});
   }
   // All-gather: step t forwards chunk r+1-t, fully reduced, and receives chunk
   // r-t.
   for (int t = 0; t < n - 1; ++t) {
     int sc = Mod(r + 1 - t, n), rc = Mod(r - t, n);
     out.pieces.push_back(SendPiece{recv + chunks.Offset(sc), chunks.Bytes(sc)});
-    in.pieces.push_back(
-        RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc), nullptr});
+    in.pieces.push_back(RecvPiece{recv + chunks.Offset(rc), chunks.Bytes(rc), nullptr});
   }
   return Run(OpKind::kAllReduce, type, reduce, &out, 1, &in, 1, deadline);
 }
 
-absl::Status TcpCommunicator::RecursiveDoublingAllReduce(
-    const char *send, char *recv, size_t count, DataType type,
-    kernels::ReduceKind reduce, absl::Time deadline) {
+absl::Status TcpCommunicator::RecursiveDoublingAllReduce(const char* send, char* recv, size_t count,
+                                                         DataType type, kernels::ReduceKind reduce,
+                                                         absl::Time deadline) {
   const int n = size_, r = rank_;
   const size_t bytes = count * DataTypeSize(type);
-  if (send != recv)
-    std::memcpy(recv, send, bytes);
-  char *tmp = Scratch(bytes);
+  if (send != recv) std::memcpy(recv, send, bytes);
+  char* tmp = Scratch(bytes);
   int pow2 = 1;
-  while (pow2 * 2 <= n)
-    pow2 *= 2;
+  while (pow2 * 2 <= n) pow2 *= 2;
   const int extra = n - pow2;
 
   // Fold: among the first 2*extra ranks, even ones hand their data to the next
@@ -669,14 +588,12 @@ absl::Status TcpCommunicator::RecursiveDoublingAllReduce(
   if (r < 2 * extra) {
     if (r % 2 == 0) {
       SendStream s{r + 1, {SendPiece{recv, bytes}}};
-      RM_RETURN_IF_ERROR(
-          Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
+      RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
       RecvStream v{r + 1, {RecvPiece{recv, bytes, nullptr}}};
       return Run(OpKind::kAllReduce, type, reduce, nullptr, 0, &v, 1, deadline);
     }
     RecvStream v{r - 1, {RecvPiece{recv, bytes, recv}}};
-    RM_RETURN_IF_ERROR(
-        Run(OpKind::kAllReduce, type, reduce, nullptr, 0, &v, 1, deadline));
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, nullptr, 0, &v, 1, deadline));
     vrank = r / 2;
   } else {
     vrank = r - extra;
@@ -686,16 +603,14 @@ absl::Status TcpCommunicator::RecursiveDoublingAllReduce(
     int peer = vpeer < extra ? 2 * vpeer + 1 : vpeer + extra;
     SendStream s{peer, {SendPiece{recv, bytes}}};
     RecvStream v{peer, {RecvPiece{tmp, bytes, nullptr}}};
-    RM_RETURN_IF_ERROR(
-        Run(OpKind::kAllReduce, type, reduce, &s, 1, &v, 1, deadline));
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, &v, 1, deadline));
     // Both sides compute the same commutative op, so every rank ends
     // bit-identical.
     kernels::Reduce(type, reduce, recv, recv, tmp, count);
   }
   if (r < 2 * extra) {
     SendStream s{r - 1, {SendPiece{recv, bytes}}};
-    RM_RETURN_IF_ERROR(
-        Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
+    RM_RETURN_IF_ERROR(Run(OpKind::kAllReduce, type, reduce, &s, 1, nullptr, 0, deadline));
   }
   return absl::OkStatus();
 }
@@ -703,25 +618,20 @@ absl::Status TcpCommunicator::RecursiveDoublingAllReduce(
 // ---------------------------------------------------------------------------------------
 // All-gather and reduce-scatter: the two halves of the ring.
 
-absl::Status TcpCommunicator::AllGather(const void *send, void *recv,
-                                        size_t count, DataType type,
+absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
                                         absl::Time deadline) {
   return Guarded(OpKind::kAllGather, [&]() -> absl::Status {
     return Staged(
-        send, count * DataTypeSize(type), recv,
-        count * DataTypeSize(type) * size_,
-        [&](const void *send, void *recv) -> absl::Status {
+        send, count * DataTypeSize(type), recv, count * DataTypeSize(type) * size_,
+        [&](const void* send, void* recv) -> absl::Status {
           RM_RETURN_IF_ERROR(ValidateType("AllGather", type));
           RM_RETURN_IF_ERROR(ValidateBuffers("AllGather", send, recv, count));
-          if (count == 0)
-            return absl::OkStatus();
+          if (count == 0) return absl::OkStatus();
           const int n = size_, r = rank_;
           const size_t bytes = count * DataTypeSize(type);
-          char *out = static_cast<char *>(recv);
-          if (send != out + r * bytes)
-            std::memcpy(out + r * bytes, send, bytes);
-          if (n == 1)
-            return absl::OkStatus();
+          char* out = static_cast<char*>(recv);
+          if (send != out + r * bytes) std::memcpy(out + r * bytes, send, bytes);
+          if (n == 1) return absl::OkStatus();
           SendStream s;
           s.peer = Mod(r + 1, n);
           s.gate = 0;
@@ -730,89 +640,73 @@ absl::Status TcpCommunicator::AllGather(const void *send, void *recv,
           v.peer = Mod(r - 1, n);
           for (int t = 0; t < n - 1; ++t) {
             s.pieces.push_back(SendPiece{out + Mod(r - t, n) * bytes, bytes});
-            v.pieces.push_back(
-                RecvPiece{out + Mod(r - t - 1, n) * bytes, bytes, nullptr});
+            v.pieces.push_back(RecvPiece{out + Mod(r - t - 1, n) * bytes, bytes, nullptr});
           }
-          return Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s, 1,
-                     &v, 1, deadline);
+          return Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s, 1, &v, 1, deadline);
         });
   });
 }
 
-absl::Status TcpCommunicator::ReduceScatter(const void *send, void *recv,
-                                            size_t count, DataType type,
-                                            ReduceOp op, absl::Time deadline) {
+absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                            DataType type, ReduceOp op, absl::Time deadline) {
   return Guarded(OpKind::kReduceScatter, [&]() -> absl::Status {
-    return Staged(
-        send, count * DataTypeSize(type) * size_, recv,
-        count * DataTypeSize(type),
-        [&](const void *send, void *recv) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("ReduceScatter", type));
-          RM_RETURN_IF_ERROR(ValidateOp("ReduceScatter", op));
-          RM_RETURN_IF_ERROR(
-              ValidateBuffers("ReduceScatter", send, recv, count));
-          if (count == 0)
-            return absl::OkStatus();
-          const int n = size_, r = rank_;
-          const size_t bytes = count * DataTypeSize(type);
-          const char *in = static_cast<const char *>(send);
-          char *out = static_cast<char *>(recv);
-          if (n == 1) {
-            if (in != out)
-              std::memcpy(out, in, bytes);
-          } else {
-            // Partial sums of the chunks this rank forwards live in scratch
-            // until sent; the last step reduces straight into the caller's
-            // buffer.
-            char *partial = Scratch(bytes * n);
-            SendStream s;
-            s.peer = Mod(r + 1, n);
-            s.gate = 0;
-            s.gate_offset = bytes;
-            RecvStream v;
-            v.peer = Mod(r - 1, n);
-            for (int t = 0; t < n - 1; ++t) {
-              int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
-              s.pieces.push_back(
-                  SendPiece{(t == 0 ? in : partial) + sc * bytes, bytes});
-              char *dst = t == n - 2 ? out : partial + rc * bytes;
-              v.pieces.push_back(RecvPiece{dst, bytes, in + rc * bytes});
-            }
-            RM_RETURN_IF_ERROR(Run(OpKind::kReduceScatter, type, KindOf(op), &s,
-                                   1, &v, 1, deadline));
-          }
-          if (op == ReduceOp::kAvg)
-            kernels::DivideBy(type, out, count, n);
-          return absl::OkStatus();
-        });
+    return Staged(send, count * DataTypeSize(type) * size_, recv, count * DataTypeSize(type),
+                  [&](const void* send, void* recv) -> absl::Status {
+                    RM_RETURN_IF_ERROR(ValidateType("ReduceScatter", type));
+                    RM_RETURN_IF_ERROR(ValidateOp("ReduceScatter", op));
+                    RM_RETURN_IF_ERROR(ValidateBuffers("ReduceScatter", send, recv, count));
+                    if (count == 0) return absl::OkStatus();
+                    const int n = size_, r = rank_;
+                    const size_t bytes = count * DataTypeSize(type);
+                    const char* in = static_cast<const char*>(send);
+                    char* out = static_cast<char*>(recv);
+                    if (n == 1) {
+                      if (in != out) std::memcpy(out, in, bytes);
+                    } else {
+                      // Partial sums of the chunks this rank forwards live in scratch
+                      // until sent; the last step reduces straight into the caller's
+                      // buffer.
+                      char* partial = Scratch(bytes * n);
+                      SendStream s;
+                      s.peer = Mod(r + 1, n);
+                      s.gate = 0;
+                      s.gate_offset = bytes;
+                      RecvStream v;
+                      v.peer = Mod(r - 1, n);
+                      for (int t = 0; t < n - 1; ++t) {
+                        int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
+                        s.pieces.push_back(SendPiece{(t == 0 ? in : partial) + sc * bytes, bytes});
+                        char* dst = t == n - 2 ? out : partial + rc * bytes;
+                        v.pieces.push_back(RecvPiece{dst, bytes, in + rc * bytes});
+                      }
+                      RM_RETURN_IF_ERROR(
+                          Run(OpKind::kReduceScatter, type, KindOf(op), &s, 1, &v, 1, deadline));
+                    }
+                    if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, n);
+                    return absl::OkStatus();
+                  });
   });
 }
 
 // ---------------------------------------------------------------------------------------
 // Broadcast, point to point, barrier.
 
-absl::Status TcpCommunicator::Broadcast(const void *send, void *recv,
-                                        size_t count, DataType type, int root,
-                                        absl::Time deadline) {
+absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                        int root, absl::Time deadline) {
   return Guarded(OpKind::kBroadcast, [&]() -> absl::Status {
     return Staged(
-        send, rank_ == root ? count * DataTypeSize(type) : 0, recv,
-        count * DataTypeSize(type),
-        [&](const void *send, void *recv) -> absl::Status {
+        send, rank_ == root ? count * DataTypeSize(type) : 0, recv, count * DataTypeSize(type),
+        [&](const void* send, void* recv) -> absl::Status {
           RM_RETURN_IF_ERROR(ValidateType("Broadcast", type));
+          RM_RETURN_IF_ERROR(ValidatePeer("Broadcast", "root", root, rank_, size_, true));
           RM_RETURN_IF_ERROR(
-              ValidatePeer("Broadcast", "root", root, rank_, size_, true));
-          RM_RETURN_IF_ERROR(ValidateBuffers(
-              "Broadcast", rank_ == root ? send : recv, recv, count));
-          if (count == 0)
-            return absl::OkStatus();
+              ValidateBuffers("Broadcast", rank_ == root ? send : recv, recv, count));
+          if (count == 0) return absl::OkStatus();
           const int n = size_, r = rank_;
           const size_t bytes = count * DataTypeSize(type);
-          char *buf = static_cast<char *>(recv);
-          if (r == root && send != recv)
-            std::memcpy(buf, send, bytes);
-          if (n == 1)
-            return absl::OkStatus();
+          char* buf = static_cast<char*>(recv);
+          if (r == root && send != recv) std::memcpy(buf, send, bytes);
+          if (n == 1) return absl::OkStatus();
           const int vr = Mod(r - root, n);
           const auto kind = kernels::ReduceKind::kSum;
           if (bytes > small_message_bytes_) {
@@ -824,12 +718,9 @@ absl::Status TcpCommunicator::Broadcast(const void *send, void *recv,
             RecvStream v;
             v.peer = Mod(r - 1, n);
             v.pieces.push_back(RecvPiece{buf, bytes, nullptr});
-            if (vr == 0)
-              return Run(OpKind::kBroadcast, type, kind, &s, 1, nullptr, 0,
-                         deadline);
+            if (vr == 0) return Run(OpKind::kBroadcast, type, kind, &s, 1, nullptr, 0, deadline);
             if (vr == n - 1)
-              return Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1,
-                         deadline);
+              return Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline);
             s.gate = 0;
             return Run(OpKind::kBroadcast, type, kind, &s, 1, &v, 1, deadline);
           }
@@ -837,10 +728,8 @@ absl::Status TcpCommunicator::Broadcast(const void *send, void *recv,
           int mask = 1;
           while (mask < n) {
             if (vr & mask) {
-              RecvStream v{Mod(vr - mask + root, n),
-                           {RecvPiece{buf, bytes, nullptr}}};
-              RM_RETURN_IF_ERROR(Run(OpKind::kBroadcast, type, kind, nullptr, 0,
-                                     &v, 1, deadline));
+              RecvStream v{Mod(vr - mask + root, n), {RecvPiece{buf, bytes, nullptr}}};
+              RM_RETURN_IF_ERROR(Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline));
               break;
             }
             mask <<= 1;
@@ -848,54 +737,44 @@ absl::Status TcpCommunicator::Broadcast(const void *send, void *recv,
           absl::InlinedVector<SendStream, 8> sends;
           for (mask >>= 1; mask > 0; mask >>= 1) {
             if (vr + mask < n)
-              sends.push_back(SendStream{Mod(vr + mask + root, n),
-                                         {SendPiece{buf, bytes}}});
+              sends.push_back(SendStream{Mod(vr + mask + root, n), {SendPiece{buf, bytes}}});
           }
-          if (sends.empty())
-            return absl::OkStatus();
-          return Run(OpKind::kBroadcast, type, kind, sends.data(),
-                     static_cast<int>(sends.size()), nullptr, 0, deadline);
-        });
-  });
-}
-
-absl::Status TcpCommunicator::Send(const void *buf, size_t count, DataType type,
-                                   int peer, absl::Time deadline) {
-  return Guarded(OpKind::kSend, [&]() -> absl::Status {
-    return Staged(
-        buf, count * DataTypeSize(type), nullptr, 0,
-        [&](const void *buf, void *) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("Send", type));
-          RM_RETURN_IF_ERROR(
-              ValidatePeer("Send", "peer", peer, rank_, size_, false));
-          RM_RETURN_IF_ERROR(ValidateBuffers("Send", buf, buf, count));
-          SendStream s{peer,
-                       {SendPiece{static_cast<const char *>(buf),
-                                  count * DataTypeSize(type)}}};
-          return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &s, 1,
+          if (sends.empty()) return absl::OkStatus();
+          return Run(OpKind::kBroadcast, type, kind, sends.data(), static_cast<int>(sends.size()),
                      nullptr, 0, deadline);
         });
   });
 }
 
-absl::Status TcpCommunicator::Recv(void *buf, size_t count, DataType type,
-                                   int peer, absl::Time deadline) {
+absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  return Guarded(OpKind::kSend, [&]() -> absl::Status {
+    return Staged(
+        buf, count * DataTypeSize(type), nullptr, 0, [&](const void* buf, void*) -> absl::Status {
+          RM_RETURN_IF_ERROR(ValidateType("Send", type));
+          RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
+          RM_RETURN_IF_ERROR(ValidateBuffers("Send", buf, buf, count));
+          SendStream s{peer,
+                       {SendPiece{static_cast<const char*>(buf), count * DataTypeSize(type)}}};
+          return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &s, 1, nullptr, 0, deadline);
+        });
+  });
+}
+
+absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
   return Guarded(OpKind::kRecv, [&]() -> absl::Status {
     return Staged(
-        nullptr, 0, buf, count * DataTypeSize(type),
-        [&](const void *, void *buf) -> absl::Status {
+        nullptr, 0, buf, count * DataTypeSize(type), [&](const void*, void* buf) -> absl::Status {
           RM_RETURN_IF_ERROR(ValidateType("Recv", type));
-          RM_RETURN_IF_ERROR(
-              ValidatePeer("Recv", "peer", peer, rank_, size_, false));
+          RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
           RM_RETURN_IF_ERROR(ValidateBuffers("Recv", buf, buf, count));
           RecvStream v{peer,
-                       {RecvPiece{static_cast<char *>(buf),
-                                  count * DataTypeSize(type), nullptr}}};
+                       {RecvPiece{static_cast<char*>(buf), count * DataTypeSize(type), nullptr}}};
           // Messages carry the sender's op kind: a Recv matches the peer's
           // Send.
-          return tcp::RunStreams(engine_options_, OpKind::kSend, type,
-                                 kernels::ReduceKind::kSum, nullptr, 0, &v, 1,
-                                 deadline, &op_traffic_);
+          return tcp::RunStreams(engine_options_, OpKind::kSend, type, kernels::ReduceKind::kSum,
+                                 nullptr, 0, &v, 1, deadline, &op_traffic_);
         });
   });
 }
@@ -906,12 +785,11 @@ absl::Status TcpCommunicator::Barrier(absl::Time deadline) {
     for (int k = 1; k < n; k <<= 1) {
       SendStream s{Mod(r + k, n), {}};
       RecvStream v{Mod(r - k, n), {}};
-      RM_RETURN_IF_ERROR(Run(OpKind::kBarrier, DataType::kUint8,
-                             kernels::ReduceKind::kSum, &s, 1, &v, 1,
-                             deadline));
+      RM_RETURN_IF_ERROR(Run(OpKind::kBarrier, DataType::kUint8, kernels::ReduceKind::kSum, &s, 1,
+                             &v, 1, deadline));
     }
     return absl::OkStatus();
   });
 }
 
-} // namespace ringmaster::comm
+}  // namespace ringmaster::comm

@@ -92,18 +92,17 @@ class TcpCommunicator final : public Communicator {
   int size() const override { return size_; }
   absl::string_view backend() const override { return "tcp"; }
 
-  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op, absl::Time deadline) override;
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         absl::Time deadline) override;
   absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
                          absl::Time deadline) override;
-  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type,
-                             ReduceOp op, absl::Time deadline) override;
+  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                             absl::Time deadline) override;
   absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                          absl::Time deadline) override;
   absl::Status Send(const void* buf, size_t count, DataType type, int peer,
                     absl::Time deadline) override;
-  absl::Status Recv(void* buf, size_t count, DataType type, int peer,
-                    absl::Time deadline) override;
+  absl::Status Recv(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
   absl::Status Barrier(absl::Time deadline) override;
   void Abort() override;
   absl::Status GetAsyncError() const override;
@@ -126,21 +125,18 @@ class TcpCommunicator final : public Communicator {
   // Common wrapper: checks health, times the op, updates counters, breaks on error.
   template <typename Fn>
   absl::Status Guarded(OpKind kind, Fn&& fn);
-  absl::Status Run(OpKind kind, DataType type, kernels::ReduceKind reduce,
-                   tcp::SendStream* sends, int num_sends, tcp::RecvStream* recvs,
-                   int num_recvs, absl::Time deadline);
+  absl::Status Run(OpKind kind, DataType type, kernels::ReduceKind reduce, tcp::SendStream* sends,
+                   int num_sends, tcp::RecvStream* recvs, int num_recvs, absl::Time deadline);
   char* Scratch(size_t bytes);
   // Calls fn(host_send, host_recv). CUDA device buffers are first copied into host
   // staging buffers (keeping in-place layouts in place), and the result copied back.
   template <typename Fn>
-  absl::Status Staged(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-                      Fn&& fn);
+  absl::Status Staged(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, Fn&& fn);
 
   absl::Status RingAllReduce(const char* send, char* recv, size_t count, DataType type,
                              kernels::ReduceKind reduce, absl::Time deadline);
-  absl::Status RecursiveDoublingAllReduce(const char* send, char* recv, size_t count,
-                                          DataType type, kernels::ReduceKind reduce,
-                                          absl::Time deadline);
+  absl::Status RecursiveDoublingAllReduce(const char* send, char* recv, size_t count, DataType type,
+                                          kernels::ReduceKind reduce, absl::Time deadline);
   absl::Status AllReduceImpl(AllReduceAlgorithm algorithm, const void* send, void* recv,
                              size_t count, DataType type, ReduceOp op, absl::Time deadline);
 
@@ -156,7 +152,7 @@ class TcpCommunicator final : public Communicator {
   tcp::Fd abort_event_;
   std::atomic<bool> aborted_{false};
   tcp::EngineOptions engine_options_;
-  tcp::Traffic op_traffic_;  // payload moved by the operation in progress
+  tcp::Traffic op_traffic_;    // payload moved by the operation in progress
   std::vector<char> scratch_;  // op-local scratch (grow-only)
   std::vector<char> segment_scratch_;
   std::vector<char> staging_send_, staging_recv_;  // host copies of device buffers

@@ -31,26 +31,75 @@ class Buffer {
   double Get(size_t i) const {
     const char* p = bytes_.data() + i * DataTypeSize(type_);
     switch (type_) {
-      case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-      case DataType::kUint8: return static_cast<uint8_t>(*p);
-      case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return kernels::BFloat16ToFloat(v); }
-      case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return kernels::Float16ToFloat(v); }
+      case DataType::kFloat32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kFloat64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
+      case DataType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kInt64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
+      case DataType::kUint8:
+        return static_cast<uint8_t>(*p);
+      case DataType::kBFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return kernels::BFloat16ToFloat(v);
+      }
+      case DataType::kFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return kernels::Float16ToFloat(v);
+      }
     }
     return 0;
   }
   void Set(size_t i, double x) {
     char* p = bytes_.data() + i * DataTypeSize(type_);
     switch (type_) {
-      case DataType::kFloat32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
-      case DataType::kFloat64: std::memcpy(p, &x, 8); return;
-      case DataType::kInt32: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); return; }
-      case DataType::kInt64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
-      case DataType::kUint8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(x) & 0xff)); return;
-      case DataType::kBFloat16: { uint16_t v = kernels::FloatToBFloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-      case DataType::kFloat16: { uint16_t v = kernels::FloatToFloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
+      case DataType::kFloat32: {
+        float v = static_cast<float>(x);
+        std::memcpy(p, &v, 4);
+        return;
+      }
+      case DataType::kFloat64:
+        std::memcpy(p, &x, 8);
+        return;
+      case DataType::kInt32: {
+        int32_t v = static_cast<int32_t>(x);
+        std::memcpy(p, &v, 4);
+        return;
+      }
+      case DataType::kInt64: {
+        int64_t v = static_cast<int64_t>(x);
+        std::memcpy(p, &v, 8);
+        return;
+      }
+      case DataType::kUint8:
+        *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(x) & 0xff));
+        return;
+      case DataType::kBFloat16: {
+        uint16_t v = kernels::FloatToBFloat16(static_cast<float>(x));
+        std::memcpy(p, &v, 2);
+        return;
+      }
+      case DataType::kFloat16: {
+        uint16_t v = kernels::FloatToFloat16(static_cast<float>(x));
+        std::memcpy(p, &v, 2);
+        return;
+      }
     }
   }
 
@@ -78,10 +127,19 @@ double Expected(int world, size_t i, ReduceOp op, DataType type) {
     double x = Input(r, i, op, type);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc += x; break;
-      case ReduceOp::kProd: acc *= x; iacc *= static_cast<int64_t>(x); break;
-      case ReduceOp::kMin: acc = std::min(acc, x); break;
-      case ReduceOp::kMax: acc = std::max(acc, x); break;
+      case ReduceOp::kAvg:
+        acc += x;
+        break;
+      case ReduceOp::kProd:
+        acc *= x;
+        iacc *= static_cast<int64_t>(x);
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, x);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, x);
+        break;
     }
   }
   if (type == DataType::kUint8 && op == ReduceOp::kProd) return static_cast<double>(iacc & 0xff);
@@ -111,8 +169,8 @@ absl::Status CheckAllReduce(TcpCommunicator& comm, DataType type, ReduceOp op, s
   Buffer& dst = in_place ? in : out;
   absl::Status s = comm.AllReduceWith(algo, in.data(), dst.data(), count, type, op, deadline);
   std::string what = What("AllReduce", type, count,
-                          absl::StrCat(ReduceOpName(op), in_place ? " in place" : "",
-                                       " algorithm ", static_cast<int>(algo)));
+                          absl::StrCat(ReduceOpName(op), in_place ? " in place" : "", " algorithm ",
+                                       static_cast<int>(algo)));
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   for (size_t i = 0; i < count; ++i) {
     double want = Expected(n, i, op, type);
@@ -124,8 +182,8 @@ absl::Status CheckAllReduce(TcpCommunicator& comm, DataType type, ReduceOp op, s
   return absl::OkStatus();
 }
 
-absl::Status CheckReduceScatter(TcpCommunicator& comm, DataType type, ReduceOp op,
-                                size_t count, bool in_place, absl::Time deadline) {
+absl::Status CheckReduceScatter(TcpCommunicator& comm, DataType type, ReduceOp op, size_t count,
+                                bool in_place, absl::Time deadline) {
   const int n = comm.size(), r = comm.rank();
   Buffer in(type, count * n), out(type, count);
   for (size_t i = 0; i < count * n; ++i) in.Set(i, Input(r, i, op, type));
@@ -140,8 +198,8 @@ absl::Status CheckReduceScatter(TcpCommunicator& comm, DataType type, ReduceOp o
     double want = Expected(n, r * count + i, op, type);
     double got = in_place ? in.Get(r * count + i) : dst->Get(i);
     if (!Close(got, want, type, op)) {
-      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", got,
-                                              ", expected ", want, " (rank ", r, ")"));
+      return absl::InternalError(
+          absl::StrCat(what, ": element ", i, " is ", got, ", expected ", want, " (rank ", r, ")"));
     }
   }
   return absl::OkStatus();
@@ -165,9 +223,9 @@ absl::Status CheckAllGather(TcpCommunicator& comm, DataType type, size_t count, 
       Buffer one(type, 1);
       one.Set(0, Input(p, i, ReduceOp::kSum, type));
       if (out.Get(p * count + i) != one.Get(0)) {
-        return absl::InternalError(absl::StrCat(what, ": block of rank ", p, " element ", i,
-                                                " is ", out.Get(p * count + i), ", expected ",
-                                                one.Get(0), " (rank ", r, ")"));
+        return absl::InternalError(absl::StrCat(what, ": block of rank ", p, " element ", i, " is ",
+                                                out.Get(p * count + i), ", expected ", one.Get(0),
+                                                " (rank ", r, ")"));
       }
     }
   }
@@ -183,10 +241,10 @@ absl::Status CheckBroadcast(TcpCommunicator& comm, DataType type, size_t count, 
     out.Set(i, 77);
   }
   Buffer& dst = in_place ? in : out;
-  absl::Status s = comm.Broadcast(r == root ? in.data() : nullptr, dst.data(), count, type,
-                                  root, deadline);
-  std::string what = What("Broadcast", type, count,
-                          absl::StrCat("root ", root, in_place ? " in place" : ""));
+  absl::Status s =
+      comm.Broadcast(r == root ? in.data() : nullptr, dst.data(), count, type, root, deadline);
+  std::string what =
+      What("Broadcast", type, count, absl::StrCat("root ", root, in_place ? " in place" : ""));
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   for (size_t i = 0; i < count; ++i) {
     Buffer one(type, 1);
@@ -202,7 +260,7 @@ absl::Status CheckBroadcast(TcpCommunicator& comm, DataType type, size_t count, 
 // Counts including the edge cases: 0, fewer elements than ranks, not divisible by the
 // world size, and sizes on both sides of the small-message threshold.
 std::vector<size_t> Counts(int n) {
-  return {0, 1, static_cast<size_t>(n > 1 ? n - 1 : 2), static_cast<size_t>(n + 1), 1000,
+  return {0,     1,     static_cast<size_t>(n > 1 ? n - 1 : 2), static_cast<size_t>(n + 1), 1000,
           40003, 150001};
 }
 
@@ -244,9 +302,8 @@ TEST_P(EveryOperation, MatchesIndependentReference) {
   MultiProcOptions options;
   options.world_size = GetParam();
   options.timeout = absl::Minutes(8);
-  auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) {
-    return RunMatrix(comm);
-  });
+  auto results =
+      RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) { return RunMatrix(comm); });
   for (int r = 0; r < GetParam(); ++r) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   }
@@ -265,12 +322,13 @@ TEST(TcpCommunicator, SendRecvAndBarrier) {
     std::vector<int64_t> token(1000);
     for (int lap = 0; lap < 2; ++lap) {
       if (r != 0 || lap > 0) {
-        absl::Status s = comm.Recv(token.data(), token.size(), DataType::kInt64, (r + n - 1) % n,
-                                   deadline);
+        absl::Status s =
+            comm.Recv(token.data(), token.size(), DataType::kInt64, (r + n - 1) % n, deadline);
         if (!s.ok()) return s;
       }
       for (auto& t : token) t += r + 1;
-      absl::Status s = comm.Send(token.data(), token.size(), DataType::kInt64, (r + 1) % n, deadline);
+      absl::Status s =
+          comm.Send(token.data(), token.size(), DataType::kInt64, (r + 1) % n, deadline);
       if (!s.ok()) return s;
     }
     if (r == 0) {
@@ -309,8 +367,8 @@ TEST(TcpCommunicator, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
       double ideal = 2.0 * (n - 1) / n * count * 4;
       // Chunk rounding: chunks differ by at most one element, two chunks are skipped.
       if (std::fabs(sent - ideal) > 2 * 4 || std::fabs(received - ideal) > 2 * 4) {
-        return absl::InternalError(absl::StrCat("sent ", sent, " received ", received,
-                                                " bytes, expected ", ideal));
+        return absl::InternalError(
+            absl::StrCat("sent ", sent, " received ", received, " bytes, expected ", ideal));
       }
       if (c.calls != 1 || c.errors != 0 || c.time <= absl::ZeroDuration()) {
         return absl::InternalError("counters did not record the call");
@@ -319,8 +377,8 @@ TEST(TcpCommunicator, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
       return absl::OkStatus();
     });
     for (int r = 0; r < n; ++r) {
-      EXPECT_TRUE(results[r].status.ok()) << "world " << n << " rank " << r << ": "
-                                          << results[r].status;
+      EXPECT_TRUE(results[r].status.ok())
+          << "world " << n << " rank " << r << ": " << results[r].status;
     }
   }
 }

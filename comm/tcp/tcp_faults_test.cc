@@ -85,34 +85,35 @@ TEST(TcpFaults, StoppedRankMakesTheOthersMissTheirDeadline) {
 TEST(TcpFaults, AbortFromAnotherThreadUnblocksAndBreaksTheCommunicator) {
   MultiProcOptions options;
   options.world_size = 2;
-  auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration* elapsed)
-                                       -> absl::Status {
-    const absl::Time far = absl::Now() + absl::Seconds(60);
-    std::vector<float> buf(1 << 20, 1.0f);
-    if (comm.rank() == 1) {
-      // Never joins the all-reduce: rank 0 blocks until its own Abort().
-      absl::SleepFor(absl::Seconds(1));
-      return absl::OkStatus();
-    }
-    std::thread aborter([&comm] {
-      absl::SleepFor(absl::Milliseconds(100));
-      comm.Abort();
-      comm.Abort();  // idempotent
-    });
-    absl::Time start = absl::Now();
-    absl::Status s = comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
-                                    ReduceOp::kSum, far);
-    *elapsed = absl::Now() - start;
-    aborter.join();
-    if (!absl::IsAborted(s)) return absl::InternalError(absl::StrCat("got ", s.ToString()));
-    if (*elapsed > absl::Seconds(5)) return absl::InternalError("abort was not prompt");
-    absl::Status later = comm.Barrier(far);
-    if (!absl::IsAborted(later) || !absl::IsAborted(comm.GetAsyncError())) {
-      return absl::InternalError(absl::StrCat("after abort: ", later.ToString()));
-    }
-    return absl::OkStatus();
-  });
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
+  auto results =
+      RunRanks(options, [](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
+        const absl::Time far = absl::Now() + absl::Seconds(60);
+        std::vector<float> buf(1 << 20, 1.0f);
+        if (comm.rank() == 1) {
+          // Never joins the all-reduce: rank 0 blocks until its own Abort().
+          absl::SleepFor(absl::Seconds(1));
+          return absl::OkStatus();
+        }
+        std::thread aborter([&comm] {
+          absl::SleepFor(absl::Milliseconds(100));
+          comm.Abort();
+          comm.Abort();  // idempotent
+        });
+        absl::Time start = absl::Now();
+        absl::Status s = comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                                        ReduceOp::kSum, far);
+        *elapsed = absl::Now() - start;
+        aborter.join();
+        if (!absl::IsAborted(s)) return absl::InternalError(absl::StrCat("got ", s.ToString()));
+        if (*elapsed > absl::Seconds(5)) return absl::InternalError("abort was not prompt");
+        absl::Status later = comm.Barrier(far);
+        if (!absl::IsAborted(later) || !absl::IsAborted(comm.GetAsyncError())) {
+          return absl::InternalError(absl::StrCat("after abort: ", later.ToString()));
+        }
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
 }
 
 TEST(TcpFaults, MismatchedCollectivesAreReportedNotHung) {
@@ -160,9 +161,8 @@ TcpCommunicatorOptions Options(Store* store, const std::string& prefix, int rank
 TEST(TcpBootstrap, PeerOfAnotherCommunicatorIsRejectedOnBothSides) {
   auto store = NewStore();
   absl::Status a0_status;
-  std::thread a0([&] {
-    a0_status = TcpCommunicator::Create(Options(store.get(), "job-a", 0, 2)).status();
-  });
+  std::thread a0(
+      [&] { a0_status = TcpCommunicator::Create(Options(store.get(), "job-a", 0, 2)).status(); });
   // Point communicator B's rank 0 at A's rank 0, as a stale store entry would.
   auto address = store->Get("job-a/rank-0/addr", absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(address.ok()) << address.status();
@@ -217,7 +217,8 @@ TEST(TcpBootstrap, GarbledHandshakeIsRejectedWithAReason) {
   ASSERT_TRUE(fd.ok()) << fd.status();
   char garbage[32];
   memset(garbage, 'x', sizeof(garbage));
-  ASSERT_TRUE(tcp::WriteFull(fd->get(), garbage, sizeof(garbage), absl::Now() + absl::Seconds(1)).ok());
+  ASSERT_TRUE(
+      tcp::WriteFull(fd->get(), garbage, sizeof(garbage), absl::Now() + absl::Seconds(1)).ok());
   char reply[192];
   ASSERT_TRUE(tcp::ReadFull(fd->get(), reply, sizeof(reply), absl::Now() + absl::Seconds(2)).ok());
   EXPECT_NE(std::string(reply + 8).find("garbled handshake"), std::string::npos) << reply + 8;

@@ -145,9 +145,8 @@ std::vector<RankResult> RunRanks(const MultiProcOptions& options, const RankFn& 
       kill(pids[rank], SIGKILL);
       waitpid(pids[rank], &status, 0);
     }
-    results[rank].exit_detail = WIFSIGNALED(status)
-                                    ? absl::StrCat("signal ", WTERMSIG(status))
-                                    : absl::StrCat("exit ", WEXITSTATUS(status));
+    results[rank].exit_detail = WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
+                                                    : absl::StrCat("exit ", WEXITSTATUS(status));
     close(report_fds[rank]);
   }
   return results;

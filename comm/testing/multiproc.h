@@ -20,10 +20,10 @@
 namespace ringmaster::comm::testing {
 
 struct RankResult {
-  bool reported = false;       // the rank returned from its function
-  absl::Status status;         // what it returned
-  absl::Duration elapsed;      // time the function reported it spent in the measured op
-  std::string exit_detail;     // how the process ended ("exit 0", "signal 9", ...)
+  bool reported = false;    // the rank returned from its function
+  absl::Status status;      // what it returned
+  absl::Duration elapsed;   // time the function reported it spent in the measured op
+  std::string exit_detail;  // how the process ended ("exit 0", "signal 9", ...)
 };
 
 struct MultiProcOptions {

@@ -21,8 +21,7 @@ bool HasAvx2() {
 }
 }  // namespace
 
-void Reduce(DataType type, ReduceKind kind, void* dst, const void* a, const void* b,
-            size_t count) {
+void Reduce(DataType type, ReduceKind kind, void* dst, const void* a, const void* b, size_t count) {
   if (HasAvx2()) return avx2::Reduce(type, kind, dst, a, b, count);
   generic::Reduce(type, kind, dst, a, b, count);
 }
