@@ -58,7 +58,7 @@ ABSL_FLAG(int64_t, socket_buffer_bytes, 0,
           "SO_SNDBUF/SO_RCVBUF of the data sockets (0 = kernel default)");
 ABSL_FLAG(int64_t, oversubscribed_spin_us, -1,
           "busy-poll microseconds (yielding the core) when ranks outnumber cores; -1 = default");
-ABSL_FLAG(int64_t, segment_bytes, 64 * 1024, "ring pipelining segment size");
+ABSL_FLAG(int64_t, segment_bytes, 256 * 1024, "ring pipelining segment size");
 ABSL_FLAG(int64_t, small_message_bytes,
           static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
           "all-reduce/broadcast sizes at or below this use the latency-optimised algorithms");

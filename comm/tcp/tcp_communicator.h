@@ -62,8 +62,9 @@ struct TcpCommunicatorOptions {
 
   // Tuning. Zero values mean the defaults below.
   size_t small_message_bytes = kDefaultSmallMessageBytes;
-  // Pipelining granularity of the ring and chain (bytes; rounded to 8).
-  size_t segment_bytes = 64 * 1024;
+  // Pipelining granularity of the ring and chain (bytes; rounded to 8). 256 KiB measured
+  // 3-8 % faster than 64 KiB from 16 MiB up (2 ranks); it still fits in L2 with its peers.
+  size_t segment_bytes = 256 * 1024;
   // Socket buffer sizes. 0 (the default) keeps the kernel's autotuning, which measured
   // fastest here: fixed 256 KiB-4 MiB buffers were 10-50 % slower from 1 MiB up.
   int socket_buffer_bytes = 0;
