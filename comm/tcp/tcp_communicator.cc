@@ -632,6 +632,20 @@ absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t cou
           char* out = static_cast<char*>(recv);
           if (send != out + r * bytes) std::memcpy(out + r * bytes, send, bytes);
           if (n == 1) return absl::OkStatus();
+          if ((n & (n - 1)) == 0 && bytes * n <= small_message_bytes_) {
+            // Recursive doubling: log2(n) exchanges of the block gathered so far, which
+            // is contiguous because blocks sit in rank order.
+            for (int mask = 1; mask < n; mask <<= 1) {
+              const int peer = r ^ mask;
+              const size_t mine = static_cast<size_t>(r & ~(mask - 1)) * bytes;
+              const size_t theirs = static_cast<size_t>(peer & ~(mask - 1)) * bytes;
+              SendStream s{peer, {SendPiece{out + mine, bytes * mask}}};
+              RecvStream v{peer, {RecvPiece{out + theirs, bytes * mask, nullptr}}};
+              RM_RETURN_IF_ERROR(Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s,
+                                     1, &v, 1, deadline));
+            }
+            return absl::OkStatus();
+          }
           SendStream s;
           s.peer = Mod(r + 1, n);
           s.gate = 0;

@@ -6,7 +6,9 @@
 //                  the extra ranks in first); larger: ring = reduce-scatter then
 //                  all-gather, one pipelined stream per direction, reduced segment by
 //                  segment as it arrives. Each rank sends 2(N-1)/N of the buffer.
-//   ReduceScatter  the ring's first half.        AllGather   the ring's second half.
+//   ReduceScatter  the ring's first half.
+//   AllGather      the ring's second half; recursive doubling when the world size is a
+//                  power of two and the gathered output ≤ small_message_bytes.
 //   Broadcast      ≤ small_message_bytes: binomial tree; larger: pipelined chain.
 //   Barrier        dissemination (header-only messages).
 //
