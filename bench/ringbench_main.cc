@@ -257,14 +257,14 @@ int CommMain() {
   }
 
   // Table.
-  printf("\n%-15s %5s %8s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90", "algbw GB/s",
-         "busbw GB/s");
+  printf("\n%-15s %5s %8s %11s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90", "max",
+         "algbw GB/s", "busbw GB/s");
   if (!peer_rows.empty()) printf(" %11s %-34s %7s", "best peer", "peer (impl)", "ratio");
   printf("\n");
   for (const Row& r : ours.rows) {
-    printf("%-15s %5d %8s %11s %11s %11.3f %11.3f", std::string(CollectiveName(r.op)).c_str(),
+    printf("%-15s %5d %8s %11s %11s %11s %11.3f %11.3f", std::string(CollectiveName(r.op)).c_str(),
            r.ranks, FormatBytes(r.bytes).c_str(), Time(r.time_us).c_str(), Time(r.p90_us).c_str(),
-           r.algbw_gbps, r.busbw_gbps);
+           Time(r.max_us).c_str(), r.algbw_gbps, r.busbw_gbps);
     if (!peer_rows.empty()) {
       const PeerRow* best = BestPeer(peer_rows, CollectiveName(r.op), r.bytes);
       if (best != nullptr) {
