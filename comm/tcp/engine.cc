@@ -82,6 +82,15 @@ class Engine {
   absl::Status TryRecv(RecvState& st, bool* progressed);
   absl::Status CheckHeader(const RecvState& st) const;
   size_t SendLimit(const SendState& st) const;
+  WireHeader Header(int from_rank, uint64_t seq, uint64_t bytes) const {
+    return WireHeader{kMessageMagic,
+                      static_cast<uint8_t>(kind_),
+                      static_cast<uint8_t>(type_),
+                      static_cast<uint16_t>(from_rank),
+                      seq,
+                      bytes,
+                      0};
+  }
   absl::Status Wait(absl::Time deadline);
   absl::Status DeadlineError() const;
 
@@ -312,13 +321,7 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.recv_fds)[s.peer];
     st.total = TotalBytes(s);
-    st.expect = WireHeader{kMessageMagic,
-                           static_cast<uint8_t>(kind_),
-                           static_cast<uint8_t>(type_),
-                           static_cast<uint16_t>(s.peer),
-                           (*o_.recv_seq)[s.peer]++,
-                           st.total,
-                           0};
+    st.expect = Header(s.peer, (*o_.recv_seq)[s.peer]++, st.total);
     bool reduces = false;
     for (const RecvPiece& p : s.pieces) {
       reduces |= p.other != nullptr && p.bytes > 0;
@@ -336,13 +339,7 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.send_fds)[s.peer];
     st.total = TotalBytes(s);
-    st.header = WireHeader{kMessageMagic,
-                           static_cast<uint8_t>(kind_),
-                           static_cast<uint8_t>(type_),
-                           static_cast<uint16_t>(o_.rank),
-                           (*o_.send_seq)[s.peer]++,
-                           st.total,
-                           0};
+    st.header = Header(o_.rank, (*o_.send_seq)[s.peer]++, st.total);
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     sends_.push_back(st);
   }

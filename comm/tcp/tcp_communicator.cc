@@ -507,26 +507,100 @@ absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t cou
 absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm, const void* send,
                                             void* recv, size_t count, DataType type, ReduceOp op,
                                             absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
   return Guarded(OpKind::kAllReduce, [&] {
-    const size_t bytes = count * DataTypeSize(type);
     return Staged(send, bytes, recv, bytes, [&](const char* s, char* r) {
-      return AllReduceImpl(algorithm, s, r, count, type, op, deadline);
+      return AllReduceHost(algorithm, s, r, count, type, op, deadline);
     });
   });
 }
 
-absl::Status TcpCommunicator::AllReduceImpl(AllReduceAlgorithm algorithm, const void* send,
-                                            void* recv, size_t count, DataType type, ReduceOp op,
+absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
+                                        absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  return Guarded(OpKind::kAllGather, [&] {
+    return Staged(send, bytes, recv, bytes * size_, [&](const char* s, char* r) {
+      return AllGatherHost(s, r, count, type, deadline);
+    });
+  });
+}
+
+absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                            DataType type, ReduceOp op, absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  return Guarded(OpKind::kReduceScatter, [&] {
+    return Staged(send, bytes * size_, recv, bytes, [&](const char* s, char* r) {
+      return ReduceScatterHost(s, r, count, type, op, deadline);
+    });
+  });
+}
+
+absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                        int root, absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  return Guarded(OpKind::kBroadcast, [&] {
+    return Staged(send, rank_ == root ? bytes : 0, recv, bytes, [&](const char* s, char* r) {
+      return BroadcastHost(s, r, count, type, root, deadline);
+    });
+  });
+}
+
+absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  return Guarded(OpKind::kSend, [&] {
+    return Staged(buf, bytes, nullptr, 0, [&](const char* s, char*) -> absl::Status {
+      RM_RETURN_IF_ERROR(ValidateType("Send", type));
+      RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
+      RM_RETURN_IF_ERROR(ValidateBuffers("Send", s, s, count));
+      SendStream stream{peer, {SendPiece{s, bytes}}};
+      return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &stream, 1, nullptr, 0, deadline);
+    });
+  });
+}
+
+absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  return Guarded(OpKind::kRecv, [&] {
+    return Staged(nullptr, 0, buf, bytes, [&](const char*, char* r) -> absl::Status {
+      RM_RETURN_IF_ERROR(ValidateType("Recv", type));
+      RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
+      RM_RETURN_IF_ERROR(ValidateBuffers("Recv", r, r, count));
+      RecvStream stream{peer, {RecvPiece{r, bytes, nullptr}}};
+      // Messages carry the sender's op kind: a Recv matches the peer's Send.
+      return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, nullptr, 0, &stream, 1, deadline);
+    });
+  });
+}
+
+absl::Status TcpCommunicator::Barrier(absl::Time deadline) {
+  return Guarded(OpKind::kBarrier, [&]() -> absl::Status {
+    // Dissemination: in round k every rank signals rank + 2^k and hears from rank - 2^k.
+    const int n = size_, r = rank_;
+    for (int k = 1; k < n; k <<= 1) {
+      SendStream s{Mod(r + k, n), {}};
+      RecvStream v{Mod(r - k, n), {}};
+      RM_RETURN_IF_ERROR(Run(OpKind::kBarrier, DataType::kUint8, kernels::ReduceKind::kSum, &s, 1,
+                             &v, 1, deadline));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Algorithms, on host memory.
+
+absl::Status TcpCommunicator::AllReduceHost(AllReduceAlgorithm algorithm, const char* send,
+                                            char* recv, size_t count, DataType type, ReduceOp op,
                                             absl::Time deadline) {
   RM_RETURN_IF_ERROR(ValidateType("AllReduce", type));
   RM_RETURN_IF_ERROR(ValidateOp("AllReduce", op));
   RM_RETURN_IF_ERROR(ValidateBuffers("AllReduce", send, recv, count));
   const size_t bytes = count * DataTypeSize(type);
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
   if (count == 0) return absl::OkStatus();
   if (size_ == 1) {
-    if (in != out) std::memcpy(out, in, bytes);
+    if (send != recv) std::memcpy(recv, send, bytes);
     return absl::OkStatus();
   }
   if (algorithm == AllReduceAlgorithm::kAuto) {
@@ -535,9 +609,9 @@ absl::Status TcpCommunicator::AllReduceImpl(AllReduceAlgorithm algorithm, const 
   }
   const kernels::ReduceKind kind = KindOf(op);
   RM_RETURN_IF_ERROR(algorithm == AllReduceAlgorithm::kRing
-                         ? RingAllReduce(in, out, count, type, kind, deadline)
-                         : RecursiveDoublingAllReduce(in, out, count, type, kind, deadline));
-  if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, size_);
+                         ? RingAllReduce(send, recv, count, type, kind, deadline)
+                         : RecursiveDoublingAllReduce(send, recv, count, type, kind, deadline));
+  if (op == ReduceOp::kAvg) kernels::DivideBy(type, recv, count, size_);
   return absl::OkStatus();
 }
 
@@ -615,195 +689,114 @@ absl::Status TcpCommunicator::RecursiveDoublingAllReduce(const char* send, char*
   return absl::OkStatus();
 }
 
-// ---------------------------------------------------------------------------------------
-// All-gather and reduce-scatter: the two halves of the ring.
-
-absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
-                                        absl::Time deadline) {
-  return Guarded(OpKind::kAllGather, [&]() -> absl::Status {
-    return Staged(
-        send, count * DataTypeSize(type), recv, count * DataTypeSize(type) * size_,
-        [&](const void* send, void* recv) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("AllGather", type));
-          RM_RETURN_IF_ERROR(ValidateBuffers("AllGather", send, recv, count));
-          if (count == 0) return absl::OkStatus();
-          const int n = size_, r = rank_;
-          const size_t bytes = count * DataTypeSize(type);
-          char* out = static_cast<char*>(recv);
-          if (send != out + r * bytes) std::memcpy(out + r * bytes, send, bytes);
-          if (n == 1) return absl::OkStatus();
-          if ((n & (n - 1)) == 0 && bytes * n <= small_message_bytes_) {
-            // Recursive doubling: log2(n) exchanges of the block gathered so far, which
-            // is contiguous because blocks sit in rank order.
-            for (int mask = 1; mask < n; mask <<= 1) {
-              const int peer = r ^ mask;
-              const size_t mine = static_cast<size_t>(r & ~(mask - 1)) * bytes;
-              const size_t theirs = static_cast<size_t>(peer & ~(mask - 1)) * bytes;
-              SendStream s{peer, {SendPiece{out + mine, bytes * mask}}};
-              RecvStream v{peer, {RecvPiece{out + theirs, bytes * mask, nullptr}}};
-              RM_RETURN_IF_ERROR(Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s,
-                                     1, &v, 1, deadline));
-            }
-            return absl::OkStatus();
-          }
-          SendStream s;
-          s.peer = Mod(r + 1, n);
-          s.gate = 0;
-          s.gate_offset = bytes;
-          RecvStream v;
-          v.peer = Mod(r - 1, n);
-          for (int t = 0; t < n - 1; ++t) {
-            s.pieces.push_back(SendPiece{out + Mod(r - t, n) * bytes, bytes});
-            v.pieces.push_back(RecvPiece{out + Mod(r - t - 1, n) * bytes, bytes, nullptr});
-          }
-          return Run(OpKind::kAllGather, type, kernels::ReduceKind::kSum, &s, 1, &v, 1, deadline);
-        });
-  });
-}
-
-absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
-                                            DataType type, ReduceOp op, absl::Time deadline) {
-  return Guarded(OpKind::kReduceScatter, [&]() -> absl::Status {
-    return Staged(send, count * DataTypeSize(type) * size_, recv, count * DataTypeSize(type),
-                  [&](const void* send, void* recv) -> absl::Status {
-                    RM_RETURN_IF_ERROR(ValidateType("ReduceScatter", type));
-                    RM_RETURN_IF_ERROR(ValidateOp("ReduceScatter", op));
-                    RM_RETURN_IF_ERROR(ValidateBuffers("ReduceScatter", send, recv, count));
-                    if (count == 0) return absl::OkStatus();
-                    const int n = size_, r = rank_;
-                    const size_t bytes = count * DataTypeSize(type);
-                    const char* in = static_cast<const char*>(send);
-                    char* out = static_cast<char*>(recv);
-                    if (n == 1) {
-                      if (in != out) std::memcpy(out, in, bytes);
-                    } else {
-                      // Partial sums of the chunks this rank forwards live in scratch
-                      // until sent; the last step reduces straight into the caller's
-                      // buffer.
-                      char* partial = Scratch(bytes * n);
-                      SendStream s;
-                      s.peer = Mod(r + 1, n);
-                      s.gate = 0;
-                      s.gate_offset = bytes;
-                      RecvStream v;
-                      v.peer = Mod(r - 1, n);
-                      for (int t = 0; t < n - 1; ++t) {
-                        int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
-                        s.pieces.push_back(SendPiece{(t == 0 ? in : partial) + sc * bytes, bytes});
-                        char* dst = t == n - 2 ? out : partial + rc * bytes;
-                        v.pieces.push_back(RecvPiece{dst, bytes, in + rc * bytes});
-                      }
-                      RM_RETURN_IF_ERROR(
-                          Run(OpKind::kReduceScatter, type, KindOf(op), &s, 1, &v, 1, deadline));
-                    }
-                    if (op == ReduceOp::kAvg) kernels::DivideBy(type, out, count, n);
-                    return absl::OkStatus();
-                  });
-  });
-}
-
-// ---------------------------------------------------------------------------------------
-// Broadcast, point to point, barrier.
-
-absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
-                                        int root, absl::Time deadline) {
-  return Guarded(OpKind::kBroadcast, [&]() -> absl::Status {
-    return Staged(
-        send, rank_ == root ? count * DataTypeSize(type) : 0, recv, count * DataTypeSize(type),
-        [&](const void* send, void* recv) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("Broadcast", type));
-          RM_RETURN_IF_ERROR(ValidatePeer("Broadcast", "root", root, rank_, size_, true));
-          RM_RETURN_IF_ERROR(
-              ValidateBuffers("Broadcast", rank_ == root ? send : recv, recv, count));
-          if (count == 0) return absl::OkStatus();
-          const int n = size_, r = rank_;
-          const size_t bytes = count * DataTypeSize(type);
-          char* buf = static_cast<char*>(recv);
-          if (r == root && send != recv) std::memcpy(buf, send, bytes);
-          if (n == 1) return absl::OkStatus();
-          const int vr = Mod(r - root, n);
-          const auto kind = kernels::ReduceKind::kSum;
-          if (bytes > small_message_bytes_) {
-            // Pipelined chain root -> root+1 -> ...: each rank forwards
-            // segments as they land.
-            SendStream s;
-            s.peer = Mod(r + 1, n);
-            s.pieces.push_back(SendPiece{buf, bytes});
-            RecvStream v;
-            v.peer = Mod(r - 1, n);
-            v.pieces.push_back(RecvPiece{buf, bytes, nullptr});
-            if (vr == 0) return Run(OpKind::kBroadcast, type, kind, &s, 1, nullptr, 0, deadline);
-            if (vr == n - 1)
-              return Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline);
-            s.gate = 0;
-            return Run(OpKind::kBroadcast, type, kind, &s, 1, &v, 1, deadline);
-          }
-          // Binomial tree over ranks relative to the root.
-          int mask = 1;
-          while (mask < n) {
-            if (vr & mask) {
-              RecvStream v{Mod(vr - mask + root, n), {RecvPiece{buf, bytes, nullptr}}};
-              RM_RETURN_IF_ERROR(Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline));
-              break;
-            }
-            mask <<= 1;
-          }
-          absl::InlinedVector<SendStream, 8> sends;
-          for (mask >>= 1; mask > 0; mask >>= 1) {
-            if (vr + mask < n)
-              sends.push_back(SendStream{Mod(vr + mask + root, n), {SendPiece{buf, bytes}}});
-          }
-          if (sends.empty()) return absl::OkStatus();
-          return Run(OpKind::kBroadcast, type, kind, sends.data(), static_cast<int>(sends.size()),
-                     nullptr, 0, deadline);
-        });
-  });
-}
-
-absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
-                                   absl::Time deadline) {
-  return Guarded(OpKind::kSend, [&]() -> absl::Status {
-    return Staged(
-        buf, count * DataTypeSize(type), nullptr, 0, [&](const void* buf, void*) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("Send", type));
-          RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
-          RM_RETURN_IF_ERROR(ValidateBuffers("Send", buf, buf, count));
-          SendStream s{peer,
-                       {SendPiece{static_cast<const char*>(buf), count * DataTypeSize(type)}}};
-          return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &s, 1, nullptr, 0, deadline);
-        });
-  });
-}
-
-absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
-                                   absl::Time deadline) {
-  return Guarded(OpKind::kRecv, [&]() -> absl::Status {
-    return Staged(
-        nullptr, 0, buf, count * DataTypeSize(type), [&](const void*, void* buf) -> absl::Status {
-          RM_RETURN_IF_ERROR(ValidateType("Recv", type));
-          RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
-          RM_RETURN_IF_ERROR(ValidateBuffers("Recv", buf, buf, count));
-          RecvStream v{peer,
-                       {RecvPiece{static_cast<char*>(buf), count * DataTypeSize(type), nullptr}}};
-          // Messages carry the sender's op kind: a Recv matches the peer's
-          // Send.
-          return tcp::RunStreams(engine_options_, OpKind::kSend, type, kernels::ReduceKind::kSum,
-                                 nullptr, 0, &v, 1, deadline, &op_traffic_);
-        });
-  });
-}
-
-absl::Status TcpCommunicator::Barrier(absl::Time deadline) {
-  return Guarded(OpKind::kBarrier, [&]() -> absl::Status {
-    const int n = size_, r = rank_;
-    for (int k = 1; k < n; k <<= 1) {
-      SendStream s{Mod(r + k, n), {}};
-      RecvStream v{Mod(r - k, n), {}};
-      RM_RETURN_IF_ERROR(Run(OpKind::kBarrier, DataType::kUint8, kernels::ReduceKind::kSum, &s, 1,
-                             &v, 1, deadline));
+absl::Status TcpCommunicator::AllGatherHost(const char* send, char* recv, size_t count,
+                                            DataType type, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(ValidateType("AllGather", type));
+  RM_RETURN_IF_ERROR(ValidateBuffers("AllGather", send, recv, count));
+  if (count == 0) return absl::OkStatus();
+  const int n = size_, r = rank_;
+  const size_t bytes = count * DataTypeSize(type);
+  if (send != recv + r * bytes) std::memcpy(recv + r * bytes, send, bytes);
+  if (n == 1) return absl::OkStatus();
+  const auto kind = kernels::ReduceKind::kSum;  // unused: nothing is reduced
+  if ((n & (n - 1)) == 0 && bytes * n <= small_message_bytes_) {
+    // Recursive doubling: log2(n) exchanges of the block gathered so far, which is
+    // contiguous because blocks sit in rank order.
+    for (int mask = 1; mask < n; mask <<= 1) {
+      const int peer = r ^ mask;
+      const size_t mine = static_cast<size_t>(r & ~(mask - 1)) * bytes;
+      const size_t theirs = static_cast<size_t>(peer & ~(mask - 1)) * bytes;
+      SendStream s{peer, {SendPiece{recv + mine, bytes * mask}}};
+      RecvStream v{peer, {RecvPiece{recv + theirs, bytes * mask, nullptr}}};
+      RM_RETURN_IF_ERROR(Run(OpKind::kAllGather, type, kind, &s, 1, &v, 1, deadline));
     }
     return absl::OkStatus();
-  });
+  }
+  // Ring: step t forwards block r-t (received in step t-1) and receives block r-t-1.
+  SendStream s;
+  s.peer = Mod(r + 1, n);
+  s.gate = 0;
+  s.gate_offset = bytes;
+  RecvStream v;
+  v.peer = Mod(r - 1, n);
+  for (int t = 0; t < n - 1; ++t) {
+    s.pieces.push_back(SendPiece{recv + Mod(r - t, n) * bytes, bytes});
+    v.pieces.push_back(RecvPiece{recv + Mod(r - t - 1, n) * bytes, bytes, nullptr});
+  }
+  return Run(OpKind::kAllGather, type, kind, &s, 1, &v, 1, deadline);
+}
+
+absl::Status TcpCommunicator::ReduceScatterHost(const char* send, char* recv, size_t count,
+                                                DataType type, ReduceOp op, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(ValidateType("ReduceScatter", type));
+  RM_RETURN_IF_ERROR(ValidateOp("ReduceScatter", op));
+  RM_RETURN_IF_ERROR(ValidateBuffers("ReduceScatter", send, recv, count));
+  if (count == 0) return absl::OkStatus();
+  const int n = size_, r = rank_;
+  const size_t bytes = count * DataTypeSize(type);
+  if (n == 1) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+  } else {
+    // Ring: step t forwards the partial sum of block r-t-1 and reduces block r-t-2 into
+    // scratch; the last step reduces this rank's own block straight into `recv`.
+    char* partial = Scratch(bytes * n);
+    SendStream s;
+    s.peer = Mod(r + 1, n);
+    s.gate = 0;
+    s.gate_offset = bytes;
+    RecvStream v;
+    v.peer = Mod(r - 1, n);
+    for (int t = 0; t < n - 1; ++t) {
+      const int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
+      s.pieces.push_back(SendPiece{(t == 0 ? send : partial) + sc * bytes, bytes});
+      char* dst = t == n - 2 ? recv : partial + rc * bytes;
+      v.pieces.push_back(RecvPiece{dst, bytes, send + rc * bytes});
+    }
+    RM_RETURN_IF_ERROR(Run(OpKind::kReduceScatter, type, KindOf(op), &s, 1, &v, 1, deadline));
+  }
+  if (op == ReduceOp::kAvg) kernels::DivideBy(type, recv, count, n);
+  return absl::OkStatus();
+}
+
+absl::Status TcpCommunicator::BroadcastHost(const char* send, char* recv, size_t count,
+                                            DataType type, int root, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(ValidateType("Broadcast", type));
+  RM_RETURN_IF_ERROR(ValidatePeer("Broadcast", "root", root, rank_, size_, true));
+  RM_RETURN_IF_ERROR(ValidateBuffers("Broadcast", rank_ == root ? send : recv, recv, count));
+  if (count == 0) return absl::OkStatus();
+  const int n = size_, r = rank_;
+  const size_t bytes = count * DataTypeSize(type);
+  if (r == root && send != recv) std::memcpy(recv, send, bytes);
+  if (n == 1) return absl::OkStatus();
+  const int vr = Mod(r - root, n);              // position relative to the root
+  const auto kind = kernels::ReduceKind::kSum;  // unused: nothing is reduced
+  if (bytes > small_message_bytes_) {
+    // Pipelined chain root -> root+1 -> ...: each rank forwards segments as they land.
+    SendStream s{Mod(r + 1, n), {SendPiece{recv, bytes}}};
+    RecvStream v{Mod(r - 1, n), {RecvPiece{recv, bytes, nullptr}}};
+    if (vr == 0) return Run(OpKind::kBroadcast, type, kind, &s, 1, nullptr, 0, deadline);
+    if (vr == n - 1) return Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline);
+    s.gate = 0;
+    return Run(OpKind::kBroadcast, type, kind, &s, 1, &v, 1, deadline);
+  }
+  // Binomial tree: receive from the parent, then send to every child at once.
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      RecvStream v{Mod(vr - mask + root, n), {RecvPiece{recv, bytes, nullptr}}};
+      RM_RETURN_IF_ERROR(Run(OpKind::kBroadcast, type, kind, nullptr, 0, &v, 1, deadline));
+      break;
+    }
+    mask <<= 1;
+  }
+  absl::InlinedVector<SendStream, 8> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n)
+      sends.push_back(SendStream{Mod(vr + mask + root, n), {SendPiece{recv, bytes}}});
+  }
+  if (sends.empty()) return absl::OkStatus();
+  return Run(OpKind::kBroadcast, type, kind, sends.data(), static_cast<int>(sends.size()), nullptr,
+             0, deadline);
 }
 
 }  // namespace ringmaster::comm

@@ -142,8 +142,15 @@ class TcpCommunicator final : public Communicator {
                              kernels::ReduceKind reduce, absl::Time deadline);
   absl::Status RecursiveDoublingAllReduce(const char* send, char* recv, size_t count, DataType type,
                                           kernels::ReduceKind reduce, absl::Time deadline);
-  absl::Status AllReduceImpl(AllReduceAlgorithm algorithm, const void* send, void* recv,
+  // The operations on host memory (after staging), arguments validated here.
+  absl::Status AllReduceHost(AllReduceAlgorithm algorithm, const char* send, char* recv,
                              size_t count, DataType type, ReduceOp op, absl::Time deadline);
+  absl::Status AllGatherHost(const char* send, char* recv, size_t count, DataType type,
+                             absl::Time deadline);
+  absl::Status ReduceScatterHost(const char* send, char* recv, size_t count, DataType type,
+                                 ReduceOp op, absl::Time deadline);
+  absl::Status BroadcastHost(const char* send, char* recv, size_t count, DataType type, int root,
+                             absl::Time deadline);
 
   const int rank_;
   const int size_;
