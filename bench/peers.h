@@ -23,12 +23,14 @@ struct PeerRow {
 };
 
 // Runs `peer` ("gloo" or "mpi") with `ranks` processes over the given ops and sizes (the
-// peer programs take the same --ops names and byte sizes). Blocks until it finishes.
+// peer programs take the same --ops names and byte sizes), adding `extra_flags` to the
+// peer program's command line. Blocks until it finishes.
 // Errors: NOT_FOUND when the peer programs are not next to this binary (build
 // //bench:ringbench, which carries them); INTERNAL when the peer run fails.
 absl::StatusOr<std::vector<PeerRow>> RunPeer(const std::string& peer, int ranks,
                                              const std::string& ops,
-                                             const std::vector<uint64_t>& sizes);
+                                             const std::vector<uint64_t>& sizes,
+                                             const std::string& extra_flags = "");
 
 // The fastest (lowest median time) peer row for this op and size, or null.
 const PeerRow* BestPeer(const std::vector<PeerRow>& rows, absl::string_view op, uint64_t bytes);
