@@ -72,6 +72,9 @@ for label in open(targets_file).read().split():
     failed += target_failed
     if target_failed:
         problems.append(f"{label}: {target_failed} failed")
+if rc != 0 and failed == 0:
+    failed += 1
+    problems.append(f"bazel test exited with status {rc} (see its output above)")
 for p in problems:
     print("  " + p)
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
