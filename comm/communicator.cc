@@ -54,6 +54,15 @@ absl::Status ValidateBuffers(absl::string_view op, const void* send, const void*
   return absl::OkStatus();
 }
 
+absl::Status ValidateBuffer(absl::string_view op, absl::string_view what, const void* buf,
+                            size_t count) {
+  if (count > 0 && buf == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " is null but count is ", count));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePeer(absl::string_view op, absl::string_view what, int peer, int rank,
                           int size, bool allow_self) {
   if (peer < 0 || peer >= size) {

@@ -121,6 +121,8 @@ class Communicator {
 // Validates arguments shared by every backend: INVALID_ARGUMENT names the argument.
 absl::Status ValidateBuffers(absl::string_view op, const void* send, const void* recv,
                              size_t count);
+absl::Status ValidateBuffer(absl::string_view op, absl::string_view what, const void* buf,
+                            size_t count);
 absl::Status ValidatePeer(absl::string_view op, absl::string_view what, int peer, int rank,
                           int size, bool allow_self);
 

@@ -552,7 +552,7 @@ absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type,
     return Staged(buf, bytes, nullptr, 0, [&](const char* s, char*) -> absl::Status {
       RM_RETURN_IF_ERROR(ValidateType("Send", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
-      RM_RETURN_IF_ERROR(ValidateBuffers("Send", s, s, count));
+      RM_RETURN_IF_ERROR(ValidateBuffer("Send", "buffer", s, count));
       SendStream stream{peer, {SendPiece{s, bytes}}};
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &stream, 1, nullptr, 0, deadline);
     });
@@ -566,7 +566,7 @@ absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int p
     return Staged(nullptr, 0, buf, bytes, [&](const char*, char* r) -> absl::Status {
       RM_RETURN_IF_ERROR(ValidateType("Recv", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
-      RM_RETURN_IF_ERROR(ValidateBuffers("Recv", r, r, count));
+      RM_RETURN_IF_ERROR(ValidateBuffer("Recv", "buffer", r, count));
       RecvStream stream{peer, {RecvPiece{r, bytes, nullptr}}};
       // Messages carry the sender's op kind: a Recv matches the peer's Send.
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, nullptr, 0, &stream, 1, deadline);
