@@ -515,19 +515,8 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
 
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.iters = absl::GetFlag(FLAGS_iters);
-  if (options.iters == 0 || options.iters < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--iters: must be at least 1 (or -1 for the default), not ", options.iters));
-  }
-  if (options.warmup < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--warmup: must be at least 0 (or -1 for the default), not ", options.warmup));
-  }
   const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
-  if (timeout_s < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--timeout_s: must be at least 1, not ", timeout_s));
-  }
+  RM_RETURN_IF_ERROR(ValidateRunFlags(options.iters, options.warmup, timeout_s));
   options.timeout = absl::Seconds(timeout_s);
   RM_ASSIGN_OR_RETURN(std::vector<size_t> sync_max,
                       ParseSizes(absl::GetFlag(FLAGS_sync_max_bytes)));

@@ -185,6 +185,22 @@ absl::StatusOr<Counts> LargestCounts(const std::vector<Op>& ops, const std::vect
   return counts;
 }
 
+absl::Status ValidateRunFlags(int iters, int warmup, int timeout_s) {
+  if (iters == 0 || iters < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--iters: must be at least 1 (or -1 for the default), not ", iters));
+  }
+  if (warmup < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup: must be at least 0 (or -1 for the default), not ", warmup));
+  }
+  if (timeout_s < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout_s: must be at least 1, not ", timeout_s));
+  }
+  return absl::OkStatus();
+}
+
 int DefaultIters(size_t bytes) {
   if (bytes <= (size_t{1} << 20)) return 50;
   if (bytes <= (size_t{16} << 20)) return 20;

@@ -94,6 +94,10 @@ absl::StatusOr<Counts> LargestCounts(const std::vector<Op>& ops, const std::vect
 // iterations up to 1 MiB, 20 up to 16 MiB, 5 above; 5 warm-up runs up to 16
 // MiB, above that only the checked run (it touches every buffer; one run of 256
 // MiB takes 0.1-2 s here).
+// Checks --iters (>= 1, or -1 for the default), --warmup (>= 0, or -1) and --timeout_s
+// (>= 1); INVALID_ARGUMENT names the flag.
+absl::Status ValidateRunFlags(int iters, int warmup, int timeout_s);
+
 int DefaultIters(size_t bytes);
 int DefaultWarmup(size_t bytes);
 
