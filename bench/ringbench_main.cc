@@ -1,6 +1,6 @@
 // ringbench: ringmaster's benchmarks.
 //
-//   ringbench comm --ranks 4 --ops all_reduce,all_gather,reduce_scatter,broadcast \
+//   ringbench comm --ranks 4 --ops all_reduce,all_gather,reduce_scatter,broadcast
 //       --sizes 1K,4K,...,1G --csv comm.csv --plot comm.svg [--peers gloo,mpi] [--tune]
 //
 // Starts --ranks local processes joined by the TCP backend over loopback, sweeps the
@@ -368,7 +368,10 @@ int main(int argc, char** argv) {
       "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
       "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  ringmaster::InitLogging({.program_name = argv[0], .min_severity = 1});
+  ringmaster::LoggingOptions logging;
+  logging.program_name = argv[0];
+  logging.min_severity = 1;  // warnings and errors: the table is the output
+  ringmaster::InitLogging(logging);
   signal(SIGPIPE, SIG_IGN);
   if (args.size() < 2) {
     fprintf(stderr, "usage: ringbench comm [flags]  (ringbench --help for the flags)\n");
