@@ -238,6 +238,21 @@ int CommMain() {
     }
   }
 
+  // Fail before a long sweep, not after it, when an output cannot be written.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, std::string>{"--csv", absl::GetFlag(FLAGS_csv)},
+        {"--plot", absl::GetFlag(FLAGS_plot)},
+        {"--peers_csv", absl::GetFlag(FLAGS_peers_csv)}}) {
+    if (path.empty()) continue;
+    size_t slash = path.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+    if (access(dir.c_str(), W_OK) != 0) {
+      fprintf(stderr, "ringbench comm: %s %s: directory %s does not exist or is not writable\n",
+              flag, path.c_str(), dir.c_str());
+      return 2;
+    }
+  }
+
   printf("ringbench comm: %d ranks, TCP backend over loopback, float32 sum\n", ranks);
   fflush(stdout);
   Outcome ours = RunLocalRanks(ranks, sweep, base);
