@@ -16,19 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "bench/collectives.h"
 #include "comm/communicator.h"
 #include "comm/tcp/tcp_communicator.h"
 
 namespace ringmaster::bench {
-
-enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
-
-absl::string_view CollectiveName(CollectiveOp op);
-// Parses "all_reduce,all_gather,reduce_scatter,broadcast" (or "all").
-absl::StatusOr<std::vector<CollectiveOp>> ParseOps(absl::string_view text);
-// Parses "1K,64K,4M" (K/M/G = powers of 1024) and geometric ranges "1K,4K,...,1G".
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
-double BusFactor(CollectiveOp op, int ranks);
 
 struct SweepOptions {
   std::vector<CollectiveOp> ops;

@@ -631,7 +631,7 @@ absl::Status Run(const BenchOptions& options) {
             Note(options.rank,
                  absl::StrFormat("%s %s at %d bytes: skipped; it took %.0f us at %d bytes, "
                                  "over %g x the best here so far (%.0f us)",
-                                 OpName(op), impl, layout.bytes, earlier.time_us, earlier.bytes,
+                                 CollectiveName(op), impl, layout.bytes, earlier.time_us, earlier.bytes,
                                  options.prune_factor, Best(results).stats.p50_us));
             continue;
           }
@@ -640,7 +640,7 @@ absl::Status Run(const BenchOptions& options) {
             Note(options.rank,
                  absl::StrFormat("%s %s at %d bytes: skipped; at %d bytes it took %.1f x "
                                  "that size's best (%.0f us)",
-                                 OpName(op), impl, layout.bytes, earlier.bytes,
+                                 CollectiveName(op), impl, layout.bytes, earlier.bytes,
                                  earlier.ratio_to_best, earlier.time_us));
             continue;
           }
@@ -649,7 +649,7 @@ absl::Status Run(const BenchOptions& options) {
             candidate = algorithm.make(*group, layout, buffers);
           }));
           candidate.impl = impl;
-          watchdog.Start(absl::StrFormat("%s %s at %d bytes", OpName(op), impl, layout.bytes));
+          watchdog.Start(absl::StrFormat("%s %s at %d bytes", CollectiveName(op), impl, layout.bytes));
           measure.prune_above_us = prune_limit_us();
           absl::StatusOr<Measurement> measurement = Measure(layout, measure, candidate);
           if (absl::IsDataLoss(measurement.status())) {
@@ -667,7 +667,7 @@ absl::Status Run(const BenchOptions& options) {
             Note(options.rank,
                  absl::StrFormat("%s %s at %d bytes: not timed; its fastest untimed run "
                                  "took %.0f us, over %g x the best here so far (%.0f us)",
-                                 OpName(op), impl, layout.bytes, measurement->untimed_us,
+                                 CollectiveName(op), impl, layout.bytes, measurement->untimed_us,
                                  options.prune_factor, Best(results).stats.p50_us));
             continue;
           }
@@ -680,7 +680,7 @@ absl::Status Run(const BenchOptions& options) {
         Note(options.rank,
              absl::StrFormat("%s at %d bytes: no implementation measured (see above, or "
                              "--modes and --algorithms)",
-                             OpName(op), layout.bytes));
+                             CollectiveName(op), layout.bytes));
         continue;
       }
       history.FinishSize(op, layout.bytes, Best(results).stats.p50_us);

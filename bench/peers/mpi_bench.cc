@@ -191,7 +191,7 @@ absl::Status Run(const BenchOptions& options, MpiGroup& group) {
       Candidate candidate =
           MakeCandidate(group, layout, impl, absl::MakeSpan(in), absl::MakeSpan(out));
       watchdog.Start(
-          absl::StrFormat("%s %s at %d bytes", OpName(op), candidate.impl, layout.bytes));
+          absl::StrFormat("%s %s at %d bytes", CollectiveName(op), candidate.impl, layout.bytes));
       RM_ASSIGN_OR_RETURN(Measurement measurement, Measure(layout, measure, candidate));
       report.Add({layout, candidate.impl, measurement.stats});
     }

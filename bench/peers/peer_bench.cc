@@ -23,8 +23,6 @@
 namespace ringmaster::bench::peers {
 namespace {
 
-constexpr Op kAllOps[] = {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kBroadcast};
-
 // The input pattern: element i of rank r is r + 1 + (i mod 1024). Sums over up
 // to thousands of ranks stay below 2^24, so float32 adds them exactly in any
 // order.
@@ -49,33 +47,6 @@ double MicrosSince(std::chrono::steady_clock::time_point t0,
 
 }  // namespace
 
-absl::string_view OpName(Op op) {
-  switch (op) {
-    case Op::kAllReduce:
-      return "all_reduce";
-    case Op::kAllGather:
-      return "all_gather";
-    case Op::kReduceScatter:
-      return "reduce_scatter";
-    case Op::kBroadcast:
-      return "broadcast";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<std::vector<Op>> ParseOps(absl::string_view value) {
-  std::vector<std::string> names;
-  for (Op op : kAllOps) names.emplace_back(OpName(op));
-  RM_ASSIGN_OR_RETURN(std::vector<std::string> parsed, ParseNames("--ops", value, names));
-  std::vector<Op> ops;
-  for (const std::string& name : parsed) {
-    for (Op op : kAllOps) {
-      if (OpName(op) == name) ops.push_back(op);
-    }
-  }
-  return ops;
-}
-
 absl::StatusOr<std::vector<std::string>> ParseNames(absl::string_view flag, absl::string_view value,
                                                     const std::vector<std::string>& allowed) {
   if (absl::StripAsciiWhitespace(value).empty()) return allowed;
@@ -92,46 +63,6 @@ absl::StatusOr<std::vector<std::string>> ParseNames(absl::string_view flag, absl
     names.emplace_back(entry);
   }
   return names;
-}
-
-absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view value) {
-  std::vector<size_t> sizes;
-  for (absl::string_view entry : absl::StrSplit(value, ',')) {
-    entry = absl::StripAsciiWhitespace(entry);
-    absl::string_view digits = entry;
-    uint64_t multiplier = 1;
-    if (!digits.empty()) {
-      switch (absl::ascii_toupper(digits.back())) {
-        case 'K':
-          multiplier = uint64_t{1} << 10;
-          break;
-        case 'M':
-          multiplier = uint64_t{1} << 20;
-          break;
-        case 'G':
-          multiplier = uint64_t{1} << 30;
-          break;
-        default:
-          break;
-      }
-      if (multiplier != 1) digits.remove_suffix(1);
-    }
-    uint64_t number = 0;
-    if (digits.empty() || !absl::ascii_isdigit(digits.front()) ||
-        !absl::SimpleAtoi(digits, &number)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--sizes: \"%s\" is not a size; use a number with optional K, M or G", entry));
-    }
-    if (number == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--sizes: \"%s\" is empty; a size is at least 4 bytes", entry));
-    }
-    if (number > UINT64_MAX / multiplier) {
-      return absl::InvalidArgumentError(absl::StrFormat("--sizes: \"%s\" is too large", entry));
-    }
-    sizes.push_back(number * multiplier);
-  }
-  return sizes;
 }
 
 absl::StatusOr<Layout> MakeLayout(Op op, size_t bytes, int ranks) {
@@ -166,7 +97,7 @@ absl::StatusOr<Layout> MakeLayout(Op op, size_t bytes, int ranks) {
         absl::StrFormat("--sizes: %d bytes is too large; %s counts elements in "
                         "an int (at most %d "
                         "float32 elements)",
-                        bytes, OpName(op), INT_MAX));
+                        bytes, CollectiveName(op), INT_MAX));
   }
   layout.bytes = elements * sizeof(float);
   return layout;
@@ -219,7 +150,7 @@ absl::Status CheckOutput(const Layout& layout, int rank, absl::string_view impl,
                          absl::Span<const float> out) {
   if (out.size() != layout.out_count) {
     return absl::InternalError(absl::StrFormat("%s %s: output has %d elements, not %d",
-                                               OpName(layout.op), impl, out.size(),
+                                               CollectiveName(layout.op), impl, out.size(),
                                                layout.out_count));
   }
   const int n = layout.ranks;
@@ -253,11 +184,11 @@ absl::Status CheckOutput(const Layout& layout, int rank, absl::string_view impl,
     }
   }
   if (bad != out.size()) {
-    return absl::DataLossError(
-        absl::StrFormat("%s %s with %d ranks, %d bytes: wrong result on rank %d at element %d: "
-                        "got %g, "
-                        "expected %g",
-                        OpName(layout.op), impl, n, layout.bytes, rank, bad, out[bad], want));
+    return absl::DataLossError(absl::StrFormat(
+        "%s %s with %d ranks, %d bytes: wrong result on rank %d at element %d: "
+        "got %g, "
+        "expected %g",
+        CollectiveName(layout.op), impl, n, layout.bytes, rank, bad, out[bad], want));
   }
   return absl::OkStatus();
 }
@@ -300,7 +231,7 @@ absl::StatusOr<Measurement> Measure(const Layout& layout, const MeasureOptions& 
     return absl::DataLossError(
         absl::StrFormat("%s %s with %d ranks, %d bytes: wrong result on another rank (see its "
                         "stderr)",
-                        OpName(layout.op), candidate.impl, layout.ranks, layout.bytes));
+                        CollectiveName(layout.op), candidate.impl, layout.ranks, layout.bytes));
   }
   for (size_t i = 1; i < untimed_us.size(); ++i) {
     RM_ASSIGN_OR_RETURN(untimed_us[i], timed_run());
@@ -328,27 +259,13 @@ double AlgBwGbps(const Result& result) {
 }
 
 double BusBwGbps(const Result& result) {
-  const double n = result.layout.ranks;
-  double factor = 1;
-  switch (result.layout.op) {
-    case Op::kAllReduce:
-      factor = 2 * (n - 1) / n;
-      break;
-    case Op::kAllGather:
-    case Op::kReduceScatter:
-      factor = (n - 1) / n;
-      break;
-    case Op::kBroadcast:
-      factor = 1;
-      break;
-  }
-  return AlgBwGbps(result) * factor;
+  return AlgBwGbps(result) * BusFactor(result.layout.op, result.layout.ranks);
 }
 
 std::string CsvHeader() { return "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl"; }
 
 std::string CsvLine(const Result& result) {
-  return absl::StrFormat("%s,%d,%d,%.2f,%.3f,%.3f,%s", OpName(result.layout.op),
+  return absl::StrFormat("%s,%d,%d,%.2f,%.3f,%.3f,%s", CollectiveName(result.layout.op),
                          result.layout.ranks, result.layout.bytes, result.stats.p50_us,
                          AlgBwGbps(result), BusBwGbps(result), result.impl);
 }
@@ -356,7 +273,7 @@ std::string CsvLine(const Result& result) {
 std::string TailCsvHeader() { return "op,ranks,bytes,impl,p50_us,p90_us,max_us"; }
 
 std::string TailCsvLine(const Result& result) {
-  return absl::StrFormat("%s,%d,%d,%s,%.2f,%.2f,%.2f", OpName(result.layout.op),
+  return absl::StrFormat("%s,%d,%d,%s,%.2f,%.2f,%.2f", CollectiveName(result.layout.op),
                          result.layout.ranks, result.layout.bytes, result.impl, result.stats.p50_us,
                          result.stats.p90_us, result.stats.max_us);
 }

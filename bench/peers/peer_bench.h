@@ -37,23 +37,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "bench/collectives.h"
 
 namespace ringmaster::bench::peers {
 
-enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
-
-// "all_reduce", "all_gather", "reduce_scatter", "broadcast": the names used by
-// --ops and in the CSV's `op` column.
-absl::string_view OpName(Op op);
-
-// Parses --ops: a comma list of op names, in the order given, without repeats.
-// INVALID_ARGUMENT names the flag and the bad entry.
-absl::StatusOr<std::vector<Op>> ParseOps(absl::string_view value);
-
-// Parses --sizes: a comma list of byte counts with an optional K, M or G suffix
-// (powers of 1024), e.g. "1K,64K,4M,64M,256M". INVALID_ARGUMENT names the flag
-// and the bad entry.
-absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view value);
+// Operations, their names (CollectiveName), --ops and --sizes parsing (ParseOps,
+// ParseSizes) and bus factors are shared with ringbench: bench/collectives.h.
+using Op = CollectiveOp;
 
 // Parses a comma list of names against `allowed` (for flags such as --modes).
 // An empty value gives `allowed` itself. INVALID_ARGUMENT names `flag` and the

@@ -37,6 +37,14 @@ std::string Describe(OpKind kind, DataType type, uint64_t seq, uint64_t bytes) {
                       DataTypeName(type), ")");
 }
 
+// Counts the first of `moved` bytes towards the header still owed; returns the rest
+// (payload bytes).
+size_t ConsumeHeader(size_t moved, size_t* header_done) {
+  size_t h = std::min(moved, sizeof(WireHeader) - *header_done);
+  *header_done += h;
+  return moved - h;
+}
+
 struct SendState {
   SendStream* stream;
   int fd;
@@ -140,12 +148,7 @@ absl::Status Engine::TrySend(SendState& st, size_t limit, bool* progressed) {
                                                st.stream->peer, " failed (it exited or aborted)"));
     }
     *progressed = true;
-    size_t moved = static_cast<size_t>(n);
-    if (st.header_done < sizeof(WireHeader)) {
-      size_t h = std::min(moved, sizeof(WireHeader) - st.header_done);
-      st.header_done += h;
-      moved -= h;
-    }
+    size_t moved = ConsumeHeader(static_cast<size_t>(n), &st.header_done);
     st.done += moved;
     traffic_->sent += moved;
     while (moved > 0) {
@@ -236,13 +239,9 @@ absl::Status Engine::TryRecv(RecvState& st, bool* progressed) {
                                                st.stream->peer, " failed"));
     }
     *progressed = true;
-    size_t moved = static_cast<size_t>(n);
-    if (st.header_done < sizeof(WireHeader)) {
-      size_t h = std::min(moved, sizeof(WireHeader) - st.header_done);
-      st.header_done += h;
-      moved -= h;
-      if (st.header_done == sizeof(WireHeader)) RM_RETURN_IF_ERROR(CheckHeader(st));
-    }
+    const bool had_header = st.header_done == sizeof(WireHeader);
+    size_t moved = ConsumeHeader(static_cast<size_t>(n), &st.header_done);
+    if (!had_header && st.header_done == sizeof(WireHeader)) RM_RETURN_IF_ERROR(CheckHeader(st));
     if (moved > 0) {
       st.done += moved;
       traffic_->received += moved;

@@ -95,6 +95,20 @@ struct Chunks {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// The two streams of a ring: to the right neighbour and from the left one. Send transfer
+// t forwards what receive transfer t-1 completed, so the send is gated on the receive,
+// offset by the length of send transfer 0 (`first_send_bytes`).
+struct Ring {
+  SendStream send;
+  RecvStream recv;
+  Ring(int rank, int size, size_t first_send_bytes) {
+    send.peer = Mod(rank + 1, size);
+    send.gate = 0;
+    send.gate_offset = first_send_bytes;
+    recv.peer = Mod(rank - 1, size);
+  }
+};
+
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(const TcpCommunicatorOptions& options)
@@ -620,12 +634,9 @@ absl::Status TcpCommunicator::RingAllReduce(const char* send, char* recv, size_t
                                             absl::Time deadline) {
   const int n = size_, r = rank_;
   const Chunks chunks{count / n, count % n, DataTypeSize(type)};
-  SendStream out;
-  out.peer = Mod(r + 1, n);
-  out.gate = 0;
-  out.gate_offset = chunks.Bytes(r);
-  RecvStream in;
-  in.peer = Mod(r - 1, n);
+  Ring ring(r, n, chunks.Bytes(r));
+  SendStream& out = ring.send;
+  RecvStream& in = ring.recv;
   // Reduce-scatter: step t sends chunk r-t (reduced in step t-1) and reduces
   // chunk r-t-1.
   for (int t = 0; t < n - 1; ++t) {
@@ -713,12 +724,9 @@ absl::Status TcpCommunicator::AllGatherHost(const char* send, char* recv, size_t
     return absl::OkStatus();
   }
   // Ring: step t forwards block r-t (received in step t-1) and receives block r-t-1.
-  SendStream s;
-  s.peer = Mod(r + 1, n);
-  s.gate = 0;
-  s.gate_offset = bytes;
-  RecvStream v;
-  v.peer = Mod(r - 1, n);
+  Ring ring(r, n, bytes);
+  SendStream& s = ring.send;
+  RecvStream& v = ring.recv;
   for (int t = 0; t < n - 1; ++t) {
     s.pieces.push_back(SendPiece{recv + Mod(r - t, n) * bytes, bytes});
     v.pieces.push_back(RecvPiece{recv + Mod(r - t - 1, n) * bytes, bytes, nullptr});
@@ -740,12 +748,9 @@ absl::Status TcpCommunicator::ReduceScatterHost(const char* send, char* recv, si
     // Ring: step t forwards the partial sum of block r-t-1 and reduces block r-t-2 into
     // scratch; the last step reduces this rank's own block straight into `recv`.
     char* partial = Scratch(bytes * n);
-    SendStream s;
-    s.peer = Mod(r + 1, n);
-    s.gate = 0;
-    s.gate_offset = bytes;
-    RecvStream v;
-    v.peer = Mod(r - 1, n);
+    Ring ring(r, n, bytes);
+    SendStream& s = ring.send;
+    RecvStream& v = ring.recv;
     for (int t = 0; t < n - 1; ++t) {
       const int sc = Mod(r - t - 1, n), rc = Mod(r - t - 2, n);
       s.pieces.push_back(SendPiece{(t == 0 ? send : partial) + sc * bytes, bytes});
