@@ -12,6 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # libraries used by later layers (checksums, durable state, job specs, data, BLAS)
   libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev
+  # the real data set (gzip-compressed IDX files in /usr/share/datasets/fashion-mnist/)
+  dataset-fashion-mnist
   # peers measured by `ringbench comm`
   libgloo-dev openmpi-bin libopenmpi-dev
   # tools used by scripts and tests
