@@ -44,8 +44,10 @@ ABSL_FLAG(std::string, sizes, "1K,4K,...,1G",
           "message sizes: K/M/G suffixes, a,b,...,c for a geometric range");
 ABSL_FLAG(std::string, csv, "", "write the results as CSV to this file");
 ABSL_FLAG(std::string, plot, "", "draw bus bandwidth against size into this SVG file");
-ABSL_FLAG(std::string, peers, "",
-          "also measure these peers in the same run and print ratios: gloo, mpi");
+ABSL_FLAG(
+    std::string, peers, "",
+    "also measure these peers in the same run and print ratios: gloo, mpi (OpenMPI over TCP), "
+    "mpi_shm (OpenMPI over its shared-memory transport)");
 ABSL_FLAG(std::string, peers_csv, "", "write the peers' results as CSV to this file");
 ABSL_FLAG(bool, tune, false,
           "measure ring vs recursive doubling all-reduce and print the crossover size");
@@ -58,6 +60,10 @@ ABSL_FLAG(int64_t, socket_buffer_bytes, 0,
           "SO_SNDBUF/SO_RCVBUF of the data sockets (0 = kernel default)");
 ABSL_FLAG(int64_t, oversubscribed_spin_us, -1,
           "busy-poll microseconds (yielding the core) when ranks outnumber cores; -1 = default");
+ABSL_FLAG(std::string, transport, "shm",
+          "how local ranks reach each other: shm (shared-memory rings, the default) or tcp "
+          "(loopback TCP only)");
+ABSL_FLAG(int64_t, shm_ring_bytes, 1 << 20, "capacity of each shared-memory ring");
 ABSL_FLAG(int64_t, segment_bytes, 256 * 1024, "ring pipelining segment size");
 ABSL_FLAG(int64_t, small_message_bytes,
           static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
@@ -226,13 +232,22 @@ int CommMain() {
   base.oversubscribed_spin = absl::Microseconds(absl::GetFlag(FLAGS_oversubscribed_spin_us));
   base.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
   base.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
+  base.shm_ring_bytes = absl::GetFlag(FLAGS_shm_ring_bytes);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "shm" && transport != "tcp") {
+    fprintf(stderr, "ringbench comm: --transport: \"%s\" is neither shm nor tcp\n",
+            transport.c_str());
+    return 2;
+  }
+  base.shared_memory = transport == "shm";
   if (absl::GetFlag(FLAGS_tune)) return Tune(ranks, sweep, base);
 
   std::vector<std::string> peer_names =
       absl::StrSplit(absl::GetFlag(FLAGS_peers), ',', absl::SkipWhitespace());
   for (const std::string& p : peer_names) {
-    if (p != "gloo" && p != "mpi") {
-      fprintf(stderr, "ringbench comm: --peers: unknown peer \"%s\"; use gloo and/or mpi\n",
+    if (p != "gloo" && p != "mpi" && p != "mpi_shm") {
+      fprintf(stderr,
+              "ringbench comm: --peers: unknown peer \"%s\"; use gloo, mpi and/or mpi_shm\n",
               p.c_str());
       return 2;
     }
@@ -253,7 +268,8 @@ int CommMain() {
     }
   }
 
-  printf("ringbench comm: %d ranks, TCP backend over loopback, float32 sum\n", ranks);
+  printf("ringbench comm: %d ranks, TCP backend (%s), float32 sum\n", ranks,
+         base.shared_memory ? "shared-memory rings between local ranks" : "loopback TCP only");
   fflush(stdout);
   Outcome ours = RunLocalRanks(ranks, sweep, base);
   if (!ours.status.ok()) {

@@ -59,6 +59,9 @@ ABSL_FLAG(bool, keep_malloc_memory, false,
           "temporaries of 32 MiB or more are not page-faulted afresh on every call; "
           "impl "
           "names get the suffix :keep_malloc. Off: the peer as shipped.");
+ABSL_FLAG(std::string, transport, "tcp",
+          "What mpirun was told to use, for the impl names: tcp (btl tcp,self) or shm "
+          "(btl vader,self: OpenMPI's shared memory); impl names get the suffix -shm.");
 ABSL_FLAG(std::string, tail_csv, "",
           "Also write op,ranks,bytes,impl,p50_us,p90_us,max_us to this file "
           "(rank 0).");
@@ -112,6 +115,7 @@ struct BenchOptions {
   int iters = -1;
   absl::Duration timeout;
   bool keep_malloc_memory = false;
+  bool shared_memory = false;
   std::string tail_csv;
 };
 
@@ -126,6 +130,12 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   options.timeout = absl::Seconds(timeout_s);
   options.keep_malloc_memory = absl::GetFlag(FLAGS_keep_malloc_memory);
   options.tail_csv = absl::GetFlag(FLAGS_tail_csv);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "tcp" && transport != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport: \"", transport, "\" is neither tcp nor shm"));
+  }
+  options.shared_memory = transport == "shm";
   return options;
 }
 
@@ -175,7 +185,8 @@ Candidate MakeCandidate(MpiGroup& group, const Layout& layout, std::string impl,
 absl::Status Run(const BenchOptions& options, MpiGroup& group) {
   Watchdog watchdog(options.timeout, absl::StrCat("mpi_bench rank ", group.rank()));
   if (options.keep_malloc_memory) RM_RETURN_IF_ERROR(KeepMallocMemory());
-  const std::string impl = absl::StrCat(kImpl, options.keep_malloc_memory ? kKeepMallocSuffix : "");
+  const std::string impl = absl::StrCat(kImpl, options.shared_memory ? "-shm" : "",
+                                        options.keep_malloc_memory ? kKeepMallocSuffix : "");
   RM_ASSIGN_OR_RETURN(Report report, Report::Create(group.rank(), options.tail_csv));
   // Allocated once for the whole sweep; value-initialised, so every page is
   // touched.

@@ -2,20 +2,22 @@
 # Runs one peer benchmark with N ranks on this machine and prints rank 0's CSV on stdout
 # (op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl); diagnostics go to stderr.
 #
-# Usage: run_peer gloo|mpi --ranks N [--timeout_s S] -- [gloo_bench or mpi_bench flags]
+# Usage: run_peer gloo|mpi|mpi_shm --ranks N [--timeout_s S] -- [gloo_bench or mpi_bench flags]
 #   e.g. bazel-bin/bench/peers/run_peer gloo --ranks 4 -- --sizes 1K,64M --ops all_reduce
 #
 #   gloo   starts N gloo_bench processes in the background, meeting in a fresh temporary
 #          FileStore directory; rank 0's stdout is the output, the other ranks' stdout is
 #          shown (on stderr) only when they fail.
 #   mpi    runs mpi_bench under mpirun over TCP loopback (see mpi_bench.cc for the flags).
+#   mpi_shm  the same over OpenMPI's shared-memory transport (btl vader,self): the peer
+#          for ringmaster's shared-memory rings between local ranks.
 #
 # Exits non-zero when any rank fails, or 124 when the whole run takes longer than
 # --timeout_s (default 900); the remaining ranks are then killed.
 set -uo pipefail
 
 usage() {
-  echo "usage: $(basename "$0") gloo|mpi --ranks N [--timeout_s S] -- [benchmark flags]" >&2
+  echo "usage: $(basename "$0") gloo|mpi|mpi_shm --ranks N [--timeout_s S] -- [benchmark flags]" >&2
   exit 2
 }
 
@@ -23,9 +25,9 @@ usage() {
 peer="$1"
 shift
 case "$peer" in
-  gloo | mpi) ;;
+  gloo | mpi | mpi_shm) ;;
   *)
-    echo "run_peer: unknown peer \"$peer\"; use gloo or mpi" >&2
+    echo "run_peer: unknown peer \"$peer\"; use gloo, mpi or mpi_shm" >&2
     usage
     ;;
 esac
@@ -73,18 +75,25 @@ find_binary() {
   return 1
 }
 
-if [ "$peer" = mpi ]; then
+if [ "$peer" = mpi ] || [ "$peer" = mpi_shm ]; then
   binary="$(find_binary mpi_bench)" || exit 1
   if ! command -v mpirun >/dev/null 2>&1; then
     echo "run_peer: mpirun not found; install Debian's openmpi-bin (tools/setup.sh)" >&2
     exit 1
   fi
   # --oversubscribe: more ranks than cores; --bind-to none: no pinning, as the other
-  # peers; pml ob1 + btl tcp,self on lo: TCP loopback only (no shared memory, no UCX).
+  # peers; pml ob1 + btl tcp,self on lo: TCP loopback only (no shared memory, no UCX);
+  # btl vader,self: shared memory only.
+  if [ "$peer" = mpi ]; then
+    transport=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+    name=tcp
+  else
+    transport=(--mca btl vader,self)
+    name=shm
+  fi
   exec timeout --kill-after=10 "$timeout_s" \
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
-    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
-    "$binary" "$@"
+    --mca pml ob1 "${transport[@]}" "$binary" --transport "$name" "$@"
 fi
 
 binary="$(find_binary gloo_bench)" || exit 1

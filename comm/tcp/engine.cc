@@ -45,31 +45,74 @@ size_t ConsumeHeader(size_t moved, size_t* header_done) {
   return moved - h;
 }
 
+// Bytes after a message in a shared-memory ring, so that the next header (and every
+// element) starts 8-aligned.
+size_t RingPadding(size_t payload) { return (8 - payload % 8) % 8; }
+
+// Messages are copied into a ring and published in chunks of this size, so the receiver
+// starts on the first chunk while the sender copies the next.
+constexpr size_t kRingChunk = 64 * 1024;
+
+// Wakes the peer sleeping on the other end of `fd` (see shm_ring.h). A failure means the
+// peer is gone, which the next wait finds out.
+void Doorbell(int fd) {
+  char one = 1;
+  (void)!send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 struct SendState {
   SendStream* stream;
   int fd;
+  ShmRing* ring = nullptr;  // null: the socket carries the message
+  bool peer_closed = false;
   WireHeader header;
   size_t total;
+  size_t pad = 0;  // ring padding after the payload
   size_t header_done = 0;
   size_t done = 0;
+  size_t pad_done = 0;
   size_t piece = 0;
   size_t piece_off = 0;
-  bool finished() const { return header_done == sizeof(WireHeader) && done == total; }
+  bool finished() const {
+    return header_done == sizeof(WireHeader) && done == total && pad_done == pad;
+  }
 };
 
 struct RecvState {
   RecvStream* stream;
   int fd;
+  ShmRing* ring = nullptr;  // null: the socket carries the message
+  bool peer_closed = false;
   WireHeader header;  // as received
   WireHeader expect;
   size_t total;
+  size_t pad = 0;
   size_t header_done = 0;
   size_t done = 0;
   size_t completed = 0;  // received and, for reducing pieces, reduced
+  size_t pad_done = 0;
   size_t piece = 0;
   size_t piece_off = 0;
-  bool finished() const { return header_done == sizeof(WireHeader) && completed == total; }
+  bool finished() const {
+    return header_done == sizeof(WireHeader) && completed == total && pad_done == pad;
+  }
 };
+
+// Moves a stream's piece cursor over `bytes` payload bytes and past empty pieces.
+template <typename State>
+void AdvancePieces(State& st, size_t bytes) {
+  const auto& pieces = st.stream->pieces;
+  while (bytes > 0) {
+    size_t take = std::min(bytes, pieces[st.piece].bytes - st.piece_off);
+    st.piece_off += take;
+    bytes -= take;
+    if (st.piece_off == pieces[st.piece].bytes) {
+      ++st.piece;
+      st.piece_off = 0;
+    }
+  }
+  while (st.piece < pieces.size() && pieces[st.piece].bytes == 0) ++st.piece;
+}
 
 class Engine {
  public:
@@ -88,6 +131,9 @@ class Engine {
  private:
   absl::Status TrySend(SendState& st, size_t limit, bool* progressed);
   absl::Status TryRecv(RecvState& st, bool* progressed);
+  absl::Status TrySendRing(SendState& st, size_t limit, bool* progressed);
+  absl::Status TryRecvRing(RecvState& st, bool* progressed);
+  absl::Status PeerClosed(int peer, size_t owed) const;
   absl::Status CheckHeader(const RecvState& st) const;
   size_t SendLimit(const SendState& st) const;
   WireHeader Header(int from_rank, uint64_t seq, uint64_t bytes) const {
@@ -151,19 +197,7 @@ absl::Status Engine::TrySend(SendState& st, size_t limit, bool* progressed) {
     size_t moved = ConsumeHeader(static_cast<size_t>(n), &st.header_done);
     st.done += moved;
     traffic_->sent += moved;
-    while (moved > 0) {
-      const SendPiece& p = st.stream->pieces[st.piece];
-      size_t take = std::min(moved, p.bytes - st.piece_off);
-      st.piece_off += take;
-      moved -= take;
-      if (st.piece_off == p.bytes) {
-        ++st.piece;
-        st.piece_off = 0;
-      }
-    }
-    while (st.piece < st.stream->pieces.size() && st.stream->pieces[st.piece].bytes == 0) {
-      ++st.piece;
-    }
+    AdvancePieces(st, moved);
     if (static_cast<size_t>(n) < want) return absl::OkStatus();  // socket buffer full
   }
   return absl::OkStatus();
@@ -268,6 +302,115 @@ absl::Status Engine::TryRecv(RecvState& st, bool* progressed) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::PeerClosed(int peer, size_t owed) const {
+  return absl::UnavailableError(
+      absl::StrCat(OpKindName(kind_), ": rank ", peer,
+                   " closed its connection (it exited, crashed or aborted) with ", owed,
+                   " bytes of the operation still to move between it and rank ", o_.rank));
+}
+
+absl::Status Engine::TrySendRing(SendState& st, size_t limit, bool* progressed) {
+  if (st.peer_closed) return PeerClosed(st.stream->peer, st.total - st.done);
+  ShmRing& ring = *st.ring;
+  constexpr size_t kHeader = sizeof(WireHeader);
+  const size_t length = kHeader + st.total + st.pad;  // the message in the ring
+  size_t pos = st.header_done + st.done + st.pad_done;
+  // Everything up to the gate, and the padding once the payload may complete.
+  size_t allowed = kHeader + std::min(limit, st.total);
+  if (allowed == kHeader + st.total) allowed = length;
+  size_t end = std::min(allowed, pos + ring.Space());
+  // Publish whole elements only (the receiver then never sees part of one, and since
+  // messages start 8-aligned no element straddles the ring's end). The gate's limit is
+  // itself a whole number of elements, so this never holds back what a peer waits for.
+  if (end < length && end > kHeader) end -= (end - kHeader) % elem_;
+  while (pos < end) {
+    const size_t chunk_end = std::min(end, pos + kRingChunk);
+    size_t off = 0;  // bytes written past the ring's head
+    if (pos < kHeader) {
+      size_t n = std::min(kHeader, chunk_end) - pos;
+      ring.WriteAt(off, reinterpret_cast<const char*>(&st.header) + pos, n);
+      off += n;
+      st.header_done += n;
+      pos += n;
+    }
+    if (pos < chunk_end && st.done < st.total) {
+      size_t payload = std::min(chunk_end, kHeader + st.total) - pos;
+      for (size_t left = payload; left > 0;) {
+        const SendPiece& p = st.stream->pieces[st.piece];
+        size_t take = std::min(left, p.bytes - st.piece_off);
+        ring.WriteAt(off, p.data + st.piece_off, take);
+        off += take;
+        left -= take;
+        AdvancePieces(st, take);
+      }
+      st.done += payload;
+      traffic_->sent += payload;
+      pos += payload;
+    }
+    if (pos < chunk_end) {  // padding: its bytes are never read
+      size_t n = chunk_end - pos;
+      st.pad_done += n;
+      off += n;
+      pos += n;
+    }
+    if (ring.Publish(off)) Doorbell(st.fd);
+    *progressed = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::TryRecvRing(RecvState& st, bool* progressed) {
+  ShmRing& ring = *st.ring;
+  size_t avail = ring.Available();
+  if (avail == 0) {
+    return st.peer_closed ? PeerClosed(st.stream->peer, st.total - st.done) : absl::OkStatus();
+  }
+  constexpr size_t kHeader = sizeof(WireHeader);
+  size_t consumed = 0;  // bytes read past the ring's tail, not yet released
+  auto release = [&] {
+    if (consumed == 0) return;
+    if (ring.Release(consumed)) Doorbell(st.fd);
+    avail -= consumed;
+    consumed = 0;
+  };
+  while (consumed < avail && !st.finished()) {
+    if (st.header_done < kHeader) {
+      size_t n = std::min(kHeader - st.header_done, avail - consumed);
+      ring.ReadAt(consumed, reinterpret_cast<char*>(&st.header) + st.header_done, n);
+      consumed += n;
+      st.header_done += n;
+      if (st.header_done == kHeader) RM_RETURN_IF_ERROR(CheckHeader(st));
+    } else if (st.done < st.total) {
+      const RecvPiece& p = st.stream->pieces[st.piece];
+      size_t contiguous;
+      const char* src = ring.Peek(consumed, &contiguous);
+      size_t n = std::min({avail - consumed, contiguous, p.bytes - st.piece_off, kRingChunk});
+      if (p.other == nullptr) {
+        std::memcpy(p.dst + st.piece_off, src, n);
+      } else {
+        // The sender publishes whole elements and elements never straddle the ring's end.
+        CHECK_EQ(n % elem_, 0u);
+        kernels::Reduce(type_, reduce_, p.dst + st.piece_off, p.other + st.piece_off, src,
+                        n / elem_);
+      }
+      consumed += n;
+      st.done += n;
+      st.completed = st.done;
+      traffic_->received += n;
+      AdvancePieces(st, n);
+      // Give the space back as we go, so the sender can copy the next chunk meanwhile.
+      if (consumed >= kRingChunk) release();
+    } else {
+      size_t n = std::min(st.pad - st.pad_done, avail - consumed);
+      consumed += n;
+      st.pad_done += n;
+    }
+  }
+  release();
+  *progressed = true;
+  return absl::OkStatus();
+}
+
 absl::Status Engine::DeadlineError() const {
   std::vector<std::string> owed;
   for (const RecvState& st : recvs_) {
@@ -294,20 +437,66 @@ size_t Engine::SendLimit(const SendState& st) const {
 
 absl::Status Engine::Wait(absl::Time deadline) {
   absl::InlinedVector<pollfd, 9> polls;
+  // For rings: the states whose flag we set, and their index in `polls`.
+  absl::InlinedVector<std::pair<SendState*, size_t>, 4> sleeping_sends;
+  absl::InlinedVector<std::pair<RecvState*, size_t>, 4> sleeping_recvs;
+  auto disarm = [&] {
+    for (auto& [st, i] : sleeping_sends) st->ring->DisarmProducerWait();
+    for (auto& [st, i] : sleeping_recvs) st->ring->DisarmConsumerWait();
+  };
   polls.push_back({o_.abort_fd, POLLIN, 0});
-  for (const SendState& st : sends_) {
+  for (SendState& st : sends_) {
     // A send waiting on its gate has nothing to write: its receive wakes us instead.
-    bool has_data = st.header_done < sizeof(WireHeader) || SendLimit(st) > st.done;
-    if (!st.finished() && has_data) polls.push_back({st.fd, POLLOUT, 0});
+    bool has_data = st.header_done < sizeof(WireHeader) || SendLimit(st) > st.done ||
+                    (st.done == st.total && st.pad_done < st.pad);
+    if (st.finished() || !has_data) continue;
+    if (st.ring == nullptr) {
+      polls.push_back({st.fd, POLLOUT, 0});
+      continue;
+    }
+    if (!st.ring->ArmProducerWait()) {  // space appeared meanwhile
+      disarm();
+      return absl::OkStatus();
+    }
+    // The receiver rings back on the same connection.
+    sleeping_sends.push_back({&st, polls.size()});
+    polls.push_back({st.fd, POLLIN, 0});
   }
-  for (const RecvState& st : recvs_) {
-    if (!st.finished()) polls.push_back({st.fd, POLLIN, 0});
+  for (RecvState& st : recvs_) {
+    if (st.finished()) continue;
+    if (st.ring != nullptr) {
+      if (!st.ring->ArmConsumerWait()) {
+        disarm();
+        return absl::OkStatus();
+      }
+      sleeping_recvs.push_back({&st, polls.size()});
+    }
+    polls.push_back({st.fd, POLLIN, 0});
   }
   absl::Duration left = deadline - absl::Now();
   if (left < absl::ZeroDuration()) left = absl::ZeroDuration();
   timespec ts = absl::ToTimespec(left);
   int rc = ppoll(polls.data(), polls.size(), &ts, nullptr);
-  if (rc < 0 && errno != EINTR) return ErrnoToStatus(errno, "ppoll");
+  int err = errno;
+  disarm();
+  if (rc < 0 && err != EINTR) return ErrnoToStatus(err, "ppoll");
+  // Drain wake-up bytes; end of stream (or a reset) means the peer is gone.
+  auto drain = [&](int fd, bool* closed) {
+    char buf[64];
+    while (true) {
+      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) *closed = true;
+      return;
+    }
+  };
+  for (auto& [st, i] : sleeping_sends) {
+    if (polls[i].revents != 0) drain(st->fd, &st->peer_closed);
+  }
+  for (auto& [st, i] : sleeping_recvs) {
+    if (polls[i].revents != 0) drain(st->fd, &st->peer_closed);
+  }
   return absl::OkStatus();
 }
 
@@ -320,6 +509,9 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.recv_fds)[s.peer];
     st.total = TotalBytes(s);
+    if (o_.recv_rings != nullptr && (st.ring = (*o_.recv_rings)[s.peer]) != nullptr) {
+      st.pad = RingPadding(st.total);
+    }
     st.expect = Header(s.peer, (*o_.recv_seq)[s.peer]++, st.total);
     bool reduces = false;
     for (const RecvPiece& p : s.pieces) {
@@ -338,6 +530,9 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     st.stream = &s;
     st.fd = (*o_.send_fds)[s.peer];
     st.total = TotalBytes(s);
+    if (o_.send_rings != nullptr && (st.ring = (*o_.send_rings)[s.peer]) != nullptr) {
+      st.pad = RingPadding(st.total);
+    }
     st.header = Header(o_.rank, (*o_.send_seq)[s.peer]++, st.total);
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     sends_.push_back(st);
@@ -351,11 +546,16 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     }
     bool progressed = false;
     for (SendState& st : sends_) {
-      if (!st.finished()) RM_RETURN_IF_ERROR(TrySend(st, SendLimit(st), &progressed));
+      if (st.finished()) continue;
+      RM_RETURN_IF_ERROR(st.ring != nullptr ? TrySendRing(st, SendLimit(st), &progressed)
+                                            : TrySend(st, SendLimit(st), &progressed));
     }
     bool all_done = true;
     for (RecvState& st : recvs_) {
-      if (!st.finished()) RM_RETURN_IF_ERROR(TryRecv(st, &progressed));
+      if (!st.finished()) {
+        RM_RETURN_IF_ERROR(st.ring != nullptr ? TryRecvRing(st, &progressed)
+                                              : TryRecv(st, &progressed));
+      }
       all_done &= st.finished();
     }
     for (SendState& st : sends_) all_done &= st.finished();

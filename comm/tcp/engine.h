@@ -13,9 +13,15 @@
 // expresses the pipelined ring (send step t+1 forwards what step t received) and the
 // pipelined chain broadcast.
 //
+// A peer on the same host may be reached through shared-memory rings instead (see
+// shm_ring.h): the same messages, padded to 8 bytes so that elements never straddle the
+// ring's end, copied into the ring by the sender and copied (or reduced) straight out of
+// it by the receiver. The socket to that peer then carries only wake-up bytes, and its
+// closing still tells us the peer is gone.
+//
 // Waiting: after each pass that moved no bytes the engine spins (busy-polling with
-// non-blocking syscalls) for `spin`, then blocks in ppoll() on the sockets, the abort
-// eventfd and the deadline.
+// non-blocking syscalls, or reading the rings) for `spin`, then blocks in ppoll() on the
+// sockets, the abort eventfd and the deadline.
 #ifndef RINGMASTER_COMM_TCP_ENGINE_H_
 #define RINGMASTER_COMM_TCP_ENGINE_H_
 
@@ -28,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "comm/tcp/shm_ring.h"
 #include "common/dtype.h"
 #include "kernels/reduce.h"
 
@@ -77,6 +84,10 @@ struct EngineOptions {
   // Socket per peer: send_fds[p] carries this rank's messages to p, recv_fds[p] p's to us.
   const std::vector<int>* send_fds = nullptr;
   const std::vector<int>* recv_fds = nullptr;
+  // Shared-memory ring per peer (null entries, or null vectors: that peer's messages go
+  // over its socket): send_rings[p] carries our messages to p, recv_rings[p] p's to us.
+  const std::vector<ShmRing*>* send_rings = nullptr;
+  const std::vector<ShmRing*>* recv_rings = nullptr;
   // Per-peer message counters, advanced by Run.
   std::vector<uint64_t>* send_seq = nullptr;
   std::vector<uint64_t>* recv_seq = nullptr;

@@ -26,7 +26,9 @@ using tcp::SendStream;
 
 constexpr uint32_t kHandshakeMagic = 0x524d4853;  // "RMHS"
 constexpr uint32_t kReplyMagic = 0x524d4852;      // "RMHR"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kRingOfferMagic = 0x524d524f;  // "RMRO"
+// 2: after the handshakes every connection carries a RingOffer and its one-byte answer.
+constexpr uint32_t kProtocolVersion = 2;
 
 struct Handshake {
   uint32_t magic;
@@ -45,6 +47,17 @@ struct HandshakeReply {
   char reason[184];   // NUL-terminated when rejected
 };
 static_assert(sizeof(HandshakeReply) == 192);
+
+// Sent on every connection after the handshakes: a shared-memory ring for this direction
+// (capacity 0: none, use the socket). Answered with one byte, 'Y' (mapped; use it) or 'N'.
+struct RingOffer {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t capacity;
+  uint64_t nonce;
+  char name[104];  // NUL-terminated
+};
+static_assert(sizeof(RingOffer) == 128);
 
 uint64_t Fnv1a(absl::string_view s) {
   uint64_t h = 1469598103934665603ull;
@@ -133,6 +146,12 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
     return absl::InvalidArgumentError("TcpCommunicatorOptions.store is null");
   }
   if (options.size > 1) RM_RETURN_IF_ERROR(ValidateStoreKey(options.prefix));
+  if (options.shm_ring_bytes < 4096 || options.shm_ring_bytes > (1u << 30) ||
+      (options.shm_ring_bytes & (options.shm_ring_bytes - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TcpCommunicatorOptions.shm_ring_bytes must be a power of two in [4 KiB, 1 GiB], got ",
+        options.shm_ring_bytes));
+  }
   if (options.segment_bytes < 64 || options.segment_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(
         "TcpCommunicatorOptions.segment_bytes must be in [64, 64 MiB]");
@@ -160,6 +179,8 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
   e.rank = options.rank;
   e.send_fds = &comm->send_fds_;
   e.recv_fds = &comm->recv_fds_;
+  e.send_rings = &comm->send_rings_;
+  e.recv_rings = &comm->recv_rings_;
   e.send_seq = &comm->send_seq_;
   e.recv_seq = &comm->recv_seq_;
   e.abort_fd = comm->abort_event_.get();
@@ -185,6 +206,8 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   recv_sockets_.resize(n);
   send_fds_.assign(n, -1);
   recv_fds_.assign(n, -1);
+  send_rings_.assign(n, nullptr);
+  recv_rings_.assign(n, nullptr);
   if (n == 1) return absl::OkStatus();
 
   const absl::Time deadline = absl::Now() + options.connect_timeout;
@@ -208,6 +231,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   // our handshake; accept and judge incoming handshakes; read each peer's
   // verdict on ours.
   std::vector<std::string> addresses(n);
+  std::vector<bool> same_host(n, false);
   auto connect_published = [&]() -> absl::Status {
     for (int i = 1; i < n; ++i) {
       int p = (r + i) % n;
@@ -221,7 +245,10 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       }
       addresses[p] = *address;
       RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
-      if (hp.host == advertise) ++local_ranks_;
+      if (hp.host == advertise) {
+        ++local_ranks_;
+        same_host[p] = true;
+      }
       auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
       if (!fd.ok()) {
         return absl::Status(fd.status().code(),
@@ -379,6 +406,80 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
     send_fds_[p] = send_sockets_[p].get();
     recv_fds_[p] = recv_sockets_[p].get();
   }
+  return SetUpRings(options, same_host, deadline);
+}
+
+absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
+                                         const std::vector<bool>& same_host, absl::Time deadline) {
+  const int n = size_, r = rank_;
+  auto context = [&](int peer, absl::string_view what) {
+    return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (", options.prefix,
+                        "): shared memory with rank ", peer, ": ", what);
+  };
+  send_ring_owners_.resize(n);
+  recv_ring_owners_.resize(n);
+  send_rings_.assign(n, nullptr);
+  recv_rings_.assign(n, nullptr);
+  // Offer a ring to every peer that advertised our host (a different /dev/shm — another
+  // container — makes the peer decline); the others get an empty offer.
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    RingOffer offer;
+    std::memset(&offer, 0, sizeof(offer));
+    offer.magic = kRingOfferMagic;
+    if (options.shared_memory && same_host[p]) {
+      auto ring = tcp::ShmRing::Create(options.shm_ring_bytes);
+      if (ring.ok()) {
+        offer.capacity = (*ring)->capacity();
+        offer.nonce = (*ring)->nonce();
+        std::strncpy(offer.name, (*ring)->name().c_str(), sizeof(offer.name) - 1);
+        send_ring_owners_[p] = std::move(ring).value();
+      } else {
+        LOG(WARNING) << context(p, absl::StrCat("falling back to TCP: ", ring.status().message()));
+      }
+    }
+    RM_RETURN_IF_ERROR(tcp::WriteFull(send_fds_[p], &offer, sizeof(offer), deadline));
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    RingOffer offer;
+    absl::Status read = tcp::ReadFull(recv_fds_[p], &offer, sizeof(offer), deadline);
+    if (!read.ok()) {
+      return absl::Status(read.code(), context(p, absl::StrCat("no ring offer: ", read.message())));
+    }
+    if (offer.magic != kRingOfferMagic) {
+      return absl::FailedPreconditionError(context(p, "garbled ring offer"));
+    }
+    char answer = 'N';
+    if (offer.capacity > 0 && options.shared_memory) {
+      offer.name[sizeof(offer.name) - 1] = '\0';
+      auto ring = tcp::ShmRing::Open(offer.name, offer.capacity, offer.nonce);
+      if (ring.ok()) {
+        recv_ring_owners_[p] = std::move(ring).value();
+        answer = 'Y';
+      } else {
+        LOG(INFO) << context(p, absl::StrCat("using TCP: ", ring.status().message()));
+      }
+    }
+    RM_RETURN_IF_ERROR(tcp::WriteFull(recv_fds_[p], &answer, 1, deadline));
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    char answer = 'N';
+    absl::Status read = tcp::ReadFull(send_fds_[p], &answer, 1, deadline);
+    if (!read.ok()) {
+      return absl::Status(
+          read.code(), context(p, absl::StrCat("no answer to our ring offer: ", read.message())));
+    }
+    if (send_ring_owners_[p] != nullptr) {
+      send_ring_owners_[p]->Unlink();
+      if (answer != 'Y') send_ring_owners_[p].reset();
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    send_rings_[p] = send_ring_owners_[p].get();
+    recv_rings_[p] = recv_ring_owners_[p].get();
+  }
   return absl::OkStatus();
 }
 
@@ -404,6 +505,12 @@ void TcpCommunicator::Abort() {
   for (auto& s : recv_sockets_) {
     if (s.valid()) shutdown(s.get(), SHUT_RDWR);
   }
+}
+
+int TcpCommunicator::shared_memory_peers() const {
+  int peers = 0;
+  for (int p = 0; p < size_; ++p) peers += send_rings_[p] != nullptr && recv_rings_[p] != nullptr;
+  return peers;
 }
 
 absl::Status TcpCommunicator::GetAsyncError() const {

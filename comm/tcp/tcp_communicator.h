@@ -12,6 +12,10 @@
 //   Broadcast      ≤ small_message_bytes: binomial tree; larger: pipelined chain.
 //   Barrier        dissemination (header-only messages).
 //
+// Transport: between ranks that advertise the same host, messages go through shared-memory
+// rings (tcp/shm_ring.h) unless `shared_memory` is off; the TCP connections are still made
+// and then carry only wake-ups and tell when a peer has gone. Other peers use TCP.
+//
 // Buffers in CUDA device memory are staged through host memory when the binary is built
 // with --config=cuda (so several ranks can share one GPU, which NCCL refuses).
 //
@@ -61,6 +65,11 @@ struct TcpCommunicatorOptions {
   // How long a refused connection is retried before giving up (the peer published its
   // address after listening, so a refusal means it is gone).
   absl::Duration refused_retry = absl::Seconds(2);
+
+  // Reach peers on this host through shared memory (see above). Off: TCP only.
+  bool shared_memory = true;
+  // Capacity of each shared-memory ring (one per direction per local peer), a power of two.
+  size_t shm_ring_bytes = 1 << 20;
 
   // Tuning. Zero values mean the defaults below.
   size_t small_message_bytes = kDefaultSmallMessageBytes;
@@ -122,10 +131,15 @@ class TcpCommunicator final : public Communicator {
   absl::Duration spin() const { return engine_options_.spin; }
   // Ranks of this communicator that advertise the same host as this one.
   int local_ranks() const { return local_ranks_; }
+  // Peers reached through shared-memory rings (both directions).
+  int shared_memory_peers() const;
 
  private:
   TcpCommunicator(const TcpCommunicatorOptions& options);
   absl::Status Connect(const TcpCommunicatorOptions& options);
+  // Offers, accepts and maps the shared-memory rings (after the handshakes).
+  absl::Status SetUpRings(const TcpCommunicatorOptions& options, const std::vector<bool>& same_host,
+                          absl::Time deadline);
 
   // Common wrapper: checks health, times the op, updates counters, breaks on error.
   template <typename Fn>
@@ -160,6 +174,8 @@ class TcpCommunicator final : public Communicator {
   std::vector<tcp::Fd> send_sockets_;  // [peer]: our messages to peer
   std::vector<tcp::Fd> recv_sockets_;  // [peer]: peer's messages to us
   std::vector<int> send_fds_, recv_fds_;
+  std::vector<std::unique_ptr<tcp::ShmRing>> send_ring_owners_, recv_ring_owners_;
+  std::vector<tcp::ShmRing*> send_rings_, recv_rings_;  // [peer], null: over TCP
   std::vector<uint64_t> send_seq_, recv_seq_;
   tcp::Fd abort_event_;
   std::atomic<bool> aborted_{false};

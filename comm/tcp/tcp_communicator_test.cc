@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -296,21 +297,56 @@ absl::Status RunMatrix(TcpCommunicator& comm) {
   return comm.Barrier(deadline);
 }
 
-class EveryOperation : public ::testing::TestWithParam<int> {};
+// Both transports: shared-memory rings between local ranks (the default) and TCP alone.
+enum class Transport { kSharedMemory, kTcp };
+
+std::string TransportName(Transport t) { return t == Transport::kTcp ? "tcp" : "shm"; }
+
+MultiProcOptions OptionsFor(int world_size, Transport transport) {
+  MultiProcOptions options;
+  options.world_size = world_size;
+  options.comm.shared_memory = transport == Transport::kSharedMemory;
+  // Small rings, so that large messages wrap around them many times.
+  options.comm.shm_ring_bytes = 64 * 1024;
+  return options;
+}
+
+// Fails unless the communicator uses the transport the test asked for.
+absl::Status CheckTransport(const TcpCommunicator& comm, Transport transport) {
+  const int expected = transport == Transport::kTcp ? 0 : comm.size() - 1;
+  if (comm.shared_memory_peers() != expected) {
+    return absl::InternalError(absl::StrCat("rank ", comm.rank(), " reaches ",
+                                            comm.shared_memory_peers(),
+                                            " peers through shared memory, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+class EveryOperation : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
 
 TEST_P(EveryOperation, MatchesIndependentReference) {
-  MultiProcOptions options;
-  options.world_size = GetParam();
+  const auto [world_size, transport] = GetParam();
+  MultiProcOptions options = OptionsFor(world_size, transport);
   options.timeout = absl::Minutes(8);
-  auto results =
-      RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) { return RunMatrix(comm); });
-  for (int r = 0; r < GetParam(); ++r) {
+  auto results = RunRanks(
+      options, [transport = transport](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+        absl::Status s = CheckTransport(comm, transport);
+        if (!s.ok()) return s;
+        return RunMatrix(comm);
+      });
+  for (int r = 0; r < world_size; ++r) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryOperation, ::testing::Values(1, 2, 3, 4, 5, 8),
-                         [](const auto& info) { return absl::StrCat("world", info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryOperation,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values(Transport::kSharedMemory,
+                                                              Transport::kTcp)),
+                         [](const auto& info) {
+                           return absl::StrCat("world", std::get<0>(info.param), "_",
+                                               TransportName(std::get<1>(info.param)));
+                         });
 
 TEST(TcpCommunicator, SendRecvAndBarrier) {
   MultiProcOptions options;
@@ -347,10 +383,11 @@ TEST(TcpCommunicator, SendRecvAndBarrier) {
   for (const RankResult& r : results) EXPECT_TRUE(r.status.ok()) << r.status;
 }
 
-TEST(TcpCommunicator, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
+class RingBytes : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(RingBytes, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
   for (int n : {2, 3, 4, 5}) {
-    MultiProcOptions options;
-    options.world_size = n;
+    MultiProcOptions options = OptionsFor(n, GetParam());
     auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
       const int n = comm.size();
       const size_t count = (1 << 20) + 3;  // 4 MiB + 12 bytes of f32: chunks differ by one
@@ -382,6 +419,10 @@ TEST(TcpCommunicator, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, RingBytes,
+                         ::testing::Values(Transport::kSharedMemory, Transport::kTcp),
+                         [](const auto& info) { return TransportName(info.param); });
 
 TEST(TcpCommunicator, BadArgumentsNameTheArgumentAndDoNotBreakTheCommunicator) {
   MultiProcOptions options;

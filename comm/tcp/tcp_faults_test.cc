@@ -27,6 +27,18 @@ using testing::RunRanks;
 
 constexpr absl::Duration kOpTimeout = absl::Seconds(3);
 
+// Every fault runs over both transports: shared-memory rings (local ranks' default, where
+// the TCP connection only carries wake-ups) and TCP alone.
+class TcpFaults : public ::testing::TestWithParam<bool> {
+ protected:
+  MultiProcOptions Options(int world_size) const {
+    MultiProcOptions options;
+    options.world_size = world_size;
+    options.comm.shared_memory = GetParam();
+    return options;
+  }
+};
+
 // Repeats a 64 MiB all-reduce until it fails; the victim dies or stops partway through
 // its first one.
 absl::Status AllReduceUntilFailure(TcpCommunicator& comm, int victim, int signal,
@@ -48,9 +60,8 @@ absl::Status AllReduceUntilFailure(TcpCommunicator& comm, int victim, int signal
   return absl::OkStatus();
 }
 
-TEST(TcpFaults, KilledRankMakesEverySurvivorFailWithinTwiceTheDeadline) {
-  MultiProcOptions options;
-  options.world_size = 4;
+TEST_P(TcpFaults, KilledRankMakesEverySurvivorFailWithinTwiceTheDeadline) {
+  MultiProcOptions options = Options(4);
   options.victims = {2};
   auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration* elapsed) {
     return AllReduceUntilFailure(comm, 2, SIGKILL, elapsed);
@@ -65,9 +76,8 @@ TEST(TcpFaults, KilledRankMakesEverySurvivorFailWithinTwiceTheDeadline) {
   }
 }
 
-TEST(TcpFaults, StoppedRankMakesTheOthersMissTheirDeadline) {
-  MultiProcOptions options;
-  options.world_size = 3;
+TEST_P(TcpFaults, StoppedRankMakesTheOthersMissTheirDeadline) {
+  MultiProcOptions options = Options(3);
   options.victims = {1};
   auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration* elapsed) {
     return AllReduceUntilFailure(comm, 1, SIGSTOP, elapsed);
@@ -82,9 +92,8 @@ TEST(TcpFaults, StoppedRankMakesTheOthersMissTheirDeadline) {
   }
 }
 
-TEST(TcpFaults, AbortFromAnotherThreadUnblocksAndBreaksTheCommunicator) {
-  MultiProcOptions options;
-  options.world_size = 2;
+TEST_P(TcpFaults, AbortFromAnotherThreadUnblocksAndBreaksTheCommunicator) {
+  MultiProcOptions options = Options(2);
   auto results =
       RunRanks(options, [](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
         const absl::Time far = absl::Now() + absl::Seconds(60);
@@ -116,9 +125,8 @@ TEST(TcpFaults, AbortFromAnotherThreadUnblocksAndBreaksTheCommunicator) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
 }
 
-TEST(TcpFaults, MismatchedCollectivesAreReportedNotHung) {
-  MultiProcOptions options;
-  options.world_size = 2;
+TEST_P(TcpFaults, MismatchedCollectivesAreReportedNotHung) {
+  MultiProcOptions options = Options(2);
   auto results = RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     std::vector<float> a(100, 1.0f), b(200);
@@ -137,6 +145,9 @@ TEST(TcpFaults, MismatchedCollectivesAreReportedNotHung) {
   }
   EXPECT_TRUE(mismatch_named) << results[0].status << " / " << results[1].status;
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, TcpFaults, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "shm" : "tcp"; });
 
 // ---------------------------------------------------------------------------------------
 // Bootstrap against the wrong peers, in one process (threads play the ranks).
