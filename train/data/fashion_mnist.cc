@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
 #include "train/data/idx.h"
 
 namespace ringmaster::train::data {

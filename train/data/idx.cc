@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
-#include <limits>
 #include <memory>
 
 #include "absl/status/status.h"
