@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/optimizer_isa.h"
 
 namespace ringmaster::kernels {
 namespace {
@@ -167,6 +169,48 @@ TEST(Lamb, SquaresThenStepMatchReference) {
   ExpectNear(p, rp, 1e-5);
   ExpectNear(m, ref.m, 1e-5);
   ExpectNear(v, ref.v, 1e-5);
+}
+
+// Ranks compare fingerprints of their parameters, so the builds must agree to the bit.
+struct State {
+  std::vector<float> p, m, v;
+  bool operator==(const State& o) const {
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    return same(p, o.p) && same(m, o.m) && same(v, o.v);
+  }
+};
+
+TEST(Implementations, GenericAndAvx2GiveTheSameBits) {
+  if (std::string(OptimizerImplementation()) != "avx2") {
+    GTEST_SKIP() << "this processor runs only the generic build";
+  }
+  const AdamMomentArgs moments{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 7};
+  const SgdStepArgs sgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true};
+  for (size_t n : {size_t{1}, size_t{7}, size_t{13}, size_t{1001}, size_t{100003}}) {
+    const std::vector<float> g = Random(n, 30);
+    State start{Random(n, 31), Random(n, 32, 0.1f), Random(n, 33, 0.1f)};
+    for (float& x : start.v) x *= x;
+    State a = start, b = start;
+    generic::SgdStep(sgd, a.p.data(), g.data(), a.m.data(), n);
+    avx2::SgdStep(sgd, b.p.data(), g.data(), b.m.data(), n);
+    EXPECT_TRUE(a == b) << "SgdStep, n " << n;
+    a = b = start;
+    generic::AdamWStep(moments, 0.01f, 0.1f, a.p.data(), g.data(), a.m.data(), a.v.data(), n);
+    avx2::AdamWStep(moments, 0.01f, 0.1f, b.p.data(), g.data(), b.m.data(), b.v.data(), n);
+    EXPECT_TRUE(a == b) << "AdamWStep, n " << n;
+    const LambSquareSums sa = generic::LambSquares(moments, 0.1f, start.p.data(), g.data(),
+                                                   start.m.data(), start.v.data(), n);
+    const LambSquareSums sb = avx2::LambSquares(moments, 0.1f, start.p.data(), g.data(),
+                                                start.m.data(), start.v.data(), n);
+    EXPECT_TRUE(sa.params == sb.params && sa.update == sb.update) << "LambSquares, n " << n;
+    a = b = start;
+    generic::LambStep(moments, 0.1f, 0.003f, a.p.data(), g.data(), a.m.data(), a.v.data(), n);
+    avx2::LambStep(moments, 0.1f, 0.003f, b.p.data(), g.data(), b.m.data(), b.v.data(), n);
+    EXPECT_TRUE(a == b) << "LambStep, n " << n;
+    EXPECT_EQ(generic::SumOfSquares(g.data(), n), avx2::SumOfSquares(g.data(), n)) << n;
+  }
 }
 
 TEST(OptimizerImplementation, NamesOne) {

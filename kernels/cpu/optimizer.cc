@@ -3,26 +3,9 @@
 #include <cstddef>
 
 #include "glog/logging.h"
-
-// The two builds of cpu/optimizer_impl.inc.
-#define RM_DECLARE_OPTIMIZER_KERNELS(ns)                                                       \
-  namespace ns {                                                                               \
-  void SgdStep(const SgdStepArgs&, float*, const float*, float*, size_t);                     \
-  void AdamWStep(const AdamMomentArgs&, float, float, float*, const float*, float*, float*,  \
-                 size_t);                                                                      \
-  LambSquareSums LambSquares(const AdamMomentArgs&, float, const float*, const float*,        \
-                             const float*, const float*, size_t);                             \
-  void LambStep(const AdamMomentArgs&, float, float, float*, const float*, float*, float*,   \
-                size_t);                                                                       \
-  double SumOfSquares(const float*, size_t);                                                   \
-  bool ScaleAndFindNonFinite(float*, size_t, float);                                           \
-  }
+#include "kernels/cpu/optimizer_isa.h"
 
 namespace ringmaster::kernels {
-
-RM_DECLARE_OPTIMIZER_KERNELS(generic)
-RM_DECLARE_OPTIMIZER_KERNELS(avx2)
-
 namespace {
 
 bool HasAvx2() {
