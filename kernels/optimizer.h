@@ -46,8 +46,8 @@ struct AdamMomentArgs {
 //   p = p * (1 - lr * weight_decay) - lr * m_hat / (sqrt(v_hat) + eps)
 // updating `exp_avg` (m) and `exp_avg_sq` (v) in place.
 void AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,
-               absl::Span<float> params, absl::Span<const float> grads,
-               absl::Span<float> exp_avg, absl::Span<float> exp_avg_sq);
+               absl::Span<float> params, absl::Span<const float> grads, absl::Span<float> exp_avg,
+               absl::Span<float> exp_avg_sq);
 
 // LAMB (You et al. 2019) in two passes over the same inputs, so that the per-tensor norms
 // can be summed across ranks in between and nothing changes until the second pass:

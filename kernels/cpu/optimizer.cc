@@ -41,8 +41,8 @@ void SgdStep(const SgdStepArgs& args, absl::Span<float> params, absl::Span<const
 }
 
 void AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,
-               absl::Span<float> params, absl::Span<const float> grads,
-               absl::Span<float> exp_avg, absl::Span<float> exp_avg_sq) {
+               absl::Span<float> params, absl::Span<const float> grads, absl::Span<float> exp_avg,
+               absl::Span<float> exp_avg_sq) {
   const size_t n = params.size();
   CheckAdamArgs(moments, n, grads.size(), exp_avg.size(), exp_avg_sq.size());
   auto* step = HasAvx2() ? avx2::AdamWStep : generic::AdamWStep;

@@ -8,17 +8,17 @@
 
 #include "kernels/optimizer.h"
 
-#define RM_DECLARE_OPTIMIZER_KERNELS(ns)                                                      \
-  namespace ns {                                                                              \
-  void SgdStep(const SgdStepArgs&, float*, const float*, float*, size_t);                    \
+#define RM_DECLARE_OPTIMIZER_KERNELS(ns)                                                    \
+  namespace ns {                                                                            \
+  void SgdStep(const SgdStepArgs&, float*, const float*, float*, size_t);                   \
   void AdamWStep(const AdamMomentArgs&, float, float, float*, const float*, float*, float*, \
-                 size_t);                                                                     \
-  LambSquareSums LambSquares(const AdamMomentArgs&, float, const float*, const float*,       \
-                             const float*, const float*, size_t);                            \
+                 size_t);                                                                   \
+  LambSquareSums LambSquares(const AdamMomentArgs&, float, const float*, const float*,      \
+                             const float*, const float*, size_t);                           \
   void LambStep(const AdamMomentArgs&, float, float, float*, const float*, float*, float*,  \
-                size_t);                                                                      \
-  double SumOfSquares(const float*, size_t);                                                  \
-  bool ScaleAndFindNonFinite(float*, size_t, float);                                          \
+                size_t);                                                                    \
+  double SumOfSquares(const float*, size_t);                                                \
+  bool ScaleAndFindNonFinite(float*, size_t, float);                                        \
   }
 
 namespace ringmaster::kernels {

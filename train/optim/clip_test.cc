@@ -68,8 +68,8 @@ TEST_F(ClipTest, MaxNormZeroOnlyMeasures) {
 }
 
 TEST_F(ClipTest, NonFiniteNormIsReportedAndNothingIsScaled) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                    -std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     grads_ = Gradients(table_, 11);
     grads_.data()[table_.tensor(3).offset + 2] = bad;
     auto result = ClipGradNorm(grads_.span(), {.max_norm = 1}, SumOnOneRank);

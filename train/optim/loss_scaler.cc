@@ -58,10 +58,9 @@ absl::StatusOr<StepVerdict> LossScaler::UnscaleAndUpdate(absl::Span<float> grads
 absl::Status LossScaler::Restore(const LossScalerState& s) {
   const bool dynamic = options_.mode == LossScalerOptions::Mode::kDynamic;
   if (dynamic) {
-    RM_RETURN_IF_ERROR(settings::CheckReal("scale", s.scale, options_.min_scale,
-                                           settings::Bound::kClosed,
-                                           std::numeric_limits<float>::max(),
-                                           settings::Bound::kClosed));
+    RM_RETURN_IF_ERROR(
+        settings::CheckReal("scale", s.scale, options_.min_scale, settings::Bound::kClosed,
+                            std::numeric_limits<float>::max(), settings::Bound::kClosed));
   }
   RM_RETURN_IF_ERROR(settings::CheckCount("good_steps", s.good_steps, 0));
   RM_RETURN_IF_ERROR(settings::CheckCount("skipped_steps", s.skipped_steps, 0));
@@ -75,9 +74,9 @@ std::string LossScaler::Describe() const {
   if (options_.mode == LossScalerOptions::Mode::kFixed) {
     return absl::StrCat("fixed loss scale ", state_.scale, " (overflowing steps skipped)");
   }
-  return absl::StrCat("dynamic loss scale ", state_.scale, " (x", options_.growth_factor,
-                      " after ", options_.growth_interval, " good steps, x",
-                      options_.backoff_factor, " on overflow, >= ", options_.min_scale, ")");
+  return absl::StrCat("dynamic loss scale ", state_.scale, " (x", options_.growth_factor, " after ",
+                      options_.growth_interval, " good steps, x", options_.backoff_factor,
+                      " on overflow, >= ", options_.min_scale, ")");
 }
 
 }  // namespace ringmaster::train

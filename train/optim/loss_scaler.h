@@ -24,11 +24,11 @@ namespace ringmaster::train {
 struct LossScalerOptions {
   enum class Mode { kDynamic, kFixed };
   Mode mode = Mode::kDynamic;
-  double initial_scale = 65536;  // > 0, finite; the scale in fixed mode
-  double growth_factor = 2;      // > 1
-  double backoff_factor = 0.5;   // in (0, 1)
+  double initial_scale = 65536;    // > 0, finite; the scale in fixed mode
+  double growth_factor = 2;        // > 1
+  double backoff_factor = 0.5;     // in (0, 1)
   int64_t growth_interval = 2000;  // >= 1 good steps in a row before growing
-  double min_scale = 1;  // dynamic: > 0, <= initial_scale; backing off stops here
+  double min_scale = 1;            // dynamic: > 0, <= initial_scale; backing off stops here
 };
 
 struct LossScalerState {

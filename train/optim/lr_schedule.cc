@@ -41,10 +41,9 @@ double LrSchedule::LrAt(int64_t step) const {
     return peak_ * (s + (1 - s) * static_cast<double>(step) / static_cast<double>(o.warmup_steps));
   }
   const double floor = o.min_lr_ratio * peak_;
-  const double p =
-      step >= o.total_steps ? 1.0
-                            : static_cast<double>(step - o.warmup_steps) /
-                                  static_cast<double>(o.total_steps - o.warmup_steps);
+  const double p = step >= o.total_steps ? 1.0
+                                         : static_cast<double>(step - o.warmup_steps) /
+                                               static_cast<double>(o.total_steps - o.warmup_steps);
   switch (o.decay) {
     case LrScheduleOptions::Decay::kCosine:
       return floor + (peak_ - floor) * (1 + std::cos(std::numbers::pi * p)) / 2;
@@ -64,15 +63,16 @@ std::string LrSchedule::Describe() const {
                     " / base_batch ", o.base_batch, ")");
   }
   if (o.warmup_steps > 0) {
-    absl::StrAppend(&out, ", warm-up from ", o.warmup_start_ratio * peak_, " over ",
-                    o.warmup_steps, " steps");
+    absl::StrAppend(&out, ", warm-up from ", o.warmup_start_ratio * peak_, " over ", o.warmup_steps,
+                    " steps");
   } else {
     absl::StrAppend(&out, ", no warm-up");
   }
   switch (o.decay) {
     case LrScheduleOptions::Decay::kCosine:
     case LrScheduleOptions::Decay::kLinear:
-      absl::StrAppend(&out, ", ", o.decay == LrScheduleOptions::Decay::kCosine ? "cosine" : "linear",
+      absl::StrAppend(&out, ", ",
+                      o.decay == LrScheduleOptions::Decay::kCosine ? "cosine" : "linear",
                       " decay to ", o.min_lr_ratio * peak_, " at step ", o.total_steps);
       break;
     case LrScheduleOptions::Decay::kConstant:

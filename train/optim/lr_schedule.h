@@ -30,8 +30,8 @@ struct LrScheduleOptions {
   double base_lr = 1e-3;  // >= 0
   // The linear scaling rule: > 0 scales base_lr by global_batch / base_batch; 0 leaves it.
   int64_t base_batch = 0;
-  int64_t global_batch = 0;  // >= 1 when base_batch > 0
-  int64_t warmup_steps = 0;  // in [0, total_steps]
+  int64_t global_batch = 0;       // >= 1 when base_batch > 0
+  int64_t warmup_steps = 0;       // in [0, total_steps]
   double warmup_start_ratio = 0;  // in [0, 1]: warm-up starts at this fraction of the peak
   Decay decay = Decay::kCosine;
   double min_lr_ratio = 0;  // in [0, 1]: where the decay ends, as a fraction of the peak

@@ -29,7 +29,7 @@ TEST(LrSchedule, CosineKeyValues) {
   EXPECT_DOUBLE_EQ(s.LrAt(0), 0.0);
   EXPECT_DOUBLE_EQ(s.LrAt(25), 0.1);
   EXPECT_DOUBLE_EQ(s.LrAt(50), 0.2);
-  EXPECT_DOUBLE_EQ(s.LrAt(100), 0.4);  // warm-up end: the peak
+  EXPECT_DOUBLE_EQ(s.LrAt(100), 0.4);              // warm-up end: the peak
   EXPECT_DOUBLE_EQ(s.LrAt(600), 0.04 + 0.36 / 2);  // middle of the decay: cos(pi/2) = 0
   EXPECT_DOUBLE_EQ(s.LrAt(350), 0.04 + 0.36 * (1 + 1 / std::sqrt(2.0)) / 2);  // cos(pi/4)
   EXPECT_DOUBLE_EQ(s.LrAt(1100), 0.04);  // end: min_lr_ratio x peak
@@ -72,8 +72,8 @@ TEST(LrSchedule, NoScalingNoWarmup) {
 }
 
 TEST(LrSchedule, WarmupAsLongAsTheRun) {
-  const LrSchedule s = Make({.base_lr = 1, .warmup_steps = 4, .min_lr_ratio = 0.5,
-                             .total_steps = 4});
+  const LrSchedule s =
+      Make({.base_lr = 1, .warmup_steps = 4, .min_lr_ratio = 0.5, .total_steps = 4});
   EXPECT_DOUBLE_EQ(s.LrAt(3), 0.75);
   EXPECT_DOUBLE_EQ(s.LrAt(4), 0.5);  // the run is over: the floor
 }

@@ -17,8 +17,8 @@ absl::StatusOr<std::vector<bool>> ResolveDecayMask(const TensorTable& table,
                                                    const std::vector<bool>& mask) {
   if (mask.empty()) return DecayMatrices(table);
   if (static_cast<int>(mask.size()) != table.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("decay_mask has ", mask.size(),
-                                                   " entries for ", table.size(), " tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("decay_mask has ", mask.size(), " entries for ", table.size(), " tensors"));
   }
   return mask;
 }
@@ -114,8 +114,8 @@ class Lamb final : public AdamFamily<LambOptions> {
   using AdamFamily::AdamFamily;
 
   std::string Describe() const override {
-    return absl::StrCat("LAMB(", AdamString(), ", weight norm in [", options_.min_weight_norm,
-                        ", ", options_.max_weight_norm, "])");
+    return absl::StrCat("LAMB(", AdamString(), ", weight norm in [", options_.min_weight_norm, ", ",
+                        options_.max_weight_norm, "])");
   }
 
  private:
@@ -127,9 +127,9 @@ class Lamb final : public AdamFamily<LambOptions> {
     const kernels::AdamMomentArgs args = MomentArgs(step);
     std::vector<double> squares(2 * num_tensors(), 0.0);
     for (const Piece& p : pieces()) {
-      const kernels::LambSquareSums s = kernels::LambSquares(
-          args, p.weight_decay, Part(absl::Span<const float>(params), p),
-          Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
+      const kernels::LambSquareSums s =
+          kernels::LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
+                               Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
       squares[2 * p.tensor] += s.params;
       squares[2 * p.tensor + 1] += s.update;
     }
@@ -137,11 +137,11 @@ class Lamb final : public AdamFamily<LambOptions> {
     for (const Piece& p : pieces()) {
       const double weight_norm = std::sqrt(squares[2 * p.tensor]);
       const double update_norm = std::sqrt(squares[2 * p.tensor + 1]);
-      const double ratio = weight_norm > 0 && update_norm > 0
-                               ? std::clamp(weight_norm, options_.min_weight_norm,
-                                            options_.max_weight_norm) /
-                                     update_norm
-                               : 1.0;
+      const double ratio =
+          weight_norm > 0 && update_norm > 0
+              ? std::clamp(weight_norm, options_.min_weight_norm, options_.max_weight_norm) /
+                    update_norm
+              : 1.0;
       kernels::LambStep(args, p.weight_decay, static_cast<float>(lr * ratio), Part(params, p),
                         Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
     }
@@ -171,9 +171,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, Flat
                                                   const LambOptions& o) {
   RM_RETURN_IF_ERROR(CheckAdamOptions(o));
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("min_weight_norm", o.min_weight_norm, 0));
-  RM_RETURN_IF_ERROR(settings::CheckReal("max_weight_norm", o.max_weight_norm,
-                                         o.min_weight_norm, settings::Bound::kClosed,
-                                         settings::kInfinity, settings::Bound::kClosed));
+  RM_RETURN_IF_ERROR(settings::CheckReal("max_weight_norm", o.max_weight_norm, o.min_weight_norm,
+                                         settings::Bound::kClosed, settings::kInfinity,
+                                         settings::Bound::kClosed));
   RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
   return std::make_unique<Lamb>(table, range, o, mask);
 }
@@ -195,12 +195,11 @@ Optimizer::Optimizer(const TensorTable& table, FlatRange range, double weight_de
   CHECK_EQ(static_cast<int>(decay_mask.size()), table.size());
   decayed_tensors_ = static_cast<int>(std::count(decay_mask.begin(), decay_mask.end(), true));
   for (const TensorPiece& piece : PiecesInRange(table, range)) {
-    pieces_.push_back({.tensor = piece.tensor,
-                       .offset = piece.begin - range.begin,
-                       .size = piece.end - piece.begin,
-                       .weight_decay = decay_mask[piece.tensor]
-                                           ? static_cast<float>(weight_decay)
-                                           : 0.0f});
+    pieces_.push_back(
+        {.tensor = piece.tensor,
+         .offset = piece.begin - range.begin,
+         .size = piece.end - piece.begin,
+         .weight_decay = decay_mask[piece.tensor] ? static_cast<float>(weight_decay) : 0.0f});
   }
   for (std::string& name : state_names) {
     state_.emplace_back(std::move(name), FlatBuffer(range.size()));
@@ -209,7 +208,8 @@ Optimizer::Optimizer(const TensorTable& table, FlatRange range, double weight_de
 
 absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                              const SumAcrossRanks& sum) {
-  CHECK_EQ(static_cast<int64_t>(params.size()), range_.size()) << "params of " << RangeString(range_);
+  CHECK_EQ(static_cast<int64_t>(params.size()), range_.size())
+      << "params of " << RangeString(range_);
   CHECK_EQ(static_cast<int64_t>(grads.size()), range_.size()) << "grads of " << RangeString(range_);
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("lr", lr, 0));
   RM_RETURN_IF_ERROR(Update(step_ + 1, static_cast<float>(lr), params, grads, sum));

@@ -47,18 +47,18 @@ std::vector<bool> DecayMatrices(const TensorTable& table);
 // PyTorch torch.optim.SGD with dampening 0 (see kernels/optimizer.h for the formula).
 // Momentum 0 keeps no state buffer.
 struct SgdOptions {
-  double momentum = 0;      // in [0, 1)
-  bool nesterov = false;    // needs momentum > 0
-  double weight_decay = 0;  // >= 0, added to the gradient (L2), on the decay mask's tensors
+  double momentum = 0;           // in [0, 1)
+  bool nesterov = false;         // needs momentum > 0
+  double weight_decay = 0;       // >= 0, added to the gradient (L2), on the decay mask's tensors
   std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
 };
 
 // PyTorch torch.optim.AdamW: decoupled weight decay, bias-corrected moments.
 struct AdamWOptions {
-  double beta1 = 0.9;   // in [0, 1)
-  double beta2 = 0.999;  // in [0, 1)
-  double eps = 1e-8;    // > 0
-  double weight_decay = 0.01;  // >= 0
+  double beta1 = 0.9;            // in [0, 1)
+  double beta2 = 0.999;          // in [0, 1)
+  double eps = 1e-8;             // > 0
+  double weight_decay = 0.01;    // >= 0
   std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
 };
 
@@ -68,10 +68,10 @@ struct AdamWOptions {
 // with phi(z) = min(max(z, min_weight_norm), max_weight_norm). Every tensor is adapted;
 // weight decay follows the mask.
 struct LambOptions {
-  double beta1 = 0.9;   // in [0, 1)
-  double beta2 = 0.999;  // in [0, 1)
-  double eps = 1e-6;    // > 0
-  double weight_decay = 0.01;  // >= 0
+  double beta1 = 0.9;            // in [0, 1)
+  double beta2 = 0.999;          // in [0, 1)
+  double eps = 1e-6;             // > 0
+  double weight_decay = 0.01;    // >= 0
   std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
   double min_weight_norm = 0;    // >= 0
   double max_weight_norm = std::numeric_limits<double>::infinity();  // >= min_weight_norm

@@ -94,8 +94,8 @@ ReferenceStep AdamWReference(double beta1, double beta2, double eps, double weig
 }
 
 // You et al. 2019, algorithm 2, with phi(z) = clamp(z, lo, hi).
-ReferenceStep LambReference(double beta1, double beta2, double eps, double weight_decay,
-                            double lo, double hi) {
+ReferenceStep LambReference(double beta1, double beta2, double eps, double weight_decay, double lo,
+                            double hi) {
   return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
              Reference& ref) {
     ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
@@ -139,17 +139,28 @@ std::vector<Case> Cases() {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   return {
       {"Sgd", SgdOptions{.weight_decay = 0.1}, SgdReference(0, false, 0.1), {}},
-      {"SgdMomentum", SgdOptions{.momentum = 0.9, .weight_decay = 0.05},
-       SgdReference(0.9, false, 0.05), {"momentum"}},
-      {"SgdNesterov", SgdOptions{.momentum = 0.8, .nesterov = true, .weight_decay = 0.05},
-       SgdReference(0.8, true, 0.05), {"momentum"}},
-      {"AdamW", AdamWOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1},
-       AdamWReference(0.9, 0.99, 1e-8, 0.1), {"exp_avg", "exp_avg_sq"}},
-      {"Lamb", LambOptions{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.01},
-       LambReference(0.9, 0.999, 1e-6, 0.01, 0, kInf), {"exp_avg", "exp_avg_sq"}, false},
+      {"SgdMomentum",
+       SgdOptions{.momentum = 0.9, .weight_decay = 0.05},
+       SgdReference(0.9, false, 0.05),
+       {"momentum"}},
+      {"SgdNesterov",
+       SgdOptions{.momentum = 0.8, .nesterov = true, .weight_decay = 0.05},
+       SgdReference(0.8, true, 0.05),
+       {"momentum"}},
+      {"AdamW",
+       AdamWOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1},
+       AdamWReference(0.9, 0.99, 1e-8, 0.1),
+       {"exp_avg", "exp_avg_sq"}},
+      {"Lamb",
+       LambOptions{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.01},
+       LambReference(0.9, 0.999, 1e-6, 0.01, 0, kInf),
+       {"exp_avg", "exp_avg_sq"},
+       false},
       {"LambClampedWeightNorm",
        LambOptions{.weight_decay = 0.1, .min_weight_norm = 2.5, .max_weight_norm = 3},
-       LambReference(0.9, 0.999, 1e-6, 0.1, 2.5, 3), {"exp_avg", "exp_avg_sq"}, false},
+       LambReference(0.9, 0.999, 1e-6, 0.1, 2.5, 3),
+       {"exp_avg", "exp_avg_sq"},
+       false},
   };
 }
 
@@ -200,10 +211,10 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
                 static_cast<int64_t>(GetParam().state_names.size()) * range.size() * 4);
       if (restore_step > 0) Restore(restore, restore_step, optimizer);
       for (int s = first; s <= last; ++s) {
-        ASSERT_TRUE(optimizer
-                        .Step(LrAt(s), Slice(params_.span(), range),
-                              Slice(grads[s - 1].span(), range), sum)
-                        .ok());
+        ASSERT_TRUE(
+            optimizer
+                .Step(LrAt(s), Slice(params_.span(), range), Slice(grads[s - 1].span(), range), sum)
+                .ok());
       }
       EXPECT_EQ(optimizer.step(), last);
       for (const StateBuffer& b : optimizer.state_buffers()) {

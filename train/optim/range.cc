@@ -14,9 +14,9 @@ FlatRange FullRange(const TensorTable& table) { return {0, table.total_elements(
 
 absl::Status CheckRange(const TensorTable& table, FlatRange range) {
   if (range.begin < 0 || range.begin > range.end || range.end > table.total_elements()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("range ", RangeString(range), " is not inside the flat index space ",
-                     RangeString(FullRange(table))));
+    return absl::InvalidArgumentError(absl::StrCat("range ", RangeString(range),
+                                                   " is not inside the flat index space ",
+                                                   RangeString(FullRange(table))));
   }
   return absl::OkStatus();
 }

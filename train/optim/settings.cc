@@ -22,8 +22,8 @@ std::string Allowed(double lo, Bound lo_bound, double hi, Bound hi_bound) {
 
 }  // namespace
 
-absl::Status CheckReal(absl::string_view name, double value, double lo, Bound lo_bound,
-                       double hi, Bound hi_bound) {
+absl::Status CheckReal(absl::string_view name, double value, double lo, Bound lo_bound, double hi,
+                       Bound hi_bound) {
   // -value > -hi is value < hi; NaN fails both comparisons.
   if (Above(value, lo, lo_bound) && Above(-value, -hi, hi_bound)) return absl::OkStatus();
   return absl::InvalidArgumentError(

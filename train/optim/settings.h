@@ -18,8 +18,8 @@ enum class Bound { kClosed, kOpen };
 
 // OK when `value` is a number (not NaN) between lo and hi, each bound closed or open. An
 // infinite value passes only an infinite closed bound.
-absl::Status CheckReal(absl::string_view name, double value, double lo, Bound lo_bound,
-                       double hi, Bound hi_bound);
+absl::Status CheckReal(absl::string_view name, double value, double lo, Bound lo_bound, double hi,
+                       Bound hi_bound);
 
 // value >= lo, finite.
 inline absl::Status CheckAtLeast(absl::string_view name, double value, double lo) {

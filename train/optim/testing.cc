@@ -9,12 +9,12 @@ namespace ringmaster::train::testing {
 
 TensorTable SmallModelTable() {
   TensorTable table;
-  table.Add("embed.weight", {6, 5});     // [0, 30), padded to 32
-  table.Add("fc1.weight", {7, 6});       // [32, 74), padded to 80
-  table.Add("fc1.bias", {7});            // [80, 87)
-  table.Add("ln.gain", {7});             // [96, 103)
-  table.Add("conv.weight", {3, 1, 7});   // [112, 133)
-  table.Add("head.bias", {3});           // [144, 147), total 160
+  table.Add("embed.weight", {6, 5});    // [0, 30), padded to 32
+  table.Add("fc1.weight", {7, 6});      // [32, 74), padded to 80
+  table.Add("fc1.bias", {7});           // [80, 87)
+  table.Add("ln.gain", {7});            // [96, 103)
+  table.Add("conv.weight", {3, 1, 7});  // [112, 133)
+  table.Add("head.bias", {3});          // [144, 147), total 160
   return table;
 }
 
@@ -61,7 +61,8 @@ int64_t FakeRanks::rounds() const {
 absl::Status FakeRanks::Sum(int rank, absl::Span<double> values) {
   absl::MutexLock lock(&mu_);
   // The previous round must have handed out its totals to every rank first.
-  mu_.Await(absl::Condition(+[](bool* summed) { return !*summed; }, &summed_));
+  mu_.Await(absl::Condition(
+      +[](bool* summed) { return !*summed; }, &summed_));
   contributions_[rank].assign(values.begin(), values.end());
   if (++arrived_ == world_) {
     totals_.assign(values.size(), 0.0);
