@@ -1,0 +1,2 @@
+#define RM_OPTIMIZER_NS generic
+#include "kernels/cpu/optimizer_impl.inc"

@@ -1,0 +1,254 @@
+#include "train/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/optimizer.h"
+#include "train/optim/settings.h"
+
+namespace ringmaster::train {
+namespace {
+
+// The decay mask of the options, or the default rule when it is empty.
+absl::StatusOr<std::vector<bool>> ResolveDecayMask(const TensorTable& table,
+                                                   const std::vector<bool>& mask) {
+  if (mask.empty()) return DecayMatrices(table);
+  if (static_cast<int>(mask.size()) != table.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decay_mask has ", mask.size(), " entries for ", table.size(), " tensors"));
+  }
+  return mask;
+}
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const TensorTable& table, FlatRange range, const SgdOptions& options,
+      const std::vector<bool>& decay_mask)
+      : Optimizer(table, range, options.weight_decay, decay_mask,
+                  options.momentum != 0 ? std::vector<std::string>{"momentum"}
+                                        : std::vector<std::string>{}),
+        options_(options) {}
+
+  std::string Describe() const override {
+    return absl::StrCat("SGD(momentum=", options_.momentum, options_.nesterov ? ", nesterov" : "",
+                        ", ", DecayString(), ")");
+  }
+
+ private:
+  absl::Status Update(int64_t, float lr, absl::Span<float> params, absl::Span<const float> grads,
+                      const SumAcrossRanks&) override {
+    for (const Piece& p : pieces()) {
+      const kernels::SgdStepArgs args{.lr = lr,
+                                      .momentum = static_cast<float>(options_.momentum),
+                                      .weight_decay = p.weight_decay,
+                                      .nesterov = options_.nesterov};
+      kernels::SgdStep(args, Part(params, p), Part(grads, p),
+                       options_.momentum != 0 ? state(0, p) : absl::Span<float>());
+    }
+    return absl::OkStatus();
+  }
+
+  const SgdOptions options_;
+};
+
+// AdamW and LAMB: the same moments, options and validation.
+template <typename Options>
+absl::Status CheckAdamOptions(const Options& o) {
+  RM_RETURN_IF_ERROR(settings::CheckDecayRate("beta1", o.beta1));
+  RM_RETURN_IF_ERROR(settings::CheckDecayRate("beta2", o.beta2));
+  RM_RETURN_IF_ERROR(settings::CheckPositive("eps", o.eps));
+  return settings::CheckAtLeast("weight_decay", o.weight_decay, 0);
+}
+
+// The state and settings AdamW and LAMB share.
+template <typename Options>
+class AdamFamily : public Optimizer {
+ public:
+  AdamFamily(const TensorTable& table, FlatRange range, const Options& options,
+             const std::vector<bool>& decay_mask)
+      : Optimizer(table, range, options.weight_decay, decay_mask, {"exp_avg", "exp_avg_sq"}),
+        options_(options) {}
+
+ protected:
+  static constexpr int kExpAvg = 0;
+  static constexpr int kExpAvgSq = 1;
+
+  kernels::AdamMomentArgs MomentArgs(int64_t step) const {
+    return {.beta1 = static_cast<float>(options_.beta1),
+            .beta2 = static_cast<float>(options_.beta2),
+            .eps = static_cast<float>(options_.eps),
+            .step = step};
+  }
+
+  std::string AdamString() const {
+    return absl::StrCat("beta1=", options_.beta1, ", beta2=", options_.beta2,
+                        ", eps=", options_.eps, ", ", DecayString());
+  }
+
+  const Options options_;
+};
+
+class AdamW final : public AdamFamily<AdamWOptions> {
+ public:
+  using AdamFamily::AdamFamily;
+
+  std::string Describe() const override { return absl::StrCat("AdamW(", AdamString(), ")"); }
+
+ private:
+  absl::Status Update(int64_t step, float lr, absl::Span<float> params,
+                      absl::Span<const float> grads, const SumAcrossRanks&) override {
+    const kernels::AdamMomentArgs args = MomentArgs(step);
+    for (const Piece& p : pieces()) {
+      kernels::AdamWStep(args, lr, p.weight_decay, Part(params, p), Part(grads, p),
+                         state(kExpAvg, p), state(kExpAvgSq, p));
+    }
+    return absl::OkStatus();
+  }
+};
+
+class Lamb final : public AdamFamily<LambOptions> {
+ public:
+  using AdamFamily::AdamFamily;
+
+  std::string Describe() const override {
+    return absl::StrCat("LAMB(", AdamString(), ", weight norm in [", options_.min_weight_norm, ", ",
+                        options_.max_weight_norm, "])");
+  }
+
+ private:
+  // Pass 1 sums ||w||^2 and ||r||^2 of this range's pieces into per-tensor slots (2 per
+  // tensor of the table, so every rank's vector has the same layout); the ranks add them
+  // up; pass 2 applies each tensor's trust ratio. Nothing changes before pass 2.
+  absl::Status Update(int64_t step, float lr, absl::Span<float> params,
+                      absl::Span<const float> grads, const SumAcrossRanks& sum) override {
+    const kernels::AdamMomentArgs args = MomentArgs(step);
+    std::vector<double> squares(2 * num_tensors(), 0.0);
+    for (const Piece& p : pieces()) {
+      const kernels::LambSquareSums s =
+          kernels::LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
+                               Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
+      squares[2 * p.tensor] += s.params;
+      squares[2 * p.tensor + 1] += s.update;
+    }
+    RM_RETURN_IF_ERROR(sum(absl::MakeSpan(squares)));
+    for (const Piece& p : pieces()) {
+      const double weight_norm = std::sqrt(squares[2 * p.tensor]);
+      const double update_norm = std::sqrt(squares[2 * p.tensor + 1]);
+      const double ratio =
+          weight_norm > 0 && update_norm > 0
+              ? std::clamp(weight_norm, options_.min_weight_norm, options_.max_weight_norm) /
+                    update_norm
+              : 1.0;
+      kernels::LambStep(args, p.weight_decay, static_cast<float>(lr * ratio), Part(params, p),
+                        Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
+                                                  const SgdOptions& o) {
+  RM_RETURN_IF_ERROR(settings::CheckDecayRate("momentum", o.momentum));
+  if (o.nesterov && o.momentum == 0) {
+    return absl::InvalidArgumentError("nesterov needs a momentum > 0");
+  }
+  RM_RETURN_IF_ERROR(settings::CheckAtLeast("weight_decay", o.weight_decay, 0));
+  RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
+  return std::make_unique<Sgd>(table, range, o, mask);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
+                                                  const AdamWOptions& o) {
+  RM_RETURN_IF_ERROR(CheckAdamOptions(o));
+  RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
+  return std::make_unique<AdamW>(table, range, o, mask);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
+                                                  const LambOptions& o) {
+  RM_RETURN_IF_ERROR(CheckAdamOptions(o));
+  RM_RETURN_IF_ERROR(settings::CheckAtLeast("min_weight_norm", o.min_weight_norm, 0));
+  RM_RETURN_IF_ERROR(settings::CheckReal("max_weight_norm", o.max_weight_norm, o.min_weight_norm,
+                                         settings::Bound::kClosed, settings::kInfinity,
+                                         settings::Bound::kClosed));
+  RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
+  return std::make_unique<Lamb>(table, range, o, mask);
+}
+
+}  // namespace
+
+std::vector<bool> DecayMatrices(const TensorTable& table) {
+  std::vector<bool> mask;
+  mask.reserve(table.size());
+  for (const TensorSpec& t : table.tensors()) mask.push_back(t.shape.size() >= 2);
+  return mask;
+}
+
+Optimizer::~Optimizer() = default;
+
+Optimizer::Optimizer(const TensorTable& table, FlatRange range, double weight_decay,
+                     const std::vector<bool>& decay_mask, std::vector<std::string> state_names)
+    : range_(range), num_tensors_(table.size()), weight_decay_(weight_decay) {
+  CHECK_EQ(static_cast<int>(decay_mask.size()), table.size());
+  decayed_tensors_ = static_cast<int>(std::count(decay_mask.begin(), decay_mask.end(), true));
+  for (const TensorPiece& piece : PiecesInRange(table, range)) {
+    pieces_.push_back(
+        {.tensor = piece.tensor,
+         .offset = piece.begin - range.begin,
+         .size = piece.end - piece.begin,
+         .weight_decay = decay_mask[piece.tensor] ? static_cast<float>(weight_decay) : 0.0f});
+  }
+  for (std::string& name : state_names) {
+    state_.emplace_back(std::move(name), FlatBuffer(range.size()));
+  }
+}
+
+absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
+                             const SumAcrossRanks& sum) {
+  CHECK_EQ(static_cast<int64_t>(params.size()), range_.size())
+      << "params of " << RangeString(range_);
+  CHECK_EQ(static_cast<int64_t>(grads.size()), range_.size()) << "grads of " << RangeString(range_);
+  RM_RETURN_IF_ERROR(settings::CheckAtLeast("lr", lr, 0));
+  RM_RETURN_IF_ERROR(Update(step_ + 1, static_cast<float>(lr), params, grads, sum));
+  ++step_;
+  return absl::OkStatus();
+}
+
+std::vector<StateBuffer> Optimizer::state_buffers() {
+  std::vector<StateBuffer> buffers;
+  for (auto& [name, buffer] : state_) buffers.push_back({name, range_, buffer.span()});
+  return buffers;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, buffer] : state_) bytes += static_cast<int64_t>(buffer.bytes());
+  return bytes;
+}
+
+absl::Status Optimizer::RestoreStep(int64_t step) {
+  RM_RETURN_IF_ERROR(settings::CheckCount("step", step, 0));
+  step_ = step;
+  return absl::OkStatus();
+}
+
+std::string Optimizer::DecayString() const {
+  return absl::StrCat("weight_decay=", weight_decay_, " on ", decayed_tensors_, " of ",
+                      num_tensors_, " tensors");
+}
+
+absl::Span<float> Optimizer::state(int index, const Piece& piece) {
+  return state_[index].second.span().subspan(piece.offset, piece.size);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
+                                                           FlatRange range,
+                                                           const OptimizerOptions& options) {
+  RM_RETURN_IF_ERROR(CheckRange(table, range));
+  return std::visit([&](const auto& o) { return Create(table, range, o); }, options);
+}
+
+}  // namespace ringmaster::train

@@ -1,0 +1,174 @@
+// Optimizers over flat buffers: SGD with momentum, AdamW and LAMB, for one range of the flat
+// index space (a ZeRO shard, or everything).
+//
+// An optimizer is created for a TensorTable and a FlatRange and keeps its state (momentum,
+// Adam moments) only for that range: state memory is range.size() floats per buffer, not
+// the model's size. Each Step updates params[range] from grads[range]. Per-tensor
+// quantities are summed across ranks through the caller's SumAcrossRanks, so the update is
+// the same, up to float rounding, however the flat space is cut into ranges (SGD and AdamW
+// are element-wise and give identical bits).
+//
+// Typical step (see also clip.h and loss_scaler.h):
+//   auto opt = CreateOptimizer(model.table(), my_range, AdamWOptions{...});
+//   ...gradients reduced, unscaled, clipped...
+//   RM_RETURN_IF_ERROR((*opt)->Step(schedule.LrAt(step), Slice(params.span(), my_range),
+//                                   Slice(grads.span(), my_range), sum_across_ranks));
+//   ...all-gather the parameters of every range (ZeRO)...
+//
+// Weight decay applies to the tensors of the decay mask: by default those with two or more
+// dimensions (weight matrices, embeddings, convolution kernels), not biases or LayerNorm
+// gains (DecayMatrices). Step does not look for inf/NaN gradients: check them first
+// (LossScaler, ClipGradNorm).
+//
+// Thread-compatible: one Step at a time. An optimizer copies what it needs from the table.
+#ifndef RINGMASTER_TRAIN_OPTIM_OPTIMIZER_H_
+#define RINGMASTER_TRAIN_OPTIM_OPTIMIZER_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "train/optim/range.h"
+#include "train/tensor.h"
+
+namespace ringmaster::train {
+
+// The default weight-decay rule: mask[i] is true for the table's tensors with >= 2
+// dimensions. Callers that want another rule build their own mask (one entry per tensor).
+std::vector<bool> DecayMatrices(const TensorTable& table);
+
+// PyTorch torch.optim.SGD with dampening 0 (see kernels/optimizer.h for the formula).
+// Momentum 0 keeps no state buffer.
+struct SgdOptions {
+  double momentum = 0;           // in [0, 1)
+  bool nesterov = false;         // needs momentum > 0
+  double weight_decay = 0;       // >= 0, added to the gradient (L2), on the decay mask's tensors
+  std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
+};
+
+// PyTorch torch.optim.AdamW: decoupled weight decay, bias-corrected moments.
+struct AdamWOptions {
+  double beta1 = 0.9;            // in [0, 1)
+  double beta2 = 0.999;          // in [0, 1)
+  double eps = 1e-8;             // > 0
+  double weight_decay = 0.01;    // >= 0
+  std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
+};
+
+// LAMB (You et al. 2019, algorithm 2): Adam moments with bias correction, per element
+// r = m_hat / (sqrt(v_hat) + eps) + weight_decay * w, and per tensor
+//   w -= lr * phi(||w||) / ||r|| * r,   the ratio taken as 1 when ||w|| or ||r|| is 0,
+// with phi(z) = min(max(z, min_weight_norm), max_weight_norm). Every tensor is adapted;
+// weight decay follows the mask.
+struct LambOptions {
+  double beta1 = 0.9;            // in [0, 1)
+  double beta2 = 0.999;          // in [0, 1)
+  double eps = 1e-6;             // > 0
+  double weight_decay = 0.01;    // >= 0
+  std::vector<bool> decay_mask;  // one entry per tensor; empty: DecayMatrices(table)
+  double min_weight_norm = 0;    // >= 0
+  double max_weight_norm = std::numeric_limits<double>::infinity();  // >= min_weight_norm
+};
+
+using OptimizerOptions = std::variant<SgdOptions, AdamWOptions, LambOptions>;
+
+// One state buffer of an optimizer, for checkpoints: element k of `data` is the state of
+// flat index range.begin + k. Resharding N -> M ranks is interval intersection of ranges.
+struct StateBuffer {
+  std::string name;        // "momentum" (SGD), "exp_avg", "exp_avg_sq" (AdamW, LAMB)
+  FlatRange range;         // the optimizer's range
+  absl::Span<float> data;  // range.size() floats owned by the optimizer
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // E.g. "AdamW(beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01 on 4 of 6 tensors)".
+  virtual std::string Describe() const = 0;
+
+  // Applies update number step() + 1 with learning rate `lr` to `params`, the range's
+  // parameters (element 0 is flat index range().begin), from `grads`, the range's
+  // gradients; both hold exactly range().size() elements (CHECK). Padding between tensors
+  // is neither read nor written.
+  //
+  // Every rank of the group calls Step at the same point with the same `lr`; `sum` is
+  // called the same number of times on every rank with spans of the same length (LAMB:
+  // once, 2 values per tensor of the table; SGD, AdamW: never). Blocks while `sum` does.
+  //
+  // INVALID_ARGUMENT when lr is negative or not finite; otherwise the error of `sum`. On
+  // any error nothing has changed: parameters, state and step count are as before.
+  absl::Status Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
+                    const SumAcrossRanks& sum);
+
+  FlatRange range() const { return range_; }
+  // Updates applied so far (Adam's bias correction uses step() + 1 for the next one).
+  int64_t step() const { return step_; }
+
+  // The state buffers, to save, or to fill when restoring from a checkpoint (then call
+  // RestoreStep). Views stay valid while the optimizer lives.
+  std::vector<StateBuffer> state_buffers();
+  // Bytes of state held: buffers × range().size() × 4.
+  int64_t state_bytes() const;
+  // Sets the step count of restored state. INVALID_ARGUMENT when negative.
+  absl::Status RestoreStep(int64_t step);
+
+ protected:
+  // A tensor piece of the range with the weight decay that applies to it.
+  struct Piece {
+    int tensor = 0;
+    int64_t offset = 0;  // of the piece's first element in the range's spans
+    int64_t size = 0;
+    float weight_decay = 0;
+  };
+
+  // `weight_decay` goes to the pieces of tensors whose mask entry is true; `state_names`
+  // are the buffers to allocate, range.size() floats each, zero.
+  Optimizer(const TensorTable& table, FlatRange range, double weight_decay,
+            const std::vector<bool>& decay_mask, std::vector<std::string> state_names);
+
+  int num_tensors() const { return num_tensors_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // "weight_decay=0.01 on 4 of 6 tensors", for Describe.
+  std::string DecayString() const;
+  // The part of a range-sized span (params, grads) under a piece.
+  template <typename T>
+  static absl::Span<T> Part(absl::Span<T> range_span, const Piece& piece) {
+    return range_span.subspan(piece.offset, piece.size);
+  }
+  // The part of state buffer `index` (in state_names order) under a piece.
+  absl::Span<float> state(int index, const Piece& piece);
+
+ private:
+  // Applies update number `step` (>= 1). Modifies nothing when it returns an error.
+  virtual absl::Status Update(int64_t step, float lr, absl::Span<float> params,
+                              absl::Span<const float> grads, const SumAcrossRanks& sum) = 0;
+
+  FlatRange range_;
+  int num_tensors_ = 0;
+  double weight_decay_ = 0;
+  int decayed_tensors_ = 0;
+  std::vector<Piece> pieces_;
+  std::vector<std::pair<std::string, FlatBuffer>> state_;
+  int64_t step_ = 0;
+};
+
+// Checks the options against the table (INVALID_ARGUMENT naming the setting: "beta2 must
+// be in [0, 1), got 1", "decay_mask has 3 entries for 6 tensors", a range outside the
+// table) and creates the optimizer with zero state and step 0.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
+                                                           FlatRange range,
+                                                           const OptimizerOptions& options);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_OPTIM_OPTIMIZER_H_

@@ -1,0 +1,479 @@
+#include "train/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "train/optim/testing.h"
+
+namespace ringmaster::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---- Double-precision references, written from the published formulas ----
+
+struct Reference {
+  std::vector<double> params;
+  std::map<std::string, std::vector<double>> state;  // by the optimizer's buffer names
+  std::vector<bool> decay;                           // per tensor
+};
+
+// The test's own statement of the default rule: weights (>= 2 dims) decay, 1-D do not.
+std::vector<bool> MatricesDecay(const TensorTable& table) {
+  std::vector<bool> decay;
+  for (const TensorSpec& t : table.tensors()) decay.push_back(t.shape.size() >= 2);
+  return decay;
+}
+
+using ReferenceStep = std::function<void(const TensorTable& table, int64_t step, double lr,
+                                         const FlatBuffer& grads, Reference& ref)>;
+
+// Calls fn(tensor, its weight decay) for every tensor of the table.
+void ForEachTensor(const TensorTable& table, const Reference& ref, double weight_decay,
+                   const std::function<void(const TensorSpec& t, double wd)>& fn) {
+  for (int i = 0; i < table.size(); ++i) fn(table.tensor(i), ref.decay[i] ? weight_decay : 0);
+}
+
+// A state buffer of the reference, as large as the parameters, zero at first.
+std::vector<double>& StateOf(Reference& ref, const std::string& name) {
+  std::vector<double>& s = ref.state[name];
+  s.resize(ref.params.size());
+  return s;
+}
+
+// torch.optim.SGD, dampening 0.
+ReferenceStep SgdReference(double momentum, bool nesterov, double weight_decay) {
+  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
+             Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+      for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
+        double d = grads.data()[k] + wd * ref.params[k];
+        if (momentum != 0) {
+          double& buf = StateOf(ref, "momentum")[k];
+          buf = step == 1 ? d : momentum * buf + d;
+          d = nesterov ? d + momentum * buf : buf;
+        }
+        ref.params[k] -= lr * d;
+      }
+    });
+  };
+}
+
+// Advances the Adam moments of flat element k by gradient g; returns
+// m_hat / (sqrt(v_hat) + eps).
+double AdamDirection(double beta1, double beta2, double eps, int64_t step, double g, int64_t k,
+                     Reference& ref) {
+  double& m = StateOf(ref, "exp_avg")[k];
+  double& v = StateOf(ref, "exp_avg_sq")[k];
+  m = beta1 * m + (1 - beta1) * g;
+  v = beta2 * v + (1 - beta2) * g * g;
+  const double m_hat = m / (1 - std::pow(beta1, step));
+  const double v_hat = v / (1 - std::pow(beta2, step));
+  return m_hat / (std::sqrt(v_hat) + eps);
+}
+
+// torch.optim.AdamW.
+ReferenceStep AdamWReference(double beta1, double beta2, double eps, double weight_decay) {
+  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
+             Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+      for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
+        ref.params[k] *= 1 - lr * wd;
+        ref.params[k] -= lr * AdamDirection(beta1, beta2, eps, step, grads.data()[k], k, ref);
+      }
+    });
+  };
+}
+
+// You et al. 2019, algorithm 2, with phi(z) = clamp(z, lo, hi).
+ReferenceStep LambReference(double beta1, double beta2, double eps, double weight_decay, double lo,
+                            double hi) {
+  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
+             Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+      std::vector<double> r;
+      double w_norm = 0, r_norm = 0;
+      for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
+        r.push_back(AdamDirection(beta1, beta2, eps, step, grads.data()[k], k, ref) +
+                    wd * ref.params[k]);
+        w_norm += ref.params[k] * ref.params[k];
+        r_norm += r.back() * r.back();
+      }
+      w_norm = std::sqrt(w_norm);
+      r_norm = std::sqrt(r_norm);
+      const double ratio =
+          (w_norm == 0 || r_norm == 0) ? 1.0 : std::min(std::max(w_norm, lo), hi) / r_norm;
+      for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
+        ref.params[k] -= lr * ratio * r[k - t.offset];
+      }
+    });
+  };
+}
+
+// ---- The runs under test ----
+
+constexpr int kSteps = 5;
+
+double LrAt(int64_t step) { return 0.02 * (1 + step % 3); }  // varies, like a schedule
+
+struct Case {
+  std::string name;
+  OptimizerOptions options;
+  ReferenceStep reference;
+  std::vector<std::string> state_names;
+  // SGD and AdamW are element-wise: any sharding gives the same bits.
+  bool bitwise_sharding = true;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> Cases() {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  return {
+      {"Sgd", SgdOptions{.weight_decay = 0.1}, SgdReference(0, false, 0.1), {}},
+      {"SgdMomentum",
+       SgdOptions{.momentum = 0.9, .weight_decay = 0.05},
+       SgdReference(0.9, false, 0.05),
+       {"momentum"}},
+      {"SgdNesterov",
+       SgdOptions{.momentum = 0.8, .nesterov = true, .weight_decay = 0.05},
+       SgdReference(0.8, true, 0.05),
+       {"momentum"}},
+      {"AdamW",
+       AdamWOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1},
+       AdamWReference(0.9, 0.99, 1e-8, 0.1),
+       {"exp_avg", "exp_avg_sq"}},
+      {"Lamb",
+       LambOptions{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.01},
+       LambReference(0.9, 0.999, 1e-6, 0.01, 0, kInf),
+       {"exp_avg", "exp_avg_sq"},
+       false},
+      {"LambClampedWeightNorm",
+       LambOptions{.weight_decay = 0.1, .min_weight_norm = 2.5, .max_weight_norm = 3},
+       LambReference(0.9, 0.999, 1e-6, 0.1, 2.5, 3),
+       {"exp_avg", "exp_avg_sq"},
+       false},
+  };
+}
+
+// The model's parameters at the start: random, with head.bias zero (as biases start), which
+// gives LAMB a tensor with ||w|| = 0 on the first step.
+FlatBuffer InitialParams(const TensorTable& table) {
+  FlatBuffer params(table.total_elements());
+  testing::FillRandom(table, 7, 0.5f, params);
+  for (float& x : params.tensor(table.tensor(table.Find("head.bias").value()))) x = 0;
+  return params;
+}
+
+// The gradients of step `step` (1-based), the same on every rank.
+std::vector<FlatBuffer> Gradients(const TensorTable& table, int steps) {
+  std::vector<FlatBuffer> grads;
+  for (int s = 1; s <= steps; ++s) {
+    grads.emplace_back(table.total_elements());
+    testing::FillRandom(table, 100 + s, 1.0f, grads.back());
+  }
+  return grads;
+}
+
+// Saved optimizer state: the chunks every rank wrote, as a checkpoint keeps them.
+struct Chunk {
+  std::string name;
+  FlatRange range;
+  std::vector<float> data;
+};
+
+class OptimizerTest : public ::testing::TestWithParam<Case> {
+ protected:
+  OptimizerTest() : table_(testing::SmallModelTable()), params_(InitialParams(table_)) {}
+
+  // Runs steps [first, last] with the flat space cut into `ranges`, one thread per range, on
+  // params_. Restores `restore` (chunks of any ranges) at `restore_step` first when that is
+  // not 0; returns the state of every range afterwards.
+  std::vector<Chunk> RunSharded(const std::vector<FlatRange>& ranges, int first, int last,
+                                const std::vector<Chunk>& restore = {}, int64_t restore_step = 0) {
+    const std::vector<FlatBuffer> grads = Gradients(table_, last);
+    std::vector<std::vector<Chunk>> saved(ranges.size());
+    testing::FakeRanks group(static_cast<int>(ranges.size()));
+    group.Run([&](int rank, const SumAcrossRanks& sum) {
+      const FlatRange range = ranges[rank];
+      auto opt = CreateOptimizer(table_, range, GetParam().options);
+      ASSERT_TRUE(opt.ok()) << opt.status();
+      Optimizer& optimizer = **opt;
+      EXPECT_EQ(optimizer.state_bytes(),
+                static_cast<int64_t>(GetParam().state_names.size()) * range.size() * 4);
+      if (restore_step > 0) Restore(restore, restore_step, optimizer);
+      for (int s = first; s <= last; ++s) {
+        ASSERT_TRUE(
+            optimizer
+                .Step(LrAt(s), Slice(params_.span(), range), Slice(grads[s - 1].span(), range), sum)
+                .ok());
+      }
+      EXPECT_EQ(optimizer.step(), last);
+      for (const StateBuffer& b : optimizer.state_buffers()) {
+        EXPECT_EQ(b.range, range);
+        EXPECT_EQ(static_cast<int64_t>(b.data.size()), range.size()) << "moments are range-sized";
+        saved[rank].push_back({b.name, b.range, {b.data.begin(), b.data.end()}});
+      }
+    });
+    std::vector<Chunk> all;
+    for (auto& chunks : saved) all.insert(all.end(), chunks.begin(), chunks.end());
+    return all;
+  }
+
+  // Checkpoint resharding: each buffer takes, from every saved chunk of its name, the
+  // intersection of the chunk's range with its own.
+  static void Restore(const std::vector<Chunk>& chunks, int64_t step, Optimizer& optimizer) {
+    for (const StateBuffer& b : optimizer.state_buffers()) {
+      int64_t restored = 0;
+      for (const Chunk& c : chunks) {
+        const int64_t begin = std::max(c.range.begin, b.range.begin);
+        const int64_t end = std::min(c.range.end, b.range.end);
+        if (c.name != b.name || begin >= end) continue;
+        std::copy(c.data.begin() + (begin - c.range.begin), c.data.begin() + (end - c.range.begin),
+                  b.data.begin() + (begin - b.range.begin));
+        restored += end - begin;
+      }
+      EXPECT_EQ(restored, b.range.size()) << b.name;
+    }
+    ASSERT_TRUE(optimizer.RestoreStep(step).ok());
+  }
+
+  // Joins saved chunks into whole-table buffers by name.
+  std::map<std::string, std::vector<float>> Join(const std::vector<Chunk>& chunks) const {
+    std::map<std::string, std::vector<float>> joined;
+    for (const Chunk& c : chunks) {
+      std::vector<float>& all = joined[c.name];
+      all.resize(table_.total_elements());
+      std::copy(c.data.begin(), c.data.end(), all.begin() + c.range.begin);
+    }
+    return joined;
+  }
+
+  const TensorTable table_;
+  FlatBuffer params_;
+};
+
+void ExpectNear(absl::Span<const float> got, const std::vector<double>& want, double rel,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * (1e-2 + std::abs(want[i]))) << what << " element " << i;
+  }
+}
+
+void ExpectSame(absl::Span<const float> got, absl::Span<const float> want, bool bitwise,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (bitwise) {
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+          << what << " element " << i << ": " << got[i] << " vs " << want[i];
+    } else {
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i]))) << what << " element " << i;
+    }
+  }
+}
+
+TEST_P(OptimizerTest, MatchesDoublePrecisionReference) {
+  Reference ref{{params_.data(), params_.data() + params_.size()}, {}, MatricesDecay(table_)};
+  const std::vector<FlatBuffer> grads = Gradients(table_, kSteps);
+  for (int s = 1; s <= kSteps; ++s) GetParam().reference(table_, s, LrAt(s), grads[s - 1], ref);
+
+  const std::vector<Chunk> state = RunSharded({FullRange(table_)}, 1, kSteps);
+  ExpectNear(params_.span(), ref.params, 2e-5, "params");
+  // The updates moved every tensor: the test would notice a no-op.
+  for (const TensorSpec& t : table_.tensors()) {
+    EXPECT_GT(std::abs(ref.params[t.offset] - InitialParams(table_).data()[t.offset]), 1e-4)
+        << t.name;
+  }
+  const auto joined = Join(state);
+  ASSERT_EQ(joined.size(), ref.state.size());
+  for (const auto& [name, values] : ref.state) {
+    ASSERT_TRUE(joined.contains(name)) << name;
+    ExpectNear(joined.at(name), values, 2e-5, name);
+  }
+}
+
+TEST_P(OptimizerTest, ShardedMatchesUnshardedForOneToFiveShards) {
+  RunSharded({FullRange(table_)}, 1, kSteps);
+  const FlatBuffer want = std::move(params_);
+  for (int shards = 1; shards <= 5; ++shards) {
+    params_ = InitialParams(table_);
+    RunSharded(testing::Shards(table_, shards), 1, kSteps);
+    ExpectSame(params_.span(), want.span(), GetParam().bitwise_sharding,
+               absl::StrCat(shards, " shards"));
+  }
+}
+
+TEST_P(OptimizerTest, CheckpointReshardedFromTwoToThreeRanksContinuesTheSameRun) {
+  const std::vector<Chunk> uninterrupted_state = RunSharded({FullRange(table_)}, 1, 4);
+  const FlatBuffer want = std::move(params_);
+
+  params_ = InitialParams(table_);
+  const std::vector<Chunk> saved = RunSharded(testing::Shards(table_, 2), 1, 2);
+  const std::vector<Chunk> resumed_state =
+      RunSharded(testing::Shards(table_, 3), 3, 4, saved, /*restore_step=*/2);
+
+  const bool bitwise = GetParam().bitwise_sharding;
+  ExpectSame(params_.span(), want.span(), bitwise, "params");
+  const auto resumed = Join(resumed_state);
+  for (const auto& [name, values] : Join(uninterrupted_state)) {
+    ExpectSame(resumed.at(name), values, bitwise, name);
+  }
+}
+
+TEST_P(OptimizerTest, EmptyRangeStillJoinsTheSums) {
+  RunSharded({FullRange(table_)}, 1, kSteps);
+  const FlatBuffer want = std::move(params_);
+  params_ = InitialParams(table_);
+  const int64_t total = table_.total_elements();
+  RunSharded({{0, 40}, {40, 40}, {40, total}}, 1, kSteps);
+  ExpectSame(params_.span(), want.span(), GetParam().bitwise_sharding, "params");
+}
+
+TEST_P(OptimizerTest, NegativeOrNanLearningRateChangesNothing) {
+  auto opt = CreateOptimizer(table_, FullRange(table_), GetParam().options);
+  ASSERT_TRUE(opt.ok());
+  FlatBuffer grads(table_.total_elements());
+  testing::FillRandom(table_, 3, 1.0f, grads);
+  const FlatBuffer before = InitialParams(table_);
+  for (double lr : {-0.1, std::nan("")}) {
+    absl::Status s = (*opt)->Step(lr, params_.span(), grads.span(), SumOnOneRank);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("lr must be >= 0"));
+  }
+  EXPECT_EQ((*opt)->step(), 0);
+  ExpectSame(params_.span(), before.span(), true, "params");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OptimizerTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- Behaviour specific to one optimizer ----
+
+TEST(Lamb, FailedSumChangesNothing) {
+  const TensorTable table = testing::SmallModelTable();
+  FlatBuffer params = InitialParams(table), grads(table.total_elements());
+  testing::FillRandom(table, 5, 1.0f, grads);
+  auto opt = CreateOptimizer(table, FullRange(table), LambOptions{});
+  ASSERT_TRUE(opt.ok());
+  int calls = 0;
+  const SumAcrossRanks broken = [&](absl::Span<double> values) {
+    ++calls;
+    EXPECT_EQ(static_cast<int>(values.size()), 2 * table.size());
+    return absl::AbortedError("peer left");
+  };
+  EXPECT_EQ((*opt)->Step(0.1, params.span(), grads.span(), broken).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ((*opt)->step(), 0);
+  ExpectSame(params.span(), InitialParams(table).span(), true, "params");
+  for (const StateBuffer& b : (*opt)->state_buffers()) {
+    EXPECT_TRUE(std::all_of(b.data.begin(), b.data.end(), [](float x) { return x == 0; }))
+        << b.name;
+  }
+}
+
+TEST(SgdAndAdamW, NeverCallTheSum) {
+  const TensorTable table = testing::SmallModelTable();
+  FlatBuffer params = InitialParams(table), grads(table.total_elements());
+  const SumAcrossRanks must_not_call = [](absl::Span<double>) {
+    ADD_FAILURE() << "an element-wise optimizer summed across ranks";
+    return absl::OkStatus();
+  };
+  for (const OptimizerOptions& options :
+       {OptimizerOptions{SgdOptions{.momentum = 0.9}}, OptimizerOptions{AdamWOptions{}}}) {
+    auto opt = CreateOptimizer(table, FullRange(table), options);
+    ASSERT_TRUE(opt.ok());
+    EXPECT_TRUE((*opt)->Step(0.1, params.span(), grads.span(), must_not_call).ok());
+  }
+}
+
+TEST(DecayMask, CustomMaskReplacesTheDefaultRule) {
+  const TensorTable table = testing::SmallModelTable();
+  std::vector<bool> mask(table.size(), false);
+  mask[table.Find("fc1.bias").value()] = true;
+  mask[table.Find("embed.weight").value()] = true;
+
+  Reference ref{{}, {}, mask};
+  FlatBuffer params = InitialParams(table);
+  ref.params.assign(params.data(), params.data() + params.size());
+  const std::vector<FlatBuffer> grads = Gradients(table, kSteps);
+  auto opt = CreateOptimizer(table, FullRange(table),
+                             AdamWOptions{.weight_decay = 0.3, .decay_mask = mask});
+  ASSERT_TRUE(opt.ok());
+  for (int s = 1; s <= kSteps; ++s) {
+    AdamWReference(0.9, 0.999, 1e-8, 0.3)(table, s, 0.05, grads[s - 1], ref);
+    ASSERT_TRUE((*opt)->Step(0.05, params.span(), grads[s - 1].span(), SumOnOneRank).ok());
+  }
+  ExpectNear(params.span(), ref.params, 2e-5, "params");
+  EXPECT_THAT((*opt)->Describe(), HasSubstr("weight_decay=0.3 on 2 of 6 tensors"));
+}
+
+TEST(DecayMask, DefaultDecaysTensorsOfTwoOrMoreDimensions) {
+  const TensorTable table = testing::SmallModelTable();
+  EXPECT_EQ(DecayMatrices(table), (std::vector<bool>{true, true, false, false, true, false}));
+}
+
+TEST(Describe, NamesTheOptimizerAndItsSettings) {
+  const TensorTable table = testing::SmallModelTable();
+  auto describe = [&](const OptimizerOptions& options) {
+    return CreateOptimizer(table, FullRange(table), options).value()->Describe();
+  };
+  EXPECT_EQ(describe(SgdOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 0.0001}),
+            "SGD(momentum=0.9, nesterov, weight_decay=0.0001 on 3 of 6 tensors)");
+  EXPECT_EQ(describe(AdamWOptions{}),
+            "AdamW(beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01 on 3 of 6 tensors)");
+  EXPECT_EQ(describe(LambOptions{.max_weight_norm = 10}),
+            "LAMB(beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01 on 3 of 6 tensors, "
+            "weight norm in [0, 10])");
+}
+
+TEST(CreateOptimizer, RejectsBadSettingsNamingThem) {
+  const TensorTable table = testing::SmallModelTable();
+  const struct {
+    OptimizerOptions options;
+    std::string message;
+  } kBad[] = {
+      {SgdOptions{.momentum = 1}, "momentum must be in [0, 1), got 1"},
+      {SgdOptions{.momentum = -0.5}, "momentum must be in [0, 1), got -0.5"},
+      {SgdOptions{.nesterov = true}, "nesterov needs a momentum > 0"},
+      {SgdOptions{.weight_decay = -1}, "weight_decay must be >= 0 and finite, got -1"},
+      {SgdOptions{.decay_mask = {true, false}}, "decay_mask has 2 entries for 6 tensors"},
+      {AdamWOptions{.beta1 = 1.5}, "beta1 must be in [0, 1), got 1.5"},
+      {AdamWOptions{.beta2 = std::nan("")}, "beta2 must be in [0, 1), got nan"},
+      {AdamWOptions{.eps = 0}, "eps must be > 0 and finite, got 0"},
+      {LambOptions{.weight_decay = std::numeric_limits<double>::infinity()},
+       "weight_decay must be >= 0 and finite, got inf"},
+      {LambOptions{.min_weight_norm = 2, .max_weight_norm = 1},
+       "max_weight_norm must be in [2, inf], got 1"},
+  };
+  for (const auto& bad : kBad) {
+    auto opt = CreateOptimizer(table, FullRange(table), bad.options);
+    EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_EQ(opt.status().message(), bad.message);
+  }
+  auto outside = CreateOptimizer(table, {100, 161}, SgdOptions{});
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(outside.status().message(), HasSubstr("[100, 161)"));
+}
+
+TEST(RestoreStep, RejectsNegativeSteps) {
+  const TensorTable table = testing::SmallModelTable();
+  auto opt = CreateOptimizer(table, FullRange(table), AdamWOptions{});
+  ASSERT_TRUE(opt.ok());
+  EXPECT_EQ((*opt)->RestoreStep(-1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*opt)->RestoreStep(7).ok());
+  EXPECT_EQ((*opt)->step(), 7);
+}
+
+}  // namespace
+}  // namespace ringmaster::train

@@ -1,0 +1,37 @@
+#include "train/optim/range.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringmaster::train {
+
+std::string RangeString(FlatRange range) {
+  return absl::StrCat("[", range.begin, ", ", range.end, ")");
+}
+
+FlatRange FullRange(const TensorTable& table) { return {0, table.total_elements()}; }
+
+absl::Status CheckRange(const TensorTable& table, FlatRange range) {
+  if (range.begin < 0 || range.begin > range.end || range.end > table.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("range ", RangeString(range),
+                                                   " is not inside the flat index space ",
+                                                   RangeString(FullRange(table))));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TensorPiece> PiecesInRange(const TensorTable& table, FlatRange range) {
+  std::vector<TensorPiece> pieces;
+  for (int i = 0; i < table.size(); ++i) {
+    const TensorSpec& t = table.tensor(i);
+    const int64_t begin = std::max(range.begin, t.offset);
+    const int64_t end = std::min(range.end, t.offset + t.numel);
+    if (begin < end) pieces.push_back({i, begin, end});
+  }
+  return pieces;
+}
+
+absl::Status SumOnOneRank(absl::Span<double>) { return absl::OkStatus(); }
+
+}  // namespace ringmaster::train

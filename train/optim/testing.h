@@ -1,0 +1,57 @@
+// Test helpers for train/optim: a small table whose tensors ZeRO-style cuts fall inside, the
+// cuts themselves, and an in-process stand-in for the trainer's all-reduce.
+#ifndef RINGMASTER_TRAIN_OPTIM_TESTING_H_
+#define RINGMASTER_TRAIN_OPTIM_TESTING_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "train/optim/range.h"
+#include "train/tensor.h"
+
+namespace ringmaster::train::testing {
+
+// Matrices, a 3-D kernel, biases and a LayerNorm gain (1-D: no weight decay by default),
+// 160 flat elements with padding.
+TensorTable SmallModelTable();
+
+// The table's flat space cut into `shards` (1..5) contiguous ranges; the cuts fall inside
+// tensors and, for 4 shards, in padding.
+std::vector<FlatRange> Shards(const TensorTable& table, int shards);
+
+// Normal(0, scale) values from `seed` in the table's tensors; padding stays 0.
+void FillRandom(const TensorTable& table, uint64_t seed, float scale, FlatBuffer& buffer);
+
+// `world` threads, one per rank, whose SumAcrossRanks hooks meet like an all-reduce: each call
+// blocks until every rank made its matching call, then every rank gets the totals (added in
+// rank order, so all ranks see the same bits).
+class FakeRanks {
+ public:
+  explicit FakeRanks(int world);
+
+  // Runs body(rank) for every rank on its own thread and waits for all of them.
+  void Run(const std::function<void(int rank, const SumAcrossRanks& sum)>& body);
+  // Rounds of summing completed so far.
+  int64_t rounds() const;
+
+ private:
+  absl::Status Sum(int rank, absl::Span<double> values);
+
+  const int world_;
+  mutable absl::Mutex mu_;
+  std::vector<std::vector<double>> contributions_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> totals_ ABSL_GUARDED_BY(mu_);
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int departed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool summed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ringmaster::train::testing
+
+#endif  // RINGMASTER_TRAIN_OPTIM_TESTING_H_
