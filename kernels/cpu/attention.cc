@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "glog/logging.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace ringmaster::kernels {
 namespace {
@@ -86,22 +87,100 @@ void Scores(const Dims& d, const HeadSlices& head, const Block& blk, float* s, i
               head.q + blk.i0 * d.qkv_ld(), d.qkv_ld(), head.k, d.qkv_ld(), 0.0f, s, lds);
 }
 
-// Row i of p holds scores s[i, 0..i]: replaces them with their softmax, zeroes p[i+1, width),
-// and returns log sum_j exp(s[i, j]). The maximum starts from s[i, 0], so a NaN or inf score
-// makes the row NaN rather than disappear.
-float SoftmaxRow(float* p, int64_t i, int64_t width) {
-  float m = p[0];
-  for (int64_t j = 1; j <= i; ++j) m = p[j] > m ? p[j] : m;
-  float sum = 0.0f;
-  for (int64_t j = 0; j <= i; ++j) {
-    const float e = std::exp(p[j] - m);
-    p[j] = e;
-    sum += e;
+// The row reductions keep eight independent partial results, so that -O3 vectorises them
+// without reassociation flags. They are inlined into the RM_TARGET_CLONES functions below.
+constexpr int kLanes = 8;
+
+[[gnu::always_inline]] inline float Sum(const float (&acc)[kLanes]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// max_j x[j], n >= 1. A NaN may be skipped; callers feed x - max through exp, which brings it
+// back.
+[[gnu::always_inline]] inline float Max(const float* x, int64_t n) {
+  float acc[kLanes];
+  std::fill(acc, acc + kLanes, x[0]);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] = x[j + k] > acc[k] ? x[j + k] : acc[k];
   }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
-  std::fill(p + i + 1, p + width, 0.0f);
-  return m + std::log(sum);
+  for (; j < n; ++j) acc[0] = x[j] > acc[0] ? x[j] : acc[0];
+  float m = acc[0];
+  for (int k = 1; k < kLanes; ++k) m = acc[k] > m ? acc[k] : m;
+  return m;
+}
+
+// x[j] = exp(x[j] - shift); returns the sum of the new x.
+[[gnu::always_inline]] inline float ExpShiftedSum(float* x, int64_t n, float shift) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float e = FastExp(x[j + k] - shift);
+      x[j + k] = e;
+      acc[k] += e;
+    }
+  }
+  for (; j < n; ++j) {
+    x[j] = FastExp(x[j] - shift);
+    acc[0] += x[j];
+  }
+  return Sum(acc);
+}
+
+[[gnu::always_inline]] inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] += a[j + k] * b[j + k];
+  }
+  for (; j < n; ++j) acc[0] += a[j] * b[j];
+  return Sum(acc);
+}
+
+// The row functions below take a block's [rows, width] slab of p (or dp) with leading
+// dimension ld; row r is query i = blk.i0 + r and its live entries are columns j <= i. They
+// leave columns (i, width) exactly zero, which the products over the whole slab rely on.
+
+// Scores in, softmax over j <= i out; lse[i] (when lse is not null) = log sum_j exp(s[i, j]).
+// A NaN or inf score makes its row NaN.
+RM_TARGET_CLONES void SoftmaxRows(float* p, int64_t ld, const Block& blk, int64_t width,
+                                  float* lse) {
+  for (int64_t r = 0; r < blk.rows(); ++r) {
+    float* pr = p + r * ld;
+    const int64_t n = blk.i0 + r + 1;
+    const float m = Max(pr, n);
+    const float sum = ExpShiftedSum(pr, n, m);
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
+    std::fill(pr + n, pr + width, 0.0f);
+    if (lse != nullptr) lse[blk.i0 + r] = m + std::log(sum);
+  }
+}
+
+// Scores in, p = exp(s - lse[i]) out: the probabilities again, from the saved statistics.
+RM_TARGET_CLONES void ProbsFromLse(float* p, int64_t ld, const Block& blk, int64_t width,
+                                   const float* lse) {
+  for (int64_t r = 0; r < blk.rows(); ++r) {
+    float* pr = p + r * ld;
+    const int64_t n = blk.i0 + r + 1;
+    const float shift = lse[blk.i0 + r];
+    for (int64_t j = 0; j < n; ++j) pr[j] = FastExp(pr[j] - shift);
+    std::fill(pr + n, pr + width, 0.0f);
+  }
+}
+
+// Softmax backward: dp (dL/dp, leading dimension lddp) in, ds = p * (dp - sum_j p dp) out.
+RM_TARGET_CLONES void SoftmaxBackwardRows(float* dp, int64_t lddp, const float* p, int64_t ldp,
+                                          const Block& blk, int64_t width) {
+  for (int64_t r = 0; r < blk.rows(); ++r) {
+    const float* pr = p + r * ldp;
+    float* dpr = dp + r * lddp;
+    const int64_t n = blk.i0 + r + 1;
+    const float dot = Dot(pr, dpr, n);
+    for (int64_t j = 0; j < n; ++j) dpr[j] = pr[j] * (dpr[j] - dot);
+    std::fill(dpr + n, dpr + width, 0.0f);
+  }
 }
 
 // Softmax of a block's scores and the p.v product: p (leading dimension ldp) receives the
@@ -110,10 +189,7 @@ float SoftmaxRow(float* p, int64_t i, int64_t width) {
 void ForwardBlock(const Dims& d, const HeadSlices& head, const Block& blk, float* p, int64_t ldp,
                   int64_t width, float* lse, float* out) {
   Scores(d, head, blk, p, ldp);
-  for (int64_t r = 0; r < blk.rows(); ++r) {
-    const float row_lse = SoftmaxRow(p + r * ldp, blk.i0 + r, width);
-    if (lse != nullptr) lse[blk.i0 + r] = row_lse;
-  }
+  SoftmaxRows(p, ldp, blk, width, lse);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blk.rows(), d.head_size, blk.i1, 1.0f, p,
               ldp, head.v, d.qkv_ld(), 0.0f, out + blk.i0 * d.channels, d.channels);
 }
@@ -150,15 +226,7 @@ void BackwardBlock(const Dims& d, const HeadSlices& head, const HeadGrads& g, co
               dout_blk, d.channels, 1.0f, g.dv, ld);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, d.head_size, 1.0f, dout_blk,
               d.channels, head.v, ld, 0.0f, dp, keys);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = blk.i0 + r;
-    const float* pr = p + r * ldp;
-    float* dpr = dp + r * keys;
-    float dot = 0.0f;
-    for (int64_t j = 0; j <= i; ++j) dot += pr[j] * dpr[j];
-    for (int64_t j = 0; j <= i; ++j) dpr[j] = pr[j] * (dpr[j] - dot);
-    std::fill(dpr + i + 1, dpr + keys, 0.0f);
-  }
+  SoftmaxBackwardRows(dp, keys, p, ldp, blk, keys);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d.head_size, keys, d.scale, dp, keys,
               head.k, ld, 0.0f, g.dq + blk.i0 * ld, ld);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, d.head_size, rows, d.scale, dp, keys,
@@ -226,15 +294,9 @@ void AttentionBackwardLse(float* dqkv, const float* dout, const float* qkv, cons
     const HeadGrads g = ZeroedGrads(d, head, dqkv);
     const float* head_lse = lse + head.row * d.seq_len;
     ForEachBlock(d, [&](const Block& blk) {
-      // Recompute the block's probabilities: p = exp(s - lse), zero past the diagonal.
       const int64_t keys = blk.i1;
       Scores(d, head, blk, p, keys);
-      for (int64_t r = 0; r < blk.rows(); ++r) {
-        const int64_t i = blk.i0 + r;
-        float* pr = p + r * keys;
-        for (int64_t j = 0; j <= i; ++j) pr[j] = std::exp(pr[j] - head_lse[i]);
-        std::fill(pr + i + 1, pr + keys, 0.0f);
-      }
+      ProbsFromLse(p, keys, blk, keys, head_lse);
       BackwardBlock(d, head, g, blk, dout + head.out_offset, p, keys, dp);
     });
   });
