@@ -5,10 +5,15 @@
 //                    head h uses columns [h * hs, (h + 1) * hs) of each of the three.
 //   out  [B, T, C]:  head h's output in columns [h * hs, (h + 1) * hs).
 // For each (b, h) and query position i:
-//   s[i, j] = q_i . k_j / sqrt(hs) for j <= i  (key positions j > i are never computed),
+//   s[i, j] = q_i . k_j / sqrt(hs) for j <= i,
 //   p[i, :] = softmax over j <= i of s[i, :],  out_i = sum_{j <= i} p[i, j] v_j.
+// Key positions j > i are masked by never reading them: p[i, j] is exactly 0 and no -inf is
+// used. Causality is exact for finite inputs; an inf or NaN at position j (an fp16 overflow)
+// may reach the outputs of earlier positions in the same 64-row query block as 0 * inf = NaN;
+// such a step is spoilt anyway (the fp16 loss scaler skips it).
 //
-// Two forms with the same outputs and, up to rounding, the same gradients:
+// Two forms with the same outputs and gradients up to rounding (the tests hold them to 1e-6
+// and 1e-5 relative):
 //   - AttentionForward/AttentionBackward keep the probabilities p: B * NH * T * T floats of
 //     activation memory per layer (the probability-keeping form);
 //   - AttentionForwardLse/AttentionBackwardLse keep only lse[i] = log sum_{j <= i} exp(s[i, j])
@@ -16,11 +21,13 @@
 //     activation checkpointing and the trainer's memory accounting count on). Backward costs
 //     one more q.k product than the other form.
 //
-// The CPU implementation works on one (b, h) at a time, in blocks of query rows, with the
-// products on [rows, hs] slices through cblas_sgemm (OpenBLAS, with whatever threads it is
-// configured for); scratch holds one block's rows of p and dp, never a whole T x T matrix.
+// The CPU implementation works on one (b, h) at a time, in blocks of 64 query rows i0..i1-1
+// against keys 0..i1-1 (only the diagonal block's upper triangle is computed and discarded),
+// with the products on [rows, hs] slices through cblas_sgemm (OpenBLAS, with whatever threads
+// it is configured for; this code starts none). Scratch holds one block's rows of p and dp,
+// never a whole T x T matrix: 2 * min(T, 64) * T floats.
 // No function allocates; `scratch` must hold AttentionScratchFloats(seq_len) floats and its
-// contents are undefined afterwards. Inputs and outputs must not overlap (except where said).
+// contents are undefined afterwards. Inputs and outputs must not overlap.
 // Thread-compatible. The CUDA twins take the same arguments as device pointers.
 //
 // CHECK-fails when heads does not divide channels or a dimension is not positive.

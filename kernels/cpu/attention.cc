@@ -87,17 +87,10 @@ void Scores(const Dims& d, const HeadSlices& head, const Block& blk, float* s, i
               head.q + blk.i0 * d.qkv_ld(), d.qkv_ld(), head.k, d.qkv_ld(), 0.0f, s, lds);
 }
 
-// The row reductions keep eight independent partial results, so that -O3 vectorises them
-// without reassociation flags. They are inlined into the RM_TARGET_CLONES functions below.
-constexpr int kLanes = 8;
-
-[[gnu::always_inline]] inline float Sum(const float (&acc)[kLanes]) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-// max_j x[j], n >= 1. A NaN may be skipped; callers feed x - max through exp, which brings it
-// back.
+// max_j x[j], n >= 1, in eight lanes like LaneSum. A NaN may be skipped; callers feed
+// x - max through exp, which brings it back.
 [[gnu::always_inline]] inline float Max(const float* x, int64_t n) {
+  constexpr int kLanes = 8;
   float acc[kLanes];
   std::fill(acc, acc + kLanes, x[0]);
   int64_t j = 0;
@@ -108,34 +101,6 @@ constexpr int kLanes = 8;
   float m = acc[0];
   for (int k = 1; k < kLanes; ++k) m = acc[k] > m ? acc[k] : m;
   return m;
-}
-
-// x[j] = exp(x[j] - shift); returns the sum of the new x.
-[[gnu::always_inline]] inline float ExpShiftedSum(float* x, int64_t n, float shift) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const float e = FastExp(x[j + k] - shift);
-      x[j + k] = e;
-      acc[k] += e;
-    }
-  }
-  for (; j < n; ++j) {
-    x[j] = FastExp(x[j] - shift);
-    acc[0] += x[j];
-  }
-  return Sum(acc);
-}
-
-[[gnu::always_inline]] inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) acc[k] += a[j + k] * b[j + k];
-  }
-  for (; j < n; ++j) acc[0] += a[j] * b[j];
-  return Sum(acc);
 }
 
 // The row functions below take a block's [rows, width] slab of p (or dp) with leading
@@ -150,7 +115,7 @@ RM_TARGET_CLONES void SoftmaxRows(float* p, int64_t ld, const Block& blk, int64_
     float* pr = p + r * ld;
     const int64_t n = blk.i0 + r + 1;
     const float m = Max(pr, n);
-    const float sum = ExpShiftedSum(pr, n, m);
+    const float sum = LaneSum(n, [pr, m](int64_t j) { return pr[j] = FastExp(pr[j] - m); });
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
     std::fill(pr + n, pr + width, 0.0f);
@@ -177,7 +142,7 @@ RM_TARGET_CLONES void SoftmaxBackwardRows(float* dp, int64_t lddp, const float* 
     const float* pr = p + r * ldp;
     float* dpr = dp + r * lddp;
     const int64_t n = blk.i0 + r + 1;
-    const float dot = Dot(pr, dpr, n);
+    const float dot = LaneSum(n, [pr, dpr](int64_t j) { return pr[j] * dpr[j]; });
     for (int64_t j = 0; j < n; ++j) dpr[j] = pr[j] * (dpr[j] - dot);
     std::fill(dpr + n, dpr + width, 0.0f);
   }

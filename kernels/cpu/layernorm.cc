@@ -2,23 +2,20 @@
 
 #include <cmath>
 
+#include "kernels/cpu/vector_math.h"
+
 namespace ringmaster::kernels {
 
-void LayerNormForward(float* y, float* mean, float* rstd, const float* x, const float* gain,
-                      const float* bias, int64_t rows, int64_t channels) {
+RM_TARGET_CLONES void LayerNormForward(float* y, float* mean, float* rstd, const float* x,
+                                       const float* gain, const float* bias, int64_t rows,
+                                       int64_t channels) {
   const float inv_c = 1.0f / static_cast<float>(channels);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * channels;
     float* yr = y + r * channels;
     // Two passes (mean, then centred squares): no cancellation for rows with a large mean.
-    float sum = 0.0f;
-    for (int64_t c = 0; c < channels; ++c) sum += xr[c];
-    const float m = sum * inv_c;
-    float sq = 0.0f;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float d = xr[c] - m;
-      sq += d * d;
-    }
+    const float m = LaneSum(channels, [xr](int64_t c) { return xr[c]; }) * inv_c;
+    const float sq = LaneSum(channels, [xr, m](int64_t c) { return (xr[c] - m) * (xr[c] - m); });
     const float s = 1.0f / std::sqrt(sq * inv_c + kLayerNormEpsilon);
     for (int64_t c = 0; c < channels; ++c) yr[c] = (xr[c] - m) * s * gain[c] + bias[c];
     mean[r] = m;
@@ -28,9 +25,9 @@ void LayerNormForward(float* y, float* mean, float* rstd, const float* x, const 
 
 // With n = (x - mean) * rstd and g = gain * dy:
 //   dx = rstd * (g - mean_c(g) - n * mean_c(g * n)),  dgain += dy * n,  dbias += dy.
-void LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy, const float* x,
-                       const float* gain, const float* mean, const float* rstd, int64_t rows,
-                       int64_t channels) {
+RM_TARGET_CLONES void LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
+                                        const float* x, const float* gain, const float* mean,
+                                        const float* rstd, int64_t rows, int64_t channels) {
   const float inv_c = 1.0f / static_cast<float>(channels);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * channels;
@@ -38,16 +35,9 @@ void LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy, c
     float* dxr = dx + r * channels;
     const float m = mean[r];
     const float s = rstd[r];
-    float g_sum = 0.0f;
-    float gn_sum = 0.0f;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float n = (xr[c] - m) * s;
-      const float g = gain[c] * dyr[c];
-      g_sum += g;
-      gn_sum += g * n;
-    }
-    const float g_mean = g_sum * inv_c;
-    const float gn_mean = gn_sum * inv_c;
+    const float g_mean = LaneSum(channels, [&](int64_t c) { return gain[c] * dyr[c]; }) * inv_c;
+    const float gn_mean =
+        LaneSum(channels, [&](int64_t c) { return gain[c] * dyr[c] * (xr[c] - m) * s; }) * inv_c;
     for (int64_t c = 0; c < channels; ++c) {
       const float n = (xr[c] - m) * s;
       dbias[c] += dyr[c];

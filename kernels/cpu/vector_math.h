@@ -8,6 +8,8 @@
 // whole file is built with -ffast-math, which we avoid: the emulated fp16 path needs inf and
 // NaN to behave.
 //
+// LaneSum is a float reduction that vectorises without reassociation flags.
+//
 // RM_TARGET_CLONES marks a hot loop function to be compiled twice, for x86-64-v3 (AVX2, FMA)
 // and for baseline x86-64, with the processor's version picked once at load time (GCC
 // target_clones, an ifunc). Apply it to functions that run whole loops, not to per-element
@@ -55,6 +57,21 @@ namespace ringmaster::kernels {
   float scale;
   std::memcpy(&scale, &scale_bits, sizeof(scale));
   return p * scale;
+}
+
+// sum over j in [0, n) of term(j), kept in eight independent partial sums (so the order of
+// additions, and the result, is fixed for a given n), which -O3 turns into vector adds.
+// term may have side effects; it is called once for each j, in increasing j within each lane.
+template <typename Term>
+[[gnu::always_inline]] inline float LaneSum(int64_t n, Term term) {
+  constexpr int kLanes = 8;
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] += term(j + k);
+  }
+  for (; j < n; ++j) acc[0] += term(j);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): absolute error below 3e-7 (the relative error grows near
