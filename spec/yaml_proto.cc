@@ -401,7 +401,7 @@ class YamlReader {
     }
   }
 
-  // Reads the scalar `node` into one element of a repeated field.
+  // Reads `node` over element `index` of a repeated field (a message element is replaced).
   void ReadElement(const YAML::Node& node, const std::string& path, Message* message,
                    const FieldDescriptor& field, int index) {
     Record(path, node.Mark());

@@ -87,7 +87,7 @@ absl::Status MergeYamlIntoMessage(absl::string_view yaml, const YamlSourceOption
 // "optimizer.sgd.momentum" switches the optimizer to sgd. An empty `value` clears a scalar
 // or list (its default applies again) and makes a message present with nothing set.
 // Errors are reported as by MergeYamlIntoMessage, with `options.source_name` as the
-// location (no line:column); the path is checked before the value.
+// location (no line:column). On error `message` is unchanged.
 // Errors: INVALID_ARGUMENT naming the path and what is wrong.
 absl::Status SetFieldFromYaml(google::protobuf::Message* message, absl::string_view path,
                               absl::string_view value, const YamlSourceOptions& options,
