@@ -1,0 +1,106 @@
+#include "spec/defaults.h"
+
+#include <string>
+
+namespace ringmaster::spec {
+namespace {
+
+void FillModel(ModelSpec* model) {
+  if (model->has_mlp()) {
+    MlpSpec* mlp = model->mutable_mlp();
+    if (mlp->hidden().empty())
+      mlp->mutable_hidden()->Add(kDefaultMlpHidden.begin(), kDefaultMlpHidden.end());
+    if (mlp->activation() == MlpSpec::ACTIVATION_UNSPECIFIED)
+      mlp->set_activation(kDefaultMlpActivation);
+  } else if (model->has_cnn()) {
+    CnnSpec* cnn = model->mutable_cnn();
+    if (cnn->channels().empty()) {
+      cnn->mutable_channels()->Add(kDefaultCnnChannels.begin(), kDefaultCnnChannels.end());
+    }
+    if (!cnn->has_fc()) cnn->set_fc(kDefaultCnnFc);
+  } else if (model->has_gpt()) {
+    GptSpec* gpt = model->mutable_gpt();
+    if (!gpt->has_layers()) gpt->set_layers(kDefaultGptLayers);
+    if (!gpt->has_heads()) gpt->set_heads(kDefaultGptHeads);
+    if (!gpt->has_width()) gpt->set_width(kDefaultGptWidth);
+    if (!gpt->has_context()) gpt->set_context(kDefaultGptContext);
+    if (!gpt->has_vocab()) gpt->set_vocab(kDefaultGptVocab);
+  }
+}
+
+void FillData(DataSpec* data) {
+  if (data->has_fashion_mnist()) {
+    FashionMnistSpec* mnist = data->mutable_fashion_mnist();
+    if (mnist->dir().empty()) mnist->set_dir(std::string(kDefaultFashionMnistDir));
+    if (!mnist->has_normalize()) mnist->set_normalize(kDefaultNormalize);
+  }
+  if (!data->has_eval_every_epoch()) data->set_eval_every_epoch(kDefaultEvalEveryEpoch);
+}
+
+void FillAdam(AdamSpec* adam, double eps) {
+  if (!adam->has_beta1()) adam->set_beta1(kDefaultAdamBeta1);
+  if (!adam->has_beta2()) adam->set_beta2(kDefaultAdamBeta2);
+  if (!adam->has_eps()) adam->set_eps(eps);
+}
+
+void FillPrecision(PrecisionSpec* precision) {
+  if (precision->compute() == PrecisionSpec::DTYPE_UNSPECIFIED) {
+    precision->set_compute(kDefaultCompute);
+  }
+  if (precision->compute() != PrecisionSpec::DTYPE_FP16) return;
+  LossScaleSpec* scale = precision->mutable_loss_scale();
+  if (scale->mode() == LossScaleSpec::MODE_UNSPECIFIED) scale->set_mode(kDefaultLossScaleMode);
+  if (!scale->has_initial()) scale->set_initial(kDefaultLossScaleInitial);
+  if (!scale->has_growth_interval()) scale->set_growth_interval(kDefaultLossScaleGrowthInterval);
+  if (!scale->has_growth_factor()) scale->set_growth_factor(kDefaultLossScaleGrowthFactor);
+  if (!scale->has_backoff_factor()) scale->set_backoff_factor(kDefaultLossScaleBackoffFactor);
+}
+
+void FillCheckpoint(CheckpointSpec* checkpoint) {
+  if (!checkpoint->has_keep_last()) checkpoint->set_keep_last(kDefaultKeepLast);
+  if (!checkpoint->has_async()) checkpoint->set_async(kDefaultAsyncCheckpoint);
+  if (checkpoint->on_busy() == CheckpointSpec::ON_BUSY_UNSPECIFIED) {
+    checkpoint->set_on_busy(kDefaultOnBusy);
+  }
+  if (!checkpoint->has_drain_grace_seconds()) {
+    checkpoint->set_drain_grace_seconds(kDefaultDrainGraceSeconds);
+  }
+}
+
+}  // namespace
+
+void ApplyJobSpecDefaults(JobSpec* spec) {
+  if (spec->name().empty()) spec->set_name(std::string(kDefaultJobName));
+  if (spec->backend() == JobSpec::BACKEND_UNSPECIFIED) spec->set_backend(kDefaultBackend);
+  if (spec->resume().empty()) spec->set_resume(std::string(kDefaultResume));
+  if (spec->has_model()) FillModel(spec->mutable_model());
+  if (spec->has_data()) FillData(spec->mutable_data());
+
+  if (spec->has_optimizer()) {
+    OptimizerSpec* optimizer = spec->mutable_optimizer();
+    if (optimizer->has_adamw()) FillAdam(optimizer->mutable_adamw(), kDefaultAdamWEps);
+    if (optimizer->has_lamb()) FillAdam(optimizer->mutable_lamb(), kDefaultLambEps);
+  }
+
+  ScheduleSpec* schedule = spec->mutable_schedule();
+  if (schedule->decay() == ScheduleSpec::DECAY_UNSPECIFIED) schedule->set_decay(kDefaultDecay);
+
+  FillPrecision(spec->mutable_precision());
+
+  ParallelismSpec* parallelism = spec->mutable_parallelism();
+  if (!parallelism->has_bucket_mb()) parallelism->set_bucket_mb(kDefaultBucketMb);
+  if (!parallelism->has_overlap()) parallelism->set_overlap(kDefaultOverlap);
+
+  if (!spec->checkpoint().dir().empty()) FillCheckpoint(spec->mutable_checkpoint());
+
+  DiagnosticsSpec* diagnostics = spec->mutable_diagnostics();
+  if (!diagnostics->has_fingerprint_every()) {
+    diagnostics->set_fingerprint_every(kDefaultFingerprintEvery);
+  }
+  if (!diagnostics->has_log_every()) diagnostics->set_log_every(kDefaultLogEvery);
+
+  ElasticSpec* elastic = spec->mutable_elastic();
+  if (!elastic->has_min_ranks()) elastic->set_min_ranks(kDefaultMinRanks);
+}
+
+}  // namespace ringmaster::spec

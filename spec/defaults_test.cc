@@ -1,0 +1,141 @@
+#include "spec/defaults.h"
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "proto/job_spec.pb.h"
+
+namespace ringmaster::spec {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
+
+TEST(ApplyJobSpecDefaultsTest, FillsTheSectionsEveryJobHas) {
+  JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.name(), "job");
+  EXPECT_EQ(spec.backend(), JobSpec::BACKEND_AUTO);
+  EXPECT_EQ(spec.resume(), "auto");
+  EXPECT_EQ(spec.schedule().decay(), ScheduleSpec::DECAY_COSINE);
+  EXPECT_EQ(spec.schedule().warmup_steps(), 0);
+  EXPECT_EQ(spec.precision().compute(), PrecisionSpec::DTYPE_FP32);
+  EXPECT_FALSE(spec.precision().has_loss_scale());
+  EXPECT_EQ(spec.parallelism().bucket_mb(), 25);
+  EXPECT_TRUE(spec.parallelism().overlap());
+  EXPECT_EQ(spec.parallelism().zero_stage(), 0);
+  EXPECT_EQ(spec.diagnostics().fingerprint_every(), 100);
+  EXPECT_EQ(spec.diagnostics().log_every(), 10);
+  EXPECT_EQ(spec.elastic().min_ranks(), 1);
+  EXPECT_EQ(spec.elastic().max_ranks(), 0);
+  // What has no default stays unset, for validation to report.
+  EXPECT_FALSE(spec.has_model());
+  EXPECT_FALSE(spec.has_data());
+  EXPECT_FALSE(spec.has_optimizer());
+  EXPECT_FALSE(spec.has_batch());
+  EXPECT_FALSE(spec.has_checkpoint());
+  EXPECT_EQ(spec.length_case(), JobSpec::LENGTH_NOT_SET);
+}
+
+TEST(ApplyJobSpecDefaultsTest, FillsTheChosenModel) {
+  JobSpec mlp;
+  mlp.mutable_model()->mutable_mlp();
+  ApplyJobSpecDefaults(&mlp);
+  EXPECT_THAT(mlp.model().mlp().hidden(), ElementsAre(512, 512));
+  EXPECT_EQ(mlp.model().mlp().activation(), MlpSpec::ACTIVATION_RELU);
+
+  JobSpec cnn;
+  cnn.mutable_model()->mutable_cnn();
+  ApplyJobSpecDefaults(&cnn);
+  EXPECT_THAT(cnn.model().cnn().channels(), ElementsAre(16, 32));
+  EXPECT_EQ(cnn.model().cnn().fc(), 128);
+
+  JobSpec gpt;
+  gpt.mutable_model()->mutable_gpt()->set_width(64);
+  ApplyJobSpecDefaults(&gpt);
+  EXPECT_EQ(gpt.model().gpt().layers(), 4);
+  EXPECT_EQ(gpt.model().gpt().heads(), 4);
+  EXPECT_EQ(gpt.model().gpt().width(), 64);
+  EXPECT_EQ(gpt.model().gpt().context(), 128);
+  EXPECT_EQ(gpt.model().gpt().vocab(), 256);
+}
+
+TEST(ApplyJobSpecDefaultsTest, FillsDataAndOptimizer) {
+  JobSpec spec;
+  spec.mutable_data()->mutable_fashion_mnist();
+  spec.mutable_optimizer()->mutable_adamw()->set_beta2(0.95);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.data().fashion_mnist().dir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_TRUE(spec.data().fashion_mnist().normalize());
+  EXPECT_TRUE(spec.data().eval_every_epoch());
+  EXPECT_EQ(spec.optimizer().adamw().beta1(), 0.9);
+  EXPECT_EQ(spec.optimizer().adamw().beta2(), 0.95);
+  EXPECT_EQ(spec.optimizer().adamw().eps(), 1e-8);
+
+  JobSpec lamb;
+  lamb.mutable_optimizer()->mutable_lamb();
+  ApplyJobSpecDefaults(&lamb);
+  EXPECT_EQ(lamb.optimizer().lamb().eps(), 1e-6);
+}
+
+TEST(ApplyJobSpecDefaultsTest, LossScaleForFp16Only) {
+  JobSpec spec;
+  spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
+  ApplyJobSpecDefaults(&spec);
+  const LossScaleSpec& scale = spec.precision().loss_scale();
+  EXPECT_EQ(scale.mode(), LossScaleSpec::MODE_DYNAMIC);
+  EXPECT_EQ(scale.initial(), 65536);
+  EXPECT_EQ(scale.growth_interval(), 2000);
+  EXPECT_EQ(scale.growth_factor(), 2);
+  EXPECT_EQ(scale.backoff_factor(), 0.5);
+
+  JobSpec bf16;
+  bf16.mutable_precision()->set_compute(PrecisionSpec::DTYPE_BF16);
+  ApplyJobSpecDefaults(&bf16);
+  EXPECT_FALSE(bf16.precision().has_loss_scale());
+}
+
+TEST(ApplyJobSpecDefaultsTest, CheckpointDefaultsOnlyWhenCheckpointing) {
+  JobSpec spec;
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.checkpoint().keep_last(), 3);
+  EXPECT_TRUE(spec.checkpoint().async());
+  EXPECT_EQ(spec.checkpoint().on_busy(), CheckpointSpec::ON_BUSY_WAIT);
+  EXPECT_EQ(spec.checkpoint().drain_grace_seconds(), 30);
+}
+
+TEST(ApplyJobSpecDefaultsTest, ExplicitZerosAndFalsesAreKept) {
+  JobSpec spec;
+  spec.mutable_parallelism()->set_overlap(false);
+  spec.mutable_parallelism()->set_bucket_mb(0);
+  spec.mutable_data()->mutable_fashion_mnist()->set_normalize(false);
+  spec.mutable_data()->set_eval_every_epoch(false);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  spec.mutable_checkpoint()->set_async(false);
+  spec.mutable_checkpoint()->set_keep_last(0);
+  spec.mutable_diagnostics()->set_fingerprint_every(0);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_FALSE(spec.parallelism().overlap());
+  EXPECT_EQ(spec.parallelism().bucket_mb(), 0);
+  EXPECT_FALSE(spec.data().fashion_mnist().normalize());
+  EXPECT_FALSE(spec.data().eval_every_epoch());
+  EXPECT_FALSE(spec.checkpoint().async());
+  EXPECT_EQ(spec.checkpoint().keep_last(), 0);
+  EXPECT_EQ(spec.diagnostics().fingerprint_every(), 0);
+}
+
+TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
+  JobSpec once;
+  once.mutable_model()->mutable_gpt();
+  once.mutable_optimizer()->mutable_lamb();
+  once.mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
+  once.mutable_checkpoint()->set_dir("/ckpt");
+  ApplyJobSpecDefaults(&once);
+  JobSpec twice = once;
+  ApplyJobSpecDefaults(&twice);
+  EXPECT_TRUE(MessageDifferencer::Equals(once, twice));
+}
+
+}  // namespace
+}  // namespace ringmaster::spec

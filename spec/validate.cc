@@ -1,0 +1,332 @@
+#include "spec/validate.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/repeated_field.h"
+#include "spec/job_spec.h"
+
+namespace ringmaster::spec {
+namespace {
+
+// Collects FieldErrors; the range checks say the range and the value found.
+class Checker {
+ public:
+  void Fail(std::string path, std::string message) {
+    errors_.push_back(FieldError{"", std::move(path), std::move(message)});
+  }
+
+  // Unless `ok`: "<path>: must be <want>, got <value>".
+  template <typename T>
+  void Expect(bool ok, std::string path, absl::string_view want, T value) {
+    if (!ok) Fail(std::move(path), absl::StrCat("must be ", want, ", got ", Text(value)));
+  }
+
+  // NaN fails every check: the comparisons are written so.
+  template <typename T>
+  void Positive(std::string path, T value) {
+    Expect(value > 0, std::move(path), "> 0", value);
+  }
+
+  template <typename T>
+  void NonNegative(std::string path, T value) {
+    Expect(value >= 0, std::move(path), ">= 0", value);
+  }
+
+  // A value with no default: 0 means it was not written.
+  template <typename T>
+  void Required(std::string path, T value, absl::string_view what) {
+    if (value == 0) {
+      Fail(std::move(path), absl::StrCat("required: ", what));
+    } else {
+      Positive(std::move(path), value);
+    }
+  }
+
+  // In [0, 1), the range of a moment's decay (beta, momentum).
+  void Decay(std::string path, double value) {
+    Expect(value >= 0 && value < 1, std::move(path), "in [0, 1)", value);
+  }
+
+  std::vector<FieldError> Take() { return std::move(errors_); }
+
+ private:
+  template <typename T>
+  static std::string Text(T value) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return FormatNumber(value);
+    } else {
+      return absl::StrCat(value);
+    }
+  }
+
+  std::vector<FieldError> errors_;
+};
+
+void CheckName(const JobSpec& spec, Checker* check) {
+  const std::string& name = spec.name();
+  if (name.empty()) {
+    check->Fail("name", "required");
+    return;
+  }
+  const bool allowed = std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+  if (!allowed || name == "." || name == "..") {
+    check->Fail("name", absl::StrCat("must be letters, digits, '.', '_' and '-' (it names ",
+                                     "directories), got \"", name, "\""));
+  }
+}
+
+void CheckLength(const JobSpec& spec, Checker* check) {
+  switch (spec.length_case()) {
+    case JobSpec::kSteps:
+      check->Positive("steps", spec.steps());
+      break;
+    case JobSpec::kEpochs:
+      check->Positive("epochs", spec.epochs());
+      break;
+    case JobSpec::LENGTH_NOT_SET:
+      check->Fail("steps", "required: set steps or epochs");
+      break;
+  }
+}
+
+// A list of layer sizes: at least one, each > 0.
+void CheckSizes(const std::string& path, const google::protobuf::RepeatedField<int64_t>& sizes,
+                Checker* check) {
+  if (sizes.empty()) check->Fail(path, "required: at least one size");
+  for (int i = 0; i < sizes.size(); ++i) {
+    check->Positive(absl::StrCat(path, "[", i, "]"), sizes.Get(i));
+  }
+}
+
+void CheckModel(const JobSpec& spec, Checker* check) {
+  const ModelSpec& model = spec.model();
+  switch (model.kind_case()) {
+    case ModelSpec::kMlp: {
+      const MlpSpec& mlp = model.mlp();
+      CheckSizes("model.mlp.hidden", mlp.hidden(), check);
+      if (mlp.activation() == MlpSpec::ACTIVATION_UNSPECIFIED) {
+        check->Fail("model.mlp.activation", "required");
+      }
+      break;
+    }
+    case ModelSpec::kCnn: {
+      const CnnSpec& cnn = model.cnn();
+      CheckSizes("model.cnn.channels", cnn.channels(), check);
+      check->Positive("model.cnn.fc", cnn.fc());
+      break;
+    }
+    case ModelSpec::kGpt: {
+      const GptSpec& gpt = model.gpt();
+      check->Positive("model.gpt.layers", gpt.layers());
+      check->Positive("model.gpt.heads", gpt.heads());
+      check->Positive("model.gpt.width", gpt.width());
+      check->Positive("model.gpt.context", gpt.context());
+      if (gpt.heads() > 0) {
+        check->Expect(gpt.width() % gpt.heads() == 0, "model.gpt.width",
+                      absl::StrCat("divisible by model.gpt.heads (", gpt.heads(), ")"),
+                      gpt.width());
+      }
+      check->Expect(gpt.vocab() >= 256, "model.gpt.vocab", ">= 256 (byte-level text)", gpt.vocab());
+      break;
+    }
+    case ModelSpec::KIND_NOT_SET:
+      check->Fail("model", "required: one of mlp, cnn, gpt");
+      break;
+  }
+}
+
+void CheckData(const JobSpec& spec, Checker* check) {
+  const DataSpec& data = spec.data();
+  switch (data.source_case()) {
+    case DataSpec::kFashionMnist:
+      if (data.fashion_mnist().dir().empty()) check->Fail("data.fashion_mnist.dir", "required");
+      break;
+    case DataSpec::kText:
+      if (data.text().path().empty()) check->Fail("data.text.path", "required");
+      break;
+    case DataSpec::SOURCE_NOT_SET:
+      check->Fail("data", "required: one of fashion_mnist, text");
+      return;
+  }
+  // The language model reads text; the classifiers read labelled images.
+  const ModelSpec::KindCase model = spec.model().kind_case();
+  if (model == ModelSpec::KIND_NOT_SET) return;
+  const bool wants_text = model == ModelSpec::kGpt;
+  if (wants_text != data.has_text()) {
+    // A oneof's case is its member's field number.
+    const std::string& model_name = ModelSpec::descriptor()->FindFieldByNumber(model)->name();
+    const std::string& data_name =
+        DataSpec::descriptor()->FindFieldByNumber(data.source_case())->name();
+    check->Fail("data",
+                absl::StrCat("model.", model_name, " needs data.",
+                             wants_text ? "text" : "fashion_mnist", ", got data.", data_name));
+  }
+}
+
+void CheckAdam(const std::string& path, const AdamSpec& adam, Checker* check) {
+  check->Decay(path + ".beta1", adam.beta1());
+  check->Decay(path + ".beta2", adam.beta2());
+  check->Positive(path + ".eps", adam.eps());
+}
+
+void CheckOptimizer(const JobSpec& spec, Checker* check) {
+  const OptimizerSpec& optimizer = spec.optimizer();
+  switch (optimizer.kind_case()) {
+    case OptimizerSpec::kSgd:
+      check->Decay("optimizer.sgd.momentum", optimizer.sgd().momentum());
+      if (optimizer.sgd().nesterov() && !(optimizer.sgd().momentum() > 0)) {
+        check->Fail("optimizer.sgd.nesterov", "needs optimizer.sgd.momentum > 0");
+      }
+      break;
+    case OptimizerSpec::kAdamw:
+      CheckAdam("optimizer.adamw", optimizer.adamw(), check);
+      break;
+    case OptimizerSpec::kLamb:
+      CheckAdam("optimizer.lamb", optimizer.lamb(), check);
+      break;
+    case OptimizerSpec::KIND_NOT_SET:
+      check->Fail("optimizer", "required: one of sgd, adamw, lamb");
+      break;
+  }
+  check->Required("optimizer.lr", optimizer.lr(), "a learning rate > 0");
+  check->NonNegative("optimizer.weight_decay", optimizer.weight_decay());
+  check->NonNegative("optimizer.clip_grad_norm", optimizer.clip_grad_norm());
+}
+
+void CheckSchedule(const JobSpec& spec, Checker* check) {
+  const ScheduleSpec& schedule = spec.schedule();
+  check->NonNegative("schedule.base_batch", schedule.base_batch());
+  check->NonNegative("schedule.warmup_steps", schedule.warmup_steps());
+  if (spec.has_steps() && spec.steps() > 0) {
+    check->Expect(schedule.warmup_steps() <= spec.steps(), "schedule.warmup_steps",
+                  absl::StrCat("<= steps (", spec.steps(), ")"), schedule.warmup_steps());
+  }
+  if (schedule.decay() == ScheduleSpec::DECAY_UNSPECIFIED) {
+    check->Fail("schedule.decay", "required");
+  }
+  const double min_lr_ratio = schedule.min_lr_ratio();
+  check->Expect(min_lr_ratio >= 0 && min_lr_ratio <= 1, "schedule.min_lr_ratio", "in [0, 1]",
+                min_lr_ratio);
+}
+
+void CheckBatch(const JobSpec& spec, Checker* check) {
+  const BatchSpec& batch = spec.batch();
+  check->Required("batch.global", batch.global(), "samples per step over all ranks, > 0");
+  check->NonNegative("batch.micro_max", batch.micro_max());
+  check->NonNegative("batch.accumulation", batch.accumulation());
+  if (batch.global() > 0) {
+    check->Expect(batch.accumulation() <= batch.global(), "batch.accumulation",
+                  absl::StrCat("<= batch.global (", batch.global(), ")"), batch.accumulation());
+  }
+}
+
+void CheckPrecision(const JobSpec& spec, Checker* check) {
+  const PrecisionSpec& precision = spec.precision();
+  if (precision.compute() == PrecisionSpec::DTYPE_UNSPECIFIED) {
+    check->Fail("precision.compute", "required");
+  }
+  if (!precision.has_loss_scale()) return;
+  const LossScaleSpec& scale = precision.loss_scale();
+  check->Positive("precision.loss_scale.initial", scale.initial());
+  if (scale.mode() == LossScaleSpec::MODE_FIXED) return;
+  check->Positive("precision.loss_scale.growth_interval", scale.growth_interval());
+  check->Expect(scale.growth_factor() > 1, "precision.loss_scale.growth_factor", "> 1",
+                scale.growth_factor());
+  const double backoff = scale.backoff_factor();
+  check->Expect(backoff > 0 && backoff < 1, "precision.loss_scale.backoff_factor", "in (0, 1)",
+                backoff);
+}
+
+void CheckParallelism(const JobSpec& spec, Checker* check) {
+  const ParallelismSpec& parallelism = spec.parallelism();
+  const int32_t zero_stage = parallelism.zero_stage();
+  check->Expect(zero_stage >= 0 && zero_stage <= 2, "parallelism.zero_stage", "0, 1 or 2",
+                zero_stage);
+  check->Positive("parallelism.bucket_mb", parallelism.bucket_mb());
+  check->NonNegative("parallelism.threads", parallelism.threads());
+  const int32_t every = parallelism.activation_checkpointing_every();
+  check->NonNegative("parallelism.activation_checkpointing_every", every);
+  if (every > 0 && !spec.model().has_gpt()) {
+    check->Fail("parallelism.activation_checkpointing_every", "applies to model.gpt only");
+  } else if (every > 0) {
+    const int64_t layers = spec.model().gpt().layers();
+    check->Expect(every <= layers, "parallelism.activation_checkpointing_every",
+                  absl::StrCat("<= model.gpt.layers (", layers, ")"), every);
+  }
+}
+
+void CheckCheckpoint(const JobSpec& spec, Checker* check) {
+  const CheckpointSpec& checkpoint = spec.checkpoint();
+  check->NonNegative("checkpoint.every_steps", checkpoint.every_steps());
+  check->NonNegative("checkpoint.every_seconds", checkpoint.every_seconds());
+  check->NonNegative("checkpoint.keep_every", checkpoint.keep_every());
+  if (checkpoint.dir().empty()) {
+    if (checkpoint.every_steps() > 0 || checkpoint.every_seconds() > 0) {
+      check->Fail("checkpoint.dir",
+                  "required when checkpoint.every_steps or checkpoint.every_seconds is set");
+    }
+    return;
+  }
+  check->Positive("checkpoint.keep_last", checkpoint.keep_last());
+  check->Positive("checkpoint.drain_grace_seconds", checkpoint.drain_grace_seconds());
+  if (checkpoint.on_busy() == CheckpointSpec::ON_BUSY_UNSPECIFIED) {
+    check->Fail("checkpoint.on_busy", "required");
+  }
+}
+
+void CheckResume(const JobSpec& spec, Checker* check) {
+  absl::StatusOr<ResumePoint> resume = ParseResume(spec.resume());
+  if (!resume.ok()) {
+    check->Fail("resume", std::string(resume.status().message()));
+  } else if (resume->kind == ResumePoint::Kind::kStep && spec.checkpoint().dir().empty()) {
+    check->Fail("resume",
+                absl::StrCat("resuming from step ", resume->step, " needs checkpoint.dir"));
+  }
+}
+
+void CheckRest(const JobSpec& spec, Checker* check) {
+  if (spec.backend() == JobSpec::BACKEND_UNSPECIFIED) check->Fail("backend", "required");
+  check->NonNegative("diagnostics.fingerprint_every", spec.diagnostics().fingerprint_every());
+  check->NonNegative("diagnostics.log_every", spec.diagnostics().log_every());
+  const ElasticSpec& elastic = spec.elastic();
+  check->Positive("elastic.min_ranks", elastic.min_ranks());
+  check->NonNegative("elastic.max_ranks", elastic.max_ranks());
+  if (elastic.max_ranks() > 0) {
+    check->Expect(elastic.max_ranks() >= elastic.min_ranks(), "elastic.max_ranks",
+                  absl::StrCat(">= elastic.min_ranks (", elastic.min_ranks(), ") or 0 (no limit)"),
+                  elastic.max_ranks());
+  }
+}
+
+}  // namespace
+
+std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {
+  Checker check;
+  CheckName(spec, &check);
+  CheckLength(spec, &check);
+  CheckModel(spec, &check);
+  CheckData(spec, &check);
+  CheckOptimizer(spec, &check);
+  CheckSchedule(spec, &check);
+  CheckBatch(spec, &check);
+  CheckPrecision(spec, &check);
+  CheckParallelism(spec, &check);
+  CheckCheckpoint(spec, &check);
+  CheckResume(spec, &check);
+  CheckRest(spec, &check);
+  return check.Take();
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  return FieldErrorsToStatus(FindJobSpecErrors(spec));
+}
+
+}  // namespace ringmaster::spec

@@ -1,0 +1,26 @@
+// Semantic checks of a job spec: required parts present, values in range, parts that fit
+// together (GPT needs text data, the classifiers Fashion-MNIST; heads divide width; ...).
+// Run on the effective spec, after ApplyJobSpecDefaults; LoadJobSpecFile does both.
+#ifndef RINGMASTER_SPEC_VALIDATE_H_
+#define RINGMASTER_SPEC_VALIDATE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/job_spec.pb.h"
+#include "spec/yaml_proto.h"
+
+namespace ringmaster::spec {
+
+// Every problem found; each names the field's path and the reason. The
+// locations are empty (the spec does not know where its fields were written; the loader
+// fills them in).
+std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec);
+
+// OK, or INVALID_ARGUMENT listing every problem of FindJobSpecErrors, one per line:
+//   "optimizer.adamw.beta1: must be in [0, 1), got 1.5".
+absl::Status ValidateJobSpec(const JobSpec& spec);
+
+}  // namespace ringmaster::spec
+
+#endif  // RINGMASTER_SPEC_VALIDATE_H_

@@ -1,0 +1,242 @@
+#include "spec/validate.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spec/defaults.h"
+#include "spec/job_spec.h"
+
+namespace ringmaster::spec {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kMinimalMlp[] = R"(
+steps: 100
+model: {mlp: {hidden: [8]}}
+data: {fashion_mnist: {}}
+optimizer: {sgd: {momentum: 0.9}, lr: 0.1}
+batch: {global: 64}
+)";
+
+constexpr char kMinimalGpt[] = R"(
+steps: 100
+model: {gpt: {}}
+data: {text: {path: corpus.txt}}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+)";
+
+JobSpec Effective(const char* yaml) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpecText(yaml);
+  CHECK(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// The error lines of validating `spec`.
+std::vector<std::string> Errors(const JobSpec& spec) {
+  const absl::Status status = ValidateJobSpec(spec);
+  if (status.ok()) return {};
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  return absl::StrSplit(status.message(), '\n');
+}
+
+TEST(ValidateJobSpecTest, TheMinimalSpecsAreValid) {
+  EXPECT_THAT(Errors(Effective(kMinimalMlp)), IsEmpty());
+  EXPECT_THAT(Errors(Effective(kMinimalGpt)), IsEmpty());
+}
+
+TEST(ValidateJobSpecTest, MissingRequiredPartsAreAllReported) {
+  JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_THAT(Errors(spec), ElementsAre("steps: required: set steps or epochs",
+                                        "model: required: one of mlp, cnn, gpt",
+                                        "data: required: one of fashion_mnist, text",
+                                        "optimizer: required: one of sgd, adamw, lamb",
+                                        "optimizer.lr: required: a learning rate > 0",
+                                        "batch.global: required: samples per step over all "
+                                        "ranks, > 0"));
+}
+
+TEST(ValidateJobSpecTest, AnUndefaultedSpecReportsTheFieldsDefaultsWouldFill) {
+  JobSpec spec = Effective(kMinimalMlp);
+  spec.clear_backend();
+  spec.mutable_schedule()->clear_decay();
+  spec.mutable_model()->mutable_mlp()->clear_hidden();
+  EXPECT_THAT(Errors(spec), UnorderedElementsAre("backend: required", "schedule.decay: required",
+                                                 "model.mlp.hidden: required: at least one size"));
+}
+
+// Switches `spec` to fp16 compute with the default loss scale, and returns that.
+LossScaleSpec* Fp16LossScale(JobSpec* spec) {
+  spec->mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
+  ApplyJobSpecDefaults(spec);
+  return spec->mutable_precision()->mutable_loss_scale();
+}
+
+struct RangeCase {
+  const char* base;
+  std::function<void(JobSpec*)> mutate;
+  const char* error;
+};
+
+TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
+  const std::vector<RangeCase> cases = {
+      {kMinimalMlp, [](JobSpec* s) { s->set_steps(0); }, "steps: must be > 0, got 0"},
+      {kMinimalMlp, [](JobSpec* s) { s->set_epochs(-1); }, "epochs: must be > 0, got -1"},
+      {kMinimalMlp, [](JobSpec* s) { s->set_name("my job"); },
+       "name: must be letters, digits, '.', '_' and '-' (it names directories), got \"my job\""},
+      {kMinimalMlp, [](JobSpec* s) { s->set_name(".."); },
+       "name: must be letters, digits, '.', '_' and '-' (it names directories), got \"..\""},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_model()->mutable_mlp()->add_hidden(0); },
+       "model.mlp.hidden[1]: must be > 0, got 0"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_model()->mutable_cnn();
+         ApplyJobSpecDefaults(s);
+         s->mutable_model()->mutable_cnn()->set_fc(-3);
+       },
+       "model.cnn.fc: must be > 0, got -3"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_optimizer()->set_lr(-0.1); },
+       "optimizer.lr: must be > 0, got -0.1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_optimizer()->set_weight_decay(-1); },
+       "optimizer.weight_decay: must be >= 0, got -1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_optimizer()->set_clip_grad_norm(-1); },
+       "optimizer.clip_grad_norm: must be >= 0, got -1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_optimizer()->mutable_sgd()->set_momentum(1); },
+       "optimizer.sgd.momentum: must be in [0, 1), got 1"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_sgd()->set_momentum(0);
+         s->mutable_optimizer()->mutable_sgd()->set_nesterov(true);
+       },
+       "optimizer.sgd.nesterov: needs optimizer.sgd.momentum > 0"},
+      {kMinimalGpt, [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_beta1(1.5); },
+       "optimizer.adamw.beta1: must be in [0, 1), got 1.5"},
+      {kMinimalGpt, [](JobSpec* s) { s->mutable_optimizer()->mutable_adamw()->set_eps(0); },
+       "optimizer.adamw.eps: must be > 0, got 0"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_optimizer()->mutable_lamb();
+         ApplyJobSpecDefaults(s);
+         s->mutable_optimizer()->mutable_lamb()->set_beta2(-0.1);
+       },
+       "optimizer.lamb.beta2: must be in [0, 1), got -0.1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_schedule()->set_warmup_steps(200); },
+       "schedule.warmup_steps: must be <= steps (100), got 200"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_schedule()->set_min_lr_ratio(2); },
+       "schedule.min_lr_ratio: must be in [0, 1], got 2"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_schedule()->set_base_batch(-1); },
+       "schedule.base_batch: must be >= 0, got -1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_batch()->set_global(-5); },
+       "batch.global: must be > 0, got -5"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_batch()->set_accumulation(100); },
+       "batch.accumulation: must be <= batch.global (64), got 100"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(3); },
+       "parallelism.zero_stage: must be 0, 1 or 2, got 3"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_bucket_mb(0); },
+       "parallelism.bucket_mb: must be > 0, got 0"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_threads(-1); },
+       "parallelism.threads: must be >= 0, got -1"},
+      {kMinimalMlp,
+       [](JobSpec* s) { s->mutable_parallelism()->set_activation_checkpointing_every(1); },
+       "parallelism.activation_checkpointing_every: applies to model.gpt only"},
+      {kMinimalGpt,
+       [](JobSpec* s) { s->mutable_parallelism()->set_activation_checkpointing_every(5); },
+       "parallelism.activation_checkpointing_every: must be <= model.gpt.layers (4), got 5"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_checkpoint()->set_every_steps(100); },
+       "checkpoint.dir: required when checkpoint.every_steps or checkpoint.every_seconds is set"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/tmp/c");
+         ApplyJobSpecDefaults(s);
+         s->mutable_checkpoint()->set_keep_last(0);
+       },
+       "checkpoint.keep_last: must be > 0, got 0"},
+      {kMinimalMlp, [](JobSpec* s) { s->set_resume("latest"); },
+       "resume: expected auto, never or a step number, got \"latest\""},
+      {kMinimalMlp, [](JobSpec* s) { s->set_resume("1200"); },
+       "resume: resuming from step 1200 needs checkpoint.dir"},
+      {kMinimalMlp, [](JobSpec* s) { Fp16LossScale(s)->set_initial(0); },
+       "precision.loss_scale.initial: must be > 0, got 0"},
+      {kMinimalMlp, [](JobSpec* s) { Fp16LossScale(s)->set_backoff_factor(1); },
+       "precision.loss_scale.backoff_factor: must be in (0, 1), got 1"},
+      {kMinimalMlp, [](JobSpec* s) { Fp16LossScale(s)->set_growth_factor(1); },
+       "precision.loss_scale.growth_factor: must be > 1, got 1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_diagnostics()->set_log_every(-1); },
+       "diagnostics.log_every: must be >= 0, got -1"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_elastic()->set_min_ranks(0); },
+       "elastic.min_ranks: must be > 0, got 0"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_elastic()->set_min_ranks(4);
+         s->mutable_elastic()->set_max_ranks(2);
+       },
+       "elastic.max_ranks: must be >= elastic.min_ranks (4) or 0 (no limit), got 2"},
+  };
+  for (const RangeCase& c : cases) {
+    JobSpec spec = Effective(c.base);
+    c.mutate(&spec);
+    EXPECT_THAT(Errors(spec), ElementsAre(c.error)) << spec.DebugString();
+  }
+}
+
+TEST(ValidateJobSpecTest, FixedLossScaleNeedsOnlyItsInitialValue) {
+  JobSpec spec = Effective(kMinimalMlp);
+  LossScaleSpec* scale = spec.mutable_precision()->mutable_loss_scale();
+  spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
+  scale->set_mode(LossScaleSpec::MODE_FIXED);
+  scale->set_initial(1024);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+}
+
+TEST(ValidateJobSpecTest, GptHeadsMustDivideWidth) {
+  JobSpec spec = Effective(kMinimalGpt);
+  spec.mutable_model()->mutable_gpt()->set_heads(3);
+  spec.mutable_model()->mutable_gpt()->set_vocab(100);
+  EXPECT_THAT(Errors(spec), ElementsAre("model.gpt.width: must be divisible by model.gpt.heads "
+                                        "(3), got 128",
+                                        "model.gpt.vocab: must be >= 256 (byte-level text), got "
+                                        "100"));
+}
+
+TEST(ValidateJobSpecTest, ModelAndDataMustFit) {
+  JobSpec gpt_on_images = Effective(kMinimalGpt);
+  gpt_on_images.mutable_data()->mutable_fashion_mnist()->set_dir("/d");
+  EXPECT_THAT(Errors(gpt_on_images),
+              ElementsAre("data: model.gpt needs data.text, got data.fashion_mnist"));
+
+  JobSpec mlp_on_text = Effective(kMinimalMlp);
+  mlp_on_text.mutable_data()->mutable_text()->set_path("corpus.txt");
+  EXPECT_THAT(Errors(mlp_on_text),
+              ElementsAre("data: model.mlp needs data.fashion_mnist, got data.text"));
+
+  JobSpec cnn_on_text = Effective(kMinimalMlp);
+  cnn_on_text.mutable_model()->mutable_cnn();
+  ApplyJobSpecDefaults(&cnn_on_text);
+  cnn_on_text.mutable_data()->mutable_text()->set_path("corpus.txt");
+  EXPECT_THAT(Errors(cnn_on_text),
+              ElementsAre("data: model.cnn needs data.fashion_mnist, got data.text"));
+}
+
+TEST(ValidateJobSpecTest, SeveralErrorsAreReportedTogether) {
+  JobSpec spec = Effective(kMinimalGpt);
+  spec.set_steps(-1);
+  spec.mutable_optimizer()->mutable_adamw()->set_beta2(2);
+  spec.mutable_parallelism()->set_zero_stage(7);
+  spec.mutable_data()->mutable_text()->clear_path();
+  EXPECT_THAT(Errors(spec), ElementsAre("steps: must be > 0, got -1", "data.text.path: required",
+                                        "optimizer.adamw.beta2: must be in [0, 1), got 2",
+                                        "parallelism.zero_stage: must be 0, 1 or 2, got 7"));
+}
+
+}  // namespace
+}  // namespace ringmaster::spec
