@@ -1,0 +1,166 @@
+#include "train/grad_sync.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "train/tensor.h"
+
+namespace ringmaster::train {
+
+int64_t PaddedElements(int64_t elements, int world_size) {
+  const int64_t unit = static_cast<int64_t>(world_size) * kAlignElements;
+  return std::max<int64_t>(unit, (elements + unit - 1) / unit * unit);
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
+    comm::Communicator* comm, const GradientSyncOptions& options) {
+  const int n = comm->size();
+  if (options.padded_elements <= 0 || options.padded_elements % (n * kAlignElements) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradientSyncOptions.padded_elements must be a positive multiple of world size x ",
+        kAlignElements, " (", n * kAlignElements, "), got ", options.padded_elements));
+  }
+  if (options.bucket_elements <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradientSyncOptions.bucket_elements must be positive, got ", options.bucket_elements));
+  }
+  std::unique_ptr<GradientSync> sync(new GradientSync(comm, options));
+  if (options.overlap) sync->thread_ = std::thread([s = sync.get()] { s->Loop(); });
+  return sync;
+}
+
+GradientSync::GradientSync(comm::Communicator* comm, const GradientSyncOptions& options)
+    : comm_(comm), options_(options), shard_elements_(options.padded_elements / comm->size()) {
+  const int n = comm->size();
+  const int64_t total = options.padded_elements;
+  if (options.reduction == GradientReduction::kAllReduce) {
+    const int64_t b = std::max<int64_t>(kAlignElements, options.bucket_elements);
+    for (int64_t end = total; end > 0; end -= b) {
+      const int64_t begin = std::max<int64_t>(0, end - b);
+      buckets_.push_back({begin, begin, end});
+    }
+  } else {
+    // Blocks of a stripe: bucket_elements / world, whole cache lines, at most a shard.
+    int64_t block = options.bucket_elements / n / kAlignElements * kAlignElements;
+    block = std::clamp<int64_t>(block, kAlignElements, shard_elements_);
+    const int64_t stripes = (shard_elements_ + block - 1) / block;
+    for (int64_t k = stripes - 1; k >= 0; --k) {
+      const int64_t begin = k * block, end = std::min(shard_elements_, begin + block);
+      buckets_.push_back({begin, begin, end});
+    }
+    staging_.resize(static_cast<size_t>(block) * n);
+  }
+}
+
+GradientSync::~GradientSync() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+FlatRange GradientSync::shard() const {
+  const int64_t begin = comm_->rank() * shard_elements_;
+  return {begin, begin + shard_elements_};
+}
+
+void GradientSync::Begin(float* grads) {
+  grads_ = grads;
+  launched_ = 0;
+  stats_ = GradientSyncStats{};
+  absl::MutexLock lock(&mu_);
+  queued_ = 0;
+  done_ = 0;
+  comm_time_ = absl::ZeroDuration();
+}
+
+void GradientSync::Ready(int64_t offset) {
+  int ready = launched_;
+  while (ready < num_buckets() && offset <= buckets_[ready].ready_at) ++ready;
+  if (ready == launched_) return;
+  launched_ = ready;
+  if (!options_.overlap) return;  // Finish() runs them
+  absl::MutexLock lock(&mu_);
+  queued_ = ready;
+}
+
+absl::Status GradientSync::Reduce(const Bucket& bucket) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.op_timeout;
+  absl::Status status;
+  const size_t len = static_cast<size_t>(bucket.end - bucket.begin);
+  if (options_.reduction == GradientReduction::kAllReduce) {
+    float* p = grads_ + bucket.begin;
+    status = comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+  } else {
+    const int n = comm_->size();
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(staging_.data() + r * len, grads_ + r * shard_elements_ + bucket.begin,
+                  len * sizeof(float));
+    }
+    status = comm_->ReduceScatter(staging_.data(),
+                                  grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
+                                  DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+  }
+  absl::MutexLock lock(&mu_);
+  comm_time_ += absl::Now() - start;
+  return status;
+}
+
+void GradientSync::Loop() {
+  while (true) {
+    int next;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](GradientSync* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->stop_ || s->done_ < s->queued_;
+          },
+          this));
+      if (stop_) return;
+      next = done_;
+    }
+    // After an error the remaining buckets are only counted: the step is lost anyway.
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      status = error_;
+    }
+    if (status.ok()) status = Reduce(buckets_[next]);
+    absl::MutexLock lock(&mu_);
+    if (!status.ok() && error_.ok()) error_ = status;
+    ++done_;
+  }
+}
+
+absl::Status GradientSync::Finish() {
+  Ready(0);
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  if (options_.overlap) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](GradientSync* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->done_ == s->num_buckets();
+        },
+        this));
+    status = error_;
+    error_ = absl::OkStatus();
+  } else {
+    for (const Bucket& bucket : buckets_) {
+      status = Reduce(bucket);
+      if (!status.ok()) break;
+    }
+  }
+  stats_.exposed_wait = absl::Now() - start;
+  stats_.buckets = num_buckets();
+  absl::MutexLock lock(&mu_);
+  stats_.comm_time = comm_time_;
+  return status;
+}
+
+}  // namespace ringmaster::train

@@ -1,0 +1,113 @@
+// GradientSync: averages gradients across the data-parallel ranks in buckets, overlapped
+// with backward (ARCHITECTURE.md: "DDP buckets are contiguous slices of the flat gradient
+// buffer, reduced while backward still runs").
+//
+// The flat gradient buffer has `padded_elements` floats, a multiple of world × 16, split
+// into equal contiguous shards: rank r owns [r·S, (r+1)·S), S = padded_elements / world.
+//
+//   kAllReduce (plain data parallelism and ZeRO-1): buckets are contiguous slices taken
+//     from the top of the buffer down (backward finishes the highest offsets first); each
+//     is all-reduced (SUM: the model already divided by the global count) as soon as every
+//     gradient in it is final. Every rank ends with the whole summed gradient.
+//   kReduceScatter (ZeRO-2): bucket k is a stripe — the k-th block of every shard — and is
+//     reduce-scattered, so each rank ends with the sum of its own shard only. A stripe is
+//     final once backward has passed its block in shard 0, so stripes overlap only the last
+//     part of backward (the first layers); their order is still highest offset first.
+//
+// Every rank runs the same model, so every rank launches the same buckets in the same
+// order: the collectives match. With `overlap`, a communication thread runs them while
+// backward goes on; without it, Finish() runs them all after backward (for comparison).
+//
+// Thread-safety: Begin/Ready/Finish from the training thread only; Ready() only enqueues.
+#ifndef RINGMASTER_TRAIN_GRAD_SYNC_H_
+#define RINGMASTER_TRAIN_GRAD_SYNC_H_
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "train/optim/range.h"
+
+namespace ringmaster::train {
+
+enum class GradientReduction { kAllReduce, kReduceScatter };
+
+struct GradientSyncOptions {
+  // Elements of the flat gradient buffer; a multiple of world_size × kAlignElements (see
+  // PaddedElements).
+  int64_t padded_elements = 0;
+  // Target elements per bucket (25 MiB of f32 by default, as PyTorch DDP).
+  int64_t bucket_elements = 25 << 18;
+  GradientReduction reduction = GradientReduction::kAllReduce;
+  bool overlap = true;
+  // Deadline of each collective, counted from its start.
+  absl::Duration op_timeout = absl::Seconds(120);
+};
+
+// `elements` rounded up to a multiple of world_size × kAlignElements.
+int64_t PaddedElements(int64_t elements, int world_size);
+
+struct GradientSyncStats {
+  absl::Duration comm_time;     // time inside collectives this step
+  absl::Duration exposed_wait;  // time Finish() blocked the training thread
+  int buckets = 0;
+};
+
+class GradientSync {
+ public:
+  // `comm` is not owned and must outlive this object. INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<GradientSync>> Create(comm::Communicator* comm,
+                                                              const GradientSyncOptions& options);
+  ~GradientSync();
+
+  // This rank's shard [r·S, (r+1)·S) of the padded flat index space.
+  FlatRange shard() const;
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+  // Starts a step over `grads` (padded_elements floats, not owned).
+  void Begin(float* grads);
+  // Every gradient at flat offset >= `offset` is final (the model's on_grads_ready).
+  void Ready(int64_t offset);
+  // Launches the buckets not yet launched, waits for all of them and returns the first
+  // error (the communicator's: ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED). After an error
+  // the communicator is broken; the step must not be applied.
+  absl::Status Finish();
+  const GradientSyncStats& last_step() const { return stats_; }
+
+ private:
+  struct Bucket {
+    int64_t ready_at = 0;  // launch once Ready(offset) has offset <= ready_at
+    int64_t begin = 0;     // kAllReduce: the slice; kReduceScatter: the block in shard 0
+    int64_t end = 0;
+  };
+  GradientSync(comm::Communicator* comm, const GradientSyncOptions& options);
+  absl::Status Reduce(const Bucket& bucket);
+  void Loop();
+
+  comm::Communicator* const comm_;
+  const GradientSyncOptions options_;
+  const int64_t shard_elements_;
+  std::vector<Bucket> buckets_;  // in launch order
+  std::vector<float> staging_;   // kReduceScatter: one stripe, contiguous
+  float* grads_ = nullptr;
+  int launched_ = 0;  // buckets handed over this step (training thread only)
+  GradientSyncStats stats_;
+
+  absl::Mutex mu_;
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;  // buckets the thread may run
+  int done_ ABSL_GUARDED_BY(mu_) = 0;    // buckets it has run
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  absl::Duration comm_time_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_GRAD_SYNC_H_
