@@ -47,7 +47,8 @@ void Conv2dBackwardInput(const Conv2dShape& shape, const float* weight, const fl
 // Max over non-overlapping 2x2 windows of `planes` planes of [height, width] (floor: an odd
 // last row or column is dropped, as in PyTorch): y is [planes, height / 2, width / 2], and
 // argmax[k] is the index within its input plane (row * width + column) of the element
-// y[k] came from: the first maximum in row-major order, or a NaN, which always wins.
+// y[k] came from: the first maximum in row-major order, where -0 counts below +0 and the
+// first NaN wins over everything.
 void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t height,
                        int64_t width);
 

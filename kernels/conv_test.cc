@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -128,6 +131,44 @@ TEST(MaxPool2x2, ForwardTakesWindowMaximaAndBackwardRoutesToThem) {
   want[15 + 0] = 30;
   want[15 + 2] = 40;
   EXPECT_EQ(dx, want);
+}
+
+// Windows drawn from a small set of values (ties, both zeros, infinities, NaN), on planes
+// wide enough for the vectorised loop, against the rule in conv.h written with float
+// comparisons.
+TEST(MaxPool2x2, MatchesTheDocumentedOrderOnSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float pool[] = {-inf, -2.0f, -0.0f, 0.0f, 1.0f, 1.0f, inf, nan, -nan};
+  const int64_t planes = 3, height = 6, width = 23;
+  std::vector<float> x(planes * height * width);
+  std::mt19937 gen(9);
+  for (float& v : x) v = pool[gen() % std::size(pool)];
+  const int64_t out_h = height / 2, out_w = width / 2;
+  std::vector<float> y(planes * out_h * out_w);
+  std::vector<int32_t> argmax(y.size());
+  MaxPool2x2Forward(x.data(), y.data(), argmax.data(), planes, height, width);
+  auto greater = [](float v, float best) {
+    if (std::isnan(best)) return false;
+    if (std::isnan(v)) return true;
+    if (v == 0 && best == 0) return std::signbit(best) && !std::signbit(v);
+    return v > best;
+  };
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        const int64_t top_left = 2 * oy * width + 2 * ox;
+        int64_t best = top_left;
+        for (int64_t at : {top_left + 1, top_left + width, top_left + width + 1}) {
+          if (greater(x[p * height * width + at], x[p * height * width + best])) best = at;
+        }
+        const int64_t k = (p * out_h + oy) * out_w + ox;
+        ASSERT_EQ(argmax[k], best) << "plane " << p << " window " << oy << "," << ox;
+        const float want = x[p * height * width + best];
+        ASSERT_EQ(std::memcmp(&y[k], &want, sizeof(float)), 0) << k;
+      }
+    }
+  }
 }
 
 }  // namespace

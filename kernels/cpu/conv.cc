@@ -1,6 +1,7 @@
 #include "kernels/conv.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace ringmaster::kernels {
@@ -64,6 +65,45 @@ void Col2ImAdd(const Conv2dShape& s, const float* col, float* image) {
   });
 }
 
+// Σ v[i] in 8 interleaved partial sums, so that the loop vectorises without reassociation.
+float Sum(const float* v, int64_t n) {
+  constexpr int kLanes = 8;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += v[i + l];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += v[i];
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+// An integer that orders floats as max-pooling does: by value, -0 below +0, and every NaN
+// above everything. Integer comparisons keep the pooling loop vectorisable (combined float
+// comparisons do not, with GCC 12).
+inline int32_t PoolKey(float v) {
+  int32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  const int32_t ordered = u >= 0 ? u : u ^ 0x7fffffff;
+  return (u & 0x7fffffff) > 0x7f800000 ? INT32_MAX : ordered;
+}
+
+struct PoolBest {
+  float value;
+  int32_t key;
+  int32_t at;
+};
+
+// A later window element wins only if it is strictly greater: ties keep the first.
+inline void TakeIfGreater(float v, int32_t at, PoolBest& best) {
+  const int32_t key = PoolKey(v);
+  const bool take = key > best.key;
+  best.value = take ? v : best.value;
+  best.key = take ? key : best.key;
+  best.at = take ? at : best.at;
+}
+
 }  // namespace
 
 int64_t Conv2dScratchElements(const Conv2dShape& s) {
@@ -99,11 +139,7 @@ void Conv2dBackwardWeights(const Conv2dShape& s, const float* x, const float* dy
     MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, unfolded, hw, grad, scratch, dweight,
            OutputMode::kAccumulate);
     if (dbias == nullptr) continue;
-    for (int64_t o = 0; o < s.out_channels; ++o) {
-      float sum = 0.0f;
-      for (int64_t i = 0; i < hw; ++i) sum += grad[o * hw + i];
-      dbias[o] += sum;
-    }
+    for (int64_t o = 0; o < s.out_channels; ++o) dbias[o] += Sum(grad + o * hw, hw);
   }
 }
 
@@ -121,19 +157,25 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t height,
                        int64_t width) {
   const int64_t out_h = height / 2, out_w = width / 2;
+  const int32_t w = static_cast<int32_t>(width);
   for (int64_t p = 0; p < planes; ++p) {
     const float* in = x + p * height * width;
     for (int64_t oy = 0; oy < out_h; ++oy) {
+      const int32_t top = static_cast<int32_t>(2 * oy * width);
+      const float* row0 = in + top;
+      const float* row1 = row0 + width;
+      float* out = y + (p * out_h + oy) * out_w;
+      int32_t* index = argmax + (p * out_h + oy) * out_w;
+      // Selects, not branches (the comparisons are data-dependent coin flips): the loop
+      // vectorises.
       for (int64_t ox = 0; ox < out_w; ++ox) {
-        const int64_t top_left = 2 * oy * width + 2 * ox;
-        int64_t best = top_left;
-        for (int64_t at : {top_left + 1, top_left + width, top_left + width + 1}) {
-          const bool best_is_nan = in[best] != in[best];
-          if (!best_is_nan && (in[at] > in[best] || in[at] != in[at])) best = at;
-        }
-        const int64_t k = (p * out_h + oy) * out_w + ox;
-        y[k] = in[best];
-        argmax[k] = static_cast<int32_t>(best);
+        const int32_t at = top + 2 * static_cast<int32_t>(ox);
+        PoolBest best{row0[2 * ox], PoolKey(row0[2 * ox]), at};
+        TakeIfGreater(row0[2 * ox + 1], at + 1, best);
+        TakeIfGreater(row1[2 * ox], at + w, best);
+        TakeIfGreater(row1[2 * ox + 1], at + w + 1, best);
+        out[ox] = best.value;
+        index[ox] = best.at;
       }
     }
   }
