@@ -1,0 +1,62 @@
+// 2-D convolution (stride 1, "same" zero padding) and 2x2 max-pooling over NCHW tensors: the
+// layers of a small image classifier.
+//
+// Convolution: x [batch, in_channels, height, width], weight [out_channels, in_channels,
+// kernel_size, kernel_size], bias [out_channels], y [batch, out_channels, height, width];
+// kernel_size is odd and the padding is kernel_size / 2 on every side (PyTorch's
+// Conv2d(padding="same")). The CPU implementation unfolds one image at a time into
+// `scratch` (im2col, Conv2dScratchElements floats, owned by the caller so that a training
+// step allocates nothing) and multiplies with sgemm (kernels/matmul.h).
+//
+// All counts are positive and every image-sized product is below 2^31. Outputs overlap
+// neither inputs nor scratch. Thread-compatible.
+#ifndef RINGMASTER_KERNELS_CONV_H_
+#define RINGMASTER_KERNELS_CONV_H_
+
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+namespace ringmaster::kernels {
+
+struct Conv2dShape {
+  int64_t batch = 0;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t kernel_size = 0;  // odd
+};
+
+// Floats of scratch each convolution call needs: in_channels * kernel_size² * height * width.
+int64_t Conv2dScratchElements(const Conv2dShape& shape);
+
+// y = conv(x, weight) + bias. `bias` may be null.
+void Conv2dForward(const Conv2dShape& shape, const float* x, const float* weight, const float* bias,
+                   float* y, float* scratch);
+
+// dweight (+)= the weight gradient for output gradient dy and input x; dbias (+)= dy summed
+// over batch, height and width (`dbias` may be null).
+void Conv2dBackwardWeights(const Conv2dShape& shape, const float* x, const float* dy,
+                           float* dweight, float* dbias, OutputMode mode, float* scratch);
+
+// dx = the input gradient for output gradient dy (overwrites dx).
+void Conv2dBackwardInput(const Conv2dShape& shape, const float* weight, const float* dy, float* dx,
+                         float* scratch);
+
+// Max over non-overlapping 2x2 windows of `planes` planes of [height, width] (floor: an odd
+// last row or column is dropped, as in PyTorch): y is [planes, height / 2, width / 2], and
+// argmax[k] is the index within its input plane (row * width + column) of the element
+// y[k] came from: the first maximum in row-major order, where -0 counts below +0 and the
+// first NaN wins over everything.
+void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t height,
+                       int64_t width);
+
+// dx = dy routed back to the argmax positions, 0 elsewhere (overwrites all of dx,
+// [planes, height, width]).
+void MaxPool2x2Backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
+                        int64_t height, int64_t width);
+
+}  // namespace ringmaster::kernels
+
+#endif  // RINGMASTER_KERNELS_CONV_H_

@@ -1,0 +1,175 @@
+#include "kernels/conv.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/test_random.h"
+
+namespace ringmaster::kernels {
+namespace {
+
+// The direct definition of a stride-1 "same" convolution, visiting every (output element,
+// kernel tap) pair whose input lies inside the image: f(n, o, y, x, c, ky, kx, iy, ix).
+template <typename F>
+void ForEachTap(const Conv2dShape& s, F f) {
+  const int64_t pad = s.kernel_size / 2;
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      for (int64_t y = 0; y < s.height; ++y) {
+        for (int64_t x = 0; x < s.width; ++x) {
+          for (int64_t c = 0; c < s.in_channels; ++c) {
+            for (int64_t ky = 0; ky < s.kernel_size; ++ky) {
+              for (int64_t kx = 0; kx < s.kernel_size; ++kx) {
+                const int64_t iy = y + ky - pad, ix = x + kx - pad;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                f(((n * s.out_channels + o) * s.height + y) * s.width + x,
+                  ((o * s.in_channels + c) * s.kernel_size + ky) * s.kernel_size + kx,
+                  ((n * s.in_channels + c) * s.height + iy) * s.width + ix);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+class ConvTest : public testing::TestWithParam<Conv2dShape> {
+ protected:
+  const Conv2dShape s = GetParam();
+  const int64_t hw = s.height * s.width;
+  const std::vector<float> x = RandomFloats(s.batch * s.in_channels * hw, 1);
+  const std::vector<float> w =
+      RandomFloats(s.out_channels * s.in_channels * s.kernel_size * s.kernel_size, 2);
+  const std::vector<float> b = RandomFloats(s.out_channels, 3);
+  const std::vector<float> dy = RandomFloats(s.batch * s.out_channels * hw, 4);
+  std::vector<float> scratch = std::vector<float>(Conv2dScratchElements(s), 7.0f);
+};
+
+TEST_P(ConvTest, ForwardMatchesDirectConvolution) {
+  std::vector<double> want(dy.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(want.size()); ++i) {
+    want[i] = b[(i / hw) % s.out_channels];
+  }
+  ForEachTap(s, [&](int64_t out, int64_t tap, int64_t in) { want[out] += double{w[tap]} * x[in]; });
+  std::vector<float> y(dy.size(), 5.0f);
+  Conv2dForward(s, x.data(), w.data(), b.data(), y.data(), scratch.data());
+  ExpectNear(y, want);
+}
+
+TEST_P(ConvTest, BackwardWeightsMatchesDirectSums) {
+  std::vector<double> want_dw(w.size()), want_db(b.size());
+  ForEachTap(
+      s, [&](int64_t out, int64_t tap, int64_t in) { want_dw[tap] += double{dy[out]} * x[in]; });
+  for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i) {
+    want_db[(i / hw) % s.out_channels] += dy[i];
+  }
+  std::vector<float> dw(w.size(), 9.0f), db(b.size(), 9.0f);
+  Conv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), db.data(), OutputMode::kOverwrite,
+                        scratch.data());
+  ExpectNear(dw, want_dw);
+  ExpectNear(db, want_db);
+  Conv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), db.data(), OutputMode::kAccumulate,
+                        scratch.data());
+  for (double& v : want_dw) v *= 2;
+  for (double& v : want_db) v *= 2;
+  ExpectNear(dw, want_dw);
+  ExpectNear(db, want_db);
+}
+
+TEST_P(ConvTest, BackwardInputMatchesDirectSums) {
+  std::vector<double> want(x.size());
+  ForEachTap(s,
+             [&](int64_t out, int64_t tap, int64_t in) { want[in] += double{dy[out]} * w[tap]; });
+  std::vector<float> dx(x.size(), 9.0f);
+  Conv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data());
+  ExpectNear(dx, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
+                         testing::Values(Conv2dShape{2, 3, 4, 5, 6, 3},  // batch, in, out, h, w, k
+                                         Conv2dShape{1, 1, 2, 7, 4, 5},  // kernel wider than w
+                                         Conv2dShape{3, 2, 1, 4, 4, 1}));
+
+TEST(MaxPool2x2, ForwardTakesWindowMaximaAndBackwardRoutesToThem) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Two planes of 3x5: the last row and column are dropped.
+  const std::vector<float> x = {
+      1,  2,  0,   0, 9,  //
+      4,  3,  7,   7, 9,  //
+      9,  9,  9,   9, 9,  //
+      -1, -2, nan, 0, 9,  //
+      -3, -4, 1,   2, 9,  //
+      9,  9,  9,   9, 9,  //
+  };
+  std::vector<float> y(4);
+  std::vector<int32_t> argmax(4);
+  MaxPool2x2Forward(x.data(), y.data(), argmax.data(), 2, 3, 5);
+  EXPECT_EQ(argmax, (std::vector<int32_t>{5, 7, 0, 2}));  // ties: the first; NaN wins
+  EXPECT_EQ(y[0], 4);
+  EXPECT_EQ(y[1], 7);
+  EXPECT_EQ(y[2], -1);
+  EXPECT_TRUE(std::isnan(y[3]));
+
+  const std::vector<float> dy = {10, 20, 30, 40};
+  std::vector<float> dx(x.size(), 5.0f);
+  MaxPool2x2Backward(dy.data(), argmax.data(), dx.data(), 2, 3, 5);
+  std::vector<float> want(x.size(), 0.0f);
+  want[5] = 10;
+  want[7] = 20;
+  want[15 + 0] = 30;
+  want[15 + 2] = 40;
+  EXPECT_EQ(dx, want);
+}
+
+// Windows drawn from a small set of values (ties, both zeros, infinities, NaN), on planes
+// wide enough for the vectorised loop, against the rule in conv.h written with float
+// comparisons.
+TEST(MaxPool2x2, MatchesTheDocumentedOrderOnSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float pool[] = {-inf, -2.0f, -0.0f, 0.0f, 1.0f, 1.0f, inf, nan, -nan};
+  const int64_t planes = 3, height = 6, width = 23;
+  std::vector<float> x(planes * height * width);
+  std::mt19937 gen(9);
+  for (float& v : x) v = pool[gen() % std::size(pool)];
+  const int64_t out_h = height / 2, out_w = width / 2;
+  std::vector<float> y(planes * out_h * out_w);
+  std::vector<int32_t> argmax(y.size());
+  MaxPool2x2Forward(x.data(), y.data(), argmax.data(), planes, height, width);
+  auto greater = [](float v, float best) {
+    if (std::isnan(best)) return false;
+    if (std::isnan(v)) return true;
+    if (v == 0 && best == 0) return std::signbit(best) && !std::signbit(v);
+    return v > best;
+  };
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        const int64_t top_left = 2 * oy * width + 2 * ox;
+        int64_t best = top_left;
+        for (int64_t at : {top_left + 1, top_left + width, top_left + width + 1}) {
+          if (greater(x[p * height * width + at], x[p * height * width + best])) best = at;
+        }
+        const int64_t k = (p * out_h + oy) * out_w + ox;
+        ASSERT_EQ(argmax[k], best) << "plane " << p << " window " << oy << "," << ox;
+        const float want = x[p * height * width + best];
+        ASSERT_EQ(std::memcmp(&y[k], &want, sizeof(float)), 0) << k;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringmaster::kernels
