@@ -1,6 +1,7 @@
 #include "train/grad_sync.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,15 @@
 #include "train/tensor.h"
 
 namespace ringmaster::train {
+namespace {
+
+double SumOfSquares(const float* x, int64_t n) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  return total;
+}
+
+}  // namespace
 
 int64_t PaddedElements(int64_t elements, int world_size) {
   const int64_t unit = static_cast<int64_t>(world_size) * kAlignElements;
@@ -76,6 +86,7 @@ void GradientSync::Begin(float* grads) {
   queued_ = 0;
   done_ = 0;
   comm_time_ = absl::ZeroDuration();
+  local_sum_squares_ = 0;
 }
 
 void GradientSync::Ready(int64_t offset) {
@@ -93,8 +104,10 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
   const absl::Time deadline = start + options_.op_timeout;
   absl::Status status;
   const size_t len = static_cast<size_t>(bucket.end - bucket.begin);
+  double squares = 0;
   if (options_.reduction == GradientReduction::kAllReduce) {
     float* p = grads_ + bucket.begin;
+    squares = SumOfSquares(p, len);
     status = comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
   } else {
     const int n = comm_->size();
@@ -102,12 +115,14 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
       std::memcpy(staging_.data() + r * len, grads_ + r * shard_elements_ + bucket.begin,
                   len * sizeof(float));
     }
+    squares = SumOfSquares(staging_.data(), static_cast<int64_t>(len) * n);
     status = comm_->ReduceScatter(staging_.data(),
                                   grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
                                   DataType::kFloat32, comm::ReduceOp::kSum, deadline);
   }
   absl::MutexLock lock(&mu_);
   comm_time_ += absl::Now() - start;
+  local_sum_squares_ += squares;
   return status;
 }
 
@@ -160,6 +175,7 @@ absl::Status GradientSync::Finish() {
   stats_.buckets = num_buckets();
   absl::MutexLock lock(&mu_);
   stats_.comm_time = comm_time_;
+  stats_.local_grad_norm = std::sqrt(local_sum_squares_);
   return status;
 }
 

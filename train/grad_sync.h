@@ -57,6 +57,9 @@ struct GradientSyncStats {
   absl::Duration comm_time;     // time inside collectives this step
   absl::Duration exposed_wait;  // time Finish() blocked the training thread
   int buckets = 0;
+  // L2 norm of this rank's own gradient before the reduction (diagnostics: a rank whose
+  // gradients differ wildly from its peers' shows here).
+  double local_grad_norm = 0;
 };
 
 class GradientSync {
@@ -104,6 +107,7 @@ class GradientSync {
   int done_ ABSL_GUARDED_BY(mu_) = 0;    // buckets it has run
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   absl::Duration comm_time_ ABSL_GUARDED_BY(mu_);
+  double local_sum_squares_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

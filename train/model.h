@@ -12,6 +12,9 @@
 // and writes dL/dparams into `grads` (or adds it, with accumulate). The trainer passes the
 // global batch's sample (or token) count as loss_divisor and all-reduces with SUM.
 //
+// Buffers: `params` and `grads` hold at least table().total_elements() floats (trainers pad
+// them to a multiple of world size for sharding; the padding is never read or written).
+//
 // Mixed precision is emulated on CPU: with compute precision bf16 or fp16 the model rounds
 // the fp32 master parameters, every activation and every gradient it produces to that
 // format (so an fp16 overflow shows up as inf/nan in `grads`, as on a GPU). Master weights,

@@ -49,7 +49,7 @@ void SequentialClassifier::Add(std::unique_ptr<Layer> layer) {
 }
 
 void SequentialClassifier::Init(uint64_t seed, FlatBuffer& params) const {
-  CHECK_EQ(params.size(), table_.total_elements());
+  CHECK_GE(params.size(), table_.total_elements());
   params.Zero();
   SplitMix64 rng(seed);
   for (const auto& layer : layers_) {
@@ -88,7 +88,7 @@ absl::Status SequentialClassifier::CheckBatch(const Batch& batch) const {
 }
 
 const float* SequentialClassifier::ComputeParams(const FlatBuffer& params, Precision precision) {
-  CHECK_EQ(params.size(), table_.total_elements());
+  CHECK_GE(params.size(), table_.total_elements());
   if (!IsHalf(precision)) return params.data();
   if (compute_params_.size() != params.size()) compute_params_ = FlatBuffer(params.size());
   kernels::RoundTo(Format(precision), params.data(), compute_params_.data(), params.size());
@@ -138,7 +138,7 @@ absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
     return absl::InvalidArgumentError(
         absl::StrCat("options.loss_divisor is ", options.loss_divisor, "; want finite and > 0"));
   }
-  CHECK_EQ(grads.size(), table_.total_elements());
+  CHECK_GE(grads.size(), table_.total_elements());
   const int64_t n = batch.size;
   const float* compute_params = ComputeParams(params, options.precision);
   const float* logits = Forward(batch, compute_params, options.precision);

@@ -1,0 +1,470 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/matmul.h"
+#include "train/data/fashion_mnist.h"
+#include "train/data/partition.h"
+#include "train/data/sampler.h"
+#include "train/data/text_dataset.h"
+#include "train/grad_sync.h"
+#include "train/nn/classifiers.h"
+#include "train/optim/clip.h"
+#include "train/optim/loss_scaler.h"
+#include "train/optim/lr_schedule.h"
+#include "train/optim/optimizer.h"
+#include "xxhash.h"
+
+namespace ringmaster::train {
+namespace {
+
+using comm::ReduceOp;
+
+Precision PrecisionOf(const JobSpec& spec) {
+  switch (spec.precision().compute()) {
+    case PrecisionSpec::DTYPE_BF16:
+      return Precision::kBFloat16;
+    case PrecisionSpec::DTYPE_FP16:
+      return Precision::kFloat16;
+    default:
+      return Precision::kFloat32;
+  }
+}
+
+absl::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kBFloat16:
+      return "bf16";
+    case Precision::kFloat16:
+      return "fp16";
+    default:
+      return "fp32";
+  }
+}
+
+absl::StatusOr<OptimizerOptions> OptimizerOptionsOf(const JobSpec& spec) {
+  const OptimizerSpec& o = spec.optimizer();
+  switch (o.kind_case()) {
+    case OptimizerSpec::kSgd: {
+      SgdOptions s;
+      s.momentum = o.sgd().momentum();
+      s.nesterov = o.sgd().nesterov();
+      s.weight_decay = o.weight_decay();
+      return s;
+    }
+    case OptimizerSpec::kAdamw: {
+      AdamWOptions a;
+      a.beta1 = o.adamw().beta1();
+      a.beta2 = o.adamw().beta2();
+      a.eps = o.adamw().eps();
+      a.weight_decay = o.weight_decay();
+      return a;
+    }
+    case OptimizerSpec::kLamb: {
+      LambOptions l;
+      l.beta1 = o.lamb().beta1();
+      l.beta2 = o.lamb().beta2();
+      l.eps = o.lamb().eps();
+      l.weight_decay = o.weight_decay();
+      return l;
+    }
+    default:
+      return absl::InvalidArgumentError("optimizer: set one of sgd, adamw or lamb");
+  }
+}
+
+LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
+  switch (s.decay()) {
+    case ScheduleSpec::DECAY_CONSTANT:
+      return LrScheduleOptions::Decay::kConstant;
+    case ScheduleSpec::DECAY_LINEAR:
+      return LrScheduleOptions::Decay::kLinear;
+    default:
+      return LrScheduleOptions::Decay::kCosine;
+  }
+}
+
+// The training and (when the task has one) evaluation data of a spec.
+struct Data {
+  std::unique_ptr<data::Dataset> train;
+  std::unique_ptr<data::Dataset> test;
+};
+
+absl::StatusOr<Data> LoadData(const JobSpec& spec) {
+  Data d;
+  const DataSpec& ds = spec.data();
+  if (ds.has_fashion_mnist()) {
+    data::FashionMnistOptions fo;
+    if (ds.fashion_mnist().has_normalize() && !ds.fashion_mnist().normalize()) {
+      fo.normalization = data::PixelNormalization{};
+    }
+    const std::string dir =
+        ds.fashion_mnist().dir().empty() ? data::kDefaultFashionMnistDir : ds.fashion_mnist().dir();
+    RM_ASSIGN_OR_RETURN(d.train, data::LoadFashionMnist(dir, data::FashionMnistSplit::kTrain, fo));
+    RM_ASSIGN_OR_RETURN(d.test, data::LoadFashionMnist(dir, data::FashionMnistSplit::kTest, fo));
+    return d;
+  }
+  if (ds.has_text()) {
+    RM_ASSIGN_OR_RETURN(d.train, data::LoadTextDataset(ds.text().path(), spec.model().gpt().context()));
+    return d;
+  }
+  return absl::InvalidArgumentError("data: set fashion_mnist or text");
+}
+
+// Sums doubles across ranks (the optimizer's and clipping's SumAcrossRanks).
+SumAcrossRanks AllReduceSum(comm::Communicator* comm, absl::Duration timeout) {
+  return [comm, timeout](absl::Span<double> values) {
+    return comm->AllReduce(values.data(), values.data(), values.size(), DataType::kFloat64,
+                           ReduceOp::kSum, absl::Now() + timeout);
+  };
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.6g", v);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
+                                                           const data::DatasetInfo& data) {
+  const ModelSpec& m = spec.model();
+  nn::ModelOptions o;
+  if (m.has_mlp()) {
+    if (data.feature_dim == 0) {
+      return absl::InvalidArgumentError("model.mlp needs image data (data.fashion_mnist)");
+    }
+    o.kind = nn::ModelKind::kMlp;
+    o.mlp.inputs = data.feature_dim;
+    o.mlp.classes = data.num_classes;
+    o.mlp.hidden.assign(m.mlp().hidden().begin(), m.mlp().hidden().end());
+    if (m.mlp().activation() == MlpSpec::ACTIVATION_GELU) {
+      return absl::InvalidArgumentError(
+          "model.mlp.activation: gelu is not available for the MLP yet; use relu");
+    }
+    return nn::CreateModel(o);
+  }
+  if (m.has_cnn()) {
+    if (data.feature_dim != data::kFashionMnistRows * data::kFashionMnistCols) {
+      return absl::InvalidArgumentError("model.cnn needs 28x28 images (data.fashion_mnist)");
+    }
+    o.kind = nn::ModelKind::kCnn;
+    o.cnn.conv_channels.assign(m.cnn().channels().begin(), m.cnn().channels().end());
+    o.cnn.hidden = {m.cnn().fc()};
+    o.cnn.classes = data.num_classes;
+    return nn::CreateModel(o);
+  }
+  return absl::InvalidArgumentError(
+      "model: this trainer runs model.mlp and model.cnn; model.gpt is not built yet");
+}
+
+std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params) {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(table.size());
+  for (const TensorSpec& t : table.tensors()) {
+    hashes.push_back(XXH3_64bits(params + t.offset, static_cast<size_t>(t.numel) * sizeof(float)));
+  }
+  return hashes;
+}
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
+  const JobSpec& spec = options.spec;
+  comm::Communicator* comm = options.comm;
+  if (comm == nullptr) return absl::InvalidArgumentError("TrainerOptions.comm is null");
+  const int rank = comm->rank(), world = comm->size();
+  const bool leader = rank == 0;
+  auto say = [&](const std::string& line) {
+    LOG(INFO) << line;
+    if (leader && options.progress) options.progress(line);
+  };
+  auto deadline = [&] { return absl::Now() + options.op_timeout; };
+
+  // Threads: the spec's, or this host's cores shared among its ranks.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = spec.parallelism().threads() > 0
+                          ? spec.parallelism().threads()
+                          : std::max(1, cores / std::max(1, options.local_ranks));
+  kernels::SetBlasThreads(threads);
+
+  RM_ASSIGN_OR_RETURN(Data data, LoadData(spec));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
+  const TensorTable& table = model->table();
+  const int64_t padded = PaddedElements(table.total_elements(), world);
+  FlatBuffer params(padded), grads(padded);
+  model->Init(spec.seed(), params);
+  // Every rank initialises from the same seed; the broadcast makes equality a fact.
+  RM_RETURN_IF_ERROR(
+      comm->Broadcast(params.data(), params.data(), padded, DataType::kFloat32, 0, deadline()));
+
+  const int zero = spec.parallelism().zero_stage();
+  GradientSyncOptions so;
+  so.padded_elements = padded;
+  so.bucket_elements = std::max<int64_t>(
+      kAlignElements, static_cast<int64_t>(spec.parallelism().bucket_mb() * (1 << 20) / 4));
+  so.reduction = zero == 2 ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce;
+  so.overlap = spec.parallelism().overlap();
+  so.op_timeout = options.op_timeout;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync, GradientSync::Create(comm, so));
+
+  // The optimizer's range: everything, or this rank's shard (clamped to the tensors).
+  const FlatRange shard = sync->shard();
+  const FlatRange opt_range =
+      zero == 0 ? FullRange(table)
+                : FlatRange{std::min(shard.begin, table.total_elements()),
+                            std::min(shard.end, table.total_elements())};
+  // With plain data parallelism every rank holds the whole reduced gradient, so local sums
+  // are already global; with ZeRO each rank sums its shard and the ranks add up.
+  const SumAcrossRanks sum =
+      zero == 0 ? SumAcrossRanks(SumOnOneRank) : AllReduceSum(comm, options.op_timeout);
+  RM_ASSIGN_OR_RETURN(OptimizerOptions oo, OptimizerOptionsOf(spec));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, CreateOptimizer(table, opt_range, oo));
+
+  RM_ASSIGN_OR_RETURN(data::GlobalBatchSampler sampler,
+                      data::GlobalBatchSampler::Create(data.train->size(), {spec.seed(), false}));
+  const int64_t global_batch = spec.batch().global();
+  data::BatchPlanOptions po;
+  po.global_batch = global_batch;
+  po.world_size = world;
+  if (spec.batch().accumulation() > 0) {
+    po.accumulation_steps = static_cast<int>(spec.batch().accumulation());
+  } else if (spec.batch().micro_max() > 0) {
+    po.max_micro_batch = spec.batch().micro_max();
+  } else {
+    po.accumulation_steps = 1;
+  }
+  RM_ASSIGN_OR_RETURN(data::BatchPlan plan, data::PlanBatches(po));
+
+  const int64_t steps_per_epoch = sampler.BatchesPerEpoch(global_batch);
+  const int64_t total_steps =
+      spec.length_case() == JobSpec::kSteps ? spec.steps() : spec.epochs() * steps_per_epoch;
+  LrScheduleOptions lo;
+  lo.base_lr = spec.optimizer().lr();
+  lo.base_batch = spec.schedule().base_batch();
+  lo.global_batch = global_batch;
+  lo.warmup_steps = std::min(spec.schedule().warmup_steps(), total_steps);
+  lo.decay = DecayOf(spec.schedule());
+  lo.min_lr_ratio = spec.schedule().min_lr_ratio();
+  lo.total_steps = std::max<int64_t>(1, total_steps);
+  RM_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(lo));
+
+  const Precision precision = PrecisionOf(spec);
+  std::optional<LossScaler> scaler;
+  if (precision == Precision::kFloat16) {
+    const LossScaleSpec& ls = spec.precision().loss_scale();
+    LossScalerOptions lso;
+    lso.mode = ls.mode() == LossScaleSpec::MODE_FIXED ? LossScalerOptions::Mode::kFixed
+                                                      : LossScalerOptions::Mode::kDynamic;
+    lso.initial_scale = ls.initial();
+    lso.growth_interval = ls.growth_interval();
+    lso.growth_factor = ls.growth_factor();
+    lso.backoff_factor = ls.backoff_factor();
+    RM_ASSIGN_OR_RETURN(LossScaler s, LossScaler::Create(lso));
+    scaler.emplace(std::move(s));
+  }
+
+  std::ofstream metrics;
+  if (leader && !spec.metrics().jsonl().empty()) {
+    metrics.open(spec.metrics().jsonl(), std::ios::out | std::ios::trunc);
+    if (!metrics) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "metrics.jsonl: cannot write ", spec.metrics().jsonl(), " (does its directory exist?)"));
+    }
+  }
+
+  say(absl::StrCat("job ", spec.name(), ": ", model->Describe(), " (", table.parameter_count(),
+                   " parameters) on ", world, " ranks, ", data.train->info().name));
+  say(absl::StrCat("batch: global ", global_batch, ", ", plan.DebugString(), "; ", total_steps,
+                   " steps (", steps_per_epoch, " per epoch); ", PrecisionName(precision),
+                   "; ZeRO-", zero, "; buckets ", sync->num_buckets(), " (",
+                   spec.parallelism().bucket_mb(), " MiB), overlap ",
+                   so.overlap ? "on" : "off", "; ", threads, " BLAS thread(s) per rank"));
+  say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
+                   scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
+
+  TrainResult result;
+  result.world_size = world;
+  result.parameters = table.parameter_count();
+  result.optimizer_state_bytes = optimizer->state_bytes();
+  data::SamplerState state;
+  Batch batch;
+  const int64_t log_every = std::max<int64_t>(1, spec.diagnostics().log_every());
+  const int64_t fingerprint_every = spec.diagnostics().fingerprint_every();
+  const absl::Time start = absl::Now();
+  absl::Time window_start = start;
+  int64_t window_samples = 0, total_samples = 0;
+  absl::Duration window_comm, window_exposed;
+
+  auto evaluate = [&]() -> absl::Status {
+    if (data.test == nullptr) return absl::OkStatus();
+    double stats[3] = {0, 0, 0};  // loss sum, terms, correct
+    const int64_t eval_batch = std::max<int64_t>(256, plan.max_micro_batch);
+    for (const data::Range& r :
+         data::EvaluationBatches(data.test->size(), eval_batch, world, rank)) {
+      std::vector<int64_t> idx = data::RangeIndices(r);
+      RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
+      RM_ASSIGN_OR_RETURN(StepStats s, model->Evaluate(batch, params, precision));
+      stats[0] += s.loss_sum;
+      stats[1] += static_cast<double>(s.loss_terms);
+      stats[2] += static_cast<double>(s.correct);
+    }
+    RM_RETURN_IF_ERROR(
+        comm->AllReduce(stats, stats, 3, DataType::kFloat64, ReduceOp::kSum, deadline()));
+    result.eval_loss = stats[0] / std::max(1.0, stats[1]);
+    result.eval_accuracy = stats[2] / std::max(1.0, stats[1]);
+    return absl::OkStatus();
+  };
+
+  for (int64_t step = 0; step < total_steps; ++step) {
+    RM_ASSIGN_OR_RETURN(data::GlobalBatch gb, sampler.NextGlobalBatch(state, global_batch));
+    const int64_t count = static_cast<int64_t>(gb.indices.size());
+    ForwardBackwardOptions fb;
+    fb.loss_divisor = static_cast<double>(count * model->LossTermsPerSample());
+    fb.loss_scale = scaler ? scaler->scale() : 1.0f;
+    fb.precision = precision;
+    double step_stats[3] = {0, 0, 0};  // loss sum, terms, correct
+    sync->Begin(grads.data());
+    bool ran = false;
+    for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
+      const data::Range r = plan.MicroBatch(count, rank, micro);
+      if (r.empty()) continue;  // short batch: this rank contributes zeros
+      RM_RETURN_IF_ERROR(data.train->Gather(
+          absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size()), &batch));
+      fb.accumulate = ran;
+      const bool last = micro == plan.accumulation_steps - 1;
+      if (last) {
+        fb.on_grads_ready = [&sync](int64_t offset) { sync->Ready(offset); };
+      } else {
+        fb.on_grads_ready = nullptr;
+      }
+      RM_ASSIGN_OR_RETURN(StepStats s, model->ForwardBackward(batch, params, grads, fb));
+      ran = true;
+      step_stats[0] += s.loss_sum;
+      step_stats[1] += static_cast<double>(s.loss_terms);
+      step_stats[2] += static_cast<double>(s.correct);
+    }
+    if (!ran) grads.Zero();
+    RM_RETURN_IF_ERROR(sync->Finish());
+    window_comm += sync->last_step().comm_time;
+    window_exposed += sync->last_step().exposed_wait;
+    result.comm_time += sync->last_step().comm_time;
+    result.exposed_comm += sync->last_step().exposed_wait;
+
+    // The applied gradient: this rank's range of the reduced buffer.
+    absl::Span<float> g = Slice(grads.span(), opt_range);
+    bool apply = true;
+    if (scaler) {
+      RM_ASSIGN_OR_RETURN(StepVerdict v, scaler->UnscaleAndUpdate(g, sum));
+      apply = v == StepVerdict::kApply;
+    }
+    GradNorm norm;
+    if (apply) {
+      RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {spec.optimizer().clip_grad_norm()}, sum));
+      apply = norm.finite();
+    }
+    const double lr = schedule.LrAt(step);
+    if (apply) {
+      RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(params.span(), opt_range), g, sum));
+      if (zero > 0) {
+        RM_RETURN_IF_ERROR(comm->AllGather(params.data() + shard.begin, params.data(),
+                                           static_cast<size_t>(shard.size()), DataType::kFloat32,
+                                           deadline()));
+      }
+    } else {
+      ++result.skipped_steps;
+    }
+    state = gb.next;
+    result.steps = step + 1;
+    window_samples += count;
+    total_samples += count;
+
+    const bool epoch_end = gb.next.epoch != gb.start.epoch;
+    const bool last_step = step + 1 == total_steps;
+    const bool log_now = (step + 1) % log_every == 0 || last_step || step == 0 || epoch_end;
+    if (log_now || last_step) {
+      RM_RETURN_IF_ERROR(comm->AllReduce(step_stats, step_stats, 3, DataType::kFloat64,
+                                         ReduceOp::kSum, deadline()));
+      result.final_loss = step_stats[0] / std::max(1.0, step_stats[1]);
+    }
+    if (fingerprint_every > 0 && ((step + 1) % fingerprint_every == 0 || last_step)) {
+      std::vector<uint64_t> mine = TensorHashes(table, params.data());
+      std::vector<uint64_t> all(mine.size() * world);
+      RM_RETURN_IF_ERROR(comm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64,
+                                         deadline()));
+      for (int q = 1; q < world; ++q) {
+        for (size_t t = 0; t < mine.size(); ++t) {
+          if (all[q * mine.size() + t] != all[t]) {
+            return absl::InternalError(absl::StrCat(
+                "ranks diverged at step ", step + 1, ": parameter tensor ", table.tensor(t).name,
+                " differs between rank 0 and rank ", q,
+                " (a non-deterministic kernel, a lost update, or memory corruption)"));
+          }
+        }
+      }
+    }
+    if (epoch_end && spec.data().eval_every_epoch()) RM_RETURN_IF_ERROR(evaluate());
+    if (log_now) {
+      const absl::Duration window = absl::Now() - window_start;
+      const double secs = std::max(1e-9, absl::ToDoubleSeconds(window));
+      const double sps = static_cast<double>(window_samples) / secs;
+      const double comm_s = absl::ToDoubleSeconds(window_comm);
+      std::string line = absl::StrFormat(
+          "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %.0f samples/s comm %.1f%% "
+          "(exposed %.1f%%)",
+          step + 1, total_steps, gb.start.epoch, result.final_loss, lr, norm.norm, sps,
+          100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed) / secs);
+      if (scaler) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", scaler->scale()));
+      if (epoch_end && result.eval_accuracy >= 0) {
+        absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", result.eval_accuracy));
+      }
+      say(line);
+      if (metrics.is_open()) {
+        metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << gb.start.epoch
+                << ",\"loss\":" << JsonNumber(result.final_loss) << ",\"lr\":" << JsonNumber(lr)
+                << ",\"grad_norm\":" << JsonNumber(norm.norm)
+                << ",\"local_grad_norm\":" << JsonNumber(sync->last_step().local_grad_norm)
+                << ",\"samples_per_second\":" << JsonNumber(sps)
+                << ",\"comm_seconds\":" << JsonNumber(comm_s)
+                << ",\"exposed_comm_seconds\":"
+                << JsonNumber(absl::ToDoubleSeconds(window_exposed))
+                << ",\"window_seconds\":" << JsonNumber(secs)
+                << ",\"loss_scale\":" << JsonNumber(scaler ? scaler->scale() : 1.0)
+                << ",\"skipped_steps\":" << result.skipped_steps;
+        if (epoch_end && result.eval_accuracy >= 0) {
+          metrics << ",\"test_accuracy\":" << JsonNumber(result.eval_accuracy)
+                  << ",\"test_loss\":" << JsonNumber(result.eval_loss);
+        }
+        metrics << "}\n";
+        metrics.flush();
+      }
+      LOG(INFO) << "rank " << rank << " step " << step + 1 << ": local gradient norm "
+                << sync->last_step().local_grad_norm << ", comm "
+                << absl::FormatDuration(sync->last_step().comm_time) << " (exposed "
+                << absl::FormatDuration(sync->last_step().exposed_wait) << ")";
+      window_start = absl::Now();
+      window_samples = 0;
+      window_comm = window_exposed = absl::ZeroDuration();
+    }
+  }
+  if (result.eval_accuracy < 0 && data.test != nullptr) RM_RETURN_IF_ERROR(evaluate());
+  result.elapsed = absl::Now() - start;
+  const double secs = std::max(1e-9, absl::ToDoubleSeconds(result.elapsed));
+  result.samples_per_second = static_cast<double>(total_samples) / secs;
+  if (data.train->info().context > 0) {
+    result.tokens_per_second = result.samples_per_second * data.train->info().context;
+  }
+  result.memory = model->memory();
+  return result;
+}
+
+}  // namespace ringmaster::train

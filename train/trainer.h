@@ -1,0 +1,82 @@
+// The trainer: one rank of a data-parallel job (ARCHITECTURE.md, "trainer").
+//
+// RunTraining builds the model, data, optimizer and gradient synchronisation a JobSpec
+// describes, and runs the step loop over a communicator that the caller made (rank,
+// world and bootstrap come from outside: a FileStore for `ringctl local`, the coordinator
+// later). Every rank runs the same sequence of collectives.
+//
+// One step: the global batch B (fixed by the job) is drawn from the sampler; this rank
+// runs its share in `accumulation` micro-batches (derived from B, the world size and
+// batch.micro_max); gradients of the last micro-batch are reduced in buckets while its
+// backward runs; then (fp16) unscale and overflow check, clipping by global norm, the
+// optimizer on this rank's range (the whole model, or its ZeRO shard), and for ZeRO the
+// parameters are all-gathered.
+//
+// Progress and metrics: rank 0 prints a progress line every diagnostics.log_every steps
+// (and the effective settings at start) through `progress`, and appends one JSON object
+// per logged step to metrics.jsonl when set. Every diagnostics.fingerprint_every steps the
+// ranks compare per-tensor hashes of their parameters (one small all-gather); a mismatch
+// stops the job with INTERNAL naming the first tensor that differs.
+//
+// Errors: INVALID_ARGUMENT (spec the engine cannot run, naming the field), NOT_FOUND /
+// DATA_LOSS from the data, and the communicator's ABORTED / UNAVAILABLE /
+// DEADLINE_EXCEEDED when a peer fails. Blocks until the job ends.
+#ifndef RINGMASTER_TRAIN_TRAINER_H_
+#define RINGMASTER_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "proto/job_spec.pb.h"
+#include "train/data/dataset.h"
+#include "train/model.h"
+
+namespace ringmaster::train {
+
+struct TrainerOptions {
+  // Validated, with defaults applied (spec::LoadJobSpecFile does both).
+  JobSpec spec;
+  // Not owned; its rank and size are this rank's.
+  comm::Communicator* comm = nullptr;
+  // Ranks on this host (for the default thread count: cores / local ranks).
+  int local_ranks = 1;
+  // Deadline of each collective.
+  absl::Duration op_timeout = absl::Seconds(120);
+  // Where rank 0's progress lines go (e.g. stdout). Empty: nowhere.
+  std::function<void(const std::string& line)> progress;
+};
+
+struct TrainResult {
+  int64_t steps = 0;             // optimizer steps taken (skipped fp16 steps included)
+  int64_t skipped_steps = 0;     // fp16 overflows and non-finite gradient norms
+  double final_loss = 0;         // mean training loss of the last step
+  double eval_accuracy = -1;     // last test accuracy; -1 when the task has none
+  double eval_loss = -1;         // last test loss per term; -1 when not evaluated
+  double samples_per_second = 0; // over the whole run, all ranks together
+  double tokens_per_second = 0;  // language models
+  int world_size = 0;
+  int64_t parameters = 0;
+  absl::Duration comm_time;      // inside gradient collectives, summed over steps
+  absl::Duration exposed_comm;   // of which the training thread waited for
+  absl::Duration elapsed;
+  MemoryStats memory;
+  int64_t optimizer_state_bytes = 0;
+};
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
+
+// The model a spec describes, for `data` (input sizes, classes or vocabulary).
+absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
+                                                           const data::DatasetInfo& data);
+
+// Hashes (xxh3-64) of each tensor's bytes in `params`, in table order.
+std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_TRAINER_H_

@@ -1,0 +1,121 @@
+// ringtrainer: one rank of a training job. Started by `ringctl local` (and later by
+// ringworker), never by hand in normal use:
+//
+//   ringtrainer --spec JOB.yaml --rank R --world_size N --store_dir DIR --prefix P
+//               [--local_ranks L] [--summary FILE] [--log_dir DIR]
+//
+// Rank 0 prints progress lines on stdout and writes the job's result as JSON to --summary.
+// Exit status: 0 when the job finished, 1 when it failed (the error on stderr), 2 for bad
+// flags or a bad spec.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/store.h"
+#include "comm/tcp/tcp_communicator.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "spec/job_spec.h"
+#include "train/trainer.h"
+
+ABSL_FLAG(std::string, spec, "", "job spec (YAML), already with every override applied");
+ABSL_FLAG(int, rank, -1, "this trainer's rank, in [0, world_size)");
+ABSL_FLAG(int, world_size, 0, "number of ranks");
+ABSL_FLAG(std::string, store_dir, "", "FileStore directory shared by the ranks (bootstrap)");
+ABSL_FLAG(std::string, prefix, "job", "store key prefix of this job's communicator");
+ABSL_FLAG(int, local_ranks, 0, "ranks on this host (default: world_size)");
+ABSL_FLAG(std::string, summary, "", "rank 0 writes the result here as JSON");
+ABSL_FLAG(std::string, log_dir, "", "write logs here instead of stderr");
+ABSL_FLAG(int, op_timeout_s, 120, "deadline of each collective, seconds");
+ABSL_FLAG(int, connect_timeout_s, 60, "deadline of the communicator's bootstrap, seconds");
+
+namespace ringmaster {
+namespace {
+
+int Fail(int code, const std::string& message) {
+  fprintf(stderr, "ringtrainer rank %d: %s\n", absl::GetFlag(FLAGS_rank), message.c_str());
+  return code;
+}
+
+std::string ResultJson(const train::TrainResult& r) {
+  return absl::StrFormat(
+      "{\"steps\":%d,\"skipped_steps\":%d,\"final_loss\":%.6g,\"eval_accuracy\":%s,"
+      "\"eval_loss\":%s,\"samples_per_second\":%.6g,\"tokens_per_second\":%.6g,"
+      "\"world_size\":%d,\"parameters\":%d,\"comm_seconds\":%.6g,\"exposed_comm_seconds\":%.6g,"
+      "\"elapsed_seconds\":%.6g,\"activation_bytes_peak\":%d,\"optimizer_state_bytes\":%d}\n",
+      r.steps, r.skipped_steps, r.final_loss,
+      r.eval_accuracy < 0 ? "null" : absl::StrFormat("%.6g", r.eval_accuracy),
+      r.eval_loss < 0 ? "null" : absl::StrFormat("%.6g", r.eval_loss), r.samples_per_second,
+      r.tokens_per_second, r.world_size, r.parameters, absl::ToDoubleSeconds(r.comm_time),
+      absl::ToDoubleSeconds(r.exposed_comm), absl::ToDoubleSeconds(r.elapsed),
+      r.memory.activation_bytes_peak, r.optimizer_state_bytes);
+}
+
+int Main() {
+  const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
+  if (world < 1) return Fail(2, "--world_size must be >= 1");
+  if (rank < 0 || rank >= world) {
+    return Fail(2, absl::StrCat("--rank ", rank, " is outside [0, ", world, ")"));
+  }
+  if (absl::GetFlag(FLAGS_spec).empty()) return Fail(2, "--spec is required");
+  if (absl::GetFlag(FLAGS_store_dir).empty()) return Fail(2, "--store_dir is required");
+  LoggingOptions lo;
+  lo.program_name = "ringtrainer";
+  lo.log_dir = absl::GetFlag(FLAGS_log_dir);
+  lo.to_stderr_only = lo.log_dir.empty();
+  InitLogging(lo);
+  // Stopped by the launcher (another rank failed, or the job was cancelled): leave quietly
+  // instead of glog's crash report. (Draining on SIGTERM comes with the node agent.)
+  signal(SIGTERM, [](int) { _exit(143); });
+
+  auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
+  if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
+
+  auto store = comm::FileStore::Create({absl::GetFlag(FLAGS_store_dir)});
+  if (!store.ok()) return Fail(1, store.status().ToString());
+  comm::TcpCommunicatorOptions co;
+  co.rank = rank;
+  co.size = world;
+  co.store = store->get();
+  co.prefix = absl::GetFlag(FLAGS_prefix);
+  co.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  auto comm = comm::TcpCommunicator::Create(co);
+  if (!comm.ok()) return Fail(1, comm.status().ToString());
+
+  train::TrainerOptions to;
+  to.spec = *std::move(spec);
+  to.comm = comm->get();
+  to.local_ranks =
+      absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
+  to.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
+  to.progress = [](const std::string& line) {
+    printf("%s\n", line.c_str());
+    fflush(stdout);
+  };
+  auto result = train::RunTraining(to);
+  if (!result.ok()) {
+    (*comm)->Abort();  // peers stop at once instead of at their deadline
+    return Fail(1, result.status().ToString());
+  }
+  if (rank == 0 && !absl::GetFlag(FLAGS_summary).empty()) {
+    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(*result));
+    if (!s.ok()) return Fail(1, s.ToString());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmaster
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("one rank of a ringmaster training job (started by ringctl)");
+  absl::ParseCommandLine(argc, argv);
+  return ringmaster::Main();
+}
