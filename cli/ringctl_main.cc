@@ -120,8 +120,7 @@ int Local(int argc, char** argv) {
     return Usage("local: give exactly one job spec file (JOB.yaml)");
   }
   int workers = 0;
-  if (!absl::SimpleAtoi(Flag(args, "--workers", "1"), &workers) || workers < 1 ||
-      workers > 256) {
+  if (!absl::SimpleAtoi(Flag(args, "--workers", "1"), &workers) || workers < 1 || workers > 256) {
     return Usage(absl::StrCat("--workers: \"", Flag(args, "--workers", ""),
                               "\" is not a number of workers in [1, 256]"));
   }
@@ -234,9 +233,10 @@ int Local(int argc, char** argv) {
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && !failed && !cancelled) {
           failed = true;
-          first_failure = WIFEXITED(status)
-                              ? absl::StrCat("rank ", r, " exited with status ", WEXITSTATUS(status))
-                              : absl::StrCat("rank ", r, " was killed by signal ", WTERMSIG(status));
+          first_failure =
+              WIFEXITED(status)
+                  ? absl::StrCat("rank ", r, " exited with status ", WEXITSTATUS(status))
+                  : absl::StrCat("rank ", r, " was killed by signal ", WTERMSIG(status));
           for (int q = 0; q < workers; ++q) {
             if (exit_status[q] < 0) kill(pids[q], SIGTERM);
           }
@@ -274,9 +274,9 @@ int Local(int argc, char** argv) {
   }
   const std::string status = cancelled ? "cancelled" : failed ? "failed" : "succeeded";
   std::string summary = absl::StrCat("{\"status\":\"", status, "\",\"world_size\":", workers);
-  for (const char* key : {"steps", "final_loss", "eval_accuracy", "samples_per_second",
-                          "tokens_per_second", "skipped_steps", "parameters", "comm_seconds",
-                          "exposed_comm_seconds", "elapsed_seconds"}) {
+  for (const char* key :
+       {"steps", "final_loss", "eval_accuracy", "samples_per_second", "tokens_per_second",
+        "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds", "elapsed_seconds"}) {
     absl::StrAppend(&summary, ",\"", key, "\":", result.empty() ? "null" : JsonField(result, key));
   }
   if (!first_failure.empty()) {
@@ -294,11 +294,12 @@ int Local(int argc, char** argv) {
     if (!s.ok()) fprintf(stderr, "ringctl: --summary: %s\n", s.ToString().c_str());
   }
   if (status == "succeeded") {
-    printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
-           "on %d workers\n",
-           JsonField(result, "steps").c_str(), JsonField(result, "final_loss").c_str(),
-           JsonField(result, "eval_accuracy").c_str(),
-           JsonField(result, "samples_per_second").c_str(), workers);
+    printf(
+        "ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
+        "on %d workers\n",
+        JsonField(result, "steps").c_str(), JsonField(result, "final_loss").c_str(),
+        JsonField(result, "eval_accuracy").c_str(), JsonField(result, "samples_per_second").c_str(),
+        workers);
     return 0;
   }
   fprintf(stderr, "ringctl local: %s%s%s (logs in %s)\n", status.c_str(),

@@ -132,9 +132,8 @@ void GradientSync::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](GradientSync* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->stop_ || s->done_ < s->queued_;
-          },
+          +[](GradientSync* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || s->done_ < s->queued_; },
           this));
       if (stop_) return;
       next = done_;
@@ -159,9 +158,8 @@ absl::Status GradientSync::Finish() {
   if (options_.overlap) {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](GradientSync* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return s->done_ == s->num_buckets();
-        },
+        +[](GradientSync* s)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->done_ == s->num_buckets(); },
         this));
     status = error_;
     error_ = absl::OkStatus();

@@ -27,70 +27,74 @@ TEST(PaddedElements, RoundsUpToWholeLinesPerRank) {
 }
 
 // world size, reduction, overlap
-class GradientSyncTest
-    : public ::testing::TestWithParam<std::tuple<int, GradientReduction, bool>> {};
+class GradientSyncTest : public ::testing::TestWithParam<std::tuple<int, GradientReduction, bool>> {
+};
 
 TEST_P(GradientSyncTest, SumsEveryBucketAsBackwardReleasesIt) {
   const auto [world, reduction, overlap] = GetParam();
   MultiProcOptions options;
   options.world_size = world;
-  auto results = RunRanks(options, [reduction = reduction, overlap = overlap](
-                                       TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    const int n = comm.size(), r = comm.rank();
-    GradientSyncOptions o;
-    o.padded_elements = PaddedElements(100003, n);
-    o.bucket_elements = 7000;  // many buckets, and a short last one
-    o.reduction = reduction;
-    o.overlap = overlap;
-    auto sync = GradientSync::Create(&comm, o);
-    if (!sync.ok()) return sync.status();
-    std::vector<float> grads(o.padded_elements);
-    for (int step = 0; step < 3; ++step) {
-      for (int64_t i = 0; i < o.padded_elements; ++i) grads[i] = Grad(r, i) + step;
-      (*sync)->Begin(grads.data());
-      // "Backward": layers of 3001 elements finish from the top down.
-      for (int64_t offset = o.padded_elements - 3001; offset > 0; offset -= 3001) {
-        (*sync)->Ready(offset);
-      }
-      absl::Status s = (*sync)->Finish();
-      if (!s.ok()) return s;
-      const FlatRange shard = (*sync)->shard();
-      if (shard.size() * n != o.padded_elements || shard.begin != r * shard.size()) {
-        return absl::InternalError(absl::StrCat("shard ", RangeString(shard)));
-      }
-      const bool whole = reduction == GradientReduction::kAllReduce;
-      for (int64_t i = whole ? 0 : shard.begin; i < (whole ? o.padded_elements : shard.end); ++i) {
-        float expected = 0;
-        for (int q = 0; q < n; ++q) expected += Grad(q, i) + step;
-        if (grads[i] != expected) {
-          return absl::InternalError(absl::StrCat("step ", step, " element ", i, ": ", grads[i],
-                                                  " expected ", expected));
-        }
-      }
-      if ((*sync)->last_step().buckets != (*sync)->num_buckets() ||
-          (n > 1 && (*sync)->last_step().comm_time <= absl::ZeroDuration())) {
-        return absl::InternalError("stats not recorded");
-      }
-    }
-    return absl::OkStatus();
-  });
+  auto results =
+      RunRanks(options,
+               [reduction = reduction, overlap = overlap](TcpCommunicator& comm,
+                                                          absl::Duration*) -> absl::Status {
+                 const int n = comm.size(), r = comm.rank();
+                 GradientSyncOptions o;
+                 o.padded_elements = PaddedElements(100003, n);
+                 o.bucket_elements = 7000;  // many buckets, and a short last one
+                 o.reduction = reduction;
+                 o.overlap = overlap;
+                 auto sync = GradientSync::Create(&comm, o);
+                 if (!sync.ok()) return sync.status();
+                 std::vector<float> grads(o.padded_elements);
+                 for (int step = 0; step < 3; ++step) {
+                   for (int64_t i = 0; i < o.padded_elements; ++i) grads[i] = Grad(r, i) + step;
+                   (*sync)->Begin(grads.data());
+                   // "Backward": layers of 3001 elements finish from the top down.
+                   for (int64_t offset = o.padded_elements - 3001; offset > 0; offset -= 3001) {
+                     (*sync)->Ready(offset);
+                   }
+                   absl::Status s = (*sync)->Finish();
+                   if (!s.ok()) return s;
+                   const FlatRange shard = (*sync)->shard();
+                   if (shard.size() * n != o.padded_elements || shard.begin != r * shard.size()) {
+                     return absl::InternalError(absl::StrCat("shard ", RangeString(shard)));
+                   }
+                   const bool whole = reduction == GradientReduction::kAllReduce;
+                   for (int64_t i = whole ? 0 : shard.begin;
+                        i < (whole ? o.padded_elements : shard.end); ++i) {
+                     float expected = 0;
+                     for (int q = 0; q < n; ++q) expected += Grad(q, i) + step;
+                     if (grads[i] != expected) {
+                       return absl::InternalError(absl::StrCat("step ", step, " element ", i, ": ",
+                                                               grads[i], " expected ", expected));
+                     }
+                   }
+                   if ((*sync)->last_step().buckets != (*sync)->num_buckets() ||
+                       (n > 1 && (*sync)->last_step().comm_time <= absl::ZeroDuration())) {
+                     return absl::InternalError("stats not recorded");
+                   }
+                 }
+                 return absl::OkStatus();
+               });
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, GradientSyncTest,
-    ::testing::Combine(::testing::Values(1, 2, 3),
-                       ::testing::Values(GradientReduction::kAllReduce,
-                                         GradientReduction::kReduceScatter),
-                       ::testing::Bool()),
-    [](const auto& info) {
-      return absl::StrCat(
-          "world", std::get<0>(info.param), "_",
-          std::get<1>(info.param) == GradientReduction::kAllReduce ? "allreduce" : "reducescatter",
-          std::get<2>(info.param) ? "_overlap" : "_sequential");
-    });
+INSTANTIATE_TEST_SUITE_P(All, GradientSyncTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3),
+                                            ::testing::Values(GradientReduction::kAllReduce,
+                                                              GradientReduction::kReduceScatter),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               "world", std::get<0>(info.param), "_",
+                               std::get<1>(info.param) == GradientReduction::kAllReduce
+                                   ? "allreduce"
+                                   : "reducescatter",
+                               std::get<2>(info.param) ? "_overlap" : "_sequential");
+                         });
 
 TEST(GradientSync, DeadPeerFailsTheStepInsteadOfHanging) {
   MultiProcOptions options;

@@ -8,7 +8,8 @@
 //
 // Loss convention, chosen so that ranks with unequal shares of a global batch still sum to
 // the exact global mean: ForwardBackward computes
-//     L = loss_scale * (sum over the samples (and tokens) of the batch of their loss) / loss_divisor
+//     L = loss_scale * (sum over the samples (and tokens) of the batch of their loss) /
+//     loss_divisor
 // and writes dL/dparams into `grads` (or adds it, with accumulate). The trainer passes the
 // global batch's sample (or token) count as loss_divisor and all-reduces with SUM.
 //
@@ -45,9 +46,9 @@ struct ForwardBackwardOptions {
 };
 
 struct StepStats {
-  double loss_sum = 0;       // unscaled sum of per-term losses over the batch
-  int64_t loss_terms = 0;    // samples (classifier) or tokens (language model) in it
-  int64_t correct = 0;       // classifier: argmax == label count; LM: 0
+  double loss_sum = 0;     // unscaled sum of per-term losses over the batch
+  int64_t loss_terms = 0;  // samples (classifier) or tokens (language model) in it
+  int64_t correct = 0;     // classifier: argmax == label count; LM: 0
 };
 
 struct MemoryStats {

@@ -97,8 +97,9 @@ LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
 
 // The training and (when the task has one) evaluation data of a spec.
 struct Data {
-  std::unique_ptr<data::Dataset> train;
-  std::unique_ptr<data::Dataset> test;
+  std::unique_ptr<data::Dataset> owned_train, owned_test;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;
 };
 
 absl::StatusOr<Data> LoadData(const JobSpec& spec) {
@@ -111,14 +112,19 @@ absl::StatusOr<Data> LoadData(const JobSpec& spec) {
     }
     const std::string dir =
         ds.fashion_mnist().dir().empty() ? data::kDefaultFashionMnistDir : ds.fashion_mnist().dir();
-    RM_ASSIGN_OR_RETURN(d.train, data::LoadFashionMnist(dir, data::FashionMnistSplit::kTrain, fo));
-    RM_ASSIGN_OR_RETURN(d.test, data::LoadFashionMnist(dir, data::FashionMnistSplit::kTest, fo));
-    return d;
+    RM_ASSIGN_OR_RETURN(d.owned_train,
+                        data::LoadFashionMnist(dir, data::FashionMnistSplit::kTrain, fo));
+    RM_ASSIGN_OR_RETURN(d.owned_test,
+                        data::LoadFashionMnist(dir, data::FashionMnistSplit::kTest, fo));
+  } else if (ds.has_text()) {
+    RM_ASSIGN_OR_RETURN(d.owned_train,
+                        data::LoadTextDataset(ds.text().path(), spec.model().gpt().context()));
+  } else {
+    return absl::InvalidArgumentError("data: set fashion_mnist or text");
   }
-  if (ds.has_text()) {
-    RM_ASSIGN_OR_RETURN(d.train, data::LoadTextDataset(ds.text().path(), spec.model().gpt().context()));
-    return d;
-  }
+  d.train = d.owned_train.get();
+  d.test = d.owned_test.get();
+  return d;
   return absl::InvalidArgumentError("data: set fashion_mnist or text");
 }
 
@@ -197,7 +203,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                           : std::max(1, cores / std::max(1, options.local_ranks));
   kernels::SetBlasThreads(threads);
 
-  RM_ASSIGN_OR_RETURN(Data data, LoadData(spec));
+  Data data;
+  if (options.train_data != nullptr) {
+    data.train = options.train_data;
+    data.test = options.test_data;
+  } else {
+    RM_ASSIGN_OR_RETURN(data, LoadData(spec));
+  }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
   const TensorTable& table = model->table();
   const int64_t padded = PaddedElements(table.total_elements(), world);
@@ -219,10 +231,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
 
   // The optimizer's range: everything, or this rank's shard (clamped to the tensors).
   const FlatRange shard = sync->shard();
-  const FlatRange opt_range =
-      zero == 0 ? FullRange(table)
-                : FlatRange{std::min(shard.begin, table.total_elements()),
-                            std::min(shard.end, table.total_elements())};
+  const FlatRange opt_range = zero == 0 ? FullRange(table)
+                                        : FlatRange{std::min(shard.begin, table.total_elements()),
+                                                    std::min(shard.end, table.total_elements())};
   // With plain data parallelism every rank holds the whole reduced gradient, so local sums
   // are already global; with ZeRO each rank sums its shard and the ranks add up.
   const SumAcrossRanks sum =
@@ -287,8 +298,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   say(absl::StrCat("batch: global ", global_batch, ", ", plan.DebugString(), "; ", total_steps,
                    " steps (", steps_per_epoch, " per epoch); ", PrecisionName(precision),
                    "; ZeRO-", zero, "; buckets ", sync->num_buckets(), " (",
-                   spec.parallelism().bucket_mb(), " MiB), overlap ",
-                   so.overlap ? "on" : "off", "; ", threads, " BLAS thread(s) per rank"));
+                   spec.parallelism().bucket_mb(), " MiB), overlap ", so.overlap ? "on" : "off",
+                   "; ", threads, " BLAS thread(s) per rank"));
   say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
 
@@ -338,8 +349,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
       const data::Range r = plan.MicroBatch(count, rank, micro);
       if (r.empty()) continue;  // short batch: this rank contributes zeros
-      RM_RETURN_IF_ERROR(data.train->Gather(
-          absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size()), &batch));
+      RM_RETURN_IF_ERROR(
+          data.train->Gather(absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size()), &batch));
       fb.accumulate = ran;
       const bool last = micro == plan.accumulation_steps - 1;
       if (last) {
@@ -399,15 +410,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     if (fingerprint_every > 0 && ((step + 1) % fingerprint_every == 0 || last_step)) {
       std::vector<uint64_t> mine = TensorHashes(table, params.data());
       std::vector<uint64_t> all(mine.size() * world);
-      RM_RETURN_IF_ERROR(comm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64,
-                                         deadline()));
+      RM_RETURN_IF_ERROR(
+          comm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64, deadline()));
       for (int q = 1; q < world; ++q) {
         for (size_t t = 0; t < mine.size(); ++t) {
           if (all[q * mine.size() + t] != all[t]) {
-            return absl::InternalError(absl::StrCat(
-                "ranks diverged at step ", step + 1, ": parameter tensor ", table.tensor(t).name,
-                " differs between rank 0 and rank ", q,
-                " (a non-deterministic kernel, a lost update, or memory corruption)"));
+            return absl::InternalError(
+                absl::StrCat("ranks diverged at step ", step + 1, ": parameter tensor ",
+                             table.tensor(t).name, " differs between rank 0 and rank ", q,
+                             " (a non-deterministic kernel, a lost update, or memory corruption)"));
           }
         }
       }
@@ -435,8 +446,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                 << ",\"local_grad_norm\":" << JsonNumber(sync->last_step().local_grad_norm)
                 << ",\"samples_per_second\":" << JsonNumber(sps)
                 << ",\"comm_seconds\":" << JsonNumber(comm_s)
-                << ",\"exposed_comm_seconds\":"
-                << JsonNumber(absl::ToDoubleSeconds(window_exposed))
+                << ",\"exposed_comm_seconds\":" << JsonNumber(absl::ToDoubleSeconds(window_exposed))
                 << ",\"window_seconds\":" << JsonNumber(secs)
                 << ",\"loss_scale\":" << JsonNumber(scaler ? scaler->scale() : 1.0)
                 << ",\"skipped_steps\":" << result.skipped_steps;
@@ -464,6 +474,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     result.tokens_per_second = result.samples_per_second * data.train->info().context;
   }
   result.memory = model->memory();
+  if (options.on_finish) options.on_finish(table, params);
   return result;
 }
 

@@ -49,20 +49,26 @@ struct TrainerOptions {
   absl::Duration op_timeout = absl::Seconds(120);
   // Where rank 0's progress lines go (e.g. stdout). Empty: nowhere.
   std::function<void(const std::string& line)> progress;
+  // Data to train (and evaluate) on instead of loading spec.data, e.g. synthetic data in
+  // tests. Not owned; must outlive the call. test_data may stay null (no evaluation).
+  const data::Dataset* train_data = nullptr;
+  const data::Dataset* test_data = nullptr;
+  // Called once after the last step with the final parameters (e.g. to compare runs).
+  std::function<void(const TensorTable& table, const FlatBuffer& params)> on_finish;
 };
 
 struct TrainResult {
-  int64_t steps = 0;             // optimizer steps taken (skipped fp16 steps included)
-  int64_t skipped_steps = 0;     // fp16 overflows and non-finite gradient norms
-  double final_loss = 0;         // mean training loss of the last step
-  double eval_accuracy = -1;     // last test accuracy; -1 when the task has none
-  double eval_loss = -1;         // last test loss per term; -1 when not evaluated
-  double samples_per_second = 0; // over the whole run, all ranks together
-  double tokens_per_second = 0;  // language models
+  int64_t steps = 0;              // optimizer steps taken (skipped fp16 steps included)
+  int64_t skipped_steps = 0;      // fp16 overflows and non-finite gradient norms
+  double final_loss = 0;          // mean training loss of the last step
+  double eval_accuracy = -1;      // last test accuracy; -1 when the task has none
+  double eval_loss = -1;          // last test loss per term; -1 when not evaluated
+  double samples_per_second = 0;  // over the whole run, all ranks together
+  double tokens_per_second = 0;   // language models
   int world_size = 0;
   int64_t parameters = 0;
-  absl::Duration comm_time;      // inside gradient collectives, summed over steps
-  absl::Duration exposed_comm;   // of which the training thread waited for
+  absl::Duration comm_time;     // inside gradient collectives, summed over steps
+  absl::Duration exposed_comm;  // of which the training thread waited for
   absl::Duration elapsed;
   MemoryStats memory;
   int64_t optimizer_state_bytes = 0;

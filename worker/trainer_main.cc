@@ -92,8 +92,7 @@ int Main() {
   train::TrainerOptions to;
   to.spec = *std::move(spec);
   to.comm = comm->get();
-  to.local_ranks =
-      absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
+  to.local_ranks = absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
   to.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
   to.progress = [](const std::string& line) {
     printf("%s\n", line.c_str());

@@ -1,0 +1,208 @@
+// The trainer's data-parallel promises, on forked ranks with synthetic data: N ranks with
+// a global batch B end with the same parameters as 1 rank with B (and as 1 rank with B in
+// accumulated micro-batches); ZeRO-1 and ZeRO-2 match plain data parallelism while each
+// rank keeps 1/N of the optimizer state; fp16 loss scaling skips and backs off on an
+// overflow and training goes on.
+#include "train/trainer.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/testing/multiproc.h"
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "spec/job_spec.h"
+#include "train/data/fashion_mnist.h"
+
+namespace ringmaster::train {
+namespace {
+
+using comm::TcpCommunicator;
+using comm::testing::MultiProcOptions;
+using comm::testing::RunRanks;
+
+constexpr char kSpec[] = R"(
+name: trainer_test
+seed: 3
+steps: 6
+model: {mlp: {hidden: [32, 16]}}
+data: {fashion_mnist: {}, eval_every_epoch: false}
+optimizer: {adamw: {}, lr: 0.01, weight_decay: 0.01, clip_grad_norm: 0.5}
+schedule: {warmup_steps: 2, decay: cosine}
+batch: {global: 60}
+parallelism: {bucket_mb: 0.002}
+diagnostics: {fingerprint_every: 2, log_every: 1}
+)";
+
+// 250 samples of 48 "pixels" whose class is readable from the data.
+std::unique_ptr<data::ImageClassificationDataset> Synthetic() {
+  constexpr int64_t kSamples = 250, kFeatures = 48;
+  std::vector<uint8_t> pixels(kSamples * kFeatures), labels(kSamples);
+  uint64_t x = 12345;
+  for (int64_t i = 0; i < kSamples; ++i) {
+    labels[i] = static_cast<uint8_t>(i % 10);
+    for (int64_t f = 0; f < kFeatures; ++f) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      pixels[i * kFeatures + f] =
+          static_cast<uint8_t>((x >> 56) / 2 + (f % 10 == i % 10 ? 100 : 0));
+    }
+  }
+  return *data::ImageClassificationDataset::Create(
+      "synthetic", std::move(pixels), std::move(labels), kFeatures, 10, data::PixelNormalization{});
+}
+
+struct RunResult {
+  std::vector<float> params;         // rank 0's final parameters (tensors only)
+  std::vector<int64_t> state_bytes;  // each rank's optimizer state
+  int64_t skipped_steps = 0;
+  double final_loss = 0;
+};
+
+// Trains kSpec with `overrides` on `world` ranks.
+RunResult Train(int world, std::vector<std::string> overrides) {
+  const std::string dir = comm::testing::FreshStoreDir();
+  EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+  MultiProcOptions options;
+  options.world_size = world;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, overrides);
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.local_ranks = comm.size();
+    o.op_timeout = absl::Seconds(60);
+    o.train_data = train_data.get();
+    std::string params;
+    o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
+      for (const TensorSpec& t : table.tensors()) {
+        params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
+      }
+    };
+    auto result = RunTraining(o);
+    if (!result.ok()) return result.status();
+    const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
+    absl::Status s = WriteFileAtomically(
+        prefix + ".txt", absl::StrCat(result->optimizer_state_bytes, " ", result->skipped_steps,
+                                      " ", result->final_loss));
+    if (!s.ok()) return s;
+    return WriteFileAtomically(prefix + ".params", params);
+  });
+  RunResult run;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(results[r].status.ok())
+        << "world " << world << " rank " << r << ": " << results[r].status;
+    auto text = ReadFile(absl::StrCat(dir, "/rank", r, ".txt"));
+    if (!text.ok()) continue;
+    int64_t bytes = 0;
+    sscanf(text->c_str(), "%ld %ld %lf", &bytes, &run.skipped_steps, &run.final_loss);
+    run.state_bytes.push_back(bytes);
+  }
+  auto params = ReadFile(absl::StrCat(dir, "/rank0.params"));
+  if (params.ok()) {
+    run.params.resize(params->size() / 4);
+    memcpy(run.params.data(), params->data(), params->size());
+  }
+  return run;
+}
+
+// Same parameters up to float summation order: |a - b| <= 2e-5 + 1e-4 |b|.
+void ExpectSameParameters(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  ASSERT_FALSE(a.params.empty()) << what;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    const double d = std::fabs(a.params[i] - b.params[i]);
+    worst = std::max(worst, d);
+    if (!(d <= 2e-5 + 1e-4 * std::fabs(b.params[i]))) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.params.size()
+                    << " parameters differ; largest difference " << worst;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { reference_ = new RunResult(Train(1, {})); }
+  static void TearDownTestSuite() { delete reference_; }
+  static RunResult* reference_;
+};
+RunResult* TrainerTest::reference_ = nullptr;
+
+TEST_F(TrainerTest, TrainsAndChangesTheParameters) {
+  ASSERT_FALSE(reference_->params.empty());
+  RunResult fewer = Train(1, {"steps=3"});
+  double moved = 0;
+  for (size_t i = 0; i < fewer.params.size(); ++i) {
+    moved += std::fabs(fewer.params[i] - reference_->params[i]);
+  }
+  EXPECT_GT(moved, 1e-3);
+  EXPECT_TRUE(std::isfinite(reference_->final_loss));
+}
+
+TEST_F(TrainerTest, AnyWorldSizeMatchesOneRankWithTheSameGlobalBatch) {
+  for (int world : {2, 3}) {
+    ExpectSameParameters(Train(world, {}), *reference_, absl::StrCat("world ", world));
+  }
+}
+
+TEST_F(TrainerTest, OverlapOffGivesTheSameResult) {
+  ExpectSameParameters(Train(2, {"parallelism.overlap=false"}), *reference_, "overlap off");
+}
+
+TEST_F(TrainerTest, AccumulationMatchesOneBigBatch) {
+  ExpectSameParameters(Train(1, {"batch.accumulation=3"}), *reference_, "accumulation 3");
+  ExpectSameParameters(Train(2, {"batch.micro_max=7"}), *reference_, "world 2, micro 7");
+}
+
+TEST_F(TrainerTest, UnevenSharesOfTheGlobalBatch) {
+  RunResult one = Train(1, {"batch.global=61"});
+  ExpectSameParameters(Train(3, {"batch.global=61"}), one, "world 3, batch 61");
+}
+
+TEST_F(TrainerTest, ZeroStagesMatchPlainDataParallelismWithAShareOfTheState) {
+  for (int stage : {1, 2}) {
+    for (int world : {2, 3}) {
+      RunResult run = Train(world, {absl::StrCat("parallelism.zero_stage=", stage)});
+      ExpectSameParameters(run, *reference_, absl::StrCat("ZeRO-", stage, " world ", world));
+      ASSERT_EQ(run.state_bytes.size(), static_cast<size_t>(world));
+      int64_t total = 0;
+      for (int64_t b : run.state_bytes) {
+        // Each rank's share is at most 1/N of the (padded) whole, plus one line.
+        EXPECT_LE(b, reference_->state_bytes[0] / world + 2 * 16 * 4 * world)
+            << "ZeRO-" << stage << " world " << world;
+        total += b;
+      }
+      EXPECT_EQ(total, reference_->state_bytes[0]) << "ZeRO-" << stage << " world " << world;
+    }
+  }
+}
+
+TEST_F(TrainerTest, Fp16OverflowSkipsTheStepAndBacksOff) {
+  RunResult run = Train(2, {"precision.compute=fp16", "precision.loss_scale.initial=1e30",
+                            "precision.loss_scale.backoff_factor=1e-12"});
+  EXPECT_GE(run.skipped_steps, 1);
+  EXPECT_LT(run.skipped_steps, 6);  // the scale came down and later steps were applied
+  EXPECT_TRUE(std::isfinite(run.final_loss));
+}
+
+TEST(TensorHashes, ChangeWithAnyTensor) {
+  TensorTable table;
+  table.Add("a", {3});
+  table.Add("b", {2, 2});
+  FlatBuffer p(table.total_elements());
+  auto before = TensorHashes(table, p.data());
+  p.data()[table.tensor(1).offset + 3] = 1e-30f;
+  auto after = TensorHashes(table, p.data());
+  EXPECT_EQ(before[0], after[0]);
+  EXPECT_NE(before[1], after[1]);
+}
+
+}  // namespace
+}  // namespace ringmaster::train
