@@ -29,7 +29,8 @@ TEST(EstimateMemory, SeedsSizingExercises) {
   o.zero_stage = 0;
   EXPECT_NEAR(EstimateMemory(o)->total_bytes() / 1e9, 112, 1e-9);
   o.zero_stage = 2;
-  EXPECT_NEAR(EstimateMemory(o)->total_bytes() / 1e9, 14 + 14 * 14.0 / 8, 1e-9);
+  // 2Ψ + (2 + 12)Ψ / 8 = 14 + 12.25 GB.
+  EXPECT_NEAR(EstimateMemory(o)->total_bytes() / 1e9, 14 + 14 * 7.0 / 8, 1e-9);
   o.parameters = 13e9;
   o.world_size = 32;
   o.zero_stage = 3;
