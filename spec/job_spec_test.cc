@@ -30,9 +30,9 @@ batch: {global: 64}
 )";
 
 const char* const kExamples[] = {
-    "spec/testdata/fashion_mnist_mlp.yaml",
-    "spec/testdata/fashion_mnist_cnn.yaml",
-    "spec/testdata/tiny_gpt.yaml",
+    "examples/fashion_mnist_mlp.yaml",
+    "examples/fashion_mnist_cnn.yaml",
+    "examples/tiny_gpt.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.
@@ -65,14 +65,12 @@ TEST(LoadJobSpecTest, TheCnnAndGptExamples) {
   ASSERT_TRUE(cnn.ok()) << cnn.status();
   EXPECT_THAT(cnn->model().cnn().channels(), ElementsAre(16, 32));
   EXPECT_EQ(cnn->optimizer().adamw().eps(), 1e-8);
-  EXPECT_EQ(cnn->checkpoint().keep_last(), 2);
 
   const absl::StatusOr<JobSpec> gpt = LoadJobSpecFile(kExamples[2]);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   EXPECT_EQ(gpt->model().gpt().vocab(), 256);
   EXPECT_EQ(gpt->data().text().path(), "/usr/share/common-licenses/GPL-3");
   EXPECT_EQ(gpt->precision().compute(), PrecisionSpec::DTYPE_BF16);
-  EXPECT_EQ(gpt->checkpoint().on_busy(), CheckpointSpec::ON_BUSY_SKIP);
   EXPECT_EQ(gpt->parallelism().activation_checkpointing_every(), 2);
 }
 

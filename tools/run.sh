@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Runs ringmaster's main job on this one machine, no cluster needed. Installs what the
-# build needs first (tools/setup.sh).
-#
-# Until the trainer lands, the main job is the collectives benchmark: 4 local ranks over
-# the TCP backend, every collective from 1 KiB to 1 GiB, printed as a table and written to
-# out/comm.csv and out/comm.svg. Extra flags go to `ringbench comm` (ringbench --help).
+# Runs ringmaster's main job on this one machine, no cluster needed: trains the
+# Fashion-MNIST MLP example (examples/fashion_mnist_mlp.yaml) with 4 local trainer
+# processes and prints the test accuracy. Installs what the build needs first
+# (tools/setup.sh). Extra arguments go to `ringctl local` (e.g. --set epochs=3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
 CACHE_DIR="${RINGMASTER_BAZEL_CACHE:-$HOME/.cache/ringmaster-bazel}"
 mkdir -p "$CACHE_DIR" out
-bazel build --disk_cache="$CACHE_DIR" //bench:ringbench
-exec bazel-bin/bench/ringbench comm --ranks 4 --csv out/comm.csv --plot out/comm.svg "$@"
+bazel build --disk_cache="$CACHE_DIR" //cli:ringctl //worker:ringtrainer
+bazel-bin/cli/ringctl local --workers 4 examples/fashion_mnist_mlp.yaml \
+    --set metrics.jsonl="$PWD/out/fashion_mnist_mlp.metrics.jsonl" \
+    --summary out/fashion_mnist_mlp.json "$@"
+python3 - out/fashion_mnist_mlp.json <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"test accuracy: {s['eval_accuracy']:.4f} after {s['steps']} steps on {s['world_size']} ranks "
+      f"({s['samples_per_second']:.0f} samples/s); summary in {sys.argv[1]}")
+PY

@@ -303,6 +303,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
 
+  if (!spec.checkpoint().dir().empty()) {
+    say(absl::StrCat("checkpoint.dir is set, but this trainer does not write checkpoints yet "
+                     "(issue 4): no checkpoint will be saved in ",
+                     spec.checkpoint().dir()));
+  }
+
   TrainResult result;
   result.world_size = world;
   result.parameters = table.parameter_count();
