@@ -28,11 +28,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/memory_estimate.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
+#include "train/memory_estimate.h"
 
 namespace ringmaster::cli {
+using train::DescribeEstimate;
+using train::EstimateMemory;
+using train::MemoryEstimateOptions;
+using train::ParseParameterCount;
 namespace {
 
 constexpr char kUsage[] =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "train/data/sampler.h"
 #include "train/data/text_dataset.h"
 #include "train/grad_sync.h"
+#include "train/memory_estimate.h"
 #include "train/nn/classifiers.h"
 #include "train/optim/clip.h"
 #include "train/optim/loss_scaler.h"
@@ -175,6 +177,24 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
       "model: this trainer runs model.mlp and model.cnn; model.gpt is not built yet");
 }
 
+absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint64_t> gathered,
+                                 int world, int64_t step) {
+  const size_t per_rank = static_cast<size_t>(table.size()) + 1;
+  CHECK_EQ(gathered.size(), per_rank * world);
+  for (int q = 1; q < world; ++q) {
+    for (size_t t = 0; t < per_rank; ++t) {
+      if (gathered[q * per_rank + t] == gathered[t]) continue;
+      const std::string what = t < static_cast<size_t>(table.size())
+                                   ? absl::StrCat("parameter tensor ", table.tensor(t).name)
+                                   : std::string("the training loss");
+      return absl::InternalError(absl::StrCat(
+          "ranks diverged at step ", step, ": ", what, " differs between rank 0 and rank ", q,
+          " (a non-deterministic kernel, a lost update, or memory corruption)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params) {
   std::vector<uint64_t> hashes;
   hashes.reserve(table.size());
@@ -304,7 +324,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
 
   if (!spec.checkpoint().dir().empty()) {
-    say(absl::StrCat("checkpoint.dir is set, but this trainer does not write checkpoints yet "
+    say(
+        absl::StrCat("checkpoint.dir is set, but this trainer does not write checkpoints yet "
                      "(issue 4): no checkpoint will be saved in ",
                      spec.checkpoint().dir()));
   }
@@ -414,20 +435,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       result.final_loss = step_stats[0] / std::max(1.0, step_stats[1]);
     }
     if (fingerprint_every > 0 && ((step + 1) % fingerprint_every == 0 || last_step)) {
+      // Per-tensor parameter hashes, and the (all-reduced, so common) loss's bits.
       std::vector<uint64_t> mine = TensorHashes(table, params.data());
+      uint64_t loss_bits;
+      std::memcpy(&loss_bits, &result.final_loss, sizeof(loss_bits));
+      mine.push_back(loss_bits);
       std::vector<uint64_t> all(mine.size() * world);
       RM_RETURN_IF_ERROR(
           comm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64, deadline()));
-      for (int q = 1; q < world; ++q) {
-        for (size_t t = 0; t < mine.size(); ++t) {
-          if (all[q * mine.size() + t] != all[t]) {
-            return absl::InternalError(
-                absl::StrCat("ranks diverged at step ", step + 1, ": parameter tensor ",
-                             table.tensor(t).name, " differs between rank 0 and rank ", q,
-                             " (a non-deterministic kernel, a lost update, or memory corruption)"));
-          }
-        }
-      }
+      RM_RETURN_IF_ERROR(CompareFingerprints(table, all, world, step + 1));
     }
     if (epoch_end && spec.data().eval_every_epoch()) RM_RETURN_IF_ERROR(evaluate());
     if (log_now) {
@@ -480,6 +496,29 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     result.tokens_per_second = result.samples_per_second * data.train->info().context;
   }
   result.memory = model->memory();
+  {
+    // Memory held by this rank against the ZeRO paper's formula for what we keep: fp32
+    // parameters, fp32 gradients, and the optimizer's moments (sharded by ZeRO-1/2).
+    MemoryEstimateOptions mo;
+    mo.parameters = static_cast<double>(table.parameter_count());
+    mo.world_size = world;
+    mo.zero_stage = std::min(zero, 1);  // gradients stay a whole flat buffer on CPU
+    mo.mixed_precision = false;
+    mo.optimizer = spec.optimizer().has_sgd() ? MemoryEstimateOptions::Optimizer::kSgdMomentum
+                                              : MemoryEstimateOptions::Optimizer::kAdam;
+    constexpr double kMiB = 1 << 20;
+    std::string formula;
+    if (auto e = EstimateMemory(mo); e.ok()) {
+      formula = absl::StrFormat(" (formula: %.2f + %.2f + %.2f MiB)", e->parameter_bytes / kMiB,
+                                e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
+    }
+    say(absl::StrFormat(
+        "memory on rank %d: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB%s, "
+        "activations peak %.2f MiB",
+        rank, params.bytes() / kMiB, grads.bytes() / kMiB,
+        static_cast<double>(result.optimizer_state_bytes) / kMiB, formula,
+        static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
+  }
   if (options.on_finish) options.on_finish(table, params);
   return result;
 }

@@ -83,6 +83,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
 // Hashes (xxh3-64) of each tensor's bytes in `params`, in table order.
 std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params);
 
+// `gathered` holds every rank's fingerprint in rank order: TensorHashes then the loss's
+// bits (table.size() + 1 values each). INTERNAL naming the first tensor (or the loss) in
+// which some rank differs from rank 0, and the step; OK when all agree.
+absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint64_t> gathered,
+                                 int world, int64_t step);
+
 }  // namespace ringmaster::train
 
 #endif  // RINGMASTER_TRAIN_TRAINER_H_

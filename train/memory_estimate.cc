@@ -1,4 +1,4 @@
-#include "cli/memory_estimate.h"
+#include "train/memory_estimate.h"
 
 #include <cctype>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace ringmaster::cli {
+namespace ringmaster::train {
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const MemoryEstimateOptions& o) {
   if (!(o.parameters > 0) || !std::isfinite(o.parameters)) {
@@ -93,4 +93,4 @@ std::string DescribeEstimate(const MemoryEstimateOptions& o, const MemoryEstimat
   return out;
 }
 
-}  // namespace ringmaster::cli
+}  // namespace ringmaster::train

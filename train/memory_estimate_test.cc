@@ -1,8 +1,8 @@
-#include "cli/memory_estimate.h"
+#include "train/memory_estimate.h"
 
 #include "gtest/gtest.h"
 
-namespace ringmaster::cli {
+namespace ringmaster::train {
 namespace {
 
 TEST(EstimateMemory, ZeroPaperNumbers) {
@@ -69,4 +69,4 @@ TEST(ParseParameterCount, Suffixes) {
 }
 
 }  // namespace
-}  // namespace ringmaster::cli
+}  // namespace ringmaster::train

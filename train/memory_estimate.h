@@ -8,8 +8,8 @@
 //
 //   ZeRO-1 divides the optimizer state by N, ZeRO-2 also the gradients, ZeRO-3 also the
 //   parameters. Activations, buffers and fragmentation come on top (not estimated).
-#ifndef RINGMASTER_CLI_MEMORY_ESTIMATE_H_
-#define RINGMASTER_CLI_MEMORY_ESTIMATE_H_
+#ifndef RINGMASTER_TRAIN_MEMORY_ESTIMATE_H_
+#define RINGMASTER_TRAIN_MEMORY_ESTIMATE_H_
 
 #include <cstdint>
 #include <string>
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace ringmaster::cli {
+namespace ringmaster::train {
 
 struct MemoryEstimateOptions {
   double parameters = 0;  // Ψ
@@ -45,6 +45,6 @@ absl::StatusOr<double> ParseParameterCount(absl::string_view text);
 // A readable report: the formula, each term and the total (GiB and GB).
 std::string DescribeEstimate(const MemoryEstimateOptions& options, const MemoryEstimate& e);
 
-}  // namespace ringmaster::cli
+}  // namespace ringmaster::train
 
-#endif  // RINGMASTER_CLI_MEMORY_ESTIMATE_H_
+#endif  // RINGMASTER_TRAIN_MEMORY_ESTIMATE_H_
