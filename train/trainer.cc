@@ -451,10 +451,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       const double secs = std::max(1e-9, absl::ToDoubleSeconds(window));
       const double sps = static_cast<double>(window_samples) / secs;
       const double comm_s = absl::ToDoubleSeconds(window_comm);
+      const int64_t context = data.train->info().context;
+      const std::string rate = context > 0 ? absl::StrFormat("%.0f tokens/s", sps * context)
+                                           : absl::StrFormat("%.0f samples/s", sps);
       std::string line = absl::StrFormat(
-          "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %.0f samples/s comm %.1f%% "
-          "(exposed %.1f%%)",
-          step + 1, total_steps, gb.start.epoch, result.final_loss, lr, norm.norm, sps,
+          "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
+          step + 1, total_steps, gb.start.epoch, result.final_loss, lr, norm.norm, rate,
           100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed) / secs);
       if (scaler) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", scaler->scale()));
       if (epoch_end && result.eval_accuracy >= 0) {
