@@ -94,8 +94,19 @@ int Main() {
   to.comm = comm->get();
   to.local_ranks = absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
   to.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
-  to.progress = [](const std::string& line) {
-    printf("%s\n", line.c_str());
+  // On a terminal, step lines overwrite each other (a live progress line); epoch results
+  // and everything else stay. Elsewhere (files, pipes) every line is kept.
+  const bool live = isatty(STDOUT_FILENO) == 1;
+  to.progress = [live, pending = false](const std::string& line) mutable {
+    const bool transient =
+        live && line.rfind("step ", 0) == 0 && line.find("test_accuracy") == std::string::npos;
+    if (transient) {
+      printf("\r\033[K%s", line.c_str());
+      pending = true;
+    } else {
+      printf("%s%s\n", pending ? "\r\033[K" : "", line.c_str());
+      pending = false;
+    }
     fflush(stdout);
   };
   auto result = train::RunTraining(to);
