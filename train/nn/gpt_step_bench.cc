@@ -3,7 +3,8 @@
 // Times GptModel::ForwardBackward of a 12-layer GPT (width 192, 4 heads, context 128, vocab
 // 256) at batch 8 with checkpointing off and every 1, 2 and 4 blocks, and prints tokens/s
 // and MemoryStats.activation_bytes_peak for each, with the time added and memory saved
-// against no checkpointing.
+// against no checkpointing (the first value of --every), and whether the gradients are
+// bit-identical to that run's.
 //
 //   bazel run -c opt //train/nn:gpt_step_bench -- [--layers=12] [--width=192] [--heads=4]
 //       [--context=128] [--batch=8] [--every=0,1,2,4] [--threads=1]
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +52,7 @@ struct Result {
   double min;
   double max;
   int64_t activation_bytes;
+  std::vector<float> grads;  // of the last step
 };
 
 Result Measure(GptOptions options, const ForwardBackwardOptions& fb) {
@@ -81,8 +84,16 @@ Result Measure(GptOptions options, const ForwardBackwardOptions& fb) {
     rates.push_back(absl::GetFlag(FLAGS_steps) * n * options.context / seconds);
   }
   std::sort(rates.begin(), rates.end());
-  return {options.checkpoint_every, rates[rates.size() / 2], rates.front(), rates.back(),
-          model.memory().activation_bytes_peak};
+  return {options.checkpoint_every,
+          rates[rates.size() / 2],
+          rates.front(),
+          rates.back(),
+          model.memory().activation_bytes_peak,
+          std::vector<float>(grads.data(), grads.data() + grads.size())};
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 int Run() {
@@ -109,8 +120,8 @@ int Run() {
               GptModel::Create(options).value()->Describe().c_str(),
               static_cast<long long>(absl::GetFlag(FLAGS_batch)), kernels::BlasThreads(),
               absl::GetFlag(FLAGS_repetitions), absl::GetFlag(FLAGS_steps));
-  std::printf("%-18s %12s %20s %14s %12s %12s\n", "checkpointing", "tokens/s", "(min..max)",
-              "activations", "time added", "mem saved");
+  std::printf("%-18s %12s %20s %14s %12s %12s  %s\n", "checkpointing", "tokens/s", "(min..max)",
+              "activations", "time added", "mem saved", "gradients");
   std::vector<Result> results;
   for (int64_t k : every) {
     options.checkpoint_every = k;
@@ -118,10 +129,11 @@ int Run() {
     results.push_back(r);
     const Result& base = results.front();  // the first listed: off by default
     const std::string name = k == 0 ? "off" : "every " + std::to_string(k) + " blocks";
-    std::printf("%-18s %12.0f %9.0f..%-9.0f %10.1f MiB %11.1f%% %11.1f%%\n", name.c_str(),
+    std::printf("%-18s %12.0f %9.0f..%-9.0f %10.1f MiB %11.1f%% %11.1f%%  %s\n", name.c_str(),
                 r.tokens_per_second, r.min, r.max, r.activation_bytes / 1048576.0,
                 100 * (base.tokens_per_second / r.tokens_per_second - 1),
-                100 * (1 - static_cast<double>(r.activation_bytes) / base.activation_bytes));
+                100 * (1 - static_cast<double>(r.activation_bytes) / base.activation_bytes),
+                SameBits(r.grads, base.grads) ? "identical" : "DIFFERENT");
     std::fflush(stdout);
   }
   return 0;

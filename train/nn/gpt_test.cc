@@ -9,11 +9,11 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <numbers>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,8 +24,8 @@
 #include "train/tensor.h"
 
 // Counts heap allocations while `counting` is set, to check that a steady-state step makes
-// none. libstdc++ routes every other form of operator new (arrays, nothrow) to these two and
-// frees both kinds with free(), as these allocate with malloc and aligned_alloc.
+// none. libstdc++ routes every other form of operator new (arrays, nothrow) to these two, and
+// its operator deletes release with free(), which takes what aligned_alloc gives.
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<int64_t> allocations{0};
@@ -248,7 +248,7 @@ TEST(GptModel, InitFollowsTheSplitMix64ReferenceSequence) {
   Trial s(Tiny(), 0);
   auto unit = [](uint64_t bits) { return static_cast<double>((bits >> 11) + 1) * 0x1p-53; };
   const double radius = 0.02 * std::sqrt(-2 * std::log(unit(0xe220a8397b1dcdafu)));
-  const double angle = 2 * M_PI * unit(0x6e789e6aa1b965f4u);
+  const double angle = 2 * std::numbers::pi * unit(0x6e789e6aa1b965f4u);
   EXPECT_EQ(s.params.data()[0], static_cast<float>(radius * std::cos(angle)));
   EXPECT_EQ(s.params.data()[1], static_cast<float>(radius * std::sin(angle)));
 }
