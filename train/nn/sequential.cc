@@ -14,21 +14,32 @@ namespace {
 
 using kernels::OutputMode;
 
+bool FinitePositive(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
 bool IsHalf(Precision precision) { return precision != Precision::kFloat32; }
 
-kernels::HalfFormat Format(Precision precision) {
+kernels::HalfFormat HalfFormatOf(Precision precision) {
   return precision == Precision::kBFloat16 ? kernels::HalfFormat::kBFloat16
                                            : kernels::HalfFormat::kFloat16;
 }
 
-// Rounds values just produced to the compute precision (nothing to do for fp32).
-void Round(Precision precision, float* values, int64_t n) {
-  if (IsHalf(precision)) kernels::RoundTo(Format(precision), values, values, n);
+void RoundToPrecision(Precision precision, float* values, int64_t n) {
+  if (IsHalf(precision)) kernels::RoundTo(HalfFormatOf(precision), values, values, n);
 }
 
-bool FinitePositive(double v) { return std::isfinite(v) && v > 0; }
-
-}  // namespace
+absl::Status CheckLossOptions(const ForwardBackwardOptions& options) {
+  if (!FinitePositive(options.loss_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.loss_scale is ", options.loss_scale, "; want finite and > 0"));
+  }
+  if (!FinitePositive(options.loss_divisor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.loss_divisor is ", options.loss_divisor, "; want finite and > 0"));
+  }
+  return absl::OkStatus();
+}
 
 SequentialClassifier::SequentialClassifier(std::string description, int64_t classes)
     : description_(std::move(description)), loss_(classes) {}
@@ -91,7 +102,7 @@ const float* SequentialClassifier::ComputeParams(const FlatBuffer& params, Preci
   CHECK_GE(params.size(), table_.total_elements());
   if (!IsHalf(precision)) return params.data();
   if (compute_params_.size() != params.size()) compute_params_ = FlatBuffer(params.size());
-  kernels::RoundTo(Format(precision), params.data(), compute_params_.data(), params.size());
+  kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
   return compute_params_.data();
 }
 
@@ -102,7 +113,7 @@ const float* SequentialClassifier::Forward(const Batch& batch, const float* para
   if (IsHalf(precision) || layers_.front()->aliasing() == Aliasing::kInPlace) {
     float* copy = input_copy_.Reserve(n * input_size());
     std::copy_n(batch.features.data(), n * input_size(), copy);
-    Round(precision, copy, n * input_size());
+    RoundToPrecision(precision, copy, n * input_size());
     input_ = copy;
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -112,7 +123,7 @@ const float* SequentialClassifier::Forward(const Batch& batch, const float* para
                    ? output_buffers_[i].Reserve(n * layer.output_size())
                    : (i == 0 ? input_copy_.data() : outputs_[i - 1]);  // x, writable
     layer.Forward(params, x, y, n);
-    Round(precision, y, n * layer.output_size());
+    RoundToPrecision(precision, y, n * layer.output_size());
     outputs_[i] = y;
   }
   return outputs_.back();
@@ -130,14 +141,7 @@ absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
     const Batch& batch, const FlatBuffer& params, FlatBuffer& grads,
     const ForwardBackwardOptions& options) {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
-  if (!FinitePositive(options.loss_scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.loss_scale is ", options.loss_scale, "; want finite and > 0"));
-  }
-  if (!FinitePositive(options.loss_divisor)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.loss_divisor is ", options.loss_divisor, "; want finite and > 0"));
-  }
+  if (absl::Status s = CheckLossOptions(options); !s.ok()) return s;
   CHECK_GE(grads.size(), table_.total_elements());
   const int64_t n = batch.size;
   const float* compute_params = ComputeParams(params, options.precision);
@@ -147,7 +151,7 @@ absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
   grad_[1].Reserve(n * largest_output_);
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   const StepStats stats = loss_.ForwardBackward(logits, batch.labels.data(), n, scale, dlogits);
-  Round(options.precision, dlogits, n * classes());
+  RoundToPrecision(options.precision, dlogits, n * classes());
   Backward(compute_params, n, grads, options);
   return stats;
 }
@@ -163,7 +167,7 @@ void SequentialClassifier::Backward(const float* params, int64_t n, FlatBuffer& 
     if (layer.aliasing() == Aliasing::kSeparate) current = 1 - current;
     float* dx = grad_[current].data();
     layer.BackwardInput(params, LayerInput(i), outputs_[i], dy, dx, n);
-    Round(options.precision, dx, n * layer.input_size());
+    RoundToPrecision(options.precision, dx, n * layer.input_size());
   }
   // The first layer with parameters announced offset 0 already, unless there is none.
   if (options.on_grads_ready && table_.size() == 0) options.on_grads_ready(0);
@@ -191,9 +195,10 @@ void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const fl
     for (size_t k = 0; k < parameters.size(); ++k) {
       float* sum = grads.data() + parameters[k].offset;
       if (staged) {
-        kernels::AddRounded(Format(options.precision), grad_targets_[k], sum, parameters[k].numel);
+        kernels::AddRounded(HalfFormatOf(options.precision), grad_targets_[k], sum,
+                            parameters[k].numel);
       } else {
-        kernels::RoundTo(Format(options.precision), sum, sum, parameters[k].numel);
+        kernels::RoundTo(HalfFormatOf(options.precision), sum, sum, parameters[k].numel);
       }
     }
   }

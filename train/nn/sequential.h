@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/precision.h"
 #include "train/batch.h"
 #include "train/model.h"
 #include "train/nn/grow_buffer.h"
@@ -35,6 +36,17 @@
 #include "train/tensor.h"
 
 namespace ringmaster::train::nn {
+
+// Emulated mixed precision (train/model.h) and the loss options' check, shared by this
+// package's models (SequentialClassifier, GptModel).
+bool IsHalf(Precision precision);
+// kBFloat16 or kFloat16 for a half `precision`.
+kernels::HalfFormat HalfFormatOf(Precision precision);
+// Rounds values just produced to `precision` (nothing to do for fp32).
+void RoundToPrecision(Precision precision, float* values, int64_t n);
+// INVALID_ARGUMENT naming options.loss_scale or options.loss_divisor when either is not
+// finite and positive.
+absl::Status CheckLossOptions(const ForwardBackwardOptions& options);
 
 class SequentialClassifier : public Model {
  public:

@@ -1,0 +1,518 @@
+#include "train/nn/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/precision.h"
+#include "train/nn/random.h"
+#include "train/nn/sequential.h"
+
+namespace ringmaster::train::nn {
+namespace {
+
+using kernels::OutputMode;
+
+constexpr float kInitStd = 0.02f;
+
+// A block's tensors, in table order from its first.
+enum BlockTensor : int {
+  kLn1Weight,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kProjWeight,
+  kProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kFcProjWeight,
+  kFcProjBias,
+  kBlockTensors,
+};
+
+absl::Status CheckPositive(absl::string_view field, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " is ", value, "; want > 0"));
+}
+
+// Uniform in (0, 1]: 53 random bits, so that the log below is finite.
+double UnitInterval(SplitMix64& rng) {
+  return static_cast<double>((rng.Next() >> 11) + 1) * 0x1p-53;
+}
+
+// Fills `out` with normal(0, std) values, in order: Box–Muller on pairs of uniforms from
+// `rng`, both values of a pair used, computed in double and rounded to float (so that the
+// last-bit differences between platforms' log, cos and sin almost never show).
+void FillNormal(SplitMix64& rng, double std, absl::Span<float> out) {
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double radius = std * std::sqrt(-2 * std::log(UnitInterval(rng)));
+    const double angle = 2 * std::numbers::pi * UnitInterval(rng);
+    out[i] = static_cast<float>(radius * std::cos(angle));
+    if (i + 1 < out.size()) out[i + 1] = static_cast<float>(radius * std::sin(angle));
+  }
+}
+
+}  // namespace
+
+// Where backward writes one group's parameter gradients (the LM head, lnf, a block, the
+// embeddings) and how they reach `grads`, as in SequentialClassifier: straight into `grads`
+// (overwriting, or adding in fp32), rounded there in place under half precision; or, under
+// half precision with accumulate, into a stage whose rounded values are then added.
+class GptModel::GradWriter {
+ public:
+  GradWriter(const TensorTable& table, const ForwardBackwardOptions& options, FlatBuffer& grads,
+             float* stage)
+      : table_(table),
+        options_(options),
+        grads_(grads),
+        stage_(stage),
+        half_(IsHalf(options.precision)),
+        staged_(half_ && options.accumulate) {}
+
+  // Starts the group of tensors [first, end).
+  void Begin(int first, int end) {
+    first_ = first;
+    end_ = end;
+  }
+  // For kernels that take an OutputMode.
+  OutputMode mode() const {
+    return options_.accumulate && !half_ ? OutputMode::kAccumulate : OutputMode::kOverwrite;
+  }
+  float* operator[](int tensor) const {
+    DCHECK(tensor >= first_ && tensor < end_);
+    const int64_t offset = table_.tensor(tensor).offset;
+    return staged_ ? stage_ + (offset - table_.tensor(first_).offset) : grads_.data() + offset;
+  }
+  // For kernels that always add (LayerNorm, embedding): the target, zeroed unless the
+  // gradient is to be added to `grads` in fp32.
+  float* Summed(int tensor) const {
+    float* target = (*this)[tensor];
+    if (mode() == OutputMode::kOverwrite) std::fill_n(target, table_.tensor(tensor).numel, 0.0f);
+    return target;
+  }
+  // The group's gradients are final: rounds them (or adds the rounded stage) and announces
+  // them.
+  void Finish() {
+    if (half_) {
+      for (int i = first_; i < end_; ++i) {
+        const TensorSpec& t = table_.tensor(i);
+        float* sum = grads_.data() + t.offset;
+        if (staged_) {
+          kernels::AddRounded(HalfFormatOf(options_.precision), (*this)[i], sum, t.numel);
+        } else {
+          kernels::RoundTo(HalfFormatOf(options_.precision), sum, sum, t.numel);
+        }
+      }
+    }
+    if (options_.on_grads_ready) options_.on_grads_ready(table_.tensor(first_).offset);
+  }
+
+ private:
+  const TensorTable& table_;
+  const ForwardBackwardOptions& options_;
+  FlatBuffer& grads_;
+  float* stage_;
+  bool half_;
+  bool staged_;
+  int first_ = 0;
+  int end_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptOptions& o) {
+  RM_RETURN_IF_ERROR(CheckPositive("gpt.layers", o.layers));
+  RM_RETURN_IF_ERROR(CheckPositive("gpt.heads", o.heads));
+  RM_RETURN_IF_ERROR(CheckPositive("gpt.width", o.width));
+  RM_RETURN_IF_ERROR(CheckPositive("gpt.context", o.context));
+  RM_RETURN_IF_ERROR(CheckPositive("gpt.vocab", o.vocab));
+  if (o.width % o.heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt.heads is ", o.heads, "; want a divisor of gpt.width (", o.width, ")"));
+  }
+  if (o.vocab > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt.vocab is ", o.vocab, "; token ids are int32, want at most 2^31 - 1"));
+  }
+  if (o.checkpoint_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gpt.checkpoint_every is ", o.checkpoint_every,
+                                                   "; want >= 0 (0 = no checkpointing)"));
+  }
+  return absl::WrapUnique(new GptModel(o));
+}
+
+GptModel::GptModel(const GptOptions& o)
+    : options_(o),
+      segment_(o.checkpoint_every == 0 ? o.layers : std::min(o.checkpoint_every, o.layers)),
+      segments_((o.layers + segment_ - 1) / segment_),
+      loss_(o.vocab) {
+  description_ = absl::StrCat("gpt ", o.layers, " layers x ", o.heads, " heads x ", o.width,
+                              " wide, context ", o.context, ", vocab ", o.vocab);
+  if (o.checkpoint_every > 0) {
+    absl::StrAppend(&description_, ", checkpointing every ", o.checkpoint_every, " blocks");
+  }
+  if (!o.memory_efficient_attention) {
+    absl::StrAppend(&description_, ", attention keeping probabilities");
+  }
+
+  const int64_t c = o.width;
+  const float residual_std = kInitStd / std::sqrt(2.0f * static_cast<float>(o.layers));
+  auto linear = [&](const std::string& name, int64_t in, int64_t out, float std) {
+    AddTensor(name + ".weight", {out, in}, std, 0);
+    AddTensor(name + ".bias", {out}, 0, 0);
+  };
+  auto layer_norm = [&](const std::string& name) {
+    AddTensor(name + ".weight", {c}, 0, 1);
+    AddTensor(name + ".bias", {c}, 0, 0);
+  };
+  wte_ = AddTensor("wte", {o.vocab, c}, kInitStd, 0);
+  wpe_ = AddTensor("wpe", {o.context, c}, kInitStd, 0);
+  for (int64_t l = 0; l < o.layers; ++l) {
+    const std::string h = absl::StrCat("h", l, ".");
+    blocks_.push_back(table_.size());
+    layer_norm(h + "ln1");
+    linear(h + "attn.qkv", c, 3 * c, kInitStd);
+    linear(h + "attn.proj", c, c, residual_std);
+    layer_norm(h + "ln2");
+    linear(h + "mlp.fc", c, 4 * c, kInitStd);
+    linear(h + "mlp.proj", 4 * c, c, residual_std);
+    CHECK_EQ(table_.size() - blocks_.back(), kBlockTensors);
+  }
+  lnf_ = table_.size();
+  layer_norm("lnf");
+  lm_head_ = AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
+
+  auto span = [&](int first, int end) {
+    const TensorSpec& last = table_.tensor(end - 1);
+    return last.offset + last.numel - table_.tensor(first).offset;
+  };
+  largest_group_ = std::max({span(wte_, wpe_ + 1), span(blocks_[0], blocks_[0] + kBlockTensors),
+                             span(lnf_, lnf_ + 2), span(lm_head_, lm_head_ + 1)});
+  slots_.resize(segment_);
+  streams_.resize(segments_ + segment_);
+}
+
+int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, float std,
+                        float value) {
+  init_.push_back({std, value});
+  return table_.Add(name, std::move(shape));
+}
+
+std::string GptModel::Describe() const { return description_; }
+
+void GptModel::Init(uint64_t seed, FlatBuffer& params) const {
+  CHECK_GE(params.size(), table_.total_elements());
+  params.Zero();
+  SplitMix64 rng(seed);
+  for (int i = 0; i < table_.size(); ++i) {
+    absl::Span<float> values = params.tensor(table_.tensor(i));
+    if (init_[i].std > 0) {
+      FillNormal(rng, init_[i].std, values);
+    } else {
+      std::fill(values.begin(), values.end(), init_[i].value);
+    }
+  }
+}
+
+absl::Status GptModel::CheckBatch(const Batch& batch) const {
+  if (batch.size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch.size is ", batch.size, "; want at least 1 sample"));
+  }
+  if (batch.context != options_.context) {
+    return absl::InvalidArgumentError(absl::StrCat("batch.context is ", batch.context, "; model '",
+                                                   description_, "' reads ", options_.context,
+                                                   " tokens per sample"));
+  }
+  const int64_t row = options_.context + 1;
+  const int64_t ids = static_cast<int64_t>(batch.tokens.size());
+  if (ids % row != 0 || ids / row != batch.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch.tokens holds ", ids,
+                     " ids; want batch.size * (context + 1) = ", batch.size, " * ", row));
+  }
+  for (size_t i = 0; i < batch.tokens.size(); ++i) {
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= options_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("batch.tokens[", i, "] is ", batch.tokens[i],
+                                                     "; want a token id in 0..",
+                                                     options_.vocab - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, const FlatBuffer& params,
+                                                 Precision precision) {
+  RM_RETURN_IF_ERROR(CheckBatch(batch));
+  CHECK_GE(params.size(), table_.total_elements());
+  Pass pass{.params = params.data(),
+            .precision = precision,
+            .batch = batch.size,
+            .rows = batch.size * options_.context};
+  if (IsHalf(precision)) {
+    if (compute_params_.size() != params.size()) compute_params_ = FlatBuffer(params.size());
+    kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
+    pass.params = compute_params_.data();
+  }
+  PlaceActivations(pass.batch);
+  int32_t* inputs = tokens_.Reserve(2 * pass.rows);
+  int32_t* targets = inputs + pass.rows;
+  const int64_t t = options_.context;
+  for (int64_t b = 0; b < pass.batch; ++b) {
+    const int32_t* sample = batch.tokens.data() + b * (t + 1);
+    std::copy_n(sample, t, inputs + b * t);
+    std::copy_n(sample + 1, t, targets + b * t);
+  }
+  attention_scratch_.Reserve(kernels::AttentionScratchFloats(t));
+  return pass;
+}
+
+void GptModel::PlaceActivations(int64_t batch) {
+  const int64_t rows = batch * options_.context, c = options_.width;
+  const int64_t stats =
+      options_.memory_efficient_attention
+          ? kernels::AttentionLseFloats(batch, options_.context, options_.heads)
+          : kernels::AttentionProbsFloats(batch, options_.context, options_.heads);
+  float* base = nullptr;
+  int64_t used = 0;
+  // Measures the layout (base null), then assigns it.
+  auto take = [&](int64_t n) {
+    float* p = base == nullptr ? nullptr : base + used;
+    used += (n + kAlignElements - 1) / kAlignElements * kAlignElements;
+    return p;
+  };
+  auto place = [&] {
+    for (float*& s : streams_) s = take(rows * c);
+    for (BlockActivations& a : slots_) {
+      a = {.ln1 = take(rows * c),
+           .ln1_mean = take(rows),
+           .ln1_rstd = take(rows),
+           .qkv = take(rows * 3 * c),
+           .attention = take(rows * c),
+           .attention_stats = take(stats),
+           .residual = take(rows * c),
+           .ln2 = take(rows * c),
+           .ln2_mean = take(rows),
+           .ln2_rstd = take(rows),
+           .fc = take(rows * 4 * c),
+           .gelu = take(rows * 4 * c)};
+    }
+    lnf_out_ = take(rows * c);
+    lnf_mean_ = take(rows);
+    lnf_rstd_ = take(rows);
+    logits_ = take(rows * options_.vocab);
+  };
+  place();
+  base = arena_.Reserve(used);
+  used = 0;
+  place();
+}
+
+float* GptModel::Stream(int64_t block) const {
+  if (block == options_.layers) return streams_.back();
+  if (block % segment_ == 0) return streams_[block / segment_];
+  return streams_[segments_ + block % segment_ - 1];
+}
+
+void GptModel::Forward(const Pass& pass) {
+  const int64_t rows = pass.rows, c = options_.width;
+  float* x = Stream(0);
+  kernels::EmbeddingForward(x, tokens_.data(), Tensor(pass, wte_), Tensor(pass, wpe_), pass.batch,
+                            options_.context, c, options_.vocab);
+  RoundToPrecision(pass.precision, x, rows * c);
+  for (int64_t l = 0; l < options_.layers; ++l) {
+    BlockForward(pass, l);
+    BlockOutputForward(pass, l);
+  }
+  kernels::LayerNormForward(lnf_out_, lnf_mean_, lnf_rstd_, Stream(options_.layers),
+                            Tensor(pass, lnf_), Tensor(pass, lnf_ + 1), rows, c);
+  RoundToPrecision(pass.precision, lnf_out_, rows * c);
+  kernels::LinearForward(lnf_out_, Tensor(pass, lm_head_), nullptr, logits_, rows, c,
+                         options_.vocab);
+  RoundToPrecision(pass.precision, logits_, rows * options_.vocab);
+}
+
+void GptModel::BlockForward(const Pass& pass, int64_t block) {
+  const int64_t rows = pass.rows, c = options_.width;
+  const int first = blocks_[block];
+  auto w = [&](BlockTensor t) { return Tensor(pass, first + t); };
+  const BlockActivations& a = Slot(block);
+  const float* x = Stream(block);
+  const Precision precision = pass.precision;
+
+  kernels::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias), rows, c);
+  RoundToPrecision(precision, a.ln1, rows * c);
+  kernels::LinearForward(a.ln1, w(kQkvWeight), w(kQkvBias), a.qkv, rows, c, 3 * c);
+  RoundToPrecision(precision, a.qkv, rows * 3 * c);
+  if (options_.memory_efficient_attention) {
+    kernels::AttentionForwardLse(a.attention, a.attention_stats, a.qkv, attention_scratch_.data(),
+                                 pass.batch, options_.context, c, options_.heads);
+  } else {
+    kernels::AttentionForward(a.attention, a.attention_stats, a.qkv, pass.batch, options_.context,
+                              c, options_.heads);
+  }
+  RoundToPrecision(precision, a.attention, rows * c);
+  kernels::LinearForward(a.attention, w(kProjWeight), w(kProjBias), a.residual, rows, c, c);
+  RoundToPrecision(precision, a.residual, rows * c);
+  kernels::ResidualForward(a.residual, a.residual, x, rows * c);
+  RoundToPrecision(precision, a.residual, rows * c);
+  kernels::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, w(kLn2Weight), w(kLn2Bias),
+                            rows, c);
+  RoundToPrecision(precision, a.ln2, rows * c);
+  kernels::LinearForward(a.ln2, w(kFcWeight), w(kFcBias), a.fc, rows, c, 4 * c);
+  RoundToPrecision(precision, a.fc, rows * 4 * c);
+  kernels::GeluForward(a.gelu, a.fc, rows * 4 * c);
+  RoundToPrecision(precision, a.gelu, rows * 4 * c);
+}
+
+void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
+  const int64_t rows = pass.rows, c = options_.width;
+  const int first = blocks_[block];
+  const BlockActivations& a = Slot(block);
+  float* out = Stream(block + 1);
+  kernels::LinearForward(a.gelu, Tensor(pass, first + kFcProjWeight),
+                         Tensor(pass, first + kFcProjBias), out, rows, 4 * c, c);
+  RoundToPrecision(pass.precision, out, rows * c);
+  kernels::ResidualForward(out, out, a.residual, rows * c);
+  RoundToPrecision(pass.precision, out, rows * c);
+}
+
+absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const FlatBuffer& params,
+                                             Precision precision) {
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision));
+  Forward(pass);
+  return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
+}
+
+absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch, const FlatBuffer& params,
+                                                    FlatBuffer& grads,
+                                                    const ForwardBackwardOptions& options) {
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, options.precision));
+  CHECK_GE(grads.size(), table_.total_elements());
+  Forward(pass);
+
+  const int64_t rows = pass.rows, c = options_.width;
+  dresidual_.Reserve(rows * c);
+  dsmall_.Reserve(rows * c);
+  float* dlogits = dbig_.Reserve(rows * std::max(4 * c, options_.vocab));
+  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+  const StepStats stats =
+      loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dlogits);
+  RoundToPrecision(options.precision, dlogits, rows * options_.vocab);
+  GradWriter writer(table_, options, grads,
+                    options.accumulate && IsHalf(options.precision)
+                        ? staged_grads_.Reserve(largest_group_)
+                        : nullptr);
+  Backward(pass, writer);
+  return stats;
+}
+
+void GptModel::Backward(const Pass& pass, GradWriter& writer) {
+  const int64_t rows = pass.rows, c = options_.width, vocab = options_.vocab;
+  const Precision precision = pass.precision;
+  float* dlogits = dbig_.data();
+  float* dlnf = dsmall_.data();
+  float* dx = dresidual_.data();
+
+  writer.Begin(lm_head_, lm_head_ + 1);
+  kernels::LinearBackwardWeights(lnf_out_, dlogits, writer[lm_head_], nullptr, rows, c, vocab,
+                                 writer.mode());
+  writer.Finish();
+  kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
+  RoundToPrecision(precision, dlnf, rows * c);
+
+  writer.Begin(lnf_, lnf_ + 2);
+  std::fill_n(dx, rows * c, 0.0f);
+  kernels::LayerNormBackward(dx, writer.Summed(lnf_), writer.Summed(lnf_ + 1), dlnf,
+                             Stream(options_.layers), Tensor(pass, lnf_), lnf_mean_, lnf_rstd_,
+                             rows, c);
+  RoundToPrecision(precision, dx, rows * c);
+  writer.Finish();
+
+  for (int64_t s = segments_ - 1; s >= 0; --s) {
+    const int64_t begin = s * segment_, end = std::min(begin + segment_, options_.layers);
+    if (s != segments_ - 1) {  // the last segment's activations are still there from forward
+      for (int64_t l = begin; l < end; ++l) {
+        BlockForward(pass, l);
+        if (l + 1 < end) BlockOutputForward(pass, l);
+      }
+    }
+    for (int64_t l = end - 1; l >= begin; --l) BlockBackward(pass, l, writer);
+  }
+
+  writer.Begin(wte_, wpe_ + 1);
+  kernels::EmbeddingBackward(writer.Summed(wte_), writer.Summed(wpe_), dx, tokens_.data(),
+                             pass.batch, options_.context, c, vocab);
+  writer.Finish();
+}
+
+void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer) {
+  const int64_t rows = pass.rows, c = options_.width;
+  const int first = blocks_[block];
+  auto w = [&](BlockTensor t) { return Tensor(pass, first + t); };
+  auto g = [&](BlockTensor t) { return writer[first + t]; };
+  auto g_summed = [&](BlockTensor t) { return writer.Summed(first + t); };
+  const BlockActivations& a = Slot(block);
+  const Precision precision = pass.precision;
+  const OutputMode mode = writer.mode();
+  float* dx = dresidual_.data();  // the gradient of the residual stream, added to in place
+  float* dsmall = dsmall_.data();
+  float* dbig = dbig_.data();
+
+  writer.Begin(first, first + kBlockTensors);
+  // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  kernels::LinearBackwardWeights(a.gelu, dx, g(kFcProjWeight), g(kFcProjBias), rows, 4 * c, c,
+                                 mode);
+  kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, 4 * c, c);
+  RoundToPrecision(precision, dbig, rows * 4 * c);
+  kernels::GeluBackward(dbig, a.fc, dbig, rows * 4 * c);
+  RoundToPrecision(precision, dbig, rows * 4 * c);
+  kernels::LinearBackwardWeights(a.ln2, dbig, g(kFcWeight), g(kFcBias), rows, c, 4 * c, mode);
+  kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, 4 * c);
+  RoundToPrecision(precision, dsmall, rows * c);
+  kernels::LayerNormBackward(dx, g_summed(kLn2Weight), g_summed(kLn2Bias), dsmall, a.residual,
+                             w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c);
+  RoundToPrecision(precision, dx, rows * c);
+
+  // Attention: residual = x + proj(attention(qkv(ln1(x)))).
+  kernels::LinearBackwardWeights(a.attention, dx, g(kProjWeight), g(kProjBias), rows, c, c, mode);
+  kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, c, c);
+  RoundToPrecision(precision, dsmall, rows * c);
+  float* dqkv = dbig;
+  if (options_.memory_efficient_attention) {
+    kernels::AttentionBackwardLse(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
+                                  pass.batch, options_.context, c, options_.heads);
+  } else {
+    kernels::AttentionBackward(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
+                               pass.batch, options_.context, c, options_.heads);
+  }
+  RoundToPrecision(precision, dqkv, rows * 3 * c);
+  kernels::LinearBackwardWeights(a.ln1, dqkv, g(kQkvWeight), g(kQkvBias), rows, c, 3 * c, mode);
+  kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * c);
+  RoundToPrecision(precision, dsmall, rows * c);
+  kernels::LayerNormBackward(dx, g_summed(kLn1Weight), g_summed(kLn1Bias), dsmall, Stream(block),
+                             w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c);
+  RoundToPrecision(precision, dx, rows * c);
+  writer.Finish();
+}
+
+MemoryStats GptModel::memory() const {
+  return {.activation_bytes_peak = arena_.bytes() + tokens_.bytes() + attention_scratch_.bytes() +
+                                   loss_.scratch_bytes() + dresidual_.bytes() + dsmall_.bytes() +
+                                   dbig_.bytes()};
+}
+
+}  // namespace ringmaster::train::nn

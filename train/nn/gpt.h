@@ -1,0 +1,213 @@
+// A GPT-2-style decoder-only language model on CPU (train/model.h's Model), after karpathy's
+// llm.c train_gpt2.c:
+//
+//   x0 = wte[token] + wpe[position]
+//   per block l:  x' = x + attn.proj(attention(attn.qkv(ln1(x))))
+//                 x  = x' + mlp.proj(gelu(mlp.fc(ln2(x'))))
+//   logits = lm_head(lnf(x)),  loss = softmax cross-entropy against the next token
+//
+// with causal multi-head self-attention, GELU in its tanh form, pre-LayerNorm blocks and an
+// untied LM head without bias. A batch holds `context + 1` tokens per sample (train/batch.h);
+// every one of the `context` positions is a loss term (LossTermsPerSample() == context).
+//
+// Parameters, in forward order (so that backward finishes them from the highest offset down),
+// weights [out, in] as PyTorch's nn.Linear:
+//   wte [vocab, width], wpe [context, width],
+//   per block l: h<l>.ln1.weight, h<l>.ln1.bias [width], h<l>.attn.qkv.weight [3 width, width],
+//     h<l>.attn.qkv.bias [3 width], h<l>.attn.proj.weight [width, width], h<l>.attn.proj.bias,
+//     h<l>.ln2.weight, h<l>.ln2.bias, h<l>.mlp.fc.weight [4 width, width], h<l>.mlp.fc.bias,
+//     h<l>.mlp.proj.weight [width, 4 width], h<l>.mlp.proj.bias [width],
+//   lnf.weight, lnf.bias [width], lm_head.weight [vocab, width].
+// Initialisation as GPT-2: every weight and embedding normal(0, 0.02), the two residual
+// projections of each block (attn.proj, mlp.proj) normal(0, 0.02 / sqrt(2 layers)), biases 0,
+// LayerNorm gains 1.
+//
+// Activation memory (MemoryStats.activation_bytes_peak: the buffers below, all held at once;
+// they grow to the largest batch seen, so steady-state steps allocate nothing). Per token:
+//   - the residual stream at the input of each block and of lnf: width floats each;
+//   - per block: ln1 and ln2 outputs and statistics, qkv, the attention output and its
+//     statistics (log-sum-exp: heads floats; or probabilities: heads * context floats),
+//     the residual after attention, mlp.fc's output and its GELU: 15 width + 4 + heads
+//     floats with memory-efficient attention;
+//   - lnf output and statistics, the logits, the per-token loss, prediction, input and target;
+//   - backward's gradients: the residual stream's, one of width and one of
+//     max(4 width, vocab) floats, reused by every block; attention's scratch.
+// With activation checkpointing every k blocks, forward keeps the residual stream only at
+// the inputs of blocks 0, k, 2k, ... and per-block activations only for one segment of k
+// blocks; backward recomputes each segment from its input (the last one is still in memory
+// after forward and is not recomputed). Gradients are bit-identical to the run without it:
+// the recomputation runs the same kernels on the same values. Not counted in the peak, as in
+// SequentialClassifier: the rounded copy of the parameters (bf16/fp16) and the staging
+// buffer for one block's parameter gradients (half precision with accumulate).
+//
+// Mixed precision (train/model.h) as SequentialClassifier: with bf16 or fp16 the master
+// parameters are rounded once per call into a compute copy; the embedding output, every
+// LayerNorm, linear, attention, GELU and residual output, the logits, every activation
+// gradient (also after each addition into the residual stream's gradient) and every
+// parameter gradient are rounded to the format as they are produced. Products accumulate
+// in fp32; the softmax cross-entropy and the statistics that a GPU keeps in fp32 (LayerNorm
+// mean and 1/std, attention log-sum-exp or probabilities) are not rounded.
+//
+// Not thread-safe (one call at a time); on_grads_ready runs on the calling thread.
+#ifndef RINGMASTER_TRAIN_NN_GPT_H_
+#define RINGMASTER_TRAIN_NN_GPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "train/batch.h"
+#include "train/model.h"
+#include "train/nn/grow_buffer.h"
+#include "train/nn/layers.h"
+#include "train/tensor.h"
+
+namespace ringmaster::train::nn {
+
+struct GptOptions {
+  int64_t layers = 4;
+  int64_t heads = 4;  // must divide width
+  int64_t width = 128;
+  int64_t context = 128;  // tokens a sample predicts (it holds context + 1)
+  int64_t vocab = 256;    // bytes
+  // Activation checkpointing: keep only every k-th block's input and recompute the other
+  // activations in backward, one segment of k blocks at a time. 0 = off (keep everything).
+  int64_t checkpoint_every = 0;
+  // Attention keeps only a log-sum-exp per query row and recomputes its probabilities in
+  // backward; false keeps the [heads, context, context] probabilities of every sample.
+  bool memory_efficient_attention = true;
+};
+
+class GptModel final : public Model {
+ public:
+  // INVALID_ARGUMENT naming the field: gpt.layers, gpt.heads, gpt.width, gpt.context and
+  // gpt.vocab must be positive (vocab at most 2^31 - 1, token ids being int32), gpt.heads
+  // must divide gpt.width, gpt.checkpoint_every must be >= 0.
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptOptions& options);
+
+  // "gpt 4 layers x 4 heads x 128 wide, context 128, vocab 256", then
+  // ", checkpointing every k blocks" and ", attention keeping probabilities" when set.
+  std::string Describe() const override;
+  const TensorTable& table() const override { return table_; }
+  // Zeroes `params` (at least table().total_elements() floats), then fills the tensors in
+  // table order from one SplitMix64 stream seeded with `seed`: normal values by Box–Muller
+  // (in double, rounded to float; both values of each pair used), constants as above.
+  void Init(uint64_t seed, FlatBuffer& params) const override;
+  int64_t LossTermsPerSample() const override { return options_.context; }
+
+  // INVALID_ARGUMENT naming the field for a batch that does not fit (batch.size <= 0,
+  // batch.context != gpt.context, batch.tokens not batch.size * (context + 1) ids,
+  // batch.tokens[i] outside [0, vocab)) or options.loss_scale / options.loss_divisor not
+  // finite and positive. Any batch.size works; buffers grow only for a larger one. `params`
+  // and `grads` must have at least table().total_elements() floats (CHECK); gradient padding
+  // between tensors is left untouched. Announces on_grads_ready(offset) as soon as a group's
+  // gradients are final: lm_head.weight, lnf.weight, then h<l>.ln1.weight for l = layers-1
+  // down to 0, then 0 (wte, wpe). StepStats: loss_sum over the batch.size * context tokens,
+  // loss_terms = that count, correct = the tokens whose highest logit is the target (next-
+  // token accuracy; ties go to the lower id).
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const FlatBuffer& params,
+                                            FlatBuffer& grads,
+                                            const ForwardBackwardOptions& options) override;
+  // The same forward, and so the same StepStats bit for bit as ForwardBackward.
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const FlatBuffer& params,
+                                     Precision precision) override;
+  MemoryStats memory() const override;
+
+  const GptOptions& options() const { return options_; }
+
+ private:
+  // One block's activations that backward reads, for the rows of the current call.
+  struct BlockActivations {
+    float* ln1;  // [rows, width], and its mean and 1/std [rows]
+    float* ln1_mean;
+    float* ln1_rstd;
+    float* qkv;              // [rows, 3 width]
+    float* attention;        // [rows, width]
+    float* attention_stats;  // log-sum-exp or probabilities
+    float* residual;         // x + attention branch: the input of ln2 [rows, width]
+    float* ln2;
+    float* ln2_mean;
+    float* ln2_rstd;
+    float* fc;    // [rows, 4 width], before GELU
+    float* gelu;  // [rows, 4 width]
+  };
+  // What one call works with.
+  struct Pass {
+    const float* params;  // the master parameters or their rounded copy
+    Precision precision;
+    int64_t batch;  // samples
+    int64_t rows;   // batch * context
+  };
+  class GradWriter;
+
+  explicit GptModel(const GptOptions& options);
+  // Adds a tensor to the table with its initial distribution: normal(0, std) for std > 0,
+  // else the constant `value`.
+  int AddTensor(const std::string& name, std::vector<int64_t> shape, float std, float value);
+  const float* Tensor(const Pass& pass, int index) const {
+    return pass.params + table_.tensor(index).offset;
+  }
+
+  absl::Status CheckBatch(const Batch& batch) const;
+  // Validates the batch, lays out the activations for it and splits its tokens into inputs
+  // and targets.
+  absl::StatusOr<Pass> Prepare(const Batch& batch, const FlatBuffer& params, Precision precision);
+  void PlaceActivations(int64_t batch);
+  // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
+  float* Stream(int64_t block) const;
+  BlockActivations& Slot(int64_t block) { return slots_[block % segment_]; }
+
+  // Everything up to the logits.
+  void Forward(const Pass& pass);
+  // A block up to its GELU output, and its residual output (the next block's input).
+  void BlockForward(const Pass& pass, int64_t block);
+  void BlockOutputForward(const Pass& pass, int64_t block);
+  // From the logits' gradient (in dbig_) down to the embeddings.
+  void Backward(const Pass& pass, GradWriter& writer);
+  // Given the gradient of the block's output in dresidual_, leaves its input's there.
+  void BlockBackward(const Pass& pass, int64_t block, GradWriter& writer);
+
+  GptOptions options_;
+  std::string description_;
+  int64_t segment_;   // blocks per checkpointed segment; layers when checkpointing is off
+  int64_t segments_;  // ceil(layers / segment_)
+  TensorTable table_;
+  struct InitRule {
+    float std;
+    float value;
+  };
+  std::vector<InitRule> init_;  // per tensor
+  int wte_ = 0;
+  int wpe_ = 0;
+  std::vector<int> blocks_;  // each block's first tensor
+  int lnf_ = 0;              // weight; bias at lnf_ + 1
+  int lm_head_ = 0;
+  int64_t largest_group_ = 0;  // elements spanned by the biggest group of gradients
+
+  // Activations of the current call: pointers into arena_.
+  GrowBuffer<float> arena_;
+  std::vector<float*> streams_;
+  std::vector<BlockActivations> slots_;  // segment_ of them
+  float* lnf_out_ = nullptr;
+  float* lnf_mean_ = nullptr;
+  float* lnf_rstd_ = nullptr;
+  float* logits_ = nullptr;
+  GrowBuffer<int32_t> tokens_;  // inputs, then targets: [rows] each
+  GrowBuffer<float> attention_scratch_;
+  SoftmaxCrossEntropy loss_;
+
+  // Backward's activation gradients.
+  GrowBuffer<float> dresidual_;  // [rows, width]
+  GrowBuffer<float> dsmall_;     // [rows, width]
+  GrowBuffer<float> dbig_;       // [rows, max(4 width, vocab)]: dlogits, dfc, dqkv
+
+  FlatBuffer compute_params_;       // rounded parameters, for half precision
+  GrowBuffer<float> staged_grads_;  // one group's half-precision gradients, for accumulate
+};
+
+}  // namespace ringmaster::train::nn
+
+#endif  // RINGMASTER_TRAIN_NN_GPT_H_
