@@ -48,7 +48,7 @@ struct ForwardBackwardOptions {
 struct StepStats {
   double loss_sum = 0;     // unscaled sum of per-term losses over the batch
   int64_t loss_terms = 0;  // samples (classifier) or tokens (language model) in it
-  int64_t correct = 0;     // classifier: argmax == label count; LM: 0
+  int64_t correct = 0;     // terms whose argmax is the label (LM: the next token)
 };
 
 struct MemoryStats {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "train/grad_sync.h"
 #include "train/memory_estimate.h"
 #include "train/nn/classifiers.h"
+#include "train/nn/gpt.h"
 #include "train/optim/clip.h"
 #include "train/optim/loss_scaler.h"
 #include "train/optim/lr_schedule.h"
@@ -173,8 +175,21 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
     o.cnn.classes = data.num_classes;
     return nn::CreateModel(o);
   }
-  return absl::InvalidArgumentError(
-      "model: this trainer runs model.mlp and model.cnn; model.gpt is not built yet");
+  if (m.has_gpt()) {
+    if (data.context == 0) {
+      return absl::InvalidArgumentError("model.gpt needs text data (data.text)");
+    }
+    nn::GptOptions g;
+    g.layers = m.gpt().layers();
+    g.heads = m.gpt().heads();
+    g.width = m.gpt().width();
+    g.context = m.gpt().context();
+    g.vocab = m.gpt().vocab();
+    g.checkpoint_every = spec.parallelism().activation_checkpointing_every();
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptModel> gpt, nn::GptModel::Create(g));
+    return std::unique_ptr<Model>(std::move(gpt));
+  }
+  return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
 }
 
 absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint64_t> gathered,
@@ -306,6 +321,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
 
   std::ofstream metrics;
   if (leader && !spec.metrics().jsonl().empty()) {
+    std::error_code ignored;  // a failure to create it shows when opening the file
+    std::filesystem::create_directories(std::filesystem::path(spec.metrics().jsonl()).parent_path(),
+                                        ignored);
     metrics.open(spec.metrics().jsonl(), std::ios::out | std::ios::trunc);
     if (!metrics) {
       return absl::FailedPreconditionError(absl::StrCat(
