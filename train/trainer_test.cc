@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
+#include "train/data/text_dataset.h"
 
 namespace ringmaster::train {
 namespace {
@@ -64,15 +65,38 @@ struct RunResult {
 };
 
 // Trains kSpec with `overrides` on `world` ranks.
-RunResult Train(int world, std::vector<std::string> overrides) {
+constexpr char kGptSpec[] = R"(
+name: trainer_test_gpt
+seed: 5
+steps: 4
+model: {gpt: {layers: 2, heads: 2, width: 16, context: 8}}
+data: {text: {path: unused}}
+optimizer: {adamw: {}, lr: 0.003, clip_grad_norm: 1.0}
+batch: {global: 12}
+parallelism: {bucket_mb: 0.01}
+diagnostics: {fingerprint_every: 1, log_every: 1}
+)";
+
+std::unique_ptr<data::Dataset> SyntheticText() {
+  std::string text;
+  for (int i = 0; text.size() < 400; ++i) text += "the ring passes gradients around; ";
+  return *data::TextDataset::Create("synthetic text", text, 8);
+}
+
+RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec) {
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   MultiProcOptions options;
   options.world_size = world;
   auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    auto spec = spec::LoadJobSpecText(kSpec, overrides);
+    auto spec = spec::LoadJobSpecText(spec_text, overrides);
     if (!spec.ok()) return spec.status();
-    auto train_data = Synthetic();
+    std::unique_ptr<data::Dataset> train_data;
+    if (spec_text == kSpec) {
+      train_data = Synthetic();
+    } else {
+      train_data = SyntheticText();
+    }
     TrainerOptions o;
     o.spec = *spec;
     o.comm = &comm;
@@ -190,6 +214,16 @@ TEST_F(TrainerTest, Fp16OverflowSkipsTheStepAndBacksOff) {
   EXPECT_GE(run.skipped_steps, 1);
   EXPECT_LT(run.skipped_steps, 6);  // the scale came down and later steps were applied
   EXPECT_TRUE(std::isfinite(run.final_loss));
+}
+
+TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
+  RunResult one = Train(1, {}, kGptSpec);
+  ASSERT_FALSE(one.params.empty());
+  ExpectSameParameters(Train(2, {}, kGptSpec), one, "gpt world 2");
+  ExpectSameParameters(
+      Train(3, {"parallelism.zero_stage=1", "parallelism.activation_checkpointing_every=1"},
+            kGptSpec),
+      one, "gpt world 3, ZeRO-1, checkpointing every block");
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
