@@ -1,0 +1,473 @@
+// trainbench: training throughput of ringmaster against PyTorch on this machine, and the
+// effect of overlapping the gradient all-reduce with backward.
+//
+//   trainbench [--sections throughput,overlap] [--worlds 1,2,4] [--overlap_worlds 2,4]
+//       [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80] [--csv FILE]
+//
+// throughput: the Fashion-MNIST MLP 784-512-512-10, 128 samples per rank, SGD with
+//   momentum, fp32, at each world size: ringmaster (`ringctl local`) and PyTorch (world 1
+//   plain, more ranks DDP over Gloo; bench/peers/torch_ddp.py), run one after the other
+//   per world size, both with OpenBLAS and cores ÷ world threads per rank. Prints samples/s
+//   (median over logged windows after the warm-up), the ratio ours/PyTorch and each side's
+//   scaling efficiency (samples/s at world W ÷ (W × samples/s at world 1)).
+// overlap: ringmaster's step time with parallelism.overlap off (buckets run after
+//   backward) and on for each --bucket_mb, for the MLP and a deeper one (--deep_hidden),
+//   with the communication time and the exposed part (the step waited for it) as
+//   fractions of the step, from the trainer's metrics.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/train_bench.h"
+#include "common/file_util.h"
+
+ABSL_FLAG(std::string, sections, "throughput,overlap",
+          "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets)");
+ABSL_FLAG(std::string, worlds, "1,2,4", "throughput: world sizes (local ranks)");
+ABSL_FLAG(std::string, overlap_worlds, "2,4", "overlap: world sizes");
+ABSL_FLAG(std::string, bucket_mb, "0.25,1,25", "overlap: gradient bucket sizes in MiB");
+ABSL_FLAG(int64_t, batch, 128, "samples per rank per step (global batch = batch x world)");
+ABSL_FLAG(int64_t, steps, 200, "steps per run of the MLP 784-512-512-10");
+ABSL_FLAG(std::string, deep_hidden, "1024,1024,1024,1024",
+          "overlap: hidden widths of the deeper MLP (empty: leave it out)");
+ABSL_FLAG(int64_t, deep_steps, 80, "steps per run of the deeper MLP");
+ABSL_FLAG(int64_t, log_every, 10, "steps per timed window");
+ABSL_FLAG(int64_t, warmup_steps, 20, "steps at the start of a run that are not counted");
+ABSL_FLAG(int, repeats, 1, "runs per configuration (their windows are pooled)");
+ABSL_FLAG(int, threads, 0, "threads per rank on both sides; 0 = cores / world (at least 1)");
+ABSL_FLAG(std::string, peer, "torch", "the peer of the throughput section: torch or none");
+ABSL_FLAG(std::string, peer_data, "fashion_mnist",
+          "the PyTorch peer's data: fashion_mnist (the same IDX files) or random");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Fashion-MNIST IDX files (Debian's dataset-fashion-mnist)");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with PyTorch");
+ABSL_FLAG(std::string, blas_dir, "/usr/lib/x86_64-linux-gnu/openblas-pthread",
+          "LD_LIBRARY_PATH of the PyTorch peer: where OpenBLAS's libblas.so.3 is");
+ABSL_FLAG(std::string, ringctl, "", "the ringctl binary; empty = bazel-bin/cli/ringctl");
+ABSL_FLAG(std::string, torch_script, "",
+          "the PyTorch peer script; empty = bench/peers/torch_ddp.py in the runfiles");
+ABSL_FLAG(std::string, work_dir, "",
+          "where runs keep their specs, logs and metrics; empty = a new /tmp/trainbench-*");
+ABSL_FLAG(bool, keep_work_dir, false, "keep the work directory after a successful run");
+ABSL_FLAG(std::string, csv, "", "also write every result as CSV to this file");
+ABSL_FLAG(int, timeout_s, 300, "limit of each run in seconds");
+
+namespace ringmaster::bench {
+namespace {
+
+constexpr char kProgram[] = "trainbench";
+
+// Prints a usage error naming the flag; returns the exit status for bad usage.
+int BadFlag(const std::string& flag, const std::string& problem) {
+  fprintf(stderr, "%s: --%s: %s\n", kProgram, flag.c_str(), problem.c_str());
+  return 2;
+}
+
+// A comma-separated list of numbers, each at least `min`.
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseList(const std::string& text, T min) {
+  std::vector<T> values;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    T v{};
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      ok = absl::SimpleAtod(item, &v);
+    } else {
+      ok = absl::SimpleAtoi(item, &v);
+    }
+    if (!ok || v < min) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", item, "\" is not a number of at least ", min));
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+std::string SelfDir() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ".";
+  self[n] = '\0';
+  std::string dir(self);
+  return dir.substr(0, dir.find_last_of('/'));
+}
+
+// The first of `candidates` that exists, or the first one (for the error message).
+std::string FirstExisting(const std::vector<std::string>& candidates) {
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), R_OK) == 0) return c;
+  }
+  return candidates.front();
+}
+
+std::string Thousands(double v) {
+  const std::string digits = absl::StrFormat("%.0f", v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string Percent(double fraction) {
+  return fraction < 0 ? "-" : absl::StrFormat("%.1f", 100 * fraction);
+}
+
+std::string Ratio(double r) { return r < 0 ? "-" : absl::StrFormat("%.2f", r); }
+
+std::string Spread(const TrainStats& s) {
+  return absl::StrCat(Thousands(s.samples_per_second), " (", Thousands(s.min_samples_per_second),
+                      "-", Thousands(s.max_samples_per_second), ")");
+}
+
+struct Bench {
+  RingmasterOptions ringmaster;
+  TorchOptions torch;
+  bool with_torch = true;
+  int cores = 1;
+  int forced_threads = 0;
+  int repeats = 1;
+  std::deque<BenchRow> rows;  // a deque: Measure's pointers stay valid
+  std::vector<std::string> peer_lines;
+
+  TrainConfig Config(const std::vector<int64_t>& hidden, const std::string& model, int world,
+                     int64_t steps) const {
+    TrainConfig c;
+    c.model = model;
+    c.hidden = hidden;
+    c.world = world;
+    c.threads = forced_threads > 0 ? forced_threads : ThreadsPerRank(cores, world);
+    c.batch_per_rank = absl::GetFlag(FLAGS_batch);
+    c.steps = steps;
+    c.log_every = absl::GetFlag(FLAGS_log_every);
+    c.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+    return c;
+  }
+
+  // Runs one configuration of one implementation and records its row.
+  absl::StatusOr<BenchRow*> Measure(const std::string& section, const std::string& impl,
+                                    const TrainConfig& config) {
+    BenchRow row;
+    row.section = section;
+    row.impl = impl;
+    row.config = config;
+    row.load_before = LoadAverage();
+    if (impl == "ringmaster") {
+      auto r = RunRingmaster(ringmaster, config, repeats);
+      if (!r.ok()) return r.status();
+      row.stats = r->stats;
+      row.buckets = r->buckets;
+    } else {
+      auto r = RunTorch(torch, config, repeats);
+      if (!r.ok()) return r.status();
+      row.stats = r->stats;
+      peer_lines.push_back(r->peer_line);
+    }
+    row.load_after = LoadAverage();
+    rows.push_back(row);
+    return &rows.back();
+  }
+};
+
+void Progress(const std::string& what) {
+  printf("  measuring %s...\n", what.c_str());
+  fflush(stdout);
+}
+
+absl::Status Throughput(Bench& bench, const std::vector<int>& worlds, int64_t steps) {
+  const std::vector<int64_t> hidden = {512, 512};
+  std::map<std::pair<std::string, int>, double> sps;  // (impl, world) -> samples/s
+  std::vector<std::string> impls = {"ringmaster"};
+  if (bench.with_torch) impls.push_back("pytorch");
+  const size_t first = bench.rows.size();
+  for (int world : worlds) {
+    for (const std::string& impl : impls) {
+      Progress(absl::StrCat(impl, " at world ", world));
+      auto row = bench.Measure("throughput", impl, bench.Config(hidden, "mlp", world, steps));
+      if (!row.ok()) return row.status();
+      sps[{impl, world}] = (*row)->stats.samples_per_second;
+    }
+  }
+  for (size_t i = first; i < bench.rows.size(); ++i) {
+    BenchRow& r = bench.rows[i];
+    const int w = r.config.world;
+    auto one = sps.find({r.impl, 1});
+    if (one != sps.end()) r.efficiency = r.stats.samples_per_second / (w * one->second);
+    auto peer = sps.find({"pytorch", w});
+    if (r.impl == "ringmaster" && peer != sps.end()) {
+      r.ratio = r.stats.samples_per_second / peer->second;
+    }
+  }
+
+  const TrainConfig c = bench.Config(hidden, "mlp", 1, steps);
+  printf("\nThroughput: MLP %s, %lld samples per rank, SGD momentum, fp32, Fashion-MNIST\n",
+         DescribeMlp(hidden).c_str(), static_cast<long long>(c.batch_per_rank));
+  printf("samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
+         "steps, %lld steps a run\n",
+         static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
+         static_cast<long long>(steps));
+  printf("%5s %7s | %-26s %5s %6s %6s | %-26s %5s | %7s\n", "world", "threads",
+         "ringmaster samples/s", "eff", "comm%", "exp%", "PyTorch samples/s", "eff",
+         "ours/PT");
+  for (int world : worlds) {
+    const BenchRow* ours = nullptr;
+    const BenchRow* peer = nullptr;
+    for (size_t i = first; i < bench.rows.size(); ++i) {
+      const BenchRow& r = bench.rows[i];
+      if (r.config.world != world) continue;
+      (r.impl == "ringmaster" ? ours : peer) = &r;
+    }
+    printf("%5d %7d | %-26s %5s %6s %6s | %-26s %5s | %7s\n", world, ours->config.threads,
+           Spread(ours->stats).c_str(), Ratio(ours->efficiency).c_str(),
+           Percent(ours->stats.comm_fraction).c_str(),
+           Percent(ours->stats.exposed_comm_fraction).c_str(),
+           peer ? Spread(peer->stats).c_str() : "-", peer ? Ratio(peer->efficiency).c_str() : "-",
+           Ratio(ours->ratio).c_str());
+  }
+  printf("eff = samples/s at world W / (W x samples/s at world 1); comm%%/exp%% = time in "
+         "gradient collectives / of it the step waited for, as %% of the step\n");
+  for (const std::string& line : bench.peer_lines) printf("PyTorch peer: %s\n", line.c_str());
+  // The goals of issue 3.
+  for (size_t i = first; i < bench.rows.size(); ++i) {
+    const BenchRow& r = bench.rows[i];
+    if (r.impl != "ringmaster" || r.ratio < 0) continue;
+    if (r.config.world == 1) {
+      printf("goal world 1: ours/PyTorch %.2f >= 1: %s\n", r.ratio, r.ratio >= 1 ? "met" : "NOT met");
+    } else if (r.config.world == 2) {
+      printf("goal world 2: ours/PyTorch DDP %.2f >= 1.5: %s; scaling efficiency %s >= 0.8: %s\n",
+             r.ratio, r.ratio >= 1.5 ? "met" : "NOT met", Ratio(r.efficiency).c_str(),
+             r.efficiency >= 0.8 ? "met" : "NOT met");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Overlap(Bench& bench, const std::vector<int>& worlds,
+                     const std::vector<double>& buckets, int64_t steps,
+                     const std::vector<int64_t>& deep_hidden, int64_t deep_steps) {
+  std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> models = {
+      {"mlp", {512, 512}, steps}};
+  if (!deep_hidden.empty()) models.emplace_back("deep_mlp", deep_hidden, deep_steps);
+  const size_t first = bench.rows.size();
+  for (const auto& [name, hidden, model_steps] : models) {
+    for (int world : worlds) {
+      TrainConfig c = bench.Config(hidden, name, world, model_steps);
+      c.overlap = false;
+      c.bucket_mb = 25;
+      Progress(absl::StrCat(DescribeMlp(hidden), " at world ", world, ", overlap off"));
+      auto off = bench.Measure("overlap", "ringmaster", c);
+      if (!off.ok()) return off.status();
+      (*off)->ratio = 1;
+      const double off_ms = (*off)->stats.step_ms;
+      for (double mb : buckets) {
+        c.overlap = true;
+        c.bucket_mb = mb;
+        Progress(absl::StrCat(DescribeMlp(hidden), " at world ", world, ", overlap on, ", mb,
+                              " MiB buckets"));
+        auto on = bench.Measure("overlap", "ringmaster", c);
+        if (!on.ok()) return on.status();
+        (*on)->ratio = off_ms / (*on)->stats.step_ms;
+      }
+    }
+  }
+  printf("\nOverlap: ringmaster step time, median of %lld-step windows after %lld warm-up "
+         "steps\n",
+         static_cast<long long>(absl::GetFlag(FLAGS_log_every)),
+         static_cast<long long>(absl::GetFlag(FLAGS_warmup_steps)));
+  printf("%-28s %5s %7s %7s %7s %9s %10s %6s %6s %8s\n", "model", "world", "overlap", "bucket",
+         "buckets", "step ms", "samples/s", "comm%", "exp%", "off/this");
+  for (size_t i = first; i < bench.rows.size(); ++i) {
+    const BenchRow& r = bench.rows[i];
+    printf("%-28s %5d %7s %7s %7s %9.2f %10s %6s %6s %8s\n",
+           DescribeMlp(r.config.hidden).c_str(), r.config.world,
+           r.config.overlap ? "on" : "off", absl::StrCat(r.config.bucket_mb, "M").c_str(),
+           r.buckets < 0 ? "-" : absl::StrCat(r.buckets).c_str(), r.stats.step_ms,
+           Thousands(r.stats.samples_per_second).c_str(), Percent(r.stats.comm_fraction).c_str(),
+           Percent(r.stats.exposed_comm_fraction).c_str(), Ratio(r.ratio).c_str());
+  }
+  printf("off/this = step time with overlap off (one 25 MiB bucket after backward) / this "
+         "configuration's (> 1: faster)\n");
+  return absl::OkStatus();
+}
+
+int Main() {
+  std::vector<std::string> sections =
+      absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace());
+  bool throughput = false, overlap = false;
+  for (const std::string& s : sections) {
+    if (s == "throughput") {
+      throughput = true;
+    } else if (s == "overlap") {
+      overlap = true;
+    } else {
+      return BadFlag("sections", absl::StrCat("unknown section \"", s,
+                                              "\"; use throughput and/or overlap"));
+    }
+  }
+  if (!throughput && !overlap) return BadFlag("sections", "name at least one section");
+  auto worlds = ParseList<int>(absl::GetFlag(FLAGS_worlds), 1);
+  if (!worlds.ok() || worlds->empty()) {
+    return BadFlag("worlds", worlds.ok() ? "empty" : std::string(worlds.status().message()));
+  }
+  auto overlap_worlds = ParseList<int>(absl::GetFlag(FLAGS_overlap_worlds), 2);
+  if (!overlap_worlds.ok() || (overlap && overlap_worlds->empty())) {
+    return BadFlag("overlap_worlds", overlap_worlds.ok()
+                                         ? "empty"
+                                         : std::string(overlap_worlds.status().message()));
+  }
+  auto buckets = ParseList<double>(absl::GetFlag(FLAGS_bucket_mb), 0.001);
+  if (!buckets.ok() || (overlap && buckets->empty())) {
+    return BadFlag("bucket_mb",
+                   buckets.ok() ? "empty" : std::string(buckets.status().message()));
+  }
+  auto deep_hidden = ParseList<int64_t>(absl::GetFlag(FLAGS_deep_hidden), 1);
+  if (!deep_hidden.ok()) return BadFlag("deep_hidden", std::string(deep_hidden.status().message()));
+  for (const auto& [name, value, min] :
+       {std::tuple<const char*, int64_t, int64_t>{"batch", absl::GetFlag(FLAGS_batch), 1},
+        {"steps", absl::GetFlag(FLAGS_steps), 1},
+        {"deep_steps", absl::GetFlag(FLAGS_deep_steps), 1},
+        {"log_every", absl::GetFlag(FLAGS_log_every), 1},
+        {"warmup_steps", absl::GetFlag(FLAGS_warmup_steps), 0},
+        {"repeats", absl::GetFlag(FLAGS_repeats), 1},
+        {"threads", absl::GetFlag(FLAGS_threads), 0},
+        {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1}}) {
+    if (value < min) return BadFlag(name, absl::StrCat(value, " is less than ", min));
+  }
+  for (const auto& [name, steps] :
+       {std::pair<const char*, int64_t>{"steps", absl::GetFlag(FLAGS_steps)},
+        {"deep_steps", absl::GetFlag(FLAGS_deep_steps)}}) {
+    if (steps < absl::GetFlag(FLAGS_warmup_steps) + absl::GetFlag(FLAGS_log_every)) {
+      return BadFlag(name, "must be at least --warmup_steps + --log_every (one timed window)");
+    }
+  }
+  const std::string peer = absl::GetFlag(FLAGS_peer);
+  if (peer != "torch" && peer != "none") {
+    return BadFlag("peer", absl::StrCat("\"", peer, "\" is neither torch nor none"));
+  }
+  const std::string peer_data = absl::GetFlag(FLAGS_peer_data);
+  if (peer_data != "fashion_mnist" && peer_data != "random") {
+    return BadFlag("peer_data",
+                   absl::StrCat("\"", peer_data, "\" is neither fashion_mnist nor random"));
+  }
+  const std::string csv = absl::GetFlag(FLAGS_csv);
+  if (!csv.empty()) {
+    const size_t slash = csv.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : csv.substr(0, std::max<size_t>(slash, 1));
+    if (access(dir.c_str(), W_OK) != 0) {
+      return BadFlag("csv", absl::StrCat(csv, ": directory ", dir,
+                                         " does not exist or is not writable"));
+    }
+  }
+
+  Bench bench;
+  bench.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bench.forced_threads = absl::GetFlag(FLAGS_threads);
+  bench.repeats = absl::GetFlag(FLAGS_repeats);
+  bench.with_torch = peer == "torch";
+  const std::string self_dir = SelfDir();
+  std::string work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (work_dir.empty()) {
+    char tmpl[] = "/tmp/trainbench-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      fprintf(stderr, "%s: cannot create a work directory in /tmp: %s\n", kProgram,
+              strerror(errno));
+      return 1;
+    }
+    work_dir = tmpl;
+  } else if (std::error_code ec; !std::filesystem::create_directories(work_dir, ec) && ec) {
+    return BadFlag("work_dir", absl::StrCat(work_dir, ": ", ec.message()));
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  bench.ringmaster.ringctl = absl::GetFlag(FLAGS_ringctl).empty()
+                                 ? FirstExisting({self_dir + "/../cli/ringctl"})
+                                 : absl::GetFlag(FLAGS_ringctl);
+  bench.ringmaster.data_dir = absl::GetFlag(FLAGS_data_dir);
+  bench.ringmaster.work_dir = work_dir;
+  bench.ringmaster.timeout = timeout;
+  bench.torch.python = absl::GetFlag(FLAGS_python);
+  bench.torch.script =
+      absl::GetFlag(FLAGS_torch_script).empty()
+          ? FirstExisting({self_dir + "/trainbench.runfiles/ringmaster/bench/peers/torch_ddp.py",
+                           self_dir + "/peers/torch_ddp.py"})
+          : absl::GetFlag(FLAGS_torch_script);
+  bench.torch.blas_dir = absl::GetFlag(FLAGS_blas_dir);
+  bench.torch.data = peer_data;
+  bench.torch.data_dir = absl::GetFlag(FLAGS_data_dir);
+  bench.torch.work_dir = work_dir;
+  bench.torch.timeout = timeout;
+
+  const double load_start = LoadAverage();
+  printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, bench.cores,
+         load_start, work_dir.c_str());
+  fflush(stdout);
+  absl::Status status;
+  if (throughput) status = Throughput(bench, *worlds, absl::GetFlag(FLAGS_steps));
+  if (status.ok() && overlap) {
+    status = Overlap(bench, *overlap_worlds, *buckets, absl::GetFlag(FLAGS_steps), *deep_hidden,
+                     absl::GetFlag(FLAGS_deep_steps));
+  }
+  if (!status.ok()) {
+    fprintf(stderr, "%s: %s\n(runs kept in %s)\n", kProgram, status.ToString().c_str(),
+            work_dir.c_str());
+    return 1;
+  }
+  double lowest = 1e9, highest = -1;
+  for (const BenchRow& r : bench.rows) {
+    for (double l : {r.load_before, r.load_after}) {
+      if (l < 0) continue;
+      lowest = std::min(lowest, l);
+      highest = std::max(highest, l);
+    }
+  }
+  printf("\nload average (1 min) during the runs: %.2f to %.2f on %d cores; now %.2f\n", lowest,
+         highest, bench.cores, LoadAverage());
+  if (!csv.empty()) {
+    absl::Status s = WriteFileAtomically(csv, BenchRowsToCsv({bench.rows.begin(), bench.rows.end()}));
+    if (!s.ok()) {
+      fprintf(stderr, "%s: --csv: %s\n", kProgram, s.ToString().c_str());
+      return 1;
+    }
+    printf("wrote %s\n", csv.c_str());
+  }
+  if (!absl::GetFlag(FLAGS_keep_work_dir)) {
+    std::error_code ec;
+    std::filesystem::remove_all(work_dir, ec);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmaster::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "training throughput of ringmaster vs PyTorch DDP, and overlap on/off.\n"
+      "  trainbench [--sections throughput,overlap] [--worlds 1,2,4] [--csv FILE] ...");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n",
+            args[1]);
+    return 2;
+  }
+  return ringmaster::bench::Main();
+}
