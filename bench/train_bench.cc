@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -24,6 +25,9 @@
 
 namespace ringmaster::bench {
 namespace {
+
+// The process group of the run in progress (0: none), for KillRunningProcesses.
+std::atomic<pid_t> running_group{0};
 
 // The number after "key": in a flat JSON object; NOT_FOUND when the key is absent or null.
 absl::StatusOr<double> NumberField(absl::string_view object, absl::string_view key) {
@@ -92,6 +96,7 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
   }
   close(out);
   setpgid(pid, pid);  // also here, so that a kill before the child ran reaches the group
+  running_group = pid;
   const absl::Time deadline = absl::Now() + options.timeout;
   int status = 0;
   while (true) {
@@ -105,6 +110,7 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
       absl::SleepFor(absl::Seconds(3));
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
+      running_group = 0;
       return absl::DeadlineExceededError(absl::StrCat(
           options.argv[0], " did not finish within ", absl::FormatDuration(options.timeout),
           "; killed it (log: ", options.output_path, ")"));
@@ -113,6 +119,7 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
   }
   // A finished launcher may leave stragglers (a PyTorch rank): they must not run on.
   kill(-pid, SIGKILL);
+  running_group = 0;
   if (!WIFEXITED(status)) {
     return absl::InternalError(absl::StrCat(options.argv[0], " was killed by signal ",
                                             WTERMSIG(status), ":\n",
@@ -269,57 +276,52 @@ std::string DescribeMlp(const std::vector<int64_t>& hidden) {
 
 int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
 
-absl::StatusOr<RingmasterResult> RunRingmaster(const RingmasterOptions& options,
-                                               const TrainConfig& config, int runs) {
+absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
+                                            const TrainConfig& config) {
   if (access(options.ringctl.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ringctl is not at ", options.ringctl,
         "; build it: bazel build //cli:ringctl //worker:ringtrainer (or pass --ringctl)"));
   }
-  RingmasterResult result;
-  std::vector<TrainWindow> windows;
-  for (int run = 0; run < runs; ++run) {
-    RM_ASSIGN_OR_RETURN(
-        std::string dir,
-        MakeRunDir(options.work_dir,
-                   absl::StrCat(RunName("ringmaster", config), config.overlap ? "-overlap" : "",
-                                "-bucket", config.bucket_mb)));
-    const std::string spec = dir + "/job.yaml";
-    RM_RETURN_IF_ERROR(WriteFileAtomically(spec, kJobSpec, {.durable = false}));
-    ProcessOptions p;
-    p.argv = {options.ringctl, "local", "--workers", absl::StrCat(config.world), spec};
-    for (const std::string& set : std::vector<std::string>{
-             absl::StrCat("steps=", config.steps),
-             absl::StrCat("batch.global=", config.batch_per_rank * config.world),
-             absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
-             absl::StrCat("optimizer.lr=", config.lr),
-             absl::StrCat("parallelism.threads=", config.threads),
-             absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
-             absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
-             absl::StrCat("diagnostics.log_every=", config.log_every),
-             absl::StrCat("data.fashion_mnist.dir=", options.data_dir),
-             absl::StrCat("metrics.jsonl=", dir, "/metrics.jsonl")}) {
-      p.argv.push_back("--set");
-      p.argv.push_back(set);
-    }
-    p.argv.insert(p.argv.end(), {"--summary", dir + "/summary.json", "--run_dir", dir + "/run"});
-    p.output_path = dir + "/ringctl.log";
-    p.timeout = options.timeout;
-    RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
-    if (exit_code != 0) {
-      return absl::InternalError(absl::StrCat("ringctl local --workers ", config.world,
-                                              " exited with status ", exit_code, " (log ",
-                                              p.output_path, "):\n", LogTail(p.output_path)));
-    }
-    RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &windows));
-    result.buckets = BucketsFromLog(p.output_path);
+  RM_ASSIGN_OR_RETURN(
+      std::string dir,
+      MakeRunDir(options.work_dir,
+                 absl::StrCat(RunName("ringmaster", config), config.overlap ? "-overlap" : "",
+                              "-bucket", config.bucket_mb)));
+  const std::string spec = dir + "/job.yaml";
+  RM_RETURN_IF_ERROR(WriteFileAtomically(spec, kJobSpec, {.durable = false}));
+  ProcessOptions p;
+  p.argv = {options.ringctl, "local", "--workers", absl::StrCat(config.world), spec};
+  for (const std::string& set : std::vector<std::string>{
+           absl::StrCat("steps=", config.steps),
+           absl::StrCat("batch.global=", config.batch_per_rank * config.world),
+           absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
+           absl::StrCat("optimizer.lr=", config.lr),
+           absl::StrCat("parallelism.threads=", config.threads),
+           absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
+           absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
+           absl::StrCat("diagnostics.log_every=", config.log_every),
+           absl::StrCat("data.fashion_mnist.dir=", options.data_dir),
+           absl::StrCat("metrics.jsonl=", dir, "/metrics.jsonl")}) {
+    p.argv.push_back("--set");
+    p.argv.push_back(set);
   }
-  RM_ASSIGN_OR_RETURN(result.stats, SummarizeWindows(windows, config.warmup_steps));
-  return result;
+  p.argv.insert(p.argv.end(), {"--summary", dir + "/summary.json", "--run_dir", dir + "/run"});
+  p.output_path = dir + "/ringctl.log";
+  p.timeout = options.timeout;
+  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
+  if (exit_code != 0) {
+    return absl::InternalError(absl::StrCat("ringctl local --workers ", config.world,
+                                            " exited with status ", exit_code, " (log ",
+                                            p.output_path, "):\n", LogTail(p.output_path)));
+  }
+  RingmasterRun run;
+  RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
+  run.buckets = BucketsFromLog(p.output_path);
+  return run;
 }
 
-absl::StatusOr<TorchResult> RunTorch(const TorchOptions& options, const TrainConfig& config,
-                                     int runs) {
+absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config) {
   if (access(options.script.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the PyTorch peer script is not at ", options.script,
@@ -329,58 +331,54 @@ absl::StatusOr<TorchResult> RunTorch(const TorchOptions& options, const TrainCon
     return absl::FailedPreconditionError(absl::StrCat(
         "no Python at ", options.python, "; install PyTorch: ", kTorchInstallCommand));
   }
-  TorchResult result;
-  std::vector<TrainWindow> windows;
-  for (int run = 0; run < runs; ++run) {
-    RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(options.work_dir, RunName("pytorch", config)));
-    ProcessOptions p;
-    p.argv = {options.python,
-              options.script,
-              absl::StrCat("--world=", config.world),
-              absl::StrCat("--batch=", config.batch_per_rank),
-              absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
-              absl::StrCat("--steps=", config.steps),
-              absl::StrCat("--log_every=", config.log_every),
-              absl::StrCat("--threads=", config.threads),
-              absl::StrCat("--lr=", config.lr),
-              "--data=" + options.data,
-              "--data_dir=" + options.data_dir,
-              "--store=" + dir + "/store",
-              "--metrics=" + dir + "/metrics.jsonl"};
-    p.extra_env = {"LD_LIBRARY_PATH=" + options.blas_dir,
-                   absl::StrCat("OPENBLAS_NUM_THREADS=", config.threads),
-                   absl::StrCat("OMP_NUM_THREADS=", config.threads)};
-    p.output_path = dir + "/torch.log";
-    p.timeout = options.timeout;
-    RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
-    if (exit_code == 5) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("PyTorch is not installed; install it: ", kTorchInstallCommand));
-    }
-    if (exit_code == 3 || exit_code == 4) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the PyTorch peer cannot run as configured:\n", LogTail(p.output_path)));
-    }
-    if (exit_code != 0) {
-      return absl::InternalError(absl::StrCat("the PyTorch peer (world ", config.world,
-                                              ") exited with status ", exit_code, " (log ",
-                                              p.output_path, "):\n", LogTail(p.output_path)));
-    }
-    RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &windows));
-    RM_ASSIGN_OR_RETURN(std::string log, ReadFile(p.output_path));
-    for (absl::string_view line : absl::StrSplit(log, '\n')) {
-      if (absl::StartsWith(line, "peer ")) result.peer_line = std::string(line.substr(5));
-    }
+  RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(options.work_dir, RunName("pytorch", config)));
+  ProcessOptions p;
+  p.argv = {options.python,
+            options.script,
+            absl::StrCat("--world=", config.world),
+            absl::StrCat("--batch=", config.batch_per_rank),
+            absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
+            absl::StrCat("--steps=", config.steps),
+            absl::StrCat("--log_every=", config.log_every),
+            absl::StrCat("--threads=", config.threads),
+            absl::StrCat("--lr=", config.lr),
+            "--data=" + options.data,
+            "--data_dir=" + options.data_dir,
+            "--store=" + dir + "/store",
+            "--metrics=" + dir + "/metrics.jsonl"};
+  p.extra_env = {"LD_LIBRARY_PATH=" + options.blas_dir,
+                 absl::StrCat("OPENBLAS_NUM_THREADS=", config.threads),
+                 absl::StrCat("OMP_NUM_THREADS=", config.threads)};
+  p.output_path = dir + "/torch.log";
+  p.timeout = options.timeout;
+  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
+  if (exit_code == 5) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PyTorch is not installed; install it: ", kTorchInstallCommand));
   }
-  RM_ASSIGN_OR_RETURN(result.stats, SummarizeWindows(windows, config.warmup_steps));
-  return result;
+  if (exit_code == 3 || exit_code == 4) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the PyTorch peer cannot run as configured:\n", LogTail(p.output_path)));
+  }
+  if (exit_code != 0) {
+    return absl::InternalError(absl::StrCat("the PyTorch peer (world ", config.world,
+                                            ") exited with status ", exit_code, " (log ",
+                                            p.output_path, "):\n", LogTail(p.output_path)));
+  }
+  TorchRun run;
+  RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
+  RM_ASSIGN_OR_RETURN(std::string log, ReadFile(p.output_path));
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "peer ")) run.peer_line = std::string(line.substr(5));
+  }
+  return run;
 }
 
 std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
   std::string out =
       "section,impl,model,world,threads,batch_per_rank,steps,overlap,bucket_mb,buckets,"
       "windows,samples_per_second,min_samples_per_second,max_samples_per_second,step_ms,"
-      "comm_fraction,exposed_comm_fraction,ratio,scaling_efficiency,load_before,load_after\n";
+      "comm_fraction,exposed_comm_fraction,ratio,scaling_efficiency,load_min,load_max\n";
   for (const BenchRow& r : rows) {
     const TrainConfig& c = r.config;
     const bool ours = r.impl == "ringmaster";
@@ -397,12 +395,17 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
              absl::StrFormat("%.1f", r.stats.max_samples_per_second),
              absl::StrFormat("%.3f", r.stats.step_ms), Optional(r.stats.comm_fraction, "%.4f"),
              Optional(r.stats.exposed_comm_fraction, "%.4f"), Optional(r.ratio, "%.4f"),
-             Optional(r.efficiency, "%.4f"), Optional(r.load_before, "%.2f"),
-             Optional(r.load_after, "%.2f")},
+             Optional(r.efficiency, "%.4f"), Optional(r.load_min, "%.2f"),
+             Optional(r.load_max, "%.2f")},
             ","),
         "\n");
   }
   return out;
+}
+
+void KillRunningProcesses() {
+  const pid_t group = running_group.load();
+  if (group > 0) kill(-group, SIGKILL);
 }
 
 double LoadAverage() {

@@ -85,17 +85,17 @@ struct RingmasterOptions {
   absl::Duration timeout = absl::Minutes(5);
 };
 
-struct RingmasterResult {
-  TrainStats stats;
+struct RingmasterRun {
+  std::vector<TrainWindow> windows;  // rank 0's metrics.jsonl
   int buckets = -1;  // gradient buckets the trainer reported; -1: not found in its log
 };
 
-// Runs `ringctl local --workers W` `runs` times on a job spec written for `config` (Fashion-
-// MNIST, eval off, fingerprints off, metrics.jsonl on) and summarises all their windows.
-// Errors: FAILED_PRECONDITION when ringctl is missing; INTERNAL when a run fails (with the
-// tail of its log); DEADLINE_EXCEEDED when one outlives the timeout.
-absl::StatusOr<RingmasterResult> RunRingmaster(const RingmasterOptions& options,
-                                               const TrainConfig& config, int runs = 1);
+// Runs `ringctl local --workers W` once on a job spec written for `config` (Fashion-MNIST,
+// eval off, fingerprints off, metrics.jsonl on) and returns its windows.
+// Errors: FAILED_PRECONDITION when ringctl is missing; INTERNAL when the run fails (with the
+// tail of its log); DEADLINE_EXCEEDED when it outlives the timeout.
+absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
+                                            const TrainConfig& config);
 
 struct TorchOptions {
   std::string python = "/usr/bin/python3";
@@ -107,21 +107,20 @@ struct TorchOptions {
   absl::Duration timeout = absl::Minutes(5);
 };
 
-struct TorchResult {
-  TrainStats stats;
+struct TorchRun {
+  std::vector<TrainWindow> windows;  // rank 0's records
   std::string peer_line;  // what the peer printed about itself: torch, BLAS, threads
 };
 
 // The command that installs what the PyTorch peer needs.
 inline constexpr char kTorchInstallCommand[] = "apt-get install -y python3-torch";
 
-// Runs the PyTorch peer `runs` times for `config` (world 1: plain PyTorch; more: DDP over
-// Gloo) with OpenBLAS and config.threads threads per rank, and summarises its windows.
+// Runs the PyTorch peer once for `config` (world 1: plain PyTorch; more: DDP over Gloo)
+// with OpenBLAS and config.threads threads per rank, and returns its windows.
 // Errors: FAILED_PRECONDITION when PyTorch is not installed (naming kTorchInstallCommand),
 // when torch loaded another BLAS than OpenBLAS, or when the data is missing; INTERNAL when
 // a rank fails; DEADLINE_EXCEEDED on timeout.
-absl::StatusOr<TorchResult> RunTorch(const TorchOptions& options, const TrainConfig& config,
-                                     int runs = 1);
+absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config);
 
 // One line of the results: one configuration of one implementation.
 struct BenchRow {
@@ -133,8 +132,8 @@ struct BenchRow {
   double ratio = -1;       // throughput: ours / PyTorch at this world; overlap: step time
                            // with overlap off / this one. -1: none
   double efficiency = -1;  // samples/s at world W / (W x samples/s at world 1); -1: none
-  double load_before = -1;  // 1-minute load average before and after the run
-  double load_after = -1;
+  double load_min = -1;  // lowest and highest 1-minute load average seen before and after
+  double load_max = -1;  // its runs
 };
 
 // CSV with a header line; -1 values are left empty.
@@ -142,6 +141,11 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows);
 
 // The 1-minute load average (/proc/loadavg), or -1 when it cannot be read.
 double LoadAverage();
+
+// Kills the process group of the run in progress, if any (its processes are in a group of
+// their own, which a terminal's Ctrl-C does not reach). Async-signal-safe: for a SIGINT or
+// SIGTERM handler, which should then exit.
+void KillRunningProcesses();
 
 }  // namespace ringmaster::bench
 

@@ -14,13 +14,13 @@
 //   backward) and on for each --bucket_mb, for the MLP and a deeper one (--deep_hidden),
 //   with the communication time and the exposed part (the step waited for it) as
 //   fractions of the step, from the trainer's metrics.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/train_bench.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, sections, "throughput,overlap",
           "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets)");
@@ -51,7 +52,8 @@ ABSL_FLAG(std::string, deep_hidden, "1024,1024,1024,1024",
 ABSL_FLAG(int64_t, deep_steps, 80, "steps per run of the deeper MLP");
 ABSL_FLAG(int64_t, log_every, 10, "steps per timed window");
 ABSL_FLAG(int64_t, warmup_steps, 20, "steps at the start of a run that are not counted");
-ABSL_FLAG(int, repeats, 1, "runs per configuration (their windows are pooled)");
+ABSL_FLAG(int, repeats, 1,
+          "rounds over every configuration; each configuration's windows are pooled over them");
 ABSL_FLAG(int, threads, 0, "threads per rank on both sides; 0 = cores / world (at least 1)");
 ABSL_FLAG(std::string, peer, "torch", "the peer of the throughput section: torch or none");
 ABSL_FLAG(std::string, peer_data, "fashion_mnist",
@@ -66,7 +68,9 @@ ABSL_FLAG(std::string, torch_script, "",
           "the PyTorch peer script; empty = bench/peers/torch_ddp.py in the runfiles");
 ABSL_FLAG(std::string, work_dir, "",
           "where runs keep their specs, logs and metrics; empty = a new /tmp/trainbench-*");
-ABSL_FLAG(bool, keep_work_dir, false, "keep the work directory after a successful run");
+ABSL_FLAG(bool, keep_work_dir, false,
+          "keep the /tmp/trainbench-* work directory after a successful run (a --work_dir is "
+          "always kept)");
 ABSL_FLAG(std::string, csv, "", "also write every result as CSV to this file");
 ABSL_FLAG(int, timeout_s, 300, "limit of each run in seconds");
 
@@ -74,12 +78,6 @@ namespace ringmaster::bench {
 namespace {
 
 constexpr char kProgram[] = "trainbench";
-
-// Prints a usage error naming the flag; returns the exit status for bad usage.
-int BadFlag(const std::string& flag, const std::string& problem) {
-  fprintf(stderr, "%s: --%s: %s\n", kProgram, flag.c_str(), problem.c_str());
-  return 2;
-}
 
 // A comma-separated list of numbers, each at least `min`.
 template <typename T>
@@ -140,15 +138,29 @@ std::string Spread(const TrainStats& s) {
                       "-", Thousands(s.max_samples_per_second), ")");
 }
 
+// One configuration of one implementation; its windows pooled over the rounds.
+struct Item {
+  BenchRow row;
+  std::vector<TrainWindow> windows;
+  std::string peer_line;
+};
+
+std::string Label(const BenchRow& r) {
+  std::string label = absl::StrCat(r.impl, " ", DescribeMlp(r.config.hidden), " at world ",
+                                   r.config.world);
+  if (r.impl == "ringmaster" && r.section == "overlap") {
+    absl::StrAppend(&label, ", overlap ", r.config.overlap ? "on" : "off", ", ",
+                    r.config.bucket_mb, " MiB buckets");
+  }
+  return label;
+}
+
 struct Bench {
   RingmasterOptions ringmaster;
   TorchOptions torch;
-  bool with_torch = true;
   int cores = 1;
   int forced_threads = 0;
-  int repeats = 1;
-  std::deque<BenchRow> rows;  // a deque: Measure's pointers stay valid
-  std::vector<std::string> peer_lines;
+  std::vector<Item> items;
 
   TrainConfig Config(const std::vector<int64_t>& hidden, const std::string& model, int world,
                      int64_t steps) const {
@@ -164,140 +176,148 @@ struct Bench {
     return c;
   }
 
-  // Runs one configuration of one implementation and records its row.
-  absl::StatusOr<BenchRow*> Measure(const std::string& section, const std::string& impl,
-                                    const TrainConfig& config) {
-    BenchRow row;
-    row.section = section;
-    row.impl = impl;
-    row.config = config;
-    row.load_before = LoadAverage();
-    if (impl == "ringmaster") {
-      auto r = RunRingmaster(ringmaster, config, repeats);
-      if (!r.ok()) return r.status();
-      row.stats = r->stats;
-      row.buckets = r->buckets;
-    } else {
-      auto r = RunTorch(torch, config, repeats);
-      if (!r.ok()) return r.status();
-      row.stats = r->stats;
-      peer_lines.push_back(r->peer_line);
+  void Add(const std::string& section, const std::string& impl, const TrainConfig& config) {
+    Item item;
+    item.row.section = section;
+    item.row.impl = impl;
+    item.row.config = config;
+    items.push_back(item);
+  }
+
+  // Runs every item once, in order (a round); a failed run stops the benchmark.
+  absl::Status RunRound(int round, int rounds) {
+    for (Item& item : items) {
+      printf("  %s%s...\n",
+             rounds > 1 ? absl::StrCat("round ", round + 1, "/", rounds, ": ").c_str() : "",
+             Label(item.row).c_str());
+      fflush(stdout);
+      const double before = LoadAverage();
+      if (item.row.impl == "ringmaster") {
+        absl::StatusOr<RingmasterRun> run = RunRingmaster(ringmaster, item.row.config);
+        if (!run.ok()) return run.status();
+        item.windows.insert(item.windows.end(), run->windows.begin(), run->windows.end());
+        item.row.buckets = run->buckets;
+      } else {
+        absl::StatusOr<TorchRun> run = RunTorch(torch, item.row.config);
+        if (!run.ok()) return run.status();
+        item.windows.insert(item.windows.end(), run->windows.begin(), run->windows.end());
+        item.peer_line = run->peer_line;
+      }
+      for (double load : {before, LoadAverage()}) {
+        if (load < 0) continue;
+        BenchRow& r = item.row;
+        r.load_min = r.load_min < 0 ? load : std::min(r.load_min, load);
+        r.load_max = std::max(r.load_max, load);
+      }
     }
-    row.load_after = LoadAverage();
-    rows.push_back(row);
-    return &rows.back();
+    return absl::OkStatus();
+  }
+
+  // Summarises each item's windows, then the ratios: throughput ours / PyTorch and
+  // scaling efficiency per world; overlap: step time with overlap off / this one.
+  absl::Status Summarize() {
+    std::map<std::tuple<std::string, std::string, int>, double> sps;  // section, impl, world
+    std::map<std::pair<std::string, int>, double> off_ms;            // model, world
+    for (Item& item : items) {
+      BenchRow& r = item.row;
+      absl::StatusOr<TrainStats> stats = SummarizeWindows(item.windows, r.config.warmup_steps);
+      if (!stats.ok()) {
+        return absl::Status(stats.status().code(),
+                            absl::StrCat(Label(r), ": ", stats.status().message()));
+      }
+      r.stats = *stats;
+      sps[{r.section, r.impl, r.config.world}] = r.stats.samples_per_second;
+      if (r.section == "overlap" && !r.config.overlap) {
+        off_ms[{r.config.model, r.config.world}] = r.stats.step_ms;
+      }
+    }
+    for (Item& item : items) {
+      BenchRow& r = item.row;
+      if (r.section == "throughput") {
+        auto one = sps.find({r.section, r.impl, 1});
+        if (one != sps.end()) {
+          r.efficiency = r.stats.samples_per_second / (r.config.world * one->second);
+        }
+        auto peer = sps.find({r.section, "pytorch", r.config.world});
+        if (r.impl == "ringmaster" && peer != sps.end()) {
+          r.ratio = r.stats.samples_per_second / peer->second;
+        }
+      } else {
+        auto off = off_ms.find({r.config.model, r.config.world});
+        if (off != off_ms.end()) r.ratio = off->second / r.stats.step_ms;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<const Item*> Section(const std::string& section) const {
+    std::vector<const Item*> out;
+    for (const Item& item : items) {
+      if (item.row.section == section) out.push_back(&item);
+    }
+    return out;
   }
 };
 
-void Progress(const std::string& what) {
-  printf("  measuring %s...\n", what.c_str());
-  fflush(stdout);
-}
-
-absl::Status Throughput(Bench& bench, const std::vector<int>& worlds, int64_t steps) {
-  const std::vector<int64_t> hidden = {512, 512};
-  std::map<std::pair<std::string, int>, double> sps;  // (impl, world) -> samples/s
-  std::vector<std::string> impls = {"ringmaster"};
-  if (bench.with_torch) impls.push_back("pytorch");
-  const size_t first = bench.rows.size();
-  for (int world : worlds) {
-    for (const std::string& impl : impls) {
-      Progress(absl::StrCat(impl, " at world ", world));
-      auto row = bench.Measure("throughput", impl, bench.Config(hidden, "mlp", world, steps));
-      if (!row.ok()) return row.status();
-      sps[{impl, world}] = (*row)->stats.samples_per_second;
-    }
-  }
-  for (size_t i = first; i < bench.rows.size(); ++i) {
-    BenchRow& r = bench.rows[i];
-    const int w = r.config.world;
-    auto one = sps.find({r.impl, 1});
-    if (one != sps.end()) r.efficiency = r.stats.samples_per_second / (w * one->second);
-    auto peer = sps.find({"pytorch", w});
-    if (r.impl == "ringmaster" && peer != sps.end()) {
-      r.ratio = r.stats.samples_per_second / peer->second;
-    }
-  }
-
-  const TrainConfig c = bench.Config(hidden, "mlp", 1, steps);
+void PrintThroughput(const Bench& bench, int repeats) {
+  const std::vector<const Item*> items = bench.Section("throughput");
+  if (items.empty()) return;
+  const TrainConfig& c = items.front()->row.config;
   printf("\nThroughput: MLP %s, %lld samples per rank, SGD momentum, fp32, Fashion-MNIST\n",
-         DescribeMlp(hidden).c_str(), static_cast<long long>(c.batch_per_rank));
+         DescribeMlp(c.hidden).c_str(), static_cast<long long>(c.batch_per_rank));
   printf("samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
-         "steps, %lld steps a run\n",
+         "steps; %lld steps a run, %d run(s) each\n",
          static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
-         static_cast<long long>(steps));
+         static_cast<long long>(c.steps), repeats);
   printf("%5s %7s | %-26s %5s %6s %6s | %-26s %5s | %7s\n", "world", "threads",
-         "ringmaster samples/s", "eff", "comm%", "exp%", "PyTorch samples/s", "eff",
-         "ours/PT");
-  for (int world : worlds) {
-    const BenchRow* ours = nullptr;
+         "ringmaster samples/s", "eff", "comm%", "exp%", "PyTorch samples/s", "eff", "ours/PT");
+  for (const Item* item : items) {
+    const BenchRow& ours = item->row;
+    if (ours.impl != "ringmaster") continue;
     const BenchRow* peer = nullptr;
-    for (size_t i = first; i < bench.rows.size(); ++i) {
-      const BenchRow& r = bench.rows[i];
-      if (r.config.world != world) continue;
-      (r.impl == "ringmaster" ? ours : peer) = &r;
+    for (const Item* other : items) {
+      if (other->row.impl == "pytorch" && other->row.config.world == ours.config.world) {
+        peer = &other->row;
+      }
     }
-    printf("%5d %7d | %-26s %5s %6s %6s | %-26s %5s | %7s\n", world, ours->config.threads,
-           Spread(ours->stats).c_str(), Ratio(ours->efficiency).c_str(),
-           Percent(ours->stats.comm_fraction).c_str(),
-           Percent(ours->stats.exposed_comm_fraction).c_str(),
+    printf("%5d %7d | %-26s %5s %6s %6s | %-26s %5s | %7s\n", ours.config.world,
+           ours.config.threads, Spread(ours.stats).c_str(), Ratio(ours.efficiency).c_str(),
+           Percent(ours.stats.comm_fraction).c_str(),
+           Percent(ours.stats.exposed_comm_fraction).c_str(),
            peer ? Spread(peer->stats).c_str() : "-", peer ? Ratio(peer->efficiency).c_str() : "-",
-           Ratio(ours->ratio).c_str());
+           Ratio(ours.ratio).c_str());
   }
   printf("eff = samples/s at world W / (W x samples/s at world 1); comm%%/exp%% = time in "
          "gradient collectives / of it the step waited for, as %% of the step\n");
-  for (const std::string& line : bench.peer_lines) printf("PyTorch peer: %s\n", line.c_str());
+  for (const Item* item : items) {
+    if (!item->peer_line.empty()) printf("PyTorch peer: %s\n", item->peer_line.c_str());
+  }
   // The goals of issue 3.
-  for (size_t i = first; i < bench.rows.size(); ++i) {
-    const BenchRow& r = bench.rows[i];
+  for (const Item* item : items) {
+    const BenchRow& r = item->row;
     if (r.impl != "ringmaster" || r.ratio < 0) continue;
     if (r.config.world == 1) {
-      printf("goal world 1: ours/PyTorch %.2f >= 1: %s\n", r.ratio, r.ratio >= 1 ? "met" : "NOT met");
+      printf("goal world 1: ours/PyTorch %.2f >= 1: %s\n", r.ratio,
+             r.ratio >= 1 ? "met" : "NOT met");
     } else if (r.config.world == 2) {
       printf("goal world 2: ours/PyTorch DDP %.2f >= 1.5: %s; scaling efficiency %s >= 0.8: %s\n",
              r.ratio, r.ratio >= 1.5 ? "met" : "NOT met", Ratio(r.efficiency).c_str(),
              r.efficiency >= 0.8 ? "met" : "NOT met");
     }
   }
-  return absl::OkStatus();
 }
 
-absl::Status Overlap(Bench& bench, const std::vector<int>& worlds,
-                     const std::vector<double>& buckets, int64_t steps,
-                     const std::vector<int64_t>& deep_hidden, int64_t deep_steps) {
-  std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> models = {
-      {"mlp", {512, 512}, steps}};
-  if (!deep_hidden.empty()) models.emplace_back("deep_mlp", deep_hidden, deep_steps);
-  const size_t first = bench.rows.size();
-  for (const auto& [name, hidden, model_steps] : models) {
-    for (int world : worlds) {
-      TrainConfig c = bench.Config(hidden, name, world, model_steps);
-      c.overlap = false;
-      c.bucket_mb = 25;
-      Progress(absl::StrCat(DescribeMlp(hidden), " at world ", world, ", overlap off"));
-      auto off = bench.Measure("overlap", "ringmaster", c);
-      if (!off.ok()) return off.status();
-      (*off)->ratio = 1;
-      const double off_ms = (*off)->stats.step_ms;
-      for (double mb : buckets) {
-        c.overlap = true;
-        c.bucket_mb = mb;
-        Progress(absl::StrCat(DescribeMlp(hidden), " at world ", world, ", overlap on, ", mb,
-                              " MiB buckets"));
-        auto on = bench.Measure("overlap", "ringmaster", c);
-        if (!on.ok()) return on.status();
-        (*on)->ratio = off_ms / (*on)->stats.step_ms;
-      }
-    }
-  }
+void PrintOverlap(const Bench& bench) {
+  const std::vector<const Item*> items = bench.Section("overlap");
+  if (items.empty()) return;
   printf("\nOverlap: ringmaster step time, median of %lld-step windows after %lld warm-up "
          "steps\n",
-         static_cast<long long>(absl::GetFlag(FLAGS_log_every)),
-         static_cast<long long>(absl::GetFlag(FLAGS_warmup_steps)));
+         static_cast<long long>(items.front()->row.config.log_every),
+         static_cast<long long>(items.front()->row.config.warmup_steps));
   printf("%-28s %5s %7s %7s %7s %9s %10s %6s %6s %8s\n", "model", "world", "overlap", "bucket",
          "buckets", "step ms", "samples/s", "comm%", "exp%", "off/this");
-  for (size_t i = first; i < bench.rows.size(); ++i) {
-    const BenchRow& r = bench.rows[i];
+  for (const Item* item : items) {
+    const BenchRow& r = item->row;
     printf("%-28s %5d %7s %7s %7s %9.2f %10s %6s %6s %8s\n",
            DescribeMlp(r.config.hidden).c_str(), r.config.world,
            r.config.overlap ? "on" : "off", absl::StrCat(r.config.bucket_mb, "M").c_str(),
@@ -307,41 +327,49 @@ absl::Status Overlap(Bench& bench, const std::vector<int>& worlds,
   }
   printf("off/this = step time with overlap off (one 25 MiB bucket after backward) / this "
          "configuration's (> 1: faster)\n");
-  return absl::OkStatus();
 }
 
-int Main() {
-  std::vector<std::string> sections =
-      absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace());
+absl::Status FlagError(const std::string& flag, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", problem));
+}
+
+// A list flag: its values, each at least `min`; INVALID_ARGUMENT naming the flag.
+template <typename T>
+absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::string& text,
+                                        T min, bool may_be_empty) {
+  absl::StatusOr<std::vector<T>> values = ParseList<T>(text, min);
+  if (!values.ok()) return FlagError(flag, std::string(values.status().message()));
+  if (values->empty() && !may_be_empty) return FlagError(flag, "give at least one value");
+  return values;
+}
+
+// Reads and checks the flags and fills `bench` with the configurations to measure.
+// INVALID_ARGUMENT naming the flag when one is wrong.
+absl::Status Plan(Bench* bench) {
   bool throughput = false, overlap = false;
-  for (const std::string& s : sections) {
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace())) {
     if (s == "throughput") {
       throughput = true;
     } else if (s == "overlap") {
       overlap = true;
     } else {
-      return BadFlag("sections", absl::StrCat("unknown section \"", s,
-                                              "\"; use throughput and/or overlap"));
+      return FlagError("sections", absl::StrCat("unknown section \"", s,
+                                                "\"; use throughput and/or overlap"));
     }
   }
-  if (!throughput && !overlap) return BadFlag("sections", "name at least one section");
-  auto worlds = ParseList<int>(absl::GetFlag(FLAGS_worlds), 1);
-  if (!worlds.ok() || worlds->empty()) {
-    return BadFlag("worlds", worlds.ok() ? "empty" : std::string(worlds.status().message()));
-  }
-  auto overlap_worlds = ParseList<int>(absl::GetFlag(FLAGS_overlap_worlds), 2);
-  if (!overlap_worlds.ok() || (overlap && overlap_worlds->empty())) {
-    return BadFlag("overlap_worlds", overlap_worlds.ok()
-                                         ? "empty"
-                                         : std::string(overlap_worlds.status().message()));
-  }
-  auto buckets = ParseList<double>(absl::GetFlag(FLAGS_bucket_mb), 0.001);
-  if (!buckets.ok() || (overlap && buckets->empty())) {
-    return BadFlag("bucket_mb",
-                   buckets.ok() ? "empty" : std::string(buckets.status().message()));
-  }
-  auto deep_hidden = ParseList<int64_t>(absl::GetFlag(FLAGS_deep_hidden), 1);
-  if (!deep_hidden.ok()) return BadFlag("deep_hidden", std::string(deep_hidden.status().message()));
+  if (!throughput && !overlap) return FlagError("sections", "name at least one section");
+  RM_ASSIGN_OR_RETURN(std::vector<int> worlds,
+                      ListFlag<int>("worlds", absl::GetFlag(FLAGS_worlds), 1, !throughput));
+  RM_ASSIGN_OR_RETURN(
+      std::vector<int> overlap_worlds,
+      ListFlag<int>("overlap_worlds", absl::GetFlag(FLAGS_overlap_worlds), 1, !overlap));
+  RM_ASSIGN_OR_RETURN(
+      std::vector<double> buckets,
+      ListFlag<double>("bucket_mb", absl::GetFlag(FLAGS_bucket_mb), 0.001, !overlap));
+  RM_ASSIGN_OR_RETURN(
+      std::vector<int64_t> deep_hidden,
+      ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));
   for (const auto& [name, value, min] :
        {std::tuple<const char*, int64_t, int64_t>{"batch", absl::GetFlag(FLAGS_batch), 1},
         {"steps", absl::GetFlag(FLAGS_steps), 1},
@@ -351,42 +379,84 @@ int Main() {
         {"repeats", absl::GetFlag(FLAGS_repeats), 1},
         {"threads", absl::GetFlag(FLAGS_threads), 0},
         {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1}}) {
-    if (value < min) return BadFlag(name, absl::StrCat(value, " is less than ", min));
+    if (value < min) return FlagError(name, absl::StrCat(value, " is less than ", min));
   }
-  for (const auto& [name, steps] :
-       {std::pair<const char*, int64_t>{"steps", absl::GetFlag(FLAGS_steps)},
-        {"deep_steps", absl::GetFlag(FLAGS_deep_steps)}}) {
-    if (steps < absl::GetFlag(FLAGS_warmup_steps) + absl::GetFlag(FLAGS_log_every)) {
-      return BadFlag(name, "must be at least --warmup_steps + --log_every (one timed window)");
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  const int64_t deep_steps = absl::GetFlag(FLAGS_deep_steps);
+  for (const auto& [name, n] : {std::pair<const char*, int64_t>{"steps", steps},
+                                {"deep_steps", deep_steps}}) {
+    if (n < absl::GetFlag(FLAGS_warmup_steps) + absl::GetFlag(FLAGS_log_every)) {
+      return FlagError(name, "must be at least --warmup_steps + --log_every (one timed window)");
     }
   }
   const std::string peer = absl::GetFlag(FLAGS_peer);
   if (peer != "torch" && peer != "none") {
-    return BadFlag("peer", absl::StrCat("\"", peer, "\" is neither torch nor none"));
+    return FlagError("peer", absl::StrCat("\"", peer, "\" is neither torch nor none"));
   }
   const std::string peer_data = absl::GetFlag(FLAGS_peer_data);
   if (peer_data != "fashion_mnist" && peer_data != "random") {
-    return BadFlag("peer_data",
-                   absl::StrCat("\"", peer_data, "\" is neither fashion_mnist nor random"));
+    return FlagError("peer_data",
+                     absl::StrCat("\"", peer_data, "\" is neither fashion_mnist nor random"));
   }
   const std::string csv = absl::GetFlag(FLAGS_csv);
   if (!csv.empty()) {
     const size_t slash = csv.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : csv.substr(0, std::max<size_t>(slash, 1));
+    const std::string dir =
+        slash == std::string::npos ? "." : csv.substr(0, std::max<size_t>(slash, 1));
     if (access(dir.c_str(), W_OK) != 0) {
-      return BadFlag("csv", absl::StrCat(csv, ": directory ", dir,
-                                         " does not exist or is not writable"));
+      return FlagError("csv", absl::StrCat(csv, ": directory ", dir,
+                                           " does not exist or is not writable"));
     }
   }
 
+  bench->cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bench->forced_threads = absl::GetFlag(FLAGS_threads);
+  bench->torch.data = peer_data;
+  if (throughput) {
+    // Ours and the peer one after the other at each world size, so both meet the same load.
+    for (int world : worlds) {
+      const TrainConfig c = bench->Config({512, 512}, "mlp", world, steps);
+      bench->Add("throughput", "ringmaster", c);
+      if (peer == "torch") bench->Add("throughput", "pytorch", c);
+    }
+  }
+  if (overlap) {
+    std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> models = {
+        {"mlp", {512, 512}, steps}};
+    if (!deep_hidden.empty()) models.emplace_back("deep_mlp", deep_hidden, deep_steps);
+    for (const auto& [name, hidden, model_steps] : models) {
+      for (int world : overlap_worlds) {
+        TrainConfig c = bench->Config(hidden, name, world, model_steps);
+        c.overlap = false;
+        c.bucket_mb = 25;
+        bench->Add("overlap", "ringmaster", c);
+        for (double mb : buckets) {
+          c.overlap = true;
+          c.bucket_mb = mb;
+          bench->Add("overlap", "ringmaster", c);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Ctrl-C or SIGTERM: the run in progress dies with us.
+void OnSignal(int signal_number) {
+  KillRunningProcesses();
+  _exit(128 + signal_number);
+}
+
+int Main() {
   Bench bench;
-  bench.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bench.forced_threads = absl::GetFlag(FLAGS_threads);
-  bench.repeats = absl::GetFlag(FLAGS_repeats);
-  bench.with_torch = peer == "torch";
+  if (absl::Status s = Plan(&bench); !s.ok()) {
+    fprintf(stderr, "%s: %s\n", kProgram, std::string(s.message()).c_str());
+    return 2;
+  }
   const std::string self_dir = SelfDir();
   std::string work_dir = absl::GetFlag(FLAGS_work_dir);
-  if (work_dir.empty()) {
+  const bool own_work_dir = work_dir.empty();  // only a directory we made is removed
+  if (own_work_dir) {
     char tmpl[] = "/tmp/trainbench-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) {
       fprintf(stderr, "%s: cannot create a work directory in /tmp: %s\n", kProgram,
@@ -395,7 +465,8 @@ int Main() {
     }
     work_dir = tmpl;
   } else if (std::error_code ec; !std::filesystem::create_directories(work_dir, ec) && ec) {
-    return BadFlag("work_dir", absl::StrCat(work_dir, ": ", ec.message()));
+    fprintf(stderr, "%s: --work_dir: %s: %s\n", kProgram, work_dir.c_str(), ec.message().c_str());
+    return 2;
   }
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   bench.ringmaster.ringctl = absl::GetFlag(FLAGS_ringctl).empty()
@@ -411,29 +482,34 @@ int Main() {
                            self_dir + "/peers/torch_ddp.py"})
           : absl::GetFlag(FLAGS_torch_script);
   bench.torch.blas_dir = absl::GetFlag(FLAGS_blas_dir);
-  bench.torch.data = peer_data;
   bench.torch.data_dir = absl::GetFlag(FLAGS_data_dir);
   bench.torch.work_dir = work_dir;
   bench.torch.timeout = timeout;
 
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
   const double load_start = LoadAverage();
   printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, bench.cores,
          load_start, work_dir.c_str());
   fflush(stdout);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
   absl::Status status;
-  if (throughput) status = Throughput(bench, *worlds, absl::GetFlag(FLAGS_steps));
-  if (status.ok() && overlap) {
-    status = Overlap(bench, *overlap_worlds, *buckets, absl::GetFlag(FLAGS_steps), *deep_hidden,
-                     absl::GetFlag(FLAGS_deep_steps));
+  for (int round = 0; round < repeats && status.ok(); ++round) {
+    status = bench.RunRound(round, repeats);
   }
+  if (status.ok()) status = bench.Summarize();
   if (!status.ok()) {
     fprintf(stderr, "%s: %s\n(runs kept in %s)\n", kProgram, status.ToString().c_str(),
             work_dir.c_str());
     return 1;
   }
+  PrintThroughput(bench, repeats);
+  PrintOverlap(bench);
+  std::vector<BenchRow> rows;
+  for (const Item& item : bench.items) rows.push_back(item.row);
   double lowest = 1e9, highest = -1;
-  for (const BenchRow& r : bench.rows) {
-    for (double l : {r.load_before, r.load_after}) {
+  for (const BenchRow& r : rows) {
+    for (double l : {r.load_min, r.load_max}) {
       if (l < 0) continue;
       lowest = std::min(lowest, l);
       highest = std::max(highest, l);
@@ -441,15 +517,15 @@ int Main() {
   }
   printf("\nload average (1 min) during the runs: %.2f to %.2f on %d cores; now %.2f\n", lowest,
          highest, bench.cores, LoadAverage());
-  if (!csv.empty()) {
-    absl::Status s = WriteFileAtomically(csv, BenchRowsToCsv({bench.rows.begin(), bench.rows.end()}));
+  if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty()) {
+    absl::Status s = WriteFileAtomically(csv, BenchRowsToCsv(rows));
     if (!s.ok()) {
       fprintf(stderr, "%s: --csv: %s\n", kProgram, s.ToString().c_str());
       return 1;
     }
     printf("wrote %s\n", csv.c_str());
   }
-  if (!absl::GetFlag(FLAGS_keep_work_dir)) {
+  if (own_work_dir && !absl::GetFlag(FLAGS_keep_work_dir)) {
     std::error_code ec;
     std::filesystem::remove_all(work_dir, ec);
   }
