@@ -60,6 +60,12 @@ std::string LogTail(const std::string& path, int lines = 15) {
   return absl::StrJoin(all.begin() + from, all.end(), "\n");
 }
 
+// INTERNAL: `what` exited with `exit_code`; the message ends with the tail of its log.
+absl::Status FailedRun(const std::string& what, int exit_code, const std::string& log_path) {
+  return absl::InternalError(absl::StrCat(what, " exited with status ", exit_code, " (log ",
+                                          log_path, "):\n", LogTail(log_path)));
+}
+
 struct ProcessOptions {
   std::vector<std::string> argv;       // argv[0] is the program's path
   std::vector<std::string> extra_env;  // "NAME=value", set in the child only
@@ -311,9 +317,8 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
   p.timeout = options.timeout;
   RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
   if (exit_code != 0) {
-    return absl::InternalError(absl::StrCat("ringctl local --workers ", config.world,
-                                            " exited with status ", exit_code, " (log ",
-                                            p.output_path, "):\n", LogTail(p.output_path)));
+    return FailedRun(absl::StrCat("ringctl local --workers ", config.world), exit_code,
+                     p.output_path);
   }
   RingmasterRun run;
   RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
@@ -361,9 +366,8 @@ absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig
         absl::StrCat("the PyTorch peer cannot run as configured:\n", LogTail(p.output_path)));
   }
   if (exit_code != 0) {
-    return absl::InternalError(absl::StrCat("the PyTorch peer (world ", config.world,
-                                            ") exited with status ", exit_code, " (log ",
-                                            p.output_path, "):\n", LogTail(p.output_path)));
+    return FailedRun(absl::StrCat("the PyTorch peer (world ", config.world, ")"), exit_code,
+                     p.output_path);
   }
   TorchRun run;
   RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
