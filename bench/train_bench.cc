@@ -382,7 +382,8 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
   std::string out =
       "section,impl,model,world,threads,batch_per_rank,steps,overlap,bucket_mb,buckets,"
       "windows,samples_per_second,min_samples_per_second,max_samples_per_second,step_ms,"
-      "comm_fraction,exposed_comm_fraction,ratio,scaling_efficiency,load_min,load_max\n";
+      "comm_fraction,exposed_comm_fraction,ratio,scaling_efficiency,"
+      "scaling_efficiency_one_thread,load_min,load_max\n";
   for (const BenchRow& r : rows) {
     const TrainConfig& c = r.config;
     const bool ours = r.impl == "ringmaster";
@@ -399,7 +400,8 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
              absl::StrFormat("%.1f", r.stats.max_samples_per_second),
              absl::StrFormat("%.3f", r.stats.step_ms), Optional(r.stats.comm_fraction, "%.4f"),
              Optional(r.stats.exposed_comm_fraction, "%.4f"), Optional(r.ratio, "%.4f"),
-             Optional(r.efficiency, "%.4f"), Optional(r.load_min, "%.2f"),
+             Optional(r.efficiency, "%.4f"), Optional(r.efficiency_one_thread, "%.4f"),
+             Optional(r.load_min, "%.2f"),
              Optional(r.load_max, "%.2f")},
             ","),
         "\n");

@@ -132,6 +132,7 @@ struct BenchRow {
   double ratio = -1;       // throughput: ours / PyTorch at this world; overlap: step time
                            // with overlap off / this one. -1: none
   double efficiency = -1;  // samples/s at world W / (W x samples/s at world 1); -1: none
+  double efficiency_one_thread = -1;  // the same against world 1 with one thread
   double load_min = -1;  // lowest and highest 1-minute load average seen before and after
   double load_max = -1;  // its runs
 };

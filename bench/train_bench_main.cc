@@ -9,7 +9,8 @@
 //   plain, more ranks DDP over Gloo; bench/peers/torch_ddp.py), run one after the other
 //   per world size, both with OpenBLAS and cores ÷ world threads per rank. Prints samples/s
 //   (median over logged windows after the warm-up), the ratio ours/PyTorch and each side's
-//   scaling efficiency (samples/s at world W ÷ (W × samples/s at world 1)).
+//   scaling efficiency (samples/s at world W ÷ (W × samples/s at world 1)); world 1 also
+//   with one thread per side (--one_thread_baseline), the base of a second efficiency.
 // overlap: ringmaster's step time with parallelism.overlap off (buckets run after
 //   backward) and on for each --bucket_mb, for the MLP and a deeper one (--deep_hidden),
 //   with the communication time and the exposed part (the step waited for it) as
@@ -43,6 +44,9 @@
 ABSL_FLAG(std::string, sections, "throughput,overlap",
           "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets)");
 ABSL_FLAG(std::string, worlds, "1,2,4", "throughput: world sizes (local ranks)");
+ABSL_FLAG(bool, one_thread_baseline, true,
+          "throughput: also run world 1 with one thread on both sides (PyTorch's two-thread "
+          "pools collapse when another process shares the cores; eff1 scales from it)");
 ABSL_FLAG(std::string, overlap_worlds, "2,4", "overlap: world sizes");
 ABSL_FLAG(std::string, bucket_mb, "0.25,1,25", "overlap: gradient bucket sizes in MiB");
 ABSL_FLAG(int64_t, batch, 128, "samples per rank per step (global batch = batch x world)");
@@ -147,7 +151,7 @@ struct Item {
 
 std::string Label(const BenchRow& r) {
   std::string label = absl::StrCat(r.impl, " ", DescribeMlp(r.config.hidden), " at world ",
-                                   r.config.world);
+                                   r.config.world, ", ", r.config.threads, " thread(s) per rank");
   if (r.impl == "ringmaster" && r.section == "overlap") {
     absl::StrAppend(&label, ", overlap ", r.config.overlap ? "on" : "off", ", ",
                     r.config.bucket_mb, " MiB buckets");
@@ -216,8 +220,9 @@ struct Bench {
   // Summarises each item's windows, then the ratios: throughput ours / PyTorch and
   // scaling efficiency per world; overlap: step time with overlap off / this one.
   absl::Status Summarize() {
-    std::map<std::tuple<std::string, std::string, int>, double> sps;  // section, impl, world
-    std::map<std::pair<std::string, int>, double> off_ms;            // model, world
+    // samples/s by (section, impl, world, threads)
+    std::map<std::tuple<std::string, std::string, int, int>, double> sps;
+    std::map<std::pair<std::string, int>, double> off_ms;  // model, world
     for (Item& item : items) {
       BenchRow& r = item.row;
       absl::StatusOr<TrainStats> stats = SummarizeWindows(item.windows, r.config.warmup_steps);
@@ -226,24 +231,29 @@ struct Bench {
                             absl::StrCat(Label(r), ": ", stats.status().message()));
       }
       r.stats = *stats;
-      sps[{r.section, r.impl, r.config.world}] = r.stats.samples_per_second;
+      sps[{r.section, r.impl, r.config.world, r.config.threads}] = r.stats.samples_per_second;
       if (r.section == "overlap" && !r.config.overlap) {
         off_ms[{r.config.model, r.config.world}] = r.stats.step_ms;
       }
     }
+    const int world1_threads = Config({}, "", 1, 0).threads;
     for (Item& item : items) {
       BenchRow& r = item.row;
+      const TrainConfig& c = r.config;
       if (r.section == "throughput") {
-        auto one = sps.find({r.section, r.impl, 1});
-        if (one != sps.end()) {
-          r.efficiency = r.stats.samples_per_second / (r.config.world * one->second);
+        const double per_rank = r.stats.samples_per_second / c.world;
+        auto one = sps.find({r.section, r.impl, 1, world1_threads});
+        if (one != sps.end() && (c.world > 1 || c.threads == world1_threads)) {
+          r.efficiency = per_rank / one->second;
         }
-        auto peer = sps.find({r.section, "pytorch", r.config.world});
+        auto one_thread = sps.find({r.section, r.impl, 1, 1});
+        if (one_thread != sps.end()) r.efficiency_one_thread = per_rank / one_thread->second;
+        auto peer = sps.find({r.section, "pytorch", c.world, c.threads});
         if (r.impl == "ringmaster" && peer != sps.end()) {
           r.ratio = r.stats.samples_per_second / peer->second;
         }
       } else {
-        auto off = off_ms.find({r.config.model, r.config.world});
+        auto off = off_ms.find({c.model, c.world});
         if (off != off_ms.end()) r.ratio = off->second / r.stats.step_ms;
       }
     }
@@ -269,26 +279,30 @@ void PrintThroughput(const Bench& bench, int repeats) {
          "steps; %lld steps a run, %d run(s) each\n",
          static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
          static_cast<long long>(c.steps), repeats);
-  printf("%5s %7s | %-26s %5s %6s %6s | %-26s %5s | %7s\n", "world", "threads",
-         "ringmaster samples/s", "eff", "comm%", "exp%", "PyTorch samples/s", "eff", "ours/PT");
+  printf("%5s %7s | %-26s %5s %5s %6s %6s | %-26s %5s %5s | %7s\n", "world", "threads",
+         "ringmaster samples/s", "eff", "eff1", "comm%", "exp%", "PyTorch samples/s", "eff",
+         "eff1", "ours/PT");
   for (const Item* item : items) {
     const BenchRow& ours = item->row;
     if (ours.impl != "ringmaster") continue;
     const BenchRow* peer = nullptr;
     for (const Item* other : items) {
-      if (other->row.impl == "pytorch" && other->row.config.world == ours.config.world) {
+      const TrainConfig& c = other->row.config;
+      if (other->row.impl == "pytorch" && c.world == ours.config.world &&
+          c.threads == ours.config.threads) {
         peer = &other->row;
       }
     }
-    printf("%5d %7d | %-26s %5s %6s %6s | %-26s %5s | %7s\n", ours.config.world,
+    printf("%5d %7d | %-26s %5s %5s %6s %6s | %-26s %5s %5s | %7s\n", ours.config.world,
            ours.config.threads, Spread(ours.stats).c_str(), Ratio(ours.efficiency).c_str(),
-           Percent(ours.stats.comm_fraction).c_str(),
+           Ratio(ours.efficiency_one_thread).c_str(), Percent(ours.stats.comm_fraction).c_str(),
            Percent(ours.stats.exposed_comm_fraction).c_str(),
            peer ? Spread(peer->stats).c_str() : "-", peer ? Ratio(peer->efficiency).c_str() : "-",
-           Ratio(ours.ratio).c_str());
+           peer ? Ratio(peer->efficiency_one_thread).c_str() : "-", Ratio(ours.ratio).c_str());
   }
-  printf("eff = samples/s at world W / (W x samples/s at world 1); comm%%/exp%% = time in "
-         "gradient collectives / of it the step waited for, as %% of the step\n");
+  printf("eff = samples/s at world W / (W x samples/s at world 1 with cores/1 threads); eff1 = "
+         "the same against world 1 with one thread\ncomm%%/exp%% = time in gradient "
+         "collectives / of it the step waited for, as %% of the step\n");
   for (const Item* item : items) {
     if (!item->peer_line.empty()) printf("PyTorch peer: %s\n", item->peer_line.c_str());
   }
@@ -296,7 +310,7 @@ void PrintThroughput(const Bench& bench, int repeats) {
   for (const Item* item : items) {
     const BenchRow& r = item->row;
     if (r.impl != "ringmaster" || r.ratio < 0) continue;
-    if (r.config.world == 1) {
+    if (r.config.world == 1 && r.efficiency > 0) {
       printf("goal world 1: ours/PyTorch %.2f >= 1: %s\n", r.ratio,
              r.ratio >= 1 ? "met" : "NOT met");
     } else if (r.config.world == 2) {
@@ -415,9 +429,14 @@ absl::Status Plan(Bench* bench) {
   if (throughput) {
     // Ours and the peer one after the other at each world size, so both meet the same load.
     for (int world : worlds) {
-      const TrainConfig c = bench->Config({512, 512}, "mlp", world, steps);
+      TrainConfig c = bench->Config({512, 512}, "mlp", world, steps);
       bench->Add("throughput", "ringmaster", c);
       if (peer == "torch") bench->Add("throughput", "pytorch", c);
+      if (world == 1 && c.threads > 1 && absl::GetFlag(FLAGS_one_thread_baseline)) {
+        c.threads = 1;
+        bench->Add("throughput", "ringmaster", c);
+        if (peer == "torch") bench->Add("throughput", "pytorch", c);
+      }
     }
   }
   if (overlap) {
