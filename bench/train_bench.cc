@@ -128,8 +128,7 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
   running_group = 0;
   if (!WIFEXITED(status)) {
     return absl::InternalError(absl::StrCat(options.argv[0], " was killed by signal ",
-                                            WTERMSIG(status), ":\n",
-                                            LogTail(options.output_path)));
+                                            WTERMSIG(status), ":\n", LogTail(options.output_path)));
   }
   return WEXITSTATUS(status);
 }
@@ -219,19 +218,19 @@ absl::StatusOr<std::vector<TrainWindow>> ParseTrainMetrics(absl::string_view jso
       bool required;
     };
     double step = 0;
-    for (const Field& f : {Field{"step", &step, true},
-                           Field{"samples_per_second", &w.samples_per_second, true},
-                           Field{"window_seconds", &w.window_seconds, true},
-                           Field{"comm_seconds", &w.comm_seconds, false},
-                           Field{"exposed_comm_seconds", &w.exposed_comm_seconds, false}}) {
+    for (const Field& f :
+         {Field{"step", &step, true}, Field{"samples_per_second", &w.samples_per_second, true},
+          Field{"window_seconds", &w.window_seconds, true},
+          Field{"comm_seconds", &w.comm_seconds, false},
+          Field{"exposed_comm_seconds", &w.exposed_comm_seconds, false}}) {
       absl::StatusOr<double> v = NumberField(line, f.key);
       if (v.ok()) {
         *f.value = *v;
       } else if (f.required || !absl::IsNotFound(v.status())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("line ", line_number, ": ",
-                         absl::IsNotFound(v.status()) ? absl::StrCat("no \"", f.key, "\"")
-                                                      : std::string(v.status().message())));
+        return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ",
+                                                       absl::IsNotFound(v.status())
+                                                           ? absl::StrCat("no \"", f.key, "\"")
+                                                           : std::string(v.status().message())));
       }
     }
     w.step = static_cast<int64_t>(step);
@@ -289,11 +288,10 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
         "ringctl is not at ", options.ringctl,
         "; build it: bazel build //cli:ringctl //worker:ringtrainer (or pass --ringctl)"));
   }
-  RM_ASSIGN_OR_RETURN(
-      std::string dir,
-      MakeRunDir(options.work_dir,
-                 absl::StrCat(RunName("ringmaster", config), config.overlap ? "-overlap" : "",
-                              "-bucket", config.bucket_mb)));
+  RM_ASSIGN_OR_RETURN(std::string dir,
+                      MakeRunDir(options.work_dir, absl::StrCat(RunName("ringmaster", config),
+                                                                config.overlap ? "-overlap" : "",
+                                                                "-bucket", config.bucket_mb)));
   const std::string spec = dir + "/job.yaml";
   RM_RETURN_IF_ERROR(WriteFileAtomically(spec, kJobSpec, {.durable = false}));
   ProcessOptions p;
@@ -333,8 +331,8 @@ absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig
                      "; build //bench:trainbench, which carries it (or pass --torch_script)"));
   }
   if (access(options.python.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no Python at ", options.python, "; install PyTorch: ", kTorchInstallCommand));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no Python at ", options.python, "; install PyTorch: ", kTorchInstallCommand));
   }
   RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(options.work_dir, RunName("pytorch", config)));
   ProcessOptions p;
@@ -387,24 +385,31 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
   for (const BenchRow& r : rows) {
     const TrainConfig& c = r.config;
     const bool ours = r.impl == "ringmaster";
-    absl::StrAppend(
-        &out,
-        absl::StrJoin(
-            {r.section, r.impl, DescribeMlp(c.hidden), absl::StrCat(c.world),
-             absl::StrCat(c.threads), absl::StrCat(c.batch_per_rank), absl::StrCat(c.steps),
-             ours ? std::string(c.overlap ? "true" : "false") : std::string(),
-             ours ? absl::StrCat(c.bucket_mb) : std::string(),
-             r.buckets < 0 ? std::string() : absl::StrCat(r.buckets),
-             absl::StrCat(r.stats.windows), absl::StrFormat("%.1f", r.stats.samples_per_second),
-             absl::StrFormat("%.1f", r.stats.min_samples_per_second),
-             absl::StrFormat("%.1f", r.stats.max_samples_per_second),
-             absl::StrFormat("%.3f", r.stats.step_ms), Optional(r.stats.comm_fraction, "%.4f"),
-             Optional(r.stats.exposed_comm_fraction, "%.4f"), Optional(r.ratio, "%.4f"),
-             Optional(r.efficiency, "%.4f"), Optional(r.efficiency_one_thread, "%.4f"),
-             Optional(r.load_min, "%.2f"),
-             Optional(r.load_max, "%.2f")},
-            ","),
-        "\n");
+    absl::StrAppend(&out,
+                    absl::StrJoin({r.section,
+                                   r.impl,
+                                   DescribeMlp(c.hidden),
+                                   absl::StrCat(c.world),
+                                   absl::StrCat(c.threads),
+                                   absl::StrCat(c.batch_per_rank),
+                                   absl::StrCat(c.steps),
+                                   ours ? std::string(c.overlap ? "true" : "false") : std::string(),
+                                   ours ? absl::StrCat(c.bucket_mb) : std::string(),
+                                   r.buckets < 0 ? std::string() : absl::StrCat(r.buckets),
+                                   absl::StrCat(r.stats.windows),
+                                   absl::StrFormat("%.1f", r.stats.samples_per_second),
+                                   absl::StrFormat("%.1f", r.stats.min_samples_per_second),
+                                   absl::StrFormat("%.1f", r.stats.max_samples_per_second),
+                                   absl::StrFormat("%.3f", r.stats.step_ms),
+                                   Optional(r.stats.comm_fraction, "%.4f"),
+                                   Optional(r.stats.exposed_comm_fraction, "%.4f"),
+                                   Optional(r.ratio, "%.4f"),
+                                   Optional(r.efficiency, "%.4f"),
+                                   Optional(r.efficiency_one_thread, "%.4f"),
+                                   Optional(r.load_min, "%.2f"),
+                                   Optional(r.load_max, "%.2f")},
+                                  ","),
+                    "\n");
   }
   return out;
 }

@@ -59,17 +59,17 @@ absl::StatusOr<TrainStats> SummarizeWindows(const std::vector<TrainWindow>& wind
 
 // What one training run is.
 struct TrainConfig {
-  std::string model = "mlp";      // a label for tables and the CSV
+  std::string model = "mlp";  // a label for tables and the CSV
   std::vector<int64_t> hidden = {512, 512};
-  int world = 1;                  // local ranks (processes)
-  int threads = 1;                // BLAS (and torch) threads per rank
-  int64_t batch_per_rank = 128;   // global batch = batch_per_rank x world
+  int world = 1;                 // local ranks (processes)
+  int threads = 1;               // BLAS (and torch) threads per rank
+  int64_t batch_per_rank = 128;  // global batch = batch_per_rank x world
   int64_t steps = 200;
   int64_t log_every = 10;
   int64_t warmup_steps = 20;
-  double lr = 0.01;               // SGD, momentum 0.9, constant lr, no weight decay
-  bool overlap = true;            // ringmaster only: parallelism.overlap
-  double bucket_mb = 25;          // ringmaster only: parallelism.bucket_mb
+  double lr = 0.01;       // SGD, momentum 0.9, constant lr, no weight decay
+  bool overlap = true;    // ringmaster only: parallelism.overlap
+  double bucket_mb = 25;  // ringmaster only: parallelism.bucket_mb
 };
 
 // "784-512-512-10".
@@ -79,9 +79,9 @@ std::string DescribeMlp(const std::vector<int64_t>& hidden);
 int ThreadsPerRank(int cores, int world);
 
 struct RingmasterOptions {
-  std::string ringctl;     // path of the ringctl binary (ringtrainer next to it)
-  std::string data_dir;    // Fashion-MNIST IDX files
-  std::string work_dir;    // each run gets a fresh subdirectory here
+  std::string ringctl;   // path of the ringctl binary (ringtrainer next to it)
+  std::string data_dir;  // Fashion-MNIST IDX files
+  std::string work_dir;  // each run gets a fresh subdirectory here
   absl::Duration timeout = absl::Minutes(5);
 };
 
@@ -99,9 +99,9 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
 
 struct TorchOptions {
   std::string python = "/usr/bin/python3";
-  std::string script;    // bench/peers/torch_ddp.py
+  std::string script;                                                   // bench/peers/torch_ddp.py
   std::string blas_dir = "/usr/lib/x86_64-linux-gnu/openblas-pthread";  // LD_LIBRARY_PATH
-  std::string data = "fashion_mnist";  // or "random"
+  std::string data = "fashion_mnist";                                   // or "random"
   std::string data_dir;
   std::string work_dir;
   absl::Duration timeout = absl::Minutes(5);
@@ -109,7 +109,7 @@ struct TorchOptions {
 
 struct TorchRun {
   std::vector<TrainWindow> windows;  // rank 0's records
-  std::string peer_line;  // what the peer printed about itself: torch, BLAS, threads
+  std::string peer_line;             // what the peer printed about itself: torch, BLAS, threads
 };
 
 // The command that installs what the PyTorch peer needs.

@@ -153,8 +153,8 @@ std::string Label(const BenchRow& r) {
   std::string label = absl::StrCat(r.impl, " ", DescribeMlp(r.config.hidden), " at world ",
                                    r.config.world, ", ", r.config.threads, " thread(s) per rank");
   if (r.impl == "ringmaster" && r.section == "overlap") {
-    absl::StrAppend(&label, ", overlap ", r.config.overlap ? "on" : "off", ", ",
-                    r.config.bucket_mb, " MiB buckets");
+    absl::StrAppend(&label, ", overlap ", r.config.overlap ? "on" : "off", ", ", r.config.bucket_mb,
+                    " MiB buckets");
   }
   return label;
 }
@@ -275,13 +275,14 @@ void PrintThroughput(const Bench& bench, int repeats) {
   const TrainConfig& c = items.front()->row.config;
   printf("\nThroughput: MLP %s, %lld samples per rank, SGD momentum, fp32, Fashion-MNIST\n",
          DescribeMlp(c.hidden).c_str(), static_cast<long long>(c.batch_per_rank));
-  printf("samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
-         "steps; %lld steps a run, %d run(s) each\n",
-         static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
-         static_cast<long long>(c.steps), repeats);
+  printf(
+      "samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
+      "steps; %lld steps a run, %d run(s) each\n",
+      static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
+      static_cast<long long>(c.steps), repeats);
   printf("%5s %7s | %-26s %5s %5s %6s %6s | %-26s %5s %5s | %7s\n", "world", "threads",
-         "ringmaster samples/s", "eff", "eff1", "comm%", "exp%", "PyTorch samples/s", "eff",
-         "eff1", "ours/PT");
+         "ringmaster samples/s", "eff", "eff1", "comm%", "exp%", "PyTorch samples/s", "eff", "eff1",
+         "ours/PT");
   for (const Item* item : items) {
     const BenchRow& ours = item->row;
     if (ours.impl != "ringmaster") continue;
@@ -300,9 +301,10 @@ void PrintThroughput(const Bench& bench, int repeats) {
            peer ? Spread(peer->stats).c_str() : "-", peer ? Ratio(peer->efficiency).c_str() : "-",
            peer ? Ratio(peer->efficiency_one_thread).c_str() : "-", Ratio(ours.ratio).c_str());
   }
-  printf("eff = samples/s at world W / (W x samples/s at world 1 with cores/1 threads); eff1 = "
-         "the same against world 1 with one thread\ncomm%%/exp%% = time in gradient "
-         "collectives / of it the step waited for, as %% of the step\n");
+  printf(
+      "eff = samples/s at world W / (W x samples/s at world 1 with cores/1 threads); eff1 = "
+      "the same against world 1 with one thread\ncomm%%/exp%% = time in gradient "
+      "collectives / of it the step waited for, as %% of the step\n");
   for (const Item* item : items) {
     if (!item->peer_line.empty()) printf("PyTorch peer: %s\n", item->peer_line.c_str());
   }
@@ -324,23 +326,25 @@ void PrintThroughput(const Bench& bench, int repeats) {
 void PrintOverlap(const Bench& bench) {
   const std::vector<const Item*> items = bench.Section("overlap");
   if (items.empty()) return;
-  printf("\nOverlap: ringmaster step time, median of %lld-step windows after %lld warm-up "
-         "steps\n",
-         static_cast<long long>(items.front()->row.config.log_every),
-         static_cast<long long>(items.front()->row.config.warmup_steps));
+  printf(
+      "\nOverlap: ringmaster step time, median of %lld-step windows after %lld warm-up "
+      "steps\n",
+      static_cast<long long>(items.front()->row.config.log_every),
+      static_cast<long long>(items.front()->row.config.warmup_steps));
   printf("%-28s %5s %7s %7s %7s %9s %10s %6s %6s %8s\n", "model", "world", "overlap", "bucket",
          "buckets", "step ms", "samples/s", "comm%", "exp%", "off/this");
   for (const Item* item : items) {
     const BenchRow& r = item->row;
-    printf("%-28s %5d %7s %7s %7s %9.2f %10s %6s %6s %8s\n",
-           DescribeMlp(r.config.hidden).c_str(), r.config.world,
-           r.config.overlap ? "on" : "off", absl::StrCat(r.config.bucket_mb, "M").c_str(),
+    printf("%-28s %5d %7s %7s %7s %9.2f %10s %6s %6s %8s\n", DescribeMlp(r.config.hidden).c_str(),
+           r.config.world, r.config.overlap ? "on" : "off",
+           absl::StrCat(r.config.bucket_mb, "M").c_str(),
            r.buckets < 0 ? "-" : absl::StrCat(r.buckets).c_str(), r.stats.step_ms,
            Thousands(r.stats.samples_per_second).c_str(), Percent(r.stats.comm_fraction).c_str(),
            Percent(r.stats.exposed_comm_fraction).c_str(), Ratio(r.ratio).c_str());
   }
-  printf("off/this = step time with overlap off (one 25 MiB bucket after backward) / this "
-         "configuration's (> 1: faster)\n");
+  printf(
+      "off/this = step time with overlap off (one 25 MiB bucket after backward) / this "
+      "configuration's (> 1: faster)\n");
 }
 
 absl::Status FlagError(const std::string& flag, const std::string& problem) {
@@ -349,8 +353,8 @@ absl::Status FlagError(const std::string& flag, const std::string& problem) {
 
 // A list flag: its values, each at least `min`; INVALID_ARGUMENT naming the flag.
 template <typename T>
-absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::string& text,
-                                        T min, bool may_be_empty) {
+absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::string& text, T min,
+                                        bool may_be_empty) {
   absl::StatusOr<std::vector<T>> values = ParseList<T>(text, min);
   if (!values.ok()) return FlagError(flag, std::string(values.status().message()));
   if (values->empty() && !may_be_empty) return FlagError(flag, "give at least one value");
@@ -368,8 +372,8 @@ absl::Status Plan(Bench* bench) {
     } else if (s == "overlap") {
       overlap = true;
     } else {
-      return FlagError("sections", absl::StrCat("unknown section \"", s,
-                                                "\"; use throughput and/or overlap"));
+      return FlagError("sections",
+                       absl::StrCat("unknown section \"", s, "\"; use throughput and/or overlap"));
     }
   }
   if (!throughput && !overlap) return FlagError("sections", "name at least one section");
@@ -381,9 +385,8 @@ absl::Status Plan(Bench* bench) {
   RM_ASSIGN_OR_RETURN(
       std::vector<double> buckets,
       ListFlag<double>("bucket_mb", absl::GetFlag(FLAGS_bucket_mb), 0.001, !overlap));
-  RM_ASSIGN_OR_RETURN(
-      std::vector<int64_t> deep_hidden,
-      ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));
+  RM_ASSIGN_OR_RETURN(std::vector<int64_t> deep_hidden,
+                      ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));
   for (const auto& [name, value, min] :
        {std::tuple<const char*, int64_t, int64_t>{"batch", absl::GetFlag(FLAGS_batch), 1},
         {"steps", absl::GetFlag(FLAGS_steps), 1},
@@ -397,8 +400,8 @@ absl::Status Plan(Bench* bench) {
   }
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   const int64_t deep_steps = absl::GetFlag(FLAGS_deep_steps);
-  for (const auto& [name, n] : {std::pair<const char*, int64_t>{"steps", steps},
-                                {"deep_steps", deep_steps}}) {
+  for (const auto& [name, n] :
+       {std::pair<const char*, int64_t>{"steps", steps}, {"deep_steps", deep_steps}}) {
     if (n < absl::GetFlag(FLAGS_warmup_steps) + absl::GetFlag(FLAGS_log_every)) {
       return FlagError(name, "must be at least --warmup_steps + --log_every (one timed window)");
     }
@@ -418,8 +421,8 @@ absl::Status Plan(Bench* bench) {
     const std::string dir =
         slash == std::string::npos ? "." : csv.substr(0, std::max<size_t>(slash, 1));
     if (access(dir.c_str(), W_OK) != 0) {
-      return FlagError("csv", absl::StrCat(csv, ": directory ", dir,
-                                           " does not exist or is not writable"));
+      return FlagError(
+          "csv", absl::StrCat(csv, ": directory ", dir, " does not exist or is not writable"));
     }
   }
 
@@ -560,8 +563,7 @@ int main(int argc, char** argv) {
       "  trainbench [--sections throughput,overlap] [--worlds 1,2,4] [--csv FILE] ...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
-    fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n",
-            args[1]);
+    fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);
     return 2;
   }
   return ringmaster::bench::Main();

@@ -35,8 +35,8 @@ TEST(ParseTrainMetrics, CommFieldsAreOptionalOthersAreNot) {
   auto peer = ParseTrainMetrics(R"({"step":10,"samples_per_second":5,"window_seconds":1})");
   ASSERT_TRUE(peer.ok()) << peer.status();
   EXPECT_LT((*peer)[0].comm_seconds, 0);
-  auto null_comm =
-      ParseTrainMetrics(R"({"step":10,"samples_per_second":5,"window_seconds":1,"comm_seconds":null})");
+  auto null_comm = ParseTrainMetrics(
+      R"({"step":10,"samples_per_second":5,"window_seconds":1,"comm_seconds":null})");
   ASSERT_TRUE(null_comm.ok());
   EXPECT_LT((*null_comm)[0].comm_seconds, 0);
 
