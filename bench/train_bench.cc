@@ -109,7 +109,10 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
-      return absl::InternalError(absl::StrCat("waitpid: ", strerror(errno)));
+      const int error = errno;
+      kill(-pid, SIGKILL);
+      running_group = 0;
+      return absl::InternalError(absl::StrCat("waitpid: ", strerror(error)));
     }
     if (absl::Now() > deadline) {
       kill(-pid, SIGTERM);
