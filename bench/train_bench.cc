@@ -1,0 +1,432 @@
+#include "bench/train_bench.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+
+namespace ringmaster::bench {
+namespace {
+
+// The process group of the run in progress (0: none), for KillRunningProcesses.
+std::atomic<pid_t> running_group{0};
+
+// The number after "key": in a flat JSON object; NOT_FOUND when the key is absent or null.
+absl::StatusOr<double> NumberField(absl::string_view object, absl::string_view key) {
+  const std::string quoted = absl::StrCat("\"", key, "\":");
+  size_t p = object.find(quoted);
+  if (p == absl::string_view::npos) return absl::NotFoundError(key);
+  absl::string_view rest = object.substr(p + quoted.size());
+  rest = rest.substr(0, rest.find_first_of(",}"));
+  rest = absl::StripAsciiWhitespace(rest);
+  if (rest == "null") return absl::NotFoundError(key);
+  double value = 0;
+  if (!absl::SimpleAtod(rest, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" is not a number: ", rest));
+  }
+  return value;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The last `lines` lines of a log, for error messages.
+std::string LogTail(const std::string& path, int lines = 15) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::StrCat("(no log: ", text.status().message(), ")");
+  std::vector<absl::string_view> all = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  const size_t from = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+  return absl::StrJoin(all.begin() + from, all.end(), "\n");
+}
+
+// INTERNAL: `what` exited with `exit_code`; the message ends with the tail of its log.
+absl::Status FailedRun(const std::string& what, int exit_code, const std::string& log_path) {
+  return absl::InternalError(absl::StrCat(what, " exited with status ", exit_code, " (log ",
+                                          log_path, "):\n", LogTail(log_path)));
+}
+
+struct ProcessOptions {
+  std::vector<std::string> argv;       // argv[0] is the program's path
+  std::vector<std::string> extra_env;  // "NAME=value", set in the child only
+  std::string output_path;             // the child's stdout and stderr
+  absl::Duration timeout;
+};
+
+// Runs a program in its own process group with stdout and stderr to a file, and waits.
+// Returns its exit code. DEADLINE_EXCEEDED after the timeout (the group is killed);
+// INTERNAL when it cannot start or dies by a signal.
+absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
+  std::vector<char*> argv;
+  for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int out = open(options.output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot write ", options.output_path, ": ", strerror(errno)));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(out);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    close(out);
+    for (const std::string& e : options.extra_env) putenv(const_cast<char*>(e.c_str()));
+    execv(argv[0], argv.data());
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(out);
+  setpgid(pid, pid);  // also here, so that a kill before the child ran reaches the group
+  running_group = pid;
+  const absl::Time deadline = absl::Now() + options.timeout;
+  int status = 0;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      const int error = errno;
+      kill(-pid, SIGKILL);
+      running_group = 0;
+      return absl::InternalError(absl::StrCat("waitpid: ", strerror(error)));
+    }
+    if (absl::Now() > deadline) {
+      kill(-pid, SIGTERM);
+      absl::SleepFor(absl::Seconds(3));
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      running_group = 0;
+      return absl::DeadlineExceededError(absl::StrCat(
+          options.argv[0], " did not finish within ", absl::FormatDuration(options.timeout),
+          "; killed it (log: ", options.output_path, ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // A finished launcher may leave stragglers (a PyTorch rank): they must not run on.
+  kill(-pid, SIGKILL);
+  running_group = 0;
+  if (!WIFEXITED(status)) {
+    return absl::InternalError(absl::StrCat(options.argv[0], " was killed by signal ",
+                                            WTERMSIG(status), ":\n", LogTail(options.output_path)));
+  }
+  return WEXITSTATUS(status);
+}
+
+// A fresh directory <work_dir>/<name>-XXXXXX for one run.
+absl::StatusOr<std::string> MakeRunDir(const std::string& work_dir, const std::string& name) {
+  std::string path = absl::StrCat(work_dir, "/", name, "-XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", path, ": ", strerror(errno)));
+  }
+  return path;
+}
+
+std::string RunName(absl::string_view impl, const TrainConfig& c) {
+  return absl::StrCat(impl, "-", c.model, "-w", c.world);
+}
+
+// Reads a run's metrics file and appends its windows.
+absl::Status AppendWindows(const std::string& metrics_path, std::vector<TrainWindow>* all) {
+  RM_ASSIGN_OR_RETURN(std::string text, ReadFile(metrics_path));
+  auto windows = ParseTrainMetrics(text);
+  if (!windows.ok()) {
+    return absl::InternalError(absl::StrCat(metrics_path, ": ", windows.status().message()));
+  }
+  all->insert(all->end(), windows->begin(), windows->end());
+  return absl::OkStatus();
+}
+
+// The job spec of a benchmark run; everything that varies comes as --set overrides.
+constexpr char kJobSpec[] = R"(# Written by trainbench.
+name: trainbench
+seed: 1
+steps: 200
+model:
+  mlp:
+    hidden: [512, 512]
+    activation: relu
+data:
+  fashion_mnist:
+    normalize: true
+  eval_every_epoch: false
+optimizer:
+  sgd:
+    momentum: 0.9
+  lr: 0.01
+schedule:
+  decay: constant
+batch:
+  global: 128
+parallelism:
+  bucket_mb: 25
+  overlap: true
+diagnostics:
+  fingerprint_every: 0
+  log_every: 10
+)";
+
+// "; buckets N (" in the trainer's start-up line.
+int BucketsFromLog(const std::string& log_path) {
+  auto text = ReadFile(log_path);
+  if (!text.ok()) return -1;
+  constexpr char kKey[] = "; buckets ";
+  size_t p = text->find(kKey);
+  if (p == std::string::npos) return -1;
+  absl::string_view rest = absl::string_view(*text).substr(p + strlen(kKey));
+  int buckets = -1;
+  if (!absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &buckets)) return -1;
+  return buckets;
+}
+
+std::string Optional(double v, const char* format) {
+  return v < 0 ? std::string() : absl::StrFormat(format, v);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TrainWindow>> ParseTrainMetrics(absl::string_view jsonl) {
+  std::vector<TrainWindow> windows;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(jsonl, '\n')) {
+    ++line_number;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    TrainWindow w;
+    struct Field {
+      const char* key;
+      double* value;
+      bool required;
+    };
+    double step = 0;
+    for (const Field& f :
+         {Field{"step", &step, true}, Field{"samples_per_second", &w.samples_per_second, true},
+          Field{"window_seconds", &w.window_seconds, true},
+          Field{"comm_seconds", &w.comm_seconds, false},
+          Field{"exposed_comm_seconds", &w.exposed_comm_seconds, false}}) {
+      absl::StatusOr<double> v = NumberField(line, f.key);
+      if (v.ok()) {
+        *f.value = *v;
+      } else if (f.required || !absl::IsNotFound(v.status())) {
+        return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ",
+                                                       absl::IsNotFound(v.status())
+                                                           ? absl::StrCat("no \"", f.key, "\"")
+                                                           : std::string(v.status().message())));
+      }
+    }
+    w.step = static_cast<int64_t>(step);
+    windows.push_back(w);
+  }
+  return windows;
+}
+
+absl::StatusOr<TrainStats> SummarizeWindows(const std::vector<TrainWindow>& windows,
+                                            int64_t warmup_steps) {
+  std::vector<double> sps, step_seconds;
+  double seconds = 0, comm = 0, exposed = 0;
+  bool has_comm = true;
+  TrainStats stats;
+  int64_t previous = 0;
+  for (const TrainWindow& w : windows) {
+    const int64_t steps = w.step > previous ? w.step - previous : w.step;
+    previous = w.step;
+    if (w.step <= warmup_steps || steps <= 0) continue;
+    ++stats.windows;
+    stats.steps += steps;
+    sps.push_back(w.samples_per_second);
+    step_seconds.push_back(w.window_seconds / static_cast<double>(steps));
+    seconds += w.window_seconds;
+    has_comm = has_comm && w.comm_seconds >= 0 && w.exposed_comm_seconds >= 0;
+    comm += w.comm_seconds;
+    exposed += w.exposed_comm_seconds;
+  }
+  if (sps.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no window ends after the ", warmup_steps,
+                     " warm-up steps; run more steps or fewer warm-up steps"));
+  }
+  stats.samples_per_second = Median(sps);
+  stats.min_samples_per_second = *std::min_element(sps.begin(), sps.end());
+  stats.max_samples_per_second = *std::max_element(sps.begin(), sps.end());
+  stats.step_ms = 1000 * Median(step_seconds);
+  if (has_comm && seconds > 0) {
+    stats.comm_fraction = comm / seconds;
+    stats.exposed_comm_fraction = exposed / seconds;
+  }
+  return stats;
+}
+
+std::string DescribeMlp(const std::vector<int64_t>& hidden) {
+  return absl::StrCat("784-", absl::StrJoin(hidden, "-"), "-10");
+}
+
+int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
+
+absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
+                                            const TrainConfig& config) {
+  if (access(options.ringctl.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ringctl is not at ", options.ringctl,
+        "; build it: bazel build //cli:ringctl //worker:ringtrainer (or pass --ringctl)"));
+  }
+  RM_ASSIGN_OR_RETURN(std::string dir,
+                      MakeRunDir(options.work_dir, absl::StrCat(RunName("ringmaster", config),
+                                                                config.overlap ? "-overlap" : "",
+                                                                "-bucket", config.bucket_mb)));
+  const std::string spec = dir + "/job.yaml";
+  RM_RETURN_IF_ERROR(WriteFileAtomically(spec, kJobSpec, {.durable = false}));
+  ProcessOptions p;
+  p.argv = {options.ringctl, "local", "--workers", absl::StrCat(config.world), spec};
+  for (const std::string& set : std::vector<std::string>{
+           absl::StrCat("steps=", config.steps),
+           absl::StrCat("batch.global=", config.batch_per_rank * config.world),
+           absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
+           absl::StrCat("optimizer.lr=", config.lr),
+           absl::StrCat("parallelism.threads=", config.threads),
+           absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
+           absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
+           absl::StrCat("diagnostics.log_every=", config.log_every),
+           absl::StrCat("data.fashion_mnist.dir=", options.data_dir),
+           absl::StrCat("metrics.jsonl=", dir, "/metrics.jsonl")}) {
+    p.argv.push_back("--set");
+    p.argv.push_back(set);
+  }
+  p.argv.insert(p.argv.end(), {"--summary", dir + "/summary.json", "--run_dir", dir + "/run"});
+  p.output_path = dir + "/ringctl.log";
+  p.timeout = options.timeout;
+  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
+  if (exit_code != 0) {
+    return FailedRun(absl::StrCat("ringctl local --workers ", config.world), exit_code,
+                     p.output_path);
+  }
+  RingmasterRun run;
+  RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
+  run.buckets = BucketsFromLog(p.output_path);
+  return run;
+}
+
+absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config) {
+  if (access(options.script.c_str(), R_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the PyTorch peer script is not at ", options.script,
+                     "; build //bench:trainbench, which carries it (or pass --torch_script)"));
+  }
+  if (access(options.python.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no Python at ", options.python, "; install PyTorch: ", kTorchInstallCommand));
+  }
+  RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(options.work_dir, RunName("pytorch", config)));
+  ProcessOptions p;
+  p.argv = {options.python,
+            options.script,
+            absl::StrCat("--world=", config.world),
+            absl::StrCat("--batch=", config.batch_per_rank),
+            absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
+            absl::StrCat("--steps=", config.steps),
+            absl::StrCat("--log_every=", config.log_every),
+            absl::StrCat("--threads=", config.threads),
+            absl::StrCat("--lr=", config.lr),
+            "--data=" + options.data,
+            "--data_dir=" + options.data_dir,
+            "--store=" + dir + "/store",
+            "--metrics=" + dir + "/metrics.jsonl"};
+  p.extra_env = {"LD_LIBRARY_PATH=" + options.blas_dir,
+                 absl::StrCat("OPENBLAS_NUM_THREADS=", config.threads),
+                 absl::StrCat("OMP_NUM_THREADS=", config.threads)};
+  p.output_path = dir + "/torch.log";
+  p.timeout = options.timeout;
+  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
+  if (exit_code == 5) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PyTorch is not installed; install it: ", kTorchInstallCommand));
+  }
+  if (exit_code == 3 || exit_code == 4) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the PyTorch peer cannot run as configured:\n", LogTail(p.output_path)));
+  }
+  if (exit_code != 0) {
+    return FailedRun(absl::StrCat("the PyTorch peer (world ", config.world, ")"), exit_code,
+                     p.output_path);
+  }
+  TorchRun run;
+  RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
+  RM_ASSIGN_OR_RETURN(std::string log, ReadFile(p.output_path));
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "peer ")) run.peer_line = std::string(line.substr(5));
+  }
+  return run;
+}
+
+std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
+  std::string out =
+      "section,impl,model,world,threads,batch_per_rank,steps,overlap,bucket_mb,buckets,"
+      "windows,samples_per_second,min_samples_per_second,max_samples_per_second,step_ms,"
+      "comm_fraction,exposed_comm_fraction,ratio,scaling_efficiency,"
+      "scaling_efficiency_one_thread,load_min,load_max\n";
+  for (const BenchRow& r : rows) {
+    const TrainConfig& c = r.config;
+    const bool ours = r.impl == "ringmaster";
+    absl::StrAppend(&out,
+                    absl::StrJoin({r.section,
+                                   r.impl,
+                                   DescribeMlp(c.hidden),
+                                   absl::StrCat(c.world),
+                                   absl::StrCat(c.threads),
+                                   absl::StrCat(c.batch_per_rank),
+                                   absl::StrCat(c.steps),
+                                   ours ? std::string(c.overlap ? "true" : "false") : std::string(),
+                                   ours ? absl::StrCat(c.bucket_mb) : std::string(),
+                                   r.buckets < 0 ? std::string() : absl::StrCat(r.buckets),
+                                   absl::StrCat(r.stats.windows),
+                                   absl::StrFormat("%.1f", r.stats.samples_per_second),
+                                   absl::StrFormat("%.1f", r.stats.min_samples_per_second),
+                                   absl::StrFormat("%.1f", r.stats.max_samples_per_second),
+                                   absl::StrFormat("%.3f", r.stats.step_ms),
+                                   Optional(r.stats.comm_fraction, "%.4f"),
+                                   Optional(r.stats.exposed_comm_fraction, "%.4f"),
+                                   Optional(r.ratio, "%.4f"),
+                                   Optional(r.efficiency, "%.4f"),
+                                   Optional(r.efficiency_one_thread, "%.4f"),
+                                   Optional(r.load_min, "%.2f"),
+                                   Optional(r.load_max, "%.2f")},
+                                  ","),
+                    "\n");
+  }
+  return out;
+}
+
+void KillRunningProcesses() {
+  const pid_t group = running_group.load();
+  if (group > 0) kill(-group, SIGKILL);
+}
+
+double LoadAverage() {
+  auto text = ReadFile("/proc/loadavg");
+  double load = -1;
+  if (!text.ok() || !absl::SimpleAtod(text->substr(0, text->find(' ')), &load)) return -1;
+  return load;
+}
+
+}  // namespace ringmaster::bench

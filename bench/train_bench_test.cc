@@ -1,0 +1,155 @@
+#include "bench/train_bench.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::bench {
+namespace {
+
+// Records as the trainer writes them (fields it has that we do not read included).
+constexpr char kTrainerMetrics[] =
+    R"({"step":1,"epoch":0,"loss":2.3,"samples_per_second":3487.5,"comm_seconds":0.002,)"
+    R"("exposed_comm_seconds":0.007,"window_seconds":0.0367,"loss_scale":1,"skipped_steps":0}
+{"step":10,"epoch":0,"loss":2.3,"samples_per_second":9000,"comm_seconds":0.02,)"
+    R"("exposed_comm_seconds":0.01,"window_seconds":0.128,"loss_scale":1,"skipped_steps":0}
+{"step":20,"epoch":0,"loss":2.2,"samples_per_second":10000,"comm_seconds":0.03,)"
+    R"("exposed_comm_seconds":0.01,"window_seconds":0.128,"loss_scale":1,"skipped_steps":0}
+
+{"step":30,"epoch":0,"loss":2.1,"samples_per_second":16000,"comm_seconds":0.01,)"
+    R"("exposed_comm_seconds":0.005,"window_seconds":0.08,"loss_scale":1,"skipped_steps":0}
+)";
+
+TEST(ParseTrainMetrics, ReadsTheTrainersRecords) {
+  auto w = ParseTrainMetrics(kTrainerMetrics);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->size(), 4u);
+  EXPECT_EQ((*w)[0].step, 1);
+  EXPECT_DOUBLE_EQ((*w)[1].samples_per_second, 9000);
+  EXPECT_DOUBLE_EQ((*w)[2].comm_seconds, 0.03);
+  EXPECT_DOUBLE_EQ((*w)[3].exposed_comm_seconds, 0.005);
+  EXPECT_DOUBLE_EQ((*w)[3].window_seconds, 0.08);
+}
+
+TEST(ParseTrainMetrics, CommFieldsAreOptionalOthersAreNot) {
+  auto peer = ParseTrainMetrics(R"({"step":10,"samples_per_second":5,"window_seconds":1})");
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_LT((*peer)[0].comm_seconds, 0);
+  auto null_comm = ParseTrainMetrics(
+      R"({"step":10,"samples_per_second":5,"window_seconds":1,"comm_seconds":null})");
+  ASSERT_TRUE(null_comm.ok());
+  EXPECT_LT((*null_comm)[0].comm_seconds, 0);
+
+  auto missing = ParseTrainMetrics("{\"step\":1,\"window_seconds\":1}\n{\"step\":2}");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "line 1"));
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "samples_per_second"));
+  auto bad = ParseTrainMetrics(R"({"step":1,"samples_per_second":"x","window_seconds":1})");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "samples_per_second"));
+}
+
+TEST(SummarizeWindows, SkipsWarmUpAndTakesMedians) {
+  auto w = ParseTrainMetrics(kTrainerMetrics);
+  ASSERT_TRUE(w.ok());
+  auto s = SummarizeWindows(*w, 10);  // the windows ending at steps 20 and 30 count
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->windows, 2);
+  EXPECT_EQ(s->steps, 20);
+  EXPECT_DOUBLE_EQ(s->samples_per_second, 13000);
+  EXPECT_DOUBLE_EQ(s->min_samples_per_second, 10000);
+  EXPECT_DOUBLE_EQ(s->max_samples_per_second, 16000);
+  EXPECT_DOUBLE_EQ(s->step_ms, (12.8 + 8.0) / 2);
+  EXPECT_NEAR(s->comm_fraction, 0.04 / 0.208, 1e-12);
+  EXPECT_NEAR(s->exposed_comm_fraction, 0.015 / 0.208, 1e-12);
+
+  // Step 1's window is one step, step 10's nine.
+  auto all = SummarizeWindows(*w, 0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->windows, 4);
+  EXPECT_EQ(all->steps, 30);
+  EXPECT_DOUBLE_EQ(all->samples_per_second, 9500);
+
+  EXPECT_EQ(SummarizeWindows(*w, 30).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SummarizeWindows, PoolsRunsAndLeavesUnreportedCommOut) {
+  // Two runs of the peer one after the other: the second starts again at step 1.
+  auto w = ParseTrainMetrics(
+      "{\"step\":1,\"samples_per_second\":1,\"window_seconds\":1}\n"
+      "{\"step\":5,\"samples_per_second\":100,\"window_seconds\":0.4}\n"
+      "{\"step\":1,\"samples_per_second\":1,\"window_seconds\":1}\n"
+      "{\"step\":5,\"samples_per_second\":300,\"window_seconds\":0.2}\n");
+  ASSERT_TRUE(w.ok());
+  auto s = SummarizeWindows(*w, 1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->windows, 2);
+  EXPECT_EQ(s->steps, 8);
+  EXPECT_DOUBLE_EQ(s->samples_per_second, 200);
+  EXPECT_DOUBLE_EQ(s->step_ms, (100 + 50) / 2.0);
+  EXPECT_LT(s->comm_fraction, 0);
+  EXPECT_LT(s->exposed_comm_fraction, 0);
+}
+
+TEST(ThreadsPerRank, SharesTheCoresAtLeastOne) {
+  EXPECT_EQ(ThreadsPerRank(2, 1), 2);
+  EXPECT_EQ(ThreadsPerRank(2, 2), 1);
+  EXPECT_EQ(ThreadsPerRank(2, 4), 1);
+  EXPECT_EQ(ThreadsPerRank(16, 4), 4);
+}
+
+TEST(DescribeMlp, InputsHiddenClasses) {
+  EXPECT_EQ(DescribeMlp({512, 512}), "784-512-512-10");
+  EXPECT_EQ(DescribeMlp({1024, 1024, 1024, 1024}), "784-1024-1024-1024-1024-10");
+}
+
+TEST(BenchRowsToCsv, OneLinePerRowUnknownsEmpty) {
+  BenchRow ours;
+  ours.section = "throughput";
+  ours.impl = "ringmaster";
+  ours.config.world = 2;
+  ours.stats.samples_per_second = 25000;
+  ours.stats.comm_fraction = 0.25;
+  ours.stats.exposed_comm_fraction = 0.1;
+  ours.ratio = 1.5;
+  ours.efficiency = 0.8;
+  BenchRow peer = ours;
+  peer.impl = "pytorch";
+  peer.stats.comm_fraction = peer.stats.exposed_comm_fraction = -1;
+  peer.ratio = -1;
+  const std::string csv = BenchRowsToCsv({ours, peer});
+  std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  const size_t columns = std::vector<std::string>(absl::StrSplit(lines[0], ',')).size();
+  for (const std::string& line : lines) {
+    EXPECT_EQ(std::vector<std::string>(absl::StrSplit(line, ',')).size(), columns) << line;
+  }
+  EXPECT_TRUE(absl::StartsWith(lines[1], "throughput,ringmaster,784-512-512-10,2,"));
+  EXPECT_TRUE(absl::StrContains(lines[1], ",true,25,")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[1], ",0.2500,0.1000,1.5000,0.8000,,")) << lines[1];
+  // The peer has no overlap or bucket setting and no comm figures.
+  EXPECT_TRUE(absl::StrContains(lines[2], ",200,,,,")) << lines[2];
+  EXPECT_TRUE(absl::StrContains(lines[2], ",,,0.8000,,")) << lines[2];
+}
+
+TEST(RunRingmaster, MissingRingctlIsAPreconditionNamingTheBuild) {
+  RingmasterOptions o;
+  o.ringctl = "/nonexistent/ringctl";
+  o.work_dir = "/tmp";
+  auto r = RunRingmaster(o, TrainConfig{});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "bazel build //cli:ringctl"));
+}
+
+TEST(RunTorch, MissingPythonNamesTheInstallCommand) {
+  TorchOptions o;
+  o.python = "/nonexistent/python3";
+  o.script = "/proc/self/exe";  // readable; the missing interpreter is what is reported
+  o.work_dir = "/tmp";
+  auto r = RunTorch(o, TrainConfig{});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), kTorchInstallCommand));
+}
+
+}  // namespace
+}  // namespace ringmaster::bench
