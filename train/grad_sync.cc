@@ -7,15 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "kernels/optimizer.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train {
 namespace {
 
 double SumOfSquares(const float* x, int64_t n) {
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
-  return total;
+  return kernels::SumOfSquares(absl::MakeConstSpan(x, static_cast<size_t>(n)));
 }
 
 }  // namespace
@@ -78,8 +77,9 @@ FlatRange GradientSync::shard() const {
   return {begin, begin + shard_elements_};
 }
 
-void GradientSync::Begin(float* grads) {
+void GradientSync::Begin(float* grads, StepDiagnostics diagnostics) {
   grads_ = grads;
+  measure_norm_ = diagnostics == StepDiagnostics::kLocalGradNorm;
   launched_ = 0;
   stats_ = GradientSyncStats{};
   absl::MutexLock lock(&mu_);
@@ -107,7 +107,7 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
   double squares = 0;
   if (options_.reduction == GradientReduction::kAllReduce) {
     float* p = grads_ + bucket.begin;
-    squares = SumOfSquares(p, len);
+    if (measure_norm_) squares = SumOfSquares(p, len);
     status = comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
   } else {
     const int n = comm_->size();
@@ -115,7 +115,7 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
       std::memcpy(staging_.data() + r * len, grads_ + r * shard_elements_ + bucket.begin,
                   len * sizeof(float));
     }
-    squares = SumOfSquares(staging_.data(), static_cast<int64_t>(len) * n);
+    if (measure_norm_) squares = SumOfSquares(staging_.data(), static_cast<int64_t>(len) * n);
     status = comm_->ReduceScatter(staging_.data(),
                                   grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
                                   DataType::kFloat32, comm::ReduceOp::kSum, deadline);

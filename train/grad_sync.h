@@ -57,8 +57,8 @@ struct GradientSyncStats {
   absl::Duration comm_time;     // time inside collectives this step
   absl::Duration exposed_wait;  // time Finish() blocked the training thread
   int buckets = 0;
-  // L2 norm of this rank's own gradient before the reduction (diagnostics: a rank whose
-  // gradients differ wildly from its peers' shows here).
+  // L2 norm of this rank's own gradient before the reduction, when the step asked for it
+  // (diagnostics: a rank whose gradients differ wildly from its peers' shows here).
   double local_grad_norm = 0;
 };
 
@@ -73,8 +73,11 @@ class GradientSync {
   FlatRange shard() const;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
-  // Starts a step over `grads` (padded_elements floats, not owned).
-  void Begin(float* grads);
+  // Starts a step over `grads` (padded_elements floats, not owned). With kLocalGradNorm the
+  // step also measures this rank's own gradient norm before the reduction (one more pass
+  // over the gradients: ask for it on logged steps only).
+  enum class StepDiagnostics { kNone, kLocalGradNorm };
+  void Begin(float* grads, StepDiagnostics diagnostics = StepDiagnostics::kNone);
   // Every gradient at flat offset >= `offset` is final (the model's on_grads_ready).
   void Ready(int64_t offset);
   // Launches the buckets not yet launched, waits for all of them and returns the first
@@ -99,6 +102,7 @@ class GradientSync {
   std::vector<Bucket> buckets_;  // in launch order
   std::vector<float> staging_;   // kReduceScatter: one stripe, contiguous
   float* grads_ = nullptr;
+  bool measure_norm_ = false;
   int launched_ = 0;  // buckets handed over this step (training thread only)
   GradientSyncStats stats_;
 

@@ -389,7 +389,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     fb.loss_scale = scaler ? scaler->scale() : 1.0f;
     fb.precision = precision;
     double step_stats[3] = {0, 0, 0};  // loss sum, terms, correct
-    sync->Begin(grads.data());
+    const bool logging_step = (step + 1) % log_every == 0 || step + 1 == total_steps || step == 0;
+    sync->Begin(grads.data(), logging_step ? GradientSync::StepDiagnostics::kLocalGradNorm
+                                           : GradientSync::StepDiagnostics::kNone);
     bool ran = false;
     for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
       const data::Range r = plan.MicroBatch(count, rank, micro);
