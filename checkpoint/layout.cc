@@ -62,6 +62,19 @@ std::string ReportFileName(int rank, int world_size) {
   return absl::StrCat("report-", rank, "-of-", world_size, ".pb");
 }
 
+std::string FailedMarkerName(int rank, int world_size, int code) {
+  return absl::StrCat("report-", rank, "-of-", world_size, ".failed-", code);
+}
+
+std::optional<int> ParseFailedMarker(absl::string_view name, int rank, int world_size) {
+  if (!absl::ConsumePrefix(&name, absl::StrCat("report-", rank, "-of-", world_size, ".failed-"))) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> code = ParseCount(name);
+  if (!code || *code > 100) return std::nullopt;
+  return static_cast<int>(*code);
+}
+
 absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(Env* env, const std::string& job_dir) {
   absl::StatusOr<std::vector<std::string>> names = env->GetChildren(job_dir);
   if (absl::IsNotFound(names.status())) return std::vector<int64_t>{};

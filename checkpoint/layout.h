@@ -49,6 +49,11 @@ std::string DeletingDirName(int64_t step);
 std::string ShardFileName(int rank, int world_size);
 // "report-<r>-of-<W>.pb": what rank r tells rank 0 about its shard (proto ShardReport).
 std::string ReportFileName(int rank, int world_size);
+// "report-<r>-of-<W>.failed-<code>": an empty file saying that rank r failed with status
+// code <code> and could not write its report either (a full disk still takes a name).
+std::string FailedMarkerName(int rank, int world_size, int code);
+// <code> when `name` is FailedMarkerName(rank, world_size, <code>).
+std::optional<int> ParseFailedMarker(absl::string_view name, int rank, int world_size);
 
 // The committed steps in `job_dir` (directories named step-<N>), ascending. An absent
 // job directory has none.

@@ -372,16 +372,28 @@ absl::Status CheckpointWriter::Persist(const Job& job) {
       report.set_status_message(std::string(mine.status().message()));
     }
     absl::Status reported = WriteReport(env, dir, report);
+    if (!reported.ok() && !mine.ok()) {
+      // Perhaps the disk is full: a name needs no data block.
+      const std::string marker = FailedMarkerName(options_.rank, options_.world_size,
+                                                  static_cast<int>(mine.status().code()));
+      absl::StatusOr<std::unique_ptr<WritableFile>> file =
+          env->NewWritableFile(JoinPath(dir, marker));
+      if (file.ok()) reported = (*file)->Close();
+      LOG_IF(WARNING, !reported.ok()) << "checkpoint step " << job.step
+                                      << ": cannot tell rank 0 that this rank failed: " << reported;
+    }
     RM_RETURN_IF_ERROR(mine.status());
     return reported;
   }
   // Rank 0 collects the reports even when its own shard failed: once every rank has
-  // reported, no one writes in this directory or an older one, and they can go.
+  // reported, no one writes in this directory any more.
   absl::StatusOr<std::vector<ShardReport>> others = CollectReports(job, dir);
   RM_RETURN_IF_ERROR(others.status());
   absl::Status status = mine.status();
+  bool someone_skipped = false;
   for (const ShardReport& r : *others) {
-    if (!status.ok()) break;
+    someone_skipped = someone_skipped || r.skipped();
+    if (!status.ok()) continue;
     if (r.skipped()) {
       status = absl::UnavailableError(
           absl::StrCat("rank ", r.rank(), " skipped this save (its previous one was running)"));
@@ -397,7 +409,14 @@ absl::Status CheckpointWriter::Persist(const Job& job) {
     for (ShardReport& r : *others) reports.push_back(std::move(r));
     status = Commit(job, dir, reports);
   }
-  RemoveTemporariesBefore(job.save + (status.ok() ? 0 : 1));
+  if (someone_skipped) {
+    // A rank that skipped may still be writing an older save: only this directory can go.
+    absl::Status s = DeleteRecursively(env, dir);
+    LOG_IF(WARNING, !s.ok()) << "removing " << dir << ": " << s;
+  } else {
+    // Every rank ran this save, so each has finished the older ones.
+    RemoveTemporariesBefore(job.save + 1);
+  }
   return status;
 }
 
@@ -460,11 +479,25 @@ absl::StatusOr<std::vector<ShardReport>> CheckpointWriter::CollectReports(const 
     std::vector<int> still;
     for (int r : pending) {
       const std::string name = ReportFileName(r, world);
+      ShardReport& report = reports[r - 1];
       if (!present.contains(name)) {
-        still.push_back(r);
+        std::optional<int> failed;
+        for (const std::string& n : names) {
+          if (!failed) failed = ParseFailedMarker(n, r, world);
+        }
+        if (!failed) {
+          still.push_back(r);
+          continue;
+        }
+        report.set_rank(r);
+        report.set_world_size(world);
+        report.set_step(job.step);
+        report.set_status_code(*failed);
+        report.set_status_message(absl::StrCat(
+            "failed with ", absl::StatusCodeToString(static_cast<absl::StatusCode>(*failed)),
+            " and could not write its report (see its log)"));
         continue;
       }
-      ShardReport& report = reports[r - 1];
       RM_RETURN_IF_ERROR(ReadFramedProto(options_.env, JoinPath(dir, name), kReportMagic, &report));
       if (report.rank() != r || report.world_size() != world || report.step() != job.step) {
         return absl::InternalError(absl::StrCat(JoinPath(dir, name), " is rank ", report.rank(),
