@@ -1,0 +1,615 @@
+#include "checkpoint/writer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/framed_file.h"
+#include "checkpoint/layout.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace ringmaster::checkpoint {
+namespace {
+
+constexpr int64_t kMinAutoBlock = 4 << 10;
+constexpr int64_t kMaxAutoBlock = 1 << 20;
+constexpr size_t kStagingAlign = 4096;
+// Marks the status of a save that did not happen because a rank skipped it.
+constexpr absl::string_view kSkippedPayload = "ringmaster.checkpoint/skipped";
+
+int64_t AutoBlockBytes(int64_t elements) {
+  const int64_t target = elements * kElementBytes / 1024;
+  int64_t block = kMinAutoBlock;
+  while (block < target && block < kMaxAutoBlock) block *= 2;
+  return block;
+}
+
+// Creates `path` and the directories above it that are missing.
+absl::Status CreateDirs(Env* env, const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    RM_RETURN_IF_ERROR(env->CreateDir(path.substr(0, slash)));
+  }
+  return env->CreateDir(path);
+}
+
+absl::Status StatusOfReport(const ShardReport& report) {
+  return absl::Status(static_cast<absl::StatusCode>(report.status_code()), report.status_message());
+}
+
+// Reports are not synced: a machine crash loses the save anyway. The rename makes them
+// appear whole.
+absl::Status WriteReport(Env* env, const std::string& dir, const ShardReport& report) {
+  const std::string name = ReportFileName(report.rank(), report.world_size());
+  const std::string partial = JoinPath(dir, absl::StrCat(name, ".partial"));
+  std::string payload;
+  if (!report.SerializeToString(&payload)) return absl::InternalError("cannot serialize report");
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(partial));
+  RM_RETURN_IF_ERROR(file->PWrite(0, Frame(kReportMagic, payload)));
+  RM_RETURN_IF_ERROR(file->Close());
+  return env->RenameFile(partial, JoinPath(dir, name));
+}
+
+absl::Status CheckOptions(const CheckpointWriterOptions& o) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("CheckpointWriterOptions: ", what));
+  };
+  if (o.root.empty()) return bad("root is empty");
+  if (o.job.empty() || o.job.find('/') != std::string::npos || o.job == "." || o.job == "..") {
+    return bad(absl::StrCat("job must be a non-empty file name, got \"", o.job, "\""));
+  }
+  if (o.world_size < 1) return bad(absl::StrCat("world_size must be >= 1, got ", o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return bad(absl::StrCat("rank must be in [0, ", o.world_size, "), got ", o.rank));
+  }
+  if (o.retention.keep_last < 1) {
+    return bad(absl::StrCat("retention.keep_last must be >= 1, got ", o.retention.keep_last));
+  }
+  if (o.retention.keep_every < 0) {
+    return bad(absl::StrCat("retention.keep_every must be >= 0, got ", o.retention.keep_every));
+  }
+  if (o.block_bytes < 0 || o.block_bytes % kElementBytes != 0) {
+    return bad(absl::StrCat("block_bytes must be 0 or a positive multiple of ", kElementBytes,
+                            ", got ", o.block_bytes));
+  }
+  if (o.write_bytes <= 0) return bad(absl::StrCat("write_bytes must be > 0, got ", o.write_bytes));
+  if (o.commit_timeout <= absl::ZeroDuration() || o.poll_interval <= absl::ZeroDuration()) {
+    return bad("commit_timeout and poll_interval must be positive");
+  }
+  if (o.staging_reserve_bytes < 0) return bad("staging_reserve_bytes must be >= 0");
+  if (o.env == nullptr || o.clock == nullptr) return bad("env and clock must be set");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+train::FlatRange SaveSlice(int64_t elements, int rank, int world_size) {
+  CHECK(world_size >= 1 && rank >= 0 && rank < world_size) << rank << " of " << world_size;
+  int64_t per_rank = (elements + world_size - 1) / world_size;
+  per_rank = (per_rank + train::kAlignElements - 1) / train::kAlignElements * train::kAlignElements;
+  return {std::min(elements, rank * per_rank), std::min(elements, (rank + 1) * per_rank)};
+}
+
+std::vector<int64_t> StepsToDelete(std::vector<int64_t> steps, int64_t latest,
+                                   const RetentionPolicy& policy) {
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  std::vector<int64_t> doomed;
+  int kept = 0;
+  for (int64_t step : steps) {
+    if (step > latest) continue;
+    const bool recent = kept < policy.keep_last;
+    if (recent) ++kept;
+    const bool milestone = policy.keep_every > 0 && step % policy.keep_every == 0;
+    if (!recent && !milestone && step != latest) doomed.push_back(step);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  return doomed;
+}
+
+void CheckpointWriter::Staging::operator()(char* p) const { std::free(p); }
+
+CheckpointWriter::CheckpointWriter(const CheckpointWriterOptions& options)
+    : options_(options), job_dir_(JobDir(options.root, options.job)) {
+  if (options.table != nullptr) tensors_ = TensorEntries(*options.table);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(
+    const CheckpointWriterOptions& options) {
+  RM_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<CheckpointWriter> writer(new CheckpointWriter(options));
+  RM_RETURN_IF_ERROR(CreateDirs(options.env, writer->job_dir_));
+  if (options.rank == 0) RM_RETURN_IF_ERROR(writer->CleanUpAtStart());
+  if (options.staging_reserve_bytes > 0) {
+    writer->EnsureStaging(options.staging_reserve_bytes);
+    std::memset(writer->staging_.get(), 0, writer->staging_capacity_);
+  }
+  return writer;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancel_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status CheckpointWriter::CleanUpAtStart() {
+  Env* env = options_.env;
+  RM_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(job_dir_));
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, kTempPrefix)) continue;
+    const std::string path = JoinPath(job_dir_, name);
+    absl::Status s = env->IsDirectory(path);
+    if (s.ok()) {
+      RM_RETURN_IF_ERROR(DeleteRecursively(env, path));
+    } else if (absl::IsFailedPrecondition(s)) {
+      RM_RETURN_IF_ERROR(env->DeleteFile(path));
+    } else if (!absl::IsNotFound(s)) {
+      return s;
+    }
+  }
+  return env->SyncDir(job_dir_);
+}
+
+absl::Status CheckpointWriter::CheckRequest(const SaveRequest& request) const {
+  if (request.step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SaveRequest: step ", request.step, " < 0"));
+  }
+  absl::flat_hash_set<std::string> names;
+  for (const BufferShard& b : request.buffers) {
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SaveRequest buffer \"", b.name, "\": ", what));
+    };
+    if (b.name.empty()) return bad("the name is empty");
+    if (!names.insert(b.name).second) return bad("given twice");
+    if (b.elements < 0) return bad(absl::StrCat("elements ", b.elements, " < 0"));
+    if (b.range.begin < 0 || b.range.begin > b.range.end || b.range.end > b.elements) {
+      return bad(absl::StrCat("range ", train::RangeString(b.range), " is not inside [0, ",
+                              b.elements, ")"));
+    }
+    if (static_cast<int64_t>(b.data.size()) != b.range.size()) {
+      return bad(
+          absl::StrCat("data has ", b.data.size(), " floats for a range of ", b.range.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CheckpointWriter::EnsureStaging(int64_t bytes) {
+  if (bytes <= staging_capacity_) return;
+  const size_t rounded =
+      (static_cast<size_t>(bytes) + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+  staging_.reset(static_cast<char*>(std::aligned_alloc(kStagingAlign, rounded)));
+  CHECK(staging_ != nullptr) << "cannot allocate " << rounded << " bytes of staging memory";
+  staging_capacity_ = static_cast<int64_t>(rounded);
+  absl::MutexLock lock(&mu_);
+  stats_.staging_bytes = staging_capacity_;
+}
+
+void CheckpointWriter::Snapshot(const SaveRequest& request, Job* job) {
+  int64_t offset = 0;
+  for (const BufferShard& b : request.buffers) {
+    job->layout.push_back(
+        Layout{b.name, b.elements, b.range, offset,
+               options_.block_bytes > 0 ? options_.block_bytes : AutoBlockBytes(b.elements)});
+    offset += b.range.size() * kElementBytes;
+  }
+  job->bytes = offset;
+  EnsureStaging(offset);
+  for (size_t i = 0; i < request.buffers.size(); ++i) {
+    const BufferShard& b = request.buffers[i];
+    std::memcpy(staging_.get() + job->layout[i].offset, b.data.data(),
+                b.data.size() * kElementBytes);
+  }
+  job->state = request.state;
+}
+
+absl::Status CheckpointWriter::WriteSkipReport(int64_t step, int64_t save) {
+  const std::string dir = JoinPath(job_dir_, SaveDirName(step, save));
+  RM_RETURN_IF_ERROR(options_.env->CreateDir(dir));
+  ShardReport report;
+  report.set_rank(options_.rank);
+  report.set_world_size(options_.world_size);
+  report.set_step(step);
+  report.set_skipped(true);
+  return WriteReport(options_.env, dir, report);
+}
+
+absl::StatusOr<SaveOutcome> CheckpointWriter::SaveAsync(const SaveRequest& request) {
+  RM_RETURN_IF_ERROR(CheckRequest(request));
+  const absl::Time start = options_.clock->Now();
+  bool skip = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (running_ && options_.on_busy == OnBusy::kSkip) {
+      ++stats_.skipped;
+      skip = true;
+    } else {
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
+      mu_.Await(absl::Condition(&idle));
+    }
+  }
+  if (skip) {
+    // Tell rank 0 at once, so that it does not wait for this rank's shard until its commit
+    // timeout. Only rank 0 commits, so rank 0's own skip needs no report.
+    const int64_t save = next_save_++;
+    if (options_.rank != 0) {
+      absl::Status s = WriteSkipReport(request.step, save);
+      LOG_IF(WARNING, !s.ok()) << "checkpoint step " << request.step
+                               << ": cannot report the skipped save to rank 0: " << s;
+    }
+    return SaveOutcome::kSkipped;
+  }
+  if (thread_.joinable()) thread_.join();
+  Job job;
+  job.step = request.step;
+  job.save = next_save_++;
+  const absl::Time copy_start = options_.clock->Now();
+  Snapshot(request, &job);
+  const absl::Time end = options_.clock->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = true;
+    ++stats_.started;
+    stats_.last_blocked_time = end - start;
+    stats_.last_snapshot_time = end - copy_start;
+  }
+  thread_ = std::thread([this, job = std::move(job)]() mutable { Run(std::move(job)); });
+  return SaveOutcome::kStarted;
+}
+
+absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(CheckRequest(request));
+  absl::Status previous = Wait(deadline);
+  if (absl::IsDeadlineExceeded(previous)) {
+    return absl::DeadlineExceededError(absl::StrCat("checkpoint step ", request.step,
+                                                    ": the previous save was still running at the "
+                                                    "deadline"));
+  }
+  // Nothing runs now, so SaveAsync starts whatever the OnBusy policy.
+  RM_RETURN_IF_ERROR(SaveAsync(request).status());
+  return Wait(deadline);
+}
+
+absl::Status CheckpointWriter::Wait(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&idle), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("the checkpoint save started as number ",
+                                                      next_save_ - 1, " is still running"));
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  return stats_.last_status;
+}
+
+std::optional<absl::Status> CheckpointWriter::Poll() const {
+  absl::MutexLock lock(&mu_);
+  if (running_) return std::nullopt;
+  return stats_.last_status;
+}
+
+WriterStats CheckpointWriter::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool CheckpointWriter::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancel_;
+}
+
+void CheckpointWriter::Run(Job job) {
+  const absl::Time start = options_.clock->Now();
+  absl::Status status = Persist(job);
+  if (!status.ok()) {
+    absl::Status prefixed(status.code(), absl::StrCat("checkpoint step ", job.step, " (rank ",
+                                                      options_.rank, "): ", status.message()));
+    status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+      prefixed.SetPayload(url, payload);
+    });
+    status = std::move(prefixed);
+    LOG(WARNING) << status;
+  }
+  Finish(job, std::move(status), options_.clock->Now() - start);
+}
+
+void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duration write_time) {
+  absl::MutexLock lock(&mu_);
+  running_ = false;
+  stats_.last_step = job.step;
+  stats_.last_write_time = write_time;
+  stats_.last_shard_bytes = job.bytes;
+  if (status.ok()) {
+    ++stats_.succeeded;
+    if (options_.rank == 0) stats_.last_committed_step = job.step;
+  } else if (status.GetPayload(kSkippedPayload).has_value()) {
+    ++stats_.skipped;
+  } else {
+    ++stats_.failed;
+  }
+  stats_.last_status = std::move(status);
+}
+
+absl::Status CheckpointWriter::Persist(const Job& job) {
+  Env* env = options_.env;
+  const std::string dir = JoinPath(job_dir_, SaveDirName(job.step, job.save));
+  const std::string committed = JoinPath(job_dir_, StepDirName(job.step));
+  if (env->FileExists(JoinPath(committed, kManifestName)).ok()) {
+    // Saved before this writer started (a run killed after its commit and before LATEST,
+    // then resumed from the older LATEST): that checkpoint holds this step already.
+    if (options_.rank != 0) return absl::OkStatus();
+    absl::StatusOr<int64_t> latest = ReadLatest(env, job_dir_);
+    if (!latest.ok() || *latest != job.step) {
+      RM_RETURN_IF_ERROR(ReplaceFileDurably(env, JoinPath(job_dir_, kLatestName),
+                                            JoinPath(job_dir_, kLatestTempName),
+                                            absl::StrCat(StepDirName(job.step), "\n")));
+    }
+    return ApplyRetention(job.step);
+  }
+  RM_RETURN_IF_ERROR(env->CreateDir(dir));
+  absl::StatusOr<ShardReport> mine = WriteShard(job, dir);
+  if (options_.rank != 0) {
+    ShardReport report;
+    if (mine.ok()) {
+      report = *std::move(mine);
+    } else {
+      report.set_rank(options_.rank);
+      report.set_world_size(options_.world_size);
+      report.set_step(job.step);
+      report.set_status_code(static_cast<int>(mine.status().code()));
+      report.set_status_message(std::string(mine.status().message()));
+    }
+    absl::Status reported = WriteReport(env, dir, report);
+    if (!reported.ok() && !mine.ok()) {
+      // Perhaps the disk is full: a name needs no data block.
+      const std::string marker = FailedMarkerName(options_.rank, options_.world_size,
+                                                  static_cast<int>(mine.status().code()));
+      absl::StatusOr<std::unique_ptr<WritableFile>> file =
+          env->NewWritableFile(JoinPath(dir, marker));
+      if (file.ok()) reported = (*file)->Close();
+      LOG_IF(WARNING, !reported.ok()) << "checkpoint step " << job.step
+                                      << ": cannot tell rank 0 that this rank failed: " << reported;
+    }
+    RM_RETURN_IF_ERROR(mine.status());
+    return reported;
+  }
+  // Rank 0 collects the reports even when its own shard failed: once every rank has
+  // reported, no one writes in this directory any more.
+  absl::StatusOr<std::vector<ShardReport>> others = CollectReports(job, dir);
+  RM_RETURN_IF_ERROR(others.status());
+  absl::Status status = mine.status();
+  bool someone_skipped = false;
+  for (const ShardReport& r : *others) {
+    someone_skipped = someone_skipped || r.skipped();
+    if (!status.ok()) continue;
+    if (r.skipped()) {
+      status = absl::UnavailableError(
+          absl::StrCat("rank ", r.rank(), " skipped this save (its previous one was running)"));
+      status.SetPayload(kSkippedPayload, absl::Cord("1"));
+    } else if (!StatusOfReport(r).ok()) {
+      status = absl::Status(StatusOfReport(r).code(),
+                            absl::StrCat("rank ", r.rank(), ": ", r.status_message()));
+    }
+  }
+  if (status.ok()) {
+    std::vector<ShardReport> reports;
+    reports.push_back(*std::move(mine));
+    for (ShardReport& r : *others) reports.push_back(std::move(r));
+    status = Commit(job, dir, reports);
+  }
+  if (someone_skipped) {
+    // A rank that skipped may still be writing an older save: only this directory can go.
+    absl::Status s = DeleteRecursively(env, dir);
+    LOG_IF(WARNING, !s.ok()) << "removing " << dir << ": " << s;
+  } else {
+    // Every rank ran this save, so each has finished the older ones.
+    RemoveTemporariesBefore(job.save + 1);
+  }
+  return status;
+}
+
+absl::StatusOr<ShardReport> CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
+  const std::string name = ShardFileName(options_.rank, options_.world_size);
+  ShardReport report;
+  report.set_rank(options_.rank);
+  report.set_world_size(options_.world_size);
+  report.set_step(job.step);
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      options_.env->NewWritableFile(JoinPath(dir, name)));
+  for (const Layout& l : job.layout) {
+    BufferEntry* buffer = report.add_buffers();
+    buffer->set_name(l.name);
+    buffer->set_dtype(std::string(kBufferDtype));
+    buffer->set_elements(l.elements);
+    if (l.range.size() == 0) continue;
+    ChunkEntry* chunk = report.add_chunks();
+    chunk->set_buffer(l.name);
+    chunk->set_begin(l.range.begin);
+    chunk->set_end(l.range.end);
+    chunk->set_file(name);
+    chunk->set_offset(l.offset);
+    chunk->set_length(l.range.size() * kElementBytes);
+    chunk->set_block_bytes(l.block_bytes);
+    chunk->set_rank(options_.rank);
+    const int64_t piece =
+        std::max<int64_t>(1, options_.write_bytes / l.block_bytes) * l.block_bytes;
+    for (int64_t pos = 0; pos < chunk->length(); pos += piece) {
+      if (cancelled()) return absl::CancelledError("the writer is being destroyed");
+      const int64_t n = std::min(piece, chunk->length() - pos);
+      const char* data = staging_.get() + l.offset + pos;
+      for (int64_t b = 0; b < n; b += l.block_bytes) {
+        chunk->add_block_xxh3(Xxh3(absl::string_view(data + b, std::min(l.block_bytes, n - b))));
+      }
+      RM_RETURN_IF_ERROR(file->PWrite(l.offset + pos, absl::string_view(data, n)));
+      RM_RETURN_IF_ERROR(file->StartWriteback(l.offset + pos, n));
+    }
+  }
+  RM_RETURN_IF_ERROR(file->Sync());
+  RM_RETURN_IF_ERROR(file->Close());
+  RM_RETURN_IF_ERROR(options_.env->SyncDir(dir));
+  ShardFile* shard = report.mutable_file();
+  shard->set_name(name);
+  shard->set_bytes(job.bytes);
+  shard->set_rank(options_.rank);
+  return report;
+}
+
+absl::StatusOr<std::vector<ShardReport>> CheckpointWriter::CollectReports(const Job& job,
+                                                                          const std::string& dir) {
+  const int world = options_.world_size;
+  std::vector<ShardReport> reports(world - 1);
+  std::vector<int> pending;
+  for (int r = 1; r < world; ++r) pending.push_back(r);
+  const absl::Time deadline = options_.clock->Now() + options_.commit_timeout;
+  while (true) {
+    RM_ASSIGN_OR_RETURN(std::vector<std::string> names, options_.env->GetChildren(dir));
+    absl::flat_hash_set<std::string> present(names.begin(), names.end());
+    std::vector<int> still;
+    for (int r : pending) {
+      const std::string name = ReportFileName(r, world);
+      ShardReport& report = reports[r - 1];
+      if (!present.contains(name)) {
+        std::optional<int> failed;
+        for (const std::string& n : names) {
+          if (!failed) failed = ParseFailedMarker(n, r, world);
+        }
+        if (!failed) {
+          still.push_back(r);
+          continue;
+        }
+        report.set_rank(r);
+        report.set_world_size(world);
+        report.set_step(job.step);
+        report.set_status_code(*failed);
+        report.set_status_message(absl::StrCat(
+            "failed with ", absl::StatusCodeToString(static_cast<absl::StatusCode>(*failed)),
+            " and could not write its report (see its log)"));
+        continue;
+      }
+      RM_RETURN_IF_ERROR(ReadFramedProto(options_.env, JoinPath(dir, name), kReportMagic, &report));
+      if (report.rank() != r || report.world_size() != world || report.step() != job.step) {
+        return absl::InternalError(absl::StrCat(JoinPath(dir, name), " is rank ", report.rank(),
+                                                " of ", report.world_size(), " for step ",
+                                                report.step()));
+      }
+    }
+    pending = std::move(still);
+    if (pending.empty()) return reports;
+    if (cancelled()) return absl::CancelledError("the writer is being destroyed");
+    const absl::Time now = options_.clock->Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank 0 waited ", absl::FormatDuration(options_.commit_timeout),
+                       " for the shards of ranks ", absl::StrJoin(pending, ", "), " in ", dir));
+    }
+    options_.clock->SleepUntil(std::min(now + options_.poll_interval, deadline));
+  }
+}
+
+absl::Status CheckpointWriter::Commit(const Job& job, const std::string& dir,
+                                      const std::vector<ShardReport>& reports) {
+  Env* env = options_.env;
+  Manifest m;
+  m.set_format_version(kFormatVersion);
+  m.set_job(options_.job);
+  m.set_spec_hash(options_.spec_hash);
+  m.set_step(job.step);
+  m.set_world_size(options_.world_size);
+  m.set_zero_stage(options_.zero_stage);
+  for (const TensorEntry& t : tensors_) *m.add_tensors() = t;
+  *m.mutable_buffers() = reports[0].buffers();
+  std::vector<ChunkEntry> chunks;
+  for (const ShardReport& r : reports) {
+    if (r.buffers_size() != m.buffers_size() ||
+        !std::equal(r.buffers().begin(), r.buffers().end(), m.buffers().begin(),
+                    [](const BufferEntry& a, const BufferEntry& b) {
+                      return a.name() == b.name() && a.elements() == b.elements();
+                    })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r.rank(), " saved other buffers than rank 0 (names or sizes differ)"));
+    }
+    chunks.insert(chunks.end(), r.chunks().begin(), r.chunks().end());
+    *m.add_files() = r.file();
+  }
+  absl::flat_hash_map<std::string, int> order;
+  for (int i = 0; i < m.buffers_size(); ++i) order[m.buffers(i).name()] = i;
+  std::sort(chunks.begin(), chunks.end(), [&](const ChunkEntry& a, const ChunkEntry& b) {
+    return std::make_pair(order[a.buffer()], a.begin()) <
+           std::make_pair(order[b.buffer()], b.begin());
+  });
+  for (ChunkEntry& c : chunks) *m.add_chunks() = std::move(c);
+  *m.mutable_training() = ToProto(job.state);
+  m.set_created_unix_micros(absl::ToUnixMicros(options_.clock->Now()));
+  std::vector<std::string> problems = ManifestProblems(m);
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ranks' shards do not form a checkpoint: ",
+                                                   absl::StrJoin(problems, "; ")));
+  }
+
+  // The directory is invisible until the rename, so the order inside it is free; MANIFEST
+  // goes last all the same.
+  RM_RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(dir, kManifestJsonName), ManifestToJson(m)));
+  RM_RETURN_IF_ERROR(WriteFramedProto(env, JoinPath(dir, kManifestName), kManifestMagic, m));
+  for (int r = 1; r < options_.world_size; ++r) {
+    RM_RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, ReportFileName(r, options_.world_size))));
+  }
+  RM_RETURN_IF_ERROR(env->SyncDir(dir));
+  RM_RETURN_IF_ERROR(env->RenameFile(dir, JoinPath(job_dir_, StepDirName(job.step))));
+  RM_RETURN_IF_ERROR(env->SyncDir(job_dir_));
+  RM_RETURN_IF_ERROR(ReplaceFileDurably(env, JoinPath(job_dir_, kLatestName),
+                                        JoinPath(job_dir_, kLatestTempName),
+                                        absl::StrCat(StepDirName(job.step), "\n")));
+  return ApplyRetention(job.step);
+}
+
+absl::Status CheckpointWriter::ApplyRetention(int64_t latest) {
+  Env* env = options_.env;
+  absl::Status status = [&]() -> absl::Status {
+    RM_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListCommittedSteps(env, job_dir_));
+    std::vector<int64_t> doomed = StepsToDelete(steps, latest, options_.retention);
+    if (doomed.empty()) return absl::OkStatus();
+    // Out of view first, durably, so that a crash never leaves a half-deleted step-N.
+    for (int64_t step : doomed) {
+      RM_RETURN_IF_ERROR(env->RenameFile(JoinPath(job_dir_, StepDirName(step)),
+                                         JoinPath(job_dir_, DeletingDirName(step))));
+    }
+    RM_RETURN_IF_ERROR(env->SyncDir(job_dir_));
+    for (int64_t step : doomed) {
+      RM_RETURN_IF_ERROR(DeleteRecursively(env, JoinPath(job_dir_, DeletingDirName(step))));
+      absl::MutexLock lock(&mu_);
+      ++stats_.deleted_checkpoints;
+    }
+    return absl::OkStatus();
+  }();
+  LOG_IF(WARNING, !status.ok()) << "checkpoint retention in " << job_dir_ << ": " << status;
+  absl::MutexLock lock(&mu_);
+  stats_.retention_status = status;
+  return absl::OkStatus();  // the checkpoint is committed whatever happened here
+}
+
+void CheckpointWriter::RemoveTemporariesBefore(int64_t save) {
+  Env* env = options_.env;
+  absl::StatusOr<std::vector<std::string>> names = env->GetChildren(job_dir_);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    std::optional<int64_t> number = ParseSaveDirNumber(name);
+    if ((number && *number < save) || absl::StartsWith(name, kDeletingPrefix)) {
+      absl::Status s = DeleteRecursively(env, JoinPath(job_dir_, name));
+      LOG_IF(WARNING, !s.ok()) << "removing the temporary " << name << ": " << s;
+    }
+  }
+}
+
+}  // namespace ringmaster::checkpoint

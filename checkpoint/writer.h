@@ -1,0 +1,246 @@
+// CheckpointWriter: one per rank; saves this rank's part of the flat training state in the
+// background and, on rank 0, commits the checkpoint (ARCHITECTURE.md "Checkpoint on disk").
+//
+// A save of step N, numbered S among this writer's saves (every rank numbers them alike):
+//   1. Snapshot (the caller's thread, the only part that blocks training): the request's
+//      buffer ranges are copied into one host staging area, reused from save to save (the
+//      memory bound: one staging copy per rank).
+//   2. Background thread, every rank: in <root>/<job>/tmp-step-N-save-S/ write
+//      shard-<r>-of-<W>.bin with large pwrites, each block checksummed (xxh3) on the way,
+//      writeback started as it goes, then fdatasync; then report-<r>-of-<W>.pb (the
+//      chunks: buffer, element range, byte range, block checksums) by write + rename. A
+//      rank that fails or skips writes a report saying so.
+//   3. Rank 0 waits (commit_timeout, on the Clock) for the W reports, checks that the
+//      ranks' chunks tile every buffer, writes MANIFEST then manifest.json and syncs them,
+//      removes the reports, syncs the directory, renames it to step-N, syncs <root>/<job>,
+//      then replaces LATEST (write tmp-LATEST, sync, rename, sync directory), applies the
+//      retention policy and removes older temporaries.
+// The ranks tell rank 0 about their shards through files in the temporary directory, not
+// through the communicator: the background thread must not use a communicator while the
+// training thread runs collectives on it, and the files work on any shared filesystem.
+//
+// A committed checkpoint is never modified; it disappears only by retention (renamed out
+// of view to tmp-deleting-step-N first). Killing any rank at any point leaves at most
+// tmp-* entries, removed when rank 0's next writer starts or after its next save.
+//
+// What each rank saves: chunks are ranges of each named buffer's flat index space, so any
+// split works and any split can be loaded (checkpoint/reader.h). ZeRO off, where every rank
+// holds everything: pass SaveSlice(elements, rank, world) of each buffer, so the ranks
+// share the work. ZeRO-1/2: each rank's optimizer range of the moments, and the same range
+// of the parameters. Every rank must pass the same buffer names and sizes, and together
+// the ranges must cover each buffer exactly once (rank 0 checks: INVALID_ARGUMENT).
+//
+// Ranks must call SaveAsync / SaveSync for the same steps in the same order (like a
+// collective), with the same on_busy policy; a skipped save is still a call.
+//
+// Thread-safety: SaveAsync, SaveSync and Wait from one thread (the training thread);
+// Poll and stats from any thread.
+#ifndef RINGMASTER_CHECKPOINT_WRITER_H_
+#define RINGMASTER_CHECKPOINT_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "checkpoint/manifest.h"
+#include "common/clock.h"
+#include "common/env.h"
+#include "train/optim/range.h"
+#include "train/tensor.h"
+
+namespace ringmaster::checkpoint {
+
+struct RetentionPolicy {
+  int keep_last = 3;       // >= 1: the newest keep_last checkpoints stay
+  int64_t keep_every = 0;  // > 0: so does every checkpoint whose step is a multiple of it
+};
+
+// What a save does when the previous one is still being written.
+enum class OnBusy {
+  kWait,  // block until it is done, then snapshot
+  kSkip,  // return kSkipped at once (counted in stats().skipped)
+};
+
+struct CheckpointWriterOptions {
+  std::string root;  // checkpoint.dir, shared by every rank
+  std::string job;   // checkpoints go to <root>/<job>/
+  int rank = 0;
+  int world_size = 1;
+  // Recorded in the manifest (rank 0's values count).
+  int zero_stage = 0;
+  uint64_t spec_hash = 0;  // spec::TrainingSpecHash of the job
+  // The model's tensors, recorded in the manifest; null records none. Copied at Create.
+  const train::TensorTable* table = nullptr;
+
+  RetentionPolicy retention;
+  OnBusy on_busy = OnBusy::kWait;
+  // Checksummed block size of each buffer's chunks; a reader reads whole blocks, so it
+  // bounds the excess read at each end of a wanted range. 0: per buffer, its size / 1024
+  // rounded up to a power of two, within [4 KiB, 1 MiB]. Otherwise a multiple of 4.
+  int64_t block_bytes = 0;
+  // Bytes per pwrite (rounded to whole blocks).
+  int64_t write_bytes = 8 << 20;
+  // Rank 0 waits this long (on `clock`) for the other ranks' reports, checking every
+  // poll_interval.
+  absl::Duration commit_timeout = absl::Minutes(5);
+  absl::Duration poll_interval = absl::Milliseconds(10);
+  // Staging bytes to allocate and touch at Create, so that the first snapshot does not
+  // pay for page faults; 0: allocate on the first save. It grows when a save needs more.
+  int64_t staging_reserve_bytes = 0;
+
+  Env* env = Env::Default();     // not owned
+  Clock* clock = Clock::Real();  // not owned: commit deadline, poll sleeps, timestamps
+};
+
+// This rank's part of one named flat buffer.
+struct BufferShard {
+  std::string name;              // "params", "momentum", "exp_avg", "exp_avg_sq", ...
+  int64_t elements = 0;          // the whole buffer's flat size, the same on every rank
+  train::FlatRange range;        // the flat indices this rank saves
+  absl::Span<const float> data;  // range.size() floats; read only during the snapshot
+};
+
+struct SaveRequest {
+  int64_t step = 0;  // >= 0
+  std::vector<BufferShard> buffers;
+  TrainingState state;  // rank 0's is recorded
+};
+
+enum class SaveOutcome {
+  kStarted,  // snapshot taken; the write goes on in the background
+  kSkipped,  // OnBusy::kSkip and the previous save was still running
+};
+
+struct WriterStats {
+  int64_t started = 0;
+  // Saves finished OK: on rank 0, checkpoints committed (or found committed already); on
+  // other ranks, shards written and reported.
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  int64_t skipped = 0;
+  absl::Status last_status;           // of the last finished save
+  int64_t last_step = -1;             // of the last finished save
+  int64_t last_committed_step = -1;   // rank 0
+  absl::Duration last_blocked_time;   // how long the last SaveAsync blocked its caller
+  absl::Duration last_snapshot_time;  // of which copying into the staging area
+  absl::Duration last_write_time;     // from the end of the snapshot until finished
+  int64_t last_shard_bytes = 0;
+  int64_t staging_bytes = 0;        // allocated
+  int64_t deleted_checkpoints = 0;  // by retention (rank 0)
+  absl::Status retention_status;    // of the last retention pass; a failure there does not
+                                    // fail the save
+};
+
+class CheckpointWriter {
+ public:
+  // Creates <root>/<job>/ (and <root>) if needed. Rank 0 also removes every tmp-* entry
+  // left by earlier writers: call Create on rank 0 before any rank starts saving (e.g.
+  // before the step loop's first collective).
+  // INVALID_ARGUMENT for bad options (naming the field); the Env's errors.
+  static absl::StatusOr<std::unique_ptr<CheckpointWriter>> Create(
+      const CheckpointWriterOptions& options);
+
+  // Cancels a running save (it stops within one pwrite or poll; it is not committed and its
+  // temporary directory is removed by a later writer) and joins the thread. Call Wait first
+  // to let it finish.
+  ~CheckpointWriter();
+
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Takes the snapshot and starts writing in the background. Blocks for the copy, and with
+  // OnBusy::kWait also until the previous save is done. The request's spans may be
+  // modified as soon as it returns. INVALID_ARGUMENT for a bad request (naming the buffer);
+  // nothing is started then. The save's own outcome comes from Poll / Wait.
+  absl::StatusOr<SaveOutcome> SaveAsync(const SaveRequest& request);
+
+  // The drain save: waits for a running save, snapshots, writes and (rank 0) commits, all
+  // by `deadline`. Returns the save's status, or DEADLINE_EXCEEDED (the save goes on in the
+  // background; Wait or the destructor ends it).
+  absl::Status SaveSync(const SaveRequest& request, absl::Time deadline);
+
+  // Blocks until no save is running or `deadline` (real time) passes. Returns the status of
+  // the last finished save (OK when there was none), or DEADLINE_EXCEEDED.
+  absl::Status Wait(absl::Time deadline);
+
+  // nullopt while a save is running; otherwise the status of the last finished save.
+  std::optional<absl::Status> Poll() const;
+
+  WriterStats stats() const;
+  const std::string& job_dir() const { return job_dir_; }
+
+ private:
+  struct Layout {  // where one buffer's range lies in the staging area and the shard
+    std::string name;
+    int64_t elements = 0;
+    train::FlatRange range;
+    int64_t offset = 0;  // bytes
+    int64_t block_bytes = 0;
+  };
+  struct Job {  // one save, for the background thread
+    int64_t step = 0;
+    int64_t save = 0;
+    std::vector<Layout> layout;
+    int64_t bytes = 0;
+    TrainingState state;
+  };
+  struct Staging {
+    void operator()(char* p) const;
+  };
+
+  explicit CheckpointWriter(const CheckpointWriterOptions& options);
+  absl::Status CleanUpAtStart();
+  absl::Status CheckRequest(const SaveRequest& request) const;
+  void EnsureStaging(int64_t bytes);
+  void Snapshot(const SaveRequest& request, Job* job);
+  absl::Status WriteSkipReport(int64_t step, int64_t save);
+  void Run(Job job);
+  absl::Status Persist(const Job& job);
+  absl::StatusOr<ShardReport> WriteShard(const Job& job, const std::string& dir);
+  absl::StatusOr<std::vector<ShardReport>> CollectReports(const Job& job, const std::string& dir);
+  absl::Status Commit(const Job& job, const std::string& dir,
+                      const std::vector<ShardReport>& reports);
+  absl::Status ApplyRetention(int64_t latest);
+  void RemoveTemporariesBefore(int64_t save);
+  bool cancelled() const;
+  void Finish(const Job& job, absl::Status status, absl::Duration write_time);
+
+  const CheckpointWriterOptions options_;
+  const std::string job_dir_;
+  std::vector<TensorEntry> tensors_;
+
+  // Training thread only.
+  std::unique_ptr<char[], Staging> staging_;
+  int64_t staging_capacity_ = 0;
+  int64_t next_save_ = 0;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_ ABSL_GUARDED_BY(mu_) = false;
+  WriterStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+// [r·S, (r+1)·S) ∩ [0, elements) with S = ceil(elements / world) rounded up to
+// train::kAlignElements: the slice of an unsharded buffer that rank r saves.
+train::FlatRange SaveSlice(int64_t elements, int rank, int world_size);
+
+// The checkpoints retention removes from `steps` (committed, any order) once `latest` is
+// committed: of the steps up to `latest`, all but the newest keep_last, except `latest`
+// and multiples of keep_every. Steps after `latest` (a future abandoned by resuming from
+// an older step) are left alone. Ascending.
+std::vector<int64_t> StepsToDelete(std::vector<int64_t> steps, int64_t latest,
+                                   const RetentionPolicy& policy);
+
+}  // namespace ringmaster::checkpoint
+
+#endif  // RINGMASTER_CHECKPOINT_WRITER_H_

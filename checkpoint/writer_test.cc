@@ -1,0 +1,519 @@
+#include "checkpoint/writer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "checkpoint/inspect.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/testing.h"
+#include "common/clock.h"
+#include "common/fault_injection_env.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::checkpoint {
+namespace {
+
+using testing::FreshDir;
+using ::testing::HasSubstr;
+
+constexpr int64_t kElements = 64 << 10;  // 256 KiB of params
+
+std::vector<std::string> Children(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = Env::Default()->GetChildren(dir);
+  EXPECT_TRUE(names.ok()) << names.status();
+  std::vector<std::string> sorted = names.value_or(std::vector<std::string>{});
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
+std::vector<std::string> Temporaries(const std::string& dir) {
+  std::vector<std::string> tmp;
+  for (const std::string& name : Children(dir)) {
+    if (absl::StartsWith(name, kTempPrefix)) tmp.push_back(name);
+  }
+  return tmp;
+}
+
+std::vector<float> Data(int64_t step) {
+  return testing::PatternBuffer("params", step, kElements, kElements);
+}
+
+// A whole buffer "params" saved by one rank, or rank `rank`'s SaveSlice of it.
+SaveRequest Request(int64_t step, const std::vector<float>& data, int rank = 0, int world = 1) {
+  SaveRequest request;
+  request.step = step;
+  request.state = testing::PatternState(step);
+  train::FlatRange range = SaveSlice(kElements, rank, world);
+  request.buffers.push_back(
+      {"params", kElements, range, absl::MakeConstSpan(data).subspan(range.begin, range.size())});
+  return request;
+}
+
+CheckpointWriterOptions Options(const std::string& root, int rank = 0, int world = 1) {
+  CheckpointWriterOptions o;
+  o.root = root;
+  o.job = "job";
+  o.rank = rank;
+  o.world_size = world;
+  o.poll_interval = absl::Milliseconds(1);
+  return o;
+}
+
+std::unique_ptr<CheckpointWriter> MustCreate(const CheckpointWriterOptions& options) {
+  absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(options);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? *std::move(w) : nullptr;
+}
+
+// The params of `step` as LATEST (or `step`) holds them; the step loaded.
+absl::StatusOr<int64_t> LoadParams(const std::string& root, std::vector<float>* out,
+                                   std::optional<int64_t> step = std::nullopt) {
+  out->assign(kElements, 0.0f);
+  LoadOptions load;
+  load.root = root;
+  load.job = "job";
+  load.step = step;
+  RM_ASSIGN_OR_RETURN(LoadResult r,
+                      LoadCheckpoint(load, {{"params", {0, kElements}, absl::MakeSpan(*out)}}));
+  return r.checkpoint.manifest.step();
+}
+
+// Blocks the operations it matches until Open(): a disk that stops.
+class Gate {
+ public:
+  explicit Gate(std::function<bool(const FileOp&)> match) : match_(std::move(match)) {}
+  FileOpHook Hook() {
+    return [this](const FileOp& op) {
+      if (match_(op)) {
+        if (!entered_.HasBeenNotified()) entered_.Notify();
+        open_.WaitForNotification();
+      }
+      return absl::OkStatus();
+    };
+  }
+  void WaitEntered() { entered_.WaitForNotification(); }
+  void Open() { open_.Notify(); }
+
+ private:
+  std::function<bool(const FileOp&)> match_;
+  absl::Notification entered_;
+  absl::Notification open_;
+};
+
+// Saves with two writers at once (SaveSync); the statuses of ranks 0 and 1.
+std::pair<absl::Status, absl::Status> SaveBoth(
+    const std::vector<std::unique_ptr<CheckpointWriter>>& writers, const SaveRequest& rank0,
+    const SaveRequest& rank1) {
+  absl::Status status1;
+  std::thread other([&] { status1 = writers[1]->SaveSync(rank1, absl::InfiniteFuture()); });
+  absl::Status status0 = writers[0]->SaveSync(rank0, absl::InfiniteFuture());
+  other.join();
+  return {status0, status1};
+}
+
+bool IsShardWrite(const FileOp& op, absl::string_view shard) {
+  return op.kind == FileOp::Kind::kPWrite && absl::StrContains(op.path, shard);
+}
+
+TEST(CheckpointWriter, CommittedDirectoryHoldsTheShardsAndTheManifestOnly) {
+  const std::string root = FreshDir("writer-layout");
+  const train::TensorTable table = testing::TestTable(1);
+  testing::WorldOptions world;
+  world.root = root;
+  world.table = &table;
+  world.world = 3;
+  world.zero_stage = 1;
+  world.base.poll_interval = absl::Milliseconds(1);
+  for (const absl::Status& s : testing::SaveWorld(world, 12)) ASSERT_TRUE(s.ok()) << s;
+
+  const std::string job_dir = JobDir(root, "job");
+  EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-12"}));
+  EXPECT_EQ(*ReadFileToString(Env::Default(), JoinPath(job_dir, "LATEST")), "step-12\n");
+  EXPECT_EQ(Children(JoinPath(job_dir, "step-12")),
+            (std::vector<std::string>{"MANIFEST", "manifest.json", "shard-0-of-3.bin",
+                                      "shard-1-of-3.bin", "shard-2-of-3.bin"}));
+  absl::StatusOr<Manifest> m = ReadManifest(Env::Default(), JoinPath(job_dir, "step-12"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->job(), "job");
+  EXPECT_EQ(m->step(), 12);
+  EXPECT_EQ(m->world_size(), 3);
+  EXPECT_EQ(m->zero_stage(), 1);
+  EXPECT_EQ(m->spec_hash(), world.spec_hash);
+  EXPECT_EQ(m->tensors_size(), table.size());
+  EXPECT_TRUE(CheckTensorTable(*m, table).ok());
+  EXPECT_EQ(FromProto(m->training()), testing::PatternState(12));
+  EXPECT_EQ(m->chunks_size(), 3 * 3);  // 3 buffers x 3 ranks
+  absl::StatusOr<VerifyReport> v = VerifyCheckpoint(Env::Default(), JoinPath(job_dir, "step-12"));
+  EXPECT_TRUE(v.ok()) << v.status();
+}
+
+// The fake slow disk: every pwrite of the shard waits for the gate. SaveAsync returns while
+// the write is stuck, so it blocked only for the snapshot; the snapshot is a copy, so the
+// caller may change its buffers at once.
+TEST(CheckpointWriter, AsyncSaveBlocksOnlyForTheSnapshot) {
+  const std::string root = FreshDir("writer-async");
+  Gate gate([](const FileOp& op) { return IsShardWrite(op, "shard-0"); });
+  FaultInjectionEnv env(Env::Default(), gate.Hook());
+  CheckpointWriterOptions o = Options(root);
+  o.env = &env;
+  o.on_busy = OnBusy::kSkip;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+
+  std::vector<float> data = Data(1);
+  absl::StatusOr<SaveOutcome> started = writer->SaveAsync(Request(1, data));
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(*started, SaveOutcome::kStarted);
+  gate.WaitEntered();  // the background thread is inside its first pwrite, stuck
+  EXPECT_EQ(writer->Poll(), std::nullopt);
+  EXPECT_EQ(writer->Wait(absl::Now() + absl::Milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::fill(data.begin(), data.end(), -1.0f);  // training goes on and changes the params
+  started = writer->SaveAsync(Request(2, data));
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(*started, SaveOutcome::kSkipped);
+  EXPECT_EQ(writer->stats().skipped, 1);
+  EXPECT_EQ(writer->stats().started, 1);
+
+  gate.Open();
+  EXPECT_TRUE(writer->Wait(absl::InfiniteFuture()).ok());
+  EXPECT_EQ(writer->Poll(), absl::OkStatus());
+  std::vector<float> loaded;
+  ASSERT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
+  EXPECT_EQ(loaded, Data(1));
+  WriterStats stats = writer->stats();
+  EXPECT_EQ(stats.succeeded, 1);
+  EXPECT_EQ(stats.last_committed_step, 1);
+  EXPECT_EQ(stats.last_shard_bytes, kElements * 4);
+  EXPECT_GE(stats.staging_bytes, kElements * 4);
+}
+
+TEST(CheckpointWriter, WaitPolicyBlocksTheNextSaveUntilThePreviousIsDone) {
+  const std::string root = FreshDir("writer-wait");
+  Gate gate([](const FileOp& op) { return IsShardWrite(op, "step-1-"); });
+  FaultInjectionEnv env(Env::Default(), gate.Hook());
+  CheckpointWriterOptions o = Options(root);
+  o.env = &env;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<float> one = Data(1), two = Data(2);
+  ASSERT_TRUE(writer->SaveAsync(Request(1, one)).ok());
+  gate.WaitEntered();
+  std::atomic<bool> returned{false};
+  std::thread second([&] {
+    EXPECT_EQ(writer->SaveAsync(Request(2, two)).value_or(SaveOutcome::kSkipped),
+              SaveOutcome::kStarted);
+    returned = true;
+  });
+  // It cannot return while the first save is stuck (it may not have been called yet).
+  EXPECT_FALSE(returned.load());
+  gate.Open();
+  second.join();
+  EXPECT_TRUE(writer->Wait(absl::InfiniteFuture()).ok());
+  EXPECT_EQ(writer->stats().succeeded, 2);
+  std::vector<float> loaded;
+  EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 2);
+  EXPECT_EQ(loaded, two);
+  EXPECT_EQ(LoadParams(root, &loaded, 1).value_or(-1), 1);
+  EXPECT_EQ(loaded, one);
+}
+
+// A disk that fills up and is freed again.
+struct FullDisk {
+  std::atomic<bool> full{false};
+  std::function<bool(const FileOp&)> where = [](const FileOp&) { return true; };
+  FileOpHook Hook() {
+    return [this](const FileOp& op) -> absl::Status {
+      if (op.kind != FileOp::Kind::kPWrite || !full.load() || !where(op)) {
+        return absl::OkStatus();
+      }
+      return ErrnoToStatus(ENOSPC, absl::StrCat("pwrite at offset ", op.offset, " of ", op.path));
+    };
+  }
+};
+
+TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
+  // Wherever the disk fills: the shard, manifest.json, MANIFEST.
+  for (const std::string where : {"shard-0", "manifest.json", "MANIFEST"}) {
+    SCOPED_TRACE(where);
+    const std::string root = FreshDir("writer-full");
+    const std::string job_dir = JobDir(root, "job");
+    FullDisk disk;
+    disk.where = [where](const FileOp& op) { return absl::StrContains(op.path, where); };
+    FaultInjectionEnv env(Env::Default(), disk.Hook());
+    CheckpointWriterOptions o = Options(root);
+    o.env = &env;
+    std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+    const std::vector<float> one = Data(1), two = Data(2), three = Data(3);
+    ASSERT_TRUE(writer->SaveSync(Request(1, one), absl::InfiniteFuture()).ok());
+
+    disk.full = true;
+    ASSERT_EQ(*writer->SaveAsync(Request(2, two)), SaveOutcome::kStarted);  // training goes on
+    absl::Status s = writer->Wait(absl::InfiniteFuture());
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint step 2"));
+    EXPECT_EQ(writer->stats().failed, 1);
+    EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1"}));
+    std::vector<float> loaded;
+    EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
+
+    disk.full = false;
+    EXPECT_TRUE(writer->SaveSync(Request(3, three), absl::InfiniteFuture()).ok());
+    EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 3);
+    EXPECT_EQ(loaded, three);
+    EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1", "step-3"}));
+  }
+}
+
+// Another rank's full disk fails rank 0's commit with that rank's error, promptly (its
+// report says so), and rank 0 removes the directory since every rank is done with it.
+TEST(CheckpointWriter, AnotherRanksFullDiskFailsTheCommit) {
+  const std::string root = FreshDir("writer-full-rank1");
+  FaultInjectionEnv env(Env::Default(), DiskFullAfter(1000));
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o = Options(root, r, 2);
+    if (r == 1) o.env = &env;
+    writers.push_back(MustCreate(o));
+  }
+  const std::vector<float> data = Data(4);
+  auto [s, s1] = SaveBoth(writers, Request(4, data, 0, 2), Request(4, data, 1, 2));
+  EXPECT_EQ(s1.code(), absl::StatusCode::kResourceExhausted) << s1;
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1"));
+  EXPECT_TRUE(Children(JobDir(root, "job")).empty());
+}
+
+// The checkpoint is complete when only LATEST cannot be replaced: it stays (a committed
+// checkpoint is never modified), LATEST names the previous one, and the save says why.
+TEST(CheckpointWriter, FullDiskAtLatestKeepsTheOldLatest) {
+  const std::string root = FreshDir("writer-full-latest");
+  FullDisk disk;
+  disk.where = [](const FileOp& op) { return absl::StrContains(op.path, "tmp-LATEST"); };
+  FaultInjectionEnv env(Env::Default(), disk.Hook());
+  CheckpointWriterOptions o = Options(root);
+  o.env = &env;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<float> one = Data(1), two = Data(2);
+  ASSERT_TRUE(writer->SaveSync(Request(1, one), absl::InfiniteFuture()).ok());
+  disk.full = true;
+  EXPECT_EQ(writer->SaveSync(Request(2, two), absl::InfiniteFuture()).code(),
+            absl::StatusCode::kResourceExhausted);
+  std::vector<float> loaded;
+  EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
+  EXPECT_TRUE(VerifyCheckpoint(Env::Default(), JoinPath(JobDir(root, "job"), "step-2")).ok());
+  EXPECT_TRUE(Temporaries(JobDir(root, "job")).empty());
+}
+
+TEST(CheckpointWriter, RetentionKeepsTheLastKAndEveryMth) {
+  const std::string root = FreshDir("writer-retention");
+  CheckpointWriterOptions o = Options(root);
+  o.retention = {.keep_last = 2, .keep_every = 4};
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<float> data = Data(0);
+  for (int64_t step = 1; step <= 10; ++step) {
+    ASSERT_TRUE(writer->SaveSync(Request(step, data), absl::InfiniteFuture()).ok()) << step;
+  }
+  EXPECT_EQ(Children(JobDir(root, "job")),
+            (std::vector<std::string>{"LATEST", "step-10", "step-4", "step-8", "step-9"}));
+  EXPECT_EQ(writer->stats().deleted_checkpoints, 6);
+  EXPECT_TRUE(writer->stats().retention_status.ok());
+}
+
+TEST(StepsToDelete, KeepsRecentMilestonesLatestAndTheAbandonedFuture) {
+  EXPECT_EQ(StepsToDelete({1, 2, 3, 4, 5}, 5, {.keep_last = 2}), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(StepsToDelete({5, 1, 3, 2, 4}, 5, {.keep_last = 1, .keep_every = 2}),
+            (std::vector<int64_t>{1, 3}));
+  // Resumed from step 2 while 3..5 exist: only steps up to 2 count.
+  EXPECT_EQ(StepsToDelete({1, 2, 3, 4, 5}, 2, {.keep_last = 1}), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(StepsToDelete({}, 0, {.keep_last = 1}).empty());
+}
+
+TEST(CheckpointWriter, RankZeroRemovesTemporariesAtStart) {
+  const std::string root = FreshDir("writer-cleanup");
+  const std::string job_dir = JobDir(root, "job");
+  std::unique_ptr<CheckpointWriter> first = MustCreate(Options(root));
+  const std::vector<float> data = Data(5);
+  ASSERT_TRUE(first->SaveSync(Request(5, data), absl::InfiniteFuture()).ok());
+  first.reset();
+  Env* env = Env::Default();
+  for (const std::string dir : {"tmp-step-6-save-0", "tmp-deleting-step-2"}) {
+    ASSERT_TRUE(env->CreateDir(JoinPath(job_dir, dir)).ok());
+    ASSERT_TRUE(WriteFileDurably(env, JoinPath(job_dir, dir + "/shard-0-of-1.bin"), "x").ok());
+  }
+  ASSERT_TRUE(WriteFileDurably(env, JoinPath(job_dir, "tmp-LATEST"), "step-6\n").ok());
+
+  MustCreate(Options(root, 1, 2));  // rank 1 leaves them
+  EXPECT_EQ(Temporaries(job_dir).size(), 3u);
+  MustCreate(Options(root));
+  EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-5"}));
+  std::vector<float> loaded;
+  EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 5);
+}
+
+// Rank 0 gives up on a rank that never reports, at the deadline of the fake clock.
+TEST(CheckpointWriter, CommitTimesOutWhenARankNeverReports) {
+  const std::string root = FreshDir("writer-timeout");
+  FakeClock clock;
+  CheckpointWriterOptions o = Options(root, 0, 2);
+  o.clock = &clock;
+  o.commit_timeout = absl::Minutes(5);
+  o.poll_interval = absl::Minutes(1);
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<float> data = Data(3);
+  ASSERT_TRUE(writer->SaveAsync(Request(3, data, 0, 2)).ok());
+  for (int minute = 0; minute < 5; ++minute) {
+    while (clock.sleepers() == 0) std::this_thread::yield();  // rank 0 polls, then sleeps
+    EXPECT_EQ(writer->Poll(), std::nullopt) << minute;
+    clock.Advance(absl::Minutes(1));
+  }
+  absl::Status s = writer->Wait(absl::InfiniteFuture());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shards of ranks 1"));
+  EXPECT_EQ(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->size(), 0u);
+}
+
+// After rank 0 gave up on rank 1 (still writing), rank 1 skips the next save and says so:
+// rank 0 learns it at once instead of waiting out another timeout. A later save commits
+// and removes the abandoned directories.
+TEST(CheckpointWriter, SkippedSaveOfAnotherRankIsReportedAtOnce) {
+  const std::string root = FreshDir("writer-skip");
+  FakeClock clock;
+  Gate gate([](const FileOp& op) { return IsShardWrite(op, "step-1-"); });
+  FaultInjectionEnv slow(Env::Default(), gate.Hook());
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o = Options(root, r, 2);
+    o.clock = &clock;
+    o.on_busy = OnBusy::kSkip;
+    o.commit_timeout = absl::Minutes(1);
+    o.poll_interval = absl::Minutes(1);
+    if (r == 1) o.env = &slow;
+    writers.push_back(MustCreate(o));
+  }
+  const std::vector<float> data = Data(1);
+  ASSERT_EQ(*writers[1]->SaveAsync(Request(1, data, 1, 2)), SaveOutcome::kStarted);
+  gate.WaitEntered();
+  ASSERT_EQ(*writers[0]->SaveAsync(Request(1, data, 0, 2)), SaveOutcome::kStarted);
+  while (clock.sleepers() == 0) std::this_thread::yield();
+  clock.Advance(absl::Minutes(1));
+  EXPECT_EQ(writers[0]->Wait(absl::InfiniteFuture()).code(), absl::StatusCode::kDeadlineExceeded);
+
+  EXPECT_EQ(*writers[1]->SaveAsync(Request(2, data, 1, 2)), SaveOutcome::kSkipped);
+  ASSERT_EQ(*writers[0]->SaveAsync(Request(2, data, 0, 2)), SaveOutcome::kStarted);
+  absl::Status s = writers[0]->Wait(absl::InfiniteFuture());  // no clock advance needed
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 skipped"));
+  EXPECT_EQ(writers[0]->stats().skipped, 1);
+  EXPECT_EQ(writers[0]->stats().failed, 1);
+
+  gate.Open();
+  EXPECT_TRUE(writers[1]->Wait(absl::InfiniteFuture()).ok());
+  ASSERT_EQ(*writers[0]->SaveAsync(Request(3, data, 0, 2)), SaveOutcome::kStarted);
+  EXPECT_TRUE(writers[1]->SaveSync(Request(3, data, 1, 2), absl::InfiniteFuture()).ok());
+  while (!writers[0]->Poll()) {  // rank 0 may be asleep until its next poll
+    if (clock.sleepers() > 0) clock.Advance(absl::Minutes(1));
+    std::this_thread::yield();
+  }
+  EXPECT_TRUE(writers[0]->Wait(absl::InfiniteFuture()).ok());
+  EXPECT_EQ(Children(JobDir(root, "job")), (std::vector<std::string>{"LATEST", "step-3"}));
+}
+
+TEST(CheckpointWriter, SavingACommittedStepAgainChangesNothing) {
+  const std::string root = FreshDir("writer-again");
+  const std::string dir = JoinPath(JobDir(root, "job"), "step-5");
+  const std::vector<float> five = Data(5), six = Data(6);
+  ASSERT_TRUE(MustCreate(Options(root))->SaveSync(Request(5, five), absl::InfiniteFuture()).ok());
+  const std::string manifest = *ReadFileToString(Env::Default(), JoinPath(dir, "MANIFEST"));
+  ASSERT_TRUE(MustCreate(Options(root))->SaveSync(Request(6, six), absl::InfiniteFuture()).ok());
+  // A drain save at a step that exists (e.g. resumed from an older LATEST).
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(Options(root));
+  EXPECT_TRUE(writer->SaveSync(Request(5, six), absl::InfiniteFuture()).ok());
+  EXPECT_EQ(*ReadFileToString(Env::Default(), JoinPath(dir, "MANIFEST")), manifest);
+  std::vector<float> loaded;
+  EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 5);
+  EXPECT_EQ(loaded, five);
+}
+
+TEST(CheckpointWriter, BadRequestsAndOptionsAreInvalidArgument) {
+  const std::string root = FreshDir("writer-bad");
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(Options(root));
+  const std::vector<float> data = Data(1);
+  SaveRequest request = Request(1, data);
+  request.buffers[0].range = {0, kElements + 16};
+  absl::StatusOr<SaveOutcome> r = writer->SaveAsync(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("\"params\""));
+  request = Request(1, data);
+  request.buffers.push_back(request.buffers[0]);
+  EXPECT_EQ(writer->SaveAsync(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request = Request(1, data);
+  request.buffers[0].data.remove_suffix(1);
+  EXPECT_EQ(writer->SaveAsync(request).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(writer->stats().started, 0);
+
+  CheckpointWriterOptions o = Options(root);
+  o.retention.keep_last = 0;
+  absl::Status s = CheckpointWriter::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("keep_last"));
+  o = Options(root, 2, 2);
+  EXPECT_THAT(std::string(CheckpointWriter::Create(o).status().message()), HasSubstr("rank"));
+}
+
+// Ranges that do not cover a buffer exactly once are the caller's mistake; rank 0 refuses
+// to commit them.
+TEST(CheckpointWriter, RanksWhoseRangesDoNotTileTheBufferAreRefused) {
+  const std::string root = FreshDir("writer-tiling");
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) writers.push_back(MustCreate(Options(root, r, 2)));
+  const std::vector<float> data = Data(1);
+  // Rank 1 saves rank 0's slice too.
+  auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 0, 2));
+  EXPECT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than one chunk"));
+  EXPECT_TRUE(Children(JobDir(root, "job")).empty());
+}
+
+// The destructor ends a save that waits for a rank that will never report.
+TEST(CheckpointWriter, DestructorCancelsAWaitingSave) {
+  const std::string root = FreshDir("writer-cancel");
+  CheckpointWriterOptions o = Options(root, 0, 2);
+  o.commit_timeout = absl::Hours(1);
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<float> data = Data(1);
+  ASSERT_TRUE(writer->SaveAsync(Request(1, data, 0, 2)).ok());
+  writer.reset();  // returns: the test would time out otherwise
+  EXPECT_EQ(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->size(), 0u);
+}
+
+TEST(SaveSlice, SplitsIntoAlignedSlicesThatTile) {
+  for (int64_t elements : {0, 1, 15, 16, 17, 1000, 4096, 100003}) {
+    for (int world = 1; world <= 9; ++world) {
+      int64_t next = 0;
+      for (int r = 0; r < world; ++r) {
+        train::FlatRange s = SaveSlice(elements, r, world);
+        EXPECT_EQ(s.begin, next) << elements << " " << r << "/" << world;
+        EXPECT_TRUE(s.begin % train::kAlignElements == 0 || s.begin == elements);
+        next = s.end;
+      }
+      EXPECT_EQ(next, elements);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringmaster::checkpoint
