@@ -251,11 +251,15 @@ int Local(int argc, char** argv) {
     }
     if (g_cancel && !cancelled && !failed) {
       cancelled = true;
-      fprintf(stderr, "ringctl: cancelling the job\n");
+      // The trainers drain: finish the step, save a checkpoint when the job has them.
+      const double grace =
+          spec->checkpoint().dir().empty() ? 0 : spec->checkpoint().drain_grace_seconds();
+      fprintf(stderr, "ringctl: cancelling the job (the trainers drain%s)\n",
+              grace > 0 ? absl::StrFormat(", saving a checkpoint within %g s", grace).c_str() : "");
       for (int q = 0; q < workers; ++q) {
         if (exit_status[q] < 0) kill(pids[q], SIGTERM);
       }
-      kill_at = absl::Now() + absl::Seconds(10);
+      kill_at = absl::Now() + absl::Seconds(grace + 10);
     }
     if (absl::Now() > kill_at) {
       for (int q = 0; q < workers; ++q) {

@@ -13,9 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/matmul.h"
+#include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/partition.h"
 #include "train/data/sampler.h"
@@ -341,19 +344,101 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
 
-  if (!spec.checkpoint().dir().empty()) {
-    say(
-        absl::StrCat("checkpoint.dir is set, but this trainer does not write checkpoints yet "
-                     "(issue 4): no checkpoint will be saved in ",
-                     spec.checkpoint().dir()));
-  }
-
   TrainResult result;
   result.world_size = world;
   result.parameters = table.parameter_count();
   result.optimizer_state_bytes = optimizer->state_bytes();
   data::SamplerState state;
   Batch batch;
+
+  // Checkpoints (checkpoint.dir): resume from one, then save on the triggers in the loop.
+  // Each rank saves its shard of every buffer (with plain data parallelism too, so the
+  // save work is split N ways); chunks are flat ranges, so any world size can load them.
+  const CheckpointSpec& cs = spec.checkpoint();
+  const bool checkpointing = !cs.dir().empty();
+  const uint64_t spec_hash = spec::TrainingSpecHash(spec);
+  const FlatRange save_range{std::min(shard.begin, table.total_elements()),
+                             std::min(shard.end, table.total_elements())};
+  std::unique_ptr<checkpoint::CheckpointWriter> writer;
+  int64_t first_step = 0;
+  if (checkpointing) {
+    checkpoint::CheckpointWriterOptions wo;
+    wo.root = cs.dir();
+    wo.job = spec.name();
+    wo.rank = rank;
+    wo.world_size = world;
+    wo.zero_stage = zero;
+    wo.spec_hash = spec_hash;
+    wo.table = &table;
+    wo.retention.keep_last = cs.keep_last();
+    wo.retention.keep_every = cs.keep_every();
+    wo.on_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP ? checkpoint::OnBusy::kSkip
+                                                              : checkpoint::OnBusy::kWait;
+    RM_ASSIGN_OR_RETURN(writer, checkpoint::CheckpointWriter::Create(wo));
+
+    RM_ASSIGN_OR_RETURN(spec::ResumePoint resume, spec::ParseResume(spec.resume()));
+    if (resume.kind != spec::ResumePoint::Kind::kNever) {
+      checkpoint::LoadOptions lo;
+      lo.root = cs.dir();
+      lo.job = spec.name();
+      lo.spec_hash = spec_hash;
+      if (resume.kind == spec::ResumePoint::Kind::kStep) lo.step = resume.step;
+      auto opened = checkpoint::OpenCheckpoint(lo);
+      if (absl::IsNotFound(opened.status()) && resume.kind == spec::ResumePoint::Kind::kAuto) {
+        say(absl::StrCat("resume: auto: no checkpoint of job ", spec.name(), " in ", cs.dir(),
+                         " yet; starting from scratch"));
+      } else {
+        RM_RETURN_IF_ERROR(opened.status());
+        std::vector<checkpoint::LoadTarget> targets;
+        targets.push_back({"params", FullRange(table), Slice(params.span(), FullRange(table))});
+        for (StateBuffer& b : optimizer->state_buffers()) {
+          targets.push_back({b.name, b.range, b.data});
+        }
+        RM_ASSIGN_OR_RETURN(checkpoint::ReadStats read,
+                            checkpoint::ReadBuffers(lo, *opened, targets));
+        const checkpoint::TrainingState& ts = opened->state;
+        RM_RETURN_IF_ERROR(optimizer->RestoreStep(ts.optimizer_step));
+        if (scaler && ts.loss_scaler) RM_RETURN_IF_ERROR(scaler->Restore(*ts.loss_scaler));
+        state = ts.sampler;
+        first_step = ts.step;
+        result.resumed_from_step = ts.step;
+        say(absl::StrFormat(
+            "resumed from %s (step %d, saved by %d ranks, ZeRO-%d; %s): read %.2f MiB for "
+            "%.2f MiB needed",
+            opened->dir, ts.step, opened->manifest.world_size(), opened->manifest.zero_stage(),
+            data::SamplerStateString(ts.sampler), read.bytes_read / 1048576.0,
+            read.bytes_needed / 1048576.0));
+      }
+    }
+  }
+  // What this rank saves at the end of step `done`.
+  auto save_request = [&](int64_t done) {
+    checkpoint::SaveRequest req;
+    req.step = done;
+    req.buffers.push_back(
+        {"params", table.total_elements(), save_range, Slice(params.span(), save_range)});
+    for (StateBuffer& b : optimizer->state_buffers()) {
+      req.buffers.push_back({b.name, table.total_elements(), save_range,
+                             b.data.subspan(save_range.begin - b.range.begin, save_range.size())});
+    }
+    req.state.step = done;
+    req.state.sampler = state;
+    req.state.rng_seed = spec.seed();
+    if (scaler) req.state.loss_scaler = scaler->state();
+    req.state.optimizer_step = optimizer->step();
+    req.state.schedule_step = done;
+    return req;
+  };
+  int64_t failures_reported = 0;
+  auto report_save_failures = [&] {
+    const checkpoint::WriterStats ws = writer->stats();
+    if (ws.failed > failures_reported) {
+      failures_reported = ws.failed;
+      say(absl::StrCat("checkpoint of step ", ws.last_step,
+                       " failed (training goes on): ", ws.last_status.ToString()));
+    }
+  };
+  absl::Time last_save_time = absl::Now();
   const int64_t log_every = std::max<int64_t>(1, spec.diagnostics().log_every());
   const int64_t fingerprint_every = spec.diagnostics().fingerprint_every();
   const absl::Time start = absl::Now();
@@ -381,7 +466,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     return absl::OkStatus();
   };
 
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = first_step; step < total_steps; ++step) {
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb, sampler.NextGlobalBatch(state, global_batch));
     const int64_t count = static_cast<int64_t>(gb.indices.size());
     ForwardBackwardOptions fb;
@@ -449,10 +534,39 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     const bool epoch_end = gb.next.epoch != gb.start.epoch;
     const bool last_step = step + 1 == total_steps;
     const bool log_now = (step + 1) % log_every == 0 || last_step || step == 0 || epoch_end;
-    if (log_now || last_step) {
-      RM_RETURN_IF_ERROR(comm->AllReduce(step_stats, step_stats, 3, DataType::kFloat64,
-                                         ReduceOp::kSum, deadline()));
-      result.final_loss = step_stats[0] / std::max(1.0, step_stats[1]);
+    // One small all-reduce per step: the loss, and the ranks' votes to drain or to save now
+    // (signals and clocks differ between ranks; the sum makes every rank decide alike).
+    bool drain_vote = (options.drain_requested != nullptr && options.drain_requested->load()) ||
+                      (options.stop_at_step > 0 && step + 1 >= options.stop_at_step);
+    bool save_vote = options.save_requested != nullptr && options.save_requested->exchange(false);
+    if (leader && cs.every_seconds() > 0 &&
+        absl::Now() - last_save_time >= absl::Seconds(cs.every_seconds())) {
+      save_vote = true;
+    }
+    double control[5] = {step_stats[0], step_stats[1], step_stats[2], drain_vote ? 1.0 : 0.0,
+                         save_vote ? 1.0 : 0.0};
+    RM_RETURN_IF_ERROR(
+        comm->AllReduce(control, control, 5, DataType::kFloat64, ReduceOp::kSum, deadline()));
+    result.final_loss = control[0] / std::max(1.0, control[1]);
+    const bool drain = control[3] > 0 && !last_step;
+    if (checkpointing) {
+      const int64_t done = step + 1;
+      report_save_failures();
+      if (drain || last_step) {
+        // The drain save (and the last one) is synchronous: the job may end right after.
+        const absl::Time limit =
+            absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
+        absl::Status saved = writer->SaveSync(save_request(done), limit);
+        if (!saved.ok()) {
+          say(absl::StrCat("checkpoint of step ", done, " failed: ", saved.ToString()));
+        } else {
+          say(absl::StrCat("checkpoint of step ", done, " saved in ", writer->job_dir()));
+        }
+      } else if ((cs.every_steps() > 0 && done % cs.every_steps() == 0) || control[4] > 0) {
+        RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->SaveAsync(save_request(done)));
+        if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
+        last_save_time = absl::Now();
+      }
     }
     if (fingerprint_every > 0 && ((step + 1) % fingerprint_every == 0 || last_step)) {
       // Per-tensor parameter hashes, and the (all-reduced, so common) loss's bits.
@@ -508,6 +622,22 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       window_start = absl::Now();
       window_samples = 0;
       window_comm = window_exposed = absl::ZeroDuration();
+    }
+    if (drain) {
+      result.drained = true;
+      say(absl::StrCat("drained after step ", step + 1, " of ", total_steps));
+      break;
+    }
+  }
+  if (writer != nullptr) {
+    absl::Status last = writer->Wait(absl::Now() + absl::Minutes(10));
+    report_save_failures();
+    const checkpoint::WriterStats ws = writer->stats();
+    result.checkpoints_saved = ws.succeeded;
+    result.checkpoint_failures = ws.failed;
+    result.checkpoints_skipped += ws.skipped;
+    if (!last.ok() && !absl::IsDeadlineExceeded(last)) {
+      LOG(WARNING) << "the last checkpoint save failed: " << last;
     }
   }
   if (result.eval_accuracy < 0 && data.test != nullptr) RM_RETURN_IF_ERROR(evaluate());

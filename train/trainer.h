@@ -24,6 +24,7 @@
 #ifndef RINGMASTER_TRAIN_TRAINER_H_
 #define RINGMASTER_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -55,6 +56,15 @@ struct TrainerOptions {
   const data::Dataset* test_data = nullptr;
   // Called once after the last step with the final parameters (e.g. to compare runs).
   std::function<void(const TensorTable& table, const FlatBuffer& params)> on_finish;
+  // Set (e.g. from a SIGTERM handler) to drain: the ranks agree to stop after the current
+  // step and, when the job checkpoints, save synchronously within
+  // checkpoint.drain_grace_seconds first. Not owned; may be null.
+  const std::atomic<bool>* drain_requested = nullptr;
+  // Set (e.g. from a SIGUSR1 handler) to save a checkpoint after the current step (on
+  // demand); cleared when taken. Not owned; may be null.
+  std::atomic<bool>* save_requested = nullptr;
+  // Stop (like a drain) once the job has taken this many steps; 0: run to the end.
+  int64_t stop_at_step = 0;
 };
 
 struct TrainResult {
@@ -72,6 +82,11 @@ struct TrainResult {
   absl::Duration elapsed;
   MemoryStats memory;
   int64_t optimizer_state_bytes = 0;
+  bool drained = false;             // stopped early (drain or stop_at_step)
+  int64_t resumed_from_step = -1;   // the checkpoint this run started from; -1: none
+  int64_t checkpoints_saved = 0;    // by this run
+  int64_t checkpoint_failures = 0;  // saves that failed (training went on)
+  int64_t checkpoints_skipped = 0;  // a save was still running (checkpoint.on_busy: skip)
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);

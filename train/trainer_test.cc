@@ -62,6 +62,8 @@ struct RunResult {
   std::vector<int64_t> state_bytes;  // each rank's optimizer state
   int64_t skipped_steps = 0;
   double final_loss = 0;
+  int64_t resumed_from_step = -1;
+  int64_t steps = 0;
 };
 
 // Trains kSpec with `overrides` on `world` ranks.
@@ -83,7 +85,8 @@ std::unique_ptr<data::Dataset> SyntheticText() {
   return *data::TextDataset::Create("synthetic text", text, 8);
 }
 
-RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec) {
+RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec,
+                int64_t stop_at_step = 0) {
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   MultiProcOptions options;
@@ -103,6 +106,7 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     o.local_ranks = comm.size();
     o.op_timeout = absl::Seconds(60);
     o.train_data = train_data.get();
+    o.stop_at_step = stop_at_step;
     std::string params;
     o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
       for (const TensorSpec& t : table.tensors()) {
@@ -113,8 +117,9 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     if (!result.ok()) return result.status();
     const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
     absl::Status s = WriteFileAtomically(
-        prefix + ".txt", absl::StrCat(result->optimizer_state_bytes, " ", result->skipped_steps,
-                                      " ", result->final_loss));
+        prefix + ".txt",
+        absl::StrCat(result->optimizer_state_bytes, " ", result->skipped_steps, " ",
+                     result->final_loss, " ", result->resumed_from_step, " ", result->steps));
     if (!s.ok()) return s;
     return WriteFileAtomically(prefix + ".params", params);
   });
@@ -125,7 +130,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     auto text = ReadFile(absl::StrCat(dir, "/rank", r, ".txt"));
     if (!text.ok()) continue;
     int64_t bytes = 0;
-    sscanf(text->c_str(), "%ld %ld %lf", &bytes, &run.skipped_steps, &run.final_loss);
+    sscanf(text->c_str(), "%ld %ld %lf %ld %ld", &bytes, &run.skipped_steps, &run.final_loss,
+           &run.resumed_from_step, &run.steps);
     run.state_bytes.push_back(bytes);
   }
   auto params = ReadFile(absl::StrCat(dir, "/rank0.params"));
@@ -205,6 +211,30 @@ TEST_F(TrainerTest, ZeroStagesMatchPlainDataParallelismWithAShareOfTheState) {
       }
       EXPECT_EQ(total, reference_->state_bytes[0]) << "ZeRO-" << stage << " world " << world;
     }
+  }
+}
+
+TEST_F(TrainerTest, ResumesAtAnotherWorldSizeAsIfNeverInterrupted) {
+  // Save at step 3 on N ranks (a drain), resume on M ranks, finish: the same parameters as
+  // 6 uninterrupted steps, for plain data parallelism and ZeRO on either side.
+  struct Case {
+    int from, to;
+    int zero_from, zero_to;
+  };
+  for (const Case& c : {Case{2, 3, 0, 0}, Case{3, 1, 1, 0}, Case{1, 2, 0, 2}, Case{2, 2, 2, 1}}) {
+    const std::string dir = comm::testing::FreshStoreDir() + "-checkpoints";
+    const std::string what =
+        absl::StrCat(c.from, " ranks ZeRO-", c.zero_from, " -> ", c.to, " ranks ZeRO-", c.zero_to);
+    RunResult first = Train(
+        c.from, {"checkpoint.dir=" + dir, absl::StrCat("parallelism.zero_stage=", c.zero_from)},
+        kSpec, 3);
+    ASSERT_FALSE(first.params.empty()) << what;
+    EXPECT_EQ(first.steps, 3) << what;
+    RunResult resumed =
+        Train(c.to, {"checkpoint.dir=" + dir, absl::StrCat("parallelism.zero_stage=", c.zero_to)});
+    EXPECT_EQ(resumed.resumed_from_step, 3) << what;
+    EXPECT_EQ(resumed.steps, 6) << what;
+    ExpectSameParameters(resumed, *reference_, what);
   }
 }
 

@@ -10,7 +10,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -34,10 +36,16 @@ ABSL_FLAG(int, local_ranks, 0, "ranks on this host (default: world_size)");
 ABSL_FLAG(std::string, summary, "", "rank 0 writes the result here as JSON");
 ABSL_FLAG(std::string, log_dir, "", "write logs here instead of stderr");
 ABSL_FLAG(int, op_timeout_s, 120, "deadline of each collective, seconds");
+ABSL_FLAG(int64_t, stop_at_step, 0,
+          "stop (like a drain: checkpoint, then exit) once the job has taken this many steps");
 ABSL_FLAG(int, connect_timeout_s, 60, "deadline of the communicator's bootstrap, seconds");
 
 namespace ringmaster {
 namespace {
+
+std::atomic<bool> g_drain{false};
+std::atomic<bool> g_save{false};
+static_assert(std::atomic<bool>::is_always_lock_free);  // used from signal handlers
 
 int Fail(int code, const std::string& message) {
   fprintf(stderr, "ringtrainer rank %d: %s\n", absl::GetFlag(FLAGS_rank), message.c_str());
@@ -49,13 +57,16 @@ std::string ResultJson(const train::TrainResult& r) {
       "{\"steps\":%d,\"skipped_steps\":%d,\"final_loss\":%.6g,\"eval_accuracy\":%s,"
       "\"eval_loss\":%s,\"samples_per_second\":%.6g,\"tokens_per_second\":%.6g,"
       "\"world_size\":%d,\"parameters\":%d,\"comm_seconds\":%.6g,\"exposed_comm_seconds\":%.6g,"
-      "\"elapsed_seconds\":%.6g,\"activation_bytes_peak\":%d,\"optimizer_state_bytes\":%d}\n",
+      "\"elapsed_seconds\":%.6g,\"activation_bytes_peak\":%d,\"optimizer_state_bytes\":%d,"
+      "\"drained\":%s,\"resumed_from_step\":%d,\"checkpoints_saved\":%d,"
+      "\"checkpoint_failures\":%d}\n",
       r.steps, r.skipped_steps, r.final_loss,
       r.eval_accuracy < 0 ? "null" : absl::StrFormat("%.6g", r.eval_accuracy),
       r.eval_loss < 0 ? "null" : absl::StrFormat("%.6g", r.eval_loss), r.samples_per_second,
       r.tokens_per_second, r.world_size, r.parameters, absl::ToDoubleSeconds(r.comm_time),
       absl::ToDoubleSeconds(r.exposed_comm), absl::ToDoubleSeconds(r.elapsed),
-      r.memory.activation_bytes_peak, r.optimizer_state_bytes);
+      r.memory.activation_bytes_peak, r.optimizer_state_bytes, r.drained ? "true" : "false",
+      r.resumed_from_step, r.checkpoints_saved, r.checkpoint_failures);
 }
 
 int Main() {
@@ -71,9 +82,17 @@ int Main() {
   lo.log_dir = absl::GetFlag(FLAGS_log_dir);
   lo.to_stderr_only = lo.log_dir.empty();
   InitLogging(lo);
-  // Stopped by the launcher (another rank failed, or the job was cancelled): leave quietly
-  // instead of glog's crash report. (Draining on SIGTERM comes with the node agent.)
-  signal(SIGTERM, [](int) { _exit(143); });
+  // SIGTERM (the launcher cancelling, systemd or Kubernetes stopping us, a spot reclaim)
+  // drains: the ranks stop after the current step, saving a checkpoint when the job has
+  // them. A second SIGTERM leaves at once. SIGUSR1 asks for a checkpoint now.
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = [](int) {
+    if (g_drain.exchange(true)) _exit(143);
+  };
+  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = [](int) { g_save.store(true); };
+  sigaction(SIGUSR1, &sa, nullptr);
 
   auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
@@ -109,6 +128,9 @@ int Main() {
     }
     fflush(stdout);
   };
+  to.drain_requested = &g_drain;
+  to.save_requested = &g_save;
+  to.stop_at_step = absl::GetFlag(FLAGS_stop_at_step);
   auto result = train::RunTraining(to);
   if (!result.ok()) {
     (*comm)->Abort();  // peers stop at once instead of at their deadline
