@@ -3,7 +3,10 @@
 #   1. the Fashion-MNIST example on 2 workers succeeds and its summary says so;
 #   2. a bad spec or override is refused before anything runs, naming the field;
 #   3. a job whose trainers fail ends "failed" with exit status 1;
-#   4. SIGTERM to ringctl cancels the job (exit 130) and leaves no trainer behind.
+#   4. SIGTERM to ringctl cancels the job (exit 130) and leaves no trainer behind;
+#   5. with checkpoints, SIGTERM drains (a checkpoint of the last step), the job resumes on
+#      another number of workers, and `ringctl checkpoint` lists, verifies and catches a
+#      flipped byte.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -69,6 +72,38 @@ if pgrep -f "ringtrainer.*$WORK/cancel" >/dev/null; then
   fail "trainers still running after the cancel"
   pkill -KILL -f "ringtrainer.*$WORK/cancel"
 fi
+
+# 5. Drain, resume elsewhere, verify.
+CK="$WORK/checkpoints"
+"$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 \
+  --set epochs=1 --set diagnostics.log_every=5 >"$WORK/drain.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -q "^step 30/" "$WORK/drain.out" 2>/dev/null && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "the drained job exited with $rc, expected 130"
+grep -q "drained after step" "$WORK/drain.out" || fail "no drain: $(tail -5 "$WORK/drain.out")"
+"$RINGCTL" local --workers 3 "$SPEC" --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 \
+  --set epochs=1 --summary "$WORK/resumed.json" >"$WORK/resumed.out" 2>&1
+[ $? -eq 0 ] || fail "the resumed job failed: $(tail -5 "$WORK/resumed.out")"
+resumed_from="$(field "$WORK/resumed.json" resumed_from_step)"
+[ "$resumed_from" -gt 0 ] 2>/dev/null || fail "the job did not resume: $(cat "$WORK/resumed.json")"
+grep -q "saved by 2 ranks" "$WORK/resumed.out" || fail "no resume message: $(head -8 "$WORK/resumed.out")"
+"$RINGCTL" checkpoint list "$CK/fashion_mnist_mlp" >"$WORK/list.out" 2>&1 || fail "checkpoint list failed"
+grep -q "LATEST" "$WORK/list.out" || fail "checkpoint list: $(cat "$WORK/list.out")"
+latest="$CK/fashion_mnist_mlp/$(cat "$CK/fashion_mnist_mlp/LATEST")"
+"$RINGCTL" checkpoint verify "$latest" >"$WORK/verify.out" 2>&1 || fail "verify: $(cat "$WORK/verify.out")"
+"$RINGCTL" checkpoint inspect "$latest" | grep -q "fc1.weight" || fail "inspect shows no tensors"
+shard="$(ls "$latest"/shard-1-of-*.bin | head -1)"
+printf '\x5a' | dd of="$shard" bs=1 seek=4000 conv=notrunc status=none
+"$RINGCTL" checkpoint verify "$latest" >"$WORK/corrupt.out" 2>&1
+[ $? -eq 1 ] || fail "a flipped byte was not detected"
+grep -q "DATA_LOSS" "$WORK/corrupt.out" && grep -q "shard-1-of" "$WORK/corrupt.out" ||
+  fail "the corruption report does not name the shard: $(cat "$WORK/corrupt.out")"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"
