@@ -201,6 +201,29 @@ TEST(CheckpointWriter, AsyncSaveBlocksOnlyForTheSnapshot) {
   EXPECT_GE(stats.staging_bytes, kElements * 4);
 }
 
+// BeginSave: the background thread copies; FinishSnapshot waits for the copy only, not for
+// the disk; then the buffers may change.
+TEST(CheckpointWriter, BeginSaveCopiesInTheBackgroundAndFinishSnapshotWaitsForTheCopyOnly) {
+  const std::string root = FreshDir("writer-begin");
+  Gate gate([](const FileOp& op) { return IsShardWrite(op, "shard-0"); });
+  FaultInjectionEnv env(Env::Default(), gate.Hook());
+  CheckpointWriterOptions o = Options(root);
+  o.env = &env;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  std::vector<float> data = Data(1);
+  ASSERT_EQ(*writer->BeginSave(Request(1, data)), SaveOutcome::kStarted);
+  writer->FinishSnapshot();
+  std::fill(data.begin(), data.end(), -1.0f);  // the optimizer step
+  gate.WaitEntered();                          // the write is stuck, the copy is done
+  EXPECT_EQ(writer->Poll(), std::nullopt);
+  gate.Open();
+  EXPECT_TRUE(writer->Wait(absl::InfiniteFuture()).ok());
+  std::vector<float> loaded;
+  ASSERT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
+  EXPECT_EQ(loaded, Data(1));
+  writer->FinishSnapshot();  // nothing pending: returns
+}
+
 TEST(CheckpointWriter, WaitPolicyBlocksTheNextSaveUntilThePreviousIsDone) {
   const std::string root = FreshDir("writer-wait");
   Gate gate([](const FileOp& op) { return IsShardWrite(op, "step-1-"); });
@@ -265,7 +288,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint step 2"));
     EXPECT_EQ(writer->stats().failed, 1);
-    EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1"}));
+    EXPECT_EQ(*ListCommittedSteps(Env::Default(), job_dir), std::vector<int64_t>{1});
     std::vector<float> loaded;
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
 
@@ -273,6 +296,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
     EXPECT_TRUE(writer->SaveSync(Request(3, three), absl::InfiniteFuture()).ok());
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 3);
     EXPECT_EQ(loaded, three);
+    writer.reset();  // lets the tidy-up after the last save finish
     EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1", "step-3"}));
   }
 }
@@ -293,6 +317,7 @@ TEST(CheckpointWriter, AnotherRanksFullDiskFailsTheCommit) {
   EXPECT_EQ(s1.code(), absl::StatusCode::kResourceExhausted) << s1;
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1"));
+  writers.clear();  // lets rank 0's tidy-up finish
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
 }
 
@@ -314,6 +339,7 @@ TEST(CheckpointWriter, FullDiskAtLatestKeepsTheOldLatest) {
   std::vector<float> loaded;
   EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
   EXPECT_TRUE(VerifyCheckpoint(Env::Default(), JoinPath(JobDir(root, "job"), "step-2")).ok());
+  writer.reset();
   EXPECT_TRUE(Temporaries(JobDir(root, "job")).empty());
 }
 
@@ -326,10 +352,11 @@ TEST(CheckpointWriter, RetentionKeepsTheLastKAndEveryMth) {
   for (int64_t step = 1; step <= 10; ++step) {
     ASSERT_TRUE(writer->SaveSync(Request(step, data), absl::InfiniteFuture()).ok()) << step;
   }
-  EXPECT_EQ(Children(JobDir(root, "job")),
-            (std::vector<std::string>{"LATEST", "step-10", "step-4", "step-8", "step-9"}));
+  EXPECT_TRUE(writer->WaitIdle(absl::InfiniteFuture()).ok());  // the last retention pass
   EXPECT_EQ(writer->stats().deleted_checkpoints, 6);
   EXPECT_TRUE(writer->stats().retention_status.ok());
+  EXPECT_EQ(Children(JobDir(root, "job")),
+            (std::vector<std::string>{"LATEST", "step-10", "step-4", "step-8", "step-9"}));
 }
 
 TEST(StepsToDelete, KeepsRecentMilestonesLatestAndTheAbandonedFuture) {
@@ -428,6 +455,7 @@ TEST(CheckpointWriter, SkippedSaveOfAnotherRankIsReportedAtOnce) {
     std::this_thread::yield();
   }
   EXPECT_TRUE(writers[0]->Wait(absl::InfiniteFuture()).ok());
+  writers.clear();
   EXPECT_EQ(Children(JobDir(root, "job")), (std::vector<std::string>{"LATEST", "step-3"}));
 }
 
@@ -485,6 +513,7 @@ TEST(CheckpointWriter, RanksWhoseRangesDoNotTileTheBufferAreRefused) {
   EXPECT_TRUE(s1.ok()) << s1;
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("more than one chunk"));
+  writers.clear();
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
 }
 
@@ -498,6 +527,34 @@ TEST(CheckpointWriter, DestructorCancelsAWaitingSave) {
   ASSERT_TRUE(writer->SaveAsync(Request(1, data, 0, 2)).ok());
   writer.reset();  // returns: the test would time out otherwise
   EXPECT_EQ(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->size(), 0u);
+}
+
+// Snapshots of 32 MiB and more are copied by several threads, cut in the middle of a
+// buffer; what is saved is still exactly the buffers.
+TEST(CheckpointWriter, LargeSnapshotsCopiedByHelperThreadsAreExact) {
+  const std::string root = FreshDir("writer-threads");
+  CheckpointWriterOptions o = Options(root);
+  o.snapshot_threads = 3;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<int64_t> sizes = {3000001, 4999999, 2500000};  // 42 MB: two threads
+  std::vector<std::vector<float>> buffers;
+  SaveRequest request;
+  request.step = 9;
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    const std::string name = absl::StrCat("b", b);
+    buffers.push_back(testing::PatternBuffer(name, 9, sizes[b], sizes[b]));
+    request.buffers.push_back({name, sizes[b], {0, sizes[b]}, buffers.back()});
+  }
+  ASSERT_TRUE(writer->SaveSync(request, absl::InfiniteFuture()).ok());
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    std::vector<float> out(sizes[b]);
+    LoadOptions load;
+    load.root = root;
+    load.job = "job";
+    const std::string name = absl::StrCat("b", b);
+    ASSERT_TRUE(LoadCheckpoint(load, {{name, {0, sizes[b]}, absl::MakeSpan(out)}}).ok());
+    EXPECT_EQ(out, buffers[b]) << name;
+  }
 }
 
 TEST(SaveSlice, SplitsIntoAlignedSlicesThatTile) {
