@@ -330,8 +330,7 @@ absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time d
     if (!mu_.AwaitWithDeadline(absl::Condition(&idle), deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("checkpoint step ", request.step,
-                       ": the previous save was still running at the "
-                       "deadline"));
+                       ": the previous save was still running at the deadline"));
     }
   }
   // Nothing runs now, so SaveAsync starts whatever the OnBusy policy.
@@ -340,15 +339,12 @@ absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time d
 }
 
 absl::Status CheckpointWriter::Wait(absl::Time deadline) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !saving_; };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("the checkpoint save started as number ",
-                                                      next_save_ - 1, " is still running"));
-    }
-    return stats_.last_status;
+  absl::MutexLock lock(&mu_);
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !saving_; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
+    return absl::DeadlineExceededError("the checkpoint save is still running");
   }
+  return stats_.last_status;
 }
 
 absl::Status CheckpointWriter::WaitIdle(absl::Time deadline) {
@@ -453,8 +449,9 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
     tidy->retention = true;
     return absl::OkStatus();
   }
-  RM_RETURN_IF_ERROR(env->CreateDir(dir));
-  absl::StatusOr<ShardReport> mine = WriteShard(job, dir);
+  // A rank that fails, even here, still tries to report (rank 0 may have made the directory).
+  absl::Status made = env->CreateDir(dir);
+  absl::StatusOr<ShardReport> mine = made.ok() ? WriteShard(job, dir) : made;
   const absl::Time shard_done = options_.clock->Now();
   Record(&WriterStats::last_shard_time, shard_done - start);
   if (options_.rank != 0) {
@@ -637,6 +634,16 @@ absl::Status CheckpointWriter::Commit(const Job& job, const std::string& dir,
     }
     chunks.insert(chunks.end(), r.chunks().begin(), r.chunks().end());
     *m.add_files() = r.file();
+    // The shard must be there as reported (it was not, when a second rank 0 removed the
+    // directory under a rank that had written it already).
+    const std::string path = JoinPath(dir, r.file().name());
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> shard = env->NewRandomAccessFile(path);
+    absl::StatusOr<uint64_t> size = shard.ok() ? (*shard)->Size() : shard.status();
+    if (!size.ok() || static_cast<int64_t>(*size) != r.file().bytes()) {
+      return absl::DataLossError(absl::StrCat(
+          path, ", reported by rank ", r.rank(), " with ", r.file().bytes(), " bytes, ",
+          size.ok() ? absl::StrCat("has ", *size) : std::string(size.status().message())));
+    }
   }
   absl::flat_hash_map<std::string, int> order;
   for (int i = 0; i < m.buffers_size(); ++i) order[m.buffers(i).name()] = i;

@@ -34,11 +34,22 @@
 // the ranges must cover each buffer exactly once (rank 0 checks: INVALID_ARGUMENT).
 //
 // Ranks must call SaveAsync / SaveSync for the same steps in the same order (like a
-// collective), with the same on_busy policy; a skipped save is still a call.
+// collective), with the same on_busy policy; a skipped save is still a call. Saving a step
+// that is committed already (a run killed between its commit and LATEST, resumed from the
+// older LATEST) writes nothing: that checkpoint stays and LATEST names it.
+//
+// A save's outcome (Poll, Wait, SaveSync, stats().last_status) — training goes on either
+// way, and a failed save leaves no step-N directory and LATEST as it was:
+//   RESOURCE_EXHAUSTED  a full disk (this rank's or, on rank 0, another rank's: "rank 2: ...");
+//   DEADLINE_EXCEEDED   rank 0 waited commit_timeout for ranks' reports (they are named);
+//   UNAVAILABLE         some rank skipped this save (OnBusy::kSkip): counted as skipped;
+//   INVALID_ARGUMENT    the ranks' ranges do not tile a buffer, or their buffers differ;
+//   CANCELLED           the writer was destroyed; other Env errors as they come.
+// A checkpoint is committed but the save still fails when LATEST cannot be replaced (it
+// then names the previous checkpoint until the next save).
 //
 // Thread-safety: SaveAsync, BeginSave, FinishSnapshot, SaveSync, Wait and WaitIdle from one
-// thread (the training thread);
-// Poll and stats from any thread.
+// thread (the training thread); Poll and stats from any thread.
 #ifndef RINGMASTER_CHECKPOINT_WRITER_H_
 #define RINGMASTER_CHECKPOINT_WRITER_H_
 

@@ -517,6 +517,31 @@ TEST(CheckpointWriter, RanksWhoseRangesDoNotTileTheBufferAreRefused) {
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
 }
 
+// A shard that is gone by the time rank 0 commits (removed under the rank that wrote it)
+// fails the save instead of making a checkpoint that cannot load.
+TEST(CheckpointWriter, AShardMissingAtCommitFailsTheSave) {
+  const std::string root = FreshDir("writer-vanished");
+  FaultInjectionEnv vanishing(Env::Default(), [](const FileOp& op) {
+    if (op.kind == FileOp::Kind::kRename && absl::EndsWith(op.to, "report-1-of-2.pb")) {
+      const std::string dir = op.to.substr(0, op.to.rfind('/'));
+      EXPECT_TRUE(Env::Default()->DeleteFile(JoinPath(dir, "shard-1-of-2.bin")).ok());
+    }
+    return absl::OkStatus();
+  });
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o = Options(root, r, 2);
+    if (r == 1) o.env = &vanishing;
+    writers.push_back(MustCreate(o));
+  }
+  const std::vector<float> data = Data(1);
+  auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 1, 2));
+  EXPECT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shard-1-of-2.bin, reported by rank 1"));
+  EXPECT_TRUE(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->empty());
+}
+
 // The destructor ends a save that waits for a rank that will never report.
 TEST(CheckpointWriter, DestructorCancelsAWaitingSave) {
   const std::string root = FreshDir("writer-cancel");
