@@ -114,6 +114,16 @@ class Gate {
   absl::Notification open_;
 };
 
+// Writers for ranks 0 and 1 of 2 (rank 0's created first); rank 1's on `rank1_env`.
+std::vector<std::unique_ptr<CheckpointWriter>> TwoRanks(const std::string& root, Env* rank1_env) {
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  writers.push_back(MustCreate(Options(root, 0, 2)));
+  CheckpointWriterOptions o = Options(root, 1, 2);
+  o.env = rank1_env;
+  writers.push_back(MustCreate(o));
+  return writers;
+}
+
 // Saves with two writers at once (SaveSync); the statuses of ranks 0 and 1.
 std::pair<absl::Status, absl::Status> SaveBoth(
     const std::vector<std::unique_ptr<CheckpointWriter>>& writers, const SaveRequest& rank0,
@@ -306,12 +316,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
 TEST(CheckpointWriter, AnotherRanksFullDiskFailsTheCommit) {
   const std::string root = FreshDir("writer-full-rank1");
   FaultInjectionEnv env(Env::Default(), DiskFullAfter(1000));
-  std::vector<std::unique_ptr<CheckpointWriter>> writers;
-  for (int r = 0; r < 2; ++r) {
-    CheckpointWriterOptions o = Options(root, r, 2);
-    if (r == 1) o.env = &env;
-    writers.push_back(MustCreate(o));
-  }
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &env);
   const std::vector<float> data = Data(4);
   auto [s, s1] = SaveBoth(writers, Request(4, data, 0, 2), Request(4, data, 1, 2));
   EXPECT_EQ(s1.code(), absl::StatusCode::kResourceExhausted) << s1;
@@ -505,8 +510,7 @@ TEST(CheckpointWriter, BadRequestsAndOptionsAreInvalidArgument) {
 // to commit them.
 TEST(CheckpointWriter, RanksWhoseRangesDoNotTileTheBufferAreRefused) {
   const std::string root = FreshDir("writer-tiling");
-  std::vector<std::unique_ptr<CheckpointWriter>> writers;
-  for (int r = 0; r < 2; ++r) writers.push_back(MustCreate(Options(root, r, 2)));
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, Env::Default());
   const std::vector<float> data = Data(1);
   // Rank 1 saves rank 0's slice too.
   auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 0, 2));
@@ -528,12 +532,7 @@ TEST(CheckpointWriter, AShardMissingAtCommitFailsTheSave) {
     }
     return absl::OkStatus();
   });
-  std::vector<std::unique_ptr<CheckpointWriter>> writers;
-  for (int r = 0; r < 2; ++r) {
-    CheckpointWriterOptions o = Options(root, r, 2);
-    if (r == 1) o.env = &vanishing;
-    writers.push_back(MustCreate(o));
-  }
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &vanishing);
   const std::vector<float> data = Data(1);
   auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 1, 2));
   EXPECT_TRUE(s1.ok()) << s1;
