@@ -1,6 +1,24 @@
 // CheckpointWriter: one per rank; saves this rank's part of the flat training state in the
 // background and, on rank 0, commits the checkpoint (ARCHITECTURE.md "Checkpoint on disk").
 //
+// In the trainer, every rank. Buffers are described over the table's flat space,
+// n = table.total_elements() (the padding past it is not saved; a load pads with zeros):
+// `range` is the optimizer's range under ZeRO 1/2 (its shard, clamped to n), or
+// SaveSlice(n, rank, world) with ZeRO off, so that the ranks share the writing.
+//
+//   auto writer = CheckpointWriter::Create({.root = spec.checkpoint().dir(), .job = name,
+//       .rank = rank, .world_size = world, .zero_stage = zero, .spec_hash = hash,
+//       .table = &table, .staging_reserve_bytes = bytes_per_rank});  // before step 1
+//   ...at the end of a step that is due (every_steps / every_seconds / on demand):
+//   SaveRequest req{.step = step, .state = {step, sampler_state, seed, rng, scaler, ...}};
+//   req.buffers.push_back({"params", n, range, Slice(params.span(), range)});
+//   for (const StateBuffer& b : optimizer->state_buffers())  // b.range contains `range`
+//     req.buffers.push_back({b.name, n, range,
+//                            b.data.subspan(range.begin - b.range.begin, range.size())});
+//   writer->SaveAsync(req);                         // blocks for the copy only
+//   ...each step: if (auto s = writer->Poll(); s && !s->ok()) report *s; training goes on
+//   ...on SIGTERM: writer->SaveSync(req, now + drain_grace);
+//
 // A save of step N, numbered S among this writer's saves (every rank numbers them alike):
 //   1. Snapshot: the request's buffer ranges are copied into one host staging area,
 //      reused from save to save (the memory bound: one staging copy per rank). SaveAsync
