@@ -117,8 +117,10 @@ struct CheckpointWriterOptions {
   RetentionPolicy retention;
   OnBusy on_busy = OnBusy::kWait;
   // Checksummed block size of each buffer's chunks; a reader reads whole blocks, so it
-  // bounds the excess read at each end of a wanted range. 0: per buffer, its size / 1024
-  // rounded up to a power of two, within [4 KiB, 1 MiB]. Otherwise a multiple of 4.
+  // bounds the excess read at each end of a wanted range. 0: per buffer, its size / 4096
+  // rounded down to a power of two, within [1 KiB, 1 MiB]: a rank loading 1/M of a buffer
+  // reads at most 2 blocks more than it needs, within 5 % up to M = 100 for buffers of
+  // 4 MiB and more (smaller ones: at most 2 KiB more per range). Otherwise a multiple of 4.
   int64_t block_bytes = 0;
   // Bytes per pwrite (rounded to whole blocks).
   int64_t write_bytes = 8 << 20;
