@@ -131,7 +131,9 @@ TEST(Reshard, AHundredRanksReadWithinFivePercent) {
     o.rank = r;
     o.world_size = 3;
     o.poll_interval = absl::Milliseconds(1);
-    writers.push_back(*CheckpointWriter::Create(o));
+    absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    writers.push_back(*std::move(w));
   }
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
