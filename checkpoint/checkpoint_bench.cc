@@ -51,6 +51,7 @@ ABSL_FLAG(int64_t, mib, 300, "state per rank in MiB (three equal buffers)");
 ABSL_FLAG(int, ranks, 1, "ranks (writers on threads)");
 ABSL_FLAG(int, repeats, 3, "asynchronous saves to time (the median is reported)");
 ABSL_FLAG(int, load_ranks, 3, "ranks of the resharded load");
+ABSL_FLAG(int64_t, block_kib, 0, "checksummed block size in KiB; 0: the writer's automatic one");
 ABSL_FLAG(int64_t, step_mib, 64, "working set of the simulated training step in MiB");
 
 namespace ringmaster::checkpoint {
@@ -165,6 +166,7 @@ int Main() {
     o.rank = r;
     o.world_size = ranks;
     o.retention.keep_last = 2;
+    o.block_bytes = absl::GetFlag(FLAGS_block_kib) << 10;
     o.staging_reserve_bytes = per_rank;  // as the trainer should: no page faults in the stall
     absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
     Die(w.status(), "create writer");
