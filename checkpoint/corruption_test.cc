@@ -232,6 +232,14 @@ TEST_F(CorruptionTest, AnotherJobsCheckpointIsFailedPreconditionWithBothHashes) 
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("0x0000000000005eed"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("0x0000000000abcdef"));
+  o.spec_hash = 0x5eed;
+  const train::TensorTable bigger = testing::TestTable(5);
+  o.table = &bigger;
+  s = LoadCheckpoint(o, {{"params", {0, 16}, absl::MakeSpan(out)}}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the checkpoint's tensors differ"));
+  o.table = &table_;
+  EXPECT_TRUE(LoadCheckpoint(o, {{"params", {0, 16}, absl::MakeSpan(out)}}).ok());
   s = LoadRange("momentum", {0, 16});  // an SGD trainer asking an AdamW checkpoint
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("no buffer \"momentum\""));

@@ -51,7 +51,8 @@ void VerifyJson(Env* env, const std::string& dir, const Manifest& manifest, Prob
   const std::string expected = ManifestToJson(manifest);
   if (*json == expected) return;
   absl::StatusOr<Manifest> parsed = ManifestFromJson(*json);
-  if (parsed.ok() && google::protobuf::util::MessageDifferencer::Equals(*parsed, manifest)) {
+  if (parsed.ok() &&
+      google::protobuf::util::MessageDifferencer::Equals(*parsed, JsonMirror(manifest))) {
     return;  // printed differently (another protobuf version), same contents
   }
   const size_t at =

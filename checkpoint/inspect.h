@@ -28,7 +28,8 @@ struct VerifyReport {
 
 // Checks everything in a checkpoint directory: the MANIFEST frame and structure, that
 // every shard file exists with exactly the size the manifest gives, every block's
-// checksum, and that manifest.json says the same as MANIFEST.
+// checksum, and that manifest.json says the same as MANIFEST (JsonMirror: all but the
+// block checksums).
 // NOT_FOUND when `dir` does not exist; FAILED_PRECONDITION for a format this build does not
 // read; DATA_LOSS listing the problems found, one per line ("<file>: ... at offset <k>"),
 // at most 20 and a count of the rest. Reads every byte: takes as long as a full load.

@@ -1,7 +1,8 @@
 // Names and places of a checkpoint's files (ARCHITECTURE.md "Checkpoint on disk"):
 //
 //   <root>/<job>/step-<N>/MANIFEST                   checksummed binary Manifest
-//   <root>/<job>/step-<N>/manifest.json              the same, readable
+//   <root>/<job>/step-<N>/manifest.json              the same but the block checksums,
+//                                                    readable
 //   <root>/<job>/step-<N>/shard-<r>-of-<W>.bin       rank r's chunks
 //   <root>/<job>/LATEST                              "step-<N>\n"
 //   <root>/<job>/tmp-...                             temporaries: a save in progress

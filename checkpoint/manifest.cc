@@ -210,6 +210,12 @@ absl::StatusOr<Manifest> ReadManifest(Env* env, const std::string& dir) {
   return manifest;
 }
 
+Manifest JsonMirror(const Manifest& manifest) {
+  Manifest mirror = manifest;
+  for (ChunkEntry& c : *mirror.mutable_chunks()) c.clear_block_xxh3();
+  return mirror;
+}
+
 std::string ManifestToJson(const Manifest& manifest) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
@@ -218,7 +224,7 @@ std::string ManifestToJson(const Manifest& manifest) {
   std::string json;
   // Printing a message without unknown types or invalid UTF-8 cannot fail; names come from
   // the job spec, which is validated UTF-8.
-  (void)google::protobuf::util::MessageToJsonString(manifest, &json, options);
+  (void)google::protobuf::util::MessageToJsonString(JsonMirror(manifest), &json, options);
   return json;
 }
 

@@ -61,8 +61,13 @@ std::vector<std::string> ManifestProblems(const Manifest& manifest);
 // structurally unsound; FAILED_PRECONDITION for a format this build does not read.
 absl::StatusOr<Manifest> ReadManifest(Env* env, const std::string& dir);
 
-// The manifest as manifest.json: protobuf's JSON with the .proto field names, indented.
+// The manifest as manifest.json, for people: protobuf's JSON with the .proto field names,
+// indented, of JsonMirror(manifest).
 std::string ManifestToJson(const Manifest& manifest);
+// The manifest without the per-block checksums (block_xxh3), which are machine data, only
+// in MANIFEST: there can be thousands per buffer, and protobuf's JSON printer takes about
+// 1.5 µs each, on the commit's critical path.
+Manifest JsonMirror(const Manifest& manifest);
 // Parses manifest.json. INVALID_ARGUMENT with the parser's message.
 absl::StatusOr<Manifest> ManifestFromJson(absl::string_view json);
 

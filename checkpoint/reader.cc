@@ -66,6 +66,10 @@ absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const LoadOptions& options) {
         "(a different model, data, optimizer, schedule, batch or seed)",
         opened.dir, opened.manifest.spec_hash(), opened.manifest.job(), *options.spec_hash));
   }
+  if (options.table != nullptr) {
+    absl::Status s = CheckTensorTable(opened.manifest, *options.table);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(opened.dir, ": ", s.message()));
+  }
   opened.state = FromProto(opened.manifest.training());
   return opened;
 }

@@ -16,8 +16,9 @@
 // Errors, by what the caller should do:
 //   NOT_FOUND            there is no such checkpoint (none at all, or not that step): start
 //                        fresh or pick another step; nothing else is NOT_FOUND.
-//   FAILED_PRECONDITION  written by another job (spec hash differs: both are named), in a
-//                        format this build does not read, or without a wanted buffer.
+//   FAILED_PRECONDITION  written by another job (spec hash differs: both are named; or its
+//                        tensors differ from `table`'s), in a format this build does not
+//                        read, or without a wanted buffer.
 //   DATA_LOSS            corrupt: a checksum mismatch, a truncated or missing shard, a bad
 //                        MANIFEST — naming the file and the offset.
 //   INVALID_ARGUMENT     a bad target (naming it).
@@ -53,8 +54,10 @@ struct LoadOptions {
   std::string job;
   std::optional<int64_t> step;        // nullopt: the one LATEST names
   std::optional<uint64_t> spec_hash;  // checked when set
-  int64_t read_bytes = 8 << 20;       // largest single read
-  Env* env = Env::Default();          // not owned
+  // When set, the manifest's tensors must be this table's (CheckTensorTable). Not owned.
+  const train::TensorTable* table = nullptr;
+  int64_t read_bytes = 8 << 20;  // largest single read
+  Env* env = Env::Default();     // not owned
 };
 
 struct OpenedCheckpoint {

@@ -2,6 +2,9 @@
 // shards) loads into M ranks at any ZeRO stage, bit for bit, reading at most 5 % more than
 // each rank needs.
 #include <algorithm>
+#include <cstring>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/testing.h"
+#include "checkpoint/writer.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::checkpoint {
@@ -110,6 +114,50 @@ TEST(Reshard, ReadsOnlyTheBlocksUnderTheWantedRange) {
   for (int64_t i = 0; i < t.numel; ++i) {
     ASSERT_EQ(out[i], testing::PatternValue("exp_avg", 7, t.offset + i, table.total_elements()))
         << i;
+  }
+}
+
+// With the writer's automatic block size, a buffer of 4 MiB or more loads into as many as
+// 100 ranks reading within 5 % of what each needs.
+TEST(Reshard, AHundredRanksReadWithinFivePercent) {
+  const int64_t elements = (16 << 20) / 4 + 12345;  // 16 MiB and a bit: ranges cut blocks
+  const std::vector<float> data = testing::PatternBuffer("exp_avg", 1, elements, elements);
+  const std::string root = FreshDir("reshard-hundred");
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 3; ++r) {
+    CheckpointWriterOptions o;
+    o.root = root;
+    o.job = "job";
+    o.rank = r;
+    o.world_size = 3;
+    o.poll_interval = absl::Milliseconds(1);
+    absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    writers.push_back(*std::move(w));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const train::FlatRange range = SaveSlice(elements, r, 3);
+      SaveRequest request;
+      request.step = 1;
+      request.buffers.push_back({"exp_avg", elements, range,
+                                 absl::MakeConstSpan(data).subspan(range.begin, range.size())});
+      EXPECT_TRUE(writers[r]->SaveSync(request, absl::InfiniteFuture()).ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  LoadOptions load;
+  load.root = root;
+  load.job = "job";
+  for (int r = 0; r < 100; ++r) {
+    const train::FlatRange range = SaveSlice(elements, r, 100);
+    std::vector<float> out(range.size());
+    absl::StatusOr<LoadResult> loaded =
+        LoadCheckpoint(load, {{"exp_avg", range, absl::MakeSpan(out)}});
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_LE(loaded->stats.bytes_read, loaded->stats.bytes_needed * 1.05) << "rank " << r;
+    ASSERT_EQ(std::memcmp(out.data(), data.data() + range.begin, out.size() * 4), 0) << r;
   }
 }
 

@@ -1,10 +1,30 @@
 // CheckpointWriter: one per rank; saves this rank's part of the flat training state in the
 // background and, on rank 0, commits the checkpoint (ARCHITECTURE.md "Checkpoint on disk").
 //
+// In the trainer, every rank. Buffers are described over the table's flat space,
+// n = table.total_elements() (the padding past it is not saved; a load pads with zeros):
+// `range` is the optimizer's range under ZeRO 1/2 (its shard, clamped to n), or
+// SaveSlice(n, rank, world) with ZeRO off, so that the ranks share the writing.
+//
+//   auto writer = CheckpointWriter::Create({.root = spec.checkpoint().dir(), .job = name,
+//       .rank = rank, .world_size = world, .zero_stage = zero, .spec_hash = hash,
+//       .table = &table, .staging_reserve_bytes = bytes_per_rank});  // before step 1
+//   ...at the end of a step that is due (every_steps / every_seconds / on demand):
+//   SaveRequest req{.step = step, .state = {step, sampler_state, seed, rng, scaler, ...}};
+//   req.buffers.push_back({"params", n, range, Slice(params.span(), range)});
+//   for (const StateBuffer& b : optimizer->state_buffers())  // b.range contains `range`
+//     req.buffers.push_back({b.name, n, range,
+//                            b.data.subspan(range.begin - b.range.begin, range.size())});
+//   writer->SaveAsync(req);                         // blocks for the copy only
+//   ...each step: if (auto s = writer->Poll(); s && !s->ok()) report *s; training goes on
+//   ...on SIGTERM: writer->SaveSync(req, now + drain_grace);
+//
 // A save of step N, numbered S among this writer's saves (every rank numbers them alike):
-//   1. Snapshot (the caller's thread, the only part that blocks training): the request's
-//      buffer ranges are copied into one host staging area, reused from save to save (the
-//      memory bound: one staging copy per rank).
+//   1. Snapshot: the request's buffer ranges are copied into one host staging area,
+//      reused from save to save (the memory bound: one staging copy per rank). SaveAsync
+//      copies on the caller's thread (the only part that blocks training); BeginSave and
+//      FinishSnapshot let the copy run on the background thread while the caller does
+//      work that only reads the buffers.
 //   2. Background thread, every rank: in <root>/<job>/tmp-step-N-save-S/ write
 //      shard-<r>-of-<W>.bin with large pwrites, each block checksummed (xxh3) on the way,
 //      writeback started as it goes, then fdatasync; then report-<r>-of-<W>.pb (the
@@ -13,8 +33,9 @@
 //   3. Rank 0 waits (commit_timeout, on the Clock) for the W reports, checks that the
 //      ranks' chunks tile every buffer, writes MANIFEST then manifest.json and syncs them,
 //      removes the reports, syncs the directory, renames it to step-N, syncs <root>/<job>,
-//      then replaces LATEST (write tmp-LATEST, sync, rename, sync directory), applies the
-//      retention policy and removes older temporaries.
+//      then replaces LATEST (write tmp-LATEST, sync, rename, sync directory). The save is
+//      finished (Wait returns). Then, still in the background, rank 0 applies the retention
+//      policy and removes older temporaries; the next save waits for that tidy-up.
 // The ranks tell rank 0 about their shards through files in the temporary directory, not
 // through the communicator: the background thread must not use a communicator while the
 // training thread runs collectives on it, and the files work on any shared filesystem.
@@ -31,10 +52,22 @@
 // the ranges must cover each buffer exactly once (rank 0 checks: INVALID_ARGUMENT).
 //
 // Ranks must call SaveAsync / SaveSync for the same steps in the same order (like a
-// collective), with the same on_busy policy; a skipped save is still a call.
+// collective), with the same on_busy policy; a skipped save is still a call. Saving a step
+// that is committed already (a run killed between its commit and LATEST, resumed from the
+// older LATEST) writes nothing: that checkpoint stays and LATEST names it.
 //
-// Thread-safety: SaveAsync, SaveSync and Wait from one thread (the training thread);
-// Poll and stats from any thread.
+// A save's outcome (Poll, Wait, SaveSync, stats().last_status) — training goes on either
+// way, and a failed save leaves no step-N directory and LATEST as it was:
+//   RESOURCE_EXHAUSTED  a full disk (this rank's or, on rank 0, another rank's: "rank 2: ...");
+//   DEADLINE_EXCEEDED   rank 0 waited commit_timeout for ranks' reports (they are named);
+//   UNAVAILABLE         some rank skipped this save (OnBusy::kSkip): counted as skipped;
+//   INVALID_ARGUMENT    the ranks' ranges do not tile a buffer, or their buffers differ;
+//   CANCELLED           the writer was destroyed; other Env errors as they come.
+// A checkpoint is committed but the save still fails when LATEST cannot be replaced (it
+// then names the previous checkpoint until the next save).
+//
+// Thread-safety: SaveAsync, BeginSave, FinishSnapshot, SaveSync, Wait and WaitIdle from one
+// thread (the training thread); Poll and stats from any thread.
 #ifndef RINGMASTER_CHECKPOINT_WRITER_H_
 #define RINGMASTER_CHECKPOINT_WRITER_H_
 
@@ -66,7 +99,7 @@ struct RetentionPolicy {
 
 // What a save does when the previous one is still being written.
 enum class OnBusy {
-  kWait,  // block until it is done, then snapshot
+  kWait,  // block until it is done (and tidied up), then snapshot
   kSkip,  // return kSkipped at once (counted in stats().skipped)
 };
 
@@ -84,8 +117,10 @@ struct CheckpointWriterOptions {
   RetentionPolicy retention;
   OnBusy on_busy = OnBusy::kWait;
   // Checksummed block size of each buffer's chunks; a reader reads whole blocks, so it
-  // bounds the excess read at each end of a wanted range. 0: per buffer, its size / 1024
-  // rounded up to a power of two, within [4 KiB, 1 MiB]. Otherwise a multiple of 4.
+  // bounds the excess read at each end of a wanted range. 0: per buffer, its size / 4096
+  // rounded down to a power of two, within [1 KiB, 1 MiB]: a rank loading 1/M of a buffer
+  // reads at most 2 blocks more than it needs, within 5 % up to M = 100 for buffers of
+  // 4 MiB and more (smaller ones: at most 2 KiB more per range). Otherwise a multiple of 4.
   int64_t block_bytes = 0;
   // Bytes per pwrite (rounded to whole blocks).
   int64_t write_bytes = 8 << 20;
@@ -96,6 +131,9 @@ struct CheckpointWriterOptions {
   // Staging bytes to allocate and touch at Create, so that the first snapshot does not
   // pay for page faults; 0: allocate on the first save. It grows when a save needs more.
   int64_t staging_reserve_bytes = 0;
+  // Threads copying a snapshot (the caller's and helpers), for snapshots of 16 MiB and more
+  // per thread: the copy is memory-bound and the caller waits for it anyway.
+  int snapshot_threads = 2;
 
   Env* env = Env::Default();     // not owned
   Clock* clock = Clock::Real();  // not owned: commit deadline, poll sleeps, timestamps
@@ -127,12 +165,17 @@ struct WriterStats {
   int64_t succeeded = 0;
   int64_t failed = 0;
   int64_t skipped = 0;
-  absl::Status last_status;           // of the last finished save
-  int64_t last_step = -1;             // of the last finished save
-  int64_t last_committed_step = -1;   // rank 0
-  absl::Duration last_blocked_time;   // how long the last SaveAsync blocked its caller
-  absl::Duration last_snapshot_time;  // of which copying into the staging area
-  absl::Duration last_write_time;     // from the end of the snapshot until finished
+  absl::Status last_status;            // of the last finished save
+  int64_t last_step = -1;              // of the last finished save
+  int64_t last_committed_step = -1;    // rank 0
+  absl::Duration last_blocked_time;    // how long the last SaveAsync (or BeginSave and
+                                       // FinishSnapshot together) blocked its caller
+  absl::Duration last_snapshot_time;   // copying into the staging area (on either thread)
+  absl::Duration last_write_time;      // from the end of the snapshot until finished, of which:
+  absl::Duration last_shard_time;      //   until this rank's shard was durable
+  absl::Duration last_commit_time;     //   rank 0: then until LATEST named it (waiting for the
+                                       //   other ranks included): durable and visible
+  absl::Duration last_retention_time;  // rank 0: removing old checkpoints after the last save
   int64_t last_shard_bytes = 0;
   int64_t staging_bytes = 0;        // allocated
   int64_t deleted_checkpoints = 0;  // by retention (rank 0)
@@ -150,27 +193,43 @@ class CheckpointWriter {
       const CheckpointWriterOptions& options);
 
   // Cancels a running save (it stops within one pwrite or poll; it is not committed and its
-  // temporary directory is removed by a later writer) and joins the thread. Call Wait first
-  // to let it finish.
+  // temporary directory is removed by a later writer), lets a running tidy-up finish, and
+  // joins the thread. Call Wait first to let a save finish.
   ~CheckpointWriter();
 
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Takes the snapshot and starts writing in the background. Blocks for the copy, and with
-  // OnBusy::kWait also until the previous save is done. The request's spans may be
+  // OnBusy::kWait also until the previous save and its tidy-up are done. The request's spans may be
   // modified as soon as it returns. INVALID_ARGUMENT for a bad request (naming the buffer);
   // nothing is started then. The save's own outcome comes from Poll / Wait.
   absl::StatusOr<SaveOutcome> SaveAsync(const SaveRequest& request);
 
-  // The drain save: waits for a running save, snapshots, writes and (rank 0) commits, all
-  // by `deadline`. Returns the save's status, or DEADLINE_EXCEEDED (the save goes on in the
-  // background; Wait or the destructor ends it).
+  // SaveAsync in two halves, so that the copy overlaps work that only reads the buffers
+  // (the next step's forward and backward read the parameters; only the optimizer writes
+  // them and the moments): BeginSave returns at once (with OnBusy::kWait, once the previous
+  // save is done) and the background thread copies the snapshot; FinishSnapshot blocks
+  // until the copy is done. Between the two the request's buffers must not be modified;
+  // call FinishSnapshot before the next optimizer step. Every BeginSave that returns
+  // kStarted needs its FinishSnapshot before the next BeginSave or SaveAsync.
+  absl::StatusOr<SaveOutcome> BeginSave(const SaveRequest& request);
+  void FinishSnapshot();
+
+  // The drain save: waits for a running save (and tidy-up), snapshots, writes and (rank 0)
+  // commits, all by `deadline`; retention runs after it returns. Returns the save's status, or
+  // DEADLINE_EXCEEDED (the save goes on in the background; Wait or the destructor ends it).
   absl::Status SaveSync(const SaveRequest& request, absl::Time deadline);
 
-  // Blocks until no save is running or `deadline` (real time) passes. Returns the status of
-  // the last finished save (OK when there was none), or DEADLINE_EXCEEDED.
+  // Blocks until the last save is finished (on rank 0: committed and named by LATEST, or
+  // failed) or `deadline` (real time) passes. Returns the status of the last finished save
+  // (OK when there was none), or DEADLINE_EXCEEDED. Retention may still be running.
   absl::Status Wait(absl::Time deadline);
+
+  // Blocks until the background thread has nothing left to do: the last save finished and
+  // its tidy-up (retention, removal of temporaries) done, e.g. before the process exits.
+  // Returns the last save's status, or DEADLINE_EXCEEDED.
+  absl::Status WaitIdle(absl::Time deadline);
 
   // nullopt while a save is running; otherwise the status of the last finished save.
   std::optional<absl::Status> Poll() const;
@@ -190,6 +249,7 @@ class CheckpointWriter {
     int64_t step = 0;
     int64_t save = 0;
     std::vector<Layout> layout;
+    std::vector<BufferShard> sources;  // until copied into the staging area
     int64_t bytes = 0;
     TrainingState state;
   };
@@ -201,18 +261,31 @@ class CheckpointWriter {
   absl::Status CleanUpAtStart();
   absl::Status CheckRequest(const SaveRequest& request) const;
   void EnsureStaging(int64_t bytes);
-  void Snapshot(const SaveRequest& request, Job* job);
+  enum class CopyOn { kCaller, kBackground };
+  absl::StatusOr<SaveOutcome> BeginSave(const SaveRequest& request, CopyOn copy_on);
+  // Lays the request out in the staging area (allocating it), without copying.
+  void Plan(const SaveRequest& request, Job* job);
+  // Copies the job's sources into the staging area, with snapshot_threads threads.
+  void Copy(const Job& job);
   absl::Status WriteSkipReport(int64_t step, int64_t save);
   void Run(Job job);
-  absl::Status Persist(const Job& job);
+  struct Tidy {                 // what rank 0 cleans up once a save is finished
+    bool retention = false;     // a checkpoint was committed: apply the retention policy
+    bool remove_dir = false;    // this save's directory
+    bool remove_older = false;  // the temporaries of this save and the older ones
+  };
+  absl::Status Persist(const Job& job, Tidy* tidy);
+  void TidyUp(const Job& job, const Tidy& tidy);
   absl::StatusOr<ShardReport> WriteShard(const Job& job, const std::string& dir);
   absl::StatusOr<std::vector<ShardReport>> CollectReports(const Job& job, const std::string& dir);
   absl::Status Commit(const Job& job, const std::string& dir,
                       const std::vector<ShardReport>& reports);
-  absl::Status ApplyRetention(int64_t latest);
+  void ApplyRetention(int64_t latest);
   void RemoveTemporariesBefore(int64_t save);
   bool cancelled() const;
   void Finish(const Job& job, absl::Status status, absl::Duration write_time);
+  // Sets one duration of stats_ (the background thread, as it goes).
+  void Record(absl::Duration WriterStats::*field, absl::Duration value);
 
   const CheckpointWriterOptions options_;
   const std::string job_dir_;
@@ -225,7 +298,9 @@ class CheckpointWriter {
   std::thread thread_;
 
   mutable absl::Mutex mu_;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;     // the thread has work: a save or its tidy-up
+  bool saving_ ABSL_GUARDED_BY(mu_) = false;   // a save is not finished
+  bool copying_ ABSL_GUARDED_BY(mu_) = false;  // BeginSave's snapshot is not copied yet
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   WriterStats stats_ ABSL_GUARDED_BY(mu_);
 };

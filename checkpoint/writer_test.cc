@@ -114,6 +114,16 @@ class Gate {
   absl::Notification open_;
 };
 
+// Writers for ranks 0 and 1 of 2 (rank 0's created first); rank 1's on `rank1_env`.
+std::vector<std::unique_ptr<CheckpointWriter>> TwoRanks(const std::string& root, Env* rank1_env) {
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  writers.push_back(MustCreate(Options(root, 0, 2)));
+  CheckpointWriterOptions o = Options(root, 1, 2);
+  o.env = rank1_env;
+  writers.push_back(MustCreate(o));
+  return writers;
+}
+
 // Saves with two writers at once (SaveSync); the statuses of ranks 0 and 1.
 std::pair<absl::Status, absl::Status> SaveBoth(
     const std::vector<std::unique_ptr<CheckpointWriter>>& writers, const SaveRequest& rank0,
@@ -201,6 +211,29 @@ TEST(CheckpointWriter, AsyncSaveBlocksOnlyForTheSnapshot) {
   EXPECT_GE(stats.staging_bytes, kElements * 4);
 }
 
+// BeginSave: the background thread copies; FinishSnapshot waits for the copy only, not for
+// the disk; then the buffers may change.
+TEST(CheckpointWriter, BeginSaveCopiesInTheBackgroundAndFinishSnapshotWaitsForTheCopyOnly) {
+  const std::string root = FreshDir("writer-begin");
+  Gate gate([](const FileOp& op) { return IsShardWrite(op, "shard-0"); });
+  FaultInjectionEnv env(Env::Default(), gate.Hook());
+  CheckpointWriterOptions o = Options(root);
+  o.env = &env;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  std::vector<float> data = Data(1);
+  ASSERT_EQ(*writer->BeginSave(Request(1, data)), SaveOutcome::kStarted);
+  writer->FinishSnapshot();
+  std::fill(data.begin(), data.end(), -1.0f);  // the optimizer step
+  gate.WaitEntered();                          // the write is stuck, the copy is done
+  EXPECT_EQ(writer->Poll(), std::nullopt);
+  gate.Open();
+  EXPECT_TRUE(writer->Wait(absl::InfiniteFuture()).ok());
+  std::vector<float> loaded;
+  ASSERT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
+  EXPECT_EQ(loaded, Data(1));
+  writer->FinishSnapshot();  // nothing pending: returns
+}
+
 TEST(CheckpointWriter, WaitPolicyBlocksTheNextSaveUntilThePreviousIsDone) {
   const std::string root = FreshDir("writer-wait");
   Gate gate([](const FileOp& op) { return IsShardWrite(op, "step-1-"); });
@@ -265,7 +298,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint step 2"));
     EXPECT_EQ(writer->stats().failed, 1);
-    EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1"}));
+    EXPECT_EQ(*ListCommittedSteps(Env::Default(), job_dir), std::vector<int64_t>{1});
     std::vector<float> loaded;
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
 
@@ -273,6 +306,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
     EXPECT_TRUE(writer->SaveSync(Request(3, three), absl::InfiniteFuture()).ok());
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 3);
     EXPECT_EQ(loaded, three);
+    writer.reset();  // lets the tidy-up after the last save finish
     EXPECT_EQ(Children(job_dir), (std::vector<std::string>{"LATEST", "step-1", "step-3"}));
   }
 }
@@ -282,17 +316,13 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
 TEST(CheckpointWriter, AnotherRanksFullDiskFailsTheCommit) {
   const std::string root = FreshDir("writer-full-rank1");
   FaultInjectionEnv env(Env::Default(), DiskFullAfter(1000));
-  std::vector<std::unique_ptr<CheckpointWriter>> writers;
-  for (int r = 0; r < 2; ++r) {
-    CheckpointWriterOptions o = Options(root, r, 2);
-    if (r == 1) o.env = &env;
-    writers.push_back(MustCreate(o));
-  }
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &env);
   const std::vector<float> data = Data(4);
   auto [s, s1] = SaveBoth(writers, Request(4, data, 0, 2), Request(4, data, 1, 2));
   EXPECT_EQ(s1.code(), absl::StatusCode::kResourceExhausted) << s1;
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1"));
+  writers.clear();  // lets rank 0's tidy-up finish
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
 }
 
@@ -314,6 +344,7 @@ TEST(CheckpointWriter, FullDiskAtLatestKeepsTheOldLatest) {
   std::vector<float> loaded;
   EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
   EXPECT_TRUE(VerifyCheckpoint(Env::Default(), JoinPath(JobDir(root, "job"), "step-2")).ok());
+  writer.reset();
   EXPECT_TRUE(Temporaries(JobDir(root, "job")).empty());
 }
 
@@ -326,10 +357,11 @@ TEST(CheckpointWriter, RetentionKeepsTheLastKAndEveryMth) {
   for (int64_t step = 1; step <= 10; ++step) {
     ASSERT_TRUE(writer->SaveSync(Request(step, data), absl::InfiniteFuture()).ok()) << step;
   }
-  EXPECT_EQ(Children(JobDir(root, "job")),
-            (std::vector<std::string>{"LATEST", "step-10", "step-4", "step-8", "step-9"}));
+  EXPECT_TRUE(writer->WaitIdle(absl::InfiniteFuture()).ok());  // the last retention pass
   EXPECT_EQ(writer->stats().deleted_checkpoints, 6);
   EXPECT_TRUE(writer->stats().retention_status.ok());
+  EXPECT_EQ(Children(JobDir(root, "job")),
+            (std::vector<std::string>{"LATEST", "step-10", "step-4", "step-8", "step-9"}));
 }
 
 TEST(StepsToDelete, KeepsRecentMilestonesLatestAndTheAbandonedFuture) {
@@ -428,6 +460,7 @@ TEST(CheckpointWriter, SkippedSaveOfAnotherRankIsReportedAtOnce) {
     std::this_thread::yield();
   }
   EXPECT_TRUE(writers[0]->Wait(absl::InfiniteFuture()).ok());
+  writers.clear();
   EXPECT_EQ(Children(JobDir(root, "job")), (std::vector<std::string>{"LATEST", "step-3"}));
 }
 
@@ -477,15 +510,35 @@ TEST(CheckpointWriter, BadRequestsAndOptionsAreInvalidArgument) {
 // to commit them.
 TEST(CheckpointWriter, RanksWhoseRangesDoNotTileTheBufferAreRefused) {
   const std::string root = FreshDir("writer-tiling");
-  std::vector<std::unique_ptr<CheckpointWriter>> writers;
-  for (int r = 0; r < 2; ++r) writers.push_back(MustCreate(Options(root, r, 2)));
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, Env::Default());
   const std::vector<float> data = Data(1);
   // Rank 1 saves rank 0's slice too.
   auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 0, 2));
   EXPECT_TRUE(s1.ok()) << s1;
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("more than one chunk"));
+  writers.clear();
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
+}
+
+// A shard that is gone by the time rank 0 commits (removed under the rank that wrote it)
+// fails the save instead of making a checkpoint that cannot load.
+TEST(CheckpointWriter, AShardMissingAtCommitFailsTheSave) {
+  const std::string root = FreshDir("writer-vanished");
+  FaultInjectionEnv vanishing(Env::Default(), [](const FileOp& op) {
+    if (op.kind == FileOp::Kind::kRename && absl::EndsWith(op.to, "report-1-of-2.pb")) {
+      const std::string dir = op.to.substr(0, op.to.rfind('/'));
+      EXPECT_TRUE(Env::Default()->DeleteFile(JoinPath(dir, "shard-1-of-2.bin")).ok());
+    }
+    return absl::OkStatus();
+  });
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &vanishing);
+  const std::vector<float> data = Data(1);
+  auto [s, s1] = SaveBoth(writers, Request(1, data, 0, 2), Request(1, data, 1, 2));
+  EXPECT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shard-1-of-2.bin, reported by rank 1"));
+  EXPECT_TRUE(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->empty());
 }
 
 // The destructor ends a save that waits for a rank that will never report.
@@ -498,6 +551,34 @@ TEST(CheckpointWriter, DestructorCancelsAWaitingSave) {
   ASSERT_TRUE(writer->SaveAsync(Request(1, data, 0, 2)).ok());
   writer.reset();  // returns: the test would time out otherwise
   EXPECT_EQ(ListCommittedSteps(Env::Default(), JobDir(root, "job"))->size(), 0u);
+}
+
+// Snapshots of 32 MiB and more are copied by several threads, cut in the middle of a
+// buffer; what is saved is still exactly the buffers.
+TEST(CheckpointWriter, LargeSnapshotsCopiedByHelperThreadsAreExact) {
+  const std::string root = FreshDir("writer-threads");
+  CheckpointWriterOptions o = Options(root);
+  o.snapshot_threads = 3;
+  std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+  const std::vector<int64_t> sizes = {3000001, 4999999, 2500000};  // 42 MB: two threads
+  std::vector<std::vector<float>> buffers;
+  SaveRequest request;
+  request.step = 9;
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    const std::string name = absl::StrCat("b", b);
+    buffers.push_back(testing::PatternBuffer(name, 9, sizes[b], sizes[b]));
+    request.buffers.push_back({name, sizes[b], {0, sizes[b]}, buffers.back()});
+  }
+  ASSERT_TRUE(writer->SaveSync(request, absl::InfiniteFuture()).ok());
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    std::vector<float> out(sizes[b]);
+    LoadOptions load;
+    load.root = root;
+    load.job = "job";
+    const std::string name = absl::StrCat("b", b);
+    ASSERT_TRUE(LoadCheckpoint(load, {{name, {0, sizes[b]}, absl::MakeSpan(out)}}).ok());
+    EXPECT_EQ(out, buffers[b]) << name;
+  }
 }
 
 TEST(SaveSlice, SplitsIntoAlignedSlicesThatTile) {
