@@ -370,6 +370,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     wo.zero_stage = zero;
     wo.spec_hash = spec_hash;
     wo.table = &table;
+    // The staging copy for a save: this rank's slice of the parameters and each moment,
+    // reserved now so the first save does not pay its page faults.
+    wo.staging_reserve_bytes = static_cast<int64_t>(save_range.size()) * 4 *
+                               (1 + static_cast<int64_t>(optimizer->state_buffers().size()));
     wo.retention.keep_last = cs.keep_last();
     wo.retention.keep_every = cs.keep_every();
     wo.on_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP ? checkpoint::OnBusy::kSkip
@@ -382,6 +386,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       lo.root = cs.dir();
       lo.job = spec.name();
       lo.spec_hash = spec_hash;
+      lo.table = &table;
       if (resume.kind == spec::ResumePoint::Kind::kStep) lo.step = resume.step;
       auto opened = checkpoint::OpenCheckpoint(lo);
       if (absl::IsNotFound(opened.status()) && resume.kind == spec::ResumePoint::Kind::kAuto) {
