@@ -1,6 +1,6 @@
 // checkpoint_bench: the checkpoint goals of issue 4, measured in one run on this machine.
 //
-//   bazel run //checkpoint:checkpoint_bench -- --dir=/var/tmp/ckpt-bench --mib=300 --ranks=1
+//   bazel run //bench:checkpoint_bench -- --dir=/var/tmp/ckpt-bench --mib=300 --ranks=1
 //
 // For a state of --mib MiB per rank (three f32 buffers: params, exp_avg, exp_avg_sq) and
 // --ranks ranks (writers on threads of this process), each of --repeats rounds measures,

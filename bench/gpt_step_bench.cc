@@ -6,7 +6,7 @@
 // against no checkpointing (the first value of --every), and whether the gradients are
 // bit-identical to that run's.
 //
-//   bazel run -c opt //train/nn:gpt_step_bench -- [--layers=12] [--width=192] [--heads=4]
+//   bazel run -c opt //bench:gpt_step_bench -- [--layers=12] [--width=192] [--heads=4]
 //       [--context=128] [--batch=8] [--every=0,1,2,4] [--threads=1]
 //       [--probabilities] [--steps=4] [--repetitions=3]
 #include <algorithm>
