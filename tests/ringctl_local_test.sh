@@ -15,6 +15,21 @@ WORK="${TEST_TMPDIR:-/tmp}/ringctl_local_test"
 rm -rf "$WORK" && mkdir -p "$WORK"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# Runs `ringctl local ...` in the background with its output in $1, sends it SIGTERM once a
+# line matching $2 appears, and prints its exit status.
+run_then_term() {
+  local out="$1" pattern="$2" pid
+  shift 2
+  "$RINGCTL" local "$@" >"$out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do
+    grep -q "$pattern" "$out" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -TERM "$pid"
+  wait "$pid"
+  echo $?
+}
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
@@ -55,16 +70,8 @@ rc=$?
 grep -q "nowhere" "$WORK/failed.out" || fail "the failure does not name the missing data: $(cat "$WORK/failed.out")"
 
 # 4. SIGTERM cancels.
-"$RINGCTL" local --workers 2 "$SPEC" --summary "$WORK/cancel.json" --run_dir "$WORK/cancel" \
-  >"$WORK/cancel.out" 2>&1 &
-pid=$!
-for _ in $(seq 1 300); do
-  grep -q "^step" "$WORK/cancel.out" 2>/dev/null && break
-  sleep 0.1
-done
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+rc="$(run_then_term "$WORK/cancel.out" "^step" --workers 2 "$SPEC" \
+  --summary "$WORK/cancel.json" --run_dir "$WORK/cancel")"
 [ "$rc" -eq 130 ] || fail "a cancelled job exited with $rc, expected 130"
 [ "$(field "$WORK/cancel.json" status)" = cancelled ] || fail "summary: $(cat "$WORK/cancel.json")"
 sleep 0.5
@@ -75,16 +82,9 @@ fi
 
 # 5. Drain, resume elsewhere, verify.
 CK="$WORK/checkpoints"
-"$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 \
-  --set epochs=1 --set diagnostics.log_every=5 >"$WORK/drain.out" 2>&1 &
-pid=$!
-for _ in $(seq 1 300); do
-  grep -q "^step 30/" "$WORK/drain.out" 2>/dev/null && break
-  sleep 0.1
-done
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+rc="$(run_then_term "$WORK/drain.out" "^step 30/" --workers 2 "$SPEC" \
+  --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 --set epochs=1 \
+  --set diagnostics.log_every=5)"
 [ "$rc" -eq 130 ] || fail "the drained job exited with $rc, expected 130"
 grep -q "drained after step" "$WORK/drain.out" || fail "no drain: $(tail -5 "$WORK/drain.out")"
 "$RINGCTL" local --workers 3 "$SPEC" --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 \
