@@ -11,13 +11,6 @@
 #include "train/tensor.h"
 
 namespace ringmaster::train {
-namespace {
-
-double SumOfSquares(const float* x, int64_t n) {
-  return kernels::SumOfSquares(absl::MakeConstSpan(x, static_cast<size_t>(n)));
-}
-
-}  // namespace
 
 int64_t PaddedElements(int64_t elements, int world_size) {
   const int64_t unit = static_cast<int64_t>(world_size) * kAlignElements;
@@ -107,7 +100,7 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
   double squares = 0;
   if (options_.reduction == GradientReduction::kAllReduce) {
     float* p = grads_ + bucket.begin;
-    if (measure_norm_) squares = SumOfSquares(p, len);
+    if (measure_norm_) squares = kernels::SumOfSquares(absl::MakeConstSpan(p, len));
     status = comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
   } else {
     const int n = comm_->size();
@@ -115,7 +108,8 @@ absl::Status GradientSync::Reduce(const Bucket& bucket) {
       std::memcpy(staging_.data() + r * len, grads_ + r * shard_elements_ + bucket.begin,
                   len * sizeof(float));
     }
-    if (measure_norm_) squares = SumOfSquares(staging_.data(), static_cast<int64_t>(len) * n);
+    if (measure_norm_)
+      squares = kernels::SumOfSquares(absl::MakeConstSpan(staging_.data(), len * n));
     status = comm_->ReduceScatter(staging_.data(),
                                   grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
                                   DataType::kFloat32, comm::ReduceOp::kSum, deadline);

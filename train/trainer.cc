@@ -445,6 +445,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   };
   absl::Time last_save_time = absl::Now();
   const int64_t log_every = std::max<int64_t>(1, spec.diagnostics().log_every());
+  // Steps whose metrics are logged (epoch ends are logged too, once known).
+  auto logged_step = [&](int64_t step) {
+    return (step + 1) % log_every == 0 || step + 1 == total_steps || step == 0;
+  };
   const int64_t fingerprint_every = spec.diagnostics().fingerprint_every();
   const absl::Time start = absl::Now();
   absl::Time window_start = start;
@@ -479,9 +483,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     fb.loss_scale = scaler ? scaler->scale() : 1.0f;
     fb.precision = precision;
     double step_stats[3] = {0, 0, 0};  // loss sum, terms, correct
-    const bool logging_step = (step + 1) % log_every == 0 || step + 1 == total_steps || step == 0;
-    sync->Begin(grads.data(), logging_step ? GradientSync::StepDiagnostics::kLocalGradNorm
-                                           : GradientSync::StepDiagnostics::kNone);
+    sync->Begin(grads.data(), logged_step(step) ? GradientSync::StepDiagnostics::kLocalGradNorm
+                                                : GradientSync::StepDiagnostics::kNone);
     bool ran = false;
     for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
       const data::Range r = plan.MicroBatch(count, rank, micro);
@@ -538,7 +541,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
 
     const bool epoch_end = gb.next.epoch != gb.start.epoch;
     const bool last_step = step + 1 == total_steps;
-    const bool log_now = (step + 1) % log_every == 0 || last_step || step == 0 || epoch_end;
+    const bool log_now = logged_step(step) || epoch_end;
     // One small all-reduce per step: the loss, and the ranks' votes to drain or to save now
     // (signals and clocks differ between ranks; the sum makes every rank decide alike).
     bool drain_vote = (options.drain_requested != nullptr && options.drain_requested->load()) ||
