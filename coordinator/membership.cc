@@ -1,0 +1,721 @@
+#include "coordinator/membership.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+constexpr size_t kMaxIdLength = 128;
+constexpr int kMaxSlotsPerNode = 1024;
+constexpr int kMaxRanks = 100000;
+
+absl::Status ValidateId(const std::string& id, absl::string_view field) {
+  if (id.empty() || id.size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be 1 to ", kMaxIdLength, " characters, got ", id.size()));
+  }
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " \"", id, "\" may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string MembersString(const std::vector<Member>& members) {
+  return absl::StrJoin(members, " ", [](std::string* out, const Member& m) {
+    absl::StrAppend(out, ToString(m.slot));
+    if (m.rank >= 0) absl::StrAppend(out, "#", m.rank);
+  });
+}
+
+std::string SlotsString(const std::vector<SlotRef>& slots) {
+  return absl::StrJoin(slots, " ",
+                       [](std::string* out, const SlotRef& s) { absl::StrAppend(out, ToString(s)); });
+}
+
+struct ActionPrinter {
+  std::string operator()(const PersistJob& a) const {
+    return absl::StrCat("persist ", a.job.request.id, " ", JobPhaseName(a.job.phase),
+                        " epoch=", a.job.epoch, " members=[", MembersString(a.job.members),
+                        "] restarts=", a.job.restarts);
+  }
+  std::string operator()(const StartTrainer& a) const {
+    return absl::StrCat("start ", ToString(a.slot), " ", a.job, " epoch=", a.epoch);
+  }
+  std::string operator()(const StopTrainer& a) const {
+    return absl::StrCat("stop ", ToString(a.slot), " ", a.job, " (", a.reason, ")");
+  }
+  std::string operator()(const AnnounceEpoch& a) const {
+    return absl::StrCat("announce ", a.job, " epoch=", a.epoch, " cause=", EpochCauseName(a.cause),
+                        a.leaving.empty() ? "" : absl::StrCat(" leaving=[", SlotsString(a.leaving), "]"),
+                        " (", a.reason, ")");
+  }
+  std::string operator()(const CommitEpoch& a) const {
+    return absl::StrCat("commit ", a.job, " epoch=", a.epoch, " ranks=[", MembersString(a.members),
+                        "]");
+  }
+  std::string operator()(const JobEnded& a) const {
+    return absl::StrCat("ended ", a.job, " ", JobPhaseName(a.phase), " (", a.reason, ")");
+  }
+  std::string operator()(const NodeGone& a) const {
+    return absl::StrCat("gone ", a.node, " (", a.reason, ")");
+  }
+};
+
+}  // namespace
+
+std::string ToString(const SlotRef& s) { return absl::StrCat(s.node, "/", s.slot); }
+
+const char* JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending:
+      return "pending";
+    case JobPhase::kForming:
+      return "forming";
+    case JobPhase::kCommitted:
+      return "committed";
+    case JobPhase::kRunning:
+      return "running";
+    case JobPhase::kSucceeded:
+      return "succeeded";
+    case JobPhase::kFailed:
+      return "failed";
+    case JobPhase::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+bool IsTerminal(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed ||
+         phase == JobPhase::kCancelled;
+}
+
+const char* EpochCauseName(EpochCause cause) {
+  switch (cause) {
+    case EpochCause::kStart:
+      return "start";
+    case EpochCause::kFailure:
+      return "failure";
+    case EpochCause::kDrain:
+      return "drain";
+    case EpochCause::kGrow:
+      return "grow";
+    case EpochCause::kRestore:
+      return "restore";
+  }
+  return "unknown";
+}
+
+std::string ToString(const Action& action) { return std::visit(ActionPrinter{}, action); }
+
+Membership::Membership(const MembershipOptions& options) : options_(options) {}
+
+Membership::NodeState* Membership::FindNode(const std::string& node) {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+JobState* Membership::FindJob(const std::string& job) {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const JobState* Membership::job(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Membership::job_ids() const { return order_; }
+
+Member* Membership::FindMember(JobState& job, const SlotRef& slot) {
+  for (Member& m : job.members) {
+    if (m.slot == slot) return &m;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<JobState*> Membership::LiveJob(const std::string& id, int64_t epoch) {
+  JobState* job = FindJob(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  if (IsTerminal(job->phase)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobPhaseName(job->phase), ": stop"));
+  }
+  if (epoch < job->epoch) {
+    return absl::AbortedError(absl::StrCat("epoch ", epoch, " of job ", id,
+                                           " is stale: the job is at epoch ", job->epoch,
+                                           "; abort and join it"));
+  }
+  if (epoch > job->epoch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch ", epoch, " of job ", id, " does not exist yet (current ", job->epoch, ")"));
+  }
+  return job;
+}
+
+absl::StatusOr<std::pair<JobState*, Member*>> Membership::LiveMember(const std::string& id,
+                                                                    int64_t epoch,
+                                                                    const SlotRef& slot) {
+  auto job = LiveJob(id, epoch);
+  if (!job.ok()) return job.status();
+  Member* m = FindMember(**job, slot);
+  if (m == nullptr) {
+    return absl::NotFoundError(absl::StrCat(ToString(slot), " is not a member of job ", id,
+                                            " epoch ", epoch));
+  }
+  return std::make_pair(*job, m);
+}
+
+std::vector<SlotRef> Membership::FreeSlots(absl::Time now) const {
+  std::vector<SlotRef> free;
+  for (const auto& [id, node] : nodes_) {
+    if (node.draining || node.lease_expiry <= now) continue;
+    for (int s = 0; s < node.slots; ++s) {
+      if (node.assigned.count(s)) continue;
+      auto b = node.backoff_until.find(s);
+      if (b != node.backoff_until.end() && b->second > now) continue;
+      free.push_back(SlotRef{id, s});
+    }
+  }
+  return free;  // map order and ascending slots: (node, slot) order
+}
+
+int Membership::free_slots(absl::Time now) const {
+  return static_cast<int>(FreeSlots(now).size());
+}
+
+void Membership::Release(const JobState& job, const SlotRef& slot, bool backoff, absl::Time now) {
+  NodeState* node = FindNode(slot.node);
+  if (node == nullptr) return;
+  auto it = node->assigned.find(slot.slot);
+  if (it == node->assigned.end() || it->second != job.request.id) return;
+  node->assigned.erase(it);
+  if (backoff) node->backoff_until[slot.slot] = now + options_.slot_backoff;
+}
+
+// ---------------------------------------------------------------------------------------
+// Forming epochs.
+
+void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotRef>& leaving,
+                        const std::string& reason, absl::Time now,
+                        std::vector<Action>* actions) {
+  const bool was_live = job.phase == JobPhase::kCommitted || job.phase == JobPhase::kRunning;
+  if (was_live || job.epoch == 0) {
+    ++job.epoch;
+    for (Member& m : job.members) {
+      m.rank = -1;
+      m.joined = m.ready = m.finished = false;
+    }
+  }
+  std::erase_if(job.members, [&](const Member& m) {
+    return std::find(leaving.begin(), leaving.end(), m.slot) != leaving.end();
+  });
+  job.cause = cause;
+
+  const std::vector<SlotRef> free = FreeSlots(now);
+  const int have = static_cast<int>(job.members.size());
+  if (have + static_cast<int>(free.size()) < job.request.min_ranks) {
+    if (job.phase != JobPhase::kPending) job.below_min_since = now;
+    job.phase = JobPhase::kPending;
+    job.phase_since = now;
+    job.reason = absl::StrCat(job.ever_started ? "below" : "waiting for", " min_ranks: ",
+                              have + free.size(), " of ", job.request.min_ranks,
+                              " slots available", reason.empty() ? "" : "; ", reason);
+    actions->push_back(PersistJob{job});
+    if (was_live) {
+      actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, job.reason});
+    }
+    return;
+  }
+
+  std::vector<SlotRef> added;
+  for (const SlotRef& s : free) {
+    if (static_cast<int>(job.members.size()) >= job.request.max_ranks) break;
+    nodes_[s.node].assigned[s.slot] = job.request.id;
+    Member m;
+    m.slot = s;
+    m.last_progress = now;
+    job.members.push_back(m);
+    added.push_back(s);
+  }
+  std::sort(job.members.begin(), job.members.end(),
+            [](const Member& a, const Member& b) { return a.slot < b.slot; });
+  job.phase = JobPhase::kForming;
+  job.phase_since = now;
+  job.reason = reason;
+  actions->push_back(PersistJob{job});
+  if (was_live) {
+    actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, reason});
+  }
+  for (const SlotRef& s : added) {
+    actions->push_back(StartTrainer{s, job.request.id, job.epoch});
+  }
+  MaybeCommit(job, now, actions);
+}
+
+void Membership::MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions) {
+  if (job.phase != JobPhase::kForming || job.members.empty()) return;
+  for (const Member& m : job.members) {
+    if (!m.joined) return;
+  }
+  for (size_t i = 0; i < job.members.size(); ++i) job.members[i].rank = static_cast<int>(i);
+  job.phase = JobPhase::kCommitted;
+  job.phase_since = now;
+  job.ever_started = true;
+  actions->push_back(PersistJob{job});
+  actions->push_back(CommitEpoch{job.request.id, job.epoch, job.members});
+}
+
+void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const Loss& loss,
+                             absl::Time now, std::vector<Action>* actions) {
+  std::erase_if(job.members, [&](const Member& m) { return lost.count(m.slot) > 0; });
+  std::vector<Action> stops;
+  for (const SlotRef& s : lost) {
+    NodeState* node = FindNode(s.node);
+    if (loss.stop && node != nullptr && node->lease_expiry > now) {
+      stops.push_back(StopTrainer{s, job.request.id, loss.reason});
+    }
+    Release(job, s, loss.backoff, now);
+  }
+  switch (job.phase) {
+    case JobPhase::kCommitted:
+    case JobPhase::kRunning:
+      if (loss.cause == EpochCause::kFailure && ++job.restarts > job.request.restart_budget) {
+        End(job, JobPhase::kFailed,
+            absl::StrCat("restart budget of ", job.request.restart_budget,
+                         " exhausted; last failure: ", loss.reason),
+            now, actions);
+      } else {
+        Reform(job, loss.cause, {}, loss.reason, now, actions);
+      }
+      break;
+    case JobPhase::kForming:
+      if (static_cast<int>(job.members.size()) < job.request.min_ranks) {
+        Reform(job, loss.cause, {}, loss.reason, now, actions);
+      } else {
+        actions->push_back(PersistJob{job});
+        MaybeCommit(job, now, actions);
+      }
+      break;
+    case JobPhase::kPending:
+      actions->push_back(PersistJob{job});
+      break;
+    default:
+      break;
+  }
+  actions->insert(actions->end(), stops.begin(), stops.end());
+}
+
+void Membership::End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
+                     std::vector<Action>* actions) {
+  job.phase = phase;
+  job.phase_since = now;
+  job.reason = reason;
+  actions->push_back(PersistJob{job});
+  for (auto& [node_id, node] : nodes_) {
+    for (auto it = node.assigned.begin(); it != node.assigned.end();) {
+      if (it->second != job.request.id) {
+        ++it;
+        continue;
+      }
+      if (phase != JobPhase::kSucceeded && node.lease_expiry > now) {
+        actions->push_back(StopTrainer{SlotRef{node_id, it->first}, job.request.id, reason});
+      }
+      it = node.assigned.erase(it);
+    }
+  }
+  actions->push_back(JobEnded{job.request.id, phase, reason});
+}
+
+void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
+  for (const std::string& id : order_) {
+    JobState& job = jobs_[id];
+    if (job.phase != JobPhase::kPending) continue;
+    const int available = static_cast<int>(job.members.size()) + free_slots(now);
+    if (available >= job.request.min_ranks) {
+      Reform(job, job.ever_started ? EpochCause::kFailure : EpochCause::kStart, {}, "", now,
+             actions);
+    }
+  }
+  for (const std::string& id : order_) {
+    JobState& job = jobs_[id];
+    if (job.phase != JobPhase::kRunning ||
+        static_cast<int>(job.members.size()) >= job.request.max_ranks ||
+        now - job.phase_since < options_.grow_after || free_slots(now) == 0) {
+      continue;
+    }
+    Reform(job, EpochCause::kGrow, {},
+           absl::StrCat(free_slots(now), " free slots; growing from ", job.members.size()), now,
+           actions);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Events.
+
+absl::Status Membership::RegisterNode(const std::string& node_id, int slots, absl::Time now,
+                                      std::vector<Action>* actions) {
+  if (absl::Status s = ValidateId(node_id, "node"); !s.ok()) return s;
+  if (slots < 1 || slots > kMaxSlotsPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat("slots must be between 1 and ",
+                                                   kMaxSlotsPerNode, ", got ", slots));
+  }
+  NodeState& node = nodes_[node_id];
+  node.slots = slots;
+  node.lease_expiry = now + options_.lease;
+  node.draining = false;
+  // Assignments beyond the new slot count are lost with their trainers.
+  std::map<std::string, std::set<SlotRef>> gone;
+  for (const auto& [slot, job] : node.assigned) {
+    if (slot >= slots) gone[job].insert(SlotRef{node_id, slot});
+  }
+  for (const auto& [job_id, lost] : gone) {
+    JobState& job = jobs_[job_id];
+    for (const SlotRef& s : lost) Release(job, s, false, now);
+    LoseMembers(job, lost,
+                Loss{.reason = absl::StrCat("node ", node_id, " registered again with only ",
+                                            slots, " slots")},
+                now, actions);
+  }
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Heartbeat(const std::string& node_id, absl::Time now,
+                                   std::vector<Action>* actions) {
+  NodeState* node = FindNode(node_id);
+  if (node == nullptr || node->lease_expiry <= now) {
+    return absl::NotFoundError(absl::StrCat("node ", node_id,
+                                            " is not registered (its lease expired, or the "
+                                            "coordinator restarted): register again"));
+  }
+  node->lease_expiry = now + options_.lease;
+  return absl::OkStatus();
+}
+
+absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,
+                                   std::vector<Action>* actions) {
+  NodeState* node = FindNode(node_id);
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", node_id));
+  node->draining = true;
+  const std::string reason = absl::StrCat("node ", node_id, " is draining");
+  for (const std::string& id : order_) {
+    JobState& job = jobs_[id];
+    std::vector<SlotRef> leaving;
+    for (const Member& m : job.members) {
+      if (m.slot.node == node_id) leaving.push_back(m.slot);
+    }
+    if (leaving.empty() || IsTerminal(job.phase)) continue;
+    if (job.phase == JobPhase::kCommitted || job.phase == JobPhase::kRunning) {
+      // The leavers keep their slots until their trainers exit after the drain save.
+      Reform(job, EpochCause::kDrain, leaving, reason, now, actions);
+    } else {
+      LoseMembers(job, std::set<SlotRef>(leaving.begin(), leaving.end()),
+                  Loss{.cause = EpochCause::kDrain, .reason = reason, .stop = true}, now, actions);
+    }
+  }
+  if (node->assigned.empty()) {
+    actions->push_back(NodeGone{node_id, "drained"});
+    nodes_.erase(node_id);
+  }
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& job_id,
+                                       int exit_code, absl::Time now,
+                                       std::vector<Action>* actions) {
+  NodeState* node = FindNode(slot.node);
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
+  JobState* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
+  auto it = node->assigned.find(slot.slot);
+  if (it == node->assigned.end() || it->second != job_id) return absl::OkStatus();  // stale
+  const std::string how =
+      exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
+                    : absl::StrCat("exited with code ", exit_code);
+  if (FindMember(*job, slot) == nullptr || IsTerminal(job->phase)) {
+    // A leaver after its drain save, or a trainer of a finished job: the slot is free again.
+    node->assigned.erase(it);
+  } else {
+    LoseMembers(*job, {slot},
+                Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how),
+                     .backoff = true},
+                now, actions);
+  }
+  node = FindNode(slot.node);
+  if (node != nullptr && node->draining && node->assigned.empty()) {
+    actions->push_back(NodeGone{slot.node, "drained"});
+    nodes_.erase(slot.node);
+  }
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
+                                   std::vector<Action>* actions) {
+  if (absl::Status s = ValidateId(request.id, "job id"); !s.ok()) return s;
+  if (request.min_ranks < 1 || request.min_ranks > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("min_ranks must be between 1 and ", kMaxRanks,
+                                                   ", got ", request.min_ranks));
+  }
+  if (request.max_ranks < request.min_ranks || request.max_ranks > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("max_ranks must be between min_ranks (",
+                                                   request.min_ranks, ") and ", kMaxRanks,
+                                                   ", got ", request.max_ranks));
+  }
+  if (request.restart_budget < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restart_budget must be >= 0, got ", request.restart_budget));
+  }
+  if (jobs_.count(request.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("job ", request.id, " already exists"));
+  }
+  JobState job;
+  job.request = request;
+  job.submitted = job.phase_since = job.below_min_since = now;
+  job.reason = absl::StrCat("waiting for ", request.min_ranks, " free slots");
+  jobs_[request.id] = job;
+  order_.push_back(request.id);
+  actions->push_back(PersistJob{job});
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::CancelJob(const std::string& id, absl::Time now,
+                                   std::vector<Action>* actions) {
+  JobState* job = FindJob(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  if (IsTerminal(job->phase)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is already ", JobPhaseName(job->phase)));
+  }
+  End(*job, JobPhase::kCancelled, "cancelled by the user", now, actions);
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Join(const std::string& id, int64_t epoch, const SlotRef& slot,
+                              absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  auto [job_ptr, m] = *live;
+  JobState& job = *job_ptr;
+  m->joined = true;
+  m->last_progress = now;
+  MaybeCommit(job, now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Ready(const std::string& id, int64_t epoch, const SlotRef& slot,
+                               absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  auto [job_ptr, m] = *live;
+  JobState& job = *job_ptr;
+  if (job.phase != JobPhase::kCommitted && job.phase != JobPhase::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " epoch ", epoch, " is ", JobPhaseName(job.phase), ", not committed"));
+  }
+  m->ready = true;
+  m->last_progress = now;
+  if (job.phase == JobPhase::kRunning) return absl::OkStatus();
+  for (const Member& other : job.members) {
+    if (!other.ready) return absl::OkStatus();
+  }
+  job.phase = JobPhase::kRunning;
+  job.phase_since = now;
+  job.reason.clear();
+  actions->push_back(PersistJob{job});
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Progress(const std::string& id, int64_t epoch, const SlotRef& slot,
+                                  int64_t step, absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  Member* m = live->second;
+  m->step = std::max(m->step, step);
+  m->last_progress = now;
+  return absl::OkStatus();
+}
+
+absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch,
+                                         const SlotRef& slot, const std::string& detail,
+                                         absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  JobState& job = *live->first;
+  if (job.phase != JobPhase::kCommitted && job.phase != JobPhase::kRunning) {
+    return absl::OkStatus();  // already re-forming
+  }
+  const std::string reason = absl::StrCat("collective error on ", ToString(slot), ": ", detail);
+  if (++job.restarts > job.request.restart_budget) {
+    End(job, JobPhase::kFailed,
+        absl::StrCat("restart budget of ", job.request.restart_budget,
+                     " exhausted; last failure: ", reason),
+        now, actions);
+  } else {
+    Reform(job, EpochCause::kFailure, {}, reason, now, actions);
+  }
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Finished(const std::string& id, int64_t epoch, const SlotRef& slot,
+                                  absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  auto [job_ptr, m] = *live;
+  JobState& job = *job_ptr;
+  if (job.phase != JobPhase::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobPhaseName(job.phase), ", not running"));
+  }
+  m->finished = true;
+  for (const Member& other : job.members) {
+    if (!other.finished) return absl::OkStatus();
+  }
+  End(job, JobPhase::kSucceeded,
+      absl::StrCat("all ", job.members.size(), " ranks finished"), now, actions);
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
+  // Leases.
+  std::vector<std::string> expired;
+  for (const auto& [id, node] : nodes_) {
+    if (node.lease_expiry <= now) expired.push_back(id);
+  }
+  for (const std::string& node_id : expired) {
+    const std::string reason = absl::StrCat("node ", node_id, " lease expired");
+    for (const std::string& id : order_) {
+      JobState& job = jobs_[id];
+      std::set<SlotRef> lost;
+      for (const Member& m : job.members) {
+        if (m.slot.node == node_id) lost.insert(m.slot);
+      }
+      if (!lost.empty() && !IsTerminal(job.phase)) {
+        LoseMembers(job, lost, Loss{.reason = reason}, now, actions);
+      }
+    }
+    actions->push_back(NodeGone{node_id, "lease expired"});
+    nodes_.erase(node_id);
+  }
+  // Backoffs.
+  for (auto& [id, node] : nodes_) {
+    std::erase_if(node.backoff_until, [&](const auto& kv) { return kv.second <= now; });
+  }
+  // Joins, readiness, hangs, below-min waits.
+  for (const std::string& id : order_) {
+    JobState& job = jobs_[id];
+    std::set<SlotRef> lost;
+    std::string reason;
+    if (job.phase == JobPhase::kForming && now - job.phase_since >= options_.join_timeout) {
+      for (const Member& m : job.members) {
+        if (!m.joined) lost.insert(m.slot);
+      }
+      reason = absl::StrCat("did not join epoch ", job.epoch, " within ",
+                            absl::FormatDuration(options_.join_timeout));
+    } else if (job.phase == JobPhase::kCommitted &&
+               now - job.phase_since >= options_.ready_timeout) {
+      for (const Member& m : job.members) {
+        if (!m.ready) lost.insert(m.slot);
+      }
+      reason = absl::StrCat("not ready in epoch ", job.epoch, " within ",
+                            absl::FormatDuration(options_.ready_timeout));
+    } else if (job.phase == JobPhase::kRunning && options_.hang_timeout > absl::ZeroDuration()) {
+      for (const Member& m : job.members) {
+        if (now - m.last_progress >= options_.hang_timeout) lost.insert(m.slot);
+      }
+      reason = absl::StrCat("no progress for ", absl::FormatDuration(options_.hang_timeout));
+    } else if (job.phase == JobPhase::kPending && job.ever_started &&
+               now - job.below_min_since >= options_.rendezvous_timeout) {
+      End(job, JobPhase::kFailed,
+          absl::StrCat(job.reason, " for longer than the rendezvous timeout (",
+                       absl::FormatDuration(options_.rendezvous_timeout), ")"),
+          now, actions);
+      continue;
+    }
+    if (lost.empty()) continue;
+    std::string who = absl::StrJoin(lost, ", ", [](std::string* out, const SlotRef& s) {
+      absl::StrAppend(out, ToString(s));
+    });
+    LoseMembers(job, lost,
+                Loss{.reason = absl::StrCat(who, " ", reason), .backoff = true, .stop = true},
+                now, actions);
+  }
+  Schedule(now, actions);
+}
+
+absl::Status Membership::Restore(const std::vector<JobState>& jobs, absl::Time now) {
+  std::map<std::string, JobState> restored;
+  std::map<std::string, NodeState> nodes;
+  std::vector<const JobState*> by_submission;
+  for (const JobState& job : jobs) {
+    if (!restored.emplace(job.request.id, job).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persisted state holds job ", job.request.id, " twice"));
+    }
+  }
+  for (auto& [id, job] : restored) {
+    by_submission.push_back(&job);
+    if (IsTerminal(job.phase)) continue;
+    if (job.phase == JobPhase::kForming || job.phase == JobPhase::kCommitted) {
+      job.phase_since = now;
+    }
+    if (job.phase == JobPhase::kPending) job.below_min_since = now;
+    for (Member& m : job.members) {
+      m.last_progress = now;
+      NodeState& node = nodes[m.slot.node];
+      node.slots = std::max(node.slots, m.slot.slot + 1);
+      node.lease_expiry = now + options_.lease;
+      if (!node.assigned.emplace(m.slot.slot, id).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "persisted state gives slot ", ToString(m.slot), " to two jobs"));
+      }
+    }
+  }
+  std::stable_sort(by_submission.begin(), by_submission.end(),
+                   [](const JobState* a, const JobState* b) { return a->submitted < b->submitted; });
+  order_.clear();
+  for (const JobState* job : by_submission) order_.push_back(job->request.id);
+  jobs_ = std::move(restored);
+  nodes_ = std::move(nodes);
+  return absl::OkStatus();
+}
+
+std::string Membership::DebugString(absl::Time now) const {
+  std::string out;
+  for (const std::string& id : order_) {
+    const JobState& job = jobs_.at(id);
+    absl::StrAppend(&out, "job ", id, ": ", JobPhaseName(job.phase), " epoch=", job.epoch,
+                    " members=[", MembersString(job.members), "] restarts=", job.restarts);
+    if (!job.reason.empty()) absl::StrAppend(&out, " (", job.reason, ")");
+    absl::StrAppend(&out, "\n");
+  }
+  for (const auto& [id, node] : nodes_) {
+    absl::StrAppend(&out, "node ", id, ": slots=", node.slots, node.draining ? " draining" : "",
+                    node.lease_expiry <= now ? " expired" : "");
+    for (const auto& [slot, job] : node.assigned) absl::StrAppend(&out, " ", slot, "=", job);
+    for (const auto& [slot, until] : node.backoff_until) {
+      if (until > now) {
+        absl::StrAppend(&out, " ", slot, ":backoff ", absl::FormatDuration(until - now));
+      }
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+}  // namespace ringmaster::coordinator

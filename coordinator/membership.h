@@ -1,0 +1,285 @@
+// The coordinator's decisions — placement, rendezvous, membership, failure and recovery —
+// as a pure state machine: events and the current time in, actions out. No I/O, no
+// threads, no clock of its own; the service layer feeds it RPCs and ticks, carries out its
+// actions in order (a Persist before anything it decides is announced), and stores what
+// the Persist actions say so that Restore() can rebuild it after a crash.
+//
+// Vocabulary (ARCHITECTURE.md, "The epoch protocol"):
+//   - A node has `slots` (GPUs or CPU slots); an agent registers it and keeps its lease by
+//     heartbeats. A slot runs at most one trainer.
+//   - A job asks for between min_ranks and max_ranks slots. Its membership is versioned by
+//     an epoch. Epoch e is first FORMING: the machine has chosen its candidate slots (and
+//     asked agents to start trainers on the new ones); every candidate trainer calls
+//     Join(e). When all candidates have joined, the epoch is COMMITTED: ranks are assigned
+//     by (node, slot), persisted, and given to the joiners. When every member has reported
+//     Ready (communicator built, state restored), the job is RUNNING(e).
+//   - A failure (a trainer's exit seen by its agent, a collective error reported by a
+//     trainer, a node's lease expiring, a member making no progress for hang_timeout, a
+//     candidate not joining within join_timeout), a drain (SIGTERM on a node), or free slots
+//     while the job is below max make the machine form epoch e+1 from the members that
+//     remain plus free slots, and announce it: members abort their communicator and join
+//     e+1. Failures spend the job's restart budget; drains and growth do not.
+//   - A slot whose trainer failed is not offered again for slot_backoff; a node whose lease
+//     expired is forgotten until its agent registers again.
+//   - Below min_ranks the job waits (survivors keep their state and wait in Join) for at
+//     most rendezvous_timeout, then fails with the reason.
+//   - Placement is first come, first served over jobs in submission order, each gang-placed
+//     (started only when min_ranks slots are free) on free slots in (node, slot) order. A
+//     job that does not fit does not block later, smaller jobs.
+//
+// Errors returned by the event methods are for the caller of the RPC that caused them:
+// NOT_FOUND (unknown job or node), ABORTED (stale epoch: rejoin the current one),
+// INVALID_ARGUMENT (a field, named), ALREADY_EXISTS, FAILED_PRECONDITION (the job is over).
+// An event that returns an error emits no actions.
+//
+// Thread-compatible: the service layer serialises calls.
+#ifndef RINGMASTER_COORDINATOR_MEMBERSHIP_H_
+#define RINGMASTER_COORDINATOR_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ringmaster::coordinator {
+
+struct MembershipOptions {
+  // A node whose agent has not heartbeaten for this long is dead, with its trainers.
+  absl::Duration lease = absl::Seconds(3);
+  // Every candidate of a forming epoch must join within this; the missing are dropped.
+  absl::Duration join_timeout = absl::Seconds(30);
+  // Every member of a committed epoch must report Ready within this.
+  absl::Duration ready_timeout = absl::Seconds(120);
+  // A RUNNING member that reports no progress for this long is hung. Zero disables.
+  absl::Duration hang_timeout = absl::Seconds(120);
+  // A job below min_ranks fails after waiting this long for capacity.
+  absl::Duration rendezvous_timeout = absl::Seconds(300);
+  // A slot whose trainer failed is not offered to any job for this long.
+  absl::Duration slot_backoff = absl::Seconds(10);
+  // A RUNNING job below max_ranks grows into free slots only after running this long
+  // (so that a flapping node does not churn every job).
+  absl::Duration grow_after = absl::Seconds(5);
+};
+
+// A slot of a node. Ordered by node id, then slot index: the rank order.
+struct SlotRef {
+  std::string node;
+  int slot = 0;
+  friend bool operator<(const SlotRef& a, const SlotRef& b) {
+    return a.node != b.node ? a.node < b.node : a.slot < b.slot;
+  }
+  friend bool operator==(const SlotRef& a, const SlotRef& b) {
+    return a.node == b.node && a.slot == b.slot;
+  }
+};
+std::string ToString(const SlotRef& s);  // "node/slot"
+
+struct JobRequest {
+  std::string id;
+  int min_ranks = 1;
+  int max_ranks = 1;
+  // Failure-caused epochs allowed before the job fails; drains and growth are free.
+  int restart_budget = 3;
+};
+
+enum class JobPhase {
+  kPending,    // waiting for min_ranks free slots (never ran, or fell below min)
+  kForming,    // epoch chosen, waiting for every candidate to join
+  kCommitted,  // ranks assigned, waiting for every member to report Ready
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+};
+const char* JobPhaseName(JobPhase phase);
+bool IsTerminal(JobPhase phase);
+
+// Why an epoch was formed.
+enum class EpochCause { kStart, kFailure, kDrain, kGrow, kRestore };
+const char* EpochCauseName(EpochCause cause);
+
+struct Member {
+  SlotRef slot;
+  int rank = -1;  // assigned at commit; -1 while forming
+  bool joined = false;
+  bool ready = false;
+  bool finished = false;
+  int64_t step = -1;          // last reported step
+  absl::Time last_progress;   // when it last reported (Join, Ready or Progress)
+};
+
+// Everything the machine knows about a job: what a Persist action carries and Restore takes.
+struct JobState {
+  JobRequest request;
+  JobPhase phase = JobPhase::kPending;
+  int64_t epoch = 0;  // 0 until the first epoch forms
+  EpochCause cause = EpochCause::kStart;
+  std::vector<Member> members;  // candidates while forming; sorted by slot
+  int restarts = 0;             // failure-caused epochs so far
+  absl::Time submitted;
+  absl::Time phase_since;       // when the phase was entered
+  absl::Time below_min_since;   // when it last fell below min (kPending after a start)
+  bool ever_started = false;
+  std::string reason;           // why it is pending, failed or cancelled
+};
+
+// --- Actions, carried out by the service layer in the order given. ---
+
+// Store this job state durably before carrying out any later action.
+struct PersistJob {
+  JobState job;
+};
+// Ask the node's agent to start a trainer for (job, epoch) on the slot.
+struct StartTrainer {
+  SlotRef slot;
+  std::string job;
+  int64_t epoch;
+};
+// Ask the node's agent to stop (kill) the trainer of `job` on the slot.
+struct StopTrainer {
+  SlotRef slot;
+  std::string job;
+  std::string reason;
+};
+// Tell the job's running trainers that epoch `epoch` is forming: abort the communicator and
+// join it. `leaving` trainers (a drained node) take part in the drain save, then exit.
+struct AnnounceEpoch {
+  std::string job;
+  int64_t epoch;
+  EpochCause cause;
+  std::vector<SlotRef> leaving;
+  std::string reason;
+};
+// Epoch committed: the joiners get their ranks (the members carry them).
+struct CommitEpoch {
+  std::string job;
+  int64_t epoch;
+  std::vector<Member> members;
+};
+// The job reached a terminal phase.
+struct JobEnded {
+  std::string job;
+  JobPhase phase;
+  std::string reason;
+};
+// The node's lease expired, or its drain finished: it holds no slots any more.
+struct NodeGone {
+  std::string node;
+  std::string reason;
+};
+
+using Action =
+    std::variant<PersistJob, StartTrainer, StopTrainer, AnnounceEpoch, CommitEpoch, JobEnded,
+                 NodeGone>;
+// One line per action, stable, for logs and scenario scripts.
+std::string ToString(const Action& action);
+
+class Membership {
+ public:
+  explicit Membership(const MembershipOptions& options);
+
+  // --- Nodes (from agents) ---
+  // A node and its slot count (first registration, or again after a restart of the agent or
+  // coordinator). A node already known keeps its assignments if `slots` still covers them.
+  absl::Status RegisterNode(const std::string& node, int slots, absl::Time now,
+                            std::vector<Action>* actions);
+  absl::Status Heartbeat(const std::string& node, absl::Time now, std::vector<Action>* actions);
+  // The node is going away (SIGTERM, spot notice): its slots take no new work and every job
+  // on it re-forms without it; its trainers are told to leave after the drain save.
+  absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);
+  // The agent's trainer for `job` on `slot` exited (code, or signal as negative number).
+  absl::Status TrainerExited(const SlotRef& slot, const std::string& job, int exit_code,
+                             absl::Time now, std::vector<Action>* actions);
+
+  // --- Jobs (from users) ---
+  absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);
+  absl::Status CancelJob(const std::string& job, absl::Time now, std::vector<Action>* actions);
+
+  // --- Trainers ---
+  absl::Status Join(const std::string& job, int64_t epoch, const SlotRef& slot, absl::Time now,
+                    std::vector<Action>* actions);
+  absl::Status Ready(const std::string& job, int64_t epoch, const SlotRef& slot, absl::Time now,
+                     std::vector<Action>* actions);
+  absl::Status Progress(const std::string& job, int64_t epoch, const SlotRef& slot, int64_t step,
+                        absl::Time now, std::vector<Action>* actions);
+  // A collective failed under this trainer (a peer died or hung); it stays alive and will
+  // join the next epoch.
+  absl::Status CollectiveError(const std::string& job, int64_t epoch, const SlotRef& slot,
+                               const std::string& detail, absl::Time now,
+                               std::vector<Action>* actions);
+  // The trainer finished the job's last step.
+  absl::Status Finished(const std::string& job, int64_t epoch, const SlotRef& slot,
+                        absl::Time now, std::vector<Action>* actions);
+
+  // Timeouts: leases, joins, readiness, hangs, backoffs, below-min waits, growth.
+  void Tick(absl::Time now, std::vector<Action>* actions);
+
+  // After a coordinator restart: the persisted jobs. Nodes hosting members are assumed
+  // alive with a fresh lease from `now` (their agents re-register and heartbeat); forming
+  // and committed epochs restart their timers from `now`.
+  absl::Status Restore(const std::vector<JobState>& jobs, absl::Time now);
+
+  // --- Queries ---
+  const JobState* job(const std::string& id) const;
+  std::vector<std::string> job_ids() const;  // in submission order
+  // Free slots now (not assigned, not backing off, node not draining).
+  int free_slots(absl::Time now) const;
+  // One line per job and node, for scenario scripts and debugging.
+  std::string DebugString(absl::Time now) const;
+
+ private:
+  struct NodeState {
+    int slots = 0;
+    absl::Time lease_expiry;
+    bool draining = false;
+    std::map<int, std::string> assigned;       // slot → job
+    std::map<int, absl::Time> backoff_until;   // slot → time it is offered again
+  };
+
+  NodeState* FindNode(const std::string& node);
+  JobState* FindJob(const std::string& job);
+  absl::StatusOr<JobState*> LiveJob(const std::string& job, int64_t epoch);
+  Member* FindMember(JobState& job, const SlotRef& slot);
+  // The live job at `epoch` and the slot's member in it, or the error for the caller.
+  absl::StatusOr<std::pair<JobState*, Member*>> LiveMember(const std::string& job,
+                                                           int64_t epoch, const SlotRef& slot);
+  std::vector<SlotRef> FreeSlots(absl::Time now) const;
+
+  // How members were lost.
+  struct Loss {
+    EpochCause cause = EpochCause::kFailure;  // kFailure spends the restart budget
+    std::string reason;
+    bool backoff = false;  // keep the slots from being offered for slot_backoff
+    bool stop = false;     // the trainers may still run (hung, late): stop them
+  };
+  // Removes the members on `lost` slots (freeing them), stops their trainers when asked
+  // (after the decision is persisted), and re-forms the job.
+  void LoseMembers(JobState& job, const std::set<SlotRef>& lost, const Loss& loss,
+                   absl::Time now, std::vector<Action>* actions);
+  // Forms epoch+1 from the remaining members plus free slots (up to max); or goes pending
+  // when below min; or fails when the budget is spent.
+  void Reform(JobState& job, EpochCause cause, const std::vector<SlotRef>& leaving,
+              const std::string& reason, absl::Time now, std::vector<Action>* actions);
+  void MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions);
+  void End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
+           std::vector<Action>* actions);
+  void Release(const JobState& job, const SlotRef& slot, bool backoff, absl::Time now);
+  // Places pending jobs, then grows running ones.
+  void Schedule(absl::Time now, std::vector<Action>* actions);
+
+  MembershipOptions options_;
+  std::map<std::string, NodeState> nodes_;
+  std::map<std::string, JobState> jobs_;
+  std::vector<std::string> order_;  // job ids in submission order
+};
+
+}  // namespace ringmaster::coordinator
+
+#endif  // RINGMASTER_COORDINATOR_MEMBERSHIP_H_

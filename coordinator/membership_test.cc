@@ -1,0 +1,257 @@
+// Scenario scripts for the membership state machine (coordinator/testdata/*.txt), in the
+// style of etcd-io/raft's data-driven tests. Each block is a command, a line "----", and
+// the expected output (the actions it emitted, one per line, or "error: ..."), ended by a
+// blank line. Lines starting with '#' are comments. Time moves only by `advance`.
+//
+// Commands:
+//   options lease=3s join_timeout=30s ready_timeout=120s hang_timeout=120s
+//           rendezvous_timeout=300s slot_backoff=10s grow_after=5s   (first, optional)
+//   register NODE slots=N          heartbeat NODE...        drain NODE
+//   exited NODE/SLOT JOB code=N    submit JOB min=N max=N [budget=N]    cancel JOB
+//   join|ready|finished JOB EPOCH NODE/SLOT...
+//   progress JOB EPOCH step=N NODE/SLOT...
+//   error JOB EPOCH NODE/SLOT DETAIL...
+//   advance DURATION               (then Tick)
+//   show                           (DebugString)
+//   restart                        (a new machine restored from the last PersistJob of
+//                                   each job: a coordinator killed and started again)
+//
+// To write the expected outputs of a new script, run with RINGMASTER_REWRITE set to the
+// source directory of the scripts (bazel test --test_env=RINGMASTER_REWRITE=$PWD/coordinator/testdata)
+// and read every line of the result before committing it.
+#include "coordinator/membership.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+struct Block {
+  std::vector<std::string> comments;  // '#' lines and blank lines before the command
+  std::string command;
+  std::string expected;
+  int line = 0;
+};
+
+std::vector<Block> ParseScript(const std::string& text) {
+  std::vector<Block> blocks;
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  size_t i = 0;
+  while (i < lines.size()) {
+    Block b;
+    while (i < lines.size() && (lines[i].empty() || lines[i][0] == '#')) {
+      b.comments.push_back(lines[i++]);
+    }
+    if (i >= lines.size()) break;
+    b.line = static_cast<int>(i + 1);
+    b.command = lines[i++];
+    EXPECT_TRUE(i < lines.size() && lines[i] == "----")
+        << "line " << i + 1 << ": expected ---- after the command";
+    ++i;
+    std::vector<std::string> out;
+    while (i < lines.size() && !lines[i].empty()) out.push_back(lines[i++]);
+    b.expected = absl::StrJoin(out, "\n");
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+SlotRef ParseSlot(absl::string_view s) {
+  std::vector<std::string> parts = absl::StrSplit(s, '/');
+  SlotRef ref;
+  ref.node = parts[0];
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &ref.slot)) {
+    ADD_FAILURE() << "bad slot \"" << s << "\" (want NODE/SLOT)";
+  }
+  return ref;
+}
+
+absl::Duration ParseDuration(absl::string_view s) {
+  absl::Duration d;
+  if (!absl::ParseDuration(s, &d)) ADD_FAILURE() << "bad duration \"" << s << "\"";
+  return d;
+}
+
+// key=value arguments into a map; positional ones into `positional`.
+std::map<std::string, std::string> Args(const std::vector<std::string>& words,
+                                        std::vector<std::string>* positional) {
+  std::map<std::string, std::string> kv;
+  for (size_t i = 1; i < words.size(); ++i) {
+    const size_t eq = words[i].find('=');
+    if (eq == std::string::npos) {
+      positional->push_back(words[i]);
+    } else {
+      kv[words[i].substr(0, eq)] = words[i].substr(eq + 1);
+    }
+  }
+  return kv;
+}
+
+int IntArg(const std::map<std::string, std::string>& kv, const std::string& key, int fallback) {
+  auto it = kv.find(key);
+  if (it == kv.end()) return fallback;
+  int v = 0;
+  if (!absl::SimpleAtoi(it->second, &v)) ADD_FAILURE() << "bad " << key << "=" << it->second;
+  return v;
+}
+
+class Scenario {
+ public:
+  Scenario() : machine_(std::make_unique<Membership>(options_)) {}
+
+  std::string Run(const std::string& command) {
+    std::vector<std::string> words = absl::StrSplit(command, ' ', absl::SkipEmpty());
+    std::vector<std::string> pos;
+    const auto kv = Args(words, &pos);
+    const std::string& verb = words[0];
+    std::vector<Action> actions;
+    std::vector<std::string> errors;
+    auto check = [&](const absl::Status& s) {
+      if (!s.ok()) errors.push_back(absl::StrCat("error: ", s.ToString()));
+    };
+    if (verb == "options") {
+      for (const auto& [k, v] : kv) {
+        const absl::Duration d = ParseDuration(v);
+        if (k == "lease") options_.lease = d;
+        else if (k == "join_timeout") options_.join_timeout = d;
+        else if (k == "ready_timeout") options_.ready_timeout = d;
+        else if (k == "hang_timeout") options_.hang_timeout = d;
+        else if (k == "rendezvous_timeout") options_.rendezvous_timeout = d;
+        else if (k == "slot_backoff") options_.slot_backoff = d;
+        else if (k == "grow_after") options_.grow_after = d;
+        else ADD_FAILURE() << "unknown option " << k;
+      }
+      machine_ = std::make_unique<Membership>(options_);
+    } else if (verb == "advance") {
+      now_ += ParseDuration(pos.at(0));
+      machine_->Tick(now_, &actions);
+    } else if (verb == "register") {
+      check(machine_->RegisterNode(pos.at(0), IntArg(kv, "slots", 1), now_, &actions));
+    } else if (verb == "heartbeat") {
+      for (const std::string& n : pos) check(machine_->Heartbeat(n, now_, &actions));
+    } else if (verb == "drain") {
+      check(machine_->DrainNode(pos.at(0), now_, &actions));
+    } else if (verb == "exited") {
+      check(machine_->TrainerExited(ParseSlot(pos.at(0)), pos.at(1), IntArg(kv, "code", 0), now_,
+                                    &actions));
+    } else if (verb == "submit") {
+      JobRequest r;
+      r.id = pos.at(0);
+      r.min_ranks = IntArg(kv, "min", 1);
+      r.max_ranks = IntArg(kv, "max", r.min_ranks);
+      r.restart_budget = IntArg(kv, "budget", 3);
+      check(machine_->SubmitJob(r, now_, &actions));
+    } else if (verb == "cancel") {
+      check(machine_->CancelJob(pos.at(0), now_, &actions));
+    } else if (verb == "join" || verb == "ready" || verb == "finished" || verb == "progress") {
+      int64_t epoch = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(pos.at(1), &epoch)) << command;
+      for (size_t i = 2; i < pos.size(); ++i) {
+        const SlotRef slot = ParseSlot(pos[i]);
+        if (verb == "join") check(machine_->Join(pos[0], epoch, slot, now_, &actions));
+        if (verb == "ready") check(machine_->Ready(pos[0], epoch, slot, now_, &actions));
+        if (verb == "finished") check(machine_->Finished(pos[0], epoch, slot, now_, &actions));
+        if (verb == "progress") {
+          check(machine_->Progress(pos[0], epoch, slot, IntArg(kv, "step", 0), now_, &actions));
+        }
+      }
+    } else if (verb == "error") {
+      int64_t epoch = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(pos.at(1), &epoch)) << command;
+      std::vector<std::string> detail(pos.begin() + 3, pos.end());
+      check(machine_->CollectiveError(pos[0], epoch, ParseSlot(pos.at(2)),
+                                      absl::StrJoin(detail, " "), now_, &actions));
+    } else if (verb == "show") {
+      return std::string(absl::StripSuffix(machine_->DebugString(now_), "\n"));
+    } else if (verb == "restart") {
+      std::vector<JobState> db;
+      for (const auto& [id, job] : persisted_) db.push_back(job);
+      machine_ = std::make_unique<Membership>(options_);
+      check(machine_->Restore(db, now_));
+    } else {
+      ADD_FAILURE() << "unknown command: " << command;
+    }
+    std::vector<std::string> out = errors;
+    for (const Action& a : actions) {
+      if (const auto* p = std::get_if<PersistJob>(&a)) persisted_[p->job.request.id] = p->job;
+      out.push_back(ToString(a));
+    }
+    return out.empty() ? "(none)" : absl::StrJoin(out, "\n");
+  }
+
+ private:
+  MembershipOptions options_;
+  std::unique_ptr<Membership> machine_;
+  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1000);
+  std::map<std::string, JobState> persisted_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Scripts() {
+  const std::string dir = "coordinator/testdata";
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 4 && name.substr(name.size() - 4) == ".txt") names.push_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class MembershipScenarioTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MembershipScenarioTest, Script) {
+  const std::string path = "coordinator/testdata/" + GetParam();
+  const std::string text = ReadFile(path);
+  ASSERT_FALSE(text.empty()) << "cannot read " << path;
+  Scenario scenario;
+  std::string rewritten;
+  for (const Block& b : ParseScript(text)) {
+    const std::string got = scenario.Run(b.command);
+    EXPECT_EQ(got, b.expected) << GetParam() << ":" << b.line << ": " << b.command;
+    for (const std::string& c : b.comments) absl::StrAppend(&rewritten, c, "\n");
+    absl::StrAppend(&rewritten, b.command, "\n----\n", got, "\n");
+  }
+  if (const char* dir = std::getenv("RINGMASTER_REWRITE")) {
+    std::ofstream(std::string(dir) + "/" + GetParam()) << rewritten;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scripts, MembershipScenarioTest, ::testing::ValuesIn(Scripts()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param.substr(0, info.param.size() - 4);
+                           for (char& c : name) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(MembershipScripts, ThereAreScripts) { EXPECT_GE(Scripts().size(), 5u); }
+
+}  // namespace
+}  // namespace ringmaster::coordinator
