@@ -1,0 +1,125 @@
+#include "coordinator/job_store.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+std::string FreshPath(const std::string& name) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid());
+  std::filesystem::remove_all(dir);
+  return dir + "/sub/jobs.db";
+}
+
+Job MakeJob(const std::string& id, int64_t epoch) {
+  Job job;
+  job.set_id(id);
+  job.set_phase(JOB_PHASE_RUNNING);
+  job.set_epoch(epoch);
+  job.mutable_spec()->set_name(id);
+  Member* m = job.add_members();
+  m->mutable_slot()->set_node("a");
+  m->mutable_slot()->set_slot(1);
+  m->set_rank(0);
+  return job;
+}
+
+TEST(JobStore, PutReplacesAndKeepsSubmissionOrder) {
+  const std::string path = FreshPath("order");
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(MakeJob("b", 1)).ok());
+  ASSERT_TRUE((*store)->Put(MakeJob("a", 1)).ok());
+  ASSERT_TRUE((*store)->Put(MakeJob("b", 7)).ok());
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id(), "b");
+  EXPECT_EQ((*jobs)[0].epoch(), 7);
+  EXPECT_EQ((*jobs)[0].members(0).slot().node(), "a");
+  EXPECT_EQ((*jobs)[1].id(), "a");
+  auto a = (*store)->Get("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->epoch(), 1);
+  EXPECT_EQ((*store)->Get("zzz").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Put(Job()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A child writes jobs one by one and reports each through a pipe after Put returns; the
+// parent SIGKILLs it at once. Everything reported must be there after reopening.
+TEST(JobStore, EveryReturnedPutSurvivesSigkill) {
+  const std::string path = FreshPath("kill");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    auto store = JobStore::Open(path);
+    if (!store.ok()) _exit(2);
+    for (int i = 0;; ++i) {
+      if (!(*store)->Put(MakeJob(absl::StrCat("job", i % 50), i)).ok()) _exit(3);
+      if (write(fds[1], &i, sizeof(i)) != sizeof(i)) _exit(4);
+    }
+  }
+  close(fds[1]);
+  int last = -1, got;
+  while (last < 200 && read(fds[0], &got, sizeof(got)) == sizeof(got)) last = got;
+  kill(pid, SIGKILL);
+  while (read(fds[0], &got, sizeof(got)) == sizeof(got)) last = got;  // drain: all were durable
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_GE(last, 200) << "child ended early: status " << status;
+
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->Get(absl::StrCat("job", last % 50));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_GE(job->epoch(), last);
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 50u);
+}
+
+TEST(JobStore, SecondOpenerIsRefusedWhileTheFirstHoldsIt) {
+  const std::string path = FreshPath("lock");
+  auto first = JobStore::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Put(MakeJob("x", 1)).ok());
+  // Another process (SQLite's locks are per process) must be refused.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto second = JobStore::Open(path);
+    _exit(!second.ok() && second.status().code() == absl::StatusCode::kFailedPrecondition &&
+                  second.status().message().find("another coordinator") != std::string::npos
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(JobStore, RejectsAFileThatIsNotADatabase) {
+  const std::string path = FreshPath("garbage");
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << std::string(4096, 'x');
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status();
+  EXPECT_EQ(JobStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringmaster::coordinator
