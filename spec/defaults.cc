@@ -101,6 +101,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
 
   ElasticSpec* elastic = spec->mutable_elastic();
   if (!elastic->has_min_ranks()) elastic->set_min_ranks(kDefaultMinRanks);
+  if (!elastic->has_restart_budget()) elastic->set_restart_budget(kDefaultRestartBudget);
 }
 
 }  // namespace ringmaster::spec

@@ -67,6 +67,7 @@ inline constexpr int64_t kDefaultLogEvery = 10;
 
 // elastic (always present).
 inline constexpr int32_t kDefaultMinRanks = 1;
+inline constexpr int32_t kDefaultRestartBudget = 3;
 
 // Fills every unset field listed above. Required parts that have no default (model, data,
 // optimizer and its lr, batch.global, steps or epochs) are left for ValidateJobSpec to

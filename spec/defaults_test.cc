@@ -28,6 +28,7 @@ TEST(ApplyJobSpecDefaultsTest, FillsTheSectionsEveryJobHas) {
   EXPECT_EQ(spec.diagnostics().log_every(), 10);
   EXPECT_EQ(spec.elastic().min_ranks(), 1);
   EXPECT_EQ(spec.elastic().max_ranks(), 0);
+  EXPECT_EQ(spec.elastic().restart_budget(), 3);
   // What has no default stays unset, for validation to report.
   EXPECT_FALSE(spec.has_model());
   EXPECT_FALSE(spec.has_data());

@@ -299,6 +299,7 @@ void CheckRest(const JobSpec& spec, Checker* check) {
   const ElasticSpec& elastic = spec.elastic();
   check->Positive("elastic.min_ranks", elastic.min_ranks());
   check->NonNegative("elastic.max_ranks", elastic.max_ranks());
+  check->NonNegative("elastic.restart_budget", elastic.restart_budget());
   if (elastic.max_ranks() > 0) {
     check->Expect(elastic.max_ranks() >= elastic.min_ranks(), "elastic.max_ranks",
                   absl::StrCat(">= elastic.min_ranks (", elastic.min_ranks(), ") or 0 (no limit)"),

@@ -1,0 +1,688 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "spec/defaults.h"
+#include "spec/validate.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+constexpr int kNoUpperLimit = 100000;
+
+int64_t Ms(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMillis(t); }
+absl::Time FromMs(int64_t ms) { return absl::FromUnixMillis(ms); }
+
+ringmaster::JobPhase PhaseToProto(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending:
+      return JOB_PHASE_PENDING;
+    case JobPhase::kForming:
+      return JOB_PHASE_FORMING;
+    case JobPhase::kCommitted:
+      return JOB_PHASE_COMMITTED;
+    case JobPhase::kRunning:
+      return JOB_PHASE_RUNNING;
+    case JobPhase::kSucceeded:
+      return JOB_PHASE_SUCCEEDED;
+    case JobPhase::kFailed:
+      return JOB_PHASE_FAILED;
+    case JobPhase::kCancelled:
+      return JOB_PHASE_CANCELLED;
+  }
+  return JOB_PHASE_UNSPECIFIED;
+}
+
+JobPhase PhaseFromProto(ringmaster::JobPhase phase) {
+  switch (phase) {
+    case JOB_PHASE_FORMING:
+      return JobPhase::kForming;
+    case JOB_PHASE_COMMITTED:
+      return JobPhase::kCommitted;
+    case JOB_PHASE_RUNNING:
+      return JobPhase::kRunning;
+    case JOB_PHASE_SUCCEEDED:
+      return JobPhase::kSucceeded;
+    case JOB_PHASE_FAILED:
+      return JobPhase::kFailed;
+    case JOB_PHASE_CANCELLED:
+      return JobPhase::kCancelled;
+    default:
+      return JobPhase::kPending;
+  }
+}
+
+EpochCause CauseFromName(const std::string& name) {
+  for (EpochCause c : {EpochCause::kStart, EpochCause::kFailure, EpochCause::kDrain,
+                       EpochCause::kGrow, EpochCause::kRestore}) {
+    if (name == EpochCauseName(c)) return c;
+  }
+  return EpochCause::kStart;
+}
+
+SlotRef FromProto(const ringmaster::SlotRef& s) { return SlotRef{s.node(), s.slot()}; }
+void ToProto(const SlotRef& s, ringmaster::SlotRef* out) {
+  out->set_node(s.node);
+  out->set_slot(s.slot);
+}
+
+bool IsStaleEpoch(const absl::Status& s) { return s.code() == absl::StatusCode::kAborted; }
+
+}  // namespace
+
+void ToProto(const JobState& state, Job* job) {
+  job->set_id(state.request.id);
+  job->set_min_ranks(state.request.min_ranks);
+  job->set_max_ranks(state.request.max_ranks);
+  job->set_restart_budget(state.request.restart_budget);
+  job->set_phase(PhaseToProto(state.phase));
+  job->set_reason(state.reason);
+  job->set_epoch(state.epoch);
+  job->set_epoch_cause(EpochCauseName(state.cause));
+  job->set_restarts(state.restarts);
+  job->set_submitted_ms(Ms(state.submitted));
+  job->set_phase_since_ms(Ms(state.phase_since));
+  job->set_below_min_since_ms(Ms(state.below_min_since));
+  job->set_ever_started(state.ever_started);
+  job->clear_members();
+  for (const Member& m : state.members) {
+    ringmaster::Member* out = job->add_members();
+    ToProto(m.slot, out->mutable_slot());
+    out->set_rank(m.rank);
+    out->set_joined(m.joined);
+    out->set_ready(m.ready);
+    out->set_finished(m.finished);
+    out->set_step(m.step);
+    out->set_last_progress_ms(Ms(m.last_progress));
+  }
+}
+
+JobState FromProto(const Job& job) {
+  JobState state;
+  state.request.id = job.id();
+  state.request.min_ranks = job.min_ranks();
+  state.request.max_ranks = job.max_ranks();
+  state.request.restart_budget = job.restart_budget();
+  state.phase = PhaseFromProto(job.phase());
+  state.reason = job.reason();
+  state.epoch = job.epoch();
+  state.cause = CauseFromName(job.epoch_cause());
+  state.restarts = job.restarts();
+  state.submitted = FromMs(job.submitted_ms());
+  state.phase_since = FromMs(job.phase_since_ms());
+  state.below_min_since = FromMs(job.below_min_since_ms());
+  state.ever_started = job.ever_started();
+  for (const ringmaster::Member& m : job.members()) {
+    Member member;
+    member.slot = FromProto(m.slot());
+    member.rank = m.rank();
+    member.joined = m.joined();
+    member.ready = m.ready();
+    member.finished = m.finished();
+    member.step = m.step();
+    member.last_progress = FromMs(m.last_progress_ms());
+    state.members.push_back(member);
+  }
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    const CoordinatorOptions& options) {
+  auto store = JobStore::Open(options.database);
+  if (!store.ok()) return store.status();
+  auto jobs = (*store)->LoadAll();
+  if (!jobs.ok()) return jobs.status();
+  Clock* clock = options.clock != nullptr ? options.clock : Clock::Real();
+  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(*store), clock));
+  absl::MutexLock lock(&c->mu_);
+  std::vector<JobState> states;
+  for (Job& job : *jobs) {
+    states.push_back(FromProto(job));
+    c->version_ = std::max(c->version_, job.version());
+    for (const ringmaster::Member& m : job.members()) c->world_[job.id()] += m.rank() >= 0;
+    c->jobs_[job.id()] = std::move(job);
+  }
+  if (absl::Status s = c->machine_.Restore(states, c->Now()); !s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("the job database ", options.database, " is inconsistent: ", s.message()));
+  }
+  LOG(INFO) << "coordinator: restored " << states.size() << " jobs from " << options.database;
+  return c;
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
+                         Clock* clock)
+    : options_(options), clock_(clock), store_(std::move(store)), machine_(options.membership) {}
+
+Coordinator::~Coordinator() {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Status gone = absl::UnavailableError("the coordinator is shutting down");
+    for (auto& w : joins_) completions.push_back([d = w.done, gone] { d(gone); });
+    for (auto& w : store_waiters_) completions.push_back([d = w.done, gone] { d(gone); });
+    for (auto& w : watches_) completions.push_back([d = w.done, gone] { d(gone); });
+    joins_.clear();
+    store_waiters_.clear();
+    watches_.clear();
+  }
+  Run(completions);
+}
+
+void Coordinator::Run(Completions& completions) {
+  for (auto& f : completions) f();
+  completions.clear();
+}
+
+template <typename Fn>
+absl::Status Coordinator::Decide(Fn&& decide) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Action> actions;
+    if (absl::Status s = decide(&actions); !s.ok()) return s;
+    Apply(actions, &completions);
+  }
+  Run(completions);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Job*> Coordinator::FindJob(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  return &it->second;
+}
+
+void Coordinator::Bump(Job& job) { job.set_version(++version_); }
+
+void Coordinator::Persist(const JobState& state) {
+  Job& job = jobs_[state.request.id];
+  ToProto(state, &job);
+  Bump(job);
+  // A decision that is not durable must not be announced: stop, and let the restarted
+  // coordinator resume from the last durable state.
+  absl::Status s = store_->Put(job);
+  LOG_IF(FATAL, !s.ok()) << "cannot persist job " << state.request.id << ": " << s;
+}
+
+void Coordinator::Apply(const std::vector<Action>& actions, Completions* completions) {
+  const absl::Time now = Now();
+  for (const Action& action : actions) {
+    VLOG(1) << "coordinator: " << ToString(action);
+    if (const auto* a = std::get_if<PersistJob>(&action)) {
+      Persist(a->job);
+    } else if (const auto* a = std::get_if<StartTrainer>(&action)) {
+      AgentCommand cmd;
+      StartTrainerCommand* start = cmd.mutable_start();
+      ToProto(a->slot, start->mutable_slot());
+      start->set_job(a->job);
+      start->set_epoch(a->epoch);
+      *start->mutable_spec() = jobs_[a->job].spec();
+      commands_[a->slot.node].push_back(std::move(cmd));
+    } else if (const auto* a = std::get_if<StopTrainer>(&action)) {
+      AgentCommand cmd;
+      StopTrainerCommand* stop = cmd.mutable_stop();
+      ToProto(a->slot, stop->mutable_slot());
+      stop->set_job(a->job);
+      stop->set_reason(a->reason);
+      commands_[a->slot.node].push_back(std::move(cmd));
+    } else if (const auto* a = std::get_if<AnnounceEpoch>(&action)) {
+      leaving_[a->job] = std::set<SlotRef>(a->leaving.begin(), a->leaving.end());
+      Job& job = jobs_[a->job];
+      Recovery* r = job.add_recoveries();
+      r->set_epoch(a->epoch);
+      r->set_cause(EpochCauseName(a->cause));
+      r->set_reason(a->reason);
+      r->set_old_world(world_[a->job]);
+      r->set_began_ms(Ms(now));
+      r->set_lost_steps(-1);
+      Bump(job);
+    } else if (const auto* a = std::get_if<CommitEpoch>(&action)) {
+      Job& job = jobs_[a->job];
+      world_[a->job] = static_cast<int>(a->members.size());
+      kv_[a->job].clear();  // the previous epoch's bootstrap is void
+      rank_stats_[a->job].clear();
+      if (job.recoveries_size() > 0 && job.recoveries().rbegin()->epoch() == a->epoch) {
+        Recovery* r = job.mutable_recoveries(job.recoveries_size() - 1);
+        r->set_new_world(static_cast<int>(a->members.size()));
+        r->set_rendezvous_s(absl::ToDoubleSeconds(now - FromMs(r->began_ms())));
+      }
+    } else if (const auto* a = std::get_if<JobEnded>(&action)) {
+      LOG(INFO) << "coordinator: job " << a->job << " " << JobPhaseName(a->phase) << ": "
+                << a->reason;
+      kv_.erase(a->job);
+      leaving_.erase(a->job);
+    } else if (const auto* a = std::get_if<NodeGone>(&action)) {
+      LOG(INFO) << "coordinator: node " << a->node << " gone: " << a->reason;
+      commands_.erase(a->node);
+    }
+  }
+  Resolve(completions);
+}
+
+JobEvent Coordinator::EventOf(const Job& job) {
+  JobEvent event;
+  event.set_version(job.version());
+  *event.mutable_job() = job;
+  auto stats = rank_stats_.find(job.id());
+  if (stats != rank_stats_.end()) {
+    for (const auto& [rank, s] : stats->second) *event.add_ranks() = s;
+  }
+  return event;
+}
+
+void Coordinator::Resolve(Completions* completions) {
+  const absl::Time now = Now();
+  // Joins: committed, superseded, ended, or out of time.
+  std::erase_if(joins_, [&](JoinWaiter& w) {
+    const JoinRequest& r = w.request;
+    const JobState* state = machine_.job(r.job());
+    absl::StatusOr<JoinResponse> result;
+    if (state == nullptr) {
+      result = absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
+    } else if (IsTerminal(state->phase)) {
+      result = absl::FailedPreconditionError(
+          absl::StrCat("job ", r.job(), " is ", JobPhaseName(state->phase), ": stop"));
+    } else if (state->epoch > r.epoch()) {
+      result = absl::AbortedError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
+                                               " was superseded by epoch ", state->epoch,
+                                               "; join it"));
+    } else if (state->phase == JobPhase::kCommitted || state->phase == JobPhase::kRunning) {
+      JoinResponse response;
+      response.set_epoch(state->epoch);
+      response.set_world_size(static_cast<int>(state->members.size()));
+      response.set_rank(-1);
+      for (const Member& m : state->members) {
+        if (m.slot == FromProto(r.slot())) response.set_rank(m.rank);
+      }
+      if (response.rank() < 0) {
+        result = absl::NotFoundError(absl::StrCat(ToString(FromProto(r.slot())),
+                                                  " is not a member of job ", r.job(),
+                                                  " epoch ", state->epoch));
+      } else {
+        *response.mutable_members() = jobs_[r.job()].members();
+        response.set_store_prefix(absl::StrCat("epoch-", state->epoch, "/"));
+        response.set_restore_step(-1);
+        const Job& job = jobs_[r.job()];
+        if (job.checkpoints_size() > 0) {
+          response.set_restore_step(job.checkpoints(job.checkpoints_size() - 1).step());
+        }
+        result = std::move(response);
+      }
+    } else if (now >= w.deadline) {
+      result = absl::DeadlineExceededError(absl::StrCat(
+          "epoch ", r.epoch(), " of job ", r.job(), " is still ", JobPhaseName(state->phase),
+          state->reason.empty() ? "" : absl::StrCat(" (", state->reason, ")"), "; call again"));
+    } else {
+      return false;
+    }
+    completions->push_back([done = std::move(w.done), result = std::move(result)] {
+      done(result);
+    });
+    return true;
+  });
+  // Bootstrap reads: every key present, or out of time.
+  std::erase_if(store_waiters_, [&](StoreWaiter& w) {
+    const auto& kv = kv_[w.request.job()];
+    StoreGetResponse response;
+    std::vector<std::string> missing;
+    for (const std::string& key : w.request.keys()) {
+      auto it = kv.find(key);
+      if (it == kv.end()) {
+        missing.push_back(key);
+      } else {
+        response.add_values(it->second);
+      }
+    }
+    absl::StatusOr<StoreGetResponse> result;
+    if (missing.empty()) {
+      result = std::move(response);
+    } else if (now >= w.deadline) {
+      result = absl::DeadlineExceededError(
+          absl::StrCat("store keys of job ", w.request.job(), " still missing: ",
+                       absl::StrJoin(missing, ", ")));
+    } else {
+      return false;
+    }
+    completions->push_back([done = std::move(w.done), result = std::move(result)] {
+      done(result);
+    });
+    return true;
+  });
+  // Watches: a newer version, or out of time.
+  std::erase_if(watches_, [&](WatchWaiter& w) {
+    auto it = jobs_.find(w.job);
+    absl::StatusOr<JobEvent> result;
+    if (it == jobs_.end()) {
+      result = absl::NotFoundError(absl::StrCat("no job \"", w.job, "\""));
+    } else if (it->second.version() > w.after_version) {
+      result = EventOf(it->second);
+    } else if (now >= w.deadline) {
+      result = absl::DeadlineExceededError(
+          absl::StrCat("job ", w.job, " did not change; call again"));
+    } else {
+      return false;
+    }
+    completions->push_back([done = std::move(w.done), result = std::move(result)] {
+      done(result);
+    });
+    return true;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// JobService.
+
+absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
+  JobSpec spec = submitted;
+  spec::ApplyJobSpecDefaults(&spec);
+  if (absl::Status s = spec::ValidateJobSpec(spec); !s.ok()) return s;
+  JobRequest request;
+  request.id = spec.name();
+  request.min_ranks = spec.elastic().min_ranks();
+  request.max_ranks = spec.elastic().max_ranks() > 0 ? spec.elastic().max_ranks() : kNoUpperLimit;
+  request.restart_budget = spec.elastic().restart_budget();
+  Completions completions;
+  Job result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (jobs_.count(request.id)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job ", request.id, " already exists: choose another spec.name (or --set name=...)"));
+    }
+    *jobs_[request.id].mutable_spec() = spec;
+    std::vector<Action> actions;
+    absl::Status s = machine_.SubmitJob(request, Now(), &actions);
+    if (!s.ok()) {
+      jobs_.erase(request.id);
+      return s;
+    }
+    Apply(actions, &completions);
+    result = jobs_[request.id];
+  }
+  Run(completions);
+  return result;
+}
+
+absl::StatusOr<Job> Coordinator::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto job = FindJob(id);
+  if (!job.ok()) return job.status();
+  return **job;
+}
+
+std::vector<Job> Coordinator::List(bool include_finished) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Job> out;
+  for (const std::string& id : machine_.job_ids()) {
+    const Job& job = jobs_[id];
+    const bool finished = job.phase() == JOB_PHASE_SUCCEEDED || job.phase() == JOB_PHASE_FAILED ||
+                          job.phase() == JOB_PHASE_CANCELLED;
+    if (include_finished || !finished) out.push_back(job);
+  }
+  return out;
+}
+
+absl::StatusOr<Job> Coordinator::Cancel(const std::string& id) {
+  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) {
+    return machine_.CancelJob(id, Now(), actions);
+  }));
+  return Get(id);
+}
+
+void Coordinator::WatchNext(const std::string& job, int64_t after_version, absl::Time deadline,
+                            Done<JobEvent> done) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    watches_.push_back(WatchWaiter{job, after_version, deadline, std::move(done)});
+    Resolve(&completions);
+  }
+  Run(completions);
+}
+
+// ---------------------------------------------------------------------------------------
+// Agents.
+
+absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNodeRequest& r) {
+  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) {
+    return machine_.RegisterNode(r.node(), r.slots(), Now(), actions);
+  }));
+  RegisterNodeResponse response;
+  response.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  response.set_lease_s(absl::ToDoubleSeconds(options_.membership.lease));
+  return response;
+}
+
+absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest& r) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Action> actions;
+  if (absl::Status s = machine_.Heartbeat(r.node(), Now(), &actions); !s.ok()) return s;
+  HeartbeatResponse response;
+  auto it = commands_.find(r.node());
+  if (it != commands_.end()) {
+    for (AgentCommand& cmd : it->second) *response.add_commands() = std::move(cmd);
+    commands_.erase(it);
+  }
+  return response;
+}
+
+absl::Status Coordinator::DrainNode(const DrainNodeRequest& r) {
+  return Decide([&](std::vector<Action>* actions) {
+    return machine_.DrainNode(r.node(), Now(), actions);
+  });
+}
+
+absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
+  return Decide([&](std::vector<Action>* actions) {
+    return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
+                                  actions);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Trainers.
+
+void Coordinator::Join(const JoinRequest& r, absl::Time deadline, Done<JoinResponse> done) {
+  Completions completions;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Action> actions;
+    error = machine_.Join(r.job(), r.epoch(), FromProto(r.slot()), Now(), &actions);
+    if (error.ok()) {
+      joins_.push_back(JoinWaiter{r, deadline, std::move(done)});
+      Apply(actions, &completions);
+    }
+  }
+  if (!error.ok()) {
+    done(error);
+    return;
+  }
+  Run(completions);
+}
+
+absl::Status Coordinator::Ready(const ReadyRequest& r) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Action> actions;
+    absl::Status s = machine_.Ready(r.job(), r.epoch(), FromProto(r.slot()), Now(), &actions);
+    if (!s.ok()) return s;
+    // The recovery's restore phase ends when the job runs again.
+    const JobState* state = machine_.job(r.job());
+    Job& job = jobs_[r.job()];
+    if (state->phase == JobPhase::kRunning && job.recoveries_size() > 0) {
+      Recovery* rec = job.mutable_recoveries(job.recoveries_size() - 1);
+      if (rec->epoch() == r.epoch() && rec->restore_s() == 0) {
+        rec->set_restore_s(absl::ToDoubleSeconds(Now() - FromMs(rec->began_ms())) -
+                           rec->rendezvous_s());
+      }
+    }
+    Apply(actions, &completions);
+  }
+  Run(completions);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r) {
+  Completions completions;
+  ProgressResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Action> actions;
+    const SlotRef slot = FromProto(r.slot());
+    absl::Status s =
+        machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(), &actions);
+    if (!s.ok() && !IsStaleEpoch(s)) return s;
+    const JobState* state = machine_.job(r.job());
+    response.set_epoch(state->epoch);
+    if (IsStaleEpoch(s)) {
+      // A newer epoch forms: leavers save and exit; the others save when newcomers need
+      // the current state (drain, growth) and their ring is still whole.
+      response.set_leave(leaving_[r.job()].count(slot) > 0);
+      response.set_save_now(state->cause == EpochCause::kDrain ||
+                            state->cause == EpochCause::kGrow);
+    } else {
+      Job& job = jobs_[r.job()];
+      RankStats& stats = rank_stats_[r.job()][r.stats().rank()];
+      stats = r.stats();
+      ToProto(slot, stats.mutable_slot());
+      if (r.stats().rank() == 0 || job.step() < r.stats().step()) {
+        job.set_step(std::max(job.step(), r.stats().step()));
+        job.set_loss(r.stats().loss());
+        if (r.stats().step_time_s() > 0) job.set_steps_per_s(1.0 / r.stats().step_time_s());
+      }
+      if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
+      // The first step of a new epoch closes its recovery's timeline.
+      if (job.recoveries_size() > 0) {
+        Recovery* rec = job.mutable_recoveries(job.recoveries_size() - 1);
+        if (rec->epoch() == r.epoch() && rec->first_step_s() == 0 && rec->restore_s() > 0) {
+          rec->set_first_step_s(absl::ToDoubleSeconds(Now() - FromMs(rec->began_ms())) -
+                                rec->rendezvous_s() - rec->restore_s());
+        }
+      }
+      Bump(job);
+      Resolve(&completions);
+    }
+  }
+  Run(completions);
+  return response;
+}
+
+absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
+  return Decide([&](std::vector<Action>* actions) {
+    return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), r.detail(), Now(),
+                                    actions);
+  });
+}
+
+absl::Status Coordinator::Finished(const FinishedRequest& r) {
+  return Decide([&](std::vector<Action>* actions) {
+    return machine_.Finished(r.job(), r.epoch(), FromProto(r.slot()), Now(), actions);
+  });
+}
+
+absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = FindJob(r.job());
+    if (!job.ok()) return job.status();
+    if (r.checkpoint().step() < 0) {
+      return absl::InvalidArgumentError("checkpoint.step must be >= 0");
+    }
+    *(*job)->add_checkpoints() = r.checkpoint();
+    Bump(**job);
+    if (absl::Status s = store_->Put(**job); !s.ok()) return s;
+    Resolve(&completions);
+  }
+  Run(completions);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::StoreSet(const StoreSetRequest& r) {
+  if (static_cast<int64_t>(r.value().size()) > options_.max_store_value_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value of store key ", r.key(), " is ",
+                                                   r.value().size(), " bytes; at most ",
+                                                   options_.max_store_value_bytes));
+  }
+  if (r.key().empty() || r.key().size() > 256) {
+    return absl::InvalidArgumentError("key must be 1 to 256 characters");
+  }
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (machine_.job(r.job()) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
+    }
+    auto& kv = kv_[r.job()];
+    if (static_cast<int64_t>(kv.size()) >= options_.max_store_keys && !kv.count(r.key())) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", r.job(), " has ", kv.size(), " store keys already (the limit)"));
+    }
+    kv[r.key()] = r.value();
+    Resolve(&completions);
+  }
+  Run(completions);
+  return absl::OkStatus();
+}
+
+void Coordinator::StoreGet(const StoreGetRequest& r, absl::Time deadline,
+                           Done<StoreGetResponse> done) {
+  if (r.keys().empty()) {
+    done(absl::InvalidArgumentError("keys is empty"));
+    return;
+  }
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (machine_.job(r.job()) == nullptr) {
+      completions.push_back(
+          [done, job = r.job()] { done(absl::NotFoundError(absl::StrCat("no job \"", job, "\""))); });
+    } else {
+      store_waiters_.push_back(StoreWaiter{r, deadline, std::move(done)});
+      Resolve(&completions);
+    }
+  }
+  Run(completions);
+}
+
+absl::StatusOr<StoreAddResponse> Coordinator::StoreAdd(const StoreAddRequest& r) {
+  Completions completions;
+  StoreAddResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (machine_.job(r.job()) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
+    }
+    std::string& value = kv_[r.job()][r.key()];
+    int64_t current = 0;
+    if (!value.empty() && !absl::SimpleAtoi(value, &current)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("store key ", r.key(), " does not hold an integer"));
+    }
+    current += r.delta();
+    value = absl::StrCat(current);
+    response.set_value(current);
+    Resolve(&completions);
+  }
+  Run(completions);
+  return response;
+}
+
+void Coordinator::Tick() {
+  // Apply also expires the waiting calls.
+  Decide([&](std::vector<Action>* actions) {
+    machine_.Tick(Now(), actions);
+    return absl::OkStatus();
+  }).IgnoreError();
+}
+
+}  // namespace ringmaster::coordinator

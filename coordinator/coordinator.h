@@ -1,0 +1,158 @@
+// The coordinator's core, without gRPC: the membership state machine (membership.h) fed
+// by the calls of users, agents and trainers, its decisions persisted in the job store
+// (job_store.h) before they take effect, agents' commands queued for their next heartbeat,
+// and the calls that wait (Join until the epoch commits, StoreGet until keys exist, Watch
+// until the job changes) completed when their condition holds or their deadline passes.
+//
+// The gRPC services (grpc_service.h) only translate protos and hand these methods a
+// completion callback; nothing here blocks a caller's thread on another caller.
+//
+// Persistence failure: a decision that cannot be persisted must not be announced, so a
+// failed write to the job store stops the process (LOG(FATAL)); a restarted coordinator
+// resumes from the last durable state, and agents and trainers reconnect by themselves.
+//
+// Thread-safe. Callbacks run on the thread of the call that satisfied them or of Tick(),
+// never under the internal lock; each is called exactly once.
+#ifndef RINGMASTER_COORDINATOR_COORDINATOR_H_
+#define RINGMASTER_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/job_store.h"
+#include "coordinator/membership.h"
+#include "proto/coordinator.pb.h"
+
+namespace ringmaster::coordinator {
+
+struct CoordinatorOptions {
+  // The SQLite job database (created when missing).
+  std::string database;
+  MembershipOptions membership;
+  // What agents are told to use; the lease above is what the coordinator enforces.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Bootstrap store limits per job.
+  int64_t max_store_value_bytes = 1 << 20;
+  int64_t max_store_keys = 1 << 16;
+  // Time source; null means the real clock.
+  Clock* clock = nullptr;
+};
+
+class Coordinator {
+ public:
+  template <typename T>
+  using Done = std::function<void(absl::StatusOr<T>)>;
+
+  // Opens the job database and restores every job in it (Membership::Restore).
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  ~Coordinator();
+
+  // --- JobService ---
+  absl::StatusOr<Job> Submit(const JobSpec& spec);
+  absl::StatusOr<Job> Get(const std::string& job);
+  std::vector<Job> List(bool include_finished);
+  absl::StatusOr<Job> Cancel(const std::string& job);
+  // The first state of the job with version > after_version (at once when there is one).
+  void WatchNext(const std::string& job, int64_t after_version, absl::Time deadline,
+                 Done<JobEvent> done);
+
+  // --- WorkerService: agents ---
+  absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  absl::Status DrainNode(const DrainNodeRequest& request);
+  absl::Status TrainerExited(const TrainerExitedRequest& request);
+
+  // --- WorkerService: trainers ---
+  // Completes once the epoch is committed (with the caller's rank), or with ABORTED when a
+  // later epoch formed, FAILED_PRECONDITION when the job ended, DEADLINE_EXCEEDED.
+  void Join(const JoinRequest& request, absl::Time deadline, Done<JoinResponse> done);
+  absl::Status Ready(const ReadyRequest& request);
+  // A stale epoch is not an error here: the response names the current epoch.
+  absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request);
+  absl::Status ReportError(const ReportErrorRequest& request);
+  absl::Status Finished(const FinishedRequest& request);
+  absl::Status ReportCheckpoint(const ReportCheckpointRequest& request);
+  absl::Status StoreSet(const StoreSetRequest& request);
+  void StoreGet(const StoreGetRequest& request, absl::Time deadline, Done<StoreGetResponse> done);
+  absl::StatusOr<StoreAddResponse> StoreAdd(const StoreAddRequest& request);
+
+  // Timeouts of the state machine and of waiting calls. The server calls it every ~50 ms.
+  void Tick();
+
+ private:
+  struct JoinWaiter {
+    JoinRequest request;
+    absl::Time deadline;
+    Done<JoinResponse> done;
+  };
+  struct StoreWaiter {
+    StoreGetRequest request;
+    absl::Time deadline;
+    Done<StoreGetResponse> done;
+  };
+  struct WatchWaiter {
+    std::string job;
+    int64_t after_version;
+    absl::Time deadline;
+    Done<JobEvent> done;
+  };
+  // Callbacks to run once the lock is released.
+  using Completions = std::vector<std::function<void()>>;
+
+  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store, Clock* clock);
+
+  absl::Time Now() const { return clock_->Now(); }
+  // Runs `decide(&actions)` under the lock; when it succeeds, applies the actions, then
+  // completes the satisfied waiters outside the lock.
+  template <typename Fn>
+  absl::Status Decide(Fn&& decide);
+  // Carries out the machine's actions in order, then completes whatever waiters they
+  // satisfied into `completions`.
+  void Apply(const std::vector<Action>& actions, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const JobState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Resolve(Completions* completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Bump(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Job*> FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobEvent EventOf(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Run(Completions& completions);
+
+  const CoordinatorOptions options_;
+  Clock* const clock_;
+  const std::unique_ptr<JobStore> store_;
+
+  absl::Mutex mu_;
+  Membership machine_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);  // the user-visible view
+  std::map<std::string, std::vector<AgentCommand>> commands_ ABSL_GUARDED_BY(mu_);  // node →
+  // Per job: the bootstrap store and the latest per-rank figures.
+  std::map<std::string, std::map<std::string, std::string>> kv_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<int, RankStats>> rank_stats_ ABSL_GUARDED_BY(mu_);
+  // Per job: slots leaving after the drain save of the epoch being formed.
+  std::map<std::string, std::set<SlotRef>> leaving_ ABSL_GUARDED_BY(mu_);
+  // Per job: the world size of its last committed epoch.
+  std::map<std::string, int> world_ ABSL_GUARDED_BY(mu_);
+  std::vector<JoinWaiter> joins_ ABSL_GUARDED_BY(mu_);
+  std::vector<StoreWaiter> store_waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<WatchWaiter> watches_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Conversions between the state machine's JobState and the persisted Job proto.
+void ToProto(const JobState& state, Job* job);
+JobState FromProto(const Job& job);
+
+}  // namespace ringmaster::coordinator
+
+#endif  // RINGMASTER_COORDINATOR_COORDINATOR_H_
