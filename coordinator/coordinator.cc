@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "coordinator/auth.h"
 #include "glog/logging.h"
 #include "spec/defaults.h"
 #include "spec/validate.h"
@@ -138,8 +139,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (!store.ok()) return store.status();
   auto jobs = (*store)->LoadAll();
   if (!jobs.ok()) return jobs.status();
+  auto secret = (*store)->GetOrCreateSetting("membership_secret", NewSecret());
+  if (!secret.ok()) return secret.status();
   Clock* clock = options.clock != nullptr ? options.clock : Clock::Real();
-  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(*store), clock));
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(options, std::move(*store), clock, std::move(*secret)));
   absl::MutexLock lock(&c->mu_);
   std::vector<JobState> states;
   for (Job& job : *jobs) {
@@ -157,8 +161,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store,
-                         Clock* clock)
-    : options_(options), clock_(clock), store_(std::move(store)), machine_(options.membership) {}
+                         Clock* clock, std::string secret)
+    : options_(options),
+      clock_(clock),
+      store_(std::move(store)),
+      secret_(std::move(secret)),
+      machine_(options.membership) {}
+
+std::string Coordinator::MembershipTokenFor(const std::string& job,
+                                            const ringmaster::SlotRef& slot) const {
+  return MembershipToken(secret_, job, slot.node(), slot.slot());
+}
 
 Coordinator::~Coordinator() {
   Completions completions;
@@ -224,6 +237,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       start->set_job(a->job);
       start->set_epoch(a->epoch);
       *start->mutable_spec() = jobs_[a->job].spec();
+      start->set_membership_token(MembershipToken(secret_, a->job, a->slot.node, a->slot.slot));
       commands_[a->slot.node].push_back(std::move(cmd));
     } else if (const auto* a = std::get_if<StopTrainer>(&action)) {
       AgentCommand cmd;

@@ -90,6 +90,9 @@ class Coordinator {
   // Timeouts of the state machine and of waiting calls. The server calls it every ~50 ms.
   void Tick();
 
+  // The token a trainer of `job` on `slot` presents (given to it in StartTrainer).
+  std::string MembershipTokenFor(const std::string& job, const ringmaster::SlotRef& slot) const;
+
  private:
   struct JoinWaiter {
     JoinRequest request;
@@ -110,7 +113,8 @@ class Coordinator {
   // Callbacks to run once the lock is released.
   using Completions = std::vector<std::function<void()>>;
 
-  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store, Clock* clock);
+  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store, Clock* clock,
+              std::string secret);
 
   absl::Time Now() const { return clock_->Now(); }
   // Runs `decide(&actions)` under the lock; when it succeeds, applies the actions, then
@@ -131,6 +135,7 @@ class Coordinator {
   const CoordinatorOptions options_;
   Clock* const clock_;
   const std::unique_ptr<JobStore> store_;
+  const std::string secret_;  // of the membership tokens, kept in the job database
 
   absl::Mutex mu_;
   Membership machine_ ABSL_GUARDED_BY(mu_);

@@ -155,6 +155,9 @@ TEST_F(CoordinatorTest, SubmitPlacesAndAgentsGetStartCommands) {
   EXPECT_EQ(hb.commands(0).start().epoch(), 1);
   EXPECT_EQ(hb.commands(1).start().slot().slot(), 1);
   EXPECT_EQ(hb.commands(0).start().spec().name(), "mlp");
+  EXPECT_EQ(hb.commands(1).start().membership_token(),
+            coordinator_->MembershipTokenFor("mlp", Slot("a", 1)));
+  EXPECT_NE(hb.commands(0).start().membership_token(), hb.commands(1).start().membership_token());
   EXPECT_EQ(Heartbeat("a").commands_size(), 0) << "commands are delivered once";
 
   EXPECT_EQ(coordinator_->Submit(spec_).status().code(), absl::StatusCode::kAlreadyExists);
@@ -320,7 +323,10 @@ TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   ASSERT_TRUE(coordinator_->ReportCheckpoint(ckpt).ok());
   const int64_t version = coordinator_->Get("mlp")->version();
 
+  const std::string token = coordinator_->MembershipTokenFor("mlp", Slot("b", 1));
   Reopen();  // as after kill -9: only what was persisted is known
+  EXPECT_EQ(coordinator_->MembershipTokenFor("mlp", Slot("b", 1)), token)
+      << "trainers' tokens must survive a coordinator restart";
   Job job = *coordinator_->Get("mlp");
   EXPECT_EQ(job.phase(), JOB_PHASE_RUNNING);
   EXPECT_EQ(job.epoch(), 1);

@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
       "CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
       "  id TEXT UNIQUE NOT NULL, job BLOB NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
       "INSERT OR IGNORE INTO meta VALUES ('schema_version', 1);"
       "COMMIT;");
   if (!s.ok()) {
@@ -169,6 +170,27 @@ absl::StatusOr<Job> JobStore::Get(const std::string& id) {
     return absl::DataLossError(absl::StrCat("job ", id, " in ", path_, " does not parse"));
   }
   return job;
+}
+
+absl::StatusOr<std::string> JobStore::GetOrCreateSetting(const std::string& key,
+                                                         const std::string& initial) {
+  absl::MutexLock lock(&mu_);
+  Statement insert(db_, "INSERT OR IGNORE INTO settings (key, value) VALUES (?1, ?2)");
+  if (!insert.ok()) return SqliteError(db_, "cannot prepare the settings write", path_);
+  sqlite3_bind_text(insert.get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(insert.get(), 2, initial.data(), static_cast<int>(initial.size()),
+                    SQLITE_TRANSIENT);
+  if (sqlite3_step(insert.get()) != SQLITE_DONE) {
+    return SqliteError(db_, absl::StrCat("cannot write setting ", key), path_);
+  }
+  Statement get(db_, "SELECT value FROM settings WHERE key = ?1");
+  if (!get.ok()) return SqliteError(db_, "cannot prepare the settings read", path_);
+  sqlite3_bind_text(get.get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(get.get()) != SQLITE_ROW) {
+    return SqliteError(db_, absl::StrCat("cannot read setting ", key), path_);
+  }
+  return std::string(reinterpret_cast<const char*>(sqlite3_column_text(get.get(), 0)),
+                     sqlite3_column_bytes(get.get(), 0));
 }
 
 }  // namespace ringmaster::coordinator

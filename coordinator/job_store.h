@@ -44,6 +44,9 @@ class JobStore {
   absl::StatusOr<std::vector<Job>> LoadAll();
   // NOT_FOUND when absent.
   absl::StatusOr<Job> Get(const std::string& id);
+  // The value of a setting; when absent, stores `initial` first and returns it.
+  absl::StatusOr<std::string> GetOrCreateSetting(const std::string& key,
+                                                 const std::string& initial);
 
   const std::string& path() const { return path_; }
 

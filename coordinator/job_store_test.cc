@@ -55,6 +55,19 @@ TEST(JobStore, PutReplacesAndKeepsSubmissionOrder) {
   EXPECT_EQ((*store)->Put(Job()).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(JobStore, SettingsKeepTheirFirstValueAcrossReopening) {
+  const std::string path = FreshPath("settings");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(*(*store)->GetOrCreateSetting("secret", "0123"), "0123");
+    EXPECT_EQ(*(*store)->GetOrCreateSetting("secret", "other"), "0123");
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->GetOrCreateSetting("secret", "third"), "0123");
+}
+
 // A child writes jobs one by one and reports each through a pipe after Put returns; the
 // parent SIGKILLs it at once. Everything reported must be there after reopening.
 TEST(JobStore, EveryReturnedPutSurvivesSigkill) {
