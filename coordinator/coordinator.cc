@@ -173,7 +173,9 @@ std::string Coordinator::MembershipTokenFor(const std::string& job,
   return MembershipToken(secret_, job, slot.node(), slot.slot());
 }
 
-Coordinator::~Coordinator() {
+Coordinator::~Coordinator() { FailWaiters(); }
+
+void Coordinator::FailWaiters() {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);

@@ -90,6 +90,9 @@ class Coordinator {
   // Timeouts of the state machine and of waiting calls. The server calls it every ~50 ms.
   void Tick();
 
+  // Completes every waiting call with UNAVAILABLE (the server is going away).
+  void FailWaiters();
+
   // The token a trainer of `job` on `slot` presents (given to it in StartTrainer).
   std::string MembershipTokenFor(const std::string& job, const ringmaster::SlotRef& slot) const;
 

@@ -1,0 +1,463 @@
+#include "coordinator/grpc_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "coordinator/auth.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/health_check_service_server_builder_option.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+std::string Header(const grpc::CallbackServerContext* ctx, const char* name) {
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find(name);
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+// The call's deadline, capped at now + max_wait (a call without one would hold its waiter
+// for ever; the caller simply calls again).
+absl::Time Deadline(const grpc::CallbackServerContext* ctx, absl::Duration max_wait) {
+  const absl::Time cap = absl::Now() + max_wait;
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return cap;
+  return std::min(absl::FromChrono(deadline), cap);
+}
+
+template <typename Fn>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn&& fn) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(fn()));
+  return reactor;
+}
+
+// Writes the result of an asynchronous coordinator call into `response` and finishes.
+template <typename T>
+Coordinator::Done<T> FinishWith(grpc::ServerUnaryReactor* reactor, T* response) {
+  return [reactor, response](absl::StatusOr<T> result) {
+    if (result.ok()) *response = std::move(*result);
+    reactor->Finish(ToGrpc(result.status()));
+  };
+}
+
+class JobServiceImpl final : public JobService::CallbackService {
+ public:
+  JobServiceImpl(Coordinator* coordinator, const ServerOptions& options)
+      : coordinator_(coordinator), options_(options) {}
+
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const SubmitRequest* request,
+                                   Job* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      auto job = coordinator_->Submit(request->spec());
+      if (job.ok()) *response = std::move(*job);
+      return job.status();
+    });
+  }
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const GetJobRequest* request,
+                                Job* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      auto job = coordinator_->Get(request->job());
+      if (job.ok()) *response = std::move(*job);
+      return job.status();
+    });
+  }
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
+                                 const ListJobsRequest* request,
+                                 ListJobsResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      for (Job& job : coordinator_->List(request->include_finished())) {
+        *response->add_jobs() = std::move(job);
+      }
+      return absl::OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const CancelJobRequest* request, Job* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      auto job = coordinator_->Cancel(request->job());
+      if (job.ok()) *response = std::move(*job);
+      return job.status();
+    });
+  }
+
+  grpc::ServerWriteReactor<JobEvent>* Watch(grpc::CallbackServerContext* ctx,
+                                            const WatchJobRequest* request) override {
+    return new Watcher(coordinator_, ctx, *request, Auth(ctx), options_.max_wait);
+  }
+
+ private:
+  // Streams the job's states: asks the coordinator for the next version, writes it, asks
+  // again; ends when the job has ended, at the call's deadline, or when the client leaves.
+  //
+  // Every reaction (OnWriteDone, OnCancel, the coordinator's callback) runs under the
+  // shared state's mutex; gRPC never runs OnDone inline from Finish, so OnDone takes the
+  // same mutex, detaches the state and deletes the reactor. A coordinator callback that
+  // arrives after that finds no reactor and does nothing. WatchNext is always called
+  // without the mutex (it may complete at once, on this thread), with arguments copied
+  // under it.
+  class Watcher final : public grpc::ServerWriteReactor<JobEvent> {
+   public:
+    Watcher(Coordinator* coordinator, grpc::CallbackServerContext* ctx, WatchJobRequest request,
+            const absl::Status& auth, absl::Duration max_wait)
+        : coordinator_(coordinator),
+          job_(request.job()),
+          version_(request.after_version()),
+          call_deadline_(ctx->deadline() == std::chrono::system_clock::time_point::max()
+                             ? absl::InfiniteFuture()
+                             : absl::FromChrono(ctx->deadline())),
+          max_wait_(max_wait),
+          state_(std::make_shared<State>()) {
+      std::optional<NextCall> next;
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->self = this;
+        if (!auth.ok()) {
+          End(ToGrpc(auth));
+        } else {
+          next = MakeNext();
+        }
+      }
+      if (next) Call(*next);
+    }
+
+    void OnWriteDone(bool ok) override {
+      std::optional<NextCall> next;
+      {
+        absl::MutexLock lock(&state_->mu);
+        if (!ok) {
+          End(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+        } else if (ended_) {
+          End(grpc::Status::OK);
+        } else {
+          next = MakeNext();
+        }
+      }
+      if (next) Call(*next);
+    }
+    void OnCancel() override {
+      absl::MutexLock lock(&state_->mu);
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    }
+    void OnDone() override {
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->self = nullptr;
+      }
+      delete this;
+    }
+
+   private:
+    struct State {
+      absl::Mutex mu;
+      Watcher* self ABSL_GUARDED_BY(mu) = nullptr;
+    };
+    struct NextCall {
+      Coordinator* coordinator;
+      std::string job;
+      int64_t version;
+      absl::Time deadline;
+      std::shared_ptr<State> state;
+    };
+
+    NextCall MakeNext() {
+      return NextCall{coordinator_, job_, version_,
+                      std::min(call_deadline_, absl::Now() + max_wait_), state_};
+    }
+
+    static void Call(const NextCall& next) {
+      next.coordinator->WatchNext(
+          next.job, next.version, next.deadline, [state = next.state](absl::StatusOr<JobEvent> e) {
+            std::optional<NextCall> again;
+            {
+              absl::MutexLock lock(&state->mu);
+              if (state->self != nullptr) again = state->self->OnEvent(std::move(e));
+            }
+            if (again) Call(*again);
+          });
+    }
+
+    // Under the mutex. Returns the next call to make when the watch goes on unwritten.
+    std::optional<NextCall> OnEvent(absl::StatusOr<JobEvent> event) {
+      if (finished_) return std::nullopt;
+      if (!event.ok()) {
+        if (event.status().code() == absl::StatusCode::kDeadlineExceeded &&
+            absl::Now() < call_deadline_) {
+          return MakeNext();  // our own cap, not the caller's deadline: wait on
+        }
+        End(event.status().code() == absl::StatusCode::kDeadlineExceeded
+                ? grpc::Status::OK
+                : ToGrpc(event.status()));
+        return std::nullopt;
+      }
+      event_ = std::move(*event);
+      version_ = event_.version();
+      const ringmaster::JobPhase phase = event_.job().phase();
+      ended_ = phase == JOB_PHASE_SUCCEEDED || phase == JOB_PHASE_FAILED ||
+               phase == JOB_PHASE_CANCELLED;
+      StartWrite(&event_);
+      return std::nullopt;
+    }
+
+    void End(const grpc::Status& status) {
+      if (finished_) return;
+      finished_ = true;
+      Finish(status);
+    }
+
+    Coordinator* const coordinator_;
+    const std::string job_;
+    int64_t version_;
+    const absl::Time call_deadline_;
+    const absl::Duration max_wait_;
+    const std::shared_ptr<State> state_;
+    JobEvent event_;
+    bool ended_ = false;
+    bool finished_ = false;
+  };
+
+  absl::Status Auth(const grpc::CallbackServerContext* ctx) const {
+    return CheckBearer(Header(ctx, "authorization"), options_.user_token, "user token");
+  }
+
+  Coordinator* const coordinator_;
+  const ServerOptions options_;
+};
+
+class WorkerServiceImpl final : public WorkerService::CallbackService {
+ public:
+  WorkerServiceImpl(Coordinator* coordinator, const ServerOptions& options)
+      : coordinator_(coordinator), options_(options) {}
+
+  // --- agents ---
+  grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* ctx,
+                                         const RegisterNodeRequest* request,
+                                         RegisterNodeResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(NodeAuth(ctx));
+      auto r = coordinator_->RegisterNode(*request);
+      if (r.ok()) *response = std::move(*r);
+      return r.status();
+    });
+  }
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(NodeAuth(ctx));
+      auto r = coordinator_->Heartbeat(*request);
+      if (r.ok()) *response = std::move(*r);
+      return r.status();
+    });
+  }
+  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
+                                      const DrainNodeRequest* request,
+                                      DrainNodeResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(NodeAuth(ctx));
+      return coordinator_->DrainNode(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* TrainerExited(grpc::CallbackServerContext* ctx,
+                                          const TrainerExitedRequest* request,
+                                          TrainerExitedResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(NodeAuth(ctx));
+      return coordinator_->TrainerExited(*request);
+    });
+  }
+
+  // --- trainers ---
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
+                                 JoinResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = MemberAuth(ctx, request->job(), request->slot()); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
+    coordinator_->Join(*request, Deadline(ctx, options_.max_wait), FinishWith(reactor, response));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* Ready(grpc::CallbackServerContext* ctx, const ReadyRequest* request,
+                                  ReadyResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      return coordinator_->Ready(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* Progress(grpc::CallbackServerContext* ctx,
+                                     const ProgressRequest* request,
+                                     ProgressResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      auto r = coordinator_->Progress(*request);
+      if (r.ok()) *response = std::move(*r);
+      return r.status();
+    });
+  }
+  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
+                                        const ReportErrorRequest* request,
+                                        ReportErrorResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      return coordinator_->ReportError(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* Finished(grpc::CallbackServerContext* ctx,
+                                     const FinishedRequest* request,
+                                     FinishedResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      return coordinator_->Finished(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* ReportCheckpoint(grpc::CallbackServerContext* ctx,
+                                             const ReportCheckpointRequest* request,
+                                             ReportCheckpointResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      return coordinator_->ReportCheckpoint(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* ctx,
+                                     const StoreSetRequest* request,
+                                     StoreSetResponse*) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      return coordinator_->StoreSet(*request);
+    });
+  }
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx,
+                                     const StoreGetRequest* request,
+                                     StoreGetResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = MemberAuth(ctx, request->job(), request->slot()); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
+    coordinator_->StoreGet(*request, Deadline(ctx, options_.max_wait),
+                           FinishWith(reactor, response));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* StoreAdd(grpc::CallbackServerContext* ctx,
+                                     const StoreAddRequest* request,
+                                     StoreAddResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(MemberAuth(ctx, request->job(), request->slot()));
+      auto r = coordinator_->StoreAdd(*request);
+      if (r.ok()) *response = std::move(*r);
+      return r.status();
+    });
+  }
+
+ private:
+  absl::Status NodeAuth(const grpc::CallbackServerContext* ctx) const {
+    return CheckBearer(Header(ctx, "authorization"), options_.node_token, "node token");
+  }
+  absl::Status MemberAuth(const grpc::CallbackServerContext* ctx, const std::string& job,
+                          const ringmaster::SlotRef& slot) const {
+    if (job.empty()) return absl::InvalidArgumentError("job is empty");
+    if (slot.node().empty()) return absl::InvalidArgumentError("slot.node is empty");
+    return CheckBearer(Header(ctx, "authorization"), coordinator_->MembershipTokenFor(job, slot),
+                       absl::StrCat("membership token of job ", job, " slot ", slot.node(), "/",
+                                    slot.slot()));
+  }
+
+  Coordinator* const coordinator_;
+  const ServerOptions options_;
+};
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  std::string host = host_port;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
+                                                      Coordinator* coordinator) {
+  if ((options.user_token.empty() || options.node_token.empty()) &&
+      !IsLoopbackAddress(options.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", options.listen,
+        " is not a loopback address: give --user_token_file and --node_token_file, or "
+        "listen on 127.0.0.1"));
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and its key");
+  }
+  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
+    return absl::InvalidArgumentError("mutual TLS (a client CA) needs a server certificate");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options.tls_cert.empty()) {
+    credentials = grpc::InsecureServerCredentials();
+  } else {
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key, options.tls_cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  std::unique_ptr<Server> server(new Server());
+  server->job_service_ = std::make_unique<JobServiceImpl>(coordinator, options);
+  server->worker_service_ = std::make_unique<WorkerServiceImpl>(coordinator, options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
+  builder.RegisterService(server->job_service_.get());
+  builder.RegisterService(server->worker_service_.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen, " (in use, or not an address here)"));
+  }
+  Server* raw = server.get();
+  server->ticker_ = std::thread([raw, coordinator, tick = options.tick] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(tick)) coordinator->Tick();
+    coordinator->FailWaiters();
+  });
+  return server;
+}
+
+void Server::Shutdown() {
+  if (stop_.HasBeenNotified()) return;
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();  // fails the waiting calls on its way out
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+void Server::Wait() { stop_.WaitForNotification(); }
+
+Server::~Server() {
+  Shutdown();
+  server_->Wait();
+}
+
+}  // namespace ringmaster::coordinator

@@ -1,0 +1,271 @@
+// The coordinator over real gRPC on loopback: tokens (none, wrong, another job's
+// membership), bad input, a Join that blocks until the last candidate arrives, the
+// bootstrap store across clients, Watch streaming changes, message size limits, the
+// health service, and the loopback-only rule without tokens.
+#include "coordinator/grpc_service.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "spec/job_spec.h"
+#include "proto/health.grpc.pb.h"
+
+namespace ringmaster::coordinator {
+namespace {
+
+ringmaster::SlotRef Slot(const std::string& node, int slot) {
+  ringmaster::SlotRef s;
+  s.set_node(node);
+  s.set_slot(slot);
+  return s;
+}
+
+class GrpcServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/grpc-", getpid(), "-",
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir);
+    CoordinatorOptions options;
+    options.database = dir + "/jobs.db";
+    auto c = Coordinator::Create(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    ServerOptions server_options;
+    server_options.user_token = "user-secret";
+    server_options.node_token = "node-secret";
+    server_options.max_message_bytes = 64 << 10;
+    auto server = Server::Start(server_options, coordinator_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    jobs_ = JobService::NewStub(channel_);
+    workers_ = WorkerService::NewStub(channel_);
+    auto spec = spec::LoadJobSpecFile("examples/fashion_mnist_mlp.yaml", {});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    spec_.set_name("mlp");
+    spec_.mutable_elastic()->set_min_ranks(2);
+    spec_.mutable_elastic()->set_max_ranks(2);
+  }
+  void TearDown() override {
+    server_.reset();
+    coordinator_.reset();
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& token,
+                                               absl::Duration timeout = absl::Seconds(10)) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return ctx;
+  }
+
+  // Registers node a with two slots, submits the job; returns the two start commands.
+  std::vector<StartTrainerCommand> Place() {
+    RegisterNodeRequest reg;
+    reg.set_node("a");
+    reg.set_slots(2);
+    RegisterNodeResponse reg_response;
+    EXPECT_TRUE(workers_->RegisterNode(Context("node-secret").get(), reg, &reg_response).ok());
+    SubmitRequest submit;
+    *submit.mutable_spec() = spec_;
+    Job job;
+    grpc::Status s = jobs_->Submit(Context("user-secret").get(), submit, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    HeartbeatRequest hb;
+    hb.set_node("a");
+    HeartbeatResponse hb_response;
+    EXPECT_TRUE(workers_->Heartbeat(Context("node-secret").get(), hb, &hb_response).ok());
+    std::vector<StartTrainerCommand> starts;
+    for (const AgentCommand& c : hb_response.commands()) starts.push_back(c.start());
+    return starts;
+  }
+
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<JobService::Stub> jobs_;
+  std::unique_ptr<WorkerService::Stub> workers_;
+  JobSpec spec_;
+};
+
+TEST_F(GrpcServiceTest, TokensAreRequiredAndChecked) {
+  SubmitRequest submit;
+  *submit.mutable_spec() = spec_;
+  Job job;
+  EXPECT_EQ(jobs_->Submit(Context("").get(), submit, &job).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(jobs_->Submit(Context("node-secret").get(), submit, &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  RegisterNodeRequest reg;
+  reg.set_node("a");
+  reg.set_slots(2);
+  RegisterNodeResponse reg_response;
+  EXPECT_EQ(workers_->RegisterNode(Context("user-secret").get(), reg, &reg_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  const std::vector<StartTrainerCommand> starts = Place();
+  ASSERT_EQ(starts.size(), 2u);
+  // A trainer's token is for its own slot (and job) only.
+  ReadyRequest ready;
+  ready.set_job("mlp");
+  ready.set_epoch(1);
+  *ready.mutable_slot() = Slot("a", 1);
+  ReadyResponse ready_response;
+  EXPECT_EQ(workers_->Ready(Context(starts[0].membership_token()).get(), ready, &ready_response)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(workers_->Ready(Context("node-secret").get(), ready, &ready_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // With its own token the call gets through to the state machine (not committed yet).
+  EXPECT_EQ(workers_->Ready(Context(starts[1].membership_token()).get(), ready, &ready_response)
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(GrpcServiceTest, BadInputNamesTheField) {
+  SubmitRequest submit;
+  *submit.mutable_spec() = spec_;
+  submit.mutable_spec()->mutable_optimizer()->set_lr(-1);
+  Job job;
+  grpc::Status s = jobs_->Submit(Context("user-secret").get(), submit, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("optimizer.lr"), std::string::npos) << s.error_message();
+  GetJobRequest get;
+  get.set_job("nope");
+  EXPECT_EQ(jobs_->Get(Context("user-secret").get(), get, &job).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // Larger than the server accepts.
+  submit.mutable_spec()->set_name(std::string(100 << 10, 'x'));
+  EXPECT_EQ(jobs_->Submit(Context("user-secret").get(), submit, &job).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(GrpcServiceTest, JoinBlocksUntilTheEpochCommitsThenStoreAndWatchWork) {
+  const std::vector<StartTrainerCommand> starts = Place();
+  ASSERT_EQ(starts.size(), 2u);
+  JoinResponse first;
+  grpc::Status first_status;
+  std::thread joiner([&] {
+    JoinRequest join;
+    join.set_job("mlp");
+    join.set_epoch(1);
+    *join.mutable_slot() = starts[1].slot();
+    first_status = workers_->Join(Context(starts[1].membership_token()).get(), join, &first);
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the first join is waiting (no way to observe it)
+  JoinRequest join;
+  join.set_job("mlp");
+  join.set_epoch(1);
+  *join.mutable_slot() = starts[0].slot();
+  JoinResponse second;
+  ASSERT_TRUE(workers_->Join(Context(starts[0].membership_token()).get(), join, &second).ok());
+  joiner.join();
+  ASSERT_TRUE(first_status.ok()) << first_status.error_message();
+  EXPECT_EQ(first.rank(), 1);
+  EXPECT_EQ(second.rank(), 0);
+  EXPECT_EQ(second.world_size(), 2);
+
+  // Rank 0 publishes; rank 1 waits for it.
+  StoreGetResponse got;
+  grpc::Status get_status;
+  std::thread reader([&] {
+    StoreGetRequest get;
+    get.set_job("mlp");
+    *get.mutable_slot() = starts[1].slot();
+    get.add_keys(first.store_prefix() + "addr0");
+    get_status = workers_->StoreGet(Context(starts[1].membership_token()).get(), get, &got);
+  });
+  StoreSetRequest set;
+  set.set_job("mlp");
+  *set.mutable_slot() = starts[0].slot();
+  set.set_key(second.store_prefix() + "addr0");
+  set.set_value("127.0.0.1:12345");
+  StoreSetResponse set_response;
+  ASSERT_TRUE(workers_->StoreSet(Context(starts[0].membership_token()).get(), set, &set_response)
+                  .ok());
+  reader.join();
+  ASSERT_TRUE(get_status.ok()) << get_status.error_message();
+  EXPECT_EQ(got.values(0), "127.0.0.1:12345");
+
+  // Watch: the current state, then the change to RUNNING, then CANCELLED ends the stream.
+  auto watch_ctx = Context("user-secret");
+  WatchJobRequest watch;
+  watch.set_job("mlp");
+  auto stream = jobs_->Watch(watch_ctx.get(), watch);
+  JobEvent event;
+  ASSERT_TRUE(stream->Read(&event));
+  EXPECT_EQ(event.job().phase(), JOB_PHASE_COMMITTED);
+  for (const StartTrainerCommand& start : starts) {
+    ReadyRequest ready;
+    ready.set_job("mlp");
+    ready.set_epoch(1);
+    *ready.mutable_slot() = start.slot();
+    ReadyResponse ready_response;
+    ASSERT_TRUE(workers_->Ready(Context(start.membership_token()).get(), ready, &ready_response)
+                    .ok());
+  }
+  do {
+    ASSERT_TRUE(stream->Read(&event));
+  } while (event.job().phase() != JOB_PHASE_RUNNING);
+  CancelJobRequest cancel;
+  cancel.set_job("mlp");
+  Job cancelled;
+  ASSERT_TRUE(jobs_->Cancel(Context("user-secret").get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.phase(), JOB_PHASE_CANCELLED);
+  while (stream->Read(&event)) {
+  }
+  EXPECT_EQ(event.job().phase(), JOB_PHASE_CANCELLED);
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(GrpcServiceTest, JoinReturnsAtItsDeadline) {
+  const std::vector<StartTrainerCommand> starts = Place();
+  JoinRequest join;
+  join.set_job("mlp");
+  join.set_epoch(1);
+  *join.mutable_slot() = starts[0].slot();
+  JoinResponse response;
+  const absl::Time start = absl::Now();
+  grpc::Status s = workers_->Join(Context(starts[0].membership_token(), absl::Milliseconds(300)).get(),
+                                  join, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST_F(GrpcServiceTest, HealthServiceAnswers) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status s = health->Check(Context("").get(), request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST(ServerOptions, NonLoopbackNeedsTokens) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:7070"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:7070"));
+  ServerOptions options;
+  options.listen = "0.0.0.0:0";
+  auto server = Server::Start(options, nullptr);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("--user_token_file"), std::string::npos);
+  options.listen = "127.0.0.1:0";
+  options.tls_cert = "x";
+  EXPECT_EQ(Server::Start(options, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringmaster::coordinator
