@@ -476,6 +476,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   };
 
   for (int64_t step = first_step; step < total_steps; ++step) {
+    const absl::Time step_start = absl::Now();
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb, sampler.NextGlobalBatch(state, global_batch));
     const int64_t count = static_cast<int64_t>(gb.indices.size());
     ForwardBackwardOptions fb;
@@ -630,6 +631,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       window_start = absl::Now();
       window_samples = 0;
       window_comm = window_exposed = absl::ZeroDuration();
+    }
+    if (options.on_step) {
+      StepReport report;
+      report.step = step + 1;
+      report.total_steps = total_steps;
+      report.loss = result.final_loss;
+      report.grad_norm = apply ? norm.norm : 0;
+      report.step_time = absl::Now() - step_start;
+      report.comm_time = sync->last_step().comm_time;
+      options.on_step(report);
     }
     if (drain) {
       result.drained = true;

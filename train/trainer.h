@@ -39,6 +39,16 @@
 
 namespace ringmaster::train {
 
+// What a rank knows after each step (TrainerOptions::on_step).
+struct StepReport {
+  int64_t step = 0;         // steps done (1 after the first)
+  int64_t total_steps = 0;
+  double loss = 0;          // the step's mean loss, the same on every rank
+  double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
+  absl::Duration step_time;   // wall time of this step on this rank
+  absl::Duration comm_time;   // inside the step's gradient collectives
+};
+
 struct TrainerOptions {
   // Validated, with defaults applied (spec::LoadJobSpecFile does both).
   JobSpec spec;
@@ -65,6 +75,9 @@ struct TrainerOptions {
   std::atomic<bool>* save_requested = nullptr;
   // Stop (like a drain) once the job has taken this many steps; 0: run to the end.
   int64_t stop_at_step = 0;
+  // Called on every rank after each step (after its drain/save decision), on the training
+  // thread: keep it short (e.g. hand the report to another thread).
+  std::function<void(const StepReport&)> on_step;
 };
 
 struct TrainResult {

@@ -113,8 +113,23 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
         params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
       }
     };
+    // Every run also checks the per-step reports: one per step taken, in order, the last
+    // with the final loss.
+    std::vector<StepReport> reports;
+    o.on_step = [&](const StepReport& r) { reports.push_back(r); };
     auto result = RunTraining(o);
     if (!result.ok()) return result.status();
+    if (reports.empty() || reports.back().step != result->steps ||
+        reports.back().loss != result->final_loss) {
+      return absl::InternalError(absl::StrCat("on_step: ", reports.size(), " reports for ",
+                                              result->steps, " steps"));
+    }
+    for (size_t i = 1; i < reports.size(); ++i) {
+      if (reports[i].step != reports[i - 1].step + 1 || reports[i].step_time <= absl::ZeroDuration()) {
+        return absl::InternalError(absl::StrCat("on_step: report ", i, " is step ",
+                                                reports[i].step));
+      }
+    }
     const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
     absl::Status s = WriteFileAtomically(
         prefix + ".txt",
