@@ -73,7 +73,6 @@ void ToProto(const SlotRef& s, ringmaster::SlotRef* out) {
   out->set_slot(s.slot);
 }
 
-bool IsStaleEpoch(const absl::Status& s) { return s.code() == absl::StatusCode::kAborted; }
 
 }  // namespace
 
@@ -554,18 +553,27 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
     absl::MutexLock lock(&mu_);
     std::vector<Action> actions;
     const SlotRef slot = FromProto(r.slot());
-    absl::Status s =
-        machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(), &actions);
-    if (!s.ok() && !IsStaleEpoch(s)) return s;
     const JobState* state = machine_.job(r.job());
+    if (state == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
+    if (IsTerminal(state->phase)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", r.job(), " is ", JobPhaseName(state->phase), ": stop"));
+    }
+    // A report without a step (step < 0) only asks for the epoch: it is not progress, so
+    // a trainer stuck inside a step still looks hung.
+    const bool stale = r.epoch() < state->epoch;
+    if (!stale && r.stats().step() >= 0) {
+      RM_RETURN_IF_ERROR(
+          machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(), &actions));
+    }
     response.set_epoch(state->epoch);
-    if (IsStaleEpoch(s)) {
+    if (stale) {
       // A newer epoch forms: leavers save and exit; the others save when newcomers need
       // the current state (drain, growth) and their ring is still whole.
       response.set_leave(leaving_[r.job()].count(slot) > 0);
       response.set_save_now(state->cause == EpochCause::kDrain ||
                             state->cause == EpochCause::kGrow);
-    } else {
+    } else if (r.stats().step() >= 0) {
       Job& job = jobs_[r.job()];
       RankStats& stats = rank_stats_[r.job()][r.stats().rank()];
       stats = r.stats();

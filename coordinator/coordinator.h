@@ -78,7 +78,8 @@ class Coordinator {
   // later epoch formed, FAILED_PRECONDITION when the job ended, DEADLINE_EXCEEDED.
   void Join(const JoinRequest& request, absl::Time deadline, Done<JoinResponse> done);
   absl::Status Ready(const ReadyRequest& request);
-  // A stale epoch is not an error here: the response names the current epoch.
+  // A stale epoch is not an error here: the response names the current epoch. A report
+  // with stats.step < 0 only asks for the epoch (it does not count as progress).
   absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request);
   absl::Status ReportError(const ReportErrorRequest& request);
   absl::Status Finished(const FinishedRequest& request);

@@ -373,6 +373,7 @@ absl::Status Membership::RegisterNode(const std::string& node_id, int slots, abs
   node.slots = slots;
   node.lease_expiry = now + options_.lease;
   node.draining = false;
+  node.restored = false;
   // Assignments beyond the new slot count are lost with their trainers.
   std::map<std::string, std::set<SlotRef>> gone;
   for (const auto& [slot, job] : node.assigned) {
@@ -393,7 +394,7 @@ absl::Status Membership::RegisterNode(const std::string& node_id, int slots, abs
 absl::Status Membership::Heartbeat(const std::string& node_id, absl::Time now,
                                    std::vector<Action>* actions) {
   NodeState* node = FindNode(node_id);
-  if (node == nullptr || node->lease_expiry <= now) {
+  if (node == nullptr || node->lease_expiry <= now || node->restored) {
     return absl::NotFoundError(absl::StrCat("node ", node_id,
                                             " is not registered (its lease expired, or the "
                                             "coordinator restarted): register again"));
@@ -680,6 +681,7 @@ absl::Status Membership::Restore(const std::vector<JobState>& jobs, absl::Time n
       NodeState& node = nodes[m.slot.node];
       node.slots = std::max(node.slots, m.slot.slot + 1);
       node.lease_expiry = now + options_.lease;
+      node.restored = true;
       if (!node.assigned.emplace(m.slot.slot, id).second) {
         return absl::InvalidArgumentError(absl::StrCat(
             "persisted state gives slot ", ToString(m.slot), " to two jobs"));

@@ -239,6 +239,8 @@ class Membership {
     int slots = 0;
     absl::Time lease_expiry;
     bool draining = false;
+    // Known only from restored jobs: its agent must register (with its slot count) again.
+    bool restored = false;
     std::map<int, std::string> assigned;       // slot → job
     std::map<int, absl::Time> backoff_until;   // slot → time it is offered again
   };

@@ -1,8 +1,14 @@
-// ringtrainer: one rank of a training job. Started by `ringctl local` (and later by
-// ringworker), never by hand in normal use:
+// ringtrainer: one rank of a training job. Started by `ringctl local` or by ringworker,
+// never by hand in normal use:
 //
 //   ringtrainer --spec JOB.yaml --rank R --world_size N --store_dir DIR --prefix P
 //               [--local_ranks L] [--summary FILE] [--log_dir DIR]
+//   ringtrainer --spec JOB.yaml --coordinator HOST:PORT --job J --epoch E --node N --slot S
+//               --membership_token_file F [--advertise_host H] [--local_ranks L]
+//
+// The first form is a fixed world (rank and size given). The second is elastic: the rank
+// and world come from the coordinator for each epoch (worker/elastic_trainer.h), and
+// SIGTERM makes this trainer leave the job after the drain save.
 //
 // Rank 0 prints progress lines on stdout and writes the job's result as JSON to --summary.
 // Exit status: 0 when the job finished, 1 when it failed (the error on stderr), 2 for bad
@@ -18,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/store.h"
@@ -26,6 +33,8 @@
 #include "common/logging.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
+#include "worker/coordinator_client.h"
+#include "worker/elastic_trainer.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec (YAML), already with every override applied");
 ABSL_FLAG(int, rank, -1, "this trainer's rank, in [0, world_size)");
@@ -39,6 +48,15 @@ ABSL_FLAG(int, op_timeout_s, 120, "deadline of each collective, seconds");
 ABSL_FLAG(int64_t, stop_at_step, 0,
           "stop (like a drain: checkpoint, then exit) once the job has taken this many steps");
 ABSL_FLAG(int, connect_timeout_s, 60, "deadline of the communicator's bootstrap, seconds");
+ABSL_FLAG(std::string, coordinator, "", "elastic mode: the coordinator's host:port");
+ABSL_FLAG(std::string, job, "", "elastic mode: the job id");
+ABSL_FLAG(int64_t, epoch, 1, "elastic mode: the epoch this trainer was started for");
+ABSL_FLAG(std::string, node, "", "elastic mode: this trainer's node");
+ABSL_FLAG(int, slot, -1, "elastic mode: this trainer's slot on the node");
+ABSL_FLAG(std::string, membership_token_file, "",
+          "elastic mode: file holding the membership token (from the agent)");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "elastic mode: the address peers reach this trainer at");
 
 namespace ringmaster {
 namespace {
@@ -69,19 +87,24 @@ std::string ResultJson(const train::TrainResult& r) {
       r.resumed_from_step, r.checkpoints_saved, r.checkpoint_failures);
 }
 
-int Main() {
-  const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  if (world < 1) return Fail(2, "--world_size must be >= 1");
-  if (rank < 0 || rank >= world) {
-    return Fail(2, absl::StrCat("--rank ", rank, " is outside [0, ", world, ")"));
+void PrintProgress(const std::string& line) {
+  // On a terminal, step lines overwrite each other (a live progress line); epoch results
+  // and everything else stay. Elsewhere (files, pipes) every line is kept.
+  static const bool live = isatty(STDOUT_FILENO) == 1;
+  static bool pending = false;
+  const bool transient =
+      live && line.rfind("step ", 0) == 0 && line.find("test_accuracy") == std::string::npos;
+  if (transient) {
+    printf("\r\033[K%s", line.c_str());
+    pending = true;
+  } else {
+    printf("%s%s\n", pending ? "\r\033[K" : "", line.c_str());
+    pending = false;
   }
-  if (absl::GetFlag(FLAGS_spec).empty()) return Fail(2, "--spec is required");
-  if (absl::GetFlag(FLAGS_store_dir).empty()) return Fail(2, "--store_dir is required");
-  LoggingOptions lo;
-  lo.program_name = "ringtrainer";
-  lo.log_dir = absl::GetFlag(FLAGS_log_dir);
-  lo.to_stderr_only = lo.log_dir.empty();
-  InitLogging(lo);
+  fflush(stdout);
+}
+
+void InstallSignalHandlers() {
   // SIGTERM (the launcher cancelling, systemd or Kubernetes stopping us, a spot reclaim)
   // drains: the ranks stop after the current step, saving a checkpoint when the job has
   // them. A second SIGTERM leaves at once. SIGUSR1 asks for a checkpoint now.
@@ -93,6 +116,74 @@ int Main() {
   sigaction(SIGTERM, &sa, nullptr);
   sa.sa_handler = [](int) { g_save.store(true); };
   sigaction(SIGUSR1, &sa, nullptr);
+}
+
+void InitTrainerLogging() {
+  LoggingOptions lo;
+  lo.program_name = "ringtrainer";
+  lo.log_dir = absl::GetFlag(FLAGS_log_dir);
+  lo.to_stderr_only = lo.log_dir.empty();
+  InitLogging(lo);
+}
+
+int ElasticMain() {
+  if (absl::GetFlag(FLAGS_spec).empty()) return Fail(2, "--spec is required");
+  if (absl::GetFlag(FLAGS_job).empty()) return Fail(2, "--job is required with --coordinator");
+  if (absl::GetFlag(FLAGS_node).empty()) return Fail(2, "--node is required with --coordinator");
+  if (absl::GetFlag(FLAGS_slot) < 0) return Fail(2, "--slot is required with --coordinator");
+  if (absl::GetFlag(FLAGS_membership_token_file).empty()) {
+    return Fail(2, "--membership_token_file is required with --coordinator");
+  }
+  InitTrainerLogging();
+  InstallSignalHandlers();
+  auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
+  if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
+  auto token = ReadFile(absl::GetFlag(FLAGS_membership_token_file));
+  if (!token.ok()) return Fail(2, std::string(token.status().message()));
+  worker::CoordinatorClientOptions co;
+  co.address = absl::GetFlag(FLAGS_coordinator);
+  co.token = std::string(absl::StripAsciiWhitespace(*token));
+  auto client = worker::CoordinatorClient::Create(co);
+  if (!client.ok()) return Fail(2, std::string(client.status().message()));
+
+  worker::ElasticTrainerOptions eo;
+  eo.client = client->get();
+  eo.job = absl::GetFlag(FLAGS_job);
+  eo.slot.set_node(absl::GetFlag(FLAGS_node));
+  eo.slot.set_slot(absl::GetFlag(FLAGS_slot));
+  eo.first_epoch = absl::GetFlag(FLAGS_epoch);
+  eo.spec = *std::move(spec);
+  eo.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  eo.local_ranks = std::max(1, absl::GetFlag(FLAGS_local_ranks));
+  eo.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
+  eo.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  eo.progress = PrintProgress;
+  eo.leave_requested = &g_drain;
+  auto result = worker::RunElasticTrainer(eo);
+  if (!result.ok()) return Fail(1, result.status().ToString());
+  if (result->left) {
+    printf("ringtrainer %s/%d: left job %s after the drain save\n", eo.slot.node().c_str(),
+           eo.slot.slot(), eo.job.c_str());
+    return 0;
+  }
+  if (result->last_rank == 0 && !absl::GetFlag(FLAGS_summary).empty()) {
+    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(result->last));
+    if (!s.ok()) return Fail(1, s.ToString());
+  }
+  return 0;
+}
+
+int Main() {
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) return ElasticMain();
+  const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
+  if (world < 1) return Fail(2, "--world_size must be >= 1");
+  if (rank < 0 || rank >= world) {
+    return Fail(2, absl::StrCat("--rank ", rank, " is outside [0, ", world, ")"));
+  }
+  if (absl::GetFlag(FLAGS_spec).empty()) return Fail(2, "--spec is required");
+  if (absl::GetFlag(FLAGS_store_dir).empty()) return Fail(2, "--store_dir is required");
+  InitTrainerLogging();
+  InstallSignalHandlers();
 
   auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
@@ -113,21 +204,7 @@ int Main() {
   to.comm = comm->get();
   to.local_ranks = absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
   to.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
-  // On a terminal, step lines overwrite each other (a live progress line); epoch results
-  // and everything else stay. Elsewhere (files, pipes) every line is kept.
-  const bool live = isatty(STDOUT_FILENO) == 1;
-  to.progress = [live, pending = false](const std::string& line) mutable {
-    const bool transient =
-        live && line.rfind("step ", 0) == 0 && line.find("test_accuracy") == std::string::npos;
-    if (transient) {
-      printf("\r\033[K%s", line.c_str());
-      pending = true;
-    } else {
-      printf("%s%s\n", pending ? "\r\033[K" : "", line.c_str());
-      pending = false;
-    }
-    fflush(stdout);
-  };
+  to.progress = PrintProgress;
   to.drain_requested = &g_drain;
   to.save_requested = &g_save;
   to.stop_at_step = absl::GetFlag(FLAGS_stop_at_step);

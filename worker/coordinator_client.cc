@@ -1,0 +1,193 @@
+#include "worker/coordinator_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ringmaster::worker {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const CoordinatorClientOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("the coordinator's address is empty (--coordinator)");
+  }
+  if (options.tls_client_cert.empty() != options.tls_client_key.empty()) {
+    return absl::InvalidArgumentError("a TLS client certificate needs its key, and the key its "
+                                      "certificate");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls_ca.empty() && options.tls_client_cert.empty()) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca;
+    ssl.pem_cert_chain = options.tls_client_cert;
+    ssl.pem_private_key = options.tls_client_key;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(options, grpc::CreateChannel(options.address, credentials)));
+}
+
+CoordinatorClient::CoordinatorClient(const CoordinatorClientOptions& options,
+                                     std::shared_ptr<grpc::Channel> channel)
+    : options_(options),
+      channel_(std::move(channel)),
+      jobs_(JobService::NewStub(channel_)),
+      workers_(WorkerService::NewStub(channel_)) {}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Time deadline) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  ctx->set_deadline(absl::ToChronoTime(deadline));
+  return ctx;
+}
+
+template <typename Stub, typename Request, typename Response>
+absl::Status CoordinatorClient::Call(
+    Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, Response* response, absl::Time deadline) {
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    auto ctx = Context(deadline);
+    absl::Status s = FromGrpc((stub->*method)(ctx.get(), request, response));
+    if (!absl::IsUnavailable(s)) return s;
+    const absl::Time now = absl::Now();
+    if (now + backoff >= std::min(give_up, deadline)) {
+      return absl::UnavailableError(absl::StrCat("the coordinator at ", options_.address,
+                                                 " cannot be reached: ", s.message()));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+#define RM_CLIENT_UNARY(stub, Method, Request, Response)                                  \
+  absl::StatusOr<Response> CoordinatorClient::Method(const Request& request) {            \
+    Response response;                                                                    \
+    RM_RETURN_IF_ERROR(Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, \
+                            request, &response, absl::Now() + options_.rpc_timeout));     \
+    return response;                                                                      \
+  }
+
+RM_CLIENT_UNARY(workers_, RegisterNode, RegisterNodeRequest, RegisterNodeResponse)
+RM_CLIENT_UNARY(workers_, Heartbeat, HeartbeatRequest, HeartbeatResponse)
+RM_CLIENT_UNARY(workers_, Progress, ProgressRequest, ProgressResponse)
+RM_CLIENT_UNARY(workers_, StoreAdd, StoreAddRequest, StoreAddResponse)
+#undef RM_CLIENT_UNARY
+
+#define RM_CLIENT_STATUS(Method, Request, Response)                                          \
+  absl::Status CoordinatorClient::Method(const Request& request) {                           \
+    Response response;                                                                       \
+    return Call(workers_.get(), &WorkerService::Stub::Method, request, &response,            \
+                absl::Now() + options_.rpc_timeout);                                         \
+  }
+
+RM_CLIENT_STATUS(DrainNode, DrainNodeRequest, DrainNodeResponse)
+RM_CLIENT_STATUS(TrainerExited, TrainerExitedRequest, TrainerExitedResponse)
+RM_CLIENT_STATUS(Ready, ReadyRequest, ReadyResponse)
+RM_CLIENT_STATUS(ReportError, ReportErrorRequest, ReportErrorResponse)
+RM_CLIENT_STATUS(Finished, FinishedRequest, FinishedResponse)
+RM_CLIENT_STATUS(ReportCheckpoint, ReportCheckpointRequest, ReportCheckpointResponse)
+RM_CLIENT_STATUS(StoreSet, StoreSetRequest, StoreSetResponse)
+#undef RM_CLIENT_STATUS
+
+absl::StatusOr<Job> CoordinatorClient::Submit(const JobSpec& spec) {
+  SubmitRequest request;
+  *request.mutable_spec() = spec;
+  Job job;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::Submit, request, &job,
+                          absl::Now() + options_.rpc_timeout));
+  return job;
+}
+
+absl::StatusOr<Job> CoordinatorClient::Get(const std::string& id) {
+  GetJobRequest request;
+  request.set_job(id);
+  Job job;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::Get, request, &job,
+                          absl::Now() + options_.rpc_timeout));
+  return job;
+}
+
+absl::StatusOr<std::vector<Job>> CoordinatorClient::List(bool include_finished) {
+  ListJobsRequest request;
+  request.set_include_finished(include_finished);
+  ListJobsResponse response;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::List, request, &response,
+                          absl::Now() + options_.rpc_timeout));
+  return std::vector<Job>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<Job> CoordinatorClient::Cancel(const std::string& id) {
+  CancelJobRequest request;
+  request.set_job(id);
+  Job job;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::Cancel, request, &job,
+                          absl::Now() + options_.rpc_timeout));
+  return job;
+}
+
+absl::Status CoordinatorClient::Watch(const std::string& job, absl::Time deadline,
+                                      const std::function<bool(const JobEvent&)>& on_event) {
+  int64_t version = 0;
+  while (absl::Now() < deadline) {
+    WatchJobRequest request;
+    request.set_job(job);
+    request.set_after_version(version);
+    auto ctx = Context(std::min(deadline, absl::Now() + options_.wait_step));
+    auto stream = jobs_->Watch(ctx.get(), request);
+    JobEvent event;
+    while (stream->Read(&event)) {
+      version = event.version();
+      if (!on_event(event)) {
+        ctx->TryCancel();
+        stream->Finish().ok();
+        return absl::OkStatus();
+      }
+      const ringmaster::JobPhase phase = event.job().phase();
+      if (phase == JOB_PHASE_SUCCEEDED || phase == JOB_PHASE_FAILED ||
+          phase == JOB_PHASE_CANCELLED) {
+        stream->Finish().ok();
+        return absl::OkStatus();
+      }
+    }
+    absl::Status s = FromGrpc(stream->Finish());
+    if (!s.ok() && !absl::IsDeadlineExceeded(s) && !absl::IsUnavailable(s)) return s;
+    if (absl::IsUnavailable(s)) absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job ", job, " still running"));
+}
+
+absl::StatusOr<JoinResponse> CoordinatorClient::Join(const JoinRequest& request,
+                                                     absl::Time deadline) {
+  while (true) {
+    JoinResponse response;
+    absl::Status s = Call(workers_.get(), &WorkerService::Stub::Join, request, &response,
+                          std::min(deadline, absl::Now() + options_.wait_step));
+    if (s.ok()) return response;
+    if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) return s;
+  }
+}
+
+absl::StatusOr<StoreGetResponse> CoordinatorClient::StoreGet(const StoreGetRequest& request,
+                                                             absl::Time deadline) {
+  while (true) {
+    StoreGetResponse response;
+    absl::Status s = Call(workers_.get(), &WorkerService::Stub::StoreGet, request, &response,
+                          std::min(deadline, absl::Now() + options_.wait_step));
+    if (s.ok()) return response;
+    if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) return s;
+  }
+}
+
+}  // namespace ringmaster::worker

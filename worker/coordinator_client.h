@@ -1,0 +1,99 @@
+// A client of the coordinator (proto/coordinator.proto) for agents, trainers and ringctl:
+// one channel, the caller's bearer token on every call, gRPC errors as absl::Status with
+// the same code and message.
+//
+// Retries: a call that fails with UNAVAILABLE (the coordinator restarting, a network
+// blip) is retried with backoff until `retry_for` has passed, so a kill -9 and restart of
+// the coordinator looks like a slow call. Waiting calls (Join, StoreGet) are re-issued in
+// steps of at most `wait_step` until their own deadline.
+//
+// Thread-safe.
+#ifndef RINGMASTER_WORKER_COORDINATOR_CLIENT_H_
+#define RINGMASTER_WORKER_COORDINATOR_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace ringmaster::worker {
+
+struct CoordinatorClientOptions {
+  std::string address;  // host:port
+  // User, node or membership token, by who calls. Empty: none sent.
+  std::string token;
+  // PEM CA of the coordinator's certificate; empty: plaintext. With client_cert/key:
+  // mutual TLS.
+  std::string tls_ca;
+  std::string tls_client_cert;
+  std::string tls_client_key;
+  // Deadline of one call that does not wait.
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  // How long UNAVAILABLE is retried.
+  absl::Duration retry_for = absl::Seconds(30);
+  // Longest single wait of Join/StoreGet before it is re-issued.
+  absl::Duration wait_step = absl::Seconds(20);
+};
+
+class CoordinatorClient {
+ public:
+  // INVALID_ARGUMENT for an empty address or half a TLS client configuration.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
+      const CoordinatorClientOptions& options);
+
+  // --- users ---
+  absl::StatusOr<Job> Submit(const JobSpec& spec);
+  absl::StatusOr<Job> Get(const std::string& job);
+  absl::StatusOr<std::vector<Job>> List(bool include_finished);
+  absl::StatusOr<Job> Cancel(const std::string& job);
+  // Streams the job's states to `on_event` until the job ends (OK), `on_event` returns
+  // false (OK), or `deadline` (DEADLINE_EXCEEDED).
+  absl::Status Watch(const std::string& job, absl::Time deadline,
+                     const std::function<bool(const JobEvent&)>& on_event);
+
+  // --- agents ---
+  absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  absl::Status DrainNode(const DrainNodeRequest& request);
+  absl::Status TrainerExited(const TrainerExitedRequest& request);
+
+  // --- trainers ---
+  // Waits until `deadline` for the epoch to commit.
+  absl::StatusOr<JoinResponse> Join(const JoinRequest& request, absl::Time deadline);
+  absl::Status Ready(const ReadyRequest& request);
+  absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request);
+  absl::Status ReportError(const ReportErrorRequest& request);
+  absl::Status Finished(const FinishedRequest& request);
+  absl::Status ReportCheckpoint(const ReportCheckpointRequest& request);
+  absl::Status StoreSet(const StoreSetRequest& request);
+  // Waits until `deadline` for every key.
+  absl::StatusOr<StoreGetResponse> StoreGet(const StoreGetRequest& request, absl::Time deadline);
+  absl::StatusOr<StoreAddResponse> StoreAdd(const StoreAddRequest& request);
+
+ private:
+  explicit CoordinatorClient(const CoordinatorClientOptions& options,
+                             std::shared_ptr<grpc::Channel> channel);
+  std::unique_ptr<grpc::ClientContext> Context(absl::Time deadline) const;
+  // One unary call with the UNAVAILABLE retries.
+  template <typename Stub, typename Request, typename Response>
+  absl::Status Call(Stub* stub,
+                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response, absl::Time deadline);
+
+  const CoordinatorClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<JobService::Stub> jobs_;
+  std::unique_ptr<WorkerService::Stub> workers_;
+};
+
+// grpc::Status → absl::Status (same code and message).
+absl::Status FromGrpc(const grpc::Status& status);
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_COORDINATOR_CLIENT_H_

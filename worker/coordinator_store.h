@@ -1,0 +1,38 @@
+// comm::Store over the coordinator's per-job bootstrap store (WorkerService.Store*): how
+// the trainers of one epoch find each other when a coordinator runs the job. Keys are
+// scoped to the job; the coordinator clears them when an epoch commits, so each epoch's
+// communicator bootstraps from a clean store.
+//
+// Thread-safe (the client is).
+#ifndef RINGMASTER_WORKER_COORDINATOR_STORE_H_
+#define RINGMASTER_WORKER_COORDINATOR_STORE_H_
+
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+#include "proto/coordinator.pb.h"
+#include "worker/coordinator_client.h"
+
+namespace ringmaster::worker {
+
+class CoordinatorStore final : public comm::Store {
+ public:
+  // `client` is not owned and must carry the membership token of (job, slot).
+  CoordinatorStore(CoordinatorClient* client, std::string job, ringmaster::SlotRef slot)
+      : client_(client), job_(std::move(job)), slot_(std::move(slot)) {}
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Time deadline) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+
+ private:
+  CoordinatorClient* const client_;
+  const std::string job_;
+  const ringmaster::SlotRef slot_;
+};
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_COORDINATOR_STORE_H_

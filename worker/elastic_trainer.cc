@@ -1,0 +1,251 @@
+#include "worker/elastic_trainer.h"
+
+#include <memory>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/tcp/tcp_communicator.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/coordinator_store.h"
+
+namespace ringmaster::worker {
+namespace {
+
+bool JobIsOver(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
+
+// Sends the latest step report to the coordinator from its own thread, so that a slow or
+// restarting coordinator never stalls training, and watches the answers for a new epoch.
+class ProgressReporter {
+ public:
+  ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
+                   std::atomic<bool>* drain)
+      : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
+        thread_([this] { Loop(); }) {}
+
+  ~ProgressReporter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Report(const train::StepReport& report) {
+    absl::MutexLock lock(&mu_);
+    latest_ = report;
+  }
+
+  // The newest epoch the coordinator named, and whether this trainer must leave.
+  int64_t announced_epoch() const {
+    absl::MutexLock lock(&mu_);
+    return announced_;
+  }
+  bool leave() const {
+    absl::MutexLock lock(&mu_);
+    return leave_;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::optional<train::StepReport> report;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this] { return stop_ || latest_.has_value(); };
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
+        if (stop_) return;
+        report = std::exchange(latest_, std::nullopt);
+      }
+      if (options_.leave_requested != nullptr && options_.leave_requested->load()) {
+        drain_->store(true);
+        absl::MutexLock lock(&mu_);
+        leave_ = true;
+      }
+      // Without a new step the report only asks for the epoch (step -1): it must not keep a
+      // trainer stuck inside a step looking alive.
+      ProgressRequest request;
+      request.set_job(options_.job);
+      request.set_epoch(epoch_);
+      *request.mutable_slot() = options_.slot;
+      RankStats* stats = request.mutable_stats();
+      stats->set_rank(rank_);
+      if (report) {
+        stats->set_step(report->step);
+        stats->set_loss(report->loss);
+        stats->set_grad_norm(report->grad_norm);
+        stats->set_step_time_s(absl::ToDoubleSeconds(report->step_time));
+        const double step_s = absl::ToDoubleSeconds(report->step_time);
+        stats->set_comm_fraction(step_s > 0 ? absl::ToDoubleSeconds(report->comm_time) / step_s
+                                            : 0);
+        request.set_total_steps(report->total_steps);
+      } else {
+        stats->set_step(-1);  // a keep-alive between steps: nothing new to report
+      }
+      auto response = options_.client->Progress(request);
+      if (!response.ok()) {
+        LOG(WARNING) << "progress report failed: " << response.status();
+        continue;
+      }
+      if (response->epoch() > epoch_) {
+        absl::MutexLock lock(&mu_);
+        announced_ = response->epoch();
+        leave_ = leave_ || response->leave();
+        // A whole ring saves and stops at the next step boundary; a broken one fails on
+        // its own.
+        if (response->save_now() || response->leave()) drain_->store(true);
+      }
+    }
+  }
+
+  const ElasticTrainerOptions& options_;
+  const int64_t epoch_;
+  const int rank_;
+  std::atomic<bool>* const drain_;
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
+  int64_t announced_ ABSL_GUARDED_BY(mu_) = 0;
+  bool leave_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// The epoch after `epoch`, asked of the coordinator until it has formed one.
+absl::StatusOr<int64_t> NextEpoch(const ElasticTrainerOptions& o, int64_t epoch) {
+  const absl::Time give_up = absl::Now() + o.join_timeout;
+  while (true) {
+    ProgressRequest request;
+    request.set_job(o.job);
+    request.set_epoch(epoch);
+    *request.mutable_slot() = o.slot;
+    request.mutable_stats()->set_step(-1);
+    auto response = o.client->Progress(request);
+    if (!response.ok() && !absl::IsNotFound(response.status())) return response.status();
+    if (response.ok() && response->epoch() > epoch) return response->epoch();
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no epoch after ", epoch, " formed within ",
+                       absl::FormatDuration(o.join_timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
+                           const absl::Status& error) {
+  ReportErrorRequest request;
+  request.set_job(o.job);
+  request.set_epoch(epoch);
+  *request.mutable_slot() = o.slot;
+  request.set_detail(error.ToString());
+  absl::Status s = o.client->ReportError(request);
+  if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
+}
+
+}  // namespace
+
+absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) {
+  if (o.client == nullptr) return absl::InvalidArgumentError("no coordinator client");
+  const bool checkpointing = !o.spec.checkpoint().dir().empty();
+  ElasticResult result;
+  int64_t epoch = o.first_epoch;
+  while (true) {
+    JoinRequest join;
+    join.set_job(o.job);
+    join.set_epoch(epoch);
+    *join.mutable_slot() = o.slot;
+    auto joined = o.client->Join(join, absl::Now() + o.join_timeout);
+    if (absl::IsAborted(joined.status())) {
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+    if (!joined.ok()) return joined.status();
+    epoch = joined->epoch();
+    const int rank = joined->rank(), world = joined->world_size();
+    result.last_rank = rank;
+    LOG(INFO) << "job " << o.job << " epoch " << epoch << ": rank " << rank << " of " << world;
+    if (result.epochs > 0 && !checkpointing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", o.job, " has no checkpoint.dir, so its ranks cannot resume after a "
+          "membership change; set checkpoint.dir in the job spec"));
+    }
+
+    CoordinatorStore store(o.client, o.job, o.slot);
+    comm::TcpCommunicatorOptions co;
+    co.rank = rank;
+    co.size = world;
+    co.store = &store;
+    co.prefix = absl::StrCat(joined->store_prefix(), "tcp");
+    co.listen_host = o.advertise_host;
+    co.connect_timeout = o.connect_timeout;
+    auto comm = comm::TcpCommunicator::Create(co);
+    if (!comm.ok()) {
+      LOG(WARNING) << "epoch " << epoch << " bootstrap failed: " << comm.status();
+      ReportCollectiveError(o, epoch, comm.status());
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+    ReadyRequest ready;
+    ready.set_job(o.job);
+    ready.set_epoch(epoch);
+    *ready.mutable_slot() = o.slot;
+    if (absl::Status s = o.client->Ready(ready); !s.ok()) {
+      if (JobIsOver(s)) return s;
+      (*comm)->Abort();
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+
+    std::atomic<bool> drain{false};
+    train::TrainerOptions to;
+    to.spec = o.spec;
+    if (checkpointing && result.epochs > 0) to.spec.set_resume("auto");
+    to.comm = comm->get();
+    to.local_ranks = o.local_ranks;
+    to.op_timeout = o.op_timeout;
+    if (rank == 0) to.progress = o.progress;
+    to.drain_requested = &drain;
+    absl::StatusOr<train::TrainResult> trained;
+    int64_t announced = 0;
+    bool leave = false;
+    {
+      ProgressReporter reporter(o, epoch, rank, &drain);
+      to.on_step = [&reporter](const train::StepReport& r) { reporter.Report(r); };
+      trained = train::RunTraining(to);
+      announced = reporter.announced_epoch();
+      leave = reporter.leave();
+    }
+    leave = leave || (o.leave_requested != nullptr && o.leave_requested->load());
+    if (!trained.ok()) {
+      (*comm)->Abort();
+      LOG(WARNING) << "epoch " << epoch << " failed: " << trained.status();
+      if (leave) {
+        result.left = true;
+        return result;
+      }
+      ReportCollectiveError(o, epoch, trained.status());
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, std::max(epoch, announced - 1)));
+      continue;
+    }
+    result.last = *trained;
+    ++result.epochs;
+    if (!trained->drained) {
+      FinishedRequest finished;
+      finished.set_job(o.job);
+      finished.set_epoch(epoch);
+      *finished.mutable_slot() = o.slot;
+      RM_RETURN_IF_ERROR(o.client->Finished(finished));
+      return result;
+    }
+    if (leave) {
+      result.left = true;
+      return result;
+    }
+    RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, std::max(epoch, announced - 1)));
+  }
+}
+
+}  // namespace ringmaster::worker

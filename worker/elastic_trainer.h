@@ -1,0 +1,69 @@
+// One trainer under a coordinator: the epoch loop of ARCHITECTURE.md, step 2 onwards.
+//
+//   join epoch e → rank, world (blocks until every member joined)
+//   bootstrap a TCP communicator through the coordinator's store (prefix epoch-e/)
+//   report Ready, then train from the latest checkpoint (resume: auto), reporting each
+//   step's progress from a side thread
+//   - finished: report Finished; done.
+//   - the coordinator announced epoch e' > e (its Progress answer):
+//       drain or growth (the ring is whole): every rank votes to stop after the current
+//       step, the job saves synchronously, leavers exit, the rest join e' and resume from
+//       that checkpoint: no step is lost;
+//       failure: the collective fails soon (a peer died), see below.
+//   - a collective failed (a peer died or hung): report the error, abort the communicator,
+//     learn the next epoch and join it; the job resumes from its latest checkpoint.
+//
+// Survivors restore from the checkpoint, not from memory: simple and always correct;
+// restoring data-parallel replicas from memory is a later optimisation.
+#ifndef RINGMASTER_WORKER_ELASTIC_TRAINER_H_
+#define RINGMASTER_WORKER_ELASTIC_TRAINER_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job_spec.pb.h"
+#include "train/trainer.h"
+#include "worker/coordinator_client.h"
+
+namespace ringmaster::worker {
+
+struct ElasticTrainerOptions {
+  // Not owned; carries this trainer's membership token.
+  CoordinatorClient* client = nullptr;
+  std::string job;
+  ringmaster::SlotRef slot;
+  int64_t first_epoch = 1;
+  // Effective and validated (the coordinator sent it so).
+  JobSpec spec;
+  // The address peers reach this trainer at, and the number of trainers on this host.
+  std::string advertise_host = "127.0.0.1";
+  int local_ranks = 1;
+  absl::Duration op_timeout = absl::Seconds(60);
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // How long to wait for an epoch to commit (survivors of a job below min_ranks wait here
+  // until the coordinator gives up on the job).
+  absl::Duration join_timeout = absl::Minutes(30);
+  // Rank 0's progress lines.
+  std::function<void(const std::string&)> progress;
+  // Set (SIGTERM) to leave: the job drains (synchronous save), this trainer exits.
+  const std::atomic<bool>* leave_requested = nullptr;
+};
+
+struct ElasticResult {
+  train::TrainResult last;  // of the last epoch this trainer trained in
+  int64_t epochs = 0;       // epochs trained in
+  bool left = false;        // it left (drain) before the job finished
+  int last_rank = -1;
+};
+
+// Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover
+// (no checkpoint.dir); the trainer exits non-zero.
+absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& options);
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_ELASTIC_TRAINER_H_
