@@ -4,6 +4,8 @@
 //       Runs the job on this machine with N trainer processes (file Store), prints rank 0's
 //       progress, and exits with the job's status: 0 succeeded, 1 failed, 2 bad usage or
 //       spec, 130 cancelled (Ctrl-C / SIGTERM).
+//   ringctl submit|list|status|cancel|top|checkpoints ...
+//       Talk to a coordinator (cli/jobs.h).
 //   ringctl estimate memory --params 7B --world 8 [--zero 0..3] [--precision mixed|fp32]
 //       [--optimizer adam|sgd]
 //       Prints per-rank memory by the ZeRO formula.
@@ -29,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/inspect.h"
+#include "cli/jobs.h"
 #include "checkpoint/manifest.h"
 #include "common/env.h"
 #include "common/file_util.h"
@@ -53,7 +56,7 @@ constexpr char kUsage[] =
     "  ringctl checkpoint verify STEP_DIR    (reads every byte, checks every checksum)\n";
 
 int Usage(const std::string& problem) {
-  fprintf(stderr, "ringctl: %s\n%s", problem.c_str(), kUsage);
+  fprintf(stderr, "ringctl: %s\n%s%s", problem.c_str(), kUsage, kJobsUsage);
   return 2;
 }
 
@@ -413,8 +416,9 @@ int main(int argc, char** argv) {
     return EstimateMemoryCommand(argc, argv);
   }
   if (command == "checkpoint") return CheckpointCommand(argc, argv);
+  if (IsJobsCommand(command)) return JobsCommand(command, argc - 1, argv + 1);
   if (command == "--help" || command == "help") {
-    printf("%s", kUsage);
+    printf("%s%s", kUsage, kJobsUsage);
     return 0;
   }
   return Usage(absl::StrCat("unknown command \"", command, "\""));

@@ -261,6 +261,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
     } else if (const auto* a = std::get_if<CommitEpoch>(&action)) {
       Job& job = jobs_[a->job];
       world_[a->job] = static_cast<int>(a->members.size());
+      job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
       if (job.recoveries_size() > 0 && job.recoveries().rbegin()->epoch() == a->epoch) {
@@ -559,10 +560,12 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
       return absl::FailedPreconditionError(
           absl::StrCat("job ", r.job(), " is ", JobPhaseName(state->phase), ": stop"));
     }
-    // A report without a step (step < 0) only asks for the epoch: it is not progress, so
-    // a trainer stuck inside a step still looks hung.
+    // A report without a step (step < 0, sent while a step takes long) still shows that
+    // the trainer process is alive: a stopped or frozen process sends nothing and is hung
+    // after hang_timeout. (A trainer alive but blocked in a collective is not hung: its
+    // peers' collectives time out and they report the error.)
     const bool stale = r.epoch() < state->epoch;
-    if (!stale && r.stats().step() >= 0) {
+    if (!stale) {
       RM_RETURN_IF_ERROR(
           machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(), &actions));
     }
@@ -584,6 +587,12 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
         if (r.stats().step_time_s() > 0) job.set_steps_per_s(1.0 / r.stats().step_time_s());
       }
       if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
+      for (ringmaster::Member& m : *job.mutable_members()) {
+        if (FromProto(m.slot()) == slot) {
+          m.set_step(r.stats().step());
+          m.set_last_progress_ms(Ms(Now()));
+        }
+      }
       // The first step of a new epoch closes its recovery's timeline.
       if (job.recoveries_size() > 0) {
         Recovery* rec = job.mutable_recoveries(job.recoveries_size() - 1);

@@ -79,7 +79,7 @@ class Coordinator {
   void Join(const JoinRequest& request, absl::Time deadline, Done<JoinResponse> done);
   absl::Status Ready(const ReadyRequest& request);
   // A stale epoch is not an error here: the response names the current epoch. A report
-  // with stats.step < 0 only asks for the epoch (it does not count as progress).
+  // with stats.step < 0 is a keep-alive: the process lives, no new step yet.
   absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request);
   absl::Status ReportError(const ReportErrorRequest& request);
   absl::Status Finished(const FinishedRequest& request);

@@ -45,6 +45,7 @@ class CoordinatorTest : public ::testing::Test {
     options_.database = dir_ + "/jobs.db";
     options_.clock = &clock_;
     options_.membership.lease = absl::Seconds(3);
+    options_.membership.restore_grace = absl::Seconds(3);
     options_.membership.grow_after = absl::Seconds(1000);
     Reopen();
     auto spec = spec::LoadJobSpecFile("examples/fashion_mnist_mlp.yaml", {});

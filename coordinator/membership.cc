@@ -545,7 +545,7 @@ absl::Status Membership::Progress(const std::string& id, int64_t epoch, const Sl
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   Member* m = live->second;
-  m->step = std::max(m->step, step);
+  m->step = std::max(m->step, step);  // step -1: a keep-alive
   m->last_progress = now;
   return absl::OkStatus();
 }
@@ -677,10 +677,11 @@ absl::Status Membership::Restore(const std::vector<JobState>& jobs, absl::Time n
     }
     if (job.phase == JobPhase::kPending) job.below_min_since = now;
     for (Member& m : job.members) {
-      m.last_progress = now;
+      // Trainers reconnect too: their hang clock starts after the grace.
+      m.last_progress = now + options_.restore_grace;
       NodeState& node = nodes[m.slot.node];
       node.slots = std::max(node.slots, m.slot.slot + 1);
-      node.lease_expiry = now + options_.lease;
+      node.lease_expiry = now + std::max(options_.lease, options_.restore_grace);
       node.restored = true;
       if (!node.assigned.emplace(m.slot.slot, id).second) {
         return absl::InvalidArgumentError(absl::StrCat(

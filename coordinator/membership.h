@@ -53,6 +53,9 @@ namespace ringmaster::coordinator {
 struct MembershipOptions {
   // A node whose agent has not heartbeaten for this long is dead, with its trainers.
   absl::Duration lease = absl::Seconds(3);
+  // After Restore (a coordinator restart), the agents of restored nodes have this long
+  // (or `lease`, if longer) to register again: they must first notice the restart.
+  absl::Duration restore_grace = absl::Seconds(10);
   // Every candidate of a forming epoch must join within this; the missing are dropped.
   absl::Duration join_timeout = absl::Seconds(30);
   // Every member of a committed epoch must report Ready within this.
@@ -222,8 +225,8 @@ class Membership {
   void Tick(absl::Time now, std::vector<Action>* actions);
 
   // After a coordinator restart: the persisted jobs. Nodes hosting members are assumed
-  // alive with a fresh lease from `now` (their agents re-register and heartbeat); forming
-  // and committed epochs restart their timers from `now`.
+  // alive until `now` + max(lease, restore_grace), by when their agents must have
+  // registered again; forming and committed epochs restart their timers from `now`.
   absl::Status Restore(const std::vector<JobState>& jobs, absl::Time now);
 
   // --- Queries ---

@@ -5,7 +5,8 @@
 //
 // Commands:
 //   options lease=3s join_timeout=30s ready_timeout=120s hang_timeout=120s
-//           rendezvous_timeout=300s slot_backoff=10s grow_after=5s   (first, optional)
+//           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
+//                                  (first, optional)
 //   register NODE slots=N          heartbeat NODE...        drain NODE
 //   exited NODE/SLOT JOB code=N    submit JOB min=N max=N [budget=N]    cancel JOB
 //   join|ready|finished JOB EPOCH NODE/SLOT...
@@ -135,6 +136,7 @@ class Scenario {
         else if (k == "rendezvous_timeout") options_.rendezvous_timeout = d;
         else if (k == "slot_backoff") options_.slot_backoff = d;
         else if (k == "grow_after") options_.grow_after = d;
+        else if (k == "restore_grace") options_.restore_grace = d;
         else ADD_FAILURE() << "unknown option " << k;
       }
       machine_ = std::make_unique<Membership>(options_);

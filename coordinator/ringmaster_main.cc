@@ -40,6 +40,8 @@ ABSL_FLAG(double, hang_timeout_s, 120, "a member without progress this long is h
 ABSL_FLAG(double, rendezvous_timeout_s, 300, "a job below min_ranks fails after this long");
 ABSL_FLAG(double, slot_backoff_s, 10, "a slot whose trainer failed rests this long");
 ABSL_FLAG(double, grow_after_s, 5, "a running job grows into free slots after running this long");
+ABSL_FLAG(double, restore_grace_s, 10,
+          "after a restart, agents have this long (or the lease) to register again");
 ABSL_FLAG(int, verbosity, 0, "glog verbosity (1: every decision)");
 
 namespace ringmaster {
@@ -97,6 +99,7 @@ int Main(int argc, char** argv) {
       Seconds(FLAGS_rendezvous_timeout_s, "rendezvous_timeout_s", &error);
   options.membership.slot_backoff = Seconds(FLAGS_slot_backoff_s, "slot_backoff_s", &error);
   options.membership.grow_after = Seconds(FLAGS_grow_after_s, "grow_after_s", &error);
+  options.membership.restore_grace = Seconds(FLAGS_restore_grace_s, "restore_grace_s", &error);
   if (!error.empty()) return Fail(2, error);
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.membership.lease <= options.heartbeat_interval) {

@@ -33,8 +33,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
     ssl.pem_private_key = options.tls_client_key;
     credentials = grpc::SslCredentials(ssl);
   }
-  return std::unique_ptr<CoordinatorClient>(
-      new CoordinatorClient(options, grpc::CreateChannel(options.address, credentials)));
+  // Reconnect quickly after the coordinator restarts: gRPC's default backoff grows to
+  // minutes, during which every call fails at once.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
+      options, grpc::CreateCustomChannel(options.address, credentials, args)));
 }
 
 CoordinatorClient::CoordinatorClient(const CoordinatorClientOptions& options,

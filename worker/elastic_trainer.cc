@@ -65,8 +65,8 @@ class ProgressReporter {
         absl::MutexLock lock(&mu_);
         leave_ = true;
       }
-      // Without a new step the report only asks for the epoch (step -1): it must not keep a
-      // trainer stuck inside a step looking alive.
+      // Without a new step the report is a keep-alive (step -1): this process lives. A
+      // stopped process sends nothing and the coordinator finds it hung.
       ProgressRequest request;
       request.set_job(options_.job);
       request.set_epoch(epoch_);

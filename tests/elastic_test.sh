@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# End to end under a coordinator: ringmaster, ringworker agents and ringtrainers as real
+# processes on loopback, driven by ringctl. One scenario per target ($1):
+#   failures: 4 ranks on 2 agents (2 slots each).
+#     - SIGKILL one trainer: the job goes on with 3 in a new epoch and completes, its test
+#       accuracy within 0.03 of an uninterrupted run of the same spec;
+#     - SIGKILL a whole agent with its trainers: its lease expires, the job goes on;
+#     - SIGSTOP a trainer: after the hang timeout it is stopped and the job goes on.
+#   restart: kill -9 the coordinator mid-training and start it again on the same
+#     database: the job completes; a node that comes back makes the job grow again.
+#   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
+#     the drain save of the step the ring reached); two jobs at once on separate slots.
+set -uo pipefail
+
+SCENARIO="${1:?scenario}"
+BIN="$TEST_SRCDIR/ringmaster"
+RINGMASTER="$BIN/coordinator/ringmaster"
+RINGWORKER="$BIN/worker/ringworker"
+RINGTRAINER="$BIN/worker/ringtrainer"
+RINGCTL="$BIN/cli/ringctl"
+SPEC="$BIN/examples/fashion_mnist_mlp.yaml"
+WORK="${TEST_TMPDIR:-/tmp}/elastic_$SCENARIO"
+rm -rf "$WORK" && mkdir -p "$WORK"
+PORT=$((20000 + RANDOM % 20000))
+COORD="127.0.0.1:$PORT"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  pkill -KILL -f "ringtrainer.*--coordinator=$COORD" 2>/dev/null
+  true
+}
+trap cleanup EXIT
+
+if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "SKIP: Debian's dataset-fashion-mnist is not installed (tools/setup.sh installs it)"
+  exit 0
+fi
+
+# Coordinator flags for quick tests: 0.2 s heartbeats, 1 s lease, 3 s hang timeout.
+COORD_FLAGS=(--heartbeat_s 0.2 --lease_s 1 --hang_timeout_s 3 --slot_backoff_s 2
+  --grow_after_s 1000 --join_timeout_s 20)
+start_coordinator() {
+  "$RINGMASTER" --listen "$COORD" --db "$WORK/jobs.db" "${COORD_FLAGS[@]}" "$@" \
+    >>"$WORK/coordinator.log" 2>&1 &
+  COORD_PID=$!
+  pids+=("$COORD_PID")
+  for _ in $(seq 1 100); do
+    grep -q "serving on" "$WORK/coordinator.log" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the coordinator did not start: $(tail -3 "$WORK/coordinator.log")"
+}
+# start_agent NODE SLOTS: sets AGENT_PID.
+start_agent() {
+  "$RINGWORKER" --coordinator "$COORD" --node "$1" --slots "$2" --work_dir "$WORK/node-$1" \
+    --trainer "$RINGTRAINER" --trainer_flags=--op_timeout_s=5,--connect_timeout_s=10 \
+    --drain_grace_s 30 >>"$WORK/agent-$1.log" 2>&1 &
+  AGENT_PID=$!
+  pids+=("$AGENT_PID")
+  local registered
+  registered="$(grep -c "registered node" "$WORK/agent-$1.log" 2>/dev/null)"
+  for _ in $(seq 1 100); do
+    [ "$(grep -c "registered node" "$WORK/agent-$1.log" 2>/dev/null)" -gt "${registered:-0}" ] && return 0
+    sleep 0.05
+  done
+  fail "agent $1 did not register: $(tail -3 "$WORK/agent-$1.log")"
+}
+ctl() { "$RINGCTL" "$@" --coordinator "$COORD"; }
+# submit NAME EPOCHS [--set ...]
+submit() {
+  local name="$1" epochs="$2"
+  shift 2
+  ctl submit "$SPEC" --set name="$name" --set epochs="$epochs" \
+    --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
+    --set elastic.min_ranks=1 --set elastic.max_ranks=4 --set schedule.warmup_steps=20 "$@" \
+    >>"$WORK/ctl.log" 2>&1 || fail "submit $name: $(tail -3 "$WORK/ctl.log")"
+}
+# field JOB PYTHON_EXPRESSION_OF_j
+field() {
+  ctl status "$1" --json 2>/dev/null |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
+}
+# wait_until JOB EXPRESSION SECONDS: polls until the expression (of j) is True.
+wait_until() {
+  local deadline=$((SECONDS + $3))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    [ "$(field "$1" "$2")" = True ] && return 0
+    sleep 0.2
+  done
+  fail "job $1: waited $3 s for $2; status: $(ctl status "$1" 2>&1 | head -12)"
+  return 1
+}
+trainer_pid() {  # trainer_pid JOB NODE SLOT
+  pgrep -f "ringtrainer.*--job=$1 .*--node=$2 --slot=$3 " | head -1
+}
+accuracy() {  # the last test accuracy in rank 0's log of a job under node DIR
+  grep -ho "test_accuracy [0-9.]*" "$WORK"/node-*/"$1"/slot-*.log | tail -1 | cut -d' ' -f2
+}
+
+case "$SCENARIO" in
+failures)
+  start_coordinator
+  start_agent a 2
+  start_agent b 2
+  # The reference: the same job, uninterrupted, on 4 local ranks.
+  "$RINGCTL" local --workers 4 "$SPEC" --set name=reference --set epochs=2 \
+    --set schedule.warmup_steps=20 --summary "$WORK/reference.json" \
+    --run_dir "$WORK/reference" >"$WORK/reference.out" 2>&1 || fail "reference run failed"
+  reference="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["eval_accuracy"])' "$WORK/reference.json")"
+
+  submit kill 2
+  wait_until kill 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=30' 60
+  victim="$(trainer_pid kill b 0)"
+  [ -n "$victim" ] || fail "no trainer of job kill on b/0"
+  kill -KILL "$victim"
+  wait_until kill 'int(j["epoch"])==2 and len(j.get("members",[]))==3' 20
+  wait_until kill 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 120
+  [ "$(field kill 'j["recoveries"][0]["cause"]')" = failure ] || fail "recovery cause: $(ctl status kill)"
+  [ "$(field kill 'float(j["recoveries"][0]["rendezvous_s"])<5')" = True ] ||
+    fail "rendezvous took too long: $(ctl status kill)"
+  acc="$(accuracy kill)"
+  python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)<=0.03 else 1)' \
+    "$acc" "$reference" || fail "accuracy after a recovery $acc vs uninterrupted $reference"
+
+  # A whole node dies: the agent and its trainers.
+  submit node 3 --set elastic.max_ranks=4
+  wait_until node 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=20' 60
+  agent_b="$(pgrep -f "ringworker.*--node b ")"
+  kill -KILL $agent_b
+  pkill -KILL -f "ringtrainer.*--job=node .*--node=b "
+  wait_until node 'int(j["epoch"])>=2 and len(j.get("members",[]))==2 and all(m["slot"]["node"]=="a" for m in j.get("members",[]))' 20
+  grep -q "lease expired" "$WORK/coordinator.log" || true
+  wait_until node 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+
+  # A hung trainer (SIGSTOP) on the remaining node: stopped after the hang timeout.
+  start_agent b 2
+  submit hang 2 --set elastic.max_ranks=4
+  wait_until hang 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=20' 60
+  hung="$(trainer_pid hang a 1)"
+  kill -STOP "$hung"
+  wait_until hang 'int(j["epoch"])>=2 and not any(m["slot"]["node"]=="a" and int(m["slot"].get("slot",0))==1 for m in j.get("members",[]))' 30
+  grep -q "no progress" "$WORK/coordinator.log" "$WORK/ctl.log" 2>/dev/null ||
+    [ "$(field hang '"no progress" in j["recoveries"][0]["reason"]')" = True ] ||
+    fail "the hang was not the recovery's reason: $(ctl status hang)"
+  wait_until hang 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  kill -KILL "$hung" 2>/dev/null
+  ;;
+
+restart)
+  start_coordinator
+  start_agent a 2
+  start_agent b 2
+  submit survive 3
+  wait_until survive 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=30' 60
+  kill -KILL "$COORD_PID"
+  sleep 1
+  start_coordinator
+  wait_until survive 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  [ "$(field survive 'int(j["epoch"])')" = 1 ] ||
+    fail "the coordinator's restart disturbed the running ring: $(ctl status survive)"
+  grep -q "restored 1 jobs" "$WORK/coordinator.log" || fail "the coordinator restored no job"
+
+  # Growth: a job on one node grows when a second node registers.
+  kill -KILL "$COORD_PID"
+  COORD_FLAGS=(--heartbeat_s 0.2 --lease_s 1 --hang_timeout_s 30 --grow_after_s 1)
+  start_coordinator
+  agent_b="$(pgrep -f "ringworker.*--node b ")"
+  kill -TERM $agent_b
+  sleep 2
+  submit grow 3
+  wait_until grow 'j["phase"]=="JOB_PHASE_RUNNING" and len(j.get("members",[]))==2 and int(j.get("step",0))>=10' 60
+  start_agent b 2
+  wait_until grow 'len(j.get("members",[]))==4 and j["recoveries"][-1]["cause"]=="grow"' 30
+  wait_until grow 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  [ "$(field grow 'int(j.get("restarts",0))')" = 0 ] || fail "growth spent the restart budget"
+  ;;
+
+drain)
+  start_coordinator
+  start_agent a 2
+  start_agent b 2
+  submit drain 3
+  wait_until drain 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=25' 60
+  agent_b="$(pgrep -f "ringworker.*--node b ")"
+  kill -TERM $agent_b
+  wait_until drain 'int(j["epoch"])==2 and len(j.get("members",[]))==2' 30
+  for _ in $(seq 1 100); do kill -0 $agent_b 2>/dev/null || break; sleep 0.1; done
+  kill -0 $agent_b 2>/dev/null && fail "the drained agent did not exit"
+  grep -q "drained: every trainer has exited" "$WORK/agent-b.log" || fail "agent b: $(tail -3 "$WORK/agent-b.log")"
+  wait_until drain 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  [ "$(field drain 'int(j.get("restarts",0))')" = 0 ] || fail "the drain spent the restart budget"
+  # No lost step: the survivors resumed from the checkpoint of the step where the ring
+  # stopped, which is the last step any rank logged before the drain.
+  log="$(ls "$WORK"/node-a/drain/slot-0.log)"
+  drained_at="$(grep -o "drained after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+  resumed_at="$(grep -o "resumed from .*step-[0-9]* (step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+  [ -n "$drained_at" ] || fail "rank 0 did not drain: $(grep -v "^I20" "$log" | tail -5)"
+  [ "$drained_at" = "$resumed_at" ] ||
+    fail "drained after step $drained_at but resumed from step $resumed_at (steps lost)"
+
+  # Two jobs at once on separate slots.
+  start_agent b 2
+  submit one 1 --set elastic.max_ranks=2
+  submit two 1 --set elastic.max_ranks=2
+  wait_until one 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 120
+  wait_until two 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 120
+  slots_one="$(field one 'sorted(m["slot"]["node"]+str(m["slot"].get("slot",0)) for m in j.get("members",[]))')"
+  slots_two="$(field two 'sorted(m["slot"]["node"]+str(m["slot"].get("slot",0)) for m in j.get("members",[]))')"
+  python3 -c 'import sys; a=eval(sys.argv[1]); b=eval(sys.argv[2]); sys.exit(0 if len(a)==2 and len(b)==2 and not set(a)&set(b) else 1)' \
+    "$slots_one" "$slots_two" || fail "two jobs shared slots: $slots_one / $slots_two"
+  ;;
+
+*)
+  echo "unknown scenario $SCENARIO" >&2
+  exit 2
+  ;;
+esac
+
+if [ "$failures" -ne 0 ]; then
+  echo "--- coordinator log (tail)"; tail -30 "$WORK/coordinator.log"
+  for f in "$WORK"/agent-*.log; do echo "--- $f (tail)"; tail -15 "$f"; done
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "PASS: elastic $SCENARIO"

@@ -1,0 +1,92 @@
+// The node agent (ringworker): registers the node's slots with the coordinator, keeps its
+// lease by heartbeats, starts one trainer process per slot the coordinator assigns, kills
+// the ones it is told to stop, reports every exit, and drains the node on request.
+//
+// Loop, every heartbeat interval (the coordinator's RegisterNode answer):
+//   - reap exited trainers and report each (TrainerExited, with the tail of its log);
+//   - heartbeat with the running slots; carry out the start/stop commands in order;
+//   - NOT_FOUND (coordinator restarted, or lease lost): register again; running trainers
+//     are left alone (the coordinator restored their job);
+//   - UNAVAILABLE: keep going (the coordinator is not on the data path).
+// Drain (SIGTERM, or the preemption notice file appears): DrainNode, then SIGTERM to the
+// trainers (each takes part in the job's drain save and exits); the agent returns once
+// they have all exited, or after drain_grace, killing what is left. A stop request (a
+// second SIGTERM) kills the trainers and returns at once.
+//
+// Trainers run as `trainer_binary --coordinator ... --job J --epoch E --node N --slot S
+// --membership_token_file F --spec F --local_ranks SLOTS --advertise_host ADDR`, each in
+// its own process group, with stdout and stderr appended to
+// <work_dir>/<job>/slot-<S>.log; the spec and token files are written next to it (0600).
+#ifndef RINGMASTER_WORKER_AGENT_H_
+#define RINGMASTER_WORKER_AGENT_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "worker/coordinator_client.h"
+
+namespace ringmaster::worker {
+
+struct AgentOptions {
+  // Not owned; carries the node token.
+  CoordinatorClient* client = nullptr;
+  // Passed to trainers (--coordinator).
+  std::string coordinator_address;
+  std::string node;
+  int slots = 1;
+  // The address this node's trainers are reached at by their peers.
+  std::string advertise_host = "127.0.0.1";
+  std::string trainer_binary;
+  std::string work_dir;
+  // Extra flags for every trainer (e.g. --op_timeout_s=30).
+  std::vector<std::string> trainer_flags;
+  absl::Duration drain_grace = absl::Seconds(120);
+  // When this file appears (a cloud's preemption notice, written by a hook), drain.
+  std::string preemption_notice_file;
+  // Set by SIGTERM: drain. A second SIGTERM sets stop: leave at once.
+  const std::atomic<bool>* drain_requested = nullptr;
+  const std::atomic<bool>* stop_requested = nullptr;
+  // Line-oriented event log (stdout of ringworker).
+  std::function<void(const std::string&)> log;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();  // kills any trainer still running
+
+  // Runs until drained or stopped. Errors: FAILED_PRECONDITION when the coordinator
+  // refuses the node (bad name or slot count: a person must fix the flags).
+  absl::Status Run();
+
+ private:
+  struct Trainer {
+    pid_t pid = -1;
+    std::string job;
+    std::string log_path;
+  };
+
+  absl::Status Register();
+  void Reap();
+  void Execute(const AgentCommand& command);
+  absl::Status Start(const StartTrainerCommand& start);
+  void Drain();
+  void KillAll(int signal);
+  void Log(const std::string& line);
+
+  AgentOptions options_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  std::map<int, Trainer> trainers_;  // by slot
+  bool draining_ = false;
+  absl::Time drain_deadline_;
+};
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_AGENT_H_

@@ -1,0 +1,146 @@
+// ringworker: the node agent. One per node (a systemd unit, or a pod per node), started
+// before any job; it runs the trainers the coordinator places on this node.
+//
+//   ringworker --coordinator HOST:PORT --slots N [--node NAME] [--advertise_host ADDR]
+//              [--work_dir DIR] [--node_token_file F] [--preemption_notice_file F]
+//
+// SIGTERM drains the node (the jobs on it shrink with no lost step; the agent exits when
+// its trainers have left); a second SIGTERM kills the trainers and exits at once.
+// Exit status: 0 after a drain or stop, 1 when the coordinator refuses the node, 2 for
+// bad flags.
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "worker/agent.h"
+#include "worker/coordinator_client.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator's host:port");
+ABSL_FLAG(std::string, node, "", "this node's name (default: the host name)");
+ABSL_FLAG(int, slots, 0, "trainer slots on this node (GPUs, or CPU slots); required");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "the address other nodes reach this node's trainers at");
+ABSL_FLAG(std::string, work_dir, "/var/lib/ringworker",
+          "where trainers' specs, tokens and logs go");
+ABSL_FLAG(std::string, trainer, "", "the ringtrainer binary (default: next to ringworker)");
+ABSL_FLAG(std::string, trainer_flags, "",
+          "extra flags for every trainer, comma-separated (e.g. --op_timeout_s=30)");
+ABSL_FLAG(std::string, node_token_file, "", "file holding the node token");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, preemption_notice_file, "",
+          "drain as soon as this file exists (a cloud's spot notice hook writes it)");
+ABSL_FLAG(double, drain_grace_s, 120, "longest wait for the trainers to leave on a drain");
+
+namespace ringmaster {
+namespace {
+
+std::atomic<bool> g_drain{false};
+std::atomic<bool> g_stop{false};
+
+int Fail(int code, const std::string& message) {
+  fprintf(stderr, "ringworker: %s\n", message.c_str());
+  return code;
+}
+
+std::string DefaultTrainer(const char* argv0) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::string exe = n > 0 ? std::string(self, n) : std::string(argv0);
+  return (std::filesystem::path(exe).parent_path() / "ringtrainer").string();
+}
+
+int Main(int argc, char** argv) {
+  // SIGTERM: drain, then stop. Taken by sigwait on a thread of its own (below), so the
+  // flags are plain atomics. Blocked first, before any thread (gRPC's) starts, so that
+  // every thread inherits the mask and no handler (glog's) sees the signal.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::SetProgramUsageMessage("the ringmaster node agent; see --helpfull");
+  absl::ParseCommandLine(argc, argv);
+  LoggingOptions logging;
+  logging.program_name = argv[0];
+  InitLogging(logging);
+  if (absl::GetFlag(FLAGS_slots) < 1) return Fail(2, "--slots must be at least 1");
+  std::string node = absl::GetFlag(FLAGS_node);
+  if (node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    node = host;
+  }
+  std::string trainer = absl::GetFlag(FLAGS_trainer);
+  if (trainer.empty()) trainer = DefaultTrainer(argv[0]);
+  if (access(trainer.c_str(), X_OK) != 0) {
+    return Fail(2, absl::StrCat("--trainer ", trainer, " is not an executable file"));
+  }
+  worker::CoordinatorClientOptions co;
+  co.address = absl::GetFlag(FLAGS_coordinator);
+  if (!absl::GetFlag(FLAGS_node_token_file).empty()) {
+    auto token = ReadFile(absl::GetFlag(FLAGS_node_token_file));
+    if (!token.ok()) return Fail(2, std::string(token.status().message()));
+    co.token = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  if (!absl::GetFlag(FLAGS_tls_ca).empty()) {
+    auto ca = ReadFile(absl::GetFlag(FLAGS_tls_ca));
+    if (!ca.ok()) return Fail(2, std::string(ca.status().message()));
+    co.tls_ca = *ca;
+  }
+  co.retry_for = absl::Seconds(5);  // the loop retries by itself
+  auto client = worker::CoordinatorClient::Create(co);
+  if (!client.ok()) return Fail(2, std::string(client.status().message()));
+
+  std::thread([signals] {
+    while (true) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (g_drain.exchange(true)) g_stop.store(true);
+    }
+  }).detach();
+
+  worker::AgentOptions options;
+  options.client = client->get();
+  options.coordinator_address = co.address;
+  options.node = node;
+  options.slots = absl::GetFlag(FLAGS_slots);
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.trainer_binary = trainer;
+  options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  for (absl::string_view f :
+       absl::StrSplit(absl::GetFlag(FLAGS_trainer_flags), ',', absl::SkipEmpty())) {
+    options.trainer_flags.emplace_back(f);
+  }
+  options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_grace_s));
+  options.preemption_notice_file = absl::GetFlag(FLAGS_preemption_notice_file);
+  options.drain_requested = &g_drain;
+  options.stop_requested = &g_stop;
+  options.log = [node](const std::string& line) {
+    printf("ringworker %s: %s\n", node.c_str(), line.c_str());
+    fflush(stdout);
+  };
+  worker::Agent agent(options);
+  absl::Status s = agent.Run();
+  if (!s.ok()) return Fail(absl::IsFailedPrecondition(s) ? 1 : 2, s.ToString());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmaster
+
+int main(int argc, char** argv) { return ringmaster::Main(argc, argv); }
