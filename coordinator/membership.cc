@@ -444,9 +444,16 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   const std::string how =
       exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
                     : absl::StrCat("exited with code ", exit_code);
-  if (FindMember(*job, slot) == nullptr || IsTerminal(job->phase)) {
+  const Member* member = FindMember(*job, slot);
+  if (member == nullptr || IsTerminal(job->phase)) {
     // A leaver after its drain save, or a trainer of a finished job: the slot is free again.
     node->assigned.erase(it);
+  } else if (member->finished && exit_code == 0) {
+    // It reported the last step and left before the others: nothing to recover. It is no
+    // longer a member (a later epoch, should the others fail, cannot count on it).
+    std::erase_if(job->members, [&](const Member& m) { return m.slot == slot; });
+    node->assigned.erase(it);
+    actions->push_back(PersistJob{*job});
   } else {
     LoseMembers(*job, {slot},
                 Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how),
@@ -586,8 +593,8 @@ absl::Status Membership::Finished(const std::string& id, int64_t epoch, const Sl
   for (const Member& other : job.members) {
     if (!other.finished) return absl::OkStatus();
   }
-  End(job, JobPhase::kSucceeded,
-      absl::StrCat("all ", job.members.size(), " ranks finished"), now, actions);
+  End(job, JobPhase::kSucceeded, absl::StrCat("every rank of epoch ", job.epoch, " finished"),
+      now, actions);
   Schedule(now, actions);
   return absl::OkStatus();
 }
