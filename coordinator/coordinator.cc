@@ -16,6 +16,7 @@ namespace ringmaster::coordinator {
 namespace {
 
 constexpr int kNoUpperLimit = 100000;
+constexpr size_t kMaxMembersInJoin = 64;
 
 int64_t Ms(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMillis(t); }
 absl::Time FromMs(int64_t ms) { return absl::FromUnixMillis(ms); }
@@ -322,7 +323,10 @@ void Coordinator::Resolve(Completions* completions) {
                                                   " is not a member of job ", r.job(),
                                                   " epoch ", state->epoch));
       } else {
-        *response.mutable_members() = jobs_[r.job()].members();
+        // The member list costs O(world) per joiner, O(world^2) in all: small worlds only.
+        if (state->members.size() <= kMaxMembersInJoin) {
+          *response.mutable_members() = jobs_[r.job()].members();
+        }
         response.set_store_prefix(absl::StrCat("epoch-", state->epoch, "/"));
         response.set_restore_step(-1);
         const Job& job = jobs_[r.job()];

@@ -475,6 +475,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     return absl::OkStatus();
   };
 
+  if (options.on_restored) RM_RETURN_IF_ERROR(options.on_restored(first_step));
   for (int64_t step = first_step; step < total_steps; ++step) {
     const absl::Time step_start = absl::Now();
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb, sampler.NextGlobalBatch(state, global_batch));

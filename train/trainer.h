@@ -75,6 +75,9 @@ struct TrainerOptions {
   std::atomic<bool>* save_requested = nullptr;
   // Stop (like a drain) once the job has taken this many steps; 0: run to the end.
   int64_t stop_at_step = 0;
+  // Called once on every rank when the model, data and optimizer state are ready (after a
+  // resume), just before the first step, with that step's index. An error stops the run.
+  std::function<absl::Status(int64_t first_step)> on_restored;
   // Called on every rank after each step (after its drain/save decision), on the training
   // thread: keep it short (e.g. hand the report to another thread).
   std::function<void(const StepReport&)> on_step;

@@ -188,17 +188,6 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
       continue;
     }
-    ReadyRequest ready;
-    ready.set_job(o.job);
-    ready.set_epoch(epoch);
-    *ready.mutable_slot() = o.slot;
-    if (absl::Status s = o.client->Ready(ready); !s.ok()) {
-      if (JobIsOver(s)) return s;
-      (*comm)->Abort();
-      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
-      continue;
-    }
-
     std::atomic<bool> drain{false};
     train::TrainerOptions to;
     to.spec = o.spec;
@@ -208,6 +197,18 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
     to.drain_requested = &drain;
+    // Ready once the state is restored (checkpoint read, data loaded): the coordinator's
+    // restore phase ends here.
+    bool ready_refused = false;
+    to.on_restored = [&](int64_t) -> absl::Status {
+      ReadyRequest ready;
+      ready.set_job(o.job);
+      ready.set_epoch(epoch);
+      *ready.mutable_slot() = o.slot;
+      absl::Status s = o.client->Ready(ready);
+      ready_refused = !s.ok();
+      return s;
+    };
     absl::StatusOr<train::TrainResult> trained;
     int64_t announced = 0;
     bool leave = false;
@@ -219,6 +220,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       leave = reporter.leave();
     }
     leave = leave || (o.leave_requested != nullptr && o.leave_requested->load());
+    if (!trained.ok() && ready_refused && JobIsOver(trained.status())) return trained.status();
     if (!trained.ok()) {
       (*comm)->Abort();
       LOG(WARNING) << "epoch " << epoch << " failed: " << trained.status();

@@ -2,7 +2,7 @@
 //
 //   join epoch e → rank, world (blocks until every member joined)
 //   bootstrap a TCP communicator through the coordinator's store (prefix epoch-e/)
-//   report Ready, then train from the latest checkpoint (resume: auto), reporting each
+//   restore from the latest checkpoint (resume: auto), report Ready, train, reporting each
 //   step's progress from a side thread
 //   - finished: report Finished; done.
 //   - the coordinator announced epoch e' > e (its Progress answer):
