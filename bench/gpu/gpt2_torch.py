@@ -81,7 +81,7 @@ class Gpt(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.lnf(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def parameter_count(model, exclude_positions):
