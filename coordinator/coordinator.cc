@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -74,6 +75,14 @@ void ToProto(const SlotRef& s, ringmaster::SlotRef* out) {
   out->set_slot(s.slot);
 }
 
+
+// The last non-empty line of a trainer's log tail, at most 300 characters: what went wrong.
+std::string LastLine(absl::string_view text) {
+  text = absl::StripTrailingAsciiWhitespace(text);
+  const size_t nl = text.rfind('\n');
+  if (nl != absl::string_view::npos) text = text.substr(nl + 1);
+  return std::string(text.substr(0, 300));
+}
 
 }  // namespace
 
@@ -502,7 +511,7 @@ absl::Status Coordinator::DrainNode(const DrainNodeRequest& r) {
 absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
     return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
-                                  actions);
+                                  actions, LastLine(r.detail()));
   });
 }
 

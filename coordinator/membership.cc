@@ -434,7 +434,7 @@ absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,
 
 absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& job_id,
                                        int exit_code, absl::Time now,
-                                       std::vector<Action>* actions) {
+                                       std::vector<Action>* actions, const std::string& detail) {
   NodeState* node = FindNode(slot.node);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
   JobState* job = FindJob(job_id);
@@ -456,7 +456,8 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
     actions->push_back(PersistJob{*job});
   } else {
     LoseMembers(*job, {slot},
-                Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how),
+                Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how,
+                                            detail.empty() ? "" : ": ", detail),
                      .backoff = true},
                 now, actions);
   }

@@ -198,8 +198,10 @@ class Membership {
   // on it re-forms without it; its trainers are told to leave after the drain save.
   absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);
   // The agent's trainer for `job` on `slot` exited (code, or signal as negative number).
+  // `detail` (e.g. the last line of its log) goes into the reason.
   absl::Status TrainerExited(const SlotRef& slot, const std::string& job, int exit_code,
-                             absl::Time now, std::vector<Action>* actions);
+                             absl::Time now, std::vector<Action>* actions,
+                             const std::string& detail = "");
 
   // --- Jobs (from users) ---
   absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);

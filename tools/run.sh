@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs ringmaster's main job on this one machine, no cluster needed: trains the
 # Fashion-MNIST MLP example (examples/fashion_mnist_mlp.yaml) with 4 local trainer
-# processes and prints the test accuracy. Installs what the build needs first
+# processes (under an embedded coordinator and node agent) and prints the test accuracy. Installs what the build needs first
 # (tools/setup.sh). Extra arguments go to `ringctl local` (e.g. --set epochs=3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
