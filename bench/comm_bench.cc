@@ -19,12 +19,19 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
   const int n = comm.size(), r = comm.rank();
   std::vector<Row> rows;
   std::vector<float> send(256, 1.0f), recv(256);
-  // Fresh connections are slow for their first few hundred small messages (measured:
-  // 130 us instead of 8 us per 1 KiB all-gather), so exchange some before measuring.
-  for (int i = 0; i < 300; ++i) {
+  // Fresh ranks are slow for their first few hundred small messages (measured: 130 us
+  // instead of 8 us per 1 KiB all-gather; with 4 ranks on 2 cores, 170 us instead of 25 us
+  // per 1 KiB all-reduce for a fraction of a second), so exchange small messages for
+  // options.settle first, as rank 0's clock decides (the peers' harnesses do the same,
+  // peers::Settle).
+  const absl::Time settle_until = absl::Now() + options.settle;
+  for (int i = 0;; ++i) {
+    send[0] = r == 0 && (i < 300 || absl::Now() < settle_until) ? 1.0f : 0.0f;
     RM_RETURN_IF_ERROR(comm.AllReduce(send.data(), recv.data(), send.size(), DataType::kFloat32,
-                                      comm::ReduceOp::kSum, absl::Now() + options.op_timeout));
+                                      comm::ReduceOp::kMax, absl::Now() + options.op_timeout));
+    if (recv[0] == 0) break;
   }
+  send.assign(send.size(), 1.0f);
   for (CollectiveOp op : options.ops) {
     for (uint64_t size : options.sizes) {
       // Elements per rank-side buffer, following nccl-tests' size convention.

@@ -27,6 +27,8 @@ struct SweepOptions {
   std::vector<uint64_t> sizes;
   // Warm-up iterations per size: at least this many, and at least half the timed ones.
   int warmup = 3;
+  // Small untimed collectives before the first measurement (see RunSweep).
+  absl::Duration settle = absl::Seconds(1);
   // Iterations per size: max(min_iters, min(max_iters, bytes_budget / size)).
   int min_iters = 5;
   int max_iters = 200;

@@ -52,6 +52,9 @@ ABSL_FLAG(std::string, peers_csv, "", "write the peers' results as CSV to this f
 ABSL_FLAG(bool, tune, false,
           "measure ring vs recursive doubling all-reduce and print the crossover size");
 ABSL_FLAG(int, warmup, 3, "warm-up iterations per size");
+ABSL_FLAG(double, settle_s, 1,
+          "small untimed collectives before the first measurement, seconds (ours and the "
+          "peers')");
 ABSL_FLAG(int, min_iters, 5, "fewest timed iterations per size");
 ABSL_FLAG(int, max_iters, 200, "most timed iterations per size");
 ABSL_FLAG(int64_t, spin_us, -1,
@@ -218,6 +221,7 @@ int CommMain() {
   sweep.ops = *ops;
   sweep.sizes = *sizes;
   sweep.warmup = absl::GetFlag(FLAGS_warmup);
+  sweep.settle = absl::Seconds(absl::GetFlag(FLAGS_settle_s));
   sweep.min_iters = absl::GetFlag(FLAGS_min_iters);
   sweep.max_iters = absl::GetFlag(FLAGS_max_iters);
   if (sweep.min_iters < 1 || sweep.max_iters < sweep.min_iters || sweep.warmup < 0) {

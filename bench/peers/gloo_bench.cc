@@ -100,6 +100,7 @@ ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
           "Comma list of ops to measure.");
 ABSL_FLAG(std::string, sizes, "1K,64K,4M,64M,256M",
           "Comma list of sizes in bytes, with optional K, M or G (powers of 1024).");
+ABSL_FLAG(double, settle_s, 1, "small untimed collectives before the first measurement, seconds");
 ABSL_FLAG(int, warmup, -1,
           "Untimed runs per implementation and size, the first checked; -1: 5, or 1 above "
           "16 MiB.");
@@ -470,6 +471,7 @@ struct BenchOptions {
   bool fail_on_wrong_result = true;
   bool keep_malloc_memory = false;
   std::string tail_csv;
+  absl::Duration settle;
 };
 
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
@@ -534,6 +536,7 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   options.fail_on_wrong_result = absl::GetFlag(FLAGS_fail_on_wrong_result);
   options.keep_malloc_memory = absl::GetFlag(FLAGS_keep_malloc_memory);
   options.tail_csv = absl::GetFlag(FLAGS_tail_csv);
+  options.settle = absl::Seconds(absl::GetFlag(FLAGS_settle_s));
   return options;
 }
 
@@ -585,6 +588,8 @@ absl::Status Run(const BenchOptions& options) {
   Buffer storage_a(largest.in);
   Buffer storage_b(largest_all_gather.out);
 
+  // Every mesh settles (each is its own set of connections).
+  for (auto& group : groups) RM_RETURN_IF_ERROR(Settle(*group, options.settle));
   const std::vector<Algorithm> algorithms = AllAlgorithms();
   History history;
   int wrong_results = 0;

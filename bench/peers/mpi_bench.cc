@@ -49,6 +49,7 @@ ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
 ABSL_FLAG(std::string, sizes, "1K,64K,4M,64M,256M",
           "Comma list of sizes in bytes, with optional K, M or G (powers of 1024).");
 ABSL_FLAG(int, warmup, -1, "Untimed runs per size, the first checked; -1: 5, or 1 above 16 MiB.");
+ABSL_FLAG(double, settle_s, 1, "small untimed collectives before the first measurement, seconds");
 ABSL_FLAG(int, iters, -1, "Timed runs per size; -1: 50 up to 1 MiB, 20 up to 16 MiB, 5 above.");
 ABSL_FLAG(int, timeout_s, 120,
           "Limit on one op at one size (check, warm-up and timed runs), in "
@@ -117,6 +118,7 @@ struct BenchOptions {
   bool keep_malloc_memory = false;
   bool shared_memory = false;
   std::string tail_csv;
+  absl::Duration settle;
 };
 
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
@@ -130,6 +132,7 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   options.timeout = absl::Seconds(timeout_s);
   options.keep_malloc_memory = absl::GetFlag(FLAGS_keep_malloc_memory);
   options.tail_csv = absl::GetFlag(FLAGS_tail_csv);
+  options.settle = absl::Seconds(absl::GetFlag(FLAGS_settle_s));
   const std::string transport = absl::GetFlag(FLAGS_transport);
   if (transport != "tcp" && transport != "shm") {
     return absl::InvalidArgumentError(
@@ -193,6 +196,7 @@ absl::Status Run(const BenchOptions& options, MpiGroup& group) {
   RM_ASSIGN_OR_RETURN(Counts largest, LargestCounts(options.ops, options.sizes, group.size()));
   std::vector<float> in(largest.in);
   std::vector<float> out(largest.out);
+  RM_RETURN_IF_ERROR(Settle(group, options.settle));
   for (Op op : options.ops) {
     for (size_t size : options.sizes) {
       RM_ASSIGN_OR_RETURN(Layout layout, MakeLayout(op, size, group.size()));

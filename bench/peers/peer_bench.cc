@@ -353,4 +353,13 @@ const Result& Best(const std::vector<Result>& results) {
   });
 }
 
+absl::Status Settle(Group& group, absl::Duration time) {
+  const absl::Time until = absl::Now() + time;
+  while (true) {
+    double more = group.rank() == 0 && absl::Now() < until ? 1 : 0;
+    RM_RETURN_IF_ERROR(group.MaxOverRanks(absl::MakeSpan(&more, 1)));
+    if (more == 0) return absl::OkStatus();
+  }
+}
+
 }  // namespace ringmaster::bench::peers

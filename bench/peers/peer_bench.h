@@ -117,6 +117,14 @@ class Group {
   virtual absl::Status MaxOverRanks(absl::Span<double> values) = 0;
 };
 
+// Runs small collectives (MaxOverRanks of one value) for at least `time`, as rank 0's
+// clock decides, so that every rank runs the same number. Every harness (ours and the
+// peers') does this before its first measurement: 4 ranks that have just started on 2 cores
+// run small collectives several times slower for a fraction of a second (measured: 170 us
+// instead of 25 us per 1 KiB all-reduce for the first ~300 operations), whatever the
+// library; the sweep measures the steady state.
+absl::Status Settle(Group& group, absl::Duration time);
+
 // One implementation of one op at one size, ready to run on one rank.
 struct Candidate {
   // Names the peer, algorithm and mode, e.g. "gloo:halving_doubling:busy_poll".

@@ -19,6 +19,8 @@ namespace ringmaster::comm::tcp {
 namespace {
 
 constexpr int kMaxIov = 8;
+// Longest single futex sleep: bounds how late a dead peer or an Abort() is noticed.
+constexpr absl::Duration kFutexSlice = absl::Milliseconds(2);
 
 size_t TotalBytes(const SendStream& s) {
   size_t total = 0;
@@ -436,6 +438,44 @@ size_t Engine::SendLimit(const SendState& st) const {
 }
 
 absl::Status Engine::Wait(absl::Time deadline) {
+  // The common case of small collectives: only one ring receive to wait for. Sleep on its
+  // futex (woken in microseconds by the publisher), at most kFutexSlice at a time; a
+  // slice that ends without data checks the sockets (a dead peer) on the way out, and the
+  // caller checks the abort flag and the deadline.
+  {
+    RecvState* only = nullptr;
+    int waiting = 0;
+    for (RecvState& st : recvs_) {
+      if (st.finished()) continue;
+      ++waiting;
+      only = &st;
+    }
+    for (SendState& st : sends_) {
+      const bool has_data = st.header_done < sizeof(WireHeader) || SendLimit(st) > st.done ||
+                            (st.done == st.total && st.pad_done < st.pad);
+      if (!st.finished() && has_data) waiting += 2;  // a send to wait for: poll below
+    }
+    if (waiting == 1 && only->ring != nullptr) {
+      if (!only->ring->ArmConsumerFutexWait()) return absl::OkStatus();
+      absl::Duration slice = std::min(deadline - absl::Now(), kFutexSlice);
+      if (slice < absl::ZeroDuration()) slice = absl::ZeroDuration();
+      const bool woken = only->ring->FutexWaitConsumer(slice);
+      only->ring->DisarmConsumerWait();
+      if (woken) return absl::OkStatus();
+      pollfd p{only->fd, POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) {
+        char buf[64];
+        while (true) {
+          const ssize_t n = recv(only->fd, buf, sizeof(buf), MSG_DONTWAIT);
+          if (n > 0) continue;
+          if (n < 0 && errno == EINTR) continue;
+          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) only->peer_closed = true;
+          break;
+        }
+      }
+      return absl::OkStatus();
+    }
+  }
   absl::InlinedVector<pollfd, 9> polls;
   // For rings: the states whose flag we set, and their index in `polls`.
   absl::InlinedVector<std::pair<SendState*, size_t>, 4> sleeping_sends;

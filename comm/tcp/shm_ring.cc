@@ -1,7 +1,9 @@
 #include "comm/tcp/shm_ring.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,11 +149,48 @@ void ShmRing::WriteAt(size_t past_head, const void* data, size_t bytes) {
   if (first < bytes) std::memcpy(data_, static_cast<const char*>(data) + first, bytes - first);
 }
 
+namespace {
+
+// The consumer's flag: not waiting, waiting in poll() (wake with a byte on the socket), or
+// waiting on the flag word as a futex (wake with FUTEX_WAKE).
+constexpr uint32_t kNotWaiting = 0;
+constexpr uint32_t kPollWait = 1;
+constexpr uint32_t kFutexWait = 2;
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
 bool ShmRing::Publish(size_t bytes) {
   header_->head.store(header_->head.load(std::memory_order_relaxed) + bytes,
                       std::memory_order_seq_cst);
-  return header_->consumer_waiting.load(std::memory_order_seq_cst) != 0 &&
-         header_->consumer_waiting.exchange(0, std::memory_order_seq_cst) != 0;
+  if (header_->consumer_waiting.load(std::memory_order_seq_cst) == kNotWaiting) return false;
+  const uint32_t was = header_->consumer_waiting.exchange(kNotWaiting, std::memory_order_seq_cst);
+  if (was == kFutexWait) {
+    Futex(&header_->consumer_waiting, FUTEX_WAKE, 1, nullptr);
+    return false;
+  }
+  return was == kPollWait;
+}
+
+bool ShmRing::ArmConsumerFutexWait() {
+  header_->consumer_waiting.store(kFutexWait, std::memory_order_seq_cst);
+  if (header_->head.load(std::memory_order_seq_cst) !=
+      header_->tail.load(std::memory_order_relaxed)) {
+    DisarmConsumerWait();
+    return false;
+  }
+  return true;
+}
+
+bool ShmRing::FutexWaitConsumer(absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(timeout);
+  // Returns at once (EAGAIN) when a publisher has already cleared the flag.
+  const long rc = Futex(&header_->consumer_waiting, FUTEX_WAIT, kFutexWait, &ts);
+  return !(rc != 0 && errno == ETIMEDOUT);
 }
 
 size_t ShmRing::Available() const {
@@ -181,7 +220,7 @@ bool ShmRing::Release(size_t bytes) {
 }
 
 bool ShmRing::ArmConsumerWait() {
-  header_->consumer_waiting.store(1, std::memory_order_seq_cst);
+  header_->consumer_waiting.store(kPollWait, std::memory_order_seq_cst);
   if (header_->head.load(std::memory_order_seq_cst) !=
       header_->tail.load(std::memory_order_relaxed)) {
     DisarmConsumerWait();

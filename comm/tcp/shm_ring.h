@@ -18,6 +18,13 @@
 // four accesses are sequentially consistent, so either the sleeper sees the new bytes or
 // the publisher sees the flag.
 //
+// A consumer with nothing else to wait for may sleep on a futex instead (the flag word
+// itself, a shared — not private — futex): the publisher that clears a futex-mode flag
+// calls FUTEX_WAKE rather than sending a byte. A futex wake reaches a sleeper in a few
+// microseconds; a byte through the loopback TCP stack takes tens, which is what small
+// collectives with more ranks than cores paid for each hop. The futex wait is bounded
+// (the caller checks its socket for a dead peer, and its abort flag, between waits).
+//
 // Naming and lifetime: Create() makes "/ringmaster-<pid>-<random>" in /dev/shm and maps
 // it; the peer Open()s it by name and checks the nonce (a file of the same name on another
 // host's /dev/shm fails that check); the creator then Unlink()s the name, so nothing is
@@ -35,6 +42,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace ringmaster::comm::tcp {
 
@@ -79,6 +87,12 @@ class ShmRing {
   // Clears this side's flag after waking (a wake-up byte may still be on its way).
   void DisarmConsumerWait();
   void DisarmProducerWait();
+
+  // The consumer's futex mode: ArmConsumerFutexWait is ArmConsumerWait for a sleeper that
+  // will call FutexWaitConsumer, which blocks until a publish wakes it or `timeout`
+  // passes (then DisarmConsumerWait). Returns false when it timed out.
+  bool ArmConsumerFutexWait();
+  bool FutexWaitConsumer(absl::Duration timeout);
 
  private:
   struct Header;

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::comm::tcp {
@@ -63,6 +64,42 @@ TEST(ShmRing, EventcountArmsOnlyWhenUnusable) {
   EXPECT_TRUE(tx.ArmProducerWait());  // ...which sleeps again: 4 bytes are no room
   EXPECT_TRUE(rx.Release(4));
   EXPECT_FALSE(tx.ArmProducerWait());  // 8 bytes: go on
+}
+
+TEST(ShmRing, FutexSleeperIsWokenByAPublishAndTimesOutWithout) {
+  auto producer = ShmRing::Create(4096);
+  ASSERT_TRUE(producer.ok());
+  auto consumer = ShmRing::Open((*producer)->name(), 4096, (*producer)->nonce());
+  ASSERT_TRUE(consumer.ok());
+  ShmRing& tx = **producer;
+  ShmRing& rx = **consumer;
+
+  // Nothing published: the wait ends at its timeout.
+  ASSERT_TRUE(rx.ArmConsumerFutexWait());
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(rx.FutexWaitConsumer(absl::Milliseconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(15));
+  rx.DisarmConsumerWait();
+
+  // A publish from another thread wakes the sleeper long before its (long) timeout, and
+  // asks for no wake-up byte: the futex did it.
+  ASSERT_TRUE(rx.ArmConsumerFutexWait());
+  bool needs_byte = true;
+  std::thread publisher([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    char byte = 1;
+    tx.WriteAt(0, &byte, 1);
+    needs_byte = tx.Publish(8);
+  });
+  const absl::Time before = absl::Now();
+  EXPECT_TRUE(rx.FutexWaitConsumer(absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - before, absl::Seconds(5));
+  rx.DisarmConsumerWait();
+  publisher.join();
+  EXPECT_FALSE(needs_byte);
+  EXPECT_EQ(rx.Available(), 8u);
+  // Data there: the futex sleeper does not sleep.
+  EXPECT_FALSE(rx.ArmConsumerFutexWait());
 }
 
 // A producer thread streams a known byte sequence through a small ring with odd write
