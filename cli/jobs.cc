@@ -28,7 +28,7 @@ const char kJobsUsage[] =
     "  ringctl top JOB          (live per-rank figures until the job ends or Ctrl-C)\n"
     "  ringctl checkpoints JOB\n"
     "    common flags: --coordinator HOST:PORT (127.0.0.1:7070) --token_file F --tls_ca F"
-    " --json\n";
+    " [--tls_client_cert F --tls_client_key F] --json\n";
 
 namespace {
 
@@ -71,7 +71,7 @@ bool Parse(int argc, char** argv, Parsed* p, std::string* error) {
   }
   for (const auto& [flag, value] : p->flags) {
     if (flag != "--coordinator" && flag != "--token_file" && flag != "--tls_ca" &&
-        flag != "--set") {
+        flag != "--tls_client_cert" && flag != "--tls_client_key" && flag != "--set") {
       *error = absl::StrCat("unknown flag ", flag);
       return false;
     }
@@ -93,10 +93,20 @@ absl::StatusOr<std::unique_ptr<worker::CoordinatorClient>> Connect(const Parsed&
     if (!token.ok()) return absl::InvalidArgumentError(absl::StrCat("--token_file: ", token.status().message()));
     o.token = std::string(absl::StripAsciiWhitespace(*token));
   }
-  if (const std::string f = FlagOr(p, "--tls_ca", ""); !f.empty()) {
-    auto ca = ReadFile(f);
-    if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls_ca: ", ca.status().message()));
-    o.tls_ca = *ca;
+  struct {
+    const char* flag;
+    std::string* into;
+  } files[] = {{"--tls_ca", &o.tls_ca},
+               {"--tls_client_cert", &o.tls_client_cert},
+               {"--tls_client_key", &o.tls_client_key}};
+  for (const auto& f : files) {
+    const std::string path = FlagOr(p, f.flag, "");
+    if (path.empty()) continue;
+    auto text = ReadFile(path);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(f.flag, ": ", text.status().message()));
+    }
+    *f.into = *text;
   }
   return worker::CoordinatorClient::Create(o);
 }

@@ -11,7 +11,7 @@ PACKAGES=(
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # libraries used by later layers (checksums, durable state, job specs, data, BLAS)
-  libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev libssl-dev
+  libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev libssl-dev openssl
   # the real data set (gzip-compressed IDX files in /usr/share/datasets/fashion-mnist/)
   dataset-fashion-mnist
   # peers measured by `ringbench comm`
