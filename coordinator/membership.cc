@@ -213,6 +213,7 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
     ++job.epoch;
     for (Member& m : job.members) {
       m.rank = -1;
+      m.fresh = false;
       m.joined = m.ready = m.finished = false;
     }
   }
@@ -243,6 +244,7 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
     nodes_[s.node].assigned[s.slot] = job.request.id;
     Member m;
     m.slot = s;
+    m.fresh = true;
     m.last_progress = now;
     job.members.push_back(m);
     added.push_back(s);
@@ -277,6 +279,8 @@ void Membership::MaybeCommit(JobState& job, absl::Time now, std::vector<Action>*
 
 void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const Loss& loss,
                              absl::Time now, std::vector<Action>* actions) {
+  bool lost_fresh = false;
+  for (const Member& m : job.members) lost_fresh |= m.fresh && lost.count(m.slot) > 0;
   std::erase_if(job.members, [&](const Member& m) { return lost.count(m.slot) > 0; });
   std::vector<Action> stops;
   for (const SlotRef& s : lost) {
@@ -299,7 +303,13 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
       }
       break;
     case JobPhase::kForming:
-      if (static_cast<int>(job.members.size()) < job.request.min_ranks) {
+      if (loss.cause == EpochCause::kFailure && lost_fresh &&
+          ++job.restarts > job.request.restart_budget) {
+        End(job, JobPhase::kFailed,
+            absl::StrCat("restart budget of ", job.request.restart_budget,
+                         " exhausted; last failure: ", loss.reason),
+            now, actions);
+      } else if (static_cast<int>(job.members.size()) < job.request.min_ranks) {
         Reform(job, loss.cause, {}, loss.reason, now, actions);
       } else {
         actions->push_back(PersistJob{job});

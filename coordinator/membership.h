@@ -114,6 +114,10 @@ struct Member {
   bool joined = false;
   bool ready = false;
   bool finished = false;
+  // Started for this epoch (not carried over from the last one): its failure before the
+  // epoch commits spends the restart budget (a trainer that cannot start must not be
+  // restarted for ever).
+  bool fresh = false;
   int64_t step = -1;          // last reported step
   absl::Time last_progress;   // when it last reported (Join, Ready or Progress)
 };

@@ -102,14 +102,11 @@ LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
   }
 }
 
-// The training and (when the task has one) evaluation data of a spec.
-struct Data {
-  std::unique_ptr<data::Dataset> owned_train, owned_test;
-  const data::Dataset* train = nullptr;
-  const data::Dataset* test = nullptr;
-};
+using Data = JobData;
 
-absl::StatusOr<Data> LoadData(const JobSpec& spec) {
+}  // namespace
+
+absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
   Data d;
   const DataSpec& ds = spec.data();
   if (ds.has_fashion_mnist()) {
@@ -132,8 +129,9 @@ absl::StatusOr<Data> LoadData(const JobSpec& spec) {
   d.train = d.owned_train.get();
   d.test = d.owned_test.get();
   return d;
-  return absl::InvalidArgumentError("data: set fashion_mnist or text");
 }
+
+namespace {
 
 // Sums doubles across ranks (the optimizer's and clipping's SumAcrossRanks).
 SumAcrossRanks AllReduceSum(comm::Communicator* comm, absl::Duration timeout) {
@@ -246,7 +244,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     data.train = options.train_data;
     data.test = options.test_data;
   } else {
-    RM_ASSIGN_OR_RETURN(data, LoadData(spec));
+    RM_ASSIGN_OR_RETURN(data, LoadJobData(spec));
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
   const TensorTable& table = model->table();

@@ -107,6 +107,16 @@ struct TrainResult {
 
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
 
+// The training and (when the task has one) evaluation data a spec names, loaded; for
+// callers that run several trainings on the same data (an elastic trainer's epochs) and
+// pass it as TrainerOptions::train_data / test_data.
+struct JobData {
+  std::unique_ptr<data::Dataset> owned_train, owned_test;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;
+};
+absl::StatusOr<JobData> LoadJobData(const JobSpec& spec);
+
 // The model a spec describes, for `data` (input sizes, classes or vocabulary).
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
                                                            const data::DatasetInfo& data);

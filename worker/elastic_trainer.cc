@@ -150,6 +150,8 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) {
   if (o.client == nullptr) return absl::InvalidArgumentError("no coordinator client");
   const bool checkpointing = !o.spec.checkpoint().dir().empty();
+  // Loaded once: every epoch trains on the same data (a recovery then pays no reload).
+  RM_ASSIGN_OR_RETURN(train::JobData data, train::LoadJobData(o.spec));
   ElasticResult result;
   int64_t epoch = o.first_epoch;
   while (true) {
@@ -193,6 +195,8 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.spec = o.spec;
     if (checkpointing && result.epochs > 0) to.spec.set_resume("auto");
     to.comm = comm->get();
+    to.train_data = data.train;
+    to.test_data = data.test;
     to.local_ranks = o.local_ranks;
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
