@@ -363,6 +363,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     checkpoint::CheckpointWriterOptions wo;
     wo.root = cs.dir();
     wo.job = spec.name();
+    if (options.checkpoint_env != nullptr) wo.env = options.checkpoint_env;
     wo.rank = rank;
     wo.world_size = world;
     wo.zero_stage = zero;

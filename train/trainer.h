@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "common/env.h"
 #include "proto/job_spec.pb.h"
 #include "train/data/dataset.h"
 #include "train/model.h"
@@ -75,6 +76,9 @@ struct TrainerOptions {
   std::atomic<bool>* save_requested = nullptr;
   // Stop (like a drain) once the job has taken this many steps; 0: run to the end.
   int64_t stop_at_step = 0;
+  // The filesystem checkpoints are written through; null: the real one. A test seam
+  // (e.g. common/fault_injection_env.h's full disk). Not owned.
+  Env* checkpoint_env = nullptr;
   // Called once on every rank when the model, data and optimizer state are ready (after a
   // resume), just before the first step, with that step's index. An error stops the run.
   std::function<absl::Status(int64_t first_step)> on_restored;

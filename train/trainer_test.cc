@@ -2,19 +2,26 @@
 // a global batch B end with the same parameters as 1 rank with B (and as 1 rank with B in
 // accumulated micro-batches); ZeRO-1 and ZeRO-2 match plain data parallelism while each
 // rank keeps 1/N of the optimizer state; fp16 loss scaling skips and backs off on an
-// overflow and training goes on.
+// overflow and training goes on; a full disk fails checkpoints, never training.
 #include "train/trainer.h"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/testing/multiproc.h"
+#include "checkpoint/inspect.h"
+#include "checkpoint/layout.h"
+#include "common/fault_injection_env.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
@@ -269,6 +276,65 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
       Train(3, {"parallelism.zero_stage=1", "parallelism.activation_checkpointing_every=1"},
             kGptSpec),
       one, "gpt world 3, ZeRO-1, checkpointing every block");
+}
+
+// Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their
+// shard writes); training goes on to the end, the failures are counted and reported, no
+// partial checkpoint is visible, and the saves before and after (space freed) commit.
+TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
+  const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(
+        kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
+                "checkpoint.keep_last=10"});
+    if (!spec.ok()) return spec.status();
+    FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
+      const bool full = absl::StrContains(op.path, "step-4") || absl::StrContains(op.path, "step-6");
+      if (op.kind != FileOp::Kind::kPWrite || !full) return absl::OkStatus();
+      return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+    });
+    auto train_data = Synthetic();
+    std::vector<std::string> lines;
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.train_data = train_data.get();
+    o.checkpoint_env = &env;
+    o.progress = [&](const std::string& line) { lines.push_back(line); };
+    auto result = RunTraining(o);
+    if (!result.ok()) return result.status();
+    if (result->steps != 8) return absl::InternalError(absl::StrCat("steps ", result->steps));
+    if (result->checkpoint_failures != 2 || result->checkpoints_saved != 2) {
+      return absl::InternalError(absl::StrCat("saved ", result->checkpoints_saved, ", failed ",
+                                              result->checkpoint_failures));
+    }
+    const bool reported = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return absl::StrContains(l, "failed (training goes on)") ||
+             absl::StrContains(l, "checkpoint of step");
+    });
+    if (!reported) return absl::InternalError("the failed saves were not reported");
+    return absl::OkStatus();
+  });
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  const std::string job_dir = root + "/trainer_test";
+  auto steps = checkpoint::ListCommittedSteps(Env::Default(), job_dir);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(*steps, (std::vector<int64_t>{2, 8})) << "4 and 6 failed; 2 and 8 committed";
+  // Nothing else is visible in the job directory: no temporary or half-written step.
+  std::vector<std::string> children;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir)) {
+    children.push_back(e.path().filename().string());
+  }
+  std::sort(children.begin(), children.end());
+  EXPECT_EQ(children, (std::vector<std::string>{"LATEST", "step-2", "step-8"}));
+  // What is there verifies and loads.
+  for (const char* step : {"step-2", "step-8"}) {
+    auto verified = checkpoint::VerifyCheckpoint(Env::Default(), job_dir + "/" + step);
+    EXPECT_TRUE(verified.ok()) << step << ": " << verified.status();
+  }
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
