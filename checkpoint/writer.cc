@@ -1,9 +1,12 @@
 #include "checkpoint/writer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -56,7 +59,7 @@ absl::Status WriteReport(Env* env, const std::string& dir, const ShardReport& re
   const std::string partial = JoinPath(dir, absl::StrCat(name, ".partial"));
   std::string payload;
   if (!report.SerializeToString(&payload)) return absl::InternalError("cannot serialize report");
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(partial));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(partial, FileOptions()));
   RM_RETURN_IF_ERROR(file->PWrite(0, Frame(kReportMagic, payload)));
   RM_RETURN_IF_ERROR(file->Close());
   return env->RenameFile(partial, JoinPath(dir, name));
@@ -475,7 +478,7 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
       const std::string marker = FailedMarkerName(options_.rank, options_.world_size,
                                                   static_cast<int>(mine.status().code()));
       absl::StatusOr<std::unique_ptr<WritableFile>> file =
-          env->NewWritableFile(JoinPath(dir, marker));
+          env->NewWritableFile(JoinPath(dir, marker), FileOptions());
       if (file.ok()) reported = (*file)->Close();
       LOG_IF(WARNING, !reported.ok()) << "checkpoint step " << job.step
                                       << ": cannot tell rank 0 that this rank failed: " << reported;
@@ -522,9 +525,46 @@ absl::StatusOr<ShardReport> CheckpointWriter::WriteShard(const Job& job, const s
   report.set_rank(options_.rank);
   report.set_world_size(options_.world_size);
   report.set_step(job.step);
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                      options_.env->NewWritableFile(JoinPath(dir, name)));
-  for (const Layout& l : job.layout) {
+  // The shard file is the staging area byte for byte. Its blocks' checksums are computed
+  // on a helper thread while this one writes: with direct I/O the device reads the staging
+  // memory itself and this thread mostly waits, so the hashing costs the disk no time, and
+  // the page cache neither copies nor holds the shard.
+  std::vector<std::vector<uint64_t>> hashes(job.layout.size());
+  std::atomic<bool> hashing_stopped{false};
+  std::thread hasher([&] {
+    for (size_t i = 0; i < job.layout.size(); ++i) {
+      const Layout& l = job.layout[i];
+      const int64_t length = l.range.size() * kElementBytes;
+      hashes[i].reserve(static_cast<size_t>((length + l.block_bytes - 1) / l.block_bytes));
+      for (int64_t b = 0; b < length; b += l.block_bytes) {
+        if (hashing_stopped.load(std::memory_order_relaxed)) return;
+        const int64_t n = std::min(l.block_bytes, length - b);
+        hashes[i].push_back(Xxh3(absl::string_view(staging_.get() + l.offset + b, n)));
+      }
+    }
+  });
+  auto write = [&]() -> absl::Status {
+    FileOptions direct;
+    direct.direct_io = true;
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                        options_.env->NewWritableFile(JoinPath(dir, name), direct));
+    const int64_t piece = (options_.write_bytes + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+    for (int64_t pos = 0; pos < job.bytes; pos += piece) {
+      if (cancelled()) return absl::CancelledError("the writer is being destroyed");
+      const int64_t n = std::min(piece, job.bytes - pos);
+      RM_RETURN_IF_ERROR(file->PWrite(pos, absl::string_view(staging_.get() + pos, n)));
+      RM_RETURN_IF_ERROR(file->StartWriteback(pos, n));
+    }
+    RM_RETURN_IF_ERROR(file->Sync());
+    return file->Close();
+  };
+  absl::Status written = write();
+  if (!written.ok()) hashing_stopped = true;
+  hasher.join();
+  RM_RETURN_IF_ERROR(written);
+  RM_RETURN_IF_ERROR(options_.env->SyncDir(dir));
+  for (size_t i = 0; i < job.layout.size(); ++i) {
+    const Layout& l = job.layout[i];
     BufferEntry* buffer = report.add_buffers();
     buffer->set_name(l.name);
     buffer->set_dtype(std::string(kBufferDtype));
@@ -539,22 +579,8 @@ absl::StatusOr<ShardReport> CheckpointWriter::WriteShard(const Job& job, const s
     chunk->set_length(l.range.size() * kElementBytes);
     chunk->set_block_bytes(l.block_bytes);
     chunk->set_rank(options_.rank);
-    const int64_t piece =
-        std::max<int64_t>(1, options_.write_bytes / l.block_bytes) * l.block_bytes;
-    for (int64_t pos = 0; pos < chunk->length(); pos += piece) {
-      if (cancelled()) return absl::CancelledError("the writer is being destroyed");
-      const int64_t n = std::min(piece, chunk->length() - pos);
-      const char* data = staging_.get() + l.offset + pos;
-      for (int64_t b = 0; b < n; b += l.block_bytes) {
-        chunk->add_block_xxh3(Xxh3(absl::string_view(data + b, std::min(l.block_bytes, n - b))));
-      }
-      RM_RETURN_IF_ERROR(file->PWrite(l.offset + pos, absl::string_view(data, n)));
-      RM_RETURN_IF_ERROR(file->StartWriteback(l.offset + pos, n));
-    }
+    *chunk->mutable_block_xxh3() = {hashes[i].begin(), hashes[i].end()};
   }
-  RM_RETURN_IF_ERROR(file->Sync());
-  RM_RETURN_IF_ERROR(file->Close());
-  RM_RETURN_IF_ERROR(options_.env->SyncDir(dir));
   ShardFile* shard = report.mutable_file();
   shard->set_name(name);
   shard->set_bytes(job.bytes);

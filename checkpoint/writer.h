@@ -122,7 +122,8 @@ struct CheckpointWriterOptions {
   // reads at most 2 blocks more than it needs, within 5 % up to M = 100 for buffers of
   // 4 MiB and more (smaller ones: at most 2 KiB more per range). Otherwise a multiple of 4.
   int64_t block_bytes = 0;
-  // Bytes per pwrite (rounded to whole blocks).
+  // Bytes per pwrite, rounded up to a multiple of 4096 (the shard is written with direct
+  // I/O where the filesystem has it: common/env.h FileOptions).
   int64_t write_bytes = 8 << 20;
   // Rank 0 waits this long (on `clock`) for the other ranks' reports, checking every
   // poll_interval.

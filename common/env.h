@@ -26,6 +26,16 @@
 
 namespace ringmaster {
 
+// How a file is opened for writing.
+struct FileOptions {
+  // Bypass the page cache (O_DIRECT) for writes whose offset, length and buffer address
+  // are multiples of 4096: the device reads the caller's memory itself, so a large write
+  // costs no copy and no page-cache pressure. Other writes go through the page cache as
+  // usual. Where the filesystem refuses O_DIRECT (tmpfs), every write goes through the page
+  // cache. Durability is the same either way: it needs Sync.
+  bool direct_io = false;
+};
+
 // A file open for writing at explicit offsets. The destructor closes it and ignores errors:
 // call Close() to see them.
 class WritableFile {
@@ -63,7 +73,7 @@ class Env {
 
   // Creates `path` or truncates it to zero bytes, for writing.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) = 0;
+      const std::string& path, const FileOptions& options) = 0;
   // NOT_FOUND when `path` does not exist.
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
@@ -93,8 +103,9 @@ class EnvWrapper : public Env {
   explicit EnvWrapper(Env* target) : target_(target) {}
   Env* target() const { return target_; }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    return target_->NewWritableFile(path);
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path, const FileOptions& options) override {
+    return target_->NewWritableFile(path, options);
   }
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {

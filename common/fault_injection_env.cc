@@ -112,9 +112,10 @@ absl::Status FaultInjectionEnv::Check(FileOp op) {
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
-    const std::string& path) {
+    const std::string& path, const FileOptions& options) {
   RM_RETURN_IF_ERROR(Check(Op(Kind::kOpenWrite, path)));
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, target()->NewWritableFile(path));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      target()->NewWritableFile(path, options));
   return std::make_unique<HookedWritableFile>(this, std::move(file));
 }
 

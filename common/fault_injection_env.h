@@ -67,7 +67,8 @@ class FaultInjectionEnv final : public EnvWrapper {
   // Bytes passed to PWrite calls that the hook let through.
   uint64_t bytes_written() const { return bytes_written_.load(); }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path, const FileOptions& options) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override;
   absl::Status CreateDir(const std::string& path) override;
