@@ -443,6 +443,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     }
   };
   absl::Time last_save_time = absl::Now();
+  // An asynchronous save's snapshot is copied by the writer's thread while the next step's
+  // forward and backward run (they only read the state); the optimizer waits for it.
+  bool snapshot_pending = false;
+  auto finish_snapshot = [&] {
+    if (snapshot_pending) writer->FinishSnapshot();
+    snapshot_pending = false;
+  };
   const int64_t log_every = std::max<int64_t>(1, spec.diagnostics().log_every());
   // Steps whose metrics are logged (epoch ends are logged too, once known).
   auto logged_step = [&](int64_t step) {
@@ -525,6 +532,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       apply = norm.finite();
     }
     const double lr = schedule.LrAt(step);
+    // The optimizer writes the parameters and moments that a save begun after the last
+    // step may still be copying (its copy overlapped this step's forward and backward).
+    finish_snapshot();
     if (apply) {
       RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(params.span(), opt_range), g, sum));
       if (zero > 0) {
@@ -565,6 +575,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         // The drain save (and the last one) is synchronous: the job may end right after.
         const absl::Time limit =
             absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
+        finish_snapshot();
         absl::Status saved = writer->SaveSync(save_request(done), limit);
         if (!saved.ok()) {
           say(absl::StrCat("checkpoint of step ", done, " failed: ", saved.ToString()));
@@ -572,7 +583,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
           say(absl::StrCat("checkpoint of step ", done, " saved in ", writer->job_dir()));
         }
       } else if ((cs.every_steps() > 0 && done % cs.every_steps() == 0) || control[4] > 0) {
-        RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->SaveAsync(save_request(done)));
+        finish_snapshot();
+        RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->BeginSave(save_request(done)));
+        snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
         if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
         last_save_time = absl::Now();
       }
@@ -648,6 +661,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       break;
     }
   }
+  finish_snapshot();
   if (writer != nullptr) {
     absl::Status last = writer->Wait(absl::Now() + absl::Minutes(10));
     report_save_failures();
