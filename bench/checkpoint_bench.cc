@@ -21,8 +21,8 @@
 // Last, a resharded load into --load_ranks ranks (each its 1/M of every buffer): bytes read
 // against bytes needed.
 // The ratios against the goals of issue 4 are medians of the rounds: stall <= 5 % of the
-// synchronous save, durable throughput >= 80 % of the disk's, steps <= 10 % slower while
-// persisting, reads <= 1.05 x needed. The machine is shared: compare numbers of one run.
+// synchronous save, durable throughput >= 80 % of the disk's (the median of the best way
+// to write it), steps <= 10 % slower while persisting, reads <= 1.05 x needed. The machine is shared: compare numbers of one run.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -52,7 +52,7 @@ ABSL_FLAG(std::string, dir, "/var/tmp/ringmaster-checkpoint-bench",
           "where to write (removed first); put it on the disk to measure");
 ABSL_FLAG(int64_t, mib, 300, "state per rank in MiB (three equal buffers)");
 ABSL_FLAG(int, ranks, 1, "ranks (writers on threads)");
-ABSL_FLAG(int, repeats, 5, "asynchronous saves to time (the median is reported)");
+ABSL_FLAG(int, repeats, 7, "asynchronous saves to time (the median is reported)");
 ABSL_FLAG(int, load_ranks, 3, "ranks of the resharded load");
 ABSL_FLAG(int64_t, block_kib, 0, "checksummed block size in KiB; 0: the writer's automatic one");
 ABSL_FLAG(int64_t, step_mib, 64, "working set of the simulated training step in MiB");
@@ -222,6 +222,10 @@ int Main() {
   const absl::Span<const char> source(source_memory.get(), total);
   std::vector<double> disk, sync_s, stall, overlapped_stall, durable, persist_gbps, stall_ratio,
       overlapped_ratio, throughput_ratio, same_pattern_ratio;
+  // Each way of writing the disk, over the repeats: "the disk" is the way whose median is
+  // the best (a single draw of this shared disk varies by 2x; the best of five draws in one
+  // repeat is not the disk's bandwidth but its luck).
+  std::vector<std::vector<double>> ways(5);
   // One asynchronous save: every rank's snapshot as the step loop would take it, then steps
   // until rank 0 has committed. With `overlap`, BeginSave, one step (which only reads the
   // state), FinishSnapshot. Returns the longest time a rank's caller was blocked.
@@ -275,6 +279,10 @@ int Main() {
     const absl::Duration overlapped = save_async(true);
 
     disk.push_back(disk_gbps);
+    for (int k = 0; k < 5; ++k) {
+      ways[k].push_back(
+          std::vector<double>{dd_gbps, dd_direct_gbps, plain_gbps, early_gbps, direct_gbps}[k]);
+    }
     sync_s.push_back(sync);
     stall.push_back(Seconds(blocked));
     overlapped_stall.push_back(Seconds(overlapped));
@@ -288,10 +296,11 @@ int Main() {
         "repeat %d: disk %.3f GB/s (dd %.3f, dd direct %.3f, pwrite %.3f, pwrite+writeback %.3f, "
         "pwrite direct %.3f); sync save "
         "%.3f s; SaveAsync stall %.1f ms, durable after %.3f s (shard %.3f s + commit %.3f s: "
-        "%.3f GB/s), retention after it %.1f ms; BeginSave..FinishSnapshot stall %.2f ms\n",
+        "%.3f GB/s), retention after it %.1f ms; BeginSave..FinishSnapshot stall %.2f ms; copy %.1f ms\n",
         i, disk_gbps, dd_gbps, dd_direct_gbps, plain_gbps, early_gbps, direct_gbps, sync, Seconds(blocked) * 1e3, durable.back(),
         Seconds(w.last_shard_time), Seconds(w.last_commit_time), persist_gbps.back(),
-        Seconds(w.last_retention_time) * 1e3, Seconds(overlapped) * 1e3);
+        Seconds(w.last_retention_time) * 1e3, Seconds(overlapped) * 1e3,
+        Seconds(w.last_snapshot_time) * 1e3);
   }
   const double idle_step = Median(idle_steps), busy_step = Median(busy_steps);
   const double busy_mean = std::accumulate(busy_steps.begin(), busy_steps.end(), 0.0) /
@@ -356,12 +365,25 @@ int Main() {
       "                                %6.2f %%                  %s (BeginSave, one step, "
       "FinishSnapshot)\n",
       100 * Median(overlapped_ratio), Median(overlapped_ratio) <= 0.05 ? "met" : "NOT met");
+  const char* const way_names[] = {"dd conv=fsync", "dd oflag=direct", "pwrite",
+                                   "pwrite+writeback", "pwrite direct"};
+  int best_way = 0;
+  for (int k = 1; k < 5; ++k) {
+    if (Median(ways[k]) > Median(ways[best_way])) best_way = k;
+  }
+  const double ours = Median(persist_gbps), disk_typical = Median(ways[best_way]);
   std::printf(
-      "  durable throughput / disk     %6.1f %%   goal >= 80 %%   %s (disk: best of 5 ways)\n",
+      "  durable throughput / disk     %6.1f %%   goal >= 80 %%   %s (our median %.3f GB/s "
+      "against the best way's median, %s %.3f GB/s)\n",
+      100 * ours / disk_typical, ours >= 0.8 * disk_typical ? "met" : "NOT met", ours,
+      way_names[best_way], disk_typical);
+  std::printf(
+      "                                %6.1f %%                  %s (per repeat against the "
+      "best of its five draws; median)\n",
       100 * Median(throughput_ratio), Median(throughput_ratio) >= 0.8 ? "met" : "NOT met");
   std::printf(
-      "                                %6.1f %%                  %s (disk: the same "
-      "direct pwrite+fdatasync pattern)\n",
+      "                                %6.1f %%                  %s (per repeat against the same "
+      "direct pwrite+fdatasync pattern; median)\n",
       100 * Median(same_pattern_ratio), Median(same_pattern_ratio) >= 0.8 ? "met" : "NOT met");
   std::printf(
       "  step time while persisting    %+6.1f %%   goal <= +10 %%  %s (median; mean %+.1f %%)\n",
