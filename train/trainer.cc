@@ -10,9 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "checkpoint/layout.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/status_macros.h"
@@ -144,6 +146,108 @@ SumAcrossRanks AllReduceSum(comm::Communicator* comm, absl::Duration timeout) {
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   return absl::StrFormat("%.6g", v);
+}
+
+// Whether `resident` holds a state this run can restore: the same training spec, the
+// table's size, and the optimizer's buffers by name and size.
+bool ResidentFits(const ResidentState& resident, uint64_t spec_hash, const TensorTable& table,
+                  Optimizer& optimizer) {
+  if (resident.step < 0 || resident.spec_hash != spec_hash) return false;
+  if (static_cast<int64_t>(resident.params.size()) != table.total_elements()) return false;
+  const std::vector<StateBuffer> buffers = optimizer.state_buffers();
+  if (resident.optimizer.size() != buffers.size()) return false;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (resident.optimizer[i].first != buffers[i].name ||
+        resident.optimizer[i].second.size() != buffers[i].data.size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// What the ranks agreed on at start (TrainerOptions::resident).
+struct MemoryRestore {
+  int source = -1;              // the rank whose memory the state came from; -1: none
+  int64_t checkpoint_step = -1;  // rank 0's latest checkpoint; -1: none seen
+  int64_t step = 0;
+  int64_t optimizer_step = 0;
+  data::SamplerState sampler;
+  std::optional<LossScalerState> loss_scaler;
+};
+
+// TrainerOptions::resident, on entry (ZeRO-0): every rank tells the step it holds in memory
+// (-1: none) and its view of the latest checkpoint; when some rank holds a step at least as
+// recent as rank 0's latest checkpoint, the first such rank broadcasts its state into
+// `params` and the optimizer's buffers, and the rest of it comes back. Otherwise source is
+// -1 and the caller reads the checkpoint.
+absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
+                                                const ResidentState& resident,
+                                                uint64_t spec_hash, const TensorTable& table,
+                                                FlatBuffer& params, Optimizer& optimizer,
+                                                int64_t latest_checkpoint,
+                                                absl::Duration op_timeout) {
+  auto deadline = [&] { return absl::Now() + op_timeout; };
+  const int world = comm->size();
+  const bool fits = ResidentFits(resident, spec_hash, table, optimizer);
+  int64_t mine[2] = {fits ? resident.step : -1, latest_checkpoint};
+  std::vector<int64_t> all(2 * world);
+  RM_RETURN_IF_ERROR(comm->AllGather(mine, all.data(), 2, DataType::kInt64, deadline()));
+  MemoryRestore out;
+  out.checkpoint_step = all[1];
+  int64_t best = -1;
+  for (int r = 0; r < world; ++r) {
+    if (all[2 * r] > best) {
+      best = all[2 * r];
+      out.source = r;
+    }
+  }
+  if (best < 0 || best < out.checkpoint_step) {
+    out.source = -1;
+    return out;
+  }
+  const int64_t n = table.total_elements();
+  std::vector<StateBuffer> buffers = optimizer.state_buffers();
+  // The small state: step, optimizer step, sampler epoch and cursor, loss scaler (present,
+  // the scale's bits, good steps, steps, skipped steps).
+  int64_t small[9] = {};
+  if (comm->rank() == out.source) {
+    std::memcpy(params.data(), resident.params.data(), n * sizeof(float));
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      std::memcpy(buffers[i].data.data(), resident.optimizer[i].second.data(),
+                  buffers[i].data.size() * sizeof(float));
+    }
+    small[0] = resident.step;
+    small[1] = resident.optimizer_step;
+    small[2] = static_cast<int64_t>(resident.sampler.epoch);
+    small[3] = resident.sampler.cursor;
+    if (resident.loss_scaler) {
+      small[4] = 1;
+      std::memcpy(&small[5], &resident.loss_scaler->scale, sizeof(double));
+      small[6] = resident.loss_scaler->good_steps;
+      small[7] = resident.loss_scaler->steps;
+      small[8] = resident.loss_scaler->skipped_steps;
+    }
+  }
+  RM_RETURN_IF_ERROR(comm->Broadcast(params.data(), params.data(), static_cast<size_t>(n),
+                                     DataType::kFloat32, out.source, deadline()));
+  for (StateBuffer& b : buffers) {
+    RM_RETURN_IF_ERROR(comm->Broadcast(b.data.data(), b.data.data(), b.data.size(),
+                                       DataType::kFloat32, out.source, deadline()));
+  }
+  RM_RETURN_IF_ERROR(comm->Broadcast(small, small, 9, DataType::kInt64, out.source, deadline()));
+  out.step = small[0];
+  out.optimizer_step = small[1];
+  out.sampler.epoch = static_cast<uint64_t>(small[2]);
+  out.sampler.cursor = small[3];
+  if (small[4] != 0) {
+    LossScalerState ls;
+    std::memcpy(&ls.scale, &small[5], sizeof(double));
+    ls.good_steps = small[6];
+    ls.steps = small[7];
+    ls.skipped_steps = small[8];
+    out.loss_scaler = ls;
+  }
+  return out;
 }
 
 }  // namespace
@@ -359,7 +463,41 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                              std::min(shard.end, table.total_elements())};
   std::unique_ptr<checkpoint::CheckpointWriter> writer;
   int64_t first_step = 0;
+  RM_ASSIGN_OR_RETURN(spec::ResumePoint resume, spec::ParseResume(spec.resume()));
+  // An elastic job's ranks first look for the state in the survivors' memory.
+  int64_t checkpoint_step = -1;  // rank 0's latest, when the ranks agreed on a checkpoint
+  bool restored = false;
+  if (options.resident != nullptr && resume.kind == spec::ResumePoint::Kind::kAuto &&
+      zero == 0) {
+    int64_t latest = -1;
+    if (checkpointing) {
+      Env* env = options.checkpoint_env != nullptr ? options.checkpoint_env : Env::Default();
+      latest = checkpoint::ReadLatest(env, checkpoint::JobDir(cs.dir(), spec.name())).value_or(-1);
+    }
+    RM_ASSIGN_OR_RETURN(MemoryRestore m,
+                        RestoreFromMemory(comm, *options.resident, spec_hash, table, params,
+                                          *optimizer, latest, options.op_timeout));
+    checkpoint_step = m.checkpoint_step;
+    if (m.source >= 0) {
+      RM_RETURN_IF_ERROR(optimizer->RestoreStep(m.optimizer_step));
+      if (scaler && m.loss_scaler) RM_RETURN_IF_ERROR(scaler->Restore(*m.loss_scaler));
+      state = m.sampler;
+      first_step = m.step;
+      result.resumed_from_step = m.step;
+      result.resumed_from_memory_of = m.source;
+      restored = true;
+      say(absl::StrFormat(
+          "restored step %d from the memory of rank %d (%s; latest checkpoint: %s): %.2f MiB "
+          "broadcast, nothing read from disk",
+          m.step, m.source, data::SamplerStateString(m.sampler),
+          m.checkpoint_step >= 0 ? absl::StrCat("step ", m.checkpoint_step) : "none",
+          table.total_elements() * (1.0 + optimizer->state_buffers().size()) * 4 / 1048576.0));
+    }
+  }
+  // Restored, or not usable: the memory is not held twice while training.
+  if (options.resident != nullptr) options.resident->Clear();
   if (checkpointing) {
+
     checkpoint::CheckpointWriterOptions wo;
     wo.root = cs.dir();
     wo.job = spec.name();
@@ -379,14 +517,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                                                               : checkpoint::OnBusy::kWait;
     RM_ASSIGN_OR_RETURN(writer, checkpoint::CheckpointWriter::Create(wo));
 
-    RM_ASSIGN_OR_RETURN(spec::ResumePoint resume, spec::ParseResume(spec.resume()));
-    if (resume.kind != spec::ResumePoint::Kind::kNever) {
+    if (!restored && resume.kind != spec::ResumePoint::Kind::kNever) {
       checkpoint::LoadOptions lo;
       lo.root = cs.dir();
       lo.job = spec.name();
       lo.spec_hash = spec_hash;
       lo.table = &table;
       if (resume.kind == spec::ResumePoint::Kind::kStep) lo.step = resume.step;
+      // The ranks agreed on rank 0's latest checkpoint (they all read that one).
+      if (checkpoint_step >= 0) lo.step = checkpoint_step;
       auto opened = checkpoint::OpenCheckpoint(lo);
       if (absl::IsNotFound(opened.status()) && resume.kind == spec::ResumePoint::Kind::kAuto) {
         say(absl::StrCat("resume: auto: no checkpoint of job ", spec.name(), " in ", cs.dir(),
@@ -481,6 +620,30 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     return absl::OkStatus();
   };
 
+  // The state after the last completed step, kept for TrainerOptions::resident when this
+  // run returns, with an error too (ZeRO-0: every rank holds all of it). `updating` is set
+  // while the optimizer writes the parameters: a failure there leaves no usable state.
+  int64_t consistent_step = first_step;
+  int64_t consistent_optimizer_step = optimizer->step();
+  data::SamplerState consistent_sampler = state;
+  std::optional<LossScalerState> consistent_scaler;
+  if (scaler) consistent_scaler = scaler->state();
+  bool updating = false;
+  absl::Cleanup keep_resident = [&] {
+    if (options.resident == nullptr || zero != 0 || updating) return;
+    ResidentState& r = *options.resident;
+    r.step = consistent_step;
+    r.spec_hash = spec_hash;
+    r.params.assign(params.data(), params.data() + table.total_elements());
+    r.optimizer.clear();
+    for (const StateBuffer& b : optimizer->state_buffers()) {
+      r.optimizer.emplace_back(b.name, std::vector<float>(b.data.begin(), b.data.end()));
+    }
+    r.optimizer_step = consistent_optimizer_step;
+    r.sampler = consistent_sampler;
+    r.loss_scaler = consistent_scaler;
+  };
+
   if (options.on_restored) RM_RETURN_IF_ERROR(options.on_restored(first_step));
   for (int64_t step = first_step; step < total_steps; ++step) {
     const absl::Time step_start = absl::Now();
@@ -535,6 +698,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     // The optimizer writes the parameters and moments that a save begun after the last
     // step may still be copying (its copy overlapped this step's forward and backward).
     finish_snapshot();
+    updating = true;
     if (apply) {
       RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(params.span(), opt_range), g, sum));
       if (zero > 0) {
@@ -547,6 +711,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     }
     state = gb.next;
     result.steps = step + 1;
+    updating = false;
+    consistent_step = step + 1;
+    consistent_optimizer_step = optimizer->step();
+    consistent_sampler = state;
+    if (scaler) consistent_scaler = scaler->state();
     window_samples += count;
     total_samples += count;
 

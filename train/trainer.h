@@ -28,7 +28,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -36,7 +39,9 @@
 #include "common/env.h"
 #include "proto/job_spec.pb.h"
 #include "train/data/dataset.h"
+#include "train/data/sampler.h"
 #include "train/model.h"
+#include "train/optim/loss_scaler.h"
 
 namespace ringmaster::train {
 
@@ -48,6 +53,27 @@ struct StepReport {
   double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
   absl::Duration step_time;   // wall time of this step on this rank
   absl::Duration comm_time;   // inside the step's gradient collectives
+};
+
+// A trainer's state kept in memory between the epochs of an elastic job
+// (worker/elastic_trainer.h): after a membership change the survivors restore from it instead
+// of from the checkpoint, so the steps since the last checkpoint are not trained again.
+// RunTraining fills it when it returns (with an error too) with the state after the last
+// step it completed; only with plain data parallelism (ZeRO-0), where every rank holds the
+// whole state. A failure mid-step leaves the state of the step before: the optimizer, the
+// only writer of the parameters and moments, runs after the step's last collective that can
+// fail before it, and a rank whose gradient all-reduce completed has the same reduced
+// gradient as every other rank that completed it.
+struct ResidentState {
+  int64_t step = -1;  // steps the state is after; -1: nothing kept
+  uint64_t spec_hash = 0;
+  std::vector<float> params;  // the table's elements (no padding)
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer;  // whole buffers
+  int64_t optimizer_step = 0;
+  data::SamplerState sampler;
+  std::optional<LossScalerState> loss_scaler;
+
+  void Clear() { *this = ResidentState(); }
 };
 
 struct TrainerOptions {
@@ -85,6 +111,13 @@ struct TrainerOptions {
   // Called on every rank after each step (after its drain/save decision), on the training
   // thread: keep it short (e.g. hand the report to another thread).
   std::function<void(const StepReport&)> on_step;
+  // In and out; every rank of the job passes one, or none does. In: with resume "auto" and
+  // ZeRO-0 the ranks all-gather the steps they hold in memory and the latest checkpoint's
+  // step (rank 0's view); when some rank holds a step at least as recent as the checkpoint,
+  // the first such rank broadcasts its state (parameters, moments, sampler, loss scale,
+  // optimizer step) and no checkpoint is read. Cleared once restored (memory is not held
+  // twice). Out: the state after the last completed step (see ResidentState). Not owned.
+  ResidentState* resident = nullptr;
 };
 
 struct TrainResult {
@@ -103,7 +136,8 @@ struct TrainResult {
   MemoryStats memory;
   int64_t optimizer_state_bytes = 0;
   bool drained = false;             // stopped early (drain or stop_at_step)
-  int64_t resumed_from_step = -1;   // the checkpoint this run started from; -1: none
+  int64_t resumed_from_step = -1;   // the step this run started from; -1: from scratch
+  int resumed_from_memory_of = -1;  // the rank whose memory it came from; -1: a checkpoint
   int64_t checkpoints_saved = 0;    // by this run
   int64_t checkpoint_failures = 0;  // saves that failed (training went on)
   int64_t checkpoints_skipped = 0;  // a save was still running (checkpoint.on_busy: skip)

@@ -2,7 +2,8 @@
 // a global batch B end with the same parameters as 1 rank with B (and as 1 rank with B in
 // accumulated micro-batches); ZeRO-1 and ZeRO-2 match plain data parallelism while each
 // rank keeps 1/N of the optimizer state; fp16 loss scaling skips and backs off on an
-// overflow and training goes on; a full disk fails checkpoints, never training.
+// overflow and training goes on; a full disk fails checkpoints, never training; after a
+// peer fails, the survivors restore from memory and lose no step.
 #include "train/trainer.h"
 
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "comm/store.h"
 #include "comm/testing/multiproc.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/layout.h"
@@ -281,6 +283,83 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
 // Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their
 // shard writes); training goes on to the end, the failures are counted and reported, no
 // partial checkpoint is visible, and the saves before and after (space freed) commit.
+// A peer fails after step 6 of 10 (the last checkpoint is step 4). The survivors keep their
+// state in memory; the next epoch (3 ranks: rank 0 a replacement with nothing in memory)
+// restores step 6 from the first survivor's memory, reads no checkpoint, trains steps 7-10,
+// and ends with the parameters of 10 uninterrupted steps.
+TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
+  const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
+  const std::string store_dir = comm::testing::FreshStoreDir() + "-epoch2";
+  const std::string out_dir = comm::testing::FreshStoreDir() + "-out";
+  ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  const std::vector<std::string> overrides = {
+      "steps=10", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=4",
+      "resume=auto"};
+  MultiProcOptions options;
+  options.world_size = 3;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, overrides);
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    ResidentState resident;
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.local_ranks = 3;
+    o.op_timeout = absl::Seconds(20);
+    o.train_data = train_data.get();
+    o.resident = &resident;
+    // Epoch 1: rank 2 fails (its communicator aborts) once step 6 is done.
+    o.on_step = [&](const StepReport& r) {
+      if (comm.rank() == 2 && r.step == 6) comm.Abort();
+    };
+    auto first = RunTraining(o);
+    if (first.ok()) return absl::InternalError("epoch 1 should have failed");
+    if (resident.step != 6) {
+      return absl::InternalError(absl::StrCat("epoch 1 kept step ", resident.step, ": ",
+                                              first.status().ToString()));
+    }
+    // Epoch 2: rank 0 is a replacement with nothing in memory.
+    if (comm.rank() == 0) resident.Clear();
+    comm::FileStoreOptions so;
+    so.directory = store_dir;
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::FileStore> store, comm::FileStore::Create(so));
+    comm::TcpCommunicatorOptions co;
+    co.rank = comm.rank();
+    co.size = 3;
+    co.store = store.get();
+    co.prefix = "epoch2";
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<TcpCommunicator> comm2, TcpCommunicator::Create(co));
+    std::string params;
+    o.comm = comm2.get();
+    o.on_step = nullptr;
+    o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
+      for (const TensorSpec& t : table.tensors()) {
+        params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
+      }
+    };
+    auto second = RunTraining(o);
+    if (!second.ok()) return second.status();
+    if (second->resumed_from_step != 6 || second->resumed_from_memory_of != 1 ||
+        second->steps != 10) {
+      return absl::InternalError(absl::StrCat("resumed from step ", second->resumed_from_step,
+                                              " of rank ", second->resumed_from_memory_of,
+                                              ", ", second->steps, " steps"));
+    }
+    return WriteFileAtomically(absl::StrCat(out_dir, "/rank", comm.rank(), ".params"), params);
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
+  // The checkpoint at step 4 was there and was not the one used.
+  EXPECT_EQ(checkpoint::ReadLatest(Env::Default(), root + "/trainer_test").value_or(-1), 10);
+  RunResult reference = Train(1, {"steps=10"});
+  RunResult restored;
+  auto params = ReadFile(out_dir + "/rank0.params");
+  ASSERT_TRUE(params.ok()) << params.status();
+  restored.params.resize(params->size() / 4);
+  memcpy(restored.params.data(), params->data(), params->size());
+  ExpectSameParameters(restored, reference, "3 ranks, a failure after step 6, restored from memory");
+}
+
 TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
   const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
   MultiProcOptions options;

@@ -153,6 +153,9 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
   // Loaded once: every epoch trains on the same data (a recovery then pays no reload).
   RM_ASSIGN_OR_RETURN(train::JobData data, train::LoadJobData(o.spec));
   ElasticResult result;
+  // The state after this trainer's last completed step, across epochs: after a failure the
+  // survivors restore from it (TrainerOptions::resident) instead of the checkpoint.
+  train::ResidentState resident;
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -201,6 +204,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
     to.drain_requested = &drain;
+    to.resident = &resident;
     // Ready once the state is restored (checkpoint read, data loaded): the coordinator's
     // restore phase ends here.
     bool ready_refused = false;

@@ -11,10 +11,15 @@
 //       that checkpoint: no step is lost;
 //       failure: the collective fails soon (a peer died), see below.
 //   - a collective failed (a peer died or hung): report the error, abort the communicator,
-//     learn the next epoch and join it; the job resumes from its latest checkpoint.
+//     learn the next epoch and join it.
 //
-// Survivors restore from the checkpoint, not from memory: simple and always correct;
-// restoring data-parallel replicas from memory is a later optimisation.
+// Restore in a new epoch (train::TrainerOptions::resident): each trainer keeps the state
+// after the last step it completed in memory. With plain data parallelism (ZeRO-0) every
+// survivor holds the whole state, so the ranks agree on the most recent step any of them
+// holds and the first rank holding it broadcasts it to all, newcomers included: no step is
+// trained again and nothing is read from disk. With ZeRO-1/2 a dead rank took its shard of
+// the optimizer state with it, and when the latest checkpoint is more recent than every
+// survivor's memory, the job resumes from that checkpoint, resharded to the new world.
 #ifndef RINGMASTER_WORKER_ELASTIC_TRAINER_H_
 #define RINGMASTER_WORKER_ELASTIC_TRAINER_H_
 

@@ -3,11 +3,16 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace ringmaster::train {
 
 std::string RangeString(FlatRange range) {
   return absl::StrCat("[", range.begin, ", ", range.end, ")");
+}
+
+void SliceDoesNotFit(FlatRange range, size_t elements) {
+  LOG(FATAL) << "Slice: " << RangeString(range) << " of " << elements << " elements";
 }
 
 FlatRange FullRange(const TensorTable& table) { return {0, table.total_elements()}; }

@@ -15,7 +15,6 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "glog/logging.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train {
@@ -39,11 +38,13 @@ absl::Status CheckRange(const TensorTable& table, FlatRange range);
 
 // The part of `all` (a span of the whole flat index space) inside `range`. CHECK-fails when
 // the range does not fit.
+[[noreturn]] void SliceDoesNotFit(FlatRange range, size_t elements);  // LOG(FATAL)
 template <typename T>
 absl::Span<T> Slice(absl::Span<T> all, FlatRange range) {
-  CHECK(range.begin >= 0 && range.begin <= range.end &&
-        range.end <= static_cast<int64_t>(all.size()))
-      << RangeString(range) << " of " << all.size() << " elements";
+  if (!(range.begin >= 0 && range.begin <= range.end &&
+        range.end <= static_cast<int64_t>(all.size()))) {
+    SliceDoesNotFit(range, all.size());
+  }
   return all.subspan(range.begin, range.size());
 }
 
