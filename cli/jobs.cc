@@ -161,9 +161,12 @@ void PrintStatus(const Job& job) {
   }
   for (const Recovery& r : job.recoveries()) {
     printf("  recovery to epoch %ld (%s): %d -> %d ranks; rendezvous %.2fs, restore %.2fs, "
-           "first step %.2fs — %s\n",
+           "first step %.2fs, %s — %s\n",
            static_cast<long>(r.epoch()), r.cause().c_str(), r.old_world(), r.new_world(),
-           r.rendezvous_s(), r.restore_s(), r.first_step_s(), r.reason().c_str());
+           r.rendezvous_s(), r.restore_s(), r.first_step_s(),
+           r.lost_steps() < 0 ? "steps lost: not known yet"
+                              : absl::StrCat(r.lost_steps(), " steps lost").c_str(),
+           r.reason().c_str());
   }
 }
 

@@ -157,9 +157,10 @@ std::string RecoveriesJson(const Job& job) {
   for (const Recovery& r : job.recoveries()) {
     items.push_back(absl::StrFormat(
         "{\"epoch\":%d,\"cause\":%s,\"reason\":%s,\"old_world\":%d,\"new_world\":%d,"
-        "\"rendezvous_seconds\":%.3f,\"restore_seconds\":%.3f,\"first_step_seconds\":%.3f}",
+        "\"rendezvous_seconds\":%.3f,\"restore_seconds\":%.3f,\"first_step_seconds\":%.3f,"
+        "\"lost_steps\":%d}",
         r.epoch(), JsonString(r.cause()), JsonString(r.reason()), r.old_world(), r.new_world(),
-        r.rendezvous_s(), r.restore_s(), r.first_step_s()));
+        r.rendezvous_s(), r.restore_s(), r.first_step_s(), r.lost_steps()));
   }
   return absl::StrCat("[", absl::StrJoin(items, ","), "]");
 }

@@ -267,6 +267,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       r->set_old_world(world_[a->job]);
       r->set_began_ms(Ms(now));
       r->set_lost_steps(-1);
+      r->set_step_before(job.step());
       Bump(job);
     } else if (const auto* a = std::get_if<CommitEpoch>(&action)) {
       Job& job = jobs_[a->job];
@@ -612,6 +613,9 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
         if (rec->epoch() == r.epoch() && rec->first_step_s() == 0 && rec->restore_s() > 0) {
           rec->set_first_step_s(absl::ToDoubleSeconds(Now() - FromMs(rec->began_ms())) -
                                 rec->rendezvous_s() - rec->restore_s());
+          // The first step taken after restoring is step() (1-based): the epoch started
+          // from step() - 1.
+          rec->set_lost_steps(std::max<int64_t>(0, rec->step_before() - (r.stats().step() - 1)));
         }
       }
       Bump(job);

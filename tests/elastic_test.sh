@@ -2,8 +2,9 @@
 # End to end under a coordinator: ringmaster, ringworker agents and ringtrainers as real
 # processes on loopback, driven by ringctl. One scenario per target ($1):
 #   failures: 4 ranks on 2 agents (2 slots each).
-#     - SIGKILL one trainer: the job goes on with 3 in a new epoch and completes, its test
-#       accuracy within 0.03 of an uninterrupted run of the same spec;
+#     - SIGKILL one trainer: the job goes on with 3 in a new epoch, the survivors restoring
+#       from memory with no step lost, and completes, its test accuracy within 0.03 of an
+#       uninterrupted run of the same spec;
 #     - SIGKILL a whole agent with its trainers: its lease expires, the job goes on;
 #     - SIGSTOP a trainer: after the hang timeout it is stopped and the job goes on.
 #   restart: kill -9 the coordinator mid-training and start it again on the same
@@ -118,6 +119,12 @@ failures)
   wait_until kill 'int(j["epoch"])==2 and len(j.get("members",[]))==3' 20
   wait_until kill 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 120
   [ "$(field kill 'j["recoveries"][0]["cause"]')" = failure ] || fail "recovery cause: $(ctl status kill)"
+  # The survivors restored the state from memory (ZeRO-0: each holds all of it), so no step
+  # since the last checkpoint was trained again.
+  grep -q "from the memory of rank" "$WORK"/node-a/kill/slot-*.log ||
+    fail "the survivors did not restore from memory: $(grep -h "restored\|resumed" "$WORK"/node-a/kill/slot-*.log | head -3)"
+  [ "$(field kill 'int(j["recoveries"][0].get("lost_steps",0))')" = 0 ] ||
+    fail "steps lost in the recovery: $(ctl status kill)"
   [ "$(field kill 'float(j["recoveries"][0]["rendezvous_s"])<5')" = True ] ||
     fail "rendezvous took too long: $(ctl status kill)"
   acc="$(accuracy kill)"
@@ -191,11 +198,11 @@ drain)
   grep -q "drained: every trainer has exited" "$WORK/agent-b.log" || fail "agent b: $(tail -3 "$WORK/agent-b.log")"
   wait_until drain 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   [ "$(field drain 'int(j.get("restarts",0))')" = 0 ] || fail "the drain spent the restart budget"
-  # No lost step: the survivors resumed from the checkpoint of the step where the ring
-  # stopped, which is the last step any rank logged before the drain.
+  # No lost step: the survivors resumed (from their memory, or from the drain save) at the
+  # step where the ring stopped, which is the last step any rank logged before the drain.
   log="$(ls "$WORK"/node-a/drain/slot-0.log)"
   drained_at="$(grep -o "drained after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
-  resumed_at="$(grep -o "resumed from .*step-[0-9]* (step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+  resumed_at="$(grep -o "resumed from .*step-[0-9]* (step [0-9]*\|restored step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
   [ -n "$drained_at" ] || fail "rank 0 did not drain: $(grep -v "^I20" "$log" | tail -5)"
   [ "$drained_at" = "$resumed_at" ] ||
     fail "drained after step $drained_at but resumed from step $resumed_at (steps lost)"
