@@ -358,7 +358,7 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
   }
   for (const std::string& id : order_) {
     JobState& job = jobs_[id];
-    if (job.phase != JobPhase::kRunning ||
+    if (job.phase != JobPhase::kRunning || job.finishing_epoch == job.epoch ||
         static_cast<int>(job.members.size()) >= job.request.max_ranks ||
         now - job.phase_since < options_.grow_after || free_slots(now) == 0) {
       continue;
@@ -601,6 +601,7 @@ absl::Status Membership::Finished(const std::string& id, int64_t epoch, const Sl
         absl::StrCat("job ", id, " is ", JobPhaseName(job.phase), ", not running"));
   }
   m->finished = true;
+  job.finishing_epoch = job.epoch;
   for (const Member& other : job.members) {
     if (!other.finished) return absl::OkStatus();
   }

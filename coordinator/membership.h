@@ -134,6 +134,10 @@ struct JobState {
   absl::Time phase_since;       // when the phase was entered
   absl::Time below_min_since;   // when it last fell below min (kPending after a start)
   bool ever_started = false;
+  // The epoch in which a member reported its last step: the job is completing, so a slot
+  // that a finished trainer frees is not a reason to grow. In memory only (after a
+  // coordinator restart a finishing job may grow once more, harmlessly).
+  int64_t finishing_epoch = -1;
   std::string reason;           // why it is pending, failed or cancelled
 };
 
