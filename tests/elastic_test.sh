@@ -78,21 +78,8 @@ submit() {
     --set elastic.min_ranks=1 --set elastic.max_ranks=4 --set schedule.warmup_steps=20 "$@" \
     >>"$WORK/ctl.log" 2>&1 || fail "submit $name: $(tail -3 "$WORK/ctl.log")"
 }
-# field JOB PYTHON_EXPRESSION_OF_j
-field() {
-  ctl status "$1" --json 2>/dev/null |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
-}
-# wait_until JOB EXPRESSION SECONDS: polls until the expression (of j) is True.
-wait_until() {
-  local deadline=$((SECONDS + $3))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    [ "$(field "$1" "$2")" = True ] && return 0
-    sleep 0.2
-  done
-  fail "job $1: waited $3 s for $2; status: $(ctl status "$1" 2>&1 | head -12)"
-  return 1
-}
+# field, wait_until
+source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"
 trainer_pid() {  # trainer_pid JOB NODE SLOT
   pgrep -f "ringtrainer.*--job=$1 .*--node=$2 --slot=$3 " | head -1
 }

@@ -83,19 +83,8 @@ for i in 2 3; do
 done
 
 ctl() { on 1 "$B/bin/ringctl" "$@" --coordinator "$COORD" --token_file "$WORK/user.token"; }
-field() {
-  ctl status "$1" --json 2>/dev/null |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
-}
-wait_until() {  # JOB EXPRESSION SECONDS
-  local deadline=$((SECONDS + $3))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    [ "$(field "$1" "$2")" = True ] && return 0
-    sleep 0.2
-  done
-  fail "job $1: waited $3 s for $2; status: $(ctl status "$1" 2>&1 | head -12)"
-  return 1
-}
+# field, wait_until
+source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"
 
 for _ in $(seq 1 100); do
   [ "$(grep -c "registered node" "$WORK"/agent-h*.log 2>/dev/null | awk -F: '{s+=$2} END {print s}')" -ge 2 ] && break

@@ -1,0 +1,19 @@
+# Sourced by the end-to-end tests. The caller defines ctl (ringctl with its coordinator and
+# token flags) and fail (counts a failure).
+
+# field JOB PYTHON_EXPRESSION_OF_j: the expression over `ringctl status JOB --json`.
+field() {
+  ctl status "$1" --json 2>/dev/null |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
+}
+
+# wait_until JOB EXPRESSION SECONDS: polls until the expression (of j) is True.
+wait_until() {
+  local deadline=$((SECONDS + $3))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    [ "$(field "$1" "$2")" = True ] && return 0
+    sleep 0.2
+  done
+  fail "job $1: waited $3 s for $2; status: $(ctl status "$1" 2>&1 | head -12)"
+  return 1
+}
