@@ -55,6 +55,7 @@ ABSL_FLAG(int, ranks, 1, "ranks (writers on threads)");
 ABSL_FLAG(int, repeats, 7, "asynchronous saves to time (the median is reported)");
 ABSL_FLAG(int, load_ranks, 3, "ranks of the resharded load");
 ABSL_FLAG(int64_t, block_kib, 0, "checksummed block size in KiB; 0: the writer's automatic one");
+ABSL_FLAG(int64_t, write_mib, 8, "bytes per pwrite of the writer (CheckpointWriterOptions::write_bytes)");
 ABSL_FLAG(int64_t, step_mib, 64, "working set of the simulated training step in MiB");
 
 namespace ringmaster::checkpoint {
@@ -177,6 +178,7 @@ int Main() {
     o.world_size = ranks;
     o.retention.keep_last = 2;
     o.block_bytes = absl::GetFlag(FLAGS_block_kib) << 10;
+    o.write_bytes = absl::GetFlag(FLAGS_write_mib) * kMiB;
     o.staging_reserve_bytes = per_rank;  // as the trainer should: no page faults in the stall
     absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
     Die(w.status(), "create writer");
@@ -218,7 +220,18 @@ int Main() {
   const std::string probe = JoinPath(dir, "probe.bin");
   std::unique_ptr<char, decltype(&std::free)> source_memory(
       static_cast<char*>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)), &std::free);
-  std::memset(source_memory.get(), 'x', total);
+  // The probes write the very bytes the checkpoint holds (the ranks' buffers back to
+  // back): a virtual disk may compress or deduplicate, and constant bytes would flatter it.
+  std::memset(source_memory.get(), 0, total);
+  int64_t at = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int b = 0; b < 3; ++b) {
+      const train::FlatRange range = SaveSlice(elements, r, ranks);
+      const int64_t n = range.size() * 4;
+      std::memcpy(source_memory.get() + at, state[r].buffers[b].data() + range.begin, n);
+      at += n;
+    }
+  }
   const absl::Span<const char> source(source_memory.get(), total);
   std::vector<double> disk, sync_s, stall, overlapped_stall, durable, persist_gbps, stall_ratio,
       overlapped_ratio, throughput_ratio, same_pattern_ratio;
