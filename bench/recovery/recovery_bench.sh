@@ -74,12 +74,12 @@ for i in $(seq 1 "$REPEATS"); do
   t_kill="$(now)"
   kill -KILL "$victim"
   wait_until $job 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 60 || exit 1
-  line="$(field $job '" ".join(str(x) for x in [int(j["recoveries"][0]["began_ms"])/1e3, j["recoveries"][0].get("rendezvous_s",0), j["recoveries"][0].get("restore_s",0), j["recoveries"][0].get("first_step_s",0)])')"
-  read -r began rdzv restore first <<<"$line"
+  line="$(field $job '" ".join(str(x) for x in [int(j["recoveries"][0]["began_ms"])/1e3, j["recoveries"][0].get("rendezvous_s",0), j["recoveries"][0].get("restore_s",0), j["recoveries"][0].get("first_step_s",0), int(j["recoveries"][0].get("lost_steps",0))])')"
+  read -r began rdzv restore first kill_lost <<<"$line"
   detect="$(python3 -c "print(max(0.0, $began - $t_kill))")"
   resumed="$(python3 -c "print($detect + $rdzv + $restore + $first)")"
-  printf "ringmaster run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s\n" \
-    "$i" "$detect" "$rdzv" "$restore" "$first" "$resumed"
+  printf "ringmaster run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s, %d steps lost\n" \
+    "$i" "$detect" "$rdzv" "$restore" "$first" "$resumed" "$kill_lost"
   ours+=("$detect $rdzv $restore $first $resumed")
   ctl cancel $job >/dev/null 2>&1
   sleep 2  # the killed slot's backoff (1 s here) ends
@@ -94,7 +94,8 @@ kill -TERM "$(pgrep -f "ringworker.*--node b " | head -1)"
 wait_until drain 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 60 || exit 1
 log="$(ls "$WORK"/node-a/drain/slot-0.log)"
 drained="$(grep -o "drained after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
-resumed_step="$(grep -o "resumed from .*(step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+# The survivors restore from memory (or, with ZeRO-1/2, from the drain save).
+resumed_step="$(grep -o "resumed from .*(step [0-9]*\|restored step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
 lost=$(( ${drained:-0} - ${resumed_step:-0} ))
 echo "ringmaster drain: drained after step $drained, resumed from step $resumed_step: $lost steps lost"
 
