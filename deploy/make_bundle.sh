@@ -8,7 +8,8 @@
 #
 # ringmaster/bin/   the binaries, debug info stripped; their RUNPATH is $ORIGIN/../lib
 # ringmaster/lib/   every shared library they load (found with ldd, not listed by hand)
-#                   except glibc's, the C++ runtime and zlib, which every host has
+#                   except glibc's, the C++ runtime and zlib, which every host has, and the
+#                   NVIDIA driver's
 # ringmaster/...    the other files: examples, systemd units, Kubernetes manifests, README
 set -euo pipefail
 
@@ -30,7 +31,9 @@ for b in "${bins[@]}"; do
 done
 
 # Everything ldd resolves, minus what every glibc system has and must not be replaced.
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libresolv\.|libutil\.|libgcc_s\.|libstdc\+\+\.|libz\.)'
+# With --config=cuda also the driver's libraries (libcuda, libnvidia-*): they must match
+# the GPU machine's kernel module, so they come from there.
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libresolv\.|libutil\.|libgcc_s\.|libstdc\+\+\.|libz\.|libcuda\.|libnvidia)'
 for b in "$root"/bin/*; do
   if ldd "$b" | grep -q "not found"; then
     echo "make_bundle.sh: $b has unresolved libraries:" >&2
