@@ -1,0 +1,110 @@
+// Argument checks of kernels/cuda/elementwise.h; the kernels are in elementwise.cu.
+#include "kernels/cuda/elementwise.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/elementwise_launch.h"
+
+namespace ringmaster::kernels::cuda {
+namespace {
+
+absl::Status Invalid(const char* fn, const auto&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(fn, " (CUDA): ", parts...));
+}
+
+// n >= 0, and every pointer non-null when there is something to do.
+absl::Status CheckN(const char* fn, int64_t n) {
+  if (n < 0) return Invalid(fn, "n must be >= 0, got ", n);
+  return absl::OkStatus();
+}
+absl::Status CheckPointer(const char* fn, const void* p, const char* name, int64_t n) {
+  if (n > 0 && p == nullptr) return Invalid(fn, name, " is null");
+  return absl::OkStatus();
+}
+
+absl::Status Launched(cudaError_t err, const char* what) { return CudaToStatus(err, what); }
+
+}  // namespace
+
+absl::Status GeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckN("GeluForward", n));
+  RM_RETURN_IF_ERROR(CheckPointer("GeluForward", out, "out", n));
+  RM_RETURN_IF_ERROR(CheckPointer("GeluForward", x, "x", n));
+  return Launched(internal::LaunchGeluForward(out, x, n, stream), "GeluForward launch");
+}
+
+absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t n,
+                          cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckN("GeluBackward", n));
+  RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", dx, "dx", n));
+  RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", dout, "dout", n));
+  if (n > 0 && static_cast<const void*>(dx) == static_cast<const void*>(x)) {
+    return Invalid("GeluBackward", "dx must not alias x (backward needs x whole)");
+  }
+  return Launched(internal::LaunchGeluBackward(dx, x, dout, n, stream), "GeluBackward launch");
+}
+
+absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,
+                       float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                       int64_t n, cudaStream_t stream) {
+  const char* fn = "AdamWStep";
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  if (moments.step < 1) return Invalid(fn, "step must be >= 1, got ", moments.step);
+  RM_RETURN_IF_ERROR(CheckPointer(fn, params, "params", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, grads, "grads", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, exp_avg, "exp_avg", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, exp_avg_sq, "exp_avg_sq", n));
+  // As kernels/cpu/optimizer_impl.inc prepares them: corrections in double, then float.
+  const double correction1 = 1.0 - std::pow(double{moments.beta1}, double(moments.step));
+  const double correction2 = 1.0 - std::pow(double{moments.beta2}, double(moments.step));
+  internal::AdamWArgs a;
+  a.lr = lr;
+  a.decay = static_cast<float>(1.0 - double{lr} * weight_decay);
+  a.beta1 = moments.beta1;
+  a.one_minus_beta1 = 1.0f - moments.beta1;
+  a.beta2 = moments.beta2;
+  a.one_minus_beta2 = 1.0f - moments.beta2;
+  a.eps = moments.eps;
+  a.inv_correction1 = static_cast<float>(1.0 / correction1);
+  a.inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  return Launched(internal::LaunchAdamW(a, params, grads, exp_avg, exp_avg_sq, n, stream),
+                  "AdamWStep launch");
+}
+
+int64_t SumOfSquaresScratchDoubles() { return internal::kSumBlocks; }
+
+absl::Status SumOfSquares(const float* x, int64_t n, double* scratch, double* result,
+                          cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckN("SumOfSquares", n));
+  RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", scratch, "scratch", 1));
+  RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", result, "result", 1));
+  return Launched(internal::LaunchSumOfSquares(x, n, scratch, result, stream),
+                  "SumOfSquares launch");
+}
+
+absl::Status ScaleAndFindNonFinite(float* x, int64_t n, float factor, int* flag,
+                                   cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckN("ScaleAndFindNonFinite", n));
+  RM_RETURN_IF_ERROR(CheckPointer("ScaleAndFindNonFinite", x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer("ScaleAndFindNonFinite", flag, "flag", 1));
+  RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+  return Launched(internal::LaunchScaleAndFindNonFinite(x, n, factor, flag, stream),
+                  "ScaleAndFindNonFinite launch");
+}
+
+absl::StatusOr<bool> ScaleAndFindNonFiniteSync(float* x, int64_t n, float factor, int* flag,
+                                               cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(ScaleAndFindNonFinite(x, n, factor, flag, stream));
+  int found = 0;
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  return found != 0;
+}
+
+}  // namespace ringmaster::kernels::cuda

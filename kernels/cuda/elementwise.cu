@@ -1,0 +1,141 @@
+// The kernels of kernels/cuda/elementwise.h. Grid-stride loops over int64 indices; the
+// arithmetic follows the CPU twins (kernels/gelu.h, kernels/optimizer.h) operation by
+// operation, so the differences are those of tanhf/sqrtf/powf and fused multiply-adds.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/elementwise_launch.h"
+
+namespace ringmaster::kernels::cuda::internal {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+int BlocksFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  // Enough blocks to fill an H100 several times over; the loops stride over the rest.
+  return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+__global__ void GeluForwardKernel(float* out, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    out[i] = 0.5f * v * (1.0f + tanhf(u));
+  }
+}
+
+__global__ void GeluBackwardKernel(float* dx, const float* x, const float* dout, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    const float t = tanhf(u);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    dx[i] = grad * dout[i];
+  }
+}
+
+__global__ void AdamWKernel(AdamWArgs a, float* params, const float* grads, float* exp_avg,
+                            float* exp_avg_sq, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = grads[i];
+    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
+    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float direction = (m * a.inv_correction1) / (sqrtf(v) * a.inv_sqrt_correction2 + a.eps);
+    params[i] = params[i] * a.decay - a.lr * direction;
+  }
+}
+
+// Pass 1: block b sums x^2 over its contiguous slice in a fixed order (each thread a
+// strided sub-sequence, then a tree in shared memory): partials[b]. Deterministic.
+__global__ void SumOfSquaresPartialKernel(const float* x, int64_t n, double* partials) {
+  __shared__ double sums[kSumThreads];
+  const int64_t per_block = (n + gridDim.x - 1) / gridDim.x;
+  const int64_t begin = blockIdx.x * per_block;
+  const int64_t end = begin + per_block < n ? begin + per_block : n;
+  double s = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = x[i];
+    s += v * v;
+  }
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = sums[0];
+}
+
+// Pass 2: one block adds the partials in the same fixed tree.
+__global__ void SumOfSquaresFinalKernel(const double* partials, int count, double* result) {
+  __shared__ double sums[kSumThreads];
+  double s = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *result = sums[0];
+}
+
+__global__ void ScaleAndFindNonFiniteKernel(float* x, int64_t n, float factor, int* flag) {
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i] * factor;
+    x[i] = v;
+    bad = bad || !isfinite(v);
+  }
+  // One store per warp that saw a non-finite value (the flag only ever goes 0 -> 1).
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x % 32) == 0) *flag = 1;
+}
+
+}  // namespace
+
+cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;  // nothing to do: not even the runtime is touched
+  GeluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int64_t n,
+                               cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(dx, x, dout, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, float* exp_avg,
+                        float* exp_avg_sq, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, double* result,
+                               cudaStream_t stream) {
+  SumOfSquaresPartialKernel<<<kSumBlocks, kSumThreads, 0, stream>>>(x, n, partials);
+  SumOfSquaresFinalKernel<<<1, kSumThreads, 0, stream>>>(partials, kSumBlocks, result);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScaleAndFindNonFinite(float* x, int64_t n, float factor, int* flag,
+                                        cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ScaleAndFindNonFiniteKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, factor, flag);
+  return cudaGetLastError();
+}
+
+}  // namespace ringmaster::kernels::cuda::internal

@@ -1,0 +1,47 @@
+// Internal to kernels/cuda/elementwise: the kernel launchers, compiled by nvcc (no absl
+// here). Callers (elementwise.cc) validate every argument first; the launchers assume
+// device pointers, non-null where n > 0, n >= 0, and the aliasing the public header allows.
+// Each returns cudaGetLastError() after its launches (asynchronous errors show later).
+#ifndef RINGMASTER_KERNELS_CUDA_ELEMENTWISE_LAUNCH_H_
+#define RINGMASTER_KERNELS_CUDA_ELEMENTWISE_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ringmaster::kernels::cuda::internal {
+
+// Blocks of the sum-of-squares first pass: each sums a fixed, contiguous slice.
+inline constexpr int kSumBlocks = 1024;
+inline constexpr int kSumThreads = 256;
+
+cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n, cudaStream_t stream);
+cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int64_t n,
+                               cudaStream_t stream);
+
+// The constants of one AdamW update, prepared on the host as the CPU kernel prepares them
+// (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.
+struct AdamWArgs {
+  float lr;
+  float decay;  // 1 - lr * weight_decay (computed in double)
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float eps;
+  float inv_correction1;       // 1 / (1 - beta1^step)
+  float inv_sqrt_correction2;  // 1 / sqrt(1 - beta2^step)
+};
+cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, float* exp_avg,
+                        float* exp_avg_sq, int64_t n, cudaStream_t stream);
+
+// partials: kSumBlocks doubles; result: one double (both device memory).
+cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, double* result,
+                               cudaStream_t stream);
+
+// x *= factor; *flag becomes 1 if any result is inf or NaN (it is not cleared: the caller
+// zeroes it first).
+cudaError_t LaunchScaleAndFindNonFinite(float* x, int64_t n, float factor, int* flag,
+                                        cudaStream_t stream);
+
+}  // namespace ringmaster::kernels::cuda::internal
+
+#endif  // RINGMASTER_KERNELS_CUDA_ELEMENTWISE_LAUNCH_H_
