@@ -25,15 +25,14 @@
 #include "gtest/gtest.h"
 #include "kernels/gelu.h"
 #include "kernels/optimizer.h"
+#include "kernels/cuda/testing.h"
 #include "kernels/test_random.h"
 
 namespace ringmaster::kernels::cuda {
 namespace {
 
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using testing::Device;
+using testing::HaveGpu;
 
 #define SKIP_WITHOUT_GPU()                                                                \
   if (!HaveGpu()) {                                                                       \
@@ -43,34 +42,6 @@ bool HaveGpu() {
 
 constexpr int64_t kSizes[] = {1, 7, 1000, 65537, (1 << 20) + 3};
 
-// A device copy of a host vector (or n NaN-poisoned elements), copied back on demand.
-template <typename T>
-class Device {
- public:
-  explicit Device(const std::vector<T>& host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit Device(int64_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemset(ptr_, 0xff, bytes()), cudaSuccess);  // NaN for floats
-  }
-  ~Device() { cudaFree(ptr_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  T* get() { return ptr_; }
-  std::vector<T> Host() const {
-    std::vector<T> out(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-
- private:
-  size_t bytes() const { return static_cast<size_t>(n_ > 0 ? n_ : 1) * sizeof(T); }
-  int64_t n_;
-  T* ptr_ = nullptr;
-};
 
 // Elements where |got - want| > tol * (1 + |want|) (NaN never passes); the first is named.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol,

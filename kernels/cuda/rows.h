@@ -1,0 +1,52 @@
+// CUDA twins of the row-wise CPU kernels of the training step: LayerNorm forward and
+// backward (kernels/layernorm.h) and softmax cross-entropy (kernels/softmax_xent.h). Same
+// formulas, layouts and contracts (backward ACCUMULATES dx, dgain, dbias), as device
+// pointers, fp32. One block per row.
+//
+// LayerNorm backward sums dgain and dbias without atomics: partial sums per chunk of rows
+// into `scratch` (LayerNormBackwardScratchFloats(channels) floats of device memory, contents
+// undefined afterwards), then the chunks in ascending order, so the result is bitwise
+// reproducible on the same GPU and shape.
+//
+// Every function enqueues its kernels on `stream` and returns without waiting: OK means the
+// launches were accepted; errors of the kernels' execution surface at the next synchronising
+// call. INVALID_ARGUMENT names the bad argument (a non-positive size, rows beyond the grid's
+// 2^31 - 1 blocks, a null pointer); INTERNAL carries a CUDA launch error. Labels must be in
+// [0, classes): the caller validates them, as for the CPU kernel. No function allocates.
+// Thread-compatible.
+#ifndef RINGMASTER_KERNELS_CUDA_ROWS_H_
+#define RINGMASTER_KERNELS_CUDA_ROWS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace ringmaster::kernels::cuda {
+
+// Writes y, mean and rstd (overwritten); y must not overlap x.
+absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x,
+                              const float* gain, const float* bias, int64_t rows,
+                              int64_t channels, cudaStream_t stream);
+
+int64_t LayerNormBackwardScratchFloats(int64_t channels);
+// dx += dL/dx, dgain += dL/dgain, dbias += dL/dbias.
+absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
+                               const float* x, const float* gain, const float* mean,
+                               const float* rstd, int64_t rows, int64_t channels,
+                               float* scratch, cudaStream_t stream);
+
+// Per-row loss and predicted class (the first maximum; a NaN wins).
+absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
+                                        int64_t classes, float* loss, int32_t* predicted,
+                                        cudaStream_t stream);
+// The same losses, and dlogits = (softmax - onehot) * scale (overwritten).
+absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
+                                                int64_t n, int64_t classes, float scale,
+                                                float* loss, int32_t* predicted, float* dlogits,
+                                                cudaStream_t stream);
+
+}  // namespace ringmaster::kernels::cuda
+
+#endif  // RINGMASTER_KERNELS_CUDA_ROWS_H_

@@ -1,0 +1,182 @@
+// Tests of kernels/cuda/rows.h against the CPU kernels (kernels/layernorm.h,
+// kernels/softmax_xent.h) on random inputs of awkward shapes (rows 1, 3, 1000; channels or
+// classes 1, 7, 768, 1000, 50257 where the product stays small). GPU outputs that the kernels
+// overwrite are poisoned with NaN bytes first; accumulated ones start from the same random
+// values as the CPU's. Tolerances: every float output in relative norm error
+// ||gpu - cpu|| / ||cpu|| <= 1e-5 (sums in another order), losses <= 1e-5; predicted classes
+// equal (the random logits have no near-ties). Determinism: LayerNorm backward twice gives
+// the same bits. Without a GPU the tests that need one skip; the argument checks run
+// everywhere.
+#include "kernels/cuda/rows.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/layernorm.h"
+#include "kernels/softmax_xent.h"
+#include "kernels/cuda/testing.h"
+#include "kernels/test_random.h"
+
+namespace ringmaster::kernels::cuda {
+namespace {
+
+using testing::Device;
+using testing::HaveGpu;
+
+#define SKIP_WITHOUT_GPU()                                                                 \
+  if (!HaveGpu()) {                                                                        \
+    GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA row kernel tests need one (build " \
+                    "with --config=cuda and run where a GPU is present)";                  \
+  }
+
+
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double{got[i]} - want[i];
+    diff += d * d;
+    norm += double{want[i]} * want[i];
+  }
+  if (std::isnan(diff)) return INFINITY;
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+struct Shape {
+  int64_t rows;
+  int64_t columns;
+};
+constexpr Shape kShapes[] = {{1, 1}, {1, 7}, {3, 768}, {1000, 7}, {1000, 768}, {3, 50257}};
+
+TEST(RowsCuda, LayerNormMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " channels " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<float> x = RandomFloats(n, 1, -3.0f, 5.0f);
+    const std::vector<float> gain = RandomFloats(s.columns, 2, 0.5f, 1.5f);
+    const std::vector<float> bias = RandomFloats(s.columns, 3);
+    const std::vector<float> dy = RandomFloats(n, 4);
+    std::vector<float> dx = RandomFloats(n, 5), dgain = RandomFloats(s.columns, 6),
+                       dbias = RandomFloats(s.columns, 7);
+    Device<float> ddx(dx), ddgain(dgain), ddbias(dbias);  // the accumulators' starting values
+    std::vector<float> y(n), mean(s.rows), rstd(s.rows);
+    kernels::LayerNormForward(y.data(), mean.data(), rstd.data(), x.data(), gain.data(),
+                              bias.data(), s.rows, s.columns);
+    kernels::LayerNormBackward(dx.data(), dgain.data(), dbias.data(), dy.data(), x.data(),
+                               gain.data(), mean.data(), rstd.data(), s.rows, s.columns);
+
+    Device<float> dx_in(x), dgain_in(gain), dbias_in(bias), ddy(dy), dyo(n), dmean(s.rows),
+        drstd(s.rows), scratch(LayerNormBackwardScratchFloats(s.columns));
+    ASSERT_TRUE(cuda::LayerNormForward(dyo.get(), dmean.get(), drstd.get(), dx_in.get(),
+                                       dgain_in.get(), dbias_in.get(), s.rows, s.columns, nullptr)
+                    .ok());
+    EXPECT_LE(RelativeError(dyo.Host(), y), 1e-5);
+    EXPECT_LE(RelativeError(dmean.Host(), mean), 1e-5);
+    EXPECT_LE(RelativeError(drstd.Host(), rstd), 1e-5);
+    ASSERT_TRUE(cuda::LayerNormBackward(ddx.get(), ddgain.get(), ddbias.get(), ddy.get(),
+                                        dx_in.get(), dgain_in.get(), dmean.get(), drstd.get(),
+                                        s.rows, s.columns, scratch.get(), nullptr)
+                    .ok());
+    EXPECT_LE(RelativeError(ddx.Host(), dx), 1e-5);
+    EXPECT_LE(RelativeError(ddgain.Host(), dgain), 1e-5);
+    EXPECT_LE(RelativeError(ddbias.Host(), dbias), 1e-5);
+  }
+}
+
+TEST(RowsCuda, LayerNormBackwardIsReproducible) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 1000, channels = 768, n = rows * channels;
+  const std::vector<float> x = RandomFloats(n, 8), dy = RandomFloats(n, 9);
+  const std::vector<float> gain(channels, 1.0f), zeros(channels, 0.0f), zero_n(n, 0.0f);
+  Device<float> dx_in(x), ddy(dy), dgain_in(gain), dbias_in(zeros), y(n), mean(rows), rstd(rows),
+      scratch(LayerNormBackwardScratchFloats(channels));
+  ASSERT_TRUE(cuda::LayerNormForward(y.get(), mean.get(), rstd.get(), dx_in.get(), dgain_in.get(),
+                                     dbias_in.get(), rows, channels, nullptr)
+                  .ok());
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    Device<float> dx(zero_n), dgain(zeros), dbias(zeros);
+    ASSERT_TRUE(cuda::LayerNormBackward(dx.get(), dgain.get(), dbias.get(), ddy.get(),
+                                        dx_in.get(), dgain_in.get(), mean.get(), rstd.get(), rows,
+                                        channels, scratch.get(), nullptr)
+                    .ok());
+    std::vector<float> got = dgain.Host();
+    if (run == 0) first = got;
+    else EXPECT_EQ(std::memcmp(got.data(), first.data(), channels * sizeof(float)), 0);
+  }
+}
+
+TEST(RowsCuda, SoftmaxCrossEntropyMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n " << s.rows << " classes " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<float> logits = RandomFloats(n, 10, -8.0f, 8.0f);
+    std::vector<int32_t> labels(s.rows);
+    for (int64_t i = 0; i < s.rows; ++i) labels[i] = static_cast<int32_t>((i * 7919) % s.columns);
+    std::vector<float> loss(s.rows), dlogits(n);
+    std::vector<int32_t> predicted(s.rows);
+    kernels::SoftmaxCrossEntropyForwardBackward(logits.data(), labels.data(), s.rows, s.columns,
+                                                0.25f, loss.data(), predicted.data(),
+                                                dlogits.data());
+    Device<float> dlogits_in(logits), dloss(s.rows), dgrad(n), dloss_fwd(s.rows);
+    Device<int32_t> dlabels(labels), dpred(s.rows), dpred_fwd(s.rows);
+    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBackward(dlogits_in.get(), dlabels.get(), s.rows,
+                                                         s.columns, 0.25f, dloss.get(),
+                                                         dpred.get(), dgrad.get(), nullptr)
+                    .ok());
+    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForward(dlogits_in.get(), dlabels.get(), s.rows,
+                                                 s.columns, dloss_fwd.get(), dpred_fwd.get(),
+                                                 nullptr)
+                    .ok());
+    EXPECT_LE(RelativeError(dloss.Host(), loss), 1e-5);
+    EXPECT_LE(RelativeError(dgrad.Host(), dlogits), 1e-5);
+    EXPECT_EQ(dpred.Host(), predicted);
+    // Forward alone gives the same losses, bit for bit, as forward with backward.
+    const std::vector<float> a = dloss.Host(), b = dloss_fwd.Host();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    EXPECT_EQ(dpred_fwd.Host(), predicted);
+  }
+}
+
+TEST(RowsCuda, ANanWinsThePredictionAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> logits = {1.0f, 5.0f, NAN, 5.0f, NAN, 2.0f, 3.0f, 3.0f};
+  const std::vector<int32_t> labels = {0, 0};
+  std::vector<float> loss(2);
+  std::vector<int32_t> predicted(2);
+  kernels::SoftmaxCrossEntropyForward(logits.data(), labels.data(), 2, 4, loss.data(),
+                                      predicted.data());
+  Device<float> dlogits(logits), dloss(2);
+  Device<int32_t> dlabels(labels), dpred(2);
+  ASSERT_TRUE(cuda::SoftmaxCrossEntropyForward(dlogits.get(), dlabels.get(), 2, 4, dloss.get(),
+                                               dpred.get(), nullptr)
+                  .ok());
+  EXPECT_EQ(dpred.Host(), predicted);  // row 0: the NaN at 2; row 1: the NaN at 0
+}
+
+TEST(RowsCuda, BadArgumentsAreNamed) {
+  float f = 0;
+  int32_t label = 0;
+  absl::Status s = cuda::LayerNormForward(&f, &f, &f, nullptr, &f, &f, 1, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("x is null"), std::string::npos) << s;
+  s = cuda::LayerNormForward(&f, &f, &f, &f, &f, &f, 0, 1, nullptr);
+  EXPECT_NE(s.message().find("rows must be positive"), std::string::npos) << s;
+  s = cuda::LayerNormBackward(&f, &f, &f, &f, &f, &f, &f, &f, 1, 4, nullptr, nullptr);
+  EXPECT_NE(s.message().find("scratch is null"), std::string::npos) << s;
+  s = cuda::SoftmaxCrossEntropyForward(&f, &label, 1, 0, &f, &label, nullptr);
+  EXPECT_NE(s.message().find("classes must be positive"), std::string::npos) << s;
+  s = cuda::SoftmaxCrossEntropyForwardBackward(&f, &label, 1, 1, 1.0f, &f, &label, nullptr,
+                                               nullptr);
+  EXPECT_NE(s.message().find("dlogits is null"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace ringmaster::kernels::cuda

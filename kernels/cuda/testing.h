@@ -1,0 +1,52 @@
+// Test helpers for the CUDA kernel tests (CUDA builds only): whether a GPU is present, and
+// a device array filled from a host vector or poisoned with NaN bytes, copied back on demand.
+#ifndef RINGMASTER_KERNELS_CUDA_TESTING_H_
+#define RINGMASTER_KERNELS_CUDA_TESTING_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringmaster::kernels::cuda::testing {
+
+inline bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+template <typename T>
+class Device {
+ public:
+  explicit Device(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // n elements of 0xff bytes (NaN for floats): an element a kernel leaves unwritten shows.
+  explicit Device(int64_t n) : n_(n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr_, 0xff, bytes()), cudaSuccess);
+  }
+  ~Device() { cudaFree(ptr_); }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  T* get() { return ptr_; }
+  // Waits for the device, then copies the array back.
+  std::vector<T> Host() const {
+    std::vector<T> out(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+
+ private:
+  size_t bytes() const { return static_cast<size_t>(n_ > 0 ? n_ : 1) * sizeof(T); }
+  int64_t n_;
+  T* ptr_ = nullptr;
+};
+
+}  // namespace ringmaster::kernels::cuda::testing
+
+#endif  // RINGMASTER_KERNELS_CUDA_TESTING_H_
