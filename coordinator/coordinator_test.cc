@@ -80,6 +80,21 @@ class CoordinatorTest : public ::testing::Test {
     return response.ok() ? *response : HeartbeatResponse();
   }
 
+  // A heartbeat from an agent running trainers of job "mlp" on `slots`.
+  HeartbeatResponse HeartbeatRunning(const std::string& node, std::vector<int> slots) {
+    HeartbeatRequest r;
+    r.set_node(node);
+    for (int slot : slots) {
+      *r.add_running() = Slot(node, slot);
+      RunningTrainer* t = r.add_trainers();
+      t->set_slot(slot);
+      t->set_job("mlp");
+    }
+    auto response = coordinator_->Heartbeat(r);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : HeartbeatResponse();
+  }
+
   void Join(const std::string& node, int slot, int64_t epoch, Result<JoinResponse>* result,
             absl::Duration wait = absl::Seconds(30)) {
     JoinRequest r;
@@ -339,8 +354,13 @@ TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   auto progress = Progress("b", 1, 1, 3, 41);
   ASSERT_TRUE(progress.ok()) << progress.status();
   EXPECT_EQ(progress->epoch(), 1);
-  // Agents re-register within the lease; one that does not is lost like a dead node.
+  // Agents re-register within the lease; their running trainers are members: not stopped.
   Register("a", 2);
+  const HeartbeatResponse after_restart = HeartbeatRunning("a", {0, 1});
+  for (const AgentCommand& c : after_restart.commands()) {
+    EXPECT_FALSE(c.has_stop()) << "a restarted coordinator stopped a member";
+  }
+  // One that does not re-register is lost like a dead node.
   clock_.Advance(absl::Seconds(2));
   Heartbeat("a");
   clock_.Advance(absl::Seconds(2));
@@ -349,6 +369,37 @@ TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   EXPECT_EQ(job.epoch(), 2);
   EXPECT_EQ(job.members_size(), 2);
   EXPECT_EQ(job.phase(), JOB_PHASE_FORMING);
+}
+
+// A node cut off past its lease is declared gone and the job goes on without it; when it
+// comes back its old trainers are stale: the heartbeat tells the agent to stop them.
+TEST_F(CoordinatorTest, ANodeBackFromAPartitionStopsItsStaleTrainers) {
+  StartFourRanks();
+  const HeartbeatResponse first = HeartbeatRunning("b", {0, 1});  // the queued starts
+  for (const AgentCommand& c : first.commands()) {
+    EXPECT_FALSE(c.has_stop()) << "members are not stopped";
+  }
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    HeartbeatRunning("a", {0, 1});
+    coordinator_->Tick();
+  }
+  ASSERT_EQ(coordinator_->Get("mlp")->epoch(), 2) << "b's lease lapsed";
+  Register("b", 2);
+  HeartbeatResponse hb = HeartbeatRunning("b", {0, 1});
+  int stops = 0;
+  for (const AgentCommand& c : hb.commands()) {
+    if (!c.has_stop()) continue;
+    ++stops;
+    EXPECT_EQ(c.stop().job(), "mlp");
+    EXPECT_EQ(c.stop().slot().node(), "b");
+    EXPECT_NE(c.stop().reason().find("declared gone"), std::string::npos) << c.stop().reason();
+  }
+  EXPECT_EQ(stops, 2);
+  HeartbeatRequest flood;
+  flood.set_node("a");
+  for (int i = 0; i < 1025; ++i) flood.add_trainers()->set_slot(i);
+  EXPECT_EQ(coordinator_->Heartbeat(flood).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {

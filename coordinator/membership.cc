@@ -10,7 +10,6 @@ namespace ringmaster::coordinator {
 namespace {
 
 constexpr size_t kMaxIdLength = 128;
-constexpr int kMaxSlotsPerNode = 1024;
 constexpr int kMaxRanks = 100000;
 
 absl::Status ValidateId(const std::string& id, absl::string_view field) {
@@ -411,6 +410,13 @@ absl::Status Membership::Heartbeat(const std::string& node_id, absl::Time now,
   }
   node->lease_expiry = now + options_.lease;
   return absl::OkStatus();
+}
+
+std::string Membership::AssignedJob(const std::string& node_id, int slot) const {
+  auto node = nodes_.find(node_id);
+  if (node == nodes_.end()) return "";
+  auto it = node->second.assigned.find(slot);
+  return it == node->second.assigned.end() ? "" : it->second;
 }
 
 absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,

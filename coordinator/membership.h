@@ -50,6 +50,9 @@
 
 namespace ringmaster::coordinator {
 
+// Slots a node may register (and trainers a heartbeat may list).
+inline constexpr int kMaxSlotsPerNode = 1024;
+
 struct MembershipOptions {
   // A node whose agent has not heartbeaten for this long is dead, with its trainers.
   absl::Duration lease = absl::Seconds(3);
@@ -202,6 +205,10 @@ class Membership {
   absl::Status RegisterNode(const std::string& node, int slots, absl::Time now,
                             std::vector<Action>* actions);
   absl::Status Heartbeat(const std::string& node, absl::Time now, std::vector<Action>* actions);
+  // The job a node's slot is assigned to; empty when none (or no such node). An agent
+  // running a trainer of another job there runs a stale one (e.g. its lease lapsed while it
+  // was cut off, and the job went on without it).
+  std::string AssignedJob(const std::string& node, int slot) const;
   // The node is going away (SIGTERM, spot notice): its slots take no new work and every job
   // on it re-forms without it; its trainers are told to leave after the drain save.
   absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);

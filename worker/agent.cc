@@ -256,6 +256,9 @@ absl::Status Agent::Run() {
       ringmaster::SlotRef* s = request.add_running();
       s->set_node(options_.node);
       s->set_slot(slot);
+      RunningTrainer* running = request.add_trainers();
+      running->set_slot(slot);
+      running->set_job(t.job);
     }
     auto response = options_.client->Heartbeat(request);
     if (absl::IsNotFound(response.status())) {
