@@ -1,5 +1,7 @@
 #include "checkpoint/writer.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -28,7 +30,10 @@ constexpr int64_t kMaxAutoBlock = 1 << 20;
 // applies).
 constexpr int64_t kAutoBlocksPerBuffer = 4096;
 constexpr int64_t kStagingAlign = 4096;
+constexpr size_t kStagingHugePage = size_t{2} << 20;
 constexpr int64_t kMinBytesPerCopyThread = 16 << 20;
+// The unit of the snapshot copy that threads take turns at (a multiple of kStagingAlign).
+constexpr int64_t kCopyChunk = 4 << 20;
 // Marks the status of a save that did not happen because a rank skipped it.
 constexpr absl::string_view kSkippedPayload = "ringmaster.checkpoint/skipped";
 
@@ -124,7 +129,7 @@ std::vector<int64_t> StepsToDelete(std::vector<int64_t> steps, int64_t latest,
   return doomed;
 }
 
-void CheckpointWriter::Staging::operator()(char* p) const { std::free(p); }
+void CheckpointWriter::Staging::operator()(char* p) const { munmap(p, bytes); }
 
 CheckpointWriter::CheckpointWriter(const CheckpointWriterOptions& options)
     : options_(options), job_dir_(JobDir(options.root, options.job)) {
@@ -197,10 +202,27 @@ absl::Status CheckpointWriter::CheckRequest(const SaveRequest& request) const {
 
 void CheckpointWriter::EnsureStaging(int64_t bytes) {
   if (bytes <= staging_capacity_) return;
+  // Fresh anonymous memory on 2 MiB boundaries, asking for transparent huge pages before
+  // the first touch. The shard is written straight from here with O_DIRECT, and the
+  // device's requests are bounded by their number of segments (254 here): with 4 KiB
+  // pages an 8 MiB pwrite becomes ~8 requests of 1 MiB, with huge pages 2 of 4 MiB, and
+  // this virtual disk wrote 300 MiB ~30 % faster so (1.33 -> 1.71 GB/s, 9 rounds each).
+  // Without huge pages (THP off) it is ordinary memory.
   const size_t rounded =
-      (static_cast<size_t>(bytes) + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-  staging_.reset(static_cast<char*>(std::aligned_alloc(kStagingAlign, rounded)));
-  CHECK(staging_ != nullptr) << "cannot allocate " << rounded << " bytes of staging memory";
+      (static_cast<size_t>(bytes) + kStagingHugePage - 1) / kStagingHugePage * kStagingHugePage;
+  void* mapped = mmap(nullptr, rounded + kStagingHugePage, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  PCHECK(mapped != MAP_FAILED) << "cannot map " << rounded << " bytes of staging memory";
+  char* const base = static_cast<char*>(mapped);
+  char* const aligned = reinterpret_cast<char*>(
+      (reinterpret_cast<uintptr_t>(base) + kStagingHugePage - 1) / kStagingHugePage *
+      kStagingHugePage);
+  if (aligned > base) munmap(base, aligned - base);
+  if (const size_t tail = kStagingHugePage - (aligned - base); tail > 0) {
+    munmap(aligned + rounded, tail);
+  }
+  if (options_.huge_pages) madvise(aligned, rounded, MADV_HUGEPAGE);  // EINVAL without THP
+  staging_ = std::unique_ptr<char[], Staging>(aligned, Staging{rounded});
   staging_capacity_ = static_cast<int64_t>(rounded);
   absl::MutexLock lock(&mu_);
   stats_.staging_bytes = staging_capacity_;
@@ -215,38 +237,43 @@ void CheckpointWriter::Plan(const SaveRequest& request, Job* job) {
     offset += b.range.size() * kElementBytes;
   }
   job->bytes = offset;
-  job->sources = request.buffers;
   job->state = request.state;
   EnsureStaging(offset);
 }
 
-void CheckpointWriter::Copy(const Job& job) {
-  // The staging area is the buffers back to back: copy its bytes [begin, end).
-  auto copy = [&](int64_t begin, int64_t end) {
-    for (size_t i = 0; i < job.sources.size(); ++i) {
-      const int64_t at = job.layout[i].offset;
-      const int64_t size = job.sources[i].range.size() * kElementBytes;
+std::shared_ptr<CheckpointWriter::SnapshotCopy> CheckpointWriter::PlanCopy(
+    const SaveRequest& request, const Job& job) const {
+  auto copy = std::make_shared<SnapshotCopy>();
+  copy->sources = request.buffers;
+  for (const Layout& l : job.layout) copy->offsets.push_back(l.offset);
+  copy->bytes = job.bytes;
+  copy->chunks = (job.bytes + kCopyChunk - 1) / kCopyChunk;
+  copy->left = copy->chunks;
+  copy->start = options_.clock->Now();
+  return copy;
+}
+
+void CheckpointWriter::CopyChunks(SnapshotCopy& copy) {
+  while (true) {
+    const int64_t chunk = copy.next.fetch_add(1);
+    if (chunk >= copy.chunks) return;
+    // The staging area is the buffers back to back: copy its bytes [begin, end).
+    const int64_t begin = chunk * kCopyChunk, end = std::min(copy.bytes, begin + kCopyChunk);
+    for (size_t i = 0; i < copy.sources.size(); ++i) {
+      const int64_t at = copy.offsets[i];
+      const int64_t size = copy.sources[i].range.size() * kElementBytes;
       const int64_t from = std::max(begin, at), to = std::min(end, at + size);
       if (from >= to) continue;
       std::memcpy(staging_.get() + from,
-                  reinterpret_cast<const char*>(job.sources[i].data.data()) + (from - at),
+                  reinterpret_cast<const char*>(copy.sources[i].data.data()) + (from - at),
                   to - from);
     }
-  };
-  // Memory bandwidth grows with threads up to a point (2 cores: 17 -> 27 GB/s); small
-  // snapshots are not worth a thread.
-  const int64_t bytes = job.bytes;
-  const int threads = bytes < kMinBytesPerCopyThread
-                          ? 1
-                          : static_cast<int>(std::min<int64_t>(options_.snapshot_threads,
-                                                               bytes / kMinBytesPerCopyThread));
-  const int64_t part = (bytes / threads + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back(copy, t * part, std::min(bytes, (t + 1) * part));
+    if (copy.left.fetch_sub(1) == 1) {
+      absl::MutexLock lock(&mu_);
+      copying_ = false;
+      stats_.last_snapshot_time = options_.clock->Now() - copy.start;
+    }
   }
-  copy(0, std::min(bytes, part));
-  for (std::thread& h : helpers) h.join();
 }
 
 absl::Status CheckpointWriter::WriteSkipReport(int64_t step, int64_t save) {
@@ -300,20 +327,27 @@ absl::StatusOr<SaveOutcome> CheckpointWriter::BeginSave(const SaveRequest& reque
   job.step = request.step;
   job.save = next_save_++;
   Plan(request, &job);
-  absl::Time copied = start;
+  std::shared_ptr<SnapshotCopy> copy = PlanCopy(request, job);
   if (copy_on == CopyOn::kCaller) {
-    const absl::Time copy_start = options_.clock->Now();
-    Copy(job);
-    copied = options_.clock->Now();
-    job.sources.clear();
-    absl::MutexLock lock(&mu_);
-    stats_.last_snapshot_time = copied - copy_start;
+    // Memory bandwidth grows with threads up to a point (2 cores: 17 -> 27 GB/s); small
+    // snapshots are not worth a thread.
+    const int threads = static_cast<int>(std::clamp<int64_t>(
+        job.bytes / kMinBytesPerCopyThread, 1, options_.snapshot_threads));
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back([this, copy] { CopyChunks(*copy); });
+    CopyChunks(*copy);
+    for (std::thread& h : helpers) h.join();
+  } else if (copy->chunks > 0) {
+    // The writer's thread copies while the caller goes on; FinishSnapshot joins in.
+    job.copy = copy;
   }
   {
     absl::MutexLock lock(&mu_);
     busy_ = true;
     saving_ = true;
-    copying_ = copy_on == CopyOn::kBackground;
+    copying_ = job.copy != nullptr;
+    if (copying_) snapshot_ = std::move(copy);
+    if (copy != nullptr && copy->chunks == 0) stats_.last_snapshot_time = absl::ZeroDuration();
     ++stats_.started;
     stats_.last_blocked_time = options_.clock->Now() - start;
   }
@@ -323,6 +357,14 @@ absl::StatusOr<SaveOutcome> CheckpointWriter::BeginSave(const SaveRequest& reque
 
 void CheckpointWriter::FinishSnapshot() {
   const absl::Time start = options_.clock->Now();
+  std::shared_ptr<SnapshotCopy> copy;
+  {
+    absl::MutexLock lock(&mu_);
+    copy = std::move(snapshot_);
+  }
+  // What the writer's thread has not taken yet is copied here as well, so the rest takes
+  // two threads' time; then the chunks in the writer's hands are waited for.
+  if (copy != nullptr) CopyChunks(*copy);
   absl::MutexLock lock(&mu_);
   auto copied = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !copying_; };
   mu_.Await(absl::Condition(&copied));
@@ -380,13 +422,12 @@ bool CheckpointWriter::cancelled() const {
 }
 
 void CheckpointWriter::Run(Job job) {
-  if (!job.sources.empty()) {  // BeginSave: the snapshot is copied here
-    const absl::Time copy_start = options_.clock->Now();
-    Copy(job);
-    job.sources.clear();
+  if (job.copy != nullptr) {  // BeginSave: the snapshot is copied here (and by FinishSnapshot)
+    CopyChunks(*job.copy);
+    job.copy.reset();
     absl::MutexLock lock(&mu_);
-    copying_ = false;
-    stats_.last_snapshot_time = options_.clock->Now() - copy_start;
+    auto copied = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !copying_; };
+    mu_.Await(absl::Condition(&copied));  // chunks FinishSnapshot took
   }
   const absl::Time start = options_.clock->Now();
   Tidy tidy;

@@ -24,7 +24,10 @@
 //      reused from save to save (the memory bound: one staging copy per rank). SaveAsync
 //      copies on the caller's thread (the only part that blocks training); BeginSave and
 //      FinishSnapshot let the copy run on the background thread while the caller does
-//      work that only reads the buffers.
+//      work that only reads the buffers, and FinishSnapshot copies what is left alongside
+//      it (the copy is taken in 4 MiB chunks by whichever thread is free). The staging
+//      area asks for transparent huge pages (huge_pages): the shard is written from it
+//      with O_DIRECT in fewer, larger device requests.
 //   2. Background thread, every rank: in <root>/<job>/tmp-step-N-save-S/ write
 //      shard-<r>-of-<W>.bin with large pwrites, each block checksummed (xxh3) on the way,
 //      writeback started as it goes, then fdatasync; then report-<r>-of-<W>.pb (the
@@ -71,6 +74,7 @@
 #ifndef RINGMASTER_CHECKPOINT_WRITER_H_
 #define RINGMASTER_CHECKPOINT_WRITER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -132,6 +136,10 @@ struct CheckpointWriterOptions {
   // Staging bytes to allocate and touch at Create, so that the first snapshot does not
   // pay for page faults; 0: allocate on the first save. It grows when a save needs more.
   int64_t staging_reserve_bytes = 0;
+  // Ask for transparent huge pages for the staging area (madvise; where THP is off, this
+  // changes nothing). The shard is written from it with O_DIRECT, in fewer and larger
+  // device requests so (see EnsureStaging).
+  bool huge_pages = true;
   // Threads copying a snapshot (the caller's and helpers), for snapshots of 16 MiB and more
   // per thread: the copy is memory-bound and the caller waits for it anyway.
   int snapshot_threads = 2;
@@ -246,16 +254,28 @@ class CheckpointWriter {
     int64_t offset = 0;  // bytes
     int64_t block_bytes = 0;
   };
+  // A snapshot being copied into the staging area in chunks that any thread may take:
+  // the writer's thread (BeginSave), the caller (SaveAsync, FinishSnapshot) and helpers.
+  struct SnapshotCopy {
+    std::vector<BufferShard> sources;
+    std::vector<int64_t> offsets;  // where each source starts in the staging area
+    int64_t bytes = 0;
+    int64_t chunks = 0;
+    absl::Time start;
+    std::atomic<int64_t> next{0};  // the next chunk to take
+    std::atomic<int64_t> left{0};  // chunks not copied yet
+  };
   struct Job {  // one save, for the background thread
     int64_t step = 0;
     int64_t save = 0;
     std::vector<Layout> layout;
-    std::vector<BufferShard> sources;  // until copied into the staging area
+    std::shared_ptr<SnapshotCopy> copy;  // BeginSave's, still to copy; null once copied
     int64_t bytes = 0;
     TrainingState state;
   };
-  struct Staging {
+  struct Staging {  // unmaps the staging area (see EnsureStaging)
     void operator()(char* p) const;
+    size_t bytes;  // (no initializer: the enclosing class must be complete for that)
   };
 
   explicit CheckpointWriter(const CheckpointWriterOptions& options);
@@ -266,8 +286,11 @@ class CheckpointWriter {
   absl::StatusOr<SaveOutcome> BeginSave(const SaveRequest& request, CopyOn copy_on);
   // Lays the request out in the staging area (allocating it), without copying.
   void Plan(const SaveRequest& request, Job* job);
-  // Copies the job's sources into the staging area, with snapshot_threads threads.
-  void Copy(const Job& job);
+  // The copy of a request's buffers into the staging area, as laid out in `job`.
+  std::shared_ptr<SnapshotCopy> PlanCopy(const SaveRequest& request, const Job& job) const;
+  // Copies chunks of `copy` until none is left to take. Whoever copies the last chunk
+  // clears copying_ and records the snapshot time.
+  void CopyChunks(SnapshotCopy& copy);
   absl::Status WriteSkipReport(int64_t step, int64_t save);
   void Run(Job job);
   struct Tidy {                 // what rank 0 cleans up once a save is finished
@@ -302,6 +325,8 @@ class CheckpointWriter {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;     // the thread has work: a save or its tidy-up
   bool saving_ ABSL_GUARDED_BY(mu_) = false;   // a save is not finished
   bool copying_ ABSL_GUARDED_BY(mu_) = false;  // BeginSave's snapshot is not copied yet
+  // BeginSave's copy, until FinishSnapshot takes a hand in it.
+  std::shared_ptr<SnapshotCopy> snapshot_ ABSL_GUARDED_BY(mu_);
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;
   WriterStats stats_ ABSL_GUARDED_BY(mu_);
 };

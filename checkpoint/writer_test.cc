@@ -234,6 +234,79 @@ TEST(CheckpointWriter, BeginSaveCopiesInTheBackgroundAndFinishSnapshotWaitsForTh
   writer->FinishSnapshot();  // nothing pending: returns
 }
 
+// A snapshot of several chunks, buffer boundaries inside chunks: the writer's thread and
+// FinishSnapshot (called at once, so both take chunks) copy it together, with and without
+// huge pages for the staging area; every byte arrives.
+TEST(CheckpointWriter, FinishSnapshotSharesTheCopyOfALargeSnapshot) {
+  const std::vector<std::pair<std::string, int64_t>> shapes = {
+      {"params", 1234567}, {"exp_avg", 3000001}, {"exp_avg_sq", 777777}};  // ~19 MiB
+  for (bool huge : {true, false}) {
+    const std::string root = FreshDir(absl::StrCat("writer-chunks-", huge));
+    CheckpointWriterOptions o = Options(root);
+    o.huge_pages = huge;
+    std::unique_ptr<CheckpointWriter> writer = MustCreate(o);
+    std::vector<std::vector<float>> data;
+    SaveRequest request;
+    request.step = 1;
+    request.state = testing::PatternState(1);
+    for (const auto& [name, elements] : shapes) {
+      data.push_back(testing::PatternBuffer(name, 1, elements, elements));
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      request.buffers.push_back(
+          {shapes[i].first, shapes[i].second, {0, shapes[i].second}, absl::MakeConstSpan(data[i])});
+    }
+    ASSERT_EQ(*writer->BeginSave(request), SaveOutcome::kStarted);
+    writer->FinishSnapshot();
+    for (std::vector<float>& d : data) std::fill(d.begin(), d.end(), -1.0f);
+    ASSERT_TRUE(writer->Wait(absl::InfiniteFuture()).ok());
+    EXPECT_GE(writer->stats().staging_bytes, 5 * 1000 * 1000 * 4);
+    std::vector<std::vector<float>> loaded;
+    std::vector<LoadTarget> targets;
+    for (const auto& [name, elements] : shapes) loaded.emplace_back(elements, 0.0f);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      targets.push_back({shapes[i].first, {0, shapes[i].second}, absl::MakeSpan(loaded[i])});
+    }
+    LoadOptions load;
+    load.root = root;
+    load.job = "job";
+    ASSERT_TRUE(LoadCheckpoint(load, targets).ok());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(loaded[i], testing::PatternBuffer(shapes[i].first, 1, shapes[i].second,
+                                                  shapes[i].second))
+          << shapes[i].first << " huge_pages=" << huge;
+    }
+  }
+}
+
+// A rank whose slice is empty (a buffer smaller than one alignment unit, two ranks) has
+// nothing to copy: BeginSave and FinishSnapshot return, and the save commits.
+TEST(CheckpointWriter, AnEmptySnapshotNeitherBlocksNorFails) {
+  const std::string root = FreshDir("writer-empty-slice");
+  constexpr int64_t kTiny = 10;
+  ASSERT_EQ(SaveSlice(kTiny, 1, 2).size(), 0);
+  const std::vector<float> tiny = testing::PatternBuffer("params", 1, kTiny, kTiny);
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) writers.push_back(MustCreate(Options(root, r, 2)));
+  for (int r = 1; r >= 0; --r) {
+    SaveRequest request;
+    request.step = 1;
+    request.state = testing::PatternState(1);
+    const train::FlatRange range = SaveSlice(kTiny, r, 2);
+    request.buffers.push_back({"params", kTiny, range,
+                               absl::MakeConstSpan(tiny).subspan(range.begin, range.size())});
+    ASSERT_EQ(*writers[r]->BeginSave(request), SaveOutcome::kStarted);
+    writers[r]->FinishSnapshot();
+  }
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(writers[r]->Wait(absl::InfiniteFuture()).ok()) << r;
+  std::vector<float> loaded(kTiny);
+  LoadOptions load;
+  load.root = root;
+  load.job = "job";
+  ASSERT_TRUE(LoadCheckpoint(load, {{"params", {0, kTiny}, absl::MakeSpan(loaded)}}).ok());
+  EXPECT_EQ(loaded, tiny);
+}
+
 TEST(CheckpointWriter, WaitPolicyBlocksTheNextSaveUntilThePreviousIsDone) {
   const std::string root = FreshDir("writer-wait");
   Gate gate([](const FileOp& op) { return IsShardWrite(op, "step-1-"); });
