@@ -34,11 +34,7 @@ namespace {
 using testing::Device;
 using testing::HaveGpu;
 
-#define SKIP_WITHOUT_GPU()                                                                \
-  if (!HaveGpu()) {                                                                       \
-    GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA element-wise kernel tests need " \
-                    "one (build with --config=cuda and run where a GPU is present)";      \
-  }
+#define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA element-wise kernel tests")
 
 constexpr int64_t kSizes[] = {1, 7, 1000, 65537, (1 << 20) + 3};
 

@@ -29,11 +29,7 @@ namespace {
 using testing::Device;
 using testing::HaveGpu;
 
-#define SKIP_WITHOUT_GPU()                                                                 \
-  if (!HaveGpu()) {                                                                        \
-    GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA row kernel tests need one (build " \
-                    "with --config=cuda and run where a GPU is present)";                  \
-  }
+#define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA row kernel tests")
 
 
 double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {

@@ -49,4 +49,11 @@ class Device {
 
 }  // namespace ringmaster::kernels::cuda::testing
 
+// In a TEST body: skips it, saying what needs a GPU, where none is present.
+#define RM_SKIP_WITHOUT_GPU(what)                                                   \
+  if (!::ringmaster::kernels::cuda::testing::HaveGpu()) {                           \
+    GTEST_SKIP() << "no CUDA GPU on this machine: " what " need one (build with "   \
+                    "--config=cuda and run where a GPU is present)";                \
+  }
+
 #endif  // RINGMASTER_KERNELS_CUDA_TESTING_H_
