@@ -1,0 +1,80 @@
+// Argument checks of kernels/cuda/embedding.h; the kernels are in embedding.cu.
+#include "kernels/cuda/embedding.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/embedding_launch.h"
+
+namespace ringmaster::kernels::cuda {
+namespace {
+
+absl::Status Invalid(const char* fn, const auto&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(fn, " (CUDA): ", parts...));
+}
+
+// Sizes >= 1; B T within int32 (positions are int32, rows a grid dimension).
+absl::Status CheckShape(const char* fn, int64_t batch, int64_t seq_len, int64_t channels,
+                        int64_t vocab) {
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"batch", batch},
+                         {"seq_len", seq_len},
+                         {"channels", channels},
+                         {"vocab", vocab}}) {
+    if (v < 1) return Invalid(fn, name, " must be >= 1, got ", v);
+  }
+  if (batch > std::numeric_limits<int32_t>::max() / seq_len) {
+    return Invalid(fn, "batch x seq_len must be below 2^31, got ", batch, " x ", seq_len);
+  }
+  if (vocab > std::numeric_limits<int32_t>::max()) {
+    return Invalid(fn, "vocab must be below 2^31, got ", vocab);
+  }
+  if (channels > int64_t{65535} * 256) {
+    return Invalid(fn, "channels must be at most 65535 x 256, got ", channels);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPointer(const char* fn, const void* p, const char* name) {
+  if (p == nullptr) return Invalid(fn, name, " is null");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                              const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
+                              int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingForward";
+  RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, tokens, "tokens"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, wte, "wte"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, wpe, "wpe"));
+  return CudaToStatus(internal::LaunchEmbeddingForward(out, tokens, wte, wpe, batch, seq_len,
+                                                       channels, vocab, stream),
+                      "EmbeddingForward launch");
+}
+
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
+                               int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
+                               int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingBackward";
+  RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, dwte, "dwte"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, dwpe, "dwpe"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, dout, "dout"));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, index, "index"));
+  if (groups < 1 || groups > batch * seq_len) {
+    return Invalid(fn, "groups must be in [1, batch x seq_len = ", batch * seq_len, "], got ",
+                   groups);
+  }
+  return CudaToStatus(internal::LaunchEmbeddingBackward(dwte, dwpe, dout, index, groups, batch,
+                                                        seq_len, channels, stream),
+                      "EmbeddingBackward launch");
+}
+
+}  // namespace ringmaster::kernels::cuda

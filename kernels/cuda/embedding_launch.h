@@ -1,0 +1,22 @@
+// Internal to kernels/cuda/embedding: the kernel launchers, compiled by nvcc (no absl here).
+// Callers (embedding.cc) validate every argument first. Each returns cudaGetLastError()
+// after its launches (asynchronous errors show later).
+#ifndef RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_
+#define RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ringmaster::kernels::cuda::internal {
+
+cudaError_t LaunchEmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                                   const float* wpe, int64_t batch, int64_t seq_len,
+                                   int64_t channels, int64_t vocab, cudaStream_t stream);
+cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* index, int64_t groups, int64_t batch,
+                                    int64_t seq_len, int64_t channels, cudaStream_t stream);
+
+}  // namespace ringmaster::kernels::cuda::internal
+
+#endif  // RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_

@@ -1,0 +1,131 @@
+// Tests of kernels/cuda/embedding.h against the CPU kernels (kernels/embedding.h): bit for
+// bit, forward and backward (the same additions in the same order), on GPT-2's shapes and
+// awkward ones, with repeated tokens, accumulating into non-zero gradients. Without a GPU
+// the tests skip.
+#include "kernels/cuda/embedding.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/testing.h"
+#include "kernels/embedding.h"
+#include "kernels/embedding_index.h"
+#include "kernels/test_random.h"
+
+namespace ringmaster::kernels::cuda {
+namespace {
+
+using testing::Device;
+
+#define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA embedding tests")
+
+struct Shape {
+  int64_t batch, seq_len, channels, vocab;
+};
+// GPT-2 small's (B 4, T 1024, C 768, V 50257), awkward ones, and a tiny vocabulary where
+// every token repeats many times.
+constexpr Shape kShapes[] = {
+    {4, 1024, 768, 50257}, {1, 1, 1, 1}, {3, 17, 300, 1000}, {5, 64, 257, 3}};
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = dist(gen);
+  return v;
+}
+
+void ExpectBitEqual(const std::vector<float>& got, const std::vector<float>& want,
+                    const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ, first [" << first << "] gpu "
+                    << (first >= 0 ? got[first] : 0) << " cpu " << (first >= 0 ? want[first] : 0);
+}
+
+TEST(EmbeddingCuda, ForwardAndBackwardEqualTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    const int64_t n = s.batch * s.seq_len;
+    const std::vector<int32_t> tokens = RandomTokens(n, s.vocab, seed++);
+    const std::vector<float> wte = RandomFloats(s.vocab * s.channels, seed++);
+    const std::vector<float> wpe = RandomFloats(s.seq_len * s.channels, seed++);
+    const std::vector<float> dout = RandomFloats(n * s.channels, seed++);
+    const std::vector<float> dwte0 = RandomFloats(s.vocab * s.channels, seed++);
+    const std::vector<float> dwpe0 = RandomFloats(s.seq_len * s.channels, seed++);
+
+    std::vector<float> out(n * s.channels);
+    kernels::EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq_len,
+                     s.channels, s.vocab);
+    std::vector<float> dwte = dwte0, dwpe = dwpe0;
+    kernels::EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.batch,
+                               s.seq_len, s.channels, s.vocab);
+
+    Device<int32_t> dtokens(tokens);
+    Device<float> dwte_table(wte), dwpe_table(wpe), ddout(dout), dout_out(n * s.channels);
+    ASSERT_TRUE(cuda::EmbeddingForward(dout_out.get(), dtokens.get(), dwte_table.get(),
+                                       dwpe_table.get(), s.batch, s.seq_len, s.channels, s.vocab,
+                                       nullptr)
+                    .ok());
+    ExpectBitEqual(dout_out.Host(), out, "forward");
+
+    absl::StatusOr<EmbeddingIndex> index = IndexTokens(tokens.data(), s.batch, s.seq_len, s.vocab);
+    ASSERT_TRUE(index.ok()) << index.status();
+    Device<int32_t> dindex(index->ints);
+    Device<float> ddwte(dwte0), ddwpe(dwpe0);
+    ASSERT_TRUE(cuda::EmbeddingBackward(ddwte.get(), ddwpe.get(), ddout.get(), dindex.get(),
+                                        index->groups, s.batch, s.seq_len, s.channels, s.vocab,
+                                        nullptr)
+                    .ok());
+    ExpectBitEqual(ddwte.Host(), dwte, "backward dwte");
+    ExpectBitEqual(ddwpe.Host(), dwpe, "backward dwpe");
+  }
+}
+
+TEST(EmbeddingCuda, ATokenOutsideTheVocabularyGivesANanRowNotARead) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> tokens = {0, 7, -1, 2};  // 7 and -1 are outside [0, 4)
+  const std::vector<float> wte = RandomFloats(4 * 3, 1), wpe = RandomFloats(4 * 3, 2);
+  Device<int32_t> dtokens(tokens);
+  Device<float> dwte(wte), dwpe(wpe), out(4 * 3);
+  ASSERT_TRUE(
+      cuda::EmbeddingForward(out.get(), dtokens.get(), dwte.get(), dwpe.get(), 1, 4, 3, 4, nullptr)
+          .ok());
+  const std::vector<float> got = out.Host();
+  for (int64_t row = 0; row < 4; ++row) {
+    for (int64_t c = 0; c < 3; ++c) {
+      const bool bad = row == 1 || row == 2;
+      EXPECT_EQ(std::isnan(got[row * 3 + c]), bad) << "row " << row << " channel " << c;
+    }
+  }
+}
+
+TEST(EmbeddingCuda, BadArgumentsAreNamed) {
+  SKIP_WITHOUT_GPU();
+  Device<float> f(16);
+  Device<int32_t> i(std::vector<int32_t>(16, 0));
+  absl::Status s = cuda::EmbeddingForward(f.get(), i.get(), f.get(), f.get(), 0, 4, 4, 4, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("batch must be"), std::string::npos) << s;
+  s = cuda::EmbeddingBackward(f.get(), f.get(), f.get(), i.get(), 0, 1, 4, 4, 4, nullptr);
+  EXPECT_NE(s.message().find("groups must be"), std::string::npos) << s;
+  s = cuda::EmbeddingBackward(f.get(), nullptr, f.get(), i.get(), 1, 1, 4, 4, 4, nullptr);
+  EXPECT_NE(s.message().find("dwpe is null"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace ringmaster::kernels::cuda
