@@ -27,6 +27,34 @@ absl::Status CheckPointer(const char* fn, const void* p, const char* name, int64
 
 absl::Status Launched(cudaError_t err, const char* what) { return CudaToStatus(err, what); }
 
+// The Adam moment constants as kernels/cpu/optimizer_impl.inc prepares them (corrections in
+// double, then float), in a LambArgs with weight_decay and scaled_lr left at 0.
+internal::LambArgs MomentConstants(const AdamMomentArgs& moments) {
+  const double correction1 = 1.0 - std::pow(double{moments.beta1}, double(moments.step));
+  const double correction2 = 1.0 - std::pow(double{moments.beta2}, double(moments.step));
+  internal::LambArgs a{};
+  a.beta1 = moments.beta1;
+  a.one_minus_beta1 = 1.0f - moments.beta1;
+  a.beta2 = moments.beta2;
+  a.one_minus_beta2 = 1.0f - moments.beta2;
+  a.eps = moments.eps;
+  a.inv_correction1 = static_cast<float>(1.0 / correction1);
+  a.inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  return a;
+}
+
+// The checks shared by the Adam-family updates.
+absl::Status CheckMoments(const char* fn, const AdamMomentArgs& moments, int64_t n,
+                          const void* params, const void* grads, const void* exp_avg,
+                          const void* exp_avg_sq) {
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  if (moments.step < 1) return Invalid(fn, "step must be >= 1, got ", moments.step);
+  RM_RETURN_IF_ERROR(CheckPointer(fn, params, "params", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, grads, "grads", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, exp_avg, "exp_avg", n));
+  return CheckPointer(fn, exp_avg_sq, "exp_avg_sq", n);
+}
+
 }  // namespace
 
 absl::Status GeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
@@ -52,27 +80,49 @@ absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_dec
                        float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        int64_t n, cudaStream_t stream) {
   const char* fn = "AdamWStep";
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
-  if (moments.step < 1) return Invalid(fn, "step must be >= 1, got ", moments.step);
-  RM_RETURN_IF_ERROR(CheckPointer(fn, params, "params", n));
-  RM_RETURN_IF_ERROR(CheckPointer(fn, grads, "grads", n));
-  RM_RETURN_IF_ERROR(CheckPointer(fn, exp_avg, "exp_avg", n));
-  RM_RETURN_IF_ERROR(CheckPointer(fn, exp_avg_sq, "exp_avg_sq", n));
-  // As kernels/cpu/optimizer_impl.inc prepares them: corrections in double, then float.
-  const double correction1 = 1.0 - std::pow(double{moments.beta1}, double(moments.step));
-  const double correction2 = 1.0 - std::pow(double{moments.beta2}, double(moments.step));
+  RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
+  const internal::LambArgs k = MomentConstants(moments);
   internal::AdamWArgs a;
   a.lr = lr;
   a.decay = static_cast<float>(1.0 - double{lr} * weight_decay);
-  a.beta1 = moments.beta1;
-  a.one_minus_beta1 = 1.0f - moments.beta1;
-  a.beta2 = moments.beta2;
-  a.one_minus_beta2 = 1.0f - moments.beta2;
-  a.eps = moments.eps;
-  a.inv_correction1 = static_cast<float>(1.0 / correction1);
-  a.inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  a.beta1 = k.beta1;
+  a.one_minus_beta1 = k.one_minus_beta1;
+  a.beta2 = k.beta2;
+  a.one_minus_beta2 = k.one_minus_beta2;
+  a.eps = k.eps;
+  a.inv_correction1 = k.inv_correction1;
+  a.inv_sqrt_correction2 = k.inv_sqrt_correction2;
   return Launched(internal::LaunchAdamW(a, params, grads, exp_avg, exp_avg_sq, n, stream),
                   "AdamWStep launch");
+}
+
+int64_t LambSquaresScratchDoubles() { return 2 * internal::kSumBlocks; }
+
+absl::Status LambSquares(const AdamMomentArgs& moments, float weight_decay, const float* params,
+                         const float* grads, const float* exp_avg, const float* exp_avg_sq,
+                         int64_t n, double* scratch, double* result, cudaStream_t stream) {
+  const char* fn = "LambSquares";
+  RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, scratch, "scratch", 1));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, result, "result", 1));
+  internal::LambArgs a = MomentConstants(moments);
+  a.weight_decay = weight_decay;
+  return Launched(internal::LaunchLambSquares(a, params, grads, exp_avg, exp_avg_sq, n, scratch,
+                                              result, stream),
+                  "LambSquares launch");
+}
+
+absl::Status LambStep(const AdamMomentArgs& moments, float weight_decay, float scaled_lr,
+                      float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                      int64_t n, cudaStream_t stream) {
+  const char* fn = "LambStep";
+  RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
+  internal::LambArgs a = MomentConstants(moments);
+  a.weight_decay = weight_decay;
+  a.scaled_lr = scaled_lr;
+  return Launched(
+      internal::LaunchLambStep(a, params, grads, exp_avg, exp_avg_sq, n, stream),
+      "LambStep launch");
 }
 
 int64_t SumOfSquaresScratchDoubles() { return internal::kSumBlocks; }

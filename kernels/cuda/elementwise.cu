@@ -55,6 +55,61 @@ __global__ void AdamWKernel(AdamWArgs a, float* params, const float* grads, floa
   }
 }
 
+// LAMB's r for one element from its new moments, as kernels/cpu/optimizer_impl.inc.
+__device__ __forceinline__ float LambUpdate(const LambArgs& a, float p, float m, float v) {
+  return (m * a.inv_correction1) / (sqrtf(v) * a.inv_sqrt_correction2 + a.eps) +
+         a.weight_decay * p;
+}
+
+// LAMB pass 1, like SumOfSquaresPartialKernel for two sums: p^2 into partials[b], r^2 into
+// partials[gridDim.x + b].
+__global__ void LambSquaresPartialKernel(LambArgs a, const float* params, const float* grads,
+                                         const float* exp_avg, const float* exp_avg_sq,
+                                         int64_t n, double* partials) {
+  __shared__ double sums_p[kSumThreads];
+  __shared__ double sums_r[kSumThreads];
+  const int64_t per_block = (n + gridDim.x - 1) / gridDim.x;
+  const int64_t begin = blockIdx.x * per_block;
+  const int64_t end = begin + per_block < n ? begin + per_block : n;
+  double sp = 0, sr = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float g = grads[i];
+    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
+    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    const double p = params[i];
+    const double r = LambUpdate(a, params[i], m, v);
+    sp += p * p;
+    sr += r * r;
+  }
+  sums_p[threadIdx.x] = sp;
+  sums_r[threadIdx.x] = sr;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      sums_p[threadIdx.x] += sums_p[threadIdx.x + stride];
+      sums_r[threadIdx.x] += sums_r[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = sums_p[0];
+    partials[gridDim.x + blockIdx.x] = sums_r[0];
+  }
+}
+
+__global__ void LambStepKernel(LambArgs a, float* params, const float* grads, float* exp_avg,
+                               float* exp_avg_sq, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = grads[i];
+    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
+    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    params[i] -= a.scaled_lr * LambUpdate(a, params[i], m, v);
+  }
+}
+
 // Pass 1: block b sums x^2 over its contiguous slice in a fixed order (each thread a
 // strided sub-sequence, then a tree in shared memory): partials[b]. Deterministic.
 __global__ void SumOfSquaresPartialKernel(const float* x, int64_t n, double* partials) {
@@ -121,6 +176,24 @@ cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, f
                         float* exp_avg_sq, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLambSquares(const LambArgs& a, const float* params, const float* grads,
+                              const float* exp_avg, const float* exp_avg_sq, int64_t n,
+                              double* partials, double* result, cudaStream_t stream) {
+  LambSquaresPartialKernel<<<kSumBlocks, kSumThreads, 0, stream>>>(a, params, grads, exp_avg,
+                                                                   exp_avg_sq, n, partials);
+  SumOfSquaresFinalKernel<<<1, kSumThreads, 0, stream>>>(partials, kSumBlocks, result);
+  SumOfSquaresFinalKernel<<<1, kSumThreads, 0, stream>>>(partials + kSumBlocks, kSumBlocks,
+                                                         result + 1);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLambStep(const LambArgs& a, float* params, const float* grads, float* exp_avg,
+                           float* exp_avg_sq, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  LambStepKernel<<<BlocksFor(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
   return cudaGetLastError();
 }
 

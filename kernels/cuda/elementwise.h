@@ -33,6 +33,20 @@ absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_dec
                        float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        int64_t n, cudaStream_t stream);
 
+// LAMB (kernels/optimizer.h), pass 1: result[0] = sum p^2 and result[1] = sum r^2 (two
+// device doubles), with r from this step's moments; modifies nothing. Deterministic like
+// SumOfSquares, through LambSquaresScratchDoubles() doubles of device scratch. Between the
+// passes the caller sums the results across ranks (ZeRO) and forms scaled_lr = lr x trust
+// ratio of the whole tensor.
+int64_t LambSquaresScratchDoubles();
+absl::Status LambSquares(const AdamMomentArgs& moments, float weight_decay, const float* params,
+                         const float* grads, const float* exp_avg, const float* exp_avg_sq,
+                         int64_t n, double* scratch, double* result, cudaStream_t stream);
+// Pass 2: stores the new moments and applies p -= scaled_lr * r.
+absl::Status LambStep(const AdamMomentArgs& moments, float weight_decay, float scaled_lr,
+                      float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                      int64_t n, cudaStream_t stream);
+
 // Scratch of SumOfSquares: this many doubles of device memory.
 int64_t SumOfSquaresScratchDoubles();
 // *result (a device double) = sum of x[i]^2, accumulated in double in a fixed order (a

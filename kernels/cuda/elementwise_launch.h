@@ -33,6 +33,24 @@ struct AdamWArgs {
 cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, float* exp_avg,
                         float* exp_avg_sq, int64_t n, cudaStream_t stream);
 
+// The constants of one LAMB pass, prepared like AdamWArgs, with the tensor's weight decay
+// and (for the step) lr times the tensor's trust ratio.
+struct LambArgs {
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float eps;
+  float inv_correction1;
+  float inv_sqrt_correction2;
+  float weight_decay;
+  float scaled_lr;
+};
+// partials: 2 kSumBlocks doubles; result: two doubles, sum p^2 and sum r^2.
+cudaError_t LaunchLambSquares(const LambArgs& a, const float* params, const float* grads,
+                              const float* exp_avg, const float* exp_avg_sq, int64_t n,
+                              double* partials, double* result, cudaStream_t stream);
+cudaError_t LaunchLambStep(const LambArgs& a, float* params, const float* grads, float* exp_avg,
+                           float* exp_avg_sq, int64_t n, cudaStream_t stream);
+
 // partials: kSumBlocks doubles; result: one double (both device memory).
 cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, double* result,
                                cudaStream_t stream);

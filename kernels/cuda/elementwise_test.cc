@@ -6,6 +6,8 @@
 //     approximation with absolute error below 3e-7; the GPU uses tanhf);
 //   AdamW: params, exp_avg, exp_avg_sq within 1e-6 (1 + |cpu|) after 3 steps (the same
 //     float operations; fused multiply-adds may differ in the last bit);
+//   LAMB: sum p^2 relative 1e-9, sum r^2 relative 1e-6 (r is float arithmetic, fused
+//     multiply-adds may differ); params and moments within 1e-6 (1 + |cpu|) after 3 steps;
 //   SumOfSquares: relative 1e-9 against the CPU's double sum (both accumulate in double);
 //   ScaleAndFindNonFinite: the scaled values bit for bit (one float multiply each) and the
 //     flag, also with an inf and a NaN injected at the end of the array.
@@ -93,6 +95,41 @@ TEST(ElementwiseCuda, AdamWMatchesTheCpuOverSteps) {
   }
 }
 
+// LAMB over 3 steps: both passes on both sides, the GPU's step using the trust ratio of the
+// GPU's own sums (as a trainer would), which must be within 1e-6 of the CPU's.
+TEST(ElementwiseCuda, LambMatchesTheCpuOverSteps) {
+  SKIP_WITHOUT_GPU();
+  constexpr float kLr = 1e-3f, kDecay = 0.01f;
+  for (int64_t n : kSizes) {
+    std::vector<float> p = RandomFloats(n, 51), m(n, 0.0f), v(n, 0.0f);
+    Device<float> dp(p), dm(m), dv(v);
+    Device<double> scratch(LambSquaresScratchDoubles()), sums(2);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const std::vector<float> g = RandomFloats(n, 60 + static_cast<uint32_t>(step));
+      AdamMomentArgs a;
+      a.step = step;
+      const LambSquareSums want = kernels::LambSquares(a, kDecay, p, g, m, v);
+      Device<float> dg(g);
+      ASSERT_TRUE(cuda::LambSquares(a, kDecay, dp.get(), dg.get(), dm.get(), dv.get(), n,
+                                    scratch.get(), sums.get(), nullptr)
+                      .ok());
+      const std::vector<double> got = sums.Host();
+      EXPECT_NEAR(got[0], want.params, 1e-9 * want.params) << "sum p^2, n=" << n;
+      EXPECT_NEAR(got[1], want.update, 1e-6 * want.update) << "sum r^2, n=" << n;
+      const float cpu_lr = static_cast<float>(kLr * std::sqrt(want.params / want.update));
+      const float gpu_lr = static_cast<float>(kLr * std::sqrt(got[0] / got[1]));
+      kernels::LambStep(a, kDecay, cpu_lr, absl::MakeSpan(p), g, absl::MakeSpan(m),
+                        absl::MakeSpan(v));
+      ASSERT_TRUE(
+          cuda::LambStep(a, kDecay, gpu_lr, dp.get(), dg.get(), dm.get(), dv.get(), n, nullptr)
+              .ok());
+    }
+    ExpectClose(dp.Host(), p, 1e-6, "LAMB params", n);
+    ExpectClose(dm.Host(), m, 1e-6, "LAMB exp_avg", n);
+    ExpectClose(dv.Host(), v, 1e-6, "LAMB exp_avg_sq", n);
+  }
+}
+
 TEST(ElementwiseCuda, SumOfSquaresMatchesTheCpuAndIsReproducible) {
   SKIP_WITHOUT_GPU();
   for (int64_t n : kSizes) {
@@ -146,6 +183,13 @@ TEST(ElementwiseCuda, BadArgumentsAreNamed) {
   s = cuda::GeluBackward(&fake, &fake, &fake, 1, nullptr);
   EXPECT_NE(s.message().find("must not alias x"), std::string::npos) << s;
   s = cuda::SumOfSquares(&fake, 1, nullptr, nullptr, nullptr);
+  EXPECT_NE(s.message().find("scratch is null"), std::string::npos) << s;
+  s = cuda::LambStep(a, 0.01f, 1e-3f, null, null, null, null, 0, nullptr);
+  EXPECT_NE(s.message().find("LambStep (CUDA): step must be >= 1"), std::string::npos) << s;
+  a.step = 1;
+  s = cuda::LambSquares(a, 0.01f, &fake, null, &fake, &fake, 1, nullptr, nullptr, nullptr);
+  EXPECT_NE(s.message().find("grads is null"), std::string::npos) << s;
+  s = cuda::LambSquares(a, 0.01f, &fake, &fake, &fake, &fake, 1, nullptr, nullptr, nullptr);
   EXPECT_NE(s.message().find("scratch is null"), std::string::npos) << s;
 }
 
