@@ -41,13 +41,20 @@ __global__ void GeluBackwardKernel(float* dx, const float* x, const float* dout,
   }
 }
 
+// This step's Adam moments of one element (AdamWArgs or LambArgs).
+template <typename Args>
+__device__ __forceinline__ void NewMoments(const Args& a, float g, float m_old, float v_old,
+                                           float* m, float* v) {
+  *m = a.beta1 * m_old + a.one_minus_beta1 * g;
+  *v = a.beta2 * v_old + a.one_minus_beta2 * (g * g);
+}
+
 __global__ void AdamWKernel(AdamWArgs a, float* params, const float* grads, float* exp_avg,
                             float* exp_avg_sq, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grads[i];
-    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
-    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    float m, v;
+    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     const float direction = (m * a.inv_correction1) / (sqrtf(v) * a.inv_sqrt_correction2 + a.eps);
@@ -73,9 +80,8 @@ __global__ void LambSquaresPartialKernel(LambArgs a, const float* params, const 
   const int64_t end = begin + per_block < n ? begin + per_block : n;
   double sp = 0, sr = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float g = grads[i];
-    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
-    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    float m, v;
+    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     const double p = params[i];
     const double r = LambUpdate(a, params[i], m, v);
     sp += p * p;
@@ -101,9 +107,8 @@ __global__ void LambStepKernel(LambArgs a, float* params, const float* grads, fl
                                float* exp_avg_sq, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grads[i];
-    const float m = a.beta1 * exp_avg[i] + a.one_minus_beta1 * g;
-    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_beta2 * (g * g);
+    float m, v;
+    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     params[i] -= a.scaled_lr * LambUpdate(a, params[i], m, v);
