@@ -76,6 +76,16 @@ absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t 
   return Launched(internal::LaunchGeluBackward(dx, x, dout, n, stream), "GeluBackward launch");
 }
 
+absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n,
+                             cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckN("ResidualForward", n));
+  RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", out, "out", n));
+  RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", a, "a", n));
+  RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", b, "b", n));
+  return Launched(internal::LaunchResidualForward(out, a, b, n, stream),
+                  "ResidualForward launch");
+}
+
 absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,
                        float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        int64_t n, cudaStream_t stream) {

@@ -41,6 +41,13 @@ __global__ void GeluBackwardKernel(float* dx, const float* x, const float* dout,
   }
 }
 
+__global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = a[i] + b[i];
+  }
+}
+
 // This step's Adam moments of one element (AdamWArgs or LambArgs).
 template <typename Args>
 __device__ __forceinline__ void NewMoments(const Args& a, float g, float m_old, float v_old,
@@ -174,6 +181,13 @@ cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int
                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(dx, x, dout, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchResidualForward(float* out, const float* a, const float* b, int64_t n,
+                                  cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ResidualForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, a, b, n);
   return cudaGetLastError();
 }
 

@@ -27,6 +27,10 @@ absl::Status GeluForward(float* out, const float* x, int64_t n, cudaStream_t str
 absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                           cudaStream_t stream);
 
+// out[i] = a[i] + b[i] (kernels/elementwise.h ResidualForward); out may alias a or b exactly.
+absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n,
+                             cudaStream_t stream);
+
 // AdamW (PyTorch's formula, kernels/optimizer.h) over n elements, updating params, exp_avg
 // and exp_avg_sq in place.
 absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,

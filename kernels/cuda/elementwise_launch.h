@@ -19,6 +19,9 @@ cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n, cudaStream_
 cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                                cudaStream_t stream);
 
+cudaError_t LaunchResidualForward(float* out, const float* a, const float* b, int64_t n,
+                                  cudaStream_t stream);
+
 // The constants of one AdamW update, prepared on the host as the CPU kernel prepares them
 // (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.
 struct AdamWArgs {

@@ -2,6 +2,7 @@
 // kernels/optimizer.h), on random inputs of awkward sizes (1, 7, 1000, 65537, 2^20 + 3).
 // Every GPU output is poisoned with NaN bytes first, so an element left unwritten fails.
 // Tolerances, per element:
+//   ResidualForward: bit for bit (one float addition);
 //   GELU forward and backward: |gpu - cpu| <= 1e-5 (1 + |cpu|) (the CPU's tanh is a float
 //     approximation with absolute error below 3e-7; the GPU uses tanhf);
 //   AdamW: params, exp_avg, exp_avg_sq within 1e-6 (1 + |cpu|) after 3 steps (the same
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
+#include "kernels/elementwise.h"
 #include "kernels/gelu.h"
 #include "kernels/optimizer.h"
 #include "kernels/cuda/testing.h"
@@ -92,6 +94,20 @@ TEST(ElementwiseCuda, AdamWMatchesTheCpuOverSteps) {
     ExpectClose(dp.Host(), p, 1e-6, "AdamW params", n);
     ExpectClose(dm.Host(), m, 1e-6, "AdamW exp_avg", n);
     ExpectClose(dv.Host(), v, 1e-6, "AdamW exp_avg_sq", n);
+  }
+}
+
+TEST(ElementwiseCuda, ResidualForwardAddsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : kSizes) {
+    const std::vector<float> a = RandomFloats(n, 71), b = RandomFloats(n, 72);
+    std::vector<float> want(n);
+    kernels::ResidualForward(want.data(), a.data(), b.data(), n);
+    Device<float> da(a), db(b), out(n);
+    ASSERT_TRUE(cuda::ResidualForward(out.get(), da.get(), db.get(), n, nullptr).ok());
+    EXPECT_EQ(out.Host(), want) << "n=" << n;
+    ASSERT_TRUE(cuda::ResidualForward(da.get(), da.get(), db.get(), n, nullptr).ok());  // in place
+    EXPECT_EQ(da.Host(), want) << "in place, n=" << n;
   }
 }
 
