@@ -1,0 +1,100 @@
+// The GPT of train/nn/gpt.h on one CUDA GPU: the same parameters (the CPU model's table,
+// flat, in device memory), the same forward and backward, built from the CUDA kernels
+// (kernels/cuda/: cuBLASLt products, LayerNorm, GELU, memory-efficient causal attention,
+// softmax cross-entropy, embedding, the residual addition). Activations stay on the device;
+// only the tokens go up and the per-token losses and predictions come back.
+//
+//   auto gpt = GptCuda::Create(options, {.matmul = MatMulType::kTensorFloat32}, stream);
+//   (*gpt)->ForwardBackward(batch, device_params, device_grads, fb_options);
+//
+// fp32 activations, with fp32 (or TF32) matrix products: the twin of the CPU model in
+// Precision::kFloat32, which the tests compare it with. Not yet here: bf16/fp16 activations,
+// activation checkpointing (options.checkpoint_every must be 0) and attention that keeps
+// its probabilities (memory_efficient_attention must be true): UNIMPLEMENTED.
+//
+// Not thread-safe; all work goes to the stream given at Create, and ForwardBackward waits
+// for it once (to return the loss).
+#ifndef RINGMASTER_TRAIN_NN_GPT_CUDA_H_
+#define RINGMASTER_TRAIN_NN_GPT_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/matmul.h"
+#include "train/batch.h"
+#include "train/model.h"
+#include "train/nn/gpt.h"
+
+namespace ringmaster::train::nn {
+
+struct GptCudaOptions {
+  kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;  // fp32 or tf32
+};
+
+class GptCuda {
+ public:
+  // INVALID_ARGUMENT as GptModel::Create; UNIMPLEMENTED for what is not here yet (above),
+  // a 16-bit matmul type, or a head size the CUDA attention does not take.
+  static absl::StatusOr<std::unique_ptr<GptCuda>> Create(const GptOptions& options,
+                                                         const GptCudaOptions& cuda_options,
+                                                         cudaStream_t stream);
+  ~GptCuda();
+  GptCuda(const GptCuda&) = delete;
+  GptCuda& operator=(const GptCuda&) = delete;
+
+  // The CPU twin: its table is the layout of the flat parameters and gradients, and its
+  // Init fills a host buffer to copy up.
+  const GptModel& cpu_model() const { return *cpu_; }
+  int64_t total_elements() const { return cpu_->table().total_elements(); }
+
+  // As GptModel::ForwardBackward, with `params` and `grads` device pointers of at least
+  // total_elements() floats. Without options.accumulate the gradients are overwritten, the
+  // padding between tensors included (it becomes 0). Supports Precision::kFloat32 only;
+  // on_grads_ready is called once, with 0, after the whole backward has been enqueued.
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
+                                            float* grads, const ForwardBackwardOptions& options);
+
+  // Device bytes held for activations, tokens and scratch (the largest batch so far).
+  int64_t activation_bytes() const { return arena_bytes_; }
+
+ private:
+  struct BlockActivations {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *attention, *lse, *residual, *ln2, *ln2_mean,
+        *ln2_rstd, *fc, *gelu;
+  };
+  GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_options, cudaStream_t stream,
+          std::unique_ptr<kernels::cuda::MatMulEngine> engine);
+  absl::Status Reserve(int64_t batch);
+  const float* Param(const float* params, int tensor) const;
+  float* Grad(float* grads, int tensor) const;
+  absl::Status Forward(const float* params, int64_t batch);
+  absl::Status Backward(const float* params, float* grads, int64_t batch);
+
+  std::unique_ptr<GptModel> cpu_;
+  const GptOptions options_;
+  const GptCudaOptions cuda_options_;
+  cudaStream_t stream_;
+  std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
+  int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
+  std::vector<int> blocks_;  // each block's first tensor
+
+  // One device allocation, laid out for `capacity_` samples.
+  void* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  int64_t capacity_ = 0;
+  std::vector<float*> streams_;  // the residual stream at each block's input, and lnf's
+  std::vector<BlockActivations> slots_;
+  float *lnf_out_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr;
+  float *loss_ = nullptr, *dresidual_ = nullptr, *dsmall_ = nullptr, *dbig_ = nullptr;
+  float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
+  int64_t index_groups_ = 0;
+};
+
+}  // namespace ringmaster::train::nn
+
+#endif  // RINGMASTER_TRAIN_NN_GPT_CUDA_H_
