@@ -1,0 +1,190 @@
+// The GPT-2 training step on one GPU (issue 7): ringmaster's GptCuda (train/nn/gpt_cuda.h)
+// doing what bench/gpu/gpt2_torch.py does for PyTorch, to run in the same call and compare:
+// forward and backward, gradient clipping at norm 1.0, and AdamW (lr 6e-4, betas 0.9/0.95,
+// weight decay 0.1) over the flat parameters, on random tokens (4 fixed batches). The LM
+// head is untied, as in ringmaster's model: pass --untied to gpt2_torch.py.
+//
+//   gpt2_bench --batch=8 --matmul=tf32 --steps=20
+//   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp32 --tf32
+//
+// FLOPs per token as gpt2_torch.py counts them: 6 N (N without the position embedding) plus
+// attention's 6 L T C. MFU against --peak_tflops (989.4: the H100/H200 SXM's dense bf16 peak,
+// the issue's yardstick, even for these fp32/TF32 runs). Timing: wall clock around each step
+// with the device synchronised (each step waits for its loss anyway); the median of --steps
+// after --warmup. Our step also uploads its tokens and builds the embedding index on the
+// host; PyTorch's tokens are already on the GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
+#include "train/nn/gpt_cuda.h"
+#include "train/tensor.h"
+
+ABSL_FLAG(int64_t, batch, 8, "samples per step");
+ABSL_FLAG(int64_t, context, 1024, "tokens per sample");
+ABSL_FLAG(int64_t, layers, 12, "blocks");
+ABSL_FLAG(int64_t, heads, 12, "attention heads");
+ABSL_FLAG(int64_t, width, 768, "channels");
+ABSL_FLAG(int64_t, vocab, 50257, "vocabulary");
+ABSL_FLAG(std::string, matmul, "tf32", "fp32 or tf32 matrix products");
+ABSL_FLAG(int, warmup, 3, "steps before timing");
+ABSL_FLAG(int, steps, 20, "timed steps");
+ABSL_FLAG(double, peak_tflops, 989.4, "the GPU's dense bf16 peak, for MFU");
+
+namespace ringmaster::train::nn {
+namespace {
+
+void CheckOk(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "gpt2_bench: %s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+void CheckCuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "gpt2_bench: %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T* DeviceAlloc(int64_t n) {
+  void* p = nullptr;
+  CheckCuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
+int Main() {
+  namespace kc = kernels::cuda;
+  GptOptions o;
+  o.layers = absl::GetFlag(FLAGS_layers);
+  o.heads = absl::GetFlag(FLAGS_heads);
+  o.width = absl::GetFlag(FLAGS_width);
+  o.context = absl::GetFlag(FLAGS_context);
+  o.vocab = absl::GetFlag(FLAGS_vocab);
+  const std::string matmul = absl::GetFlag(FLAGS_matmul);
+  if (matmul != "fp32" && matmul != "tf32") {
+    std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32 or tf32\n", matmul.c_str());
+    return 2;
+  }
+  GptCudaOptions co;
+  co.matmul = matmul == "tf32" ? kc::MatMulType::kTensorFloat32 : kc::MatMulType::kFloat32;
+  cudaStream_t stream;
+  CheckCuda(cudaStreamCreate(&stream), "cudaStreamCreate");
+  absl::StatusOr<std::unique_ptr<GptCuda>> gpt = GptCuda::Create(o, co, stream);
+  CheckOk(gpt.status(), "GptCuda::Create");
+  const TensorTable& table = (*gpt)->cpu_model().table();
+  const int64_t n = table.total_elements();
+
+  // Parameters, gradients and the two AdamW moments, flat on the device.
+  FlatBuffer host_params(n);
+  (*gpt)->cpu_model().Init(1, host_params);
+  float* params = DeviceAlloc<float>(n);
+  float* grads = DeviceAlloc<float>(n);
+  float* exp_avg = DeviceAlloc<float>(n);
+  float* exp_avg_sq = DeviceAlloc<float>(n);
+  double* norm_scratch = DeviceAlloc<double>(kc::SumOfSquaresScratchDoubles());
+  double* norm = DeviceAlloc<double>(1);
+  int* overflow = DeviceAlloc<int>(1);
+  CheckCuda(cudaMemcpy(params, host_params.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+  CheckCuda(cudaMemset(exp_avg, 0, n * 4), "memset");
+  CheckCuda(cudaMemset(exp_avg_sq, 0, n * 4), "memset");
+
+  const int64_t batch_size = absl::GetFlag(FLAGS_batch);
+  std::vector<Batch> batches(4);
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(o.vocab - 1));
+  for (Batch& b : batches) {
+    b.size = batch_size;
+    b.context = o.context;
+    b.tokens.resize(batch_size * (o.context + 1));
+    for (int32_t& t : b.tokens) t = id(gen);
+  }
+
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = static_cast<double>(batch_size * o.context);
+  int64_t adam_step = 0;
+  double last_loss = 0;
+  auto step = [&](int i) {
+    absl::StatusOr<StepStats> stats =
+        (*gpt)->ForwardBackward(batches[i % batches.size()], params, grads, fb);
+    CheckOk(stats.status(), "ForwardBackward");
+    last_loss = stats->loss_sum / stats->loss_terms;
+    // Clip at global norm 1.0 (one read-back of the norm, as PyTorch's clip_grad_norm_).
+    CheckOk(kc::SumOfSquares(grads, n, norm_scratch, norm, stream), "SumOfSquares");
+    double sum = 0;
+    CheckCuda(cudaMemcpyAsync(&sum, norm, 8, cudaMemcpyDeviceToHost, stream), "norm");
+    CheckCuda(cudaStreamSynchronize(stream), "sync");
+    const double grad_norm = std::sqrt(sum);
+    if (grad_norm > 1.0) {
+      CheckOk(kc::ScaleAndFindNonFinite(grads, n, static_cast<float>(1.0 / grad_norm), overflow,
+                                        stream),
+              "clip");
+    }
+    kernels::AdamMomentArgs moments;
+    moments.beta1 = 0.9f;
+    moments.beta2 = 0.95f;
+    moments.step = ++adam_step;
+    CheckOk(kc::AdamWStep(moments, 6e-4f, 0.1f, params, grads, exp_avg, exp_avg_sq, n, stream),
+            "AdamWStep");
+    CheckCuda(cudaStreamSynchronize(stream), "sync");
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) step(i);
+  const double warmup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> times;
+  for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step(absl::GetFlag(FLAGS_warmup) + i);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double step_s = sorted[sorted.size() / 2];
+
+  int64_t n_flop = table.parameter_count();
+  if (absl::StatusOr<int> wpe = table.Find("wpe"); wpe.ok()) n_flop -= table.tensor(*wpe).numel;
+  const double tokens = static_cast<double>(batch_size * o.context);
+  const double flops_per_token =
+      6.0 * n_flop + 6.0 * o.layers * o.context * static_cast<double>(o.width);
+  const double tflops = flops_per_token * tokens / step_s / 1e12;
+  cudaDeviceProp prop;
+  CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf(
+      "ringmaster %-7s %-5s batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
+      "%.0f tokens/s, %.1f TFLOP/s, MFU %.1f %% of %.1f; %lld parameters (%lld counted); "
+      "activations %.2f GiB + parameters, gradients and moments %.2f GiB; warm-up %.1f s; "
+      "loss %.4f\n",
+      "fp32", matmul.c_str(), static_cast<long long>(batch_size),
+      static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
+      sorted.back() * 1e3, tokens / step_s, tflops,
+      100 * tflops / absl::GetFlag(FLAGS_peak_tflops), absl::GetFlag(FLAGS_peak_tflops),
+      static_cast<long long>(table.parameter_count()), static_cast<long long>(n_flop),
+      (*gpt)->activation_bytes() / double(1 << 30), 4.0 * n * 4 / double(1 << 30), warmup_s,
+      last_loss);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmaster::train::nn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ringmaster::train::nn::Main();
+}
