@@ -15,7 +15,10 @@
 //   for (const StateBuffer& b : optimizer->state_buffers())  // b.range contains `range`
 //     req.buffers.push_back({b.name, n, range,
 //                            b.data.subspan(range.begin - b.range.begin, range.size())});
-//   writer->SaveAsync(req);                         // blocks for the copy only
+//   writer->BeginSave(req);   // the copy starts on the writer's thread; the next step's
+//   ...forward and backward (they only read the state)...
+//   writer->FinishSnapshot();  // before the optimizer writes: helps with the rest of the copy
+//   (SaveAsync(req) instead copies in the caller, blocking for the whole copy)
 //   ...each step: if (auto s = writer->Poll(); s && !s->ok()) report *s; training goes on
 //   ...on SIGTERM: writer->SaveSync(req, now + drain_grace);
 //
