@@ -61,3 +61,42 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], nvcc_flags = []
         alwayslink = True,
         **kwargs
     )
+
+def _if_cuda(cuda, default = []):
+    return select({
+        "//tools:cuda": cuda,
+        "//conditions:default": default,
+    })
+
+def cuda_only_library(name, srcs = [], hdrs = [], deps = [], **kwargs):
+    """A cc_library with its sources, headers and deps only under --config=cuda (empty
+    otherwise), tagged manual: reach it through select() or from other CUDA-only targets."""
+    native.cc_library(
+        name = name,
+        srcs = _if_cuda(srcs),
+        hdrs = _if_cuda(hdrs),
+        deps = _if_cuda(deps),
+        tags = kwargs.pop("tags", []) + ["manual"],
+        **kwargs
+    )
+
+def cuda_only_test(name, srcs, skipped_srcs, deps = [], **kwargs):
+    """A cc_test that exists in every build: `srcs` and `deps` under --config=cuda,
+    otherwise `skipped_srcs` (a test that skips and says how to build the real one)."""
+    native.cc_test(
+        name = name,
+        srcs = _if_cuda(srcs, skipped_srcs),
+        deps = _if_cuda(deps, ["@system//:gtest_main"]),
+        **kwargs
+    )
+
+def cuda_only_binary(name, srcs, not_built_srcs, deps = [], **kwargs):
+    """A cc_binary, tagged manual: `srcs` and `deps` under --config=cuda, otherwise
+    `not_built_srcs` (a main that says it was not built and exits 2)."""
+    native.cc_binary(
+        name = name,
+        srcs = _if_cuda(srcs, not_built_srcs),
+        deps = _if_cuda(deps),
+        tags = kwargs.pop("tags", []) + ["manual"],
+        **kwargs
+    )
