@@ -28,11 +28,11 @@ absl::Status CheckPointer(const char* fn, const void* p, const char* name, int64
 absl::Status Launched(cudaError_t err, const char* what) { return CudaToStatus(err, what); }
 
 // The Adam moment constants as kernels/cpu/optimizer_impl.inc prepares them (corrections in
-// double, then float), in a LambArgs with weight_decay and scaled_lr left at 0.
-internal::LambArgs MomentConstants(const AdamMomentArgs& moments) {
+// double, then float).
+internal::MomentArgs MomentConstants(const AdamMomentArgs& moments) {
   const double correction1 = 1.0 - std::pow(double{moments.beta1}, double(moments.step));
   const double correction2 = 1.0 - std::pow(double{moments.beta2}, double(moments.step));
-  internal::LambArgs a{};
+  internal::MomentArgs a;
   a.beta1 = moments.beta1;
   a.one_minus_beta1 = 1.0f - moments.beta1;
   a.beta2 = moments.beta2;
@@ -91,17 +91,10 @@ absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_dec
                        int64_t n, cudaStream_t stream) {
   const char* fn = "AdamWStep";
   RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
-  const internal::LambArgs k = MomentConstants(moments);
   internal::AdamWArgs a;
+  a.moments = MomentConstants(moments);
   a.lr = lr;
   a.decay = static_cast<float>(1.0 - double{lr} * weight_decay);
-  a.beta1 = k.beta1;
-  a.one_minus_beta1 = k.one_minus_beta1;
-  a.beta2 = k.beta2;
-  a.one_minus_beta2 = k.one_minus_beta2;
-  a.eps = k.eps;
-  a.inv_correction1 = k.inv_correction1;
-  a.inv_sqrt_correction2 = k.inv_sqrt_correction2;
   return Launched(internal::LaunchAdamW(a, params, grads, exp_avg, exp_avg_sq, n, stream),
                   "AdamWStep launch");
 }
@@ -115,8 +108,7 @@ absl::Status LambSquares(const AdamMomentArgs& moments, float weight_decay, cons
   RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
   RM_RETURN_IF_ERROR(CheckPointer(fn, scratch, "scratch", 1));
   RM_RETURN_IF_ERROR(CheckPointer(fn, result, "result", 1));
-  internal::LambArgs a = MomentConstants(moments);
-  a.weight_decay = weight_decay;
+  const internal::LambArgs a{MomentConstants(moments), weight_decay, 0.0f};
   return Launched(internal::LaunchLambSquares(a, params, grads, exp_avg, exp_avg_sq, n, scratch,
                                               result, stream),
                   "LambSquares launch");
@@ -127,9 +119,7 @@ absl::Status LambStep(const AdamMomentArgs& moments, float weight_decay, float s
                       int64_t n, cudaStream_t stream) {
   const char* fn = "LambStep";
   RM_RETURN_IF_ERROR(CheckMoments(fn, moments, n, params, grads, exp_avg, exp_avg_sq));
-  internal::LambArgs a = MomentConstants(moments);
-  a.weight_decay = weight_decay;
-  a.scaled_lr = scaled_lr;
+  const internal::LambArgs a{MomentConstants(moments), weight_decay, scaled_lr};
   return Launched(
       internal::LaunchLambStep(a, params, grads, exp_avg, exp_avg_sq, n, stream),
       "LambStep launch");

@@ -48,12 +48,16 @@ __global__ void ResidualForwardKernel(float* out, const float* a, const float* b
   }
 }
 
-// This step's Adam moments of one element (AdamWArgs or LambArgs).
-template <typename Args>
-__device__ __forceinline__ void NewMoments(const Args& a, float g, float m_old, float v_old,
+// This step's Adam moments of one element.
+__device__ __forceinline__ void NewMoments(const MomentArgs& k, float g, float m_old, float v_old,
                                            float* m, float* v) {
-  *m = a.beta1 * m_old + a.one_minus_beta1 * g;
-  *v = a.beta2 * v_old + a.one_minus_beta2 * (g * g);
+  *m = k.beta1 * m_old + k.one_minus_beta1 * g;
+  *v = k.beta2 * v_old + k.one_minus_beta2 * (g * g);
+}
+
+// m_hat / (sqrt(v_hat) + eps), as the CPU's Moments::Direction.
+__device__ __forceinline__ float Direction(const MomentArgs& k, float m, float v) {
+  return (m * k.inv_correction1) / (sqrtf(v) * k.inv_sqrt_correction2 + k.eps);
 }
 
 __global__ void AdamWKernel(AdamWArgs a, float* params, const float* grads, float* exp_avg,
@@ -61,18 +65,16 @@ __global__ void AdamWKernel(AdamWArgs a, float* params, const float* grads, floa
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float m, v;
-    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
+    NewMoments(a.moments, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    const float direction = (m * a.inv_correction1) / (sqrtf(v) * a.inv_sqrt_correction2 + a.eps);
-    params[i] = params[i] * a.decay - a.lr * direction;
+    params[i] = params[i] * a.decay - a.lr * Direction(a.moments, m, v);
   }
 }
 
 // LAMB's r for one element from its new moments, as kernels/cpu/optimizer_impl.inc.
 __device__ __forceinline__ float LambUpdate(const LambArgs& a, float p, float m, float v) {
-  return (m * a.inv_correction1) / (sqrtf(v) * a.inv_sqrt_correction2 + a.eps) +
-         a.weight_decay * p;
+  return Direction(a.moments, m, v) + a.weight_decay * p;
 }
 
 // LAMB pass 1, like SumOfSquaresPartialKernel for two sums: p^2 into partials[b], r^2 into
@@ -88,7 +90,7 @@ __global__ void LambSquaresPartialKernel(LambArgs a, const float* params, const 
   double sp = 0, sr = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float m, v;
-    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
+    NewMoments(a.moments, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     const double p = params[i];
     const double r = LambUpdate(a, params[i], m, v);
     sp += p * p;
@@ -115,7 +117,7 @@ __global__ void LambStepKernel(LambArgs a, float* params, const float* grads, fl
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float m, v;
-    NewMoments(a, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
+    NewMoments(a.moments, grads[i], exp_avg[i], exp_avg_sq[i], &m, &v);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     params[i] -= a.scaled_lr * LambUpdate(a, params[i], m, v);

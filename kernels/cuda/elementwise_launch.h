@@ -22,28 +22,27 @@ cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int
 cudaError_t LaunchResidualForward(float* out, const float* a, const float* b, int64_t n,
                                   cudaStream_t stream);
 
-// The constants of one AdamW update, prepared on the host as the CPU kernel prepares them
-// (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.
-struct AdamWArgs {
-  float lr;
-  float decay;  // 1 - lr * weight_decay (computed in double)
+// The constants of one step's Adam moments, prepared on the host as the CPU kernel prepares
+// them (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.
+struct MomentArgs {
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
   float eps;
   float inv_correction1;       // 1 / (1 - beta1^step)
   float inv_sqrt_correction2;  // 1 / sqrt(1 - beta2^step)
 };
+
+struct AdamWArgs {
+  MomentArgs moments;
+  float lr;
+  float decay;  // 1 - lr * weight_decay (computed in double)
+};
 cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, float* exp_avg,
                         float* exp_avg_sq, int64_t n, cudaStream_t stream);
 
-// The constants of one LAMB pass, prepared like AdamWArgs, with the tensor's weight decay
-// and (for the step) lr times the tensor's trust ratio.
+// One LAMB pass: the tensor's weight decay and (for the step) lr times its trust ratio.
 struct LambArgs {
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-  float eps;
-  float inv_correction1;
-  float inv_sqrt_correction2;
+  MomentArgs moments;
   float weight_decay;
   float scaled_lr;
 };
