@@ -117,6 +117,9 @@ class GptModel final : public Model {
   MemoryStats memory() const override;
 
   const GptOptions& options() const { return options_; }
+  // The batch checks of ForwardBackward (INVALID_ARGUMENT naming the field, as above), for
+  // twins of this model that take the same batches (train/nn/gpt_cuda.h).
+  absl::Status CheckBatch(const Batch& batch) const;
 
  private:
   // One block's activations that backward reads, for the rows of the current call.
@@ -151,7 +154,6 @@ class GptModel final : public Model {
     return pass.params + table_.tensor(index).offset;
   }
 
-  absl::Status CheckBatch(const Batch& batch) const;
   // Validates the batch, lays out the activations for it and splits its tokens into inputs
   // and targets.
   absl::StatusOr<Pass> Prepare(const Batch& batch, const FlatBuffer& params, Precision precision);

@@ -1,7 +1,6 @@
 #include "train/nn/gpt_cuda.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/rows.h"
 #include "kernels/embedding_index.h"
+#include "train/nn/sequential.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -173,39 +173,13 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
     return Unimplemented("only fp32 activations on the GPU so far (precision ",
                          static_cast<int>(options.precision), ")");
   }
-  if (!(std::isfinite(options.loss_scale) && options.loss_scale > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.loss_scale is ", options.loss_scale, "; want finite and > 0"));
-  }
-  if (!(std::isfinite(options.loss_divisor) && options.loss_divisor > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.loss_divisor is ", options.loss_divisor, "; want finite and > 0"));
-  }
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
   if (params == nullptr || grads == nullptr) {
     return absl::InvalidArgumentError("GptCuda::ForwardBackward: params and grads are device "
                                       "pointers and must not be null");
   }
+  RM_RETURN_IF_ERROR(cpu_->CheckBatch(batch));
   const int64_t t = options_.context;
-  if (batch.size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch.size is ", batch.size, "; want at least 1 sample"));
-  }
-  if (batch.context != t) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch.context is ", batch.context, "; the model reads ", t, " tokens per sample"));
-  }
-  if (static_cast<int64_t>(batch.tokens.size()) != batch.size * (t + 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch.tokens holds ", batch.tokens.size(),
-                     " ids; want batch.size * (context + 1) = ", batch.size, " * ", t + 1));
-  }
-  for (size_t i = 0; i < batch.tokens.size(); ++i) {
-    if (batch.tokens[i] < 0 || batch.tokens[i] >= options_.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("batch.tokens[", i, "] is ", batch.tokens[i],
-                                                     "; want a token id in 0..",
-                                                     options_.vocab - 1));
-    }
-  }
   RM_RETURN_IF_ERROR(Reserve(batch.size));
 
   const int64_t rows = batch.size * t;
