@@ -7,12 +7,13 @@ field() {
     python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
 }
 
-# wait_until JOB EXPRESSION SECONDS: polls until the expression (of j) is True.
+# wait_until JOB EXPRESSION SECONDS: polls until the expression (of j) is True, every
+# JOB_POLL_S seconds (0.2 unless the caller sets it).
 wait_until() {
   local deadline=$((SECONDS + $3))
   while [ "$SECONDS" -lt "$deadline" ]; do
     [ "$(field "$1" "$2")" = True ] && return 0
-    sleep 0.2
+    sleep "${JOB_POLL_S:-0.2}"
   done
   fail "job $1: waited $3 s for $2; status: $(ctl status "$1" 2>&1 | head -12)"
   return 1

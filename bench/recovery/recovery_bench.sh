@@ -37,19 +37,9 @@ cleanup() {
 trap cleanup EXIT
 now() { date +%s.%N; }
 ctl() { "$BIN/cli/ringctl" "$@" --coordinator "$COORD"; }
-field() {
-  ctl status "$1" --json 2>/dev/null |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" 2>/dev/null
-}
-wait_until() {
-  local deadline=$((SECONDS + $3))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    [ "$(field "$1" "$2")" = True ] && return 0
-    sleep 0.1
-  done
-  echo "timed out waiting for $2 on job $1" >&2
-  return 1
-}
+fail() { echo "$*" >&2; }
+JOB_POLL_S=0.1
+source "$ROOT/tests/job_helpers.sh"  # field, wait_until
 
 "$BIN/coordinator/ringmaster" --listen "$COORD" --db "$WORK/jobs.db" --heartbeat_s 1 --lease_s 3 \
   --slot_backoff_s 1 --grow_after_s 1000 >"$WORK/coordinator.log" 2>&1 &
