@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
-#include "kernels/optimizer.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train {
@@ -29,7 +29,15 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "GradientSyncOptions.bucket_elements must be positive, got ", options.bucket_elements));
   }
+  if (options.ops == nullptr || options.comm_ops == nullptr) {
+    return absl::InvalidArgumentError("GradientSyncOptions.ops and comm_ops must not be null");
+  }
   std::unique_ptr<GradientSync> sync(new GradientSync(comm, options));
+  if (options.reduction == GradientReduction::kReduceScatter) {
+    int64_t block = 0;
+    for (const Bucket& b : sync->buckets_) block = std::max(block, b.end - b.begin);
+    RM_ASSIGN_OR_RETURN(sync->staging_, options.comm_ops->Allocate(block * n));
+  }
   if (options.overlap) sync->thread_ = std::thread([s = sync.get()] { s->Loop(); });
   return sync;
 }
@@ -53,7 +61,6 @@ GradientSync::GradientSync(comm::Communicator* comm, const GradientSyncOptions& 
       const int64_t begin = k * block, end = std::min(shard_elements_, begin + block);
       buckets_.push_back({begin, begin, end});
     }
-    staging_.resize(static_cast<size_t>(block) * n);
   }
 }
 
@@ -86,6 +93,8 @@ void GradientSync::Ready(int64_t offset) {
   int ready = launched_;
   while (ready < num_buckets() && offset <= buckets_[ready].ready_at) ++ready;
   if (ready == launched_) return;
+  const int mark = options_.ops->Mark();
+  for (int b = launched_; b < ready; ++b) buckets_[b].mark = mark;
   launched_ = ready;
   if (!options_.overlap) return;  // Finish() runs them
   absl::MutexLock lock(&mu_);
@@ -94,30 +103,40 @@ void GradientSync::Ready(int64_t offset) {
 
 absl::Status GradientSync::Reduce(const Bucket& bucket) {
   const absl::Time start = absl::Now();
-  const absl::Time deadline = start + options_.op_timeout;
-  absl::Status status;
-  const size_t len = static_cast<size_t>(bucket.end - bucket.begin);
   double squares = 0;
-  if (options_.reduction == GradientReduction::kAllReduce) {
-    float* p = grads_ + bucket.begin;
-    if (measure_norm_) squares = kernels::SumOfSquares(absl::MakeConstSpan(p, len));
-    status = comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
-  } else {
-    const int n = comm_->size();
-    for (int r = 0; r < n; ++r) {
-      std::memcpy(staging_.data() + r * len, grads_ + r * shard_elements_ + bucket.begin,
-                  len * sizeof(float));
-    }
-    if (measure_norm_)
-      squares = kernels::SumOfSquares(absl::MakeConstSpan(staging_.data(), len * n));
-    status = comm_->ReduceScatter(staging_.data(),
-                                  grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
-                                  DataType::kFloat32, comm::ReduceOp::kSum, deadline);
-  }
+  absl::Status status = ReduceBucket(bucket, start + options_.op_timeout, &squares);
   absl::MutexLock lock(&mu_);
   comm_time_ += absl::Now() - start;
   local_sum_squares_ += squares;
   return status;
+}
+
+absl::Status GradientSync::ReduceBucket(const Bucket& bucket, absl::Time deadline,
+                                        double* squares) {
+  const size_t len = static_cast<size_t>(bucket.end - bucket.begin);
+  VectorOps* ops = options_.comm_ops;
+  // The reduction may run only once the gradients it reads are complete.
+  RM_RETURN_IF_ERROR(options_.ops->Wait(bucket.mark));
+  if (options_.reduction == GradientReduction::kAllReduce) {
+    float* p = grads_ + bucket.begin;
+    if (measure_norm_) {
+      RM_ASSIGN_OR_RETURN(*squares, ops->SumOfSquares({p, len}));
+    }
+    return comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+  }
+  const int n = comm_->size();
+  for (int r = 0; r < n; ++r) {
+    RM_RETURN_IF_ERROR(ops->Copy({grads_ + r * shard_elements_ + bucket.begin, len},
+                                 staging_.span().subspan(r * len, len)));
+  }
+  // The collective does not wait for the ops' queue (a GPU's stream): finish the copies.
+  RM_RETURN_IF_ERROR(ops->Synchronize());
+  if (measure_norm_) {
+    RM_ASSIGN_OR_RETURN(*squares, ops->SumOfSquares({staging_.data(), len * n}));
+  }
+  return comm_->ReduceScatter(staging_.data(),
+                              grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
+                              DataType::kFloat32, comm::ReduceOp::kSum, deadline);
 }
 
 void GradientSync::Loop() {

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "comm/communicator.h"
 #include "train/optim/range.h"
+#include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {
 
@@ -48,6 +49,13 @@ struct GradientSyncOptions {
   bool overlap = true;
   // Deadline of each collective, counted from its start.
   absl::Duration op_timeout = absl::Seconds(120);
+  // The memory of the gradients (not owned). `ops` is the training thread's, whose work
+  // produces the gradients: Ready() marks it, and a bucket is reduced once the work before
+  // the mark is complete (a GPU's backward runs behind the host's calls). `comm_ops` are
+  // used by the thread that reduces (kReduceScatter's staging copies, the local norm); for
+  // a GPU, ops on a stream of their own, so that they do not wait for the backward.
+  VectorOps* ops = HostVectorOps();
+  VectorOps* comm_ops = HostVectorOps();
 };
 
 // `elements` rounded up to a multiple of world_size × kAlignElements.
@@ -73,7 +81,7 @@ class GradientSync {
   FlatRange shard() const;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
-  // Starts a step over `grads` (padded_elements floats, not owned). With kLocalGradNorm the
+  // Starts a step over `grads` (padded_elements floats of the ops' memory, not owned). With kLocalGradNorm the
   // step also measures this rank's own gradient norm before the reduction (one more pass
   // over the gradients: ask for it on logged steps only).
   enum class StepDiagnostics { kNone, kLocalGradNorm };
@@ -91,16 +99,19 @@ class GradientSync {
     int64_t ready_at = 0;  // launch once Ready(offset) has offset <= ready_at
     int64_t begin = 0;     // kAllReduce: the slice; kReduceScatter: the block in shard 0
     int64_t end = 0;
+    int mark = 0;          // options.ops->Mark() when it became ready (this step)
   };
   GradientSync(comm::Communicator* comm, const GradientSyncOptions& options);
   absl::Status Reduce(const Bucket& bucket);
+  // The collective of one bucket; adds this rank's sum of squares when measuring.
+  absl::Status ReduceBucket(const Bucket& bucket, absl::Time deadline, double* squares);
   void Loop();
 
   comm::Communicator* const comm_;
   const GradientSyncOptions options_;
   const int64_t shard_elements_;
   std::vector<Bucket> buckets_;  // in launch order
-  std::vector<float> staging_;   // kReduceScatter: one stripe, contiguous
+  OpsBuffer staging_;            // kReduceScatter: one stripe, contiguous (comm_ops memory)
   float* grads_ = nullptr;
   bool measure_norm_ = false;
   int launched_ = 0;  // buckets handed over this step (training thread only)

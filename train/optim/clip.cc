@@ -7,9 +7,9 @@
 namespace ringmaster::train {
 
 absl::StatusOr<GradNorm> ClipGradNorm(absl::Span<float> grads, const ClipOptions& options,
-                                      const SumAcrossRanks& sum) {
+                                      const SumAcrossRanks& sum, VectorOps* ops) {
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("max_norm", options.max_norm, 0));
-  double sum_of_squares = kernels::SumOfSquares(grads);
+  RM_ASSIGN_OR_RETURN(double sum_of_squares, ops->SumOfSquares(grads));
   RM_RETURN_IF_ERROR(sum(absl::MakeSpan(&sum_of_squares, 1)));
   GradNorm result;
   result.norm = std::sqrt(sum_of_squares);
@@ -18,7 +18,7 @@ absl::StatusOr<GradNorm> ClipGradNorm(absl::Span<float> grads, const ClipOptions
   if (scale < 1) {
     result.scale = scale;
     // Every gradient is finite (the norm is), so no product can be: ignore the finding.
-    kernels::ScaleAndFindNonFinite(grads, static_cast<float>(scale));
+    RM_RETURN_IF_ERROR(ops->ScaleAndFindNonFinite(grads, static_cast<float>(scale)).status());
   }
   return result;
 }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "train/optim/range.h"
+#include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {
 
@@ -37,10 +38,12 @@ struct GradNorm {
 // (with fp16 the LossScaler has skipped it already; in fp32 it means divergence: skip and
 // count it, or stop the job).
 //
-// INVALID_ARGUMENT for a negative, infinite or NaN max_norm; otherwise the error of `sum`.
-// On error the gradients are untouched.
+// `grads` is in the memory of `ops` (host by default).
+//
+// INVALID_ARGUMENT for a negative, infinite or NaN max_norm; otherwise the error of `sum`
+// (or the ops' INTERNAL). On an error of `sum` the gradients are untouched.
 absl::StatusOr<GradNorm> ClipGradNorm(absl::Span<float> grads, const ClipOptions& options,
-                                      const SumAcrossRanks& sum);
+                                      const SumAcrossRanks& sum, VectorOps* ops = HostVectorOps());
 
 }  // namespace ringmaster::train
 

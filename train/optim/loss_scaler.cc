@@ -31,9 +31,11 @@ LossScaler::LossScaler(const LossScalerOptions& options) : options_(options) {
 }
 
 absl::StatusOr<StepVerdict> LossScaler::UnscaleAndUpdate(absl::Span<float> grads,
-                                                         const SumAcrossRanks& sum) {
+                                                         const SumAcrossRanks& sum,
+                                                         VectorOps* ops) {
   const float inverse = static_cast<float>(1.0 / state_.scale);
-  double ranks_with_overflow = kernels::ScaleAndFindNonFinite(grads, inverse) ? 1 : 0;
+  RM_ASSIGN_OR_RETURN(const bool overflow, ops->ScaleAndFindNonFinite(grads, inverse));
+  double ranks_with_overflow = overflow ? 1 : 0;
   RM_RETURN_IF_ERROR(sum(absl::MakeSpan(&ranks_with_overflow, 1)));
 
   const bool dynamic = options_.mode == LossScalerOptions::Mode::kDynamic;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "train/optim/range.h"
+#include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {
 
@@ -57,8 +58,11 @@ class LossScaler {
   // from every rank whether any found one (`sum` once, one value), and updates the state:
   // the verdict is the same on every rank. Each rank passes the gradients it will use: the
   // whole reduced buffer, or its ZeRO range. Blocks while `sum` does.
-  // On error (that of `sum`) the gradients may be unscaled already; the state is unchanged.
-  absl::StatusOr<StepVerdict> UnscaleAndUpdate(absl::Span<float> grads, const SumAcrossRanks& sum);
+  // `grads` is in the memory of `ops` (host by default).
+  // On error (that of `sum`, or the ops' INTERNAL) the gradients may be unscaled already;
+  // the state is unchanged.
+  absl::StatusOr<StepVerdict> UnscaleAndUpdate(absl::Span<float> grads, const SumAcrossRanks& sum,
+                                               VectorOps* ops = HostVectorOps());
 
   const LossScalerState& state() const { return state_; }
   // Takes the saved state. In fixed mode the scale stays options' initial_scale (it is

@@ -45,8 +45,9 @@ class Sgd final : public Optimizer {
                                       .momentum = static_cast<float>(options_.momentum),
                                       .weight_decay = p.weight_decay,
                                       .nesterov = options_.nesterov};
-      kernels::SgdStep(args, Part(params, p), Part(grads, p),
-                       options_.momentum != 0 ? state(0, p) : absl::Span<float>());
+      RM_RETURN_IF_ERROR(
+          ops()->SgdStep(args, Part(params, p), Part(grads, p),
+                         options_.momentum != 0 ? state(0, p) : absl::Span<float>()));
     }
     return absl::OkStatus();
   }
@@ -102,8 +103,9 @@ class AdamW final : public AdamFamily<AdamWOptions> {
                       absl::Span<const float> grads, const SumAcrossRanks&) override {
     const kernels::AdamMomentArgs args = MomentArgs(step);
     for (const Piece& p : pieces()) {
-      kernels::AdamWStep(args, lr, p.weight_decay, Part(params, p), Part(grads, p),
-                         state(kExpAvg, p), state(kExpAvgSq, p));
+      RM_RETURN_IF_ERROR(ops()->AdamWStep(args, lr, p.weight_decay, Part(params, p),
+                                          Part(grads, p), state(kExpAvg, p),
+                                          state(kExpAvgSq, p)));
     }
     return absl::OkStatus();
   }
@@ -127,9 +129,10 @@ class Lamb final : public AdamFamily<LambOptions> {
     const kernels::AdamMomentArgs args = MomentArgs(step);
     std::vector<double> squares(2 * num_tensors(), 0.0);
     for (const Piece& p : pieces()) {
-      const kernels::LambSquareSums s =
-          kernels::LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
-                               Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
+      RM_ASSIGN_OR_RETURN(
+          const kernels::LambSquareSums s,
+          ops()->LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
+                             Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p)));
       squares[2 * p.tensor] += s.params;
       squares[2 * p.tensor + 1] += s.update;
     }
@@ -142,8 +145,9 @@ class Lamb final : public AdamFamily<LambOptions> {
               ? std::clamp(weight_norm, options_.min_weight_norm, options_.max_weight_norm) /
                     update_norm
               : 1.0;
-      kernels::LambStep(args, p.weight_decay, static_cast<float>(lr * ratio), Part(params, p),
-                        Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p));
+      RM_RETURN_IF_ERROR(ops()->LambStep(args, p.weight_decay, static_cast<float>(lr * ratio),
+                                         Part(params, p), Part(grads, p), state(kExpAvg, p),
+                                         state(kExpAvgSq, p)));
     }
     return absl::OkStatus();
   }
@@ -201,9 +205,21 @@ Optimizer::Optimizer(const TensorTable& table, FlatRange range, double weight_de
          .size = piece.end - piece.begin,
          .weight_decay = decay_mask[piece.tensor] ? static_cast<float>(weight_decay) : 0.0f});
   }
-  for (std::string& name : state_names) {
-    state_.emplace_back(std::move(name), FlatBuffer(range.size()));
+  state_names_ = std::move(state_names);
+}
+
+absl::Status Optimizer::AllocateState(VectorOps* ops) {
+  ops_ = ops;
+  for (const std::string& name : state_names_) {
+    absl::StatusOr<OpsBuffer> buffer = ops->Allocate(range_.size());
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrCat("optimizer state ", name, " (", range_.size(),
+                                       " floats, ", ops->name(), "): ", buffer.status().message()));
+    }
+    state_.emplace_back(name, *std::move(buffer));
   }
+  return absl::OkStatus();
 }
 
 absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
@@ -225,7 +241,7 @@ std::vector<StateBuffer> Optimizer::state_buffers() {
 
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& [name, buffer] : state_) bytes += static_cast<int64_t>(buffer.bytes());
+  for (const auto& [name, buffer] : state_) bytes += buffer.size() * 4;
   return bytes;
 }
 
@@ -246,9 +262,14 @@ absl::Span<float> Optimizer::state(int index, const Piece& piece) {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
                                                            FlatRange range,
-                                                           const OptimizerOptions& options) {
+                                                           const OptimizerOptions& options,
+                                                           VectorOps* ops) {
   RM_RETURN_IF_ERROR(CheckRange(table, range));
-  return std::visit([&](const auto& o) { return Create(table, range, o); }, options);
+  if (ops == nullptr) return absl::InvalidArgumentError("CreateOptimizer: ops is null");
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                      std::visit([&](const auto& o) { return Create(table, range, o); }, options));
+  RM_RETURN_IF_ERROR(optimizer->AllocateState(ops));
+  return optimizer;
 }
 
 }  // namespace ringmaster::train

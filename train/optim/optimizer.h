@@ -20,6 +20,9 @@
 // gains (DecayMatrices). Step does not look for inf/NaN gradients: check them first
 // (LossScaler, ClipGradNorm).
 //
+// Memory: the state, params and grads are in the memory of the optimizer's VectorOps (host by
+// default; a CUDA GPU with train/optim/cuda_vector_ops.h): the same code runs over either.
+//
 // Thread-compatible: one Step at a time. An optimizer copies what it needs from the table.
 #ifndef RINGMASTER_TRAIN_OPTIM_OPTIMIZER_H_
 #define RINGMASTER_TRAIN_OPTIM_OPTIMIZER_H_
@@ -36,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "train/optim/range.h"
+#include "train/optim/vector_ops.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train {
@@ -84,7 +88,7 @@ using OptimizerOptions = std::variant<SgdOptions, AdamWOptions, LambOptions>;
 struct StateBuffer {
   std::string name;        // "momentum" (SGD), "exp_avg", "exp_avg_sq" (AdamW, LAMB)
   FlatRange range;         // the optimizer's range
-  absl::Span<float> data;  // range.size() floats owned by the optimizer
+  absl::Span<float> data;  // range.size() floats owned by the optimizer, in ops() memory
 };
 
 class Optimizer {
@@ -106,11 +110,14 @@ class Optimizer {
   // once, 2 values per tensor of the table; SGD, AdamW: never). Blocks while `sum` does.
   //
   // INVALID_ARGUMENT when lr is negative or not finite; otherwise the error of `sum`. On
-  // any error nothing has changed: parameters, state and step count are as before.
+  // any such error nothing has changed: parameters, state and step count are as before.
+  // (A device failure, INTERNAL from the ops, may leave a tensor half updated.)
   absl::Status Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                     const SumAcrossRanks& sum);
 
   FlatRange range() const { return range_; }
+  // The memory its state, params and grads are in.
+  VectorOps* ops() const { return ops_; }
   // Updates applied so far (Adam's bias correction uses step() + 1 for the next one).
   int64_t step() const { return step_; }
 
@@ -132,9 +139,13 @@ class Optimizer {
   };
 
   // `weight_decay` goes to the pieces of tensors whose mask entry is true; `state_names`
-  // are the buffers to allocate, range.size() floats each, zero.
+  // are the buffers AllocateState makes, range.size() floats each, zero.
   Optimizer(const TensorTable& table, FlatRange range, double weight_decay,
             const std::vector<bool>& decay_mask, std::vector<std::string> state_names);
+  friend absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable&,
+                                                                    FlatRange,
+                                                                    const OptimizerOptions&,
+                                                                    VectorOps*);
 
   int num_tensors() const { return num_tensors_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
@@ -153,21 +164,28 @@ class Optimizer {
   virtual absl::Status Update(int64_t step, float lr, absl::Span<float> params,
                               absl::Span<const float> grads, const SumAcrossRanks& sum) = 0;
 
+  // Allocates the state buffers in `ops` memory (CreateOptimizer, once).
+  absl::Status AllocateState(VectorOps* ops);
+
   FlatRange range_;
+  VectorOps* ops_ = nullptr;
+  std::vector<std::string> state_names_;
   int num_tensors_ = 0;
   double weight_decay_ = 0;
   int decayed_tensors_ = 0;
   std::vector<Piece> pieces_;
-  std::vector<std::pair<std::string, FlatBuffer>> state_;
+  std::vector<std::pair<std::string, OpsBuffer>> state_;
   int64_t step_ = 0;
 };
 
 // Checks the options against the table (INVALID_ARGUMENT naming the setting: "beta2 must
 // be in [0, 1), got 1", "decay_mask has 3 entries for 6 tensors", a range outside the
-// table) and creates the optimizer with zero state and step 0.
+// table) and creates the optimizer with zero state, in `ops` memory, and step 0.
+// RESOURCE_EXHAUSTED when that memory cannot hold the state.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
                                                            FlatRange range,
-                                                           const OptimizerOptions& options);
+                                                           const OptimizerOptions& options,
+                                                           VectorOps* ops = HostVectorOps());
 
 }  // namespace ringmaster::train
 

@@ -1,0 +1,143 @@
+// The optimizers, clipping and the loss scaler over CudaVectorOps against the same code over
+// host memory (HostVectorOps), on testing::SmallModelTable (its ranges cut inside tensors):
+// SGD (plain, momentum, Nesterov) bit for bit (sgd.h rounds like the CPU); AdamW and LAMB
+// params and moments within 1e-6 (1 + |host|) after 3 steps (fused multiply-adds may differ
+// in the last bit, kernels/cuda/elementwise_test.cc); the clipped norm relative 1e-9 and the
+// clipped values within 1e-6 (1 + |host|); the loss scaler's verdicts, an overflow injected.
+// Skips without a GPU.
+#include "train/optim/cuda_vector_ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/testing.h"
+#include "train/optim/clip.h"
+#include "train/optim/loss_scaler.h"
+#include "train/optim/optimizer.h"
+#include "train/optim/testing.h"
+
+namespace ringmaster::train {
+namespace {
+
+std::vector<float> ToHost(VectorOps* ops, absl::Span<const float> x) {
+  std::vector<float> out(x.size());
+  EXPECT_TRUE(ops->CopyToHost(x, out.data()).ok());
+  return out;
+}
+
+void ExpectClose(const std::vector<float>& gpu, absl::Span<const float> host, double tolerance,
+                 const char* what) {
+  ASSERT_EQ(gpu.size(), host.size()) << what;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (tolerance == 0) {
+      ASSERT_EQ(gpu[i], host[i]) << what << " [" << i << "]";
+    } else {
+      ASSERT_LE(std::abs(gpu[i] - host[i]), tolerance * (1 + std::abs(host[i])))
+          << what << " [" << i << "]: gpu " << gpu[i] << ", host " << host[i];
+    }
+  }
+}
+
+class CudaVectorOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RM_SKIP_WITHOUT_GPU("the CUDA VectorOps tests");
+    auto ops = CudaVectorOps::Create(nullptr);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    ops_ = *std::move(ops);
+  }
+  std::unique_ptr<CudaVectorOps> ops_;
+};
+
+TEST_F(CudaVectorOpsTest, OptimizersMatchTheHost) {
+  const TensorTable table = testing::SmallModelTable();
+  const std::vector<std::pair<OptimizerOptions, double>> cases = {
+      {SgdOptions{.momentum = 0, .weight_decay = 0.01}, 0},
+      {SgdOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 1e-3}, 0},
+      {AdamWOptions{}, 1e-6},
+      {LambOptions{}, 1e-6},
+  };
+  for (const auto& [options, tolerance] : cases) {
+    for (const FlatRange& range : testing::Shards(table, 3)) {
+      auto host = CreateOptimizer(table, range, options);
+      auto gpu = CreateOptimizer(table, range, options, ops_.get());
+      ASSERT_TRUE(host.ok() && gpu.ok());
+      FlatBuffer params(table.total_elements());
+      testing::FillRandom(table, 7, 1.0f, params);
+      auto dparams = ops_->Allocate(range.size());
+      auto dgrads = ops_->Allocate(range.size());
+      ASSERT_TRUE(dparams.ok() && dgrads.ok());
+      absl::Span<float> p = Slice(params.span(), range);
+      ASSERT_TRUE(ops_->CopyFromHost(p.data(), dparams->span()).ok());
+      for (int step = 0; step < 3; ++step) {
+        FlatBuffer grads(table.total_elements());
+        testing::FillRandom(table, 100 + step, 0.1f, grads);
+        absl::Span<float> g = Slice(grads.span(), range);
+        ASSERT_TRUE(ops_->CopyFromHost(g.data(), dgrads->span()).ok());
+        ASSERT_TRUE((*host)->Step(1e-2, p, g, SumOnOneRank).ok());
+        ASSERT_TRUE((*gpu)->Step(1e-2, dparams->span(), dgrads->span(), SumOnOneRank).ok());
+      }
+      EXPECT_EQ((*gpu)->step(), 3);
+      ExpectClose(ToHost(ops_.get(), dparams->span()), p, tolerance, "params");
+      std::vector<StateBuffer> hs = (*host)->state_buffers(), gs = (*gpu)->state_buffers();
+      ASSERT_EQ(hs.size(), gs.size());
+      for (size_t i = 0; i < hs.size(); ++i) {
+        ExpectClose(ToHost(ops_.get(), gs[i].data), hs[i].data, tolerance, hs[i].name.c_str());
+      }
+    }
+  }
+}
+
+TEST_F(CudaVectorOpsTest, ClippingAndLossScalingMatchTheHost) {
+  const TensorTable table = testing::SmallModelTable();
+  FlatBuffer grads(table.total_elements());
+  testing::FillRandom(table, 3, 10.0f, grads);
+  auto dgrads = ops_->Allocate(grads.size());
+  ASSERT_TRUE(dgrads.ok());
+  ASSERT_TRUE(ops_->CopyFromHost(grads.data(), dgrads->span()).ok());
+
+  auto host_scaler = LossScaler::Create({});
+  auto gpu_scaler = LossScaler::Create({});
+  ASSERT_TRUE(host_scaler.ok() && gpu_scaler.ok());
+  auto host_verdict = host_scaler->UnscaleAndUpdate(grads.span(), SumOnOneRank);
+  auto gpu_verdict = gpu_scaler->UnscaleAndUpdate(dgrads->span(), SumOnOneRank, ops_.get());
+  ASSERT_TRUE(host_verdict.ok() && gpu_verdict.ok());
+  EXPECT_EQ(*gpu_verdict, StepVerdict::kApply);
+  EXPECT_EQ(*host_verdict, *gpu_verdict);
+
+  auto host_norm = ClipGradNorm(grads.span(), {.max_norm = 1e-3}, SumOnOneRank);
+  auto gpu_norm = ClipGradNorm(dgrads->span(), {.max_norm = 1e-3}, SumOnOneRank, ops_.get());
+  ASSERT_TRUE(host_norm.ok() && gpu_norm.ok());
+  EXPECT_NEAR(gpu_norm->norm, host_norm->norm, 1e-9 * host_norm->norm);
+  EXPECT_LT(gpu_norm->scale, 1);
+  ExpectClose(ToHost(ops_.get(), dgrads->span()), grads.span(), 1e-6, "clipped gradients");
+
+  // An overflow on the device: the step is skipped and the scale backs off.
+  const float inf = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(ops_->CopyFromHost(&inf, dgrads->span().subspan(5, 1)).ok());
+  gpu_verdict = gpu_scaler->UnscaleAndUpdate(dgrads->span(), SumOnOneRank, ops_.get());
+  ASSERT_TRUE(gpu_verdict.ok());
+  EXPECT_EQ(*gpu_verdict, StepVerdict::kSkip);
+  EXPECT_EQ(gpu_scaler->state().skipped_steps, 1);
+  EXPECT_EQ(gpu_scaler->scale(), 65536 * 0.5f);
+}
+
+TEST_F(CudaVectorOpsTest, MarksOrderWorkAcrossThreads) {
+  auto a = ops_->Allocate(1 << 20);
+  ASSERT_TRUE(a.ok());
+  std::vector<float> ones(1 << 20, 1.0f);
+  ASSERT_TRUE(ops_->CopyFromHost(ones.data(), a->span()).ok());
+  ASSERT_TRUE(ops_->ScaleAndFindNonFinite(a->span(), 3.0f).ok());
+  const int mark = ops_->Mark();
+  ASSERT_TRUE(ops_->Wait(mark).ok());
+  EXPECT_EQ(ToHost(ops_.get(), a->span().subspan(12345, 1))[0], 3.0f);
+  EXPECT_EQ(ops_->Wait(-1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringmaster::train

@@ -1,0 +1,62 @@
+#include "train/optim/vector_ops.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringmaster::train {
+namespace {
+
+TEST(HostVectorOps, AllocatesZeroedBuffersAndMovesThem) {
+  VectorOps* ops = HostVectorOps();
+  EXPECT_STREQ(ops->name(), "host");
+  EXPECT_FALSE(ops->device_memory());
+  absl::StatusOr<OpsBuffer> a = ops->Allocate(1000);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->size(), 1000);
+  for (float v : a->span()) EXPECT_EQ(v, 0.0f);
+  a->data()[7] = 3;
+  OpsBuffer b = *std::move(a);
+  EXPECT_EQ(b.data()[7], 3);
+  OpsBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.size(), 1000);
+  EXPECT_EQ(b.data(), nullptr);
+
+  absl::StatusOr<OpsBuffer> empty = ops->Allocate(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->size(), 0);
+  EXPECT_EQ(ops->Allocate(-1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HostVectorOps, CopiesAndSumsAsTheKernels) {
+  VectorOps* ops = HostVectorOps();
+  std::vector<float> host = {1, -2, 3, 0.5f};
+  absl::StatusOr<OpsBuffer> buf = ops->Allocate(4);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(ops->CopyFromHost(host.data(), buf->span()).ok());
+  absl::StatusOr<double> sq = ops->SumOfSquares(buf->span());
+  ASSERT_TRUE(sq.ok());
+  EXPECT_DOUBLE_EQ(*sq, 1 + 4 + 9 + 0.25);
+  absl::StatusOr<bool> bad = ops->ScaleAndFindNonFinite(buf->span(), 2.0f);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE(*bad);
+  std::vector<float> back(4);
+  ASSERT_TRUE(ops->CopyToHost(buf->span(), back.data()).ok());
+  EXPECT_EQ(back, (std::vector<float>{2, -4, 6, 1}));
+  bad = ops->ScaleAndFindNonFinite(buf->span(), std::numeric_limits<float>::infinity());
+  ASSERT_TRUE(bad.ok());
+  EXPECT_TRUE(*bad);
+  ASSERT_TRUE(ops->Zero(buf->span()).ok());
+  ASSERT_TRUE(ops->CopyToHost(buf->span(), back.data()).ok());
+  EXPECT_EQ(back, (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(ops->Mark(), 0);
+  EXPECT_TRUE(ops->Wait(0).ok());
+  EXPECT_TRUE(ops->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace ringmaster::train
