@@ -72,6 +72,7 @@ void FillCheckpoint(CheckpointSpec* checkpoint) {
 void ApplyJobSpecDefaults(JobSpec* spec) {
   if (spec->name().empty()) spec->set_name(std::string(kDefaultJobName));
   if (spec->backend() == JobSpec::BACKEND_UNSPECIFIED) spec->set_backend(kDefaultBackend);
+  if (spec->device() == JobSpec::DEVICE_UNSPECIFIED) spec->set_device(kDefaultDevice);
   if (spec->resume().empty()) spec->set_resume(std::string(kDefaultResume));
   if (spec->has_model()) FillModel(spec->mutable_model());
   if (spec->has_data()) FillData(spec->mutable_data());

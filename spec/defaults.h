@@ -16,6 +16,7 @@ namespace ringmaster::spec {
 // Top level.
 inline constexpr absl::string_view kDefaultJobName = "job";  // LoadJobSpecFile: file's stem
 inline constexpr JobSpec::Backend kDefaultBackend = JobSpec::BACKEND_AUTO;
+inline constexpr JobSpec::Device kDefaultDevice = JobSpec::DEVICE_AUTO;
 inline constexpr absl::string_view kDefaultResume = "auto";
 
 // model (filled inside the chosen model only).

@@ -77,9 +77,10 @@ uint64_t JobSpecHash(const JobSpec& spec);
 // The fields that change how or where a job runs but not what it computes; a resumed job
 // may change them (`--set checkpoint.every_steps=...`, a new world size or ZeRO stage, the
 // data moved to another directory).
-inline constexpr std::array<absl::string_view, 13> kOperationalFields = {
+inline constexpr std::array<absl::string_view, 14> kOperationalFields = {
     "name",
     "backend",
+    "device",
     "batch.micro_max",
     "batch.accumulation",
     "parallelism",

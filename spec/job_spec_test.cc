@@ -250,11 +250,11 @@ TEST(JobSpecHashTest, StableAndSensitive) {
   // xxh3 of the serialization, computed here independently.
   EXPECT_EQ(JobSpecHash(spec), XXH3_64bits(spec.SerializeAsString().data(), spec.ByteSizeLong()));
   // Pinned: the hash must not change between runs, machines or builds (only when the
-  // effective spec itself changes: elastic.restart_budget's default moved it last).
+  // effective spec itself changes: the default `device: auto` moved it last).
   const JobSpec pinned = *LoadJobSpecText(
       "name: pinned\nsteps: 1\nmodel: {mlp: {}}\ndata: {fashion_mnist: {}}\n"
       "optimizer: {sgd: {}, lr: 0.1}\nbatch: {global: 1}\n");
-  EXPECT_EQ(JobSpecHash(pinned), 0x815f426de7b73beau);
+  EXPECT_EQ(JobSpecHash(pinned), 13860185250993798418u);
   EXPECT_NE(JobSpecHash(spec), JobSpecHash(*LoadJobSpecText(kMinimal, {"optimizer.lr=0.2"})));
   EXPECT_NE(JobSpecHash(spec), JobSpecHash(*LoadJobSpecText(kMinimal, {"seed=1"})));
 }
@@ -275,12 +275,22 @@ TEST(TrainingSpecHashTest, IgnoresOperationalFieldsOnly) {
   const JobSpec operational =
       *LoadJobSpecText(kMinimal, {"name=other", "checkpoint.dir=/c", "checkpoint.every_steps=5",
                                   "parallelism.zero_stage=2", "resume=never",
-                                  "data.fashion_mnist.dir=/elsewhere", "backend=tcp"});
+                                  "data.fashion_mnist.dir=/elsewhere", "backend=tcp",
+                                  "device=cpu"});
   EXPECT_NE(JobSpecHash(spec), JobSpecHash(operational));
   EXPECT_EQ(TrainingSpecHash(spec), TrainingSpecHash(operational));
   EXPECT_NE(TrainingSpecHash(spec),
             TrainingSpecHash(*LoadJobSpecText(kMinimal, {"model.mlp.hidden=[9]"})));
   EXPECT_NE(TrainingSpecHash(spec), TrainingSpecHash(*LoadJobSpecText(kMinimal, {"seed=3"})));
+}
+
+TEST(JobSpecDeviceTest, DefaultsToAutoAndNamesABadValue) {
+  EXPECT_EQ(LoadJobSpecText(kMinimal)->device(), JobSpec::DEVICE_AUTO);
+  EXPECT_EQ(LoadJobSpecText(kMinimal, {"device=cuda"})->device(), JobSpec::DEVICE_CUDA);
+  EXPECT_EQ(LoadJobSpecText(kMinimal, {"device=cpu"})->device(), JobSpec::DEVICE_CPU);
+  const absl::Status bad = LoadJobSpecText(kMinimal, {"device=gpu"}).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("device"));
 }
 
 TEST(ParseResumeTest, AutoNeverOrAStep) {

@@ -294,6 +294,7 @@ void CheckResume(const JobSpec& spec, Checker* check) {
 
 void CheckRest(const JobSpec& spec, Checker* check) {
   if (spec.backend() == JobSpec::BACKEND_UNSPECIFIED) check->Fail("backend", "required");
+  if (spec.device() == JobSpec::DEVICE_UNSPECIFIED) check->Fail("device", "required");
   check->NonNegative("diagnostics.fingerprint_every", spec.diagnostics().fingerprint_every());
   check->NonNegative("diagnostics.log_every", spec.diagnostics().log_every());
   const ElasticSpec& elastic = spec.elastic();

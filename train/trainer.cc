@@ -25,6 +25,7 @@
 #include "train/data/partition.h"
 #include "train/data/sampler.h"
 #include "train/data/text_dataset.h"
+#include "train/device.h"
 #include "train/grad_sync.h"
 #include "train/memory_estimate.h"
 #include "train/nn/classifiers.h"
@@ -151,10 +152,9 @@ std::string JsonNumber(double v) {
 // Whether `resident` holds a state this run can restore: the same training spec, the
 // table's size, and the optimizer's buffers by name and size.
 bool ResidentFits(const ResidentState& resident, uint64_t spec_hash, const TensorTable& table,
-                  Optimizer& optimizer) {
+                  const std::vector<StateBuffer>& buffers) {
   if (resident.step < 0 || resident.spec_hash != spec_hash) return false;
   if (static_cast<int64_t>(resident.params.size()) != table.total_elements()) return false;
-  const std::vector<StateBuffer> buffers = optimizer.state_buffers();
   if (resident.optimizer.size() != buffers.size()) return false;
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (resident.optimizer[i].first != buffers[i].name ||
@@ -183,12 +183,13 @@ struct MemoryRestore {
 absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
                                                 const ResidentState& resident,
                                                 uint64_t spec_hash, const TensorTable& table,
-                                                FlatBuffer& params, Optimizer& optimizer,
+                                                FlatBuffer& params,
+                                                const std::vector<StateBuffer>& buffers,
                                                 int64_t latest_checkpoint,
                                                 absl::Duration op_timeout) {
   auto deadline = [&] { return absl::Now() + op_timeout; };
   const int world = comm->size();
-  const bool fits = ResidentFits(resident, spec_hash, table, optimizer);
+  const bool fits = ResidentFits(resident, spec_hash, table, buffers);
   int64_t mine[2] = {fits ? resident.step : -1, latest_checkpoint};
   std::vector<int64_t> all(2 * world);
   RM_RETURN_IF_ERROR(comm->AllGather(mine, all.data(), 2, DataType::kInt64, deadline()));
@@ -206,7 +207,6 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
     return out;
   }
   const int64_t n = table.total_elements();
-  std::vector<StateBuffer> buffers = optimizer.state_buffers();
   // The small state: step, optimizer step, sampler epoch and cursor, loss scaler (present,
   // the scale's bits, good steps, steps, skipped steps).
   int64_t small[9] = {};
@@ -230,7 +230,7 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
   }
   RM_RETURN_IF_ERROR(comm->Broadcast(params.data(), params.data(), static_cast<size_t>(n),
                                      DataType::kFloat32, out.source, deadline()));
-  for (StateBuffer& b : buffers) {
+  for (const StateBuffer& b : buffers) {
     RM_RETURN_IF_ERROR(comm->Broadcast(b.data.data(), b.data.data(), b.data.size(),
                                        DataType::kFloat32, out.source, deadline()));
   }
@@ -249,6 +249,110 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
   }
   return out;
 }
+
+// The GPU the spec asks for (TrainerOptions::gpu), or null for the CPU: `device: cpu`, or
+// `auto` where this build, this machine or this job has no CUDA path (`why_cpu` says which).
+// `device: cuda` gets a GPU or the error that says why not, naming the field.
+absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const JobSpec& spec,
+                                                             const Model& model,
+                                                             int64_t padded, int gpu,
+                                                             std::string* why_cpu) {
+  if (spec.device() == JobSpec::DEVICE_CPU) return nullptr;
+  const bool required = spec.device() == JobSpec::DEVICE_CUDA;
+  if (!required && !CudaDeviceAvailable()) {
+    *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
+    return nullptr;
+  }
+  absl::Status why;
+  if (PrecisionOf(spec) != Precision::kFloat32) {
+    why = absl::UnimplementedError(
+        absl::StrCat("precision.compute ", PrecisionName(PrecisionOf(spec)),
+                     " has no CUDA path yet (fp32 only, with precision.tf32 for tensor cores)"));
+  } else {
+    CudaDeviceOptions o;
+    o.gpu = std::max(0, gpu);
+    o.tf32 = spec.precision().tf32();
+    absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
+        CreateCudaDevice(model, padded, o);
+    if (device.ok()) return device;
+    why = device.status();
+  }
+  if (required) {
+    return absl::Status(why.code(), absl::StrCat("device: cuda: ", why.message()));
+  }
+  *why_cpu = std::string(why.message());
+  return nullptr;
+}
+
+// The host's view of a rank's parameters and optimizer state. On the CPU it is that state
+// itself. With a TrainingDevice the step works on the device's buffers and the host holds
+// copies: Pull refreshes them (before a save, a fingerprint, an evaluation, keeping the
+// state between epochs), Push sends them back (after a restore).
+class HostView {
+ public:
+  enum class What { kParams, kEverything };
+
+  // `params` (padded) and the optimizer outlive the view.
+  static absl::StatusOr<HostView> Create(FlatBuffer& params, Optimizer& optimizer,
+                                         TrainingDevice* device) {
+    HostView v(params, optimizer, device);
+    if (device == nullptr) {
+      v.host_ = optimizer.state_buffers();
+      return v;
+    }
+    for (const StateBuffer& b : optimizer.state_buffers()) {
+      v.owned_.emplace_back(b.range.size());
+      v.host_.push_back({b.name, b.range, v.owned_.back().span()});
+    }
+    return v;
+  }
+
+  // The optimizer's state buffers in host memory (the ranges and names of the optimizer's).
+  std::vector<StateBuffer>& optimizer() { return host_; }
+
+  // The device's state has moved on (an optimizer step).
+  void Invalidate() { params_current_ = optimizer_current_ = device_ == nullptr; }
+
+  absl::Status Pull(What what) {
+    VectorOps* ops = device_ == nullptr ? nullptr : device_->ops();
+    if (!params_current_) {
+      RM_RETURN_IF_ERROR(ops->CopyToHost(device_->params(), params_.data()));
+      params_current_ = true;
+    }
+    if (what == What::kEverything && !optimizer_current_) {
+      std::vector<StateBuffer> on_device = optimizer_.state_buffers();
+      for (size_t i = 0; i < host_.size(); ++i) {
+        RM_RETURN_IF_ERROR(ops->CopyToHost(on_device[i].data, host_[i].data.data()));
+      }
+      optimizer_current_ = true;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Push() {
+    if (device_ == nullptr) return absl::OkStatus();
+    VectorOps* ops = device_->ops();
+    RM_RETURN_IF_ERROR(ops->CopyFromHost(params_.data(), device_->params()));
+    std::vector<StateBuffer> on_device = optimizer_.state_buffers();
+    for (size_t i = 0; i < host_.size(); ++i) {
+      RM_RETURN_IF_ERROR(ops->CopyFromHost(host_[i].data.data(), on_device[i].data));
+    }
+    params_current_ = optimizer_current_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  HostView(FlatBuffer& params, Optimizer& optimizer, TrainingDevice* device)
+      : params_(params), optimizer_(optimizer), device_(device) {}
+
+  FlatBuffer& params_;
+  Optimizer& optimizer_;
+  TrainingDevice* device_;
+  std::vector<FlatBuffer> owned_;  // with a device: the host copies of the state buffers
+  std::vector<StateBuffer> host_;
+  bool params_current_ = true;
+  bool optimizer_current_ = true;
+};
 
 }  // namespace
 
@@ -328,6 +432,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   const JobSpec& spec = options.spec;
   comm::Communicator* comm = options.comm;
   if (comm == nullptr) return absl::InvalidArgumentError("TrainerOptions.comm is null");
+  // Collectives over host memory (control, sums across ranks, restores, fingerprints) go to
+  // host_comm when the gradients' communicator takes device memory only (NCCL).
+  comm::Communicator* hcomm = options.host_comm != nullptr ? options.host_comm : comm;
+  if (hcomm->rank() != comm->rank() || hcomm->size() != comm->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.host_comm is rank ", hcomm->rank(), " of ", hcomm->size(),
+        " but comm is rank ", comm->rank(), " of ", comm->size()));
+  }
   const int rank = comm->rank(), world = comm->size();
   const bool leader = rank == 0;
   auto say = [&](const std::string& line) {
@@ -353,11 +465,20 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
   const TensorTable& table = model->table();
   const int64_t padded = PaddedElements(table.total_elements(), world);
-  FlatBuffer params(padded), grads(padded);
+  // The step runs on a GPU (its memory holds the flat buffers) or on the CPU.
+  std::string why_cpu;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingDevice> device,
+                      ChooseDevice(spec, *model, padded, options.gpu, &why_cpu));
+  VectorOps* ops = device != nullptr ? device->ops() : HostVectorOps();
+  // `params` is the step's on the CPU and the host's copy with a device; `grads` exists on
+  // the CPU only.
+  FlatBuffer params(padded), grads(device != nullptr ? 0 : padded);
+  const absl::Span<float> step_params = device != nullptr ? device->params() : params.span();
+  const absl::Span<float> step_grads = device != nullptr ? device->grads() : grads.span();
   model->Init(spec.seed(), params);
   // Every rank initialises from the same seed; the broadcast makes equality a fact.
   RM_RETURN_IF_ERROR(
-      comm->Broadcast(params.data(), params.data(), padded, DataType::kFloat32, 0, deadline()));
+      hcomm->Broadcast(params.data(), params.data(), padded, DataType::kFloat32, 0, deadline()));
 
   const int zero = spec.parallelism().zero_stage();
   GradientSyncOptions so;
@@ -367,6 +488,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   so.reduction = zero == 2 ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce;
   so.overlap = spec.parallelism().overlap();
   so.op_timeout = options.op_timeout;
+  so.ops = ops;
+  so.comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
   RM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync, GradientSync::Create(comm, so));
 
   // The optimizer's range: everything, or this rank's shard (clamped to the tensors).
@@ -377,9 +500,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   // With plain data parallelism every rank holds the whole reduced gradient, so local sums
   // are already global; with ZeRO each rank sums its shard and the ranks add up.
   const SumAcrossRanks sum =
-      zero == 0 ? SumAcrossRanks(SumOnOneRank) : AllReduceSum(comm, options.op_timeout);
+      zero == 0 ? SumAcrossRanks(SumOnOneRank) : AllReduceSum(hcomm, options.op_timeout);
   RM_ASSIGN_OR_RETURN(OptimizerOptions oo, OptimizerOptionsOf(spec));
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, CreateOptimizer(table, opt_range, oo));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                      CreateOptimizer(table, opt_range, oo, ops));
+  RM_ASSIGN_OR_RETURN(HostView view, HostView::Create(params, *optimizer, device.get()));
 
   RM_ASSIGN_OR_RETURN(data::GlobalBatchSampler sampler,
                       data::GlobalBatchSampler::Create(data.train->size(), {spec.seed(), false}));
@@ -445,6 +570,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                    "; ", threads, " BLAS thread(s) per rank"));
   say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
+  say(device != nullptr
+          ? absl::StrCat("device: ", device->Describe(), "; gradients over ", comm->backend(),
+                         comm->backend() == "tcp" ? " (staged through host memory)" : "")
+          : absl::StrCat("device: cpu", why_cpu.empty() ? "" : absl::StrCat(" (", why_cpu, ")")));
 
   TrainResult result;
   result.world_size = world;
@@ -475,8 +604,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       latest = checkpoint::ReadLatest(env, checkpoint::JobDir(cs.dir(), spec.name())).value_or(-1);
     }
     RM_ASSIGN_OR_RETURN(MemoryRestore m,
-                        RestoreFromMemory(comm, *options.resident, spec_hash, table, params,
-                                          *optimizer, latest, options.op_timeout));
+                        RestoreFromMemory(hcomm, *options.resident, spec_hash, table, params,
+                                          view.optimizer(), latest, options.op_timeout));
     checkpoint_step = m.checkpoint_step;
     if (m.source >= 0) {
       RM_RETURN_IF_ERROR(optimizer->RestoreStep(m.optimizer_step));
@@ -534,7 +663,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         RM_RETURN_IF_ERROR(opened.status());
         std::vector<checkpoint::LoadTarget> targets;
         targets.push_back({"params", FullRange(table), Slice(params.span(), FullRange(table))});
-        for (StateBuffer& b : optimizer->state_buffers()) {
+        for (StateBuffer& b : view.optimizer()) {
           targets.push_back({b.name, b.range, b.data});
         }
         RM_ASSIGN_OR_RETURN(checkpoint::ReadStats read,
@@ -554,13 +683,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       }
     }
   }
-  // What this rank saves at the end of step `done`.
+  // The initial or restored state goes to the device (nothing to do on the CPU).
+  RM_RETURN_IF_ERROR(view.Push());
+  // What this rank saves at the end of step `done`. The host view must be current (Pull).
   auto save_request = [&](int64_t done) {
     checkpoint::SaveRequest req;
     req.step = done;
     req.buffers.push_back(
         {"params", table.total_elements(), save_range, Slice(params.span(), save_range)});
-    for (StateBuffer& b : optimizer->state_buffers()) {
+    for (StateBuffer& b : view.optimizer()) {
       req.buffers.push_back({b.name, table.total_elements(), save_range,
                              b.data.subspan(save_range.begin - b.range.begin, save_range.size())});
     }
@@ -608,13 +739,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
          data::EvaluationBatches(data.test->size(), eval_batch, world, rank)) {
       std::vector<int64_t> idx = data::RangeIndices(r);
       RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
+      RM_RETURN_IF_ERROR(view.Pull(HostView::What::kParams));
       RM_ASSIGN_OR_RETURN(StepStats s, model->Evaluate(batch, params, precision));
       stats[0] += s.loss_sum;
       stats[1] += static_cast<double>(s.loss_terms);
       stats[2] += static_cast<double>(s.correct);
     }
     RM_RETURN_IF_ERROR(
-        comm->AllReduce(stats, stats, 3, DataType::kFloat64, ReduceOp::kSum, deadline()));
+        hcomm->AllReduce(stats, stats, 3, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.eval_loss = stats[0] / std::max(1.0, stats[1]);
     result.eval_accuracy = stats[2] / std::max(1.0, stats[1]);
     return absl::OkStatus();
@@ -631,12 +763,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   bool updating = false;
   absl::Cleanup keep_resident = [&] {
     if (options.resident == nullptr || zero != 0 || updating) return;
+    if (absl::Status pulled = view.Pull(HostView::What::kEverything); !pulled.ok()) {
+      LOG(WARNING) << "no state kept in memory: " << pulled;
+      return;
+    }
     ResidentState& r = *options.resident;
     r.step = consistent_step;
     r.spec_hash = spec_hash;
     r.params.assign(params.data(), params.data() + table.total_elements());
     r.optimizer.clear();
-    for (const StateBuffer& b : optimizer->state_buffers()) {
+    for (const StateBuffer& b : view.optimizer()) {
       r.optimizer.emplace_back(b.name, std::vector<float>(b.data.begin(), b.data.end()));
     }
     r.optimizer_step = consistent_optimizer_step;
@@ -654,8 +790,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     fb.loss_scale = scaler ? scaler->scale() : 1.0f;
     fb.precision = precision;
     double step_stats[3] = {0, 0, 0};  // loss sum, terms, correct
-    sync->Begin(grads.data(), logged_step(step) ? GradientSync::StepDiagnostics::kLocalGradNorm
-                                                : GradientSync::StepDiagnostics::kNone);
+    sync->Begin(step_grads.data(), logged_step(step)
+                                       ? GradientSync::StepDiagnostics::kLocalGradNorm
+                                       : GradientSync::StepDiagnostics::kNone);
     bool ran = false;
     for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
       const data::Range r = plan.MicroBatch(count, rank, micro);
@@ -669,13 +806,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       } else {
         fb.on_grads_ready = nullptr;
       }
-      RM_ASSIGN_OR_RETURN(StepStats s, model->ForwardBackward(batch, params, grads, fb));
+      RM_ASSIGN_OR_RETURN(StepStats s, device != nullptr
+                                           ? device->ForwardBackward(batch, fb)
+                                           : model->ForwardBackward(batch, params, grads, fb));
       ran = true;
       step_stats[0] += s.loss_sum;
       step_stats[1] += static_cast<double>(s.loss_terms);
       step_stats[2] += static_cast<double>(s.correct);
     }
-    if (!ran) grads.Zero();
+    if (!ran) RM_RETURN_IF_ERROR(ops->Zero(step_grads));
     RM_RETURN_IF_ERROR(sync->Finish());
     window_comm += sync->last_step().comm_time;
     window_exposed += sync->last_step().exposed_wait;
@@ -683,15 +822,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     result.exposed_comm += sync->last_step().exposed_wait;
 
     // The applied gradient: this rank's range of the reduced buffer.
-    absl::Span<float> g = Slice(grads.span(), opt_range);
+    absl::Span<float> g = Slice(step_grads, opt_range);
     bool apply = true;
     if (scaler) {
-      RM_ASSIGN_OR_RETURN(StepVerdict v, scaler->UnscaleAndUpdate(g, sum));
+      RM_ASSIGN_OR_RETURN(StepVerdict v, scaler->UnscaleAndUpdate(g, sum, ops));
       apply = v == StepVerdict::kApply;
     }
     GradNorm norm;
     if (apply) {
-      RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {spec.optimizer().clip_grad_norm()}, sum));
+      RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {spec.optimizer().clip_grad_norm()}, sum, ops));
       apply = norm.finite();
     }
     const double lr = schedule.LrAt(step);
@@ -700,9 +839,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     finish_snapshot();
     updating = true;
     if (apply) {
-      RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(params.span(), opt_range), g, sum));
+      RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(step_params, opt_range), g, sum));
+      view.Invalidate();
       if (zero > 0) {
-        RM_RETURN_IF_ERROR(comm->AllGather(params.data() + shard.begin, params.data(),
+        // The collective does not wait for the device's queue: the update must be done.
+        RM_RETURN_IF_ERROR(ops->Synchronize());
+        RM_RETURN_IF_ERROR(comm->AllGather(step_params.data() + shard.begin, step_params.data(),
                                            static_cast<size_t>(shard.size()), DataType::kFloat32,
                                            deadline()));
       }
@@ -734,7 +876,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     double control[5] = {step_stats[0], step_stats[1], step_stats[2], drain_vote ? 1.0 : 0.0,
                          save_vote ? 1.0 : 0.0};
     RM_RETURN_IF_ERROR(
-        comm->AllReduce(control, control, 5, DataType::kFloat64, ReduceOp::kSum, deadline()));
+        hcomm->AllReduce(control, control, 5, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.final_loss = control[0] / std::max(1.0, control[1]);
     const bool drain = control[3] > 0 && !last_step;
     if (checkpointing) {
@@ -745,6 +887,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         const absl::Time limit =
             absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
         finish_snapshot();
+        RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
         absl::Status saved = writer->SaveSync(save_request(done), limit);
         if (!saved.ok()) {
           say(absl::StrCat("checkpoint of step ", done, " failed: ", saved.ToString()));
@@ -753,6 +896,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         }
       } else if ((cs.every_steps() > 0 && done % cs.every_steps() == 0) || control[4] > 0) {
         finish_snapshot();
+        RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
         RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->BeginSave(save_request(done)));
         snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
         if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
@@ -761,13 +905,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     }
     if (fingerprint_every > 0 && ((step + 1) % fingerprint_every == 0 || last_step)) {
       // Per-tensor parameter hashes, and the (all-reduced, so common) loss's bits.
+      RM_RETURN_IF_ERROR(view.Pull(HostView::What::kParams));
       std::vector<uint64_t> mine = TensorHashes(table, params.data());
       uint64_t loss_bits;
       std::memcpy(&loss_bits, &result.final_loss, sizeof(loss_bits));
       mine.push_back(loss_bits);
       std::vector<uint64_t> all(mine.size() * world);
       RM_RETURN_IF_ERROR(
-          comm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64, deadline()));
+          hcomm->AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64, deadline()));
       RM_RETURN_IF_ERROR(CompareFingerprints(table, all, world, step + 1));
     }
     if (epoch_end && spec.data().eval_every_epoch()) RM_RETURN_IF_ERROR(evaluate());
@@ -850,6 +995,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     result.tokens_per_second = result.samples_per_second * data.train->info().context;
   }
   result.memory = model->memory();
+  if (device != nullptr) result.memory.activation_bytes_peak = device->activation_bytes();
   {
     // Memory held by this rank against the ZeRO paper's formula for what we keep: fp32
     // parameters, fp32 gradients, and the optimizer's moments (sharded by ZeRO-1/2).
@@ -873,7 +1019,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         static_cast<double>(result.optimizer_state_bytes) / kMiB, formula,
         static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
   }
-  if (options.on_finish) options.on_finish(table, params);
+  if (options.on_finish) {
+    RM_RETURN_IF_ERROR(view.Pull(HostView::What::kParams));
+    options.on_finish(table, params);
+  }
   return result;
 }
 

@@ -18,6 +18,12 @@
 // ranks compare per-tensor hashes of their parameters (one small all-gather); a mismatch
 // stops the job with INTERNAL naming the first tensor that differs.
 //
+// Device (spec.device): on a GPU (train/device.h) the flat parameters, gradients and optimizer
+// state live in its memory, the model's forward and backward and the optimizer run there,
+// gradient buckets are reduced from a second stream's thread once the backward that made
+// them is done, and the host keeps copies only for checkpoints, fingerprints, evaluation and
+// the resident state.
+//
 // Errors: INVALID_ARGUMENT (spec the engine cannot run, naming the field), NOT_FOUND /
 // DATA_LOSS from the data, and the communicator's ABORTED / UNAVAILABLE /
 // DEADLINE_EXCEEDED when a peer fails. Blocks until the job ends.
@@ -79,8 +85,16 @@ struct ResidentState {
 struct TrainerOptions {
   // Validated, with defaults applied (spec::LoadJobSpecFile does both).
   JobSpec spec;
-  // Not owned; its rank and size are this rank's.
+  // Not owned; its rank and size are this rank's. It reduces the gradients: host memory on
+  // the CPU, the GPU's memory with a device (NCCL, or TCP staging through the host).
   comm::Communicator* comm = nullptr;
+  // Collectives over host memory (the per-step control sums, ZeRO's sums across ranks,
+  // restores, fingerprints), for a `comm` that takes device memory only (NCCL). Null: comm.
+  // Same ranks as comm. Not owned.
+  comm::Communicator* host_comm = nullptr;
+  // The CUDA device ordinal this rank trains on when the spec's device is cuda or auto
+  // finds a GPU (e.g. the node's slot); -1: 0.
+  int gpu = -1;
   // Ranks on this host (for the default thread count: cores / local ranks).
   int local_ranks = 1;
   // Deadline of each collective.

@@ -28,6 +28,10 @@
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
+#include "train/device.h"
+#if RINGMASTER_CUDA
+#include "comm/nccl/nccl_communicator.h"
+#endif
 
 namespace ringmaster::train {
 namespace {
@@ -94,8 +98,12 @@ std::unique_ptr<data::Dataset> SyntheticText() {
   return *data::TextDataset::Create("synthetic text", text, 8);
 }
 
+// Which communicator reduces the gradients: the rank's TCP one, or (a CUDA build, a GPU) a
+// one-rank-per-GPU NCCL one, with the TCP one for host collectives.
+enum class Gradients { kTcp, kNccl };
+
 RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec,
-                int64_t stop_at_step = 0) {
+                int64_t stop_at_step = 0, Gradients gradients = Gradients::kTcp) {
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   MultiProcOptions options;
@@ -112,6 +120,26 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     TrainerOptions o;
     o.spec = *spec;
     o.comm = &comm;
+#if RINGMASTER_CUDA
+    std::unique_ptr<comm::Store> nccl_store;
+    std::unique_ptr<comm::NcclCommunicator> nccl;
+    if (gradients == Gradients::kNccl) {
+      RM_ASSIGN_OR_RETURN(nccl_store, comm::FileStore::Create({dir + "/nccl"}));
+      comm::NcclCommunicatorOptions no;
+      no.rank = comm.rank();
+      no.size = comm.size();
+      no.store = nccl_store.get();
+      no.prefix = "trainer_test/nccl";
+      no.device = comm.rank();
+      RM_ASSIGN_OR_RETURN(nccl, comm::NcclCommunicator::Create(no));
+      o.comm = nccl.get();
+      o.host_comm = &comm;
+    }
+#else
+    if (gradients == Gradients::kNccl) {
+      return absl::FailedPreconditionError("NCCL needs a build with --config=cuda");
+    }
+#endif
     o.local_ranks = comm.size();
     o.op_timeout = absl::Seconds(60);
     o.train_data = train_data.get();
@@ -278,6 +306,67 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
       Train(3, {"parallelism.zero_stage=1", "parallelism.activation_checkpointing_every=1"},
             kGptSpec),
       one, "gpt world 3, ZeRO-1, checkpointing every block");
+}
+
+// The GPU path (train/device.h). The same GPT job trained on the CPU and on the GPU: one
+// rank, then two ranks sharing the GPU (their gradients staged through the host by the TCP
+// backend), then one rank over NCCL, each against the CPU's one-rank run. SGD with momentum,
+// so the parameters differ only by the gradients' float rounding (AdamW's first steps would
+// turn a rounding difference in a near-zero gradient into a whole learning rate):
+// |gpu - cpu| <= 2e-5 + 1e-4 |cpu|, as between CPU world sizes. Skips without a GPU.
+constexpr char kGpuSpec[] = R"(
+name: trainer_test_gpu
+seed: 5
+steps: 4
+model: {gpt: {layers: 2, heads: 2, width: 32, context: 8}}
+data: {text: {path: unused}}
+optimizer: {sgd: {momentum: 0.9}, lr: 0.05, clip_grad_norm: 1.0}
+batch: {global: 12}
+parallelism: {bucket_mb: 0.01}
+diagnostics: {fingerprint_every: 1, log_every: 1}
+)";
+
+TEST(TrainerOnGpu, MatchesTheCpu) {
+  if (!CudaDeviceAvailable()) {
+    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
+                    "tests need one";
+  }
+  const RunResult cpu = Train(1, {"device=cpu"}, kGpuSpec);
+  ASSERT_FALSE(cpu.params.empty());
+  ExpectSameParameters(Train(1, {"device=cuda"}, kGpuSpec), cpu, "gpu, 1 rank, tcp");
+  ExpectSameParameters(Train(2, {"device=cuda"}, kGpuSpec), cpu,
+                       "gpu, 2 ranks sharing it over tcp staging");
+  ExpectSameParameters(Train(2, {"device=cuda", "parallelism.zero_stage=2"}, kGpuSpec), cpu,
+                       "gpu, 2 ranks, ZeRO-2");
+  ExpectSameParameters(Train(1, {"device=cuda"}, kGpuSpec, 0, Gradients::kNccl), cpu,
+                       "gpu, 1 rank, nccl");
+  ExpectSameParameters(Train(1, {"device=cuda", "parallelism.overlap=false"}, kGpuSpec), cpu,
+                       "gpu, overlap off");
+}
+
+TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
+  if (CudaDeviceAvailable()) GTEST_SKIP() << "a GPU is here: MatchesTheCpu runs instead";
+  auto data = SyntheticText();
+  auto spec = spec::LoadJobSpecText(kGpuSpec, {"device=cuda"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MultiProcOptions mp;
+  mp.world_size = 1;
+  auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.train_data = data.get();
+    absl::Status s = RunTraining(o).status();
+    if (s.code() != absl::StatusCode::kFailedPrecondition ||
+        !absl::StrContains(s.message(), "device: cuda")) {
+      return absl::InternalError(
+          absl::StrCat("want FAILED_PRECONDITION naming device: ", s.ToString()));
+    }
+    // `auto` trains on the CPU instead.
+    o.spec.set_device(JobSpec::DEVICE_AUTO);
+    return RunTraining(o).status();
+  });
+  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
 }
 
 // Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their

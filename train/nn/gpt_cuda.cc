@@ -208,7 +208,7 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
     RM_RETURN_IF_CUDA_ERROR(
         cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_));
   }
-  RM_RETURN_IF_ERROR(Backward(params, grads, batch.size));
+  RM_RETURN_IF_ERROR(Backward(params, grads, batch.size, options.on_grads_ready));
 
   std::vector<float> loss(rows);
   std::vector<int32_t> predicted(rows);
@@ -223,7 +223,6 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
     stats.loss_sum += loss[i];
     stats.correct += predicted[i] == targets[i];
   }
-  if (options.on_grads_ready) options.on_grads_ready(0);
   return stats;
 }
 
@@ -264,24 +263,32 @@ absl::Status GptCuda::Forward(const float* params, int64_t batch) {
                                 options_.vocab, stream_);
 }
 
-absl::Status GptCuda::Backward(const float* params, float* grads, int64_t batch) {
+absl::Status GptCuda::Backward(const float* params, float* grads, int64_t batch,
+                              const std::function<void(int64_t)>& on_grads_ready) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
   const int64_t vocab = options_.vocab;
   const kc::MatMulType type = cuda_options_.matmul;
   constexpr OutputMode kAdd = OutputMode::kAccumulate;  // grads are zeroed or accumulated
   auto p = [&](int tensor) { return Param(params, tensor); };
   auto g = [&](int tensor) { return Grad(grads, tensor); };
+  // Each group of tensors (lm_head, lnf, a block, the embeddings) is announced once its
+  // gradient kernels are enqueued: the caller orders its reads after them (a CUDA event).
+  auto ready = [&](int first_tensor) {
+    if (on_grads_ready) on_grads_ready(cpu_->table().tensor(first_tensor).offset);
+  };
   float* dlogits = dbig_;
   float* dx = dresidual_;  // the residual stream's gradient, added to in place
 
   RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, lnf_out_, dlogits, g(lm_head_), nullptr,
                                                     rows, c, vocab, kAdd, nullptr, stream_));
+  ready(lm_head_);
   RM_RETURN_IF_ERROR(
       engine_->LinearBackwardInput(type, dlogits, p(lm_head_), dsmall_, rows, c, vocab, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(float), stream_));
   RM_RETURN_IF_ERROR(kc::LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall_,
                                            streams_[options_.layers], p(lnf_), lnf_mean_,
                                            lnf_rstd_, rows, c, layernorm_scratch_, stream_));
+  ready(lnf_);
 
   for (int64_t l = options_.layers - 1; l >= 0; --l) {
     const int first = blocks_[l];
@@ -323,9 +330,12 @@ absl::Status GptCuda::Backward(const float* params, float* grads, int64_t batch)
     RM_RETURN_IF_ERROR(kc::LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, streams_[l],
                                              w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c,
                                              layernorm_scratch_, stream_));
+    ready(first);
   }
-  return kc::EmbeddingBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c, vocab,
-                               stream_);
+  RM_RETURN_IF_ERROR(kc::EmbeddingBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t,
+                                           c, vocab, stream_));
+  ready(wte_);
+  return absl::OkStatus();
 }
 
 }  // namespace ringmaster::train::nn

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -53,8 +54,11 @@ class GptCuda {
 
   // As GptModel::ForwardBackward, with `params` and `grads` device pointers of at least
   // total_elements() floats. Without options.accumulate the gradients are overwritten, the
-  // padding between tensors included (it becomes 0). Supports Precision::kFloat32 only;
-  // on_grads_ready is called once, with 0, after the whole backward has been enqueued.
+  // padding between tensors included (it becomes 0). Supports Precision::kFloat32 only.
+  // on_grads_ready is called as GptModel calls it (lm_head, lnf, each block from the last,
+  // the embeddings with 0), each time the group's gradient kernels have been ENQUEUED on the
+  // stream, not run: a reader on another stream or thread must wait for the stream first
+  // (an event recorded in the callback; GradientSync does this through its VectorOps).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
@@ -72,7 +76,8 @@ class GptCuda {
   const float* Param(const float* params, int tensor) const;
   float* Grad(float* grads, int tensor) const;
   absl::Status Forward(const float* params, int64_t batch);
-  absl::Status Backward(const float* params, float* grads, int64_t batch);
+  absl::Status Backward(const float* params, float* grads, int64_t batch,
+                        const std::function<void(int64_t)>& on_grads_ready);
 
   std::unique_ptr<GptModel> cpu_;
   const GptOptions options_;

@@ -1,0 +1,121 @@
+// train/device.h on a CUDA GPU (--config=cuda builds): the GPT through train/nn/gpt_cuda.h,
+// the optimizer's passes through CudaVectorOps, on two streams of the chosen device.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
+#include "train/device.h"
+#include "train/nn/gpt.h"
+#include "train/nn/gpt_cuda.h"
+#include "train/optim/cuda_vector_ops.h"
+
+namespace ringmaster::train {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// Owns a stream; destroys it last (declared first in CudaDevice).
+struct Stream {
+  cudaStream_t stream = nullptr;
+  ~Stream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+class CudaDevice final : public TrainingDevice {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const nn::GptModel& gpt,
+                                                            int64_t padded,
+                                                            const CudaDeviceOptions& options) {
+    auto d = absl::WrapUnique(new CudaDevice);
+    d->gpu_ = options.gpu;
+    d->tf32_ = options.tf32;
+    RM_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.gpu));
+    // Blocking streams (the default flags): the TCP backend's staging copies run on the
+    // legacy default stream, which then orders itself with them.
+    RM_RETURN_IF_CUDA_ERROR(cudaStreamCreate(&d->compute_.stream));
+    RM_RETURN_IF_CUDA_ERROR(cudaStreamCreate(&d->comm_.stream));
+    RM_ASSIGN_OR_RETURN(d->ops_, CudaVectorOps::Create(d->compute_.stream));
+    RM_ASSIGN_OR_RETURN(d->comm_ops_, CudaVectorOps::Create(d->comm_.stream));
+    RM_ASSIGN_OR_RETURN(d->params_, d->ops_->Allocate(padded));
+    RM_ASSIGN_OR_RETURN(d->grads_, d->ops_->Allocate(padded));
+    nn::GptCudaOptions go;
+    go.matmul = options.tf32 ? kc::MatMulType::kTensorFloat32 : kc::MatMulType::kFloat32;
+    RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt.options(), go, d->compute_.stream));
+    return d;
+  }
+
+  std::string Describe() const override {
+    cudaDeviceProp prop{};
+    size_t free_bytes = 0, total = 0;
+    const bool named = cudaGetDeviceProperties(&prop, gpu_) == cudaSuccess;
+    const bool sized = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
+    return absl::StrFormat("cuda:%d (%s%s), %s products", gpu_, named ? prop.name : "unnamed",
+                           sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0)
+                                 : std::string(),
+                           tf32_ ? "tf32" : "fp32");
+  }
+  VectorOps* ops() override { return ops_.get(); }
+  VectorOps* comm_ops() override { return comm_ops_.get(); }
+  absl::Span<float> params() override { return params_.span(); }
+  absl::Span<float> grads() override { return grads_.span(); }
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch,
+                                            const ForwardBackwardOptions& options) override {
+    return gpt_->ForwardBackward(batch, params_.data(), grads_.data(), options);
+  }
+  int64_t activation_bytes() const override { return gpt_->activation_bytes(); }
+
+ private:
+  CudaDevice() = default;
+
+  int gpu_ = 0;
+  bool tf32_ = false;
+  // Destroyed in reverse: the model and buffers before the ops, the ops before the streams.
+  Stream compute_, comm_;
+  std::unique_ptr<CudaVectorOps> ops_, comm_ops_;
+  OpsBuffer params_, grads_;
+  std::unique_ptr<nn::GptCuda> gpt_;
+};
+
+}  // namespace
+
+bool CudaDeviceAvailable() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(
+    const Model& model, int64_t padded_elements, const CudaDeviceOptions& options) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        "no CUDA GPU is visible to this process (check nvidia-smi, the driver and "
+        "CUDA_VISIBLE_DEVICES), or set device: cpu");
+  }
+  if (options.gpu < 0 || options.gpu >= n) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPU ", options.gpu, " asked for, but this process sees ", n,
+                     " (CUDA_VISIBLE_DEVICES and the node's slots must agree)"));
+  }
+  const auto* gpt = dynamic_cast<const nn::GptModel*>(&model);
+  if (gpt == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model ", model.Describe(), " has no CUDA path yet: only model.gpt runs on a GPU"));
+  }
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                      CudaDevice::Create(*gpt, padded_elements, options));
+  return std::unique_ptr<TrainingDevice>(std::move(device));
+}
+
+}  // namespace ringmaster::train

@@ -1,0 +1,71 @@
+// TrainingDevice: where a rank's model runs when it is not the CPU — one CUDA GPU holding the
+// flat parameters and gradients in its memory (ARCHITECTURE.md: "flat buffers"), running the
+// model's forward and backward there, with VectorOps for the optimizer step on the same
+// memory (train/optim/vector_ops.h). The trainer keeps host copies only for checkpoints,
+// fingerprints, evaluation and the state kept between an elastic job's epochs.
+//
+// Only the GPT has a CUDA path (train/nn/gpt_cuda.h), in fp32 (fp32 or TF32 products).
+//
+//   auto device = CreateCudaDevice(model, padded_elements, {.gpu = 0});
+//   sync options: ops = device->ops(), comm_ops = device->comm_ops()
+//   device->ForwardBackward(batch, fb);   // on device->params(), into device->grads()
+//
+// Not thread-safe except as VectorOps allows (GradientSync's comm thread uses comm_ops and
+// waits on ops' marks).
+#ifndef RINGMASTER_TRAIN_DEVICE_H_
+#define RINGMASTER_TRAIN_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "train/batch.h"
+#include "train/model.h"
+#include "train/optim/vector_ops.h"
+
+namespace ringmaster::train {
+
+class TrainingDevice {
+ public:
+  virtual ~TrainingDevice() = default;
+
+  // E.g. "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB free), tf32 products".
+  virtual std::string Describe() const = 0;
+  // The compute stream's ops (the model's work and the optimizer's), and a second stream's
+  // for the gradient reduction thread.
+  virtual VectorOps* ops() = 0;
+  virtual VectorOps* comm_ops() = 0;
+  // The flat buffers in device memory, padded_elements floats each (zero when made).
+  virtual absl::Span<float> params() = 0;
+  virtual absl::Span<float> grads() = 0;
+  // As Model::ForwardBackward over params() and grads(); on_grads_ready is called as the
+  // model enqueues each group's gradients (GradientSync marks ops() there).
+  virtual absl::StatusOr<StepStats> ForwardBackward(const Batch& batch,
+                                                    const ForwardBackwardOptions& options) = 0;
+  // Device bytes held: the activations' arena at its largest so far.
+  virtual int64_t activation_bytes() const = 0;
+};
+
+struct CudaDeviceOptions {
+  // The CUDA device ordinal; must be < the GPUs this process sees.
+  int gpu = 0;
+  // fp32 storage with TF32 tensor-core products (10-bit mantissas) instead of full fp32.
+  bool tf32 = false;
+};
+
+// Whether this build has CUDA and this process sees a GPU (never fails; false otherwise).
+bool CudaDeviceAvailable();
+
+// The GPU twin of `model` with its flat buffers on options.gpu.
+//   FAILED_PRECONDITION: a build without --config=cuda, no GPU visible, or gpu out of range;
+//   UNIMPLEMENTED: the model (or its settings) has no CUDA path yet (says which);
+//   RESOURCE_EXHAUSTED: the GPU's memory does not hold the buffers.
+absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(const Model& model,
+                                                                 int64_t padded_elements,
+                                                                 const CudaDeviceOptions& options);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_DEVICE_H_
