@@ -1,7 +1,10 @@
 // Argument checks of kernels/cuda/elementwise.h; the kernels are in elementwise.cu.
 #include "kernels/cuda/elementwise.h"
 
+#include <cuda_bf16.h>
+
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
@@ -84,6 +87,52 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
   RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", b, "b", n));
   return Launched(internal::LaunchResidualForward(out, a, b, n, stream),
                   "ResidualForward launch");
+}
+
+absl::Status GeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
+                             cudaStream_t stream) {
+  const char* fn = "GeluForwardBf16";
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
+  return Launched(internal::LaunchGeluForwardBf16(out, x, n, stream), "GeluForwardBf16 launch");
+}
+
+absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
+                              const __nv_bfloat16* dout, int64_t n, cudaStream_t stream) {
+  const char* fn = "GeluBackwardBf16";
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, dx, "dx", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, dout, "dout", n));
+  if (n > 0 && static_cast<const void*>(dx) == static_cast<const void*>(x)) {
+    return Invalid(fn, "dx must not alias x (backward needs x whole)");
+  }
+  return Launched(internal::LaunchGeluBackwardBf16(dx, x, dout, n, stream),
+                  "GeluBackwardBf16 launch");
+}
+
+absl::Status ResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
+                                 const __nv_bfloat16* b, int64_t n, cudaStream_t stream) {
+  const char* fn = "ResidualForwardBf16";
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, a, "a", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, b, "b", n));
+  return Launched(internal::LaunchResidualForwardBf16(out, a, b, n, stream),
+                  "ResidualForwardBf16 launch");
+}
+
+absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
+                             cudaStream_t stream) {
+  const char* fn = "CastFloatToBf16";
+  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, in, "in", n));
+  if (n > 0 && static_cast<const void*>(out) == static_cast<const void*>(in)) {
+    return Invalid(fn, "out must not overlap in");
+  }
+  return Launched(internal::LaunchCastFloatToBf16(out, in, n, stream), "CastFloatToBf16 launch");
 }
 
 absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,

@@ -1,10 +1,15 @@
 // The kernels of kernels/cuda/elementwise.h. Grid-stride loops over int64 indices; the
 // arithmetic follows the CPU twins (kernels/gelu.h, kernels/optimizer.h) operation by
 // operation, so the differences are those of tanhf/sqrtf/powf and fused multiply-adds.
+// GELU and the residual addition are templates over the storage (float or __nv_bfloat16,
+// kernels/cuda/bf16.cuh), fp32 arithmetic in both; the float instantiations are the fp32
+// kernels.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/elementwise_launch.h"
 
 namespace ringmaster::kernels::cuda::internal {
@@ -20,31 +25,41 @@ int BlocksFor(int64_t n) {
   return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-__global__ void GeluForwardKernel(float* out, const float* x, int64_t n) {
+template <typename T>
+__global__ void GeluForwardKernel(T* out, const T* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
+    const float v = LoadF32(x[i]);
     const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-    out[i] = 0.5f * v * (1.0f + tanhf(u));
+    StoreF32(&out[i], 0.5f * v * (1.0f + tanhf(u)));
   }
 }
 
-__global__ void GeluBackwardKernel(float* dx, const float* x, const float* dout, int64_t n) {
+template <typename T>
+__global__ void GeluBackwardKernel(T* dx, const T* x, const T* dout, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
+    const float v = LoadF32(x[i]);
     const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
     const float t = tanhf(u);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
     const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-    dx[i] = grad * dout[i];
+    StoreF32(&dx[i], grad * LoadF32(dout[i]));
   }
 }
 
-__global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {
+template <typename T>
+__global__ void ResidualForwardKernel(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = a[i] + b[i];
+    StoreF32(&out[i], LoadF32(a[i]) + LoadF32(b[i]));
+  }
+}
+
+__global__ void CastFloatToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = RoundToBf16(in[i]);
   }
 }
 
@@ -171,25 +186,62 @@ __global__ void ScaleAndFindNonFiniteKernel(float* x, int64_t n, float factor, i
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x % 32) == 0) *flag = 1;
 }
 
+template <typename T>
+cudaError_t GeluForward(T* out, const T* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;  // nothing to do: not even the runtime is touched
+  GeluForwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(out, x, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t GeluBackward(T* dx, const T* x, const T* dout, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  GeluBackwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(dx, x, dout, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ResidualForwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(out, a, b, n);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;  // nothing to do: not even the runtime is touched
-  GeluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, x, n);
-  return cudaGetLastError();
+  return GeluForward(out, x, n, stream);
+}
+
+cudaError_t LaunchGeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
+                                  cudaStream_t stream) {
+  return GeluForward(out, x, n, stream);
 }
 
 cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                                cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(dx, x, dout, n);
-  return cudaGetLastError();
+  return GeluBackward(dx, x, dout, n, stream);
+}
+
+cudaError_t LaunchGeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
+                                   const __nv_bfloat16* dout, int64_t n, cudaStream_t stream) {
+  return GeluBackward(dx, x, dout, n, stream);
 }
 
 cudaError_t LaunchResidualForward(float* out, const float* a, const float* b, int64_t n,
                                   cudaStream_t stream) {
+  return ResidualForward(out, a, b, n, stream);
+}
+
+cudaError_t LaunchResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
+                                      const __nv_bfloat16* b, int64_t n, cudaStream_t stream) {
+  return ResidualForward(out, a, b, n, stream);
+}
+
+cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
+                                  cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ResidualForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, a, b, n);
+  CastFloatToBf16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, in, n);
   return cudaGetLastError();
 }
 

@@ -3,6 +3,13 @@
 // gradient norm, and the fp16 unscale with its overflow check (kernels/optimizer.h). Same
 // formulas, same arguments, as device pointers (fp32).
 //
+// The *Bf16 twins of GELU and the residual addition, and CastFloatToBf16, serve bf16
+// activations (llm.c-style mixed precision: fp32 master parameters, bf16 activations, fp32
+// parameter gradients): their __nv_bfloat16 tensors are widened exactly, the arithmetic is the
+// fp32 kernels', and each output is rounded once to the nearest bf16, ties to even, with
+// kernels/half.h's FloatToBFloat16 bit for bit (NaN stays NaN, quiet, with its sign; finite
+// values beyond bf16's range become +-inf).
+//
 // Every function enqueues its kernels on `stream` and returns without waiting, except
 // where it says it synchronises: OK means the launches were accepted; errors of the kernels'
 // execution surface at the next synchronising call. INVALID_ARGUMENT names the bad argument
@@ -11,6 +18,7 @@
 #ifndef RINGMASTER_KERNELS_CUDA_ELEMENTWISE_H_
 #define RINGMASTER_KERNELS_CUDA_ELEMENTWISE_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -29,6 +37,22 @@ absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t 
 
 // out[i] = a[i] + b[i] (kernels/elementwise.h ResidualForward); out may alias a or b exactly.
 absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n,
+                             cudaStream_t stream);
+
+// bf16 GELU: out[i] = round(gelu(x[i])); out may alias x exactly.
+absl::Status GeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
+                             cudaStream_t stream);
+// dx[i] = round(gelu'(x[i]) * dout[i]) (overwrites dx); dx may alias dout exactly, not x.
+absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
+                              const __nv_bfloat16* dout, int64_t n, cudaStream_t stream);
+// out[i] = round(a[i] + b[i]) (the sum in fp32); out may alias a or b exactly.
+absl::Status ResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
+                                 const __nv_bfloat16* b, int64_t n, cudaStream_t stream);
+
+// out[i] = in[i] rounded to bf16, bit for bit kernels/half.h's FloatToBFloat16: the
+// per-step copy of the fp32 master parameters into the bf16 buffer the forward reads.
+// out and in must not overlap.
+absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                              cudaStream_t stream);
 
 // AdamW (PyTorch's formula, kernels/optimizer.h) over n elements, updating params, exp_avg

@@ -12,15 +12,24 @@
 //   SumOfSquares: relative 1e-9 against the CPU's double sum (both accumulate in double);
 //   ScaleAndFindNonFinite: the scaled values bit for bit (one float multiply each) and the
 //     flag, also with an inf and a NaN injected at the end of the array.
+// The bf16 twins, on inputs rounded to bf16 (kernels/half.h), against the CPU kernels on the
+// same values:
+//   GeluForwardBf16, GeluBackwardBf16: |gpu - cpu| <= 2^-8 |cpu| + 1e-5 (1 + |cpu|): one
+//     rounding to bf16 (half an ulp, at most 2^-8 |value|) on top of the fp32 tolerance;
+//   ResidualForwardBf16: bit for bit FloatToBFloat16(a + b) (one float addition, one rounding);
+//   CastFloatToBf16: bit for bit FloatToBFloat16, including ties, +-0, subnormals, +-inf,
+//     overflow to inf and NaNs with sign and payload.
 // Without a GPU the tests that need one skip; the argument checks run everywhere.
 #include "kernels/cuda/elementwise.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +37,7 @@
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
+#include "kernels/half.h"
 #include "kernels/optimizer.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/test_random.h"
@@ -181,6 +191,152 @@ TEST(ElementwiseCuda, ScaleAndFindNonFiniteScalesAndFlags) {
       EXPECT_EQ(std::memcmp(scaled.data(), want.data(), n * sizeof(float)), 0) << "n=" << n;
     }
   }
+}
+
+// ---- bf16 twins ----
+
+using bf16 = __nv_bfloat16;
+
+std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = FloatToBFloat16(v[i]);
+  return bits;
+}
+std::vector<float> Widen(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = BFloat16ToFloat(bits[i]);
+  return v;
+}
+
+bf16* AsBf16(Device<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); }
+
+// Elements where |got - want| > 2^-8 |want| + tol (1 + |want|) (NaN never passes).
+void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>& want,
+                         double tol, const char* what, int64_t n) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double{got[i]} - want[i]);
+    const double w = std::fabs(double{want[i]});
+    if (!(d <= std::ldexp(w, -8) + tol * (1.0 + w))) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " n=" << n << ": " << bad << " elements off, first [" << first
+                    << "] gpu " << (first >= 0 ? got[first] : 0) << " cpu "
+                    << (first >= 0 ? want[first] : 0);
+}
+
+TEST(ElementwiseCuda, GeluBf16MatchesTheCpuOnBf16Inputs) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : kSizes) {
+    const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 81, -6.0f, 6.0f));
+    const std::vector<uint16_t> dout = Bf16Bits(RandomFloats(n, 82));
+    const std::vector<float> xf = Widen(x), doutf = Widen(dout);
+    std::vector<float> out(n), dx(n);
+    kernels::GeluForward(out.data(), xf.data(), n);
+    kernels::GeluBackward(dx.data(), xf.data(), doutf.data(), n);
+    Device<uint16_t> dx_in(x), ddout(dout), dout_gpu(n), ddx(n);
+    ASSERT_TRUE(cuda::GeluForwardBf16(AsBf16(dout_gpu), AsBf16(dx_in), n, nullptr).ok());
+    ASSERT_TRUE(
+        cuda::GeluBackwardBf16(AsBf16(ddx), AsBf16(dx_in), AsBf16(ddout), n, nullptr).ok());
+    const std::vector<uint16_t> forward = dout_gpu.Host(), backward = ddx.Host();
+    ExpectWithinBf16Ulp(Widen(forward), out, 1e-5, "GeluForwardBf16", n);
+    ExpectWithinBf16Ulp(Widen(backward), dx, 1e-5, "GeluBackwardBf16", n);
+    // In place (dx over dout, then out over x) gives the same bits.
+    ASSERT_TRUE(
+        cuda::GeluBackwardBf16(AsBf16(ddout), AsBf16(dx_in), AsBf16(ddout), n, nullptr).ok());
+    EXPECT_EQ(ddout.Host(), backward) << "GeluBackwardBf16 in place, n=" << n;
+    ASSERT_TRUE(cuda::GeluForwardBf16(AsBf16(dx_in), AsBf16(dx_in), n, nullptr).ok());
+    EXPECT_EQ(dx_in.Host(), forward) << "GeluForwardBf16 in place, n=" << n;
+  }
+}
+
+TEST(ElementwiseCuda, ResidualForwardBf16RoundsTheFloatSum) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : kSizes) {
+    const std::vector<uint16_t> a = Bf16Bits(RandomFloats(n, 91, -4.0f, 4.0f));
+    const std::vector<uint16_t> b = Bf16Bits(RandomFloats(n, 92, -0.01f, 0.01f));
+    const std::vector<float> af = Widen(a), bf = Widen(b);
+    std::vector<uint16_t> want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = FloatToBFloat16(af[i] + bf[i]);
+    Device<uint16_t> da(a), db(b), out(n);
+    ASSERT_TRUE(cuda::ResidualForwardBf16(AsBf16(out), AsBf16(da), AsBf16(db), n, nullptr).ok());
+    EXPECT_EQ(out.Host(), want) << "n=" << n;
+    ASSERT_TRUE(cuda::ResidualForwardBf16(AsBf16(db), AsBf16(da), AsBf16(db), n, nullptr).ok());
+    EXPECT_EQ(db.Host(), want) << "in place, n=" << n;
+  }
+}
+
+TEST(ElementwiseCuda, CastFloatToBf16EqualsTheHostConversionBitForBit) {
+  SKIP_WITHOUT_GPU();
+  auto bits_to_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {
+      0.0f, -0.0f, 1.0f, -1.0f, inf, -inf,
+      std::numeric_limits<float>::max(),      // rounds up to inf
+      -std::numeric_limits<float>::max(),
+      std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+      bits_to_float(0x3f808000u),  // 1 + 2^-8: a tie, to even (1)
+      bits_to_float(0x3f818000u),  // 1 + 3 2^-8: a tie, to even (up)
+      bits_to_float(0x3f808001u),  // just above the tie: up
+      bits_to_float(0x7f7f8000u),  // a tie at the top of the range: to inf
+      bits_to_float(0x7fc00000u), bits_to_float(0xffc00000u),  // quiet NaNs, both signs
+      bits_to_float(0x7f800001u), bits_to_float(0xff812345u),  // signalling NaNs
+  };
+  for (int64_t n : kSizes) {
+    std::vector<float> in = RandomFloats(n, 95, -1e4f, 1e4f);
+    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
+      in[in.size() - 1 - i] = special[i];
+    }
+    std::vector<uint16_t> want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = FloatToBFloat16(in[i]);
+    Device<float> din(in);
+    Device<uint16_t> out(n);
+    ASSERT_TRUE(cuda::CastFloatToBf16(AsBf16(out), din.get(), n, nullptr).ok());
+    EXPECT_EQ(out.Host(), want) << "n=" << n;
+  }
+}
+
+// The checks run before anything touches the device: host addresses serve.
+TEST(ElementwiseCuda, Bf16BadArgumentsAreNamed) {
+  bf16* null = nullptr;
+  uint16_t h = 0, h2 = 0;
+  bf16* b = reinterpret_cast<bf16*>(&h);
+  bf16* b2 = reinterpret_cast<bf16*>(&h2);
+  float f = 0;
+  absl::Status s = cuda::GeluForwardBf16(null, b, 5, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("GeluForwardBf16 (CUDA): out is null"), std::string::npos) << s;
+  s = cuda::GeluForwardBf16(b, b, -1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("n must be >= 0, got -1"), std::string::npos) << s;
+  EXPECT_TRUE(cuda::GeluForwardBf16(null, null, 0, nullptr).ok());  // nothing to do
+  s = cuda::GeluBackwardBf16(b, b, b2, 1, nullptr);
+  EXPECT_NE(s.message().find("must not alias x"), std::string::npos) << s;
+  s = cuda::GeluBackwardBf16(b, b2, null, 1, nullptr);
+  EXPECT_NE(s.message().find("dout is null"), std::string::npos) << s;
+  s = cuda::GeluBackwardBf16(b, b2, b, -7, nullptr);
+  EXPECT_NE(s.message().find("n must be >= 0"), std::string::npos) << s;
+  s = cuda::ResidualForwardBf16(b, b2, null, 3, nullptr);
+  EXPECT_NE(s.message().find("ResidualForwardBf16 (CUDA): b is null"), std::string::npos) << s;
+  s = cuda::ResidualForwardBf16(b, b2, b, -1, nullptr);
+  EXPECT_NE(s.message().find("n must be >= 0"), std::string::npos) << s;
+  s = cuda::CastFloatToBf16(null, &f, 1, nullptr);
+  EXPECT_NE(s.message().find("CastFloatToBf16 (CUDA): out is null"), std::string::npos) << s;
+  s = cuda::CastFloatToBf16(b, nullptr, 1, nullptr);
+  EXPECT_NE(s.message().find("in is null"), std::string::npos) << s;
+  s = cuda::CastFloatToBf16(b, &f, -2, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("n must be >= 0, got -2"), std::string::npos) << s;
+  s = cuda::CastFloatToBf16(reinterpret_cast<bf16*>(&f), &f, 1, nullptr);
+  EXPECT_NE(s.message().find("out must not overlap in"), std::string::npos) << s;
+  EXPECT_TRUE(cuda::CastFloatToBf16(null, nullptr, 0, nullptr).ok());
 }
 
 TEST(ElementwiseCuda, BadArgumentsAreNamed) {

@@ -1,6 +1,8 @@
 // Argument checks of kernels/cuda/embedding.h; the kernels are in embedding.cu.
 #include "kernels/cuda/embedding.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -43,26 +45,21 @@ absl::Status CheckPointer(const char* fn, const void* p, const char* name) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                              const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
-                              int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingForward";
+// The checks of EmbeddingForward and its bf16 twin.
+absl::Status CheckForward(const char* fn, const void* out, const int32_t* tokens,
+                          const float* wte, const float* wpe, int64_t batch, int64_t seq_len,
+                          int64_t channels, int64_t vocab) {
   RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, tokens, "tokens"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, wte, "wte"));
-  RM_RETURN_IF_ERROR(CheckPointer(fn, wpe, "wpe"));
-  return CudaToStatus(internal::LaunchEmbeddingForward(out, tokens, wte, wpe, batch, seq_len,
-                                                       channels, vocab, stream),
-                      "EmbeddingForward launch");
+  return CheckPointer(fn, wpe, "wpe");
 }
 
-absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
-                               int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
-                               int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingBackward";
+// The checks of EmbeddingBackward and its bf16 twin.
+absl::Status CheckBackward(const char* fn, const float* dwte, const float* dwpe,
+                           const void* dout, const int32_t* index, int64_t groups,
+                           int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab) {
   RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dwte, "dwte"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dwpe, "dwpe"));
@@ -72,9 +69,52 @@ absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, cons
     return Invalid(fn, "groups must be in [1, batch x seq_len = ", batch * seq_len, "], got ",
                    groups);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                              const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
+                              int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingForward";
+  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
+  return CudaToStatus(internal::LaunchEmbeddingForward(out, tokens, wte, wpe, batch, seq_len,
+                                                       channels, vocab, stream),
+                      "EmbeddingForward launch");
+}
+
+absl::Status EmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens, const float* wte,
+                                  const float* wpe, int64_t batch, int64_t seq_len,
+                                  int64_t channels, int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingForwardBf16";
+  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
+  return CudaToStatus(internal::LaunchEmbeddingForwardBf16(out, tokens, wte, wpe, batch, seq_len,
+                                                           channels, vocab, stream),
+                      "EmbeddingForwardBf16 launch");
+}
+
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
+                               int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
+                               int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingBackward";
+  RM_RETURN_IF_ERROR(
+      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
   return CudaToStatus(internal::LaunchEmbeddingBackward(dwte, dwpe, dout, index, groups, batch,
                                                         seq_len, channels, stream),
                       "EmbeddingBackward launch");
+}
+
+absl::Status EmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16* dout,
+                                   const int32_t* index, int64_t groups, int64_t batch,
+                                   int64_t seq_len, int64_t channels, int64_t vocab,
+                                   cudaStream_t stream) {
+  const char* fn = "EmbeddingBackwardBf16";
+  RM_RETURN_IF_ERROR(
+      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
+  return CudaToStatus(internal::LaunchEmbeddingBackwardBf16(dwte, dwpe, dout, index, groups,
+                                                            batch, seq_len, channels, stream),
+                      "EmbeddingBackwardBf16 launch");
 }
 
 }  // namespace ringmaster::kernels::cuda

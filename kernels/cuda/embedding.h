@@ -14,10 +14,18 @@
 //
 // Every function enqueues on `stream` and returns: OK means the launches were accepted.
 // INVALID_ARGUMENT names the bad argument (a size below 1, B T of 2^31 or more, a null
-// pointer, a group count outside [1, B T]); INTERNAL carries a CUDA launch error. No function allocates device memory. Thread-compatible.
+// pointer, a group count outside [1, B T]); INTERNAL carries a CUDA launch error. No
+// function allocates device memory. Thread-compatible.
+//
+// The *Bf16 twins serve bf16 activations with fp32 master tables (llm.c-style mixed
+// precision): forward reads the fp32 wte and wpe and writes out in bf16, the fp32 sum
+// rounded once to nearest even (kernels/half.h's FloatToBFloat16, bit for bit); backward
+// reads dout in bf16 (widened exactly) and accumulates into the fp32 dwte and dwpe exactly as
+// EmbeddingBackward does: the same host-built index, the same order, the same fp32 additions.
 #ifndef RINGMASTER_KERNELS_CUDA_EMBEDDING_H_
 #define RINGMASTER_KERNELS_CUDA_EMBEDDING_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -34,6 +42,11 @@ namespace ringmaster::kernels::cuda {
 absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
                               const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
                               int64_t vocab, cudaStream_t stream);
+// bf16 out = round(wte[tokens[b, t], :] + wpe[t, :]); fp32 wte and wpe. An id outside
+// [0, vocab) gives a NaN row, as above.
+absl::Status EmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens, const float* wte,
+                                  const float* wpe, int64_t batch, int64_t seq_len,
+                                  int64_t channels, int64_t vocab, cudaStream_t stream);
 
 // ACCUMULATES: dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], in
 // ascending (b, t) order per row. `index` is an EmbeddingIndex's ints on the device and
@@ -41,6 +54,11 @@ absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wt
 absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
                                int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
                                int64_t vocab, cudaStream_t stream);
+// bf16 dout; fp32 dwte and dwpe, accumulated as by EmbeddingBackward.
+absl::Status EmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16* dout,
+                                   const int32_t* index, int64_t groups, int64_t batch,
+                                   int64_t seq_len, int64_t channels, int64_t vocab,
+                                   cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda
 

@@ -4,6 +4,7 @@
 #ifndef RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_
 #define RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -16,6 +17,16 @@ cudaError_t LaunchEmbeddingForward(float* out, const int32_t* tokens, const floa
 cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* index, int64_t groups, int64_t batch,
                                     int64_t seq_len, int64_t channels, cudaStream_t stream);
+
+// bf16 out (rounded to nearest even) and dout; fp32 tables.
+cudaError_t LaunchEmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens,
+                                       const float* wte, const float* wpe, int64_t batch,
+                                       int64_t seq_len, int64_t channels, int64_t vocab,
+                                       cudaStream_t stream);
+cudaError_t LaunchEmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16* dout,
+                                        const int32_t* index, int64_t groups, int64_t batch,
+                                        int64_t seq_len, int64_t channels,
+                                        cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal
 

@@ -3,6 +3,16 @@
 // formulas, layouts and contracts (backward ACCUMULATES dx, dgain, dbias), as device
 // pointers, fp32. One block per row.
 //
+// The *Bf16 twins keep the activations in bf16 (llm.c-style mixed precision: fp32 master
+// parameters, bf16 activations and activation gradients, fp32 parameter gradients): the
+// tensors typed __nv_bfloat16 below are bf16, everything else (gain, bias, mean, rstd, dgain,
+// dbias, loss, scratch) stays fp32. They compute in fp32 exactly as the fp32 kernels do, on the
+// bf16 inputs widened exactly, and round each bf16 output once, to nearest even with
+// kernels/half.h's FloatToBFloat16 (NaN stays NaN). So a bf16 kernel gives the fp32 kernel's
+// result on the same (bf16-valued) inputs, rounded to bf16: within one bf16 ulp of the CPU
+// kernel run on those inputs and rounded (kernels/precision.h). LayerNormBackwardBf16's
+// accumulation into dx is dx = round(dx + dL/dx): one rounding per call, no fp32 copy kept.
+//
 // LayerNorm backward sums dgain and dbias without atomics: partial sums per chunk of rows
 // into `scratch` (LayerNormBackwardScratchFloats(channels) floats of device memory, contents
 // undefined afterwards), then the chunks in ascending order, so the result is bitwise
@@ -17,6 +27,7 @@
 #ifndef RINGMASTER_KERNELS_CUDA_ROWS_H_
 #define RINGMASTER_KERNELS_CUDA_ROWS_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -29,23 +40,46 @@ namespace ringmaster::kernels::cuda {
 absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x,
                               const float* gain, const float* bias, int64_t rows,
                               int64_t channels, cudaStream_t stream);
+// bf16 x and y; fp32 gain, bias, mean and rstd.
+absl::Status LayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rstd,
+                                  const __nv_bfloat16* x, const float* gain, const float* bias,
+                                  int64_t rows, int64_t channels, cudaStream_t stream);
 
+// The scratch of LayerNormBackward and LayerNormBackwardBf16, in floats.
 int64_t LayerNormBackwardScratchFloats(int64_t channels);
 // dx += dL/dx, dgain += dL/dgain, dbias += dL/dbias.
 absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
                                const float* x, const float* gain, const float* mean,
                                const float* rstd, int64_t rows, int64_t channels,
                                float* scratch, cudaStream_t stream);
+// bf16 dy, x and dx (dx = round(dx + dL/dx)); fp32 gain, mean, rstd, and dgain and dbias,
+// which are summed as LayerNormBackward sums them (the same scratch, the same order).
+absl::Status LayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias,
+                                   const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                   const float* gain, const float* mean, const float* rstd,
+                                   int64_t rows, int64_t channels, float* scratch,
+                                   cudaStream_t stream);
 
 // Per-row loss and predicted class (the first maximum; a NaN wins).
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
                                         cudaStream_t stream);
+// bf16 logits; fp32 losses.
+absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
+                                            int64_t n, int64_t classes, float* loss,
+                                            int32_t* predicted, cudaStream_t stream);
 // The same losses, and dlogits = (softmax - onehot) * scale (overwritten).
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
                                                 int64_t n, int64_t classes, float scale,
                                                 float* loss, int32_t* predicted, float* dlogits,
                                                 cudaStream_t stream);
+// bf16 logits and dlogits = round((softmax - onehot) * scale), softmax in fp32; fp32 losses.
+absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
+                                                    const int32_t* labels, int64_t n,
+                                                    int64_t classes, float scale, float* loss,
+                                                    int32_t* predicted,
+                                                    __nv_bfloat16* dlogits,
+                                                    cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda
 

@@ -5,6 +5,7 @@
 #ifndef RINGMASTER_KERNELS_CUDA_ROWS_LAUNCH_H_
 #define RINGMASTER_KERNELS_CUDA_ROWS_LAUNCH_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -18,16 +19,29 @@ inline constexpr int kLayerNormChunks = 32;
 cudaError_t LaunchLayerNormForward(float* y, float* mean, float* rstd, const float* x,
                                    const float* gain, const float* bias, int64_t rows,
                                    int64_t channels, cudaStream_t stream);
+cudaError_t LaunchLayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rstd,
+                                       const __nv_bfloat16* x, const float* gain,
+                                       const float* bias, int64_t rows, int64_t channels,
+                                       cudaStream_t stream);
 // scratch: 2 * kLayerNormChunks * channels floats.
 cudaError_t LaunchLayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
                                     const float* x, const float* gain, const float* mean,
                                     const float* rstd, int64_t rows, int64_t channels,
                                     float* scratch, cudaStream_t stream);
+cudaError_t LaunchLayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias,
+                                        const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                        const float* gain, const float* mean, const float* rstd,
+                                        int64_t rows, int64_t channels, float* scratch,
+                                        cudaStream_t stream);
 
 // dlogits null: forward only (scale unused).
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
                                       int64_t classes, float scale, float* loss,
                                       int32_t* predicted, float* dlogits, cudaStream_t stream);
+cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int32_t* labels,
+                                          int64_t n, int64_t classes, float scale, float* loss,
+                                          int32_t* predicted, __nv_bfloat16* dlogits,
+                                          cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal
 

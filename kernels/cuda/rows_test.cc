@@ -7,17 +7,32 @@
 // equal (the random logits have no near-ties). Determinism: LayerNorm backward twice gives
 // the same bits. Without a GPU the tests that need one skip; the argument checks run
 // everywhere.
+//
+// The bf16 twins run against the CPU kernels on the same bf16-valued inputs (random values
+// rounded to bf16 first; gain and bias stay fp32), on shapes with channels 1, 7, 768 + 3 and
+// 50257 and row counts that are not multiples of the 32 backward chunks. Tolerances:
+//   bf16 outputs (y, dx, dlogits), per element: |gpu - cpu| <= 2^-8 |cpu| + abs, where 2^-8
+//     |cpu| is one bf16 ulp at most (the GPU rounds once, to nearest: half an ulp, plus the
+//     fp32 difference) and abs bounds the fp32 differences of the sums' order: 1e-4 for
+//     LayerNorm's y and dx (values of order 1, sums of up to 50257 terms), 1e-6 for dlogits
+//     (magnitudes at most scale = 0.25);
+//   fp32 outputs (mean, rstd, dgain, dbias, losses): relative norm error <= 1e-5, as for the
+//     fp32 kernels (the same fp32 arithmetic on the same values);
+//   predicted classes equal: bf16 logits tie often, and both sides take the first maximum.
 #include "kernels/cuda/rows.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "kernels/half.h"
 #include "kernels/layernorm.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/cuda/testing.h"
@@ -157,6 +172,154 @@ TEST(RowsCuda, ANanWinsThePredictionAsOnTheCpu) {
   EXPECT_EQ(dpred.Host(), predicted);  // row 0: the NaN at 2; row 1: the NaN at 0
 }
 
+// ---- bf16 twins ----
+
+using bf16 = __nv_bfloat16;
+
+// v rounded to bf16 (kernels/half.h), as bits for the device and as floats for the CPU.
+std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = FloatToBFloat16(v[i]);
+  return bits;
+}
+std::vector<float> Widen(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = BFloat16ToFloat(bits[i]);
+  return v;
+}
+
+bf16* AsBf16(Device<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); }
+
+// Elements where |got - want| > 2^-8 |want| + abs (NaN never passes); the first is named.
+void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>& want,
+                         double abs, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double{got[i]} - want[i]);
+    if (!(d <= std::ldexp(std::fabs(double{want[i]}), -8) + abs)) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements off, first [" << first << "] gpu "
+                    << (first >= 0 ? got[first] : 0) << " cpu "
+                    << (first >= 0 ? want[first] : 0);
+}
+
+constexpr Shape kBf16Shapes[] = {{1, 1}, {1, 7}, {7, 771}, {1000, 7}, {1000, 771}, {3, 50257}};
+
+TEST(RowsCuda, LayerNormBf16MatchesTheCpuOnBf16Inputs) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& s : kBf16Shapes) {
+    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " channels " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 101, -3.0f, 5.0f));
+    const std::vector<uint16_t> dy = Bf16Bits(RandomFloats(n, 102));
+    const std::vector<uint16_t> dx0 = Bf16Bits(RandomFloats(n, 103));
+    const std::vector<float> gain = RandomFloats(s.columns, 104, 0.5f, 1.5f);
+    const std::vector<float> bias = RandomFloats(s.columns, 105);
+    const std::vector<float> dgain0 = RandomFloats(s.columns, 106);
+    const std::vector<float> dbias0 = RandomFloats(s.columns, 107);
+
+    const std::vector<float> xf = Widen(x), dyf = Widen(dy);
+    std::vector<float> y(n), mean(s.rows), rstd(s.rows);
+    kernels::LayerNormForward(y.data(), mean.data(), rstd.data(), xf.data(), gain.data(),
+                              bias.data(), s.rows, s.columns);
+    std::vector<float> dx = Widen(dx0), dgain = dgain0, dbias = dbias0;
+    kernels::LayerNormBackward(dx.data(), dgain.data(), dbias.data(), dyf.data(), xf.data(),
+                               gain.data(), mean.data(), rstd.data(), s.rows, s.columns);
+
+    Device<uint16_t> dx_in(x), ddy(dy), ddx(dx0), dyo(n);
+    Device<float> dgain_in(gain), dbias_in(bias), ddgain(dgain0), ddbias(dbias0), dmean(s.rows),
+        drstd(s.rows), scratch(LayerNormBackwardScratchFloats(s.columns));
+    ASSERT_TRUE(cuda::LayerNormForwardBf16(AsBf16(dyo), dmean.get(), drstd.get(), AsBf16(dx_in),
+                                           dgain_in.get(), dbias_in.get(), s.rows, s.columns,
+                                           nullptr)
+                    .ok());
+    ExpectWithinBf16Ulp(Widen(dyo.Host()), y, 1e-4, "LayerNormForwardBf16 y");
+    EXPECT_LE(RelativeError(dmean.Host(), mean), 1e-5);
+    EXPECT_LE(RelativeError(drstd.Host(), rstd), 1e-5);
+    ASSERT_TRUE(cuda::LayerNormBackwardBf16(AsBf16(ddx), ddgain.get(), ddbias.get(), AsBf16(ddy),
+                                            AsBf16(dx_in), dgain_in.get(), dmean.get(),
+                                            drstd.get(), s.rows, s.columns, scratch.get(),
+                                            nullptr)
+                    .ok());
+    ExpectWithinBf16Ulp(Widen(ddx.Host()), dx, 1e-4, "LayerNormBackwardBf16 dx");
+    EXPECT_LE(RelativeError(ddgain.Host(), dgain), 1e-5);
+    EXPECT_LE(RelativeError(ddbias.Host(), dbias), 1e-5);
+  }
+}
+
+TEST(RowsCuda, LayerNormBackwardBf16IsReproducible) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 1000, channels = 771, n = rows * channels;
+  const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 108)),
+                              dy = Bf16Bits(RandomFloats(n, 109)),
+                              zero_n(n, FloatToBFloat16(0.0f));
+  const std::vector<float> gain(channels, 1.0f), zeros(channels, 0.0f);
+  Device<uint16_t> dx_in(x), ddy(dy), y(n);
+  Device<float> dgain_in(gain), dbias_in(zeros), mean(rows), rstd(rows),
+      scratch(LayerNormBackwardScratchFloats(channels));
+  ASSERT_TRUE(cuda::LayerNormForwardBf16(AsBf16(y), mean.get(), rstd.get(), AsBf16(dx_in),
+                                         dgain_in.get(), dbias_in.get(), rows, channels, nullptr)
+                  .ok());
+  std::vector<float> first_dgain;
+  std::vector<uint16_t> first_dx;
+  for (int run = 0; run < 2; ++run) {
+    Device<uint16_t> dx(zero_n);
+    Device<float> dgain(zeros), dbias(zeros);
+    ASSERT_TRUE(cuda::LayerNormBackwardBf16(AsBf16(dx), dgain.get(), dbias.get(), AsBf16(ddy),
+                                            AsBf16(dx_in), dgain_in.get(), mean.get(),
+                                            rstd.get(), rows, channels, scratch.get(), nullptr)
+                    .ok());
+    std::vector<float> got = dgain.Host();
+    std::vector<uint16_t> got_dx = dx.Host();
+    if (run == 0) {
+      first_dgain = got;
+      first_dx = got_dx;
+    } else {
+      EXPECT_EQ(std::memcmp(got.data(), first_dgain.data(), channels * sizeof(float)), 0);
+      EXPECT_EQ(got_dx, first_dx);
+    }
+  }
+}
+
+TEST(RowsCuda, SoftmaxCrossEntropyBf16MatchesTheCpuOnBf16Logits) {
+  SKIP_WITHOUT_GPU();
+  constexpr float kScale = 0.25f;
+  for (const Shape& s : kBf16Shapes) {
+    SCOPED_TRACE(::testing::Message() << "n " << s.rows << " classes " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<uint16_t> logits = Bf16Bits(RandomFloats(n, 110, -8.0f, 8.0f));
+    const std::vector<float> logits_f = Widen(logits);
+    std::vector<int32_t> labels(s.rows);
+    for (int64_t i = 0; i < s.rows; ++i) labels[i] = static_cast<int32_t>((i * 7919) % s.columns);
+    std::vector<float> loss(s.rows), dlogits(n);
+    std::vector<int32_t> predicted(s.rows);
+    kernels::SoftmaxCrossEntropyForwardBackward(logits_f.data(), labels.data(), s.rows,
+                                                s.columns, kScale, loss.data(), predicted.data(),
+                                                dlogits.data());
+    Device<uint16_t> dlogits_in(logits), dgrad(n);
+    Device<float> dloss(s.rows), dloss_fwd(s.rows);
+    Device<int32_t> dlabels(labels), dpred(s.rows), dpred_fwd(s.rows);
+    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBackwardBf16(
+                    AsBf16(dlogits_in), dlabels.get(), s.rows, s.columns, kScale, dloss.get(),
+                    dpred.get(), AsBf16(dgrad), nullptr)
+                    .ok());
+    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBf16(AsBf16(dlogits_in), dlabels.get(), s.rows,
+                                                     s.columns, dloss_fwd.get(), dpred_fwd.get(),
+                                                     nullptr)
+                    .ok());
+    EXPECT_LE(RelativeError(dloss.Host(), loss), 1e-5);
+    ExpectWithinBf16Ulp(Widen(dgrad.Host()), dlogits, 1e-6, "dlogits");
+    EXPECT_EQ(dpred.Host(), predicted);
+    const std::vector<float> a = dloss.Host(), b = dloss_fwd.Host();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    EXPECT_EQ(dpred_fwd.Host(), predicted);
+  }
+}
+
 TEST(RowsCuda, BadArgumentsAreNamed) {
   float f = 0;
   int32_t label = 0;
@@ -172,6 +335,48 @@ TEST(RowsCuda, BadArgumentsAreNamed) {
   s = cuda::SoftmaxCrossEntropyForwardBackward(&f, &label, 1, 1, 1.0f, &f, &label, nullptr,
                                                nullptr);
   EXPECT_NE(s.message().find("dlogits is null"), std::string::npos) << s;
+}
+
+
+// The bf16 twins' checks run before anything touches the device: host addresses serve.
+TEST(RowsCuda, Bf16BadArgumentsAreNamed) {
+  float f = 0;
+  int32_t label = 0;
+  uint16_t h = 0, h2 = 0;
+  bf16* b = reinterpret_cast<bf16*>(&h);
+  bf16* b2 = reinterpret_cast<bf16*>(&h2);
+  absl::Status s = cuda::LayerNormForwardBf16(b, &f, &f, nullptr, &f, &f, 1, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("LayerNormForwardBf16 (CUDA): x is null"), std::string::npos) << s;
+  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, nullptr, &f, 1, 1, nullptr);
+  EXPECT_NE(s.message().find("gain is null"), std::string::npos) << s;
+  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, &f, &f, -3, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rows must be positive, got -3"), std::string::npos) << s;
+  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, &f, &f, 1, 0, nullptr);
+  EXPECT_NE(s.message().find("channels must be positive"), std::string::npos) << s;
+  s = cuda::LayerNormForwardBf16(b, &f, &f, b, &f, &f, 1, 1, nullptr);
+  EXPECT_NE(s.message().find("y must not overlap x"), std::string::npos) << s;
+  s = cuda::LayerNormBackwardBf16(b, &f, &f, b, b, &f, &f, &f, 1, 4, nullptr, nullptr);
+  EXPECT_NE(s.message().find("LayerNormBackwardBf16 (CUDA): scratch is null"), std::string::npos)
+      << s;
+  s = cuda::LayerNormBackwardBf16(nullptr, &f, &f, b, b, &f, &f, &f, 1, 4, &f, nullptr);
+  EXPECT_NE(s.message().find("dx is null"), std::string::npos) << s;
+  s = cuda::LayerNormBackwardBf16(b, &f, &f, b, b, &f, &f, &f, -1, 4, &f, nullptr);
+  EXPECT_NE(s.message().find("rows must be positive"), std::string::npos) << s;
+  s = cuda::SoftmaxCrossEntropyForwardBf16(b, &label, 1, -2, &f, &label, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("classes must be positive"), std::string::npos) << s;
+  s = cuda::SoftmaxCrossEntropyForwardBf16(nullptr, &label, 1, 1, &f, &label, nullptr);
+  EXPECT_NE(s.message().find("logits is null"), std::string::npos) << s;
+  s = cuda::SoftmaxCrossEntropyForwardBackwardBf16(b, &label, 1, 1, 1.0f, &f, &label, nullptr,
+                                                   nullptr);
+  EXPECT_NE(s.message().find("SoftmaxCrossEntropyForwardBackwardBf16 (CUDA): dlogits is null"),
+            std::string::npos)
+      << s;
+  s = cuda::SoftmaxCrossEntropyForwardBackwardBf16(b, nullptr, 1, 1, 1.0f, &f, &label, b2,
+                                                   nullptr);
+  EXPECT_NE(s.message().find("labels is null"), std::string::npos) << s;
 }
 
 }  // namespace
