@@ -85,13 +85,13 @@ class CudaDevice final : public TrainingDevice {
 
 }  // namespace
 
-bool CudaDeviceAvailable() {
+int CudaDeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(

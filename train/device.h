@@ -55,8 +55,9 @@ struct CudaDeviceOptions {
   bool tf32 = false;
 };
 
-// Whether this build has CUDA and this process sees a GPU (never fails; false otherwise).
-bool CudaDeviceAvailable();
+// The GPUs this process sees; 0 in a build without CUDA or on error (never fails).
+int CudaDeviceCount();
+inline bool CudaDeviceAvailable() { return CudaDeviceCount() > 0; }
 
 // The GPU twin of `model` with its flat buffers on options.gpu.
 //   FAILED_PRECONDITION: a build without --config=cuda, no GPU visible, or gpu out of range;

@@ -3,7 +3,7 @@
 
 namespace ringmaster::train {
 
-bool CudaDeviceAvailable() { return false; }
+int CudaDeviceCount() { return 0; }
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(const Model&, int64_t,
                                                                  const CudaDeviceOptions&) {

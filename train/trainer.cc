@@ -270,7 +270,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const JobSpec& spec
                      " has no CUDA path yet (fp32 only, with precision.tf32 for tensor cores)"));
   } else {
     CudaDeviceOptions o;
-    o.gpu = std::max(0, gpu);
+    o.gpu = std::max(0, gpu) % std::max(1, CudaDeviceCount());
     o.tf32 = spec.precision().tf32();
     absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
         CreateCudaDevice(model, padded, o);

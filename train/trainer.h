@@ -92,8 +92,9 @@ struct TrainerOptions {
   // restores, fingerprints), for a `comm` that takes device memory only (NCCL). Null: comm.
   // Same ranks as comm. Not owned.
   comm::Communicator* host_comm = nullptr;
-  // The CUDA device ordinal this rank trains on when the spec's device is cuda or auto
-  // finds a GPU (e.g. the node's slot); -1: 0.
+  // This rank's index among its node's ranks (its slot): with a device it trains on GPU
+  // gpu % (GPUs the process sees), so a node with fewer GPUs than ranks shares them (their
+  // gradients then go through the TCP backend's host staging). -1: 0.
   int gpu = -1;
   // Ranks on this host (for the default thread count: cores / local ranks).
   int local_ranks = 1;

@@ -201,6 +201,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.train_data = data.train;
     to.test_data = data.test;
     to.local_ranks = o.local_ranks;
+    to.gpu = o.slot.slot();
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
     to.drain_requested = &drain;
