@@ -27,6 +27,7 @@
 namespace ringmaster::kernels::cuda {
 namespace {
 
+using testing::AsBf16;
 using testing::Device;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA embedding tests")
@@ -135,8 +136,6 @@ TEST(EmbeddingCuda, BadArgumentsAreNamed) {
 // ---- bf16 twins ----
 
 using bf16 = __nv_bfloat16;
-
-bf16* AsBf16(Device<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); }
 
 TEST(EmbeddingCuda, Bf16ForwardRoundsTheCpuSumAndBackwardEqualsTheCpuBitForBit) {
   SKIP_WITHOUT_GPU();

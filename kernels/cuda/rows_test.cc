@@ -41,8 +41,11 @@
 namespace ringmaster::kernels::cuda {
 namespace {
 
+using testing::AsBf16;
+using testing::Bf16Bits;
 using testing::Device;
 using testing::HaveGpu;
+using testing::Widen;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA row kernel tests")
 
@@ -175,20 +178,6 @@ TEST(RowsCuda, ANanWinsThePredictionAsOnTheCpu) {
 // ---- bf16 twins ----
 
 using bf16 = __nv_bfloat16;
-
-// v rounded to bf16 (kernels/half.h), as bits for the device and as floats for the CPU.
-std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
-  std::vector<uint16_t> bits(v.size());
-  for (size_t i = 0; i < v.size(); ++i) bits[i] = FloatToBFloat16(v[i]);
-  return bits;
-}
-std::vector<float> Widen(const std::vector<uint16_t>& bits) {
-  std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = BFloat16ToFloat(bits[i]);
-  return v;
-}
-
-bf16* AsBf16(Device<uint16_t>& d) { return reinterpret_cast<bf16*>(d.get()); }
 
 // Elements where |got - want| > 2^-8 |want| + abs (NaN never passes); the first is named.
 void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>& want,

@@ -3,12 +3,14 @@
 #ifndef RINGMASTER_KERNELS_CUDA_TESTING_H_
 #define RINGMASTER_KERNELS_CUDA_TESTING_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/half.h"
 
 namespace ringmaster::kernels::cuda::testing {
 
@@ -46,6 +48,23 @@ class Device {
   int64_t n_;
   T* ptr_ = nullptr;
 };
+
+// v rounded to bf16 (kernels/half.h), as bits for the device; and bits widened to floats for
+// the CPU twins.
+inline std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = FloatToBFloat16(v[i]);
+  return bits;
+}
+inline std::vector<float> Widen(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = BFloat16ToFloat(bits[i]);
+  return v;
+}
+// A device array of bf16 bits as the kernels' element type.
+inline __nv_bfloat16* AsBf16(Device<uint16_t>& d) {
+  return reinterpret_cast<__nv_bfloat16*>(d.get());
+}
 
 }  // namespace ringmaster::kernels::cuda::testing
 
