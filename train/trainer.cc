@@ -292,19 +292,18 @@ class HostView {
  public:
   enum class What { kParams, kEverything };
 
-  // `params` (padded) and the optimizer outlive the view.
-  static absl::StatusOr<HostView> Create(FlatBuffer& params, Optimizer& optimizer,
-                                         TrainingDevice* device) {
-    HostView v(params, optimizer, device);
+  // `params` (padded), the optimizer and the device (null: the CPU) outlive the view.
+  HostView(FlatBuffer& params, Optimizer& optimizer, TrainingDevice* device)
+      : params_(params), optimizer_(optimizer), device_(device) {
     if (device == nullptr) {
-      v.host_ = optimizer.state_buffers();
-      return v;
+      host_ = optimizer.state_buffers();
+      return;
     }
+    // A FlatBuffer owns its memory through a pointer: the spans survive the vector growing.
     for (const StateBuffer& b : optimizer.state_buffers()) {
-      v.owned_.emplace_back(b.range.size());
-      v.host_.push_back({b.name, b.range, v.owned_.back().span()});
+      owned_.emplace_back(b.range.size());
+      host_.push_back({b.name, b.range, owned_.back().span()});
     }
-    return v;
   }
 
   // The optimizer's state buffers in host memory (the ranges and names of the optimizer's).
@@ -342,9 +341,6 @@ class HostView {
   }
 
  private:
-  HostView(FlatBuffer& params, Optimizer& optimizer, TrainingDevice* device)
-      : params_(params), optimizer_(optimizer), device_(device) {}
-
   FlatBuffer& params_;
   Optimizer& optimizer_;
   TrainingDevice* device_;
@@ -504,7 +500,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   RM_ASSIGN_OR_RETURN(OptimizerOptions oo, OptimizerOptionsOf(spec));
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       CreateOptimizer(table, opt_range, oo, ops));
-  RM_ASSIGN_OR_RETURN(HostView view, HostView::Create(params, *optimizer, device.get()));
+  HostView view(params, *optimizer, device.get());
 
   RM_ASSIGN_OR_RETURN(data::GlobalBatchSampler sampler,
                       data::GlobalBatchSampler::Create(data.train->size(), {spec.seed(), false}));
@@ -1013,9 +1009,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                                 e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
     }
     say(absl::StrFormat(
-        "memory on rank %d: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB%s, "
-        "activations peak %.2f MiB",
-        rank, params.bytes() / kMiB, grads.bytes() / kMiB,
+        "memory on rank %d (%s): parameters %.2f MiB, gradients %.2f MiB, optimizer state "
+        "%.2f MiB%s, activations peak %.2f MiB",
+        rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
+        step_grads.size() * 4 / kMiB,
         static_cast<double>(result.optimizer_state_bytes) / kMiB, formula,
         static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
   }
