@@ -1,7 +1,6 @@
 #include "train/optim/cuda_vector_ops.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"

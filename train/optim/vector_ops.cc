@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
