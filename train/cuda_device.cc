@@ -2,13 +2,17 @@
 // the optimizer's passes through CudaVectorOps, on two streams of the chosen device.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/cuda_status.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "common/status_macros.h"
 #include "train/device.h"
 #include "train/nn/gpt.h"
@@ -92,6 +96,30 @@ int CudaDeviceCount() {
     return 0;
   }
   return n;
+}
+
+int CudaOrdinalForSlot(int slot) { return std::max(0, slot) % std::max(1, CudaDeviceCount()); }
+
+absl::StatusOr<std::string> CudaDeviceUuid(int gpu) {
+  cudaDeviceProp prop;
+  RM_RETURN_IF_CUDA_ERROR(cudaGetDeviceProperties(&prop, gpu));
+  std::string hex;
+  for (char byte : prop.uuid.bytes) absl::StrAppendFormat(&hex, "%02x", static_cast<uint8_t>(byte));
+  return hex;
+}
+
+absl::StatusOr<std::unique_ptr<comm::Communicator>> CreateNcclGradients(
+    const NcclGradientsOptions& options) {
+  comm::NcclCommunicatorOptions o;
+  o.rank = options.rank;
+  o.size = options.size;
+  o.store = options.store;
+  o.prefix = options.prefix;
+  o.device = options.gpu;
+  o.init_timeout = options.init_timeout;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
+                      comm::NcclCommunicator::Create(o));
+  return std::unique_ptr<comm::Communicator>(std::move(nccl));
 }
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(

@@ -20,7 +20,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "comm/communicator.h"
+#include "comm/store.h"
 #include "train/batch.h"
 #include "train/model.h"
 #include "train/optim/vector_ops.h"
@@ -58,6 +61,29 @@ struct CudaDeviceOptions {
 // The GPUs this process sees; 0 in a build without CUDA or on error (never fails).
 int CudaDeviceCount();
 inline bool CudaDeviceAvailable() { return CudaDeviceCount() > 0; }
+
+// The ordinal a rank's slot trains on: slot % (GPUs this process sees), so a node with
+// fewer GPUs than ranks shares them. 0 when there is no GPU or slot < 0.
+int CudaOrdinalForSlot(int slot);
+
+// GPU `gpu`'s UUID, as 32 hex digits: the same physical GPU gives the same string in every
+// process, whatever ordinal CUDA_VISIBLE_DEVICES gives it there.
+//   FAILED_PRECONDITION: a build without --config=cuda; INTERNAL: CUDA's error.
+absl::StatusOr<std::string> CudaDeviceUuid(int gpu);
+
+struct NcclGradientsOptions {
+  int rank = -1;
+  int size = 0;
+  comm::Store* store = nullptr;  // not owned; where rank 0 publishes the unique id
+  std::string prefix;            // fresh for each communicator (e.g. "<epoch prefix>nccl")
+  int gpu = 0;                   // CUDA ordinal
+  absl::Duration init_timeout = absl::Seconds(60);
+};
+
+// An NCCL communicator (comm/nccl) of one rank per GPU, for the gradients.
+//   FAILED_PRECONDITION: a build without --config=cuda; else NcclCommunicator::Create's.
+absl::StatusOr<std::unique_ptr<comm::Communicator>> CreateNcclGradients(
+    const NcclGradientsOptions& options);
 
 // The GPU twin of `model` with its flat buffers on options.gpu.
 //   FAILED_PRECONDITION: a build without --config=cuda, no GPU visible, or gpu out of range;

@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/reader.h"
@@ -27,6 +28,7 @@
 #include "train/data/text_dataset.h"
 #include "train/device.h"
 #include "train/grad_sync.h"
+#include "train/gradient_backend.h"
 #include "train/memory_estimate.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/gpt.h"
@@ -270,7 +272,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const JobSpec& spec
                      " has no CUDA path yet (fp32 only, with precision.tf32 for tensor cores)"));
   } else {
     CudaDeviceOptions o;
-    o.gpu = std::max(0, gpu) % std::max(1, CudaDeviceCount());
+    o.gpu = CudaOrdinalForSlot(gpu);
     o.tf32 = spec.precision().tf32();
     absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
         CreateCudaDevice(model, padded, o);
@@ -466,6 +468,48 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingDevice> device,
                       ChooseDevice(spec, *model, padded, options.gpu, &why_cpu));
   VectorOps* ops = device != nullptr ? device->ops() : HostVectorOps();
+  // The gradients' communicator: NCCL when every rank trains on its own GPU and the spec
+  // allows it, with `comm` kept for the host collectives; else `comm`. An error exit aborts
+  // NCCL rather than wait for its orderly shutdown with peers that may be gone.
+  std::unique_ptr<comm::Communicator> nccl;
+  bool nccl_finished = false;
+  absl::Cleanup abort_nccl = [&] {
+    if (nccl != nullptr && !nccl_finished) nccl->Abort();
+  };
+  std::string why_backend;
+  if (comm->backend() != "nccl" && spec.backend() != JobSpec::BACKEND_TCP) {
+    if (options.nccl_store != nullptr) {
+      std::string mine;  // "" = the CPU
+      if (device != nullptr) {
+        absl::StatusOr<std::string> uuid = CudaDeviceUuid(CudaOrdinalForSlot(options.gpu));
+        if (uuid.ok()) {
+          mine = *uuid;
+        } else {  // counted as a rank without a GPU: the TCP backend serves it
+          LOG(WARNING) << "no UUID for this rank's GPU, so the gradients go over tcp: "
+                       << uuid.status();
+        }
+      }
+      RM_ASSIGN_OR_RETURN(std::vector<std::string> ids, GatherGpuIds(*hcomm, mine, deadline()));
+      RM_ASSIGN_OR_RETURN(GradientBackendChoice choice,
+                          ChooseGradientBackend(spec.backend(), ids));
+      why_backend = choice.reason;
+      if (choice.nccl) {
+        NcclGradientsOptions no;
+        no.rank = rank;
+        no.size = world;
+        no.store = options.nccl_store;
+        no.prefix = options.nccl_prefix;
+        no.gpu = CudaOrdinalForSlot(options.gpu);
+        no.init_timeout = options.op_timeout;
+        RM_ASSIGN_OR_RETURN(nccl, CreateNcclGradients(no));
+        comm = nccl.get();
+      }
+    } else if (spec.backend() == JobSpec::BACKEND_NCCL) {
+      return absl::FailedPreconditionError(
+          "backend: nccl, but this trainer was given no Store to bootstrap NCCL through "
+          "(TrainerOptions.nccl_store); set backend: auto or tcp");
+    }
+  }
   // `params` is the step's on the CPU and the host's copy with a device; `grads` exists on
   // the CPU only.
   FlatBuffer params(padded), grads(device != nullptr ? 0 : padded);
@@ -566,13 +610,17 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
                    "; ", threads, " BLAS thread(s) per rank"));
   say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule.Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
+  std::vector<std::string> gradient_notes;
+  if (comm->backend() == "tcp") gradient_notes.push_back("staged through host memory");
+  if (!why_backend.empty()) gradient_notes.push_back(why_backend);
   say(device != nullptr
           ? absl::StrCat("device: ", device->Describe(), "; gradients over ", comm->backend(),
-                         comm->backend() == "tcp" ? " (staged through host memory)" : "")
+                         " (", absl::StrJoin(gradient_notes, "; "), ")")
           : absl::StrCat("device: cpu", why_cpu.empty() ? "" : absl::StrCat(" (", why_cpu, ")")));
 
   TrainResult result;
   result.world_size = world;
+  result.gradient_backend = std::string(comm->backend());
   result.parameters = table.parameter_count();
   result.optimizer_state_bytes = optimizer->state_bytes();
   data::SamplerState state;
@@ -1020,6 +1068,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     RM_RETURN_IF_ERROR(view.Pull(HostView::What::kParams));
     options.on_finish(table, params);
   }
+  nccl_finished = true;
   return result;
 }
 

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "comm/store.h"
 #include "common/env.h"
 #include "proto/job_spec.pb.h"
 #include "train/data/dataset.h"
@@ -92,6 +93,15 @@ struct TrainerOptions {
   // restores, fingerprints), for a `comm` that takes device memory only (NCCL). Null: comm.
   // Same ranks as comm. Not owned.
   comm::Communicator* host_comm = nullptr;
+  // Where the trainer bootstraps an NCCL communicator for the gradients when it trains on
+  // a GPU and spec.backend allows it (auto: every rank has its own GPU; nccl: required;
+  // train/gradient_backend.h): the Store NCCL's unique id travels through (the
+  // coordinator's in a cluster) and a key prefix fresh for this communicator, e.g. the
+  // epoch's prefix + "nccl". `comm` then carries the host collectives. Every rank of the job
+  // sets it, or none does. Null: the gradients go over `comm` (and backend: nccl fails,
+  // naming the field). Not owned.
+  comm::Store* nccl_store = nullptr;
+  std::string nccl_prefix;
   // This rank's index among its node's ranks (its slot): with a device it trains on GPU
   // gpu % (GPUs the process sees), so a node with fewer GPUs than ranks shares them (their
   // gradients then go through the TCP backend's host staging). -1: 0.
@@ -144,6 +154,8 @@ struct TrainResult {
   double samples_per_second = 0;  // over the whole run, all ranks together
   double tokens_per_second = 0;   // language models
   int world_size = 0;
+  // The communicator that reduced the gradients: "tcp" or "nccl".
+  std::string gradient_backend;
   int64_t parameters = 0;
   absl::Duration comm_time;     // inside gradient collectives, summed over steps
   absl::Duration exposed_comm;  // of which the training thread waited for

@@ -29,9 +29,6 @@
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
 #include "train/device.h"
-#if RINGMASTER_CUDA
-#include "comm/nccl/nccl_communicator.h"
-#endif
 
 namespace ringmaster::train {
 namespace {
@@ -77,6 +74,7 @@ struct RunResult {
   double final_loss = 0;
   int64_t resumed_from_step = -1;
   int64_t steps = 0;
+  std::string gradient_backend;  // rank 0's
 };
 
 // Trains kSpec with `overrides` on `world` ranks.
@@ -98,8 +96,8 @@ std::unique_ptr<data::Dataset> SyntheticText() {
   return *data::TextDataset::Create("synthetic text", text, 8);
 }
 
-// Which communicator reduces the gradients: the rank's TCP one, or (a CUDA build, a GPU) a
-// one-rank-per-GPU NCCL one, with the TCP one for host collectives.
+// kNccl gives the trainer a Store to bootstrap NCCL through (TrainerOptions::nccl_store):
+// it reduces the gradients over NCCL where the spec's backend and the ranks' GPUs allow.
 enum class Gradients { kTcp, kNccl };
 
 RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec,
@@ -120,26 +118,12 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     TrainerOptions o;
     o.spec = *spec;
     o.comm = &comm;
-#if RINGMASTER_CUDA
     std::unique_ptr<comm::Store> nccl_store;
-    std::unique_ptr<comm::NcclCommunicator> nccl;
     if (gradients == Gradients::kNccl) {
       RM_ASSIGN_OR_RETURN(nccl_store, comm::FileStore::Create({dir + "/nccl"}));
-      comm::NcclCommunicatorOptions no;
-      no.rank = comm.rank();
-      no.size = comm.size();
-      no.store = nccl_store.get();
-      no.prefix = "trainer_test/nccl";
-      no.device = comm.rank();
-      RM_ASSIGN_OR_RETURN(nccl, comm::NcclCommunicator::Create(no));
-      o.comm = nccl.get();
-      o.host_comm = &comm;
+      o.nccl_store = nccl_store.get();
+      o.nccl_prefix = "trainer_test/nccl";
     }
-#else
-    if (gradients == Gradients::kNccl) {
-      return absl::FailedPreconditionError("NCCL needs a build with --config=cuda");
-    }
-#endif
     o.local_ranks = comm.size();
     o.op_timeout = absl::Seconds(60);
     o.train_data = train_data.get();
@@ -171,7 +155,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     absl::Status s = WriteFileAtomically(
         prefix + ".txt",
         absl::StrCat(result->optimizer_state_bytes, " ", result->skipped_steps, " ",
-                     result->final_loss, " ", result->resumed_from_step, " ", result->steps));
+                     result->final_loss, " ", result->resumed_from_step, " ", result->steps, " ",
+                     result->gradient_backend));
     if (!s.ok()) return s;
     return WriteFileAtomically(prefix + ".params", params);
   });
@@ -182,8 +167,10 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     auto text = ReadFile(absl::StrCat(dir, "/rank", r, ".txt"));
     if (!text.ok()) continue;
     int64_t bytes = 0;
-    sscanf(text->c_str(), "%ld %ld %lf %ld %ld", &bytes, &run.skipped_steps, &run.final_loss,
-           &run.resumed_from_step, &run.steps);
+    char backend[16] = "";
+    sscanf(text->c_str(), "%ld %ld %lf %ld %ld %15s", &bytes, &run.skipped_steps, &run.final_loss,
+           &run.resumed_from_step, &run.steps, backend);
+    if (r == 0) run.gradient_backend = backend;
     run.state_bytes.push_back(bytes);
   }
   auto params = ReadFile(absl::StrCat(dir, "/rank0.params"));
@@ -333,13 +320,18 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
   }
   const RunResult cpu = Train(1, {"device=cpu"}, kGpuSpec);
   ASSERT_FALSE(cpu.params.empty());
-  ExpectSameParameters(Train(1, {"device=cuda"}, kGpuSpec), cpu, "gpu, 1 rank, tcp");
-  ExpectSameParameters(Train(2, {"device=cuda"}, kGpuSpec), cpu,
-                       "gpu, 2 ranks sharing it over tcp staging");
+  const RunResult tcp1 = Train(1, {"device=cuda"}, kGpuSpec);
+  EXPECT_EQ(tcp1.gradient_backend, "tcp");
+  ExpectSameParameters(tcp1, cpu, "gpu, 1 rank, tcp");
+  // Given a Store for NCCL, two ranks sharing the GPU still go over TCP staging.
+  const RunResult shared = Train(2, {"device=cuda"}, kGpuSpec, 0, Gradients::kNccl);
+  EXPECT_EQ(shared.gradient_backend, "tcp");
+  ExpectSameParameters(shared, cpu, "gpu, 2 ranks sharing it over tcp staging");
   ExpectSameParameters(Train(2, {"device=cuda", "parallelism.zero_stage=2"}, kGpuSpec), cpu,
                        "gpu, 2 ranks, ZeRO-2");
-  ExpectSameParameters(Train(1, {"device=cuda"}, kGpuSpec, 0, Gradients::kNccl), cpu,
-                       "gpu, 1 rank, nccl");
+  const RunResult nccl = Train(1, {"device=cuda"}, kGpuSpec, 0, Gradients::kNccl);
+  EXPECT_EQ(nccl.gradient_backend, "nccl");
+  ExpectSameParameters(nccl, cpu, "gpu, 1 rank, nccl");
   ExpectSameParameters(Train(1, {"device=cuda", "parallelism.overlap=false"}, kGpuSpec), cpu,
                        "gpu, overlap off");
 }
@@ -367,6 +359,45 @@ TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
     return RunTraining(o).status();
   });
   EXPECT_TRUE(results[0].status.ok()) << results[0].status;
+}
+
+// backend: auto on the CPU stays on TCP even when the trainer could bootstrap NCCL;
+// backend: nccl there fails on every rank, naming the field and the rank that stops it.
+TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
+  if (CudaDeviceAvailable()) GTEST_SKIP() << "a GPU is here: TrainerOnGpu covers the choice";
+  const RunResult run = Train(2, {"steps=2"}, kSpec, 0, Gradients::kNccl);
+  EXPECT_EQ(run.gradient_backend, "tcp");
+  EXPECT_EQ(run.steps, 2);
+
+  auto spec = spec::LoadJobSpecText(kSpec, {"backend=nccl", "steps=2"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto data = Synthetic();
+  const std::string dir = comm::testing::FreshStoreDir();
+  MultiProcOptions mp;
+  mp.world_size = 2;
+  auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Store> store, comm::FileStore::Create({dir}));
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.train_data = data.get();
+    o.nccl_store = store.get();
+    o.nccl_prefix = "nccl";
+    absl::Status s = RunTraining(o).status();
+    if (s.code() != absl::StatusCode::kFailedPrecondition ||
+        !absl::StrContains(s.message(), "backend: nccl needs every rank on its own GPU, but "
+                                        "rank 0 trains on the CPU")) {
+      return absl::InternalError(absl::StrCat("want FAILED_PRECONDITION naming backend: ", s.ToString()));
+    }
+    // Without a Store the trainer cannot bootstrap NCCL at all, and says so.
+    o.nccl_store = nullptr;
+    s = RunTraining(o).status();
+    if (!absl::StrContains(s.message(), "backend: nccl, but this trainer was given no Store")) {
+      return absl::InternalError(absl::StrCat("without a store: ", s.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(results[r].status.ok()) << r << ": " << results[r].status;
 }
 
 // Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their

@@ -202,6 +202,10 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.test_data = data.test;
     to.local_ranks = o.local_ranks;
     to.gpu = o.slot.slot();
+    // NCCL for the gradients when every rank has its own GPU; its unique id goes through
+    // the coordinator under this epoch's prefix.
+    to.nccl_store = &store;
+    to.nccl_prefix = absl::StrCat(joined->store_prefix(), "nccl");
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
     to.drain_requested = &drain;

@@ -203,7 +203,9 @@ int Main() {
   to.spec = *std::move(spec);
   to.comm = comm->get();
   to.local_ranks = absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
-  to.gpu = rank % to.local_ranks;  // ringctl local: every rank is on this machine
+  to.gpu = rank % to.local_ranks;  // every rank is on this machine
+  to.nccl_store = store->get();
+  to.nccl_prefix = absl::StrCat(absl::GetFlag(FLAGS_prefix), "/nccl");
   to.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_s));
   to.progress = PrintProgress;
   to.drain_requested = &g_drain;
