@@ -39,7 +39,9 @@ class CudaDevice final : public TrainingDevice {
                                                             const CudaDeviceOptions& options) {
     auto d = absl::WrapUnique(new CudaDevice);
     d->gpu_ = options.gpu;
-    d->tf32_ = options.tf32;
+    d->type_ = options.bf16   ? kc::MatMulType::kBFloat16
+               : options.tf32 ? kc::MatMulType::kTensorFloat32
+                              : kc::MatMulType::kFloat32;
     RM_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.gpu));
     // Blocking streams (the default flags): the TCP backend's staging copies run on the
     // legacy default stream, which then orders itself with them.
@@ -50,7 +52,7 @@ class CudaDevice final : public TrainingDevice {
     RM_ASSIGN_OR_RETURN(d->params_, d->ops_->Allocate(padded));
     RM_ASSIGN_OR_RETURN(d->grads_, d->ops_->Allocate(padded));
     nn::GptCudaOptions go;
-    go.matmul = options.tf32 ? kc::MatMulType::kTensorFloat32 : kc::MatMulType::kFloat32;
+    go.matmul = d->type_;
     RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt.options(), go, d->compute_.stream));
     return d;
   }
@@ -60,10 +62,11 @@ class CudaDevice final : public TrainingDevice {
     size_t free_bytes = 0, total = 0;
     const bool named = cudaGetDeviceProperties(&prop, gpu_) == cudaSuccess;
     const bool sized = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
-    return absl::StrFormat("cuda:%d (%s%s), %s products", gpu_, named ? prop.name : "unnamed",
-                           sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0)
-                                 : std::string(),
-                           tf32_ ? "tf32" : "fp32");
+    return absl::StrFormat(
+        "cuda:%d (%s%s), %s", gpu_, named ? prop.name : "unnamed",
+        sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0) : std::string(),
+        type_ == kc::MatMulType::kBFloat16 ? "bf16 activations and products"
+                                           : absl::StrCat(kc::MatMulTypeName(type_), " products"));
   }
   VectorOps* ops() override { return ops_.get(); }
   VectorOps* comm_ops() override { return comm_ops_.get(); }
@@ -79,7 +82,7 @@ class CudaDevice final : public TrainingDevice {
   CudaDevice() = default;
 
   int gpu_ = 0;
-  bool tf32_ = false;
+  kc::MatMulType type_ = kc::MatMulType::kFloat32;
   // Destroyed in reverse: the model and buffers before the ops, the ops before the streams.
   Stream compute_, comm_;
   std::unique_ptr<CudaVectorOps> ops_, comm_ops_;

@@ -266,14 +266,14 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const JobSpec& spec
     return nullptr;
   }
   absl::Status why;
-  if (PrecisionOf(spec) != Precision::kFloat32) {
+  if (PrecisionOf(spec) == Precision::kFloat16) {
     why = absl::UnimplementedError(
-        absl::StrCat("precision.compute ", PrecisionName(PrecisionOf(spec)),
-                     " has no CUDA path yet (fp32 only, with precision.tf32 for tensor cores)"));
+        "precision.compute fp16 has no CUDA path yet (fp32, fp32 with precision.tf32, or bf16)");
   } else {
     CudaDeviceOptions o;
     o.gpu = CudaOrdinalForSlot(gpu);
     o.tf32 = spec.precision().tf32();
+    o.bf16 = PrecisionOf(spec) == Precision::kBFloat16;
     absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
         CreateCudaDevice(model, padded, o);
     if (device.ok()) return device;

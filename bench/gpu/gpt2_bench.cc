@@ -6,6 +6,8 @@
 //
 //   gpt2_bench --batch=8 --matmul=tf32 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp32 --tf32
+//   gpt2_bench --batch=8 --matmul=bf16 --steps=20
+//   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions bf16
 //
 // FLOPs per token as gpt2_torch.py counts them: 6 N (N without the position embedding) plus
 // attention's 6 L T C. MFU against --peak_tflops (989.4: the H100/H200 SXM's dense bf16 peak,
@@ -39,7 +41,9 @@ ABSL_FLAG(int64_t, layers, 12, "blocks");
 ABSL_FLAG(int64_t, heads, 12, "attention heads");
 ABSL_FLAG(int64_t, width, 768, "channels");
 ABSL_FLAG(int64_t, vocab, 50257, "vocabulary");
-ABSL_FLAG(std::string, matmul, "tf32", "fp32 or tf32 matrix products");
+ABSL_FLAG(std::string, matmul, "tf32",
+          "fp32 or tf32 (fp32 activations), or bf16 (bf16 activations and products, fp32 "
+          "master parameters and gradients)");
 ABSL_FLAG(int, warmup, 3, "steps before timing");
 ABSL_FLAG(int, steps, 20, "timed steps");
 ABSL_FLAG(double, peak_tflops, 989.4, "the GPU's dense bf16 peak, for MFU");
@@ -77,12 +81,15 @@ int Main() {
   o.context = absl::GetFlag(FLAGS_context);
   o.vocab = absl::GetFlag(FLAGS_vocab);
   const std::string matmul = absl::GetFlag(FLAGS_matmul);
-  if (matmul != "fp32" && matmul != "tf32") {
-    std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32 or tf32\n", matmul.c_str());
+  if (matmul != "fp32" && matmul != "tf32" && matmul != "bf16") {
+    std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32, tf32 or bf16\n",
+                 matmul.c_str());
     return 2;
   }
   GptCudaOptions co;
-  co.matmul = matmul == "tf32" ? kc::MatMulType::kTensorFloat32 : kc::MatMulType::kFloat32;
+  co.matmul = matmul == "bf16"   ? kc::MatMulType::kBFloat16
+              : matmul == "tf32" ? kc::MatMulType::kTensorFloat32
+                                 : kc::MatMulType::kFloat32;
   cudaStream_t stream;
   CheckCuda(cudaStreamCreate(&stream), "cudaStreamCreate");
   absl::StatusOr<std::unique_ptr<GptCuda>> gpt = GptCuda::Create(o, co, stream);
@@ -117,6 +124,7 @@ int Main() {
 
   ForwardBackwardOptions fb;
   fb.loss_divisor = static_cast<double>(batch_size * o.context);
+  fb.precision = (*gpt)->precision();
   int64_t adam_step = 0;
   double last_loss = 0;
   auto step = [&](int i) {
@@ -169,14 +177,15 @@ int Main() {
   std::printf(
       "ringmaster %-7s %-5s batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
       "%.0f tokens/s, %.1f TFLOP/s, MFU %.1f %% of %.1f; %lld parameters (%lld counted); "
-      "activations %.2f GiB + parameters, gradients and moments %.2f GiB; warm-up %.1f s; "
-      "loss %.4f\n",
-      "fp32", matmul.c_str(), static_cast<long long>(batch_size),
+      "activations %.2f GiB + parameters, gradients and moments %.2f GiB + bf16 parameter "
+      "copy %.2f GiB; warm-up %.1f s; loss %.4f\n",
+      matmul == "bf16" ? "bf16" : "fp32", matmul.c_str(), static_cast<long long>(batch_size),
       static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
       sorted.back() * 1e3, tokens / step_s, tflops,
       100 * tflops / absl::GetFlag(FLAGS_peak_tflops), absl::GetFlag(FLAGS_peak_tflops),
       static_cast<long long>(table.parameter_count()), static_cast<long long>(n_flop),
-      (*gpt)->activation_bytes() / double(1 << 30), 4.0 * n * 4 / double(1 << 30), warmup_s,
+      (*gpt)->activation_bytes() / double(1 << 30), 4.0 * n * 4 / double(1 << 30),
+      (*gpt)->parameter_copy_bytes() / double(1 << 30), warmup_s,
       last_loss);
   return 0;
 }

@@ -114,9 +114,9 @@ MatMulEngine::~MatMulEngine() {
 absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Transpose transpose_a,
                                                         Transpose transpose_b, int64_t m,
                                                         int64_t n, int64_t k, bool accumulate,
-                                                        bool bias) {
+                                                        bool bias, bool float_c) {
   const PlanKey key{static_cast<int>(type), static_cast<int>(transpose_a),
-                    static_cast<int>(transpose_b), m, n, k, accumulate, bias};
+                    static_cast<int>(transpose_b), m, n, k, accumulate, bias, float_c};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
@@ -142,7 +142,8 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
       cublasLtMatrixLayoutCreate(&plan->a, data, tb ? k : n, tb ? n : k, tb ? k : n));
   RM_RETURN_IF_CUBLAS_ERROR(
       cublasLtMatrixLayoutCreate(&plan->b, data, ta ? m : k, ta ? k : m, ta ? m : k));
-  RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&plan->c, data, n, m, n));
+  RM_RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->c, float_c ? CUDA_R_32F : data, n, m, n));
 
   cublasLtMatmulPreference_t preference = nullptr;
   RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&preference));
@@ -159,7 +160,8 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
   RM_RETURN_IF_ERROR(CublasToStatus(status, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
     return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has no algorithm for a ", MatMulTypeName(type), " product m=", m, " n=", n,
+        "cuBLASLt has no algorithm for a ", MatMulTypeName(type),
+        float_c ? " product (fp32 output)" : " product", " m=", m, " n=", n,
         " k=", k, accumulate ? " (accumulating)" : "", bias ? " with a bias" : "",
         " on this GPU"));
   }
@@ -173,6 +175,14 @@ absl::Status MatMulEngine::MatMul(MatMulType type, Transpose transpose_a, Transp
                                   int64_t m, int64_t n, int64_t k, const void* a, const void* b,
                                   void* c, OutputMode mode, cudaStream_t stream,
                                   const void* bias) {
+  return Product(type, /*float_c=*/false, transpose_a, transpose_b, m, n, k, a, b, c, mode, stream,
+                 bias);
+}
+
+absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose transpose_a,
+                                   Transpose transpose_b, int64_t m, int64_t n, int64_t k,
+                                   const void* a, const void* b, void* c, OutputMode mode,
+                                   cudaStream_t stream, const void* bias) {
   const char* fn = "MatMul";
   RM_RETURN_IF_ERROR(CheckSize(fn, "m", m));
   RM_RETURN_IF_ERROR(CheckSize(fn, "n", n));
@@ -185,7 +195,8 @@ absl::Status MatMulEngine::MatMul(MatMulType type, Transpose transpose_a, Transp
     return Invalid(fn, "a bias is added only with OutputMode::kOverwrite");
   }
   RM_ASSIGN_OR_RETURN(Plan * plan,
-                      GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate, bias != nullptr));
+                      GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate,
+                              bias != nullptr, float_c));
   if (bias != nullptr) {
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -218,12 +229,27 @@ absl::Status MatMulEngine::LinearBackwardWeights(MatMulType type, const void* x,
                                                  void* dweight, float* dbias, int64_t n,
                                                  int64_t in, int64_t out, OutputMode mode,
                                                  float* scratch, cudaStream_t stream) {
+  return WeightGradient(type, /*float_c=*/false, x, dy, dweight, dbias, n, in, out, mode, scratch,
+                        stream);
+}
+
+absl::Status MatMulEngine::LinearBackwardWeightsFloatOutput(
+    MatMulType type, const void* x, const void* dy, float* dweight, float* dbias, int64_t n,
+    int64_t in, int64_t out, OutputMode mode, float* scratch, cudaStream_t stream) {
+  return WeightGradient(type, /*float_c=*/ElementBytes(type) == 2, x, dy, dweight, dbias, n, in,
+                        out, mode, scratch, stream);
+}
+
+absl::Status MatMulEngine::WeightGradient(MatMulType type, bool float_c, const void* x,
+                                          const void* dy, void* dweight, float* dbias, int64_t n,
+                                          int64_t in, int64_t out, OutputMode mode,
+                                          float* scratch, cudaStream_t stream) {
   if (dbias != nullptr) {
     RM_RETURN_IF_ERROR(CheckPointer("LinearBackwardWeights", scratch, "scratch"));
   }
   // dweight [out, in] (+)= dyᵀ (dy stored [n, out]) · x [n, in].
-  RM_RETURN_IF_ERROR(
-      MatMul(type, Transpose::kYes, Transpose::kNo, out, in, n, dy, x, dweight, mode, stream));
+  RM_RETURN_IF_ERROR(Product(type, float_c, Transpose::kYes, Transpose::kNo, out, in, n, dy, x,
+                             dweight, mode, stream, nullptr));
   if (dbias == nullptr) return absl::OkStatus();
   return BiasGradient(type, dy, n, out, dbias, mode, scratch, stream);
 }

@@ -73,15 +73,33 @@ class MatMulEngine {
                                      int64_t out, OutputMode mode, float* scratch,
                                      cudaStream_t stream);
 
+  // Mixed precision's weight gradient: as LinearBackwardWeights with x and dy of `type` (16-bit
+  // activations) but dweight in fp32 whatever the type, so the products accumulate in fp32
+  // straight into the fp32 master gradient (cuBLASLt's 16-bit A and B with an fp32 C): no
+  // 16-bit copy of the weight gradient, no rounding of it. dbias is fp32 as always.
+  absl::Status LinearBackwardWeightsFloatOutput(MatMulType type, const void* x, const void* dy,
+                                                float* dweight, float* dbias, int64_t n,
+                                                int64_t in, int64_t out, OutputMode mode,
+                                                float* scratch, cudaStream_t stream);
+
   // Plans cached so far (one per distinct shape, type and transposition).
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
 
  private:
   struct Plan;
-  using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool>;
+  using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool>;
   MatMulEngine() = default;
+  // `float_c`: c is fp32 whatever `type` is (a and b are of `type`).
   absl::StatusOr<Plan*> GetPlan(MatMulType type, Transpose transpose_a, Transpose transpose_b,
-                                int64_t m, int64_t n, int64_t k, bool accumulate, bool bias);
+                                int64_t m, int64_t n, int64_t k, bool accumulate, bool bias,
+                                bool float_c);
+  absl::Status Product(MatMulType type, bool float_c, Transpose transpose_a,
+                       Transpose transpose_b, int64_t m, int64_t n, int64_t k, const void* a,
+                       const void* b, void* c, OutputMode mode, cudaStream_t stream,
+                       const void* bias);
+  absl::Status WeightGradient(MatMulType type, bool float_c, const void* x, const void* dy,
+                              void* dweight, float* dbias, int64_t n, int64_t in, int64_t out,
+                              OutputMode mode, float* scratch, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -246,6 +246,52 @@ TEST(MatMulCuda, LinearLayerMatchesTheCpu) {
   }
 }
 
+// Mixed precision's weight gradient: 16-bit x and dy, accumulated into an fp32 dweight. The
+// output is not rounded to 16 bits, so the tolerance is fp32's sum order with tensor-core
+// accumulation: 1e-4 S (S as above, plus |dweight0|).
+TEST(MatMulCuda, WeightGradientIntoFloatFrom16BitActivations) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MatMulEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int64_t kN = 1000, kIn = 77, kOut = 129;
+  uint32_t seed = 200;
+  for (MatMulType type : {MatMulType::kBFloat16, MatMulType::kFloat16, MatMulType::kFloat32}) {
+    const std::string name = MatMulTypeName(type);
+    const std::vector<float> x = Rounded(type, RandomFloats(kN * kIn, seed++));
+    const std::vector<float> dy = Rounded(type, RandomFloats(kN * kOut, seed++));
+    const std::vector<float> dw0 = RandomFloats(kOut * kIn, seed++);  // fp32, not rounded
+    for (OutputMode mode : {OutputMode::kOverwrite, OutputMode::kAccumulate}) {
+      const bool add = mode == OutputMode::kAccumulate;
+      std::vector<float> want = add ? dw0 : std::vector<float>(kOut * kIn, 0.0f);
+      std::vector<float> dbias_want(kOut, 0.0f);
+      kernels::LinearBackwardWeights(x.data(), dy.data(), want.data(), dbias_want.data(), kN,
+                                     kIn, kOut, OutputMode::kAccumulate);
+      std::vector<float> scale =
+          AbsProductSum(Transpose::kYes, Transpose::kNo, kOut, kIn, kN, dy, x);
+      if (add) {
+        for (size_t i = 0; i < scale.size(); ++i) scale[i] += std::fabs(dw0[i]);
+      }
+      TypedDevice dx(type, x), ddy(type, dy);
+      // Overwriting: NaN first (cuBLASLt must not read c when beta is 0).
+      Device<float> dweight(add ? dw0 : std::vector<float>(kOut * kIn, std::nanf("")));
+      Device<float> dbias(kOut), scratch(BiasGradientScratchFloats(kOut));
+      ASSERT_TRUE((*engine)
+                      ->LinearBackwardWeightsFloatOutput(type, dx.get(), ddy.get(), dweight.get(),
+                                                         dbias.get(), kN, kIn, kOut, mode,
+                                                         scratch.get(), nullptr)
+                      .ok())
+          << name;
+      const std::string what = absl::StrCat(name, add ? " accumulate" : " overwrite");
+      ExpectWithin(dweight.Host(), want, scale, 1e-4, what + " dweight");
+      std::vector<float> bscale(kOut, 0.0f);
+      for (int64_t i = 0; i < kN; ++i) {
+        for (int64_t j = 0; j < kOut; ++j) bscale[j] += std::fabs(dy[i * kOut + j]);
+      }
+      ExpectWithin(dbias.Host(), dbias_want, bscale, 1e-4, what + " dbias");
+    }
+  }
+}
+
 TEST(MatMulCuda, BiasGradientIsExactlyReproducible) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kRows = 8192 + 5, kColumns = 2304 + 3;

@@ -1,5 +1,7 @@
 #include "train/nn/gpt_cuda.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -22,6 +24,7 @@ namespace {
 
 namespace kc = kernels::cuda;
 using kernels::OutputMode;
+using bf16 = __nv_bfloat16;
 
 // A block's tensors in table order (train/nn/gpt.h).
 enum BlockTensor {
@@ -29,10 +32,83 @@ enum BlockTensor {
   kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias,
 };
 
-constexpr int64_t kAlign = 64;  // floats: 256-byte aligned pieces of the arena
+constexpr int64_t kAlignBytes = 256;  // every piece of the arena starts on this boundary
 
 absl::Status Unimplemented(const auto&... parts) {
   return absl::UnimplementedError(absl::StrCat("GptCuda: ", parts...));
+}
+
+// The kernels of each activation type under one name, so Forward and LossAndBackward are
+// written once for fp32 and bf16 (the matrix products and attention take either already).
+absl::Status Embed(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                   int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t s) {
+  return kc::EmbeddingForward(out, tokens, wte, wpe, b, t, c, v, s);
+}
+absl::Status Embed(bf16* out, const int32_t* tokens, const float* wte, const float* wpe,
+                   int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t s) {
+  return kc::EmbeddingForwardBf16(out, tokens, wte, wpe, b, t, c, v, s);
+}
+absl::Status EmbedBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
+                           int64_t groups, int64_t b, int64_t t, int64_t c, int64_t v,
+                           cudaStream_t s) {
+  return kc::EmbeddingBackward(dwte, dwpe, dout, index, groups, b, t, c, v, s);
+}
+absl::Status EmbedBackward(float* dwte, float* dwpe, const bf16* dout, const int32_t* index,
+                           int64_t groups, int64_t b, int64_t t, int64_t c, int64_t v,
+                           cudaStream_t s) {
+  return kc::EmbeddingBackwardBf16(dwte, dwpe, dout, index, groups, b, t, c, v, s);
+}
+absl::Status LayerNorm(float* y, float* mean, float* rstd, const float* x, const float* gain,
+                       const float* bias, int64_t rows, int64_t c, cudaStream_t s) {
+  return kc::LayerNormForward(y, mean, rstd, x, gain, bias, rows, c, s);
+}
+absl::Status LayerNorm(bf16* y, float* mean, float* rstd, const bf16* x, const float* gain,
+                       const float* bias, int64_t rows, int64_t c, cudaStream_t s) {
+  return kc::LayerNormForwardBf16(y, mean, rstd, x, gain, bias, rows, c, s);
+}
+absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
+                               const float* x, const float* gain, const float* mean,
+                               const float* rstd, int64_t rows, int64_t c, float* scratch,
+                               cudaStream_t s) {
+  return kc::LayerNormBackward(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, c, scratch, s);
+}
+absl::Status LayerNormBackward(bf16* dx, float* dgain, float* dbias, const bf16* dy,
+                               const bf16* x, const float* gain, const float* mean,
+                               const float* rstd, int64_t rows, int64_t c, float* scratch,
+                               cudaStream_t s) {
+  return kc::LayerNormBackwardBf16(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, c, scratch,
+                                   s);
+}
+absl::Status Gelu(float* out, const float* x, int64_t n, cudaStream_t s) {
+  return kc::GeluForward(out, x, n, s);
+}
+absl::Status Gelu(bf16* out, const bf16* x, int64_t n, cudaStream_t s) {
+  return kc::GeluForwardBf16(out, x, n, s);
+}
+absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t n,
+                          cudaStream_t s) {
+  return kc::GeluBackward(dx, x, dout, n, s);
+}
+absl::Status GeluBackward(bf16* dx, const bf16* x, const bf16* dout, int64_t n, cudaStream_t s) {
+  return kc::GeluBackwardBf16(dx, x, dout, n, s);
+}
+absl::Status Residual(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
+  return kc::ResidualForward(out, a, b, n, s);
+}
+absl::Status Residual(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t s) {
+  return kc::ResidualForwardBf16(out, a, b, n, s);
+}
+absl::Status CrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t classes,
+                          float scale, float* loss, int32_t* predicted, float* dlogits,
+                          cudaStream_t s) {
+  return kc::SoftmaxCrossEntropyForwardBackward(logits, labels, n, classes, scale, loss,
+                                                predicted, dlogits, s);
+}
+absl::Status CrossEntropy(const bf16* logits, const int32_t* labels, int64_t n, int64_t classes,
+                          float scale, float* loss, int32_t* predicted, bf16* dlogits,
+                          cudaStream_t s) {
+  return kc::SoftmaxCrossEntropyForwardBackwardBf16(logits, labels, n, classes, scale, loss,
+                                                    predicted, dlogits, s);
 }
 
 }  // namespace
@@ -49,18 +125,27 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
     return Unimplemented("attention that keeps its probabilities is CPU-only; set "
                          "memory_efficient_attention");
   }
-  if (cuda_options.matmul != kc::MatMulType::kFloat32 &&
-      cuda_options.matmul != kc::MatMulType::kTensorFloat32) {
-    return Unimplemented(kc::MatMulTypeName(cuda_options.matmul),
-                         " products need 16-bit activations, not here yet: use fp32 or tf32");
+  const kc::MatMulType type = cuda_options.matmul;
+  if (type == kc::MatMulType::kFloat16) {
+    return Unimplemented("fp16 activations are not on the GPU yet: use fp32, tf32 or bf16");
   }
   const int64_t head_size = options.width / options.heads;
-  if (!kc::AttentionCudaSupportsHeadSizeF32(head_size)) {
-    return Unimplemented("the fp32 CUDA attention does not take head size ", head_size,
-                         " (gpt.width / gpt.heads)");
+  const bool bf16 = type == kc::MatMulType::kBFloat16;
+  if (bf16 ? !kc::AttentionCudaSupportsHeadSizeBf16(head_size)
+           : !kc::AttentionCudaSupportsHeadSizeF32(head_size)) {
+    return Unimplemented("the ", bf16 ? "bf16" : "fp32",
+                         " CUDA attention does not take head size ", head_size,
+                         " (gpt.width / gpt.heads)", bf16 ? "; bf16 takes 64 or 128" : "");
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<kc::MatMulEngine> engine, kc::MatMulEngine::Create());
-  return absl::WrapUnique(new GptCuda(std::move(cpu), cuda_options, stream, std::move(engine)));
+  auto gpt = absl::WrapUnique(new GptCuda(std::move(cpu), cuda_options, stream, std::move(engine)));
+  if (bf16) {
+    const int64_t bytes = gpt->parameter_copy_bytes();
+    RM_RETURN_IF_ERROR(CudaToStatus(
+        cudaMalloc(&gpt->params16_, bytes),
+        absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes for the bf16 parameters").c_str()));
+  }
+  return gpt;
 }
 
 GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_options,
@@ -69,7 +154,8 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       options_(cpu_->options()),
       cuda_options_(cuda_options),
       stream_(stream),
-      engine_(std::move(engine)) {
+      engine_(std::move(engine)),
+      bf16_(cuda_options.matmul == kc::MatMulType::kBFloat16) {
   const TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
@@ -88,6 +174,7 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
 
 GptCuda::~GptCuda() {
   if (arena_ != nullptr) cudaFree(arena_);
+  if (params16_ != nullptr) cudaFree(params16_);
 }
 
 const float* GptCuda::Param(const float* params, int tensor) const {
@@ -98,44 +185,53 @@ float* GptCuda::Grad(float* grads, int tensor) const {
   return grads + cpu_->table().tensor(tensor).offset;
 }
 
+const void* GptCuda::MatMulParam(const float* params, int tensor) const {
+  const int64_t offset = cpu_->table().tensor(tensor).offset;
+  if (bf16_) return static_cast<const bf16*>(params16_) + offset;
+  return params + offset;
+}
+
 absl::Status GptCuda::Reserve(int64_t batch) {
   if (batch <= capacity_) return absl::OkStatus();
   const int64_t t = options_.context, c = options_.width, v = options_.vocab;
   const int64_t rows = batch * t;
+  const int64_t act = bf16_ ? 2 : 4;  // bytes of an activation
   char* base = nullptr;
-  int64_t used = 0;  // in 4-byte elements
-  auto take = [&](int64_t n) {
-    float* p = base == nullptr ? nullptr : reinterpret_cast<float*>(base) + used;
-    used += (n + kAlign - 1) / kAlign * kAlign;
-    return p;
+  int64_t used = 0;  // bytes
+  auto take_bytes = [&](int64_t n) {
+    char* p = base == nullptr ? nullptr : base + used;
+    used += (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+    return static_cast<void*>(p);
   };
-  auto take_ints = [&](int64_t n) { return reinterpret_cast<int32_t*>(take(n)); };
+  auto take = [&](int64_t n) { return static_cast<float*>(take_bytes(n * 4)); };
+  auto take_act = [&](int64_t n) { return take_bytes(n * act); };
+  auto take_ints = [&](int64_t n) { return static_cast<int32_t*>(take_bytes(n * 4)); };
   auto place = [&] {
     streams_.assign(options_.layers + 1, nullptr);
-    for (float*& s : streams_) s = take(rows * c);
+    for (void*& s : streams_) s = take_act(rows * c);
     slots_.assign(options_.layers, {});
     for (BlockActivations& a : slots_) {
-      a.ln1 = take(rows * c);
+      a.ln1 = take_act(rows * c);
       a.ln1_mean = take(rows);
       a.ln1_rstd = take(rows);
-      a.qkv = take(rows * 3 * c);
-      a.attention = take(rows * c);
+      a.qkv = take_act(rows * 3 * c);
+      a.attention = take_act(rows * c);
       a.lse = take(batch * options_.heads * t);
-      a.residual = take(rows * c);
-      a.ln2 = take(rows * c);
+      a.residual = take_act(rows * c);
+      a.ln2 = take_act(rows * c);
       a.ln2_mean = take(rows);
       a.ln2_rstd = take(rows);
-      a.fc = take(rows * 4 * c);
-      a.gelu = take(rows * 4 * c);
+      a.fc = take_act(rows * 4 * c);
+      a.gelu = take_act(rows * 4 * c);
     }
-    lnf_out_ = take(rows * c);
+    lnf_out_ = take_act(rows * c);
     lnf_mean_ = take(rows);
     lnf_rstd_ = take(rows);
-    logits_ = take(rows * v);
+    logits_ = take_act(rows * v);
     loss_ = take(rows);
-    dresidual_ = take(rows * c);
-    dsmall_ = take(rows * c);
-    dbig_ = take(rows * std::max(4 * c, v));
+    dresidual_ = take_act(rows * c);
+    dsmall_ = take_act(rows * c);
+    dbig_ = take_act(rows * std::max(4 * c, v));
     attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, options_.heads));
     layernorm_scratch_ = take(kc::LayerNormBackwardScratchFloats(c));
     bias_scratch_ = take(kc::BiasGradientScratchFloats(4 * c));
@@ -152,7 +248,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
     arena_bytes_ = 0;
     capacity_ = 0;
   }
-  const int64_t bytes = used * 4;
+  const int64_t bytes = used;
   RM_RETURN_IF_ERROR(CudaToStatus(
       cudaMalloc(&arena_, bytes),
       absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes of activations for ", batch,
@@ -169,9 +265,11 @@ absl::Status GptCuda::Reserve(int64_t batch) {
 absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const float* params,
                                                    float* grads,
                                                    const ForwardBackwardOptions& options) {
-  if (options.precision != Precision::kFloat32) {
-    return Unimplemented("only fp32 activations on the GPU so far (precision ",
-                         static_cast<int>(options.precision), ")");
+  if (options.precision != precision()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptCuda::ForwardBackward: precision ", static_cast<int>(options.precision),
+        " asked of a model built for ", bf16_ ? "bf16" : "fp32",
+        " activations (GptCudaOptions::matmul)"));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   if (params == nullptr || grads == nullptr) {
@@ -199,16 +297,24 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                                           cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
                                           cudaMemcpyHostToDevice, stream_));
-
-  RM_RETURN_IF_ERROR(Forward(params, batch.size));
-  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
-  RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(
-      logits_, targets_, rows, options_.vocab, scale, loss_, predicted_, dbig_, stream_));
+  if (bf16_) {
+    RM_RETURN_IF_ERROR(kc::CastFloatToBf16(static_cast<bf16*>(params16_), params,
+                                           total_elements(), stream_));
+  }
   if (!options.accumulate) {
     RM_RETURN_IF_CUDA_ERROR(
         cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_));
   }
-  RM_RETURN_IF_ERROR(Backward(params, grads, batch.size, options.on_grads_ready));
+  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+  if (bf16_) {
+    RM_RETURN_IF_ERROR(Forward<bf16>(params, batch.size));
+    RM_RETURN_IF_ERROR(
+        LossAndBackward<bf16>(params, grads, batch.size, scale, options.on_grads_ready));
+  } else {
+    RM_RETURN_IF_ERROR(Forward<float>(params, batch.size));
+    RM_RETURN_IF_ERROR(
+        LossAndBackward<float>(params, grads, batch.size, scale, options.on_grads_ready));
+  }
 
   std::vector<float> loss(rows);
   std::vector<int32_t> predicted(rows);
@@ -226,114 +332,125 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   return stats;
 }
 
+template <typename T>
 absl::Status GptCuda::Forward(const float* params, int64_t batch) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
   const kc::MatMulType type = cuda_options_.matmul;
-  auto p = [&](int tensor) { return Param(params, tensor); };
-  RM_RETURN_IF_ERROR(kc::EmbeddingForward(streams_[0], inputs_, p(wte_), p(wpe_), batch, t, c,
-                                          options_.vocab, stream_));
+  auto p = [&](int tensor) { return Param(params, tensor); };  // fp32 (LayerNorm, embeddings)
+  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
+  auto act = [](void* a) { return static_cast<T*>(a); };
+  RM_RETURN_IF_ERROR(Embed(act(streams_[0]), inputs_, p(wte_), p(wpe_), batch, t, c,
+                           options_.vocab, stream_));
   for (int64_t l = 0; l < options_.layers; ++l) {
     const int first = blocks_[l];
     auto w = [&](BlockTensor k) { return p(first + k); };
+    auto mw = [&](BlockTensor k) { return m(first + k); };
     const BlockActivations& a = slots_[l];
-    const float* x = streams_[l];
-    RM_RETURN_IF_ERROR(kc::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight),
-                                            w(kLn1Bias), rows, c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln1, w(kQkvWeight), w(kQkvBias), a.qkv,
+    const T* x = act(streams_[l]);
+    RM_RETURN_IF_ERROR(LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight),
+                                 w(kLn1Bias), rows, c, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv,
                                               rows, c, 3 * c, stream_));
-    RM_RETURN_IF_ERROR(kc::AttentionForwardLse(a.attention, a.lse, a.qkv, batch, t, c,
+    RM_RETURN_IF_ERROR(kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c,
                                                options_.heads, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.attention, w(kProjWeight), w(kProjBias),
-                                              a.residual, rows, c, c, stream_));
-    RM_RETURN_IF_ERROR(kc::ResidualForward(a.residual, a.residual, x, rows * c, stream_));
-    RM_RETURN_IF_ERROR(kc::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual,
-                                            w(kLn2Weight), w(kLn2Bias), rows, c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln2, w(kFcWeight), w(kFcBias), a.fc, rows,
-                                              c, 4 * c, stream_));
-    RM_RETURN_IF_ERROR(kc::GeluForward(a.gelu, a.fc, rows * 4 * c, stream_));
-    float* out = streams_[l + 1];
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.gelu, w(kFcProjWeight), w(kFcProjBias), out,
-                                              rows, 4 * c, c, stream_));
-    RM_RETURN_IF_ERROR(kc::ResidualForward(out, out, a.residual, rows * c, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.attention, mw(kProjWeight),
+                                              mw(kProjBias), a.residual, rows, c, c, stream_));
+    RM_RETURN_IF_ERROR(Residual(act(a.residual), act(a.residual), x, rows * c, stream_));
+    RM_RETURN_IF_ERROR(LayerNorm(act(a.ln2), a.ln2_mean, a.ln2_rstd, act(a.residual),
+                                 w(kLn2Weight), w(kLn2Bias), rows, c, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc,
+                                              rows, c, 4 * c, stream_));
+    RM_RETURN_IF_ERROR(Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_));
+    void* out = streams_[l + 1];
+    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.gelu, mw(kFcProjWeight),
+                                              mw(kFcProjBias), out, rows, 4 * c, c, stream_));
+    RM_RETURN_IF_ERROR(Residual(act(out), act(out), act(a.residual), rows * c, stream_));
   }
-  RM_RETURN_IF_ERROR(kc::LayerNormForward(lnf_out_, lnf_mean_, lnf_rstd_,
-                                          streams_[options_.layers], p(lnf_), p(lnf_ + 1), rows,
-                                          c, stream_));
-  return engine_->LinearForward(type, lnf_out_, p(lm_head_), nullptr, logits_, rows, c,
+  RM_RETURN_IF_ERROR(LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_,
+                               act(streams_[options_.layers]), p(lnf_), p(lnf_ + 1), rows, c,
+                               stream_));
+  return engine_->LinearForward(type, lnf_out_, m(lm_head_), nullptr, logits_, rows, c,
                                 options_.vocab, stream_);
 }
 
-absl::Status GptCuda::Backward(const float* params, float* grads, int64_t batch,
-                              const std::function<void(int64_t)>& on_grads_ready) {
+template <typename T>
+absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t batch,
+                                      float scale,
+                                      const std::function<void(int64_t)>& on_grads_ready) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
   const int64_t vocab = options_.vocab;
   const kc::MatMulType type = cuda_options_.matmul;
   constexpr OutputMode kAdd = OutputMode::kAccumulate;  // grads are zeroed or accumulated
   auto p = [&](int tensor) { return Param(params, tensor); };
+  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
   auto g = [&](int tensor) { return Grad(grads, tensor); };
+  auto act = [](void* a) { return static_cast<T*>(a); };
   // Each group of tensors (lm_head, lnf, a block, the embeddings) is announced once its
   // gradient kernels are enqueued: the caller orders its reads after them (a CUDA event).
   auto ready = [&](int first_tensor) {
     if (on_grads_ready) on_grads_ready(cpu_->table().tensor(first_tensor).offset);
   };
-  float* dlogits = dbig_;
-  float* dx = dresidual_;  // the residual stream's gradient, added to in place
+  T* dlogits = act(dbig_);
+  T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
+  T* dsmall = act(dsmall_);
+  T* dbig = act(dbig_);
 
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, lnf_out_, dlogits, g(lm_head_), nullptr,
-                                                    rows, c, vocab, kAdd, nullptr, stream_));
+  RM_RETURN_IF_ERROR(CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_,
+                                  dlogits, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+      type, lnf_out_, dlogits, g(lm_head_), nullptr, rows, c, vocab, kAdd, nullptr, stream_));
   ready(lm_head_);
   RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dlogits, p(lm_head_), dsmall_, rows, c, vocab, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(float), stream_));
-  RM_RETURN_IF_ERROR(kc::LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall_,
-                                           streams_[options_.layers], p(lnf_), lnf_mean_,
-                                           lnf_rstd_, rows, c, layernorm_scratch_, stream_));
+      engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
+  RM_RETURN_IF_ERROR(LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall,
+                                       act(streams_[options_.layers]), p(lnf_), lnf_mean_,
+                                       lnf_rstd_, rows, c, layernorm_scratch_, stream_));
   ready(lnf_);
 
   for (int64_t l = options_.layers - 1; l >= 0; --l) {
     const int first = blocks_[l];
     auto w = [&](BlockTensor k) { return p(first + k); };
+    auto mw = [&](BlockTensor k) { return m(first + k); };
     auto gw = [&](BlockTensor k) { return g(first + k); };
     const BlockActivations& a = slots_[l];
-    float* dsmall = dsmall_;
-    float* dbig = dbig_;
     // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, a.gelu, dx, gw(kFcProjWeight),
-                                                      gw(kFcProjBias), rows, 4 * c, c, kAdd,
-                                                      bias_scratch_, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+        type, a.gelu, dx, gw(kFcProjWeight), gw(kFcProjBias), rows, 4 * c, c, kAdd,
+        bias_scratch_, stream_));
     RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dx, w(kFcProjWeight), dbig, rows, 4 * c, c, stream_));
-    RM_RETURN_IF_ERROR(kc::GeluBackward(dbig, a.fc, dbig, rows * 4 * c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, a.ln2, dbig, gw(kFcWeight),
-                                                      gw(kFcBias), rows, c, 4 * c, kAdd,
-                                                      bias_scratch_, stream_));
+        engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_));
+    RM_RETURN_IF_ERROR(GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+        type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias), rows, c, 4 * c, kAdd, bias_scratch_,
+        stream_));
     RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dbig, w(kFcWeight), dsmall, rows, c, 4 * c, stream_));
-    RM_RETURN_IF_ERROR(kc::LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall,
-                                             a.residual, w(kLn2Weight), a.ln2_mean, a.ln2_rstd,
-                                             rows, c, layernorm_scratch_, stream_));
+        engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_));
+    RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall,
+                                         act(a.residual), w(kLn2Weight), a.ln2_mean, a.ln2_rstd,
+                                         rows, c, layernorm_scratch_, stream_));
     // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, a.attention, dx, gw(kProjWeight),
-                                                      gw(kProjBias), rows, c, c, kAdd,
-                                                      bias_scratch_, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+        type, a.attention, dx, gw(kProjWeight), gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
+        stream_));
     RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dx, w(kProjWeight), dsmall, rows, c, c, stream_));
-    float* dqkv = dbig;
-    RM_RETURN_IF_ERROR(kc::AttentionBackwardLse(dqkv, dsmall, a.qkv, a.attention, a.lse,
-                                                attention_scratch_, batch, t, c, options_.heads,
-                                                stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, a.ln1, dqkv, gw(kQkvWeight),
-                                                      gw(kQkvBias), rows, c, 3 * c, kAdd,
-                                                      bias_scratch_, stream_));
+        engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_));
+    T* dqkv = dbig;
+    RM_RETURN_IF_ERROR(kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention),
+                                                a.lse, attention_scratch_, batch, t, c,
+                                                options_.heads, stream_));
+    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+        type, a.ln1, dqkv, gw(kQkvWeight), gw(kQkvBias), rows, c, 3 * c, kAdd, bias_scratch_,
+        stream_));
     RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dqkv, w(kQkvWeight), dsmall, rows, c, 3 * c, stream_));
-    RM_RETURN_IF_ERROR(kc::LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, streams_[l],
-                                             w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c,
-                                             layernorm_scratch_, stream_));
+        engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c, stream_));
+    RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall,
+                                         act(streams_[l]), w(kLn1Weight), a.ln1_mean, a.ln1_rstd,
+                                         rows, c, layernorm_scratch_, stream_));
     ready(first);
   }
-  RM_RETURN_IF_ERROR(kc::EmbeddingBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t,
-                                           c, vocab, stream_));
+  RM_RETURN_IF_ERROR(EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c,
+                                   vocab, stream_));
   ready(wte_);
   return absl::OkStatus();
 }

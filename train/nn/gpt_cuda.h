@@ -7,10 +7,18 @@
 //   auto gpt = GptCuda::Create(options, {.matmul = MatMulType::kTensorFloat32}, stream);
 //   (*gpt)->ForwardBackward(batch, device_params, device_grads, fb_options);
 //
-// fp32 activations, with fp32 (or TF32) matrix products: the twin of the CPU model in
-// Precision::kFloat32, which the tests compare it with. Not yet here: bf16/fp16 activations,
-// activation checkpointing (options.checkpoint_every must be 0) and attention that keeps
-// its probabilities (memory_efficient_attention must be true): UNIMPLEMENTED.
+// Two precisions, chosen by GptCudaOptions::matmul:
+//   - kFloat32 / kTensorFloat32: fp32 activations with fp32 (or TF32) products, the twin of
+//     the CPU model in Precision::kFloat32, which the tests compare it with.
+//   - kBFloat16: llm.c-style mixed precision. The flat fp32 parameters stay the master copy;
+//     each ForwardBackward casts them once into a bf16 copy that the matrix products read
+//     (weights and biases); LayerNorm gains and biases and the embedding tables are read in
+//     fp32. Activations and their gradients are bf16 (fp32 LayerNorm statistics, attention
+//     log-sum-exps and losses); parameter gradients are fp32, the weights' straight from
+//     cuBLASLt's fp32 accumulators. ForwardBackward then takes Precision::kBFloat16.
+// Not yet here: fp16 activations, activation checkpointing (options.checkpoint_every must
+// be 0) and attention that keeps its probabilities (memory_efficient_attention must be
+// true): UNIMPLEMENTED. bf16 needs a head size the bf16 attention takes (64 or 128).
 //
 // Not thread-safe; all work goes to the stream given at Create, and ForwardBackward waits
 // for it once (to return the loss).
@@ -22,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,7 +42,8 @@
 namespace ringmaster::train::nn {
 
 struct GptCudaOptions {
-  kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;  // fp32 or tf32
+  // fp32 or tf32 (fp32 activations), or bf16 (bf16 activations); see above.
+  kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;
 };
 
 class GptCuda {
@@ -54,7 +64,8 @@ class GptCuda {
 
   // As GptModel::ForwardBackward, with `params` and `grads` device pointers of at least
   // total_elements() floats. Without options.accumulate the gradients are overwritten, the
-  // padding between tensors included (it becomes 0). Supports Precision::kFloat32 only.
+  // padding between tensors included (it becomes 0). options.precision must be precision():
+  // INVALID_ARGUMENT otherwise.
   // on_grads_ready is called as GptModel calls it (lm_head, lnf, each block from the last,
   // the embeddings with 0), each time the group's gradient kernels have been ENQUEUED on the
   // stream, not run: a reader on another stream or thread must wait for the stream first
@@ -62,28 +73,40 @@ class GptCuda {
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
+  // The activations' precision: kFloat32, or kBFloat16 with a bf16 matmul.
+  Precision precision() const { return bf16_ ? Precision::kBFloat16 : Precision::kFloat32; }
+
   // Device bytes held for activations, tokens and scratch (the largest batch so far).
   int64_t activation_bytes() const { return arena_bytes_; }
+  // Device bytes of the bf16 copy of the parameters (0 in fp32).
+  int64_t parameter_copy_bytes() const { return bf16_ ? total_elements() * 2 : 0; }
 
  private:
+  // Activations of the model's type (float or __nv_bfloat16); statistics in fp32.
   struct BlockActivations {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *attention, *lse, *residual, *ln2, *ln2_mean,
-        *ln2_rstd, *fc, *gelu;
+    void *ln1, *qkv, *attention, *residual, *ln2, *fc, *gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
   };
   GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_options, cudaStream_t stream,
           std::unique_ptr<kernels::cuda::MatMulEngine> engine);
   absl::Status Reserve(int64_t batch);
   const float* Param(const float* params, int tensor) const;
   float* Grad(float* grads, int tensor) const;
+  // What the matrix products read for `tensor`: the fp32 parameter, or its bf16 copy.
+  const void* MatMulParam(const float* params, int tensor) const;
+  template <typename T>
   absl::Status Forward(const float* params, int64_t batch);
-  absl::Status Backward(const float* params, float* grads, int64_t batch,
-                        const std::function<void(int64_t)>& on_grads_ready);
+  template <typename T>
+  absl::Status LossAndBackward(const float* params, float* grads, int64_t batch, float scale,
+                               const std::function<void(int64_t)>& on_grads_ready);
 
   std::unique_ptr<GptModel> cpu_;
   const GptOptions options_;
   const GptCudaOptions cuda_options_;
   cudaStream_t stream_;
   std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
+  const bool bf16_;
+  void* params16_ = nullptr;  // bf16 copy of the parameters (bf16 only)
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
 
@@ -91,10 +114,11 @@ class GptCuda {
   void* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
   int64_t capacity_ = 0;
-  std::vector<float*> streams_;  // the residual stream at each block's input, and lnf's
+  std::vector<void*> streams_;  // the residual stream at each block's input, and lnf's
   std::vector<BlockActivations> slots_;
-  float *lnf_out_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr;
-  float *loss_ = nullptr, *dresidual_ = nullptr, *dsmall_ = nullptr, *dbig_ = nullptr;
+  void *lnf_out_ = nullptr, *logits_ = nullptr;
+  void *dresidual_ = nullptr, *dsmall_ = nullptr, *dbig_ = nullptr;
+  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *loss_ = nullptr;
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
   int64_t index_groups_ = 0;
