@@ -9,6 +9,14 @@
 //   gpt2_bench --batch=8 --matmul=bf16 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions bf16
 //
+// Memory (seed exercise 35.15): the device memory each part takes, measured as the drop in
+// cudaMemGetInfo's free bytes around its allocation (so the CUDA context is not counted and
+// the allocator's 2 MiB granularity is), against the ZeRO paper's formula for the model
+// states (train/memory_estimate.h: 16 bytes per parameter with Adam, fp32 or mixed) and
+// Korthikanti et al.'s for the activations (34 s b h bytes per layer in 16-bit without the
+// attention matrix, which memory-efficient attention never stores; doubled for fp32), plus
+// the logits and their gradient (2 x s b V elements), which that formula leaves out.
+//
 // FLOPs per token as gpt2_torch.py counts them: 6 N (N without the position embedding) plus
 // attention's 6 L T C. MFU against --peak_tflops (989.4: the H100/H200 SXM's dense bf16 peak,
 // the yardstick, even for these fp32/TF32 runs). Timing: wall clock around each step
@@ -32,6 +40,7 @@
 #include "absl/status/status.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "train/memory_estimate.h"
 #include "train/nn/gpt_cuda.h"
 #include "train/tensor.h"
 
@@ -72,6 +81,16 @@ T* DeviceAlloc(int64_t n) {
   return static_cast<T*>(p);
 }
 
+// Device bytes in use now (total minus free), after the device has finished its work.
+int64_t UsedBytes() {
+  CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  size_t free_bytes = 0, total = 0;
+  CheckCuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  return static_cast<int64_t>(total - free_bytes);
+}
+
+double GiB(double bytes) { return bytes / double(1 << 30); }
+
 int Main() {
   namespace kc = kernels::cuda;
   GptOptions o;
@@ -92,8 +111,12 @@ int Main() {
                                  : kc::MatMulType::kFloat32;
   cudaStream_t stream;
   CheckCuda(cudaStreamCreate(&stream), "cudaStreamCreate");
+  CheckCuda(cudaFree(nullptr), "CUDA context");
+  const int64_t used_context = UsedBytes();
   absl::StatusOr<std::unique_ptr<GptCuda>> gpt = GptCuda::Create(o, co, stream);
   CheckOk(gpt.status(), "GptCuda::Create");
+  // The cuBLASLt workspace and, in bf16, the parameters' bf16 copy.
+  const int64_t used_model = UsedBytes();
   const TensorTable& table = (*gpt)->cpu_model().table();
   const int64_t n = table.total_elements();
 
@@ -101,9 +124,12 @@ int Main() {
   FlatBuffer host_params(n);
   (*gpt)->cpu_model().Init(1, host_params);
   float* params = DeviceAlloc<float>(n);
+  const int64_t used_params = UsedBytes();
   float* grads = DeviceAlloc<float>(n);
+  const int64_t used_grads = UsedBytes();
   float* exp_avg = DeviceAlloc<float>(n);
   float* exp_avg_sq = DeviceAlloc<float>(n);
+  const int64_t used_moments = UsedBytes();
   double* norm_scratch = DeviceAlloc<double>(kc::SumOfSquaresScratchDoubles());
   double* norm = DeviceAlloc<double>(1);
   int* overflow = DeviceAlloc<int>(1);
@@ -152,6 +178,7 @@ int Main() {
     CheckCuda(cudaStreamSynchronize(stream), "sync");
   };
 
+  const int64_t used_before_steps = UsedBytes();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) step(i);
   const double warmup_s =
@@ -187,6 +214,40 @@ int Main() {
       (*gpt)->activation_bytes() / double(1 << 30), 4.0 * n * 4 / double(1 << 30),
       (*gpt)->parameter_copy_bytes() / double(1 << 30), warmup_s,
       last_loss);
+
+  // The memory breakdown against the formulas.
+  const int64_t used_end = UsedBytes();
+  const bool half = matmul == "bf16";
+  MemoryEstimateOptions mo;
+  mo.parameters = static_cast<double>(table.parameter_count());
+  mo.mixed_precision = half;
+  absl::StatusOr<MemoryEstimate> formula = EstimateMemory(mo);
+  CheckOk(formula.status(), "EstimateMemory");
+  const double psi = mo.parameters;
+  const double sbh = tokens * static_cast<double>(o.width);
+  const double act_bytes = half ? 2 : 4;
+  const double activations_formula =
+      o.layers * 34.0 * sbh * (act_bytes / 2) + 2.0 * tokens * o.vocab * act_bytes;
+  std::printf(
+      "ringmaster %-7s memory: parameters %.3f GiB (fp32, %.1f B/param) + bf16 copy and "
+      "cuBLASLt workspace %.3f GiB, gradients %.3f GiB (fp32), AdamW moments %.3f GiB; model "
+      "states %.3f GiB = %.1f B/param against the formula's %.3f GiB = %.0f B/param "
+      "(parameters %.0f + gradients %.0f + optimizer %.0f B/param%s); activations %.3f GiB "
+      "measured (arena %.3f GiB) against %.3f GiB (34 s b h per layer x %d layers + 2 s b V "
+      "logits, %.0f-byte activations); total in use after the steps %.3f GiB beyond the CUDA "
+      "context's %.3f GiB\n",
+      matmul.c_str(), GiB(used_params - used_model), (used_params - used_model) / psi,
+      GiB(used_model - used_context), GiB(used_grads - used_params),
+      GiB(used_moments - used_grads), GiB(used_moments - used_context),
+      (used_moments - used_context) / psi, GiB(formula->total_bytes()),
+      formula->bytes_per_parameter_unsharded, formula->parameter_bytes / psi,
+      formula->gradient_bytes / psi, formula->optimizer_bytes / psi,
+      half ? "; ours keeps fp32 gradients (+2) and a bf16 parameter copy beside the fp32 "
+             "master (the formula's optimizer term)"
+           : "",
+      GiB(used_end - used_before_steps), GiB((*gpt)->activation_bytes()),
+      GiB(activations_formula), static_cast<int>(o.layers), act_bytes, GiB(used_end - used_context),
+      GiB(used_context));
   return 0;
 }
 
