@@ -340,6 +340,9 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
   ExpectSameParameters(nccl, cpu, "gpu, 1 rank, nccl");
   ExpectSameParameters(Train(1, {"device=cuda", "parallelism.overlap=false"}, kGpuSpec), cpu,
                        "gpu, overlap off");
+  ExpectSameParameters(
+      Train(1, {"device=cuda", "parallelism.activation_checkpointing_every=1"}, kGpuSpec), cpu,
+      "gpu, activation checkpointing");
 }
 
 // bf16 on the GPU (one head of 64 channels, which the bf16 attention takes) against fp32 on

@@ -8,6 +8,7 @@
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp32 --tf32
 //   gpt2_bench --batch=8 --matmul=bf16 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions bf16
+//   gpt2_bench --batch=8 --matmul=bf16 --checkpoint_every=1   # seed exercise 35.11
 //
 // Memory (seed exercise 35.15): the device memory each part takes, measured as the drop in
 // cudaMemGetInfo's free bytes around its allocation (so the CUDA context is not counted and
@@ -53,6 +54,9 @@ ABSL_FLAG(int64_t, vocab, 50257, "vocabulary");
 ABSL_FLAG(std::string, matmul, "tf32",
           "fp32 or tf32 (fp32 activations), or bf16 (bf16 activations and products, fp32 "
           "master parameters and gradients)");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "activation checkpointing: keep every k-th block's input and recompute the rest in "
+          "backward (0: off)");
 ABSL_FLAG(int, warmup, 3, "steps before timing");
 ABSL_FLAG(int, steps, 20, "timed steps");
 ABSL_FLAG(double, peak_tflops, 989.4, "the GPU's dense bf16 peak, for MFU");
@@ -99,6 +103,7 @@ int Main() {
   o.width = absl::GetFlag(FLAGS_width);
   o.context = absl::GetFlag(FLAGS_context);
   o.vocab = absl::GetFlag(FLAGS_vocab);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   const std::string matmul = absl::GetFlag(FLAGS_matmul);
   if (matmul != "fp32" && matmul != "tf32" && matmul != "bf16") {
     std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32, tf32 or bf16\n",
@@ -202,11 +207,12 @@ int Main() {
   cudaDeviceProp prop;
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
-      "ringmaster %-7s %-5s batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
+      "ringmaster %-7s %-5s checkpoint_every %lld, batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
       "%.0f tokens/s, %.1f TFLOP/s, MFU %.1f %% of %.1f; %lld parameters (%lld counted); "
       "activations %.2f GiB + parameters, gradients and moments %.2f GiB + bf16 parameter "
       "copy %.2f GiB; warm-up %.1f s; loss %.4f\n",
-      matmul == "bf16" ? "bf16" : "fp32", matmul.c_str(), static_cast<long long>(batch_size),
+      matmul == "bf16" ? "bf16" : "fp32", matmul.c_str(),
+      static_cast<long long>(o.checkpoint_every), static_cast<long long>(batch_size),
       static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
       sorted.back() * 1e3, tokens / step_s, tflops,
       100 * tflops / absl::GetFlag(FLAGS_peak_tflops), absl::GetFlag(FLAGS_peak_tflops),

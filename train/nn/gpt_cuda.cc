@@ -117,10 +117,6 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
                                                          const GptCudaOptions& cuda_options,
                                                          cudaStream_t stream) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> cpu, GptModel::Create(options));
-  if (options.checkpoint_every != 0) {
-    return Unimplemented("activation checkpointing (gpt.checkpoint_every = ",
-                         options.checkpoint_every, ") is not on the GPU yet; set it to 0");
-  }
   if (!options.memory_efficient_attention) {
     return Unimplemented("attention that keeps its probabilities is CPU-only; set "
                          "memory_efficient_attention");
@@ -155,7 +151,11 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       cuda_options_(cuda_options),
       stream_(stream),
       engine_(std::move(engine)),
-      bf16_(cuda_options.matmul == kc::MatMulType::kBFloat16) {
+      bf16_(cuda_options.matmul == kc::MatMulType::kBFloat16),
+      segment_(options_.checkpoint_every == 0
+                   ? options_.layers
+                   : std::min(options_.checkpoint_every, options_.layers)),
+      segments_((options_.layers + segment_ - 1) / segment_) {
   const TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
@@ -185,6 +185,12 @@ float* GptCuda::Grad(float* grads, int tensor) const {
   return grads + cpu_->table().tensor(tensor).offset;
 }
 
+void* GptCuda::Stream(int64_t block) const {
+  if (block == options_.layers) return streams_.back();
+  if (block % segment_ == 0) return streams_[block / segment_];
+  return streams_[segments_ + block % segment_ - 1];
+}
+
 const void* GptCuda::MatMulParam(const float* params, int tensor) const {
   const int64_t offset = cpu_->table().tensor(tensor).offset;
   if (bf16_) return static_cast<const bf16*>(params16_) + offset;
@@ -207,9 +213,11 @@ absl::Status GptCuda::Reserve(int64_t batch) {
   auto take_act = [&](int64_t n) { return take_bytes(n * act); };
   auto take_ints = [&](int64_t n) { return static_cast<int32_t*>(take_bytes(n * 4)); };
   auto place = [&] {
-    streams_.assign(options_.layers + 1, nullptr);
+    // Kept: each segment's input and the last block's output; reused: the streams inside a
+    // segment and the blocks' activations, recomputed segment by segment in backward.
+    streams_.assign(segments_ + segment_, nullptr);
     for (void*& s : streams_) s = take_act(rows * c);
-    slots_.assign(options_.layers, {});
+    slots_.assign(segment_, {});
     for (BlockActivations& a : slots_) {
       a.ln1 = take_act(rows * c);
       a.ln1_mean = take(rows);
@@ -335,42 +343,56 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
 template <typename T>
 absl::Status GptCuda::Forward(const float* params, int64_t batch) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
-  const kc::MatMulType type = cuda_options_.matmul;
-  auto p = [&](int tensor) { return Param(params, tensor); };  // fp32 (LayerNorm, embeddings)
-  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
   auto act = [](void* a) { return static_cast<T*>(a); };
-  RM_RETURN_IF_ERROR(Embed(act(streams_[0]), inputs_, p(wte_), p(wpe_), batch, t, c,
-                           options_.vocab, stream_));
+  RM_RETURN_IF_ERROR(Embed(act(Stream(0)), inputs_, Param(params, wte_), Param(params, wpe_),
+                           batch, t, c, options_.vocab, stream_));
   for (int64_t l = 0; l < options_.layers; ++l) {
-    const int first = blocks_[l];
-    auto w = [&](BlockTensor k) { return p(first + k); };
-    auto mw = [&](BlockTensor k) { return m(first + k); };
-    const BlockActivations& a = slots_[l];
-    const T* x = act(streams_[l]);
-    RM_RETURN_IF_ERROR(LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight),
-                                 w(kLn1Bias), rows, c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv,
-                                              rows, c, 3 * c, stream_));
-    RM_RETURN_IF_ERROR(kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c,
-                                               options_.heads, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.attention, mw(kProjWeight),
-                                              mw(kProjBias), a.residual, rows, c, c, stream_));
-    RM_RETURN_IF_ERROR(Residual(act(a.residual), act(a.residual), x, rows * c, stream_));
-    RM_RETURN_IF_ERROR(LayerNorm(act(a.ln2), a.ln2_mean, a.ln2_rstd, act(a.residual),
-                                 w(kLn2Weight), w(kLn2Bias), rows, c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc,
-                                              rows, c, 4 * c, stream_));
-    RM_RETURN_IF_ERROR(Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_));
-    void* out = streams_[l + 1];
-    RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.gelu, mw(kFcProjWeight),
-                                              mw(kFcProjBias), out, rows, 4 * c, c, stream_));
-    RM_RETURN_IF_ERROR(Residual(act(out), act(out), act(a.residual), rows * c, stream_));
+    RM_RETURN_IF_ERROR(BlockForward<T>(params, batch, l));
+    RM_RETURN_IF_ERROR(BlockOutputForward<T>(params, batch, l));
   }
-  RM_RETURN_IF_ERROR(LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_,
-                               act(streams_[options_.layers]), p(lnf_), p(lnf_ + 1), rows, c,
-                               stream_));
-  return engine_->LinearForward(type, lnf_out_, m(lm_head_), nullptr, logits_, rows, c,
-                                options_.vocab, stream_);
+  RM_RETURN_IF_ERROR(LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_, act(Stream(options_.layers)),
+                               Param(params, lnf_), Param(params, lnf_ + 1), rows, c, stream_));
+  return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
+                                nullptr, logits_, rows, c, options_.vocab, stream_);
+}
+
+template <typename T>
+absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t block) {
+  const int64_t t = options_.context, c = options_.width, rows = batch * t;
+  const kc::MatMulType type = cuda_options_.matmul;
+  const int first = blocks_[block];
+  auto w = [&](BlockTensor k) { return Param(params, first + k); };  // fp32 (LayerNorm)
+  auto mw = [&](BlockTensor k) { return MatMulParam(params, first + k); };
+  auto act = [](void* a) { return static_cast<T*>(a); };
+  const BlockActivations& a = Slot(block);
+  const T* x = act(Stream(block));
+  RM_RETURN_IF_ERROR(LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias),
+                               rows, c, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv,
+                                            rows, c, 3 * c, stream_));
+  RM_RETURN_IF_ERROR(kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c,
+                                             options_.heads, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.attention, mw(kProjWeight), mw(kProjBias),
+                                            a.residual, rows, c, c, stream_));
+  RM_RETURN_IF_ERROR(Residual(act(a.residual), act(a.residual), x, rows * c, stream_));
+  RM_RETURN_IF_ERROR(LayerNorm(act(a.ln2), a.ln2_mean, a.ln2_rstd, act(a.residual),
+                               w(kLn2Weight), w(kLn2Bias), rows, c, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows,
+                                            c, 4 * c, stream_));
+  return Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_);
+}
+
+template <typename T>
+absl::Status GptCuda::BlockOutputForward(const float* params, int64_t batch, int64_t block) {
+  const int64_t rows = batch * options_.context, c = options_.width;
+  const int first = blocks_[block];
+  auto act = [](void* a) { return static_cast<T*>(a); };
+  const BlockActivations& a = Slot(block);
+  void* out = Stream(block + 1);
+  RM_RETURN_IF_ERROR(engine_->LinearForward(
+      cuda_options_.matmul, a.gelu, MatMulParam(params, first + kFcProjWeight),
+      MatMulParam(params, first + kFcProjBias), out, rows, 4 * c, c, stream_));
+  return Residual(act(out), act(out), act(a.residual), rows * c, stream_);
 }
 
 template <typename T>
@@ -393,7 +415,6 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
   T* dlogits = act(dbig_);
   T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
   T* dsmall = act(dsmall_);
-  T* dbig = act(dbig_);
 
   RM_RETURN_IF_ERROR(CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_,
                                   dlogits, stream_));
@@ -404,54 +425,77 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
       engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
   RM_RETURN_IF_ERROR(LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall,
-                                       act(streams_[options_.layers]), p(lnf_), lnf_mean_,
+                                       act(Stream(options_.layers)), p(lnf_), lnf_mean_,
                                        lnf_rstd_, rows, c, layernorm_scratch_, stream_));
   ready(lnf_);
 
-  for (int64_t l = options_.layers - 1; l >= 0; --l) {
-    const int first = blocks_[l];
-    auto w = [&](BlockTensor k) { return p(first + k); };
-    auto mw = [&](BlockTensor k) { return m(first + k); };
-    auto gw = [&](BlockTensor k) { return g(first + k); };
-    const BlockActivations& a = slots_[l];
-    // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-        type, a.gelu, dx, gw(kFcProjWeight), gw(kFcProjBias), rows, 4 * c, c, kAdd,
-        bias_scratch_, stream_));
-    RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_));
-    RM_RETURN_IF_ERROR(GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-        type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias), rows, c, 4 * c, kAdd, bias_scratch_,
-        stream_));
-    RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_));
-    RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall,
-                                         act(a.residual), w(kLn2Weight), a.ln2_mean, a.ln2_rstd,
-                                         rows, c, layernorm_scratch_, stream_));
-    // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-        type, a.attention, dx, gw(kProjWeight), gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
-        stream_));
-    RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_));
-    T* dqkv = dbig;
-    RM_RETURN_IF_ERROR(kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention),
-                                                a.lse, attention_scratch_, batch, t, c,
-                                                options_.heads, stream_));
-    RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-        type, a.ln1, dqkv, gw(kQkvWeight), gw(kQkvBias), rows, c, 3 * c, kAdd, bias_scratch_,
-        stream_));
-    RM_RETURN_IF_ERROR(
-        engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c, stream_));
-    RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall,
-                                         act(streams_[l]), w(kLn1Weight), a.ln1_mean, a.ln1_rstd,
-                                         rows, c, layernorm_scratch_, stream_));
-    ready(first);
+  for (int64_t s = segments_ - 1; s >= 0; --s) {
+    const int64_t begin = s * segment_, end = std::min(begin + segment_, options_.layers);
+    if (s != segments_ - 1) {  // the last segment's activations are still there from forward
+      for (int64_t l = begin; l < end; ++l) {
+        RM_RETURN_IF_ERROR(BlockForward<T>(params, batch, l));
+        if (l + 1 < end) RM_RETURN_IF_ERROR(BlockOutputForward<T>(params, batch, l));
+      }
+    }
+    for (int64_t l = end - 1; l >= begin; --l) {
+      RM_RETURN_IF_ERROR(BlockBackward<T>(params, grads, batch, l));
+      ready(blocks_[l]);
+    }
   }
   RM_RETURN_IF_ERROR(EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c,
                                    vocab, stream_));
   ready(wte_);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t batch,
+                                    int64_t l) {
+  const int64_t t = options_.context, c = options_.width, rows = batch * t;
+  const kc::MatMulType type = cuda_options_.matmul;
+  constexpr OutputMode kAdd = OutputMode::kAccumulate;  // grads are zeroed or accumulated
+  auto act = [](void* a) { return static_cast<T*>(a); };
+  T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
+  T* dsmall = act(dsmall_);
+  T* dbig = act(dbig_);
+  const int first = blocks_[l];
+  auto w = [&](BlockTensor k) { return Param(params, first + k); };
+  auto mw = [&](BlockTensor k) { return MatMulParam(params, first + k); };
+  auto gw = [&](BlockTensor k) { return Grad(grads, first + k); };
+  const BlockActivations& a = Slot(l);
+  // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+      type, a.gelu, dx, gw(kFcProjWeight), gw(kFcProjBias), rows, 4 * c, c, kAdd,
+      bias_scratch_, stream_));
+  RM_RETURN_IF_ERROR(
+      engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_));
+  RM_RETURN_IF_ERROR(GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+      type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias), rows, c, 4 * c, kAdd, bias_scratch_,
+      stream_));
+  RM_RETURN_IF_ERROR(
+      engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_));
+  RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall,
+                                       act(a.residual), w(kLn2Weight), a.ln2_mean, a.ln2_rstd,
+                                       rows, c, layernorm_scratch_, stream_));
+  // Attention: residual = x + proj(attention(qkv(ln1(x)))).
+  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+      type, a.attention, dx, gw(kProjWeight), gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
+      stream_));
+  RM_RETURN_IF_ERROR(
+      engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_));
+  T* dqkv = dbig;
+  RM_RETURN_IF_ERROR(kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention),
+                                              a.lse, attention_scratch_, batch, t, c,
+                                              options_.heads, stream_));
+  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
+      type, a.ln1, dqkv, gw(kQkvWeight), gw(kQkvBias), rows, c, 3 * c, kAdd, bias_scratch_,
+      stream_));
+  RM_RETURN_IF_ERROR(
+      engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c, stream_));
+  RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall,
+                                       act(Stream(l)), w(kLn1Weight), a.ln1_mean, a.ln1_rstd,
+                                       rows, c, layernorm_scratch_, stream_));
   return absl::OkStatus();
 }
 

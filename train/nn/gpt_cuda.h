@@ -16,9 +16,12 @@
 //     fp32. Activations and their gradients are bf16 (fp32 LayerNorm statistics, attention
 //     log-sum-exps and losses); parameter gradients are fp32, the weights' straight from
 //     cuBLASLt's fp32 accumulators. ForwardBackward then takes Precision::kBFloat16.
-// Not yet here: fp16 activations, activation checkpointing (options.checkpoint_every must
-// be 0) and attention that keeps its probabilities (memory_efficient_attention must be
-// true): UNIMPLEMENTED. bf16 needs a head size the bf16 attention takes (64 or 128).
+// Activation checkpointing as GptModel's (options.checkpoint_every = k): only every k-th
+// block's input is kept, and backward recomputes each segment's activations before its
+// blocks' gradients (one extra forward of all but the last segment).
+// Not yet here: fp16 activations and attention that keeps its probabilities
+// (memory_efficient_attention must be true): UNIMPLEMENTED. bf16 needs a head size the
+// bf16 attention takes (64 or 128).
 //
 // Not thread-safe; all work goes to the stream given at Create, and ForwardBackward waits
 // for it once (to return the loss).
@@ -94,11 +97,25 @@ class GptCuda {
   float* Grad(float* grads, int tensor) const;
   // What the matrix products read for `tensor`: the fp32 parameter, or its bf16 copy.
   const void* MatMulParam(const float* params, int tensor) const;
+  // The residual stream at `block`'s input (block == layers: the last block's output). With
+  // checkpointing only each segment's input is kept; the streams inside a segment share
+  // segment_ - 1 buffers, as in GptModel.
+  void* Stream(int64_t block) const;
+  const BlockActivations& Slot(int64_t block) const { return slots_[block % segment_]; }
   template <typename T>
   absl::Status Forward(const float* params, int64_t batch);
+  // A block up to its GELU (into its slot), and its output projection and residual (into
+  // Stream(block + 1)): backward recomputes the first for every block of a segment and the
+  // second for all but the segment's last.
+  template <typename T>
+  absl::Status BlockForward(const float* params, int64_t batch, int64_t block);
+  template <typename T>
+  absl::Status BlockOutputForward(const float* params, int64_t batch, int64_t block);
   template <typename T>
   absl::Status LossAndBackward(const float* params, float* grads, int64_t batch, float scale,
                                const std::function<void(int64_t)>& on_grads_ready);
+  template <typename T>
+  absl::Status BlockBackward(const float* params, float* grads, int64_t batch, int64_t block);
 
   std::unique_ptr<GptModel> cpu_;
   const GptOptions options_;
@@ -106,6 +123,8 @@ class GptCuda {
   cudaStream_t stream_;
   std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
   const bool bf16_;
+  const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
+  const int64_t segments_;  // ceil(layers / segment_)
   void* params16_ = nullptr;  // bf16 copy of the parameters (bf16 only)
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
