@@ -87,7 +87,9 @@ TEST(Env, DirectWritesMixWithUnalignedOnes) {
     ASSERT_TRUE((*again)->Close().ok());
     EXPECT_EQ(*ReadFileToString(env, path), std::string(all.substr(4096, 4096)));
   }
-  if (dirs.size() > 1) EXPECT_TRUE(DeleteRecursively(env, dirs[1]).ok());
+  if (dirs.size() > 1) {
+    EXPECT_TRUE(DeleteRecursively(env, dirs[1]).ok());
+  }
 }
 
 TEST(Env, ErrorsCarryTheCodeAndThePath) {

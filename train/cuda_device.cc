@@ -39,9 +39,10 @@ class CudaDevice final : public TrainingDevice {
                                                             const CudaDeviceOptions& options) {
     auto d = absl::WrapUnique(new CudaDevice);
     d->gpu_ = options.gpu;
-    d->type_ = options.bf16   ? kc::MatMulType::kBFloat16
-               : options.tf32 ? kc::MatMulType::kTensorFloat32
-                              : kc::MatMulType::kFloat32;
+    d->type_ = options.precision == Precision::kBFloat16  ? kc::MatMulType::kBFloat16
+               : options.precision == Precision::kFloat16 ? kc::MatMulType::kFloat16
+               : options.tf32                             ? kc::MatMulType::kTensorFloat32
+                                                          : kc::MatMulType::kFloat32;
     RM_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.gpu));
     // Blocking streams (the default flags): the TCP backend's staging copies run on the
     // legacy default stream, which then orders itself with them.
@@ -65,8 +66,9 @@ class CudaDevice final : public TrainingDevice {
     return absl::StrFormat(
         "cuda:%d (%s%s), %s", gpu_, named ? prop.name : "unnamed",
         sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0) : std::string(),
-        type_ == kc::MatMulType::kBFloat16 ? "bf16 activations and products"
-                                           : absl::StrCat(kc::MatMulTypeName(type_), " products"));
+        kc::ElementBytes(type_) == 2
+            ? absl::StrCat(kc::MatMulTypeName(type_), " activations and products")
+            : absl::StrCat(kc::MatMulTypeName(type_), " products"));
   }
   VectorOps* ops() override { return ops_.get(); }
   VectorOps* comm_ops() override { return comm_ops_.get(); }

@@ -5,7 +5,7 @@
 // fingerprints, evaluation and the state kept between an elastic job's epochs.
 //
 // Only the GPT has a CUDA path (train/nn/gpt_cuda.h): fp32 activations (fp32 or TF32
-// products) or bf16 activations.
+// products), or bf16 or fp16 activations.
 //
 //   auto device = CreateCudaDevice(model, padded_elements, {.gpu = 0});
 //   sync options: ops = device->ops(), comm_ops = device->comm_ops()
@@ -57,9 +57,10 @@ struct CudaDeviceOptions {
   int gpu = 0;
   // fp32 storage with TF32 tensor-core products (10-bit mantissas) instead of full fp32.
   bool tf32 = false;
-  // bf16 activations and products (fp32 master parameters, gradients and optimizer state);
-  // ForwardBackward then takes Precision::kBFloat16. Overrides tf32.
-  bool bf16 = false;
+  // The activations' precision: kFloat32, or kBFloat16 / kFloat16 (16-bit activations and
+  // products; fp32 master parameters, gradients and optimizer state). ForwardBackward takes
+  // this precision. A 16-bit precision overrides tf32.
+  Precision precision = Precision::kFloat32;
 };
 
 // The GPUs this process sees; 0 in a build without CUDA or on error (never fails).

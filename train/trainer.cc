@@ -265,20 +265,13 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const JobSpec& spec
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
     return nullptr;
   }
-  absl::Status why;
-  if (PrecisionOf(spec) == Precision::kFloat16) {
-    why = absl::UnimplementedError(
-        "precision.compute fp16 has no CUDA path yet (fp32, fp32 with precision.tf32, or bf16)");
-  } else {
-    CudaDeviceOptions o;
-    o.gpu = CudaOrdinalForSlot(gpu);
-    o.tf32 = spec.precision().tf32();
-    o.bf16 = PrecisionOf(spec) == Precision::kBFloat16;
-    absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
-        CreateCudaDevice(model, padded, o);
-    if (device.ok()) return device;
-    why = device.status();
-  }
+  CudaDeviceOptions o;
+  o.gpu = CudaOrdinalForSlot(gpu);
+  o.tf32 = spec.precision().tf32();
+  o.precision = PrecisionOf(spec);
+  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = CreateCudaDevice(model, padded, o);
+  if (device.ok()) return device;
+  const absl::Status& why = device.status();
   if (required) {
     return absl::Status(why.code(), absl::StrCat("device: cuda: ", why.message()));
   }

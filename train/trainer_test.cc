@@ -367,6 +367,48 @@ TEST(TrainerOnGpu, Bf16ApproximatesFp32) {
   ExpectCloseParameters(bf16x2, cpu, 1e-3, 1e-2, "gpu bf16, 2 ranks sharing it");
 }
 
+// fp16 on the GPU with the loss scaler (issue 7: "loss scaling under fp16 with an injected
+// overflow"). The overflow is injected through the scale: at 2^24 the logits' gradient,
+// (softmax - onehot) x scale / 96 tokens, reaches about 1.7e5 > 65504, fp16's largest, so it
+// becomes inf, the fp32 gradients non-finite, and the step is skipped.
+//   - A safe scale (1024: nothing overflows) trains as fp32 does, within the bf16 bounds
+//     (fp16 keeps more mantissa than bf16), and skips nothing.
+//   - Fixed at 2^24: every step overflows and is skipped.
+//   - Dynamic from 2^24: steps are skipped while the scale halves (at least the first two:
+//     at 2^23 the gradient is still 8.7e4), then training goes on with a finite loss.
+TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
+  if (!CudaDeviceAvailable()) {
+    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
+                    "tests need one";
+  }
+  auto with = [](std::vector<std::string> more) {
+    more.insert(more.end(), {"model.gpt.width=64", "model.gpt.heads=1", "steps=8"});
+    return more;
+  };
+  const RunResult cpu = Train(1, with({"device=cpu"}), kGpuSpec);
+  const RunResult safe = Train(
+      1, with({"device=cuda", "precision.compute=fp16", "precision.loss_scale.initial=1024"}),
+      kGpuSpec);
+  EXPECT_EQ(safe.skipped_steps, 0);
+  ExpectCloseParameters(safe, cpu, 1e-3, 1e-2, "gpu fp16 vs cpu fp32");
+
+  const RunResult fixed =
+      Train(1,
+            with({"device=cuda", "precision.compute=fp16", "precision.loss_scale.mode=fixed",
+                  "precision.loss_scale.initial=16777216"}),
+            kGpuSpec);
+  EXPECT_EQ(fixed.steps, 8);
+  EXPECT_EQ(fixed.skipped_steps, 8) << "every step overflows at a fixed scale of 2^24";
+
+  const RunResult dynamic = Train(
+      1, with({"device=cuda", "precision.compute=fp16", "precision.loss_scale.initial=16777216"}),
+      kGpuSpec);
+  EXPECT_EQ(dynamic.steps, 8);
+  EXPECT_GE(dynamic.skipped_steps, 2);
+  EXPECT_LT(dynamic.skipped_steps, 8);
+  EXPECT_TRUE(std::isfinite(dynamic.final_loss));
+}
+
 TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
   if (CudaDeviceAvailable()) GTEST_SKIP() << "a GPU is here: MatchesTheCpu runs instead";
   auto data = SyntheticText();

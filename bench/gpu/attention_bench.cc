@@ -1,14 +1,16 @@
 // Times the CUDA causal attention kernels (kernels/cuda/attention.h) at GPT-2 small shapes:
-// bf16 (the training path) and fp32 (the baseline), forward and backward, with CUDA events
-// on one stream: warm-up, then the median of many single-call timings. Prints TFLOP/s of
-// causal attention, counting forward as 2 products of B * NH * T^2 * hs / 2 multiply-adds
-// (4 * B * NH * T^2 * hs / 2 FLOPs) and backward as 2.5x forward (FlashAttention's
-// convention; our deterministic backward does 7 products instead of 5, so its own work is
-// 1.4x that). bench/gpu/attention_torch.py prints the same lines for PyTorch's
-// scaled_dot_product_attention, to run in the same call and compare.
+// bf16 and fp16 (the training paths: one set of kernels, so expect the same times) and fp32
+// (the baseline), forward and backward, with CUDA events on one stream: warm-up, then the
+// median of many single-call timings. Prints TFLOP/s of causal attention, counting forward as
+// 2 products of B * NH * T^2 * hs / 2 multiply-adds (4 * B * NH * T^2 * hs / 2 FLOPs) and
+// backward as 2.5x forward (FlashAttention's convention; our deterministic backward does 7
+// products instead of 5, so its own work is 1.4x that). bench/gpu/attention_torch.py prints
+// the same lines for PyTorch's scaled_dot_product_attention, to run in the same call and
+// compare.
 //
 // Usage: attention_bench [iterations]   (default 50)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -132,9 +134,12 @@ int Main(int argc, char** argv) {
   std::printf("device: %s, %d iterations, median\n", prop.name, iters);
   cudaStream_t stream;
   BENCH_CHECK_CUDA(cudaStreamCreate(&stream));
-  // GPT-2 small: T = 1024, 12 heads of 64; then hs = 128 (6 heads, same C); fp32 baseline.
+  // GPT-2 small: T = 1024, 12 heads of 64; then hs = 128 (6 heads, same C); fp16 at both;
+  // fp32 baseline.
   for (int64_t batch : {8, 16}) Bench<__nv_bfloat16>("bf16", batch, 1024, 12, 64, iters, stream);
   Bench<__nv_bfloat16>("bf16", 8, 1024, 6, 128, iters, stream);
+  Bench<__half>("fp16", 8, 1024, 12, 64, iters, stream);
+  Bench<__half>("fp16", 8, 1024, 6, 128, iters, stream);
   Bench<float>("fp32", 8, 1024, 12, 64, std::min(iters, 10), stream);
   BENCH_CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;

@@ -75,6 +75,8 @@ def main():
     for batch in (8, 16):
         bench("bf16", torch.bfloat16, batch, 1024, 12, 64, iters)
     bench("bf16", torch.bfloat16, 8, 1024, 6, 128, iters)
+    bench("fp16", torch.float16, 8, 1024, 12, 64, iters)
+    bench("fp16", torch.float16, 8, 1024, 6, 128, iters)
     bench("fp32", torch.float32, 8, 1024, 12, 64, min(iters, 10))
 
 

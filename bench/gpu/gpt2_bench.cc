@@ -9,6 +9,12 @@
 //   gpt2_bench --batch=8 --matmul=bf16 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions bf16
 //   gpt2_bench --batch=8 --matmul=bf16 --checkpoint_every=1   # seed exercise 35.11
+//   gpt2_bench --batch=8 --matmul=fp16 --loss_scale_mode=fixed --loss_scale=1024   # 35.17
+//   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp16
+//
+// fp16 scales the loss and unscales the gradients with the trainer's LossScaler (on the GPU,
+// through CudaVectorOps; a step whose gradients overflow is skipped, and in dynamic mode the
+// scale halves), and reports how many steps overflowed (seed exercises 35.17, 35.18).
 //
 // Memory (seed exercise 35.15): the device memory each part takes, measured as the drop in
 // cudaMemGetInfo's free bytes around its allocation (so the CUDA context is not counted and
@@ -32,6 +38,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,10 +46,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
 #include "train/memory_estimate.h"
 #include "train/nn/gpt_cuda.h"
+#include "train/optim/cuda_vector_ops.h"
+#include "train/optim/loss_scaler.h"
+#include "train/optim/range.h"
 #include "train/tensor.h"
 
 ABSL_FLAG(int64_t, batch, 8, "samples per step");
@@ -52,8 +64,11 @@ ABSL_FLAG(int64_t, heads, 12, "attention heads");
 ABSL_FLAG(int64_t, width, 768, "channels");
 ABSL_FLAG(int64_t, vocab, 50257, "vocabulary");
 ABSL_FLAG(std::string, matmul, "tf32",
-          "fp32 or tf32 (fp32 activations), or bf16 (bf16 activations and products, fp32 "
-          "master parameters and gradients)");
+          "fp32 or tf32 (fp32 activations), or bf16 or fp16 (16-bit activations and products, "
+          "fp32 master parameters and gradients; fp16 with loss scaling)");
+ABSL_FLAG(std::string, loss_scale_mode, "dynamic", "fp16: dynamic or fixed loss scaling");
+ABSL_FLAG(double, loss_scale, 65536, "fp16: the initial (or fixed) loss scale");
+ABSL_FLAG(int64_t, growth_interval, 2000, "fp16, dynamic: good steps before the scale doubles");
 ABSL_FLAG(int64_t, checkpoint_every, 0,
           "activation checkpointing: keep every k-th block's input and recompute the rest in "
           "backward (0: off)");
@@ -105,13 +120,20 @@ int Main() {
   o.vocab = absl::GetFlag(FLAGS_vocab);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   const std::string matmul = absl::GetFlag(FLAGS_matmul);
-  if (matmul != "fp32" && matmul != "tf32" && matmul != "bf16") {
-    std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32, tf32 or bf16\n",
+  if (matmul != "fp32" && matmul != "tf32" && matmul != "bf16" && matmul != "fp16") {
+    std::fprintf(stderr, "gpt2_bench: --matmul is %s; want fp32, tf32, bf16 or fp16\n",
                  matmul.c_str());
+    return 2;
+  }
+  const std::string mode = absl::GetFlag(FLAGS_loss_scale_mode);
+  if (mode != "dynamic" && mode != "fixed") {
+    std::fprintf(stderr, "gpt2_bench: --loss_scale_mode is %s; want dynamic or fixed\n",
+                 mode.c_str());
     return 2;
   }
   GptCudaOptions co;
   co.matmul = matmul == "bf16"   ? kc::MatMulType::kBFloat16
+              : matmul == "fp16" ? kc::MatMulType::kFloat16
               : matmul == "tf32" ? kc::MatMulType::kTensorFloat32
                                  : kc::MatMulType::kFloat32;
   cudaStream_t stream;
@@ -153,16 +175,36 @@ int Main() {
     for (int32_t& t : b.tokens) t = id(gen);
   }
 
+  // fp16: the trainer's loss scaler, on the GPU.
+  std::optional<LossScaler> scaler;
+  absl::StatusOr<std::unique_ptr<CudaVectorOps>> ops = CudaVectorOps::Create(stream);
+  CheckOk(ops.status(), "CudaVectorOps::Create");
+  if (matmul == "fp16") {
+    LossScalerOptions lso;
+    lso.mode = mode == "fixed" ? LossScalerOptions::Mode::kFixed : LossScalerOptions::Mode::kDynamic;
+    lso.initial_scale = absl::GetFlag(FLAGS_loss_scale);
+    lso.growth_interval = absl::GetFlag(FLAGS_growth_interval);
+    absl::StatusOr<LossScaler> s = LossScaler::Create(lso);
+    CheckOk(s.status(), "--loss_scale*");
+    scaler.emplace(*std::move(s));
+  }
   ForwardBackwardOptions fb;
   fb.loss_divisor = static_cast<double>(batch_size * o.context);
   fb.precision = (*gpt)->precision();
   int64_t adam_step = 0;
   double last_loss = 0;
   auto step = [&](int i) {
+    if (scaler) fb.loss_scale = scaler->scale();
     absl::StatusOr<StepStats> stats =
         (*gpt)->ForwardBackward(batches[i % batches.size()], params, grads, fb);
     CheckOk(stats.status(), "ForwardBackward");
     last_loss = stats->loss_sum / stats->loss_terms;
+    if (scaler) {
+      absl::StatusOr<StepVerdict> verdict =
+          scaler->UnscaleAndUpdate(absl::MakeSpan(grads, n), SumOnOneRank, ops->get());
+      CheckOk(verdict.status(), "UnscaleAndUpdate");
+      if (*verdict == StepVerdict::kSkip) return;
+    }
     // Clip at global norm 1.0 (one read-back of the norm, as PyTorch's clip_grad_norm_).
     CheckOk(kc::SumOfSquares(grads, n, norm_scratch, norm, stream), "SumOfSquares");
     double sum = 0;
@@ -209,21 +251,26 @@ int Main() {
   std::printf(
       "ringmaster %-7s %-5s checkpoint_every %lld, batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
       "%.0f tokens/s, %.1f TFLOP/s, MFU %.1f %% of %.1f; %lld parameters (%lld counted); "
-      "activations %.2f GiB + parameters, gradients and moments %.2f GiB + bf16 parameter "
-      "copy %.2f GiB; warm-up %.1f s; loss %.4f\n",
-      matmul == "bf16" ? "bf16" : "fp32", matmul.c_str(),
+      "activations %.2f GiB + parameters, gradients and moments %.2f GiB + 16-bit parameter "
+      "copy %.2f GiB; warm-up %.1f s; loss %.4f%s\n",
+      matmul == "bf16" || matmul == "fp16" ? matmul.c_str() : "fp32", matmul.c_str(),
       static_cast<long long>(o.checkpoint_every), static_cast<long long>(batch_size),
       static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
       sorted.back() * 1e3, tokens / step_s, tflops,
       100 * tflops / absl::GetFlag(FLAGS_peak_tflops), absl::GetFlag(FLAGS_peak_tflops),
       static_cast<long long>(table.parameter_count()), static_cast<long long>(n_flop),
       (*gpt)->activation_bytes() / double(1 << 30), 4.0 * n * 4 / double(1 << 30),
-      (*gpt)->parameter_copy_bytes() / double(1 << 30), warmup_s,
-      last_loss);
+      (*gpt)->parameter_copy_bytes() / double(1 << 30), warmup_s, last_loss,
+      scaler ? absl::StrFormat("; %s loss scale: %d of %d steps overflowed and were skipped, "
+                               "scale now %g",
+                               mode, scaler->state().skipped_steps, scaler->state().steps,
+                               scaler->scale())
+                   .c_str()
+             : "");
 
   // The memory breakdown against the formulas.
   const int64_t used_end = UsedBytes();
-  const bool half = matmul == "bf16";
+  const bool half = matmul == "bf16" || matmul == "fp16";
   MemoryEstimateOptions mo;
   mo.parameters = static_cast<double>(table.parameter_count());
   mo.mixed_precision = half;
@@ -235,7 +282,7 @@ int Main() {
   const double activations_formula =
       o.layers * 34.0 * sbh * (act_bytes / 2) + 2.0 * tokens * o.vocab * act_bytes;
   std::printf(
-      "ringmaster %-7s memory: parameters %.3f GiB (fp32, %.1f B/param) + bf16 copy and "
+      "ringmaster %-7s memory: parameters %.3f GiB (fp32, %.1f B/param) + 16-bit copy and "
       "cuBLASLt workspace %.3f GiB, gradients %.3f GiB (fp32), AdamW moments %.3f GiB; model "
       "states %.3f GiB = %.1f B/param against the formula's %.3f GiB = %.0f B/param "
       "(parameters %.0f + gradients %.0f + optimizer %.0f B/param%s); activations %.3f GiB "
@@ -248,7 +295,7 @@ int Main() {
       (used_moments - used_context) / psi, GiB(formula->total_bytes()),
       formula->bytes_per_parameter_unsharded, formula->parameter_bytes / psi,
       formula->gradient_bytes / psi, formula->optimizer_bytes / psi,
-      half ? "; ours keeps fp32 gradients (+2) and a bf16 parameter copy beside the fp32 "
+      half ? "; ours keeps fp32 gradients (+2) and a 16-bit parameter copy beside the fp32 "
              "master (the formula's optimizer term)"
            : "",
       GiB(used_end - used_before_steps), GiB((*gpt)->activation_bytes()),

@@ -1,13 +1,15 @@
 // Argument checks of kernels/cuda/attention.h; the kernels are in attention_f32.cu and
-// attention_bf16.cu.
+// attention_bf16.cu (bf16 and fp16, one template).
 #include "kernels/cuda/attention.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,14 +26,25 @@ using internal::AttnShape;
 constexpr int64_t kMaxGridY = 65535;
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
-enum class Precision { kF32, kBf16 };
+// kBf16 and kF16 share the tensor-core kernels and so every limit; kF32 has its own.
+enum class Precision { kF32, kBf16, kF16 };
 
-const char* PrecisionName(Precision p) { return p == Precision::kF32 ? "fp32" : "bf16"; }
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kF32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kF16:
+      return "fp16";
+  }
+  return "?";
+}
 
 bool SupportsHeadSize(Precision p, int64_t hs) {
   if (p == Precision::kF32) return hs >= 1 && hs <= internal::kF32MaxHeadSize;
-  return std::find(std::begin(internal::kBf16HeadSizes), std::end(internal::kBf16HeadSizes),
-                   hs) != std::end(internal::kBf16HeadSizes);
+  const auto& sizes = internal::kTensorCoreHeadSizes;
+  return std::find(std::begin(sizes), std::end(sizes), hs) != std::end(sizes);
 }
 
 absl::Status Invalid(const char* fn, const auto&... parts) {
@@ -54,7 +67,7 @@ absl::StatusOr<AttnShape> CheckShape(const char* fn, Precision p, int64_t batch,
                    p == Precision::kF32 ? "1..128" : "64 or 128", ")");
   }
   const int64_t rows_per_block =
-      p == Precision::kF32 ? internal::kF32RowsPerBlock : internal::kBf16RowsPerBlock;
+      p == Precision::kF32 ? internal::kF32RowsPerBlock : internal::kTensorCoreRowsPerBlock;
   const int64_t row_blocks = (seq_len + rows_per_block - 1) / rows_per_block;
   const int64_t row_dot_blocks = (seq_len + 7) / 8;
   if (std::max(row_blocks, row_dot_blocks) > kMaxGridY) {
@@ -70,8 +83,8 @@ absl::StatusOr<AttnShape> CheckShape(const char* fn, Precision p, int64_t batch,
 
 absl::Status CheckPointer(const char* fn, const char* name, const void* ptr, Precision p) {
   if (ptr == nullptr) return Invalid(fn, name, " is null");
-  if (p == Precision::kBf16 && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
-    return Invalid(fn, name, " must be 16-byte aligned for the bf16 kernels");
+  if (p != Precision::kF32 && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+    return Invalid(fn, name, " must be 16-byte aligned for the ", PrecisionName(p), " kernels");
   }
   return absl::OkStatus();
 }
@@ -82,7 +95,14 @@ absl::Status LaunchStatus(const char* fn, cudaError_t err) {
 
 template <typename T>
 constexpr Precision PrecisionOf() {
-  return sizeof(T) == sizeof(float) ? Precision::kF32 : Precision::kBf16;
+  if constexpr (std::is_same_v<T, float>) {
+    return Precision::kF32;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return Precision::kBf16;
+  } else {
+    static_assert(std::is_same_v<T, __half>, "attention (CUDA): float, bf16 or fp16 only");
+    return Precision::kF16;
+  }
 }
 
 template <typename T>
@@ -97,8 +117,10 @@ absl::Status Forward(T* out, float* lse, const T* qkv, int64_t batch, int64_t se
   RM_RETURN_IF_ERROR(CheckPointer(fn, "qkv", qkv, p));
   if constexpr (p == Precision::kF32) {
     return LaunchStatus(fn, internal::LaunchForwardF32(out, lse, qkv, *shape, stream));
-  } else {
+  } else if constexpr (p == Precision::kBf16) {
     return LaunchStatus(fn, internal::LaunchForwardBf16(out, lse, qkv, *shape, stream));
+  } else {
+    return LaunchStatus(fn, internal::LaunchForwardF16(out, lse, qkv, *shape, stream));
   }
 }
 
@@ -119,9 +141,12 @@ absl::Status Backward(T* dqkv, const T* dout, const T* qkv, const T* out, const 
   if constexpr (p == Precision::kF32) {
     return LaunchStatus(fn, internal::LaunchBackwardF32(dqkv, dout, qkv, out, lse, scratch,
                                                         *shape, stream));
-  } else {
+  } else if constexpr (p == Precision::kBf16) {
     return LaunchStatus(fn, internal::LaunchBackwardBf16(dqkv, dout, qkv, out, lse, scratch,
                                                          *shape, stream));
+  } else {
+    return LaunchStatus(fn, internal::LaunchBackwardF16(dqkv, dout, qkv, out, lse, scratch,
+                                                        *shape, stream));
   }
 }
 
@@ -139,6 +164,10 @@ bool AttentionCudaSupportsHeadSizeBf16(int64_t head_size) {
   return SupportsHeadSize(Precision::kBf16, head_size);
 }
 
+bool AttentionCudaSupportsHeadSizeF16(int64_t head_size) {
+  return SupportsHeadSize(Precision::kF16, head_size);
+}
+
 absl::Status AttentionForwardLse(float* out, float* lse, const float* qkv, int64_t batch,
                                  int64_t seq_len, int64_t channels, int64_t heads,
                                  cudaStream_t stream) {
@@ -147,6 +176,12 @@ absl::Status AttentionForwardLse(float* out, float* lse, const float* qkv, int64
 
 absl::Status AttentionForwardLse(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv,
                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t heads,
+                                 cudaStream_t stream) {
+  return Forward(out, lse, qkv, batch, seq_len, channels, heads, stream);
+}
+
+absl::Status AttentionForwardLse(__half* out, float* lse, const __half* qkv, int64_t batch,
+                                 int64_t seq_len, int64_t channels, int64_t heads,
                                  cudaStream_t stream) {
   return Forward(out, lse, qkv, batch, seq_len, channels, heads, stream);
 }
@@ -162,6 +197,13 @@ absl::Status AttentionBackwardLse(__nv_bfloat16* dqkv, const __nv_bfloat16* dout
                                   const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                   const float* lse, float* scratch, int64_t batch,
                                   int64_t seq_len, int64_t channels, int64_t heads,
+                                  cudaStream_t stream) {
+  return Backward(dqkv, dout, qkv, out, lse, scratch, batch, seq_len, channels, heads, stream);
+}
+
+absl::Status AttentionBackwardLse(__half* dqkv, const __half* dout, const __half* qkv,
+                                  const __half* out, const float* lse, float* scratch,
+                                  int64_t batch, int64_t seq_len, int64_t channels, int64_t heads,
                                   cudaStream_t stream) {
   return Backward(dqkv, dout, qkv, out, lse, scratch, batch, seq_len, channels, heads, stream);
 }

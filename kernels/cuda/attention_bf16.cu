@@ -1,12 +1,16 @@
-// bf16 causal attention on tensor cores (kernels/cuda/attention.h), FlashAttention-2 style:
-// bf16 operands, fp32 accumulation (mma.sync.m16n8k16, sm_80+), fp32 softmax statistics.
+// 16-bit causal attention on tensor cores (kernels/cuda/attention.h), FlashAttention-2 style:
+// bf16 or fp16 operands, fp32 accumulation (mma.sync.m16n8k16, sm_80+), fp32 softmax
+// statistics. One implementation, templated on the element type Elt (__nv_bfloat16 or
+// __half); EltOps<Elt> holds all that differs between the two: the mma instruction's operand
+// type and the rounding of fp32 pairs to Elt. ldmatrix and cp.async move 16-bit elements
+// whatever they encode. (T below is the sequence length.)
 //
 // Blocks of 4 warps own 64 rows (queries in forward and dQ, keys in dK/dV), 16 per warp,
 // and stream the other side through shared memory in 64-row tiles (32 for hs = 128 in
 // dK/dV, to stay within registers), double-buffered with cp.async. A warp's 16 x 64 score
 // tile stays in registers: the accumulator layout of S (thread holds rows g, g + 8 and
 // columns 2t, 2t + 1 of each 8-wide tile, g = lane / 4, t = lane % 4) is exactly the layout
-// of the A operand of the next product, so P (or dS) is packed to bf16 in registers and fed
+// of the A operand of the next product, so P (or dS) is packed to Elt in registers and fed
 // straight back. B operands that are row-major in shared memory ([key][dim] for P.V, dS.K,
 // P^T.dO, dS^T.Q) are read transposed with ldmatrix.trans; the others with 32-bit loads.
 //
@@ -22,6 +26,7 @@
 // Rows past T are zero-filled in shared memory and never written; the diagonal tile masks
 // j > i by setting p to exactly 0.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
@@ -32,32 +37,64 @@
 namespace ringmaster::kernels::cuda::internal {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kRows = kBf16RowsPerBlock;  // rows a block owns
+constexpr int kRows = kTensorCoreRowsPerBlock;  // rows a block owns
 static_assert(kRows == kWarps * 16);
 constexpr int kKeyTile = 64;  // keys per tile in forward and dQ (== kRows: tile kt is diagonal
                               // for query tile kt)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// ---- PTX wrappers ----
+// ---- Element types ----
 
-// d += a * b: a is 16x16 row-major (4 regs), b is 16x8 column-major (2 regs), d 16x8 fp32.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// What the kernels need of a 16-bit element type Elt: Mma(d, a, b0, b1) does d += a * b on
+// tensor cores (a is 16x16 row-major in 4 registers, b is 16x8 column-major in 2, d is 16x8
+// fp32; every operand register holds a pair of Elt), and Pack(lo, hi) rounds two floats to
+// the nearest Elt (ties to even) and packs them as one register, lo in the low half.
+template <typename Elt>
+struct EltOps;
+
+template <>
+struct EltOps<__nv_bfloat16> {
+  static __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+
+  static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+template <>
+struct EltOps<__half> {
+  static __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+
+  static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+// ---- PTX wrappers (any 16-bit T) ----
 
 // Four 8x8 b16 matrices, transposed: lanes 8m .. 8m + 7 give the row addresses of matrix m;
 // r[m] holds (M[2t][g], M[2t + 1][g]).
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const bf16* row) {
+template <typename Elt>
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const Elt* row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -65,7 +102,8 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const bf16* ro
 }
 
 // 16 bytes global -> shared, asynchronously; zero-fills when !valid (src is not read).
-__device__ __forceinline__ void CpAsync16(bf16* dst, const bf16* src, bool valid) {
+template <typename Elt>
+__device__ __forceinline__ void CpAsync16(Elt* dst, const Elt* src, bool valid) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
@@ -79,13 +117,9 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ uint32_t Load32(const bf16* p) {
+template <typename Elt>
+__device__ __forceinline__ uint32_t Load32(const Elt* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // ---- Tiles and fragments ----
@@ -97,9 +131,8 @@ constexpr int kLd = HS + 8;
 
 // Issues cp.async for rows [row0, row0 + ROWS) of a [T, HS] slice (global row stride ld)
 // into dst (stride kLd<HS>); rows at or past T are zero-filled. All threads call.
-template <int ROWS, int HS>
-__device__ __forceinline__ void LoadTile(bf16* dst, const bf16* src, int row0, int seq_len,
-                                         int ld) {
+template <int ROWS, int HS, typename Elt>
+__device__ __forceinline__ void LoadTile(Elt* dst, const Elt* src, int row0, int seq_len, int ld) {
   constexpr int kChunks = HS / 8;  // 16-byte chunks per row
   for (int e = threadIdx.x; e < ROWS * kChunks; e += kThreads) {
     const int r = e / kChunks;
@@ -112,12 +145,11 @@ __device__ __forceinline__ void LoadTile(bf16* dst, const bf16* src, int row0, i
 }
 
 // A fragment (16x16, row-major) of rows r0 .. r0 + 15, columns c0 .. c0 + 15 of a tile.
-template <int HS>
-__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* tile, int r0, int c0,
-                                      int lane) {
+template <int HS, typename Elt>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const Elt* tile, int r0, int c0, int lane) {
   const int g = lane >> 2;
   const int t = lane & 3;
-  const bf16* p = tile + (r0 + g) * kLd<HS> + c0 + 2 * t;
+  const Elt* p = tile + (r0 + g) * kLd<HS> + c0 + 2 * t;
   a[0] = Load32(p);
   a[1] = Load32(p + 8 * kLd<HS>);
   a[2] = Load32(p + 8);
@@ -127,9 +159,9 @@ __device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* tile, int r0
 // acc[n] += A(16 x HS) . tile rows n*8 .. n*8 + 7 (as the 8 columns of B = tile^T), for the
 // N / 8 row groups of a tile: S = Q K^T with the tile = K, dP = dO V^T with the tile = V, and
 // the transposed products of the dK/dV pass. A is read per 16-column slice by `a_at`.
-template <int HS, int N, typename AFrag>
-__device__ __forceinline__ void MulTransposed(float (&acc)[N / 8][4], AFrag a_at,
-                                              const bf16* tile, int lane) {
+template <int HS, int N, typename AFrag, typename Elt>
+__device__ __forceinline__ void MulTransposed(float (&acc)[N / 8][4], AFrag a_at, const Elt* tile,
+                                              int lane) {
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
@@ -138,8 +170,8 @@ __device__ __forceinline__ void MulTransposed(float (&acc)[N / 8][4], AFrag a_at
     a_at(a, ks);
 #pragma unroll
     for (int n = 0; n < N / 8; ++n) {
-      const bf16* p = tile + (n * 8 + g) * kLd<HS> + ks * 16 + 2 * t;
-      Mma(acc[n], a, Load32(p), Load32(p + 8));
+      const Elt* p = tile + (n * 8 + g) * kLd<HS> + ks * 16 + 2 * t;
+      EltOps<Elt>::Mma(acc[n], a, Load32(p), Load32(p + 8));
     }
   }
 }
@@ -147,21 +179,23 @@ __device__ __forceinline__ void MulTransposed(float (&acc)[N / 8][4], AFrag a_at
 // acc(16 x HS) += P(16 x K) . tile (K x HS, row-major in shared memory), with P given as the
 // fp32 accumulator fragments of a 16 x K product: O += P V, dQ += dS K, dV += P^T dO,
 // dK += dS^T Q.
-template <int HS, int K>
+template <int HS, int K, typename Elt>
 __device__ __forceinline__ void MulAccumulated(float (&acc)[HS / 8][4], const float (&p)[K / 8][4],
-                                               const bf16* tile, int lane) {
+                                               const Elt* tile, int lane) {
+  using Ops = EltOps<Elt>;
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
-    const uint32_t a[4] = {Pack(p[2 * kk][0], p[2 * kk][1]), Pack(p[2 * kk][2], p[2 * kk][3]),
-                           Pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           Pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    const bf16* row = tile + (kk * 16 + (lane & 15)) * kLd<HS> + (lane >> 4) * 8;
+    const uint32_t a[4] = {Ops::Pack(p[2 * kk][0], p[2 * kk][1]),
+                           Ops::Pack(p[2 * kk][2], p[2 * kk][3]),
+                           Ops::Pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           Ops::Pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const Elt* row = tile + (kk * 16 + (lane & 15)) * kLd<HS> + (lane >> 4) * 8;
 #pragma unroll
     for (int n = 0; n < HS / 8; n += 2) {
       uint32_t b[4];
       LdMatrixX4Trans(b, row + n * 8);
-      Mma(acc[n], a, b[0], b[1]);
-      Mma(acc[n + 1], a, b[2], b[3]);
+      Ops::Mma(acc[n], a, b[0], b[1]);
+      Ops::Mma(acc[n + 1], a, b[2], b[3]);
     }
   }
 }
@@ -172,10 +206,10 @@ __device__ __forceinline__ void Zero(float (&acc)[N][4]) {
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
-// Writes a warp's 16 x HS accumulator (rows row0 + g, row0 + g + 8) times scale as bf16 into
-// a [T, HS] slice with row stride ld; rows at or past T are skipped.
-template <int HS>
-__device__ __forceinline__ void StoreRows(bf16* dst, const float (&acc)[HS / 8][4],
+// Writes a warp's 16 x HS accumulator (rows row0 + g, row0 + g + 8) times scale, rounded to
+// Elt, into a [T, HS] slice with row stride ld; rows at or past T are skipped.
+template <int HS, typename Elt>
+__device__ __forceinline__ void StoreRows(Elt* dst, const float (&acc)[HS / 8][4],
                                           const float (&scale)[2], int row0, int seq_len,
                                           int ld, int lane) {
   const int g = lane >> 2;
@@ -184,11 +218,11 @@ __device__ __forceinline__ void StoreRows(bf16* dst, const float (&acc)[HS / 8][
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + g + 8 * half;
     if (row >= seq_len) continue;
-    bf16* out = dst + static_cast<size_t>(row) * ld + 2 * t;
+    Elt* out = dst + static_cast<size_t>(row) * ld + 2 * t;
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n) {
       *reinterpret_cast<uint32_t*>(out + n * 8) =
-          Pack(acc[n][2 * half] * scale[half], acc[n][2 * half + 1] * scale[half]);
+          EltOps<Elt>::Pack(acc[n][2 * half] * scale[half], acc[n][2 * half + 1] * scale[half]);
     }
   }
 }
@@ -210,9 +244,9 @@ __device__ __forceinline__ int ReversedTile() { return gridDim.y - 1 - blockIdx.
 // block's own rows. Makes key tile kt (of 0 .. last) resident in buffer kt & 1 of sk and sv,
 // first issuing tile kt + 1 into the other buffer when there is one. Ends with
 // __syncthreads; the caller syncs again after using the tile, before its buffer is reused.
-template <int HS>
-__device__ __forceinline__ void AwaitKeyTile(bf16* sk, bf16* sv, const bf16* k, const bf16* v,
-                                             int kt, int last, int seq_len, int ld) {
+template <int HS, typename Elt>
+__device__ __forceinline__ void AwaitKeyTile(Elt* sk, Elt* sv, const Elt* k, const Elt* v, int kt,
+                                             int last, int seq_len, int ld) {
   constexpr int kTileElems = kKeyTile * kLd<HS>;
   if (kt < last) {
     const int next = (kt + 1) & 1;
@@ -243,15 +277,15 @@ __device__ __forceinline__ ThreadPos ThisThread() {
 // ---- Forward ----
 
 // Grid (B * NH, ceil(T / 64)). Shared: Q [64][ld], K [2][64][ld], V [2][64][ld].
-template <int HS>
+template <typename Elt, int HS>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(bf16* out, float* lse, const bf16* qkv, AttnShape s, float scale_log2) {
+    ForwardKernel(Elt* out, float* lse, const Elt* qkv, AttnShape s, float scale_log2) {
   constexpr int kLdT = kLd<HS>;
   constexpr int kTileElems = kRows * kLdT;
   extern __shared__ uint4 smem_raw[];
-  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sk = sq + kTileElems;
-  bf16* sv = sk + 2 * kTileElems;
+  Elt* sq = reinterpret_cast<Elt*>(smem_raw);
+  Elt* sk = sq + kTileElems;
+  Elt* sv = sk + 2 * kTileElems;
 
   const auto [seq_len, ld, head, slices] = ContextOf(qkv, s);
   const auto [q, k, v] = slices;
@@ -276,8 +310,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int ks = 0; ks < HS / 16; ++ks) LoadA<HS>(qf[ks], sq, warp * 16, ks * 16, lane);
     }
-    const bf16* k_tile = sk + (kt & 1) * kTileElems;
-    const bf16* v_tile = sv + (kt & 1) * kTileElems;
+    const Elt* k_tile = sk + (kt & 1) * kTileElems;
+    const Elt* v_tile = sv + (kt & 1) * kTileElems;
 
     float sc[kKeyTile / 8][4];
     Zero(sc);
@@ -350,24 +384,24 @@ constexpr int kQueryTile = HS <= 64 ? 64 : 32;
 
 // Grid (B * NH, ceil(T / 64)). Shared: K, V [64][ld]; Q, dO [2][kQueryTile][ld];
 // lse * log2(e) and D [2][kQueryTile] floats.
-template <int HS>
+template <typename Elt, int HS>
 __global__ void __launch_bounds__(kThreads)
-    BackwardKeyKernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+    BackwardKeyKernel(Elt* dqkv, const Elt* dout, const Elt* qkv, const float* lse,
                       const float* dsum, AttnShape s, float scale_log2, float scale) {
   constexpr int kLdT = kLd<HS>;
   constexpr int kQT = kQueryTile<HS>;
   constexpr int kQElems = kQT * kLdT;
   extern __shared__ uint4 smem_raw[];
-  bf16* sk = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sv = sk + kRows * kLdT;
-  bf16* sq = sv + kRows * kLdT;
-  bf16* sdo = sq + 2 * kQElems;
+  Elt* sk = reinterpret_cast<Elt*>(smem_raw);
+  Elt* sv = sk + kRows * kLdT;
+  Elt* sq = sv + kRows * kLdT;
+  Elt* sdo = sq + 2 * kQElems;
   float* slse = reinterpret_cast<float*>(sdo + 2 * kQElems);
   float* sdsum = slse + 2 * kQT;
 
   const auto [seq_len, ld, head, slices] = ContextOf(qkv, s);
   const auto [q, k, v] = slices;
-  const bf16* dout_h = dout + head.out;
+  const Elt* dout_h = dout + head.out;
   const auto [warp, lane, g, t] = ThisThread();
   const int key0 = blockIdx.y * kRows;
   const int key_a = key0 + warp * 16 + g;  // the thread's keys: key_a and key_a + 8
@@ -404,8 +438,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     const int buf = it & 1;
-    const bf16* q_tile = sq + buf * kQElems;
-    const bf16* do_tile = sdo + buf * kQElems;
+    const Elt* q_tile = sq + buf * kQElems;
+    const Elt* do_tile = sdo + buf * kQElems;
     const float* lse_tile = slse + buf * kQT;
     const float* dsum_tile = sdsum + buf * kQT;
 
@@ -438,23 +472,23 @@ __global__ void __launch_bounds__(kThreads)
 
   const float dk_scale[2] = {scale, scale};
   const float dv_scale[2] = {1.0f, 1.0f};
-  bf16* dk_out = dqkv + head.qkv + s.channels;
+  Elt* dk_out = dqkv + head.qkv + s.channels;
   StoreRows<HS>(dk_out, dk, dk_scale, key0 + warp * 16, seq_len, ld, lane);
   StoreRows<HS>(dk_out + s.channels, dv, dv_scale, key0 + warp * 16, seq_len, ld, lane);
 }
 
 // Grid (B * NH, ceil(T / 64)). Shared: Q, dO [64][ld]; K, V [2][64][ld].
-template <int HS>
+template <typename Elt, int HS>
 __global__ void __launch_bounds__(kThreads)
-    BackwardQueryKernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+    BackwardQueryKernel(Elt* dqkv, const Elt* dout, const Elt* qkv, const float* lse,
                         const float* dsum, AttnShape s, float scale_log2, float scale) {
   constexpr int kLdT = kLd<HS>;
   constexpr int kTileElems = kRows * kLdT;
   extern __shared__ uint4 smem_raw[];
-  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sdo = sq + kTileElems;
-  bf16* sk = sdo + kTileElems;
-  bf16* sv = sk + 2 * kTileElems;
+  Elt* sq = reinterpret_cast<Elt*>(smem_raw);
+  Elt* sdo = sq + kTileElems;
+  Elt* sk = sdo + kTileElems;
+  Elt* sv = sk + 2 * kTileElems;
 
   const auto [seq_len, ld, head, slices] = ContextOf(qkv, s);
   const auto [q, k, v] = slices;
@@ -482,8 +516,8 @@ __global__ void __launch_bounds__(kThreads)
   Zero(dq);
   for (int kt = 0; kt <= q_tile; ++kt) {
     AwaitKeyTile<HS>(sk, sv, k, v, kt, q_tile, seq_len, ld);
-    const bf16* k_tile = sk + (kt & 1) * kTileElems;
-    const bf16* v_tile = sv + (kt & 1) * kTileElems;
+    const Elt* k_tile = sk + (kt & 1) * kTileElems;
+    const Elt* v_tile = sv + (kt & 1) * kTileElems;
 
     float ps[kKeyTile / 8][4];  // S, then P, then dS
     float dp[kKeyTile / 8][4];
@@ -517,61 +551,84 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- Launchers ----
 
-template <int HS>
-constexpr size_t kForwardSmem = 5 * kRows * kLd<HS> * sizeof(bf16);
-template <int HS>
-constexpr size_t kKeySmem = (2 * kRows + 4 * kQueryTile<HS>) * kLd<HS> * sizeof(bf16) +
+template <typename Elt, int HS>
+constexpr size_t kForwardSmem = 5 * kRows * kLd<HS> * sizeof(Elt);
+template <typename Elt, int HS>
+constexpr size_t kKeySmem = (2 * kRows + 4 * kQueryTile<HS>) * kLd<HS> * sizeof(Elt) +
                             4 * kQueryTile<HS> * sizeof(float);
-template <int HS>
-constexpr size_t kQuerySmem = 6 * kRows * kLd<HS> * sizeof(bf16);
+template <typename Elt, int HS>
+constexpr size_t kQuerySmem = 6 * kRows * kLd<HS> * sizeof(Elt);
 
 dim3 Grid(const AttnShape& s) { return dim3(s.batch * s.heads, (s.seq_len + kRows - 1) / kRows); }
 
-template <int HS>
-cudaError_t Forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s,
-                    cudaStream_t stream) {
-  if (cudaError_t err = AllowSmem(ForwardKernel<HS>, kForwardSmem<HS>); err != cudaSuccess) {
-    return err;
-  }
+template <typename Elt, int HS>
+cudaError_t Forward(Elt* out, float* lse, const Elt* qkv, const AttnShape& s, cudaStream_t stream) {
+  constexpr size_t smem = kForwardSmem<Elt, HS>;
+  if (cudaError_t err = AllowSmem(ForwardKernel<Elt, HS>, smem); err != cudaSuccess) return err;
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(HS));
-  ForwardKernel<HS><<<Grid(s), kThreads, kForwardSmem<HS>, stream>>>(out, lse, qkv, s,
-                                                                      scale_log2);
+  ForwardKernel<Elt, HS><<<Grid(s), kThreads, smem, stream>>>(out, lse, qkv, s, scale_log2);
   return cudaGetLastError();
 }
 
-template <int HS>
-cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                     const float* lse, float* dsum, const AttnShape& s, cudaStream_t stream) {
+template <typename Elt, int HS>
+cudaError_t Backward(Elt* dqkv, const Elt* dout, const Elt* qkv, const Elt* out, const float* lse,
+                     float* dsum, const AttnShape& s, cudaStream_t stream) {
   if (cudaError_t err = LaunchRowDot(dsum, dout, out, s, stream); err != cudaSuccess) return err;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float scale_log2 = kLog2e * scale;
-  if (cudaError_t err = AllowSmem(BackwardKeyKernel<HS>, kKeySmem<HS>); err != cudaSuccess) {
+  constexpr size_t key_smem = kKeySmem<Elt, HS>;
+  if (cudaError_t err = AllowSmem(BackwardKeyKernel<Elt, HS>, key_smem); err != cudaSuccess) {
     return err;
   }
-  BackwardKeyKernel<HS><<<Grid(s), kThreads, kKeySmem<HS>, stream>>>(dqkv, dout, qkv, lse, dsum,
-                                                                      s, scale_log2, scale);
+  BackwardKeyKernel<Elt, HS><<<Grid(s), kThreads, key_smem, stream>>>(
+      dqkv, dout, qkv, lse, dsum, s, scale_log2, scale);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  if (cudaError_t err = AllowSmem(BackwardQueryKernel<HS>, kQuerySmem<HS>); err != cudaSuccess) {
+  constexpr size_t query_smem = kQuerySmem<Elt, HS>;
+  if (cudaError_t err = AllowSmem(BackwardQueryKernel<Elt, HS>, query_smem); err != cudaSuccess) {
     return err;
   }
-  BackwardQueryKernel<HS><<<Grid(s), kThreads, kQuerySmem<HS>, stream>>>(
+  BackwardQueryKernel<Elt, HS><<<Grid(s), kThreads, query_smem, stream>>>(
       dqkv, dout, qkv, lse, dsum, s, scale_log2, scale);
   return cudaGetLastError();
 }
 
-}  // namespace
-
-cudaError_t LaunchForwardBf16(bf16* out, float* lse, const bf16* qkv, const AttnShape& s,
-                              cudaStream_t stream) {
-  // attention.cc admits head sizes 64 and 128 only.
-  return (s.head_size == 64 ? Forward<64> : Forward<128>)(out, lse, qkv, s, stream);
+// attention.cc admits head sizes 64 and 128 only.
+template <typename Elt>
+cudaError_t ForwardAnyHeadSize(Elt* out, float* lse, const Elt* qkv, const AttnShape& s,
+                               cudaStream_t stream) {
+  return (s.head_size == 64 ? Forward<Elt, 64> : Forward<Elt, 128>)(out, lse, qkv, s, stream);
 }
 
-cudaError_t LaunchBackwardBf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                               const float* lse, float* dsum, const AttnShape& s,
-                               cudaStream_t stream) {
-  return (s.head_size == 64 ? Backward<64> : Backward<128>)(dqkv, dout, qkv, out, lse, dsum, s,
-                                                            stream);
+template <typename Elt>
+cudaError_t BackwardAnyHeadSize(Elt* dqkv, const Elt* dout, const Elt* qkv, const Elt* out,
+                                const float* lse, float* dsum, const AttnShape& s,
+                                cudaStream_t stream) {
+  return (s.head_size == 64 ? Backward<Elt, 64> : Backward<Elt, 128>)(dqkv, dout, qkv, out, lse,
+                                                                      dsum, s, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchForwardBf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv,
+                              const AttnShape& s, cudaStream_t stream) {
+  return ForwardAnyHeadSize(out, lse, qkv, s, stream);
+}
+
+cudaError_t LaunchBackwardBf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                               float* dsum, const AttnShape& s, cudaStream_t stream) {
+  return BackwardAnyHeadSize(dqkv, dout, qkv, out, lse, dsum, s, stream);
+}
+
+cudaError_t LaunchForwardF16(__half* out, float* lse, const __half* qkv, const AttnShape& s,
+                             cudaStream_t stream) {
+  return ForwardAnyHeadSize(out, lse, qkv, s, stream);
+}
+
+cudaError_t LaunchBackwardF16(__half* dqkv, const __half* dout, const __half* qkv,
+                              const __half* out, const float* lse, float* dsum, const AttnShape& s,
+                              cudaStream_t stream) {
+  return BackwardAnyHeadSize(dqkv, dout, qkv, out, lse, dsum, s, stream);
 }
 
 }  // namespace ringmaster::kernels::cuda::internal

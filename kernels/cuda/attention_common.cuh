@@ -3,6 +3,7 @@
 #define RINGMASTER_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstddef>
 
@@ -25,6 +26,7 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
 // Offsets (in elements) of head (b, h)'s slices: q in qkv (k and v follow at +C and +2C,
 // row stride 3C), its columns in out / dout (row stride C), its rows in lse / dsum.

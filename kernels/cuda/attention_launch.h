@@ -2,12 +2,14 @@
 // Callers (attention.cc) validate every argument first; the launchers assume:
 //   - all pointers are device pointers, non-null, not overlapping;
 //   - dimensions positive, heads * head_size == channels, grids within CUDA's limits;
-//   - bf16: head_size is one of kBf16HeadSizes and qkv, out, dout, dqkv are 16-byte aligned.
+//   - bf16 and fp16: head_size is one of kTensorCoreHeadSizes and qkv, out, dout, dqkv are
+//     16-byte aligned.
 // Each returns cudaGetLastError() after its launches (asynchronous errors show later).
 #ifndef RINGMASTER_KERNELS_CUDA_ATTENTION_LAUNCH_H_
 #define RINGMASTER_KERNELS_CUDA_ATTENTION_LAUNCH_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 namespace ringmaster::kernels::cuda::internal {
@@ -22,12 +24,12 @@ struct AttnShape {
 
 // fp32: any head size in [1, kF32MaxHeadSize].
 inline constexpr int kF32MaxHeadSize = 128;
-// bf16 tensor-core kernels: instantiated head sizes.
-inline constexpr int kBf16HeadSizes[] = {64, 128};
+// bf16 and fp16 tensor-core kernels (one template, attention_bf16.cu): instantiated head sizes.
+inline constexpr int kTensorCoreHeadSizes[] = {64, 128};
 
 // Query rows (keys for the dK/dV pass) per block: grids have ceil(T / rows) blocks in y.
 inline constexpr int kF32RowsPerBlock = 8;
-inline constexpr int kBf16RowsPerBlock = 64;
+inline constexpr int kTensorCoreRowsPerBlock = 64;
 
 cudaError_t LaunchForwardF32(float* out, float* lse, const float* qkv, const AttnShape& s,
                              cudaStream_t stream);
@@ -42,6 +44,12 @@ cudaError_t LaunchBackwardBf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, float* dsum, const AttnShape& s,
                                cudaStream_t stream);
+
+cudaError_t LaunchForwardF16(__half* out, float* lse, const __half* qkv, const AttnShape& s,
+                             cudaStream_t stream);
+cudaError_t LaunchBackwardF16(__half* dqkv, const __half* dout, const __half* qkv,
+                              const __half* out, const float* lse, float* dsum, const AttnShape& s,
+                              cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal
 

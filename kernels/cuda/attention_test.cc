@@ -1,17 +1,23 @@
 // Tests of kernels/cuda/attention.h against the CPU kernels (kernels/attention.h).
 //
 // Each case draws fresh random qkv and dout, runs the CPU AttentionForwardLse /
-// AttentionBackwardLse (on inputs rounded to bf16 first for the bf16 kernels), poisons every
-// GPU output with NaN bytes, runs the CUDA kernels, and compares out, lse, dq, dk and dv one
-// by one in relative norm error ||gpu - cpu|| / ||cpu||:
+// AttentionBackwardLse (on inputs rounded to bf16 or fp16 first for the 16-bit kernels),
+// poisons every GPU output with NaN bytes, runs the CUDA kernels, and compares out, lse, dq,
+// dk and dv one by one in relative norm error ||gpu - cpu|| / ||cpu||:
 //   fp32: <= 1e-5 (same arithmetic up to summation order and exp rounding);
 //   bf16: <= 2e-2 (bf16 operands of every product, p rounded to bf16 before P.V, outputs
 //         rounded to bf16); lse (fp32) <= 1e-3.
+//   fp16: <= 2.5e-3: the same kernels and roundings with fp16's unit roundoff 2^-11 instead
+//         of bf16's 2^-8, so bf16's bound scaled by 1/8 (both are 5 units). A host emulation
+//         of the kernels' roundings on these shapes gives <= 3e-3 for bf16 and <= 4e-4 for
+//         fp16 (not yet measured on a GPU). lse (fp32, from the same fp16 inputs on both
+//         sides) <= 1e-4. The values stay far from fp16's limits (|qkv| <= 2, |dout| <= 1).
 // A NaN left anywhere in an output fails the comparison (the output was not fully written).
 // Without a GPU the tests that need one skip; the argument checks run everywhere.
 #include "kernels/cuda/attention.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -32,6 +38,7 @@ namespace ringmaster::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using half = __half;
 
 bool HaveGpu() {
   int n = 0;
@@ -84,45 +91,60 @@ float FromBf16Bits(uint16_t b) {
   return f;
 }
 
-// Host images of a device tensor: float for fp32, bf16 bits for bf16.
+// ---- fp16 on the host (cuda_fp16.h's host conversions: IEEE binary16, nearest even) ----
+
+uint16_t ToF16Bits(float f) {
+  const __half_raw raw = __float2half_rn(f);
+  return raw.x;
+}
+
+float FromF16Bits(uint16_t b) {
+  __half_raw raw;
+  raw.x = b;
+  return __half2float(raw);
+}
+
+// Host images of a device tensor: float for fp32, the 16 bits for bf16 and fp16.
 template <typename T>
 struct HostOf {
   using type = float;
+  static float ToHost(float f) { return f; }
+  static float FromHost(float f) { return f; }
 };
 template <>
 struct HostOf<bf16> {
   using type = uint16_t;
+  static uint16_t ToHost(float f) { return ToBf16Bits(f); }
+  static float FromHost(uint16_t b) { return FromBf16Bits(b); }
+};
+template <>
+struct HostOf<half> {
+  using type = uint16_t;
+  static uint16_t ToHost(float f) { return ToF16Bits(f); }
+  static float FromHost(uint16_t b) { return FromF16Bits(b); }
 };
 
 template <typename T>
 std::vector<typename HostOf<T>::type> Encode(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = ToBf16Bits(v[i]);
-    return bits;
-  }
+  std::vector<typename HostOf<T>::type> host(v.size());
+  for (size_t i = 0; i < v.size(); ++i) host[i] = HostOf<T>::ToHost(v[i]);
+  return host;
 }
 
 template <typename T>
 std::vector<float> Decode(const std::vector<typename HostOf<T>::type>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    std::vector<float> f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = FromBf16Bits(v[i]);
-    return f;
-  }
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = HostOf<T>::FromHost(v[i]);
+  return f;
 }
 
-// The values a tensor has after a trip through T (rounded to bf16 for bf16).
+// The values a tensor has after a trip through T (rounded to bf16 or fp16 for those).
 template <typename T>
 std::vector<float> RoundTo(const std::vector<float>& v) {
   return Decode<T>(Encode<T>(v));
 }
 
-// Device buffer of n elements of T, filled with NaN bytes (0xff: NaN in fp32 and bf16).
+// Device buffer of n elements of T, filled with NaN bytes (0xff: NaN in fp32, bf16, fp16).
 template <typename T>
 class DeviceBuffer {
  public:
@@ -212,12 +234,15 @@ struct Tolerances {
 template <typename T>
 Tolerances TolerancesFor() {
   if constexpr (std::is_same_v<T, float>) return {1e-5, 1e-5};
+  if constexpr (std::is_same_v<T, half>) return {2.5e-3, 1e-4};
   return {2e-2, 1e-3};
 }
 
 template <typename T>
 const char* PrecisionName() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
+  if constexpr (std::is_same_v<T, float>) return "fp32";
+  if constexpr (std::is_same_v<T, half>) return "fp16";
+  return "bf16";
 }
 
 // One forward + backward on the GPU with device buffers of the shape.
@@ -296,8 +321,8 @@ void CheckAgainstCpu(const Shape& s, uint32_t seed) {
   }
 }
 
-// Shapes: T = 1, T below, at and across tile boundaries (8 / 32 rows for fp32, 64 for bf16),
-// several heads and batches.
+// Shapes: T = 1, T below, at and across tile boundaries (8 / 32 rows for fp32, 64 for bf16
+// and fp16), several heads and batches.
 const Shape kF32Shapes[] = {
     {2, 1, 128, 2},    // hs 64, a single position
     {2, 67, 128, 2},   // hs 64
@@ -307,7 +332,8 @@ const Shape kF32Shapes[] = {
     {1, 200, 256, 2},  // hs 128
 };
 
-const Shape kBf16Shapes[] = {
+// bf16 and fp16 (the same tensor-core kernels).
+const Shape kTensorCoreShapes[] = {
     {2, 1, 128, 2},    // hs 64, a single position
     {2, 67, 128, 2},   // hs 64, a partial second tile
     {1, 64, 64, 1},    // hs 64, exactly one tile
@@ -325,7 +351,13 @@ TEST(AttentionCudaTest, F32MatchesCpu) {
 TEST(AttentionCudaTest, Bf16MatchesCpu) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 200;
-  for (const Shape& s : kBf16Shapes) CheckAgainstCpu<bf16>(s, seed += 7);
+  for (const Shape& s : kTensorCoreShapes) CheckAgainstCpu<bf16>(s, seed += 7);
+}
+
+TEST(AttentionCudaTest, F16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 300;
+  for (const Shape& s : kTensorCoreShapes) CheckAgainstCpu<half>(s, seed += 7);
 }
 
 // Changing k and v at position j (every head) changes no output or lse at i < j, and does
@@ -380,6 +412,13 @@ TEST(AttentionCudaTest, Bf16IsCausal) {
   CheckCausality<bf16>({1, 50, 256, 2}, 3);
 }
 
+TEST(AttentionCudaTest, F16IsCausal) {
+  SKIP_WITHOUT_GPU();
+  CheckCausality<half>({2, 130, 128, 2}, 70);  // j inside the second 64-row tile
+  CheckCausality<half>({1, 100, 128, 1}, 64);  // j at a tile boundary
+  CheckCausality<half>({1, 50, 256, 2}, 3);
+}
+
 // Backward is deterministic: two runs give bitwise the same dqkv.
 template <typename T>
 void CheckDeterministic(const Shape& s) {
@@ -399,6 +438,8 @@ TEST(AttentionCudaTest, BackwardIsDeterministic) {
   SKIP_WITHOUT_GPU();
   CheckDeterministic<float>({2, 150, 128, 2});
   CheckDeterministic<bf16>({2, 150, 128, 2});
+  CheckDeterministic<half>({2, 150, 128, 2});
+  CheckDeterministic<half>({1, 100, 256, 2});  // hs 128
 }
 
 // Argument checks happen before any CUDA call, so these run without a GPU too.
@@ -430,6 +471,27 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
   EXPECT_TRUE(AttentionCudaSupportsHeadSizeBf16(64));
   EXPECT_TRUE(AttentionCudaSupportsHeadSizeBf16(128));
   EXPECT_FALSE(AttentionCudaSupportsHeadSizeBf16(96));
+  // fp16: the bf16 kernels' limits, and errors that say fp16.
+  half* x = reinterpret_cast<half*>(uintptr_t{256});
+  const absl::Status f16_hs32 = AttentionForwardLse(x, f, x, 1, 8, 64, 2, nullptr);
+  EXPECT_EQ(code(f16_hs32), kInvalid) << f16_hs32;
+  EXPECT_NE(f16_hs32.message().find("head size 32"), std::string::npos) << f16_hs32;
+  EXPECT_NE(f16_hs32.message().find("fp16 kernels"), std::string::npos) << f16_hs32;
+  EXPECT_EQ(code(AttentionBackwardLse(x, x, x, x, f, f, 1, 8, 96, 1, nullptr)), kInvalid);
+  EXPECT_EQ(code(AttentionForwardLse(x, f, x, 1, 8, 100, 3, nullptr)), kInvalid);
+  EXPECT_EQ(code(AttentionForwardLse(x, f, x, 1, 0, 64, 1, nullptr)), kInvalid);
+  EXPECT_EQ(code(AttentionForwardLse(x, nullptr, x, 1, 8, 64, 1, nullptr)), kInvalid);
+  const absl::Status f16_misaligned =
+      AttentionBackwardLse(x, x + 1, x, x, f, f, 1, 8, 64, 1, nullptr);
+  EXPECT_EQ(code(f16_misaligned), kInvalid) << f16_misaligned;
+  EXPECT_NE(f16_misaligned.message().find("dout must be 16-byte aligned for the fp16 kernels"),
+            std::string::npos)
+      << f16_misaligned;
+  EXPECT_EQ(code(AttentionBackwardLse(x, x, x, x, f, nullptr, 1, 8, 64, 1, nullptr)), kInvalid);
+  EXPECT_TRUE(AttentionCudaSupportsHeadSizeF16(64));
+  EXPECT_TRUE(AttentionCudaSupportsHeadSizeF16(128));
+  EXPECT_FALSE(AttentionCudaSupportsHeadSizeF16(96));
+  EXPECT_FALSE(AttentionCudaSupportsHeadSizeF16(32));
   EXPECT_TRUE(AttentionCudaSupportsHeadSizeF32(12));
   EXPECT_FALSE(AttentionCudaSupportsHeadSizeF32(129));
 }

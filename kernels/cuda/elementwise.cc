@@ -89,18 +89,23 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
                   "ResidualForward launch");
 }
 
-absl::Status GeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
-                             cudaStream_t stream) {
-  const char* fn = "GeluForwardBf16";
+namespace {
+
+// The 16-bit twins' checks and launches, one body for bf16 and fp16: `fn` names the public
+// function in errors, `launch` is its launcher.
+template <typename T>
+absl::Status Gelu16(const char* fn, T* out, const T* x, int64_t n, cudaStream_t stream,
+                    cudaError_t (*launch)(T*, const T*, int64_t, cudaStream_t)) {
   RM_RETURN_IF_ERROR(CheckN(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
-  return Launched(internal::LaunchGeluForwardBf16(out, x, n, stream), "GeluForwardBf16 launch");
+  return Launched(launch(out, x, n, stream), absl::StrCat(fn, " launch").c_str());
 }
 
-absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
-                              const __nv_bfloat16* dout, int64_t n, cudaStream_t stream) {
-  const char* fn = "GeluBackwardBf16";
+template <typename T>
+absl::Status GeluBackward16(const char* fn, T* dx, const T* x, const T* dout, int64_t n,
+                            cudaStream_t stream,
+                            cudaError_t (*launch)(T*, const T*, const T*, int64_t, cudaStream_t)) {
   RM_RETURN_IF_ERROR(CheckN(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dx, "dx", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
@@ -108,31 +113,74 @@ absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
   if (n > 0 && static_cast<const void*>(dx) == static_cast<const void*>(x)) {
     return Invalid(fn, "dx must not alias x (backward needs x whole)");
   }
-  return Launched(internal::LaunchGeluBackwardBf16(dx, x, dout, n, stream),
-                  "GeluBackwardBf16 launch");
+  return Launched(launch(dx, x, dout, n, stream), absl::StrCat(fn, " launch").c_str());
 }
 
-absl::Status ResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
-                                 const __nv_bfloat16* b, int64_t n, cudaStream_t stream) {
-  const char* fn = "ResidualForwardBf16";
+template <typename T>
+absl::Status Residual16(const char* fn, T* out, const T* a, const T* b, int64_t n,
+                        cudaStream_t stream,
+                        cudaError_t (*launch)(T*, const T*, const T*, int64_t, cudaStream_t)) {
   RM_RETURN_IF_ERROR(CheckN(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, a, "a", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, b, "b", n));
-  return Launched(internal::LaunchResidualForwardBf16(out, a, b, n, stream),
-                  "ResidualForwardBf16 launch");
+  return Launched(launch(out, a, b, n, stream), absl::StrCat(fn, " launch").c_str());
 }
 
-absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
-                             cudaStream_t stream) {
-  const char* fn = "CastFloatToBf16";
+template <typename T>
+absl::Status CastFloat16(const char* fn, T* out, const float* in, int64_t n, cudaStream_t stream,
+                         cudaError_t (*launch)(T*, const float*, int64_t, cudaStream_t)) {
   RM_RETURN_IF_ERROR(CheckN(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, in, "in", n));
   if (n > 0 && static_cast<const void*>(out) == static_cast<const void*>(in)) {
     return Invalid(fn, "out must not overlap in");
   }
-  return Launched(internal::LaunchCastFloatToBf16(out, in, n, stream), "CastFloatToBf16 launch");
+  return Launched(launch(out, in, n, stream), absl::StrCat(fn, " launch").c_str());
+}
+
+}  // namespace
+
+absl::Status GeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
+                             cudaStream_t stream) {
+  return Gelu16("GeluForwardBf16", out, x, n, stream, internal::LaunchGeluForwardBf16);
+}
+
+absl::Status GeluForwardF16(__half* out, const __half* x, int64_t n, cudaStream_t stream) {
+  return Gelu16("GeluForwardF16", out, x, n, stream, internal::LaunchGeluForwardF16);
+}
+
+absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
+                              const __nv_bfloat16* dout, int64_t n, cudaStream_t stream) {
+  return GeluBackward16("GeluBackwardBf16", dx, x, dout, n, stream,
+                        internal::LaunchGeluBackwardBf16);
+}
+
+absl::Status GeluBackwardF16(__half* dx, const __half* x, const __half* dout, int64_t n,
+                             cudaStream_t stream) {
+  return GeluBackward16("GeluBackwardF16", dx, x, dout, n, stream,
+                        internal::LaunchGeluBackwardF16);
+}
+
+absl::Status ResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
+                                 const __nv_bfloat16* b, int64_t n, cudaStream_t stream) {
+  return Residual16("ResidualForwardBf16", out, a, b, n, stream,
+                    internal::LaunchResidualForwardBf16);
+}
+
+absl::Status ResidualForwardF16(__half* out, const __half* a, const __half* b, int64_t n,
+                                cudaStream_t stream) {
+  return Residual16("ResidualForwardF16", out, a, b, n, stream,
+                    internal::LaunchResidualForwardF16);
+}
+
+absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
+                             cudaStream_t stream) {
+  return CastFloat16("CastFloatToBf16", out, in, n, stream, internal::LaunchCastFloatToBf16);
+}
+
+absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
+  return CastFloat16("CastFloatToF16", out, in, n, stream, internal::LaunchCastFloatToF16);
 }
 
 absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,

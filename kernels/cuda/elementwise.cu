@@ -1,10 +1,11 @@
 // The kernels of kernels/cuda/elementwise.h. Grid-stride loops over int64 indices; the
 // arithmetic follows the CPU twins (kernels/gelu.h, kernels/optimizer.h) operation by
 // operation, so the differences are those of tanhf/sqrtf/powf and fused multiply-adds.
-// GELU and the residual addition are templates over the storage (float or __nv_bfloat16,
-// kernels/cuda/bf16.cuh), fp32 arithmetic in both; the float instantiations are the fp32
+// GELU and the residual addition are templates over the storage (float, __nv_bfloat16 or
+// __half, kernels/cuda/bf16.cuh), fp32 arithmetic in all; the float instantiations are the fp32
 // kernels.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -60,6 +61,13 @@ __global__ void CastFloatToBf16Kernel(__nv_bfloat16* out, const float* in, int64
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = RoundToBf16(in[i]);
+  }
+}
+
+__global__ void CastFloatToF16Kernel(__half* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = RoundToF16(in[i]);
   }
 }
 
@@ -218,6 +226,10 @@ cudaError_t LaunchGeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, in
   return GeluForward(out, x, n, stream);
 }
 
+cudaError_t LaunchGeluForwardF16(__half* out, const __half* x, int64_t n, cudaStream_t stream) {
+  return GeluForward(out, x, n, stream);
+}
+
 cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                                cudaStream_t stream) {
   return GeluBackward(dx, x, dout, n, stream);
@@ -225,6 +237,11 @@ cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout, int
 
 cudaError_t LaunchGeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
                                    const __nv_bfloat16* dout, int64_t n, cudaStream_t stream) {
+  return GeluBackward(dx, x, dout, n, stream);
+}
+
+cudaError_t LaunchGeluBackwardF16(__half* dx, const __half* x, const __half* dout, int64_t n,
+                                  cudaStream_t stream) {
   return GeluBackward(dx, x, dout, n, stream);
 }
 
@@ -238,10 +255,21 @@ cudaError_t LaunchResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a
   return ResidualForward(out, a, b, n, stream);
 }
 
+cudaError_t LaunchResidualForwardF16(__half* out, const __half* a, const __half* b, int64_t n,
+                                     cudaStream_t stream) {
+  return ResidualForward(out, a, b, n, stream);
+}
+
 cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                                   cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   CastFloatToBf16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, in, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastFloatToF16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, in, n);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,10 @@
 // kernels/half.h's FloatToBFloat16 bit for bit (NaN stays NaN, quiet, with its sign; finite
 // values beyond bf16's range become +-inf).
 //
+// The *F16 twins are the same kernels with fp16 (__half) storage: widened exactly, rounded
+// once per output to nearest even as kernels/half.h's FloatToFloat16 does (IEEE: values of
+// magnitude 65520 or more become +-inf, which the loss scaler's overflow check then finds).
+//
 // Every function enqueues its kernels on `stream` and returns without waiting, except
 // where it says it synchronises: OK means the launches were accepted; errors of the kernels'
 // execution surface at the next synchronising call. INVALID_ARGUMENT names the bad argument
@@ -19,6 +23,7 @@
 #define RINGMASTER_KERNELS_CUDA_ELEMENTWISE_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -42,18 +47,24 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
 // bf16 GELU: out[i] = round(gelu(x[i])); out may alias x exactly.
 absl::Status GeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
                              cudaStream_t stream);
+absl::Status GeluForwardF16(__half* out, const __half* x, int64_t n, cudaStream_t stream);
 // dx[i] = round(gelu'(x[i]) * dout[i]) (overwrites dx); dx may alias dout exactly, not x.
 absl::Status GeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
                               const __nv_bfloat16* dout, int64_t n, cudaStream_t stream);
+absl::Status GeluBackwardF16(__half* dx, const __half* x, const __half* dout, int64_t n,
+                             cudaStream_t stream);
 // out[i] = round(a[i] + b[i]) (the sum in fp32); out may alias a or b exactly.
 absl::Status ResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
                                  const __nv_bfloat16* b, int64_t n, cudaStream_t stream);
+absl::Status ResidualForwardF16(__half* out, const __half* a, const __half* b, int64_t n,
+                                cudaStream_t stream);
 
 // out[i] = in[i] rounded to bf16, bit for bit kernels/half.h's FloatToBFloat16: the
 // per-step copy of the fp32 master parameters into the bf16 buffer the forward reads.
 // out and in must not overlap.
 absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                              cudaStream_t stream);
+absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
 
 // AdamW (PyTorch's formula, kernels/optimizer.h) over n elements, updating params, exp_avg
 // and exp_avg_sq in place.

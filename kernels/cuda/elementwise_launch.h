@@ -6,6 +6,7 @@
 #define RINGMASTER_KERNELS_CUDA_ELEMENTWISE_LAUNCH_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -26,12 +27,18 @@ cudaError_t LaunchResidualForward(float* out, const float* a, const float* b, in
 // bf16 storage, fp32 arithmetic, outputs rounded to nearest even (kernels/cuda/bf16.cuh).
 cudaError_t LaunchGeluForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t n,
                                   cudaStream_t stream);
+cudaError_t LaunchGeluForwardF16(__half* out, const __half* x, int64_t n, cudaStream_t stream);
 cudaError_t LaunchGeluBackwardBf16(__nv_bfloat16* dx, const __nv_bfloat16* x,
                                    const __nv_bfloat16* dout, int64_t n, cudaStream_t stream);
+cudaError_t LaunchGeluBackwardF16(__half* dx, const __half* x, const __half* dout, int64_t n,
+                                  cudaStream_t stream);
 cudaError_t LaunchResidualForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* a,
                                       const __nv_bfloat16* b, int64_t n, cudaStream_t stream);
+cudaError_t LaunchResidualForwardF16(__half* out, const __half* a, const __half* b, int64_t n,
+                                     cudaStream_t stream);
 cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                                   cudaStream_t stream);
+cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
 
 // The constants of one step's Adam moments, prepared on the host as the CPU kernel prepares
 // them (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.

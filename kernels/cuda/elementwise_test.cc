@@ -12,17 +12,31 @@
 //   SumOfSquares: relative 1e-9 against the CPU's double sum (both accumulate in double);
 //   ScaleAndFindNonFinite: the scaled values bit for bit (one float multiply each) and the
 //     flag, also with an inf and a NaN injected at the end of the array.
-// The bf16 twins, on inputs rounded to bf16 (kernels/half.h), against the CPU kernels on the
-// same values:
-//   GeluForwardBf16, GeluBackwardBf16: |gpu - cpu| <= 2^-8 |cpu| + 1e-5 (1 + |cpu|): one
-//     rounding to bf16 (half an ulp, at most 2^-8 |value|) on top of the fp32 tolerance;
-//   ResidualForwardBf16: bit for bit FloatToBFloat16(a + b) (one float addition, one rounding);
-//   CastFloatToBf16: bit for bit FloatToBFloat16, including ties, +-0, subnormals, +-inf,
-//     overflow to inf and NaNs with sign and payload.
+// The bf16 and fp16 twins (typed tests over both formats, ElementwiseCudaHalf/Bf16 and
+// ElementwiseCudaHalf/F16), on inputs rounded to the format (kernels/half.h; values of order
+// 1-8, well inside fp16's range), against the CPU kernels on the same values:
+//   GeluForward*, GeluBackward*: |gpu - cpu| <= r(|cpu|) + 1e-5 (1 + |cpu|): the fp32
+//     tolerance plus one rounding to nearest (half an ulp) at most r: bf16 r(v) = 2^-8 v (8
+//     significant bits); fp16 r(v) = 2^-11 v + 2^-25 (11 significant bits, plus half the
+//     subnormals' spacing 2^-24 for results below 2^-14, such as gelu of x near -6); in place
+//     gives the same bits;
+//   ResidualForward*: bit for bit round(a + b) (one float addition, one rounding), also for
+//     sums that overflow to +-inf, tie at the overflow threshold, cancel to +0, or add
+//     subnormals; and every non-NaN value of the format plus -0 gives that value back (exact
+//     widening and storing, subnormals included); in place too;
+//   CastFloatTo*: bit for bit the host conversion (FloatToBFloat16, FloatToFloat16) on random
+//     values and on hand-worked cases (whose expected bits are also checked against the host
+//     conversion, without a GPU): +-0, ties, subnormals (for fp16 2^-24, ties at 2^-25 and
+//     3 2^-25, values rounding into the normal range at 2^-14 and staying below it), +-inf,
+//     overflow (fp16: 65519 to 65504, 65520 to inf; FLT_MAX to inf) and NaNs with sign and
+//     payload (quiet, the top payload bits kept); and on every rounding boundary of the
+//     format (each midpoint between adjacent values and the floats either side, both signs)
+//     and 2048 NaN payloads.
 // Without a GPU the tests that need one skip; the argument checks run everywhere.
 #include "kernels/cuda/elementwise.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -30,14 +44,15 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
-#include "kernels/half.h"
 #include "kernels/optimizer.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/test_random.h"
@@ -45,16 +60,18 @@
 namespace ringmaster::kernels::cuda {
 namespace {
 
+using testing::AsElements;
+using testing::Bf16Format;
 using testing::Device;
-using testing::AsBf16;
-using testing::Bf16Bits;
-using testing::HaveGpu;
-using testing::Widen;
+using testing::F16Format;
+using testing::HalfFormatName;
+using testing::HalfFormats;
+using testing::RoundToBits;
+using testing::WidenBits;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA element-wise kernel tests")
 
 constexpr int64_t kSizes[] = {1, 7, 1000, 65537, (1 << 20) + 3};
-
 
 // Elements where |got - want| > tol * (1 + |want|) (NaN never passes); the first is named.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol,
@@ -98,7 +115,8 @@ TEST(ElementwiseCuda, AdamWMatchesTheCpuOverSteps) {
       const std::vector<float> g = RandomFloats(n, 30 + static_cast<uint32_t>(step));
       AdamMomentArgs a;
       a.step = step;
-      kernels::AdamWStep(a, 3e-3f, 0.1f, absl::MakeSpan(p), g, absl::MakeSpan(m), absl::MakeSpan(v));
+      kernels::AdamWStep(a, 3e-3f, 0.1f, absl::MakeSpan(p), g, absl::MakeSpan(m),
+                         absl::MakeSpan(v));
       Device<float> dg(g);
       ASSERT_TRUE(cuda::AdamWStep(a, 3e-3f, 0.1f, dp.get(), dg.get(), dm.get(), dv.get(), n,
                                   nullptr)
@@ -196,19 +214,128 @@ TEST(ElementwiseCuda, ScaleAndFindNonFiniteScalesAndFlags) {
   }
 }
 
-// ---- bf16 twins ----
+// ---- bf16 and fp16 twins: typed tests over the two formats ----
 
-using bf16 = __nv_bfloat16;
+// The twins of one format.
+template <typename F>
+struct HalfKernels;
+template <>
+struct HalfKernels<Bf16Format> {
+  static constexpr auto kGeluForward = &cuda::GeluForwardBf16;
+  static constexpr auto kGeluBackward = &cuda::GeluBackwardBf16;
+  static constexpr auto kResidualForward = &cuda::ResidualForwardBf16;
+  static constexpr auto kCastFloat = &cuda::CastFloatToBf16;
+};
+template <>
+struct HalfKernels<F16Format> {
+  static constexpr auto kGeluForward = &cuda::GeluForwardF16;
+  static constexpr auto kGeluBackward = &cuda::GeluBackwardF16;
+  static constexpr auto kResidualForward = &cuda::ResidualForwardF16;
+  static constexpr auto kCastFloat = &cuda::CastFloatToF16;
+};
 
-// Elements where |got - want| > 2^-8 |want| + tol (1 + |want|) (NaN never passes).
-void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>& want,
-                         double tol, const char* what, int64_t n) {
+float FloatFromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// A float and the bits the format's round to nearest even gives it, worked out by hand.
+struct Cast {
+  uint32_t in;
+  uint16_t out;
+};
+
+// The format's awkward cases: +-0, +-1, +-inf, overflow, subnormals, ties, NaNs.
+template <typename F>
+std::vector<Cast> SpecialCasts();
+template <>
+std::vector<Cast> SpecialCasts<Bf16Format>() {
+  return {
+      {0x00000000u, 0x0000}, {0x80000000u, 0x8000},  // +-0
+      {0x3f800000u, 0x3f80}, {0xbf800000u, 0xbf80},  // +-1
+      {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80},  // +-inf
+      {0x7f7fffffu, 0x7f80}, {0xff7fffffu, 0xff80},  // +-FLT_MAX: round up to +-inf
+      {0x00000001u, 0x0000},                         // the smallest float: to 0
+      {0x00800000u, 0x0080},                         // FLT_MIN, exact
+      {0x3f808000u, 0x3f80},                         // 1 + 2^-8: a tie, to even (1)
+      {0x3f818000u, 0x3f82},                         // 1 + 3 2^-8: a tie, to even (up)
+      {0x3f808001u, 0x3f81},                         // just above the tie: up
+      {0x7f7f8000u, 0x7f80},                         // a tie at the top of the range: to inf
+      {0x7fc00000u, 0x7fc0}, {0xffc00000u, 0xffc0},  // quiet NaNs, both signs
+      {0x7f800001u, 0x7fc0}, {0xff812345u, 0xffc1},  // signalling NaNs: quiet, sign, payload
+  };
+}
+template <>
+std::vector<Cast> SpecialCasts<F16Format>() {
+  return {
+      {0x00000000u, 0x0000}, {0x80000000u, 0x8000},  // +-0
+      {0x3f800000u, 0x3c00}, {0xbf800000u, 0xbc00},  // +-1
+      {0x7f800000u, 0x7c00}, {0xff800000u, 0xfc00},  // +-inf
+      {0x477fe000u, 0x7bff},                         // 65504, the largest fp16, exact
+      {0x477fef00u, 0x7bff},                         // 65519: down to 65504
+      {0x477fefffu, 0x7bff},                         // just below 65520: down to 65504
+      {0x477ff000u, 0x7c00}, {0xc77ff000u, 0xfc00},  // +-65520, a tie at the top: to +-inf
+      {0x47c35000u, 0x7c00},                         // 1e5: inf
+      {0x7f7fffffu, 0x7c00}, {0xff7fffffu, 0xfc00},  // +-FLT_MAX: +-inf
+      {0x00000001u, 0x0000}, {0x80000001u, 0x8000},  // float subnormals: to +-0
+      {0x00800000u, 0x0000},                         // FLT_MIN: 0
+      {0x33800000u, 0x0001}, {0xb3800000u, 0x8001},  // +-2^-24, the smallest fp16 subnormal
+      {0x33000000u, 0x0000},  // 2^-25: a tie between 0 and 2^-24, to even (0)
+      {0x33000001u, 0x0001},  // just above it: up
+      {0x32ffffffu, 0x0000},  // just below it: down
+      {0x33c00000u, 0x0002},  // 3 2^-25: a tie, to even (2 2^-24)
+      {0x34200000u, 0x0002},  // 5 2^-25: a tie, to even (2 2^-24)
+      {0x387fc000u, 0x03ff},  // 1023 2^-24, the largest subnormal, exact
+      {0x387fe000u, 0x0400},  // 1023.5 2^-24: a tie, to even: up into the normals (2^-14)
+      {0x387fdfffu, 0x03ff},  // just below it: stays subnormal
+      {0x387fffffu, 0x0400},  // just below 2^-14: up to 2^-14
+      {0x38800000u, 0x0400},  // 2^-14, the smallest normal fp16, exact
+      {0x3f801000u, 0x3c00},  // 1 + 2^-11: a tie, to even (1)
+      {0x3f803000u, 0x3c02},  // 1 + 3 2^-11: a tie, to even (up)
+      {0x3f801001u, 0x3c01},  // just above the tie: up
+      {0x7fc00000u, 0x7e00}, {0xffc00000u, 0xfe00},  // quiet NaNs, both signs
+      {0x7f800001u, 0x7e00}, {0xff812345u, 0xfe09},  // signalling NaNs: quiet, sign, payload
+      {0x7fbfffffu, 0x7fff}, {0x7f802000u, 0x7e01},  // the top 10 payload bits kept
+  };
+}
+
+// Every rounding boundary of the format: for each pair of adjacent finite values (and the
+// largest with the next power of two, where rounding overflows), their midpoint (a tie, exact
+// in fp32) and the floats either side of it, with both signs; and 2048 NaNs, every 10-bit top
+// payload with both signs.
+template <typename F>
+std::vector<float> RoundingBoundaries() {
+  std::vector<float> v;
+  for (uint32_t h = 0; h <= F::kMaxFinite; ++h) {
+    const double low = F::Widen(static_cast<uint16_t>(h));
+    const double high = h < F::kMaxFinite ? double{F::Widen(static_cast<uint16_t>(h + 1))}
+                                          : 2 * low - F::Widen(static_cast<uint16_t>(h - 1));
+    const float mid = static_cast<float>((low + high) / 2);
+    for (float f : {std::nextafter(mid, 0.0f), mid, std::nextafter(mid, INFINITY)}) {
+      v.push_back(f);
+      v.push_back(-f);
+    }
+  }
+  for (uint32_t payload = 0; payload < 1024; ++payload) {
+    const uint32_t nan = 0x7f800000u | (payload << 13) | (payload % 2 ? 0x1fffu : 0x1u);
+    v.push_back(FloatFromBits(nan));
+    v.push_back(FloatFromBits(nan | 0x80000000u));
+  }
+  return v;
+}
+
+// Elements where |got - want| > F::RoundingBound(|want|) + tol (1 + |want|) (NaN never
+// passes).
+template <typename F>
+void ExpectWithinOneRounding(const std::vector<float>& got, const std::vector<float>& want,
+                             double tol, const std::string& what, int64_t n) {
   ASSERT_EQ(got.size(), want.size());
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i) {
     const double d = std::fabs(double{got[i]} - want[i]);
     const double w = std::fabs(double{want[i]});
-    if (!(d <= std::ldexp(w, -8) + tol * (1.0 + w))) {
+    if (!(d <= F::RoundingBound(w) + tol * (1.0 + w))) {
       if (first < 0) first = static_cast<int64_t>(i);
       ++bad;
     }
@@ -218,115 +345,212 @@ void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>
                     << (first >= 0 ? want[first] : 0);
 }
 
-TEST(ElementwiseCuda, GeluBf16MatchesTheCpuOnBf16Inputs) {
+template <typename F>
+class ElementwiseCudaHalf : public ::testing::Test {};
+TYPED_TEST_SUITE(ElementwiseCudaHalf, HalfFormats, HalfFormatName);
+
+TYPED_TEST(ElementwiseCudaHalf, GeluMatchesTheCpuOnRoundedInputs) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
   SKIP_WITHOUT_GPU();
+  const std::string forward_name = absl::StrCat("GeluForward", F::kName);
+  const std::string backward_name = absl::StrCat("GeluBackward", F::kName);
   for (int64_t n : kSizes) {
-    const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 81, -6.0f, 6.0f));
-    const std::vector<uint16_t> dout = Bf16Bits(RandomFloats(n, 82));
-    const std::vector<float> xf = Widen(x), doutf = Widen(dout);
+    const std::vector<uint16_t> x = RoundToBits<F>(RandomFloats(n, 81, -6.0f, 6.0f));
+    const std::vector<uint16_t> dout = RoundToBits<F>(RandomFloats(n, 82));
+    const std::vector<float> xf = WidenBits<F>(x), doutf = WidenBits<F>(dout);
     std::vector<float> out(n), dx(n);
     kernels::GeluForward(out.data(), xf.data(), n);
     kernels::GeluBackward(dx.data(), xf.data(), doutf.data(), n);
     Device<uint16_t> dx_in(x), ddout(dout), dout_gpu(n), ddx(n);
-    ASSERT_TRUE(cuda::GeluForwardBf16(AsBf16(dout_gpu), AsBf16(dx_in), n, nullptr).ok());
+    ASSERT_TRUE(K::kGeluForward(AsElements<F>(dout_gpu), AsElements<F>(dx_in), n, nullptr).ok());
     ASSERT_TRUE(
-        cuda::GeluBackwardBf16(AsBf16(ddx), AsBf16(dx_in), AsBf16(ddout), n, nullptr).ok());
+        K::kGeluBackward(AsElements<F>(ddx), AsElements<F>(dx_in), AsElements<F>(ddout), n, nullptr)
+            .ok());
     const std::vector<uint16_t> forward = dout_gpu.Host(), backward = ddx.Host();
-    ExpectWithinBf16Ulp(Widen(forward), out, 1e-5, "GeluForwardBf16", n);
-    ExpectWithinBf16Ulp(Widen(backward), dx, 1e-5, "GeluBackwardBf16", n);
+    ExpectWithinOneRounding<F>(WidenBits<F>(forward), out, 1e-5, forward_name, n);
+    ExpectWithinOneRounding<F>(WidenBits<F>(backward), dx, 1e-5, backward_name, n);
     // In place (dx over dout, then out over x) gives the same bits.
-    ASSERT_TRUE(
-        cuda::GeluBackwardBf16(AsBf16(ddout), AsBf16(dx_in), AsBf16(ddout), n, nullptr).ok());
-    EXPECT_EQ(ddout.Host(), backward) << "GeluBackwardBf16 in place, n=" << n;
-    ASSERT_TRUE(cuda::GeluForwardBf16(AsBf16(dx_in), AsBf16(dx_in), n, nullptr).ok());
-    EXPECT_EQ(dx_in.Host(), forward) << "GeluForwardBf16 in place, n=" << n;
+    ASSERT_TRUE(K::kGeluBackward(AsElements<F>(ddout), AsElements<F>(dx_in), AsElements<F>(ddout),
+                                 n, nullptr)
+                    .ok());
+    EXPECT_EQ(ddout.Host(), backward) << backward_name << " in place, n=" << n;
+    ASSERT_TRUE(K::kGeluForward(AsElements<F>(dx_in), AsElements<F>(dx_in), n, nullptr).ok());
+    EXPECT_EQ(dx_in.Host(), forward) << forward_name << " in place, n=" << n;
   }
 }
 
-TEST(ElementwiseCuda, ResidualForwardBf16RoundsTheFloatSum) {
+// Random sums, then at the end of the arrays sums that overflow, tie at the overflow
+// threshold, cancel, or add subnormals.
+TYPED_TEST(ElementwiseCudaHalf, ResidualForwardRoundsTheFloatSum) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
   SKIP_WITHOUT_GPU();
+  const float max = F::Widen(F::kMaxFinite);
+  const float ulp = max - F::Widen(F::kMaxFinite - 1);  // the largest values' spacing
+  const float tiny = F::Widen(1);                       // the smallest subnormal
+  const std::vector<std::pair<float, float>> special = {
+      {max, max},     {-max, -max},      // +-inf
+      {max, ulp / 2}, {-max, -ulp / 2},  // ties at the overflow threshold: +-inf
+      {max, ulp / 4},                    // back to max
+      {max, -max},                       // +0
+      {tiny, tiny},   {tiny, -tiny},     // 2 tiny, +0
+      {-0.0f, -0.0f}, {0.0f, -0.0f},     // -0, +0
+  };
   for (int64_t n : kSizes) {
-    const std::vector<uint16_t> a = Bf16Bits(RandomFloats(n, 91, -4.0f, 4.0f));
-    const std::vector<uint16_t> b = Bf16Bits(RandomFloats(n, 92, -0.01f, 0.01f));
-    const std::vector<float> af = Widen(a), bf = Widen(b);
+    std::vector<float> a_random = RandomFloats(n, 91, -4.0f, 4.0f);
+    std::vector<float> b_random = RandomFloats(n, 92, -0.01f, 0.01f);
+    for (size_t i = 0; i < special.size() && i < a_random.size(); ++i) {
+      a_random[a_random.size() - 1 - i] = special[i].first;
+      b_random[b_random.size() - 1 - i] = special[i].second;
+    }
+    const std::vector<uint16_t> a = RoundToBits<F>(a_random), b = RoundToBits<F>(b_random);
+    const std::vector<float> af = WidenBits<F>(a), bf = WidenBits<F>(b);
     std::vector<uint16_t> want(n);
-    for (int64_t i = 0; i < n; ++i) want[i] = FloatToBFloat16(af[i] + bf[i]);
+    for (int64_t i = 0; i < n; ++i) want[i] = F::Round(af[i] + bf[i]);
     Device<uint16_t> da(a), db(b), out(n);
-    ASSERT_TRUE(cuda::ResidualForwardBf16(AsBf16(out), AsBf16(da), AsBf16(db), n, nullptr).ok());
+    ASSERT_TRUE(
+        K::kResidualForward(AsElements<F>(out), AsElements<F>(da), AsElements<F>(db), n, nullptr)
+            .ok());
     EXPECT_EQ(out.Host(), want) << "n=" << n;
-    ASSERT_TRUE(cuda::ResidualForwardBf16(AsBf16(db), AsBf16(da), AsBf16(db), n, nullptr).ok());
+    ASSERT_TRUE(
+        K::kResidualForward(AsElements<F>(db), AsElements<F>(da), AsElements<F>(db), n, nullptr)
+            .ok());
     EXPECT_EQ(db.Host(), want) << "in place, n=" << n;
   }
 }
 
-TEST(ElementwiseCuda, CastFloatToBf16EqualsTheHostConversionBitForBit) {
+// Every value of the format but the NaNs (which the GPU's fp32 addition would make its one
+// canonical NaN), plus -0, is that value: the load widens exactly and the store rounds an
+// exact value to itself, subnormals, +-0 and +-inf included.
+TYPED_TEST(ElementwiseCudaHalf, ResidualForwardOfEveryValueAndMinusZeroIsThatValue) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
   SKIP_WITHOUT_GPU();
-  auto bits_to_float = [](uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    return f;
-  };
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> special = {
-      0.0f, -0.0f, 1.0f, -1.0f, inf, -inf,
-      std::numeric_limits<float>::max(),      // rounds up to inf
-      -std::numeric_limits<float>::max(),
-      std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-      bits_to_float(0x3f808000u),  // 1 + 2^-8: a tie, to even (1)
-      bits_to_float(0x3f818000u),  // 1 + 3 2^-8: a tie, to even (up)
-      bits_to_float(0x3f808001u),  // just above the tie: up
-      bits_to_float(0x7f7f8000u),  // a tie at the top of the range: to inf
-      bits_to_float(0x7fc00000u), bits_to_float(0xffc00000u),  // quiet NaNs, both signs
-      bits_to_float(0x7f800001u), bits_to_float(0xff812345u),  // signalling NaNs
-  };
-  for (int64_t n : kSizes) {
-    std::vector<float> in = RandomFloats(n, 95, -1e4f, 1e4f);
-    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
-      in[in.size() - 1 - i] = special[i];
-    }
-    std::vector<uint16_t> want(n);
-    for (int64_t i = 0; i < n; ++i) want[i] = FloatToBFloat16(in[i]);
-    Device<float> din(in);
-    Device<uint16_t> out(n);
-    ASSERT_TRUE(cuda::CastFloatToBf16(AsBf16(out), din.get(), n, nullptr).ok());
-    EXPECT_EQ(out.Host(), want) << "n=" << n;
+  std::vector<uint16_t> a;
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    if (!std::isnan(F::Widen(static_cast<uint16_t>(h)))) a.push_back(static_cast<uint16_t>(h));
+  }
+  const int64_t n = static_cast<int64_t>(a.size());
+  Device<uint16_t> da(a), db(std::vector<uint16_t>(n, F::Round(-0.0f))), out(n);
+  ASSERT_TRUE(
+      K::kResidualForward(AsElements<F>(out), AsElements<F>(da), AsElements<F>(db), n, nullptr)
+          .ok());
+  EXPECT_EQ(out.Host(), a);
+  ASSERT_TRUE(
+      K::kResidualForward(AsElements<F>(da), AsElements<F>(da), AsElements<F>(db), n, nullptr)
+          .ok());
+  EXPECT_EQ(da.Host(), a) << "in place";
+}
+
+// The hand-worked special cases against the host conversion the GPU tests compare with: no
+// GPU needed.
+TYPED_TEST(ElementwiseCudaHalf, HostConversionGivesTheSpecialCasesBits) {
+  using F = TypeParam;
+  for (const Cast& c : SpecialCasts<F>()) {
+    EXPECT_EQ(F::Round(FloatFromBits(c.in)), c.out)
+        << std::hex << "float bits 0x" << c.in << " (" << FloatFromBits(c.in) << ")";
   }
 }
 
+TYPED_TEST(ElementwiseCudaHalf, CastFloatEqualsTheHostConversionBitForBit) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  const std::vector<Cast> special = SpecialCasts<F>();
+  for (int64_t n : kSizes) {
+    std::vector<float> in = RandomFloats(n, 95, -1e4f, 1e4f);
+    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
+      in[in.size() - 1 - i] = FloatFromBits(special[i].in);
+    }
+    std::vector<uint16_t> want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = F::Round(in[i]);
+    Device<float> din(in);
+    Device<uint16_t> out(n);
+    ASSERT_TRUE(K::kCastFloat(AsElements<F>(out), din.get(), n, nullptr).ok());
+    const std::vector<uint16_t> got = out.Host();
+    EXPECT_EQ(got, want) << "n=" << n;
+    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
+      EXPECT_EQ(got[in.size() - 1 - i], special[i].out)
+          << std::hex << "float bits 0x" << special[i].in << ", n=" << std::dec << n;
+    }
+  }
+}
+
+TYPED_TEST(ElementwiseCudaHalf, CastFloatRoundsEveryBoundaryAndNanAsTheHost) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  const std::vector<float> in = RoundingBoundaries<F>();
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<uint16_t> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = F::Round(in[i]);
+  Device<float> din(in);
+  Device<uint16_t> out(n);
+  ASSERT_TRUE(K::kCastFloat(AsElements<F>(out), din.get(), n, nullptr).ok());
+  const std::vector<uint16_t> got = out.Host();
+  ASSERT_EQ(got.size(), want.size());
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (got[i] != want[i]) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  uint32_t first_bits = 0;
+  if (first >= 0) std::memcpy(&first_bits, &in[first], sizeof(first_bits));
+  EXPECT_EQ(bad, 0) << bad << " of " << n << " differ, first: float bits 0x" << std::hex
+                    << first_bits << " gpu 0x" << (first >= 0 ? got[first] : 0) << " host 0x"
+                    << (first >= 0 ? want[first] : 0);
+}
+
 // The checks run before anything touches the device: host addresses serve.
-TEST(ElementwiseCuda, Bf16BadArgumentsAreNamed) {
-  bf16* null = nullptr;
+TYPED_TEST(ElementwiseCudaHalf, BadArgumentsAreNamed) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  using E = typename F::Element;
+  E* null = nullptr;
   uint16_t h = 0, h2 = 0;
-  bf16* b = reinterpret_cast<bf16*>(&h);
-  bf16* b2 = reinterpret_cast<bf16*>(&h2);
+  E* b = reinterpret_cast<E*>(&h);
+  E* b2 = reinterpret_cast<E*>(&h2);
   float f = 0;
-  absl::Status s = cuda::GeluForwardBf16(null, b, 5, nullptr);
+  const std::string gelu = absl::StrCat("GeluForward", F::kName);
+  absl::Status s = K::kGeluForward(null, b, 5, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("GeluForwardBf16 (CUDA): out is null"), std::string::npos) << s;
-  s = cuda::GeluForwardBf16(b, b, -1, nullptr);
+  EXPECT_NE(s.message().find(gelu + " (CUDA): out is null"), std::string::npos) << s;
+  s = K::kGeluForward(b, null, 5, nullptr);
+  EXPECT_NE(s.message().find(gelu + " (CUDA): x is null"), std::string::npos) << s;
+  s = K::kGeluForward(b, b, -1, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("n must be >= 0, got -1"), std::string::npos) << s;
-  EXPECT_TRUE(cuda::GeluForwardBf16(null, null, 0, nullptr).ok());  // nothing to do
-  s = cuda::GeluBackwardBf16(b, b, b2, 1, nullptr);
-  EXPECT_NE(s.message().find("must not alias x"), std::string::npos) << s;
-  s = cuda::GeluBackwardBf16(b, b2, null, 1, nullptr);
-  EXPECT_NE(s.message().find("dout is null"), std::string::npos) << s;
-  s = cuda::GeluBackwardBf16(b, b2, b, -7, nullptr);
+  EXPECT_NE(s.message().find(gelu + " (CUDA): n must be >= 0, got -1"), std::string::npos) << s;
+  EXPECT_TRUE(K::kGeluForward(null, null, 0, nullptr).ok());  // nothing to do
+  const std::string gelu_backward = absl::StrCat("GeluBackward", F::kName);
+  s = K::kGeluBackward(b, b, b2, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(gelu_backward + " (CUDA): dx must not alias x"), std::string::npos)
+      << s;
+  s = K::kGeluBackward(b, b2, null, 1, nullptr);
+  EXPECT_NE(s.message().find(gelu_backward + " (CUDA): dout is null"), std::string::npos) << s;
+  s = K::kGeluBackward(b, b2, b, -7, nullptr);
   EXPECT_NE(s.message().find("n must be >= 0"), std::string::npos) << s;
-  s = cuda::ResidualForwardBf16(b, b2, null, 3, nullptr);
-  EXPECT_NE(s.message().find("ResidualForwardBf16 (CUDA): b is null"), std::string::npos) << s;
-  s = cuda::ResidualForwardBf16(b, b2, b, -1, nullptr);
+  EXPECT_TRUE(K::kGeluBackward(null, null, null, 0, nullptr).ok());
+  const std::string residual = absl::StrCat("ResidualForward", F::kName);
+  s = K::kResidualForward(b, b2, null, 3, nullptr);
+  EXPECT_NE(s.message().find(residual + " (CUDA): b is null"), std::string::npos) << s;
+  s = K::kResidualForward(b, b2, b, -1, nullptr);
   EXPECT_NE(s.message().find("n must be >= 0"), std::string::npos) << s;
-  s = cuda::CastFloatToBf16(null, &f, 1, nullptr);
-  EXPECT_NE(s.message().find("CastFloatToBf16 (CUDA): out is null"), std::string::npos) << s;
-  s = cuda::CastFloatToBf16(b, nullptr, 1, nullptr);
-  EXPECT_NE(s.message().find("in is null"), std::string::npos) << s;
-  s = cuda::CastFloatToBf16(b, &f, -2, nullptr);
+  EXPECT_TRUE(K::kResidualForward(null, null, null, 0, nullptr).ok());
+  const std::string cast = absl::StrCat("CastFloatTo", F::kName);
+  s = K::kCastFloat(null, &f, 1, nullptr);
+  EXPECT_NE(s.message().find(cast + " (CUDA): out is null"), std::string::npos) << s;
+  s = K::kCastFloat(b, nullptr, 1, nullptr);
+  EXPECT_NE(s.message().find(cast + " (CUDA): in is null"), std::string::npos) << s;
+  s = K::kCastFloat(b, &f, -2, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("n must be >= 0, got -2"), std::string::npos) << s;
-  s = cuda::CastFloatToBf16(reinterpret_cast<bf16*>(&f), &f, 1, nullptr);
-  EXPECT_NE(s.message().find("out must not overlap in"), std::string::npos) << s;
-  EXPECT_TRUE(cuda::CastFloatToBf16(null, nullptr, 0, nullptr).ok());
+  s = K::kCastFloat(reinterpret_cast<E*>(&f), &f, 1, nullptr);
+  EXPECT_NE(s.message().find(cast + " (CUDA): out must not overlap in"), std::string::npos) << s;
+  EXPECT_TRUE(K::kCastFloat(null, nullptr, 0, nullptr).ok());
 }
 
 TEST(ElementwiseCuda, BadArgumentsAreNamed) {

@@ -45,7 +45,7 @@ absl::Status CheckPointer(const char* fn, const void* p, const char* name) {
   return absl::OkStatus();
 }
 
-// The checks of EmbeddingForward and its bf16 twin.
+// The checks of EmbeddingForward and its bf16 and fp16 twins.
 absl::Status CheckForward(const char* fn, const void* out, const int32_t* tokens,
                           const float* wte, const float* wpe, int64_t batch, int64_t seq_len,
                           int64_t channels, int64_t vocab) {
@@ -56,7 +56,7 @@ absl::Status CheckForward(const char* fn, const void* out, const int32_t* tokens
   return CheckPointer(fn, wpe, "wpe");
 }
 
-// The checks of EmbeddingBackward and its bf16 twin.
+// The checks of EmbeddingBackward and its bf16 and fp16 twins.
 absl::Status CheckBackward(const char* fn, const float* dwte, const float* dwpe,
                            const void* dout, const int32_t* index, int64_t groups,
                            int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab) {
@@ -94,6 +94,16 @@ absl::Status EmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens, con
                       "EmbeddingForwardBf16 launch");
 }
 
+absl::Status EmbeddingForwardF16(__half* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
+                                 int64_t vocab, cudaStream_t stream) {
+  const char* fn = "EmbeddingForwardF16";
+  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
+  return CudaToStatus(internal::LaunchEmbeddingForwardF16(out, tokens, wte, wpe, batch, seq_len,
+                                                          channels, vocab, stream),
+                      "EmbeddingForwardF16 launch");
+}
+
 absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
                                int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
                                int64_t vocab, cudaStream_t stream) {
@@ -115,6 +125,18 @@ absl::Status EmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16
   return CudaToStatus(internal::LaunchEmbeddingBackwardBf16(dwte, dwpe, dout, index, groups,
                                                             batch, seq_len, channels, stream),
                       "EmbeddingBackwardBf16 launch");
+}
+
+absl::Status EmbeddingBackwardF16(float* dwte, float* dwpe, const __half* dout,
+                                  const int32_t* index, int64_t groups, int64_t batch,
+                                  int64_t seq_len, int64_t channels, int64_t vocab,
+                                  cudaStream_t stream) {
+  const char* fn = "EmbeddingBackwardF16";
+  RM_RETURN_IF_ERROR(
+      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
+  return CudaToStatus(internal::LaunchEmbeddingBackwardF16(dwte, dwpe, dout, index, groups, batch,
+                                                           seq_len, channels, stream),
+                      "EmbeddingBackwardF16 launch");
 }
 
 }  // namespace ringmaster::kernels::cuda

@@ -1,8 +1,9 @@
 // The kernels of kernels/cuda/embedding.h. One thread per channel of a row; the loops over
 // a row's contributions run in ascending (b, t) order, as on the CPU. The kernels are
-// templates over the storage of out / dout (float or __nv_bfloat16, kernels/cuda/bf16.cuh);
-// the tables are fp32 in both, and the float instantiations are the fp32 kernels.
+// templates over the storage of out / dout (float, __nv_bfloat16 or __half, kernels/cuda/bf16.cuh);
+// the tables are fp32 in all, and the float instantiations are the fp32 kernels.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -16,7 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // Block (row = b T + t, channel tile): out[row, c] = wte[token, c] + wpe[t, c] (rounded
-// once when T is bf16).
+// once when T is 16-bit).
 template <typename T>
 __global__ void EmbeddingForwardKernel(T* out, const int32_t* tokens, const float* wte,
                                        const float* wpe, int64_t seq_len, int64_t channels,
@@ -106,6 +107,12 @@ cudaError_t LaunchEmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens
   return EmbeddingForward(out, tokens, wte, wpe, batch, seq_len, channels, vocab, stream);
 }
 
+cudaError_t LaunchEmbeddingForwardF16(__half* out, const int32_t* tokens, const float* wte,
+                                      const float* wpe, int64_t batch, int64_t seq_len,
+                                      int64_t channels, int64_t vocab, cudaStream_t stream) {
+  return EmbeddingForward(out, tokens, wte, wpe, batch, seq_len, channels, vocab, stream);
+}
+
 cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* index, int64_t groups, int64_t batch,
                                     int64_t seq_len, int64_t channels, cudaStream_t stream) {
@@ -116,6 +123,12 @@ cudaError_t LaunchEmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfl
                                         const int32_t* index, int64_t groups, int64_t batch,
                                         int64_t seq_len, int64_t channels,
                                         cudaStream_t stream) {
+  return EmbeddingBackward(dwte, dwpe, dout, index, groups, batch, seq_len, channels, stream);
+}
+
+cudaError_t LaunchEmbeddingBackwardF16(float* dwte, float* dwpe, const __half* dout,
+                                       const int32_t* index, int64_t groups, int64_t batch,
+                                       int64_t seq_len, int64_t channels, cudaStream_t stream) {
   return EmbeddingBackward(dwte, dwpe, dout, index, groups, batch, seq_len, channels, stream);
 }
 

@@ -22,10 +22,15 @@
 // rounded once to nearest even (kernels/half.h's FloatToBFloat16, bit for bit); backward
 // reads dout in bf16 (widened exactly) and accumulates into the fp32 dwte and dwpe exactly as
 // EmbeddingBackward does: the same host-built index, the same order, the same fp32 additions.
+//
+// The *F16 twins are the same kernels with fp16 (__half) storage: widened exactly, rounded
+// once per output to nearest even as kernels/half.h's FloatToFloat16 does (IEEE: values of
+// magnitude 65520 or more become +-inf, which the loss scaler's overflow check then finds).
 #ifndef RINGMASTER_KERNELS_CUDA_EMBEDDING_H_
 #define RINGMASTER_KERNELS_CUDA_EMBEDDING_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -47,6 +52,9 @@ absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wt
 absl::Status EmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens, const float* wte,
                                   const float* wpe, int64_t batch, int64_t seq_len,
                                   int64_t channels, int64_t vocab, cudaStream_t stream);
+absl::Status EmbeddingForwardF16(__half* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
+                                 int64_t vocab, cudaStream_t stream);
 
 // ACCUMULATES: dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], in
 // ascending (b, t) order per row. `index` is an EmbeddingIndex's ints on the device and
@@ -59,6 +67,10 @@ absl::Status EmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16
                                    const int32_t* index, int64_t groups, int64_t batch,
                                    int64_t seq_len, int64_t channels, int64_t vocab,
                                    cudaStream_t stream);
+absl::Status EmbeddingBackwardF16(float* dwte, float* dwpe, const __half* dout,
+                                  const int32_t* index, int64_t groups, int64_t batch,
+                                  int64_t seq_len, int64_t channels, int64_t vocab,
+                                  cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda
 

@@ -5,6 +5,7 @@
 #define RINGMASTER_KERNELS_CUDA_EMBEDDING_LAUNCH_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,10 +24,16 @@ cudaError_t LaunchEmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens
                                        const float* wte, const float* wpe, int64_t batch,
                                        int64_t seq_len, int64_t channels, int64_t vocab,
                                        cudaStream_t stream);
+cudaError_t LaunchEmbeddingForwardF16(__half* out, const int32_t* tokens, const float* wte,
+                                      const float* wpe, int64_t batch, int64_t seq_len,
+                                      int64_t channels, int64_t vocab, cudaStream_t stream);
 cudaError_t LaunchEmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16* dout,
                                         const int32_t* index, int64_t groups, int64_t batch,
                                         int64_t seq_len, int64_t channels,
                                         cudaStream_t stream);
+cudaError_t LaunchEmbeddingBackwardF16(float* dwte, float* dwpe, const __half* dout,
+                                       const int32_t* index, int64_t groups, int64_t batch,
+                                       int64_t seq_len, int64_t channels, cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal
 

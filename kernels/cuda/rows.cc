@@ -39,7 +39,7 @@ absl::Status CheckPointers(const char* fn,
   return absl::OkStatus();
 }
 
-// The checks of LayerNormForward and its bf16 twin.
+// The checks of LayerNormForward and its bf16 and fp16 twins.
 absl::Status CheckLayerNormForward(const char* fn, const void* y, const void* mean,
                                    const void* rstd, const void* x, const void* gain,
                                    const void* bias, int64_t rows, int64_t channels) {
@@ -50,7 +50,7 @@ absl::Status CheckLayerNormForward(const char* fn, const void* y, const void* me
   return absl::OkStatus();
 }
 
-// The checks of LayerNormBackward and its bf16 twin.
+// The checks of LayerNormBackward and its bf16 and fp16 twins.
 absl::Status CheckLayerNormBackward(const char* fn, const void* dx, const void* dgain,
                                     const void* dbias, const void* dy, const void* x,
                                     const void* gain, const void* mean, const void* rstd,
@@ -101,6 +101,16 @@ absl::Status LayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rstd,
       "LayerNormForwardBf16 launch");
 }
 
+absl::Status LayerNormForwardF16(__half* y, float* mean, float* rstd, const __half* x,
+                                 const float* gain, const float* bias, int64_t rows,
+                                 int64_t channels, cudaStream_t stream) {
+  const char* fn = "LayerNormForwardF16";
+  RM_RETURN_IF_ERROR(CheckLayerNormForward(fn, y, mean, rstd, x, gain, bias, rows, channels));
+  return CudaToStatus(
+      internal::LaunchLayerNormForwardF16(y, mean, rstd, x, gain, bias, rows, channels, stream),
+      "LayerNormForwardF16 launch");
+}
+
 int64_t LayerNormBackwardScratchFloats(int64_t channels) {
   return 2 * internal::kLayerNormChunks * channels;
 }
@@ -131,6 +141,18 @@ absl::Status LayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias
       "LayerNormBackwardBf16 launch");
 }
 
+absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const __half* dy,
+                                  const __half* x, const float* gain, const float* mean,
+                                  const float* rstd, int64_t rows, int64_t channels, float* scratch,
+                                  cudaStream_t stream) {
+  const char* fn = "LayerNormBackwardF16";
+  RM_RETURN_IF_ERROR(CheckLayerNormBackward(fn, dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
+                                            channels, scratch));
+  return CudaToStatus(internal::LaunchLayerNormBackwardF16(dx, dgain, dbias, dy, x, gain, mean,
+                                                           rstd, rows, channels, scratch, stream),
+                      "LayerNormBackwardF16 launch");
+}
+
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
                                         cudaStream_t stream) {
@@ -151,6 +173,17 @@ absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const i
   return CudaToStatus(internal::LaunchSoftmaxCrossEntropyBf16(logits, labels, n, classes, 0.0f,
                                                               loss, predicted, nullptr, stream),
                       "SoftmaxCrossEntropyForwardBf16 launch");
+}
+
+absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
+                                           int64_t classes, float* loss, int32_t* predicted,
+                                           cudaStream_t stream) {
+  const char* fn = "SoftmaxCrossEntropyForwardF16";
+  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
+                                              /*backward=*/false, nullptr));
+  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyF16(logits, labels, n, classes, 0.0f, loss,
+                                                             predicted, nullptr, stream),
+                      "SoftmaxCrossEntropyForwardF16 launch");
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
@@ -177,6 +210,18 @@ absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
   return CudaToStatus(internal::LaunchSoftmaxCrossEntropyBf16(logits, labels, n, classes, scale,
                                                               loss, predicted, dlogits, stream),
                       "SoftmaxCrossEntropyForwardBackwardBf16 launch");
+}
+
+absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
+                                                   int64_t n, int64_t classes, float scale,
+                                                   float* loss, int32_t* predicted, __half* dlogits,
+                                                   cudaStream_t stream) {
+  const char* fn = "SoftmaxCrossEntropyForwardBackwardF16";
+  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
+                                              /*backward=*/true, dlogits));
+  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyF16(logits, labels, n, classes, scale,
+                                                             loss, predicted, dlogits, stream),
+                      "SoftmaxCrossEntropyForwardBackwardF16 launch");
 }
 
 }  // namespace ringmaster::kernels::cuda

@@ -2,9 +2,10 @@
 // shared memory in a fixed tree (deterministic), the CPU twins' formulas
 // (kernels/cpu/layernorm.cc, kernels/cpu/softmax_xent.cc) operation by operation where the
 // order of a sum does not decide. The kernels are templates over the activations' storage
-// (float or __nv_bfloat16, kernels/cuda/bf16.cuh): the arithmetic is fp32 in both, and the
+// (float, __nv_bfloat16 or __half, kernels/cuda/bf16.cuh): the arithmetic is fp32 in all, and the
 // float instantiations are the fp32 kernels.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,7 +32,7 @@ __device__ float BlockSum(float v, float* shared) {
   return total;
 }
 
-// T: the storage of x and y (float or __nv_bfloat16); mean and rstd are fp32.
+// T: the storage of x and y (float, __nv_bfloat16 or __half); mean and rstd are fp32.
 template <typename T>
 __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* x,
                                        const float* gain, const float* bias, int64_t channels) {
@@ -59,7 +60,7 @@ __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* 
 }
 
 // dx += rstd * (g - mean_c(g) - n * mean_c(g * n)), g = gain * dy, n = (x - mean) * rstd.
-// T: the storage of dx, dy and x; for bf16, dx = round(dx + the fp32 term).
+// T: the storage of dx, dy and x; for 16-bit T, dx = round(dx + the fp32 term).
 template <typename T>
 __global__ void LayerNormBackwardDxKernel(T* dx, const T* dy, const T* x, const float* gain,
                                           const float* mean, const float* rstd,
@@ -231,6 +232,12 @@ cudaError_t LaunchLayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rst
   return LayerNormForward(y, mean, rstd, x, gain, bias, rows, channels, stream);
 }
 
+cudaError_t LaunchLayerNormForwardF16(__half* y, float* mean, float* rstd, const __half* x,
+                                      const float* gain, const float* bias, int64_t rows,
+                                      int64_t channels, cudaStream_t stream) {
+  return LayerNormForward(y, mean, rstd, x, gain, bias, rows, channels, stream);
+}
+
 cudaError_t LaunchLayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
                                     const float* x, const float* gain, const float* mean,
                                     const float* rstd, int64_t rows, int64_t channels,
@@ -248,6 +255,14 @@ cudaError_t LaunchLayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* 
                            stream);
 }
 
+cudaError_t LaunchLayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const __half* dy,
+                                       const __half* x, const float* gain, const float* mean,
+                                       const float* rstd, int64_t rows, int64_t channels,
+                                       float* scratch, cudaStream_t stream) {
+  return LayerNormBackward(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, channels, scratch,
+                           stream);
+}
+
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
                                       int64_t classes, float scale, float* loss,
                                       int32_t* predicted, float* dlogits, cudaStream_t stream) {
@@ -258,6 +273,12 @@ cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int
                                           int64_t n, int64_t classes, float scale, float* loss,
                                           int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream) {
+  return SoftmaxCrossEntropy(logits, labels, n, classes, scale, loss, predicted, dlogits, stream);
+}
+
+cudaError_t LaunchSoftmaxCrossEntropyF16(const __half* logits, const int32_t* labels, int64_t n,
+                                         int64_t classes, float scale, float* loss,
+                                         int32_t* predicted, __half* dlogits, cudaStream_t stream) {
   return SoftmaxCrossEntropy(logits, labels, n, classes, scale, loss, predicted, dlogits, stream);
 }
 

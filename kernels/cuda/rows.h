@@ -13,6 +13,10 @@
 // kernel run on those inputs and rounded (kernels/precision.h). LayerNormBackwardBf16's
 // accumulation into dx is dx = round(dx + dL/dx): one rounding per call, no fp32 copy kept.
 //
+// The *F16 twins are the same kernels with fp16 (__half) storage: widened exactly, rounded
+// once per output to nearest even as kernels/half.h's FloatToFloat16 does (IEEE: values of
+// magnitude 65520 or more become +-inf, which the loss scaler's overflow check then finds).
+//
 // LayerNorm backward sums dgain and dbias without atomics: partial sums per chunk of rows
 // into `scratch` (LayerNormBackwardScratchFloats(channels) floats of device memory, contents
 // undefined afterwards), then the chunks in ascending order, so the result is bitwise
@@ -28,6 +32,7 @@
 #define RINGMASTER_KERNELS_CUDA_ROWS_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -44,8 +49,11 @@ absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x
 absl::Status LayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rstd,
                                   const __nv_bfloat16* x, const float* gain, const float* bias,
                                   int64_t rows, int64_t channels, cudaStream_t stream);
+absl::Status LayerNormForwardF16(__half* y, float* mean, float* rstd, const __half* x,
+                                 const float* gain, const float* bias, int64_t rows,
+                                 int64_t channels, cudaStream_t stream);
 
-// The scratch of LayerNormBackward and LayerNormBackwardBf16, in floats.
+// The scratch of LayerNormBackward and its bf16 and fp16 twins, in floats.
 int64_t LayerNormBackwardScratchFloats(int64_t channels);
 // dx += dL/dx, dgain += dL/dgain, dbias += dL/dbias.
 absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
@@ -59,6 +67,10 @@ absl::Status LayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias
                                    const float* gain, const float* mean, const float* rstd,
                                    int64_t rows, int64_t channels, float* scratch,
                                    cudaStream_t stream);
+absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const __half* dy,
+                                  const __half* x, const float* gain, const float* mean,
+                                  const float* rstd, int64_t rows, int64_t channels, float* scratch,
+                                  cudaStream_t stream);
 
 // Per-row loss and predicted class (the first maximum; a NaN wins).
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
@@ -68,6 +80,9 @@ absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labe
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
                                             int32_t* predicted, cudaStream_t stream);
+absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
+                                           int64_t classes, float* loss, int32_t* predicted,
+                                           cudaStream_t stream);
 // The same losses, and dlogits = (softmax - onehot) * scale (overwritten).
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
                                                 int64_t n, int64_t classes, float scale,
@@ -80,6 +95,10 @@ absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     int32_t* predicted,
                                                     __nv_bfloat16* dlogits,
                                                     cudaStream_t stream);
+absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
+                                                   int64_t n, int64_t classes, float scale,
+                                                   float* loss, int32_t* predicted, __half* dlogits,
+                                                   cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda
 

@@ -6,6 +6,7 @@
 #define RINGMASTER_KERNELS_CUDA_ROWS_LAUNCH_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,6 +24,9 @@ cudaError_t LaunchLayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rst
                                        const __nv_bfloat16* x, const float* gain,
                                        const float* bias, int64_t rows, int64_t channels,
                                        cudaStream_t stream);
+cudaError_t LaunchLayerNormForwardF16(__half* y, float* mean, float* rstd, const __half* x,
+                                      const float* gain, const float* bias, int64_t rows,
+                                      int64_t channels, cudaStream_t stream);
 // scratch: 2 * kLayerNormChunks * channels floats.
 cudaError_t LaunchLayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
                                     const float* x, const float* gain, const float* mean,
@@ -33,6 +37,10 @@ cudaError_t LaunchLayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* 
                                         const float* gain, const float* mean, const float* rstd,
                                         int64_t rows, int64_t channels, float* scratch,
                                         cudaStream_t stream);
+cudaError_t LaunchLayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const __half* dy,
+                                       const __half* x, const float* gain, const float* mean,
+                                       const float* rstd, int64_t rows, int64_t channels,
+                                       float* scratch, cudaStream_t stream);
 
 // dlogits null: forward only (scale unused).
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
@@ -42,6 +50,9 @@ cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int
                                           int64_t n, int64_t classes, float scale, float* loss,
                                           int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream);
+cudaError_t LaunchSoftmaxCrossEntropyF16(const __half* logits, const int32_t* labels, int64_t n,
+                                         int64_t classes, float scale, float* loss,
+                                         int32_t* predicted, __half* dlogits, cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal
 

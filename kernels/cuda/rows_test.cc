@@ -8,20 +8,29 @@
 // the same bits. Without a GPU the tests that need one skip; the argument checks run
 // everywhere.
 //
-// The bf16 twins run against the CPU kernels on the same bf16-valued inputs (random values
-// rounded to bf16 first; gain and bias stay fp32), on shapes with channels 1, 7, 768 + 3 and
-// 50257 and row counts that are not multiples of the 32 backward chunks. Tolerances:
-//   bf16 outputs (y, dx, dlogits), per element: |gpu - cpu| <= 2^-8 |cpu| + abs, where 2^-8
-//     |cpu| is one bf16 ulp at most (the GPU rounds once, to nearest: half an ulp, plus the
-//     fp32 difference) and abs bounds the fp32 differences of the sums' order: 1e-4 for
-//     LayerNorm's y and dx (values of order 1, sums of up to 50257 terms), 1e-6 for dlogits
-//     (magnitudes at most scale = 0.25);
+// The bf16 and fp16 twins (typed tests over both formats, RowsCudaHalf/Bf16 and
+// RowsCudaHalf/F16) run against the CPU kernels on the same 16-bit-valued inputs (random
+// values rounded to the format first; gain and bias stay fp32; all of order 1-8, well inside
+// fp16's range), on shapes with channels 1, 7, 768 + 3 and 50257 and row counts that are not
+// multiples of the 32 backward chunks. Tolerances:
+//   16-bit outputs (y, dx, dlogits), per element: |gpu - cpu| <= r(|cpu|) + abs, where r
+//     bounds the one rounding to nearest the GPU does (half an ulp) and abs the fp32
+//     differences of the sums' order, the same for both formats: 1e-4 for LayerNorm's y and
+//     dx (values of order 1, sums of up to 50257 terms), 1e-6 for dlogits (magnitudes at most
+//     scale = 0.25). bf16: r(v) = 2^-8 v, half an ulp with 8 significant bits and one ulp at
+//     most. fp16: r(v) = 2^-11 v + 2^-25, half an ulp with 11 significant bits on the normal
+//     range, plus half the subnormals' spacing 2^-24 for results below 2^-14 (the smallest
+//     dlogits, of order 1e-11, become 0 or a subnormal);
 //   fp32 outputs (mean, rstd, dgain, dbias, losses): relative norm error <= 1e-5, as for the
 //     fp32 kernels (the same fp32 arithmetic on the same values);
-//   predicted classes equal: bf16 logits tie often, and both sides take the first maximum.
+//   predicted classes equal: 16-bit logits tie often, and both sides take the first maximum
+//     (or the first NaN);
+//   LayerNorm backward twice gives the same bits, dx and dgain. Each format's argument checks
+//   (error messages naming the function, e.g. LayerNormForwardF16) run without a GPU too.
 #include "kernels/cuda/rows.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -31,8 +40,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 #include "kernels/layernorm.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/cuda/testing.h"
@@ -41,14 +50,16 @@
 namespace ringmaster::kernels::cuda {
 namespace {
 
-using testing::AsBf16;
-using testing::Bf16Bits;
+using testing::AsElements;
+using testing::Bf16Format;
 using testing::Device;
-using testing::HaveGpu;
-using testing::Widen;
+using testing::F16Format;
+using testing::HalfFormatName;
+using testing::HalfFormats;
+using testing::RoundToBits;
+using testing::WidenBits;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA row kernel tests")
-
 
 double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0;
@@ -175,140 +186,6 @@ TEST(RowsCuda, ANanWinsThePredictionAsOnTheCpu) {
   EXPECT_EQ(dpred.Host(), predicted);  // row 0: the NaN at 2; row 1: the NaN at 0
 }
 
-// ---- bf16 twins ----
-
-using bf16 = __nv_bfloat16;
-
-// Elements where |got - want| > 2^-8 |want| + abs (NaN never passes); the first is named.
-void ExpectWithinBf16Ulp(const std::vector<float>& got, const std::vector<float>& want,
-                         double abs, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(double{got[i]} - want[i]);
-    if (!(d <= std::ldexp(std::fabs(double{want[i]}), -8) + abs)) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements off, first [" << first << "] gpu "
-                    << (first >= 0 ? got[first] : 0) << " cpu "
-                    << (first >= 0 ? want[first] : 0);
-}
-
-constexpr Shape kBf16Shapes[] = {{1, 1}, {1, 7}, {7, 771}, {1000, 7}, {1000, 771}, {3, 50257}};
-
-TEST(RowsCuda, LayerNormBf16MatchesTheCpuOnBf16Inputs) {
-  SKIP_WITHOUT_GPU();
-  for (const Shape& s : kBf16Shapes) {
-    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " channels " << s.columns);
-    const int64_t n = s.rows * s.columns;
-    const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 101, -3.0f, 5.0f));
-    const std::vector<uint16_t> dy = Bf16Bits(RandomFloats(n, 102));
-    const std::vector<uint16_t> dx0 = Bf16Bits(RandomFloats(n, 103));
-    const std::vector<float> gain = RandomFloats(s.columns, 104, 0.5f, 1.5f);
-    const std::vector<float> bias = RandomFloats(s.columns, 105);
-    const std::vector<float> dgain0 = RandomFloats(s.columns, 106);
-    const std::vector<float> dbias0 = RandomFloats(s.columns, 107);
-
-    const std::vector<float> xf = Widen(x), dyf = Widen(dy);
-    std::vector<float> y(n), mean(s.rows), rstd(s.rows);
-    kernels::LayerNormForward(y.data(), mean.data(), rstd.data(), xf.data(), gain.data(),
-                              bias.data(), s.rows, s.columns);
-    std::vector<float> dx = Widen(dx0), dgain = dgain0, dbias = dbias0;
-    kernels::LayerNormBackward(dx.data(), dgain.data(), dbias.data(), dyf.data(), xf.data(),
-                               gain.data(), mean.data(), rstd.data(), s.rows, s.columns);
-
-    Device<uint16_t> dx_in(x), ddy(dy), ddx(dx0), dyo(n);
-    Device<float> dgain_in(gain), dbias_in(bias), ddgain(dgain0), ddbias(dbias0), dmean(s.rows),
-        drstd(s.rows), scratch(LayerNormBackwardScratchFloats(s.columns));
-    ASSERT_TRUE(cuda::LayerNormForwardBf16(AsBf16(dyo), dmean.get(), drstd.get(), AsBf16(dx_in),
-                                           dgain_in.get(), dbias_in.get(), s.rows, s.columns,
-                                           nullptr)
-                    .ok());
-    ExpectWithinBf16Ulp(Widen(dyo.Host()), y, 1e-4, "LayerNormForwardBf16 y");
-    EXPECT_LE(RelativeError(dmean.Host(), mean), 1e-5);
-    EXPECT_LE(RelativeError(drstd.Host(), rstd), 1e-5);
-    ASSERT_TRUE(cuda::LayerNormBackwardBf16(AsBf16(ddx), ddgain.get(), ddbias.get(), AsBf16(ddy),
-                                            AsBf16(dx_in), dgain_in.get(), dmean.get(),
-                                            drstd.get(), s.rows, s.columns, scratch.get(),
-                                            nullptr)
-                    .ok());
-    ExpectWithinBf16Ulp(Widen(ddx.Host()), dx, 1e-4, "LayerNormBackwardBf16 dx");
-    EXPECT_LE(RelativeError(ddgain.Host(), dgain), 1e-5);
-    EXPECT_LE(RelativeError(ddbias.Host(), dbias), 1e-5);
-  }
-}
-
-TEST(RowsCuda, LayerNormBackwardBf16IsReproducible) {
-  SKIP_WITHOUT_GPU();
-  const int64_t rows = 1000, channels = 771, n = rows * channels;
-  const std::vector<uint16_t> x = Bf16Bits(RandomFloats(n, 108)),
-                              dy = Bf16Bits(RandomFloats(n, 109)),
-                              zero_n(n, FloatToBFloat16(0.0f));
-  const std::vector<float> gain(channels, 1.0f), zeros(channels, 0.0f);
-  Device<uint16_t> dx_in(x), ddy(dy), y(n);
-  Device<float> dgain_in(gain), dbias_in(zeros), mean(rows), rstd(rows),
-      scratch(LayerNormBackwardScratchFloats(channels));
-  ASSERT_TRUE(cuda::LayerNormForwardBf16(AsBf16(y), mean.get(), rstd.get(), AsBf16(dx_in),
-                                         dgain_in.get(), dbias_in.get(), rows, channels, nullptr)
-                  .ok());
-  std::vector<float> first_dgain;
-  std::vector<uint16_t> first_dx;
-  for (int run = 0; run < 2; ++run) {
-    Device<uint16_t> dx(zero_n);
-    Device<float> dgain(zeros), dbias(zeros);
-    ASSERT_TRUE(cuda::LayerNormBackwardBf16(AsBf16(dx), dgain.get(), dbias.get(), AsBf16(ddy),
-                                            AsBf16(dx_in), dgain_in.get(), mean.get(),
-                                            rstd.get(), rows, channels, scratch.get(), nullptr)
-                    .ok());
-    std::vector<float> got = dgain.Host();
-    std::vector<uint16_t> got_dx = dx.Host();
-    if (run == 0) {
-      first_dgain = got;
-      first_dx = got_dx;
-    } else {
-      EXPECT_EQ(std::memcmp(got.data(), first_dgain.data(), channels * sizeof(float)), 0);
-      EXPECT_EQ(got_dx, first_dx);
-    }
-  }
-}
-
-TEST(RowsCuda, SoftmaxCrossEntropyBf16MatchesTheCpuOnBf16Logits) {
-  SKIP_WITHOUT_GPU();
-  constexpr float kScale = 0.25f;
-  for (const Shape& s : kBf16Shapes) {
-    SCOPED_TRACE(::testing::Message() << "n " << s.rows << " classes " << s.columns);
-    const int64_t n = s.rows * s.columns;
-    const std::vector<uint16_t> logits = Bf16Bits(RandomFloats(n, 110, -8.0f, 8.0f));
-    const std::vector<float> logits_f = Widen(logits);
-    std::vector<int32_t> labels(s.rows);
-    for (int64_t i = 0; i < s.rows; ++i) labels[i] = static_cast<int32_t>((i * 7919) % s.columns);
-    std::vector<float> loss(s.rows), dlogits(n);
-    std::vector<int32_t> predicted(s.rows);
-    kernels::SoftmaxCrossEntropyForwardBackward(logits_f.data(), labels.data(), s.rows,
-                                                s.columns, kScale, loss.data(), predicted.data(),
-                                                dlogits.data());
-    Device<uint16_t> dlogits_in(logits), dgrad(n);
-    Device<float> dloss(s.rows), dloss_fwd(s.rows);
-    Device<int32_t> dlabels(labels), dpred(s.rows), dpred_fwd(s.rows);
-    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBackwardBf16(
-                    AsBf16(dlogits_in), dlabels.get(), s.rows, s.columns, kScale, dloss.get(),
-                    dpred.get(), AsBf16(dgrad), nullptr)
-                    .ok());
-    ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBf16(AsBf16(dlogits_in), dlabels.get(), s.rows,
-                                                     s.columns, dloss_fwd.get(), dpred_fwd.get(),
-                                                     nullptr)
-                    .ok());
-    EXPECT_LE(RelativeError(dloss.Host(), loss), 1e-5);
-    ExpectWithinBf16Ulp(Widen(dgrad.Host()), dlogits, 1e-6, "dlogits");
-    EXPECT_EQ(dpred.Host(), predicted);
-    const std::vector<float> a = dloss.Host(), b = dloss_fwd.Host();
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-    EXPECT_EQ(dpred_fwd.Host(), predicted);
-  }
-}
-
 TEST(RowsCuda, BadArgumentsAreNamed) {
   float f = 0;
   int32_t label = 0;
@@ -326,46 +203,237 @@ TEST(RowsCuda, BadArgumentsAreNamed) {
   EXPECT_NE(s.message().find("dlogits is null"), std::string::npos) << s;
 }
 
+// ---- bf16 and fp16 twins: typed tests over the two formats ----
 
-// The bf16 twins' checks run before anything touches the device: host addresses serve.
-TEST(RowsCuda, Bf16BadArgumentsAreNamed) {
+// The twins of one format.
+template <typename F>
+struct HalfKernels;
+template <>
+struct HalfKernels<Bf16Format> {
+  static constexpr auto kLayerNormForward = &cuda::LayerNormForwardBf16;
+  static constexpr auto kLayerNormBackward = &cuda::LayerNormBackwardBf16;
+  static constexpr auto kSoftmaxCrossEntropyForward = &cuda::SoftmaxCrossEntropyForwardBf16;
+  static constexpr auto kSoftmaxCrossEntropyForwardBackward =
+      &cuda::SoftmaxCrossEntropyForwardBackwardBf16;
+};
+template <>
+struct HalfKernels<F16Format> {
+  static constexpr auto kLayerNormForward = &cuda::LayerNormForwardF16;
+  static constexpr auto kLayerNormBackward = &cuda::LayerNormBackwardF16;
+  static constexpr auto kSoftmaxCrossEntropyForward = &cuda::SoftmaxCrossEntropyForwardF16;
+  static constexpr auto kSoftmaxCrossEntropyForwardBackward =
+      &cuda::SoftmaxCrossEntropyForwardBackwardF16;
+};
+
+// Elements where |got - want| > F::RoundingBound(|want|) + abs (NaN never passes); the first
+// is named.
+template <typename F>
+void ExpectWithinOneRounding(const std::vector<float>& got, const std::vector<float>& want,
+                             double abs, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double{got[i]} - want[i]);
+    if (!(d <= F::RoundingBound(std::fabs(double{want[i]})) + abs)) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements off, first [" << first << "] gpu "
+                    << (first >= 0 ? got[first] : 0) << " cpu " << (first >= 0 ? want[first] : 0);
+}
+
+constexpr Shape kHalfShapes[] = {{1, 1}, {1, 7}, {7, 771}, {1000, 7}, {1000, 771}, {3, 50257}};
+
+template <typename F>
+class RowsCudaHalf : public ::testing::Test {};
+TYPED_TEST_SUITE(RowsCudaHalf, HalfFormats, HalfFormatName);
+
+TYPED_TEST(RowsCudaHalf, LayerNormMatchesTheCpuOnRoundedInputs) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  for (const Shape& s : kHalfShapes) {
+    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " channels " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<uint16_t> x = RoundToBits<F>(RandomFloats(n, 101, -3.0f, 5.0f));
+    const std::vector<uint16_t> dy = RoundToBits<F>(RandomFloats(n, 102));
+    const std::vector<uint16_t> dx0 = RoundToBits<F>(RandomFloats(n, 103));
+    const std::vector<float> gain = RandomFloats(s.columns, 104, 0.5f, 1.5f);
+    const std::vector<float> bias = RandomFloats(s.columns, 105);
+    const std::vector<float> dgain0 = RandomFloats(s.columns, 106);
+    const std::vector<float> dbias0 = RandomFloats(s.columns, 107);
+
+    const std::vector<float> xf = WidenBits<F>(x), dyf = WidenBits<F>(dy);
+    std::vector<float> y(n), mean(s.rows), rstd(s.rows);
+    kernels::LayerNormForward(y.data(), mean.data(), rstd.data(), xf.data(), gain.data(),
+                              bias.data(), s.rows, s.columns);
+    std::vector<float> dx = WidenBits<F>(dx0), dgain = dgain0, dbias = dbias0;
+    kernels::LayerNormBackward(dx.data(), dgain.data(), dbias.data(), dyf.data(), xf.data(),
+                               gain.data(), mean.data(), rstd.data(), s.rows, s.columns);
+
+    Device<uint16_t> dx_in(x), ddy(dy), ddx(dx0), dyo(n);
+    Device<float> dgain_in(gain), dbias_in(bias), ddgain(dgain0), ddbias(dbias0), dmean(s.rows),
+        drstd(s.rows), scratch(LayerNormBackwardScratchFloats(s.columns));
+    ASSERT_TRUE(K::kLayerNormForward(AsElements<F>(dyo), dmean.get(), drstd.get(),
+                                     AsElements<F>(dx_in), dgain_in.get(), dbias_in.get(), s.rows,
+                                     s.columns, nullptr)
+                    .ok());
+    ExpectWithinOneRounding<F>(WidenBits<F>(dyo.Host()), y, 1e-4,
+                               absl::StrCat("LayerNormForward", F::kName) + " y");
+    EXPECT_LE(RelativeError(dmean.Host(), mean), 1e-5);
+    EXPECT_LE(RelativeError(drstd.Host(), rstd), 1e-5);
+    ASSERT_TRUE(K::kLayerNormBackward(AsElements<F>(ddx), ddgain.get(), ddbias.get(),
+                                      AsElements<F>(ddy), AsElements<F>(dx_in), dgain_in.get(),
+                                      dmean.get(), drstd.get(), s.rows, s.columns, scratch.get(),
+                                      nullptr)
+                    .ok());
+    ExpectWithinOneRounding<F>(WidenBits<F>(ddx.Host()), dx, 1e-4,
+                               absl::StrCat("LayerNormBackward", F::kName) + " dx");
+    EXPECT_LE(RelativeError(ddgain.Host(), dgain), 1e-5);
+    EXPECT_LE(RelativeError(ddbias.Host(), dbias), 1e-5);
+  }
+}
+
+TYPED_TEST(RowsCudaHalf, LayerNormBackwardIsReproducible) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 1000, channels = 771, n = rows * channels;
+  const std::vector<uint16_t> x = RoundToBits<F>(RandomFloats(n, 108)),
+                              dy = RoundToBits<F>(RandomFloats(n, 109)), zero_n(n, F::Round(0.0f));
+  const std::vector<float> gain(channels, 1.0f), zeros(channels, 0.0f);
+  Device<uint16_t> dx_in(x), ddy(dy), y(n);
+  Device<float> dgain_in(gain), dbias_in(zeros), mean(rows), rstd(rows),
+      scratch(LayerNormBackwardScratchFloats(channels));
+  ASSERT_TRUE(K::kLayerNormForward(AsElements<F>(y), mean.get(), rstd.get(), AsElements<F>(dx_in),
+                                   dgain_in.get(), dbias_in.get(), rows, channels, nullptr)
+                  .ok());
+  std::vector<float> first_dgain;
+  std::vector<uint16_t> first_dx;
+  for (int run = 0; run < 2; ++run) {
+    Device<uint16_t> dx(zero_n);
+    Device<float> dgain(zeros), dbias(zeros);
+    ASSERT_TRUE(K::kLayerNormBackward(AsElements<F>(dx), dgain.get(), dbias.get(),
+                                      AsElements<F>(ddy), AsElements<F>(dx_in), dgain_in.get(),
+                                      mean.get(), rstd.get(), rows, channels, scratch.get(),
+                                      nullptr)
+                    .ok());
+    std::vector<float> got = dgain.Host();
+    std::vector<uint16_t> got_dx = dx.Host();
+    if (run == 0) {
+      first_dgain = got;
+      first_dx = got_dx;
+    } else {
+      EXPECT_EQ(std::memcmp(got.data(), first_dgain.data(), channels * sizeof(float)), 0);
+      EXPECT_EQ(got_dx, first_dx);
+    }
+  }
+}
+
+TYPED_TEST(RowsCudaHalf, SoftmaxCrossEntropyMatchesTheCpuOnRoundedLogits) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  constexpr float kScale = 0.25f;
+  for (const Shape& s : kHalfShapes) {
+    SCOPED_TRACE(::testing::Message() << "n " << s.rows << " classes " << s.columns);
+    const int64_t n = s.rows * s.columns;
+    const std::vector<uint16_t> logits = RoundToBits<F>(RandomFloats(n, 110, -8.0f, 8.0f));
+    const std::vector<float> logits_f = WidenBits<F>(logits);
+    std::vector<int32_t> labels(s.rows);
+    for (int64_t i = 0; i < s.rows; ++i) labels[i] = static_cast<int32_t>((i * 7919) % s.columns);
+    std::vector<float> loss(s.rows), dlogits(n);
+    std::vector<int32_t> predicted(s.rows);
+    kernels::SoftmaxCrossEntropyForwardBackward(logits_f.data(), labels.data(), s.rows, s.columns,
+                                                kScale, loss.data(), predicted.data(),
+                                                dlogits.data());
+    Device<uint16_t> dlogits_in(logits), dgrad(n);
+    Device<float> dloss(s.rows), dloss_fwd(s.rows);
+    Device<int32_t> dlabels(labels), dpred(s.rows), dpred_fwd(s.rows);
+    ASSERT_TRUE(K::kSoftmaxCrossEntropyForwardBackward(AsElements<F>(dlogits_in), dlabels.get(),
+                                                       s.rows, s.columns, kScale, dloss.get(),
+                                                       dpred.get(), AsElements<F>(dgrad), nullptr)
+                    .ok());
+    ASSERT_TRUE(K::kSoftmaxCrossEntropyForward(AsElements<F>(dlogits_in), dlabels.get(), s.rows,
+                                               s.columns, dloss_fwd.get(), dpred_fwd.get(), nullptr)
+                    .ok());
+    EXPECT_LE(RelativeError(dloss.Host(), loss), 1e-5);
+    ExpectWithinOneRounding<F>(
+        WidenBits<F>(dgrad.Host()), dlogits, 1e-6,
+        absl::StrCat("SoftmaxCrossEntropyForwardBackward", F::kName) + " dlogits");
+    EXPECT_EQ(dpred.Host(), predicted);
+    // Forward alone gives the same losses, bit for bit, as forward with backward.
+    const std::vector<float> a = dloss.Host(), b = dloss_fwd.Host();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    EXPECT_EQ(dpred_fwd.Host(), predicted);
+  }
+}
+
+TYPED_TEST(RowsCudaHalf, ANanWinsThePredictionAsOnTheCpu) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  const std::vector<uint16_t> logits =
+      RoundToBits<F>({1.0f, 5.0f, NAN, 5.0f, NAN, 2.0f, 3.0f, 3.0f});
+  const std::vector<float> logits_f = WidenBits<F>(logits);
+  const std::vector<int32_t> labels = {0, 0};
+  std::vector<float> loss(2);
+  std::vector<int32_t> predicted(2);
+  kernels::SoftmaxCrossEntropyForward(logits_f.data(), labels.data(), 2, 4, loss.data(),
+                                      predicted.data());
+  Device<uint16_t> dlogits(logits);
+  Device<float> dloss(2);
+  Device<int32_t> dlabels(labels), dpred(2);
+  ASSERT_TRUE(K::kSoftmaxCrossEntropyForward(AsElements<F>(dlogits), dlabels.get(), 2, 4,
+                                             dloss.get(), dpred.get(), nullptr)
+                  .ok());
+  EXPECT_EQ(dpred.Host(), predicted);  // row 0: the NaN at 2; row 1: the NaN at 0
+  EXPECT_EQ(predicted, (std::vector<int32_t>{2, 0}));
+}
+
+// The twins' checks run before anything touches the device: host addresses serve.
+TYPED_TEST(RowsCudaHalf, BadArgumentsAreNamed) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  using E = typename F::Element;
   float f = 0;
   int32_t label = 0;
   uint16_t h = 0, h2 = 0;
-  bf16* b = reinterpret_cast<bf16*>(&h);
-  bf16* b2 = reinterpret_cast<bf16*>(&h2);
-  absl::Status s = cuda::LayerNormForwardBf16(b, &f, &f, nullptr, &f, &f, 1, 1, nullptr);
+  E* b = reinterpret_cast<E*>(&h);
+  E* b2 = reinterpret_cast<E*>(&h2);
+  const std::string forward = absl::StrCat("LayerNormForward", F::kName);
+  absl::Status s = K::kLayerNormForward(b, &f, &f, nullptr, &f, &f, 1, 1, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("LayerNormForwardBf16 (CUDA): x is null"), std::string::npos) << s;
-  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, nullptr, &f, 1, 1, nullptr);
-  EXPECT_NE(s.message().find("gain is null"), std::string::npos) << s;
-  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, &f, &f, -3, 1, nullptr);
+  EXPECT_NE(s.message().find(forward + " (CUDA): x is null"), std::string::npos) << s;
+  s = K::kLayerNormForward(b, &f, &f, b2, nullptr, &f, 1, 1, nullptr);
+  EXPECT_NE(s.message().find(forward + " (CUDA): gain is null"), std::string::npos) << s;
+  s = K::kLayerNormForward(b, &f, &f, b2, &f, &f, -3, 1, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("rows must be positive, got -3"), std::string::npos) << s;
-  s = cuda::LayerNormForwardBf16(b, &f, &f, b2, &f, &f, 1, 0, nullptr);
+  EXPECT_NE(s.message().find(forward + " (CUDA): rows must be positive, got -3"), std::string::npos)
+      << s;
+  s = K::kLayerNormForward(b, &f, &f, b2, &f, &f, 1, 0, nullptr);
   EXPECT_NE(s.message().find("channels must be positive"), std::string::npos) << s;
-  s = cuda::LayerNormForwardBf16(b, &f, &f, b, &f, &f, 1, 1, nullptr);
+  s = K::kLayerNormForward(b, &f, &f, b, &f, &f, 1, 1, nullptr);
   EXPECT_NE(s.message().find("y must not overlap x"), std::string::npos) << s;
-  s = cuda::LayerNormBackwardBf16(b, &f, &f, b, b, &f, &f, &f, 1, 4, nullptr, nullptr);
-  EXPECT_NE(s.message().find("LayerNormBackwardBf16 (CUDA): scratch is null"), std::string::npos)
-      << s;
-  s = cuda::LayerNormBackwardBf16(nullptr, &f, &f, b, b, &f, &f, &f, 1, 4, &f, nullptr);
-  EXPECT_NE(s.message().find("dx is null"), std::string::npos) << s;
-  s = cuda::LayerNormBackwardBf16(b, &f, &f, b, b, &f, &f, &f, -1, 4, &f, nullptr);
+  const std::string backward = absl::StrCat("LayerNormBackward", F::kName);
+  s = K::kLayerNormBackward(b, &f, &f, b, b, &f, &f, &f, 1, 4, nullptr, nullptr);
+  EXPECT_NE(s.message().find(backward + " (CUDA): scratch is null"), std::string::npos) << s;
+  s = K::kLayerNormBackward(nullptr, &f, &f, b, b, &f, &f, &f, 1, 4, &f, nullptr);
+  EXPECT_NE(s.message().find(backward + " (CUDA): dx is null"), std::string::npos) << s;
+  s = K::kLayerNormBackward(b, &f, &f, b, b, &f, &f, &f, -1, 4, &f, nullptr);
   EXPECT_NE(s.message().find("rows must be positive"), std::string::npos) << s;
-  s = cuda::SoftmaxCrossEntropyForwardBf16(b, &label, 1, -2, &f, &label, nullptr);
+  const std::string xent = absl::StrCat("SoftmaxCrossEntropyForward", F::kName);
+  s = K::kSoftmaxCrossEntropyForward(b, &label, 1, -2, &f, &label, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("classes must be positive"), std::string::npos) << s;
-  s = cuda::SoftmaxCrossEntropyForwardBf16(nullptr, &label, 1, 1, &f, &label, nullptr);
+  EXPECT_NE(s.message().find(xent + " (CUDA): classes must be positive"), std::string::npos) << s;
+  s = K::kSoftmaxCrossEntropyForward(nullptr, &label, 1, 1, &f, &label, nullptr);
   EXPECT_NE(s.message().find("logits is null"), std::string::npos) << s;
-  s = cuda::SoftmaxCrossEntropyForwardBackwardBf16(b, &label, 1, 1, 1.0f, &f, &label, nullptr,
-                                                   nullptr);
-  EXPECT_NE(s.message().find("SoftmaxCrossEntropyForwardBackwardBf16 (CUDA): dlogits is null"),
-            std::string::npos)
-      << s;
-  s = cuda::SoftmaxCrossEntropyForwardBackwardBf16(b, nullptr, 1, 1, 1.0f, &f, &label, b2,
-                                                   nullptr);
-  EXPECT_NE(s.message().find("labels is null"), std::string::npos) << s;
+  const std::string xent_backward = absl::StrCat("SoftmaxCrossEntropyForwardBackward", F::kName);
+  s = K::kSoftmaxCrossEntropyForwardBackward(b, &label, 1, 1, 1.0f, &f, &label, nullptr, nullptr);
+  EXPECT_NE(s.message().find(xent_backward + " (CUDA): dlogits is null"), std::string::npos) << s;
+  s = K::kSoftmaxCrossEntropyForwardBackward(b, nullptr, 1, 1, 1.0f, &f, &label, b2, nullptr);
+  EXPECT_NE(s.message().find(xent_backward + " (CUDA): labels is null"), std::string::npos) << s;
 }
 
 }  // namespace

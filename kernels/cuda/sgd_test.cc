@@ -37,7 +37,9 @@ TEST(SgdCuda, MatchesTheCpuBitForBit) {
                 .ok());
       }
       EXPECT_EQ(dp.Host(), p) << "params, n " << n << ", momentum " << args.momentum;
-      if (momentum) EXPECT_EQ(dbuf.Host(), buf) << "momentum buffer, n " << n;
+      if (momentum) {
+        EXPECT_EQ(dbuf.Host(), buf) << "momentum buffer, n " << n;
+      }
     }
   }
 }

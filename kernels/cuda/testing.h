@@ -1,12 +1,16 @@
-// Test helpers for the CUDA kernel tests (CUDA builds only): whether a GPU is present, and
-// a device array filled from a host vector or poisoned with NaN bytes, copied back on demand.
+// Test helpers for the CUDA kernel tests (CUDA builds only): whether a GPU is present, a
+// device array filled from a host vector or poisoned with NaN bytes, copied back on demand,
+// and the 16-bit storage formats (bf16, fp16) for tests written once for both.
 #ifndef RINGMASTER_KERNELS_CUDA_TESTING_H_
 #define RINGMASTER_KERNELS_CUDA_TESTING_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -64,6 +68,66 @@ inline std::vector<float> Widen(const std::vector<uint16_t>& bits) {
 // A device array of bf16 bits as the kernels' element type.
 inline __nv_bfloat16* AsBf16(Device<uint16_t>& d) {
   return reinterpret_cast<__nv_bfloat16*>(d.get());
+}
+
+// The 16-bit storage formats of the *Bf16 and *F16 kernels, as type parameters of tests
+// written once for both (gtest typed tests over HalfFormats): the device element type, the
+// kernels' name suffix, the host conversions of kernels/half.h (which the device's rounding
+// equals bit for bit), the largest finite value's bits, and a bound on the error of one
+// rounding to nearest.
+struct Bf16Format {
+  using Element = __nv_bfloat16;
+  static constexpr char kName[] = "Bf16";
+  static constexpr uint16_t kMaxFinite = 0x7f7f;  // 3.3895e38
+  static uint16_t Round(float f) { return FloatToBFloat16(f); }
+  static float Widen(uint16_t h) { return BFloat16ToFloat(h); }
+  // |round(v) - v| <= RoundingBound(|v|) for |v| in bf16's normal range (2^-126 up to the
+  // overflow threshold): 8 significant bits, so half an ulp is at most 2^-8 |v| (and the
+  // bound at most one ulp).
+  static double RoundingBound(double magnitude) { return std::ldexp(magnitude, -8); }
+};
+
+struct F16Format {
+  using Element = __half;
+  static constexpr char kName[] = "F16";
+  static constexpr uint16_t kMaxFinite = 0x7bff;  // 65504
+  static uint16_t Round(float f) { return FloatToFloat16(f); }
+  static float Widen(uint16_t h) { return Float16ToFloat(h); }
+  // |round(v) - v| <= RoundingBound(|v|) for |v| below the overflow threshold 65520: 11
+  // significant bits, so half an ulp is at most 2^-11 |v| on the normal range (from 2^-14),
+  // and below it the subnormals' spacing is 2^-24, half of which is 2^-25.
+  static double RoundingBound(double magnitude) {
+    return std::ldexp(magnitude, -11) + std::ldexp(1.0, -25);
+  }
+};
+
+using HalfFormats = ::testing::Types<Bf16Format, F16Format>;
+
+// Names the typed tests' instances by format: Suite/Bf16.Test, Suite/F16.Test.
+struct HalfFormatName {
+  template <typename Format>
+  static std::string GetName(int) {
+    return Format::kName;
+  }
+};
+
+// v rounded to the format, as bits for the device; bits widened to floats for the CPU twins;
+// a device array of bits as the kernels' element type.
+template <typename Format>
+std::vector<uint16_t> RoundToBits(const std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = Format::Round(v[i]);
+  return bits;
+}
+template <typename Format>
+std::vector<float> WidenBits(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = Format::Widen(bits[i]);
+  return v;
+}
+template <typename Format>
+typename Format::Element* AsElements(Device<uint16_t>& d) {
+  return reinterpret_cast<typename Format::Element*>(d.get());
 }
 
 }  // namespace ringmaster::kernels::cuda::testing

@@ -1,6 +1,7 @@
 #include "train/nn/gpt_cuda.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <string>
@@ -25,6 +26,7 @@ namespace {
 namespace kc = kernels::cuda;
 using kernels::OutputMode;
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 // A block's tensors in table order (train/nn/gpt.h).
 enum BlockTensor {
@@ -39,7 +41,7 @@ absl::Status Unimplemented(const auto&... parts) {
 }
 
 // The kernels of each activation type under one name, so Forward and LossAndBackward are
-// written once for fp32 and bf16 (the matrix products and attention take either already).
+// written once for fp32, bf16 and fp16 (the matrix products and attention take each already).
 absl::Status Embed(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                    int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t s) {
   return kc::EmbeddingForward(out, tokens, wte, wpe, b, t, c, v, s);
@@ -47,6 +49,10 @@ absl::Status Embed(float* out, const int32_t* tokens, const float* wte, const fl
 absl::Status Embed(bf16* out, const int32_t* tokens, const float* wte, const float* wpe,
                    int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t s) {
   return kc::EmbeddingForwardBf16(out, tokens, wte, wpe, b, t, c, v, s);
+}
+absl::Status Embed(f16* out, const int32_t* tokens, const float* wte, const float* wpe,
+                   int64_t b, int64_t t, int64_t c, int64_t v, cudaStream_t s) {
+  return kc::EmbeddingForwardF16(out, tokens, wte, wpe, b, t, c, v, s);
 }
 absl::Status EmbedBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
                            int64_t groups, int64_t b, int64_t t, int64_t c, int64_t v,
@@ -58,6 +64,11 @@ absl::Status EmbedBackward(float* dwte, float* dwpe, const bf16* dout, const int
                            cudaStream_t s) {
   return kc::EmbeddingBackwardBf16(dwte, dwpe, dout, index, groups, b, t, c, v, s);
 }
+absl::Status EmbedBackward(float* dwte, float* dwpe, const f16* dout, const int32_t* index,
+                           int64_t groups, int64_t b, int64_t t, int64_t c, int64_t v,
+                           cudaStream_t s) {
+  return kc::EmbeddingBackwardF16(dwte, dwpe, dout, index, groups, b, t, c, v, s);
+}
 absl::Status LayerNorm(float* y, float* mean, float* rstd, const float* x, const float* gain,
                        const float* bias, int64_t rows, int64_t c, cudaStream_t s) {
   return kc::LayerNormForward(y, mean, rstd, x, gain, bias, rows, c, s);
@@ -65,6 +76,10 @@ absl::Status LayerNorm(float* y, float* mean, float* rstd, const float* x, const
 absl::Status LayerNorm(bf16* y, float* mean, float* rstd, const bf16* x, const float* gain,
                        const float* bias, int64_t rows, int64_t c, cudaStream_t s) {
   return kc::LayerNormForwardBf16(y, mean, rstd, x, gain, bias, rows, c, s);
+}
+absl::Status LayerNorm(f16* y, float* mean, float* rstd, const f16* x, const float* gain,
+                       const float* bias, int64_t rows, int64_t c, cudaStream_t s) {
+  return kc::LayerNormForwardF16(y, mean, rstd, x, gain, bias, rows, c, s);
 }
 absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const float* dy,
                                const float* x, const float* gain, const float* mean,
@@ -79,11 +94,21 @@ absl::Status LayerNormBackward(bf16* dx, float* dgain, float* dbias, const bf16*
   return kc::LayerNormBackwardBf16(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, c, scratch,
                                    s);
 }
+absl::Status LayerNormBackward(f16* dx, float* dgain, float* dbias, const f16* dy,
+                               const f16* x, const float* gain, const float* mean,
+                               const float* rstd, int64_t rows, int64_t c, float* scratch,
+                               cudaStream_t s) {
+  return kc::LayerNormBackwardF16(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, c, scratch,
+                                   s);
+}
 absl::Status Gelu(float* out, const float* x, int64_t n, cudaStream_t s) {
   return kc::GeluForward(out, x, n, s);
 }
 absl::Status Gelu(bf16* out, const bf16* x, int64_t n, cudaStream_t s) {
   return kc::GeluForwardBf16(out, x, n, s);
+}
+absl::Status Gelu(f16* out, const f16* x, int64_t n, cudaStream_t s) {
+  return kc::GeluForwardF16(out, x, n, s);
 }
 absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                           cudaStream_t s) {
@@ -92,11 +117,17 @@ absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t 
 absl::Status GeluBackward(bf16* dx, const bf16* x, const bf16* dout, int64_t n, cudaStream_t s) {
   return kc::GeluBackwardBf16(dx, x, dout, n, s);
 }
+absl::Status GeluBackward(f16* dx, const f16* x, const f16* dout, int64_t n, cudaStream_t s) {
+  return kc::GeluBackwardF16(dx, x, dout, n, s);
+}
 absl::Status Residual(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
   return kc::ResidualForward(out, a, b, n, s);
 }
 absl::Status Residual(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t s) {
   return kc::ResidualForwardBf16(out, a, b, n, s);
+}
+absl::Status Residual(f16* out, const f16* a, const f16* b, int64_t n, cudaStream_t s) {
+  return kc::ResidualForwardF16(out, a, b, n, s);
 }
 absl::Status CrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, float* dlogits,
@@ -108,6 +139,12 @@ absl::Status CrossEntropy(const bf16* logits, const int32_t* labels, int64_t n, 
                           float scale, float* loss, int32_t* predicted, bf16* dlogits,
                           cudaStream_t s) {
   return kc::SoftmaxCrossEntropyForwardBackwardBf16(logits, labels, n, classes, scale, loss,
+                                                    predicted, dlogits, s);
+}
+absl::Status CrossEntropy(const f16* logits, const int32_t* labels, int64_t n, int64_t classes,
+                          float scale, float* loss, int32_t* predicted, f16* dlogits,
+                          cudaStream_t s) {
+  return kc::SoftmaxCrossEntropyForwardBackwardF16(logits, labels, n, classes, scale, loss,
                                                     predicted, dlogits, s);
 }
 
@@ -122,24 +159,25 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
                          "memory_efficient_attention");
   }
   const kc::MatMulType type = cuda_options.matmul;
-  if (type == kc::MatMulType::kFloat16) {
-    return Unimplemented("fp16 activations are not on the GPU yet: use fp32, tf32 or bf16");
-  }
   const int64_t head_size = options.width / options.heads;
-  const bool bf16 = type == kc::MatMulType::kBFloat16;
-  if (bf16 ? !kc::AttentionCudaSupportsHeadSizeBf16(head_size)
-           : !kc::AttentionCudaSupportsHeadSizeF32(head_size)) {
-    return Unimplemented("the ", bf16 ? "bf16" : "fp32",
+  const bool bf16 = type == kc::MatMulType::kBFloat16, fp16 = type == kc::MatMulType::kFloat16;
+  const bool supported = bf16   ? kc::AttentionCudaSupportsHeadSizeBf16(head_size)
+                         : fp16 ? kc::AttentionCudaSupportsHeadSizeF16(head_size)
+                                : kc::AttentionCudaSupportsHeadSizeF32(head_size);
+  if (!supported) {
+    return Unimplemented("the ", bf16 ? "bf16" : fp16 ? "fp16" : "fp32",
                          " CUDA attention does not take head size ", head_size,
-                         " (gpt.width / gpt.heads)", bf16 ? "; bf16 takes 64 or 128" : "");
+                         " (gpt.width / gpt.heads)",
+                         bf16 || fp16 ? "; 16-bit attention takes 64 or 128" : "");
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<kc::MatMulEngine> engine, kc::MatMulEngine::Create());
   auto gpt = absl::WrapUnique(new GptCuda(std::move(cpu), cuda_options, stream, std::move(engine)));
-  if (bf16) {
+  if (bf16 || fp16) {
     const int64_t bytes = gpt->parameter_copy_bytes();
     RM_RETURN_IF_ERROR(CudaToStatus(
         cudaMalloc(&gpt->params16_, bytes),
-        absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes for the bf16 parameters").c_str()));
+        absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes for the 16-bit parameters")
+            .c_str()));
   }
   return gpt;
 }
@@ -151,7 +189,9 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       cuda_options_(cuda_options),
       stream_(stream),
       engine_(std::move(engine)),
-      bf16_(cuda_options.matmul == kc::MatMulType::kBFloat16),
+      precision_(cuda_options.matmul == kc::MatMulType::kBFloat16  ? Precision::kBFloat16
+                 : cuda_options.matmul == kc::MatMulType::kFloat16 ? Precision::kFloat16
+                                                                   : Precision::kFloat32),
       segment_(options_.checkpoint_every == 0
                    ? options_.layers
                    : std::min(options_.checkpoint_every, options_.layers)),
@@ -193,7 +233,7 @@ void* GptCuda::Stream(int64_t block) const {
 
 const void* GptCuda::MatMulParam(const float* params, int tensor) const {
   const int64_t offset = cpu_->table().tensor(tensor).offset;
-  if (bf16_) return static_cast<const bf16*>(params16_) + offset;
+  if (half()) return static_cast<const uint16_t*>(params16_) + offset;
   return params + offset;
 }
 
@@ -201,7 +241,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
   if (batch <= capacity_) return absl::OkStatus();
   const int64_t t = options_.context, c = options_.width, v = options_.vocab;
   const int64_t rows = batch * t;
-  const int64_t act = bf16_ ? 2 : 4;  // bytes of an activation
+  const int64_t act = half() ? 2 : 4;  // bytes of an activation
   char* base = nullptr;
   int64_t used = 0;  // bytes
   auto take_bytes = [&](int64_t n) {
@@ -276,7 +316,10 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   if (options.precision != precision()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GptCuda::ForwardBackward: precision ", static_cast<int>(options.precision),
-        " asked of a model built for ", bf16_ ? "bf16" : "fp32",
+        " asked of a model built for ",
+        precision_ == Precision::kBFloat16  ? "bf16"
+        : precision_ == Precision::kFloat16 ? "fp16"
+                                            : "fp32",
         " activations (GptCudaOptions::matmul)"));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
@@ -305,19 +348,26 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                                           cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
                                           cudaMemcpyHostToDevice, stream_));
-  if (bf16_) {
+  if (precision_ == Precision::kBFloat16) {
     RM_RETURN_IF_ERROR(kc::CastFloatToBf16(static_cast<bf16*>(params16_), params,
                                            total_elements(), stream_));
+  } else if (precision_ == Precision::kFloat16) {
+    RM_RETURN_IF_ERROR(kc::CastFloatToF16(static_cast<f16*>(params16_), params, total_elements(),
+                                          stream_));
   }
   if (!options.accumulate) {
     RM_RETURN_IF_CUDA_ERROR(
         cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_));
   }
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
-  if (bf16_) {
+  if (precision_ == Precision::kBFloat16) {
     RM_RETURN_IF_ERROR(Forward<bf16>(params, batch.size));
     RM_RETURN_IF_ERROR(
         LossAndBackward<bf16>(params, grads, batch.size, scale, options.on_grads_ready));
+  } else if (precision_ == Precision::kFloat16) {
+    RM_RETURN_IF_ERROR(Forward<f16>(params, batch.size));
+    RM_RETURN_IF_ERROR(
+        LossAndBackward<f16>(params, grads, batch.size, scale, options.on_grads_ready));
   } else {
     RM_RETURN_IF_ERROR(Forward<float>(params, batch.size));
     RM_RETURN_IF_ERROR(

@@ -7,7 +7,7 @@
 //   auto gpt = GptCuda::Create(options, {.matmul = MatMulType::kTensorFloat32}, stream);
 //   (*gpt)->ForwardBackward(batch, device_params, device_grads, fb_options);
 //
-// Two precisions, chosen by GptCudaOptions::matmul:
+// Three precisions, chosen by GptCudaOptions::matmul:
 //   - kFloat32 / kTensorFloat32: fp32 activations with fp32 (or TF32) products, the twin of
 //     the CPU model in Precision::kFloat32, which the tests compare it with.
 //   - kBFloat16: llm.c-style mixed precision. The flat fp32 parameters stay the master copy;
@@ -16,12 +16,16 @@
 //     fp32. Activations and their gradients are bf16 (fp32 LayerNorm statistics, attention
 //     log-sum-exps and losses); parameter gradients are fp32, the weights' straight from
 //     cuBLASLt's fp32 accumulators. ForwardBackward then takes Precision::kBFloat16.
+//   - kFloat16: the same with fp16 (Precision::kFloat16). fp16's range ends at 65504, so the
+//     caller scales the loss (ForwardBackwardOptions::loss_scale, train/optim/loss_scaler.h):
+//     a gradient that overflows becomes inf or NaN in the fp32 gradients, where the loss
+//     scaler's check finds it and skips the step.
+// 16-bit activations need a head size the 16-bit attention takes (64 or 128).
 // Activation checkpointing as GptModel's (options.checkpoint_every = k): only every k-th
 // block's input is kept, and backward recomputes each segment's activations before its
 // blocks' gradients (one extra forward of all but the last segment).
-// Not yet here: fp16 activations and attention that keeps its probabilities
-// (memory_efficient_attention must be true): UNIMPLEMENTED. bf16 needs a head size the
-// bf16 attention takes (64 or 128).
+// Not here: attention that keeps its probabilities (memory_efficient_attention must be
+// true): UNIMPLEMENTED.
 //
 // Not thread-safe; all work goes to the stream given at Create, and ForwardBackward waits
 // for it once (to return the loss).
@@ -45,7 +49,7 @@
 namespace ringmaster::train::nn {
 
 struct GptCudaOptions {
-  // fp32 or tf32 (fp32 activations), or bf16 (bf16 activations); see above.
+  // fp32 or tf32 (fp32 activations), bf16 or fp16 (16-bit activations); see above.
   kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;
 };
 
@@ -76,13 +80,13 @@ class GptCuda {
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
-  // The activations' precision: kFloat32, or kBFloat16 with a bf16 matmul.
-  Precision precision() const { return bf16_ ? Precision::kBFloat16 : Precision::kFloat32; }
+  // The activations' precision: kFloat32, or kBFloat16 / kFloat16 with a 16-bit matmul.
+  Precision precision() const { return precision_; }
 
   // Device bytes held for activations, tokens and scratch (the largest batch so far).
   int64_t activation_bytes() const { return arena_bytes_; }
-  // Device bytes of the bf16 copy of the parameters (0 in fp32).
-  int64_t parameter_copy_bytes() const { return bf16_ ? total_elements() * 2 : 0; }
+  // Device bytes of the 16-bit copy of the parameters (0 in fp32).
+  int64_t parameter_copy_bytes() const { return half() ? total_elements() * 2 : 0; }
 
  private:
   // Activations of the model's type (float or __nv_bfloat16); statistics in fp32.
@@ -122,10 +126,12 @@ class GptCuda {
   const GptCudaOptions cuda_options_;
   cudaStream_t stream_;
   std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
-  const bool bf16_;
+  bool half() const { return precision_ != Precision::kFloat32; }
+
+  const Precision precision_;  // of the activations
   const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
   const int64_t segments_;  // ceil(layers / segment_)
-  void* params16_ = nullptr;  // bf16 copy of the parameters (bf16 only)
+  void* params16_ = nullptr;  // 16-bit copy of the parameters (bf16 and fp16 only)
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
 

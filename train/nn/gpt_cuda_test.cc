@@ -9,11 +9,14 @@
 // fp32, the exact answer it approximates: every activation is rounded to 8 bits of mantissa
 // (relative 2^-9 each), and those errors add up over the layers, so per tensor tol is 5e-2,
 // the loss within 1e-2 relative, accuracy within 5% of the tokens. A wrong kernel or a wrong
-// pointer gives errors of order 1, far outside.
+// pointer gives errors of order 1, far outside. fp16 is held to the same bounds (it keeps 11
+// bits of mantissa), with the loss scaled by 1024 as the trainer would and the gradients
+// divided back.
 #include "train/nn/gpt_cuda.h"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -83,15 +86,21 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny()) {
 
   const std::vector<float> host_params(params.data(), params.data() + params.size());
   Device<float> dparams(host_params), dgrads(table.total_elements());
-  const bool bf16 = type == MatMulType::kBFloat16;
-  EXPECT_EQ((*gpu)->precision(), bf16 ? Precision::kBFloat16 : Precision::kFloat32);
+  const bool half = ElementBytes(type) == 2, fp16 = type == MatMulType::kFloat16;
+  EXPECT_EQ((*gpu)->precision(), fp16   ? Precision::kFloat16
+                                 : half ? Precision::kBFloat16
+                                        : Precision::kFloat32);
   fb.precision = (*gpu)->precision();
+  // fp16 scales the loss, as the trainer does, so that small gradients do not underflow.
+  const float loss_scale = fp16 ? 1024.0f : 1.0f;
+  fb.loss_scale = loss_scale;
   absl::StatusOr<StepStats> got = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->loss_terms, want->loss_terms);
-  EXPECT_NEAR(got->loss_sum, want->loss_sum, (bf16 ? 1e-2 : 1e-5) * std::fabs(want->loss_sum));
-  EXPECT_LE(std::llabs(got->correct - want->correct), bf16 ? want->loss_terms / 20 : 2);
-  const std::vector<float> g = dgrads.Host();
+  EXPECT_NEAR(got->loss_sum, want->loss_sum, (half ? 1e-2 : 1e-5) * std::fabs(want->loss_sum));
+  EXPECT_LE(std::llabs(got->correct - want->correct), half ? want->loss_terms / 20 : 2);
+  std::vector<float> g = dgrads.Host();
+  for (float& x : g) x /= loss_scale;
   for (const TensorSpec& t : table.tensors()) {
     std::vector<float> diff(t.numel);
     for (int64_t i = 0; i < t.numel; ++i) diff[i] = g[t.offset + i] - grads.data()[t.offset + i];
@@ -103,7 +112,8 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny()) {
   // Accumulating a second time doubles every gradient.
   fb.accumulate = true;
   ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
-  const std::vector<float> twice = dgrads.Host();
+  std::vector<float> twice = dgrads.Host();
+  for (float& x : twice) x /= loss_scale;
   for (int64_t i = 0; i < table.total_elements(); ++i) {
     ASSERT_NEAR(twice[i], 2 * g[i], 1e-6 * std::fabs(g[i]) + 1e-12) << "element " << i;
   }
@@ -122,6 +132,41 @@ TEST(GptCuda, Tf32GradientsMatchTheCpuModelLoosely) {
 TEST(GptCuda, Bf16GradientsApproximateTheFp32CpuModel) {
   SKIP_WITHOUT_GPU();
   CompareWithCpu(MatMulType::kBFloat16, 5e-2, TinyOneHead());
+}
+
+// fp16 keeps 3 more mantissa bits than bf16, so the same bounds hold with room to spare.
+TEST(GptCuda, Fp16GradientsApproximateTheFp32CpuModel) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(MatMulType::kFloat16, 5e-2, TinyOneHead());
+}
+
+// An overflow injected through the loss scale (2^24 / 192 tokens puts the logits' gradient
+// near 8.7e4, past fp16's 65504) shows in the fp32 gradients as inf or NaN, where the loss
+// scaler looks; with a scale of 1 the same step's gradients are all finite.
+TEST(GptCuda, Fp16OverflowReachesTheFloatGradients) {
+  SKIP_WITHOUT_GPU();
+  const GptOptions o = TinyOneHead();
+  auto gpu = GptCuda::Create(o, {.matmul = MatMulType::kFloat16}, nullptr);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  FlatBuffer params((*cpu)->table().total_elements());
+  (*cpu)->Init(42, params);
+  Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
+  Device<float> dgrads(params.size());
+  const Batch batch = RandomBatch(o, 3, 5);
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = 3 * o.context;
+  fb.precision = Precision::kFloat16;
+  auto finite = [&] {
+    const std::vector<float> g = dgrads.Host();
+    return std::all_of(g.begin(), g.end(), [](float x) { return std::isfinite(x); });
+  };
+  ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
+  EXPECT_TRUE(finite()) << "scale 1";
+  fb.loss_scale = 16777216.0f;
+  ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
+  EXPECT_FALSE(finite()) << "scale 2^24 overflows fp16";
 }
 
 TEST(GptCuda, Bf16HoldsAParameterCopyAndHalfTheActivations) {
@@ -155,7 +200,7 @@ TEST(GptCuda, Bf16HoldsAParameterCopyAndHalfTheActivations) {
 // in fp32 and bf16; and the activations take less memory.
 TEST(GptCuda, CheckpointingGivesTheSameGradientsInLessMemory) {
   SKIP_WITHOUT_GPU();
-  for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16}) {
+  for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16, MatMulType::kFloat16}) {
     GptOptions o = TinyOneHead();
     o.layers = 5;
     const Batch batch = RandomBatch(o, 3, 11);
@@ -208,9 +253,9 @@ TEST(GptCuda, WhatIsNotHereYetIsUnimplemented) {
   o.memory_efficient_attention = false;
   EXPECT_EQ(GptCuda::Create(o, {}, nullptr).status().code(), absl::StatusCode::kUnimplemented);
   o = Tiny();
+  // 16-bit attention takes head sizes 64 and 128; Tiny's two heads have 32 channels.
   EXPECT_EQ(GptCuda::Create(o, {.matmul = MatMulType::kFloat16}, nullptr).status().code(),
             absl::StatusCode::kUnimplemented);
-  // bf16 attention takes head sizes 64 and 128; Tiny's two heads have 32 channels.
   absl::Status s = GptCuda::Create(o, {.matmul = MatMulType::kBFloat16}, nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("head size 32"), std::string::npos) << s;

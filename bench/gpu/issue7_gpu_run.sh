@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 7's GPU checks and measurements in as few device calls as possible (the device
+# machine has CUDA and PyTorch but no Bazel: build the bundle here first).
+#
+# Here (with --config=cuda available):
+#   tools/gpu_bundle.sh -o devrun $(bench/gpu/issue7_gpu_run.sh --targets)
+#   echo /devrun/ >> .git/info/exclude     # once: the bundle travels as a carried path
+# There (device `run`, carry ["devrun"]):
+#   bash bench/gpu/issue7_gpu_run.sh tests   # every GPU test          (~3-5 min)
+#   bash bench/gpu/issue7_gpu_run.sh bench   # gpt2_bench vs PyTorch   (~6-8 min)
+# Each writes its log under $OUT (tests.log / bench.log) and prints it as it goes.
+set -uo pipefail
+
+TARGETS=(
+  //kernels:matmul_cuda_test //kernels:rows_cuda_test //kernels:elementwise_cuda_test
+  //kernels:embedding_cuda_test //kernels:attention_cuda_test //kernels:sgd_cuda_test
+  //train/optim:cuda_vector_ops_test //train/nn:gpt_cuda_test //train:trainer_test
+  //comm/nccl:nccl_communicator_test //comm/tcp:tcp_cuda_test
+  //bench/gpu:gpt2_bench //bench/gpu:attention_bench
+)
+
+case "${1:-}" in
+  --targets)
+    echo "${TARGETS[@]}"
+    exit 0
+    ;;
+  tests|bench) ;;
+  *)
+    echo "usage: $0 --targets | tests | bench" >&2
+    exit 2
+    ;;
+esac
+
+cd "$(dirname "$0")/../.."
+bundle=${BUNDLE:-devrun}
+out=${OUT:-/tmp/issue7}
+mkdir -p "$out"
+if [[ ! -f "$bundle/env.sh" ]]; then
+  echo "no $bundle/env.sh: build the bundle here and carry it (see the top of $0)" >&2
+  exit 2
+fi
+# shellcheck disable=SC1091
+source "$bundle/env.sh"
+export TEST_TMPDIR=/tmp/issue7_tmp PYTHONUNBUFFERED=1
+mkdir -p "$TEST_TMPDIR"
+
+if [[ "$1" == tests ]]; then
+  log="$out/tests.log"
+  : >"$log"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$log"
+  failed=0
+  for target in "${TARGETS[@]}"; do
+    label=${target#//}
+    name="${label%%:*}__${label#*:}"
+    name=${name//\//_}
+    [[ "$name" == *_test ]] || continue
+    echo "=== $target" | tee -a "$log"
+    if ! timeout 240 "$bundle/bin/$name" --gtest_brief=1 2>&1 | tee -a "$log"; then
+      failed=$((failed + 1))
+      echo "=== FAILED: $target" | tee -a "$log"
+    fi
+  done
+  echo "=== $failed test binaries failed" | tee -a "$log"
+  exit $((failed > 0))
+fi
+
+log="$out/bench.log"
+: >"$log"
+run() {
+  echo "\$ $*" | tee -a "$log"
+  timeout 300 "$@" 2>&1 | tee -a "$log"
+}
+gpt="$bundle/bin/bench_gpu__gpt2_bench"
+# ringmaster: every precision at B = 8, then bf16 at B = 16, with checkpointing, and fp16's
+# loss scale fixed and dynamic (seed exercises 35.11, 35.15-35.18).
+run "$gpt" --batch=8 --matmul=tf32 --steps=10
+run "$gpt" --batch=8 --matmul=bf16 --steps=20
+run "$gpt" --batch=16 --matmul=bf16 --steps=20
+run "$gpt" --batch=16 --matmul=bf16 --steps=20 --checkpoint_every=1
+run "$gpt" --batch=16 --matmul=fp16 --steps=20
+run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale_mode=fixed --loss_scale=1024
+run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale=1e9
+# PyTorch on the same GPU, untied head like ours.
+run python3 bench/gpu/gpt2_torch.py --batch 16 --untied --modes eager,compile --precisions bf16,fp16
+run python3 bench/gpu/gpt2_torch.py --batch 8 --untied --modes eager --precisions fp32 --tf32
+run "$bundle/bin/bench_gpu__attention_bench"
