@@ -470,6 +470,8 @@ void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duratio
     ++stats_.skipped;
   } else {
     ++stats_.failed;
+    stats_.last_failure = status;
+    stats_.last_failed_step = job.step;
   }
   stats_.last_status = std::move(status);
 }

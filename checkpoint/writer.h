@@ -179,6 +179,8 @@ struct WriterStats {
   int64_t skipped = 0;
   absl::Status last_status;            // of the last finished save
   int64_t last_step = -1;              // of the last finished save
+  absl::Status last_failure;           // of the last save that failed (OK: none has)
+  int64_t last_failed_step = -1;       // of the last save that failed
   int64_t last_committed_step = -1;    // rank 0
   absl::Duration last_blocked_time;    // how long the last SaveAsync (or BeginSave and
                                        // FinishSnapshot together) blocked its caller

@@ -377,6 +377,13 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
 
     disk.full = false;
     EXPECT_TRUE(writer->SaveSync(Request(3, three), absl::InfiniteFuture()).ok());
+    // The last finished save is step 3's, OK; the last failure stays on record.
+    const WriterStats stats = writer->stats();
+    EXPECT_TRUE(stats.last_status.ok()) << stats.last_status;
+    EXPECT_EQ(stats.last_step, 3);
+    EXPECT_EQ(stats.last_failed_step, 2);
+    EXPECT_EQ(stats.last_failure.code(), absl::StatusCode::kResourceExhausted)
+        << stats.last_failure;
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 3);
     EXPECT_EQ(loaded, three);
     writer.reset();  // lets the tidy-up after the last save finish

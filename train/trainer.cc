@@ -745,8 +745,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     const checkpoint::WriterStats ws = writer->stats();
     if (ws.failed > failures_reported) {
       failures_reported = ws.failed;
-      say(absl::StrCat("checkpoint of step ", ws.last_step,
-                       " failed (training goes on): ", ws.last_status.ToString()));
+      say(absl::StrCat("checkpoint of step ", ws.last_failed_step,
+                       " failed (training goes on): ", ws.last_failure.ToString()));
     }
   };
   absl::Time last_save_time = absl::Now();
