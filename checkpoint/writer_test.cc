@@ -536,6 +536,8 @@ TEST(CheckpointWriter, SkippedSaveOfAnotherRankIsReportedAtOnce) {
 
   gate.Open();
   EXPECT_TRUE(writers[1]->Wait(absl::InfiniteFuture()).ok());
+  // As above: step 2's follow-up work may still hold rank 0's kSkip writer.
+  (void)writers[0]->WaitIdle(absl::InfiniteFuture());
   ASSERT_EQ(*writers[0]->SaveAsync(Request(3, data, 0, 2)), SaveOutcome::kStarted);
   EXPECT_TRUE(writers[1]->SaveSync(Request(3, data, 1, 2), absl::InfiniteFuture()).ok());
   while (!writers[0]->Poll()) {  // rank 0 may be asleep until its next poll

@@ -80,11 +80,13 @@ gpt="$bundle/bin/bench_gpu__gpt2_bench"
 run "$gpt" --batch=8 --matmul=tf32 --steps=10
 run "$gpt" --batch=8 --matmul=bf16 --steps=20
 run "$gpt" --batch=16 --matmul=bf16 --steps=20
+run "$gpt" --batch=16 --matmul=bf16 --steps=20 --vocab=50304   # llm.c's padded vocabulary
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --checkpoint_every=1
 run "$gpt" --batch=16 --matmul=fp16 --steps=20
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale_mode=fixed --loss_scale=1024
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale=1e9
 # PyTorch on the same GPU, untied head like ours.
 run python3 bench/gpu/gpt2_torch.py --batch 16 --untied --modes eager,compile --precisions bf16,fp16
+run python3 bench/gpu/gpt2_torch.py --batch 16 --untied --vocab 50304 --modes eager --precisions bf16
 run python3 bench/gpu/gpt2_torch.py --batch 8 --untied --modes eager --precisions fp32 --tf32
 run "$bundle/bin/bench_gpu__attention_bench"
