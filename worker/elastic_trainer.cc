@@ -248,6 +248,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     result.last = *trained;
     ++result.epochs;
     if (!trained->drained) {
+      if (o.before_finished) RM_RETURN_IF_ERROR(o.before_finished(result));
       FinishedRequest finished;
       finished.set_job(o.job);
       finished.set_epoch(epoch);

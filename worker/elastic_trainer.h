@@ -36,6 +36,13 @@
 
 namespace ringmaster::worker {
 
+struct ElasticResult {
+  train::TrainResult last;  // of the last epoch this trainer trained in
+  int64_t epochs = 0;       // epochs trained in
+  bool left = false;        // it left (drain) before the job finished
+  int last_rank = -1;
+};
+
 struct ElasticTrainerOptions {
   // Not owned; carries this trainer's membership token.
   CoordinatorClient* client = nullptr;
@@ -56,13 +63,11 @@ struct ElasticTrainerOptions {
   std::function<void(const std::string&)> progress;
   // Set (SIGTERM) to leave: the job drains (synchronous save), this trainer exits.
   const std::atomic<bool>* leave_requested = nullptr;
-};
-
-struct ElasticResult {
-  train::TrainResult last;  // of the last epoch this trainer trained in
-  int64_t epochs = 0;       // epochs trained in
-  bool left = false;        // it left (drain) before the job finished
-  int last_rank = -1;
+  // Called once the job's training is complete on this rank, before the coordinator hears
+  // so (the Finished call that can end the job): what must exist when the job shows
+  // succeeded, e.g. rank 0's result file, is written here. An error is returned as is and
+  // the coordinator is not told.
+  std::function<absl::Status(const ElasticResult&)> before_finished;
 };
 
 // Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover

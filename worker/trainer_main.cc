@@ -159,16 +159,17 @@ int ElasticMain() {
   eo.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   eo.progress = PrintProgress;
   eo.leave_requested = &g_drain;
+  // Rank 0's result is on disk before the coordinator can call the job succeeded, so whoever
+  // watches the job (ringctl local) finds it.
+  eo.before_finished = [](const worker::ElasticResult& r) -> absl::Status {
+    if (r.last_rank != 0 || absl::GetFlag(FLAGS_summary).empty()) return absl::OkStatus();
+    return WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(r.last));
+  };
   auto result = worker::RunElasticTrainer(eo);
   if (!result.ok()) return Fail(1, result.status().ToString());
   if (result->left) {
     printf("ringtrainer %s/%d: left job %s after the drain save\n", eo.slot.node().c_str(),
            eo.slot.slot(), eo.job.c_str());
-    return 0;
-  }
-  if (result->last_rank == 0 && !absl::GetFlag(FLAGS_summary).empty()) {
-    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(result->last));
-    if (!s.ok()) return Fail(1, s.ToString());
   }
   return 0;
 }
