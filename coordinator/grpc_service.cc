@@ -450,14 +450,17 @@ void Server::Shutdown() {
   if (stop_.HasBeenNotified()) return;
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();  // fails the waiting calls on its way out
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Null when Start failed to listen (and destroys the half-made server).
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
 }
 
 void Server::Wait() { stop_.WaitForNotification(); }
 
 Server::~Server() {
   Shutdown();
-  server_->Wait();
+  if (server_ != nullptr) server_->Wait();
 }
 
 }  // namespace ringmaster::coordinator

@@ -4,6 +4,9 @@
 // health service, and the loopback-only rule without tokens.
 #include "coordinator/grpc_service.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -265,6 +268,28 @@ TEST(ServerOptions, NonLoopbackNeedsTokens) {
   options.listen = "127.0.0.1:0";
   options.tls_cert = "x";
   EXPECT_EQ(Server::Start(options, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A port another socket holds: Start says so, naming the address (it used to crash while
+// tearing down the server that never started).
+TEST(ServerStart, APortInUseIsAnErrorNotACrash) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ServerOptions options;
+  options.listen = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  auto server = Server::Start(options, nullptr);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable) << server.status();
+  EXPECT_NE(server.status().message().find(options.listen), std::string::npos)
+      << server.status();
+  close(fd);
 }
 
 }  // namespace

@@ -22,8 +22,10 @@ RINGCTL="$BIN/cli/ringctl"
 SPEC="$BIN/examples/fashion_mnist_mlp.yaml"
 WORK="${TEST_TMPDIR:-/tmp}/elastic_$SCENARIO"
 rm -rf "$WORK" && mkdir -p "$WORK"
-PORT=$((20000 + RANDOM % 20000))
-COORD="127.0.0.1:$PORT"
+# The coordinator's first start listens on port 0 (the kernel picks a free one, so tests
+# running side by side never collide); a restart reuses the port it got.
+COORD_PORT=0
+COORD="127.0.0.1:$COORD_PORT"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pids=()
@@ -43,15 +45,22 @@ fi
 COORD_FLAGS=(--heartbeat_s 0.2 --lease_s 1 --hang_timeout_s 3 --slot_backoff_s 2
   --grow_after_s 1000 --join_timeout_s 20)
 start_coordinator() {
-  "$RINGMASTER" --listen "$COORD" --db "$WORK/jobs.db" "${COORD_FLAGS[@]}" "$@" \
+  local started
+  started="$(grep -c "serving on" "$WORK/coordinator.log" 2>/dev/null)"
+  "$RINGMASTER" --listen "127.0.0.1:$COORD_PORT" --db "$WORK/jobs.db" "${COORD_FLAGS[@]}" "$@" \
     >>"$WORK/coordinator.log" 2>&1 &
   COORD_PID=$!
   pids+=("$COORD_PID")
   for _ in $(seq 1 100); do
-    grep -q "serving on" "$WORK/coordinator.log" 2>/dev/null && return 0
+    if [ "$(grep -c "serving on" "$WORK/coordinator.log" 2>/dev/null)" -gt "${started:-0}" ]; then
+      COORD_PORT="$(grep -o "(port [0-9]*)" "$WORK/coordinator.log" | tail -1 | tr -dc 0-9)"
+      COORD="127.0.0.1:$COORD_PORT"
+      return 0
+    fi
     sleep 0.05
   done
   fail "the coordinator did not start: $(tail -3 "$WORK/coordinator.log")"
+  exit 1
 }
 # start_agent NODE SLOTS: sets AGENT_PID.
 start_agent() {
