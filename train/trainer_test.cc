@@ -37,6 +37,13 @@ using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
 using comm::testing::RunRanks;
 
+// Whether a GPU is visible, asked in a child: the ranks are forked from this process, and
+// CUDA does not survive fork, so this process must never initialise it.
+bool GpuVisible() {
+  static const bool visible = comm::testing::RunInChild([] { return CudaDeviceCount(); }) > 0;
+  return visible;
+}
+
 constexpr char kSpec[] = R"(
 name: trainer_test
 seed: 3
@@ -320,7 +327,7 @@ diagnostics: {fingerprint_every: 1, log_every: 1}
 )";
 
 TEST(TrainerOnGpu, MatchesTheCpu) {
-  if (!CudaDeviceAvailable()) {
+  if (!GpuVisible()) {
     GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
                     "tests need one";
   }
@@ -350,7 +357,7 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
 // SGD steps of lr 0.05 with clipping to norm 1 move each parameter by at most 0.2, so the
 // parameters agree within 1e-3 + 1e-2 |p| and the losses within 2%.
 TEST(TrainerOnGpu, Bf16ApproximatesFp32) {
-  if (!CudaDeviceAvailable()) {
+  if (!GpuVisible()) {
     GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
                     "tests need one";
   }
@@ -377,7 +384,7 @@ TEST(TrainerOnGpu, Bf16ApproximatesFp32) {
 //   - Dynamic from 2^24: steps are skipped while the scale halves (at least the first two:
 //     at 2^23 the gradient is still 8.7e4), then training goes on with a finite loss.
 TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
-  if (!CudaDeviceAvailable()) {
+  if (!GpuVisible()) {
     GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
                     "tests need one";
   }
@@ -410,7 +417,7 @@ TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
 }
 
 TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
-  if (CudaDeviceAvailable()) GTEST_SKIP() << "a GPU is here: MatchesTheCpu runs instead";
+  if (GpuVisible()) GTEST_SKIP() << "a GPU is here: MatchesTheCpu runs instead";
   auto data = SyntheticText();
   auto spec = spec::LoadJobSpecText(kGpuSpec, {"device=cuda"});
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -437,7 +444,7 @@ TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
 // backend: auto on the CPU stays on TCP even when the trainer could bootstrap NCCL;
 // backend: nccl there fails on every rank, naming the field and the rank that stops it.
 TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
-  if (CudaDeviceAvailable()) GTEST_SKIP() << "a GPU is here: TrainerOnGpu covers the choice";
+  if (GpuVisible()) GTEST_SKIP() << "a GPU is here: TrainerOnGpu covers the choice";
   const RunResult run = Train(2, {"steps=2"}, kSpec, 0, Gradients::kNccl);
   EXPECT_EQ(run.gradient_backend, "tcp");
   EXPECT_EQ(run.steps, 2);

@@ -41,6 +41,17 @@ bool ReadAll(int fd, void* data, size_t n) {
 
 }  // namespace
 
+int RunInChild(const std::function<int()>& fn) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int result = fn();
+    _exit(result < 0 ? 0 : result > 255 ? 255 : result);
+  }
+  int wstatus = 0;
+  if (pid < 0 || waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) return -1;
+  return WEXITSTATUS(wstatus);
+}
+
 std::string FreshStoreDir() {
   static std::atomic<int> counter{0};
   const char* tmp = std::getenv("TEST_TMPDIR");

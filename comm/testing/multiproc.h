@@ -47,6 +47,11 @@ std::vector<RankResult> RunRanks(const MultiProcOptions& options, const RankFn& 
 // A fresh directory under $TEST_TMPDIR for a FileStore.
 std::string FreshStoreDir();
 
+// Runs `fn` in a forked child and returns its result, clamped to [0, 255]; -1 when the child
+// did not exit normally. For questions whose asking changes the process: CUDA does not
+// survive fork, so a test that forks ranks asks "is a GPU visible?" here, never itself.
+int RunInChild(const std::function<int()>& fn);
+
 }  // namespace ringmaster::comm::testing
 
 #endif  // RINGMASTER_COMM_TESTING_MULTIPROC_H_
