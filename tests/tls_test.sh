@@ -34,21 +34,26 @@ echo user-token >user.token
 echo node-token >node.token
 echo wrong >wrong.token
 
-start() {  # start PORT EXTRA_FLAGS...
-  local port="$1"
+# start NAME EXTRA_FLAGS...: a coordinator on a port the kernel picks (port 0, so tests
+# running side by side never collide); sets PORT to it.
+start() {
+  local name="$1"
   shift
-  "$RINGMASTER" --listen "127.0.0.1:$port" --db "$WORK/db-$port.db" --user_token_file user.token \
+  "$RINGMASTER" --listen "127.0.0.1:0" --db "$WORK/db-$name.db" --user_token_file user.token \
     --node_token_file node.token --tls_cert server.pem --tls_key server.key "$@" \
-    >"ringmaster-$port.log" 2>&1 &
+    >"ringmaster-$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do
-    grep -q "serving on" "ringmaster-$port.log" && return 0
+    if grep -q "serving on" "ringmaster-$name.log"; then
+      PORT="$(grep -o "(port [0-9]*)" "ringmaster-$name.log" | tail -1 | tr -dc 0-9)"
+      return 0
+    fi
     sleep 0.05
   done
-  fail "ringmaster did not start: $(tail -3 "ringmaster-$port.log")"
+  fail "ringmaster did not start: $(tail -3 "ringmaster-$name.log")"
+  exit 1
 }
-PORT=$((20000 + RANDOM % 20000))
-start "$PORT"
+start tls
 C="--coordinator 127.0.0.1:$PORT"
 "$RINGCTL" list $C --token_file user.token --tls_ca ca.pem >ok.out 2>&1 ||
   fail "TLS with the CA and the user token was refused: $(cat ok.out)"
@@ -62,9 +67,8 @@ grep -qi "wrong user token" wrong.out || fail "wrong-token message: $(cat wrong.
   fail "the node token was accepted as a user token"
 
 # Mutual TLS.
-MPORT=$((PORT + 1))
-start "$MPORT" --tls_client_ca ca.pem
-M="--coordinator 127.0.0.1:$MPORT"
+start mtls --tls_client_ca ca.pem
+M="--coordinator 127.0.0.1:$PORT"
 "$RINGCTL" list $M --token_file user.token --tls_ca ca.pem >nocert.out 2>&1 &&
   fail "mutual TLS let in a client without a certificate"
 "$RINGCTL" list $M --token_file user.token --tls_ca ca.pem --tls_client_cert client.pem \
