@@ -79,6 +79,7 @@ class CudaDevice final : public TrainingDevice {
     return gpt_->ForwardBackward(batch, params_.data(), grads_.data(), options);
   }
   int64_t activation_bytes() const override { return gpt_->activation_bytes(); }
+  int64_t parameter_copy_bytes() const override { return gpt_->parameter_copy_bytes(); }
 
  private:
   CudaDevice() = default;

@@ -50,6 +50,8 @@ class TrainingDevice {
                                                     const ForwardBackwardOptions& options) = 0;
   // Device bytes held: the activations' arena at its largest so far.
   virtual int64_t activation_bytes() const = 0;
+  // Device bytes of the 16-bit copy of the parameters the products read (0 in fp32).
+  virtual int64_t parameter_copy_bytes() const { return 0; }
 };
 
 struct CudaDeviceOptions {

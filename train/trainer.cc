@@ -1049,13 +1049,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       formula = absl::StrFormat(" (formula: %.2f + %.2f + %.2f MiB)", e->parameter_bytes / kMiB,
                                 e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
     }
+    const int64_t copy_bytes = device != nullptr ? device->parameter_copy_bytes() : 0;
     say(absl::StrFormat(
-        "memory on rank %d (%s): parameters %.2f MiB, gradients %.2f MiB, optimizer state "
+        "memory on rank %d (%s): parameters %.2f MiB%s, gradients %.2f MiB, optimizer state "
         "%.2f MiB%s, activations peak %.2f MiB",
         rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
-        step_grads.size() * 4 / kMiB,
-        static_cast<double>(result.optimizer_state_bytes) / kMiB, formula,
-        static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
+        copy_bytes > 0 ? absl::StrFormat(" (+ a 16-bit copy, %.2f MiB)", copy_bytes / kMiB)
+                       : std::string(),
+        step_grads.size() * 4 / kMiB, static_cast<double>(result.optimizer_state_bytes) / kMiB,
+        formula, static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
   }
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view.Pull(HostView::What::kParams));

@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
   if (!supported) {
     return Unimplemented("the ", bf16 ? "bf16" : fp16 ? "fp16" : "fp32",
                          " CUDA attention does not take head size ", head_size,
-                         " (gpt.width / gpt.heads)",
+                         " (model.gpt.width / model.gpt.heads)",
                          bf16 || fp16 ? "; 16-bit attention takes 64 or 128" : "");
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<kc::MatMulEngine> engine, kc::MatMulEngine::Create());
