@@ -4,6 +4,7 @@
 // weight decay 0.1) over the flat parameters, on random tokens (4 fixed batches). The LM
 // head is untied, as in ringmaster's model: pass --untied to gpt2_torch.py.
 //
+//   gpt2_bench --batch=16 --matmul=bf16 --torch=bench/gpu/gpt2_torch.py   # with the ratios
 //   gpt2_bench --batch=8 --matmul=tf32 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp32 --tf32
 //   gpt2_bench --batch=8 --matmul=bf16 --steps=20
@@ -31,6 +32,7 @@
 // after --warmup. Our step also uploads its tokens and builds the embedding index on the
 // host; PyTorch's tokens are already on the GPU.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +40,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -46,6 +50,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/elementwise.h"
@@ -75,6 +80,10 @@ ABSL_FLAG(int64_t, checkpoint_every, 0,
 ABSL_FLAG(int, warmup, 3, "steps before timing");
 ABSL_FLAG(int, steps, 20, "timed steps");
 ABSL_FLAG(double, peak_tflops, 989.4, "the GPU's dense bf16 peak, for MFU");
+ABSL_FLAG(std::string, torch, "",
+          "path of bench/gpu/gpt2_torch.py: PyTorch runs the same model, shapes, precision and "
+          "step first (python3), and the ratios are printed");
+ABSL_FLAG(std::string, torch_modes, "eager,compile", "PyTorch's modes for --torch");
 
 namespace ringmaster::train::nn {
 namespace {
@@ -98,6 +107,50 @@ T* DeviceAlloc(int64_t n) {
   void* p = nullptr;
   CheckCuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
   return static_cast<T*>(p);
+}
+
+struct TorchRun {
+  std::string mode;
+  double step_ms = 0;
+};
+
+// Runs gpt2_torch.py on the same shapes and precision (its process exits, and with it its
+// GPU memory, before ours allocates) and reads its JSON: each result's mode and median step.
+// Empty when it failed (it says why on stderr).
+std::vector<TorchRun> RunTorch(const std::string& script, const GptOptions& o, int64_t batch,
+                               const std::string& matmul) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string json =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/gpt2_torch_", getpid(), ".json");
+  const std::string precision = matmul == "tf32" ? "fp32" : matmul;
+  const std::string command = absl::StrCat(
+      "python3 ", script, " --batch ", batch, " --context ", o.context, " --vocab ", o.vocab,
+      " --width ", o.width, " --layers ", o.layers, " --heads ", o.heads, " --untied --modes ",
+      absl::GetFlag(FLAGS_torch_modes), " --precisions ", precision,
+      matmul == "tf32" ? " --tf32" : "", " --steps ", absl::GetFlag(FLAGS_steps), " --json ",
+      json);
+  std::printf("$ %s\n", command.c_str());
+  std::fflush(stdout);
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "gpt2_bench: PyTorch's run failed; no ratios\n");
+    return {};
+  }
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(json.c_str());
+  std::vector<TorchRun> runs;
+  for (size_t at = text.find("\"mode\": \""); at != std::string::npos;
+       at = text.find("\"mode\": \"", at + 1)) {
+    TorchRun r;
+    const size_t begin = at + 9, end = text.find('"', begin);
+    r.mode = text.substr(begin, end - begin);
+    const size_t ms = text.find("\"step_ms_median\": ", at);
+    if (ms == std::string::npos) break;
+    r.step_ms = std::strtod(text.c_str() + ms + 18, nullptr);
+    std::printf("pytorch %s: %.2f ms per step (median)\n", r.mode.c_str(), r.step_ms);
+    runs.push_back(r);
+  }
+  return runs;
 }
 
 // Device bytes in use now (total minus free), after the device has finished its work.
@@ -130,6 +183,11 @@ int Main() {
     std::fprintf(stderr, "gpt2_bench: --loss_scale_mode is %s; want dynamic or fixed\n",
                  mode.c_str());
     return 2;
+  }
+  // PyTorch first, so that its GPU memory is gone before ours is taken.
+  std::vector<TorchRun> torch;
+  if (!absl::GetFlag(FLAGS_torch).empty()) {
+    torch = RunTorch(absl::GetFlag(FLAGS_torch), o, absl::GetFlag(FLAGS_batch), matmul);
   }
   GptCudaOptions co;
   co.matmul = matmul == "bf16"   ? kc::MatMulType::kBFloat16
@@ -301,6 +359,12 @@ int Main() {
       GiB(used_end - used_before_steps), GiB((*gpt)->activation_bytes()),
       GiB(activations_formula), static_cast<int>(o.layers), act_bytes, GiB(used_end - used_context),
       GiB(used_context));
+  for (const TorchRun& r : torch) {
+    std::printf("ringmaster %-7s vs pytorch %-7s: %.2fx its tokens/s (%.2f ms against %.2f ms "
+                "per step)\n",
+                matmul.c_str(), r.mode.c_str(), r.step_ms / (step_s * 1e3), step_s * 1e3,
+                r.step_ms);
+  }
   return 0;
 }
 

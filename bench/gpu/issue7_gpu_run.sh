@@ -75,18 +75,17 @@ run() {
   timeout 300 "$@" 2>&1 | tee -a "$log"
 }
 gpt="$bundle/bin/bench_gpu__gpt2_bench"
-# ringmaster: every precision at B = 8, then bf16 at B = 16, with checkpointing, and fp16's
-# loss scale fixed and dynamic (seed exercises 35.11, 35.15-35.18).
-run "$gpt" --batch=8 --matmul=tf32 --steps=10
+torch=bench/gpu/gpt2_torch.py
+# ringmaster beside PyTorch on the same GPU (--torch runs gpt2_torch.py first, untied head
+# like ours, and prints the ratios), in every precision; then bf16 with llm.c's padded
+# vocabulary, with checkpointing, and fp16's loss scale fixed and dynamic (seed exercises
+# 35.11, 35.15-35.18).
+run "$gpt" --batch=8 --matmul=tf32 --steps=10 --torch="$torch" --torch_modes=eager
+run "$gpt" --batch=16 --matmul=bf16 --steps=20 --torch="$torch"
+run "$gpt" --batch=16 --matmul=fp16 --steps=20 --torch="$torch"
+run "$gpt" --batch=16 --matmul=bf16 --steps=20 --vocab=50304 --torch="$torch" --torch_modes=eager
 run "$gpt" --batch=8 --matmul=bf16 --steps=20
-run "$gpt" --batch=16 --matmul=bf16 --steps=20
-run "$gpt" --batch=16 --matmul=bf16 --steps=20 --vocab=50304   # llm.c's padded vocabulary
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --checkpoint_every=1
-run "$gpt" --batch=16 --matmul=fp16 --steps=20
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale_mode=fixed --loss_scale=1024
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale=1e9
-# PyTorch on the same GPU, untied head like ours.
-run python3 bench/gpu/gpt2_torch.py --batch 16 --untied --modes eager,compile --precisions bf16,fp16
-run python3 bench/gpu/gpt2_torch.py --batch 16 --untied --vocab 50304 --modes eager --precisions bf16
-run python3 bench/gpu/gpt2_torch.py --batch 8 --untied --modes eager --precisions fp32 --tf32
 run "$bundle/bin/bench_gpu__attention_bench"
