@@ -10,6 +10,7 @@
 //   gpt2_bench --batch=8 --matmul=bf16 --steps=20
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions bf16
 //   gpt2_bench --batch=8 --matmul=bf16 --checkpoint_every=1   # seed exercise 35.11
+//   gpt2_bench --batch=16 --matmul=bf16 --profile   # time per kind of work (CUDA events)
 //   gpt2_bench --batch=8 --matmul=fp16 --loss_scale_mode=fixed --loss_scale=1024   # 35.17
 //   python3 bench/gpu/gpt2_torch.py --batch 8 --untied --precisions fp16
 //
@@ -84,6 +85,9 @@ ABSL_FLAG(std::string, torch, "",
           "path of bench/gpu/gpt2_torch.py: PyTorch runs the same model, shapes, precision and "
           "step first (python3), and the ratios are printed");
 ABSL_FLAG(std::string, torch_modes, "eager,compile", "PyTorch's modes for --torch");
+ABSL_FLAG(bool, profile, false,
+          "time each kind of work in the forward and backward (CUDA events around every "
+          "launch, which cost a little time themselves) and print the breakdown");
 
 namespace ringmaster::train::nn {
 namespace {
@@ -190,6 +194,7 @@ int Main() {
     torch = RunTorch(absl::GetFlag(FLAGS_torch), o, absl::GetFlag(FLAGS_batch), matmul);
   }
   GptCudaOptions co;
+  co.profile = absl::GetFlag(FLAGS_profile);
   co.matmul = matmul == "bf16"   ? kc::MatMulType::kBFloat16
               : matmul == "fp16" ? kc::MatMulType::kFloat16
               : matmul == "tf32" ? kc::MatMulType::kTensorFloat32
@@ -359,6 +364,22 @@ int Main() {
       GiB(used_end - used_before_steps), GiB((*gpt)->activation_bytes()),
       GiB(activations_formula), static_cast<int>(o.layers), act_bytes, GiB(used_end - used_context),
       GiB(used_context));
+  if ((*gpt)->profiled_calls() > 0) {
+    // Per step, largest first, as a share of the median step.
+    std::vector<std::pair<double, std::string>> parts;
+    double total = 0;
+    for (const auto& [what, ms] : (*gpt)->profile_ms()) {
+      parts.push_back({ms / (*gpt)->profiled_calls(), what});
+      total += parts.back().first;
+    }
+    std::sort(parts.rbegin(), parts.rend());
+    std::printf("ringmaster %-7s profile per step (forward and backward; %.2f ms of the %.2f ms "
+                "step, the rest is the optimizer, the host and gaps):\n",
+                matmul.c_str(), total, step_s * 1e3);
+    for (const auto& [ms, what] : parts) {
+      std::printf("  %-36s %8.3f ms  %5.1f %%\n", what.c_str(), ms, 100 * ms / (step_s * 1e3));
+    }
+  }
   for (const TorchRun& r : torch) {
     std::printf("ringmaster %-7s vs pytorch %-7s: %.2fx its tokens/s (%.2f ms against %.2f ms "
                 "per step)\n",

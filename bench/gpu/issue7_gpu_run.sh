@@ -85,6 +85,7 @@ run "$gpt" --batch=16 --matmul=bf16 --steps=20 --torch="$torch"
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --torch="$torch"
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --vocab=50304 --torch="$torch" --torch_modes=eager
 run "$gpt" --batch=8 --matmul=bf16 --steps=20
+run "$gpt" --batch=16 --matmul=bf16 --steps=10 --profile
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --checkpoint_every=1
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale_mode=fixed --loss_scale=1024
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale=1e9

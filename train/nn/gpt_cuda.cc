@@ -215,6 +215,43 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
 GptCuda::~GptCuda() {
   if (arena_ != nullptr) cudaFree(arena_);
   if (params16_ != nullptr) cudaFree(params16_);
+  for (const TimedLaunch& t : timed_) spare_events_.insert(spare_events_.end(), {t.start, t.end});
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+}
+
+template <typename Launch>
+absl::Status GptCuda::Timed(const char* what, Launch launch) {
+  if (!cuda_options_.profile) return launch();
+  cudaEvent_t events[2];
+  for (cudaEvent_t& e : events) {
+    if (spare_events_.empty()) {
+      RM_RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
+    } else {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    }
+  }
+  timed_.push_back({what, events[0], events[1]});
+  RM_RETURN_IF_CUDA_ERROR(cudaEventRecord(events[0], stream_));
+  RM_RETURN_IF_ERROR(launch());
+  RM_RETURN_IF_CUDA_ERROR(cudaEventRecord(events[1], stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GptCuda::CollectProfile() {
+  if (!cuda_options_.profile) return absl::OkStatus();
+  absl::Status status;
+  for (const TimedLaunch& t : timed_) {
+    float ms = 0;
+    if (status.ok()) {
+      status = CudaToStatus(cudaEventElapsedTime(&ms, t.start, t.end), "cudaEventElapsedTime");
+    }
+    profile_ms_[t.what] += ms;
+    spare_events_.insert(spare_events_.end(), {t.start, t.end});
+  }
+  timed_.clear();
+  ++profiled_calls_;
+  return status;
 }
 
 const float* GptCuda::Param(const float* params, int tensor) const {
@@ -330,6 +367,9 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   RM_RETURN_IF_ERROR(cpu_->CheckBatch(batch));
   const int64_t t = options_.context;
   RM_RETURN_IF_ERROR(Reserve(batch.size));
+  // Intervals left by a call that failed are not this call's.
+  for (const TimedLaunch& l : timed_) spare_events_.insert(spare_events_.end(), {l.start, l.end});
+  timed_.clear();
 
   const int64_t rows = batch.size * t;
   std::vector<int32_t> inputs(rows), targets(rows);
@@ -349,15 +389,19 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
                                           cudaMemcpyHostToDevice, stream_));
   if (precision_ == Precision::kBFloat16) {
-    RM_RETURN_IF_ERROR(kc::CastFloatToBf16(static_cast<bf16*>(params16_), params,
-                                           total_elements(), stream_));
+    RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
+      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, total_elements(), stream_);
+    }));
   } else if (precision_ == Precision::kFloat16) {
-    RM_RETURN_IF_ERROR(kc::CastFloatToF16(static_cast<f16*>(params16_), params, total_elements(),
-                                          stream_));
+    RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
+      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, total_elements(), stream_);
+    }));
   }
   if (!options.accumulate) {
-    RM_RETURN_IF_CUDA_ERROR(
-        cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_));
+    RM_RETURN_IF_ERROR(Timed("zero the gradients", [&] {
+      return CudaToStatus(cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_),
+                          "cudaMemsetAsync of the gradients");
+    }));
   }
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   if (precision_ == Precision::kBFloat16) {
@@ -381,6 +425,7 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(predicted.data(), predicted_, rows * 4,
                                           cudaMemcpyDeviceToHost, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  RM_RETURN_IF_ERROR(CollectProfile());
   StepStats stats;
   stats.loss_terms = rows;
   for (int64_t i = 0; i < rows; ++i) {
@@ -394,16 +439,22 @@ template <typename T>
 absl::Status GptCuda::Forward(const float* params, int64_t batch) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
   auto act = [](void* a) { return static_cast<T*>(a); };
-  RM_RETURN_IF_ERROR(Embed(act(Stream(0)), inputs_, Param(params, wte_), Param(params, wpe_),
-                           batch, t, c, options_.vocab, stream_));
+  RM_RETURN_IF_ERROR(Timed("embedding forward", [&] {
+    return Embed(act(Stream(0)), inputs_, Param(params, wte_), Param(params, wpe_), batch, t, c,
+                 options_.vocab, stream_);
+  }));
   for (int64_t l = 0; l < options_.layers; ++l) {
     RM_RETURN_IF_ERROR(BlockForward<T>(params, batch, l));
     RM_RETURN_IF_ERROR(BlockOutputForward<T>(params, batch, l));
   }
-  RM_RETURN_IF_ERROR(LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_, act(Stream(options_.layers)),
-                               Param(params, lnf_), Param(params, lnf_ + 1), rows, c, stream_));
-  return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
-                                nullptr, logits_, rows, c, options_.vocab, stream_);
+  RM_RETURN_IF_ERROR(Timed("layernorm forward", [&] {
+    return LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_, act(Stream(options_.layers)),
+                     Param(params, lnf_), Param(params, lnf_ + 1), rows, c, stream_);
+  }));
+  return Timed("matmul forward", [&] {
+    return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
+                                  nullptr, logits_, rows, c, options_.vocab, stream_);
+  });
 }
 
 template <typename T>
@@ -416,20 +467,34 @@ absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t b
   auto act = [](void* a) { return static_cast<T*>(a); };
   const BlockActivations& a = Slot(block);
   const T* x = act(Stream(block));
-  RM_RETURN_IF_ERROR(LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias),
-                               rows, c, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv,
-                                            rows, c, 3 * c, stream_));
-  RM_RETURN_IF_ERROR(kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c,
-                                             options_.heads, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.attention, mw(kProjWeight), mw(kProjBias),
-                                            a.residual, rows, c, c, stream_));
-  RM_RETURN_IF_ERROR(Residual(act(a.residual), act(a.residual), x, rows * c, stream_));
-  RM_RETURN_IF_ERROR(LayerNorm(act(a.ln2), a.ln2_mean, a.ln2_rstd, act(a.residual),
-                               w(kLn2Weight), w(kLn2Bias), rows, c, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows,
-                                            c, 4 * c, stream_));
-  return Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_);
+  RM_RETURN_IF_ERROR(Timed("layernorm forward", [&] {
+    return LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias), rows, c,
+                     stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv, rows, c, 3 * c,
+                                  stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("attention forward", [&] {
+    return kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c, options_.heads,
+                                   stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(type, a.attention, mw(kProjWeight), mw(kProjBias), a.residual,
+                                  rows, c, c, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("residual add", [&] {
+    return Residual(act(a.residual), act(a.residual), x, rows * c, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("layernorm forward", [&] {
+    return LayerNorm(act(a.ln2), a.ln2_mean, a.ln2_rstd, act(a.residual), w(kLn2Weight),
+                     w(kLn2Bias), rows, c, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows, c, 4 * c,
+                                  stream_);
+  }));
+  return Timed("gelu forward", [&] { return Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_); });
 }
 
 template <typename T>
@@ -439,10 +504,13 @@ absl::Status GptCuda::BlockOutputForward(const float* params, int64_t batch, int
   auto act = [](void* a) { return static_cast<T*>(a); };
   const BlockActivations& a = Slot(block);
   void* out = Stream(block + 1);
-  RM_RETURN_IF_ERROR(engine_->LinearForward(
-      cuda_options_.matmul, a.gelu, MatMulParam(params, first + kFcProjWeight),
-      MatMulParam(params, first + kFcProjBias), out, rows, 4 * c, c, stream_));
-  return Residual(act(out), act(out), act(a.residual), rows * c, stream_);
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(
+        cuda_options_.matmul, a.gelu, MatMulParam(params, first + kFcProjWeight),
+        MatMulParam(params, first + kFcProjBias), out, rows, 4 * c, c, stream_);
+  }));
+  return Timed("residual add",
+               [&] { return Residual(act(out), act(out), act(a.residual), rows * c, stream_); });
 }
 
 template <typename T>
@@ -466,17 +534,24 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
   T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
   T* dsmall = act(dsmall_);
 
-  RM_RETURN_IF_ERROR(CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_,
-                                  dlogits, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-      type, lnf_out_, dlogits, g(lm_head_), nullptr, rows, c, vocab, kAdd, nullptr, stream_));
+  RM_RETURN_IF_ERROR(Timed("softmax cross-entropy", [&] {
+    return CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_, dlogits,
+                        stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(type, lnf_out_, dlogits, g(lm_head_), nullptr,
+                                                     rows, c, vocab, kAdd, nullptr, stream_);
+  }));
   ready(lm_head_);
-  RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab,
+                                        stream_);
+  }));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
-  RM_RETURN_IF_ERROR(LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall,
-                                       act(Stream(options_.layers)), p(lnf_), lnf_mean_,
-                                       lnf_rstd_, rows, c, layernorm_scratch_, stream_));
+  RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
+    return LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall, act(Stream(options_.layers)),
+                             p(lnf_), lnf_mean_, lnf_rstd_, rows, c, layernorm_scratch_, stream_);
+  }));
   ready(lnf_);
 
   for (int64_t s = segments_ - 1; s >= 0; --s) {
@@ -492,8 +567,9 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
       ready(blocks_[l]);
     }
   }
-  RM_RETURN_IF_ERROR(EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c,
-                                   vocab, stream_));
+  RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
+    return EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c, vocab, stream_);
+  }));
   ready(wte_);
   return absl::OkStatus();
 }
@@ -514,38 +590,56 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   auto gw = [&](BlockTensor k) { return Grad(grads, first + k); };
   const BlockActivations& a = Slot(l);
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-      type, a.gelu, dx, gw(kFcProjWeight), gw(kFcProjBias), rows, 4 * c, c, kAdd,
-      bias_scratch_, stream_));
-  RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_));
-  RM_RETURN_IF_ERROR(GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-      type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias), rows, c, 4 * c, kAdd, bias_scratch_,
-      stream_));
-  RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_));
-  RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall,
-                                       act(a.residual), w(kLn2Weight), a.ln2_mean, a.ln2_rstd,
-                                       rows, c, layernorm_scratch_, stream_));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(type, a.gelu, dx, gw(kFcProjWeight),
+                                                     gw(kFcProjBias), rows, 4 * c, c, kAdd,
+                                                     bias_scratch_, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed(
+      "gelu backward", [&] { return GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_); }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias),
+                                                     rows, c, 4 * c, kAdd, bias_scratch_, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
+    return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual),
+                             w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c, layernorm_scratch_,
+                             stream_);
+  }));
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-      type, a.attention, dx, gw(kProjWeight), gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
-      stream_));
-  RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(type, a.attention, dx, gw(kProjWeight),
+                                                     gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
+                                                     stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_);
+  }));
   T* dqkv = dbig;
-  RM_RETURN_IF_ERROR(kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention),
-                                              a.lse, attention_scratch_, batch, t, c,
-                                              options_.heads, stream_));
-  RM_RETURN_IF_ERROR(engine_->LinearBackwardWeightsFloatOutput(
-      type, a.ln1, dqkv, gw(kQkvWeight), gw(kQkvBias), rows, c, 3 * c, kAdd, bias_scratch_,
-      stream_));
-  RM_RETURN_IF_ERROR(
-      engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c, stream_));
-  RM_RETURN_IF_ERROR(LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall,
-                                       act(Stream(l)), w(kLn1Weight), a.ln1_mean, a.ln1_rstd,
-                                       rows, c, layernorm_scratch_, stream_));
+  RM_RETURN_IF_ERROR(Timed("attention backward", [&] {
+    return kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention), a.lse,
+                                    attention_scratch_, batch, t, c, options_.heads, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(type, a.ln1, dqkv, gw(kQkvWeight),
+                                                     gw(kQkvBias), rows, c, 3 * c, kAdd,
+                                                     bias_scratch_, stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c,
+                                        stream_);
+  }));
+  RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
+    return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)),
+                             w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c, layernorm_scratch_,
+                             stream_);
+  }));
   return absl::OkStatus();
 }
 

@@ -36,7 +36,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -51,6 +53,9 @@ namespace ringmaster::train::nn {
 struct GptCudaOptions {
   // fp32 or tf32 (fp32 activations), bf16 or fp16 (16-bit activations); see above.
   kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;
+  // Time each kind of work (profile_ms()): a pair of CUDA events around every launch. For
+  // benchmarks: the events cost a little time of their own.
+  bool profile = false;
 };
 
 class GptCuda {
@@ -88,6 +93,12 @@ class GptCuda {
   // Device bytes of the 16-bit copy of the parameters (0 in fp32).
   int64_t parameter_copy_bytes() const { return half() ? total_elements() * 2 : 0; }
 
+  // With GptCudaOptions::profile: milliseconds of GPU time per kind of work ("matmul
+  // forward", "attention backward", ...), summed over the ForwardBackward calls so far
+  // (profiled_calls() of them). Empty otherwise.
+  const std::map<std::string, double>& profile_ms() const { return profile_ms_; }
+  int64_t profiled_calls() const { return profiled_calls_; }
+
  private:
   // Activations of the model's type (float or __nv_bfloat16); statistics in fp32.
   struct BlockActivations {
@@ -120,6 +131,11 @@ class GptCuda {
                                const std::function<void(int64_t)>& on_grads_ready);
   template <typename T>
   absl::Status BlockBackward(const float* params, float* grads, int64_t batch, int64_t block);
+  // Runs `launch` (which enqueues work on stream_), between two events when profiling.
+  template <typename Launch>
+  absl::Status Timed(const char* what, Launch launch);
+  // After the stream has drained: adds the timed intervals to profile_ms_.
+  absl::Status CollectProfile();
 
   std::unique_ptr<GptModel> cpu_;
   const GptOptions options_;
@@ -147,6 +163,16 @@ class GptCuda {
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
   int64_t index_groups_ = 0;
+
+  // Profiling: events recorded this call (what, start, end), and a pool of spare events.
+  struct TimedLaunch {
+    const char* what;
+    cudaEvent_t start, end;
+  };
+  std::vector<TimedLaunch> timed_;
+  std::vector<cudaEvent_t> spare_events_;
+  std::map<std::string, double> profile_ms_;
+  int64_t profiled_calls_ = 0;
 };
 
 }  // namespace ringmaster::train::nn

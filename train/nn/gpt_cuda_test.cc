@@ -247,6 +247,46 @@ TEST(GptCuda, CheckpointingGivesTheSameGradientsInLessMemory) {
   }
 }
 
+// Profiling times every kind of work of the step and changes nothing it computes.
+TEST(GptCuda, ProfileTimesEachKindOfWork) {
+  SKIP_WITHOUT_GPU();
+  const GptOptions o = TinyOneHead();
+  absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  FlatBuffer params((*cpu)->table().total_elements());
+  (*cpu)->Init(42, params);
+  Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
+  const Batch batch = RandomBatch(o, 2, 9);
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = 2 * o.context;
+  std::vector<std::vector<float>> grads;
+  for (bool profile : {false, true}) {
+    auto gpu = GptCuda::Create(o, {.profile = profile}, nullptr);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    Device<float> dgrads(params.size());
+    for (int call = 0; call < 2; ++call) {
+      ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
+    }
+    grads.push_back(dgrads.Host());
+    if (!profile) {
+      EXPECT_TRUE((*gpu)->profile_ms().empty());
+      EXPECT_EQ((*gpu)->profiled_calls(), 0);
+      continue;
+    }
+    EXPECT_EQ((*gpu)->profiled_calls(), 2);
+    for (const char* what :
+         {"matmul forward", "matmul backward (inputs)", "matmul backward (weights, biases)",
+          "attention forward", "attention backward", "layernorm forward", "layernorm backward",
+          "gelu forward", "gelu backward", "residual add", "softmax cross-entropy",
+          "embedding forward", "embedding backward", "zero the gradients"}) {
+      auto it = (*gpu)->profile_ms().find(what);
+      ASSERT_NE(it, (*gpu)->profile_ms().end()) << what;
+      EXPECT_GT(it->second, 0.0) << what;
+    }
+  }
+  EXPECT_EQ(grads[0], grads[1]) << "profiling changed the gradients";
+}
+
 TEST(GptCuda, WhatIsNotHereYetIsUnimplemented) {
   SKIP_WITHOUT_GPU();
   GptOptions o = Tiny();
