@@ -64,6 +64,16 @@ if [[ "$1" == tests ]]; then
       echo "=== FAILED: $target" | tee -a "$log"
     fi
   done
+  # Out-of-bounds accesses and uninitialised reads in the GPT's kernels and products (tiny
+  # models: the sanitizer slows everything down many times).
+  if command -v compute-sanitizer >/dev/null; then
+    echo "=== compute-sanitizer memcheck: //train/nn:gpt_cuda_test" | tee -a "$log"
+    if ! timeout 400 compute-sanitizer --tool memcheck --error-exitcode=1 \
+        "$bundle/bin/train_nn__gpt_cuda_test" --gtest_brief=1 2>&1 | tail -40 | tee -a "$log"; then
+      failed=$((failed + 1))
+      echo "=== FAILED: compute-sanitizer memcheck" | tee -a "$log"
+    fi
+  fi
   echo "=== $failed test binaries failed" | tee -a "$log"
   exit $((failed > 0))
 fi
