@@ -100,7 +100,11 @@ TEST_P(ConvTest, BackwardInputMatchesDirectSums) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          testing::Values(Conv2dShape{2, 3, 4, 5, 6, 3},  // batch, in, out, h, w, k
                                          Conv2dShape{1, 1, 2, 7, 4, 5},  // kernel wider than w
-                                         Conv2dShape{3, 2, 1, 4, 4, 1}));
+                                         Conv2dShape{3, 2, 1, 4, 4, 1},
+                                         // Half the kernel wider than the image.
+                                         Conv2dShape{1, 2, 3, 3, 1, 5},
+                                         Conv2dShape{2, 1, 2, 1, 1, 5},
+                                         Conv2dShape{1, 1, 1, 2, 2, 7}));
 
 TEST(MaxPool2x2, ForwardTakesWindowMaximaAndBackwardRoutesToThem) {
   const float nan = std::numeric_limits<float>::quiet_NaN();

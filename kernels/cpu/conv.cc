@@ -15,7 +15,10 @@ struct ColumnRange {
 };
 
 ColumnRange ValidColumns(int64_t kx, int64_t pad, int64_t width) {
-  return {std::max<int64_t>(0, pad - kx), std::min<int64_t>(width, width + pad - kx)};
+  // Output columns x with 0 <= x + kx - pad < width, within [0, width): empty (begin == end)
+  // when the kernel reaches past the whole row (pad > width).
+  const int64_t begin = std::clamp<int64_t>(pad - kx, 0, width);
+  return {begin, std::clamp<int64_t>(width + pad - kx, begin, width)};
 }
 
 // Visits every (unfolded row, output row) pair of one image: `visit(col_at, in_at, range,
