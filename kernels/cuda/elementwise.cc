@@ -9,24 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/checks.h"
 #include "kernels/cuda/elementwise_launch.h"
 
 namespace ringmaster::kernels::cuda {
 namespace {
 
-absl::Status Invalid(const char* fn, const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(fn, " (CUDA): ", parts...));
-}
-
-// n >= 0, and every pointer non-null when there is something to do.
-absl::Status CheckN(const char* fn, int64_t n) {
-  if (n < 0) return Invalid(fn, "n must be >= 0, got ", n);
-  return absl::OkStatus();
-}
-absl::Status CheckPointer(const char* fn, const void* p, const char* name, int64_t n) {
-  if (n > 0 && p == nullptr) return Invalid(fn, name, " is null");
-  return absl::OkStatus();
-}
+using internal::CheckCount;
+using internal::CheckPointer;
+using internal::Invalid;
 
 absl::Status Launched(cudaError_t err, const char* what) { return CudaToStatus(err, what); }
 
@@ -50,7 +41,7 @@ internal::MomentArgs MomentConstants(const AdamMomentArgs& moments) {
 absl::Status CheckMoments(const char* fn, const AdamMomentArgs& moments, int64_t n,
                           const void* params, const void* grads, const void* exp_avg,
                           const void* exp_avg_sq) {
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
   if (moments.step < 1) return Invalid(fn, "step must be >= 1, got ", moments.step);
   RM_RETURN_IF_ERROR(CheckPointer(fn, params, "params", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, grads, "grads", n));
@@ -61,7 +52,7 @@ absl::Status CheckMoments(const char* fn, const AdamMomentArgs& moments, int64_t
 }  // namespace
 
 absl::Status GeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(CheckN("GeluForward", n));
+  RM_RETURN_IF_ERROR(CheckCount("GeluForward", n));
   RM_RETURN_IF_ERROR(CheckPointer("GeluForward", out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer("GeluForward", x, "x", n));
   return Launched(internal::LaunchGeluForward(out, x, n, stream), "GeluForward launch");
@@ -69,7 +60,7 @@ absl::Status GeluForward(float* out, const float* x, int64_t n, cudaStream_t str
 
 absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t n,
                           cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(CheckN("GeluBackward", n));
+  RM_RETURN_IF_ERROR(CheckCount("GeluBackward", n));
   RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", dx, "dx", n));
   RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", x, "x", n));
   RM_RETURN_IF_ERROR(CheckPointer("GeluBackward", dout, "dout", n));
@@ -81,7 +72,7 @@ absl::Status GeluBackward(float* dx, const float* x, const float* dout, int64_t 
 
 absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t n,
                              cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(CheckN("ResidualForward", n));
+  RM_RETURN_IF_ERROR(CheckCount("ResidualForward", n));
   RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", a, "a", n));
   RM_RETURN_IF_ERROR(CheckPointer("ResidualForward", b, "b", n));
@@ -96,7 +87,7 @@ namespace {
 template <typename T>
 absl::Status Gelu16(const char* fn, T* out, const T* x, int64_t n, cudaStream_t stream,
                     cudaError_t (*launch)(T*, const T*, int64_t, cudaStream_t)) {
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
   return Launched(launch(out, x, n, stream), absl::StrCat(fn, " launch").c_str());
@@ -106,7 +97,7 @@ template <typename T>
 absl::Status GeluBackward16(const char* fn, T* dx, const T* x, const T* dout, int64_t n,
                             cudaStream_t stream,
                             cudaError_t (*launch)(T*, const T*, const T*, int64_t, cudaStream_t)) {
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dx, "dx", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dout, "dout", n));
@@ -120,7 +111,7 @@ template <typename T>
 absl::Status Residual16(const char* fn, T* out, const T* a, const T* b, int64_t n,
                         cudaStream_t stream,
                         cudaError_t (*launch)(T*, const T*, const T*, int64_t, cudaStream_t)) {
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, a, "a", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, b, "b", n));
@@ -130,7 +121,7 @@ absl::Status Residual16(const char* fn, T* out, const T* a, const T* b, int64_t 
 template <typename T>
 absl::Status CastFloat16(const char* fn, T* out, const float* in, int64_t n, cudaStream_t stream,
                          cudaError_t (*launch)(T*, const float*, int64_t, cudaStream_t)) {
-  RM_RETURN_IF_ERROR(CheckN(fn, n));
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, in, "in", n));
   if (n > 0 && static_cast<const void*>(out) == static_cast<const void*>(in)) {
@@ -226,7 +217,7 @@ int64_t SumOfSquaresScratchDoubles() { return internal::kSumBlocks; }
 
 absl::Status SumOfSquares(const float* x, int64_t n, double* scratch, double* result,
                           cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(CheckN("SumOfSquares", n));
+  RM_RETURN_IF_ERROR(CheckCount("SumOfSquares", n));
   RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", x, "x", n));
   RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", scratch, "scratch", 1));
   RM_RETURN_IF_ERROR(CheckPointer("SumOfSquares", result, "result", 1));
@@ -236,7 +227,7 @@ absl::Status SumOfSquares(const float* x, int64_t n, double* scratch, double* re
 
 absl::Status ScaleAndFindNonFinite(float* x, int64_t n, float factor, int* flag,
                                    cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(CheckN("ScaleAndFindNonFinite", n));
+  RM_RETURN_IF_ERROR(CheckCount("ScaleAndFindNonFinite", n));
   RM_RETURN_IF_ERROR(CheckPointer("ScaleAndFindNonFinite", x, "x", n));
   RM_RETURN_IF_ERROR(CheckPointer("ScaleAndFindNonFinite", flag, "flag", 1));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flag, 0, sizeof(int), stream));

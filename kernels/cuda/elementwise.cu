@@ -12,19 +12,15 @@
 
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/elementwise_launch.h"
+#include "kernels/cuda/grid.cuh"
 
 namespace ringmaster::kernels::cuda::internal {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kGridStrideThreads;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
-int BlocksFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  // Enough blocks to fill an H100 several times over; the loops stride over the rest.
-  return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
-}
 
 template <typename T>
 __global__ void GeluForwardKernel(T* out, const T* x, int64_t n) {
@@ -197,21 +193,21 @@ __global__ void ScaleAndFindNonFiniteKernel(float* x, int64_t n, float factor, i
 template <typename T>
 cudaError_t GeluForward(T* out, const T* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;  // nothing to do: not even the runtime is touched
-  GeluForwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(out, x, n);
+  GeluForwardKernel<T><<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, x, n);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t GeluBackward(T* dx, const T* x, const T* dout, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GeluBackwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(dx, x, dout, n);
+  GeluBackwardKernel<T><<<GridStrideBlocks(n), kThreads, 0, stream>>>(dx, x, dout, n);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ResidualForwardKernel<T><<<BlocksFor(n), kThreads, 0, stream>>>(out, a, b, n);
+  ResidualForwardKernel<T><<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, a, b, n);
   return cudaGetLastError();
 }
 
@@ -263,20 +259,20 @@ cudaError_t LaunchResidualForwardF16(__half* out, const __half* a, const __half*
 cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                                   cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CastFloatToBf16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, in, n);
+  CastFloatToBf16Kernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CastFloatToF16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(out, in, n);
+  CastFloatToF16Kernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAdamW(const AdamWArgs& a, float* params, const float* grads, float* exp_avg,
                         float* exp_avg_sq, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
+  AdamWKernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
   return cudaGetLastError();
 }
 
@@ -294,7 +290,7 @@ cudaError_t LaunchLambSquares(const LambArgs& a, const float* params, const floa
 cudaError_t LaunchLambStep(const LambArgs& a, float* params, const float* grads, float* exp_avg,
                            float* exp_avg_sq, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  LambStepKernel<<<BlocksFor(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
+  LambStepKernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(a, params, grads, exp_avg, exp_avg_sq, n);
   return cudaGetLastError();
 }
 
@@ -308,7 +304,7 @@ cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, doub
 cudaError_t LaunchScaleAndFindNonFinite(float* x, int64_t n, float factor, int* flag,
                                         cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ScaleAndFindNonFiniteKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, factor, flag);
+  ScaleAndFindNonFiniteKernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(x, n, factor, flag);
   return cudaGetLastError();
 }
 
