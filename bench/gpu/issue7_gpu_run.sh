@@ -7,9 +7,11 @@
 #   tar czf devrun.tgz devrun                # ~70 MiB unpacked (OpenBLAS), ~23 MiB packed:
 #   echo /devrun.tgz >> .git/info/exclude    # the carry limit is 64 MiB, so it travels packed
 # There (device `run`, carry ["devrun.tgz"]):
-#   bash bench/gpu/issue7_gpu_run.sh tests   # every GPU test          (~3-5 min)
-#   bash bench/gpu/issue7_gpu_run.sh bench   # gpt2_bench vs PyTorch   (~6-8 min)
-# Each writes its log under $OUT (tests.log / bench.log) and prints it as it goes.
+#   bash bench/gpu/issue7_gpu_run.sh tests    # every GPU test, and memcheck    (~3-6 min)
+#   bash bench/gpu/issue7_gpu_run.sh bench    # gpt2_bench beside PyTorch       (~5-8 min)
+#   bash bench/gpu/issue7_gpu_run.sh bench2   # the variants, profile, attention (~3 min)
+# Each writes its log under $OUT (tests.log / bench.log / bench2.log) and prints it as it
+# goes; each fits one device call (10 minutes at most).
 set -uo pipefail
 
 TARGETS=(
@@ -26,9 +28,9 @@ case "${1:-}" in
     echo "${TARGETS[@]}"
     exit 0
     ;;
-  tests|bench) ;;
+  tests|bench|bench2) ;;
   *)
-    echo "usage: $0 --targets | tests | bench" >&2
+    echo "usage: $0 --targets | tests | bench | bench2" >&2
     exit 2
     ;;
 esac
@@ -79,7 +81,7 @@ if [[ "$1" == tests ]]; then
   exit $((failed > 0))
 fi
 
-log="$out/bench.log"
+log="$out/$1.log"
 : >"$log"
 run() {
   echo "\$ $*" | tee -a "$log"
@@ -87,16 +89,19 @@ run() {
 }
 gpt="$bundle/bin/bench_gpu__gpt2_bench"
 torch=bench/gpu/gpt2_torch.py
-# ringmaster beside PyTorch on the same GPU (--torch runs gpt2_torch.py first, untied head
-# like ours, and prints the ratios), in every precision; then bf16 with llm.c's padded
-# vocabulary, with checkpointing, and fp16's loss scale fixed and dynamic (seed exercises
-# 35.11, 35.15-35.18).
-run "$gpt" --batch=8 --matmul=tf32 --steps=10 --torch="$torch" --torch_modes=eager
-run "$gpt" --batch=16 --matmul=bf16 --steps=20 --torch="$torch"
-run "$gpt" --batch=16 --matmul=fp16 --steps=20 --torch="$torch"
+if [[ "$1" == bench ]]; then
+  # ringmaster beside PyTorch on the same GPU (--torch runs gpt2_torch.py first, untied head
+  # like ours, and prints the ratios), in every precision.
+  run "$gpt" --batch=8 --matmul=tf32 --steps=10 --torch="$torch" --torch_modes=eager
+  run "$gpt" --batch=16 --matmul=bf16 --steps=20 --torch="$torch"
+  run "$gpt" --batch=16 --matmul=fp16 --steps=20 --torch="$torch"
+  exit 0
+fi
+# bf16 with llm.c's padded vocabulary, the profile, checkpointing, and fp16's loss scale
+# fixed and dynamic (seed exercises 35.11, 35.15-35.18); then attention alone.
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --vocab=50304 --torch="$torch" --torch_modes=eager
-run "$gpt" --batch=8 --matmul=bf16 --steps=20
 run "$gpt" --batch=16 --matmul=bf16 --steps=10 --profile
+run "$gpt" --batch=8 --matmul=bf16 --steps=20
 run "$gpt" --batch=16 --matmul=bf16 --steps=20 --checkpoint_every=1
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale_mode=fixed --loss_scale=1024
 run "$gpt" --batch=16 --matmul=fp16 --steps=20 --loss_scale=1e9
