@@ -44,6 +44,12 @@ bool GpuVisible() {
   return visible;
 }
 
+#define SKIP_WITHOUT_GPU()                                                                  \
+  if (!GpuVisible()) {                                                                      \
+    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer " \
+                    "tests need one";                                                       \
+  }
+
 constexpr char kSpec[] = R"(
 name: trainer_test
 seed: 3
@@ -327,10 +333,7 @@ diagnostics: {fingerprint_every: 1, log_every: 1}
 )";
 
 TEST(TrainerOnGpu, MatchesTheCpu) {
-  if (!GpuVisible()) {
-    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
-                    "tests need one";
-  }
+  SKIP_WITHOUT_GPU();
   const RunResult cpu = Train(1, {"device=cpu"}, kGpuSpec);
   ASSERT_FALSE(cpu.params.empty());
   const RunResult tcp1 = Train(1, {"device=cuda"}, kGpuSpec);
@@ -357,10 +360,7 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
 // SGD steps of lr 0.05 with clipping to norm 1 move each parameter by at most 0.2, so the
 // parameters agree within 1e-3 + 1e-2 |p| and the losses within 2%.
 TEST(TrainerOnGpu, Bf16ApproximatesFp32) {
-  if (!GpuVisible()) {
-    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
-                    "tests need one";
-  }
+  SKIP_WITHOUT_GPU();
   const std::vector<std::string> one_head = {"model.gpt.width=64", "model.gpt.heads=1"};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.end(), one_head.begin(), one_head.end());
@@ -384,10 +384,7 @@ TEST(TrainerOnGpu, Bf16ApproximatesFp32) {
 //   - Dynamic from 2^24: steps are skipped while the scale halves (at least the first two:
 //     at 2^23 the gradient is still 8.7e4), then training goes on with a finite loss.
 TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
-  if (!GpuVisible()) {
-    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda): the GPU trainer "
-                    "tests need one";
-  }
+  SKIP_WITHOUT_GPU();
   auto with = [](std::vector<std::string> more) {
     more.insert(more.end(), {"model.gpt.width=64", "model.gpt.heads=1", "steps=8"});
     return more;

@@ -6,8 +6,6 @@
 // CUDA is touched only inside the forked ranks and a forked probe: a CUDA context does not
 // survive fork, so the test process itself never initialises the driver.
 #include <cuda_runtime_api.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -29,21 +27,19 @@ using testing::MultiProcOptions;
 using testing::RankResult;
 using testing::RunRanks;
 
-// Number of CUDA devices, asked in a child process so that this process stays CUDA-free
-// for the forks that follow; -1 with `why` set when the runtime cannot say.
+// Number of CUDA devices, asked in a child process (testing::RunInChild) so that this
+// process stays CUDA-free for the forks that follow; -1 with `why` set when the runtime
+// cannot say.
 int CountDevicesInChild(std::string* why) {
-  const pid_t pid = fork();
-  if (pid == 0) {
+  const int code = testing::RunInChild([] {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
-    _exit(e == cudaSuccess ? (n > 100 ? 100 : n) : 101 + (static_cast<int>(e) % 100));
-  }
-  int wstatus = 0;
-  if (pid < 0 || waitpid(pid, &wstatus, 0) != pid || !WIFEXITED(wstatus)) {
+    return e == cudaSuccess ? (n > 100 ? 100 : n) : 101 + (static_cast<int>(e) % 100);
+  });
+  if (code < 0) {
     *why = "the probe process failed";
     return -1;
   }
-  const int code = WEXITSTATUS(wstatus);
   if (code > 100) {
     *why = absl::StrCat("cudaGetDeviceCount failed with CUDA error ", code - 101,
                         " (no driver or no device)");

@@ -28,6 +28,7 @@ namespace ringmaster::kernels::cuda {
 namespace {
 
 using testing::Device;
+using testing::ExpectSameBits;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA ReLU kernel tests")
 
@@ -56,22 +57,6 @@ std::vector<float> WithSpecials(int64_t n, uint32_t seed) {
   std::vector<float> v = RandomFloats(n, seed);
   for (int64_t i = 0; i < n; i += 5) v[i] = specials[(i / 5) % std::size(specials)];
   return v;
-}
-
-// got and want hold the same bits (NaN payloads and the sign of zero included).
-void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ, first ["
-                    << first << "] gpu " << (first >= 0 ? got[first] : 0) << " cpu "
-                    << (first >= 0 ? want[first] : 0);
 }
 
 TEST(ActivationCuda, ReluForwardMatchesTheCpuBitForBit) {

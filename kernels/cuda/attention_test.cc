@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/attention.h"
+#include "kernels/half.h"
 #include "kernels/test_random.h"
 
 namespace ringmaster::kernels::cuda {
@@ -75,35 +76,6 @@ std::string Name(const Shape& s) {
                       " hs=", s.head_size());
 }
 
-// ---- bf16 on the host (round to nearest even; the test's values are finite) ----
-
-uint16_t ToBf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float FromBf16Bits(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-// ---- fp16 on the host (cuda_fp16.h's host conversions: IEEE binary16, nearest even) ----
-
-uint16_t ToF16Bits(float f) {
-  const __half_raw raw = __float2half_rn(f);
-  return raw.x;
-}
-
-float FromF16Bits(uint16_t b) {
-  __half_raw raw;
-  raw.x = b;
-  return __half2float(raw);
-}
-
 // Host images of a device tensor: float for fp32, the 16 bits for bf16 and fp16.
 template <typename T>
 struct HostOf {
@@ -114,14 +86,14 @@ struct HostOf {
 template <>
 struct HostOf<bf16> {
   using type = uint16_t;
-  static uint16_t ToHost(float f) { return ToBf16Bits(f); }
-  static float FromHost(uint16_t b) { return FromBf16Bits(b); }
+  static uint16_t ToHost(float f) { return FloatToBFloat16(f); }
+  static float FromHost(uint16_t b) { return BFloat16ToFloat(b); }
 };
 template <>
 struct HostOf<half> {
   using type = uint16_t;
-  static uint16_t ToHost(float f) { return ToF16Bits(f); }
-  static float FromHost(uint16_t b) { return FromF16Bits(b); }
+  static uint16_t ToHost(float f) { return FloatToFloat16(f); }
+  static float FromHost(uint16_t b) { return Float16ToFloat(b); }
 };
 
 template <typename T>

@@ -59,6 +59,7 @@ namespace ringmaster::kernels::cuda {
 namespace {
 
 using testing::Device;
+using testing::ExpectSameBits;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the CUDA convolution and max-pooling tests")
 
@@ -112,22 +113,6 @@ void ExpectMatches(const std::vector<float>& got, const std::vector<double>& dir
                    const std::string& what) {
   ExpectWithin(got, direct, scale, tol, what + " vs direct sums");
   if (cpu != nullptr) ExpectWithin(got, ToDouble(*cpu), scale, tol, what + " vs CPU kernel");
-}
-
-template <typename T>
-void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
-                    const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ, first ["
-                    << first << "] gpu " << (first >= 0 ? got[first] : T{}) << " cpu "
-                    << (first >= 0 ? want[first] : T{});
 }
 
 // A shape's random tensors, host and device, and the CPU's scratch.

@@ -45,21 +45,32 @@ absl::Status CheckPointer(const char* fn, const void* p, const char* name) {
   return absl::OkStatus();
 }
 
-// The checks of EmbeddingForward and its bf16 and fp16 twins.
-absl::Status CheckForward(const char* fn, const void* out, const int32_t* tokens,
-                          const float* wte, const float* wpe, int64_t batch, int64_t seq_len,
-                          int64_t channels, int64_t vocab) {
+// EmbeddingForward and its bf16 and fp16 twins, one body: `fn` names the public function in
+// errors, `launch` is its launcher.
+template <typename T>
+absl::Status ForwardAs(const char* fn,
+                       cudaError_t (*launch)(T*, const int32_t*, const float*, const float*,
+                                             int64_t, int64_t, int64_t, int64_t, cudaStream_t),
+                       T* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab,
+                       cudaStream_t stream) {
   RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, tokens, "tokens"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, wte, "wte"));
-  return CheckPointer(fn, wpe, "wpe");
+  RM_RETURN_IF_ERROR(CheckPointer(fn, wpe, "wpe"));
+  return CudaToStatus(launch(out, tokens, wte, wpe, batch, seq_len, channels, vocab, stream),
+                      absl::StrCat(fn, " launch").c_str());
 }
 
-// The checks of EmbeddingBackward and its bf16 and fp16 twins.
-absl::Status CheckBackward(const char* fn, const float* dwte, const float* dwpe,
-                           const void* dout, const int32_t* index, int64_t groups,
-                           int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab) {
+// EmbeddingBackward and its bf16 and fp16 twins, likewise.
+template <typename T>
+absl::Status BackwardAs(const char* fn,
+                        cudaError_t (*launch)(float*, float*, const T*, const int32_t*, int64_t,
+                                              int64_t, int64_t, int64_t, cudaStream_t),
+                        float* dwte, float* dwpe, const T* dout, const int32_t* index,
+                        int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
+                        int64_t vocab, cudaStream_t stream) {
   RM_RETURN_IF_ERROR(CheckShape(fn, batch, seq_len, channels, vocab));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dwte, "dwte"));
   RM_RETURN_IF_ERROR(CheckPointer(fn, dwpe, "dwpe"));
@@ -69,7 +80,8 @@ absl::Status CheckBackward(const char* fn, const float* dwte, const float* dwpe,
     return Invalid(fn, "groups must be in [1, batch x seq_len = ", batch * seq_len, "], got ",
                    groups);
   }
-  return absl::OkStatus();
+  return CudaToStatus(launch(dwte, dwpe, dout, index, groups, batch, seq_len, channels, stream),
+                      absl::StrCat(fn, " launch").c_str());
 }
 
 }  // namespace
@@ -77,66 +89,45 @@ absl::Status CheckBackward(const char* fn, const float* dwte, const float* dwpe,
 absl::Status EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
                               const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
                               int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingForward";
-  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingForward(out, tokens, wte, wpe, batch, seq_len,
-                                                       channels, vocab, stream),
-                      "EmbeddingForward launch");
+  return ForwardAs("EmbeddingForward", internal::LaunchEmbeddingForward, out, tokens, wte, wpe,
+                   batch, seq_len, channels, vocab, stream);
 }
 
 absl::Status EmbeddingForwardBf16(__nv_bfloat16* out, const int32_t* tokens, const float* wte,
                                   const float* wpe, int64_t batch, int64_t seq_len,
                                   int64_t channels, int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingForwardBf16";
-  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingForwardBf16(out, tokens, wte, wpe, batch, seq_len,
-                                                           channels, vocab, stream),
-                      "EmbeddingForwardBf16 launch");
+  return ForwardAs("EmbeddingForwardBf16", internal::LaunchEmbeddingForwardBf16, out, tokens, wte,
+                   wpe, batch, seq_len, channels, vocab, stream);
 }
 
 absl::Status EmbeddingForwardF16(__half* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int64_t batch, int64_t seq_len, int64_t channels,
                                  int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingForwardF16";
-  RM_RETURN_IF_ERROR(CheckForward(fn, out, tokens, wte, wpe, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingForwardF16(out, tokens, wte, wpe, batch, seq_len,
-                                                          channels, vocab, stream),
-                      "EmbeddingForwardF16 launch");
+  return ForwardAs("EmbeddingForwardF16", internal::LaunchEmbeddingForwardF16, out, tokens, wte,
+                   wpe, batch, seq_len, channels, vocab, stream);
 }
 
 absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* index,
                                int64_t groups, int64_t batch, int64_t seq_len, int64_t channels,
                                int64_t vocab, cudaStream_t stream) {
-  const char* fn = "EmbeddingBackward";
-  RM_RETURN_IF_ERROR(
-      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingBackward(dwte, dwpe, dout, index, groups, batch,
-                                                        seq_len, channels, stream),
-                      "EmbeddingBackward launch");
+  return BackwardAs("EmbeddingBackward", internal::LaunchEmbeddingBackward, dwte, dwpe, dout, index,
+                    groups, batch, seq_len, channels, vocab, stream);
 }
 
 absl::Status EmbeddingBackwardBf16(float* dwte, float* dwpe, const __nv_bfloat16* dout,
                                    const int32_t* index, int64_t groups, int64_t batch,
                                    int64_t seq_len, int64_t channels, int64_t vocab,
                                    cudaStream_t stream) {
-  const char* fn = "EmbeddingBackwardBf16";
-  RM_RETURN_IF_ERROR(
-      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingBackwardBf16(dwte, dwpe, dout, index, groups,
-                                                            batch, seq_len, channels, stream),
-                      "EmbeddingBackwardBf16 launch");
+  return BackwardAs("EmbeddingBackwardBf16", internal::LaunchEmbeddingBackwardBf16, dwte, dwpe,
+                    dout, index, groups, batch, seq_len, channels, vocab, stream);
 }
 
 absl::Status EmbeddingBackwardF16(float* dwte, float* dwpe, const __half* dout,
                                   const int32_t* index, int64_t groups, int64_t batch,
                                   int64_t seq_len, int64_t channels, int64_t vocab,
                                   cudaStream_t stream) {
-  const char* fn = "EmbeddingBackwardF16";
-  RM_RETURN_IF_ERROR(
-      CheckBackward(fn, dwte, dwpe, dout, index, groups, batch, seq_len, channels, vocab));
-  return CudaToStatus(internal::LaunchEmbeddingBackwardF16(dwte, dwpe, dout, index, groups, batch,
-                                                           seq_len, channels, stream),
-                      "EmbeddingBackwardF16 launch");
+  return BackwardAs("EmbeddingBackwardF16", internal::LaunchEmbeddingBackwardF16, dwte, dwpe, dout,
+                    index, groups, batch, seq_len, channels, vocab, stream);
 }
 
 }  // namespace ringmaster::kernels::cuda

@@ -36,6 +36,7 @@ namespace {
 using testing::AsElements;
 using testing::Bf16Format;
 using testing::Device;
+using testing::ExpectSameBits;
 using testing::F16Format;
 using testing::HalfFormatName;
 using testing::HalfFormats;
@@ -58,20 +59,6 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> v(n);
   for (int32_t& t : v) t = dist(gen);
   return v;
-}
-
-void ExpectBitEqual(const std::vector<float>& got, const std::vector<float>& want,
-                    const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ, first [" << first << "] gpu "
-                    << (first >= 0 ? got[first] : 0) << " cpu " << (first >= 0 ? want[first] : 0);
 }
 
 TEST(EmbeddingCuda, ForwardAndBackwardEqualTheCpuBitForBit) {
@@ -99,7 +86,7 @@ TEST(EmbeddingCuda, ForwardAndBackwardEqualTheCpuBitForBit) {
                                        dwpe_table.get(), s.batch, s.seq_len, s.channels, s.vocab,
                                        nullptr)
                     .ok());
-    ExpectBitEqual(dout_out.Host(), out, "forward");
+    ExpectSameBits(dout_out.Host(), out, "forward");
 
     absl::StatusOr<EmbeddingIndex> index = IndexTokens(tokens.data(), s.batch, s.seq_len, s.vocab);
     ASSERT_TRUE(index.ok()) << index.status();
@@ -109,8 +96,8 @@ TEST(EmbeddingCuda, ForwardAndBackwardEqualTheCpuBitForBit) {
                                         index->groups, s.batch, s.seq_len, s.channels, s.vocab,
                                         nullptr)
                     .ok());
-    ExpectBitEqual(ddwte.Host(), dwte, "backward dwte");
-    ExpectBitEqual(ddwpe.Host(), dwpe, "backward dwpe");
+    ExpectSameBits(ddwte.Host(), dwte, "backward dwte");
+    ExpectSameBits(ddwpe.Host(), dwpe, "backward dwpe");
   }
 }
 
@@ -215,8 +202,8 @@ TYPED_TEST(EmbeddingCudaHalf, ForwardRoundsTheCpuSumAndBackwardEqualsTheCpuBitFo
     ASSERT_TRUE(K::kBackward(ddwte.get(), ddwpe.get(), AsElements<F>(ddout), dindex.get(),
                              index->groups, s.batch, s.seq_len, s.channels, s.vocab, nullptr)
                     .ok());
-    ExpectBitEqual(ddwte.Host(), dwte, "backward dwte");
-    ExpectBitEqual(ddwpe.Host(), dwpe, "backward dwpe");
+    ExpectSameBits(ddwte.Host(), dwte, "backward dwte");
+    ExpectSameBits(ddwpe.Host(), dwpe, "backward dwpe");
   }
 }
 

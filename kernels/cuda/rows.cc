@@ -79,36 +79,71 @@ absl::Status CheckSoftmaxCrossEntropy(const char* fn, const void* logits, const 
   return absl::OkStatus();
 }
 
+// One body per kernel for its fp32, bf16 and fp16 forms: `fn` names the public function in
+// errors, `launch` is its launcher.
+template <typename T>
+absl::Status LayerNormForwardAs(const char* fn,
+                                cudaError_t (*launch)(T*, float*, float*, const T*, const float*,
+                                                      const float*, int64_t, int64_t, cudaStream_t),
+                                T* y, float* mean, float* rstd, const T* x, const float* gain,
+                                const float* bias, int64_t rows, int64_t channels,
+                                cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckLayerNormForward(fn, y, mean, rstd, x, gain, bias, rows, channels));
+  return CudaToStatus(launch(y, mean, rstd, x, gain, bias, rows, channels, stream),
+                      absl::StrCat(fn, " launch").c_str());
+}
+
+template <typename T>
+absl::Status LayerNormBackwardAs(const char* fn,
+                                 cudaError_t (*launch)(T*, float*, float*, const T*, const T*,
+                                                       const float*, const float*, const float*,
+                                                       int64_t, int64_t, float*, cudaStream_t),
+                                 T* dx, float* dgain, float* dbias, const T* dy, const T* x,
+                                 const float* gain, const float* mean, const float* rstd,
+                                 int64_t rows, int64_t channels, float* scratch,
+                                 cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(CheckLayerNormBackward(fn, dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
+                                            channels, scratch));
+  return CudaToStatus(
+      launch(dx, dgain, dbias, dy, x, gain, mean, rstd, rows, channels, scratch, stream),
+      absl::StrCat(fn, " launch").c_str());
+}
+
+// backward false: the forward only (dlogits null, scale unused).
+template <typename T>
+absl::Status SoftmaxCrossEntropyAs(const char* fn,
+                                   cudaError_t (*launch)(const T*, const int32_t*, int64_t, int64_t,
+                                                         float, float*, int32_t*, T*, cudaStream_t),
+                                   bool backward, const T* logits, const int32_t* labels, int64_t n,
+                                   int64_t classes, float scale, float* loss, int32_t* predicted,
+                                   T* dlogits, cudaStream_t stream) {
+  RM_RETURN_IF_ERROR(
+      CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted, backward, dlogits));
+  return CudaToStatus(launch(logits, labels, n, classes, scale, loss, predicted, dlogits, stream),
+                      absl::StrCat(fn, " launch").c_str());
+}
+
 }  // namespace
 
 absl::Status LayerNormForward(float* y, float* mean, float* rstd, const float* x,
                               const float* gain, const float* bias, int64_t rows,
                               int64_t channels, cudaStream_t stream) {
-  const char* fn = "LayerNormForward";
-  RM_RETURN_IF_ERROR(CheckLayerNormForward(fn, y, mean, rstd, x, gain, bias, rows, channels));
-  return CudaToStatus(
-      internal::LaunchLayerNormForward(y, mean, rstd, x, gain, bias, rows, channels, stream),
-      "LayerNormForward launch");
+  return LayerNormForwardAs("LayerNormForward", internal::LaunchLayerNormForward, y, mean, rstd, x,
+                            gain, bias, rows, channels, stream);
 }
 
 absl::Status LayerNormForwardBf16(__nv_bfloat16* y, float* mean, float* rstd,
                                   const __nv_bfloat16* x, const float* gain, const float* bias,
                                   int64_t rows, int64_t channels, cudaStream_t stream) {
-  const char* fn = "LayerNormForwardBf16";
-  RM_RETURN_IF_ERROR(CheckLayerNormForward(fn, y, mean, rstd, x, gain, bias, rows, channels));
-  return CudaToStatus(
-      internal::LaunchLayerNormForwardBf16(y, mean, rstd, x, gain, bias, rows, channels, stream),
-      "LayerNormForwardBf16 launch");
+  return LayerNormForwardAs("LayerNormForwardBf16", internal::LaunchLayerNormForwardBf16, y, mean,
+                            rstd, x, gain, bias, rows, channels, stream);
 }
 
 absl::Status LayerNormForwardF16(__half* y, float* mean, float* rstd, const __half* x,
                                  const float* gain, const float* bias, int64_t rows,
                                  int64_t channels, cudaStream_t stream) {
-  const char* fn = "LayerNormForwardF16";
-  RM_RETURN_IF_ERROR(CheckLayerNormForward(fn, y, mean, rstd, x, gain, bias, rows, channels));
-  return CudaToStatus(
-      internal::LaunchLayerNormForwardF16(y, mean, rstd, x, gain, bias, rows, channels, stream),
-      "LayerNormForwardF16 launch");
+  return LayerNormForwardAs("LayerNormForwardF16", internal::LaunchLayerNormForwardF16, y, mean,
+                            rstd, x, gain, bias, rows, channels, stream);
 }
 
 int64_t LayerNormBackwardScratchFloats(int64_t channels) {
@@ -119,12 +154,8 @@ absl::Status LayerNormBackward(float* dx, float* dgain, float* dbias, const floa
                                const float* x, const float* gain, const float* mean,
                                const float* rstd, int64_t rows, int64_t channels,
                                float* scratch, cudaStream_t stream) {
-  const char* fn = "LayerNormBackward";
-  RM_RETURN_IF_ERROR(CheckLayerNormBackward(fn, dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
-                                            channels, scratch));
-  return CudaToStatus(internal::LaunchLayerNormBackward(dx, dgain, dbias, dy, x, gain, mean, rstd,
-                                                        rows, channels, scratch, stream),
-                      "LayerNormBackward launch");
+  return LayerNormBackwardAs("LayerNormBackward", internal::LaunchLayerNormBackward, dx, dgain,
+                             dbias, dy, x, gain, mean, rstd, rows, channels, scratch, stream);
 }
 
 absl::Status LayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias,
@@ -132,70 +163,51 @@ absl::Status LayerNormBackwardBf16(__nv_bfloat16* dx, float* dgain, float* dbias
                                    const float* gain, const float* mean, const float* rstd,
                                    int64_t rows, int64_t channels, float* scratch,
                                    cudaStream_t stream) {
-  const char* fn = "LayerNormBackwardBf16";
-  RM_RETURN_IF_ERROR(CheckLayerNormBackward(fn, dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
-                                            channels, scratch));
-  return CudaToStatus(
-      internal::LaunchLayerNormBackwardBf16(dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
-                                            channels, scratch, stream),
-      "LayerNormBackwardBf16 launch");
+  return LayerNormBackwardAs("LayerNormBackwardBf16", internal::LaunchLayerNormBackwardBf16, dx,
+                             dgain, dbias, dy, x, gain, mean, rstd, rows, channels, scratch,
+                             stream);
 }
 
 absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const __half* dy,
                                   const __half* x, const float* gain, const float* mean,
                                   const float* rstd, int64_t rows, int64_t channels, float* scratch,
                                   cudaStream_t stream) {
-  const char* fn = "LayerNormBackwardF16";
-  RM_RETURN_IF_ERROR(CheckLayerNormBackward(fn, dx, dgain, dbias, dy, x, gain, mean, rstd, rows,
-                                            channels, scratch));
-  return CudaToStatus(internal::LaunchLayerNormBackwardF16(dx, dgain, dbias, dy, x, gain, mean,
-                                                           rstd, rows, channels, scratch, stream),
-                      "LayerNormBackwardF16 launch");
+  return LayerNormBackwardAs("LayerNormBackwardF16", internal::LaunchLayerNormBackwardF16, dx,
+                             dgain, dbias, dy, x, gain, mean, rstd, rows, channels, scratch,
+                             stream);
 }
 
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
                                         cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForward";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/false, nullptr));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropy(logits, labels, n, classes, 0.0f, loss,
-                                                          predicted, nullptr, stream),
-                      "SoftmaxCrossEntropyForward launch");
+  return SoftmaxCrossEntropyAs<float>(
+      "SoftmaxCrossEntropyForward", internal::LaunchSoftmaxCrossEntropy, /*backward=*/false, logits,
+      labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
                                             int32_t* predicted, cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForwardBf16";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/false, nullptr));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyBf16(logits, labels, n, classes, 0.0f,
-                                                              loss, predicted, nullptr, stream),
-                      "SoftmaxCrossEntropyForwardBf16 launch");
+  return SoftmaxCrossEntropyAs<__nv_bfloat16>(
+      "SoftmaxCrossEntropyForwardBf16", internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/false,
+      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
 }
 
 absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
                                            int64_t classes, float* loss, int32_t* predicted,
                                            cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForwardF16";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/false, nullptr));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyF16(logits, labels, n, classes, 0.0f, loss,
-                                                             predicted, nullptr, stream),
-                      "SoftmaxCrossEntropyForwardF16 launch");
+  return SoftmaxCrossEntropyAs<__half>(
+      "SoftmaxCrossEntropyForwardF16", internal::LaunchSoftmaxCrossEntropyF16, /*backward=*/false,
+      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
                                                 int64_t n, int64_t classes, float scale,
                                                 float* loss, int32_t* predicted, float* dlogits,
                                                 cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForwardBackward";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/true, dlogits));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropy(logits, labels, n, classes, scale, loss,
-                                                          predicted, dlogits, stream),
-                      "SoftmaxCrossEntropyForwardBackward launch");
+  return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackward",
+                               internal::LaunchSoftmaxCrossEntropy, /*backward=*/true, logits,
+                               labels, n, classes, scale, loss, predicted, dlogits, stream);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
@@ -204,24 +216,18 @@ absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     int32_t* predicted,
                                                     __nv_bfloat16* dlogits,
                                                     cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForwardBackwardBf16";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/true, dlogits));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyBf16(logits, labels, n, classes, scale,
-                                                              loss, predicted, dlogits, stream),
-                      "SoftmaxCrossEntropyForwardBackwardBf16 launch");
+  return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardBf16",
+                               internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/true, logits,
+                               labels, n, classes, scale, loss, predicted, dlogits, stream);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
                                                    int64_t n, int64_t classes, float scale,
                                                    float* loss, int32_t* predicted, __half* dlogits,
                                                    cudaStream_t stream) {
-  const char* fn = "SoftmaxCrossEntropyForwardBackwardF16";
-  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted,
-                                              /*backward=*/true, dlogits));
-  return CudaToStatus(internal::LaunchSoftmaxCrossEntropyF16(logits, labels, n, classes, scale,
-                                                             loss, predicted, dlogits, stream),
-                      "SoftmaxCrossEntropyForwardBackwardF16 launch");
+  return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardF16",
+                               internal::LaunchSoftmaxCrossEntropyF16, /*backward=*/true, logits,
+                               labels, n, classes, scale, loss, predicted, dlogits, stream);
 }
 
 }  // namespace ringmaster::kernels::cuda

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,21 +54,22 @@ class Device {
   T* ptr_ = nullptr;
 };
 
-// v rounded to bf16 (kernels/half.h), as bits for the device; and bits widened to floats for
-// the CPU twins.
-inline std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
-  std::vector<uint16_t> bits(v.size());
-  for (size_t i = 0; i < v.size(); ++i) bits[i] = FloatToBFloat16(v[i]);
-  return bits;
-}
-inline std::vector<float> Widen(const std::vector<uint16_t>& bits) {
-  std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = BFloat16ToFloat(bits[i]);
-  return v;
-}
-// A device array of bf16 bits as the kernels' element type.
-inline __nv_bfloat16* AsBf16(Device<uint16_t>& d) {
-  return reinterpret_cast<__nv_bfloat16*>(d.get());
+// got and want hold the same bits, element for element (NaN payloads and the sign of zero
+// included); the first difference is named.
+template <typename T>
+void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ, first ["
+                    << first << "] gpu " << (first >= 0 ? got[first] : T{}) << " cpu "
+                    << (first >= 0 ? want[first] : T{});
 }
 
 // The 16-bit storage formats of the *Bf16 and *F16 kernels, as type parameters of tests
