@@ -35,6 +35,7 @@ NVCC_FLAGS = [
 
 def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], nvcc_flags = [], **kwargs):
     objects = []
+    emulated = []
     for src in srcs:
         stem = src.replace("/", "_").replace(".cu", "")
         obj = "_%s_%s.pic.o" % (name, stem)
@@ -52,11 +53,42 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], nvcc_flags = []
             message = "nvcc " + src,
         )
         objects.append(obj)
+
+        # --config=cudaemu: the same source as C++ for tools/cuda_emu.
+        emu = "_%s_%s_emu.cc" % (name, stem)
+        native.genrule(
+            name = "_%s_%s_emu" % (name, stem),
+            srcs = [src] + cu_deps,
+            outs = [emu],
+            cmd = "python3 $(location //tools/cuda_emu:rewrite_cu.py) $(location %s) $@" % src,
+            tools = ["//tools/cuda_emu:rewrite_cu.py"],
+            tags = ["manual"],
+        )
+        emulated.append(emu)
     native.cc_library(
         name = name,
-        srcs = objects,
+        srcs = select({
+            "//tools:cuda_emu": emulated,
+            "//conditions:default": objects,
+        }),
         hdrs = hdrs,
-        deps = deps + ["@cuda//:cudart"],
+        textual_hdrs = select({
+            "//tools:cuda_emu": cu_deps,
+            "//conditions:default": [],
+        }),
+        copts = select({
+            "//tools:cuda_emu": [
+                "-include",
+                "tools/cuda_emu/cuda_emu.h",
+                "-DRINGMASTER_CUDA_EMU=1",
+                "-Wno-unused-function",
+            ],
+            "//conditions:default": [],
+        }),
+        deps = deps + ["@cuda//:cudart"] + select({
+            "//tools:cuda_emu": ["//tools/cuda_emu:kernel"],
+            "//conditions:default": [],
+        }),
         tags = kwargs.pop("tags", []) + ["manual"],
         alwayslink = True,
         **kwargs
@@ -98,5 +130,21 @@ def cuda_only_binary(name, srcs, not_built_srcs, deps = [], **kwargs):
         srcs = _if_cuda(srcs, not_built_srcs),
         deps = _if_cuda(deps),
         tags = kwargs.pop("tags", []) + ["manual"],
+        **kwargs
+    )
+
+def cuda_emu_test(name, srcs, deps = [], **kwargs):
+    """A test of tools/cuda_emu itself: `srcs` and `deps` under --config=cudaemu, otherwise a
+    single skipped case (tools/cuda_emu/skipped_test.cc) that says how to run it."""
+    native.cc_test(
+        name = name,
+        srcs = select({
+            "//tools:cuda_emu": srcs,
+            "//conditions:default": ["//tools/cuda_emu:skipped_test.cc"],
+        }),
+        deps = select({
+            "//tools:cuda_emu": deps,
+            "//conditions:default": ["@system//:gtest_main"],
+        }),
         **kwargs
     )

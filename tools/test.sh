@@ -3,7 +3,9 @@
 # Usage: tools/test.sh [extra bazel test flags, e.g. //comm/...]
 # Ends with one line: "N passed, N failed[, N skipped]" (test cases, counted from the JUnit
 # XML that each test target writes; a target that did not build or wrote no XML counts as
-# one failure; skipped cases are GPU tests on a machine without a GPU).
+# one failure; skipped cases are GPU tests on a machine without a GPU). Where the CUDA
+# toolkit's headers are installed, the GPU tests also run under --config=cudaemu (the CUDA
+# code emulated on the CPU, tools/cuda_emu) and count in the same line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,33 +24,29 @@ for a in "$@"; do
 done
 [ ${#targets[@]} -eq 0 ] && targets=("//...")
 
-start_marker=$(mktemp)
-bazel test --disk_cache="$CACHE_DIR" --nocache_test_results --keep_going \
-  ${flags[@]+"${flags[@]}"} -- "${targets[@]}"
-rc=$?
-
-# Tests that should have run: every test target that is not tagged manual.
-query="tests(set(${targets[*]})) except attr(tags, 'manual', tests(set(${targets[*]})))"
-bazel query --noshow_progress "$query" 2>/dev/null >"$start_marker.targets"
-
-python3 - "$start_marker" "$start_marker.targets" "$rc" <<'PY'
+# Counts the test cases of the targets listed in $1 from the JUnit XML under $2 (a testlogs
+# directory) written after the marker file $3; $4 is bazel's exit status, $5 a label for the
+# problems printed. Prints the problems, and "passed failed skipped" as its last line.
+count() {
+  python3 - "$@" <<'PY'
 import os, sys, xml.etree.ElementTree as ET
-marker, targets_file, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+targets_file, testlogs, marker, rc, label = sys.argv[1:6]
+rc = int(rc)
 since = os.path.getmtime(marker)
 passed = failed = skipped = 0
 problems = []
-for label in open(targets_file).read().split():
-    pkg, name = label[2:].split(":")
-    xml = os.path.join("bazel-testlogs", pkg, name, "test.xml")
+for t in open(targets_file).read().split():
+    pkg, name = t[2:].split(":")
+    xml = os.path.join(testlogs, pkg, name, "test.xml")
     if not os.path.exists(xml) or os.path.getmtime(xml) < since:
         failed += 1
-        problems.append(f"{label}: did not run (build failure?)")
+        problems.append(f"{t}{label}: did not run (build failure?)")
         continue
     try:
         root = ET.parse(xml).getroot()
     except ET.ParseError as e:
         failed += 1
-        problems.append(f"{label}: unreadable test.xml ({e})")
+        problems.append(f"{t}{label}: unreadable test.xml ({e})")
         continue
     cases = list(root.iter("testcase"))
     target_failed = 0
@@ -71,15 +69,54 @@ for label in open(targets_file).read().split():
         target_failed = 1
     failed += target_failed
     if target_failed:
-        problems.append(f"{label}: {target_failed} failed")
+        problems.append(f"{t}{label}: {target_failed} failed")
 if rc != 0 and failed == 0:
     failed += 1
-    problems.append(f"bazel test exited with status {rc} (see its output above)")
+    problems.append(f"bazel test{label} exited with status {rc} (see its output above)")
 for p in problems:
     print("  " + p)
-print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-sys.exit(0 if failed == 0 and rc == 0 else 1)
+print(passed, failed, skipped)
 PY
-status=$?
-rm -f "$start_marker" "$start_marker.targets"
-exit $status
+}
+
+marker=$(mktemp)
+bazel test --disk_cache="$CACHE_DIR" --nocache_test_results --keep_going \
+  ${flags[@]+"${flags[@]}"} -- "${targets[@]}"
+rc=$?
+
+# Tests that should have run: every test target that is not tagged manual.
+query="tests(set(${targets[*]})) except attr(tags, 'manual', tests(set(${targets[*]})))"
+bazel query --noshow_progress "$query" 2>/dev/null >"$marker.targets"
+count "$marker.targets" bazel-testlogs "$marker" "$rc" "" >"$marker.counts"
+read -r passed failed skipped < <(tail -n 1 "$marker.counts")
+sed '$d' "$marker.counts"
+
+# The GPU code once more, on the CPU: --config=cudaemu compiles the CUDA sources as C++ against
+# tools/cuda_emu (the CUDA runtime, cuBLASLt and one-rank NCCL emulated), so the GPU tests run
+# instead of skipping. Needs the CUDA toolkit's headers (not on a plain Debian machine, where
+# this is skipped and says so); RINGMASTER_CUDAEMU=0 skips it.
+emu_query="kind(cc_test, rdeps(set(${targets[*]}), @cuda//:cudart)) + tests(set(${targets[*]}) intersect //tools/cuda_emu/...)"
+if [ "${RINGMASTER_CUDAEMU:-1}" != 0 ] && [ -f /usr/local/cuda/include/cuda_runtime_api.h ]; then
+  bazel query --noshow_progress "($emu_query) except attr(tags, 'manual', $emu_query)" \
+    2>/dev/null >"$marker.emu_targets"
+  if [ -s "$marker.emu_targets" ]; then
+    echo "== the GPU tests again under --config=cudaemu (the CUDA code emulated on the CPU) =="
+    emu_marker=$(mktemp)
+    bazel test --config=cudaemu --disk_cache="$CACHE_DIR" --nocache_test_results --keep_going \
+      ${flags[@]+"${flags[@]}"} -- $(cat "$marker.emu_targets")
+    emu_rc=$?
+    emu_logs=$(bazel info --config=cudaemu bazel-testlogs 2>/dev/null)
+    count "$marker.emu_targets" "$emu_logs" "$emu_marker" "$emu_rc" " (cudaemu)" >"$marker.counts"
+    read -r p f s < <(tail -n 1 "$marker.counts")
+    sed '$d' "$marker.counts"
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    rc=$((rc != 0 ? rc : emu_rc))
+    rm -f "$emu_marker"
+  fi
+elif [ "${RINGMASTER_CUDAEMU:-1}" != 0 ]; then
+  echo "(no CUDA headers in /usr/local/cuda/include: the GPU tests were not run under the CPU emulation)"
+fi
+rm -f "$marker" "$marker.targets" "$marker.emu_targets" "$marker.counts"
+
+echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
+[ "$failed" -eq 0 ] && [ "$rc" -eq 0 ]

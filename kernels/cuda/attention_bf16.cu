@@ -59,11 +59,15 @@ template <>
 struct EltOps<__nv_bfloat16> {
   static __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
+#ifdef RINGMASTER_CUDA_EMU  // tools/cuda_emu: the instruction's fragment layouts on the CPU
+    ::rm_emu::MmaM16N8K16<__nv_bfloat16>(d, a, b0, b1);
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
   }
 
   static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
@@ -76,11 +80,15 @@ template <>
 struct EltOps<__half> {
   static __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
+#ifdef RINGMASTER_CUDA_EMU  // tools/cuda_emu: the instruction's fragment layouts on the CPU
+    ::rm_emu::MmaM16N8K16<__half>(d, a, b0, b1);
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
   }
 
   static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
@@ -95,27 +103,45 @@ struct EltOps<__half> {
 // r[m] holds (M[2t][g], M[2t + 1][g]).
 template <typename Elt>
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const Elt* row) {
+#ifdef RINGMASTER_CUDA_EMU
+  ::rm_emu::LdMatrixX4Trans(r, row);
+#else
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+#endif
 }
 
 // 16 bytes global -> shared, asynchronously; zero-fills when !valid (src is not read).
 template <typename Elt>
 __device__ __forceinline__ void CpAsync16(Elt* dst, const Elt* src, bool valid) {
+#ifdef RINGMASTER_CUDA_EMU  // a synchronous copy: the waits below have nothing to wait for
+  if (valid) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memset(dst, 0, 16);
+  }
+#else
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
                "r"(bytes));
+#endif
 }
 
+#ifdef RINGMASTER_CUDA_EMU
+__device__ __forceinline__ void CpAsyncCommit() {}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {}
+#else
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#endif
 
 template <typename Elt>
 __device__ __forceinline__ uint32_t Load32(const Elt* p) {

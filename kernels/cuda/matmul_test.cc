@@ -260,10 +260,11 @@ TEST(MatMulCuda, WeightGradientIntoFloatFrom16BitActivations) {
     const std::vector<float> x = Rounded(type, RandomFloats(kN * kIn, seed++));
     const std::vector<float> dy = Rounded(type, RandomFloats(kN * kOut, seed++));
     const std::vector<float> dw0 = RandomFloats(kOut * kIn, seed++);  // fp32, not rounded
+    const std::vector<float> db0 = RandomFloats(kOut, seed++);
     for (OutputMode mode : {OutputMode::kOverwrite, OutputMode::kAccumulate}) {
       const bool add = mode == OutputMode::kAccumulate;
       std::vector<float> want = add ? dw0 : std::vector<float>(kOut * kIn, 0.0f);
-      std::vector<float> dbias_want(kOut, 0.0f);
+      std::vector<float> dbias_want = add ? db0 : std::vector<float>(kOut, 0.0f);
       kernels::LinearBackwardWeights(x.data(), dy.data(), want.data(), dbias_want.data(), kN,
                                      kIn, kOut, OutputMode::kAccumulate);
       std::vector<float> scale =
@@ -272,9 +273,11 @@ TEST(MatMulCuda, WeightGradientIntoFloatFrom16BitActivations) {
         for (size_t i = 0; i < scale.size(); ++i) scale[i] += std::fabs(dw0[i]);
       }
       TypedDevice dx(type, x), ddy(type, dy);
-      // Overwriting: NaN first (cuBLASLt must not read c when beta is 0).
+      // Overwriting: NaN first (cuBLASLt must not read c when beta is 0, nor the bias
+      // gradient its output); accumulating: onto dw0 and db0.
       Device<float> dweight(add ? dw0 : std::vector<float>(kOut * kIn, std::nanf("")));
-      Device<float> dbias(kOut), scratch(BiasGradientScratchFloats(kOut));
+      Device<float> dbias(add ? db0 : std::vector<float>(kOut, std::nanf(""))),
+          scratch(BiasGradientScratchFloats(kOut));
       ASSERT_TRUE((*engine)
                       ->LinearBackwardWeightsFloatOutput(type, dx.get(), ddy.get(), dweight.get(),
                                                          dbias.get(), kN, kIn, kOut, mode,
@@ -284,6 +287,7 @@ TEST(MatMulCuda, WeightGradientIntoFloatFrom16BitActivations) {
       const std::string what = absl::StrCat(name, add ? " accumulate" : " overwrite");
       ExpectWithin(dweight.Host(), want, scale, 1e-4, what + " dweight");
       std::vector<float> bscale(kOut, 0.0f);
+      for (int64_t j = 0; j < kOut && add; ++j) bscale[j] = std::fabs(db0[j]);
       for (int64_t i = 0; i < kN; ++i) {
         for (int64_t j = 0; j < kOut; ++j) bscale[j] += std::fabs(dy[i * kOut + j]);
       }

@@ -108,7 +108,10 @@ TEST(RowsCuda, LayerNormMatchesTheCpu) {
                                         dx_in.get(), dgain_in.get(), dmean.get(), drstd.get(),
                                         s.rows, s.columns, scratch.get(), nullptr)
                     .ok());
-    EXPECT_LE(RelativeError(ddx.Host(), dx), 1e-5);
+    // One channel: x == mean, so dx's term is gain * dy - mean(gain * dy) = 0 up to rounding,
+    // times rstd = 1 / sqrt(eps) ~ 316; either side may contract it into an fma (the CPU's
+    // target clones do), leaving ~316 ulp of gain * dy. Elsewhere both compute the same.
+    EXPECT_LE(RelativeError(ddx.Host(), dx), s.columns == 1 ? 1e-4 : 1e-5);
     EXPECT_LE(RelativeError(ddgain.Host(), dgain), 1e-5);
     EXPECT_LE(RelativeError(ddbias.Host(), dbias), 1e-5);
   }

@@ -29,7 +29,7 @@ class Device {
  public:
   explicit Device(const std::vector<T>& host) : n_(host.size()) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), used_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
   }
   // n elements of 0xff bytes (NaN for floats): an element a kernel leaves unwritten shows.
   explicit Device(int64_t n) : n_(n) {
@@ -44,12 +44,15 @@ class Device {
   std::vector<T> Host() const {
     std::vector<T> out(n_);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, used_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
     return out;
   }
 
  private:
+  // At least one element is allocated (a real pointer even for an empty array); only the n
+  // elements are copied (an empty vector's data() is null, which cudaMemcpy rejects).
   size_t bytes() const { return static_cast<size_t>(n_ > 0 ? n_ : 1) * sizeof(T); }
+  size_t used_bytes() const { return static_cast<size_t>(n_) * sizeof(T); }
   int64_t n_;
   T* ptr_ = nullptr;
 };

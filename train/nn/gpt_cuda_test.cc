@@ -109,13 +109,19 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny()) {
         << MatMulTypeName(type) << " gradient of " << t.name << " (norm " << ref << ")";
   }
 
-  // Accumulating a second time doubles every gradient.
+  // Accumulating a second time doubles every gradient: per tensor, to fp32 rounding of the
+  // tensor's scale, not of each element. The tied token embedding sums two contributions
+  // (the LM head's product and the embedding's backward) that often nearly cancel, and
+  // (g + head) + embedding rounds differently from 2 (head + embedding).
   fb.accumulate = true;
   ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
   std::vector<float> twice = dgrads.Host();
   for (float& x : twice) x /= loss_scale;
-  for (int64_t i = 0; i < table.total_elements(); ++i) {
-    ASSERT_NEAR(twice[i], 2 * g[i], 1e-6 * std::fabs(g[i]) + 1e-12) << "element " << i;
+  for (const TensorSpec& t : table.tensors()) {
+    std::vector<float> diff(t.numel);
+    for (int64_t i = 0; i < t.numel; ++i) diff[i] = twice[t.offset + i] - 2 * g[t.offset + i];
+    EXPECT_LE(Norm(diff.data(), t.numel), 1e-6 * Norm(g.data() + t.offset, t.numel) + 1e-12)
+        << MatMulTypeName(type) << " accumulated gradient of " << t.name;
   }
 }
 
