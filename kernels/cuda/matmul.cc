@@ -7,6 +7,8 @@
 // the row-major c.
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <utility>
 
@@ -58,6 +60,14 @@ cublasComputeType_t ComputeType(MatMulType type) {
 }
 
 cublasOperation_t Op(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// The alignment a pointer has, in bytes, up to 256 (what cuBLASLt's heuristic assumes unless
+// told less). Parameters and activations sit at arbitrary element offsets of flat buffers, so
+// an algorithm chosen for 256-byte pointers could fault on them ("misaligned address").
+int Alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  return v == 0 ? 256 : static_cast<int>(std::min<uintptr_t>(256, v & (~v + 1)));
+}
 
 }  // namespace
 
@@ -114,9 +124,20 @@ MatMulEngine::~MatMulEngine() {
 absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Transpose transpose_a,
                                                         Transpose transpose_b, int64_t m,
                                                         int64_t n, int64_t k, bool accumulate,
-                                                        bool bias, bool float_c) {
-  const PlanKey key{static_cast<int>(type), static_cast<int>(transpose_a),
-                    static_cast<int>(transpose_b), m, n, k, accumulate, bias, float_c};
+                                                        const void* a, const void* b,
+                                                        const void* c, const void* bias,
+                                                        bool float_c) {
+  const int align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c);
+  const PlanKey key{static_cast<int>(type),
+                    static_cast<int>(transpose_a),
+                    static_cast<int>(transpose_b),
+                    m,
+                    n,
+                    k,
+                    accumulate,
+                    bias != nullptr,
+                    float_c,
+                    {align_a, align_b, align_c, Alignment(bias)}};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
@@ -128,12 +149,16 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (bias) {
+  if (bias != nullptr) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &data, sizeof(data)));
+    // The heuristic reads the bias pointer's alignment (each call sets its own pointer, of
+    // the same alignment: it is in the key).
+    RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   // Column-major shapes as stored: b is [k, n] row-major = [n, k] column-major (ld n), or
   // [n, k] row-major = [k, n] column-major (ld k) when transposed; likewise a.
@@ -150,6 +175,17 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
   const uint64_t workspace = static_cast<uint64_t>(workspace_bytes_);
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  // cuBLASLt's A is b and its B is a; C and D are c.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(align_b)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(align_a)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(align_c)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_c)}};
+  for (const auto& [attribute, bytes] : alignments) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
+    }
+  }
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   if (status == CUBLAS_STATUS_SUCCESS) {
@@ -194,9 +230,8 @@ absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose tran
   if (bias != nullptr && accumulate) {
     return Invalid(fn, "a bias is added only with OutputMode::kOverwrite");
   }
-  RM_ASSIGN_OR_RETURN(Plan * plan,
-                      GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate,
-                              bias != nullptr, float_c));
+  RM_ASSIGN_OR_RETURN(Plan * plan, GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate,
+                                           a, b, c, bias, float_c));
   if (bias != nullptr) {
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

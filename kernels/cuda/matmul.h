@@ -27,6 +27,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <tuple>
@@ -82,16 +83,21 @@ class MatMulEngine {
                                                 int64_t in, int64_t out, OutputMode mode,
                                                 float* scratch, cudaStream_t stream);
 
-  // Plans cached so far (one per distinct shape, type and transposition).
+  // Plans cached so far (one per distinct shape, type, transposition and pointer alignment).
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
 
  private:
   struct Plan;
-  using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool>;
+  // Type, transpositions, m, n, k, accumulate, bias, float_c, and the alignments (bytes, up
+  // to 256) of a, b, c and the bias: the algorithm is chosen for pointers that aligned.
+  using PlanKey =
+      std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool, std::array<int, 4>>;
   MatMulEngine() = default;
-  // `float_c`: c is fp32 whatever `type` is (a and b are of `type`).
+  // `float_c`: c is fp32 whatever `type` is (a and b are of `type`). `bias` is the bias
+  // pointer, or null without the bias epilogue.
   absl::StatusOr<Plan*> GetPlan(MatMulType type, Transpose transpose_a, Transpose transpose_b,
-                                int64_t m, int64_t n, int64_t k, bool accumulate, bool bias,
+                                int64_t m, int64_t n, int64_t k, bool accumulate,
+                                const void* a, const void* b, const void* c, const void* bias,
                                 bool float_c);
   absl::Status Product(MatMulType type, bool float_c, Transpose transpose_a,
                        Transpose transpose_b, int64_t m, int64_t n, int64_t k, const void* a,

@@ -177,6 +177,47 @@ TEST(MatMulCuda, GeneralProductMatchesTheCpuInEveryTypeTranspositionAndMode) {
   EXPECT_EQ((*engine)->cached_plans(), 4 * 5 * 4 * 2);
 }
 
+// Parameters and activations sit at any element offset of the flat buffers: the engine tells
+// cuBLASLt's heuristic each pointer's alignment (here one element past a 256-byte boundary),
+// so it never picks an algorithm that assumes more (a "misaligned address" fault on a GPU;
+// an error in the CPU emulation, which checks).
+TEST(MatMulCuda, PointersAtAnyElementOffset) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MatMulEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int64_t kN = 33, kIn = 24, kOut = 40;
+  uint32_t seed = 300;
+  for (MatMulType type : kTypes) {
+    const std::string name = MatMulTypeName(type);
+    const std::vector<float> x = Rounded(type, RandomFloats(kN * kIn, seed++));
+    const std::vector<float> w = Rounded(type, RandomFloats(kOut * kIn, seed++));
+    const std::vector<float> bias = Rounded(type, RandomFloats(kOut, seed++));
+    // One element in front of each array.
+    auto shifted = [](const std::vector<float>& v) {
+      std::vector<float> out = {0.0f};
+      out.insert(out.end(), v.begin(), v.end());
+      return out;
+    };
+    TypedDevice dx(type, shifted(x)), dw(type, shifted(w)), dbias(type, shifted(bias)),
+        dy(type, kN * kOut + 1);
+    auto at1 = [&](TypedDevice& d) { return static_cast<char*>(d.get()) + ElementBytes(type); };
+    ASSERT_TRUE((*engine)
+                    ->LinearForward(type, at1(dx), at1(dw), at1(dbias), at1(dy), kN, kIn, kOut,
+                                    nullptr)
+                    .ok())
+        << name;
+    std::vector<float> want(kN * kOut);
+    kernels::LinearForward(x.data(), w.data(), bias.data(), want.data(), kN, kIn, kOut);
+    std::vector<float> scale = AbsProductSum(Transpose::kNo, Transpose::kYes, kN, kOut, kIn, x, w);
+    for (int64_t i = 0; i < kN; ++i) {
+      for (int64_t j = 0; j < kOut; ++j) scale[i * kOut + j] += std::fabs(bias[j]);
+    }
+    std::vector<float> got = dy.Host();
+    got.erase(got.begin());
+    ExpectWithin(got, want, scale, Tolerance(type), name + " at an element offset");
+  }
+}
+
 TEST(MatMulCuda, LinearLayerMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   auto engine = MatMulEngine::Create();
