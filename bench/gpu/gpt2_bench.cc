@@ -69,6 +69,9 @@ ABSL_FLAG(int64_t, layers, 12, "blocks");
 ABSL_FLAG(int64_t, heads, 12, "attention heads");
 ABSL_FLAG(int64_t, width, 768, "channels");
 ABSL_FLAG(int64_t, vocab, 50257, "vocabulary");
+ABSL_FLAG(int64_t, logits_alignment, 64,
+          "pad the logits' rows to a multiple of this many elements (GptCudaOptions::"
+          "logits_row_alignment; 1: dense rows of --vocab)");
 ABSL_FLAG(std::string, matmul, "tf32",
           "fp32 or tf32 (fp32 activations), or bf16 or fp16 (16-bit activations and products, "
           "fp32 master parameters and gradients; fp16 with loss scaling)");
@@ -195,6 +198,7 @@ int Main() {
   }
   GptCudaOptions co;
   co.profile = absl::GetFlag(FLAGS_profile);
+  co.logits_row_alignment = absl::GetFlag(FLAGS_logits_alignment);
   co.matmul = matmul == "bf16"   ? kc::MatMulType::kBFloat16
               : matmul == "fp16" ? kc::MatMulType::kFloat16
               : matmul == "tf32" ? kc::MatMulType::kTensorFloat32
@@ -312,12 +316,16 @@ int Main() {
   cudaDeviceProp prop;
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
-      "ringmaster %-7s %-5s checkpoint_every %lld, batch %lld x %lld on %s: step %.2f ms median (min %.2f, max %.2f), "
+      "ringmaster %-7s %-5s checkpoint_every %lld, logits rows of %lld, batch %lld x %lld on %s: "
+      "step %.2f ms median (min %.2f, max %.2f), "
       "%.0f tokens/s, %.1f TFLOP/s, MFU %.1f %% of %.1f; %lld parameters (%lld counted); "
       "activations %.2f GiB + parameters, gradients and moments %.2f GiB + 16-bit parameter "
       "copy %.2f GiB; warm-up %.1f s; loss %.4f%s\n",
       matmul == "bf16" || matmul == "fp16" ? matmul.c_str() : "fp32", matmul.c_str(),
-      static_cast<long long>(o.checkpoint_every), static_cast<long long>(batch_size),
+      static_cast<long long>(o.checkpoint_every),
+      static_cast<long long>((o.vocab + co.logits_row_alignment - 1) / co.logits_row_alignment *
+                             co.logits_row_alignment),
+      static_cast<long long>(batch_size),
       static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
       sorted.back() * 1e3, tokens / step_s, tflops,
       100 * tflops / absl::GetFlag(FLAGS_peak_tflops), absl::GetFlag(FLAGS_peak_tflops),

@@ -126,7 +126,8 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
                                                         int64_t n, int64_t k, bool accumulate,
                                                         const void* a, const void* b,
                                                         const void* c, const void* bias,
-                                                        bool float_c) {
+                                                        bool float_c,
+                                                        const std::array<int64_t, 3>& lds) {
   const int align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c);
   const PlanKey key{static_cast<int>(type),
                     static_cast<int>(transpose_a),
@@ -137,7 +138,8 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
                     accumulate,
                     bias != nullptr,
                     float_c,
-                    {align_a, align_b, align_c, Alignment(bias)}};
+                    {align_a, align_b, align_c, Alignment(bias)},
+                    lds};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
 
   auto plan = std::make_unique<Plan>();
@@ -160,15 +162,16 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  // Column-major shapes as stored: b is [k, n] row-major = [n, k] column-major (ld n), or
-  // [n, k] row-major = [k, n] column-major (ld k) when transposed; likewise a.
+  // Column-major shapes as stored: b is [k, n] row-major = [n, k] column-major (ld n, or its
+  // row stride), or [n, k] row-major = [k, n] column-major (ld k) when transposed; likewise a.
   const bool tb = transpose_b == Transpose::kYes, ta = transpose_a == Transpose::kYes;
+  const auto [ld_a, ld_b, ld_c] = lds;
   RM_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->a, data, tb ? k : n, tb ? n : k, tb ? k : n));
+      cublasLtMatrixLayoutCreate(&plan->a, data, tb ? k : n, tb ? n : k, ld_b));
   RM_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->b, data, ta ? m : k, ta ? k : m, ta ? m : k));
+      cublasLtMatrixLayoutCreate(&plan->b, data, ta ? m : k, ta ? k : m, ld_a));
   RM_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->c, float_c ? CUDA_R_32F : data, n, m, n));
+      cublasLtMatrixLayoutCreate(&plan->c, float_c ? CUDA_R_32F : data, n, m, ld_c));
 
   cublasLtMatmulPreference_t preference = nullptr;
   RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&preference));
@@ -210,15 +213,15 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
 absl::Status MatMulEngine::MatMul(MatMulType type, Transpose transpose_a, Transpose transpose_b,
                                   int64_t m, int64_t n, int64_t k, const void* a, const void* b,
                                   void* c, OutputMode mode, cudaStream_t stream,
-                                  const void* bias) {
+                                  const void* bias, RowStrides strides) {
   return Product(type, /*float_c=*/false, transpose_a, transpose_b, m, n, k, a, b, c, mode, stream,
-                 bias);
+                 bias, strides);
 }
 
 absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose transpose_a,
                                    Transpose transpose_b, int64_t m, int64_t n, int64_t k,
                                    const void* a, const void* b, void* c, OutputMode mode,
-                                   cudaStream_t stream, const void* bias) {
+                                   cudaStream_t stream, const void* bias, RowStrides strides) {
   const char* fn = "MatMul";
   RM_RETURN_IF_ERROR(CheckSize(fn, "m", m));
   RM_RETURN_IF_ERROR(CheckSize(fn, "n", n));
@@ -230,8 +233,21 @@ absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose tran
   if (bias != nullptr && accumulate) {
     return Invalid(fn, "a bias is added only with OutputMode::kOverwrite");
   }
+  // Leading dimensions: each operand's row stride, at least its stored width.
+  const bool ta = transpose_a == Transpose::kYes, tb = transpose_b == Transpose::kYes;
+  std::array<int64_t, 3> lds = {ta ? m : k, tb ? k : n, n};
+  const char* names[] = {"strides.a", "strides.b", "strides.c"};
+  const int64_t given[] = {strides.a, strides.b, strides.c};
+  for (int i = 0; i < 3; ++i) {
+    if (given[i] == 0) continue;
+    if (given[i] < lds[i]) {
+      return Invalid(fn, names[i], " = ", given[i], " is below the operand's width ", lds[i],
+                     " (0 means dense)");
+    }
+    lds[i] = given[i];
+  }
   RM_ASSIGN_OR_RETURN(Plan * plan, GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate,
-                                           a, b, c, bias, float_c));
+                                           a, b, c, bias, float_c, lds));
   if (bias != nullptr) {
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -246,45 +262,53 @@ absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose tran
 
 absl::Status MatMulEngine::LinearForward(MatMulType type, const void* x, const void* weight,
                                          const void* bias, void* y, int64_t n, int64_t in,
-                                         int64_t out, cudaStream_t stream) {
+                                         int64_t out, cudaStream_t stream, int64_t y_stride) {
   // y [n, out] = x [n, in] · weightᵀ (weight stored [out, in]).
   return MatMul(type, Transpose::kNo, Transpose::kYes, n, out, in, x, weight, y,
-                OutputMode::kOverwrite, stream, bias);
+                OutputMode::kOverwrite, stream, bias, {.c = y_stride});
 }
 
 absl::Status MatMulEngine::LinearBackwardInput(MatMulType type, const void* dy,
                                                const void* weight, void* dx, int64_t n,
-                                               int64_t in, int64_t out, cudaStream_t stream) {
+                                               int64_t in, int64_t out, cudaStream_t stream,
+                                               int64_t dy_stride) {
   // dx [n, in] = dy [n, out] · weight [out, in].
   return MatMul(type, Transpose::kNo, Transpose::kNo, n, in, out, dy, weight, dx,
-                OutputMode::kOverwrite, stream);
+                OutputMode::kOverwrite, stream, nullptr, {.a = dy_stride});
 }
 
 absl::Status MatMulEngine::LinearBackwardWeights(MatMulType type, const void* x, const void* dy,
                                                  void* dweight, float* dbias, int64_t n,
                                                  int64_t in, int64_t out, OutputMode mode,
-                                                 float* scratch, cudaStream_t stream) {
+                                                 float* scratch, cudaStream_t stream,
+                                                 int64_t dy_stride) {
   return WeightGradient(type, /*float_c=*/false, x, dy, dweight, dbias, n, in, out, mode, scratch,
-                        stream);
+                        stream, dy_stride);
 }
 
 absl::Status MatMulEngine::LinearBackwardWeightsFloatOutput(
     MatMulType type, const void* x, const void* dy, float* dweight, float* dbias, int64_t n,
-    int64_t in, int64_t out, OutputMode mode, float* scratch, cudaStream_t stream) {
+    int64_t in, int64_t out, OutputMode mode, float* scratch, cudaStream_t stream,
+    int64_t dy_stride) {
   return WeightGradient(type, /*float_c=*/ElementBytes(type) == 2, x, dy, dweight, dbias, n, in,
-                        out, mode, scratch, stream);
+                        out, mode, scratch, stream, dy_stride);
 }
 
 absl::Status MatMulEngine::WeightGradient(MatMulType type, bool float_c, const void* x,
                                           const void* dy, void* dweight, float* dbias, int64_t n,
                                           int64_t in, int64_t out, OutputMode mode,
-                                          float* scratch, cudaStream_t stream) {
+                                          float* scratch, cudaStream_t stream,
+                                          int64_t dy_stride) {
   if (dbias != nullptr) {
     RM_RETURN_IF_ERROR(CheckPointer("LinearBackwardWeights", scratch, "scratch"));
+    if (dy_stride != 0 && dy_stride != out) {
+      return Invalid("LinearBackwardWeights", "dy_stride = ", dy_stride,
+                     " with a dbias: the bias gradient reads a dense dy (pass 0)");
+    }
   }
   // dweight [out, in] (+)= dyᵀ (dy stored [n, out]) · x [n, in].
   RM_RETURN_IF_ERROR(Product(type, float_c, Transpose::kYes, Transpose::kNo, out, in, n, dy, x,
-                             dweight, mode, stream, nullptr));
+                             dweight, mode, stream, nullptr, {.a = dy_stride}));
   if (dbias == nullptr) return absl::OkStatus();
   return BiasGradient(type, dy, n, out, dbias, mode, scratch, stream);
 }

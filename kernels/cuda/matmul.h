@@ -45,6 +45,13 @@ enum class MatMulType { kFloat32, kTensorFloat32, kBFloat16, kFloat16 };
 int64_t ElementBytes(MatMulType type);
 const char* MatMulTypeName(MatMulType type);
 
+// Row strides (elements from one row to the next) of a product's row-major operands, for
+// arrays that are blocks of wider ones (GptCuda's logits, whose rows are padded to an aligned
+// width so that 16-bit rows start on 16-byte boundaries). 0: the operand's own width.
+struct RowStrides {
+  int64_t a = 0, b = 0, c = 0;
+};
+
 class MatMulEngine {
  public:
   // workspace_bytes of device memory for cuBLASLt (32 MiB lets it pick split-K and
@@ -56,23 +63,28 @@ class MatMulEngine {
 
   // c [m, n] (+)= op(a) · op(b), as kernels::MatMul. `bias`, when not null, is [n], added
   // to every row of the product (cuBLASLt's bias epilogue); only with kOverwrite.
+  // `strides` (each 0 or at least the operand's stored width) lets a, b or c be blocks of
+  // wider row-major arrays.
   absl::Status MatMul(MatMulType type, Transpose transpose_a, Transpose transpose_b, int64_t m,
                       int64_t n, int64_t k, const void* a, const void* b, void* c,
-                      OutputMode mode, cudaStream_t stream, const void* bias = nullptr);
+                      OutputMode mode, cudaStream_t stream, const void* bias = nullptr,
+                      RowStrides strides = {});
 
-  // y = x · weightᵀ + bias; bias may be null.
+  // y = x · weightᵀ + bias; bias may be null. y's rows are y_stride elements apart (0: out).
   absl::Status LinearForward(MatMulType type, const void* x, const void* weight,
                              const void* bias, void* y, int64_t n, int64_t in, int64_t out,
-                             cudaStream_t stream);
-  // dx = dy · weight, overwriting dx [n, in].
+                             cudaStream_t stream, int64_t y_stride = 0);
+  // dx = dy · weight, overwriting dx [n, in]. dy's rows are dy_stride apart (0: out).
   absl::Status LinearBackwardInput(MatMulType type, const void* dy, const void* weight, void* dx,
-                                   int64_t n, int64_t in, int64_t out, cudaStream_t stream);
+                                   int64_t n, int64_t in, int64_t out, cudaStream_t stream,
+                                   int64_t dy_stride = 0);
   // dweight (+)= dyᵀ · x; dbias (fp32, may be null) (+)= the sum of dy's rows, through
   // `scratch` (BiasGradientScratchFloats(out) floats of device memory; null when dbias is).
+  // dy's rows are dy_stride apart (0: out; only dense with a dbias).
   absl::Status LinearBackwardWeights(MatMulType type, const void* x, const void* dy,
                                      void* dweight, float* dbias, int64_t n, int64_t in,
                                      int64_t out, OutputMode mode, float* scratch,
-                                     cudaStream_t stream);
+                                     cudaStream_t stream, int64_t dy_stride = 0);
 
   // Mixed precision's weight gradient: as LinearBackwardWeights with x and dy of `type` (16-bit
   // activations) but dweight in fp32 whatever the type, so the products accumulate in fp32
@@ -81,31 +93,34 @@ class MatMulEngine {
   absl::Status LinearBackwardWeightsFloatOutput(MatMulType type, const void* x, const void* dy,
                                                 float* dweight, float* dbias, int64_t n,
                                                 int64_t in, int64_t out, OutputMode mode,
-                                                float* scratch, cudaStream_t stream);
+                                                float* scratch, cudaStream_t stream,
+                                                int64_t dy_stride = 0);
 
   // Plans cached so far (one per distinct shape, type, transposition and pointer alignment).
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
 
  private:
   struct Plan;
-  // Type, transpositions, m, n, k, accumulate, bias, float_c, and the alignments (bytes, up
-  // to 256) of a, b, c and the bias: the algorithm is chosen for pointers that aligned.
-  using PlanKey =
-      std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool, std::array<int, 4>>;
+  // Type, transpositions, m, n, k, accumulate, bias, float_c, the alignments (bytes, up to
+  // 256) of a, b, c and the bias (the algorithm is chosen for pointers that aligned), and the
+  // leading dimensions of a, b and c.
+  using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool,
+                             std::array<int, 4>, std::array<int64_t, 3>>;
   MatMulEngine() = default;
   // `float_c`: c is fp32 whatever `type` is (a and b are of `type`). `bias` is the bias
   // pointer, or null without the bias epilogue.
   absl::StatusOr<Plan*> GetPlan(MatMulType type, Transpose transpose_a, Transpose transpose_b,
                                 int64_t m, int64_t n, int64_t k, bool accumulate,
                                 const void* a, const void* b, const void* c, const void* bias,
-                                bool float_c);
+                                bool float_c, const std::array<int64_t, 3>& lds);
   absl::Status Product(MatMulType type, bool float_c, Transpose transpose_a,
                        Transpose transpose_b, int64_t m, int64_t n, int64_t k, const void* a,
                        const void* b, void* c, OutputMode mode, cudaStream_t stream,
-                       const void* bias);
+                       const void* bias, RowStrides strides);
   absl::Status WeightGradient(MatMulType type, bool float_c, const void* x, const void* dy,
                               void* dweight, float* dbias, int64_t n, int64_t in, int64_t out,
-                              OutputMode mode, float* scratch, cudaStream_t stream);
+                              OutputMode mode, float* scratch, cudaStream_t stream,
+                              int64_t dy_stride);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

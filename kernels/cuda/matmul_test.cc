@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -216,6 +217,95 @@ TEST(MatMulCuda, PointersAtAnyElementOffset) {
     got.erase(got.begin());
     ExpectWithin(got, want, scale, Tolerance(type), name + " at an element offset");
   }
+}
+
+// GptCuda's LM head on logits whose rows are padded (row stride > vocab): the forward writes
+// y with a stride, the backward products read dy with one; the padding is never written
+// (it stays NaN) and, being NaN, would spoil every result it were read into.
+TEST(MatMulCuda, StridedRowsAsGptCudaPadsItsLogits) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MatMulEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int64_t kN = 50, kIn = 64, kOut = 301, kStride = 320;
+  uint32_t seed = 400;
+  for (MatMulType type : kTypes) {
+    const std::string name = MatMulTypeName(type);
+    const std::vector<float> x = Rounded(type, RandomFloats(kN * kIn, seed++));
+    const std::vector<float> w = Rounded(type, RandomFloats(kOut * kIn, seed++));
+    const std::vector<float> dy = Rounded(type, RandomFloats(kN * kOut, seed++));
+    auto pad = [&](const std::vector<float>& dense) {
+      std::vector<float> out(kN * kStride, std::nanf(""));
+      for (int64_t i = 0; i < kN; ++i) {
+        std::copy_n(dense.data() + i * kOut, kOut, out.data() + i * kStride);
+      }
+      return out;
+    };
+    auto unpad = [&](const std::vector<float>& padded, const std::string& what) {
+      std::vector<float> out(kN * kOut);
+      for (int64_t i = 0; i < kN; ++i) {
+        std::copy_n(padded.data() + i * kStride, kOut, out.data() + i * kOut);
+        for (int64_t j = kOut; j < kStride; ++j) {
+          EXPECT_TRUE(std::isnan(padded[i * kStride + j])) << what << " wrote its padding";
+        }
+      }
+      return out;
+    };
+    TypedDevice dx(type, x), dw(type, w), ddy(type, pad(dy)), dy_out(type, pad(dy));
+    // Forward: y [n, out] with rows kStride apart (poisoned with NaN first, padding included).
+    TypedDevice y(type, kN * kStride);
+    ASSERT_TRUE((*engine)
+                    ->LinearForward(type, dx.get(), dw.get(), nullptr, y.get(), kN, kIn, kOut,
+                                    nullptr, kStride)
+                    .ok())
+        << name;
+    std::vector<float> want_y(kN * kOut);
+    kernels::LinearForward(x.data(), w.data(), nullptr, want_y.data(), kN, kIn, kOut);
+    ExpectWithin(unpad(y.Host(), name + " forward"), want_y,
+                 AbsProductSum(Transpose::kNo, Transpose::kYes, kN, kOut, kIn, x, w),
+                 Tolerance(type), name + " strided forward");
+    // Backward: dx = dy · w and dw = dyᵀ · x (fp32 output) from the strided dy.
+    TypedDevice ddx(type, kN * kIn);
+    ASSERT_TRUE((*engine)
+                    ->LinearBackwardInput(type, ddy.get(), dw.get(), ddx.get(), kN, kIn, kOut,
+                                          nullptr, kStride)
+                    .ok())
+        << name;
+    std::vector<float> want_dx(kN * kIn);
+    kernels::LinearBackwardInput(dy.data(), w.data(), want_dx.data(), kN, kIn, kOut);
+    ExpectWithin(ddx.Host(), want_dx,
+                 AbsProductSum(Transpose::kNo, Transpose::kNo, kN, kIn, kOut, dy, w),
+                 Tolerance(type), name + " strided backward input");
+    Device<float> ddw(std::vector<float>(kOut * kIn, 0.0f));
+    ASSERT_TRUE((*engine)
+                    ->LinearBackwardWeightsFloatOutput(type, dx.get(), ddy.get(), ddw.get(),
+                                                       nullptr, kN, kIn, kOut,
+                                                       OutputMode::kAccumulate, nullptr, nullptr,
+                                                       kStride)
+                    .ok())
+        << name;
+    std::vector<float> want_dw(kOut * kIn, 0.0f), unused(kOut);
+    kernels::LinearBackwardWeights(x.data(), dy.data(), want_dw.data(), unused.data(), kN, kIn,
+                                   kOut, OutputMode::kAccumulate);
+    ExpectWithin(ddw.Host(), want_dw,
+                 AbsProductSum(Transpose::kYes, Transpose::kNo, kOut, kIn, kN, dy, x),
+                 type == MatMulType::kTensorFloat32 ? Tolerance(type) : 1e-4,
+                 name + " strided weight gradient");
+  }
+  // A stride below the width, or with a bias gradient (which reads a dense dy), is refused.
+  TypedDevice a(MatMulType::kFloat32, kN * kStride), b(MatMulType::kFloat32, kOut * kIn),
+      c(MatMulType::kFloat32, kN * kIn);
+  absl::Status st = (*engine)->LinearBackwardInput(MatMulType::kFloat32, a.get(), b.get(), c.get(),
+                                                   kN, kIn, kOut, nullptr, kOut - 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("strides.a = 300 is below the operand's width 301"),
+            std::string::npos)
+      << st;
+  Device<float> dbias(kOut), scratch(BiasGradientScratchFloats(kOut));
+  st = (*engine)->LinearBackwardWeights(MatMulType::kFloat32, c.get(), a.get(), b.get(),
+                                        dbias.get(), kN, kIn, kOut, OutputMode::kOverwrite,
+                                        scratch.get(), nullptr, kStride);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("dy_stride = 320 with a dbias"), std::string::npos) << st;
 }
 
 TEST(MatMulCuda, LinearLayerMatchesTheCpu) {

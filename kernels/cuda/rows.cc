@@ -69,10 +69,15 @@ absl::Status CheckLayerNormBackward(const char* fn, const void* dx, const void* 
 
 // The checks of the softmax cross-entropy functions; dlogits is checked only when `backward`.
 absl::Status CheckSoftmaxCrossEntropy(const char* fn, const void* logits, const void* labels,
-                                      int64_t n, int64_t classes, const void* loss,
-                                      const void* predicted, bool backward,
+                                      int64_t n, int64_t classes, int64_t row_stride,
+                                      const void* loss, const void* predicted, bool backward,
                                       const void* dlogits) {
   RM_RETURN_IF_ERROR(CheckSizes(fn, "n", n, "classes", classes));
+  if (row_stride != 0 && row_stride < classes) {
+    return absl::InvalidArgumentError(absl::StrCat(fn, ": row_stride ", row_stride,
+                                                   " is below classes ", classes,
+                                                   " (0 means rows of exactly classes)"));
+  }
   RM_RETURN_IF_ERROR(CheckPointers(
       fn, {{logits, "logits"}, {labels, "labels"}, {loss, "loss"}, {predicted, "predicted"}}));
   if (backward) return CheckPointers(fn, {{dlogits, "dlogits"}});
@@ -113,14 +118,17 @@ absl::Status LayerNormBackwardAs(const char* fn,
 template <typename T>
 absl::Status SoftmaxCrossEntropyAs(const char* fn,
                                    cudaError_t (*launch)(const T*, const int32_t*, int64_t, int64_t,
-                                                         float, float*, int32_t*, T*, cudaStream_t),
+                                                         int64_t, float, float*, int32_t*, T*,
+                                                         cudaStream_t),
                                    bool backward, const T* logits, const int32_t* labels, int64_t n,
                                    int64_t classes, float scale, float* loss, int32_t* predicted,
-                                   T* dlogits, cudaStream_t stream) {
-  RM_RETURN_IF_ERROR(
-      CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, loss, predicted, backward, dlogits));
-  return CudaToStatus(launch(logits, labels, n, classes, scale, loss, predicted, dlogits, stream),
-                      absl::StrCat(fn, " launch").c_str());
+                                   T* dlogits, cudaStream_t stream, int64_t row_stride) {
+  RM_RETURN_IF_ERROR(CheckSoftmaxCrossEntropy(fn, logits, labels, n, classes, row_stride, loss,
+                                              predicted, backward, dlogits));
+  const int64_t stride = row_stride == 0 ? classes : row_stride;
+  return CudaToStatus(
+      launch(logits, labels, n, classes, stride, scale, loss, predicted, dlogits, stream),
+      absl::StrCat(fn, " launch").c_str());
 }
 
 }  // namespace
@@ -179,35 +187,35 @@ absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const 
 
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs<float>(
       "SoftmaxCrossEntropyForward", internal::LaunchSoftmaxCrossEntropy, /*backward=*/false, logits,
-      labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
+      labels, n, classes, 0.0f, loss, predicted, nullptr, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
-                                            int32_t* predicted, cudaStream_t stream) {
+                                            int32_t* predicted, cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs<__nv_bfloat16>(
       "SoftmaxCrossEntropyForwardBf16", internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/false,
-      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
+      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
                                            int64_t classes, float* loss, int32_t* predicted,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs<__half>(
       "SoftmaxCrossEntropyForwardF16", internal::LaunchSoftmaxCrossEntropyF16, /*backward=*/false,
-      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream);
+      logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
                                                 int64_t n, int64_t classes, float scale,
                                                 float* loss, int32_t* predicted, float* dlogits,
-                                                cudaStream_t stream) {
+                                                cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackward",
                                internal::LaunchSoftmaxCrossEntropy, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream);
+                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
@@ -215,19 +223,19 @@ absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     int64_t classes, float scale, float* loss,
                                                     int32_t* predicted,
                                                     __nv_bfloat16* dlogits,
-                                                    cudaStream_t stream) {
+                                                    cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardBf16",
                                internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream);
+                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
                                                    int64_t n, int64_t classes, float scale,
                                                    float* loss, int32_t* predicted, __half* dlogits,
-                                                   cudaStream_t stream) {
+                                                   cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardF16",
                                internal::LaunchSoftmaxCrossEntropyF16, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream);
+                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
 }
 
 }  // namespace ringmaster::kernels::cuda

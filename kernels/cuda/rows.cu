@@ -137,15 +137,16 @@ __device__ bool Better(const Candidate& a, const Candidate& b) {
   return a.value > b.value;
 }
 
-// T: the storage of logits and dlogits; loss is fp32.
+// T: the storage of logits and dlogits; loss is fp32. Rows are `stride` elements apart (>=
+// classes); the columns past `classes` are neither read nor written.
 template <typename T>
 __global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels,
-                                          int64_t classes, float scale, float* loss,
-                                          int32_t* predicted, T* dlogits) {
+                                          int64_t classes, int64_t stride, float scale,
+                                          float* loss, int32_t* predicted, T* dlogits) {
   __shared__ float shared[kThreads];
   __shared__ Candidate best[kThreads];
   const int64_t i = blockIdx.x;
-  const T* row = logits + i * classes;
+  const T* row = logits + i * stride;
   Candidate mine{LoadF32(row[0]), 0};
   for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
     const Candidate c{LoadF32(row[j]), static_cast<int32_t>(j)};
@@ -167,7 +168,7 @@ __global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels
   const float sum = BlockSum(s, shared);
   const int32_t label = labels[i];
   if (dlogits != nullptr) {
-    T* grad = dlogits + i * classes;
+    T* grad = dlogits + i * stride;
     const float factor = scale / sum;
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
       const float g = expf(LoadF32(row[j]) - max.value) * factor;
@@ -210,10 +211,10 @@ cudaError_t LayerNormBackward(T* dx, float* dgain, float* dbias, const T* dy, co
 
 template <typename T>
 cudaError_t SoftmaxCrossEntropy(const T* logits, const int32_t* labels, int64_t n,
-                                int64_t classes, float scale, float* loss, int32_t* predicted,
-                                T* dlogits, cudaStream_t stream) {
+                                int64_t classes, int64_t stride, float scale, float* loss,
+                                int32_t* predicted, T* dlogits, cudaStream_t stream) {
   SoftmaxCrossEntropyKernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits, labels, classes, scale, loss, predicted, dlogits);
+      logits, labels, classes, stride, scale, loss, predicted, dlogits);
   return cudaGetLastError();
 }
 
@@ -264,22 +265,25 @@ cudaError_t LaunchLayerNormBackwardF16(__half* dx, float* dgain, float* dbias, c
 }
 
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
-                                      int64_t classes, float scale, float* loss,
+                                      int64_t classes, int64_t stride, float scale, float* loss,
                                       int32_t* predicted, float* dlogits, cudaStream_t stream) {
-  return SoftmaxCrossEntropy(logits, labels, n, classes, scale, loss, predicted, dlogits, stream);
+  return SoftmaxCrossEntropy(logits, labels, n, classes, stride, scale, loss, predicted, dlogits,
+                             stream);
 }
 
 cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int32_t* labels,
-                                          int64_t n, int64_t classes, float scale, float* loss,
+                                          int64_t n, int64_t classes, int64_t stride, float scale, float* loss,
                                           int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream) {
-  return SoftmaxCrossEntropy(logits, labels, n, classes, scale, loss, predicted, dlogits, stream);
+  return SoftmaxCrossEntropy(logits, labels, n, classes, stride, scale, loss, predicted, dlogits,
+                             stream);
 }
 
 cudaError_t LaunchSoftmaxCrossEntropyF16(const __half* logits, const int32_t* labels, int64_t n,
-                                         int64_t classes, float scale, float* loss,
+                                         int64_t classes, int64_t stride, float scale, float* loss,
                                          int32_t* predicted, __half* dlogits, cudaStream_t stream) {
-  return SoftmaxCrossEntropy(logits, labels, n, classes, scale, loss, predicted, dlogits, stream);
+  return SoftmaxCrossEntropy(logits, labels, n, classes, stride, scale, loss, predicted, dlogits,
+                             stream);
 }
 
 }  // namespace ringmaster::kernels::cuda::internal

@@ -72,33 +72,35 @@ absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const 
                                   const float* rstd, int64_t rows, int64_t channels, float* scratch,
                                   cudaStream_t stream);
 
-// Per-row loss and predicted class (the first maximum; a NaN wins).
+// Per-row loss and predicted class (the first maximum; a NaN wins). Each function takes
+// logits (and dlogits) whose rows are row_stride elements apart (0: classes), the columns past
+// `classes` being neither read nor written: GptCuda pads its logits' rows to an aligned width.
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, int64_t row_stride = 0);
 // bf16 logits; fp32 losses.
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
-                                            int32_t* predicted, cudaStream_t stream);
+                                            int32_t* predicted, cudaStream_t stream, int64_t row_stride = 0);
 absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
                                            int64_t classes, float* loss, int32_t* predicted,
-                                           cudaStream_t stream);
+                                           cudaStream_t stream, int64_t row_stride = 0);
 // The same losses, and dlogits = (softmax - onehot) * scale (overwritten).
 absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32_t* labels,
                                                 int64_t n, int64_t classes, float scale,
                                                 float* loss, int32_t* predicted, float* dlogits,
-                                                cudaStream_t stream);
+                                                cudaStream_t stream, int64_t row_stride = 0);
 // bf16 logits and dlogits = round((softmax - onehot) * scale), softmax in fp32; fp32 losses.
 absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     const int32_t* labels, int64_t n,
                                                     int64_t classes, float scale, float* loss,
                                                     int32_t* predicted,
                                                     __nv_bfloat16* dlogits,
-                                                    cudaStream_t stream);
+                                                    cudaStream_t stream, int64_t row_stride = 0);
 absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
                                                    int64_t n, int64_t classes, float scale,
                                                    float* loss, int32_t* predicted, __half* dlogits,
-                                                   cudaStream_t stream);
+                                                   cudaStream_t stream, int64_t row_stride = 0);
 
 }  // namespace ringmaster::kernels::cuda
 

@@ -44,14 +44,14 @@ cudaError_t LaunchLayerNormBackwardF16(__half* dx, float* dgain, float* dbias, c
 
 // dlogits null: forward only (scale unused).
 cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n,
-                                      int64_t classes, float scale, float* loss,
+                                      int64_t classes, int64_t stride, float scale, float* loss,
                                       int32_t* predicted, float* dlogits, cudaStream_t stream);
 cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int32_t* labels,
-                                          int64_t n, int64_t classes, float scale, float* loss,
+                                          int64_t n, int64_t classes, int64_t stride, float scale, float* loss,
                                           int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream);
 cudaError_t LaunchSoftmaxCrossEntropyF16(const __half* logits, const int32_t* labels, int64_t n,
-                                         int64_t classes, float scale, float* loss,
+                                         int64_t classes, int64_t stride, float scale, float* loss,
                                          int32_t* predicted, __half* dlogits, cudaStream_t stream);
 
 }  // namespace ringmaster::kernels::cuda::internal

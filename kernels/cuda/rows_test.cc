@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -173,6 +174,50 @@ TEST(RowsCuda, SoftmaxCrossEntropyMatchesTheCpu) {
   }
 }
 
+// Rows row_stride apart (GptCuda's padded logits): the same bits as dense rows, and the
+// padding is neither read (it holds NaN, which would win the prediction) nor written.
+TEST(RowsCuda, SoftmaxCrossEntropyOnStridedRows) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 37, kClasses = 301, kStride = 320;
+  const std::vector<float> logits = RandomFloats(kRows * kClasses, 12, -8.0f, 8.0f);
+  std::vector<int32_t> labels(kRows);
+  for (int64_t i = 0; i < kRows; ++i) labels[i] = static_cast<int32_t>((i * 31) % kClasses);
+  std::vector<float> padded(kRows * kStride, NAN);
+  for (int64_t i = 0; i < kRows; ++i) {
+    std::copy_n(logits.data() + i * kClasses, kClasses, padded.data() + i * kStride);
+  }
+  Device<float> dense_in(logits), dense_loss(kRows), dense_grad(kRows * kClasses);
+  Device<float> strided_in(padded), strided_loss(kRows), strided_grad(kRows * kStride);
+  Device<int32_t> dlabels(labels), dense_pred(kRows), strided_pred(kRows);
+  ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBackward(dense_in.get(), dlabels.get(), kRows,
+                                                       kClasses, 0.5f, dense_loss.get(),
+                                                       dense_pred.get(), dense_grad.get(), nullptr)
+                  .ok());
+  ASSERT_TRUE(cuda::SoftmaxCrossEntropyForwardBackward(
+                  strided_in.get(), dlabels.get(), kRows, kClasses, 0.5f, strided_loss.get(),
+                  strided_pred.get(), strided_grad.get(), nullptr, kStride)
+                  .ok());
+  testing::ExpectSameBits(strided_loss.Host(), dense_loss.Host(), "loss");
+  EXPECT_EQ(strided_pred.Host(), dense_pred.Host());
+  const std::vector<float> dense = dense_grad.Host(), strided = strided_grad.Host();
+  for (int64_t i = 0; i < kRows; ++i) {
+    ASSERT_EQ(std::memcmp(strided.data() + i * kStride, dense.data() + i * kClasses,
+                          kClasses * sizeof(float)),
+              0)
+        << "row " << i;
+    for (int64_t j = kClasses; j < kStride; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &strided[i * kStride + j], 4);
+      ASSERT_EQ(bits, 0xffffffffu) << "padding (" << i << ", " << j << ") was written";
+    }
+  }
+  const absl::Status s =
+      cuda::SoftmaxCrossEntropyForward(strided_in.get(), dlabels.get(), kRows, kClasses,
+                                       strided_loss.get(), strided_pred.get(), nullptr, 300);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row_stride 300 is below classes 301"), std::string::npos) << s;
+}
+
 TEST(RowsCuda, ANanWinsThePredictionAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   std::vector<float> logits = {1.0f, 5.0f, NAN, 5.0f, NAN, 2.0f, 3.0f, 3.0f};
@@ -215,17 +260,25 @@ template <>
 struct HalfKernels<Bf16Format> {
   static constexpr auto kLayerNormForward = &cuda::LayerNormForwardBf16;
   static constexpr auto kLayerNormBackward = &cuda::LayerNormBackwardBf16;
-  static constexpr auto kSoftmaxCrossEntropyForward = &cuda::SoftmaxCrossEntropyForwardBf16;
-  static constexpr auto kSoftmaxCrossEntropyForwardBackward =
-      &cuda::SoftmaxCrossEntropyForwardBackwardBf16;
+  // Forwarding functions rather than pointers, so the default row_stride stays available.
+  static absl::Status kSoftmaxCrossEntropyForward(auto... args) {
+    return cuda::SoftmaxCrossEntropyForwardBf16(args...);
+  }
+  static absl::Status kSoftmaxCrossEntropyForwardBackward(auto... args) {
+    return cuda::SoftmaxCrossEntropyForwardBackwardBf16(args...);
+  }
 };
 template <>
 struct HalfKernels<F16Format> {
   static constexpr auto kLayerNormForward = &cuda::LayerNormForwardF16;
   static constexpr auto kLayerNormBackward = &cuda::LayerNormBackwardF16;
-  static constexpr auto kSoftmaxCrossEntropyForward = &cuda::SoftmaxCrossEntropyForwardF16;
-  static constexpr auto kSoftmaxCrossEntropyForwardBackward =
-      &cuda::SoftmaxCrossEntropyForwardBackwardF16;
+  // Forwarding functions rather than pointers, so the default row_stride stays available.
+  static absl::Status kSoftmaxCrossEntropyForward(auto... args) {
+    return cuda::SoftmaxCrossEntropyForwardF16(args...);
+  }
+  static absl::Status kSoftmaxCrossEntropyForwardBackward(auto... args) {
+    return cuda::SoftmaxCrossEntropyForwardBackwardF16(args...);
+  }
 };
 
 // Elements where |got - want| > F::RoundingBound(|want|) + abs (NaN never passes); the first

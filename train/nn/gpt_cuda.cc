@@ -131,21 +131,21 @@ absl::Status Residual(f16* out, const f16* a, const f16* b, int64_t n, cudaStrea
 }
 absl::Status CrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, float* dlogits,
-                          cudaStream_t s) {
+                          int64_t stride, cudaStream_t s) {
   return kc::SoftmaxCrossEntropyForwardBackward(logits, labels, n, classes, scale, loss,
-                                                predicted, dlogits, s);
+                                                predicted, dlogits, s, stride);
 }
 absl::Status CrossEntropy(const bf16* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, bf16* dlogits,
-                          cudaStream_t s) {
+                          int64_t stride, cudaStream_t s) {
   return kc::SoftmaxCrossEntropyForwardBackwardBf16(logits, labels, n, classes, scale, loss,
-                                                    predicted, dlogits, s);
+                                                    predicted, dlogits, s, stride);
 }
 absl::Status CrossEntropy(const f16* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, f16* dlogits,
-                          cudaStream_t s) {
+                          int64_t stride, cudaStream_t s) {
   return kc::SoftmaxCrossEntropyForwardBackwardF16(logits, labels, n, classes, scale, loss,
-                                                    predicted, dlogits, s);
+                                                    predicted, dlogits, s, stride);
 }
 
 }  // namespace
@@ -154,6 +154,11 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
                                                          const GptCudaOptions& cuda_options,
                                                          cudaStream_t stream) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> cpu, GptModel::Create(options));
+  if (cuda_options.logits_row_alignment < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptCuda: logits_row_alignment must be >= 1 (1: dense rows), got ",
+                     cuda_options.logits_row_alignment));
+  }
   if (!options.memory_efficient_attention) {
     return Unimplemented("attention that keeps its probabilities is CPU-only; set "
                          "memory_efficient_attention");
@@ -195,7 +200,9 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       segment_(options_.checkpoint_every == 0
                    ? options_.layers
                    : std::min(options_.checkpoint_every, options_.layers)),
-      segments_((options_.layers + segment_ - 1) / segment_) {
+      segments_((options_.layers + segment_ - 1) / segment_),
+      logits_stride_((options_.vocab + cuda_options.logits_row_alignment - 1) /
+                     cuda_options.logits_row_alignment * cuda_options.logits_row_alignment) {
   const TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
@@ -276,7 +283,7 @@ const void* GptCuda::MatMulParam(const float* params, int tensor) const {
 
 absl::Status GptCuda::Reserve(int64_t batch) {
   if (batch <= capacity_) return absl::OkStatus();
-  const int64_t t = options_.context, c = options_.width, v = options_.vocab;
+  const int64_t t = options_.context, c = options_.width;
   const int64_t rows = batch * t;
   const int64_t act = half() ? 2 : 4;  // bytes of an activation
   char* base = nullptr;
@@ -312,11 +319,11 @@ absl::Status GptCuda::Reserve(int64_t batch) {
     lnf_out_ = take_act(rows * c);
     lnf_mean_ = take(rows);
     lnf_rstd_ = take(rows);
-    logits_ = take_act(rows * v);
+    logits_ = take_act(rows * logits_stride_);
     loss_ = take(rows);
     dresidual_ = take_act(rows * c);
     dsmall_ = take_act(rows * c);
-    dbig_ = take_act(rows * std::max(4 * c, v));
+    dbig_ = take_act(rows * std::max(4 * c, logits_stride_));  // the MLP's or the logits' gradient
     attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, options_.heads));
     layernorm_scratch_ = take(kc::LayerNormBackwardScratchFloats(c));
     bias_scratch_ = take(kc::BiasGradientScratchFloats(4 * c));
@@ -453,7 +460,8 @@ absl::Status GptCuda::Forward(const float* params, int64_t batch) {
   }));
   return Timed("matmul forward", [&] {
     return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
-                                  nullptr, logits_, rows, c, options_.vocab, stream_);
+                                  nullptr, logits_, rows, c, options_.vocab, stream_,
+                                  logits_stride_);
   });
 }
 
@@ -536,16 +544,17 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
 
   RM_RETURN_IF_ERROR(Timed("softmax cross-entropy", [&] {
     return CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_, dlogits,
-                        stream_);
+                        logits_stride_, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, lnf_out_, dlogits, g(lm_head_), nullptr,
-                                                     rows, c, vocab, kAdd, nullptr, stream_);
+                                                     rows, c, vocab, kAdd, nullptr, stream_,
+                                                     logits_stride_);
   }));
   ready(lm_head_);
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab,
-                                        stream_);
+                                        stream_, logits_stride_);
   }));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {

@@ -56,6 +56,12 @@ struct GptCudaOptions {
   // Time each kind of work (profile_ms()): a pair of CUDA events around every launch. For
   // benchmarks: the events cost a little time of their own.
   bool profile = false;
+  // The logits' rows are padded to a multiple of this many elements (1: dense rows of vocab).
+  // With GPT-2's vocabulary of 50257, dense 16-bit rows start at odd byte offsets and the
+  // LM-head products (a third of the model's FLOPs) cannot use cuBLASLt's fastest kernels;
+  // llm.c pads its vocabulary to 50304 for this. Here only the rows are padded: the
+  // parameters keep the CPU model's layout, and the padding is never read or written.
+  int64_t logits_row_alignment = 64;
 };
 
 class GptCuda {
@@ -147,6 +153,7 @@ class GptCuda {
   const Precision precision_;  // of the activations
   const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
   const int64_t segments_;  // ceil(layers / segment_)
+  const int64_t logits_stride_;  // elements from one row of the logits to the next
   void* params16_ = nullptr;  // 16-bit copy of the parameters (bf16 and fp16 only)
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor

@@ -70,8 +70,12 @@ GptOptions TinyOneHead() {
   return o;
 }
 
-void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny()) {
-  absl::StatusOr<std::unique_ptr<GptCuda>> gpu = GptCuda::Create(o, {.matmul = type}, nullptr);
+// Tiny's vocabulary of 97 has its logits' rows padded to 128 by default; logits_alignment 1
+// keeps them dense.
+void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny(),
+                    int64_t logits_alignment = GptCudaOptions().logits_row_alignment) {
+  absl::StatusOr<std::unique_ptr<GptCuda>> gpu = GptCuda::Create(
+      o, {.matmul = type, .logits_row_alignment = logits_alignment}, nullptr);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -144,6 +148,12 @@ TEST(GptCuda, Bf16GradientsApproximateTheFp32CpuModel) {
 TEST(GptCuda, Fp16GradientsApproximateTheFp32CpuModel) {
   SKIP_WITHOUT_GPU();
   CompareWithCpu(MatMulType::kFloat16, 5e-2, TinyOneHead());
+}
+
+TEST(GptCuda, DenseLogitRowsMatchTheCpuModelToo) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(MatMulType::kFloat32, 1e-4, Tiny(), /*logits_alignment=*/1);
+  CompareWithCpu(MatMulType::kBFloat16, 5e-2, TinyOneHead(), /*logits_alignment=*/1);
 }
 
 // An overflow injected through the loss scale (2^24 / 192 tokens puts the logits' gradient
@@ -305,6 +315,9 @@ TEST(GptCuda, WhatIsNotHereYetIsUnimplemented) {
   absl::Status s = GptCuda::Create(o, {.matmul = MatMulType::kBFloat16}, nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("head size 32"), std::string::npos) << s;
+  s = GptCuda::Create(o, {.logits_row_alignment = 0}, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("logits_row_alignment must be >= 1"), std::string::npos) << s;
   o.heads = 0;
   EXPECT_EQ(GptCuda::Create(o, {}, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }
