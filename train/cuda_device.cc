@@ -1,5 +1,6 @@
 // train/device.h on a CUDA GPU (--config=cuda builds): the GPT through train/nn/gpt_cuda.h,
-// the optimizer's passes through CudaVectorOps, on two streams of the chosen device.
+// the classifiers through train/nn/sequential_cuda.h, the optimizer's passes through
+// CudaVectorOps, on two streams of the chosen device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include "train/device.h"
 #include "train/nn/gpt.h"
 #include "train/nn/gpt_cuda.h"
+#include "train/nn/sequential.h"
+#include "train/nn/sequential_cuda.h"
 #include "train/optim/cuda_vector_ops.h"
 
 namespace ringmaster::train {
@@ -34,8 +37,8 @@ struct Stream {
 
 class CudaDevice final : public TrainingDevice {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const nn::GptModel& gpt,
-                                                            int64_t padded,
+  // `model` is a GptModel or a SequentialClassifier (the caller checked).
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const Model& model, int64_t padded,
                                                             const CudaDeviceOptions& options) {
     auto d = absl::WrapUnique(new CudaDevice);
     d->gpu_ = options.gpu;
@@ -52,9 +55,16 @@ class CudaDevice final : public TrainingDevice {
     RM_ASSIGN_OR_RETURN(d->comm_ops_, CudaVectorOps::Create(d->comm_.stream));
     RM_ASSIGN_OR_RETURN(d->params_, d->ops_->Allocate(padded));
     RM_ASSIGN_OR_RETURN(d->grads_, d->ops_->Allocate(padded));
-    nn::GptCudaOptions go;
-    go.matmul = d->type_;
-    RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt.options(), go, d->compute_.stream));
+    if (const auto* gpt = dynamic_cast<const nn::GptModel*>(&model)) {
+      nn::GptCudaOptions go;
+      go.matmul = d->type_;
+      RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
+    } else {
+      RM_ASSIGN_OR_RETURN(
+          d->classifier_,
+          nn::SequentialCuda::Create(dynamic_cast<const nn::SequentialClassifier&>(model),
+                                     {.matmul = d->type_}, d->compute_.stream));
+    }
     return d;
   }
 
@@ -76,10 +86,17 @@ class CudaDevice final : public TrainingDevice {
   absl::Span<float> grads() override { return grads_.span(); }
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch,
                                             const ForwardBackwardOptions& options) override {
+    if (gpt_ == nullptr) {
+      return classifier_->ForwardBackward(batch, params_.data(), grads_.data(), options);
+    }
     return gpt_->ForwardBackward(batch, params_.data(), grads_.data(), options);
   }
-  int64_t activation_bytes() const override { return gpt_->activation_bytes(); }
-  int64_t parameter_copy_bytes() const override { return gpt_->parameter_copy_bytes(); }
+  int64_t activation_bytes() const override {
+    return gpt_ != nullptr ? gpt_->activation_bytes() : classifier_->activation_bytes();
+  }
+  int64_t parameter_copy_bytes() const override {
+    return gpt_ != nullptr ? gpt_->parameter_copy_bytes() : 0;
+  }
 
  private:
   CudaDevice() = default;
@@ -90,7 +107,8 @@ class CudaDevice final : public TrainingDevice {
   Stream compute_, comm_;
   std::unique_ptr<CudaVectorOps> ops_, comm_ops_;
   OpsBuffer params_, grads_;
-  std::unique_ptr<nn::GptCuda> gpt_;
+  std::unique_ptr<nn::GptCuda> gpt_;                  // one of the two
+  std::unique_ptr<nn::SequentialCuda> classifier_;
 };
 
 }  // namespace
@@ -142,13 +160,13 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(
         absl::StrCat("GPU ", options.gpu, " asked for, but this process sees ", n,
                      " (CUDA_VISIBLE_DEVICES and the node's slots must agree)"));
   }
-  const auto* gpt = dynamic_cast<const nn::GptModel*>(&model);
-  if (gpt == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "model ", model.Describe(), " has no CUDA path yet: only model.gpt runs on a GPU"));
+  if (dynamic_cast<const nn::GptModel*>(&model) == nullptr &&
+      dynamic_cast<const nn::SequentialClassifier*>(&model) == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("model ", model.Describe(), " has no CUDA path yet"));
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                      CudaDevice::Create(*gpt, padded_elements, options));
+                      CudaDevice::Create(model, padded_elements, options));
   return std::unique_ptr<TrainingDevice>(std::move(device));
 }
 

@@ -4,8 +4,9 @@
 // memory (train/optim/vector_ops.h). The trainer keeps host copies only for checkpoints,
 // fingerprints, evaluation and the state kept between an elastic job's epochs.
 //
-// Only the GPT has a CUDA path (train/nn/gpt_cuda.h): fp32 activations (fp32 or TF32
-// products), or bf16 or fp16 activations.
+// The GPT (train/nn/gpt_cuda.h: fp32 activations with fp32 or TF32 products, or bf16 or fp16
+// activations) and the classifiers (train/nn/sequential_cuda.h: fp32, fp32 or TF32 products)
+// have CUDA paths.
 //
 //   auto device = CreateCudaDevice(model, padded_elements, {.gpu = 0});
 //   sync options: ops = device->ops(), comm_ops = device->comm_ops()
@@ -94,7 +95,8 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> CreateNcclGradients(
 
 // The GPU twin of `model` with its flat buffers on options.gpu.
 //   FAILED_PRECONDITION: a build without --config=cuda, no GPU visible, or gpu out of range;
-//   UNIMPLEMENTED: the model (or its settings) has no CUDA path yet (says which);
+//   UNIMPLEMENTED: the model (or its settings: e.g. a classifier in bf16) has no CUDA path yet
+//   (says which);
 //   RESOURCE_EXHAUSTED: the GPU's memory does not hold the buffers.
 absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(const Model& model,
                                                                  int64_t padded_elements,

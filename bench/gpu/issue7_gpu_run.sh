@@ -18,7 +18,8 @@ TARGETS=(
   //kernels:matmul_cuda_test //kernels:rows_cuda_test //kernels:elementwise_cuda_test
   //kernels:embedding_cuda_test //kernels:attention_cuda_test //kernels:sgd_cuda_test
   //kernels:activation_cuda_test //kernels:vector_cuda_test //kernels:conv_cuda_test
-  //train/optim:cuda_vector_ops_test //train/nn:gpt_cuda_test //train:trainer_test
+  //train/optim:cuda_vector_ops_test //train/nn:gpt_cuda_test //train/nn:sequential_cuda_test
+  //train:trainer_test
   //comm/nccl:nccl_communicator_test //comm/tcp:tcp_cuda_test
   //bench/gpu:gpt2_bench //bench/gpu:attention_bench
 )

@@ -131,9 +131,10 @@ class Conv2d final : public Layer {
   void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
                      float* dx, int64_t n) override;
   int64_t scratch_bytes() const override { return scratch_.bytes(); }
+  // The geometry for `n` images (what the CUDA twin, train/nn/sequential_cuda, runs).
+  kernels::Conv2dShape Shape(int64_t n) const;
 
  private:
-  kernels::Conv2dShape Shape(int64_t n) const;
 
   kernels::Conv2dShape shape_;  // batch filled in per call
   int64_t weight_;
@@ -151,6 +152,9 @@ class MaxPool2d final : public Layer {
   void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
                      float* dx, int64_t n) override;
   int64_t scratch_bytes() const override { return argmax_.bytes(); }
+  int64_t channels() const { return channels_; }
+  int64_t height() const { return height_; }
+  int64_t width() const { return width_; }
 
  private:
   int64_t channels_;

@@ -71,14 +71,19 @@ void SequentialClassifier::Init(uint64_t seed, FlatBuffer& params) const {
 }
 
 absl::Status SequentialClassifier::CheckBatch(const Batch& batch) const {
+  return CheckClassifierBatch(batch, description_, input_size(), classes());
+}
+
+absl::Status CheckClassifierBatch(const Batch& batch, const std::string& description,
+                                  int64_t input_size, int64_t classes) {
   if (batch.size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch.size is ", batch.size, "; want at least 1 sample"));
   }
-  if (batch.feature_dim != input_size()) {
+  if (batch.feature_dim != input_size) {
     return absl::InvalidArgumentError(absl::StrCat("batch.feature_dim is ", batch.feature_dim,
-                                                   "; model '", description_, "' takes ",
-                                                   input_size(), " features"));
+                                                   "; model '", description, "' takes ",
+                                                   input_size, " features"));
   }
   if (static_cast<int64_t>(batch.features.size()) != batch.size * batch.feature_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -90,9 +95,9 @@ absl::Status SequentialClassifier::CheckBatch(const Batch& batch) const {
                                                    " labels; want batch.size = ", batch.size));
   }
   for (size_t i = 0; i < batch.labels.size(); ++i) {
-    if (batch.labels[i] < 0 || batch.labels[i] >= classes()) {
+    if (batch.labels[i] < 0 || batch.labels[i] >= classes) {
       return absl::InvalidArgumentError(absl::StrCat("batch.labels[", i, "] is ", batch.labels[i],
-                                                     "; want a class in 0..", classes() - 1));
+                                                     "; want a class in 0..", classes - 1));
     }
   }
   return absl::OkStatus();

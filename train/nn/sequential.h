@@ -48,6 +48,12 @@ void RoundToPrecision(Precision precision, float* values, int64_t n);
 // finite and positive.
 absl::Status CheckLossOptions(const ForwardBackwardOptions& options);
 
+// INVALID_ARGUMENT naming the field for a batch a classifier taking `input_size` features
+// and `classes` classes cannot take (batch.size, batch.feature_dim, batch.features,
+// batch.labels[i]); SequentialClassifier's and its CUDA twin's check.
+absl::Status CheckClassifierBatch(const Batch& batch, const std::string& description,
+                                  int64_t input_size, int64_t classes);
+
 class SequentialClassifier : public Model {
  public:
   std::string Describe() const override { return description_; }

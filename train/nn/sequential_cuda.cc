@@ -1,0 +1,259 @@
+#include "train/nn/sequential_cuda.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/conv.h"
+#include "kernels/cuda/rows.h"
+
+namespace ringmaster::train::nn {
+namespace {
+
+namespace kc = kernels::cuda;
+using kernels::OutputMode;
+
+constexpr int64_t kAlignBytes = 256;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
+    const SequentialClassifier& model, const SequentialCudaOptions& options,
+    cudaStream_t stream) {
+  if (kc::ElementBytes(options.matmul) != 4) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the classifiers' CUDA path is fp32 (or tf32 products); ",
+        kc::MatMulTypeName(options.matmul),
+        " activations train on the CPU (set precision.compute: fp32 for the GPU)"));
+  }
+  auto gpu = absl::WrapUnique(new SequentialCuda);
+  for (const auto& layer : model.layers()) {
+    Step step;
+    step.in = layer->input_size();
+    step.out = layer->output_size();
+    const std::vector<Parameter>& parameters = layer->parameters();
+    step.has_params = !parameters.empty();
+    if (step.has_params) {
+      step.weight = parameters[0].offset;
+      step.bias = parameters.size() > 1 ? parameters[1].offset : -1;
+    }
+    if (dynamic_cast<const Linear*>(layer.get()) != nullptr) {
+      step.kind = Kind::kLinear;
+    } else if (dynamic_cast<const Relu*>(layer.get()) != nullptr) {
+      step.kind = Kind::kRelu;
+    } else if (const auto* conv = dynamic_cast<const Conv2d*>(layer.get())) {
+      step.kind = Kind::kConv;
+      step.conv = conv->Shape(0);
+    } else if (const auto* pool = dynamic_cast<const MaxPool2d*>(layer.get())) {
+      step.kind = Kind::kPool;
+      step.channels = pool->channels();
+      step.height = pool->height();
+      step.width = pool->width();
+    } else {
+      return absl::UnimplementedError(absl::StrCat("layer '", layer->Describe(), "' of model ",
+                                                   model.Describe(), " has no CUDA twin"));
+    }
+    if (step.has_params && step.bias < 0) {
+      return absl::UnimplementedError(absl::StrCat("layer '", layer->Describe(),
+                                                   "' without a bias has no CUDA twin"));
+    }
+    gpu->steps_.push_back(step);
+  }
+  gpu->description_ = model.Describe();
+  gpu->input_size_ = model.input_size();
+  gpu->classes_ = model.classes();
+  gpu->total_elements_ = model.table().total_elements();
+  gpu->options_ = options;
+  gpu->stream_ = stream;
+  RM_ASSIGN_OR_RETURN(gpu->engine_, kc::MatMulEngine::Create());
+  return gpu;
+}
+
+SequentialCuda::~SequentialCuda() {
+  if (arena_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaFree(arena_);
+  }
+}
+
+absl::Status SequentialCuda::Reserve(int64_t batch) {
+  if (batch <= capacity_) return absl::OkStatus();
+  char* base = nullptr;
+  int64_t used = 0;
+  auto take_bytes = [&](int64_t n) {
+    char* p = base == nullptr ? nullptr : base + used;
+    used += (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+    return static_cast<void*>(p);
+  };
+  auto take = [&](int64_t n) { return static_cast<float*>(take_bytes(n * 4)); };
+  auto take_ints = [&](int64_t n) { return static_cast<int32_t*>(take_bytes(n * 4)); };
+  auto place = [&] {
+    input_ = take(batch * input_size_);
+    outputs_.assign(steps_.size(), nullptr);
+    argmax_.assign(steps_.size(), nullptr);
+    int64_t largest = 0, scratch = 0;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
+      largest = std::max(largest, s.out);
+      // ReLU runs in place: its output is its input (the layer before needs neither its own
+      // output in backward, as on the CPU).
+      outputs_[i] = s.kind == Kind::kRelu ? const_cast<float*>(Input(i)) : take(batch * s.out);
+      if (s.kind == Kind::kPool) argmax_[i] = take_ints(batch * s.out);
+      if (s.kind == Kind::kConv) {
+        kernels::Conv2dShape shape = s.conv;
+        shape.batch = batch;
+        scratch = std::max(scratch, kc::Conv2dCudaScratchFloats(shape));
+      }
+      if (s.kind == Kind::kLinear) scratch = std::max(scratch, kc::BiasGradientScratchFloats(s.out));
+    }
+    grad_[0] = take(batch * largest);
+    grad_[1] = take(batch * largest);
+    labels_ = take_ints(batch);
+    loss_ = take(batch);
+    predicted_ = take_ints(batch);
+    scratch_ = take(scratch);
+  };
+  place();  // measures
+  if (arena_ != nullptr) {
+    RM_RETURN_IF_ERROR(CudaToStatus(cudaStreamSynchronize(stream_), "SequentialCuda: stream"));
+    cudaFree(arena_);
+    arena_ = nullptr;
+    arena_bytes_ = 0;
+    capacity_ = 0;
+  }
+  RM_RETURN_IF_ERROR(CudaToStatus(
+      cudaMalloc(&arena_, used),
+      absl::StrCat("SequentialCuda: cudaMalloc of ", used, " bytes of activations").c_str()));
+  arena_bytes_ = used;
+  capacity_ = batch;
+  base = static_cast<char*>(arena_);
+  used = 0;
+  place();  // assigns
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, const float* params,
+                                                          float* grads,
+                                                          const ForwardBackwardOptions& options) {
+  if (options.precision != Precision::kFloat32) {
+    return absl::InvalidArgumentError(
+        "SequentialCuda::ForwardBackward: options.precision must be fp32 (the classifiers' CUDA "
+        "path)");
+  }
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
+  RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
+  if (params == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError("SequentialCuda::ForwardBackward: params and grads are "
+                                      "device pointers and must not be null");
+  }
+  const int64_t n = batch.size;
+  RM_RETURN_IF_ERROR(Reserve(n));
+  const kc::MatMulType type = options_.matmul;
+  // Pageable host memory: each copy has left the host buffer when the call returns.
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(input_, batch.features.data(), n * input_size_ * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels_, batch.labels.data(), n * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  if (!options.accumulate) {
+    RM_RETURN_IF_CUDA_ERROR(
+        cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
+  }
+
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
+    const float* x = Input(i);
+    float* y = outputs_[i];
+    switch (s.kind) {
+      case Kind::kLinear:
+        RM_RETURN_IF_ERROR(engine_->LinearForward(type, x, params + s.weight, params + s.bias, y,
+                                                  n, s.in, s.out, stream_));
+        break;
+      case Kind::kRelu:
+        RM_RETURN_IF_ERROR(kc::ReluForward(x, y, n * s.out, stream_));
+        break;
+      case Kind::kConv: {
+        kernels::Conv2dShape shape = s.conv;
+        shape.batch = n;
+        RM_RETURN_IF_ERROR(kc::Conv2dForward(engine_.get(), type, shape, x, params + s.weight,
+                                             params + s.bias, y, scratch_, stream_));
+        break;
+      }
+      case Kind::kPool:
+        RM_RETURN_IF_ERROR(kc::MaxPool2x2Forward(x, y, argmax_[i], n * s.channels, s.height,
+                                                 s.width, stream_));
+        break;
+    }
+  }
+
+  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+  RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(
+      outputs_.back(), labels_, n, classes_, scale, loss_, predicted_, grad_[0], stream_));
+
+  // grad_[current] holds the gradient of step i's output; the parameters' gradients add
+  // onto zeroed (or accumulating) grads.
+  int current = 0;
+  for (size_t i = steps_.size(); i-- > 0;) {
+    const Step& s = steps_[i];
+    const float* x = Input(i);
+    const float* dy = grad_[current];
+    if (s.kind == Kind::kLinear) {
+      RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, x, dy, grads + s.weight,
+                                                        grads + s.bias, n, s.in, s.out,
+                                                        OutputMode::kAccumulate, scratch_,
+                                                        stream_));
+    } else if (s.kind == Kind::kConv) {
+      kernels::Conv2dShape shape = s.conv;
+      shape.batch = n;
+      RM_RETURN_IF_ERROR(kc::Conv2dBackwardWeights(engine_.get(), type, shape, x, dy,
+                                                   grads + s.weight, grads + s.bias,
+                                                   OutputMode::kAccumulate, scratch_, stream_));
+    }
+    if (s.has_params && options.on_grads_ready) options.on_grads_ready(s.weight);
+    if (i == 0) break;  // no gradient for the data
+    if (s.kind != Kind::kRelu) current = 1 - current;  // ReLU's backward is in place
+    float* dx = grad_[current];
+    switch (s.kind) {
+      case Kind::kLinear:
+        RM_RETURN_IF_ERROR(engine_->LinearBackwardInput(type, dy, params + s.weight, dx, n, s.in,
+                                                        s.out, stream_));
+        break;
+      case Kind::kRelu:
+        RM_RETURN_IF_ERROR(kc::ReluBackward(outputs_[i], dy, dx, n * s.out, stream_));
+        break;
+      case Kind::kConv: {
+        kernels::Conv2dShape shape = s.conv;
+        shape.batch = n;
+        RM_RETURN_IF_ERROR(kc::Conv2dBackwardInput(engine_.get(), type, shape, params + s.weight,
+                                                   dy, dx, scratch_, stream_));
+        break;
+      }
+      case Kind::kPool:
+        RM_RETURN_IF_ERROR(kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height,
+                                                  s.width, stream_));
+        break;
+    }
+  }
+  // As the CPU model: a model without parameters still announces offset 0.
+  if (options.on_grads_ready && total_elements_ == 0) options.on_grads_ready(0);
+
+  std::vector<float> loss(n);
+  std::vector<int32_t> predicted(n);
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(loss.data(), loss_, n * 4, cudaMemcpyDeviceToHost, stream_));
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(predicted.data(), predicted_, n * 4, cudaMemcpyDeviceToHost, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  StepStats stats;
+  stats.loss_terms = n;
+  for (int64_t i = 0; i < n; ++i) {
+    stats.loss_sum += loss[i];
+    stats.correct += predicted[i] == batch.labels[i];
+  }
+  return stats;
+}
+
+}  // namespace ringmaster::train::nn

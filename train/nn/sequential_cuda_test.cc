@@ -1,0 +1,153 @@
+// Tests of train/nn/sequential_cuda.h against the CPU classifiers (train/nn/classifiers.h):
+// the same parameters and batch give the same loss, predictions and parameter gradients.
+// Tolerances: fp32 1e-5 of each tensor's gradient norm and of the loss (the same fp32
+// operations in other orders: cuBLASLt's sums, the convolution's im2col product); TF32 2e-2
+// (10-bit mantissas in every product). Accumulating a second time doubles each gradient (per
+// tensor, 1e-6). Gradients are announced per layer, last first, ending at offset 0.
+// Without a GPU the tests skip.
+#include "train/nn/sequential_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/testing.h"
+#include "train/nn/classifiers.h"
+#include "train/tensor.h"
+
+namespace ringmaster::train::nn {
+namespace {
+
+using kernels::cuda::MatMulType;
+using kernels::cuda::testing::Device;
+using kernels::cuda::testing::HaveGpu;
+
+#define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU classifier tests")
+
+Batch RandomBatch(int64_t size, int64_t features, int64_t classes, uint32_t seed) {
+  Batch b;
+  b.size = size;
+  b.feature_dim = features;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> x(-1.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(classes - 1));
+  b.features.resize(size * features);
+  for (float& v : b.features) v = x(gen);
+  b.labels.resize(size);
+  for (int32_t& l : b.labels) l = label(gen);
+  return b;
+}
+
+double Norm(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
+  return std::sqrt(s);
+}
+
+void CompareWithCpu(SequentialClassifier& cpu, MatMulType type, double tol) {
+  absl::StatusOr<std::unique_ptr<SequentialCuda>> gpu =
+      SequentialCuda::Create(cpu, {.matmul = type}, nullptr);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const TensorTable& table = cpu.table();
+  FlatBuffer params(table.total_elements()), grads(table.total_elements());
+  cpu.Init(11, params);
+  const Batch batch = RandomBatch(37, cpu.input_size(), cpu.classes(), 5);
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = 37;
+  std::vector<int64_t> cpu_ready;
+  fb.on_grads_ready = [&](int64_t offset) { cpu_ready.push_back(offset); };
+  absl::StatusOr<StepStats> want = cpu.ForwardBackward(batch, params, grads, fb);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  const std::vector<float> host_params(params.data(), params.data() + params.size());
+  Device<float> dparams(host_params), dgrads(table.total_elements());
+  std::vector<int64_t> gpu_ready;
+  fb.on_grads_ready = [&](int64_t offset) { gpu_ready.push_back(offset); };
+  absl::StatusOr<StepStats> got = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(gpu_ready, cpu_ready);
+  EXPECT_EQ(got->loss_terms, want->loss_terms);
+  EXPECT_NEAR(got->loss_sum, want->loss_sum, tol * std::fabs(want->loss_sum));
+  EXPECT_LE(std::llabs(got->correct - want->correct), type == MatMulType::kFloat32 ? 0 : 2);
+  const std::vector<float> g = dgrads.Host();
+  for (const TensorSpec& t : table.tensors()) {
+    std::vector<float> diff(t.numel);
+    for (int64_t i = 0; i < t.numel; ++i) diff[i] = g[t.offset + i] - grads.data()[t.offset + i];
+    const double ref = Norm(grads.data() + t.offset, t.numel);
+    EXPECT_LE(Norm(diff.data(), t.numel), tol * ref + 1e-12) << "gradient of " << t.name;
+  }
+
+  fb.accumulate = true;
+  fb.on_grads_ready = nullptr;
+  ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
+  const std::vector<float> twice = dgrads.Host();
+  for (const TensorSpec& t : table.tensors()) {
+    std::vector<float> diff(t.numel);
+    for (int64_t i = 0; i < t.numel; ++i) diff[i] = twice[t.offset + i] - 2 * g[t.offset + i];
+    EXPECT_LE(Norm(diff.data(), t.numel), 1e-6 * Norm(g.data() + t.offset, t.numel) + 1e-12)
+        << "accumulated gradient of " << t.name;
+  }
+}
+
+std::unique_ptr<MlpClassifier> SmallMlp() {
+  auto mlp = MlpClassifier::Create({.inputs = 50, .hidden = {33, 20}, .classes = 7});
+  CHECK(mlp.ok()) << mlp.status();
+  return std::move(*mlp);
+}
+
+std::unique_ptr<CnnClassifier> SmallCnn() {
+  auto cnn = CnnClassifier::Create({.channels = 2,
+                                    .height = 9,
+                                    .width = 10,
+                                    .conv_channels = {4, 6},
+                                    .kernel_size = 3,
+                                    .hidden = {12},
+                                    .classes = 5});
+  CHECK(cnn.ok()) << cnn.status();
+  return std::move(*cnn);
+}
+
+TEST(SequentialCuda, MlpMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(*SmallMlp(), MatMulType::kFloat32, 1e-5);
+}
+
+TEST(SequentialCuda, CnnMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(*SmallCnn(), MatMulType::kFloat32, 1e-5);
+}
+
+TEST(SequentialCuda, Tf32ApproximatesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(*SmallMlp(), MatMulType::kTensorFloat32, 2e-2);
+  CompareWithCpu(*SmallCnn(), MatMulType::kTensorFloat32, 2e-2);
+}
+
+TEST(SequentialCuda, SixteenBitIsUnimplementedAndBadBatchesAreNamed) {
+  SKIP_WITHOUT_GPU();
+  auto mlp = SmallMlp();
+  absl::Status s = SequentialCuda::Create(*mlp, {.matmul = MatMulType::kBFloat16}, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("precision.compute: fp32"), std::string::npos) << s;
+  auto gpu = SequentialCuda::Create(*mlp, {}, nullptr);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Device<float> dparams(mlp->table().total_elements()), dgrads(mlp->table().total_elements());
+  Batch batch = RandomBatch(3, 50, 7, 1);
+  batch.labels[2] = 7;
+  s = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("batch.labels[2] is 7"), std::string::npos) << s;
+  ForwardBackwardOptions bf16;
+  bf16.precision = Precision::kBFloat16;
+  s = (*gpu)->ForwardBackward(RandomBatch(3, 50, 7, 1), dparams.get(), dgrads.get(), bf16)
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringmaster::train::nn
