@@ -113,6 +113,12 @@ std::unique_ptr<data::Dataset> SyntheticText() {
 // it reduces the gradients over NCCL where the spec's backend and the ranks' GPUs allow.
 enum class Gradients { kTcp, kNccl };
 
+// The synthetic data a spec's model reads: images for the classifiers, text for the GPT.
+std::unique_ptr<data::Dataset> DataFor(const JobSpec& spec) {
+  if (spec.model().has_mlp() || spec.model().has_cnn()) return Synthetic();
+  return SyntheticText();
+}
+
 RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec,
                 int64_t stop_at_step = 0, Gradients gradients = Gradients::kTcp) {
   const std::string dir = comm::testing::FreshStoreDir();
@@ -122,12 +128,7 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
   auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
     auto spec = spec::LoadJobSpecText(spec_text, overrides);
     if (!spec.ok()) return spec.status();
-    std::unique_ptr<data::Dataset> train_data;
-    if (spec->model().has_mlp() || spec->model().has_cnn()) {
-      train_data = Synthetic();
-    } else {
-      train_data = SyntheticText();
-    }
+    std::unique_ptr<data::Dataset> train_data = DataFor(*spec);
     TrainerOptions o;
     o.spec = *spec;
     o.comm = &comm;
@@ -363,6 +364,31 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
       "gpu, activation checkpointing");
 }
 
+// One rank of `spec` with `overrides` fails with `code` and a message holding `text`; the same
+// job with device: auto then trains (on the CPU).
+void ExpectCudaFailsAndAutoTrains(const char* spec_text, std::vector<std::string> overrides,
+                                  absl::StatusCode code, const std::string& text) {
+  auto spec = spec::LoadJobSpecText(spec_text, overrides);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::unique_ptr<data::Dataset> data = DataFor(*spec);
+  MultiProcOptions mp;
+  mp.world_size = 1;
+  auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    TrainerOptions o;
+    o.spec = *spec;
+    o.comm = &comm;
+    o.train_data = data.get();
+    absl::Status s = RunTraining(o).status();
+    if (s.code() != code || !absl::StrContains(s.message(), text)) {
+      return absl::InternalError(absl::StrCat("want ", absl::StatusCodeToString(code),
+                                              " naming '", text, "', got ", s.ToString()));
+    }
+    o.spec.set_device(JobSpec::DEVICE_AUTO);
+    return RunTraining(o).status();
+  });
+  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
+}
+
 // The classifiers' GPU path (train/nn/sequential_cuda.h) as the GPT's above: an MLP trained
 // on the CPU and on the GPU at one rank, two ranks sharing the GPU over TCP staging, and
 // NCCL, with the same bound. In bf16 the classifiers have no CUDA path: `device: cuda`
@@ -383,25 +409,9 @@ TEST(TrainerOnGpu, ClassifierMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   ExpectGpuRunsMatchTheCpu(kGpuMlpSpec, "mlp");
 
-  auto spec = spec::LoadJobSpecText(kGpuMlpSpec, {"device=cuda", "precision.compute=bf16"});
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  auto data = Synthetic();
-  MultiProcOptions mp;
-  mp.world_size = 1;
-  auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    TrainerOptions o;
-    o.spec = *spec;
-    o.comm = &comm;
-    o.train_data = data.get();
-    absl::Status s = RunTraining(o).status();
-    if (s.code() != absl::StatusCode::kUnimplemented ||
-        !absl::StrContains(s.message(), "device: cuda: the classifiers' CUDA path is fp32")) {
-      return absl::InternalError(absl::StrCat("want UNIMPLEMENTED naming device: ", s.ToString()));
-    }
-    o.spec.set_device(JobSpec::DEVICE_AUTO);
-    return RunTraining(o).status();
-  });
-  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
+  ExpectCudaFailsAndAutoTrains(kGpuMlpSpec, {"device=cuda", "precision.compute=bf16"},
+                               absl::StatusCode::kUnimplemented,
+                               "device: cuda: the classifiers' CUDA path is fp32");
 }
 
 // bf16 on the GPU (one head of 64 channels, which the bf16 attention takes) against fp32 on
@@ -464,27 +474,8 @@ TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
 
 TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
   if (GpuVisible()) GTEST_SKIP() << "a GPU is here: MatchesTheCpu runs instead";
-  auto data = SyntheticText();
-  auto spec = spec::LoadJobSpecText(kGpuSpec, {"device=cuda"});
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  MultiProcOptions mp;
-  mp.world_size = 1;
-  auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    TrainerOptions o;
-    o.spec = *spec;
-    o.comm = &comm;
-    o.train_data = data.get();
-    absl::Status s = RunTraining(o).status();
-    if (s.code() != absl::StatusCode::kFailedPrecondition ||
-        !absl::StrContains(s.message(), "device: cuda")) {
-      return absl::InternalError(
-          absl::StrCat("want FAILED_PRECONDITION naming device: ", s.ToString()));
-    }
-    // `auto` trains on the CPU instead.
-    o.spec.set_device(JobSpec::DEVICE_AUTO);
-    return RunTraining(o).status();
-  });
-  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
+  ExpectCudaFailsAndAutoTrains(kGpuSpec, {"device=cuda"}, absl::StatusCode::kFailedPrecondition,
+                               "device: cuda");
 }
 
 // backend: auto on the CPU stays on TCP even when the trainer could bootstrap NCCL;
