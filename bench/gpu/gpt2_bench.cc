@@ -323,8 +323,7 @@ int Main() {
       "copy %.2f GiB; warm-up %.1f s; loss %.4f%s\n",
       matmul == "bf16" || matmul == "fp16" ? matmul.c_str() : "fp32", matmul.c_str(),
       static_cast<long long>(o.checkpoint_every),
-      static_cast<long long>((o.vocab + co.logits_row_alignment - 1) / co.logits_row_alignment *
-                             co.logits_row_alignment),
+      static_cast<long long>((*gpt)->logits_stride()),
       static_cast<long long>(batch_size),
       static_cast<long long>(o.context), prop.name, step_s * 1e3, sorted.front() * 1e3,
       sorted.back() * 1e3, tokens / step_s, tflops,

@@ -41,8 +41,19 @@ constexpr size_t kDeviceBytes = size_t{80} << 30;
 
 int JitterMicros() {
   static const int jitter = [] {
+    constexpr int kDefault = 50;
     const char* v = std::getenv("RM_CUDA_EMU_JITTER_US");
-    return v == nullptr ? 50 : std::max(0, std::atoi(v));
+    if (v == nullptr) return kDefault;
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || us < 0 || us > 1000000) {
+      std::fprintf(stderr,
+                   "cuda_emu: RM_CUDA_EMU_JITTER_US=\"%s\" is not a whole number of "
+                   "microseconds in 0..1000000 (0 turns the delay off); using %d\n",
+                   v, kDefault);
+      return kDefault;
+    }
+    return static_cast<int>(us);
   }();
   return jitter;
 }

@@ -34,7 +34,6 @@ enum BlockTensor {
   kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias,
 };
 
-constexpr int64_t kAlignBytes = 256;  // every piece of the arena starts on this boundary
 
 absl::Status Unimplemented(const auto&... parts) {
   return absl::UnimplementedError(absl::StrCat("GptCuda: ", parts...));
@@ -202,7 +201,8 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
                    : std::min(options_.checkpoint_every, options_.layers)),
       segments_((options_.layers + segment_ - 1) / segment_),
       logits_stride_((options_.vocab + cuda_options.logits_row_alignment - 1) /
-                     cuda_options.logits_row_alignment * cuda_options.logits_row_alignment) {
+                     cuda_options.logits_row_alignment * cuda_options.logits_row_alignment),
+      arena_(stream) {
   const TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
@@ -220,7 +220,6 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
 }
 
 GptCuda::~GptCuda() {
-  if (arena_ != nullptr) cudaFree(arena_);
   if (params16_ != nullptr) cudaFree(params16_);
   for (const TimedLaunch& t : timed_) spare_events_.insert(spare_events_.end(), {t.start, t.end});
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
@@ -286,17 +285,10 @@ absl::Status GptCuda::Reserve(int64_t batch) {
   const int64_t t = options_.context, c = options_.width;
   const int64_t rows = batch * t;
   const int64_t act = half() ? 2 : 4;  // bytes of an activation
-  char* base = nullptr;
-  int64_t used = 0;  // bytes
-  auto take_bytes = [&](int64_t n) {
-    char* p = base == nullptr ? nullptr : base + used;
-    used += (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
-    return static_cast<void*>(p);
-  };
-  auto take = [&](int64_t n) { return static_cast<float*>(take_bytes(n * 4)); };
-  auto take_act = [&](int64_t n) { return take_bytes(n * act); };
-  auto take_ints = [&](int64_t n) { return static_cast<int32_t*>(take_bytes(n * 4)); };
-  auto place = [&] {
+  auto place = [&](DeviceArena::Layout& layout) {
+    auto take = [&](int64_t n) { return layout.Floats(n); };
+    auto take_act = [&](int64_t n) { return layout.Take(n * act); };
+    auto take_ints = [&](int64_t n) { return layout.Ints(n); };
     // Kept: each segment's input and the last block's output; reused: the streams inside a
     // segment and the blocks' activations, recomputed segment by segment in backward.
     streams_.assign(segments_ + segment_, nullptr);
@@ -332,25 +324,10 @@ absl::Status GptCuda::Reserve(int64_t batch) {
     predicted_ = take_ints(rows);
     index_ = take_ints(kernels::EmbeddingIndexInts(batch, t));
   };
-  place();  // measures
-  if (arena_ != nullptr) {
-    RM_RETURN_IF_ERROR(CudaToStatus(cudaStreamSynchronize(stream_), "GptCuda: stream"));
-    cudaFree(arena_);
-    arena_ = nullptr;
-    arena_bytes_ = 0;
-    capacity_ = 0;
-  }
-  const int64_t bytes = used;
-  RM_RETURN_IF_ERROR(CudaToStatus(
-      cudaMalloc(&arena_, bytes),
-      absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes of activations for ", batch,
-                   " samples")
-          .c_str()));
-  arena_bytes_ = bytes;
+  capacity_ = 0;  // until Fit succeeds: its pointers are stale
+  RM_RETURN_IF_ERROR(
+      arena_.Fit(place, absl::StrCat("GptCuda: activations for ", batch, " samples")));
   capacity_ = batch;
-  base = static_cast<char*>(arena_);
-  used = 0;
-  place();  // assigns
   return absl::OkStatus();
 }
 

@@ -46,6 +46,7 @@
 #include "kernels/cuda/matmul.h"
 #include "train/batch.h"
 #include "train/model.h"
+#include "train/nn/device_arena.h"
 #include "train/nn/gpt.h"
 
 namespace ringmaster::train::nn {
@@ -95,7 +96,10 @@ class GptCuda {
   Precision precision() const { return precision_; }
 
   // Device bytes held for activations, tokens and scratch (the largest batch so far).
-  int64_t activation_bytes() const { return arena_bytes_; }
+  int64_t activation_bytes() const { return arena_.bytes(); }
+  // Elements from one row of the logits to the next (vocab rounded up to
+  // GptCudaOptions::logits_row_alignment).
+  int64_t logits_stride() const { return logits_stride_; }
   // Device bytes of the 16-bit copy of the parameters (0 in fp32).
   int64_t parameter_copy_bytes() const { return half() ? total_elements() * 2 : 0; }
 
@@ -159,8 +163,7 @@ class GptCuda {
   std::vector<int> blocks_;  // each block's first tensor
 
   // One device allocation, laid out for `capacity_` samples.
-  void* arena_ = nullptr;
-  int64_t arena_bytes_ = 0;
+  DeviceArena arena_;
   int64_t capacity_ = 0;
   std::vector<void*> streams_;  // the residual stream at each block's input, and lnf's
   std::vector<BlockActivations> slots_;

@@ -17,8 +17,6 @@ namespace {
 namespace kc = kernels::cuda;
 using kernels::OutputMode;
 
-constexpr int64_t kAlignBytes = 256;
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
@@ -35,12 +33,6 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
     Step step;
     step.in = layer->input_size();
     step.out = layer->output_size();
-    const std::vector<Parameter>& parameters = layer->parameters();
-    step.has_params = !parameters.empty();
-    if (step.has_params) {
-      step.weight = parameters[0].offset;
-      step.bias = parameters.size() > 1 ? parameters[1].offset : -1;
-    }
     if (dynamic_cast<const Linear*>(layer.get()) != nullptr) {
       step.kind = Kind::kLinear;
     } else if (dynamic_cast<const Relu*>(layer.get()) != nullptr) {
@@ -57,9 +49,10 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
       return absl::UnimplementedError(absl::StrCat("layer '", layer->Describe(), "' of model ",
                                                    model.Describe(), " has no CUDA twin"));
     }
-    if (step.has_params && step.bias < 0) {
-      return absl::UnimplementedError(absl::StrCat("layer '", layer->Describe(),
-                                                   "' without a bias has no CUDA twin"));
+    // Linear and Conv2d always have a weight and a bias (train/nn/layers.h).
+    if (step.has_params()) {
+      step.weight = layer->parameters()[0].offset;
+      step.bias = layer->parameters()[1].offset;
     }
     gpu->steps_.push_back(step);
   }
@@ -69,29 +62,16 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
   gpu->total_elements_ = model.table().total_elements();
   gpu->options_ = options;
   gpu->stream_ = stream;
+  gpu->arena_ = std::make_unique<DeviceArena>(stream);
   RM_ASSIGN_OR_RETURN(gpu->engine_, kc::MatMulEngine::Create());
   return gpu;
 }
 
-SequentialCuda::~SequentialCuda() {
-  if (arena_ != nullptr) {
-    cudaStreamSynchronize(stream_);
-    cudaFree(arena_);
-  }
-}
-
 absl::Status SequentialCuda::Reserve(int64_t batch) {
   if (batch <= capacity_) return absl::OkStatus();
-  char* base = nullptr;
-  int64_t used = 0;
-  auto take_bytes = [&](int64_t n) {
-    char* p = base == nullptr ? nullptr : base + used;
-    used += (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
-    return static_cast<void*>(p);
-  };
-  auto take = [&](int64_t n) { return static_cast<float*>(take_bytes(n * 4)); };
-  auto take_ints = [&](int64_t n) { return static_cast<int32_t*>(take_bytes(n * 4)); };
-  auto place = [&] {
+  auto place = [&](DeviceArena::Layout& layout) {
+    auto take = [&](int64_t n) { return layout.Floats(n); };
+    auto take_ints = [&](int64_t n) { return layout.Ints(n); };
     input_ = take(batch * input_size_);
     outputs_.assign(steps_.size(), nullptr);
     argmax_.assign(steps_.size(), nullptr);
@@ -117,22 +97,10 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
     predicted_ = take_ints(batch);
     scratch_ = take(scratch);
   };
-  place();  // measures
-  if (arena_ != nullptr) {
-    RM_RETURN_IF_ERROR(CudaToStatus(cudaStreamSynchronize(stream_), "SequentialCuda: stream"));
-    cudaFree(arena_);
-    arena_ = nullptr;
-    arena_bytes_ = 0;
-    capacity_ = 0;
-  }
-  RM_RETURN_IF_ERROR(CudaToStatus(
-      cudaMalloc(&arena_, used),
-      absl::StrCat("SequentialCuda: cudaMalloc of ", used, " bytes of activations").c_str()));
-  arena_bytes_ = used;
+  capacity_ = 0;  // until Fit succeeds: its pointers are stale
+  RM_RETURN_IF_ERROR(
+      arena_->Fit(place, absl::StrCat("SequentialCuda: activations for ", batch, " samples")));
   capacity_ = batch;
-  base = static_cast<char*>(arena_);
-  used = 0;
-  place();  // assigns
   return absl::OkStatus();
 }
 
@@ -212,7 +180,7 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
                                                    grads + s.weight, grads + s.bias,
                                                    OutputMode::kAccumulate, scratch_, stream_));
     }
-    if (s.has_params && options.on_grads_ready) options.on_grads_ready(s.weight);
+    if (s.has_params() && options.on_grads_ready) options.on_grads_ready(s.weight);
     if (i == 0) break;  // no gradient for the data
     if (s.kind != Kind::kRelu) current = 1 - current;  // ReLU's backward is in place
     float* dx = grad_[current];

@@ -24,6 +24,7 @@
 #include "kernels/cuda/matmul.h"
 #include "train/batch.h"
 #include "train/model.h"
+#include "train/nn/device_arena.h"
 #include "train/nn/sequential.h"
 
 namespace ringmaster::train::nn {
@@ -40,7 +41,6 @@ class SequentialCuda {
   static absl::StatusOr<std::unique_ptr<SequentialCuda>> Create(
       const SequentialClassifier& model, const SequentialCudaOptions& options,
       cudaStream_t stream);
-  ~SequentialCuda();
   SequentialCuda(const SequentialCuda&) = delete;
   SequentialCuda& operator=(const SequentialCuda&) = delete;
 
@@ -55,7 +55,7 @@ class SequentialCuda {
                                             float* grads, const ForwardBackwardOptions& options);
 
   // Device bytes held for activations, labels and scratch (the largest batch so far).
-  int64_t activation_bytes() const { return arena_bytes_; }
+  int64_t activation_bytes() const { return arena_->bytes(); }
 
  private:
   enum class Kind { kLinear, kRelu, kConv, kPool };
@@ -65,7 +65,7 @@ class SequentialCuda {
     int64_t weight = 0, bias = 0;    // parameter offsets (kLinear, kConv)
     kernels::Conv2dShape conv;       // kConv; batch set per call
     int64_t channels = 0, height = 0, width = 0;  // kPool
-    bool has_params = false;
+    bool has_params() const { return kind == Kind::kLinear || kind == Kind::kConv; }
   };
   SequentialCuda() = default;
   absl::Status Reserve(int64_t batch);
@@ -80,9 +80,8 @@ class SequentialCuda {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
 
-  // One device allocation, laid out for capacity_ samples.
-  void* arena_ = nullptr;
-  int64_t arena_bytes_ = 0;
+  // The activations, laid out for capacity_ samples.
+  std::unique_ptr<DeviceArena> arena_;
   int64_t capacity_ = 0;
   float* input_ = nullptr;
   std::vector<float*> outputs_;  // per step; an in-place ReLU's is its input's
