@@ -490,24 +490,32 @@ TEST_F(NcclCommunicatorTest, HostPointersAreRejected) {
 
 // Holds the communicator's stream with a host function, so that the next operation stays
 // pending, until released. Released by a timer thread, independently of the operation's
-// thread (ncclCommAbort waits for the stream's kernels to quit).
+// thread (ncclCommAbort waits for the stream's kernels to quit). The host function shares
+// ownership of the notification: it may still be returning from WaitForNotification when
+// the hold goes out of scope.
 class StreamHold {
  public:
-  explicit StreamHold(cudaStream_t stream) {
-    EXPECT_EQ(
-        cudaLaunchHostFunc(
-            stream, [](void* n) { static_cast<absl::Notification*>(n)->WaitForNotification(); },
-            &release_),
-        cudaSuccess);
-    releaser_ = std::thread([this] {
+  explicit StreamHold(cudaStream_t stream) : release_(std::make_shared<absl::Notification>()) {
+    auto* held = new std::shared_ptr<absl::Notification>(release_);
+    const cudaError_t err = cudaLaunchHostFunc(
+        stream,
+        [](void* p) {
+          std::unique_ptr<std::shared_ptr<absl::Notification>> n(
+              static_cast<std::shared_ptr<absl::Notification>*>(p));
+          (*n)->WaitForNotification();
+        },
+        held);
+    EXPECT_EQ(err, cudaSuccess);
+    if (err != cudaSuccess) delete held;
+    releaser_ = std::thread([release = release_] {
       absl::SleepFor(absl::Seconds(1));
-      release_.Notify();
+      release->Notify();
     });
   }
   ~StreamHold() { releaser_.join(); }
 
  private:
-  absl::Notification release_;
+  std::shared_ptr<absl::Notification> release_;
   std::thread releaser_;
 };
 
