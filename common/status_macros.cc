@@ -2,9 +2,24 @@
 
 #include <cstring>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace ringmaster {
+namespace {
+
+constexpr char kPermanentUrl[] = "type.ringmaster.dev/ringmaster.Permanent";
+
+}  // namespace
+
+absl::Status MarkPermanent(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kPermanentUrl, absl::Cord("no restart can fix this"));
+  return status;
+}
+
+bool IsPermanent(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kPermanentUrl).has_value();
+}
 
 absl::Status ErrnoToStatus(int err, absl::string_view what) {
   std::string message = absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")");

@@ -9,6 +9,11 @@
 //                                     errno mapped to a status code, with `what` in front.
 //   RM_RETURN_IF_CUDA_ERROR(call) / RM_RETURN_IF_NCCL_ERROR(call)
 //                                     in common/cuda_status.h (CUDA builds only).
+//   MarkPermanent(status) / IsPermanent(status)
+//                                     an error that no restart can fix (the job's spec and
+//                                     its checkpoint disagree, say): the elastic trainer
+//                                     reports it as such and the coordinator fails the job
+//                                     at once instead of spending its restart budget.
 #ifndef RINGMASTER_COMMON_STATUS_MACROS_H_
 #define RINGMASTER_COMMON_STATUS_MACROS_H_
 
@@ -26,6 +31,11 @@ namespace ringmaster {
 // DEADLINE_EXCEEDED, ENOENT is NOT_FOUND, EINVAL is INVALID_ARGUMENT, EACCES/EPERM are
 // PERMISSION_DENIED, ENOSPC is RESOURCE_EXHAUSTED, the rest INTERNAL.
 absl::Status ErrnoToStatus(int err, absl::string_view what);
+
+// `status` marked as an error that no restart can fix (a payload: the code and message
+// stay). OK stays OK. A status rebuilt from the code and message alone loses the mark.
+absl::Status MarkPermanent(absl::Status status);
+bool IsPermanent(const absl::Status& status);
 
 }  // namespace ringmaster
 

@@ -55,5 +55,23 @@ TEST(StatusMacros, ErrnoMapping) {
   EXPECT_EQ(ErrnoToStatus(EIO, "x").code(), absl::StatusCode::kInternal);
 }
 
+TEST(StatusMacros, PermanentIsAMarkThatKeepsCodeAndMessage) {
+  const absl::Status plain = absl::FailedPreconditionError("the checkpoint is another job's");
+  EXPECT_FALSE(IsPermanent(plain));
+  const absl::Status marked = MarkPermanent(plain);
+  EXPECT_TRUE(IsPermanent(marked));
+  EXPECT_EQ(marked.code(), plain.code());
+  EXPECT_EQ(marked.message(), plain.message());
+  EXPECT_TRUE(MarkPermanent(absl::OkStatus()).ok());
+  EXPECT_FALSE(IsPermanent(MarkPermanent(absl::OkStatus())));
+  // Passed on unchanged through the macros; gone from a status rebuilt from code and message.
+  auto pass = [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(marked);
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE(IsPermanent(pass()));
+  EXPECT_FALSE(IsPermanent(absl::Status(marked.code(), marked.message())));
+}
+
 }  // namespace
 }  // namespace ringmaster

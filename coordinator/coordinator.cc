@@ -643,7 +643,7 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
     return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), r.detail(), Now(),
-                                    actions);
+                                    actions, r.permanent());
   });
 }
 

@@ -313,6 +313,22 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
   EXPECT_EQ(coordinator_->ReportError(error).code(), absl::StatusCode::kAborted);
 }
 
+TEST_F(CoordinatorTest, PermanentErrorFailsTheJobAtOnce) {
+  StartFourRanks();
+  ReportErrorRequest error;
+  error.set_job("mlp");
+  error.set_epoch(1);
+  *error.mutable_slot() = Slot("b", 1);
+  error.set_detail("FAILED_PRECONDITION: /ckpt/mlp/step-20 was written by another job");
+  error.set_permanent(true);
+  ASSERT_TRUE(coordinator_->ReportError(error).ok());
+  const Job job = *coordinator_->Get("mlp");
+  EXPECT_EQ(job.phase(), JOB_PHASE_FAILED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("no restart can fix"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("written by another job"), std::string::npos) << job.reason();
+}
+
 TEST_F(CoordinatorTest, DrainTellsLeaversToSaveAndLeave) {
   StartFourRanks();
   DrainNodeRequest drain;

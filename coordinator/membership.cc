@@ -574,14 +574,21 @@ absl::Status Membership::Progress(const std::string& id, int64_t epoch, const Sl
   return absl::OkStatus();
 }
 
-absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch,
-                                         const SlotRef& slot, const std::string& detail,
-                                         absl::Time now, std::vector<Action>* actions) {
+absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, const SlotRef& slot,
+                                         const std::string& detail, absl::Time now,
+                                         std::vector<Action>* actions, bool permanent) {
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   JobState& job = *live->first;
   if (job.phase != JobPhase::kCommitted && job.phase != JobPhase::kRunning) {
     return absl::OkStatus();  // already re-forming
+  }
+  if (permanent) {
+    End(job, JobPhase::kFailed,
+        absl::StrCat("error on ", ToString(slot), " that no restart can fix: ", detail), now,
+        actions);
+    Schedule(now, actions);
+    return absl::OkStatus();
   }
   const std::string reason = absl::StrCat("collective error on ", ToString(slot), ": ", detail);
   if (++job.restarts > job.request.restart_budget) {

@@ -230,10 +230,11 @@ class Membership {
   absl::Status Progress(const std::string& job, int64_t epoch, const SlotRef& slot, int64_t step,
                         absl::Time now, std::vector<Action>* actions);
   // A collective failed under this trainer (a peer died or hung); it stays alive and will
-  // join the next epoch.
+  // join the next epoch. A `permanent` error (one no restart can fix: the checkpoint is
+  // another job's, say) fails the job at once, spending no restart budget.
   absl::Status CollectiveError(const std::string& job, int64_t epoch, const SlotRef& slot,
                                const std::string& detail, absl::Time now,
-                               std::vector<Action>* actions);
+                               std::vector<Action>* actions, bool permanent = false);
   // The trainer finished the job's last step.
   absl::Status Finished(const std::string& job, int64_t epoch, const SlotRef& slot,
                         absl::Time now, std::vector<Action>* actions);

@@ -178,7 +178,8 @@ class Scenario {
       EXPECT_TRUE(absl::SimpleAtoi(pos.at(1), &epoch)) << command;
       std::vector<std::string> detail(pos.begin() + 3, pos.end());
       check(machine_->CollectiveError(pos[0], epoch, ParseSlot(pos.at(2)),
-                                      absl::StrJoin(detail, " "), now_, &actions));
+                                      absl::StrJoin(detail, " "), now_, &actions,
+                                      IntArg(kv, "permanent", 0) != 0));
     } else if (verb == "show") {
       return std::string(absl::StripSuffix(machine_->DebugString(now_), "\n"));
     } else if (verb == "restart") {

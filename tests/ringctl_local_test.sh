@@ -6,7 +6,8 @@
 #   4. SIGTERM to ringctl cancels the job (exit 130) and leaves no trainer behind;
 #   5. with checkpoints, SIGTERM drains (a checkpoint of the last step), the job resumes on
 #      another number of workers, and `ringctl checkpoint` lists, verifies and catches a
-#      flipped byte.
+#      flipped byte;
+#   6. the same checkpoint.dir under a changed spec fails at once, spending no restart.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -98,6 +99,19 @@ grep -q "LATEST" "$WORK/list.out" || fail "checkpoint list: $(cat "$WORK/list.ou
 latest="$CK/fashion_mnist_mlp/$(cat "$CK/fashion_mnist_mlp/LATEST")"
 "$RINGCTL" checkpoint verify "$latest" >"$WORK/verify.out" 2>&1 || fail "verify: $(cat "$WORK/verify.out")"
 "$RINGCTL" checkpoint inspect "$latest" | grep -q "fc1.weight" || fail "inspect shows no tensors"
+# 6. The same checkpoint.dir under a changed spec: an error no restart can fix, so the job
+#    fails at once (no restart spent) and says what to change.
+"$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$CK" --set epochs=1 --set seed=7 \
+  --summary "$WORK/other.json" >"$WORK/other.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a job resuming another job's checkpoint exited with $rc, expected 1"
+grep -q "written by another job" "$WORK/other.out" && grep -q "no restart can fix" "$WORK/other.out" &&
+  grep -q "checkpoint.dir points elsewhere" "$WORK/other.out" ||
+  fail "the failure does not say why and what to change: $(tail -3 "$WORK/other.out")"
+[ "$(field "$WORK/other.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/other.json")"
+[ "$(cat "$CK/fashion_mnist_mlp/LATEST")" = "$(basename "$latest")" ] ||
+  fail "the failed job changed the checkpoints: LATEST is $(cat "$CK/fashion_mnist_mlp/LATEST")"
+
 shard="$(ls "$latest"/shard-1-of-*.bin | head -1)"
 printf '\x5a' | dd of="$shard" bs=1 seek=4000 conv=notrunc status=none
 "$RINGCTL" checkpoint verify "$latest" >"$WORK/corrupt.out" 2>&1

@@ -252,6 +252,17 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
   return out;
 }
 
+// A resume error as the trainer returns it: FAILED_PRECONDITION from the checkpoint reader
+// means the checkpoint and this job disagree (another job's spec hash, other tensors, a
+// missing buffer, a newer format), which every restart would meet again, so it is marked
+// permanent (common/status_macros.h). Data loss and I/O errors are left restartable.
+absl::Status UnlessRestartable(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return status;
+  return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
+      status.message(),
+      "; resuming cannot work until checkpoint.dir points elsewhere or resume is set to never")));
+}
+
 // The GPU the spec asks for (TrainerOptions::gpu), or null for the CPU: `device: cpu`, or
 // `auto` where this build, this machine or this job has no CUDA path (`why_cpu` says which).
 // `device: cuda` gets a GPU or the error that says why not, naming the field.
@@ -697,14 +708,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         say(absl::StrCat("resume: auto: no checkpoint of job ", spec.name(), " in ", cs.dir(),
                          " yet; starting from scratch"));
       } else {
-        RM_RETURN_IF_ERROR(opened.status());
+        RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
         std::vector<checkpoint::LoadTarget> targets;
         targets.push_back({"params", FullRange(table), Slice(params.span(), FullRange(table))});
         for (StateBuffer& b : view.optimizer()) {
           targets.push_back({b.name, b.range, b.data});
         }
-        RM_ASSIGN_OR_RETURN(checkpoint::ReadStats read,
-                            checkpoint::ReadBuffers(lo, *opened, targets));
+        auto read_or = checkpoint::ReadBuffers(lo, *opened, targets);
+        RM_RETURN_IF_ERROR(UnlessRestartable(read_or.status()));
+        const checkpoint::ReadStats& read = *read_or;
         const checkpoint::TrainingState& ts = opened->state;
         RM_RETURN_IF_ERROR(optimizer->RestoreStep(ts.optimizer_step));
         if (scaler && ts.loss_scaler) RM_RETURN_IF_ERROR(scaler->Restore(*ts.loss_scaler));

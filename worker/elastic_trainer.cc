@@ -134,13 +134,16 @@ absl::StatusOr<int64_t> NextEpoch(const ElasticTrainerOptions& o, int64_t epoch)
   }
 }
 
+// Tells the coordinator that this epoch failed under this trainer: it re-forms the job, or
+// fails it at once when the error is permanent (no restart can fix it).
 void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
                            const absl::Status& error) {
   ReportErrorRequest request;
   request.set_job(o.job);
   request.set_epoch(epoch);
   *request.mutable_slot() = o.slot;
-  request.set_detail(error.ToString());
+  request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
+  request.set_permanent(IsPermanent(error));
   absl::Status s = o.client->ReportError(request);
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }
@@ -173,9 +176,12 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     result.last_rank = rank;
     LOG(INFO) << "job " << o.job << " epoch " << epoch << ": rank " << rank << " of " << world;
     if (result.epochs > 0 && !checkpointing) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", o.job, " has no checkpoint.dir, so its ranks cannot resume after a "
-          "membership change; set checkpoint.dir in the job spec"));
+      const absl::Status s = MarkPermanent(absl::FailedPreconditionError(
+          absl::StrCat("job ", o.job,
+                       " has no checkpoint.dir, so its ranks cannot resume after a "
+                       "membership change; set checkpoint.dir in the job spec")));
+      ReportCollectiveError(o, epoch, s);
+      return s;
     }
 
     CoordinatorStore store(o.client, o.job, o.slot);
@@ -242,6 +248,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
         return result;
       }
       ReportCollectiveError(o, epoch, trained.status());
+      if (IsPermanent(trained.status())) return trained.status();  // the job has failed
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, std::max(epoch, announced - 1)));
       continue;
     }

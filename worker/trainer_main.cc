@@ -65,9 +65,19 @@ std::atomic<bool> g_drain{false};
 std::atomic<bool> g_save{false};
 static_assert(std::atomic<bool>::is_always_lock_free);  // used from signal handlers
 
+// Prints the error as "ringtrainer rank R: ..." (a fixed world) or "ringtrainer NODE/SLOT:
+// ..." (elastic: the rank changes with the epochs).
 int Fail(int code, const std::string& message) {
-  fprintf(stderr, "ringtrainer rank %d: %s\n", absl::GetFlag(FLAGS_rank), message.c_str());
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    fprintf(stderr, "ringtrainer %s/%d: %s\n", absl::GetFlag(FLAGS_node).c_str(),
+            absl::GetFlag(FLAGS_slot), message.c_str());
+  } else {
+    fprintf(stderr, "ringtrainer rank %d: %s\n", absl::GetFlag(FLAGS_rank), message.c_str());
+  }
   return code;
+}
+int Fail(int code, const absl::Status& status) {
+  return Fail(code, status.ToString(absl::StatusToStringMode::kWithNoExtraData));
 }
 
 std::string ResultJson(const train::TrainResult& r) {
@@ -166,7 +176,7 @@ int ElasticMain() {
     return WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(r.last));
   };
   auto result = worker::RunElasticTrainer(eo);
-  if (!result.ok()) return Fail(1, result.status().ToString());
+  if (!result.ok()) return Fail(1, result.status());
   if (result->left) {
     printf("ringtrainer %s/%d: left job %s after the drain save\n", eo.slot.node().c_str(),
            eo.slot.slot(), eo.job.c_str());
@@ -190,7 +200,7 @@ int Main() {
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
 
   auto store = comm::FileStore::Create({absl::GetFlag(FLAGS_store_dir)});
-  if (!store.ok()) return Fail(1, store.status().ToString());
+  if (!store.ok()) return Fail(1, store.status());
   comm::TcpCommunicatorOptions co;
   co.rank = rank;
   co.size = world;
@@ -198,7 +208,7 @@ int Main() {
   co.prefix = absl::GetFlag(FLAGS_prefix);
   co.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   auto comm = comm::TcpCommunicator::Create(co);
-  if (!comm.ok()) return Fail(1, comm.status().ToString());
+  if (!comm.ok()) return Fail(1, comm.status());
 
   train::TrainerOptions to;
   to.spec = *std::move(spec);
@@ -215,11 +225,11 @@ int Main() {
   auto result = train::RunTraining(to);
   if (!result.ok()) {
     (*comm)->Abort();  // peers stop at once instead of at their deadline
-    return Fail(1, result.status().ToString());
+    return Fail(1, result.status());
   }
   if (rank == 0 && !absl::GetFlag(FLAGS_summary).empty()) {
     absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(*result));
-    if (!s.ok()) return Fail(1, s.ToString());
+    if (!s.ok()) return Fail(1, s);
   }
   return 0;
 }
