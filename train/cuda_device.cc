@@ -76,9 +76,11 @@ class CudaDevice final : public TrainingDevice {
     return absl::StrFormat(
         "cuda:%d (%s%s), %s", gpu_, named ? prop.name : "unnamed",
         sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0) : std::string(),
-        kc::ElementBytes(type_) == 2
+        kc::ElementBytes(type_) != 2 ? absl::StrCat(kc::MatMulTypeName(type_), " products")
+        : gpt_ != nullptr
             ? absl::StrCat(kc::MatMulTypeName(type_), " activations and products")
-            : absl::StrCat(kc::MatMulTypeName(type_), " products"));
+            : absl::StrCat(kc::MatMulTypeName(type_),
+                           " values in fp32 storage, tf32 products (exact for them)"));
   }
   VectorOps* ops() override { return ops_.get(); }
   VectorOps* comm_ops() override { return comm_ops_.get(); }

@@ -95,8 +95,8 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> CreateNcclGradients(
 
 // The GPU twin of `model` with its flat buffers on options.gpu.
 //   FAILED_PRECONDITION: a build without --config=cuda, no GPU visible, or gpu out of range;
-//   UNIMPLEMENTED: the model (or its settings: e.g. a classifier in bf16) has no CUDA path yet
-//   (says which);
+//   UNIMPLEMENTED: the model (or its settings: e.g. a GPT whose heads the attention kernels
+//   do not take) has no CUDA path yet (says which);
 //   RESOURCE_EXHAUSTED: the GPU's memory does not hold the buffers.
 absl::StatusOr<std::unique_ptr<TrainingDevice>> CreateCudaDevice(const Model& model,
                                                                  int64_t padded_elements,

@@ -174,6 +174,31 @@ absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_
   return CastFloat16("CastFloatToF16", out, in, n, stream, internal::LaunchCastFloatToF16);
 }
 
+absl::Status RoundToHalf(HalfFormat format, const float* x, float* y, int64_t n,
+                         cudaStream_t stream) {
+  const char* fn = "RoundToHalf";
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, y, "y", n));
+  if (n > 0 && x != y && x < y + n && y < x + n) {
+    return Invalid(fn, "y must be x exactly or not overlap it");
+  }
+  return Launched(internal::LaunchRoundToHalf(format == HalfFormat::kBFloat16, x, y, n, stream),
+                  "RoundToHalf launch");
+}
+
+absl::Status AddRoundedHalf(HalfFormat format, const float* x, float* sum, int64_t n,
+                            cudaStream_t stream) {
+  const char* fn = "AddRoundedHalf";
+  RM_RETURN_IF_ERROR(CheckCount(fn, n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, x, "x", n));
+  RM_RETURN_IF_ERROR(CheckPointer(fn, sum, "sum", n));
+  if (n > 0 && x < sum + n && sum < x + n) return Invalid(fn, "sum must not overlap x");
+  return Launched(
+      internal::LaunchAddRoundedHalf(format == HalfFormat::kBFloat16, x, sum, n, stream),
+      "AddRoundedHalf launch");
+}
+
 absl::Status AdamWStep(const AdamMomentArgs& moments, float lr, float weight_decay,
                        float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        int64_t n, cudaStream_t stream) {

@@ -67,6 +67,62 @@ __global__ void CastFloatToF16Kernel(__half* out, const float* in, int64_t n) {
   }
 }
 
+// kernels/cpu/precision.cc's rounding of a float to the nearest bf16 or fp16 value, kept
+// in fp32, on the device: the same bit arithmetic, so the same bits (NaNs included).
+template <int kDropped>
+__device__ __forceinline__ uint32_t RoundMantissa(uint32_t magnitude) {
+  constexpr uint32_t kHalf = (1u << (kDropped - 1)) - 1;
+  constexpr uint32_t kMask = ~((1u << kDropped) - 1);
+  return (magnitude + kHalf + ((magnitude >> kDropped) & 1u)) & kMask;
+}
+
+__device__ __forceinline__ float RoundedToBf16(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  return __uint_as_float((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : RoundMantissa<16>(u));
+}
+
+__device__ __forceinline__ float RoundedToF16(float x) {
+  constexpr uint32_t kMinNormal = 0x38800000u;  // 2^-14
+  constexpr uint32_t kOverflow = 0x47800000u;   // 2^16: the first binade fp16 lacks
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t magnitude = u ^ sign;
+  uint32_t normal = RoundMantissa<13>(magnitude);
+  normal = normal >= kOverflow ? 0x7f800000u : normal;
+  // Multiples of 2^-24: adding and subtracting 0.5 rounds to them (to nearest even), the
+  // subtraction exact; __fadd_rn keeps the compiler from folding the pair.
+  const float subnormal = __fadd_rn(__fadd_rn(__uint_as_float(magnitude), 0.5f), -0.5f);
+  uint32_t result = magnitude < kMinNormal ? __float_as_uint(subnormal) : normal;
+  if (magnitude > 0x7f800000u) result = (magnitude | 0x00400000u) & 0xffffe000u;
+  return __uint_as_float(result | sign);
+}
+
+template <bool kBf16>
+__device__ __forceinline__ float RoundedToHalf(float x) {
+  if constexpr (kBf16) {
+    return RoundedToBf16(x);
+  } else {
+    return RoundedToF16(x);
+  }
+}
+
+template <bool kBf16>
+__global__ void RoundToHalfKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = RoundedToHalf<kBf16>(x[i]);
+  }
+}
+
+template <bool kBf16>
+__global__ void AddRoundedHalfKernel(const float* x, float* sum, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    sum[i] = __fadd_rn(sum[i], RoundedToHalf<kBf16>(x[i]));
+  }
+}
+
 // This step's Adam moments of one element.
 __device__ __forceinline__ void NewMoments(const MomentArgs& k, float g, float m_old, float v_old,
                                            float* m, float* v) {
@@ -266,6 +322,27 @@ cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n
 cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   CastFloatToF16Kernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRoundToHalf(bool bf16, const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (bf16) {
+    RoundToHalfKernel<true><<<GridStrideBlocks(n), kThreads, 0, stream>>>(x, y, n);
+  } else {
+    RoundToHalfKernel<false><<<GridStrideBlocks(n), kThreads, 0, stream>>>(x, y, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRoundedHalf(bool bf16, const float* x, float* sum, int64_t n,
+                                 cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (bf16) {
+    AddRoundedHalfKernel<true><<<GridStrideBlocks(n), kThreads, 0, stream>>>(x, sum, n);
+  } else {
+    AddRoundedHalfKernel<false><<<GridStrideBlocks(n), kThreads, 0, stream>>>(x, sum, n);
+  }
   return cudaGetLastError();
 }
 

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/optimizer.h"
+#include "kernels/precision.h"
 
 namespace ringmaster::kernels::cuda {
 
@@ -65,6 +66,16 @@ absl::Status ResidualForwardF16(__half* out, const __half* a, const __half* b, i
 absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                              cudaStream_t stream);
 absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
+
+// 16-bit values in fp32 storage, kernels/precision.h's emulation on the device (bit for
+// bit, NaNs included), for models whose fp32 kernels run on values rounded to bf16 or fp16
+// (train/nn/sequential_cuda.h). RoundToHalf: y[i] = x[i] rounded to `format`; y may be x
+// exactly, otherwise they do not overlap. AddRoundedHalf: sum[i] += x[i] rounded to
+// `format`, the sum in fp32; x and sum do not overlap.
+absl::Status RoundToHalf(HalfFormat format, const float* x, float* y, int64_t n,
+                         cudaStream_t stream);
+absl::Status AddRoundedHalf(HalfFormat format, const float* x, float* sum, int64_t n,
+                            cudaStream_t stream);
 
 // AdamW (PyTorch's formula, kernels/optimizer.h) over n elements, updating params, exp_avg
 // and exp_avg_sq in place.

@@ -40,6 +40,12 @@ cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n
                                   cudaStream_t stream);
 cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
 
+// fp32 storage of 16-bit values (kernels/precision.h, bit for bit): y = x rounded to bf16
+// (bf16) or fp16, kept in fp32; AddRounded: sum += x rounded.
+cudaError_t LaunchRoundToHalf(bool bf16, const float* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t LaunchAddRoundedHalf(bool bf16, const float* x, float* sum, int64_t n,
+                                 cudaStream_t stream);
+
 // The constants of one step's Adam moments, prepared on the host as the CPU kernel prepares
 // them (kernels/cpu/optimizer_impl.inc, Moments): the same float operations follow.
 struct MomentArgs {

@@ -31,7 +31,10 @@
 //     overflow (fp16: 65519 to 65504, 65520 to inf; FLT_MAX to inf) and NaNs with sign and
 //     payload (quiet, the top payload bits kept); and on every rounding boundary of the
 //     format (each midpoint between adjacent values and the floats either side, both signs)
-//     and 2048 NaN payloads.
+//     and 2048 NaN payloads;
+//   RoundToHalf, AddRoundedHalf (16-bit values in fp32 storage): bit for bit
+//     kernels/precision.h's RoundTo and AddRounded, on those boundaries, the special cases,
+//     random values up to 1e5 (fp16 overflow) and down to 1e-5 (fp16 subnormals), in place too.
 // Without a GPU the tests that need one skip; the argument checks run everywhere.
 #include "kernels/cuda/elementwise.h"
 
@@ -51,10 +54,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/testing.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
 #include "kernels/optimizer.h"
-#include "kernels/cuda/testing.h"
+#include "kernels/precision.h"
 #include "kernels/test_random.h"
 
 namespace ringmaster::kernels::cuda {
@@ -225,6 +229,7 @@ struct HalfKernels<Bf16Format> {
   static constexpr auto kGeluBackward = &cuda::GeluBackwardBf16;
   static constexpr auto kResidualForward = &cuda::ResidualForwardBf16;
   static constexpr auto kCastFloat = &cuda::CastFloatToBf16;
+  static constexpr HalfFormat kFormat = HalfFormat::kBFloat16;
 };
 template <>
 struct HalfKernels<F16Format> {
@@ -232,6 +237,7 @@ struct HalfKernels<F16Format> {
   static constexpr auto kGeluBackward = &cuda::GeluBackwardF16;
   static constexpr auto kResidualForward = &cuda::ResidualForwardF16;
   static constexpr auto kCastFloat = &cuda::CastFloatToF16;
+  static constexpr HalfFormat kFormat = HalfFormat::kFloat16;
 };
 
 float FloatFromBits(uint32_t u) {
@@ -502,6 +508,59 @@ TYPED_TEST(ElementwiseCudaHalf, CastFloatRoundsEveryBoundaryAndNanAsTheHost) {
   EXPECT_EQ(bad, 0) << bad << " of " << n << " differ, first: float bits 0x" << std::hex
                     << first_bits << " gpu 0x" << (first >= 0 ? got[first] : 0) << " host 0x"
                     << (first >= 0 ? want[first] : 0);
+}
+
+std::vector<uint32_t> BitsOf(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
+// fp32-stored half values: RoundToHalf and AddRoundedHalf against kernels/precision.h, bit
+// for bit, on every rounding boundary of the format, the special cases and random values of
+// any magnitude (and in place).
+TYPED_TEST(ElementwiseCudaHalf, RoundToHalfAndAddRoundedEqualTheCpuBitForBit) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  std::vector<float> in = RoundingBoundaries<F>();
+  for (const Cast& c : SpecialCasts<F>()) in.push_back(FloatFromBits(c.in));
+  for (float v : RandomFloats(65537, 96, -1e5f, 1e5f)) in.push_back(v);
+  for (float v : RandomFloats(1000, 97, -1e-5f, 1e-5f)) in.push_back(v);  // fp16 subnormals
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<float> want(n);
+  RoundTo(K::kFormat, in.data(), want.data(), n);
+  Device<float> din(in);
+  Device<float> out(n);
+  ASSERT_TRUE(cuda::RoundToHalf(K::kFormat, din.get(), out.get(), n, nullptr).ok());
+  EXPECT_EQ(BitsOf(out.Host()), BitsOf(want));
+  ASSERT_TRUE(cuda::RoundToHalf(K::kFormat, din.get(), din.get(), n, nullptr).ok());
+  EXPECT_EQ(BitsOf(din.Host()), BitsOf(want)) << "in place";
+
+  const std::vector<float> start = RandomFloats(n, 98, -1e3f, 1e3f);
+  std::vector<float> sum = start;
+  AddRounded(K::kFormat, in.data(), sum.data(), n);
+  Device<float> x(in);
+  Device<float> dsum(start);
+  ASSERT_TRUE(cuda::AddRoundedHalf(K::kFormat, x.get(), dsum.get(), n, nullptr).ok());
+  EXPECT_EQ(BitsOf(dsum.Host()), BitsOf(sum));
+}
+
+TEST(ElementwiseCuda, RoundToHalfArgumentsAreNamed) {
+  float v[4] = {};
+  float* null = nullptr;
+  absl::Status s = cuda::RoundToHalf(HalfFormat::kBFloat16, null, v, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("RoundToHalf (CUDA): x is null"), std::string::npos) << s;
+  s = cuda::RoundToHalf(HalfFormat::kFloat16, v, v + 1, 2, nullptr);
+  EXPECT_NE(s.message().find("y must be x exactly or not overlap it"), std::string::npos) << s;
+  s = cuda::RoundToHalf(HalfFormat::kFloat16, v, v, -1, nullptr);
+  EXPECT_NE(s.message().find("n must be >= 0, got -1"), std::string::npos) << s;
+  s = cuda::AddRoundedHalf(HalfFormat::kBFloat16, v, null, 1, nullptr);
+  EXPECT_NE(s.message().find("AddRoundedHalf (CUDA): sum is null"), std::string::npos) << s;
+  s = cuda::AddRoundedHalf(HalfFormat::kBFloat16, v, v, 1, nullptr);
+  EXPECT_NE(s.message().find("sum must not overlap x"), std::string::npos) << s;
+  EXPECT_TRUE(cuda::AddRoundedHalf(HalfFormat::kFloat16, null, null, 0, nullptr).ok());
 }
 
 // The checks run before anything touches the device: host addresses serve.

@@ -9,7 +9,9 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/conv.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/rows.h"
+#include "kernels/precision.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -17,18 +19,28 @@ namespace {
 namespace kc = kernels::cuda;
 using kernels::OutputMode;
 
+const char* Name(Precision p) {
+  return p == Precision::kBFloat16 ? "bf16" : p == Precision::kFloat16 ? "fp16" : "fp32";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
-    const SequentialClassifier& model, const SequentialCudaOptions& options,
-    cudaStream_t stream) {
-  if (kc::ElementBytes(options.matmul) != 4) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the classifiers' CUDA path is fp32 (or tf32 products); ",
-        kc::MatMulTypeName(options.matmul),
-        " activations train on the CPU (set precision.compute: fp32 for the GPU)"));
-  }
+    const SequentialClassifier& model, const SequentialCudaOptions& options, cudaStream_t stream) {
   auto gpu = absl::WrapUnique(new SequentialCuda);
+  switch (options.matmul) {
+    case kc::MatMulType::kFloat32:
+    case kc::MatMulType::kTensorFloat32:
+      gpu->precision_ = Precision::kFloat32;
+      gpu->products_ = options.matmul;
+      break;
+    case kc::MatMulType::kBFloat16:
+    case kc::MatMulType::kFloat16:
+      gpu->precision_ =
+          options.matmul == kc::MatMulType::kBFloat16 ? Precision::kBFloat16 : Precision::kFloat16;
+      gpu->products_ = kc::MatMulType::kTensorFloat32;  // exact for 16-bit operands
+      break;
+  }
   for (const auto& layer : model.layers()) {
     Step step;
     step.in = layer->input_size();
@@ -51,8 +63,13 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
     }
     // Linear and Conv2d always have a weight and a bias (train/nn/layers.h).
     if (step.has_params()) {
-      step.weight = layer->parameters()[0].offset;
-      step.bias = layer->parameters()[1].offset;
+      const std::vector<Parameter>& p = layer->parameters();
+      step.weight = p[0].offset;
+      step.bias = p[1].offset;
+      step.weight_numel = p[0].numel;
+      step.bias_numel = p[1].numel;
+      gpu->largest_parameter_span_ =
+          std::max(gpu->largest_parameter_span_, step.weight_numel + step.bias_numel);
     }
     gpu->steps_.push_back(step);
   }
@@ -96,6 +113,9 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
     loss_ = take(batch);
     predicted_ = take_ints(batch);
     scratch_ = take(scratch);
+    const bool half = precision_ != Precision::kFloat32;
+    compute_params_ = half ? take(total_elements_) : nullptr;
+    staged_grads_ = half ? take(largest_parameter_span_) : nullptr;
   };
   capacity_ = 0;  // until Fit succeeds: its pointers are stale
   RM_RETURN_IF_ERROR(
@@ -107,10 +127,10 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
 absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, const float* params,
                                                           float* grads,
                                                           const ForwardBackwardOptions& options) {
-  if (options.precision != Precision::kFloat32) {
-    return absl::InvalidArgumentError(
-        "SequentialCuda::ForwardBackward: options.precision must be fp32 (the classifiers' CUDA "
-        "path)");
+  if (options.precision != precision_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SequentialCuda::ForwardBackward: options.precision is ", Name(options.precision),
+        " but this GPU model was created for ", Name(precision_)));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
@@ -120,12 +140,25 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
   }
   const int64_t n = batch.size;
   RM_RETURN_IF_ERROR(Reserve(n));
-  const kc::MatMulType type = options_.matmul;
+  const kc::MatMulType type = products_;
+  // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc).
+  const bool half = precision_ != Precision::kFloat32;
+  const kernels::HalfFormat format = precision_ == Precision::kBFloat16
+                                         ? kernels::HalfFormat::kBFloat16
+                                         : kernels::HalfFormat::kFloat16;
+  auto round = [&](float* x, int64_t count) -> absl::Status {
+    return half ? kc::RoundToHalf(format, x, x, count, stream_) : absl::OkStatus();
+  };
+  if (half) {
+    RM_RETURN_IF_ERROR(kc::RoundToHalf(format, params, compute_params_, total_elements_, stream_));
+    params = compute_params_;
+  }
   // Pageable host memory: each copy has left the host buffer when the call returns.
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(input_, batch.features.data(), n * input_size_ * 4,
                                           cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels_, batch.labels.data(), n * 4,
                                           cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_ERROR(round(input_, n * input_size_));
   if (!options.accumulate) {
     RM_RETURN_IF_CUDA_ERROR(
         cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
@@ -155,11 +188,13 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
                                                  s.width, stream_));
         break;
     }
+    RM_RETURN_IF_ERROR(round(y, n * s.out));
   }
 
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(
       outputs_.back(), labels_, n, classes_, scale, loss_, predicted_, grad_[0], stream_));
+  RM_RETURN_IF_ERROR(round(grad_[0], n * classes_));
 
   // grad_[current] holds the gradient of step i's output; the parameters' gradients add
   // onto zeroed (or accumulating) grads.
@@ -168,17 +203,30 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
     const Step& s = steps_[i];
     const float* x = Input(i);
     const float* dy = grad_[current];
-    if (s.kind == Kind::kLinear) {
-      RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, x, dy, grads + s.weight,
-                                                        grads + s.bias, n, s.in, s.out,
-                                                        OutputMode::kAccumulate, scratch_,
-                                                        stream_));
-    } else if (s.kind == Kind::kConv) {
-      kernels::Conv2dShape shape = s.conv;
-      shape.batch = n;
-      RM_RETURN_IF_ERROR(kc::Conv2dBackwardWeights(engine_.get(), type, shape, x, dy,
-                                                   grads + s.weight, grads + s.bias,
-                                                   OutputMode::kAccumulate, scratch_, stream_));
+    if (s.has_params()) {
+      // fp32, and 16-bit without accumulate: onto the zeroed (or accumulating) gradients.
+      // 16-bit with accumulate: produced apart, then rounded and added, as on the CPU.
+      const bool staged = half && options.accumulate;
+      float* dw = staged ? staged_grads_ : grads + s.weight;
+      float* db = staged ? staged_grads_ + s.weight_numel : grads + s.bias;
+      const OutputMode mode = staged ? OutputMode::kOverwrite : OutputMode::kAccumulate;
+      if (s.kind == Kind::kLinear) {
+        RM_RETURN_IF_ERROR(engine_->LinearBackwardWeights(type, x, dy, dw, db, n, s.in, s.out, mode,
+                                                          scratch_, stream_));
+      } else {
+        kernels::Conv2dShape shape = s.conv;
+        shape.batch = n;
+        RM_RETURN_IF_ERROR(kc::Conv2dBackwardWeights(engine_.get(), type, shape, x, dy, dw, db,
+                                                     mode, scratch_, stream_));
+      }
+      if (staged) {
+        RM_RETURN_IF_ERROR(
+            kc::AddRoundedHalf(format, dw, grads + s.weight, s.weight_numel, stream_));
+        RM_RETURN_IF_ERROR(kc::AddRoundedHalf(format, db, grads + s.bias, s.bias_numel, stream_));
+      } else {
+        RM_RETURN_IF_ERROR(round(grads + s.weight, s.weight_numel));
+        RM_RETURN_IF_ERROR(round(grads + s.bias, s.bias_numel));
+      }
     }
     if (s.has_params() && options.on_grads_ready) options.on_grads_ready(s.weight);
     if (i == 0) break;  // no gradient for the data
@@ -204,6 +252,7 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
                                                   s.width, stream_));
         break;
     }
+    RM_RETURN_IF_ERROR(round(dx, n * s.in));
   }
   // As the CPU model: a model without parameters still announces offset 0.
   if (options.on_grads_ready && total_elements_ == 0) options.on_grads_ready(0);

@@ -1,14 +1,21 @@
 // SequentialCuda: the classifiers (train/nn/classifiers.h: the MLP and the CNN) on one CUDA
-// GPU, in fp32 (or TF32 products): each layer of a SequentialClassifier through its CUDA
-// kernels (kernels/cuda: cuBLASLt products with the bias epilogue, ReLU, im2col convolution,
-// 2x2 max-pooling, softmax cross-entropy), over the CPU model's parameter layout, with the
-// activations in one device arena.
+// GPU: each layer of a SequentialClassifier through its CUDA kernels (kernels/cuda: cuBLASLt
+// products with the bias epilogue, ReLU, im2col convolution, 2x2 max-pooling, softmax
+// cross-entropy), over the CPU model's parameter layout, with the activations in one device
+// arena.
 //
 //   auto gpu = SequentialCuda::Create(*mlp, {.matmul = MatMulType::kFloat32}, stream);
 //   gpu->ForwardBackward(batch, device_params, device_grads, options);
 //
-// Not here: bf16/fp16 activations (UNIMPLEMENTED: those jobs train on the CPU, which
-// emulates them). Not thread-safe.
+// Precisions: fp32, fp32 with TF32 products, and bf16 or fp16 with the CPU model's numerics
+// (train/nn/sequential.h): the values are 16-bit, kept in fp32 storage and rounded where the
+// CPU model rounds them (the parameters' compute copy, the input, each layer's output, the
+// logits' gradient, each input gradient, each parameter gradient; kernels/cuda/elementwise.h
+// RoundToHalf, bit for bit the CPU's rounding), and the products run on TF32 tensor cores,
+// exact for such operands (bf16's 8 and fp16's 11 significant bits fit TF32's 11, and both
+// exponent ranges fit; only bf16 values below fp32's normal range could be flushed), with
+// fp32 sums. The classifiers are small: fp32 storage costs
+// little, and keeps the fp32 kernels. Not thread-safe.
 #ifndef RINGMASTER_TRAIN_NN_SEQUENTIAL_CUDA_H_
 #define RINGMASTER_TRAIN_NN_SEQUENTIAL_CUDA_H_
 
@@ -30,14 +37,15 @@
 namespace ringmaster::train::nn {
 
 struct SequentialCudaOptions {
-  // kFloat32 or kTensorFloat32; a 16-bit type is UNIMPLEMENTED.
+  // kFloat32, kTensorFloat32, or kBFloat16 / kFloat16: 16-bit values (in fp32 storage, see
+  // above) with TF32 products.
   kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;
 };
 
 class SequentialCuda {
  public:
   // Copies the model's layer geometry and parameter offsets (the model need not outlive
-  // this). UNIMPLEMENTED for a 16-bit type or a layer without a CUDA twin (says which).
+  // this). UNIMPLEMENTED for a layer without a CUDA twin (says which).
   static absl::StatusOr<std::unique_ptr<SequentialCuda>> Create(
       const SequentialClassifier& model, const SequentialCudaOptions& options,
       cudaStream_t stream);
@@ -47,15 +55,19 @@ class SequentialCuda {
   // As SequentialClassifier::ForwardBackward (the same batch checks, errors naming the field),
   // with `params` and `grads` device pointers of at least the model's total_elements() floats.
   // Without options.accumulate the gradients are overwritten, the padding between tensors
-  // included (it becomes 0). options.precision must be kFloat32 (INVALID_ARGUMENT).
+  // included (it becomes 0). options.precision must be precision() (INVALID_ARGUMENT).
   // on_grads_ready is called as the CPU model calls it (each layer with parameters, from the
   // last, with its first tensor's offset; the first with 0) once the layer's gradient kernels
   // are ENQUEUED on the stream, not run (see GptCuda::ForwardBackward).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
-  // Device bytes held for activations, labels and scratch (the largest batch so far).
+  // Device bytes held for activations, labels and scratch (the largest batch so far), and in
+  // 16-bit precisions the parameters' rounded copy and the staged gradients.
   int64_t activation_bytes() const { return arena_->bytes(); }
+
+  // kFloat32 for fp32 and TF32, else kBFloat16 or kFloat16 (options.matmul).
+  Precision precision() const { return precision_; }
 
  private:
   enum class Kind { kLinear, kRelu, kConv, kPool };
@@ -63,6 +75,7 @@ class SequentialCuda {
     Kind kind;
     int64_t in = 0, out = 0;         // floats per sample
     int64_t weight = 0, bias = 0;    // parameter offsets (kLinear, kConv)
+    int64_t weight_numel = 0, bias_numel = 0;
     kernels::Conv2dShape conv;       // kConv; batch set per call
     int64_t channels = 0, height = 0, width = 0;  // kPool
     bool has_params() const { return kind == Kind::kLinear || kind == Kind::kConv; }
@@ -77,6 +90,9 @@ class SequentialCuda {
   int64_t classes_ = 0;
   int64_t total_elements_ = 0;
   SequentialCudaOptions options_;
+  Precision precision_ = Precision::kFloat32;
+  kernels::cuda::MatMulType products_ = kernels::cuda::MatMulType::kFloat32;  // cuBLASLt's
+  int64_t largest_parameter_span_ = 0;  // weight and bias of one layer
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::MatMulEngine> engine_;
 
@@ -90,6 +106,8 @@ class SequentialCuda {
   float* loss_ = nullptr;
   int32_t* predicted_ = nullptr;
   float* scratch_ = nullptr;  // the largest convolution's, and the bias gradients' partials
+  float* compute_params_ = nullptr;  // 16-bit: the parameters rounded (total_elements_)
+  float* staged_grads_ = nullptr;    // 16-bit: one layer's gradients before AddRoundedHalf
   std::vector<int32_t*> argmax_;  // per step (kPool)
 };
 

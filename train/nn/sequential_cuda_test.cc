@@ -2,8 +2,13 @@
 // the same parameters and batch give the same loss, predictions and parameter gradients.
 // Tolerances: fp32 1e-5 of each tensor's gradient norm and of the loss (the same fp32
 // operations in other orders: cuBLASLt's sums, the convolution's im2col product); TF32 2e-2
-// (10-bit mantissas in every product). Accumulating a second time doubles each gradient (per
-// tensor, 1e-6). Gradients are announced per layer, last first, ending at offset 0.
+// (10-bit mantissas in every product). bf16 and fp16 against the CPU model's bf16 and fp16
+// (the same values rounded at the same places; the products exact on TF32 tensor cores, the
+// sums in another order, so a rounding can land one ulp apart and carry on): bf16 2e-2 and
+// fp16 4e-3 (a few ulps of 2^-8 and 2^-11 each). Accumulating a second time doubles each
+// gradient (per tensor, 1e-6; in 16 bits the second gradient is rounded and added to the
+// first, rounded the same way). Gradients are announced per layer, last first, ending at
+// offset 0.
 // Without a GPU the tests skip.
 #include "train/nn/sequential_cuda.h"
 
@@ -17,6 +22,7 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/precision.h"
 #include "train/nn/classifiers.h"
 #include "train/tensor.h"
 
@@ -49,6 +55,12 @@ double Norm(const float* x, int64_t n) {
   return std::sqrt(s);
 }
 
+Precision PrecisionOf(MatMulType type) {
+  return type == MatMulType::kBFloat16  ? Precision::kBFloat16
+         : type == MatMulType::kFloat16 ? Precision::kFloat16
+                                        : Precision::kFloat32;
+}
+
 void CompareWithCpu(SequentialClassifier& cpu, MatMulType type, double tol) {
   absl::StatusOr<std::unique_ptr<SequentialCuda>> gpu =
       SequentialCuda::Create(cpu, {.matmul = type}, nullptr);
@@ -59,6 +71,8 @@ void CompareWithCpu(SequentialClassifier& cpu, MatMulType type, double tol) {
   const Batch batch = RandomBatch(37, cpu.input_size(), cpu.classes(), 5);
   ForwardBackwardOptions fb;
   fb.loss_divisor = 37;
+  fb.precision = PrecisionOf(type);
+  EXPECT_EQ((*gpu)->precision(), fb.precision);
   std::vector<int64_t> cpu_ready;
   fb.on_grads_ready = [&](int64_t offset) { cpu_ready.push_back(offset); };
   absl::StatusOr<StepStats> want = cpu.ForwardBackward(batch, params, grads, fb);
@@ -128,18 +142,50 @@ TEST(SequentialCuda, Tf32ApproximatesTheCpu) {
   CompareWithCpu(*SmallCnn(), MatMulType::kTensorFloat32, 2e-2);
 }
 
-TEST(SequentialCuda, SixteenBitIsUnimplementedAndBadBatchesAreNamed) {
+TEST(SequentialCuda, SixteenBitMatchesTheCpusEmulation) {
+  SKIP_WITHOUT_GPU();
+  CompareWithCpu(*SmallMlp(), MatMulType::kBFloat16, 2e-2);
+  CompareWithCpu(*SmallCnn(), MatMulType::kBFloat16, 2e-2);
+  CompareWithCpu(*SmallMlp(), MatMulType::kFloat16, 4e-3);
+  CompareWithCpu(*SmallCnn(), MatMulType::kFloat16, 4e-3);
+}
+
+// The 16-bit gradients are 16-bit values: every element rounds to itself.
+TEST(SequentialCuda, SixteenBitGradientsAreSixteenBitValues) {
+  SKIP_WITHOUT_GPU();
+  for (MatMulType type : {MatMulType::kBFloat16, MatMulType::kFloat16}) {
+    auto cnn = SmallCnn();
+    auto gpu = SequentialCuda::Create(*cnn, {.matmul = type}, nullptr);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    FlatBuffer params(cnn->table().total_elements());
+    cnn->Init(3, params);
+    Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
+    Device<float> dgrads(params.size());
+    ForwardBackwardOptions fb;
+    fb.precision = PrecisionOf(type);
+    fb.loss_divisor = 8;
+    ASSERT_TRUE((*gpu)
+                    ->ForwardBackward(RandomBatch(8, cnn->input_size(), 5, 2), dparams.get(),
+                                      dgrads.get(), fb)
+                    .ok());
+    std::vector<float> g = dgrads.Host(), rounded(g.size());
+    kernels::RoundTo(type == MatMulType::kBFloat16 ? kernels::HalfFormat::kBFloat16
+                                                   : kernels::HalfFormat::kFloat16,
+                     g.data(), rounded.data(), static_cast<int64_t>(g.size()));
+    EXPECT_EQ(g, rounded) << kernels::cuda::MatMulTypeName(type);
+    EXPECT_GT(Norm(g.data(), static_cast<int64_t>(g.size())), 0);
+  }
+}
+
+TEST(SequentialCuda, BadBatchesAndPrecisionsAreNamed) {
   SKIP_WITHOUT_GPU();
   auto mlp = SmallMlp();
-  absl::Status s = SequentialCuda::Create(*mlp, {.matmul = MatMulType::kBFloat16}, nullptr).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("precision.compute: fp32"), std::string::npos) << s;
   auto gpu = SequentialCuda::Create(*mlp, {}, nullptr);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   Device<float> dparams(mlp->table().total_elements()), dgrads(mlp->table().total_elements());
   Batch batch = RandomBatch(3, 50, 7, 1);
   batch.labels[2] = 7;
-  s = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), {}).status();
+  absl::Status s = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), {}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("batch.labels[2] is 7"), std::string::npos) << s;
   ForwardBackwardOptions bf16;
@@ -147,6 +193,9 @@ TEST(SequentialCuda, SixteenBitIsUnimplementedAndBadBatchesAreNamed) {
   s = (*gpu)->ForwardBackward(RandomBatch(3, 50, 7, 1), dparams.get(), dgrads.get(), bf16)
           .status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("options.precision is bf16 but this GPU model was created for fp32"),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace
