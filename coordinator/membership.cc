@@ -583,15 +583,12 @@ absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, c
   if (job.phase != JobPhase::kCommitted && job.phase != JobPhase::kRunning) {
     return absl::OkStatus();  // already re-forming
   }
+  const std::string reason = absl::StrCat("collective error on ", ToString(slot), ": ", detail);
   if (permanent) {
     End(job, JobPhase::kFailed,
         absl::StrCat("error on ", ToString(slot), " that no restart can fix: ", detail), now,
         actions);
-    Schedule(now, actions);
-    return absl::OkStatus();
-  }
-  const std::string reason = absl::StrCat("collective error on ", ToString(slot), ": ", detail);
-  if (++job.restarts > job.request.restart_budget) {
+  } else if (++job.restarts > job.request.restart_budget) {
     End(job, JobPhase::kFailed,
         absl::StrCat("restart budget of ", job.request.restart_budget,
                      " exhausted; last failure: ", reason),

@@ -12,8 +12,8 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/cuda_status.h"
 #include "comm/nccl/nccl_communicator.h"
+#include "common/cuda_status.h"
 #include "common/status_macros.h"
 #include "train/device.h"
 #include "train/nn/gpt.h"
@@ -60,10 +60,9 @@ class CudaDevice final : public TrainingDevice {
       go.matmul = d->type_;
       RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
     } else {
-      RM_ASSIGN_OR_RETURN(
-          d->classifier_,
-          nn::SequentialCuda::Create(dynamic_cast<const nn::SequentialClassifier&>(model),
-                                     {.matmul = d->type_}, d->compute_.stream));
+      RM_ASSIGN_OR_RETURN(d->classifier_, nn::SequentialCuda::Create(
+                                              dynamic_cast<const nn::SequentialClassifier&>(model),
+                                              {.matmul = d->type_}, d->compute_.stream));
     }
     return d;
   }
@@ -74,13 +73,12 @@ class CudaDevice final : public TrainingDevice {
     const bool named = cudaGetDeviceProperties(&prop, gpu_) == cudaSuccess;
     const bool sized = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
     return absl::StrFormat(
-        "cuda:%d (%s%s), %s", gpu_, named ? prop.name : "unnamed",
+        "cuda:%d (%s%s), %s%s", gpu_, named ? prop.name : "unnamed",
         sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0) : std::string(),
-        kc::ElementBytes(type_) != 2 ? absl::StrCat(kc::MatMulTypeName(type_), " products")
-        : gpt_ != nullptr
-            ? absl::StrCat(kc::MatMulTypeName(type_), " activations and products")
-            : absl::StrCat(kc::MatMulTypeName(type_),
-                           " values in fp32 storage, tf32 products (exact for them)"));
+        kc::MatMulTypeName(type_),
+        kc::ElementBytes(type_) != 2 ? " products"
+        : gpt_ != nullptr            ? " activations and products"
+                                     : " values in fp32 storage, tf32 products (exact for them)");
   }
   VectorOps* ops() override { return ops_.get(); }
   VectorOps* comm_ops() override { return comm_ops_.get(); }
@@ -109,7 +107,7 @@ class CudaDevice final : public TrainingDevice {
   Stream compute_, comm_;
   std::unique_ptr<CudaVectorOps> ops_, comm_ops_;
   OpsBuffer params_, grads_;
-  std::unique_ptr<nn::GptCuda> gpt_;                  // one of the two
+  std::unique_ptr<nn::GptCuda> gpt_;  // one of the two
   std::unique_ptr<nn::SequentialCuda> classifier_;
 };
 

@@ -35,6 +35,11 @@ namespace ringmaster::train {
 
 enum class Precision { kFloat32, kBFloat16, kFloat16 };
 
+// "fp32", "bf16" or "fp16", as job specs write them.
+inline const char* PrecisionName(Precision p) {
+  return p == Precision::kBFloat16 ? "bf16" : p == Precision::kFloat16 ? "fp16" : "fp32";
+}
+
 struct ForwardBackwardOptions {
   float loss_scale = 1.0f;
   double loss_divisor = 1.0;  // > 0: the global batch's count of loss terms

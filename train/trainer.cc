@@ -54,17 +54,6 @@ Precision PrecisionOf(const JobSpec& spec) {
   }
 }
 
-absl::string_view PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kBFloat16:
-      return "bf16";
-    case Precision::kFloat16:
-      return "fp16";
-    default:
-      return "fp32";
-  }
-}
-
 absl::StatusOr<OptimizerOptions> OptimizerOptionsOf(const JobSpec& spec) {
   const OptimizerSpec& o = spec.optimizer();
   switch (o.kind_case()) {

@@ -380,8 +380,8 @@ void ExpectCudaFailsAndAutoTrains(const char* spec_text, std::vector<std::string
     o.train_data = data.get();
     absl::Status s = RunTraining(o).status();
     if (s.code() != code || !absl::StrContains(s.message(), text)) {
-      return absl::InternalError(absl::StrCat("want ", absl::StatusCodeToString(code),
-                                              " naming '", text, "', got ", s.ToString()));
+      return absl::InternalError(absl::StrCat("want ", absl::StatusCodeToString(code), " naming '",
+                                              text, "', got ", s.ToString()));
     }
     o.spec.set_device(JobSpec::DEVICE_AUTO);
     return RunTraining(o).status();

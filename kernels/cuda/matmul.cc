@@ -121,13 +121,10 @@ MatMulEngine::~MatMulEngine() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Transpose transpose_a,
-                                                        Transpose transpose_b, int64_t m,
-                                                        int64_t n, int64_t k, bool accumulate,
-                                                        const void* a, const void* b,
-                                                        const void* c, const void* bias,
-                                                        bool float_c,
-                                                        const std::array<int64_t, 3>& lds) {
+absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(
+    MatMulType type, Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, int64_t k,
+    bool accumulate, const void* a, const void* b, const void* c, const void* bias, bool float_c,
+    const std::array<int64_t, 3>& lds) {
   const int align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c);
   const PlanKey key{static_cast<int>(type),
                     static_cast<int>(transpose_a),
@@ -212,8 +209,8 @@ absl::StatusOr<MatMulEngine::Plan*> MatMulEngine::GetPlan(MatMulType type, Trans
 
 absl::Status MatMulEngine::MatMul(MatMulType type, Transpose transpose_a, Transpose transpose_b,
                                   int64_t m, int64_t n, int64_t k, const void* a, const void* b,
-                                  void* c, OutputMode mode, cudaStream_t stream,
-                                  const void* bias, RowStrides strides) {
+                                  void* c, OutputMode mode, cudaStream_t stream, const void* bias,
+                                  RowStrides strides) {
   return Product(type, /*float_c=*/false, transpose_a, transpose_b, m, n, k, a, b, c, mode, stream,
                  bias, strides);
 }
@@ -246,8 +243,8 @@ absl::Status MatMulEngine::Product(MatMulType type, bool float_c, Transpose tran
     }
     lds[i] = given[i];
   }
-  RM_ASSIGN_OR_RETURN(Plan * plan, GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate,
-                                           a, b, c, bias, float_c, lds));
+  RM_ASSIGN_OR_RETURN(Plan * plan, GetPlan(type, transpose_a, transpose_b, m, n, k, accumulate, a,
+                                           b, c, bias, float_c, lds));
   if (bias != nullptr) {
     RM_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -268,37 +265,36 @@ absl::Status MatMulEngine::LinearForward(MatMulType type, const void* x, const v
                 OutputMode::kOverwrite, stream, bias, {.c = y_stride});
 }
 
-absl::Status MatMulEngine::LinearBackwardInput(MatMulType type, const void* dy,
-                                               const void* weight, void* dx, int64_t n,
-                                               int64_t in, int64_t out, cudaStream_t stream,
-                                               int64_t dy_stride) {
+absl::Status MatMulEngine::LinearBackwardInput(MatMulType type, const void* dy, const void* weight,
+                                               void* dx, int64_t n, int64_t in, int64_t out,
+                                               cudaStream_t stream, int64_t dy_stride) {
   // dx [n, in] = dy [n, out] · weight [out, in].
   return MatMul(type, Transpose::kNo, Transpose::kNo, n, in, out, dy, weight, dx,
                 OutputMode::kOverwrite, stream, nullptr, {.a = dy_stride});
 }
 
 absl::Status MatMulEngine::LinearBackwardWeights(MatMulType type, const void* x, const void* dy,
-                                                 void* dweight, float* dbias, int64_t n,
-                                                 int64_t in, int64_t out, OutputMode mode,
-                                                 float* scratch, cudaStream_t stream,
-                                                 int64_t dy_stride) {
+                                                 void* dweight, float* dbias, int64_t n, int64_t in,
+                                                 int64_t out, OutputMode mode, float* scratch,
+                                                 cudaStream_t stream, int64_t dy_stride) {
   return WeightGradient(type, /*float_c=*/false, x, dy, dweight, dbias, n, in, out, mode, scratch,
                         stream, dy_stride);
 }
 
-absl::Status MatMulEngine::LinearBackwardWeightsFloatOutput(
-    MatMulType type, const void* x, const void* dy, float* dweight, float* dbias, int64_t n,
-    int64_t in, int64_t out, OutputMode mode, float* scratch, cudaStream_t stream,
-    int64_t dy_stride) {
+absl::Status MatMulEngine::LinearBackwardWeightsFloatOutput(MatMulType type, const void* x,
+                                                            const void* dy, float* dweight,
+                                                            float* dbias, int64_t n, int64_t in,
+                                                            int64_t out, OutputMode mode,
+                                                            float* scratch, cudaStream_t stream,
+                                                            int64_t dy_stride) {
   return WeightGradient(type, /*float_c=*/ElementBytes(type) == 2, x, dy, dweight, dbias, n, in,
                         out, mode, scratch, stream, dy_stride);
 }
 
 absl::Status MatMulEngine::WeightGradient(MatMulType type, bool float_c, const void* x,
                                           const void* dy, void* dweight, float* dbias, int64_t n,
-                                          int64_t in, int64_t out, OutputMode mode,
-                                          float* scratch, cudaStream_t stream,
-                                          int64_t dy_stride) {
+                                          int64_t in, int64_t out, OutputMode mode, float* scratch,
+                                          cudaStream_t stream, int64_t dy_stride) {
   if (dbias != nullptr) {
     RM_RETURN_IF_ERROR(CheckPointer("LinearBackwardWeights", scratch, "scratch"));
     if (dy_stride != 0 && dy_stride != out) {

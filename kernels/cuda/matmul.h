@@ -66,14 +66,13 @@ class MatMulEngine {
   // `strides` (each 0 or at least the operand's stored width) lets a, b or c be blocks of
   // wider row-major arrays.
   absl::Status MatMul(MatMulType type, Transpose transpose_a, Transpose transpose_b, int64_t m,
-                      int64_t n, int64_t k, const void* a, const void* b, void* c,
-                      OutputMode mode, cudaStream_t stream, const void* bias = nullptr,
-                      RowStrides strides = {});
+                      int64_t n, int64_t k, const void* a, const void* b, void* c, OutputMode mode,
+                      cudaStream_t stream, const void* bias = nullptr, RowStrides strides = {});
 
   // y = x · weightᵀ + bias; bias may be null. y's rows are y_stride elements apart (0: out).
-  absl::Status LinearForward(MatMulType type, const void* x, const void* weight,
-                             const void* bias, void* y, int64_t n, int64_t in, int64_t out,
-                             cudaStream_t stream, int64_t y_stride = 0);
+  absl::Status LinearForward(MatMulType type, const void* x, const void* weight, const void* bias,
+                             void* y, int64_t n, int64_t in, int64_t out, cudaStream_t stream,
+                             int64_t y_stride = 0);
   // dx = dy · weight, overwriting dx [n, in]. dy's rows are dy_stride apart (0: out).
   absl::Status LinearBackwardInput(MatMulType type, const void* dy, const void* weight, void* dx,
                                    int64_t n, int64_t in, int64_t out, cudaStream_t stream,
@@ -81,20 +80,19 @@ class MatMulEngine {
   // dweight (+)= dyᵀ · x; dbias (fp32, may be null) (+)= the sum of dy's rows, through
   // `scratch` (BiasGradientScratchFloats(out) floats of device memory; null when dbias is).
   // dy's rows are dy_stride apart (0: out; only dense with a dbias).
-  absl::Status LinearBackwardWeights(MatMulType type, const void* x, const void* dy,
-                                     void* dweight, float* dbias, int64_t n, int64_t in,
-                                     int64_t out, OutputMode mode, float* scratch,
-                                     cudaStream_t stream, int64_t dy_stride = 0);
+  absl::Status LinearBackwardWeights(MatMulType type, const void* x, const void* dy, void* dweight,
+                                     float* dbias, int64_t n, int64_t in, int64_t out,
+                                     OutputMode mode, float* scratch, cudaStream_t stream,
+                                     int64_t dy_stride = 0);
 
   // Mixed precision's weight gradient: as LinearBackwardWeights with x and dy of `type` (16-bit
   // activations) but dweight in fp32 whatever the type, so the products accumulate in fp32
   // straight into the fp32 master gradient (cuBLASLt's 16-bit A and B with an fp32 C): no
   // 16-bit copy of the weight gradient, no rounding of it. dbias is fp32 as always.
   absl::Status LinearBackwardWeightsFloatOutput(MatMulType type, const void* x, const void* dy,
-                                                float* dweight, float* dbias, int64_t n,
-                                                int64_t in, int64_t out, OutputMode mode,
-                                                float* scratch, cudaStream_t stream,
-                                                int64_t dy_stride = 0);
+                                                float* dweight, float* dbias, int64_t n, int64_t in,
+                                                int64_t out, OutputMode mode, float* scratch,
+                                                cudaStream_t stream, int64_t dy_stride = 0);
 
   // Plans cached so far (one per distinct shape, type, transposition and pointer alignment).
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
@@ -110,13 +108,12 @@ class MatMulEngine {
   // `float_c`: c is fp32 whatever `type` is (a and b are of `type`). `bias` is the bias
   // pointer, or null without the bias epilogue.
   absl::StatusOr<Plan*> GetPlan(MatMulType type, Transpose transpose_a, Transpose transpose_b,
-                                int64_t m, int64_t n, int64_t k, bool accumulate,
-                                const void* a, const void* b, const void* c, const void* bias,
-                                bool float_c, const std::array<int64_t, 3>& lds);
-  absl::Status Product(MatMulType type, bool float_c, Transpose transpose_a,
-                       Transpose transpose_b, int64_t m, int64_t n, int64_t k, const void* a,
-                       const void* b, void* c, OutputMode mode, cudaStream_t stream,
-                       const void* bias, RowStrides strides);
+                                int64_t m, int64_t n, int64_t k, bool accumulate, const void* a,
+                                const void* b, const void* c, const void* bias, bool float_c,
+                                const std::array<int64_t, 3>& lds);
+  absl::Status Product(MatMulType type, bool float_c, Transpose transpose_a, Transpose transpose_b,
+                       int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* c,
+                       OutputMode mode, cudaStream_t stream, const void* bias, RowStrides strides);
   absl::Status WeightGradient(MatMulType type, bool float_c, const void* x, const void* dy,
                               void* dweight, float* dbias, int64_t n, int64_t in, int64_t out,
                               OutputMode mode, float* scratch, cudaStream_t stream,

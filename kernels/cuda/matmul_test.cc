@@ -202,10 +202,10 @@ TEST(MatMulCuda, PointersAtAnyElementOffset) {
     TypedDevice dx(type, shifted(x)), dw(type, shifted(w)), dbias(type, shifted(bias)),
         dy(type, kN * kOut + 1);
     auto at1 = [&](TypedDevice& d) { return static_cast<char*>(d.get()) + ElementBytes(type); };
-    ASSERT_TRUE((*engine)
-                    ->LinearForward(type, at1(dx), at1(dw), at1(dbias), at1(dy), kN, kIn, kOut,
-                                    nullptr)
-                    .ok())
+    ASSERT_TRUE(
+        (*engine)
+            ->LinearForward(type, at1(dx), at1(dw), at1(dbias), at1(dy), kN, kIn, kOut, nullptr)
+            .ok())
         << name;
     std::vector<float> want(kN * kOut);
     kernels::LinearForward(x.data(), w.data(), bias.data(), want.data(), kN, kIn, kOut);
@@ -277,10 +277,9 @@ TEST(MatMulCuda, StridedRowsAsGptCudaPadsItsLogits) {
                  Tolerance(type), name + " strided backward input");
     Device<float> ddw(std::vector<float>(kOut * kIn, 0.0f));
     ASSERT_TRUE((*engine)
-                    ->LinearBackwardWeightsFloatOutput(type, dx.get(), ddy.get(), ddw.get(),
-                                                       nullptr, kN, kIn, kOut,
-                                                       OutputMode::kAccumulate, nullptr, nullptr,
-                                                       kStride)
+                    ->LinearBackwardWeightsFloatOutput(
+                        type, dx.get(), ddy.get(), ddw.get(), nullptr, kN, kIn, kOut,
+                        OutputMode::kAccumulate, nullptr, nullptr, kStride)
                     .ok())
         << name;
     std::vector<float> want_dw(kOut * kIn, 0.0f), unused(kOut);

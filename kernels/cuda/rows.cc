@@ -195,7 +195,8 @@ absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labe
 
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
-                                            int32_t* predicted, cudaStream_t stream, int64_t row_stride) {
+                                            int32_t* predicted, cudaStream_t stream,
+                                            int64_t row_stride) {
   return SoftmaxCrossEntropyAs<__nv_bfloat16>(
       "SoftmaxCrossEntropyForwardBf16", internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/false,
       logits, labels, n, classes, 0.0f, loss, predicted, nullptr, stream, row_stride);
@@ -213,20 +214,20 @@ absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32
                                                 int64_t n, int64_t classes, float scale,
                                                 float* loss, int32_t* predicted, float* dlogits,
                                                 cudaStream_t stream, int64_t row_stride) {
-  return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackward",
-                               internal::LaunchSoftmaxCrossEntropy, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
+  return SoftmaxCrossEntropyAs(
+      "SoftmaxCrossEntropyForwardBackward", internal::LaunchSoftmaxCrossEntropy, /*backward=*/true,
+      logits, labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     const int32_t* labels, int64_t n,
                                                     int64_t classes, float scale, float* loss,
-                                                    int32_t* predicted,
-                                                    __nv_bfloat16* dlogits,
+                                                    int32_t* predicted, __nv_bfloat16* dlogits,
                                                     cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardBf16",
                                internal::LaunchSoftmaxCrossEntropyBf16, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
+                               labels, n, classes, scale, loss, predicted, dlogits, stream,
+                               row_stride);
 }
 
 absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
@@ -235,7 +236,8 @@ absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const i
                                                    cudaStream_t stream, int64_t row_stride) {
   return SoftmaxCrossEntropyAs("SoftmaxCrossEntropyForwardBackwardF16",
                                internal::LaunchSoftmaxCrossEntropyF16, /*backward=*/true, logits,
-                               labels, n, classes, scale, loss, predicted, dlogits, stream, row_stride);
+                               labels, n, classes, scale, loss, predicted, dlogits, stream,
+                               row_stride);
 }
 
 }  // namespace ringmaster::kernels::cuda

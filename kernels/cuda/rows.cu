@@ -140,9 +140,9 @@ __device__ bool Better(const Candidate& a, const Candidate& b) {
 // T: the storage of logits and dlogits; loss is fp32. Rows are `stride` elements apart (>=
 // classes); the columns past `classes` are neither read nor written.
 template <typename T>
-__global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels,
-                                          int64_t classes, int64_t stride, float scale,
-                                          float* loss, int32_t* predicted, T* dlogits) {
+__global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels, int64_t classes,
+                                          int64_t stride, float scale, float* loss,
+                                          int32_t* predicted, T* dlogits) {
   __shared__ float shared[kThreads];
   __shared__ Candidate best[kThreads];
   const int64_t i = blockIdx.x;
@@ -210,9 +210,9 @@ cudaError_t LayerNormBackward(T* dx, float* dgain, float* dbias, const T* dy, co
 }
 
 template <typename T>
-cudaError_t SoftmaxCrossEntropy(const T* logits, const int32_t* labels, int64_t n,
-                                int64_t classes, int64_t stride, float scale, float* loss,
-                                int32_t* predicted, T* dlogits, cudaStream_t stream) {
+cudaError_t SoftmaxCrossEntropy(const T* logits, const int32_t* labels, int64_t n, int64_t classes,
+                                int64_t stride, float scale, float* loss, int32_t* predicted,
+                                T* dlogits, cudaStream_t stream) {
   SoftmaxCrossEntropyKernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
       logits, labels, classes, stride, scale, loss, predicted, dlogits);
   return cudaGetLastError();
@@ -272,8 +272,8 @@ cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels
 }
 
 cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int32_t* labels,
-                                          int64_t n, int64_t classes, int64_t stride, float scale, float* loss,
-                                          int32_t* predicted, __nv_bfloat16* dlogits,
+                                          int64_t n, int64_t classes, int64_t stride, float scale,
+                                          float* loss, int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream) {
   return SoftmaxCrossEntropy(logits, labels, n, classes, stride, scale, loss, predicted, dlogits,
                              stream);

@@ -81,7 +81,8 @@ absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labe
 // bf16 logits; fp32 losses.
 absl::Status SoftmaxCrossEntropyForwardBf16(const __nv_bfloat16* logits, const int32_t* labels,
                                             int64_t n, int64_t classes, float* loss,
-                                            int32_t* predicted, cudaStream_t stream, int64_t row_stride = 0);
+                                            int32_t* predicted, cudaStream_t stream,
+                                            int64_t row_stride = 0);
 absl::Status SoftmaxCrossEntropyForwardF16(const __half* logits, const int32_t* labels, int64_t n,
                                            int64_t classes, float* loss, int32_t* predicted,
                                            cudaStream_t stream, int64_t row_stride = 0);
@@ -94,8 +95,7 @@ absl::Status SoftmaxCrossEntropyForwardBackward(const float* logits, const int32
 absl::Status SoftmaxCrossEntropyForwardBackwardBf16(const __nv_bfloat16* logits,
                                                     const int32_t* labels, int64_t n,
                                                     int64_t classes, float scale, float* loss,
-                                                    int32_t* predicted,
-                                                    __nv_bfloat16* dlogits,
+                                                    int32_t* predicted, __nv_bfloat16* dlogits,
                                                     cudaStream_t stream, int64_t row_stride = 0);
 absl::Status SoftmaxCrossEntropyForwardBackwardF16(const __half* logits, const int32_t* labels,
                                                    int64_t n, int64_t classes, float scale,

@@ -47,8 +47,8 @@ cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels
                                       int64_t classes, int64_t stride, float scale, float* loss,
                                       int32_t* predicted, float* dlogits, cudaStream_t stream);
 cudaError_t LaunchSoftmaxCrossEntropyBf16(const __nv_bfloat16* logits, const int32_t* labels,
-                                          int64_t n, int64_t classes, int64_t stride, float scale, float* loss,
-                                          int32_t* predicted, __nv_bfloat16* dlogits,
+                                          int64_t n, int64_t classes, int64_t stride, float scale,
+                                          float* loss, int32_t* predicted, __nv_bfloat16* dlogits,
                                           cudaStream_t stream);
 cudaError_t LaunchSoftmaxCrossEntropyF16(const __half* logits, const int32_t* labels, int64_t n,
                                          int64_t classes, int64_t stride, float scale, float* loss,

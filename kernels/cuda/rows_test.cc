@@ -43,9 +43,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/testing.h"
 #include "kernels/layernorm.h"
 #include "kernels/softmax_xent.h"
-#include "kernels/cuda/testing.h"
 #include "kernels/test_random.h"
 
 namespace ringmaster::kernels::cuda {

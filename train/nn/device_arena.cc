@@ -21,8 +21,7 @@ DeviceArena::~DeviceArena() {
   if (base_ != nullptr) cudaFree(base_);  // waits for the device
 }
 
-absl::Status DeviceArena::Fit(const std::function<void(Layout&)>& place,
-                              const std::string& what) {
+absl::Status DeviceArena::Fit(const std::function<void(Layout&)>& place, const std::string& what) {
   Layout measure(nullptr);
   place(measure);
   if (measure.used_ > bytes_) {
@@ -34,9 +33,9 @@ absl::Status DeviceArena::Fit(const std::function<void(Layout&)>& place,
       bytes_ = 0;
     }
     void* base = nullptr;
-    RM_RETURN_IF_ERROR(CudaToStatus(
-        cudaMalloc(&base, measure.used_),
-        absl::StrCat(what, ": cudaMalloc of ", measure.used_, " bytes").c_str()));
+    RM_RETURN_IF_ERROR(
+        CudaToStatus(cudaMalloc(&base, measure.used_),
+                     absl::StrCat(what, ": cudaMalloc of ", measure.used_, " bytes").c_str()));
     base_ = base;
     bytes_ = measure.used_;
   }

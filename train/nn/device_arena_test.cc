@@ -48,8 +48,7 @@ TEST(DeviceArena, AnAllocationThatFailsNamesWhatAndLeavesItEmpty) {
   const absl::Status s = arena.Fit([](DeviceArena::Layout& l) { l.Take(int64_t{1} << 50); },
                                    "Model: activations for 7 samples");
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("Model: activations for 7 samples: cudaMalloc of"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("Model: activations for 7 samples: cudaMalloc of"), std::string::npos)
       << s;
   EXPECT_EQ(arena.bytes(), 0);
 }

@@ -34,7 +34,6 @@ enum BlockTensor {
   kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias,
 };
 
-
 absl::Status Unimplemented(const auto&... parts) {
   return absl::UnimplementedError(absl::StrCat("GptCuda: ", parts...));
 }
@@ -131,8 +130,8 @@ absl::Status Residual(f16* out, const f16* a, const f16* b, int64_t n, cudaStrea
 absl::Status CrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, float* dlogits,
                           int64_t stride, cudaStream_t s) {
-  return kc::SoftmaxCrossEntropyForwardBackward(logits, labels, n, classes, scale, loss,
-                                                predicted, dlogits, s, stride);
+  return kc::SoftmaxCrossEntropyForwardBackward(logits, labels, n, classes, scale, loss, predicted,
+                                                dlogits, s, stride);
 }
 absl::Status CrossEntropy(const bf16* logits, const int32_t* labels, int64_t n, int64_t classes,
                           float scale, float* loss, int32_t* predicted, bf16* dlogits,
@@ -144,7 +143,7 @@ absl::Status CrossEntropy(const f16* logits, const int32_t* labels, int64_t n, i
                           float scale, float* loss, int32_t* predicted, f16* dlogits,
                           int64_t stride, cudaStream_t s) {
   return kc::SoftmaxCrossEntropyForwardBackwardF16(logits, labels, n, classes, scale, loss,
-                                                    predicted, dlogits, s, stride);
+                                                   predicted, dlogits, s, stride);
 }
 
 }  // namespace
@@ -335,13 +334,10 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                                                    float* grads,
                                                    const ForwardBackwardOptions& options) {
   if (options.precision != precision()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GptCuda::ForwardBackward: precision ", static_cast<int>(options.precision),
-        " asked of a model built for ",
-        precision_ == Precision::kBFloat16  ? "bf16"
-        : precision_ == Precision::kFloat16 ? "fp16"
-                                            : "fp32",
-        " activations (GptCudaOptions::matmul)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptCuda::ForwardBackward: precision ", PrecisionName(options.precision),
+                     " asked of a model built for ", PrecisionName(precision_),
+                     " activations (GptCudaOptions::matmul)"));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   if (params == nullptr || grads == nullptr) {
@@ -530,8 +526,8 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
   }));
   ready(lm_head_);
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab,
-                                        stream_, logits_stride_);
+    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_,
+                                        logits_stride_);
   }));
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {

@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/testing.h"
+#include "train/nn/model_testing.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train::nn {
@@ -33,6 +35,7 @@ namespace {
 
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
+using nn::testing::ExpectTensorsClose;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU GPT tests")
 
@@ -57,12 +60,6 @@ Batch RandomBatch(const GptOptions& o, int64_t size, uint32_t seed) {
   return b;
 }
 
-double Norm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
-  return std::sqrt(s);
-}
-
 // Tiny with one head of 64 channels: a head size the bf16 attention takes.
 GptOptions TinyOneHead() {
   GptOptions o = Tiny();
@@ -74,8 +71,8 @@ GptOptions TinyOneHead() {
 // keeps them dense.
 void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny(),
                     int64_t logits_alignment = GptCudaOptions().logits_row_alignment) {
-  absl::StatusOr<std::unique_ptr<GptCuda>> gpu = GptCuda::Create(
-      o, {.matmul = type, .logits_row_alignment = logits_alignment}, nullptr);
+  absl::StatusOr<std::unique_ptr<GptCuda>> gpu =
+      GptCuda::Create(o, {.matmul = type, .logits_row_alignment = logits_alignment}, nullptr);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -105,13 +102,8 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny(),
   EXPECT_LE(std::llabs(got->correct - want->correct), half ? want->loss_terms / 20 : 2);
   std::vector<float> g = dgrads.Host();
   for (float& x : g) x /= loss_scale;
-  for (const TensorSpec& t : table.tensors()) {
-    std::vector<float> diff(t.numel);
-    for (int64_t i = 0; i < t.numel; ++i) diff[i] = g[t.offset + i] - grads.data()[t.offset + i];
-    const double ref = Norm(grads.data() + t.offset, t.numel);
-    EXPECT_LE(Norm(diff.data(), t.numel), tol * ref + 1e-12)
-        << MatMulTypeName(type) << " gradient of " << t.name << " (norm " << ref << ")";
-  }
+  ExpectTensorsClose(table, g.data(), grads.data(), 1, tol, 1e-12,
+                     absl::StrCat(MatMulTypeName(type), " gradient"));
 
   // Accumulating a second time doubles every gradient: per tensor, to fp32 rounding of the
   // tensor's scale, not of each element. The tied token embedding sums two contributions
@@ -121,12 +113,8 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny(),
   ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
   std::vector<float> twice = dgrads.Host();
   for (float& x : twice) x /= loss_scale;
-  for (const TensorSpec& t : table.tensors()) {
-    std::vector<float> diff(t.numel);
-    for (int64_t i = 0; i < t.numel; ++i) diff[i] = twice[t.offset + i] - 2 * g[t.offset + i];
-    EXPECT_LE(Norm(diff.data(), t.numel), 1e-6 * Norm(g.data() + t.offset, t.numel) + 1e-12)
-        << MatMulTypeName(type) << " accumulated gradient of " << t.name;
-  }
+  ExpectTensorsClose(table, twice.data(), g.data(), 2, 1e-6, 1e-12,
+                     absl::StrCat(MatMulTypeName(type), " accumulated gradient"));
 }
 
 TEST(GptCuda, Fp32GradientsMatchTheCpuModel) {
@@ -246,14 +234,9 @@ TEST(GptCuda, CheckpointingGivesTheSameGradientsInLessMemory) {
     }
     for (size_t run = 1; run < grads.size(); ++run) {
       EXPECT_EQ(losses[run], losses[0]) << MatMulTypeName(type) << " run " << run;
-      for (const TensorSpec& t : table.tensors()) {
-        std::vector<float> diff(t.numel);
-        for (int64_t i = 0; i < t.numel; ++i) {
-          diff[i] = grads[run][t.offset + i] - grads[0][t.offset + i];
-        }
-        EXPECT_LE(Norm(diff.data(), t.numel), 1e-6 * Norm(grads[0].data() + t.offset, t.numel))
-            << MatMulTypeName(type) << " checkpointing run " << run << ", gradient of " << t.name;
-      }
+      ExpectTensorsClose(
+          table, grads[run].data(), grads[0].data(), 1, 1e-6, 0,
+          absl::StrCat(MatMulTypeName(type), " checkpointing run ", run, ", gradient"));
     }
     // Every block's activations (0) > one segment of 2 blocks plus 3 kept inputs (2) > one
     // block's plus 5 kept inputs (1); every 5 with 5 layers keeps everything, as 0 does.

@@ -135,7 +135,6 @@ class Conv2d final : public Layer {
   kernels::Conv2dShape Shape(int64_t n) const;
 
  private:
-
   kernels::Conv2dShape shape_;  // batch filled in per call
   int64_t weight_;
   int64_t bias_;

@@ -82,8 +82,8 @@ absl::Status CheckClassifierBatch(const Batch& batch, const std::string& descrip
   }
   if (batch.feature_dim != input_size) {
     return absl::InvalidArgumentError(absl::StrCat("batch.feature_dim is ", batch.feature_dim,
-                                                   "; model '", description, "' takes ",
-                                                   input_size, " features"));
+                                                   "; model '", description, "' takes ", input_size,
+                                                   " features"));
   }
   if (static_cast<int64_t>(batch.features.size()) != batch.size * batch.feature_dim) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -19,28 +19,16 @@ namespace {
 namespace kc = kernels::cuda;
 using kernels::OutputMode;
 
-const char* Name(Precision p) {
-  return p == Precision::kBFloat16 ? "bf16" : p == Precision::kFloat16 ? "fp16" : "fp32";
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
     const SequentialClassifier& model, const SequentialCudaOptions& options, cudaStream_t stream) {
   auto gpu = absl::WrapUnique(new SequentialCuda);
-  switch (options.matmul) {
-    case kc::MatMulType::kFloat32:
-    case kc::MatMulType::kTensorFloat32:
-      gpu->precision_ = Precision::kFloat32;
-      gpu->products_ = options.matmul;
-      break;
-    case kc::MatMulType::kBFloat16:
-    case kc::MatMulType::kFloat16:
-      gpu->precision_ =
-          options.matmul == kc::MatMulType::kBFloat16 ? Precision::kBFloat16 : Precision::kFloat16;
-      gpu->products_ = kc::MatMulType::kTensorFloat32;  // exact for 16-bit operands
-      break;
-  }
+  gpu->precision_ = options.matmul == kc::MatMulType::kBFloat16  ? Precision::kBFloat16
+                    : options.matmul == kc::MatMulType::kFloat16 ? Precision::kFloat16
+                                                                 : Precision::kFloat32;
+  // 16-bit values in fp32 storage: TF32 products are exact for them.
+  gpu->products_ = IsHalf(gpu->precision_) ? kc::MatMulType::kTensorFloat32 : options.matmul;
   for (const auto& layer : model.layers()) {
     Step step;
     step.in = layer->input_size();
@@ -105,7 +93,8 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
         shape.batch = batch;
         scratch = std::max(scratch, kc::Conv2dCudaScratchFloats(shape));
       }
-      if (s.kind == Kind::kLinear) scratch = std::max(scratch, kc::BiasGradientScratchFloats(s.out));
+      if (s.kind == Kind::kLinear)
+        scratch = std::max(scratch, kc::BiasGradientScratchFloats(s.out));
     }
     grad_[0] = take(batch * largest);
     grad_[1] = take(batch * largest);
@@ -113,9 +102,8 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
     loss_ = take(batch);
     predicted_ = take_ints(batch);
     scratch_ = take(scratch);
-    const bool half = precision_ != Precision::kFloat32;
-    compute_params_ = half ? take(total_elements_) : nullptr;
-    staged_grads_ = half ? take(largest_parameter_span_) : nullptr;
+    compute_params_ = IsHalf(precision_) ? take(total_elements_) : nullptr;
+    staged_grads_ = IsHalf(precision_) ? take(largest_parameter_span_) : nullptr;
   };
   capacity_ = 0;  // until Fit succeeds: its pointers are stale
   RM_RETURN_IF_ERROR(
@@ -129,23 +117,22 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
                                                           const ForwardBackwardOptions& options) {
   if (options.precision != precision_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "SequentialCuda::ForwardBackward: options.precision is ", Name(options.precision),
-        " but this GPU model was created for ", Name(precision_)));
+        "SequentialCuda::ForwardBackward: options.precision is ", PrecisionName(options.precision),
+        " but this GPU model was created for ", PrecisionName(precision_)));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
   if (params == nullptr || grads == nullptr) {
-    return absl::InvalidArgumentError("SequentialCuda::ForwardBackward: params and grads are "
-                                      "device pointers and must not be null");
+    return absl::InvalidArgumentError(
+        "SequentialCuda::ForwardBackward: params and grads are "
+        "device pointers and must not be null");
   }
   const int64_t n = batch.size;
   RM_RETURN_IF_ERROR(Reserve(n));
   const kc::MatMulType type = products_;
   // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc).
-  const bool half = precision_ != Precision::kFloat32;
-  const kernels::HalfFormat format = precision_ == Precision::kBFloat16
-                                         ? kernels::HalfFormat::kBFloat16
-                                         : kernels::HalfFormat::kFloat16;
+  const bool half = IsHalf(precision_);
+  const kernels::HalfFormat format = HalfFormatOf(precision_);
   auto round = [&](float* x, int64_t count) -> absl::Status {
     return half ? kc::RoundToHalf(format, x, x, count, stream_) : absl::OkStatus();
   };
@@ -156,12 +143,11 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
   // Pageable host memory: each copy has left the host buffer when the call returns.
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(input_, batch.features.data(), n * input_size_ * 4,
                                           cudaMemcpyHostToDevice, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels_, batch.labels.data(), n * 4,
-                                          cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(labels_, batch.labels.data(), n * 4, cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_ERROR(round(input_, n * input_size_));
   if (!options.accumulate) {
-    RM_RETURN_IF_CUDA_ERROR(
-        cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
+    RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
   }
 
   for (size_t i = 0; i < steps_.size(); ++i) {
@@ -170,8 +156,8 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
     float* y = outputs_[i];
     switch (s.kind) {
       case Kind::kLinear:
-        RM_RETURN_IF_ERROR(engine_->LinearForward(type, x, params + s.weight, params + s.bias, y,
-                                                  n, s.in, s.out, stream_));
+        RM_RETURN_IF_ERROR(engine_->LinearForward(type, x, params + s.weight, params + s.bias, y, n,
+                                                  s.in, s.out, stream_));
         break;
       case Kind::kRelu:
         RM_RETURN_IF_ERROR(kc::ReluForward(x, y, n * s.out, stream_));
@@ -184,8 +170,8 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
         break;
       }
       case Kind::kPool:
-        RM_RETURN_IF_ERROR(kc::MaxPool2x2Forward(x, y, argmax_[i], n * s.channels, s.height,
-                                                 s.width, stream_));
+        RM_RETURN_IF_ERROR(
+            kc::MaxPool2x2Forward(x, y, argmax_[i], n * s.channels, s.height, s.width, stream_));
         break;
     }
     RM_RETURN_IF_ERROR(round(y, n * s.out));
@@ -229,13 +215,13 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
       }
     }
     if (s.has_params() && options.on_grads_ready) options.on_grads_ready(s.weight);
-    if (i == 0) break;  // no gradient for the data
+    if (i == 0) break;                                 // no gradient for the data
     if (s.kind != Kind::kRelu) current = 1 - current;  // ReLU's backward is in place
     float* dx = grad_[current];
     switch (s.kind) {
       case Kind::kLinear:
-        RM_RETURN_IF_ERROR(engine_->LinearBackwardInput(type, dy, params + s.weight, dx, n, s.in,
-                                                        s.out, stream_));
+        RM_RETURN_IF_ERROR(
+            engine_->LinearBackwardInput(type, dy, params + s.weight, dx, n, s.in, s.out, stream_));
         break;
       case Kind::kRelu:
         RM_RETURN_IF_ERROR(kc::ReluBackward(outputs_[i], dy, dx, n * s.out, stream_));
@@ -248,8 +234,8 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
         break;
       }
       case Kind::kPool:
-        RM_RETURN_IF_ERROR(kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height,
-                                                  s.width, stream_));
+        RM_RETURN_IF_ERROR(
+            kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height, s.width, stream_));
         break;
     }
     RM_RETURN_IF_ERROR(round(dx, n * s.in));

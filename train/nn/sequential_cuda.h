@@ -47,8 +47,7 @@ class SequentialCuda {
   // Copies the model's layer geometry and parameter offsets (the model need not outlive
   // this). UNIMPLEMENTED for a layer without a CUDA twin (says which).
   static absl::StatusOr<std::unique_ptr<SequentialCuda>> Create(
-      const SequentialClassifier& model, const SequentialCudaOptions& options,
-      cudaStream_t stream);
+      const SequentialClassifier& model, const SequentialCudaOptions& options, cudaStream_t stream);
   SequentialCuda(const SequentialCuda&) = delete;
   SequentialCuda& operator=(const SequentialCuda&) = delete;
 
@@ -59,8 +58,8 @@ class SequentialCuda {
   // on_grads_ready is called as the CPU model calls it (each layer with parameters, from the
   // last, with its first tensor's offset; the first with 0) once the layer's gradient kernels
   // are ENQUEUED on the stream, not run (see GptCuda::ForwardBackward).
-  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
-                                            float* grads, const ForwardBackwardOptions& options);
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params, float* grads,
+                                            const ForwardBackwardOptions& options);
 
   // Device bytes held for activations, labels and scratch (the largest batch so far), and in
   // 16-bit precisions the parameters' rounded copy and the staged gradients.
@@ -73,10 +72,10 @@ class SequentialCuda {
   enum class Kind { kLinear, kRelu, kConv, kPool };
   struct Step {
     Kind kind;
-    int64_t in = 0, out = 0;         // floats per sample
-    int64_t weight = 0, bias = 0;    // parameter offsets (kLinear, kConv)
+    int64_t in = 0, out = 0;       // floats per sample
+    int64_t weight = 0, bias = 0;  // parameter offsets (kLinear, kConv)
     int64_t weight_numel = 0, bias_numel = 0;
-    kernels::Conv2dShape conv;       // kConv; batch set per call
+    kernels::Conv2dShape conv;                    // kConv; batch set per call
     int64_t channels = 0, height = 0, width = 0;  // kPool
     bool has_params() const { return kind == Kind::kLinear || kind == Kind::kConv; }
   };
@@ -105,10 +104,10 @@ class SequentialCuda {
   int32_t* labels_ = nullptr;
   float* loss_ = nullptr;
   int32_t* predicted_ = nullptr;
-  float* scratch_ = nullptr;  // the largest convolution's, and the bias gradients' partials
+  float* scratch_ = nullptr;         // the largest convolution's, and the bias gradients' partials
   float* compute_params_ = nullptr;  // 16-bit: the parameters rounded (total_elements_)
   float* staged_grads_ = nullptr;    // 16-bit: one layer's gradients before AddRoundedHalf
-  std::vector<int32_t*> argmax_;  // per step (kPool)
+  std::vector<int32_t*> argmax_;     // per step (kPool)
 };
 
 }  // namespace ringmaster::train::nn

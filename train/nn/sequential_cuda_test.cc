@@ -24,6 +24,7 @@
 #include "kernels/cuda/testing.h"
 #include "kernels/precision.h"
 #include "train/nn/classifiers.h"
+#include "train/nn/model_testing.h"
 #include "train/tensor.h"
 
 namespace ringmaster::train::nn {
@@ -32,6 +33,8 @@ namespace {
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
 using kernels::cuda::testing::HaveGpu;
+using nn::testing::ExpectTensorsClose;
+using nn::testing::Norm;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU classifier tests")
 
@@ -47,12 +50,6 @@ Batch RandomBatch(int64_t size, int64_t features, int64_t classes, uint32_t seed
   b.labels.resize(size);
   for (int32_t& l : b.labels) l = label(gen);
   return b;
-}
-
-double Norm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
-  return std::sqrt(s);
 }
 
 Precision PrecisionOf(MatMulType type) {
@@ -89,23 +86,13 @@ void CompareWithCpu(SequentialClassifier& cpu, MatMulType type, double tol) {
   EXPECT_NEAR(got->loss_sum, want->loss_sum, tol * std::fabs(want->loss_sum));
   EXPECT_LE(std::llabs(got->correct - want->correct), type == MatMulType::kFloat32 ? 0 : 2);
   const std::vector<float> g = dgrads.Host();
-  for (const TensorSpec& t : table.tensors()) {
-    std::vector<float> diff(t.numel);
-    for (int64_t i = 0; i < t.numel; ++i) diff[i] = g[t.offset + i] - grads.data()[t.offset + i];
-    const double ref = Norm(grads.data() + t.offset, t.numel);
-    EXPECT_LE(Norm(diff.data(), t.numel), tol * ref + 1e-12) << "gradient of " << t.name;
-  }
+  ExpectTensorsClose(table, g.data(), grads.data(), 1, tol, 1e-12, "gradient");
 
   fb.accumulate = true;
   fb.on_grads_ready = nullptr;
   ASSERT_TRUE((*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).ok());
   const std::vector<float> twice = dgrads.Host();
-  for (const TensorSpec& t : table.tensors()) {
-    std::vector<float> diff(t.numel);
-    for (int64_t i = 0; i < t.numel; ++i) diff[i] = twice[t.offset + i] - 2 * g[t.offset + i];
-    EXPECT_LE(Norm(diff.data(), t.numel), 1e-6 * Norm(g.data() + t.offset, t.numel) + 1e-12)
-        << "accumulated gradient of " << t.name;
-  }
+  ExpectTensorsClose(table, twice.data(), g.data(), 2, 1e-6, 1e-12, "accumulated gradient");
 }
 
 std::unique_ptr<MlpClassifier> SmallMlp() {
@@ -190,8 +177,7 @@ TEST(SequentialCuda, BadBatchesAndPrecisionsAreNamed) {
   EXPECT_NE(s.message().find("batch.labels[2] is 7"), std::string::npos) << s;
   ForwardBackwardOptions bf16;
   bf16.precision = Precision::kBFloat16;
-  s = (*gpu)->ForwardBackward(RandomBatch(3, 50, 7, 1), dparams.get(), dgrads.get(), bf16)
-          .status();
+  s = (*gpu)->ForwardBackward(RandomBatch(3, 50, 7, 1), dparams.get(), dgrads.get(), bf16).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("options.precision is bf16 but this GPU model was created for fp32"),
             std::string::npos)
