@@ -12,6 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # libraries used by later layers (checksums, durable state, job specs, data, BLAS)
   libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev libssl-dev openssl
+  # command lines (ringctl and the daemons) and JSON output, header-only
+  libcli11-dev nlohmann-json3-dev
   # the real data set (gzip-compressed IDX files in /usr/share/datasets/fashion-mnist/)
   dataset-fashion-mnist
   # peers measured by `ringbench comm`
