@@ -1,12 +1,14 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace ringmaster {
@@ -66,6 +68,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   }
   close(fd);
   return out;
+}
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+  if ((st.st_mode & 0007) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " holds a secret but other users of this machine can access it (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777), "); run: chmod 600 ", path));
+  }
+  return ReadFile(path);
 }
 
 }  // namespace ringmaster

@@ -28,6 +28,11 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // Reads a whole file. NOT_FOUND when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Reads a file that holds a secret (a token, a private key), refusing one that every user
+// of the machine may read or write: FAILED_PRECONDITION naming the file, its mode and the
+// chmod that fixes it. (Group access is allowed: a Kubernetes secret is mounted 0440.)
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
+
 }  // namespace ringmaster
 
 #endif  // RINGMASTER_COMMON_FILE_UTIL_H_

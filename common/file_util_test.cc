@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 
@@ -41,6 +42,27 @@ TEST(WriteFileAtomically, FailureNamesThePathAndLeavesNoTemporary) {
 
 TEST(ReadFile, MissingIsNotFound) {
   EXPECT_EQ(ReadFile(TmpPath("missing")).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A token or key file: 0600 and 0640 (a Kubernetes secret's group) are read, a file any user
+// may read is refused with the fix; the mode given to WriteFileAtomically is the file's from
+// its creation.
+TEST(ReadSecretFile, RefusesAFileOthersCanRead) {
+  const std::string path = TmpPath("secret.token");
+  ASSERT_TRUE(WriteFileAtomically(path, "s3cret", {.mode = 0600}).ok());
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  EXPECT_EQ(*ReadSecretFile(path), "s3cret");
+  ASSERT_EQ(chmod(path.c_str(), 0640), 0);
+  EXPECT_TRUE(ReadSecretFile(path).ok());
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  absl::StatusOr<std::string> read = ReadSecretFile(path);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(read.status().message().find("chmod 600 " + path), std::string::npos)
+      << read.status();
+  EXPECT_NE(read.status().message().find("0644"), std::string::npos) << read.status();
+  EXPECT_EQ(ReadSecretFile(TmpPath("missing")).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

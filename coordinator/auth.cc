@@ -3,7 +3,13 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/x509.h>
+
+#include <memory>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -44,6 +50,88 @@ std::string NewSecret() {
   unsigned char bytes[32];
   CHECK_EQ(RAND_bytes(bytes, sizeof(bytes)), 1) << "no randomness from OpenSSL";
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), 32));
+}
+
+namespace {
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+
+std::unique_ptr<BIO, BioFree> Bio(absl::string_view pem) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// OpenSSL's reason for the last failure, or "not PEM".
+std::string OpenSslReason() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "not in PEM format";
+  const char* reason = ERR_reason_error_string(e);
+  return reason != nullptr ? reason : "not in PEM format";
+}
+
+}  // namespace
+
+absl::Status CheckConfiguredTokens(absl::string_view user_token,
+                                   absl::string_view node_token) {
+  for (const auto& [token, flag] : {std::pair{user_token, "--user_token_file"},
+                                    std::pair{node_token, "--node_token_file"}}) {
+    if (!token.empty() && token.size() < kMinTokenLength) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the token in ", flag, " has ", token.size(), " characters; use at least ",
+          kMinTokenLength, " random ones (e.g. openssl rand -hex 16 > FILE; chmod 600 FILE)"));
+    }
+  }
+  if (!user_token.empty() && user_token == node_token) {
+    return absl::InvalidArgumentError(
+        "--user_token_file and --node_token_file hold the same token; give each its own, "
+        "or a user could act as a node and a node as a user");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTlsMaterial(absl::string_view cert, absl::string_view key,
+                              absl::string_view client_ca) {
+  ERR_clear_error();
+  std::unique_ptr<X509, X509Free> x509;
+  if (!cert.empty()) {
+    x509.reset(PEM_read_bio_X509(Bio(cert).get(), nullptr, nullptr, nullptr));
+    if (x509 == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_cert does not hold a PEM certificate (", OpenSslReason(),
+          "); give the server's certificate, \"-----BEGIN CERTIFICATE-----\""));
+    }
+  }
+  if (!key.empty()) {
+    std::unique_ptr<EVP_PKEY, KeyFree> pkey(
+        PEM_read_bio_PrivateKey(Bio(key).get(), nullptr, nullptr, nullptr));
+    if (pkey == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_key does not hold a PEM private key (", OpenSslReason(),
+          "); give the unencrypted key of --tls_cert"));
+    }
+    if (x509 != nullptr && X509_check_private_key(x509.get(), pkey.get()) != 1) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          "--tls_key is not the private key of the certificate in --tls_cert");
+    }
+  }
+  if (!client_ca.empty()) {
+    std::unique_ptr<X509, X509Free> ca(
+        PEM_read_bio_X509(Bio(client_ca).get(), nullptr, nullptr, nullptr));
+    if (ca == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_client_ca does not hold a PEM certificate (", OpenSslReason(), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ringmaster::coordinator

@@ -33,6 +33,22 @@ absl::Status CheckBearer(absl::string_view header, absl::string_view expected,
 // 32 random bytes from the OS, hex-encoded.
 std::string NewSecret();
 
+// The shortest user or node token accepted: 16 characters (e.g. `openssl rand -hex 16` makes
+// 32).
+inline constexpr size_t kMinTokenLength = 16;
+
+// The tokens a coordinator is configured with (empty: none): each at least kMinTokenLength
+// characters, and the user and node tokens differ (else either could do the other's work).
+// INVALID_ARGUMENT naming the flag and how to make a good token.
+absl::Status CheckConfiguredTokens(absl::string_view user_token, absl::string_view node_token);
+
+// Checks TLS material before a server uses it, so that a bad file is named instead of
+// surfacing as "cannot listen": `cert` must hold a PEM certificate, `key` a PEM private key
+// that belongs to it, `client_ca` (optional) PEM certificates. INVALID_ARGUMENT naming the
+// flag (--tls_cert, --tls_key, --tls_client_ca) and what is wrong.
+absl::Status CheckTlsMaterial(absl::string_view cert, absl::string_view key,
+                              absl::string_view client_ca);
+
 }  // namespace ringmaster::coordinator
 
 #endif  // RINGMASTER_COORDINATOR_AUTH_H_

@@ -1,6 +1,12 @@
 #include "coordinator/grpc_service.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -384,6 +390,58 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
   const ServerOptions options_;
 };
 
+// Why `host:port` cannot be listened on, found by trying it with a plain socket (gRPC only
+// says that it failed): in use, not an address of this machine, or not host:port at all.
+std::string ListenProblem(const std::string& listen) {
+  std::string host = listen, port;
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    if (close == std::string::npos || close + 1 >= host.size() || host[close + 1] != ':') {
+      return "not host:port";
+    }
+    port = host.substr(close + 2);
+    host = host.substr(1, close - 1);
+  } else {
+    const size_t colon = host.rfind(':');
+    if (colon == std::string::npos) return "not host:port";
+    port = host.substr(colon + 1);
+    host = host.substr(0, colon);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
+                                 &found);
+      rc != 0) {
+    return absl::StrCat("the host or port does not resolve: ", gai_strerror(rc));
+  }
+  std::string problem = "gRPC could not start a listener there";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    const int rc = bind(fd, a->ai_addr, a->ai_addrlen);
+    const int err = errno;
+    close(fd);
+    if (rc == 0) continue;
+    if (err == EADDRINUSE) {
+      problem = "the port is in use by another process (another ringmaster?); stop it or "
+                "choose another port";
+    } else if (err == EADDRNOTAVAIL) {
+      problem = "it is not an address of this machine";
+    } else if (err == EACCES) {
+      problem = "permission denied (ports below 1024 need privileges)";
+    } else {
+      problem = strerror(err);
+    }
+    break;
+  }
+  freeaddrinfo(found);
+  return problem;
+}
+
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& host_port) {
@@ -411,6 +469,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
     return absl::InvalidArgumentError("mutual TLS (a client CA) needs a server certificate");
   }
+  RM_RETURN_IF_ERROR(CheckTlsMaterial(options.tls_cert, options.tls_key, options.tls_client_ca));
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (options.tls_cert.empty()) {
     credentials = grpc::InsecureServerCredentials();
@@ -429,6 +488,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   server->worker_service_ = std::make_unique<WorkerServiceImpl>(coordinator, options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second coordinator on the same address would then
+  // serve too, and clients and agents would be split between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->worker_service_.get());
@@ -436,7 +498,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen, " (in use, or not an address here)"));
+        absl::StrCat("cannot listen on ", options.listen, ": ", ListenProblem(options.listen)));
   }
   Server* raw = server.get();
   server->ticker_ = std::thread([raw, coordinator, tick = options.tick] {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/auth.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
@@ -289,7 +290,48 @@ TEST(ServerStart, APortInUseIsAnErrorNotACrash) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable) << server.status();
   EXPECT_NE(server.status().message().find(options.listen), std::string::npos)
       << server.status();
+  EXPECT_NE(server.status().message().find("in use"), std::string::npos) << server.status();
   close(fd);
+}
+
+// gRPC would set SO_REUSEPORT, letting a second coordinator serve the same address (and
+// split the clients between the two). The second is refused, naming the cause.
+TEST(ServerStart, ASecondCoordinatorOnTheSamePortIsRefused) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/reuseport-", getpid());
+  std::filesystem::remove_all(dir);
+  CoordinatorOptions options;
+  options.database = dir + "/first.db";
+  auto first_coordinator = Coordinator::Create(options);
+  ASSERT_TRUE(first_coordinator.ok()) << first_coordinator.status();
+  options.database = dir + "/second.db";
+  auto second_coordinator = Coordinator::Create(options);
+  ASSERT_TRUE(second_coordinator.ok()) << second_coordinator.status();
+  ServerOptions server_options;
+  auto first = Server::Start(server_options, first_coordinator->get());
+  ASSERT_TRUE(first.ok()) << first.status();
+  server_options.listen = absl::StrCat("127.0.0.1:", (*first)->port());
+  auto second = Server::Start(server_options, second_coordinator->get());
+  ASSERT_FALSE(second.ok()) << "a second coordinator serves port " << (*first)->port();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status();
+}
+
+// A file that is not a certificate or key is named as such, not as "cannot listen".
+TEST(ServerStart, BadTlsFilesAreNamed) {
+  ServerOptions options;
+  options.tls_cert = "not a certificate";
+  options.tls_key = "not a key";
+  auto server = Server::Start(options, nullptr);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("--tls_cert does not hold a PEM certificate"),
+            std::string::npos)
+      << server.status();
+  EXPECT_EQ(CheckTlsMaterial("", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+                             "")
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(CheckTlsMaterial("", "", "garbage").message().find("--tls_client_ca"),
+            std::string::npos);
 }
 
 }  // namespace

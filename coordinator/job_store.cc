@@ -1,6 +1,12 @@
 #include "coordinator/job_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <system_error>
@@ -57,6 +63,26 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       return absl::FailedPreconditionError(
           absl::StrCat("cannot create the directory of the job database ", path, ": ",
                        ec.message()));
+    }
+  }
+  // The database holds the membership secret: it is the coordinator's alone. Created 0600
+  // before SQLite opens it (SQLite gives its WAL and shared-memory files the database's
+  // mode), and an existing one made readable by an older version is closed up.
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    const int fd = open(file.c_str(), (file == path ? O_CREAT : 0) | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (file != path && errno == ENOENT) continue;
+      return absl::FailedPreconditionError(absl::StrCat("cannot open the job database ", file,
+                                                        ": ", strerror(errno)));
+    }
+    struct stat st;
+    const bool ok = fstat(fd, &st) == 0 && ((st.st_mode & 0077) == 0 || fchmod(fd, 0600) == 0);
+    const int err = errno;
+    close(fd);
+    if (!ok) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job database ", file, " is readable by other users and cannot be made 0600: ",
+          strerror(err)));
     }
   }
   sqlite3* db = nullptr;

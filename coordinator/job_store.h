@@ -11,6 +11,9 @@
 // a second coordinator on the same file fails with FAILED_PRECONDITION instead of
 // corrupting it.
 //
+// The database and its WAL are created with mode 0600 (they hold the membership secret);
+// an existing database that others can read is made 0600 on Open.
+//
 // Thread-safe: calls are serialised internally.
 #ifndef RINGMASTER_COORDINATOR_JOB_STORE_H_
 #define RINGMASTER_COORDINATOR_JOB_STORE_H_

@@ -1,6 +1,7 @@
 #include "coordinator/job_store.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +54,34 @@ TEST(JobStore, PutReplacesAndKeepsSubmissionOrder) {
   EXPECT_EQ(a->epoch(), 1);
   EXPECT_EQ((*store)->Get("zzz").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->Put(Job()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+int Mode(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+}
+
+// The database holds the membership secret: it and its WAL are the coordinator's alone,
+// whatever the umask, and one left readable (by an older version) is closed up on open.
+TEST(JobStore, TheDatabaseAndItsWalAreReadableByTheOwnerOnly) {
+  const std::string path = FreshPath("mode");
+  const mode_t old_umask = umask(0022);
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->GetOrCreateSetting("membership_secret", "s").ok());
+    ASSERT_TRUE((*store)->Put(MakeJob("j", 1)).ok());
+    EXPECT_EQ(Mode(path), 0600);
+    EXPECT_EQ(Mode(path + "-wal"), 0600);
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(Mode(path), 0600);
+    ASSERT_TRUE((*store)->Get("j").ok());
+  }
+  umask(old_umask);
 }
 
 TEST(JobStore, SettingsKeepTheirFirstValueAcrossReopening) {

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "coordinator/auth.h"
 #include "coordinator/grpc_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on (host:port)");
@@ -60,10 +61,12 @@ absl::Duration Seconds(const absl::Flag<double>& flag, const char* name, std::st
   return absl::Seconds(v);
 }
 
-// Reads a whole file (tokens, certificates); empty path gives "".
-absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag) {
+// Reads a whole file (tokens, certificates); empty path gives "". A `secret` (a token, a
+// key) must not be readable by every user of the machine.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag,
+                                         bool secret) {
   if (path.empty()) return std::string();
-  auto text = ReadFile(path);
+  auto text = secret ? ReadSecretFile(path) : ReadFile(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " ", path, ": ", text.status().message()));
@@ -112,20 +115,29 @@ int Main(int argc, char** argv) {
     std::string* into;
     std::string path;
     const char* flag;
+    bool secret;
   } files[] = {
-      {&server_options.user_token, absl::GetFlag(FLAGS_user_token_file), "user_token_file"},
-      {&server_options.node_token, absl::GetFlag(FLAGS_node_token_file), "node_token_file"},
-      {&server_options.tls_cert, absl::GetFlag(FLAGS_tls_cert), "tls_cert"},
-      {&server_options.tls_key, absl::GetFlag(FLAGS_tls_key), "tls_key"},
-      {&server_options.tls_client_ca, absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca"},
+      {&server_options.user_token, absl::GetFlag(FLAGS_user_token_file), "user_token_file",
+       true},
+      {&server_options.node_token, absl::GetFlag(FLAGS_node_token_file), "node_token_file",
+       true},
+      {&server_options.tls_cert, absl::GetFlag(FLAGS_tls_cert), "tls_cert", false},
+      {&server_options.tls_key, absl::GetFlag(FLAGS_tls_key), "tls_key", true},
+      {&server_options.tls_client_ca, absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca",
+       false},
   };
   for (auto& f : files) {
-    auto text = ReadFlagFile(f.path, f.flag);
+    auto text = ReadFlagFile(f.path, f.flag, f.secret);
     if (!text.ok()) return Fail(2, std::string(text.status().message()));
     *f.into = *text;
   }
   for (std::string* token : {&server_options.user_token, &server_options.node_token}) {
     *token = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  if (absl::Status s =
+          coordinator::CheckConfiguredTokens(server_options.user_token, server_options.node_token);
+      !s.ok()) {
+    return Fail(2, std::string(s.message()));
   }
 
   const bool open = !server_options.user_token.empty() && !server_options.node_token.empty();

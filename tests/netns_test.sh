@@ -64,8 +64,9 @@ for i in 1 2 3; do
   ip -n "$SW" link set "${tag}p$i" up
 done
 
-openssl rand -hex 16 >"$WORK/user.token" 2>/dev/null || echo "user-$$-$RANDOM" >"$WORK/user.token"
-openssl rand -hex 16 >"$WORK/node.token" 2>/dev/null || echo "node-$$-$RANDOM" >"$WORK/node.token"
+openssl rand -hex 16 >"$WORK/user.token" 2>/dev/null || echo "user-$$-$RANDOM-$RANDOM-$RANDOM" >"$WORK/user.token"
+openssl rand -hex 16 >"$WORK/node.token" 2>/dev/null || echo "node-$$-$RANDOM-$RANDOM-$RANDOM" >"$WORK/node.token"
+chmod 600 "$WORK/user.token" "$WORK/node.token"  # secrets: ringmaster refuses them readable by others
 COORD=10.213.0.1:7070
 on() { local host="$1"; shift; ip netns exec "${NS[$((host - 1))]}" "$@"; }
 

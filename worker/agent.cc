@@ -93,9 +93,11 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
   const std::string spec_path = absl::StrCat(dir, "/spec.yaml");
   const std::string token_path = absl::StrCat(dir, "/slot-", slot, ".token");
   const std::string log_path = absl::StrCat(dir, "/slot-", slot, ".log");
-  RM_RETURN_IF_ERROR(WriteFileAtomically(spec_path, spec::JobSpecToYaml(start.spec())));
-  RM_RETURN_IF_ERROR(WriteFileAtomically(token_path, start.membership_token()));
-  chmod(token_path.c_str(), 0600);
+  // Both 0600 from the start: the token lets its holder act for this job's slot, and the
+  // spec may name private paths.
+  RM_RETURN_IF_ERROR(
+      WriteFileAtomically(spec_path, spec::JobSpecToYaml(start.spec()), {.mode = 0600}));
+  RM_RETURN_IF_ERROR(WriteFileAtomically(token_path, start.membership_token(), {.mode = 0600}));
 
   std::vector<std::string> args = {
       options_.trainer_binary,
@@ -110,6 +112,12 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
       absl::StrCat("--advertise_host=", options_.advertise_host),
       absl::StrCat("--summary=", dir, "/summary.json"),
   };
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--tls_ca=", options_.tls_ca_file},
+        {"--tls_client_cert=", options_.tls_client_cert_file},
+        {"--tls_client_key=", options_.tls_client_key_file}}) {
+    if (!path.empty()) args.push_back(absl::StrCat(flag, path));
+  }
   args.insert(args.end(), options_.trainer_flags.begin(), options_.trainer_flags.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

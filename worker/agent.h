@@ -14,7 +14,8 @@
 // second SIGTERM) kills the trainers and returns at once.
 //
 // Trainers run as `trainer_binary --coordinator ... --job J --epoch E --node N --slot S
-// --membership_token_file F --spec F --local_ranks SLOTS --advertise_host ADDR`, each in
+// --membership_token_file F --spec F --local_ranks SLOTS --advertise_host ADDR
+// [--tls_ca F [--tls_client_cert F --tls_client_key F]]`, each in
 // its own process group, with stdout and stderr appended to
 // <work_dir>/<job>/slot-<S>.log; the spec and token files are written next to it (0600).
 #ifndef RINGMASTER_WORKER_AGENT_H_
@@ -38,6 +39,12 @@ struct AgentOptions {
   CoordinatorClient* client = nullptr;
   // Passed to trainers (--coordinator).
   std::string coordinator_address;
+  // Files passed to trainers, which reach the coordinator the way the agent does: the
+  // coordinator's CA (TLS), and for mutual TLS a client certificate and its key. Empty:
+  // plaintext / no client certificate.
+  std::string tls_ca_file;
+  std::string tls_client_cert_file;
+  std::string tls_client_key_file;
   std::string node;
   int slots = 1;
   // The address this node's trainers are reached at by their peers.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 namespace ringmaster::worker {
@@ -12,6 +13,27 @@ absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+absl::Status ReadTlsFiles(const TlsFiles& files, CoordinatorClientOptions* options) {
+  struct {
+    const char* flag;
+    const std::string& path;
+    std::string* into;
+    bool secret;
+  } reads[] = {{"--tls_ca", files.ca, &options->tls_ca, false},
+               {"--tls_client_cert", files.client_cert, &options->tls_client_cert, false},
+               {"--tls_client_key", files.client_key, &options->tls_client_key, true}};
+  for (const auto& r : reads) {
+    if (r.path.empty()) continue;
+    absl::StatusOr<std::string> text = r.secret ? ReadSecretFile(r.path) : ReadFile(r.path);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat(r.flag, ": ", text.status().message()));
+    }
+    *r.into = *std::move(text);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(

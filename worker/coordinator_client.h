@@ -91,6 +91,17 @@ class CoordinatorClient {
   std::unique_ptr<WorkerService::Stub> workers_;
 };
 
+// The TLS files a client is given by its flags (--tls_ca, --tls_client_cert,
+// --tls_client_key); empty paths are not read.
+struct TlsFiles {
+  std::string ca;
+  std::string client_cert;
+  std::string client_key;
+};
+// Reads them into `options` (the key as a secret: common/file_util.h ReadSecretFile).
+// Errors name the flag and the file.
+absl::Status ReadTlsFiles(const TlsFiles& files, CoordinatorClientOptions* options);
+
 // grpc::Status → absl::Status (same code and message).
 absl::Status FromGrpc(const grpc::Status& status);
 

@@ -3,6 +3,9 @@
 //
 //   ringworker --coordinator HOST:PORT --slots N [--node NAME] [--advertise_host ADDR]
 //              [--work_dir DIR] [--node_token_file F] [--preemption_notice_file F]
+//              [--tls_ca F [--tls_client_cert F --tls_client_key F]]
+// Its trainers reach the coordinator as it does (the same address, CA and client
+// certificate), each with its own membership token.
 //
 // SIGTERM drains the node (the jobs on it shrink with no lost step; the agent exits when
 // its trainers have left); a second SIGTERM kills the trainers and exits at once.
@@ -18,6 +21,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -42,6 +46,9 @@ ABSL_FLAG(std::string, trainer_flags, "",
           "extra flags for every trainer, comma-separated (e.g. --op_timeout_s=30)");
 ABSL_FLAG(std::string, node_token_file, "", "file holding the node token");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, tls_client_cert, "",
+          "PEM client certificate for a coordinator that asks for one (mutual TLS)");
+ABSL_FLAG(std::string, tls_client_key, "", "PEM key of --tls_client_cert");
 ABSL_FLAG(std::string, preemption_notice_file, "",
           "drain as soon as this file exists (a cloud's spot notice hook writes it)");
 ABSL_FLAG(double, drain_grace_s, 120, "longest wait for the trainers to leave on a drain");
@@ -93,14 +100,22 @@ int Main(int argc, char** argv) {
   worker::CoordinatorClientOptions co;
   co.address = absl::GetFlag(FLAGS_coordinator);
   if (!absl::GetFlag(FLAGS_node_token_file).empty()) {
-    auto token = ReadFile(absl::GetFlag(FLAGS_node_token_file));
+    auto token = ReadSecretFile(absl::GetFlag(FLAGS_node_token_file));
     if (!token.ok()) return Fail(2, std::string(token.status().message()));
     co.token = std::string(absl::StripAsciiWhitespace(*token));
   }
-  if (!absl::GetFlag(FLAGS_tls_ca).empty()) {
-    auto ca = ReadFile(absl::GetFlag(FLAGS_tls_ca));
-    if (!ca.ok()) return Fail(2, std::string(ca.status().message()));
-    co.tls_ca = *ca;
+  // The trainers read the same files (paths made absolute: they run in another directory).
+  worker::TlsFiles tls;
+  for (auto [flag, path] : {std::pair{&FLAGS_tls_ca, &tls.ca},
+                            std::pair{&FLAGS_tls_client_cert, &tls.client_cert},
+                            std::pair{&FLAGS_tls_client_key, &tls.client_key}}) {
+    std::error_code ec;
+    if (!absl::GetFlag(*flag).empty()) {
+      *path = std::filesystem::absolute(absl::GetFlag(*flag), ec).string();
+    }
+  }
+  if (absl::Status s = worker::ReadTlsFiles(tls, &co); !s.ok()) {
+    return Fail(2, std::string(s.message()));
   }
   co.retry_for = absl::Seconds(5);  // the loop retries by itself
   auto client = worker::CoordinatorClient::Create(co);
@@ -117,6 +132,9 @@ int Main(int argc, char** argv) {
   worker::AgentOptions options;
   options.client = client->get();
   options.coordinator_address = co.address;
+  options.tls_ca_file = tls.ca;
+  options.tls_client_cert_file = tls.client_cert;
+  options.tls_client_key_file = tls.client_key;
   options.node = node;
   options.slots = absl::GetFlag(FLAGS_slots);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);

@@ -5,6 +5,7 @@
 //               [--local_ranks L] [--summary FILE] [--log_dir DIR]
 //   ringtrainer --spec JOB.yaml --coordinator HOST:PORT --job J --epoch E --node N --slot S
 //               --membership_token_file F [--advertise_host H] [--local_ranks L]
+//               [--tls_ca F [--tls_client_cert F --tls_client_key F]]
 //
 // The first form is a fixed world (rank and size given). The second is elastic: the rank
 // and world come from the coordinator for each epoch (worker/elastic_trainer.h), and
@@ -57,6 +58,10 @@ ABSL_FLAG(std::string, membership_token_file, "",
           "elastic mode: file holding the membership token (from the agent)");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "elastic mode: the address peers reach this trainer at");
+ABSL_FLAG(std::string, tls_ca, "", "elastic mode: PEM CA of the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, tls_client_cert, "",
+          "elastic mode: PEM client certificate (a coordinator with mutual TLS)");
+ABSL_FLAG(std::string, tls_client_key, "", "elastic mode: PEM key of --tls_client_cert");
 
 namespace ringmaster {
 namespace {
@@ -148,11 +153,18 @@ int ElasticMain() {
   InstallSignalHandlers();
   auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
-  auto token = ReadFile(absl::GetFlag(FLAGS_membership_token_file));
+  auto token = ReadSecretFile(absl::GetFlag(FLAGS_membership_token_file));
   if (!token.ok()) return Fail(2, std::string(token.status().message()));
   worker::CoordinatorClientOptions co;
   co.address = absl::GetFlag(FLAGS_coordinator);
   co.token = std::string(absl::StripAsciiWhitespace(*token));
+  if (absl::Status s = worker::ReadTlsFiles({absl::GetFlag(FLAGS_tls_ca),
+                                             absl::GetFlag(FLAGS_tls_client_cert),
+                                             absl::GetFlag(FLAGS_tls_client_key)},
+                                            &co);
+      !s.ok()) {
+    return Fail(2, std::string(s.message()));
+  }
   auto client = worker::CoordinatorClient::Create(co);
   if (!client.ok()) return Fail(2, std::string(client.status().message()));
 
