@@ -495,25 +495,25 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
     return absl::InvalidArgumentError(absl::StrCat("trainers: at most ", kMaxSlotsPerNode,
                                                    " entries, got ", r.trainers_size()));
   }
-  absl::MutexLock lock(&mu_);
-  std::vector<Action> actions;
-  if (absl::Status s = machine_.Heartbeat(r.node(), Now(), &actions); !s.ok()) return s;
+  Completions completions;
   HeartbeatResponse response;
-  // Stale trainers: their slot went to no job, or to another one, while the node was away.
-  for (const RunningTrainer& t : r.trainers()) {
-    if (machine_.AssignedJob(r.node(), t.slot()) == t.job()) continue;
-    StopTrainerCommand* stop = response.add_commands()->mutable_stop();
-    stop->mutable_slot()->set_node(r.node());
-    stop->mutable_slot()->set_slot(t.slot());
-    stop->set_job(t.job());
-    stop->set_reason(absl::StrCat("slot ", t.slot(), " is not job ", t.job(),
-                                  "'s any more (this node was declared gone)"));
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Action> actions;
+    std::vector<std::pair<int, std::string>> running;
+    for (const RunningTrainer& t : r.trainers()) running.emplace_back(t.slot(), t.job());
+    if (absl::Status s = machine_.Heartbeat(r.node(), running, Now(), &actions); !s.ok()) {
+      return s;
+    }
+    // Stops of stale trainers, and the placements that slots freed by this heartbeat allow.
+    Apply(actions, &completions);
+    auto it = commands_.find(r.node());
+    if (it != commands_.end()) {
+      for (AgentCommand& cmd : it->second) *response.add_commands() = std::move(cmd);
+      commands_.erase(it);
+    }
   }
-  auto it = commands_.find(r.node());
-  if (it != commands_.end()) {
-    for (AgentCommand& cmd : it->second) *response.add_commands() = std::move(cmd);
-    commands_.erase(it);
-  }
+  Run(completions);
   return response;
 }
 

@@ -409,13 +409,48 @@ TEST_F(CoordinatorTest, ANodeBackFromAPartitionStopsItsStaleTrainers) {
     ++stops;
     EXPECT_EQ(c.stop().job(), "mlp");
     EXPECT_EQ(c.stop().slot().node(), "b");
-    EXPECT_NE(c.stop().reason().find("declared gone"), std::string::npos) << c.stop().reason();
+    EXPECT_NE(c.stop().reason().find("went on without this node"), std::string::npos)
+        << c.stop().reason();
   }
   EXPECT_EQ(stops, 2);
   HeartbeatRequest flood;
   flood.set_node("a");
   for (int i = 0; i < 1025; ++i) flood.add_trainers()->set_slot(i);
   EXPECT_EQ(coordinator_->Heartbeat(flood).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Cancel, then submit at once (issue 17, point 4): the new job is not started on slots whose
+// cancelled trainers still run (the agent would refuse the start and the job would be
+// charged a failure); it starts when the agent's heartbeat no longer lists them. The stops
+// are not repeated with a reason that blames the node.
+TEST_F(CoordinatorTest, ASlotIsFreeWhenItsTrainerIsGone) {
+  Register("a", 2);
+  spec_.mutable_elastic()->set_max_ranks(2);
+  ASSERT_TRUE(coordinator_->Submit(spec_).ok());
+  EXPECT_EQ(Heartbeat("a").commands_size(), 2) << "the two starts";
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  JobSpec next = spec_;
+  next.set_name("next");
+  ASSERT_TRUE(coordinator_->Submit(next).ok());
+  EXPECT_EQ(coordinator_->Get("next")->phase(), JOB_PHASE_PENDING);
+  // The agent has not carried out the stops yet: its trainers still run.
+  HeartbeatResponse hb = HeartbeatRunning("a", {0, 1});
+  for (const AgentCommand& c : hb.commands()) {
+    ASSERT_TRUE(c.has_stop()) << "started a job on slots that still run trainers";
+    EXPECT_EQ(c.stop().reason(), "cancelled by the user");
+  }
+  EXPECT_EQ(hb.commands_size(), 2);
+  EXPECT_EQ(HeartbeatRunning("a", {0, 1}).commands_size(), 0) << "no stop twice at once";
+  EXPECT_EQ(coordinator_->Get("next")->phase(), JOB_PHASE_PENDING);
+  // Reaped: the next heartbeat lists none, and the next job starts, charged nothing.
+  hb = Heartbeat("a");
+  EXPECT_EQ(hb.commands_size(), 2);
+  for (const AgentCommand& c : hb.commands()) {
+    EXPECT_TRUE(c.has_start());
+    EXPECT_EQ(c.start().job(), "next");
+  }
+  EXPECT_EQ(coordinator_->Get("next")->phase(), JOB_PHASE_FORMING);
+  EXPECT_EQ(coordinator_->Get("next")->restarts(), 0);
 }
 
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {

@@ -179,7 +179,7 @@ std::vector<SlotRef> Membership::FreeSlots(absl::Time now) const {
   for (const auto& [id, node] : nodes_) {
     if (node.draining || node.lease_expiry <= now) continue;
     for (int s = 0; s < node.slots; ++s) {
-      if (node.assigned.count(s)) continue;
+      if (node.assigned.count(s) || node.exiting.count(s)) continue;
       auto b = node.backoff_until.find(s);
       if (b != node.backoff_until.end() && b->second > now) continue;
       free.push_back(SlotRef{id, s});
@@ -192,13 +192,20 @@ int Membership::free_slots(absl::Time now) const {
   return static_cast<int>(FreeSlots(now).size());
 }
 
-void Membership::Release(const JobState& job, const SlotRef& slot, bool backoff, absl::Time now) {
+void Membership::Release(const JobState& job, const SlotRef& slot, bool backoff,
+                         bool trainer_gone, absl::Time now) {
   NodeState* node = FindNode(slot.node);
   if (node == nullptr) return;
   auto it = node->assigned.find(slot.slot);
   if (it == node->assigned.end() || it->second != job.request.id) return;
   node->assigned.erase(it);
+  if (!trainer_gone) node->exiting[slot.slot] = NodeState::Exiting{job.request.id, now};
   if (backoff) node->backoff_until[slot.slot] = now + options_.slot_backoff;
+}
+
+void Membership::TrainerGone(NodeState& node, int slot, const std::string& job) {
+  auto it = node.exiting.find(slot);
+  if (it != node.exiting.end() && it->second.job == job) node.exiting.erase(it);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -287,7 +294,7 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
     if (loss.stop && node != nullptr && node->lease_expiry > now) {
       stops.push_back(StopTrainer{s, job.request.id, loss.reason});
     }
-    Release(job, s, loss.backoff, now);
+    Release(job, s, loss.backoff, loss.trainer_gone, now);
   }
   switch (job.phase) {
     case JobPhase::kCommitted:
@@ -339,6 +346,8 @@ void Membership::End(JobState& job, JobPhase phase, const std::string& reason, a
       if (phase != JobPhase::kSucceeded && node.lease_expiry > now) {
         actions->push_back(StopTrainer{SlotRef{node_id, it->first}, job.request.id, reason});
       }
+      // Stopped, or finishing by itself: the slot is free once the trainer has exited.
+      node.exiting[it->first] = NodeState::Exiting{job.request.id, now};
       it = node.assigned.erase(it);
     }
   }
@@ -390,7 +399,7 @@ absl::Status Membership::RegisterNode(const std::string& node_id, int slots, abs
   }
   for (const auto& [job_id, lost] : gone) {
     JobState& job = jobs_[job_id];
-    for (const SlotRef& s : lost) Release(job, s, false, now);
+    for (const SlotRef& s : lost) Release(job, s, false, /*trainer_gone=*/true, now);
     LoseMembers(job, lost,
                 Loss{.reason = absl::StrCat("node ", node_id, " registered again with only ",
                                             slots, " slots")},
@@ -400,8 +409,9 @@ absl::Status Membership::RegisterNode(const std::string& node_id, int slots, abs
   return absl::OkStatus();
 }
 
-absl::Status Membership::Heartbeat(const std::string& node_id, absl::Time now,
-                                   std::vector<Action>* actions) {
+absl::Status Membership::Heartbeat(const std::string& node_id,
+                                   const std::vector<std::pair<int, std::string>>& running,
+                                   absl::Time now, std::vector<Action>* actions) {
   NodeState* node = FindNode(node_id);
   if (node == nullptr || node->lease_expiry <= now || node->restored) {
     return absl::NotFoundError(absl::StrCat("node ", node_id,
@@ -409,6 +419,32 @@ absl::Status Membership::Heartbeat(const std::string& node_id, absl::Time now,
                                             "coordinator restarted): register again"));
   }
   node->lease_expiry = now + options_.lease;
+  const std::set<std::pair<int, std::string>> runs(running.begin(), running.end());
+  const size_t exiting = node->exiting.size();
+  std::erase_if(node->exiting,
+                [&](const auto& e) { return runs.count({e.first, e.second.job}) == 0; });
+  for (const auto& [slot, job] : runs) {
+    if (slot < 0 || slot >= node->slots) continue;
+    const SlotRef ref{node_id, slot};
+    auto assigned = node->assigned.find(slot);
+    if (assigned != node->assigned.end() && assigned->second == job) continue;
+    auto e = node->exiting.find(slot);
+    if (e == node->exiting.end()) {
+      node->exiting[slot] = NodeState::Exiting{job, now};
+      actions->push_back(StopTrainer{
+          ref, job,
+          absl::StrCat("slot ", slot, " is not job ", job,
+                       "'s any more (the job went on without this node while it was cut off, "
+                       "or ended)")});
+    } else if (e->second.job == job && now - e->second.since >= options_.lease) {
+      actions->push_back(StopTrainer{
+          ref, job,
+          absl::StrCat("still running ", absl::FormatDuration(now - e->second.since),
+                       " after the job let its slot go")});
+      e->second.since = now;
+    }
+  }
+  if (node->exiting.size() < exiting) Schedule(now, actions);
   return absl::OkStatus();
 }
 
@@ -455,8 +491,14 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
   JobState* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
+  const size_t exiting = node->exiting.size();
+  TrainerGone(*node, slot.slot, job_id);
   auto it = node->assigned.find(slot.slot);
-  if (it == node->assigned.end() || it->second != job_id) return absl::OkStatus();  // stale
+  if (it == node->assigned.end() || it->second != job_id) {
+    // A trainer that was stopped, or finished: its slot may take the next job now.
+    if (node->exiting.size() < exiting) Schedule(now, actions);
+    return absl::OkStatus();
+  }
   const std::string how =
       exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
                     : absl::StrCat("exited with code ", exit_code);
@@ -474,7 +516,8 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
     LoseMembers(*job, {slot},
                 Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how,
                                             detail.empty() ? "" : ": ", detail),
-                     .backoff = true},
+                     .backoff = true,
+                     .trainer_gone = true},
                 now, actions);
   }
   node = FindNode(slot.node);
@@ -740,6 +783,7 @@ std::string Membership::DebugString(absl::Time now) const {
     absl::StrAppend(&out, "node ", id, ": slots=", node.slots, node.draining ? " draining" : "",
                     node.lease_expiry <= now ? " expired" : "");
     for (const auto& [slot, job] : node.assigned) absl::StrAppend(&out, " ", slot, "=", job);
+    for (const auto& [slot, e] : node.exiting) absl::StrAppend(&out, " ", slot, ":exiting=", e.job);
     for (const auto& [slot, until] : node.backoff_until) {
       if (until > now) {
         absl::StrAppend(&out, " ", slot, ":backoff ", absl::FormatDuration(until - now));

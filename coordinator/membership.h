@@ -204,7 +204,14 @@ class Membership {
   // coordinator). A node already known keeps its assignments if `slots` still covers them.
   absl::Status RegisterNode(const std::string& node, int slots, absl::Time now,
                             std::vector<Action>* actions);
-  absl::Status Heartbeat(const std::string& node, absl::Time now, std::vector<Action>* actions);
+  // `running`: the trainers the agent runs now (slot, job). A slot exiting for a job whose
+  // trainer is no longer listed is free again. A listed trainer whose slot is not its job's
+  // (the node was cut off and declared gone meanwhile, say) is stopped and its slot exiting
+  // until it is gone; one still listed a lease after it was told to stop is told again (the
+  // command may have been lost).
+  absl::Status Heartbeat(const std::string& node,
+                         const std::vector<std::pair<int, std::string>>& running, absl::Time now,
+                         std::vector<Action>* actions);
   // The job a node's slot is assigned to; empty when none (or no such node). An agent
   // running a trainer of another job there runs a stale one (e.g. its lease lapsed while it
   // was cut off, and the job went on without it).
@@ -264,6 +271,11 @@ class Membership {
     bool restored = false;
     std::map<int, std::string> assigned;       // slot → job
     std::map<int, absl::Time> backoff_until;   // slot → time it is offered again
+    struct Exiting {
+      std::string job;
+      absl::Time since;  // told to stop (or found stale), or finishing
+    };
+    std::map<int, Exiting> exiting;            // slot → the trainer that may still run
   };
 
   NodeState* FindNode(const std::string& node);
@@ -281,6 +293,7 @@ class Membership {
     std::string reason;
     bool backoff = false;  // keep the slots from being offered for slot_backoff
     bool stop = false;     // the trainers may still run (hung, late): stop them
+    bool trainer_gone = false;  // the agent saw the trainers exit: the slots are free at once
   };
   // Removes the members on `lost` slots (freeing them), stops their trainers when asked
   // (after the decision is persisted), and re-forms the job.
@@ -293,7 +306,12 @@ class Membership {
   void MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions);
   void End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
            std::vector<Action>* actions);
-  void Release(const JobState& job, const SlotRef& slot, bool backoff, absl::Time now);
+  // Frees the job's slot. Unless `trainer_gone`, the slot is exiting until the agent reports
+  // the trainer gone.
+  void Release(const JobState& job, const SlotRef& slot, bool backoff, bool trainer_gone,
+               absl::Time now);
+  // The agent says the job's trainer on the slot is gone: an exiting slot is free.
+  void TrainerGone(NodeState& node, int slot, const std::string& job);
   // Places pending jobs, then grows running ones.
   void Schedule(absl::Time now, std::vector<Action>* actions);
 

@@ -7,7 +7,7 @@
 //   options lease=3s join_timeout=30s ready_timeout=120s hang_timeout=120s
 //           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
 //                                  (first, optional)
-//   register NODE slots=N          heartbeat NODE...        drain NODE
+//   register NODE slots=N          heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
 //   exited NODE/SLOT JOB code=N    submit JOB min=N max=N [budget=N]    cancel JOB
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N NODE/SLOT...
@@ -146,7 +146,16 @@ class Scenario {
     } else if (verb == "register") {
       check(machine_->RegisterNode(pos.at(0), IntArg(kv, "slots", 1), now_, &actions));
     } else if (verb == "heartbeat") {
-      for (const std::string& n : pos) check(machine_->Heartbeat(n, now_, &actions));
+      std::vector<std::pair<int, std::string>> running;
+      if (kv.count("running")) {
+        for (absl::string_view t : absl::StrSplit(kv.at("running"), ',', absl::SkipEmpty())) {
+          std::pair<std::string, std::string> slot_job = absl::StrSplit(t, ':');
+          int slot = -1;
+          EXPECT_TRUE(absl::SimpleAtoi(slot_job.first, &slot)) << command;
+          running.emplace_back(slot, slot_job.second);
+        }
+      }
+      for (const std::string& n : pos) check(machine_->Heartbeat(n, running, now_, &actions));
     } else if (verb == "drain") {
       check(machine_->DrainNode(pos.at(0), now_, &actions));
     } else if (verb == "exited") {

@@ -81,6 +81,13 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
   if (slot < 0 || slot >= options_.slots) {
     return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not on this node"));
   }
+  // A trainer told to stop a moment ago (the same heartbeat's stop, say) is being killed:
+  // give it a few seconds to be reaped before refusing the slot.
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(5);
+       trainers_.count(slot) && trainers_[slot].stopping && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(10));
+    Reap();
+  }
   if (auto it = trainers_.find(slot); it != trainers_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "slot ", slot, " still runs a trainer of job ", it->second.job, " (pid ",
@@ -166,6 +173,7 @@ void Agent::Execute(const AgentCommand& command) {
       Log(absl::StrCat("stopping the trainer on slot ", it->first, ": ",
                        command.stop().reason()));
       kill(-it->second.pid, SIGKILL);
+      it->second.stopping = true;
     }
   }
 }
@@ -188,11 +196,25 @@ void Agent::Reap() {
       exited.set_job(it->second.job);
       exited.set_exit_code(code);
       exited.set_detail(Tail(it->second.log_path, 2048));
-      absl::Status s = options_.client->TrainerExited(exited);
-      if (!s.ok()) LOG(WARNING) << "reporting the exit failed: " << s;
+      unreported_.push_back(std::move(exited));
       trainers_.erase(it);
       break;
     }
+  }
+}
+
+void Agent::ReportExits() {
+  // In order; one the coordinator cannot take now (it is down, restarting) is kept and sent
+  // again on the next pass, so that the job re-forms at once instead of at a timeout.
+  while (!unreported_.empty()) {
+    absl::Status s = options_.client->TrainerExited(unreported_.front());
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      LOG_EVERY_N(WARNING, 20) << "reporting the exit of the trainer on slot "
+                               << unreported_.front().slot() << " failed; will retry: " << s;
+      return;
+    }
+    if (!s.ok()) LOG(WARNING) << "the coordinator refused an exit report: " << s;
+    unreported_.erase(unreported_.begin());
   }
 }
 
@@ -224,6 +246,7 @@ absl::Status Agent::Run() {
   absl::Time next_heartbeat = absl::InfinitePast();
   while (true) {
     Reap();
+    ReportExits();
     const bool stop = options_.stop_requested != nullptr && options_.stop_requested->load();
     if (stop) {
       Log("stopping: killing the trainers");

@@ -77,7 +77,11 @@ class Agent {
     pid_t pid = -1;
     std::string job;
     std::string log_path;
+    bool stopping = false;  // told to stop (SIGKILLed), not reaped yet
   };
+  // An exit report the coordinator has not taken yet (it was down): sent again each loop.
+  std::vector<TrainerExitedRequest> unreported_;
+  void ReportExits();
 
   absl::Status Register();
   void Reap();
