@@ -18,6 +18,32 @@ namespace {
 
 constexpr int kNoUpperLimit = 100000;
 constexpr size_t kMaxMembersInJoin = 64;
+// Bounds on what one caller can make the coordinator store and send to everyone: a job's
+// spec travels in every start command and every List page, so it is kept small (a real
+// spec is a few KiB); a job keeps its latest recoveries; one answer stays under gRPC's
+// default 4 MiB receive limit.
+constexpr size_t kMaxSpecBytes = 64 << 10;
+constexpr int kMaxRecoveriesKept = 64;
+constexpr size_t kMaxResponseBytes = 3 << 20;
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 500;
+constexpr size_t kMaxStoreKeyBytes = 256;
+constexpr size_t kMaxDetailBytes = 4096;
+
+// A report's text (an error, a log line) as stored: at most kMaxDetailBytes.
+std::string Bounded(absl::string_view text) {
+  if (text.size() <= kMaxDetailBytes) return std::string(text);
+  return absl::StrCat(text.substr(0, kMaxDetailBytes - 40), "... (",
+                      text.size() - (kMaxDetailBytes - 40), " more bytes)");
+}
+
+absl::Status ValidateStoreKey(const std::string& key) {
+  if (key.empty() || key.size() > kMaxStoreKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key must be 1 to ", kMaxStoreKeyBytes, " characters, got ", key.size()));
+  }
+  return absl::OkStatus();
+}
 
 int64_t Ms(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMillis(t); }
 absl::Time FromMs(int64_t ms) { return absl::FromUnixMillis(ms); }
@@ -260,6 +286,9 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
     } else if (const auto* a = std::get_if<AnnounceEpoch>(&action)) {
       leaving_[a->job] = std::set<SlotRef>(a->leaving.begin(), a->leaving.end());
       Job& job = jobs_[a->job];
+      if (job.recoveries_size() >= kMaxRecoveriesKept) {
+        job.mutable_recoveries()->DeleteSubrange(0, job.recoveries_size() - kMaxRecoveriesKept + 1);
+      }
       Recovery* r = job.add_recoveries();
       r->set_epoch(a->epoch);
       r->set_cause(EpochCauseName(a->cause));
@@ -410,6 +439,11 @@ void Coordinator::Resolve(Completions* completions) {
 // JobService.
 
 absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
+  if (submitted.ByteSizeLong() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job spec is ", submitted.ByteSizeLong(), " bytes; at most ", kMaxSpecBytes,
+        " are accepted (it travels to every trainer): shorten it"));
+  }
   JobSpec spec = submitted;
   spec::ApplyJobSpecDefaults(&spec);
   if (absl::Status s = spec::ValidateJobSpec(spec); !s.ok()) return s;
@@ -447,16 +481,36 @@ absl::StatusOr<Job> Coordinator::Get(const std::string& id) {
   return **job;
 }
 
-std::vector<Job> Coordinator::List(bool include_finished) {
+absl::StatusOr<ListJobsResponse> Coordinator::List(const ListJobsRequest& request) {
+  const int page_size = request.page_size() <= 0 ? kDefaultPageSize
+                                                 : std::min(request.page_size(), kMaxPageSize);
   absl::MutexLock lock(&mu_);
-  std::vector<Job> out;
-  for (const std::string& id : machine_.job_ids()) {
-    const Job& job = jobs_[id];
+  const std::vector<std::string> ids = machine_.job_ids();
+  auto it = ids.begin();
+  if (!request.page_token().empty()) {
+    it = std::find(ids.begin(), ids.end(), request.page_token());
+    if (it == ids.end()) {
+      return absl::InvalidArgumentError(
+          "page_token names no job (it was deleted meanwhile): list again from the start");
+    }
+    ++it;
+  }
+  ListJobsResponse response;
+  size_t bytes = 0;
+  for (; it != ids.end(); ++it) {
+    const Job& job = jobs_[*it];
     const bool finished = job.phase() == JOB_PHASE_SUCCEEDED || job.phase() == JOB_PHASE_FAILED ||
                           job.phase() == JOB_PHASE_CANCELLED;
-    if (include_finished || !finished) out.push_back(job);
+    if (finished && !request.include_finished()) continue;
+    if (response.jobs_size() >= page_size ||
+        (response.jobs_size() > 0 && bytes + job.ByteSizeLong() > kMaxResponseBytes)) {
+      response.set_next_page_token(response.jobs(response.jobs_size() - 1).id());
+      break;
+    }
+    bytes += job.ByteSizeLong();
+    *response.add_jobs() = job;
   }
-  return out;
+  return response;
 }
 
 absl::StatusOr<Job> Coordinator::Cancel(const std::string& id) {
@@ -509,8 +563,16 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
     Apply(actions, &completions);
     auto it = commands_.find(r.node());
     if (it != commands_.end()) {
-      for (AgentCommand& cmd : it->second) *response.add_commands() = std::move(cmd);
-      commands_.erase(it);
+      // In order, as many as one answer carries; the rest go with the next heartbeat.
+      std::vector<AgentCommand>& queued = it->second;
+      size_t taken = 0, bytes = 0;
+      for (; taken < queued.size(); ++taken) {
+        bytes += queued[taken].ByteSizeLong();
+        if (taken > 0 && bytes > kMaxResponseBytes) break;
+        *response.add_commands() = std::move(queued[taken]);
+      }
+      queued.erase(queued.begin(), queued.begin() + taken);
+      if (queued.empty()) commands_.erase(it);
     }
   }
   Run(completions);
@@ -642,8 +704,8 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
 
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
-    return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), r.detail(), Now(),
-                                    actions, r.permanent());
+    return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()),
+                                    Now(), actions, r.permanent());
   });
 }
 
@@ -677,15 +739,11 @@ absl::Status Coordinator::StoreSet(const StoreSetRequest& r) {
                                                    r.value().size(), " bytes; at most ",
                                                    options_.max_store_value_bytes));
   }
-  if (r.key().empty() || r.key().size() > 256) {
-    return absl::InvalidArgumentError("key must be 1 to 256 characters");
-  }
+  RM_RETURN_IF_ERROR(ValidateStoreKey(r.key()));
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
-    if (machine_.job(r.job()) == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
-    }
+    RM_RETURN_IF_ERROR(CheckStoreCaller(r.job(), r.epoch()));
     auto& kv = kv_[r.job()];
     if (static_cast<int64_t>(kv.size()) >= options_.max_store_keys && !kv.count(r.key())) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -707,9 +765,8 @@ void Coordinator::StoreGet(const StoreGetRequest& r, absl::Time deadline,
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
-    if (machine_.job(r.job()) == nullptr) {
-      completions.push_back(
-          [done, job = r.job()] { done(absl::NotFoundError(absl::StrCat("no job \"", job, "\""))); });
+    if (absl::Status s = CheckStoreCaller(r.job(), r.epoch()); !s.ok()) {
+      completions.push_back([done, s] { done(s); });
     } else {
       store_waiters_.push_back(StoreWaiter{r, deadline, std::move(done)});
       Resolve(&completions);
@@ -718,22 +775,43 @@ void Coordinator::StoreGet(const StoreGetRequest& r, absl::Time deadline,
   Run(completions);
 }
 
+absl::Status Coordinator::CheckStoreCaller(const std::string& job, int64_t epoch) {
+  const JobState* state = machine_.job(job);
+  if (state == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job, "\""));
+  if (IsTerminal(state->phase)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job, " is ", JobPhaseName(state->phase), ": stop"));
+  }
+  if (epoch > 0 && epoch < state->epoch) {
+    return absl::AbortedError(absl::StrCat("epoch ", epoch, " of job ", job,
+                                           " is stale: the job is at epoch ", state->epoch));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StoreAddResponse> Coordinator::StoreAdd(const StoreAddRequest& r) {
+  RM_RETURN_IF_ERROR(ValidateStoreKey(r.key()));
   Completions completions;
   StoreAddResponse response;
   {
     absl::MutexLock lock(&mu_);
-    if (machine_.job(r.job()) == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no job \"", r.job(), "\""));
+    RM_RETURN_IF_ERROR(CheckStoreCaller(r.job(), r.epoch()));
+    auto& kv = kv_[r.job()];
+    auto it = kv.find(r.key());
+    if (it == kv.end() && static_cast<int64_t>(kv.size()) >= options_.max_store_keys) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", r.job(), " has ", kv.size(), " store keys already (the limit)"));
     }
-    std::string& value = kv_[r.job()][r.key()];
     int64_t current = 0;
-    if (!value.empty() && !absl::SimpleAtoi(value, &current)) {
+    if (it != kv.end() && !absl::SimpleAtoi(it->second, &current)) {
       return absl::FailedPreconditionError(
           absl::StrCat("store key ", r.key(), " does not hold an integer"));
     }
-    current += r.delta();
-    value = absl::StrCat(current);
+    if (__builtin_add_overflow(current, r.delta(), &current)) {
+      return absl::OutOfRangeError(absl::StrCat("store key ", r.key(), ": adding ", r.delta(),
+                                                " to its value would overflow int64"));
+    }
+    kv[r.key()] = absl::StrCat(current);
     response.set_value(current);
     Resolve(&completions);
   }

@@ -61,7 +61,8 @@ class Coordinator {
   // --- JobService ---
   absl::StatusOr<Job> Submit(const JobSpec& spec);
   absl::StatusOr<Job> Get(const std::string& job);
-  std::vector<Job> List(bool include_finished);
+  // One page of jobs in submission order (ListJobsRequest says how pages work).
+  absl::StatusOr<ListJobsResponse> List(const ListJobsRequest& request);
   absl::StatusOr<Job> Cancel(const std::string& job);
   // The first state of the job with version > after_version (at once when there is one).
   void WatchNext(const std::string& job, int64_t after_version, absl::Time deadline,
@@ -134,6 +135,10 @@ class Coordinator {
   void Bump(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobEvent EventOf(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A bootstrap-store call of a trainer of `job` at `epoch`: NOT_FOUND, FAILED_PRECONDITION
+  // (the job ended) or ABORTED (a stale epoch).
+  absl::Status CheckStoreCaller(const std::string& job, int64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);
 
   const CoordinatorOptions options_;

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -255,6 +256,119 @@ TEST_F(CoordinatorTest, BootstrapStoreWakesWaitingReaders) {
   EXPECT_EQ(coordinator_->StoreAdd(add)->value(), 4);
   set.set_value(std::string((1 << 20) + 1, 'x'));
   EXPECT_EQ(coordinator_->StoreSet(set).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Everything one caller can make the coordinator keep or send is bounded (issue 17, point
+// 7): StoreAdd obeys StoreSet's key rules and the key cap and does not overflow; a stale
+// epoch's store calls are ABORTED; an oversized spec is refused; List pages.
+TEST_F(CoordinatorTest, StoreAddObeysTheLimitsAndStaleEpochsAreRefused) {
+  options_.max_store_keys = 3;
+  Reopen();
+  StartFourRanks();
+  StoreAddRequest add;
+  add.set_job("mlp");
+  add.set_epoch(1);
+  add.set_delta(1);
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kInvalidArgument)
+      << "an empty key";
+  add.set_key(std::string(3 << 20, 'k'));
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kInvalidArgument)
+      << "a 3 MiB key";
+  for (const char* key : {"a", "b", "c"}) {
+    add.set_key(key);
+    ASSERT_TRUE(coordinator_->StoreAdd(add).ok());
+  }
+  add.set_key("d");
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kResourceExhausted)
+      << "a key past the cap";
+  add.set_key("a");
+  add.set_delta(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kOutOfRange)
+      << "1 + (2^63 - 1) overflows";
+  add.set_delta(0);
+  EXPECT_EQ(coordinator_->StoreAdd(add)->value(), 1) << "the value is unchanged";
+}
+
+TEST_F(CoordinatorTest, StaleEpochStoreCallsAreAborted) {
+  StartFourRanks();
+  TrainerExitedRequest exited;
+  exited.set_node("b");
+  exited.set_slot(1);
+  exited.set_job("mlp");
+  exited.set_exit_code(-9);
+  ASSERT_TRUE(coordinator_->TrainerExited(exited).ok());
+  ASSERT_EQ(coordinator_->Get("mlp")->epoch(), 2);
+  StoreSetRequest set;
+  set.set_job("mlp");
+  set.set_epoch(1);
+  set.set_key("epoch-1/rank0");
+  set.set_value("x");
+  EXPECT_EQ(coordinator_->StoreSet(set).code(), absl::StatusCode::kAborted);
+  StoreAddRequest add;
+  add.set_job("mlp");
+  add.set_epoch(1);
+  add.set_key("n");
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kAborted);
+  StoreGetRequest get;
+  get.set_job("mlp");
+  get.set_epoch(1);
+  get.add_keys("epoch-1/rank0");
+  Result<StoreGetResponse> got;
+  coordinator_->StoreGet(get, clock_.Now() + absl::Seconds(10), got.Callback());
+  ASSERT_TRUE(got.value.has_value());
+  EXPECT_EQ(got.value->status().code(), absl::StatusCode::kAborted);
+  set.set_epoch(2);
+  EXPECT_TRUE(coordinator_->StoreSet(set).ok());
+}
+
+TEST_F(CoordinatorTest, AnOversizedSpecIsRefusedAndListPages) {
+  JobSpec big = spec_;
+  big.set_name("big");
+  big.mutable_data()->mutable_text()->set_path(std::string(70 << 10, 'p'));
+  auto refused = coordinator_->Submit(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("at most 65536"), std::string::npos)
+      << refused.status();
+  for (int i = 0; i < 5; ++i) {
+    JobSpec s = spec_;
+    s.set_name(absl::StrCat("job", i));
+    ASSERT_TRUE(coordinator_->Submit(s).ok());
+  }
+  ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = coordinator_->List(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const Job& j : page->jobs()) seen.push_back(j.id());
+    request.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"job0", "job1", "job2", "job3", "job4"}));
+  request.set_page_token("no-such-job");
+  EXPECT_EQ(coordinator_->List(request).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Start commands carry the spec: a node of many slots gets them over several heartbeats
+// rather than in one answer its agent cannot receive (gRPC's 4 MiB limit).
+TEST_F(CoordinatorTest, AHeartbeatAnswerStaysUnderTheReceiveLimit) {
+  Register("a", 200);
+  spec_.mutable_elastic()->set_min_ranks(200);
+  spec_.mutable_elastic()->set_max_ranks(200);
+  spec_.mutable_data()->mutable_fashion_mnist()->set_dir(std::string(30 << 10, 'd'));
+  ASSERT_TRUE(coordinator_->Submit(spec_).ok());
+  int starts = 0, answers = 0;
+  while (starts < 200 && answers < 10) {
+    HeartbeatResponse hb = Heartbeat("a");
+    EXPECT_LT(hb.ByteSizeLong(), size_t{4} << 20);
+    starts += hb.commands_size();
+    ++answers;
+  }
+  EXPECT_EQ(starts, 200);
+  EXPECT_GT(answers, 1);
 }
 
 TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {

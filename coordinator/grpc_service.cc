@@ -88,10 +88,9 @@ class JobServiceImpl final : public JobService::CallbackService {
                                  ListJobsResponse* response) override {
     return Unary(ctx, [&]() -> absl::Status {
       RM_RETURN_IF_ERROR(Auth(ctx));
-      for (Job& job : coordinator_->List(request->include_finished())) {
-        *response->add_jobs() = std::move(job);
-      }
-      return absl::OkStatus();
+      auto page = coordinator_->List(*request);
+      if (page.ok()) *response = std::move(*page);
+      return page.status();
     });
   }
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,

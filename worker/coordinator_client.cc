@@ -150,10 +150,15 @@ absl::StatusOr<Job> CoordinatorClient::Get(const std::string& id) {
 absl::StatusOr<std::vector<Job>> CoordinatorClient::List(bool include_finished) {
   ListJobsRequest request;
   request.set_include_finished(include_finished);
-  ListJobsResponse response;
-  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::List, request, &response,
-                          absl::Now() + options_.rpc_timeout));
-  return std::vector<Job>(response.jobs().begin(), response.jobs().end());
+  std::vector<Job> jobs;
+  do {  // page by page
+    ListJobsResponse response;
+    RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::List, request, &response,
+                            absl::Now() + options_.rpc_timeout));
+    for (Job& job : *response.mutable_jobs()) jobs.push_back(std::move(job));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return jobs;
 }
 
 absl::StatusOr<Job> CoordinatorClient::Cancel(const std::string& id) {

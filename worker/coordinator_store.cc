@@ -10,6 +10,7 @@ absl::Status CoordinatorStore::Set(absl::string_view key, absl::string_view valu
   StoreSetRequest request;
   request.set_job(job_);
   *request.mutable_slot() = slot_;
+  request.set_epoch(epoch_);
   request.set_key(std::string(key));
   request.set_value(std::string(value));
   return client_->StoreSet(request);
@@ -20,6 +21,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(absl::string_view key, absl::T
   StoreGetRequest request;
   request.set_job(job_);
   *request.mutable_slot() = slot_;
+  request.set_epoch(epoch_);
   request.add_keys(std::string(key));
   RM_ASSIGN_OR_RETURN(StoreGetResponse response, client_->StoreGet(request, deadline));
   if (response.values_size() != 1) {
@@ -34,6 +36,7 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys, absl::
   StoreGetRequest request;
   request.set_job(job_);
   *request.mutable_slot() = slot_;
+  request.set_epoch(epoch_);
   for (const std::string& key : keys) {
     RM_RETURN_IF_ERROR(comm::ValidateStoreKey(key));
     request.add_keys(key);
@@ -46,6 +49,7 @@ absl::StatusOr<int64_t> CoordinatorStore::Add(absl::string_view key, int64_t del
   StoreAddRequest request;
   request.set_job(job_);
   *request.mutable_slot() = slot_;
+  request.set_epoch(epoch_);
   request.set_key(std::string(key));
   request.set_delta(delta);
   RM_ASSIGN_OR_RETURN(StoreAddResponse response, client_->StoreAdd(request));

@@ -18,9 +18,11 @@ namespace ringmaster::worker {
 
 class CoordinatorStore final : public comm::Store {
  public:
-  // `client` is not owned and must carry the membership token of (job, slot).
-  CoordinatorStore(CoordinatorClient* client, std::string job, ringmaster::SlotRef slot)
-      : client_(client), job_(std::move(job)), slot_(std::move(slot)) {}
+  // `client` is not owned and must carry the membership token of (job, slot). `epoch`: the
+  // caller's (its calls are ABORTED once the job has moved on); 0: not checked.
+  CoordinatorStore(CoordinatorClient* client, std::string job, ringmaster::SlotRef slot,
+                   int64_t epoch = 0)
+      : client_(client), job_(std::move(job)), slot_(std::move(slot)), epoch_(epoch) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;
@@ -31,6 +33,7 @@ class CoordinatorStore final : public comm::Store {
   CoordinatorClient* const client_;
   const std::string job_;
   const ringmaster::SlotRef slot_;
+  const int64_t epoch_;
 };
 
 }  // namespace ringmaster::worker

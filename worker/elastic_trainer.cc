@@ -184,7 +184,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       return s;
     }
 
-    CoordinatorStore store(o.client, o.job, o.slot);
+    CoordinatorStore store(o.client, o.job, o.slot, epoch);
     comm::TcpCommunicatorOptions co;
     co.rank = rank;
     co.size = world;
