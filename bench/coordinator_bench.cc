@@ -90,17 +90,20 @@ int Main() {
   const int port = (*server)->port();
   auto node_name = [](int i) { return absl::StrCat("node", 10000 + i); };
 
-  // Registration.
+  // Registration; each node's later calls carry the credential it was given.
+  std::vector<std::string> credentials(nodes);
   {
     auto client = Client(port, "");
     for (int i = 0; i < nodes; ++i) {
       RegisterNodeRequest r;
       r.set_node(node_name(i));
       r.set_slots(1);
-      if (auto s = client->RegisterNode(r); !s.ok()) {
+      auto s = client->RegisterNode(r);
+      if (!s.ok()) {
         fprintf(stderr, "register: %s\n", s.status().ToString().c_str());
         return 1;
       }
+      credentials[i] = s->node_credential();
     }
   }
 
@@ -129,6 +132,7 @@ int Main() {
           if (absl::Now() - due > period) late.fetch_add(1);
           HeartbeatRequest r;
           r.set_node(node_name(owned[k]));
+          r.set_node_credential(credentials[owned[k]]);
           const absl::Time sent = absl::Now();
           if (!client->Heartbeat(r).ok()) failed.fetch_add(1);
           mine.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));

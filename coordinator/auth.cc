@@ -30,6 +30,22 @@ std::string MembershipToken(absl::string_view secret, absl::string_view job,
       absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
+std::string NodeCredential(absl::string_view secret, absl::string_view node) {
+  return MembershipToken(secret, "node", node, 0);
+}
+
+absl::Status CheckNodeCredential(absl::string_view secret, absl::string_view node,
+                                 absl::string_view credential) {
+  const std::string expected = NodeCredential(secret, node);
+  if (credential.size() != expected.size() ||
+      CRYPTO_memcmp(credential.data(), expected.data(), expected.size()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this call for node ", node, " does not carry that node's credential (only the agent "
+        "that registered ", node, " has it)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckBearer(absl::string_view header, absl::string_view expected,
                          absl::string_view what) {
   if (expected.empty()) return absl::OkStatus();

@@ -1,7 +1,10 @@
 // Who may call what (issue 5, "Security"):
 //   - JobService: the user token ("authorization: Bearer <token>");
 //   - the agents' WorkerService calls (RegisterNode, Heartbeat, DrainNode, TrainerExited):
-//     the node token;
+//     the node token, and a node credential bound to the node's name (NodeCredential),
+//     given at registration and carried by every later call for that node: holding the node
+//     token does not let one agent act for another node (heartbeat it, report or stop its
+//     trainers, or register under its name while its lease lives);
 //   - the trainers' calls (Join, Ready, Progress, ReportError, Finished, ReportCheckpoint,
 //     Store*): a membership token, HMAC-SHA256(secret, job, node, slot), handed to the
 //     trainer by its agent in the StartTrainer command. It lets a trainer act for its own
@@ -22,6 +25,16 @@ namespace ringmaster::coordinator {
 // Hex HMAC-SHA256 of "job\nnode\nslot" under `secret`.
 std::string MembershipToken(absl::string_view secret, absl::string_view job,
                             absl::string_view node, int slot);
+
+// Hex HMAC-SHA256 of "node\nNODE" under `secret`: the credential the coordinator gives a
+// node's agent when it registers. The node token says "some node"; this says which one.
+// Derived (not stored), so it survives a coordinator restart.
+std::string NodeCredential(absl::string_view secret, absl::string_view node);
+
+// Checks the credential a call for `node` carries: PERMISSION_DENIED (naming the node)
+// when it is missing or wrong. Constant time.
+absl::Status CheckNodeCredential(absl::string_view secret, absl::string_view node,
+                                 absl::string_view credential);
 
 // Checks an "authorization" metadata value against the expected token in constant time.
 // `expected` empty means no token is configured: anything passes.

@@ -534,17 +534,32 @@ void Coordinator::WatchNext(const std::string& job, int64_t after_version, absl:
 // ---------------------------------------------------------------------------------------
 // Agents.
 
+std::string Coordinator::NodeCredentialFor(const std::string& node) const {
+  return NodeCredential(secret_, node);
+}
+
 absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNodeRequest& r) {
-  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) {
+  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) -> absl::Status {
+    if (machine_.HoldsNode(r.node(), Now())) {
+      if (absl::Status s = CheckNodeCredential(secret_, r.node(), r.node_credential()); !s.ok()) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "node ", r.node(), " is registered and its lease is live; only its own agent may "
+            "register it again (its credential is in that agent's work directory). Give this "
+            "node another --node name, or stop the other agent and wait ",
+            absl::FormatDuration(options_.membership.lease), " for its lease to lapse"));
+      }
+    }
     return machine_.RegisterNode(r.node(), r.slots(), Now(), actions);
   }));
   RegisterNodeResponse response;
+  response.set_node_credential(NodeCredentialFor(r.node()));
   response.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
   response.set_lease_s(absl::ToDoubleSeconds(options_.membership.lease));
   return response;
 }
 
 absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest& r) {
+  RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   if (r.trainers_size() > kMaxSlotsPerNode) {
     return absl::InvalidArgumentError(absl::StrCat("trainers: at most ", kMaxSlotsPerNode,
                                                    " entries, got ", r.trainers_size()));
@@ -580,12 +595,14 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
 }
 
 absl::Status Coordinator::DrainNode(const DrainNodeRequest& r) {
+  RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   return Decide([&](std::vector<Action>* actions) {
     return machine_.DrainNode(r.node(), Now(), actions);
   });
 }
 
 absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
+  RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   return Decide([&](std::vector<Action>* actions) {
     return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
                                   actions, LastLine(r.detail()));

@@ -69,6 +69,8 @@ class Coordinator {
                  Done<JobEvent> done);
 
   // --- WorkerService: agents ---
+  // Each call for a node must carry that node's credential (PERMISSION_DENIED otherwise);
+  // RegisterNode needs it only while the node's name is held (Membership::HoldsNode).
   absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::Status DrainNode(const DrainNodeRequest& request);
@@ -95,6 +97,8 @@ class Coordinator {
   // Completes every waiting call with UNAVAILABLE (the server is going away).
   void FailWaiters();
 
+  // The credential of a node's agent (given to it by RegisterNode).
+  std::string NodeCredentialFor(const std::string& node) const;
   // The token a trainer of `job` on `slot` presents (given to it in StartTrainer).
   std::string MembershipTokenFor(const std::string& job, const ringmaster::SlotRef& slot) const;
 

@@ -64,10 +64,12 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_ = std::move(*c);
   }
 
+  // As the node's agent does: with the credential it was given before, if any.
   void Register(const std::string& node, int slots) {
     RegisterNodeRequest r;
     r.set_node(node);
     r.set_slots(slots);
+    r.set_node_credential(coordinator_->NodeCredentialFor(node));
     auto response = coordinator_->RegisterNode(r);
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->lease_s(), 3);
@@ -76,6 +78,7 @@ class CoordinatorTest : public ::testing::Test {
   HeartbeatResponse Heartbeat(const std::string& node) {
     HeartbeatRequest r;
     r.set_node(node);
+    r.set_node_credential(coordinator_->NodeCredentialFor(node));
     auto response = coordinator_->Heartbeat(r);
     EXPECT_TRUE(response.ok()) << response.status();
     return response.ok() ? *response : HeartbeatResponse();
@@ -85,6 +88,7 @@ class CoordinatorTest : public ::testing::Test {
   HeartbeatResponse HeartbeatRunning(const std::string& node, std::vector<int> slots) {
     HeartbeatRequest r;
     r.set_node(node);
+    r.set_node_credential(coordinator_->NodeCredentialFor(node));
     for (int slot : slots) {
       *r.add_running() = Slot(node, slot);
       RunningTrainer* t = r.add_trainers();
@@ -186,6 +190,7 @@ TEST_F(CoordinatorTest, SubmitPlacesAndAgentsGetStartCommands) {
   EXPECT_NE(s.message().find("elastic.max_ranks"), std::string::npos) << s;
   HeartbeatRequest unknown;
   unknown.set_node("zzz");
+  unknown.set_node_credential(coordinator_->NodeCredentialFor("zzz"));
   EXPECT_EQ(coordinator_->Heartbeat(unknown).status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -293,6 +298,7 @@ TEST_F(CoordinatorTest, StaleEpochStoreCallsAreAborted) {
   StartFourRanks();
   TrainerExitedRequest exited;
   exited.set_node("b");
+  exited.set_node_credential(coordinator_->NodeCredentialFor("b"));
   exited.set_slot(1);
   exited.set_job("mlp");
   exited.set_exit_code(-9);
@@ -379,6 +385,7 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
 
   TrainerExitedRequest exited;
   exited.set_node("b");
+  exited.set_node_credential(coordinator_->NodeCredentialFor("b"));
   exited.set_slot(0);
   exited.set_job("mlp");
   exited.set_exit_code(-9);
@@ -447,6 +454,7 @@ TEST_F(CoordinatorTest, DrainTellsLeaversToSaveAndLeave) {
   StartFourRanks();
   DrainNodeRequest drain;
   drain.set_node("b");
+  drain.set_node_credential(coordinator_->NodeCredentialFor("b"));
   ASSERT_TRUE(coordinator_->DrainNode(drain).ok());
   auto leaver = Progress("b", 0, 1, 2, 5);
   ASSERT_TRUE(leaver.ok());
@@ -529,6 +537,7 @@ TEST_F(CoordinatorTest, ANodeBackFromAPartitionStopsItsStaleTrainers) {
   EXPECT_EQ(stops, 2);
   HeartbeatRequest flood;
   flood.set_node("a");
+  flood.set_node_credential(coordinator_->NodeCredentialFor("a"));
   for (int i = 0; i < 1025; ++i) flood.add_trainers()->set_slot(i);
   EXPECT_EQ(coordinator_->Heartbeat(flood).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -565,6 +574,55 @@ TEST_F(CoordinatorTest, ASlotIsFreeWhenItsTrainerIsGone) {
   }
   EXPECT_EQ(coordinator_->Get("next")->phase(), JOB_PHASE_FORMING);
   EXPECT_EQ(coordinator_->Get("next")->restarts(), 0);
+}
+
+// A node's identity is bound to its registration (issue 17, point 6): the node token lets a
+// caller be *a* node, and only the credential that a node's registration returned lets it
+// act for that node: heartbeat it, report or drain it, or register its name while its lease
+// lives. After the lease lapses the name is free again.
+TEST_F(CoordinatorTest, OnlyANodesOwnAgentActsForIt) {
+  StartFourRanks();
+  const std::string b = coordinator_->NodeCredentialFor("b");
+  const std::string a = coordinator_->NodeCredentialFor("a");
+  ASSERT_NE(a, b);
+  TrainerExitedRequest exited;  // from a's agent (or anyone with the node token)
+  exited.set_node("b");
+  exited.set_slot(0);
+  exited.set_job("mlp");
+  exited.set_exit_code(-9);
+  exited.set_node_credential(a);
+  auto refused = coordinator_->TrainerExited(exited);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.message().find("node b"), std::string::npos) << refused;
+  exited.clear_node_credential();
+  EXPECT_EQ(coordinator_->TrainerExited(exited).code(), absl::StatusCode::kPermissionDenied);
+  HeartbeatRequest hb;
+  hb.set_node("b");
+  hb.set_node_credential(a);
+  EXPECT_EQ(coordinator_->Heartbeat(hb).status().code(), absl::StatusCode::kPermissionDenied);
+  DrainNodeRequest drain;
+  drain.set_node("b");
+  EXPECT_EQ(coordinator_->DrainNode(drain).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(coordinator_->Get("mlp")->epoch(), 1) << "nothing happened to b's trainers";
+  // Registering b's name while its lease lives needs b's credential.
+  RegisterNodeRequest take;
+  take.set_node("b");
+  take.set_slots(2);
+  auto taken = coordinator_->RegisterNode(take);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(taken.status().message().find("lease is live"), std::string::npos) << taken.status();
+  take.set_node_credential(b);
+  auto again = coordinator_->RegisterNode(take);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->node_credential(), b);
+  // b's own agent carries on.
+  hb.set_node_credential(b);
+  EXPECT_TRUE(coordinator_->Heartbeat(hb).ok());
+  // After b's lease lapses its name is free.
+  clock_.Advance(absl::Seconds(4));
+  coordinator_->Tick();
+  take.clear_node_credential();
+  EXPECT_TRUE(coordinator_->RegisterNode(take).ok());
 }
 
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {

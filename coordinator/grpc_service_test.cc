@@ -86,6 +86,7 @@ class GrpcServiceTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.error_message();
     HeartbeatRequest hb;
     hb.set_node("a");
+    hb.set_node_credential(reg_response.node_credential());
     HeartbeatResponse hb_response;
     EXPECT_TRUE(workers_->Heartbeat(Context("node-secret").get(), hb, &hb_response).ok());
     std::vector<StartTrainerCommand> starts;

@@ -448,6 +448,11 @@ absl::Status Membership::Heartbeat(const std::string& node_id,
   return absl::OkStatus();
 }
 
+bool Membership::HoldsNode(const std::string& node_id, absl::Time now) const {
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && (it->second.restored || it->second.lease_expiry > now);
+}
+
 std::string Membership::AssignedJob(const std::string& node_id, int slot) const {
   auto node = nodes_.find(node_id);
   if (node == nodes_.end()) return "";

@@ -259,6 +259,9 @@ class Membership {
   std::vector<std::string> job_ids() const;  // in submission order
   // Free slots now (not assigned, not backing off, node not draining).
   int free_slots(absl::Time now) const;
+  // True while the node's name is taken: its lease is live, or a restarted coordinator
+  // expects its agent back (restored from the jobs).
+  bool HoldsNode(const std::string& node, absl::Time now) const;
   // One line per job and node, for scenario scripts and debugging.
   std::string DebugString(absl::Time now) const;
 

@@ -50,13 +50,27 @@ void Agent::Log(const std::string& line) {
 }
 
 absl::Status Agent::Register() {
+  const std::string credential_path = absl::StrCat(options_.work_dir, "/node.credential");
+  if (credential_.empty()) {
+    // From an earlier run of this agent: lets it register the node again at once.
+    if (auto saved = ReadSecretFile(credential_path); saved.ok()) credential_ = *saved;
+  }
   RegisterNodeRequest request;
   request.set_node(options_.node);
   request.set_slots(options_.slots);
   request.set_address(options_.advertise_host);
+  request.set_node_credential(credential_);
   while (true) {
     auto response = options_.client->RegisterNode(request);
     if (response.ok()) {
+      if (response->node_credential() != credential_) {
+        credential_ = response->node_credential();
+        std::error_code ec;
+        std::filesystem::create_directories(options_.work_dir, ec);
+        absl::Status s =
+            WriteFileAtomically(credential_path, credential_, {.mode = 0600});
+        if (!s.ok()) LOG(WARNING) << "cannot keep the node credential: " << s;
+      }
       heartbeat_interval_ = absl::Seconds(response->heartbeat_interval_s());
       Log(absl::StrCat("registered node ", options_.node, " with ", options_.slots,
                        " slots; heartbeat every ", absl::FormatDuration(heartbeat_interval_)));
@@ -161,6 +175,7 @@ void Agent::Execute(const AgentCommand& command) {
       Log(absl::StrCat("cannot start a trainer: ", s.ToString()));
       TrainerExitedRequest exited;
       exited.set_node(options_.node);
+      exited.set_node_credential(credential_);
       exited.set_slot(command.start().slot().slot());
       exited.set_job(command.start().job());
       exited.set_exit_code(127);
@@ -192,6 +207,7 @@ void Agent::Reap() {
                                 : absl::StrCat(" exited with code ", code)));
       TrainerExitedRequest exited;
       exited.set_node(options_.node);
+      exited.set_node_credential(credential_);
       exited.set_slot(it->first);
       exited.set_job(it->second.job);
       exited.set_exit_code(code);
@@ -229,6 +245,7 @@ void Agent::Drain() {
                    " trainers; grace ", absl::FormatDuration(options_.drain_grace), ")"));
   DrainNodeRequest request;
   request.set_node(options_.node);
+  request.set_node_credential(credential_);
   request.set_reason("agent asked to drain");
   absl::Status s = options_.client->DrainNode(request);
   if (!s.ok()) LOG(WARNING) << "DrainNode failed (the trainers are drained anyway): " << s;
@@ -283,6 +300,7 @@ absl::Status Agent::Run() {
     next_heartbeat = absl::Now() + heartbeat_interval_;
     HeartbeatRequest request;
     request.set_node(options_.node);
+    request.set_node_credential(credential_);
     for (const auto& [slot, t] : trainers_) {
       ringmaster::SlotRef* s = request.add_running();
       s->set_node(options_.node);

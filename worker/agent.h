@@ -18,6 +18,8 @@
 // [--tls_ca F [--tls_client_cert F --tls_client_key F]]`, each in
 // its own process group, with stdout and stderr appended to
 // <work_dir>/<job>/slot-<S>.log; the spec and token files are written next to it (0600).
+// The node's credential (the coordinator binds the node's name to it) is kept in
+// <work_dir>/node.credential (0600).
 #ifndef RINGMASTER_WORKER_AGENT_H_
 #define RINGMASTER_WORKER_AGENT_H_
 
@@ -93,6 +95,10 @@ class Agent {
 
   AgentOptions options_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  // This node's credential (RegisterNodeResponse), carried by every call for the node; kept
+  // in <work_dir>/node.credential (0600) so that a restarted agent may register the node
+  // again while its lease is still live.
+  std::string credential_;
   std::map<int, Trainer> trainers_;  // by slot
   bool draining_ = false;
   absl::Time drain_deadline_;
