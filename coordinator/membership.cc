@@ -473,6 +473,9 @@ absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,
       if (m.slot.node == node_id) leaving.push_back(m.slot);
     }
     if (leaving.empty() || IsTerminal(job.phase)) continue;
+    // A rank finished the last step (the ranks step together, so all did): the trainers
+    // are completing on their own; a new epoch would only make their Finished stale.
+    if (job.finishing_epoch == job.epoch) continue;
     if (job.phase == JobPhase::kCommitted || job.phase == JobPhase::kRunning) {
       // The leavers keep their slots until their trainers exit after the drain save.
       Reform(job, EpochCause::kDrain, leaving, reason, now, actions);
@@ -511,12 +514,20 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   if (member == nullptr || IsTerminal(job->phase)) {
     // A leaver after its drain save, or a trainer of a finished job: the slot is free again.
     node->assigned.erase(it);
-  } else if (member->finished && exit_code == 0) {
-    // It reported the last step and left before the others: nothing to recover. It is no
-    // longer a member (a later epoch, should the others fail, cannot count on it).
+  } else if (exit_code == 0 && (member->finished || job->finishing_epoch == job->epoch)) {
+    // It reported the last step and left before the others (or left cleanly once another
+    // rank had reported it: a drain that came after the last step): nothing to recover. It
+    // is no longer a member (a later epoch, should the others fail, cannot count on it).
     std::erase_if(job->members, [&](const Member& m) { return m.slot == slot; });
     node->assigned.erase(it);
-    actions->push_back(PersistJob{*job});
+    if (!job->members.empty() &&
+        std::all_of(job->members.begin(), job->members.end(),
+                    [](const Member& m) { return m.finished; })) {
+      End(*job, JobPhase::kSucceeded,
+          absl::StrCat("every rank of epoch ", job->epoch, " finished"), now, actions);
+    } else {
+      actions->push_back(PersistJob{*job});
+    }
   } else {
     LoseMembers(*job, {slot},
                 Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how,
@@ -572,7 +583,15 @@ absl::Status Membership::CancelJob(const std::string& id, absl::Time now,
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " is already ", JobPhaseName(job->phase)));
   }
-  End(*job, JobPhase::kCancelled, "cancelled by the user", now, actions);
+  if (job->phase == JobPhase::kRunning && job->finishing_epoch == job->epoch) {
+    // Too late to cancel: the last step is done (a rank reported it; they step together).
+    End(*job, JobPhase::kSucceeded,
+        absl::StrCat("every rank of epoch ", job->epoch,
+                     " finished the last step (the cancel came after it)"),
+        now, actions);
+  } else {
+    End(*job, JobPhase::kCancelled, "cancelled by the user", now, actions);
+  }
   Schedule(now, actions);
   return absl::OkStatus();
 }

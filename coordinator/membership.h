@@ -217,7 +217,8 @@ class Membership {
   // was cut off, and the job went on without it).
   std::string AssignedJob(const std::string& node, int slot) const;
   // The node is going away (SIGTERM, spot notice): its slots take no new work and every job
-  // on it re-forms without it; its trainers are told to leave after the drain save.
+  // on it re-forms without it; its trainers are told to leave after the drain save. A job
+  // whose last step is done is left to finish (its trainers exit on their own).
   absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);
   // The agent's trainer for `job` on `slot` exited (code, or signal as negative number).
   // `detail` (e.g. the last line of its log) goes into the reason.
@@ -227,6 +228,8 @@ class Membership {
 
   // --- Jobs (from users) ---
   absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);
+  // A job whose last step is done (a rank reported Finished in the current epoch) is not
+  // cancelled but succeeds: what the user asked to stop has completed.
   absl::Status CancelJob(const std::string& job, absl::Time now, std::vector<Action>* actions);
 
   // --- Trainers ---
