@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -102,12 +103,19 @@ void ToProto(const SlotRef& s, ringmaster::SlotRef* out) {
 }
 
 
-// The last non-empty line of a trainer's log tail, at most 300 characters: what went wrong.
-std::string LastLine(absl::string_view text) {
-  text = absl::StripTrailingAsciiWhitespace(text);
+// What a trainer's exit report says went wrong: the whole last non-empty line of its log
+// tail (where a trainer prints its error) and where its full log is.
+std::string ExitDetail(const TrainerExitedRequest& r) {
+  absl::string_view text = absl::StripTrailingAsciiWhitespace(r.detail());
   const size_t nl = text.rfind('\n');
   if (nl != absl::string_view::npos) text = text.substr(nl + 1);
-  return std::string(text.substr(0, 300));
+  std::string detail;
+  if (!text.empty()) absl::StrAppend(&detail, "its last log line: ", text);
+  if (!r.log_path().empty()) {
+    absl::StrAppend(&detail, detail.empty() ? "" : " ", "(log: ", r.node(), ":", r.log_path(),
+                    ")");
+  }
+  return Bounded(detail);
 }
 
 }  // namespace
@@ -254,6 +262,16 @@ void Coordinator::Bump(Job& job) { job.set_version(++version_); }
 void Coordinator::Persist(const JobState& state) {
   Job& job = jobs_[state.request.id];
   ToProto(state, &job);
+  // A recovery recorded on the survivors' report learns its culprit from the agent's exit
+  // report that follows (Membership::BlameCulprit).
+  if (job.recoveries_size() > 0) {
+    Recovery* last = job.mutable_recoveries(job.recoveries_size() - 1);
+    if (last->epoch() == state.epoch &&
+        absl::StrContains(state.reason, "; the survivors saw: ") &&
+        !absl::StrContains(last->reason(), "; the survivors saw: ")) {
+      last->set_reason(state.reason);
+    }
+  }
   Bump(job);
   // A decision that is not durable must not be announced: stop, and let the restarted
   // coordinator resume from the last durable state.
@@ -605,7 +623,7 @@ absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
   RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   return Decide([&](std::vector<Action>* actions) {
     return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
-                                  actions, LastLine(r.detail()));
+                                  actions, ExitDetail(r), r.stopped());
   });
 }
 

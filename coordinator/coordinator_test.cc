@@ -625,6 +625,41 @@ TEST_F(CoordinatorTest, OnlyANodesOwnAgentActsForIt) {
   EXPECT_TRUE(coordinator_->RegisterNode(take).ok());
 }
 
+// kill -9 of a trainer: a survivor's collective error arrives first, the agent's exit report
+// a moment later. The recovery names the member that died, how, its last log line and
+// where its log is, then what the survivors saw (issue 17, point 12).
+TEST_F(CoordinatorTest, TheRecoveryNamesTheMemberThatDied) {
+  StartFourRanks();
+  ReportErrorRequest error;
+  error.set_job("mlp");
+  error.set_epoch(1);
+  *error.mutable_slot() = Slot("b", 0);
+  error.set_detail("UNAVAILABLE: all_reduce: rank 0 closed its connection");
+  ASSERT_TRUE(coordinator_->ReportError(error).ok());
+  TrainerExitedRequest exited;
+  exited.set_node("a");
+  exited.set_node_credential(coordinator_->NodeCredentialFor("a"));
+  exited.set_slot(0);
+  exited.set_job("mlp");
+  exited.set_exit_code(-9);
+  const std::string long_line(400, 'x');  // not cut at 300 characters any more
+  exited.set_detail(absl::StrCat("I1124 glog line\nstep 40 loss 0.61 ", long_line, "\n"));
+  exited.set_log_path("/var/lib/ringworker/mlp/slot-0.log");
+  ASSERT_TRUE(coordinator_->TrainerExited(exited).ok());
+  const Job job = *coordinator_->Get("mlp");
+  ASSERT_EQ(job.recoveries_size(), 1);
+  const std::string& reason = job.recoveries(0).reason();
+  EXPECT_EQ(reason.find("trainer on a/0 was killed by signal 9; its last log line: step 40"), 0u)
+      << reason;
+  EXPECT_NE(reason.find(long_line + " (log: a:/var/lib/ringworker/mlp/slot-0.log)"),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("; the survivors saw: collective error on b/0"), std::string::npos)
+      << reason;
+  EXPECT_EQ(job.reason(), reason);
+  EXPECT_EQ(job.restarts(), 1) << "one failure, one restart";
+}
+
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {
   Register("a", 2);
   auto job = coordinator_->Submit(spec_);

@@ -494,26 +494,39 @@ absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,
 
 absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& job_id,
                                        int exit_code, absl::Time now,
-                                       std::vector<Action>* actions, const std::string& detail) {
+                                       std::vector<Action>* actions, const std::string& detail,
+                                       bool stopped) {
   NodeState* node = FindNode(slot.node);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
   JobState* job = FindJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
-  const size_t exiting = node->exiting.size();
-  TrainerGone(*node, slot.slot, job_id);
-  auto it = node->assigned.find(slot.slot);
-  if (it == node->assigned.end() || it->second != job_id) {
-    // A trainer that was stopped, or finished: its slot may take the next job now.
-    if (node->exiting.size() < exiting) Schedule(now, actions);
-    return absl::OkStatus();
-  }
   const std::string how =
       exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
                     : absl::StrCat("exited with code ", exit_code);
+  const std::string culprit =
+      absl::StrCat("trainer on ", ToString(slot), " ", how, detail.empty() ? "" : "; ", detail);
+  // The survivors often report a death first ("collective error on b/0: rank 0 closed its
+  // connection"), a moment before the agent reports the exit that caused it: then the job's
+  // reason names the member that died first, and what the survivors saw second. A trainer
+  // the agent stopped as told is no culprit.
+  const size_t exiting = node->exiting.size();
+  TrainerGone(*node, slot.slot, job_id);
+  const bool released = node->exiting.size() < exiting;
+  auto it = node->assigned.find(slot.slot);
+  const bool blamed = exit_code != 0 && !stopped &&
+                      ((it != node->assigned.end() && it->second == job_id) || released) &&
+                      BlameCulprit(*job, culprit, now);
+  if (it == node->assigned.end() || it->second != job_id) {
+    // A trainer that was stopped, or finished: its slot may take the next job now.
+    if (blamed) actions->push_back(PersistJob{*job});
+    if (released) Schedule(now, actions);
+    return absl::OkStatus();
+  }
   const Member* member = FindMember(*job, slot);
   if (member == nullptr || IsTerminal(job->phase)) {
     // A leaver after its drain save, or a trainer of a finished job: the slot is free again.
     node->assigned.erase(it);
+    if (blamed) actions->push_back(PersistJob{*job});
   } else if (exit_code == 0 && (member->finished || job->finishing_epoch == job->epoch)) {
     // It reported the last step and left before the others (or left cleanly once another
     // rank had reported it: a drain that came after the last step): nothing to recover. It
@@ -529,11 +542,7 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
       actions->push_back(PersistJob{*job});
     }
   } else {
-    LoseMembers(*job, {slot},
-                Loss{.reason = absl::StrCat("trainer on ", ToString(slot), " ", how,
-                                            detail.empty() ? "" : ": ", detail),
-                     .backoff = true,
-                     .trainer_gone = true},
+    LoseMembers(*job, {slot}, Loss{.reason = culprit, .backoff = true, .trainer_gone = true},
                 now, actions);
   }
   node = FindNode(slot.node);
@@ -543,6 +552,18 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   }
   Schedule(now, actions);
   return absl::OkStatus();
+}
+
+bool Membership::BlameCulprit(JobState& job, const std::string& culprit, absl::Time now) {
+  constexpr char kSurvivors[] = "collective error on ";
+  constexpr char kSaw[] = "; the survivors saw: ";
+  const size_t at = job.reason.find(kSurvivors);
+  if (at == std::string::npos || job.reason.find(kSaw) != std::string::npos ||
+      now - job.phase_since > options_.blame_window) {
+    return false;
+  }
+  job.reason = absl::StrCat(job.reason.substr(0, at), culprit, kSaw, job.reason.substr(at));
+  return true;
 }
 
 absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,

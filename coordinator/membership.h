@@ -72,6 +72,9 @@ struct MembershipOptions {
   // A RUNNING job below max_ranks grows into free slots only after running this long
   // (so that a flapping node does not churn every job).
   absl::Duration grow_after = absl::Seconds(5);
+  // A trainer's death reported this soon after the survivors' collective error re-formed
+  // (or failed) the job is named as its cause, before what the survivors saw.
+  absl::Duration blame_window = absl::Seconds(10);
 };
 
 // A slot of a node. Ordered by node id, then slot index: the rank order.
@@ -221,10 +224,11 @@ class Membership {
   // whose last step is done is left to finish (its trainers exit on their own).
   absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);
   // The agent's trainer for `job` on `slot` exited (code, or signal as negative number).
-  // `detail` (e.g. the last line of its log) goes into the reason.
+  // `detail` (e.g. the last line of its log) goes into the reason. `stopped`: the agent
+  // killed it as told (a stop), so it is no culprit.
   absl::Status TrainerExited(const SlotRef& slot, const std::string& job, int exit_code,
                              absl::Time now, std::vector<Action>* actions,
-                             const std::string& detail = "");
+                             const std::string& detail = "", bool stopped = false);
 
   // --- Jobs (from users) ---
   absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);
@@ -312,6 +316,9 @@ class Membership {
   void MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions);
   void End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
            std::vector<Action>* actions);
+  // When the job's reason is a survivor's collective error of the last blame_window, puts
+  // the culprit (a trainer's death) first. True when it changed the reason.
+  bool BlameCulprit(JobState& job, const std::string& culprit, absl::Time now);
   // Frees the job's slot. Unless `trainer_gone`, the slot is exiting until the agent reports
   // the trainer gone.
   void Release(const JobState& job, const SlotRef& slot, bool backoff, bool trainer_gone,

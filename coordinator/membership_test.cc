@@ -8,7 +8,7 @@
 //           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
 //                                  (first, optional)
 //   register NODE slots=N          heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
-//   exited NODE/SLOT JOB code=N    submit JOB min=N max=N [budget=N]    cancel JOB
+//   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N]    cancel JOB
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N NODE/SLOT...
 //   error JOB EPOCH NODE/SLOT DETAIL...
@@ -159,8 +159,10 @@ class Scenario {
     } else if (verb == "drain") {
       check(machine_->DrainNode(pos.at(0), now_, &actions));
     } else if (verb == "exited") {
+      std::vector<std::string> detail(pos.begin() + 2, pos.end());
       check(machine_->TrainerExited(ParseSlot(pos.at(0)), pos.at(1), IntArg(kv, "code", 0), now_,
-                                    &actions));
+                                    &actions, absl::StrJoin(detail, " "),
+                                    IntArg(kv, "stopped", 0) != 0));
     } else if (verb == "submit") {
       JobRequest r;
       r.id = pos.at(0);

@@ -212,6 +212,8 @@ void Agent::Reap() {
       exited.set_job(it->second.job);
       exited.set_exit_code(code);
       exited.set_detail(Tail(it->second.log_path, 2048));
+      exited.set_log_path(it->second.log_path);
+      exited.set_stopped(it->second.stopping);
       unreported_.push_back(std::move(exited));
       trainers_.erase(it);
       break;
