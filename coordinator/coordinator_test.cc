@@ -100,6 +100,17 @@ class CoordinatorTest : public ::testing::Test {
     return response.ok() ? *response : HeartbeatResponse();
   }
 
+  // The agent of `node` reports that the trainer of job "mlp" on `slot` exited.
+  TrainerExitedRequest Exited(const std::string& node, int slot, int exit_code) {
+    TrainerExitedRequest r;
+    r.set_node(node);
+    r.set_node_credential(coordinator_->NodeCredentialFor(node));
+    r.set_slot(slot);
+    r.set_job("mlp");
+    r.set_exit_code(exit_code);
+    return r;
+  }
+
   void Join(const std::string& node, int slot, int64_t epoch, Result<JoinResponse>* result,
             absl::Duration wait = absl::Seconds(30)) {
     JoinRequest r;
@@ -296,12 +307,7 @@ TEST_F(CoordinatorTest, StoreAddObeysTheLimitsAndStaleEpochsAreRefused) {
 
 TEST_F(CoordinatorTest, StaleEpochStoreCallsAreAborted) {
   StartFourRanks();
-  TrainerExitedRequest exited;
-  exited.set_node("b");
-  exited.set_node_credential(coordinator_->NodeCredentialFor("b"));
-  exited.set_slot(1);
-  exited.set_job("mlp");
-  exited.set_exit_code(-9);
+  TrainerExitedRequest exited = Exited("b", 1, -9);
   ASSERT_TRUE(coordinator_->TrainerExited(exited).ok());
   ASSERT_EQ(coordinator_->Get("mlp")->epoch(), 2);
   StoreSetRequest set;
@@ -383,12 +389,7 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
   EXPECT_EQ(coordinator_->Get("mlp")->step(), 10);
   EXPECT_EQ(coordinator_->Get("mlp")->steps_per_s(), 4);
 
-  TrainerExitedRequest exited;
-  exited.set_node("b");
-  exited.set_node_credential(coordinator_->NodeCredentialFor("b"));
-  exited.set_slot(0);
-  exited.set_job("mlp");
-  exited.set_exit_code(-9);
+  TrainerExitedRequest exited = Exited("b", 0, -9);
   clock_.Advance(absl::Milliseconds(100));
   ASSERT_TRUE(coordinator_->TrainerExited(exited).ok());
   Job job = *coordinator_->Get("mlp");
@@ -636,12 +637,7 @@ TEST_F(CoordinatorTest, TheRecoveryNamesTheMemberThatDied) {
   *error.mutable_slot() = Slot("b", 0);
   error.set_detail("UNAVAILABLE: all_reduce: rank 0 closed its connection");
   ASSERT_TRUE(coordinator_->ReportError(error).ok());
-  TrainerExitedRequest exited;
-  exited.set_node("a");
-  exited.set_node_credential(coordinator_->NodeCredentialFor("a"));
-  exited.set_slot(0);
-  exited.set_job("mlp");
-  exited.set_exit_code(-9);
+  TrainerExitedRequest exited = Exited("a", 0, -9);
   const std::string long_line(400, 'x');  // not cut at 300 characters any more
   exited.set_detail(absl::StrCat("I1124 glog line\nstep 40 loss 0.61 ", long_line, "\n"));
   exited.set_log_path("/var/lib/ringworker/mlp/slot-0.log");
