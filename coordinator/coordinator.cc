@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "coordinator/auth.h"
@@ -322,6 +323,8 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
+      slow_reports_[a->job].clear();
+      job.clear_stragglers();
       if (job.recoveries_size() > 0 && job.recoveries().rbegin()->epoch() == a->epoch) {
         Recovery* r = job.mutable_recoveries(job.recoveries_size() - 1);
         r->set_new_world(static_cast<int>(a->members.size()));
@@ -691,8 +694,9 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
     // peers' collectives time out and they report the error.)
     const bool stale = r.epoch() < state->epoch;
     if (!stale) {
-      RM_RETURN_IF_ERROR(
-          machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(), &actions));
+      RM_RETURN_IF_ERROR(machine_.Progress(r.job(), r.epoch(), slot, r.stats().step(), Now(),
+                                           &actions,
+                                           absl::Seconds(std::max(0.0, r.stats().step_time_s()))));
     }
     response.set_epoch(state->epoch);
     if (stale) {
@@ -712,6 +716,7 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
         if (r.stats().step_time_s() > 0) job.set_steps_per_s(1.0 / r.stats().step_time_s());
       }
       if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
+      UpdateStragglers(job);
       for (ringmaster::Member& m : *job.mutable_members()) {
         if (FromProto(m.slot()) == slot) {
           m.set_step(r.stats().step());
@@ -735,6 +740,33 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
   }
   Run(completions);
   return response;
+}
+
+void Coordinator::UpdateStragglers(Job& job) {
+  // A straggler computes half again as long as the median rank, in kSlowReports reports in a
+  // row (one slow step is noise: a page fault, a neighbour's burst).
+  constexpr double kSlowdown = 1.5;
+  constexpr int kSlowReports = 5;
+  std::map<int, RankStats>& ranks = rank_stats_[job.id()];
+  if (ranks.size() < 2) return;
+  std::vector<double> compute;
+  for (const auto& [rank, s] : ranks) {
+    compute.push_back(s.step_time_s() * std::clamp(1 - s.comm_fraction(), 0.0, 1.0));
+  }
+  std::nth_element(compute.begin(), compute.begin() + compute.size() / 2, compute.end());
+  const double median = compute[compute.size() / 2];
+  if (median <= 0) return;
+  job.clear_stragglers();
+  for (auto& [rank, s] : ranks) {
+    s.set_slowdown(s.step_time_s() * std::clamp(1 - s.comm_fraction(), 0.0, 1.0) / median);
+    int& slow = slow_reports_[job.id()][rank];
+    slow = s.slowdown() >= kSlowdown ? slow + 1 : 0;
+    s.set_straggler(slow >= kSlowReports);
+    if (s.straggler()) {
+      job.add_stragglers(absl::StrFormat("%s/%d (rank %d, compute %.1fx the median)",
+                                         s.slot().node(), s.slot().slot(), rank, s.slowdown()));
+    }
+  }
 }
 
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {

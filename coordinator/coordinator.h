@@ -143,6 +143,8 @@ class Coordinator {
   // (the job ended) or ABORTED (a stale epoch).
   absl::Status CheckStoreCaller(const std::string& job, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a rank's report: which ranks of the job are stragglers (Job.stragglers).
+  void UpdateStragglers(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);
 
   const CoordinatorOptions options_;
@@ -157,6 +159,8 @@ class Coordinator {
   // Per job: the bootstrap store and the latest per-rank figures.
   std::map<std::string, std::map<std::string, std::string>> kv_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<int, RankStats>> rank_stats_ ABSL_GUARDED_BY(mu_);
+  // Per job and rank: how many reports in a row found the rank slow (UpdateStragglers).
+  std::map<std::string, std::map<int, int>> slow_reports_ ABSL_GUARDED_BY(mu_);
   // Per job: slots leaving after the drain save of the epoch being formed.
   std::map<std::string, std::set<SlotRef>> leaving_ ABSL_GUARDED_BY(mu_);
   // Per job: the world size of its last committed epoch.

@@ -656,6 +656,40 @@ TEST_F(CoordinatorTest, TheRecoveryNamesTheMemberThatDied) {
   EXPECT_EQ(job.restarts(), 1) << "one failure, one restart";
 }
 
+// A rank that computes much longer than the others, report after report, is named a
+// straggler (issue 17, point 11); one slow report is not enough, and it is cleared when the
+// rank catches up. The ranks step together, so the others' extra time is in the all-reduce.
+TEST_F(CoordinatorTest, AConsistentlySlowRankIsNamedAStraggler) {
+  StartFourRanks();
+  const std::pair<const char*, int> slots[] = {{"a", 0}, {"a", 1}, {"b", 0}, {"b", 1}};
+  auto report = [&](int64_t step, double slow_compute_share) {
+    for (int rank = 0; rank < 4; ++rank) {
+      ProgressRequest r;
+      r.set_job("mlp");
+      r.set_epoch(1);
+      *r.mutable_slot() = Slot(slots[rank].first, slots[rank].second);
+      r.mutable_stats()->set_rank(rank);
+      r.mutable_stats()->set_step(step);
+      r.mutable_stats()->set_step_time_s(0.2);
+      // b/0 computes `slow_compute_share` of the step; the others 0.25 of it.
+      r.mutable_stats()->set_comm_fraction(rank == 2 ? 1 - slow_compute_share : 0.75);
+      ASSERT_TRUE(coordinator_->Progress(r).ok());
+    }
+  };
+  report(1, 0.9);
+  EXPECT_EQ(coordinator_->Get("mlp")->stragglers_size(), 0) << "one slow report is noise";
+  for (int step = 2; step <= 6; ++step) report(step, 0.9);
+  Job job = *coordinator_->Get("mlp");
+  ASSERT_EQ(job.stragglers_size(), 1);
+  EXPECT_EQ(job.stragglers(0), "b/0 (rank 2, compute 3.6x the median)");
+  Result<JobEvent> event;
+  coordinator_->WatchNext("mlp", 0, clock_.Now() + absl::Seconds(1), event.Callback());
+  ASSERT_TRUE(event.value.has_value() && event.value->ok());
+  for (const RankStats& r : (*event.value)->ranks()) EXPECT_EQ(r.straggler(), r.rank() == 2);
+  report(7, 0.25);
+  EXPECT_EQ(coordinator_->Get("mlp")->stragglers_size(), 0) << "caught up";
+}
+
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {
   Register("a", 2);
   auto job = coordinator_->Submit(spec_);

@@ -653,13 +653,29 @@ absl::Status Membership::Ready(const std::string& id, int64_t epoch, const SlotR
 }
 
 absl::Status Membership::Progress(const std::string& id, int64_t epoch, const SlotRef& slot,
-                                  int64_t step, absl::Time now, std::vector<Action>* actions) {
+                                  int64_t step, absl::Time now, std::vector<Action>* actions,
+                                  absl::Duration step_time) {
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   Member* m = live->second;
   m->step = std::max(m->step, step);  // step -1: a keep-alive
   m->last_progress = now;
+  if (step >= 0 && step_time > absl::ZeroDuration()) {
+    std::vector<absl::Duration>& times = live->first->step_times;
+    if (times.size() >= 64) times.erase(times.begin());
+    times.push_back(step_time);
+  }
   return absl::OkStatus();
+}
+
+absl::Duration Membership::SilenceBound(const JobState& job) const {
+  absl::Duration bound = options_.silence_floor;
+  if (!job.step_times.empty()) {
+    std::vector<absl::Duration> sorted = job.step_times;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    bound = std::max(bound, options_.silence_step_multiple * sorted[sorted.size() / 2]);
+  }
+  return std::min(bound, options_.hang_timeout);
 }
 
 absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, const SlotRef& slot,
@@ -753,10 +769,12 @@ void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
       reason = absl::StrCat("not ready in epoch ", job.epoch, " within ",
                             absl::FormatDuration(options_.ready_timeout));
     } else if (job.phase == JobPhase::kRunning && options_.hang_timeout > absl::ZeroDuration()) {
+      const absl::Duration bound = SilenceBound(job);
       for (const Member& m : job.members) {
-        if (now - m.last_progress >= options_.hang_timeout) lost.insert(m.slot);
+        if (now - m.last_progress >= bound) lost.insert(m.slot);
       }
-      reason = absl::StrCat("no progress for ", absl::FormatDuration(options_.hang_timeout));
+      reason = absl::StrCat("sent nothing for ", absl::FormatDuration(bound),
+                            ", not even a keep-alive (stopped or frozen: hung)");
     } else if (job.phase == JobPhase::kPending && job.ever_started &&
                now - job.below_min_since >= options_.rendezvous_timeout) {
       End(job, JobPhase::kFailed,

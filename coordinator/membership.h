@@ -63,8 +63,17 @@ struct MembershipOptions {
   absl::Duration join_timeout = absl::Seconds(30);
   // Every member of a committed epoch must report Ready within this.
   absl::Duration ready_timeout = absl::Seconds(120);
-  // A RUNNING member that reports no progress for this long is hung. Zero disables.
+  // A RUNNING member that sends nothing (no step, not even the keep-alive its trainer sends
+  // every half second) is stopped or frozen (SIGSTOP, a hung host): it is hung after
+  //   min(hang_timeout, max(silence_floor, silence_step_multiple x the job's median step
+  //   time)),
+  // the step time measured from the members' reports; so a job of fast steps finds a frozen
+  // member in seconds, one of slow steps is given room, and hang_timeout is the ceiling.
+  // Zero hang_timeout disables it. (A member alive but blocked in a collective keeps
+  // sending: its peers' collectives time out and report the error.)
   absl::Duration hang_timeout = absl::Seconds(120);
+  absl::Duration silence_floor = absl::Seconds(5);
+  int silence_step_multiple = 10;
   // A job below min_ranks fails after waiting this long for capacity.
   absl::Duration rendezvous_timeout = absl::Seconds(300);
   // A slot whose trainer failed is not offered to any job for this long.
@@ -144,6 +153,9 @@ struct JobState {
   // that a finished trainer frees is not a reason to grow. In memory only (after a
   // coordinator restart a finishing job may grow once more, harmlessly).
   int64_t finishing_epoch = -1;
+  // The latest step times the members reported (at most 64; in memory only): what a silent
+  // member is measured against (MembershipOptions::hang_timeout).
+  std::vector<absl::Duration> step_times;
   std::string reason;           // why it is pending, failed or cancelled
 };
 
@@ -241,8 +253,12 @@ class Membership {
                     std::vector<Action>* actions);
   absl::Status Ready(const std::string& job, int64_t epoch, const SlotRef& slot, absl::Time now,
                      std::vector<Action>* actions);
+  // `step_time`: how long the reported step took (zero: not known, or a keep-alive).
   absl::Status Progress(const std::string& job, int64_t epoch, const SlotRef& slot, int64_t step,
-                        absl::Time now, std::vector<Action>* actions);
+                        absl::Time now, std::vector<Action>* actions,
+                        absl::Duration step_time = absl::ZeroDuration());
+  // How long a RUNNING member of the job may send nothing before it is hung.
+  absl::Duration SilenceBound(const JobState& job) const;
   // A collective failed under this trainer (a peer died or hung); it stays alive and will
   // join the next epoch. A `permanent` error (one no restart can fix: the checkpoint is
   // another job's, say) fails the job at once, spending no restart budget.

@@ -10,7 +10,7 @@
 //   register NODE slots=N          heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
 //   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N]    cancel JOB
 //   join|ready|finished JOB EPOCH NODE/SLOT...
-//   progress JOB EPOCH step=N NODE/SLOT...
+//   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
 //   error JOB EPOCH NODE/SLOT DETAIL...
 //   advance DURATION               (then Tick)
 //   show                           (DebugString)
@@ -133,6 +133,7 @@ class Scenario {
         else if (k == "join_timeout") options_.join_timeout = d;
         else if (k == "ready_timeout") options_.ready_timeout = d;
         else if (k == "hang_timeout") options_.hang_timeout = d;
+        else if (k == "silence_floor") options_.silence_floor = d;
         else if (k == "rendezvous_timeout") options_.rendezvous_timeout = d;
         else if (k == "slot_backoff") options_.slot_backoff = d;
         else if (k == "grow_after") options_.grow_after = d;
@@ -181,7 +182,10 @@ class Scenario {
         if (verb == "ready") check(machine_->Ready(pos[0], epoch, slot, now_, &actions));
         if (verb == "finished") check(machine_->Finished(pos[0], epoch, slot, now_, &actions));
         if (verb == "progress") {
-          check(machine_->Progress(pos[0], epoch, slot, IntArg(kv, "step", 0), now_, &actions));
+          const absl::Duration step_time =
+              kv.count("step_time") ? ParseDuration(kv.at("step_time")) : absl::ZeroDuration();
+          check(machine_->Progress(pos[0], epoch, slot, IntArg(kv, "step", 0), now_, &actions,
+                                   step_time));
         }
       }
     } else if (verb == "error") {

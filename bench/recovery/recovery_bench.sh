@@ -13,9 +13,12 @@
 # torchrun: 4 workers, --max_restarts 3, its default monitor interval (5 s) and a
 # c10d rendezvous; the same MLP under DDP/Gloo checkpointing every 10 steps. Its
 # "resumed" is the kill → the first step printed after the restart.
-# Also the drain: SIGTERM to an agent, and the steps lost (goal 0).
+# Also the drain: SIGTERM to an agent, and the steps lost (goal 0); and a frozen trainer:
+# SIGSTOP, found by its silence (issue 17: no report, not even a keep-alive, for
+# max(5 s, 10 x the median step time)), stopped by its agent, the job re-formed.
 # Goals (issue 5): detection <= 2 s, training resumed <= 5 s after the kill, 0 lost steps
-# on a drain. The machine is shared and noisy: compare numbers of one run.
+# on a drain; (issue 17) resumed <= 10 s after a SIGSTOP. The machine is shared and noisy:
+# compare numbers of one run.
 set -uo pipefail
 REPEATS=3
 [ "${1:-}" = "--repeats" ] && REPEATS="$2"
@@ -75,6 +78,32 @@ for i in $(seq 1 "$REPEATS"); do
   sleep 2  # the killed slot's backoff (1 s here) ends
 done
 
+# SIGSTOP: the frozen trainer is found by its silence, killed by its agent, and the job goes
+# on without it.
+stops=()
+for i in $(seq 1 "$REPEATS"); do
+  job="stop$i"
+  ctl submit "$ROOT/examples/fashion_mnist_mlp.yaml" --set name=$job --set epochs=4 \
+    --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
+    --set elastic.min_ranks=2 --set elastic.max_ranks=4 >/dev/null || exit 1
+  wait_until $job 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=40' 60 || exit 1
+  victim="$(pgrep -f "ringtrainer.*--job=$job " | tail -1)"
+  [ -n "$victim" ] || { echo "no trainer of job $job" >&2; exit 1; }
+  t_stop="$(now)"
+  kill -STOP "$victim"
+  wait_until $job 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 120 || exit 1
+  line="$(field $job '" ".join(str(x) for x in [int(j["recoveries"][0]["began_ms"])/1e3, j["recoveries"][0].get("rendezvous_s",0), j["recoveries"][0].get("restore_s",0), j["recoveries"][0].get("first_step_s",0)])')"
+  read -r began rdzv restore first <<<"$line"
+  detect="$(python3 -c "print(max(0.0, $began - $t_stop))")"
+  resumed="$(python3 -c "print($detect + $rdzv + $restore + $first)")"
+  printf "ringmaster SIGSTOP run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s\n" \
+    "$i" "$detect" "$rdzv" "$restore" "$first" "$resumed"
+  stops+=("$detect $rdzv $restore $first $resumed")
+  kill -CONT "$victim" 2>/dev/null
+  ctl cancel $job >/dev/null 2>&1
+  sleep 2
+done
+
 # Drain: SIGTERM an agent; lost steps = drained step - resumed step (0 expected).
 ctl submit "$ROOT/examples/fashion_mnist_mlp.yaml" --set name=drain --set epochs=4 \
   --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=50 \
@@ -124,22 +153,26 @@ for i in $(seq 1 "$REPEATS"); do
   theirs+=("${resumed:-120}")
 done
 
-python3 - "$REPEATS" "${ours[@]}" -- "${theirs[@]}" "$lost" <<'EOF'
+python3 - "$REPEATS" "${ours[@]}" -- "${stops[@]}" -- "${theirs[@]}" "$lost" <<'EOF'
 import statistics, sys
 n = int(sys.argv[1])
 args = sys.argv[2:]
 sep = args.index("--")
+sep2 = args.index("--", sep + 1)
 ours = [list(map(float, a.split())) for a in args[:sep]]
-theirs = list(map(float, args[sep + 1:sep + 1 + n]))
-lost = int(args[sep + 1 + n])
+stops = [list(map(float, a.split())) for a in args[sep + 1:sep2]]
+theirs = list(map(float, args[sep2 + 1:sep2 + 1 + n]))
+lost = int(args[sep2 + 1 + n])
 med = lambda xs: statistics.median(xs)
 names = ["detect", "rendezvous", "restore", "first step", "resumed"]
-print("\nrecovery after SIGKILL of 1 of 4 trainers (median of %d runs, seconds)" % n)
-print("| phase | ringmaster | goal |")
-print("|---|---|---|")
+print("\nrecovery of 1 of 4 trainers (median of %d runs, seconds)" % n)
+print("| phase | ringmaster, SIGKILL | goal | ringmaster, SIGSTOP | goal |")
+print("|---|---|---|---|---|")
 goals = {"detect": "<= 2", "resumed": "<= 5"}
+stop_goals = {"resumed": "<= 10"}
 for i, name in enumerate(names):
-    print("| %s | %.2f | %s |" % (name, med([o[i] for o in ours]), goals.get(name, "")))
+    print("| %s | %.2f | %s | %.2f | %s |" % (name, med([o[i] for o in ours]), goals.get(name, ""),
+                                           med([o[i] for o in stops]), stop_goals.get(name, "")))
 r = med([o[4] for o in ours])
 t = med(theirs)
 print("| torchrun resumed (same kill) | %.2f | |" % t)
