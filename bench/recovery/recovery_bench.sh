@@ -55,53 +55,45 @@ for node in a b; do
 done
 sleep 1
 
-ours=()
-for i in $(seq 1 "$REPEATS"); do
-  job="kill$i"
+# recover KIND SIGNAL RUN: a job of 4 ranks; at step 40 one trainer gets SIGNAL; waits for the
+# job to train again and prints the phases. Sets PHASES ("detect rendezvous restore first
+# resumed") and LOST (the steps trained again).
+recover() {
+  local kind="$1" signal="$2" job="$1$3"
   ctl submit "$ROOT/examples/fashion_mnist_mlp.yaml" --set name=$job --set epochs=4 \
     --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
     --set elastic.min_ranks=2 --set elastic.max_ranks=4 >/dev/null || exit 1
   wait_until $job 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=40' 60 || exit 1
+  local victim t0 line began rdzv restore first detect resumed
   victim="$(pgrep -f "ringtrainer.*--job=$job " | tail -1)"
   [ -n "$victim" ] || { echo "no trainer of job $job" >&2; exit 1; }
-  t_kill="$(now)"
-  kill -KILL "$victim"
-  wait_until $job 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 60 || exit 1
+  t0="$(now)"
+  kill "-$signal" "$victim"
+  wait_until $job 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 120 || exit 1
   line="$(field $job '" ".join(str(x) for x in [int(j["recoveries"][0]["began_ms"])/1e3, j["recoveries"][0].get("rendezvous_s",0), j["recoveries"][0].get("restore_s",0), j["recoveries"][0].get("first_step_s",0), int(j["recoveries"][0].get("lost_steps",0))])')"
-  read -r began rdzv restore first kill_lost <<<"$line"
-  detect="$(python3 -c "print(max(0.0, $began - $t_kill))")"
+  read -r began rdzv restore first LOST <<<"$line"
+  detect="$(python3 -c "print(max(0.0, $began - $t0))")"
   resumed="$(python3 -c "print($detect + $rdzv + $restore + $first)")"
-  printf "ringmaster run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s, %d steps lost\n" \
-    "$i" "$detect" "$rdzv" "$restore" "$first" "$resumed" "$kill_lost"
-  ours+=("$detect $rdzv $restore $first $resumed")
+  printf "ringmaster %s run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s, %d steps lost\n" \
+    "$signal" "$3" "$detect" "$rdzv" "$restore" "$first" "$resumed" "$LOST"
+  PHASES="$detect $rdzv $restore $first $resumed"
+  kill -CONT "$victim" 2>/dev/null
   ctl cancel $job >/dev/null 2>&1
-  sleep 2  # the killed slot's backoff (1 s here) ends
+  sleep 2  # the failed slot's backoff (1 s here) ends
+}
+
+ours=()
+for i in $(seq 1 "$REPEATS"); do
+  recover kill KILL "$i"
+  ours+=("$PHASES")
 done
 
 # SIGSTOP: the frozen trainer is found by its silence, killed by its agent, and the job goes
 # on without it.
 stops=()
 for i in $(seq 1 "$REPEATS"); do
-  job="stop$i"
-  ctl submit "$ROOT/examples/fashion_mnist_mlp.yaml" --set name=$job --set epochs=4 \
-    --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
-    --set elastic.min_ranks=2 --set elastic.max_ranks=4 >/dev/null || exit 1
-  wait_until $job 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=40' 60 || exit 1
-  victim="$(pgrep -f "ringtrainer.*--job=$job " | tail -1)"
-  [ -n "$victim" ] || { echo "no trainer of job $job" >&2; exit 1; }
-  t_stop="$(now)"
-  kill -STOP "$victim"
-  wait_until $job 'len(j.get("recoveries",[]))>0 and float(j["recoveries"][0].get("first_step_s",0))>0' 120 || exit 1
-  line="$(field $job '" ".join(str(x) for x in [int(j["recoveries"][0]["began_ms"])/1e3, j["recoveries"][0].get("rendezvous_s",0), j["recoveries"][0].get("restore_s",0), j["recoveries"][0].get("first_step_s",0)])')"
-  read -r began rdzv restore first <<<"$line"
-  detect="$(python3 -c "print(max(0.0, $began - $t_stop))")"
-  resumed="$(python3 -c "print($detect + $rdzv + $restore + $first)")"
-  printf "ringmaster SIGSTOP run %d: detect %.2f s, rendezvous %.2f s, restore %.2f s, first step %.2f s, resumed %.2f s\n" \
-    "$i" "$detect" "$rdzv" "$restore" "$first" "$resumed"
-  stops+=("$detect $rdzv $restore $first $resumed")
-  kill -CONT "$victim" 2>/dev/null
-  ctl cancel $job >/dev/null 2>&1
-  sleep 2
+  recover stop STOP "$i"
+  stops+=("$PHASES")
 done
 
 # Drain: SIGTERM an agent; lost steps = drained step - resumed step (0 expected).
