@@ -396,6 +396,11 @@ void CheckpointWriter::FinishSnapshot() {
 }
 
 absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(SaveWhenIdle(request, deadline));
+  return Wait(deadline);
+}
+
+absl::Status CheckpointWriter::SaveWhenIdle(const SaveRequest& request, absl::Time deadline) {
   RM_RETURN_IF_ERROR(CheckRequest(request));
   {
     absl::MutexLock lock(&mu_);
@@ -407,8 +412,7 @@ absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time d
     }
   }
   // Nothing runs now, so SaveAsync starts whatever the OnBusy policy.
-  RM_RETURN_IF_ERROR(SaveAsync(request).status());
-  return Wait(deadline);
+  return SaveAsync(request).status();
 }
 
 absl::Status CheckpointWriter::Wait(absl::Time deadline) {
@@ -486,6 +490,7 @@ void CheckpointWriter::Run(Job job) {
       CountOwnFailure(job.step, status);
     }
   }
+  status.ErasePayload(kPeerPayload);  // counted: it has told what it had to
   if (!status.ok()) {
     absl::Status prefixed(status.code(), absl::StrCat("checkpoint step ", job.step, " (rank ",
                                                       options_.rank, "): ", status.message()));
@@ -519,7 +524,12 @@ void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duratio
   stats_.last_shard_bytes = job.bytes;
   if (status.ok()) {
     ++stats_.succeeded;
-    if (options_.rank == 0) stats_.last_committed_step = job.step;
+    if (options_.rank == 0) {
+      stats_.last_committed_step = job.step;
+      std::vector<CommittedSave>& recent = stats_.recent_commits;
+      recent.push_back({job.step, stats_.last_committed_bytes, stats_.last_committed_time});
+      if (recent.size() > static_cast<size_t>(kRecentCommits)) recent.erase(recent.begin());
+    }
   } else if (status.GetPayload(kSkippedPayload).has_value()) {
     ++stats_.skipped;
   } else {

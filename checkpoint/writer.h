@@ -185,6 +185,13 @@ struct SaveFailure {
   absl::Status status;  // as it came (no "checkpoint step N (rank r)" prefix)
 };
 
+// A checkpoint rank 0 committed (WriterStats::recent_commits).
+struct CommittedSave {
+  int64_t step = -1;
+  int64_t bytes = 0;  // its shard files together
+  absl::Time time;    // as its manifest records it
+};
+
 struct WriterStats {
   int64_t started = 0;
   // Saves finished OK: on rank 0, checkpoints committed (or found committed already); on
@@ -199,6 +206,9 @@ struct WriterStats {
   int64_t last_committed_step = -1;    // rank 0
   int64_t last_committed_bytes = 0;    // rank 0: its shard files' bytes together
   absl::Time last_committed_time;      // rank 0: as its manifest records it
+  // Rank 0: the last kRecentCommits checkpoints committed (or found committed), oldest
+  // first, for a caller that tells others of each commit and looks once a step.
+  std::vector<CommittedSave> recent_commits;
   // Saves that failed by this rank's own doing: its shard or report (any rank), or on rank
   // 0 its shard, collecting the reports (a commit timeout) or the commit. A failure that
   // another rank reported (by file or ReportPeerFailure) or a skip is that rank's, not
@@ -226,6 +236,7 @@ class CheckpointWriter {
   // between two steps' boundaries and begins at most one, so two cover what a rank must
   // tell the others at each boundary.
   static constexpr int kRecentOwnFailures = 2;
+  static constexpr int kRecentCommits = 2;  // (likewise)
 
   // Creates <root>/<job>/ (and <root>) if needed. Rank 0 also removes every tmp-* entry
   // left by earlier writers: call Create on rank 0 before any rank starts saving (e.g.
@@ -262,6 +273,10 @@ class CheckpointWriter {
   // commits, all by `deadline`; retention runs after it returns. Returns the save's status, or
   // DEADLINE_EXCEEDED (the save goes on in the background; Wait or the destructor ends it).
   absl::Status SaveSync(const SaveRequest& request, absl::Time deadline);
+  // SaveSync's first half: waits by `deadline` until nothing runs (a save, its tidy-up),
+  // then starts this save (SaveAsync; whatever the OnBusy policy, it is not skipped). Then
+  // the ranks may agree on their parts (WaitOwnPart) before rank 0 Waits for the commit.
+  absl::Status SaveWhenIdle(const SaveRequest& request, absl::Time deadline);
 
   // Blocks until the last save is finished (on rank 0: committed and named by LATEST, or
   // failed) or `deadline` (real time) passes. Returns the status of the last finished save

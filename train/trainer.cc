@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/status_macros.h"
@@ -741,14 +742,106 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     req.state.schedule_step = done;
     return req;
   };
+  // Rank 0 says what became of the saves (failures, with their cause and path) and hands
+  // each committed checkpoint to on_checkpoint.
   int64_t failures_reported = 0;
-  auto report_save_failures = [&] {
+  int64_t commit_reported = -1;
+  auto committed = [&](int64_t step, int world_size, int64_t bytes, absl::Time when) {
+    if (!options.on_checkpoint || step <= commit_reported) return;
+    commit_reported = step;
+    options.on_checkpoint(CommittedCheckpoint{
+        step, JoinPath(writer->job_dir(), checkpoint::StepDirName(step)),
+        world_size, bytes, when});
+  };
+  auto report_saves = [&] {
     const checkpoint::WriterStats ws = writer->stats();
     if (ws.failed > failures_reported) {
       failures_reported = ws.failed;
-      say(absl::StrCat("checkpoint of step ", ws.last_failed_step,
-                       " failed (training goes on): ", ws.last_failure.ToString()));
+      say(absl::StrCat("checkpoint of step ", ws.last_failed_step, " failed (training goes on): ",
+                       ws.last_failure.ToString(absl::StatusToStringMode::kWithNoExtraData)));
     }
+    for (const checkpoint::CommittedSave& c : ws.recent_commits) {
+      committed(c.step, world, c.bytes, c.time);
+    }
+  };
+  if (leader && checkpointing) {  // the latest checkpoint, e.g. one an earlier epoch saved
+    Env* env = options.checkpoint_env != nullptr ? options.checkpoint_env : Env::Default();
+    if (absl::StatusOr<int64_t> latest = checkpoint::ReadLatest(env, writer->job_dir());
+        latest.ok()) {
+      absl::StatusOr<checkpoint::Manifest> m = checkpoint::ReadManifest(
+          env, JoinPath(writer->job_dir(), checkpoint::StepDirName(*latest)));
+      if (m.ok()) {
+        committed(m->step(), m->world_size(), checkpoint::ManifestBytes(*m),
+                  absl::FromUnixMicros(m->created_unix_micros()));
+        commit_reported = -1;  // this run's commits are told whatever their step
+      }
+    }
+  }
+
+  // The ranks agree on the saves' outcomes (see trainer.h). Each rank tells its own failures
+  // not told yet, at most kRecentOwnFailures, as kFailureWords int64 words each: the step,
+  // the status code, and the message's bytes.
+  constexpr int kRecent = checkpoint::CheckpointWriter::kRecentOwnFailures;
+  constexpr int kFailureWords = 128;
+  constexpr int kRecordWords = 1 + kRecent * kFailureWords;  // [0]: failures told, in all
+  double agreed_failures = 0;   // the ranks' own failures told, summed
+  int64_t told_failures = 0;    // this rank's
+  auto exchange_failures = [&]() -> absl::Status {
+    const checkpoint::WriterStats ws = writer->stats();
+    std::vector<int64_t> mine(kRecordWords, -1);
+    const int64_t fresh = std::min<int64_t>(ws.own_failures - told_failures,
+                                            static_cast<int64_t>(ws.recent_own_failures.size()));
+    for (int64_t i = 0; i < fresh; ++i) {
+      const checkpoint::SaveFailure& f =
+          ws.recent_own_failures[ws.recent_own_failures.size() - fresh + i];
+      int64_t* entry = mine.data() + 1 + i * kFailureWords;
+      entry[0] = f.step;
+      entry[1] = static_cast<int64_t>(f.status.code());
+      char* text = reinterpret_cast<char*>(entry + 2);
+      const size_t room = (kFailureWords - 2) * sizeof(int64_t);
+      std::memset(text, 0, room);
+      std::memcpy(text, f.status.message().data(), std::min(room - 1, f.status.message().size()));
+    }
+    told_failures = ws.own_failures;
+    mine[0] = told_failures;
+    std::vector<int64_t> all(static_cast<size_t>(kRecordWords) * world);
+    RM_RETURN_IF_ERROR(
+        hcomm->AllGather(mine.data(), all.data(), kRecordWords, DataType::kInt64, deadline()));
+    agreed_failures = 0;
+    absl::Status first;  // the lowest rank's first failure
+    for (int r = 0; r < world; ++r) {
+      const int64_t* record = all.data() + static_cast<size_t>(r) * kRecordWords;
+      agreed_failures += static_cast<double>(record[0]);
+      for (int i = 0; i < kRecent; ++i) {
+        const int64_t* entry = record + 1 + i * kFailureWords;
+        if (entry[0] < 0) continue;
+        const absl::Status status(static_cast<absl::StatusCode>(entry[1]),
+                                  reinterpret_cast<const char*>(entry + 2));
+        if (leader && r != 0) writer->ReportPeerFailure(r, entry[0], status);
+        if (first.ok()) {
+          first = absl::Status(status.code(), absl::StrCat("the checkpoint of step ", entry[0],
+                                                           " failed on rank ", r, ": ",
+                                                           status.message()));
+        }
+      }
+    }
+    if (!first.ok() && cs.on_failure() == CheckpointSpec::ON_FAILURE_FAIL) {
+      return MarkPermanent(absl::Status(
+          first.code(), absl::StrCat("checkpoint.on_failure is fail and ", first.message())));
+    }
+    return absl::OkStatus();
+  };
+  // Every rank waits (by `until`) for its own part of the running save, then the ranks agree.
+  auto settle = [&](absl::Time until) -> absl::Status {
+    absl::Status part = writer->WaitOwnPart(std::min(until, deadline()));
+    if (absl::IsDeadlineExceeded(part)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "checkpoint.dir ", cs.dir(), ": ", part.message(), "; the next save waits for it"));
+    }
+    double count = static_cast<double>(writer->stats().own_failures);
+    RM_RETURN_IF_ERROR(
+        hcomm->AllReduce(&count, &count, 1, DataType::kFloat64, ReduceOp::kSum, deadline()));
+    return count != agreed_failures ? exchange_failures() : absl::OkStatus();
   };
   absl::Time last_save_time = absl::Now();
   // An asynchronous save's snapshot is copied by the writer's thread while the next step's
@@ -911,30 +1004,46 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         absl::Now() - last_save_time >= absl::Seconds(cs.every_seconds())) {
       save_vote = true;
     }
-    double control[5] = {step_stats[0], step_stats[1], step_stats[2], drain_vote ? 1.0 : 0.0,
-                         save_vote ? 1.0 : 0.0};
+    // The sixth: the ranks' own failed saves, summed (see exchange_failures).
+    double control[6] = {step_stats[0],
+                         step_stats[1],
+                         step_stats[2],
+                         drain_vote ? 1.0 : 0.0,
+                         save_vote ? 1.0 : 0.0,
+                         writer ? static_cast<double>(writer->stats().own_failures) : 0.0};
     RM_RETURN_IF_ERROR(
-        hcomm->AllReduce(control, control, 5, DataType::kFloat64, ReduceOp::kSum, deadline()));
+        hcomm->AllReduce(control, control, 6, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.final_loss = control[0] / std::max(1.0, control[1]);
     const bool drain = control[3] > 0 && !last_step;
     if (checkpointing) {
       const int64_t done = step + 1;
-      report_save_failures();
+      if (control[5] != agreed_failures) RM_RETURN_IF_ERROR(exchange_failures());
+      report_saves();
       if (drain || last_step) {
         // The drain save (and the last one) is synchronous: the job may end right after.
         const absl::Time limit =
             absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
-        absl::Status saved = writer->SaveSync(save_request(done), limit);
+        RM_RETURN_IF_ERROR(settle(limit));  // the previous save
+        absl::Status saved = writer->SaveWhenIdle(save_request(done), limit);
+        RM_RETURN_IF_ERROR(settle(limit));  // this one's parts: rank 0 waits for no one in vain
+        if (saved.ok()) saved = writer->Wait(limit);
+        RM_RETURN_IF_ERROR(settle(limit));  // and its commit
+        report_saves();
         if (!saved.ok()) {
-          say(absl::StrCat("checkpoint of step ", done, " failed: ", saved.ToString()));
+          say(absl::StrCat("checkpoint of step ", done, " failed: ",
+                           saved.ToString(absl::StatusToStringMode::kWithNoExtraData)));
         } else {
           say(absl::StrCat("checkpoint of step ", done, " saved in ", writer->job_dir()));
         }
       } else if ((cs.every_steps() > 0 && done % cs.every_steps() == 0) || control[4] > 0) {
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
+        // Waiting for the previous save must not wait for a rank that failed it.
+        if (cs.on_busy() != CheckpointSpec::ON_BUSY_SKIP) {
+          RM_RETURN_IF_ERROR(settle(absl::InfiniteFuture()));
+        }
         RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->BeginSave(save_request(done)));
         snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
         if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
@@ -1016,7 +1125,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   finish_snapshot();
   if (writer != nullptr) {
     absl::Status last = writer->Wait(absl::Now() + absl::Minutes(10));
-    report_save_failures();
+    report_saves();
     const checkpoint::WriterStats ws = writer->stats();
     result.checkpoints_saved = ws.succeeded;
     result.checkpoint_failures = ws.failed;

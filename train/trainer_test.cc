@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/store.h"
 #include "comm/testing/multiproc.h"
 #include "checkpoint/inspect.h"
@@ -35,6 +36,7 @@ namespace {
 
 using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
+using comm::testing::RankResult;
 using comm::testing::RunRanks;
 
 // Whether a GPU is visible, asked in a child: the ranks are forked from this process, and
@@ -527,6 +529,19 @@ TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
 // Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their
 // shard writes); training goes on to the end, the failures are counted and reported, no
 // partial checkpoint is visible, and the saves before and after (space freed) commit.
+// The options of a rank forked by RunRanks: every rank on this host, collectives that give
+// up after 20 s, and `data` to train on.
+TrainerOptions ForkedRankOptions(const JobSpec& spec, TcpCommunicator& comm,
+                                 const data::Dataset* data) {
+  TrainerOptions o;
+  o.spec = spec;
+  o.comm = &comm;
+  o.local_ranks = comm.size();
+  o.op_timeout = absl::Seconds(20);
+  o.train_data = data;
+  return o;
+}
+
 // A peer fails after step 6 of 10 (the last checkpoint is step 4). The survivors keep their
 // state in memory; the next epoch (3 ranks: rank 0 a replacement with nothing in memory)
 // restores step 6 from the first survivor's memory, reads no checkpoint, trains steps 7-10,
@@ -546,12 +561,7 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     if (!spec.ok()) return spec.status();
     auto train_data = Synthetic();
     ResidentState resident;
-    TrainerOptions o;
-    o.spec = *spec;
-    o.comm = &comm;
-    o.local_ranks = 3;
-    o.op_timeout = absl::Seconds(20);
-    o.train_data = train_data.get();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
     o.resident = &resident;
     // Epoch 1: rank 2 fails (its communicator aborts) once step 6 is done.
     o.on_step = [&](const StepReport& r) {
@@ -666,6 +676,114 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
     auto verified = checkpoint::VerifyCheckpoint(Env::Default(), job_dir + "/" + step);
     EXPECT_TRUE(verified.ok()) << step << ": " << verified.status();
   }
+}
+
+// Rank 1 can write nothing of the save of step 4: neither its shard, nor its report, nor
+// the marker that says it failed. The ranks tell each other, so rank 0 fails that save
+// within about a step (it waited out the writer's 5-minute commit timeout before, while
+// on_busy: wait held the next save and rank 1 timed out in its all-reduce): training goes
+// on, the failure is said with its cause and file, the next saves commit, no temporary is
+// left, and on_checkpoint hears of each commit.
+struct DiskFullRun {
+  std::string job_dir;
+  std::vector<RankResult> results;  // one per rank
+  std::string rank0;  // rank 0's progress lines, the commits it heard of and the failures
+};
+DiskFullRun TrainWithRank1sDiskFullAtStep4(const std::string& on_failure) {
+  const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
+  const std::string out_dir = comm::testing::FreshStoreDir() + "-out";
+  EXPECT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  MultiProcOptions options;
+  options.world_size = 2;
+  options.timeout = absl::Seconds(90);
+  DiskFullRun run;
+  run.job_dir = root + "/trainer_test";
+  run.results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(
+        kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
+                "checkpoint.keep_last=10", "checkpoint.on_busy=wait",
+                "checkpoint.on_failure=" + on_failure});
+    if (!spec.ok()) return spec.status();
+    FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
+      const bool writes = op.kind == FileOp::Kind::kPWrite ||
+                          (op.kind == FileOp::Kind::kOpenWrite &&
+                           absl::StrContains(op.path, ".failed-"));
+      if (!writes || !absl::StrContains(op.path, "tmp-step-4-")) return absl::OkStatus();
+      return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+    });
+    auto train_data = Synthetic();
+    std::vector<std::string> lines;
+    std::vector<int64_t> commits;
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    if (comm.rank() == 1) o.checkpoint_env = &env;
+    o.progress = [&](const std::string& line) { lines.push_back(line); };
+    o.on_checkpoint = [&](const CommittedCheckpoint& c) {
+      commits.push_back(c.step);
+      if (c.path != absl::StrCat(root, "/trainer_test/step-", c.step) || c.world_size != 2 ||
+          c.bytes <= 0) {
+        lines.push_back(absl::StrCat("bad commit report: ", c.path, " ", c.world_size));
+      }
+    };
+    const absl::Time start = absl::Now();
+    auto result = RunTraining(o);
+    *elapsed = absl::Now() - start;
+    RM_RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
+        absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
+                     "\nfailures ", result.ok() ? result->checkpoint_failures : -1, "\n")));
+    if (!result.ok() && !IsPermanent(result.status())) {
+      return absl::InternalError(absl::StrCat("not marked permanent: ", result.status().ToString()));
+    }
+    return result.status();
+  });
+  EXPECT_EQ(run.results.size(), 2u);
+  run.results.resize(2);
+  run.rank0 = ReadFile(out_dir + "/rank0.txt").value_or("");
+  return run;
+}
+
+std::string JobDirEntries(const std::string& job_dir) {
+  std::vector<std::string> children;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir)) {
+    children.push_back(e.path().filename().string());
+  }
+  std::sort(children.begin(), children.end());
+  return absl::StrJoin(children, " ");
+}
+
+TEST(TrainerDiskFull, ARankThatCannotReportItsFailureStallsNoOne) {
+  const DiskFullRun run = TrainWithRank1sDiskFullAtStep4("continue");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
+    EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
+  }
+  const std::string& rank0 = run.rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "checkpoint of step 4 failed (training goes on)")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "tmp-step-4-")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "shard-1-of-2.bin: No space left on device")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "commits 2,6,8\nfailures 1\n")) << rank0;
+  EXPECT_FALSE(absl::StrContains(rank0, "bad commit report")) << rank0;
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-6 step-8");
+  for (const char* step : {"step-2", "step-6", "step-8"}) {
+    auto verified = checkpoint::VerifyCheckpoint(Env::Default(), run.job_dir + "/" + step);
+    EXPECT_TRUE(verified.ok()) << step << ": " << verified.status();
+  }
+}
+
+// checkpoint.on_failure: fail: every rank stops with the failure, permanent, naming the
+// step, the rank, the cause and the file; nothing of the failed save is left.
+TEST(TrainerDiskFull, OnFailureFailStopsEveryRankWithTheCause) {
+  const DiskFullRun run = TrainWithRank1sDiskFullAtStep4("fail");
+  for (int r = 0; r < 2; ++r) {
+    const absl::Status& s = run.results[r].status;
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << "rank " << r << ": " << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), "checkpoint.on_failure is fail and the checkpoint of step 4 failed on rank 1"))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "No space left on device")) << s;
+    EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
+  }
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2");
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
