@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/matmul.h"
+#include "nlohmann/json.hpp"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/partition.h"
@@ -136,9 +138,50 @@ SumAcrossRanks AllReduceSum(comm::Communicator* comm, absl::Duration timeout) {
   };
 }
 
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.6g", v);
+// "42s", "3m05s", "1h02m": a duration for a progress line.
+std::string ShortDuration(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d + absl::Milliseconds(500)));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+
+// The metrics file is the job's history: a resumed or recovered run appends to it (its
+// records carry their step, so a step trained again shows twice, in order). A last line cut
+// short (a process killed while writing it) is dropped first, so that every line is JSON.
+absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
+  std::error_code ignored;  // a failure to create it shows when opening the file
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  if (std::ifstream in(path, std::ios::binary); in) {
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!text.empty() && text.back() != '\n') {
+      const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      std::error_code error;
+      std::filesystem::resize_file(path, keep, error);
+      if (error) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "metrics.jsonl: cannot drop the cut-short last line of ", path, ": ", error.message()));
+      }
+      LOG(WARNING) << path << ": dropped a last line cut short (" << text.size() - keep
+                   << " bytes)";
+    }
+  }
+  out->open(path, std::ios::out | std::ios::app);
+  if (!*out) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics.jsonl: cannot write ", path, " (does its directory exist?)"));
+  }
+  return absl::OkStatus();
+}
+
+// FAILED_PRECONDITION, marked permanent (training again would diverge again): the run
+// diverged at `step` (1-based) because `what`.
+absl::Status Diverged(const JobSpec& spec, int64_t step, absl::string_view what,
+                      int64_t skipped_steps) {
+  return MarkPermanent(absl::FailedPreconditionError(absl::StrFormat(
+      "training diverged at step %d: %s (%d step(s) skipped before); lower optimizer.lr "
+      "(%g) or clip the gradients (optimizer.clip_grad_norm)",
+      step, what, skipped_steps, spec.optimizer().lr())));
 }
 
 // Whether `resident` holds a state this run can restore: the same training spec, the
@@ -420,6 +463,31 @@ std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params
   return hashes;
 }
 
+std::string TrainResultJson(const TrainResult& r) {
+  auto measured = [](double v) { return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v); };
+  const nlohmann::ordered_json json = {
+      {"steps", r.steps},
+      {"skipped_steps", r.skipped_steps},
+      {"final_loss", r.final_loss},
+      {"eval_accuracy", measured(r.eval_accuracy)},
+      {"eval_loss", measured(r.eval_loss)},
+      {"samples_per_second", r.samples_per_second},
+      {"tokens_per_second", r.tokens_per_second},
+      {"world_size", r.world_size},
+      {"parameters", r.parameters},
+      {"comm_seconds", absl::ToDoubleSeconds(r.comm_time)},
+      {"exposed_comm_seconds", absl::ToDoubleSeconds(r.exposed_comm)},
+      {"elapsed_seconds", absl::ToDoubleSeconds(r.elapsed)},
+      {"activation_bytes_peak", r.memory.activation_bytes_peak},
+      {"optimizer_state_bytes", r.optimizer_state_bytes},
+      {"drained", r.drained},
+      {"resumed_from_step", r.resumed_from_step},
+      {"checkpoints_saved", r.checkpoints_saved},
+      {"checkpoint_failures", r.checkpoint_failures},
+  };
+  return json.dump() + "\n";
+}
+
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   const JobSpec& spec = options.spec;
   comm::Communicator* comm = options.comm;
@@ -585,14 +653,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
 
   std::ofstream metrics;
   if (leader && !spec.metrics().jsonl().empty()) {
-    std::error_code ignored;  // a failure to create it shows when opening the file
-    std::filesystem::create_directories(std::filesystem::path(spec.metrics().jsonl()).parent_path(),
-                                        ignored);
-    metrics.open(spec.metrics().jsonl(), std::ios::out | std::ios::trunc);
-    if (!metrics) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "metrics.jsonl: cannot write ", spec.metrics().jsonl(), " (does its directory exist?)"));
-    }
+    RM_RETURN_IF_ERROR(OpenMetrics(spec.metrics().jsonl(), &metrics));
   }
 
   say(absl::StrCat("job ", spec.name(), ": ", model->Describe(), " (", table.parameter_count(),
@@ -963,6 +1024,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     if (apply) {
       RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {spec.optimizer().clip_grad_norm()}, sum, ops));
       apply = norm.finite();
+      // Only fp16's loss scaler skips steps on purpose (and lowers its scale); elsewhere a
+      // gradient that is not finite means the run diverged. The norm is global: every rank
+      // stops here alike.
+      if (!apply && !scaler) {
+        return Diverged(spec, step + 1,
+                        absl::StrCat("the gradient norm is ", norm.norm, " and ",
+                                     PrecisionName(precision),
+                                     " has no loss scaler to skip such a step"),
+                        result.skipped_steps);
+      }
     }
     const double lr = schedule.LrAt(step);
     // The optimizer writes the parameters and moments that a save begun after the last
@@ -1014,6 +1085,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     RM_RETURN_IF_ERROR(
         hcomm->AllReduce(control, control, 6, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.final_loss = control[0] / std::max(1.0, control[1]);
+    // The loss is all-reduced: every rank stops here alike, before saving what diverged.
+    if (!std::isfinite(result.final_loss)) {
+      return Diverged(spec, step + 1, absl::StrCat("the loss is ", result.final_loss),
+                      result.skipped_steps);
+    }
     const bool drain = control[3] > 0 && !last_step;
     if (checkpointing) {
       const int64_t done = step + 1;
@@ -1075,27 +1151,37 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
           "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
           step + 1, total_steps, gb.start.epoch, result.final_loss, lr, norm.norm, rate,
           100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed) / secs);
+      // This run's pace so far, for the steps left.
+      const absl::Duration elapsed = absl::Now() - start;
+      const absl::Duration eta =
+          elapsed / static_cast<double>(step + 1 - first_step) * (total_steps - step - 1);
+      absl::StrAppend(&line, " elapsed ", ShortDuration(elapsed), " eta ", ShortDuration(eta));
       if (scaler) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", scaler->scale()));
       if (epoch_end && result.eval_accuracy >= 0) {
         absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", result.eval_accuracy));
       }
       say(line);
       if (metrics.is_open()) {
-        metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << gb.start.epoch
-                << ",\"loss\":" << JsonNumber(result.final_loss) << ",\"lr\":" << JsonNumber(lr)
-                << ",\"grad_norm\":" << JsonNumber(norm.norm)
-                << ",\"local_grad_norm\":" << JsonNumber(sync->last_step().local_grad_norm)
-                << ",\"samples_per_second\":" << JsonNumber(sps)
-                << ",\"comm_seconds\":" << JsonNumber(comm_s)
-                << ",\"exposed_comm_seconds\":" << JsonNumber(absl::ToDoubleSeconds(window_exposed))
-                << ",\"window_seconds\":" << JsonNumber(secs)
-                << ",\"loss_scale\":" << JsonNumber(scaler ? scaler->scale() : 1.0)
-                << ",\"skipped_steps\":" << result.skipped_steps;
+        // A JSON library writes it: a number that is not finite becomes null.
+        nlohmann::ordered_json record = {
+            {"step", step + 1},
+            {"epoch", gb.start.epoch},
+            {"loss", result.final_loss},
+            {"lr", lr},
+            {"grad_norm", norm.norm},
+            {"local_grad_norm", sync->last_step().local_grad_norm},
+            {"samples_per_second", sps},
+            {"comm_seconds", comm_s},
+            {"exposed_comm_seconds", absl::ToDoubleSeconds(window_exposed)},
+            {"window_seconds", secs},
+            {"loss_scale", scaler ? scaler->scale() : 1.0},
+            {"skipped_steps", result.skipped_steps},
+        };
         if (epoch_end && result.eval_accuracy >= 0) {
-          metrics << ",\"test_accuracy\":" << JsonNumber(result.eval_accuracy)
-                  << ",\"test_loss\":" << JsonNumber(result.eval_loss);
+          record["test_accuracy"] = result.eval_accuracy;
+          record["test_loss"] = result.eval_loss;
         }
-        metrics << "}\n";
+        metrics << record.dump() << "\n";
         metrics.flush();
       }
       LOG(INFO) << "rank " << rank << " step " << step + 1 << ": local gradient norm "

@@ -199,6 +199,11 @@ struct TrainResult {
 
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
 
+// The result as one line of JSON (ringtrainer's --summary, which ringctl local reads): a
+// flat object, compact, written by a JSON library so that a number that is not finite is
+// null; eval_accuracy and eval_loss are null when not measured.
+std::string TrainResultJson(const TrainResult& result);
+
 // The training and (when the task has one) evaluation data a spec names, loaded; for
 // callers that run several trainings on the same data (an elastic trainer's epochs) and
 // pass it as TrainerOptions::train_data / test_data.

@@ -12,12 +12,14 @@
 #include <cmath>
 #include <filesystem>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "comm/store.h"
 #include "comm/testing/multiproc.h"
 #include "checkpoint/inspect.h"
@@ -26,6 +28,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
@@ -784,6 +787,106 @@ TEST(TrainerDiskFull, OnFailureFailStopsEveryRankWithTheCause) {
     EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
   }
   EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2");
+}
+
+// lr 1e6 diverges: the job fails at the first step whose gradient or loss is not finite
+// (fp32 has no loss scaler to skip such steps), on every rank alike, permanently, naming
+// the step and what was not finite. (It "succeeded" with 118 of 120 steps skipped.)
+TEST(TrainerDivergence, ANonFiniteLossOrGradientFailsTheJob) {
+  MultiProcOptions options;
+  options.world_size = 2;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {"steps=30", "optimizer.lr=1e6"});
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    auto result = RunTraining(ForkedRankOptions(*spec, comm, train_data.get()));
+    if (result.ok()) {
+      return absl::InternalError(absl::StrCat("succeeded: ", result->skipped_steps,
+                                              " steps skipped, final loss ", result->final_loss));
+    }
+    if (!IsPermanent(result.status())) {
+      return absl::InternalError(absl::StrCat("not permanent: ", result.status().ToString()));
+    }
+    return result.status();
+  });
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].status, results[1].status);
+  const absl::Status& s = results[0].status;
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "training diverged at step ")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the loss is") ||
+              absl::StrContains(s.message(), "the gradient norm is"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "lower optimizer.lr (1e+06)")) << s;
+}
+
+// The summary is JSON whatever the numbers: what is not finite or not measured is null.
+TEST(TrainResultJson, IsValidJsonWithNullForWhatIsNotFinite) {
+  TrainResult r;
+  r.steps = 120;
+  r.skipped_steps = 118;
+  r.final_loss = -std::nan("");
+  r.samples_per_second = std::numeric_limits<double>::infinity();
+  r.world_size = 2;
+  r.drained = true;
+  const std::string text = TrainResultJson(r);
+  ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+  const nlohmann::json json = nlohmann::json::parse(text);
+  EXPECT_TRUE(json["final_loss"].is_null()) << text;
+  EXPECT_TRUE(json["samples_per_second"].is_null()) << text;
+  EXPECT_TRUE(json["eval_accuracy"].is_null()) << text;
+  EXPECT_EQ(json["steps"], 120);
+  EXPECT_EQ(json["skipped_steps"], 118);
+  EXPECT_EQ(json["drained"], true);
+  for (const char* key : {"tokens_per_second", "world_size", "parameters", "comm_seconds",
+                          "exposed_comm_seconds", "elapsed_seconds", "activation_bytes_peak",
+                          "optimizer_state_bytes", "resumed_from_step", "checkpoints_saved",
+                          "checkpoint_failures", "eval_loss"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  // Flat and compact, one line: ringctl local reads "key":value pairs from it.
+  EXPECT_TRUE(absl::StrContains(text, "\"world_size\":2,")) << text;
+  EXPECT_EQ(text.find('\n'), text.size() - 1);
+}
+
+// metrics.jsonl is the job's history: a second run (a resume, a recovery) appends to it
+// instead of truncating it, after dropping a last line cut short; every line is JSON and
+// carries its step. Rank 0's progress lines show the time elapsed and the time left.
+TEST(TrainerMetrics, AppendsToTheJobsHistoryAndShowsElapsedAndEta) {
+  const std::string dir = comm::testing::FreshStoreDir() + "-metrics";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/metrics.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"step\":1}\n{\"step\":2}\n{\"step\":3,\"lo").ok());
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {"steps=3", "metrics.jsonl=" + path});
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    std::vector<std::string> lines;
+    o.progress = [&](const std::string& line) { lines.push_back(line); };
+    RM_RETURN_IF_ERROR(RunTraining(o).status());
+    for (const std::string& line : lines) {
+      if (!absl::StartsWith(line, "step ")) continue;
+      if (!absl::StrContains(line, " elapsed ") || !absl::StrContains(line, " eta ")) {
+        return absl::InternalError(absl::StrCat("no elapsed time or ETA: ", line));
+      }
+      if (absl::StartsWith(line, "step 3/3") && !absl::EndsWith(line, " eta 0s")) {
+        return absl::InternalError(absl::StrCat("the last step has time left: ", line));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  const std::string text = ReadFile(path).value_or("");
+  std::vector<int64_t> steps;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ASSERT_TRUE(nlohmann::json::accept(line)) << line;
+    steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 1, 2, 3})) << text;
+  EXPECT_TRUE(absl::EndsWith(text, "\n"));
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
