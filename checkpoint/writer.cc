@@ -228,10 +228,10 @@ absl::Status CheckpointWriter::EnsureStaging(int64_t bytes) {
       (static_cast<size_t>(bytes) + kStagingHugePage - 1) / kStagingHugePage * kStagingHugePage;
   void* mapped = mmap(nullptr, rounded + kStagingHugePage, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapped == MAP_FAILED) {
-    return ErrnoToStatus(errno, absl::StrCat("mapping ", rounded + kStagingHugePage,
-                                             " bytes of checkpoint staging memory (",
-                                             bytes, " bytes of this rank's snapshot)"));
+  if (mapped == MAP_FAILED) {  // no restart finds more memory
+    return MarkPermanent(ErrnoToStatus(errno, absl::StrCat("mapping ", rounded + kStagingHugePage,
+                                                           " bytes of checkpoint staging memory (",
+                                                           bytes, " bytes of this rank's snapshot)")));
   }
   char* const base = static_cast<char*>(mapped);
   char* const aligned = reinterpret_cast<char*>(

@@ -241,7 +241,8 @@ class CheckpointWriter {
   // Creates <root>/<job>/ (and <root>) if needed. Rank 0 also removes every tmp-* entry
   // left by earlier writers: call Create on rank 0 before any rank starts saving (e.g.
   // before the step loop's first collective).
-  // INVALID_ARGUMENT for bad options (naming the field); the Env's errors.
+  // INVALID_ARGUMENT for bad options (naming the field); RESOURCE_EXHAUSTED (permanent) when
+  // staging_reserve_bytes cannot be had; the Env's errors.
   static absl::StatusOr<std::unique_ptr<CheckpointWriter>> Create(
       const CheckpointWriterOptions& options);
 
@@ -342,7 +343,7 @@ class CheckpointWriter {
   explicit CheckpointWriter(const CheckpointWriterOptions& options);
   absl::Status CleanUpAtStart();
   absl::Status CheckRequest(const SaveRequest& request) const;
-  // RESOURCE_EXHAUSTED when the memory cannot be mapped.
+  // RESOURCE_EXHAUSTED, marked permanent, when the memory cannot be mapped.
   absl::Status EnsureStaging(int64_t bytes);
   enum class CopyOn { kCaller, kBackground };
   absl::StatusOr<SaveOutcome> BeginSave(const SaveRequest& request, CopyOn copy_on);

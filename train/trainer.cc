@@ -1,12 +1,16 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -101,9 +105,16 @@ LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
 
 using Data = JobData;
 
-}  // namespace
+// RESOURCE_EXHAUSTED, marked permanent (a restart finds no more memory): out of memory
+// while allocating `what`.
+absl::Status OutOfMemory(absl::string_view what) {
+  return MarkPermanent(absl::ResourceExhaustedError(
+      absl::StrCat("out of memory while allocating ", what,
+                   " (std::bad_alloc); make the model or the batch smaller, or give each "
+                   "rank more memory (fewer ranks per node, parallelism.zero_stage)")));
+}
 
-absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
+absl::StatusOr<JobData> LoadJobDataOrThrow(const JobSpec& spec) {
   Data d;
   const DataSpec& ds = spec.data();
   if (ds.has_fashion_mnist()) {
@@ -126,6 +137,16 @@ absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
   d.train = d.owned_train.get();
   d.test = d.owned_test.get();
   return d;
+}
+
+}  // namespace
+
+absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
+  try {
+    return LoadJobDataOrThrow(spec);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("the job's data (data)");
+  }
 }
 
 namespace {
@@ -172,6 +193,44 @@ absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
         absl::StrCat("metrics.jsonl: cannot write ", path, " (does its directory exist?)"));
   }
   return absl::OkStatus();
+}
+
+// What the ZeRO paper's formula says this rank keeps: fp32 parameters, fp32 gradients,
+// and the optimizer's moments (sharded by ZeRO-1/2).
+MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& table,
+                                        int world) {
+  MemoryEstimateOptions mo;
+  mo.parameters = static_cast<double>(table.parameter_count());
+  mo.world_size = world;
+  mo.zero_stage = std::min(spec.parallelism().zero_stage(), 1);  // gradients stay whole on CPU
+  mo.mixed_precision = false;
+  mo.optimizer = spec.optimizer().has_sgd() ? MemoryEstimateOptions::Optimizer::kSgdMomentum
+                                            : MemoryEstimateOptions::Optimizer::kAdam;
+  return mo;
+}
+
+// RESOURCE_EXHAUSTED, marked permanent, when the state the ranks on this host keep in its
+// memory (the formula's terms; the gradients only without a device) is more than the
+// machine has: allocating it would fail, or the kernel would kill the process later.
+absl::Status CheckHostMemory(const JobSpec& spec, const TensorTable& table, int world,
+                             bool gradients_on_host, int local_ranks) {
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(RankMemoryOptions(spec, table, world));
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (!e.ok() || pages <= 0 || page <= 0) return absl::OkStatus();  // nothing to compare
+  const double machine = static_cast<double>(pages) * static_cast<double>(page);
+  const double rank = e->parameter_bytes + (gradients_on_host ? e->gradient_bytes : 0) +
+                      e->optimizer_bytes;
+  const int ranks = std::max(1, local_ranks);
+  if (rank * ranks <= machine) return absl::OkStatus();
+  constexpr double kGiB = 1 << 30;
+  return MarkPermanent(absl::ResourceExhaustedError(absl::StrFormat(
+      "out of memory: the model's %d parameters need %.4g GiB on each rank (parameters "
+      "%.4g GiB, gradients %.4g GiB, optimizer state %.4g GiB): %.4g GiB for the %d rank(s) on "
+      "this host, which has %.4g GiB; make the model smaller (model), or use more ranks with "
+      "parallelism.zero_stage, or fewer ranks per node",
+      table.parameter_count(), rank / kGiB, e->parameter_bytes / kGiB,
+      gradients_on_host ? e->gradient_bytes / kGiB : 0.0, e->optimizer_bytes / kGiB,
+      rank * ranks / kGiB, ranks, machine / kGiB)));
 }
 
 // FAILED_PRECONDITION, marked permanent (training again would diverge again): the run
@@ -488,7 +547,10 @@ std::string TrainResultJson(const TrainResult& r) {
   return json.dump() + "\n";
 }
 
-absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
+namespace {
+
+// RunTraining, but std::bad_alloc propagates; `allocating` says what is being allocated.
+absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::string& allocating) {
   const JobSpec& spec = options.spec;
   comm::Communicator* comm = options.comm;
   if (comm == nullptr) return absl::InvalidArgumentError("TrainerOptions.comm is null");
@@ -522,13 +584,20 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   } else {
     RM_ASSIGN_OR_RETURN(data, LoadJobData(spec));
   }
+  allocating = "the model (model)";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
   const TensorTable& table = model->table();
   const int64_t padded = PaddedElements(table.total_elements(), world);
   // The step runs on a GPU (its memory holds the flat buffers) or on the CPU.
   std::string why_cpu;
+  allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingDevice> device,
                       ChooseDevice(spec, *model, padded, options.gpu, &why_cpu));
+  RM_RETURN_IF_ERROR(
+      CheckHostMemory(spec, table, world, /*gradients_on_host=*/device == nullptr,
+                      options.local_ranks));
+  allocating = absl::StrFormat("the flat parameters and gradients (%d floats each, %.4g GiB)",
+                               padded, padded * 4.0 / (1 << 30));
   VectorOps* ops = device != nullptr ? device->ops() : HostVectorOps();
   // The gradients' communicator: NCCL when every rank trains on its own GPU and the spec
   // allows it, with `comm` kept for the host collectives; else `comm`. An error exit aborts
@@ -604,8 +673,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   const SumAcrossRanks sum =
       zero == 0 ? SumAcrossRanks(SumOnOneRank) : AllReduceSum(hcomm, options.op_timeout);
   RM_ASSIGN_OR_RETURN(OptimizerOptions oo, OptimizerOptionsOf(spec));
+  allocating = absl::StrFormat("the optimizer state (%d elements per moment)", opt_range.size());
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       CreateOptimizer(table, opt_range, oo, ops));
+  allocating = "the trainer's working memory (batches, activations, buffers)";
   HostView view(params, *optimizer, device.get());
 
   RM_ASSIGN_OR_RETURN(data::GlobalBatchSampler sampler,
@@ -743,7 +814,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     wo.retention.keep_every = cs.keep_every();
     wo.on_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP ? checkpoint::OnBusy::kSkip
                                                               : checkpoint::OnBusy::kWait;
+    allocating = absl::StrFormat("the checkpoint staging area (%d bytes)", wo.staging_reserve_bytes);
     RM_ASSIGN_OR_RETURN(writer, checkpoint::CheckpointWriter::Create(wo));
+    allocating = "the trainer's working memory (batches, activations, buffers)";
 
     if (!restored && resume.kind != spec::ResumePoint::Kind::kNever) {
       checkpoint::LoadOptions lo;
@@ -954,7 +1027,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   if (scaler) consistent_scaler = scaler->state();
   bool updating = false;
   absl::Cleanup keep_resident = [&] {
-    if (options.resident == nullptr || zero != 0 || updating) return;
+    // Not while an exception (std::bad_alloc) unwinds: it would allocate.
+    if (options.resident == nullptr || zero != 0 || updating || std::uncaught_exceptions() > 0) {
+      return;
+    }
     if (absl::Status pulled = view.Pull(HostView::What::kEverything); !pulled.ok()) {
       LOG(WARNING) << "no state kept in memory: " << pulled;
       return;
@@ -1200,6 +1276,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       report.grad_norm = apply ? norm.norm : 0;
       report.step_time = absl::Now() - step_start;
       report.comm_time = sync->last_step().comm_time;
+      if (leader && writer != nullptr) {
+        const checkpoint::WriterStats ws = writer->stats();
+        if (!ws.last_failure.ok()) {
+          report.checkpoint_error_step = ws.last_failed_step;
+          report.checkpoint_error =
+              ws.last_failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+        }
+      }
       options.on_step(report);
     }
     if (drain) {
@@ -1230,18 +1314,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   result.memory = model->memory();
   if (device != nullptr) result.memory.activation_bytes_peak = device->activation_bytes();
   {
-    // Memory held by this rank against the ZeRO paper's formula for what we keep: fp32
-    // parameters, fp32 gradients, and the optimizer's moments (sharded by ZeRO-1/2).
-    MemoryEstimateOptions mo;
-    mo.parameters = static_cast<double>(table.parameter_count());
-    mo.world_size = world;
-    mo.zero_stage = std::min(zero, 1);  // gradients stay a whole flat buffer on CPU
-    mo.mixed_precision = false;
-    mo.optimizer = spec.optimizer().has_sgd() ? MemoryEstimateOptions::Optimizer::kSgdMomentum
-                                              : MemoryEstimateOptions::Optimizer::kAdam;
+    // Memory held by this rank against the ZeRO paper's formula for what we keep.
     constexpr double kMiB = 1 << 20;
     std::string formula;
-    if (auto e = EstimateMemory(mo); e.ok()) {
+    if (auto e = EstimateMemory(RankMemoryOptions(spec, table, world)); e.ok()) {
       formula = absl::StrFormat(" (formula: %.2f + %.2f + %.2f MiB)", e->parameter_bytes / kMiB,
                                 e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
     }
@@ -1261,6 +1337,17 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   }
   nccl_finished = true;
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
+  std::string allocating = "the trainer's state";
+  try {
+    return TrainOrThrow(options, allocating);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(allocating);
+  }
 }
 
 }  // namespace ringmaster::train

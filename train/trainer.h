@@ -74,6 +74,10 @@ struct StepReport {
   double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
   absl::Duration step_time;   // wall time of this step on this rank
   absl::Duration comm_time;   // inside the step's gradient collectives
+  // Rank 0: the last checkpoint save that failed so far (its error names the cause and the
+  // path); -1 and empty while none has.
+  int64_t checkpoint_error_step = -1;
+  std::string checkpoint_error;
 };
 
 // A committed checkpoint, as rank 0 knows it (TrainerOptions::on_checkpoint).

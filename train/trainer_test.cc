@@ -720,6 +720,8 @@ DiskFullRun TrainWithRank1sDiskFullAtStep4(const std::string& on_failure) {
     TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
     if (comm.rank() == 1) o.checkpoint_env = &env;
     o.progress = [&](const std::string& line) { lines.push_back(line); };
+    StepReport last;
+    o.on_step = [&](const StepReport& r) { last = r; };
     o.on_checkpoint = [&](const CommittedCheckpoint& c) {
       commits.push_back(c.step);
       if (c.path != absl::StrCat(root, "/trainer_test/step-", c.step) || c.world_size != 2 ||
@@ -733,7 +735,9 @@ DiskFullRun TrainWithRank1sDiskFullAtStep4(const std::string& on_failure) {
     RM_RETURN_IF_ERROR(WriteFileAtomically(
         absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
         absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
-                     "\nfailures ", result.ok() ? result->checkpoint_failures : -1, "\n")));
+                     "\nfailures ", result.ok() ? result->checkpoint_failures : -1,
+                     "\nstep report: failed save of step ", last.checkpoint_error_step, ": ",
+                     last.checkpoint_error, "\n")));
     if (!result.ok() && !IsPermanent(result.status())) {
       return absl::InternalError(absl::StrCat("not marked permanent: ", result.status().ToString()));
     }
@@ -765,6 +769,9 @@ TEST(TrainerDiskFull, ARankThatCannotReportItsFailureStallsNoOne) {
   EXPECT_TRUE(absl::StrContains(rank0, "tmp-step-4-")) << rank0;
   EXPECT_TRUE(absl::StrContains(rank0, "shard-1-of-2.bin: No space left on device")) << rank0;
   EXPECT_TRUE(absl::StrContains(rank0, "commits 2,6,8\nfailures 1\n")) << rank0;
+  // What the elastic trainer sends the coordinator for the job's status.
+  EXPECT_TRUE(absl::StrContains(rank0, "step report: failed save of step 4: RESOURCE_EXHAUSTED"))
+      << rank0;
   EXPECT_FALSE(absl::StrContains(rank0, "bad commit report")) << rank0;
   EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-6 step-8");
   for (const char* step : {"step-2", "step-6", "step-8"}) {
@@ -887,6 +894,56 @@ TEST(TrainerMetrics, AppendsToTheJobsHistoryAndShowsElapsedAndEta) {
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 1, 2, 3})) << text;
   EXPECT_TRUE(absl::EndsWith(text, "\n"));
+}
+
+// Runs one rank of kSpec, changed by `change`, with `on_restored`; the status it ends with,
+// INTERNAL when an error it returns is not marked permanent.
+absl::Status TrainOneRank(const std::function<void(JobSpec*)>& change,
+                          std::function<absl::Status(int64_t)> on_restored = nullptr) {
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {});
+    if (!spec.ok()) return spec.status();
+    change(&*spec);
+    auto train_data = Synthetic();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    o.on_restored = on_restored;
+    absl::Status s = RunTraining(o).status();
+    if (!s.ok() && !IsPermanent(s)) {
+      return absl::InternalError(absl::StrCat("not marked permanent: ", s.ToString()));
+    }
+    return s;
+  });
+  EXPECT_TRUE(results[0].reported) << results[0].exit_detail;
+  return results[0].status;
+}
+
+// model.mlp.hidden: [1000000, 1000000] (10^12 parameters): a named RESOURCE_EXHAUSTED that
+// no restart repeats, saying how much and what, not an uncaught std::bad_alloc.
+TEST(TrainerMemory, AModelTooBigForThisMachineIsPermanentlyResourceExhausted) {
+  absl::Status s = TrainOneRank([](JobSpec* spec) {
+    spec->mutable_model()->mutable_mlp()->clear_hidden();
+    spec->mutable_model()->mutable_mlp()->add_hidden(1000000);
+    spec->mutable_model()->mutable_mlp()->add_hidden(1000000);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // 48·10^6 + 10^6 + 10^12 + 10^6 + 10·10^6 + 10: weights and biases of 48-10^6-10^6-10.
+  EXPECT_TRUE(absl::StrContains(s.message(), "out of memory: the model's 1000060000010 parameters "
+                                             "need 1.49e+04 GiB on each rank"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "for the 1 rank(s) on this host, which has")) << s;
+}
+
+// An allocation that fails anywhere on the training thread ends the run with a named,
+// permanent RESOURCE_EXHAUSTED instead of killing the process.
+TEST(TrainerMemory, AnyBadAllocIsPermanentlyResourceExhausted) {
+  absl::Status s = TrainOneRank([](JobSpec*) {},
+                                [](int64_t) -> absl::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "out of memory while allocating the trainer's "
+                                             "working memory"))
+      << s;
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
