@@ -965,17 +965,24 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     }
     return absl::OkStatus();
   };
-  // Every rank waits (by `until`) for its own part of the running save, then the ranks agree.
-  auto settle = [&](absl::Time until) -> absl::Status {
-    absl::Status part = writer->WaitOwnPart(std::min(until, deadline()));
-    if (absl::IsDeadlineExceeded(part)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "checkpoint.dir ", cs.dir(), ": ", part.message(), "; the next save waits for it"));
-    }
-    double count = static_cast<double>(writer->stats().own_failures);
+  // Every rank waits (by `until`, at most half op_timeout, so that the others' collective
+  // does not time out meanwhile) for its own part of the running save, then the ranks agree
+  // on the failures; true when every rank's part is done. Where some rank's disk is so slow
+  // that it is not, the caller skips the save at hand on every rank (waiting for it would
+  // stall the others' collectives) and says why.
+  std::string unfinished;  // why, when settle returned false
+  auto settle = [&](absl::Time until) -> absl::StatusOr<bool> {
+    absl::Status part = writer->WaitOwnPart(std::min(until, absl::Now() + options.op_timeout / 2));
+    LOG_IF(WARNING, absl::IsDeadlineExceeded(part)) << "checkpoint.dir " << cs.dir() << ": " << part;
+    double votes[2] = {static_cast<double>(writer->stats().own_failures),
+                       absl::IsDeadlineExceeded(part) ? 1.0 : 0.0};
     RM_RETURN_IF_ERROR(
-        hcomm->AllReduce(&count, &count, 1, DataType::kFloat64, ReduceOp::kSum, deadline()));
-    return count != agreed_failures ? exchange_failures() : absl::OkStatus();
+        hcomm->AllReduce(votes, votes, 2, DataType::kFloat64, ReduceOp::kSum, deadline()));
+    if (votes[0] != agreed_failures) RM_RETURN_IF_ERROR(exchange_failures());
+    if (votes[1] == 0) return true;
+    unfinished = absl::StrCat(votes[1], " rank(s) still write their shard of the previous save "
+                              "(a slow or stuck disk under checkpoint.dir ", cs.dir(), "?)");
+    return false;
   };
   absl::Time last_save_time = absl::Now();
   // An asynchronous save's snapshot is copied by the writer's thread while the next step's
@@ -1177,11 +1184,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
             absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
-        RM_RETURN_IF_ERROR(settle(limit));  // the previous save
-        absl::Status saved = writer->SaveWhenIdle(save_request(done), limit);
-        RM_RETURN_IF_ERROR(settle(limit));  // this one's parts: rank 0 waits for no one in vain
-        if (saved.ok()) saved = writer->Wait(limit);
-        RM_RETURN_IF_ERROR(settle(limit));  // and its commit
+        // The previous save, this one's parts (so that rank 0 waits for no one in vain), and
+        // its commit; a save some rank cannot finish in time is given up by every rank.
+        RM_ASSIGN_OR_RETURN(bool done_everywhere, settle(limit));
+        absl::Status saved = absl::DeadlineExceededError(unfinished);
+        if (done_everywhere) {
+          saved = writer->SaveWhenIdle(save_request(done), limit);
+          RM_ASSIGN_OR_RETURN(done_everywhere, settle(limit));
+          if (!done_everywhere) saved = absl::DeadlineExceededError(unfinished);
+        }
+        if (done_everywhere) {
+          if (saved.ok()) saved = writer->Wait(limit);
+          RM_RETURN_IF_ERROR(settle(limit).status());
+        }
         report_saves();
         if (!saved.ok()) {
           say(absl::StrCat("checkpoint of step ", done, " failed: ",
@@ -1193,12 +1208,19 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
         // Waiting for the previous save must not wait for a rank that failed it.
+        bool done_everywhere = true;
         if (cs.on_busy() != CheckpointSpec::ON_BUSY_SKIP) {
-          RM_RETURN_IF_ERROR(settle(absl::InfiniteFuture()));
+          RM_ASSIGN_OR_RETURN(done_everywhere, settle(absl::InfiniteFuture()));
         }
-        RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->BeginSave(save_request(done)));
-        snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
-        if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
+        if (done_everywhere) {
+          RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome,
+                              writer->BeginSave(save_request(done)));
+          snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
+          if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
+        } else {
+          ++result.checkpoints_skipped;
+          say(absl::StrCat("checkpoint of step ", done, " skipped: ", unfinished));
+        }
         last_save_time = absl::Now();
       }
     }

@@ -31,16 +31,19 @@
 // even report its failure (checkpoint/writer.h ReportPeerFailure) and a failed save costs at
 // most about a step. Before a save that waits for the previous one (on_busy: wait, and the
 // synchronous drain and last saves) every rank waits for its own part of it, not for rank
-// 0's commit, and the ranks agree first. With checkpoint.on_failure: fail, every rank then
-// stops with the failure (marked permanent); with continue, rank 0 says what failed (cause
-// and path) and the next due save tries again.
+// 0's commit, and the ranks agree first; a save that some rank's unfinished part (a slow
+// or stuck disk) would hold up for more than op_timeout is skipped by every rank, and said
+// so. With checkpoint.on_failure: fail, every rank then stops with the failure (marked
+// permanent); with continue, rank 0 says what failed (cause and path) and the next due
+// save tries again.
 //
 // Errors: INVALID_ARGUMENT (spec the engine cannot run, naming the field), NOT_FOUND /
 // DATA_LOSS from the data, and the communicator's ABORTED / UNAVAILABLE /
 // DEADLINE_EXCEEDED when a peer fails; a failed checkpoint with on_failure: fail (the
-// save's code: RESOURCE_EXHAUSTED for a full disk), DEADLINE_EXCEEDED when this rank's
-// shard is still being written op_timeout after a save that waits for it. Blocks until the
-// job ends.
+// save's code: RESOURCE_EXHAUSTED for a full disk); a diverged run (a loss, or without
+// fp16's loss scaler a gradient norm, that is not finite: FAILED_PRECONDITION) and running
+// out of memory (RESOURCE_EXHAUSTED, naming what was being allocated) are marked permanent.
+// Blocks until the job ends.
 #ifndef RINGMASTER_TRAIN_TRAINER_H_
 #define RINGMASTER_TRAIN_TRAINER_H_
 

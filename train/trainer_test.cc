@@ -681,18 +681,24 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
   }
 }
 
-// Rank 1 can write nothing of the save of step 4: neither its shard, nor its report, nor
-// the marker that says it failed. The ranks tell each other, so rank 0 fails that save
-// within about a step (it waited out the writer's 5-minute commit timeout before, while
-// on_busy: wait held the next save and rank 1 timed out in its all-reduce): training goes
-// on, the failure is said with its cause and file, the next saves commit, no temporary is
-// left, and on_checkpoint hears of each commit.
 struct DiskFullRun {
   std::string job_dir;
   std::vector<RankResult> results;  // one per rank
   std::string rank0;  // rank 0's progress lines, the commits it heard of and the failures
 };
-DiskFullRun TrainWithRank1sDiskFullAtStep4(const std::string& on_failure) {
+
+// Rank 1 can write nothing of the save of step 4: neither its shard, nor its report, nor
+// the marker that says it failed.
+absl::Status NothingOfStep4(const FileOp& op) {
+  const bool writes = op.kind == FileOp::Kind::kPWrite ||
+                      (op.kind == FileOp::Kind::kOpenWrite && absl::StrContains(op.path, ".failed-"));
+  if (!writes || !absl::StrContains(op.path, "tmp-step-4-")) return absl::OkStatus();
+  return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+}
+
+// 8 steps on 2 ranks, saving every 2 (on_busy: wait), rank 1's checkpoints through `disk`.
+DiskFullRun TrainWithRank1sDisk(const FileOpHook& disk, const std::string& on_failure,
+                                absl::Duration op_timeout = absl::Seconds(20)) {
   const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
   const std::string out_dir = comm::testing::FreshStoreDir() + "-out";
   EXPECT_EQ(mkdir(out_dir.c_str(), 0755), 0);
@@ -707,17 +713,12 @@ DiskFullRun TrainWithRank1sDiskFullAtStep4(const std::string& on_failure) {
                 "checkpoint.keep_last=10", "checkpoint.on_busy=wait",
                 "checkpoint.on_failure=" + on_failure});
     if (!spec.ok()) return spec.status();
-    FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
-      const bool writes = op.kind == FileOp::Kind::kPWrite ||
-                          (op.kind == FileOp::Kind::kOpenWrite &&
-                           absl::StrContains(op.path, ".failed-"));
-      if (!writes || !absl::StrContains(op.path, "tmp-step-4-")) return absl::OkStatus();
-      return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
-    });
+    FaultInjectionEnv env(Env::Default(), disk);
     auto train_data = Synthetic();
     std::vector<std::string> lines;
     std::vector<int64_t> commits;
     TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    o.op_timeout = op_timeout;
     if (comm.rank() == 1) o.checkpoint_env = &env;
     o.progress = [&](const std::string& line) { lines.push_back(line); };
     StepReport last;
@@ -758,8 +759,13 @@ std::string JobDirEntries(const std::string& job_dir) {
   return absl::StrJoin(children, " ");
 }
 
+// The ranks tell each other, so rank 0 fails that save within about a step (it waited out
+// the writer's 5-minute commit timeout before, while on_busy: wait held the next save and
+// rank 1 timed out in its all-reduce): training goes on, the failure is said with its cause
+// and file, the next saves commit, no temporary is left, and on_checkpoint hears of each
+// commit.
 TEST(TrainerDiskFull, ARankThatCannotReportItsFailureStallsNoOne) {
-  const DiskFullRun run = TrainWithRank1sDiskFullAtStep4("continue");
+  const DiskFullRun run = TrainWithRank1sDisk(NothingOfStep4, "continue");
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
     EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
@@ -783,7 +789,7 @@ TEST(TrainerDiskFull, ARankThatCannotReportItsFailureStallsNoOne) {
 // checkpoint.on_failure: fail: every rank stops with the failure, permanent, naming the
 // step, the rank, the cause and the file; nothing of the failed save is left.
 TEST(TrainerDiskFull, OnFailureFailStopsEveryRankWithTheCause) {
-  const DiskFullRun run = TrainWithRank1sDiskFullAtStep4("fail");
+  const DiskFullRun run = TrainWithRank1sDisk(NothingOfStep4, "fail");
   for (int r = 0; r < 2; ++r) {
     const absl::Status& s = run.results[r].status;
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << "rank " << r << ": " << s;
@@ -794,6 +800,30 @@ TEST(TrainerDiskFull, OnFailureFailStopsEveryRankWithTheCause) {
     EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
   }
   EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2");
+}
+
+// Rank 1's disk takes 7.5 s for its shard of step 4, more than half the 10 s op_timeout:
+// the save of step 6, which would wait for it, is skipped on every rank and said so (rank 1
+// blocked in it while rank 0's collective timed out before); the last save, once the disk
+// is done, commits.
+TEST(TrainerDiskFull, ASaveThatASlowDiskWouldHoldUpIsSkippedEverywhere) {
+  const DiskFullRun run = TrainWithRank1sDisk(
+      [](const FileOp& op) {
+        if (op.kind == FileOp::Kind::kPWrite && absl::StrContains(op.path, "tmp-step-4-") &&
+            absl::StrContains(op.path, "shard-1-of-2")) {
+          absl::SleepFor(absl::Milliseconds(7500));
+        }
+        return absl::OkStatus();
+      },
+      "continue", absl::Seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
+  }
+  EXPECT_TRUE(absl::StrContains(run.rank0, "checkpoint of step 6 skipped: 1 rank(s) still write "
+                                           "their shard of the previous save"))
+      << run.rank0;
+  EXPECT_TRUE(absl::StrContains(run.rank0, "commits 2,4,8\nfailures 0\n")) << run.rank0;
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-4 step-8");
 }
 
 // lr 1e6 diverges: the job fails at the first step whose gradient or loss is not finite
