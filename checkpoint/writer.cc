@@ -229,9 +229,10 @@ absl::Status CheckpointWriter::EnsureStaging(int64_t bytes) {
   void* mapped = mmap(nullptr, rounded + kStagingHugePage, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) {  // no restart finds more memory
-    return MarkPermanent(ErrnoToStatus(errno, absl::StrCat("mapping ", rounded + kStagingHugePage,
-                                                           " bytes of checkpoint staging memory (",
-                                                           bytes, " bytes of this rank's snapshot)")));
+    return MarkPermanent(
+        ErrnoToStatus(errno, absl::StrCat("mapping ", rounded + kStagingHugePage,
+                                          " bytes of checkpoint staging memory (", bytes,
+                                          " bytes of this rank's snapshot)")));
   }
   char* const base = static_cast<char*>(mapped);
   char* const aligned = reinterpret_cast<char*>(
@@ -605,14 +606,14 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
       // Perhaps the disk is full (the shard may have fitted, and not the report): a name
       // needs no data block. Where even that fails, the trainer tells rank 0 otherwise
       // (ReportPeerFailure).
-      const std::string marker = FailedMarkerName(options_.rank, options_.world_size,
-                                                  static_cast<int>(failed.code()));
+      const std::string marker =
+          FailedMarkerName(options_.rank, options_.world_size, static_cast<int>(failed.code()));
       absl::StatusOr<std::unique_ptr<WritableFile>> file =
           env->NewWritableFile(JoinPath(dir, marker), FileOptions());
       absl::Status marked = file.ok() ? (*file)->Close() : file.status();
-      LOG_IF(WARNING, !marked.ok()) << "checkpoint step " << job.step
-                                    << ": cannot tell rank 0 that this rank failed (" << failed
-                                    << ") through the directory either: " << marked;
+      LOG_IF(WARNING, !marked.ok())
+          << "checkpoint step " << job.step << ": cannot tell rank 0 that this rank failed ("
+          << failed << ") through the directory either: " << marked;
     }
     return failed;
   }

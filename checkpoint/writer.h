@@ -373,8 +373,7 @@ class CheckpointWriter {
   void Finish(const Job& job, absl::Status status, absl::Duration write_time);
   // This rank's own part of the save of `step` is done with `status` (WaitOwnPart).
   void FinishOwnPart(int64_t step, const absl::Status& status);
-  void CountOwnFailure(int64_t step, const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountOwnFailure(int64_t step, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets one duration of stats_ (the background thread, as it goes).
   void Record(absl::Duration WriterStats::*field, absl::Duration value);
 

@@ -671,14 +671,13 @@ absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
   const CheckpointInfo& c = r.checkpoint();
   if (c.step() < 0) return absl::InvalidArgumentError("checkpoint.step must be >= 0");
   if (c.world_size() < 1 || c.bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint.world_size must be >= 1 and checkpoint.bytes >= 0, got ", c.world_size(),
-        " and ", c.bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.world_size must be >= 1 and checkpoint.bytes >= 0, got ",
+                     c.world_size(), " and ", c.bytes()));
   }
   if (c.path().empty() || c.path().size() > kMaxCheckpointPath) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint.path must be 1 to ",
-                                                   kMaxCheckpointPath, " bytes, got ",
-                                                   c.path().size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.path must be 1 to ", kMaxCheckpointPath, " bytes, got ", c.path().size()));
   }
   Completions completions;
   {
@@ -696,9 +695,9 @@ absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
                                              " is stale: the job is at epoch ", state->epoch));
     }
     if (r.epoch() > state->epoch) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "epoch ", r.epoch(), " of job ", r.job(), " does not exist yet (current ",
-          state->epoch, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
+                                                     " does not exist yet (current ", state->epoch,
+                                                     ")"));
     }
     // Newest last; a step reported again (the latest, at the start of an epoch) replaces
     // its entry.
@@ -710,10 +709,9 @@ absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
       }
     }
     *list->Add() = c;
-    std::stable_sort(list->begin(), list->end(),
-                     [](const CheckpointInfo& a, const CheckpointInfo& b) {
-                       return a.step() < b.step();
-                     });
+    std::stable_sort(
+        list->begin(), list->end(),
+        [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step() < b.step(); });
     if (list->size() > kMaxCheckpointsListed) {
       list->DeleteSubrange(0, list->size() - kMaxCheckpointsListed);
     }

@@ -197,8 +197,7 @@ absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
 
 // What the ZeRO paper's formula says this rank keeps: fp32 parameters, fp32 gradients,
 // and the optimizer's moments (sharded by ZeRO-1/2).
-MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& table,
-                                        int world) {
+MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& table, int world) {
   MemoryEstimateOptions mo;
   mo.parameters = static_cast<double>(table.parameter_count());
   mo.world_size = world;
@@ -218,8 +217,8 @@ absl::Status CheckHostMemory(const JobSpec& spec, const TensorTable& table, int 
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (!e.ok() || pages <= 0 || page <= 0) return absl::OkStatus();  // nothing to compare
   const double machine = static_cast<double>(pages) * static_cast<double>(page);
-  const double rank = e->parameter_bytes + (gradients_on_host ? e->gradient_bytes : 0) +
-                      e->optimizer_bytes;
+  const double rank =
+      e->parameter_bytes + (gradients_on_host ? e->gradient_bytes : 0) + e->optimizer_bytes;
   const int ranks = std::max(1, local_ranks);
   if (rank * ranks <= machine) return absl::OkStatus();
   constexpr double kGiB = 1 << 30;
@@ -523,7 +522,9 @@ std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params
 }
 
 std::string TrainResultJson(const TrainResult& r) {
-  auto measured = [](double v) { return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v); };
+  auto measured = [](double v) {
+    return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
+  };
   const nlohmann::ordered_json json = {
       {"steps", r.steps},
       {"skipped_steps", r.skipped_steps},
@@ -593,9 +594,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingDevice> device,
                       ChooseDevice(spec, *model, padded, options.gpu, &why_cpu));
-  RM_RETURN_IF_ERROR(
-      CheckHostMemory(spec, table, world, /*gradients_on_host=*/device == nullptr,
-                      options.local_ranks));
+  RM_RETURN_IF_ERROR(CheckHostMemory(spec, table, world, /*gradients_on_host=*/device == nullptr,
+                                     options.local_ranks));
   allocating = absl::StrFormat("the flat parameters and gradients (%d floats each, %.4g GiB)",
                                padded, padded * 4.0 / (1 << 30));
   VectorOps* ops = device != nullptr ? device->ops() : HostVectorOps();
@@ -814,7 +814,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     wo.retention.keep_every = cs.keep_every();
     wo.on_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP ? checkpoint::OnBusy::kSkip
                                                               : checkpoint::OnBusy::kWait;
-    allocating = absl::StrFormat("the checkpoint staging area (%d bytes)", wo.staging_reserve_bytes);
+    allocating =
+        absl::StrFormat("the checkpoint staging area (%d bytes)", wo.staging_reserve_bytes);
     RM_ASSIGN_OR_RETURN(writer, checkpoint::CheckpointWriter::Create(wo));
     allocating = "the trainer's working memory (batches, activations, buffers)";
 
@@ -884,8 +885,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     if (!options.on_checkpoint || step <= commit_reported) return;
     commit_reported = step;
     options.on_checkpoint(CommittedCheckpoint{
-        step, JoinPath(writer->job_dir(), checkpoint::StepDirName(step)),
-        world_size, bytes, when});
+        step, JoinPath(writer->job_dir(), checkpoint::StepDirName(step)), world_size, bytes, when});
   };
   auto report_saves = [&] {
     const checkpoint::WriterStats ws = writer->stats();
@@ -918,8 +918,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   constexpr int kRecent = checkpoint::CheckpointWriter::kRecentOwnFailures;
   constexpr int kFailureWords = 128;
   constexpr int kRecordWords = 1 + kRecent * kFailureWords;  // [0]: failures told, in all
-  double agreed_failures = 0;   // the ranks' own failures told, summed
-  int64_t told_failures = 0;    // this rank's
+  double agreed_failures = 0;                                // the ranks' own failures told, summed
+  int64_t told_failures = 0;                                 // this rank's
   auto exchange_failures = [&]() -> absl::Status {
     const checkpoint::WriterStats ws = writer->stats();
     std::vector<int64_t> mine(kRecordWords, -1);
@@ -953,9 +953,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
                                   reinterpret_cast<const char*>(entry + 2));
         if (leader && r != 0) writer->ReportPeerFailure(r, entry[0], status);
         if (first.ok()) {
-          first = absl::Status(status.code(), absl::StrCat("the checkpoint of step ", entry[0],
-                                                           " failed on rank ", r, ": ",
-                                                           status.message()));
+          first = absl::Status(status.code(),
+                               absl::StrCat("the checkpoint of step ", entry[0], " failed on rank ",
+                                            r, ": ", status.message()));
         }
       }
     }
@@ -973,15 +973,18 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   std::string unfinished;  // why, when settle returned false
   auto settle = [&](absl::Time until) -> absl::StatusOr<bool> {
     absl::Status part = writer->WaitOwnPart(std::min(until, absl::Now() + options.op_timeout / 2));
-    LOG_IF(WARNING, absl::IsDeadlineExceeded(part)) << "checkpoint.dir " << cs.dir() << ": " << part;
+    LOG_IF(WARNING, absl::IsDeadlineExceeded(part))
+        << "checkpoint.dir " << cs.dir() << ": " << part;
     double votes[2] = {static_cast<double>(writer->stats().own_failures),
                        absl::IsDeadlineExceeded(part) ? 1.0 : 0.0};
     RM_RETURN_IF_ERROR(
         hcomm->AllReduce(votes, votes, 2, DataType::kFloat64, ReduceOp::kSum, deadline()));
     if (votes[0] != agreed_failures) RM_RETURN_IF_ERROR(exchange_failures());
     if (votes[1] == 0) return true;
-    unfinished = absl::StrCat(votes[1], " rank(s) still write their shard of the previous save "
-                              "(a slow or stuck disk under checkpoint.dir ", cs.dir(), "?)");
+    unfinished = absl::StrCat(votes[1],
+                              " rank(s) still write their shard of the previous save "
+                              "(a slow or stuck disk under checkpoint.dir ",
+                              cs.dir(), "?)");
     return false;
   };
   absl::Time last_save_time = absl::Now();
@@ -1111,11 +1114,11 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
       // gradient that is not finite means the run diverged. The norm is global: every rank
       // stops here alike.
       if (!apply && !scaler) {
-        return Diverged(spec, step + 1,
-                        absl::StrCat("the gradient norm is ", norm.norm, " and ",
-                                     PrecisionName(precision),
-                                     " has no loss scaler to skip such a step"),
-                        result.skipped_steps);
+        return Diverged(
+            spec, step + 1,
+            absl::StrCat("the gradient norm is ", norm.norm, " and ", PrecisionName(precision),
+                         " has no loss scaler to skip such a step"),
+            result.skipped_steps);
       }
     }
     const double lr = schedule.LrAt(step);
@@ -1159,12 +1162,10 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
       save_vote = true;
     }
     // The sixth: the ranks' own failed saves, summed (see exchange_failures).
-    double control[6] = {step_stats[0],
-                         step_stats[1],
-                         step_stats[2],
-                         drain_vote ? 1.0 : 0.0,
-                         save_vote ? 1.0 : 0.0,
-                         writer ? static_cast<double>(writer->stats().own_failures) : 0.0};
+    double control[6] = {
+        step_stats[0],         step_stats[1],
+        step_stats[2],         drain_vote ? 1.0 : 0.0,
+        save_vote ? 1.0 : 0.0, writer ? static_cast<double>(writer->stats().own_failures) : 0.0};
     RM_RETURN_IF_ERROR(
         hcomm->AllReduce(control, control, 6, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.final_loss = control[0] / std::max(1.0, control[1]);

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -20,10 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "comm/store.h"
-#include "comm/testing/multiproc.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/layout.h"
+#include "comm/store.h"
+#include "comm/testing/multiproc.h"
 #include "common/fault_injection_env.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
@@ -690,8 +690,8 @@ struct DiskFullRun {
 // Rank 1 can write nothing of the save of step 4: neither its shard, nor its report, nor
 // the marker that says it failed.
 absl::Status NothingOfStep4(const FileOp& op) {
-  const bool writes = op.kind == FileOp::Kind::kPWrite ||
-                      (op.kind == FileOp::Kind::kOpenWrite && absl::StrContains(op.path, ".failed-"));
+  const bool writes = op.kind == FileOp::Kind::kPWrite || (op.kind == FileOp::Kind::kOpenWrite &&
+                                                           absl::StrContains(op.path, ".failed-"));
   if (!writes || !absl::StrContains(op.path, "tmp-step-4-")) return absl::OkStatus();
   return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
 }
@@ -707,43 +707,45 @@ DiskFullRun TrainWithRank1sDisk(const FileOpHook& disk, const std::string& on_fa
   options.timeout = absl::Seconds(90);
   DiskFullRun run;
   run.job_dir = root + "/trainer_test";
-  run.results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
-    auto spec = spec::LoadJobSpecText(
-        kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
-                "checkpoint.keep_last=10", "checkpoint.on_busy=wait",
-                "checkpoint.on_failure=" + on_failure});
-    if (!spec.ok()) return spec.status();
-    FaultInjectionEnv env(Env::Default(), disk);
-    auto train_data = Synthetic();
-    std::vector<std::string> lines;
-    std::vector<int64_t> commits;
-    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
-    o.op_timeout = op_timeout;
-    if (comm.rank() == 1) o.checkpoint_env = &env;
-    o.progress = [&](const std::string& line) { lines.push_back(line); };
-    StepReport last;
-    o.on_step = [&](const StepReport& r) { last = r; };
-    o.on_checkpoint = [&](const CommittedCheckpoint& c) {
-      commits.push_back(c.step);
-      if (c.path != absl::StrCat(root, "/trainer_test/step-", c.step) || c.world_size != 2 ||
-          c.bytes <= 0) {
-        lines.push_back(absl::StrCat("bad commit report: ", c.path, " ", c.world_size));
-      }
-    };
-    const absl::Time start = absl::Now();
-    auto result = RunTraining(o);
-    *elapsed = absl::Now() - start;
-    RM_RETURN_IF_ERROR(WriteFileAtomically(
-        absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
-        absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
-                     "\nfailures ", result.ok() ? result->checkpoint_failures : -1,
-                     "\nstep report: failed save of step ", last.checkpoint_error_step, ": ",
-                     last.checkpoint_error, "\n")));
-    if (!result.ok() && !IsPermanent(result.status())) {
-      return absl::InternalError(absl::StrCat("not marked permanent: ", result.status().ToString()));
-    }
-    return result.status();
-  });
+  run.results =
+      RunRanks(options, [&](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
+        auto spec = spec::LoadJobSpecText(
+            kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
+                    "checkpoint.keep_last=10", "checkpoint.on_busy=wait",
+                    "checkpoint.on_failure=" + on_failure});
+        if (!spec.ok()) return spec.status();
+        FaultInjectionEnv env(Env::Default(), disk);
+        auto train_data = Synthetic();
+        std::vector<std::string> lines;
+        std::vector<int64_t> commits;
+        TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+        o.op_timeout = op_timeout;
+        if (comm.rank() == 1) o.checkpoint_env = &env;
+        o.progress = [&](const std::string& line) { lines.push_back(line); };
+        StepReport last;
+        o.on_step = [&](const StepReport& r) { last = r; };
+        o.on_checkpoint = [&](const CommittedCheckpoint& c) {
+          commits.push_back(c.step);
+          if (c.path != absl::StrCat(root, "/trainer_test/step-", c.step) || c.world_size != 2 ||
+              c.bytes <= 0) {
+            lines.push_back(absl::StrCat("bad commit report: ", c.path, " ", c.world_size));
+          }
+        };
+        const absl::Time start = absl::Now();
+        auto result = RunTraining(o);
+        *elapsed = absl::Now() - start;
+        RM_RETURN_IF_ERROR(WriteFileAtomically(
+            absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
+            absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
+                         "\nfailures ", result.ok() ? result->checkpoint_failures : -1,
+                         "\nstep report: failed save of step ", last.checkpoint_error_step, ": ",
+                         last.checkpoint_error, "\n")));
+        if (!result.ok() && !IsPermanent(result.status())) {
+          return absl::InternalError(
+              absl::StrCat("not marked permanent: ", result.status().ToString()));
+        }
+        return result.status();
+      });
   EXPECT_EQ(run.results.size(), 2u);
   run.results.resize(2);
   run.rank0 = ReadFile(out_dir + "/rank0.txt").value_or("");
@@ -819,8 +821,9 @@ TEST(TrainerDiskFull, ASaveThatASlowDiskWouldHoldUpIsSkippedEverywhere) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
   }
-  EXPECT_TRUE(absl::StrContains(run.rank0, "checkpoint of step 6 skipped: 1 rank(s) still write "
-                                           "their shard of the previous save"))
+  EXPECT_TRUE(absl::StrContains(run.rank0,
+                                "checkpoint of step 6 skipped: 1 rank(s) still write "
+                                "their shard of the previous save"))
       << run.rank0;
   EXPECT_TRUE(absl::StrContains(run.rank0, "commits 2,4,8\nfailures 0\n")) << run.rank0;
   EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-4 step-8");
@@ -875,10 +878,10 @@ TEST(TrainResultJson, IsValidJsonWithNullForWhatIsNotFinite) {
   EXPECT_EQ(json["steps"], 120);
   EXPECT_EQ(json["skipped_steps"], 118);
   EXPECT_EQ(json["drained"], true);
-  for (const char* key : {"tokens_per_second", "world_size", "parameters", "comm_seconds",
-                          "exposed_comm_seconds", "elapsed_seconds", "activation_bytes_peak",
-                          "optimizer_state_bytes", "resumed_from_step", "checkpoints_saved",
-                          "checkpoint_failures", "eval_loss"}) {
+  for (const char* key :
+       {"tokens_per_second", "world_size", "parameters", "comm_seconds", "exposed_comm_seconds",
+        "elapsed_seconds", "activation_bytes_peak", "optimizer_state_bytes", "resumed_from_step",
+        "checkpoints_saved", "checkpoint_failures", "eval_loss"}) {
     EXPECT_TRUE(json.contains(key)) << key;
   }
   // Flat and compact, one line: ringctl local reads "key":value pairs from it.
@@ -959,8 +962,9 @@ TEST(TrainerMemory, AModelTooBigForThisMachineIsPermanentlyResourceExhausted) {
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   // 48·10^6 + 10^6 + 10^12 + 10^6 + 10·10^6 + 10: weights and biases of 48-10^6-10^6-10.
-  EXPECT_TRUE(absl::StrContains(s.message(), "out of memory: the model's 1000060000010 parameters "
-                                             "need 1.49e+04 GiB on each rank"))
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "out of memory: the model's 1000060000010 parameters "
+                                "need 1.49e+04 GiB on each rank"))
       << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "for the 1 rank(s) on this host, which has")) << s;
 }
@@ -968,11 +972,12 @@ TEST(TrainerMemory, AModelTooBigForThisMachineIsPermanentlyResourceExhausted) {
 // An allocation that fails anywhere on the training thread ends the run with a named,
 // permanent RESOURCE_EXHAUSTED instead of killing the process.
 TEST(TrainerMemory, AnyBadAllocIsPermanentlyResourceExhausted) {
-  absl::Status s = TrainOneRank([](JobSpec*) {},
-                                [](int64_t) -> absl::Status { throw std::bad_alloc(); });
+  absl::Status s =
+      TrainOneRank([](JobSpec*) {}, [](int64_t) -> absl::Status { throw std::bad_alloc(); });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "out of memory while allocating the trainer's "
-                                             "working memory"))
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "out of memory while allocating the trainer's "
+                                "working memory"))
       << s;
 }
 
