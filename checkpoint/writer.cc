@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -36,6 +37,9 @@ constexpr int64_t kMinBytesPerCopyThread = 16 << 20;
 constexpr int64_t kCopyChunk = 4 << 20;
 // Marks the status of a save that did not happen because a rank skipped it.
 constexpr absl::string_view kSkippedPayload = "ringmaster.checkpoint/skipped";
+// Marks the status of a save that failed because another rank failed (its report, its
+// marker, ReportPeerFailure): that rank counts it among its own failures, rank 0 does not.
+constexpr absl::string_view kPeerPayload = "ringmaster.checkpoint/peer";
 
 int64_t AutoBlockBytes(int64_t elements) {
   const int64_t target = elements * kElementBytes / kAutoBlocksPerBuffer;
@@ -55,6 +59,18 @@ absl::Status CreateDirs(Env* env, const std::string& path) {
 
 absl::Status StatusOfReport(const ShardReport& report) {
   return absl::Status(static_cast<absl::StatusCode>(report.status_code()), report.status_message());
+}
+
+// The failed report of `rank` for `step` that rank 0 makes up from what it learnt otherwise.
+ShardReport FailedReport(int rank, int world, int64_t step, absl::StatusCode code,
+                         absl::string_view message) {
+  ShardReport report;
+  report.set_rank(rank);
+  report.set_world_size(world);
+  report.set_step(step);
+  report.set_status_code(static_cast<int>(code));
+  report.set_status_message(std::string(message));
+  return report;
 }
 
 // Reports are not synced: a machine crash loses the save anyway. The rename makes them
@@ -143,7 +159,7 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(
   RM_RETURN_IF_ERROR(CreateDirs(options.env, writer->job_dir_));
   if (options.rank == 0) RM_RETURN_IF_ERROR(writer->CleanUpAtStart());
   if (options.staging_reserve_bytes > 0) {
-    writer->EnsureStaging(options.staging_reserve_bytes);
+    RM_RETURN_IF_ERROR(writer->EnsureStaging(options.staging_reserve_bytes));
     std::memset(writer->staging_.get(), 0, writer->staging_capacity_);
   }
   return writer;
@@ -200,8 +216,8 @@ absl::Status CheckpointWriter::CheckRequest(const SaveRequest& request) const {
   return absl::OkStatus();
 }
 
-void CheckpointWriter::EnsureStaging(int64_t bytes) {
-  if (bytes <= staging_capacity_) return;
+absl::Status CheckpointWriter::EnsureStaging(int64_t bytes) {
+  if (bytes <= staging_capacity_) return absl::OkStatus();
   // Fresh anonymous memory on 2 MiB boundaries, asking for transparent huge pages before
   // the first touch. The shard is written straight from here with O_DIRECT, and a device
   // request holds at most 254 segments of physically contiguous memory here (virtio-blk,
@@ -212,7 +228,12 @@ void CheckpointWriter::EnsureStaging(int64_t bytes) {
       (static_cast<size_t>(bytes) + kStagingHugePage - 1) / kStagingHugePage * kStagingHugePage;
   void* mapped = mmap(nullptr, rounded + kStagingHugePage, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  PCHECK(mapped != MAP_FAILED) << "cannot map " << rounded << " bytes of staging memory";
+  if (mapped == MAP_FAILED) {  // no restart finds more memory
+    return MarkPermanent(
+        ErrnoToStatus(errno, absl::StrCat("mapping ", rounded + kStagingHugePage,
+                                          " bytes of checkpoint staging memory (", bytes,
+                                          " bytes of this rank's snapshot)")));
+  }
   char* const base = static_cast<char*>(mapped);
   char* const aligned = reinterpret_cast<char*>(
       (reinterpret_cast<uintptr_t>(base) + kStagingHugePage - 1) / kStagingHugePage *
@@ -226,9 +247,10 @@ void CheckpointWriter::EnsureStaging(int64_t bytes) {
   staging_capacity_ = static_cast<int64_t>(rounded);
   absl::MutexLock lock(&mu_);
   stats_.staging_bytes = staging_capacity_;
+  return absl::OkStatus();
 }
 
-void CheckpointWriter::Plan(const SaveRequest& request, Job* job) {
+absl::Status CheckpointWriter::Plan(const SaveRequest& request, Job* job) {
   int64_t offset = 0;
   for (const BufferShard& b : request.buffers) {
     job->layout.push_back(
@@ -238,7 +260,7 @@ void CheckpointWriter::Plan(const SaveRequest& request, Job* job) {
   }
   job->bytes = offset;
   job->state = request.state;
-  EnsureStaging(offset);
+  return EnsureStaging(offset);
 }
 
 std::shared_ptr<CheckpointWriter::SnapshotCopy> CheckpointWriter::PlanCopy(
@@ -326,7 +348,7 @@ absl::StatusOr<SaveOutcome> CheckpointWriter::BeginSave(const SaveRequest& reque
   Job job;
   job.step = request.step;
   job.save = next_save_++;
-  Plan(request, &job);
+  RM_RETURN_IF_ERROR(Plan(request, &job));
   std::shared_ptr<SnapshotCopy> copy = PlanCopy(request, job);
   if (copy_on == CopyOn::kCaller) {
     // Memory bandwidth grows with threads up to a point (2 cores: 17 -> 27 GB/s); small
@@ -345,6 +367,9 @@ absl::StatusOr<SaveOutcome> CheckpointWriter::BeginSave(const SaveRequest& reque
     absl::MutexLock lock(&mu_);
     busy_ = true;
     saving_ = true;
+    own_part_done_ = false;
+    own_part_status_ = absl::OkStatus();
+    peer_failures_.clear();  // about earlier saves: this one has not begun anywhere before
     copying_ = job.copy != nullptr;
     if (copying_) snapshot_ = std::move(copy);
     if (copy != nullptr && copy->chunks == 0) stats_.last_snapshot_time = absl::ZeroDuration();
@@ -372,6 +397,11 @@ void CheckpointWriter::FinishSnapshot() {
 }
 
 absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time deadline) {
+  RM_RETURN_IF_ERROR(SaveWhenIdle(request, deadline));
+  return Wait(deadline);
+}
+
+absl::Status CheckpointWriter::SaveWhenIdle(const SaveRequest& request, absl::Time deadline) {
   RM_RETURN_IF_ERROR(CheckRequest(request));
   {
     absl::MutexLock lock(&mu_);
@@ -383,8 +413,7 @@ absl::Status CheckpointWriter::SaveSync(const SaveRequest& request, absl::Time d
     }
   }
   // Nothing runs now, so SaveAsync starts whatever the OnBusy policy.
-  RM_RETURN_IF_ERROR(SaveAsync(request).status());
-  return Wait(deadline);
+  return SaveAsync(request).status();
 }
 
 absl::Status CheckpointWriter::Wait(absl::Time deadline) {
@@ -403,6 +432,23 @@ absl::Status CheckpointWriter::WaitIdle(absl::Time deadline) {
     return absl::DeadlineExceededError("the checkpoint writer is still busy");
   }
   return stats_.last_status;
+}
+
+absl::Status CheckpointWriter::WaitOwnPart(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return own_part_done_; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(
+        "this rank's shard of the checkpoint is still being written (a slow or stuck disk "
+        "under checkpoint.dir?)");
+  }
+  return own_part_status_;
+}
+
+void CheckpointWriter::ReportPeerFailure(int rank, int64_t step, const absl::Status& status) {
+  if (options_.rank != 0 || rank <= 0 || rank >= options_.world_size || status.ok()) return;
+  absl::MutexLock lock(&mu_);
+  peer_failures_[rank] = SaveFailure{step, status};
 }
 
 std::optional<absl::Status> CheckpointWriter::Poll() const {
@@ -432,6 +478,20 @@ void CheckpointWriter::Run(Job job) {
   const absl::Time start = options_.clock->Now();
   Tidy tidy;
   absl::Status status = Persist(job, &tidy);
+  {
+    absl::MutexLock lock(&mu_);
+    const bool own = !status.ok() && !status.GetPayload(kPeerPayload).has_value() &&
+                     !status.GetPayload(kSkippedPayload).has_value();
+    if (!own_part_done_) {
+      // Other ranks' part ends here; rank 0's ended here when it returned early.
+      own_part_done_ = true;
+      own_part_status_ = own ? status : absl::OkStatus();
+      if (own) CountOwnFailure(job.step, status);
+    } else if (own && own_part_status_.ok()) {  // rank 0: collecting or committing failed
+      CountOwnFailure(job.step, status);
+    }
+  }
+  status.ErasePayload(kPeerPayload);  // counted: it has told what it had to
   if (!status.ok()) {
     absl::Status prefixed(status.code(), absl::StrCat("checkpoint step ", job.step, " (rank ",
                                                       options_.rank, "): ", status.message()));
@@ -465,7 +525,12 @@ void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duratio
   stats_.last_shard_bytes = job.bytes;
   if (status.ok()) {
     ++stats_.succeeded;
-    if (options_.rank == 0) stats_.last_committed_step = job.step;
+    if (options_.rank == 0) {
+      stats_.last_committed_step = job.step;
+      std::vector<CommittedSave>& recent = stats_.recent_commits;
+      recent.push_back({job.step, stats_.last_committed_bytes, stats_.last_committed_time});
+      if (recent.size() > static_cast<size_t>(kRecentCommits)) recent.erase(recent.begin());
+    }
   } else if (status.GetPayload(kSkippedPayload).has_value()) {
     ++stats_.skipped;
   } else {
@@ -474,6 +539,20 @@ void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duratio
     stats_.last_failed_step = job.step;
   }
   stats_.last_status = std::move(status);
+}
+
+void CheckpointWriter::FinishOwnPart(int64_t step, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  own_part_done_ = true;
+  own_part_status_ = status;
+  if (!status.ok()) CountOwnFailure(step, status);
+}
+
+void CheckpointWriter::CountOwnFailure(int64_t step, const absl::Status& status) {
+  ++stats_.own_failures;
+  std::vector<SaveFailure>& recent = stats_.recent_own_failures;
+  recent.push_back(SaveFailure{step, status});
+  if (recent.size() > static_cast<size_t>(kRecentOwnFailures)) recent.erase(recent.begin());
 }
 
 void CheckpointWriter::Record(absl::Duration WriterStats::*field, absl::Duration value) {
@@ -490,6 +569,11 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
     // Saved before this writer started (a run killed after its commit and before LATEST,
     // then resumed from the older LATEST): that checkpoint holds this step already.
     if (options_.rank != 0) return absl::OkStatus();
+    if (absl::StatusOr<Manifest> m = ReadManifest(env, committed); m.ok()) {
+      absl::MutexLock lock(&mu_);
+      stats_.last_committed_bytes = ManifestBytes(*m);
+      stats_.last_committed_time = absl::FromUnixMicros(m->created_unix_micros());
+    }
     absl::StatusOr<int64_t> latest = ReadLatest(env, job_dir_);
     if (!latest.ok() || *latest != job.step) {
       RM_RETURN_IF_ERROR(ReplaceFileDurably(env, JoinPath(job_dir_, kLatestName),
@@ -504,6 +588,7 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
   absl::StatusOr<ShardReport> mine = made.ok() ? WriteShard(job, dir) : made;
   const absl::Time shard_done = options_.clock->Now();
   Record(&WriterStats::last_shard_time, shard_done - start);
+  if (options_.rank == 0) FinishOwnPart(job.step, mine.status());
   if (options_.rank != 0) {
     ShardReport report;
     if (mine.ok()) {
@@ -516,18 +601,21 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
       report.set_status_message(std::string(mine.status().message()));
     }
     absl::Status reported = WriteReport(env, dir, report);
-    if (!reported.ok() && !mine.ok()) {
-      // Perhaps the disk is full: a name needs no data block.
-      const std::string marker = FailedMarkerName(options_.rank, options_.world_size,
-                                                  static_cast<int>(mine.status().code()));
+    const absl::Status failed = mine.ok() ? reported : mine.status();
+    if (!reported.ok()) {
+      // Perhaps the disk is full (the shard may have fitted, and not the report): a name
+      // needs no data block. Where even that fails, the trainer tells rank 0 otherwise
+      // (ReportPeerFailure).
+      const std::string marker =
+          FailedMarkerName(options_.rank, options_.world_size, static_cast<int>(failed.code()));
       absl::StatusOr<std::unique_ptr<WritableFile>> file =
           env->NewWritableFile(JoinPath(dir, marker), FileOptions());
-      if (file.ok()) reported = (*file)->Close();
-      LOG_IF(WARNING, !reported.ok()) << "checkpoint step " << job.step
-                                      << ": cannot tell rank 0 that this rank failed: " << reported;
+      absl::Status marked = file.ok() ? (*file)->Close() : file.status();
+      LOG_IF(WARNING, !marked.ok())
+          << "checkpoint step " << job.step << ": cannot tell rank 0 that this rank failed ("
+          << failed << ") through the directory either: " << marked;
     }
-    RM_RETURN_IF_ERROR(mine.status());
-    return reported;
+    return failed;
   }
   // Rank 0 collects the reports even when its own shard failed: once every rank has
   // reported, no one writes in this directory any more.
@@ -545,6 +633,7 @@ absl::Status CheckpointWriter::Persist(const Job& job, Tidy* tidy) {
     } else if (!StatusOfReport(r).ok()) {
       status = absl::Status(StatusOfReport(r).code(),
                             absl::StrCat("rank ", r.rank(), ": ", r.status_message()));
+      status.SetPayload(kPeerPayload, absl::Cord("1"));
     }
   }
   if (status.ok()) {
@@ -650,17 +739,22 @@ absl::StatusOr<std::vector<ShardReport>> CheckpointWriter::CollectReports(const 
         for (const std::string& n : names) {
           if (!failed) failed = ParseFailedMarker(n, r, world);
         }
-        if (!failed) {
-          still.push_back(r);
-          continue;
+        std::optional<SaveFailure> told;
+        {
+          absl::MutexLock lock(&mu_);
+          auto it = peer_failures_.find(r);
+          if (it != peer_failures_.end() && it->second.step == job.step) told = it->second;
         }
-        report.set_rank(r);
-        report.set_world_size(world);
-        report.set_step(job.step);
-        report.set_status_code(*failed);
-        report.set_status_message(absl::StrCat(
-            "failed with ", absl::StatusCodeToString(static_cast<absl::StatusCode>(*failed)),
-            " and could not write its report (see its log)"));
+        if (told) {  // the ranks told each other: rank r's own words
+          report = FailedReport(r, world, job.step, told->status.code(), told->status.message());
+        } else if (failed) {
+          const auto code = static_cast<absl::StatusCode>(*failed);
+          report = FailedReport(r, world, job.step, code,
+                                absl::StrCat("failed with ", absl::StatusCodeToString(code),
+                                             " and could not write its report (see its log)"));
+        } else {
+          still.push_back(r);
+        }
         continue;
       }
       RM_RETURN_IF_ERROR(ReadFramedProto(options_.env, JoinPath(dir, name), kReportMagic, &report));
@@ -743,6 +837,11 @@ absl::Status CheckpointWriter::Commit(const Job& job, const std::string& dir,
   RM_RETURN_IF_ERROR(env->SyncDir(dir));
   RM_RETURN_IF_ERROR(env->RenameFile(dir, JoinPath(job_dir_, StepDirName(job.step))));
   RM_RETURN_IF_ERROR(env->SyncDir(job_dir_));
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.last_committed_bytes = ManifestBytes(m);
+    stats_.last_committed_time = absl::FromUnixMicros(m.created_unix_micros());
+  }
   RM_RETURN_IF_ERROR(ReplaceFileDurably(env, JoinPath(job_dir_, kLatestName),
                                         JoinPath(job_dir_, kLatestTempName),
                                         absl::StrCat(StepDirName(job.step), "\n")));

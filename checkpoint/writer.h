@@ -45,6 +45,12 @@
 // The ranks tell rank 0 about their shards through files in the temporary directory, not
 // through the communicator: the background thread must not use a communicator while the
 // training thread runs collectives on it, and the files work on any shared filesystem.
+// A rank that cannot write its report (a full disk: ENOSPC on the report too) leaves an
+// empty marker file instead; where even that fails, the training threads tell each other
+// (the trainer exchanges stats().recent_own_failures over its communicator) and rank 0's
+// caller passes the news on with ReportPeerFailure: rank 0 stops waiting for that rank
+// and the save fails with its error at once, never after commit_timeout. WaitOwnPart lets
+// the ranks wait for their own parts (not for rank 0's commit) before they agree.
 //
 // A committed checkpoint is never modified; it disappears only by retention (renamed out
 // of view to tmp-deleting-step-N first). Killing any rank at any point leaves at most
@@ -63,7 +69,9 @@
 // older LATEST) writes nothing: that checkpoint stays and LATEST names it.
 //
 // A save's outcome (Poll, Wait, SaveSync, stats().last_status) — training goes on either
-// way, and a failed save leaves no step-N directory and LATEST as it was:
+// way, and a failed save leaves no step-N directory and LATEST as it was; rank 0 removes its
+// temporary directory once every rank is done with it (all reported: at once; after a
+// commit timeout: with the next save), and every tmp-* entry at Create:
 //   RESOURCE_EXHAUSTED  a full disk (this rank's or, on rank 0, another rank's: "rank 2: ...");
 //   DEADLINE_EXCEEDED   rank 0 waited commit_timeout for ranks' reports (they are named);
 //   UNAVAILABLE         some rank skipped this save (OnBusy::kSkip): counted as skipped;
@@ -86,6 +94,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -170,6 +179,19 @@ enum class SaveOutcome {
   kSkipped,  // OnBusy::kSkip and the previous save was still running
 };
 
+// A save that failed by a rank's own doing (WriterStats::recent_own_failures).
+struct SaveFailure {
+  int64_t step = -1;
+  absl::Status status;  // as it came (no "checkpoint step N (rank r)" prefix)
+};
+
+// A checkpoint rank 0 committed (WriterStats::recent_commits).
+struct CommittedSave {
+  int64_t step = -1;
+  int64_t bytes = 0;  // its shard files together
+  absl::Time time;    // as its manifest records it
+};
+
 struct WriterStats {
   int64_t started = 0;
   // Saves finished OK: on rank 0, checkpoints committed (or found committed already); on
@@ -182,6 +204,17 @@ struct WriterStats {
   absl::Status last_failure;           // of the last save that failed (OK: none has)
   int64_t last_failed_step = -1;       // of the last save that failed
   int64_t last_committed_step = -1;    // rank 0
+  int64_t last_committed_bytes = 0;    // rank 0: its shard files' bytes together
+  absl::Time last_committed_time;      // rank 0: as its manifest records it
+  // Rank 0: the last kRecentCommits checkpoints committed (or found committed), oldest
+  // first, for a caller that tells others of each commit and looks once a step.
+  std::vector<CommittedSave> recent_commits;
+  // Saves that failed by this rank's own doing: its shard or report (any rank), or on rank
+  // 0 its shard, collecting the reports (a commit timeout) or the commit. A failure that
+  // another rank reported (by file or ReportPeerFailure) or a skip is that rank's, not
+  // counted here: summed over the ranks, every failed save is counted once or more.
+  int64_t own_failures = 0;
+  std::vector<SaveFailure> recent_own_failures;  // the last kRecentOwnFailures, oldest first
   absl::Duration last_blocked_time;    // how long the last SaveAsync (or BeginSave and
                                        // FinishSnapshot together) blocked its caller
   absl::Duration last_snapshot_time;   // copying into the staging area (on either thread)
@@ -199,10 +232,17 @@ struct WriterStats {
 
 class CheckpointWriter {
  public:
+  // WriterStats::recent_own_failures keeps this many. A rank finishes at most one save
+  // between two steps' boundaries and begins at most one, so two cover what a rank must
+  // tell the others at each boundary.
+  static constexpr int kRecentOwnFailures = 2;
+  static constexpr int kRecentCommits = 2;  // (likewise)
+
   // Creates <root>/<job>/ (and <root>) if needed. Rank 0 also removes every tmp-* entry
   // left by earlier writers: call Create on rank 0 before any rank starts saving (e.g.
   // before the step loop's first collective).
-  // INVALID_ARGUMENT for bad options (naming the field); the Env's errors.
+  // INVALID_ARGUMENT for bad options (naming the field); RESOURCE_EXHAUSTED (permanent) when
+  // staging_reserve_bytes cannot be had; the Env's errors.
   static absl::StatusOr<std::unique_ptr<CheckpointWriter>> Create(
       const CheckpointWriterOptions& options);
 
@@ -234,6 +274,10 @@ class CheckpointWriter {
   // commits, all by `deadline`; retention runs after it returns. Returns the save's status, or
   // DEADLINE_EXCEEDED (the save goes on in the background; Wait or the destructor ends it).
   absl::Status SaveSync(const SaveRequest& request, absl::Time deadline);
+  // SaveSync's first half: waits by `deadline` until nothing runs (a save, its tidy-up),
+  // then starts this save (SaveAsync; whatever the OnBusy policy, it is not skipped). Then
+  // the ranks may agree on their parts (WaitOwnPart) before rank 0 Waits for the commit.
+  absl::Status SaveWhenIdle(const SaveRequest& request, absl::Time deadline);
 
   // Blocks until the last save is finished (on rank 0: committed and named by LATEST, or
   // failed) or `deadline` (real time) passes. Returns the status of the last finished save
@@ -244,6 +288,19 @@ class CheckpointWriter {
   // its tidy-up (retention, removal of temporaries) done, e.g. before the process exits.
   // Returns the last save's status, or DEADLINE_EXCEEDED.
   absl::Status WaitIdle(absl::Time deadline);
+
+  // Blocks until this rank's own part of the last save is done: on rank 0 its shard
+  // written (the commit may still wait for the other ranks), on the others their shard and
+  // report. Returns that part's status (OK when no save ran), or DEADLINE_EXCEEDED at
+  // `deadline` (real time).
+  absl::Status WaitOwnPart(absl::Time deadline);
+
+  // Rank 0: rank `rank` failed its part of the save of `step` with `status` (the ranks told
+  // each other, e.g. over their communicator, because it could write neither its report
+  // nor a marker). The commit of that save stops waiting for that rank and fails with
+  // "rank <rank>: <status>". Ignored for a save of another step; on other ranks, ignored.
+  // Thread-safe.
+  void ReportPeerFailure(int rank, int64_t step, const absl::Status& status);
 
   // nullopt while a save is running; otherwise the status of the last finished save.
   std::optional<absl::Status> Poll() const;
@@ -286,11 +343,12 @@ class CheckpointWriter {
   explicit CheckpointWriter(const CheckpointWriterOptions& options);
   absl::Status CleanUpAtStart();
   absl::Status CheckRequest(const SaveRequest& request) const;
-  void EnsureStaging(int64_t bytes);
+  // RESOURCE_EXHAUSTED, marked permanent, when the memory cannot be mapped.
+  absl::Status EnsureStaging(int64_t bytes);
   enum class CopyOn { kCaller, kBackground };
   absl::StatusOr<SaveOutcome> BeginSave(const SaveRequest& request, CopyOn copy_on);
   // Lays the request out in the staging area (allocating it), without copying.
-  void Plan(const SaveRequest& request, Job* job);
+  absl::Status Plan(const SaveRequest& request, Job* job);
   // The copy of a request's buffers into the staging area, as laid out in `job`.
   std::shared_ptr<SnapshotCopy> PlanCopy(const SaveRequest& request, const Job& job) const;
   // Copies chunks of `copy` until none is left to take. Whoever copies the last chunk
@@ -313,6 +371,9 @@ class CheckpointWriter {
   void RemoveTemporariesBefore(int64_t save);
   bool cancelled() const;
   void Finish(const Job& job, absl::Status status, absl::Duration write_time);
+  // This rank's own part of the save of `step` is done with `status` (WaitOwnPart).
+  void FinishOwnPart(int64_t step, const absl::Status& status);
+  void CountOwnFailure(int64_t step, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets one duration of stats_ (the background thread, as it goes).
   void Record(absl::Duration WriterStats::*field, absl::Duration value);
 
@@ -330,6 +391,10 @@ class CheckpointWriter {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;     // the thread has work: a save or its tidy-up
   bool saving_ ABSL_GUARDED_BY(mu_) = false;   // a save is not finished
   bool copying_ ABSL_GUARDED_BY(mu_) = false;  // BeginSave's snapshot is not copied yet
+  bool own_part_done_ ABSL_GUARDED_BY(mu_) = true;  // of the running save (WaitOwnPart)
+  absl::Status own_part_status_ ABSL_GUARDED_BY(mu_);
+  // Rank 0: ReportPeerFailure's news, by rank: the step and the status.
+  absl::flat_hash_map<int, SaveFailure> peer_failures_ ABSL_GUARDED_BY(mu_);
   // BeginSave's copy, until FinishSnapshot takes a hand in it.
   std::shared_ptr<SnapshotCopy> snapshot_ ABSL_GUARDED_BY(mu_);
   bool cancel_ ABSL_GUARDED_BY(mu_) = false;

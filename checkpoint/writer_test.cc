@@ -371,6 +371,7 @@ TEST(CheckpointWriter, FullDiskFailsTheSaveLeavesNothingAndALaterSaveSucceeds) {
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint step 2"));
     EXPECT_EQ(writer->stats().failed, 1);
+    EXPECT_EQ(writer->stats().own_failures, 1);  // rank 0's shard or commit: its own
     EXPECT_EQ(*ListCommittedSteps(Env::Default(), job_dir), std::vector<int64_t>{1});
     std::vector<float> loaded;
     EXPECT_EQ(LoadParams(root, &loaded).value_or(-1), 1);
@@ -404,6 +405,82 @@ TEST(CheckpointWriter, AnotherRanksFullDiskFailsTheCommit) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1"));
   writers.clear();  // lets rank 0's tidy-up finish
   EXPECT_TRUE(Children(JobDir(root, "job")).empty());
+}
+
+// A disk with room for rank 1's shard and none for its report: rank 1 leaves a marker and
+// rank 0 fails the save at once with rank 1's code (it waited out commit_timeout before).
+TEST(CheckpointWriter, ARankWhoseShardFitsButNotItsReportFailsTheCommitAtOnce) {
+  const std::string root = FreshDir("writer-full-report");
+  FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
+    if (op.kind != FileOp::Kind::kPWrite || !absl::StrContains(op.path, "report-1-of-2")) {
+      return absl::OkStatus();
+    }
+    return ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+  });
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &env);
+  const std::vector<float> data = Data(4);
+  ASSERT_EQ(*writers[1]->SaveAsync(Request(4, data, 1, 2)), SaveOutcome::kStarted);
+  ASSERT_EQ(*writers[0]->SaveAsync(Request(4, data, 0, 2)), SaveOutcome::kStarted);
+  absl::Status s1 = writers[1]->Wait(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(s1.code(), absl::StatusCode::kResourceExhausted) << s1;
+  absl::Status s = writers[0]->Wait(absl::Now() + absl::Seconds(20));  // commit_timeout: 5 min
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1"));
+  // The failure is rank 1's own, not rank 0's.
+  EXPECT_EQ(writers[1]->stats().own_failures, 1);
+  EXPECT_EQ(writers[0]->stats().own_failures, 0);
+  EXPECT_EQ(writers[0]->stats().failed, 1);
+  writers.clear();
+  EXPECT_TRUE(Children(JobDir(root, "job")).empty());
+}
+
+// Rank 1 can write nothing at all, not even the marker: its trainer tells rank 0's
+// (ReportPeerFailure, as the ranks' all-gather does), and the save fails at once with
+// rank 1's own words, naming the cause and the file; the temporary directory goes.
+TEST(CheckpointWriter, RankZeroStopsWaitingForARankThatReportedItsFailureOtherwise) {
+  const std::string root = FreshDir("writer-full-told");
+  FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
+    if (op.kind == FileOp::Kind::kPWrite ||
+        (op.kind == FileOp::Kind::kOpenWrite && absl::StrContains(op.path, ".failed-"))) {
+      return ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+    }
+    return absl::OkStatus();
+  });
+  std::vector<std::unique_ptr<CheckpointWriter>> writers = TwoRanks(root, &env);
+  const std::vector<float> data = Data(6);
+  ASSERT_EQ(*writers[0]->SaveAsync(Request(6, data, 0, 2)), SaveOutcome::kStarted);
+  ASSERT_EQ(*writers[1]->SaveAsync(Request(6, data, 1, 2)), SaveOutcome::kStarted);
+  // Each rank's own part: rank 0's shard is written, rank 1's failed.
+  EXPECT_TRUE(writers[0]->WaitOwnPart(absl::Now() + absl::Seconds(20)).ok());
+  absl::Status part1 = writers[1]->WaitOwnPart(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(part1.code(), absl::StatusCode::kResourceExhausted) << part1;
+  EXPECT_EQ(writers[0]->Poll(), std::nullopt);  // rank 0 waits for rank 1's report
+  const WriterStats stats1 = writers[1]->stats();
+  ASSERT_EQ(stats1.own_failures, 1);
+  ASSERT_EQ(stats1.recent_own_failures.size(), 1u);
+  const SaveFailure& told = stats1.recent_own_failures[0];
+  EXPECT_EQ(told.step, 6);
+  writers[0]->ReportPeerFailure(1, 5, told.status);  // another save's news: ignored
+  EXPECT_EQ(writers[0]->Wait(absl::Now() + absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  writers[0]->ReportPeerFailure(1, told.step, told.status);
+  absl::Status s = writers[0]->Wait(absl::Now() + absl::Seconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint step 6 (rank 0): rank 1: pwrite of"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shard-1-of-2.bin: No space left on device"));
+  EXPECT_EQ(writers[0]->stats().own_failures, 0);
+  ASSERT_TRUE(writers[0]->WaitIdle(absl::Now() + absl::Seconds(20)).code() ==
+              absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Temporaries(JobDir(root, "job")).empty());
+}
+
+// Staging memory that cannot be had is a named error, not a crash.
+TEST(CheckpointWriter, StagingMemoryThatCannotBeMappedIsResourceExhausted) {
+  CheckpointWriterOptions o = Options(FreshDir("writer-staging"));
+  o.staging_reserve_bytes = int64_t{1} << 52;  // 4 PiB
+  absl::Status s = CheckpointWriter::Create(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("staging memory"));
 }
 
 // The checkpoint is complete when only LATEST cannot be replaced: it stays (a committed

@@ -155,6 +155,10 @@ void PrintStatus(const Job& job) {
          job.min_ranks(), job.max_ranks(), job.restarts(), job.restart_budget());
   printf("  step %ld/%ld, loss %.4g, %.2f steps/s\n", static_cast<long>(job.step()),
          static_cast<long>(job.total_steps()), job.loss(), job.steps_per_s());
+  if (!job.checkpoint_error().empty()) {
+    printf("  checkpoint of step %ld failed: %s\n", static_cast<long>(job.checkpoint_error_step()),
+           job.checkpoint_error().c_str());
+  }
   for (const Member& m : job.members()) {
     printf("  rank %-3d %s/%d  step %ld%s\n", m.rank(), m.slot().node().c_str(), m.slot().slot(),
            static_cast<long>(m.step()), m.ready() ? "" : (m.joined() ? "  (joined)" : "  (joining)"));

@@ -717,6 +717,12 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
       }
       if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
       UpdateStragglers(job);
+      if (!r.checkpoint_error().empty()) {
+        // A failed save, as rank 0 tells it (its cause and path), bounded like every
+        // stored text.
+        job.set_checkpoint_error_step(r.checkpoint_error_step());
+        job.set_checkpoint_error(Bounded(r.checkpoint_error()));
+      }
       for (ringmaster::Member& m : *job.mutable_members()) {
         if (FromProto(m.slot()) == slot) {
           m.set_step(r.stats().step());
@@ -783,15 +789,56 @@ absl::Status Coordinator::Finished(const FinishedRequest& r) {
 }
 
 absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
+  // Bounds of what is stored: a path as long as Linux's PATH_MAX, and the newest entries.
+  constexpr size_t kMaxCheckpointPath = 4096;
+  constexpr int kMaxCheckpointsListed = 100;
+  const CheckpointInfo& c = r.checkpoint();
+  if (c.step() < 0) return absl::InvalidArgumentError("checkpoint.step must be >= 0");
+  if (c.world_size() < 1 || c.bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.world_size must be >= 1 and checkpoint.bytes >= 0, got ",
+                     c.world_size(), " and ", c.bytes()));
+  }
+  if (c.path().empty() || c.path().size() > kMaxCheckpointPath) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.path must be 1 to ", kMaxCheckpointPath, " bytes, got ", c.path().size()));
+  }
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
     auto job = FindJob(r.job());
     if (!job.ok()) return job.status();
-    if (r.checkpoint().step() < 0) {
-      return absl::InvalidArgumentError("checkpoint.step must be >= 0");
+    const JobState* state = machine_.job(r.job());
+    if (state == nullptr || IsTerminal(state->phase)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", r.job(), " is ", state == nullptr ? "gone" : JobPhaseName(state->phase),
+          ": its checkpoints are not reported any more"));
     }
-    *(*job)->add_checkpoints() = r.checkpoint();
+    if (r.epoch() < state->epoch) {
+      return absl::AbortedError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
+                                             " is stale: the job is at epoch ", state->epoch));
+    }
+    if (r.epoch() > state->epoch) {
+      return absl::InvalidArgumentError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
+                                                     " does not exist yet (current ", state->epoch,
+                                                     ")"));
+    }
+    // Newest last; a step reported again (the latest, at the start of an epoch) replaces
+    // its entry.
+    auto* list = (*job)->mutable_checkpoints();
+    for (int i = 0; i < list->size(); ++i) {
+      if (list->Get(i).step() == c.step()) {
+        list->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+    *list->Add() = c;
+    std::stable_sort(
+        list->begin(), list->end(),
+        [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step() < b.step(); });
+    if (list->size() > kMaxCheckpointsListed) {
+      list->DeleteSubrange(0, list->size() - kMaxCheckpointsListed);
+    }
     Bump(**job);
     if (absl::Status s = store_->Put(**job); !s.ok()) return s;
     Resolve(&completions);

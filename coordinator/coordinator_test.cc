@@ -451,6 +451,79 @@ TEST_F(CoordinatorTest, PermanentErrorFailsTheJobAtOnce) {
   EXPECT_NE(job.reason().find("written by another job"), std::string::npos) << job.reason();
 }
 
+// Checkpoints reported by the current epoch's trainers are listed, newest last, one entry
+// per step; a stale epoch is ABORTED, a path too long or empty INVALID_ARGUMENT naming the
+// field, and a job that has ended takes none.
+TEST_F(CoordinatorTest, ReportCheckpointListsCurrentOnesAndRefusesStaleOversizedAndLate) {
+  StartFourRanks();
+  auto report = [&](int64_t epoch, int64_t step, const std::string& path) {
+    ReportCheckpointRequest r;
+    r.set_job("mlp");
+    r.set_epoch(epoch);
+    *r.mutable_slot() = Slot("a", 0);
+    CheckpointInfo* c = r.mutable_checkpoint();
+    c->set_step(step);
+    c->set_path(path);
+    c->set_world_size(4);
+    c->set_bytes(1000);
+    c->set_committed_ms(5);
+    return coordinator_->ReportCheckpoint(r);
+  };
+  ASSERT_TRUE(report(1, 20, "/ckpt/mlp/step-20").ok());
+  ASSERT_TRUE(report(1, 10, "/ckpt/mlp/step-10").ok());
+  ASSERT_TRUE(report(1, 20, "/ckpt/mlp/step-20").ok());  // again: one entry
+  Job job = *coordinator_->Get("mlp");
+  ASSERT_EQ(job.checkpoints_size(), 2);
+  EXPECT_EQ(job.checkpoints(0).step(), 10);
+  EXPECT_EQ(job.checkpoints(1).step(), 20);
+  EXPECT_EQ(job.checkpoints(1).bytes(), 1000);
+
+  absl::Status s = report(1, 30, std::string(3 << 20, 'x'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("checkpoint.path"), std::string::npos) << s;
+  EXPECT_EQ(report(1, 30, "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report(2, 30, "/ckpt/mlp/step-30").code(), absl::StatusCode::kInvalidArgument);
+
+  // Epoch 2 forms (a node drains): epoch 1's reports are stale.
+  DrainNodeRequest drain;
+  drain.set_node("b");
+  drain.set_node_credential(coordinator_->NodeCredentialFor("b"));
+  ASSERT_TRUE(coordinator_->DrainNode(drain).ok());
+  s = report(1, 30, "/ckpt/mlp/step-30");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  s = report(2, 30, "/ckpt/mlp/step-30");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(coordinator_->Get("mlp")->checkpoints_size(), 2);
+}
+
+// Rank 0's report of a failed save reaches the job's status, cause and path included, and
+// stays bounded.
+TEST_F(CoordinatorTest, ProgressCarriesTheLastFailedCheckpointToTheJob) {
+  StartFourRanks();
+  ProgressRequest r;
+  r.set_job("mlp");
+  r.set_epoch(1);
+  *r.mutable_slot() = Slot("a", 0);
+  r.mutable_stats()->set_rank(0);
+  r.mutable_stats()->set_step(41);
+  r.set_checkpoint_error_step(40);
+  r.set_checkpoint_error(
+      "RESOURCE_EXHAUSTED: checkpoint step 40 (rank 0): pwrite of /ckpt/mlp/tmp-step-40-save-2/"
+      "shard-0-of-4.bin: No space left on device (errno 28)");
+  ASSERT_TRUE(coordinator_->Progress(r).ok());
+  Job job = *coordinator_->Get("mlp");
+  EXPECT_EQ(job.checkpoint_error_step(), 40);
+  EXPECT_EQ(job.checkpoint_error(), r.checkpoint_error());
+
+  r.mutable_stats()->set_step(42);
+  r.set_checkpoint_error(std::string(1 << 20, 'x'));
+  ASSERT_TRUE(coordinator_->Progress(r).ok());
+  EXPECT_LE(coordinator_->Get("mlp")->checkpoint_error().size(), 4096u);
+  EXPECT_GT(coordinator_->Get("mlp")->checkpoint_error().size(), 4000u);
+}
+
 TEST_F(CoordinatorTest, DrainTellsLeaversToSaveAndLeave) {
   StartFourRanks();
   DrainNodeRequest drain;
@@ -475,6 +548,7 @@ TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   ckpt.set_epoch(1);
   ckpt.mutable_checkpoint()->set_step(40);
   ckpt.mutable_checkpoint()->set_world_size(4);
+  ckpt.mutable_checkpoint()->set_path("/ckpt/mlp/step-40");
   ASSERT_TRUE(coordinator_->ReportCheckpoint(ckpt).ok());
   const int64_t version = coordinator_->Get("mlp")->version();
 

@@ -62,6 +62,9 @@ void FillCheckpoint(CheckpointSpec* checkpoint) {
   if (checkpoint->on_busy() == CheckpointSpec::ON_BUSY_UNSPECIFIED) {
     checkpoint->set_on_busy(kDefaultOnBusy);
   }
+  if (checkpoint->on_failure() == CheckpointSpec::ON_FAILURE_UNSPECIFIED) {
+    checkpoint->set_on_failure(kDefaultOnFailure);
+  }
   if (!checkpoint->has_drain_grace_seconds()) {
     checkpoint->set_drain_grace_seconds(kDefaultDrainGraceSeconds);
   }

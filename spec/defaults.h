@@ -60,6 +60,7 @@ inline constexpr bool kDefaultOverlap = true;
 inline constexpr int32_t kDefaultKeepLast = 3;
 inline constexpr bool kDefaultAsyncCheckpoint = true;
 inline constexpr CheckpointSpec::OnBusy kDefaultOnBusy = CheckpointSpec::ON_BUSY_WAIT;
+inline constexpr CheckpointSpec::OnFailure kDefaultOnFailure = CheckpointSpec::ON_FAILURE_CONTINUE;
 inline constexpr double kDefaultDrainGraceSeconds = 30;
 
 // diagnostics (always present).

@@ -103,6 +103,7 @@ TEST(ApplyJobSpecDefaultsTest, CheckpointDefaultsOnlyWhenCheckpointing) {
   EXPECT_EQ(spec.checkpoint().keep_last(), 3);
   EXPECT_TRUE(spec.checkpoint().async());
   EXPECT_EQ(spec.checkpoint().on_busy(), CheckpointSpec::ON_BUSY_WAIT);
+  EXPECT_EQ(spec.checkpoint().on_failure(), CheckpointSpec::ON_FAILURE_CONTINUE);
   EXPECT_EQ(spec.checkpoint().drain_grace_seconds(), 30);
 }
 

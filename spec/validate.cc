@@ -280,6 +280,9 @@ void CheckCheckpoint(const JobSpec& spec, Checker* check) {
   if (checkpoint.on_busy() == CheckpointSpec::ON_BUSY_UNSPECIFIED) {
     check->Fail("checkpoint.on_busy", "required");
   }
+  if (checkpoint.on_failure() == CheckpointSpec::ON_FAILURE_UNSPECIFIED) {
+    check->Fail("checkpoint.on_failure", "required (continue or fail)");
+  }
 }
 
 void CheckResume(const JobSpec& spec, Checker* check) {

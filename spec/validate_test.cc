@@ -161,6 +161,13 @@ TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
          s->mutable_checkpoint()->set_keep_last(0);
        },
        "checkpoint.keep_last: must be > 0, got 0"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/tmp/c");
+         ApplyJobSpecDefaults(s);
+         s->mutable_checkpoint()->set_on_failure(CheckpointSpec::ON_FAILURE_UNSPECIFIED);
+       },
+       "checkpoint.on_failure: required (continue or fail)"},
       {kMinimalMlp, [](JobSpec* s) { s->set_resume("latest"); },
        "resume: expected auto, never or a step number, got \"latest\""},
       {kMinimalMlp, [](JobSpec* s) { s->set_resume("1200"); },

@@ -11,6 +11,9 @@
 #     database: the job completes; a node that comes back makes the job grow again.
 #   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
 #     the drain save of the step the ring reached); two jobs at once on separate slots.
+#   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
+#     checkpoints lists them, the last step's included); a diverged run (optimizer.lr=1e6)
+#     fails at once, its reason naming the step, with no restart.
 set -uo pipefail
 
 SCENARIO="${1:?scenario}"
@@ -221,6 +224,31 @@ drain)
   slots_two="$(slots_of two)"
   python3 -c 'import sys; a=set(sys.argv[1].split()); b=set(sys.argv[2].split()); sys.exit(0 if len(a)==2 and len(b)==2 and not a&b else 1)' \
     "$slots_one" "$slots_two" || fail "two jobs shared slots: $slots_one / $slots_two"
+  ;;
+
+reports)
+  start_coordinator
+  start_agent a 2
+  submit saves 1 --set elastic.max_ranks=2
+  wait_until saves 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 120
+  # A save every 10 steps and the last: each reported once, newest last.
+  total="$(field saves 'int(j["total_steps"])')"
+  ctl checkpoints saves --json >"$WORK/checkpoints.json" 2>&1
+  python3 - "$WORK/checkpoints.json" "$WORK/ckpt/saves" "$total" <<'PY' || fail "checkpoints: $(cat "$WORK/checkpoints.json")"
+import json, sys
+listed = json.load(open(sys.argv[1])).get("checkpoints", [])
+steps = [int(c["step"]) for c in listed]
+total = int(sys.argv[3])
+assert steps == sorted(set(steps)) and steps[-1] == total and len(steps) >= 3, steps
+last = listed[-1]
+assert last["path"] == f"{sys.argv[2]}/step-{total}" and int(last["world_size"]) == 2, last
+assert int(last["bytes"]) > 0 and int(last["committed_ms"]) > 0, last
+PY
+  submit diverge 1 --set elastic.max_ranks=2 --set optimizer.lr=1e6
+  wait_until diverge 'j["phase"]=="JOB_PHASE_FAILED"' 60
+  [ "$(field diverge '"training diverged at step" in j["reason"]')" = True ] ||
+    fail "the diverged job's reason: $(ctl status diverge)"
+  [ "$(field diverge 'int(j.get("restarts",0))')" = 0 ] || fail "a diverged run was restarted"
   ;;
 
 *)

@@ -1,11 +1,16 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,11 +21,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/matmul.h"
+#include "nlohmann/json.hpp"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/partition.h"
@@ -98,9 +105,16 @@ LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
 
 using Data = JobData;
 
-}  // namespace
+// RESOURCE_EXHAUSTED, marked permanent (a restart finds no more memory): out of memory
+// while allocating `what`.
+absl::Status OutOfMemory(absl::string_view what) {
+  return MarkPermanent(absl::ResourceExhaustedError(
+      absl::StrCat("out of memory while allocating ", what,
+                   " (std::bad_alloc); make the model or the batch smaller, or give each "
+                   "rank more memory (fewer ranks per node, parallelism.zero_stage)")));
+}
 
-absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
+absl::StatusOr<JobData> LoadJobDataOrThrow(const JobSpec& spec) {
   Data d;
   const DataSpec& ds = spec.data();
   if (ds.has_fashion_mnist()) {
@@ -125,6 +139,16 @@ absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
   return d;
 }
 
+}  // namespace
+
+absl::StatusOr<JobData> LoadJobData(const JobSpec& spec) {
+  try {
+    return LoadJobDataOrThrow(spec);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("the job's data (data)");
+  }
+}
+
 namespace {
 
 // Sums doubles across ranks (the optimizer's and clipping's SumAcrossRanks).
@@ -135,9 +159,87 @@ SumAcrossRanks AllReduceSum(comm::Communicator* comm, absl::Duration timeout) {
   };
 }
 
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.6g", v);
+// "42s", "3m05s", "1h02m": a duration for a progress line.
+std::string ShortDuration(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d + absl::Milliseconds(500)));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+
+// The metrics file is the job's history: a resumed or recovered run appends to it (its
+// records carry their step, so a step trained again shows twice, in order). A last line cut
+// short (a process killed while writing it) is dropped first, so that every line is JSON.
+absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
+  std::error_code ignored;  // a failure to create it shows when opening the file
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  if (std::ifstream in(path, std::ios::binary); in) {
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!text.empty() && text.back() != '\n') {
+      const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      std::error_code error;
+      std::filesystem::resize_file(path, keep, error);
+      if (error) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "metrics.jsonl: cannot drop the cut-short last line of ", path, ": ", error.message()));
+      }
+      LOG(WARNING) << path << ": dropped a last line cut short (" << text.size() - keep
+                   << " bytes)";
+    }
+  }
+  out->open(path, std::ios::out | std::ios::app);
+  if (!*out) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics.jsonl: cannot write ", path, " (does its directory exist?)"));
+  }
+  return absl::OkStatus();
+}
+
+// What the ZeRO paper's formula says this rank keeps: fp32 parameters, fp32 gradients,
+// and the optimizer's moments (sharded by ZeRO-1/2).
+MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& table, int world) {
+  MemoryEstimateOptions mo;
+  mo.parameters = static_cast<double>(table.parameter_count());
+  mo.world_size = world;
+  mo.zero_stage = std::min(spec.parallelism().zero_stage(), 1);  // gradients stay whole on CPU
+  mo.mixed_precision = false;
+  mo.optimizer = spec.optimizer().has_sgd() ? MemoryEstimateOptions::Optimizer::kSgdMomentum
+                                            : MemoryEstimateOptions::Optimizer::kAdam;
+  return mo;
+}
+
+// RESOURCE_EXHAUSTED, marked permanent, when the state the ranks on this host keep in its
+// memory (the formula's terms; the gradients only without a device) is more than the
+// machine has: allocating it would fail, or the kernel would kill the process later.
+absl::Status CheckHostMemory(const JobSpec& spec, const TensorTable& table, int world,
+                             bool gradients_on_host, int local_ranks) {
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(RankMemoryOptions(spec, table, world));
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (!e.ok() || pages <= 0 || page <= 0) return absl::OkStatus();  // nothing to compare
+  const double machine = static_cast<double>(pages) * static_cast<double>(page);
+  const double rank =
+      e->parameter_bytes + (gradients_on_host ? e->gradient_bytes : 0) + e->optimizer_bytes;
+  const int ranks = std::max(1, local_ranks);
+  if (rank * ranks <= machine) return absl::OkStatus();
+  constexpr double kGiB = 1 << 30;
+  return MarkPermanent(absl::ResourceExhaustedError(absl::StrFormat(
+      "out of memory: the model's %d parameters need %.4g GiB on each rank (parameters "
+      "%.4g GiB, gradients %.4g GiB, optimizer state %.4g GiB): %.4g GiB for the %d rank(s) on "
+      "this host, which has %.4g GiB; make the model smaller (model), or use more ranks with "
+      "parallelism.zero_stage, or fewer ranks per node",
+      table.parameter_count(), rank / kGiB, e->parameter_bytes / kGiB,
+      gradients_on_host ? e->gradient_bytes / kGiB : 0.0, e->optimizer_bytes / kGiB,
+      rank * ranks / kGiB, ranks, machine / kGiB)));
+}
+
+// FAILED_PRECONDITION, marked permanent (training again would diverge again): the run
+// diverged at `step` (1-based) because `what`.
+absl::Status Diverged(const JobSpec& spec, int64_t step, absl::string_view what,
+                      int64_t skipped_steps) {
+  return MarkPermanent(absl::FailedPreconditionError(absl::StrFormat(
+      "training diverged at step %d: %s (%d step(s) skipped before); lower optimizer.lr "
+      "(%g) or clip the gradients (optimizer.clip_grad_norm)",
+      step, what, skipped_steps, spec.optimizer().lr())));
 }
 
 // Whether `resident` holds a state this run can restore: the same training spec, the
@@ -419,7 +521,37 @@ std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params
   return hashes;
 }
 
-absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
+std::string TrainResultJson(const TrainResult& r) {
+  auto measured = [](double v) {
+    return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
+  };
+  const nlohmann::ordered_json json = {
+      {"steps", r.steps},
+      {"skipped_steps", r.skipped_steps},
+      {"final_loss", r.final_loss},
+      {"eval_accuracy", measured(r.eval_accuracy)},
+      {"eval_loss", measured(r.eval_loss)},
+      {"samples_per_second", r.samples_per_second},
+      {"tokens_per_second", r.tokens_per_second},
+      {"world_size", r.world_size},
+      {"parameters", r.parameters},
+      {"comm_seconds", absl::ToDoubleSeconds(r.comm_time)},
+      {"exposed_comm_seconds", absl::ToDoubleSeconds(r.exposed_comm)},
+      {"elapsed_seconds", absl::ToDoubleSeconds(r.elapsed)},
+      {"activation_bytes_peak", r.memory.activation_bytes_peak},
+      {"optimizer_state_bytes", r.optimizer_state_bytes},
+      {"drained", r.drained},
+      {"resumed_from_step", r.resumed_from_step},
+      {"checkpoints_saved", r.checkpoints_saved},
+      {"checkpoint_failures", r.checkpoint_failures},
+  };
+  return json.dump() + "\n";
+}
+
+namespace {
+
+// RunTraining, but std::bad_alloc propagates; `allocating` says what is being allocated.
+absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::string& allocating) {
   const JobSpec& spec = options.spec;
   comm::Communicator* comm = options.comm;
   if (comm == nullptr) return absl::InvalidArgumentError("TrainerOptions.comm is null");
@@ -453,13 +585,19 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   } else {
     RM_ASSIGN_OR_RETURN(data, LoadJobData(spec));
   }
+  allocating = "the model (model)";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
   const TensorTable& table = model->table();
   const int64_t padded = PaddedElements(table.total_elements(), world);
   // The step runs on a GPU (its memory holds the flat buffers) or on the CPU.
   std::string why_cpu;
+  allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingDevice> device,
                       ChooseDevice(spec, *model, padded, options.gpu, &why_cpu));
+  RM_RETURN_IF_ERROR(CheckHostMemory(spec, table, world, /*gradients_on_host=*/device == nullptr,
+                                     options.local_ranks));
+  allocating = absl::StrFormat("the flat parameters and gradients (%d floats each, %.4g GiB)",
+                               padded, padded * 4.0 / (1 << 30));
   VectorOps* ops = device != nullptr ? device->ops() : HostVectorOps();
   // The gradients' communicator: NCCL when every rank trains on its own GPU and the spec
   // allows it, with `comm` kept for the host collectives; else `comm`. An error exit aborts
@@ -535,8 +673,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   const SumAcrossRanks sum =
       zero == 0 ? SumAcrossRanks(SumOnOneRank) : AllReduceSum(hcomm, options.op_timeout);
   RM_ASSIGN_OR_RETURN(OptimizerOptions oo, OptimizerOptionsOf(spec));
+  allocating = absl::StrFormat("the optimizer state (%d elements per moment)", opt_range.size());
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       CreateOptimizer(table, opt_range, oo, ops));
+  allocating = "the trainer's working memory (batches, activations, buffers)";
   HostView view(params, *optimizer, device.get());
 
   RM_ASSIGN_OR_RETURN(data::GlobalBatchSampler sampler,
@@ -584,14 +724,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
 
   std::ofstream metrics;
   if (leader && !spec.metrics().jsonl().empty()) {
-    std::error_code ignored;  // a failure to create it shows when opening the file
-    std::filesystem::create_directories(std::filesystem::path(spec.metrics().jsonl()).parent_path(),
-                                        ignored);
-    metrics.open(spec.metrics().jsonl(), std::ios::out | std::ios::trunc);
-    if (!metrics) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "metrics.jsonl: cannot write ", spec.metrics().jsonl(), " (does its directory exist?)"));
-    }
+    RM_RETURN_IF_ERROR(OpenMetrics(spec.metrics().jsonl(), &metrics));
   }
 
   say(absl::StrCat("job ", spec.name(), ": ", model->Describe(), " (", table.parameter_count(),
@@ -681,7 +814,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     wo.retention.keep_every = cs.keep_every();
     wo.on_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP ? checkpoint::OnBusy::kSkip
                                                               : checkpoint::OnBusy::kWait;
+    allocating =
+        absl::StrFormat("the checkpoint staging area (%d bytes)", wo.staging_reserve_bytes);
     RM_ASSIGN_OR_RETURN(writer, checkpoint::CheckpointWriter::Create(wo));
+    allocating = "the trainer's working memory (batches, activations, buffers)";
 
     if (!restored && resume.kind != spec::ResumePoint::Kind::kNever) {
       checkpoint::LoadOptions lo;
@@ -741,14 +877,115 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     req.state.schedule_step = done;
     return req;
   };
+  // Rank 0 says what became of the saves (failures, with their cause and path) and hands
+  // each committed checkpoint to on_checkpoint.
   int64_t failures_reported = 0;
-  auto report_save_failures = [&] {
+  int64_t commit_reported = -1;
+  auto committed = [&](int64_t step, int world_size, int64_t bytes, absl::Time when) {
+    if (!options.on_checkpoint || step <= commit_reported) return;
+    commit_reported = step;
+    options.on_checkpoint(CommittedCheckpoint{
+        step, JoinPath(writer->job_dir(), checkpoint::StepDirName(step)), world_size, bytes, when});
+  };
+  auto report_saves = [&] {
     const checkpoint::WriterStats ws = writer->stats();
     if (ws.failed > failures_reported) {
       failures_reported = ws.failed;
-      say(absl::StrCat("checkpoint of step ", ws.last_failed_step,
-                       " failed (training goes on): ", ws.last_failure.ToString()));
+      say(absl::StrCat("checkpoint of step ", ws.last_failed_step, " failed (training goes on): ",
+                       ws.last_failure.ToString(absl::StatusToStringMode::kWithNoExtraData)));
     }
+    for (const checkpoint::CommittedSave& c : ws.recent_commits) {
+      committed(c.step, world, c.bytes, c.time);
+    }
+  };
+  if (leader && checkpointing) {  // the latest checkpoint, e.g. one an earlier epoch saved
+    Env* env = options.checkpoint_env != nullptr ? options.checkpoint_env : Env::Default();
+    if (absl::StatusOr<int64_t> latest = checkpoint::ReadLatest(env, writer->job_dir());
+        latest.ok()) {
+      absl::StatusOr<checkpoint::Manifest> m = checkpoint::ReadManifest(
+          env, JoinPath(writer->job_dir(), checkpoint::StepDirName(*latest)));
+      if (m.ok()) {
+        committed(m->step(), m->world_size(), checkpoint::ManifestBytes(*m),
+                  absl::FromUnixMicros(m->created_unix_micros()));
+        commit_reported = -1;  // this run's commits are told whatever their step
+      }
+    }
+  }
+
+  // The ranks agree on the saves' outcomes (see trainer.h). Each rank tells its own failures
+  // not told yet, at most kRecentOwnFailures, as kFailureWords int64 words each: the step,
+  // the status code, and the message's bytes.
+  constexpr int kRecent = checkpoint::CheckpointWriter::kRecentOwnFailures;
+  constexpr int kFailureWords = 128;
+  constexpr int kRecordWords = 1 + kRecent * kFailureWords;  // [0]: failures told, in all
+  double agreed_failures = 0;                                // the ranks' own failures told, summed
+  int64_t told_failures = 0;                                 // this rank's
+  auto exchange_failures = [&]() -> absl::Status {
+    const checkpoint::WriterStats ws = writer->stats();
+    std::vector<int64_t> mine(kRecordWords, -1);
+    const int64_t fresh = std::min<int64_t>(ws.own_failures - told_failures,
+                                            static_cast<int64_t>(ws.recent_own_failures.size()));
+    for (int64_t i = 0; i < fresh; ++i) {
+      const checkpoint::SaveFailure& f =
+          ws.recent_own_failures[ws.recent_own_failures.size() - fresh + i];
+      int64_t* entry = mine.data() + 1 + i * kFailureWords;
+      entry[0] = f.step;
+      entry[1] = static_cast<int64_t>(f.status.code());
+      char* text = reinterpret_cast<char*>(entry + 2);
+      const size_t room = (kFailureWords - 2) * sizeof(int64_t);
+      std::memset(text, 0, room);
+      std::memcpy(text, f.status.message().data(), std::min(room - 1, f.status.message().size()));
+    }
+    told_failures = ws.own_failures;
+    mine[0] = told_failures;
+    std::vector<int64_t> all(static_cast<size_t>(kRecordWords) * world);
+    RM_RETURN_IF_ERROR(
+        hcomm->AllGather(mine.data(), all.data(), kRecordWords, DataType::kInt64, deadline()));
+    agreed_failures = 0;
+    absl::Status first;  // the lowest rank's first failure
+    for (int r = 0; r < world; ++r) {
+      const int64_t* record = all.data() + static_cast<size_t>(r) * kRecordWords;
+      agreed_failures += static_cast<double>(record[0]);
+      for (int i = 0; i < kRecent; ++i) {
+        const int64_t* entry = record + 1 + i * kFailureWords;
+        if (entry[0] < 0) continue;
+        const absl::Status status(static_cast<absl::StatusCode>(entry[1]),
+                                  reinterpret_cast<const char*>(entry + 2));
+        if (leader && r != 0) writer->ReportPeerFailure(r, entry[0], status);
+        if (first.ok()) {
+          first = absl::Status(status.code(),
+                               absl::StrCat("the checkpoint of step ", entry[0], " failed on rank ",
+                                            r, ": ", status.message()));
+        }
+      }
+    }
+    if (!first.ok() && cs.on_failure() == CheckpointSpec::ON_FAILURE_FAIL) {
+      return MarkPermanent(absl::Status(
+          first.code(), absl::StrCat("checkpoint.on_failure is fail and ", first.message())));
+    }
+    return absl::OkStatus();
+  };
+  // Every rank waits (by `until`, at most half op_timeout, so that the others' collective
+  // does not time out meanwhile) for its own part of the running save, then the ranks agree
+  // on the failures; true when every rank's part is done. Where some rank's disk is so slow
+  // that it is not, the caller skips the save at hand on every rank (waiting for it would
+  // stall the others' collectives) and says why.
+  std::string unfinished;  // why, when settle returned false
+  auto settle = [&](absl::Time until) -> absl::StatusOr<bool> {
+    absl::Status part = writer->WaitOwnPart(std::min(until, absl::Now() + options.op_timeout / 2));
+    LOG_IF(WARNING, absl::IsDeadlineExceeded(part))
+        << "checkpoint.dir " << cs.dir() << ": " << part;
+    double votes[2] = {static_cast<double>(writer->stats().own_failures),
+                       absl::IsDeadlineExceeded(part) ? 1.0 : 0.0};
+    RM_RETURN_IF_ERROR(
+        hcomm->AllReduce(votes, votes, 2, DataType::kFloat64, ReduceOp::kSum, deadline()));
+    if (votes[0] != agreed_failures) RM_RETURN_IF_ERROR(exchange_failures());
+    if (votes[1] == 0) return true;
+    unfinished = absl::StrCat(votes[1],
+                              " rank(s) still write their shard of the previous save "
+                              "(a slow or stuck disk under checkpoint.dir ",
+                              cs.dir(), "?)");
+    return false;
   };
   absl::Time last_save_time = absl::Now();
   // An asynchronous save's snapshot is copied by the writer's thread while the next step's
@@ -800,7 +1037,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   if (scaler) consistent_scaler = scaler->state();
   bool updating = false;
   absl::Cleanup keep_resident = [&] {
-    if (options.resident == nullptr || zero != 0 || updating) return;
+    // Not while an exception (std::bad_alloc) unwinds: it would allocate.
+    if (options.resident == nullptr || zero != 0 || updating || std::uncaught_exceptions() > 0) {
+      return;
+    }
     if (absl::Status pulled = view.Pull(HostView::What::kEverything); !pulled.ok()) {
       LOG(WARNING) << "no state kept in memory: " << pulled;
       return;
@@ -870,6 +1110,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
     if (apply) {
       RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {spec.optimizer().clip_grad_norm()}, sum, ops));
       apply = norm.finite();
+      // Only fp16's loss scaler skips steps on purpose (and lowers its scale); elsewhere a
+      // gradient that is not finite means the run diverged. The norm is global: every rank
+      // stops here alike.
+      if (!apply && !scaler) {
+        return Diverged(
+            spec, step + 1,
+            absl::StrCat("the gradient norm is ", norm.norm, " and ", PrecisionName(precision),
+                         " has no loss scaler to skip such a step"),
+            result.skipped_steps);
+      }
     }
     const double lr = schedule.LrAt(step);
     // The optimizer writes the parameters and moments that a save begun after the last
@@ -911,33 +1161,67 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
         absl::Now() - last_save_time >= absl::Seconds(cs.every_seconds())) {
       save_vote = true;
     }
-    double control[5] = {step_stats[0], step_stats[1], step_stats[2], drain_vote ? 1.0 : 0.0,
-                         save_vote ? 1.0 : 0.0};
+    // The sixth: the ranks' own failed saves, summed (see exchange_failures).
+    double control[6] = {
+        step_stats[0],         step_stats[1],
+        step_stats[2],         drain_vote ? 1.0 : 0.0,
+        save_vote ? 1.0 : 0.0, writer ? static_cast<double>(writer->stats().own_failures) : 0.0};
     RM_RETURN_IF_ERROR(
-        hcomm->AllReduce(control, control, 5, DataType::kFloat64, ReduceOp::kSum, deadline()));
+        hcomm->AllReduce(control, control, 6, DataType::kFloat64, ReduceOp::kSum, deadline()));
     result.final_loss = control[0] / std::max(1.0, control[1]);
+    // The loss is all-reduced: every rank stops here alike, before saving what diverged.
+    if (!std::isfinite(result.final_loss)) {
+      return Diverged(spec, step + 1, absl::StrCat("the loss is ", result.final_loss),
+                      result.skipped_steps);
+    }
     const bool drain = control[3] > 0 && !last_step;
     if (checkpointing) {
       const int64_t done = step + 1;
-      report_save_failures();
+      if (control[5] != agreed_failures) RM_RETURN_IF_ERROR(exchange_failures());
+      report_saves();
       if (drain || last_step) {
         // The drain save (and the last one) is synchronous: the job may end right after.
         const absl::Time limit =
             absl::Now() + (drain ? absl::Seconds(cs.drain_grace_seconds()) : absl::Minutes(10));
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
-        absl::Status saved = writer->SaveSync(save_request(done), limit);
+        // The previous save, this one's parts (so that rank 0 waits for no one in vain), and
+        // its commit; a save some rank cannot finish in time is given up by every rank.
+        RM_ASSIGN_OR_RETURN(bool done_everywhere, settle(limit));
+        absl::Status saved = absl::DeadlineExceededError(unfinished);
+        if (done_everywhere) {
+          saved = writer->SaveWhenIdle(save_request(done), limit);
+          RM_ASSIGN_OR_RETURN(done_everywhere, settle(limit));
+          if (!done_everywhere) saved = absl::DeadlineExceededError(unfinished);
+        }
+        if (done_everywhere) {
+          if (saved.ok()) saved = writer->Wait(limit);
+          RM_RETURN_IF_ERROR(settle(limit).status());
+        }
+        report_saves();
         if (!saved.ok()) {
-          say(absl::StrCat("checkpoint of step ", done, " failed: ", saved.ToString()));
+          say(absl::StrCat("checkpoint of step ", done, " failed: ",
+                           saved.ToString(absl::StatusToStringMode::kWithNoExtraData)));
         } else {
           say(absl::StrCat("checkpoint of step ", done, " saved in ", writer->job_dir()));
         }
       } else if ((cs.every_steps() > 0 && done % cs.every_steps() == 0) || control[4] > 0) {
         finish_snapshot();
         RM_RETURN_IF_ERROR(view.Pull(HostView::What::kEverything));
-        RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome, writer->BeginSave(save_request(done)));
-        snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
-        if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
+        // Waiting for the previous save must not wait for a rank that failed it.
+        bool done_everywhere = true;
+        if (cs.on_busy() != CheckpointSpec::ON_BUSY_SKIP) {
+          RM_ASSIGN_OR_RETURN(done_everywhere, settle(absl::InfiniteFuture()));
+        }
+        if (done_everywhere) {
+          RM_ASSIGN_OR_RETURN(checkpoint::SaveOutcome outcome,
+                              writer->BeginSave(save_request(done)));
+          snapshot_pending = outcome == checkpoint::SaveOutcome::kStarted;
+          if (outcome == checkpoint::SaveOutcome::kSkipped) ++result.checkpoints_skipped;
+        } else {
+          ++result.checkpoints_skipped;
+          say(absl::StrCat("checkpoint of step ", done, " skipped: ", unfinished));
+        }
         last_save_time = absl::Now();
       }
     }
@@ -966,27 +1250,37 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
           "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
           step + 1, total_steps, gb.start.epoch, result.final_loss, lr, norm.norm, rate,
           100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed) / secs);
+      // This run's pace so far, for the steps left.
+      const absl::Duration elapsed = absl::Now() - start;
+      const absl::Duration eta =
+          elapsed / static_cast<double>(step + 1 - first_step) * (total_steps - step - 1);
+      absl::StrAppend(&line, " elapsed ", ShortDuration(elapsed), " eta ", ShortDuration(eta));
       if (scaler) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", scaler->scale()));
       if (epoch_end && result.eval_accuracy >= 0) {
         absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", result.eval_accuracy));
       }
       say(line);
       if (metrics.is_open()) {
-        metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << gb.start.epoch
-                << ",\"loss\":" << JsonNumber(result.final_loss) << ",\"lr\":" << JsonNumber(lr)
-                << ",\"grad_norm\":" << JsonNumber(norm.norm)
-                << ",\"local_grad_norm\":" << JsonNumber(sync->last_step().local_grad_norm)
-                << ",\"samples_per_second\":" << JsonNumber(sps)
-                << ",\"comm_seconds\":" << JsonNumber(comm_s)
-                << ",\"exposed_comm_seconds\":" << JsonNumber(absl::ToDoubleSeconds(window_exposed))
-                << ",\"window_seconds\":" << JsonNumber(secs)
-                << ",\"loss_scale\":" << JsonNumber(scaler ? scaler->scale() : 1.0)
-                << ",\"skipped_steps\":" << result.skipped_steps;
+        // A JSON library writes it: a number that is not finite becomes null.
+        nlohmann::ordered_json record = {
+            {"step", step + 1},
+            {"epoch", gb.start.epoch},
+            {"loss", result.final_loss},
+            {"lr", lr},
+            {"grad_norm", norm.norm},
+            {"local_grad_norm", sync->last_step().local_grad_norm},
+            {"samples_per_second", sps},
+            {"comm_seconds", comm_s},
+            {"exposed_comm_seconds", absl::ToDoubleSeconds(window_exposed)},
+            {"window_seconds", secs},
+            {"loss_scale", scaler ? scaler->scale() : 1.0},
+            {"skipped_steps", result.skipped_steps},
+        };
         if (epoch_end && result.eval_accuracy >= 0) {
-          metrics << ",\"test_accuracy\":" << JsonNumber(result.eval_accuracy)
-                  << ",\"test_loss\":" << JsonNumber(result.eval_loss);
+          record["test_accuracy"] = result.eval_accuracy;
+          record["test_loss"] = result.eval_loss;
         }
-        metrics << "}\n";
+        metrics << record.dump() << "\n";
         metrics.flush();
       }
       LOG(INFO) << "rank " << rank << " step " << step + 1 << ": local gradient norm "
@@ -1005,6 +1299,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
       report.grad_norm = apply ? norm.norm : 0;
       report.step_time = absl::Now() - step_start;
       report.comm_time = sync->last_step().comm_time;
+      if (leader && writer != nullptr) {
+        const checkpoint::WriterStats ws = writer->stats();
+        if (!ws.last_failure.ok()) {
+          report.checkpoint_error_step = ws.last_failed_step;
+          report.checkpoint_error =
+              ws.last_failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+        }
+      }
       options.on_step(report);
     }
     if (drain) {
@@ -1016,7 +1318,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   finish_snapshot();
   if (writer != nullptr) {
     absl::Status last = writer->Wait(absl::Now() + absl::Minutes(10));
-    report_save_failures();
+    report_saves();
     const checkpoint::WriterStats ws = writer->stats();
     result.checkpoints_saved = ws.succeeded;
     result.checkpoint_failures = ws.failed;
@@ -1035,18 +1337,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   result.memory = model->memory();
   if (device != nullptr) result.memory.activation_bytes_peak = device->activation_bytes();
   {
-    // Memory held by this rank against the ZeRO paper's formula for what we keep: fp32
-    // parameters, fp32 gradients, and the optimizer's moments (sharded by ZeRO-1/2).
-    MemoryEstimateOptions mo;
-    mo.parameters = static_cast<double>(table.parameter_count());
-    mo.world_size = world;
-    mo.zero_stage = std::min(zero, 1);  // gradients stay a whole flat buffer on CPU
-    mo.mixed_precision = false;
-    mo.optimizer = spec.optimizer().has_sgd() ? MemoryEstimateOptions::Optimizer::kSgdMomentum
-                                              : MemoryEstimateOptions::Optimizer::kAdam;
+    // Memory held by this rank against the ZeRO paper's formula for what we keep.
     constexpr double kMiB = 1 << 20;
     std::string formula;
-    if (auto e = EstimateMemory(mo); e.ok()) {
+    if (auto e = EstimateMemory(RankMemoryOptions(spec, table, world)); e.ok()) {
       formula = absl::StrFormat(" (formula: %.2f + %.2f + %.2f MiB)", e->parameter_bytes / kMiB,
                                 e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
     }
@@ -1066,6 +1360,17 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
   }
   nccl_finished = true;
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options) {
+  std::string allocating = "the trainer's state";
+  try {
+    return TrainOrThrow(options, allocating);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(allocating);
+  }
 }
 
 }  // namespace ringmaster::train

@@ -24,9 +24,26 @@
 // them is done, and the host keeps copies only for checkpoints, fingerprints, evaluation and
 // the resident state.
 //
+// Checkpoints (checkpoint.dir): a save runs in the background while training goes on. The
+// ranks agree on how saves went: each rank counts the saves it failed itself (a full disk,
+// an I/O error), the counts are summed in every step's control all-reduce and, when the sum
+// grows, the ranks all-gather what failed, so rank 0 stops waiting for a rank that could not
+// even report its failure (checkpoint/writer.h ReportPeerFailure) and a failed save costs at
+// most about a step. Before a save that waits for the previous one (on_busy: wait, and the
+// synchronous drain and last saves) every rank waits for its own part of it, not for rank
+// 0's commit, and the ranks agree first; a save that some rank's unfinished part (a slow
+// or stuck disk) would hold up for more than op_timeout is skipped by every rank, and said
+// so. With checkpoint.on_failure: fail, every rank then stops with the failure (marked
+// permanent); with continue, rank 0 says what failed (cause and path) and the next due
+// save tries again.
+//
 // Errors: INVALID_ARGUMENT (spec the engine cannot run, naming the field), NOT_FOUND /
 // DATA_LOSS from the data, and the communicator's ABORTED / UNAVAILABLE /
-// DEADLINE_EXCEEDED when a peer fails. Blocks until the job ends.
+// DEADLINE_EXCEEDED when a peer fails; a failed checkpoint with on_failure: fail (the
+// save's code: RESOURCE_EXHAUSTED for a full disk); a diverged run (a loss, or without
+// fp16's loss scaler a gradient norm, that is not finite: FAILED_PRECONDITION) and running
+// out of memory (RESOURCE_EXHAUSTED, naming what was being allocated) are marked permanent.
+// Blocks until the job ends.
 #ifndef RINGMASTER_TRAIN_TRAINER_H_
 #define RINGMASTER_TRAIN_TRAINER_H_
 
@@ -60,6 +77,19 @@ struct StepReport {
   double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
   absl::Duration step_time;   // wall time of this step on this rank
   absl::Duration comm_time;   // inside the step's gradient collectives
+  // Rank 0: the last checkpoint save that failed so far (its error names the cause and the
+  // path); -1 and empty while none has.
+  int64_t checkpoint_error_step = -1;
+  std::string checkpoint_error;
+};
+
+// A committed checkpoint, as rank 0 knows it (TrainerOptions::on_checkpoint).
+struct CommittedCheckpoint {
+  int64_t step = 0;
+  std::string path;    // <checkpoint.dir>/<job>/step-<N>
+  int world_size = 0;  // the ranks that saved it
+  int64_t bytes = 0;   // its shard files together
+  absl::Time committed;
 };
 
 // A trainer's state kept in memory between the epochs of an elastic job
@@ -136,6 +166,10 @@ struct TrainerOptions {
   // Called on every rank after each step (after its drain/save decision), on the training
   // thread: keep it short (e.g. hand the report to another thread).
   std::function<void(const StepReport&)> on_step;
+  // Called on rank 0, on the training thread (keep it short), for the latest committed
+  // checkpoint of the job when the run starts (if any), then for each checkpoint this run
+  // commits, within a step of its commit.
+  std::function<void(const CommittedCheckpoint&)> on_checkpoint;
   // In and out; every rank of the job passes one, or none does. In: with resume "auto" and
   // ZeRO-0 the ranks all-gather the steps they hold in memory and the latest checkpoint's
   // step (rank 0's view); when some rank holds a step at least as recent as the checkpoint,
@@ -171,6 +205,11 @@ struct TrainResult {
 };
 
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
+
+// The result as one line of JSON (ringtrainer's --summary, which ringctl local reads): a
+// flat object, compact, written by a JSON library so that a number that is not finite is
+// null; eval_accuracy and eval_loss are null when not measured.
+std::string TrainResultJson(const TrainResult& result);
 
 // The training and (when the task has one) evaluation data a spec names, loaded; for
 // callers that run several trainings on the same data (an elastic trainer's epochs) and

@@ -10,21 +10,25 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "comm/store.h"
-#include "comm/testing/multiproc.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/layout.h"
+#include "comm/store.h"
+#include "comm/testing/multiproc.h"
 #include "common/fault_injection_env.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
@@ -35,6 +39,7 @@ namespace {
 
 using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
+using comm::testing::RankResult;
 using comm::testing::RunRanks;
 
 // Whether a GPU is visible, asked in a child: the ranks are forked from this process, and
@@ -527,6 +532,19 @@ TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
 // Issue 4: a full disk during training. Saves of steps 4 and 6 fail with ENOSPC (their
 // shard writes); training goes on to the end, the failures are counted and reported, no
 // partial checkpoint is visible, and the saves before and after (space freed) commit.
+// The options of a rank forked by RunRanks: every rank on this host, collectives that give
+// up after 20 s, and `data` to train on.
+TrainerOptions ForkedRankOptions(const JobSpec& spec, TcpCommunicator& comm,
+                                 const data::Dataset* data) {
+  TrainerOptions o;
+  o.spec = spec;
+  o.comm = &comm;
+  o.local_ranks = comm.size();
+  o.op_timeout = absl::Seconds(20);
+  o.train_data = data;
+  return o;
+}
+
 // A peer fails after step 6 of 10 (the last checkpoint is step 4). The survivors keep their
 // state in memory; the next epoch (3 ranks: rank 0 a replacement with nothing in memory)
 // restores step 6 from the first survivor's memory, reads no checkpoint, trains steps 7-10,
@@ -546,12 +564,7 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     if (!spec.ok()) return spec.status();
     auto train_data = Synthetic();
     ResidentState resident;
-    TrainerOptions o;
-    o.spec = *spec;
-    o.comm = &comm;
-    o.local_ranks = 3;
-    o.op_timeout = absl::Seconds(20);
-    o.train_data = train_data.get();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
     o.resident = &resident;
     // Epoch 1: rank 2 fails (its communicator aborts) once step 6 is done.
     o.on_step = [&](const StepReport& r) {
@@ -666,6 +679,306 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
     auto verified = checkpoint::VerifyCheckpoint(Env::Default(), job_dir + "/" + step);
     EXPECT_TRUE(verified.ok()) << step << ": " << verified.status();
   }
+}
+
+struct DiskFullRun {
+  std::string job_dir;
+  std::vector<RankResult> results;  // one per rank
+  std::string rank0;  // rank 0's progress lines, the commits it heard of and the failures
+};
+
+// Rank 1 can write nothing of the save of step 4: neither its shard, nor its report, nor
+// the marker that says it failed.
+absl::Status NothingOfStep4(const FileOp& op) {
+  const bool writes = op.kind == FileOp::Kind::kPWrite || (op.kind == FileOp::Kind::kOpenWrite &&
+                                                           absl::StrContains(op.path, ".failed-"));
+  if (!writes || !absl::StrContains(op.path, "tmp-step-4-")) return absl::OkStatus();
+  return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
+}
+
+// 8 steps on 2 ranks, saving every 2 (on_busy: wait), rank 1's checkpoints through `disk`.
+DiskFullRun TrainWithRank1sDisk(const FileOpHook& disk, const std::string& on_failure,
+                                absl::Duration op_timeout = absl::Seconds(20)) {
+  const std::string root = comm::testing::FreshStoreDir() + "-ckpt";
+  const std::string out_dir = comm::testing::FreshStoreDir() + "-out";
+  EXPECT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  MultiProcOptions options;
+  options.world_size = 2;
+  options.timeout = absl::Seconds(90);
+  DiskFullRun run;
+  run.job_dir = root + "/trainer_test";
+  run.results =
+      RunRanks(options, [&](TcpCommunicator& comm, absl::Duration* elapsed) -> absl::Status {
+        auto spec = spec::LoadJobSpecText(
+            kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
+                    "checkpoint.keep_last=10", "checkpoint.on_busy=wait",
+                    "checkpoint.on_failure=" + on_failure});
+        if (!spec.ok()) return spec.status();
+        FaultInjectionEnv env(Env::Default(), disk);
+        auto train_data = Synthetic();
+        std::vector<std::string> lines;
+        std::vector<int64_t> commits;
+        TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+        o.op_timeout = op_timeout;
+        if (comm.rank() == 1) o.checkpoint_env = &env;
+        o.progress = [&](const std::string& line) { lines.push_back(line); };
+        StepReport last;
+        o.on_step = [&](const StepReport& r) { last = r; };
+        o.on_checkpoint = [&](const CommittedCheckpoint& c) {
+          commits.push_back(c.step);
+          if (c.path != absl::StrCat(root, "/trainer_test/step-", c.step) || c.world_size != 2 ||
+              c.bytes <= 0) {
+            lines.push_back(absl::StrCat("bad commit report: ", c.path, " ", c.world_size));
+          }
+        };
+        const absl::Time start = absl::Now();
+        auto result = RunTraining(o);
+        *elapsed = absl::Now() - start;
+        RM_RETURN_IF_ERROR(WriteFileAtomically(
+            absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
+            absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
+                         "\nfailures ", result.ok() ? result->checkpoint_failures : -1,
+                         "\nstep report: failed save of step ", last.checkpoint_error_step, ": ",
+                         last.checkpoint_error, "\n")));
+        if (!result.ok() && !IsPermanent(result.status())) {
+          return absl::InternalError(
+              absl::StrCat("not marked permanent: ", result.status().ToString()));
+        }
+        return result.status();
+      });
+  EXPECT_EQ(run.results.size(), 2u);
+  run.results.resize(2);
+  run.rank0 = ReadFile(out_dir + "/rank0.txt").value_or("");
+  return run;
+}
+
+std::string JobDirEntries(const std::string& job_dir) {
+  std::vector<std::string> children;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir)) {
+    children.push_back(e.path().filename().string());
+  }
+  std::sort(children.begin(), children.end());
+  return absl::StrJoin(children, " ");
+}
+
+// The ranks tell each other, so rank 0 fails that save within about a step (it waited out
+// the writer's 5-minute commit timeout before, while on_busy: wait held the next save and
+// rank 1 timed out in its all-reduce): training goes on, the failure is said with its cause
+// and file, the next saves commit, no temporary is left, and on_checkpoint hears of each
+// commit.
+TEST(TrainerDiskFull, ARankThatCannotReportItsFailureStallsNoOne) {
+  const DiskFullRun run = TrainWithRank1sDisk(NothingOfStep4, "continue");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
+    EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
+  }
+  const std::string& rank0 = run.rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "checkpoint of step 4 failed (training goes on)")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "tmp-step-4-")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "shard-1-of-2.bin: No space left on device")) << rank0;
+  EXPECT_TRUE(absl::StrContains(rank0, "commits 2,6,8\nfailures 1\n")) << rank0;
+  // What the elastic trainer sends the coordinator for the job's status.
+  EXPECT_TRUE(absl::StrContains(rank0, "step report: failed save of step 4: RESOURCE_EXHAUSTED"))
+      << rank0;
+  EXPECT_FALSE(absl::StrContains(rank0, "bad commit report")) << rank0;
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-6 step-8");
+  for (const char* step : {"step-2", "step-6", "step-8"}) {
+    auto verified = checkpoint::VerifyCheckpoint(Env::Default(), run.job_dir + "/" + step);
+    EXPECT_TRUE(verified.ok()) << step << ": " << verified.status();
+  }
+}
+
+// checkpoint.on_failure: fail: every rank stops with the failure, permanent, naming the
+// step, the rank, the cause and the file; nothing of the failed save is left.
+TEST(TrainerDiskFull, OnFailureFailStopsEveryRankWithTheCause) {
+  const DiskFullRun run = TrainWithRank1sDisk(NothingOfStep4, "fail");
+  for (int r = 0; r < 2; ++r) {
+    const absl::Status& s = run.results[r].status;
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << "rank " << r << ": " << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), "checkpoint.on_failure is fail and the checkpoint of step 4 failed on rank 1"))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "No space left on device")) << s;
+    EXPECT_LT(run.results[r].elapsed, absl::Seconds(15)) << "rank " << r;
+  }
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2");
+}
+
+// Rank 1's disk takes 7.5 s for its shard of step 4, more than half the 10 s op_timeout:
+// the save of step 6, which would wait for it, is skipped on every rank and said so (rank 1
+// blocked in it while rank 0's collective timed out before); the last save, once the disk
+// is done, commits.
+TEST(TrainerDiskFull, ASaveThatASlowDiskWouldHoldUpIsSkippedEverywhere) {
+  const DiskFullRun run = TrainWithRank1sDisk(
+      [](const FileOp& op) {
+        if (op.kind == FileOp::Kind::kPWrite && absl::StrContains(op.path, "tmp-step-4-") &&
+            absl::StrContains(op.path, "shard-1-of-2")) {
+          absl::SleepFor(absl::Milliseconds(7500));
+        }
+        return absl::OkStatus();
+      },
+      "continue", absl::Seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(run.results[r].status.ok()) << "rank " << r << ": " << run.results[r].status;
+  }
+  EXPECT_TRUE(absl::StrContains(run.rank0,
+                                "checkpoint of step 6 skipped: 1 rank(s) still write "
+                                "their shard of the previous save"))
+      << run.rank0;
+  EXPECT_TRUE(absl::StrContains(run.rank0, "commits 2,4,8\nfailures 0\n")) << run.rank0;
+  EXPECT_EQ(JobDirEntries(run.job_dir), "LATEST step-2 step-4 step-8");
+}
+
+// lr 1e6 diverges: the job fails at the first step whose gradient or loss is not finite
+// (fp32 has no loss scaler to skip such steps), on every rank alike, permanently, naming
+// the step and what was not finite. (It "succeeded" with 118 of 120 steps skipped.)
+TEST(TrainerDivergence, ANonFiniteLossOrGradientFailsTheJob) {
+  MultiProcOptions options;
+  options.world_size = 2;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {"steps=30", "optimizer.lr=1e6"});
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    auto result = RunTraining(ForkedRankOptions(*spec, comm, train_data.get()));
+    if (result.ok()) {
+      return absl::InternalError(absl::StrCat("succeeded: ", result->skipped_steps,
+                                              " steps skipped, final loss ", result->final_loss));
+    }
+    if (!IsPermanent(result.status())) {
+      return absl::InternalError(absl::StrCat("not permanent: ", result.status().ToString()));
+    }
+    return result.status();
+  });
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].status, results[1].status);
+  const absl::Status& s = results[0].status;
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "training diverged at step ")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the loss is") ||
+              absl::StrContains(s.message(), "the gradient norm is"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "lower optimizer.lr (1e+06)")) << s;
+}
+
+// The summary is JSON whatever the numbers: what is not finite or not measured is null.
+TEST(TrainResultJson, IsValidJsonWithNullForWhatIsNotFinite) {
+  TrainResult r;
+  r.steps = 120;
+  r.skipped_steps = 118;
+  r.final_loss = -std::nan("");
+  r.samples_per_second = std::numeric_limits<double>::infinity();
+  r.world_size = 2;
+  r.drained = true;
+  const std::string text = TrainResultJson(r);
+  ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+  const nlohmann::json json = nlohmann::json::parse(text);
+  EXPECT_TRUE(json["final_loss"].is_null()) << text;
+  EXPECT_TRUE(json["samples_per_second"].is_null()) << text;
+  EXPECT_TRUE(json["eval_accuracy"].is_null()) << text;
+  EXPECT_EQ(json["steps"], 120);
+  EXPECT_EQ(json["skipped_steps"], 118);
+  EXPECT_EQ(json["drained"], true);
+  for (const char* key :
+       {"tokens_per_second", "world_size", "parameters", "comm_seconds", "exposed_comm_seconds",
+        "elapsed_seconds", "activation_bytes_peak", "optimizer_state_bytes", "resumed_from_step",
+        "checkpoints_saved", "checkpoint_failures", "eval_loss"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  // Flat and compact, one line: ringctl local reads "key":value pairs from it.
+  EXPECT_TRUE(absl::StrContains(text, "\"world_size\":2,")) << text;
+  EXPECT_EQ(text.find('\n'), text.size() - 1);
+}
+
+// metrics.jsonl is the job's history: a second run (a resume, a recovery) appends to it
+// instead of truncating it, after dropping a last line cut short; every line is JSON and
+// carries its step. Rank 0's progress lines show the time elapsed and the time left.
+TEST(TrainerMetrics, AppendsToTheJobsHistoryAndShowsElapsedAndEta) {
+  const std::string dir = comm::testing::FreshStoreDir() + "-metrics";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/metrics.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"step\":1}\n{\"step\":2}\n{\"step\":3,\"lo").ok());
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {"steps=3", "metrics.jsonl=" + path});
+    if (!spec.ok()) return spec.status();
+    auto train_data = Synthetic();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    std::vector<std::string> lines;
+    o.progress = [&](const std::string& line) { lines.push_back(line); };
+    RM_RETURN_IF_ERROR(RunTraining(o).status());
+    for (const std::string& line : lines) {
+      if (!absl::StartsWith(line, "step ")) continue;
+      if (!absl::StrContains(line, " elapsed ") || !absl::StrContains(line, " eta ")) {
+        return absl::InternalError(absl::StrCat("no elapsed time or ETA: ", line));
+      }
+      if (absl::StartsWith(line, "step 3/3") && !absl::EndsWith(line, " eta 0s")) {
+        return absl::InternalError(absl::StrCat("the last step has time left: ", line));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  const std::string text = ReadFile(path).value_or("");
+  std::vector<int64_t> steps;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ASSERT_TRUE(nlohmann::json::accept(line)) << line;
+    steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 1, 2, 3})) << text;
+  EXPECT_TRUE(absl::EndsWith(text, "\n"));
+}
+
+// Runs one rank of kSpec, changed by `change`, with `on_restored`; the status it ends with,
+// INTERNAL when an error it returns is not marked permanent.
+absl::Status TrainOneRank(const std::function<void(JobSpec*)>& change,
+                          std::function<absl::Status(int64_t)> on_restored = nullptr) {
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    auto spec = spec::LoadJobSpecText(kSpec, {});
+    if (!spec.ok()) return spec.status();
+    change(&*spec);
+    auto train_data = Synthetic();
+    TrainerOptions o = ForkedRankOptions(*spec, comm, train_data.get());
+    o.on_restored = on_restored;
+    absl::Status s = RunTraining(o).status();
+    if (!s.ok() && !IsPermanent(s)) {
+      return absl::InternalError(absl::StrCat("not marked permanent: ", s.ToString()));
+    }
+    return s;
+  });
+  EXPECT_TRUE(results[0].reported) << results[0].exit_detail;
+  return results[0].status;
+}
+
+// model.mlp.hidden: [1000000, 1000000] (10^12 parameters): a named RESOURCE_EXHAUSTED that
+// no restart repeats, saying how much and what, not an uncaught std::bad_alloc.
+TEST(TrainerMemory, AModelTooBigForThisMachineIsPermanentlyResourceExhausted) {
+  absl::Status s = TrainOneRank([](JobSpec* spec) {
+    spec->mutable_model()->mutable_mlp()->clear_hidden();
+    spec->mutable_model()->mutable_mlp()->add_hidden(1000000);
+    spec->mutable_model()->mutable_mlp()->add_hidden(1000000);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // 48·10^6 + 10^6 + 10^12 + 10^6 + 10·10^6 + 10: weights and biases of 48-10^6-10^6-10.
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "out of memory: the model's 1000060000010 parameters "
+                                "need 1.49e+04 GiB on each rank"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "for the 1 rank(s) on this host, which has")) << s;
+}
+
+// An allocation that fails anywhere on the training thread ends the run with a named,
+// permanent RESOURCE_EXHAUSTED instead of killing the process.
+TEST(TrainerMemory, AnyBadAllocIsPermanentlyResourceExhausted) {
+  absl::Status s =
+      TrainOneRank([](JobSpec*) {}, [](int64_t) -> absl::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "out of memory while allocating the trainer's "
+                                "working memory"))
+      << s;
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {

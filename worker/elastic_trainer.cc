@@ -4,6 +4,7 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -17,8 +18,9 @@ namespace {
 
 bool JobIsOver(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
 
-// Sends the latest step report to the coordinator from its own thread, so that a slow or
-// restarting coordinator never stalls training, and watches the answers for a new epoch.
+// Sends the latest step report and the checkpoints committed to the coordinator from its
+// own thread, so that a slow or restarting coordinator never stalls training, and watches
+// the answers for a new epoch.
 class ProgressReporter {
  public:
   ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
@@ -26,17 +28,36 @@ class ProgressReporter {
       : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
         thread_([this] { Loop(); }) {}
 
+  // Reports the checkpoints still queued (so that they are known before the job can
+  // finish), then stops.
   ~ProgressReporter() {
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
     }
     thread_.join();
+    SendCheckpoints();
   }
 
   void Report(const train::StepReport& report) {
     absl::MutexLock lock(&mu_);
     latest_ = report;
+  }
+
+  // Rank 0: a committed checkpoint, for `ringctl checkpoints`.
+  void ReportCheckpoint(const train::CommittedCheckpoint& c) {
+    ReportCheckpointRequest request;
+    request.set_job(options_.job);
+    request.set_epoch(epoch_);
+    *request.mutable_slot() = options_.slot;
+    CheckpointInfo* info = request.mutable_checkpoint();
+    info->set_step(c.step);
+    info->set_path(c.path);
+    info->set_world_size(c.world_size);
+    info->set_bytes(c.bytes);
+    info->set_committed_ms(absl::ToUnixMillis(c.committed));
+    absl::MutexLock lock(&mu_);
+    checkpoints_.push_back(std::move(request));
   }
 
   // The newest epoch the coordinator named, and whether this trainer must leave.
@@ -55,11 +76,12 @@ class ProgressReporter {
       std::optional<train::StepReport> report;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this] { return stop_ || latest_.has_value(); };
+        auto ready = [this] { return stop_ || latest_.has_value() || !checkpoints_.empty(); };
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
         if (stop_) return;
         report = std::exchange(latest_, std::nullopt);
       }
+      SendCheckpoints();
       if (options_.leave_requested != nullptr && options_.leave_requested->load()) {
         drain_->store(true);
         absl::MutexLock lock(&mu_);
@@ -82,6 +104,10 @@ class ProgressReporter {
         stats->set_comm_fraction(step_s > 0 ? absl::ToDoubleSeconds(report->comm_time) / step_s
                                             : 0);
         request.set_total_steps(report->total_steps);
+        if (!report->checkpoint_error.empty()) {
+          request.set_checkpoint_error_step(report->checkpoint_error_step);
+          request.set_checkpoint_error(report->checkpoint_error);
+        }
       } else {
         stats->set_step(-1);  // a keep-alive between steps: nothing new to report
       }
@@ -101,6 +127,26 @@ class ProgressReporter {
     }
   }
 
+  // A checkpoint reported after the epoch ended (a drain save) is refused as stale; the
+  // next epoch's rank 0 reports the latest checkpoint when it starts.
+  void SendCheckpoints() {
+    std::vector<ReportCheckpointRequest> queued;
+    {
+      absl::MutexLock lock(&mu_);
+      queued.swap(checkpoints_);
+    }
+    for (const ReportCheckpointRequest& request : queued) {
+      absl::Status s = options_.client->ReportCheckpoint(request);
+      if (absl::IsAborted(s) || absl::IsFailedPrecondition(s)) {
+        LOG(INFO) << "checkpoint of step " << request.checkpoint().step()
+                  << " not reported in epoch " << epoch_ << ": " << s;
+      } else if (!s.ok()) {
+        LOG(WARNING) << "reporting the checkpoint of step " << request.checkpoint().step()
+                     << " failed: " << s;
+      }
+    }
+  }
+
   const ElasticTrainerOptions& options_;
   const int64_t epoch_;
   const int rank_;
@@ -108,6 +154,7 @@ class ProgressReporter {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReportCheckpointRequest> checkpoints_ ABSL_GUARDED_BY(mu_);
   int64_t announced_ ABSL_GUARDED_BY(mu_) = 0;
   bool leave_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -153,8 +200,9 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) {
   if (o.client == nullptr) return absl::InvalidArgumentError("no coordinator client");
   const bool checkpointing = !o.spec.checkpoint().dir().empty();
-  // Loaded once: every epoch trains on the same data (a recovery then pays no reload).
-  RM_ASSIGN_OR_RETURN(train::JobData data, train::LoadJobData(o.spec));
+  // Loaded once, in the first epoch joined: every epoch trains on the same data (a recovery
+  // then pays no reload).
+  std::optional<train::JobData> data;
   ElasticResult result;
   // The state after this trainer's last completed step, across epochs: after a failure the
   // survivors restore from it (TrainerOptions::resident) instead of the checkpoint.
@@ -175,6 +223,16 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     const int rank = joined->rank(), world = joined->world_size();
     result.last_rank = rank;
     LOG(INFO) << "job " << o.job << " epoch " << epoch << ": rank " << rank << " of " << world;
+    if (!data) {
+      absl::StatusOr<train::JobData> loaded = train::LoadJobData(o.spec);
+      if (!loaded.ok()) {
+        // Out of memory, say: the epoch is committed, so the job fails at once instead of
+        // restarting into it again.
+        if (IsPermanent(loaded.status())) ReportCollectiveError(o, epoch, loaded.status());
+        return loaded.status();
+      }
+      data = *std::move(loaded);
+    }
     if (result.epochs > 0 && !checkpointing) {
       const absl::Status s = MarkPermanent(absl::FailedPreconditionError(
           absl::StrCat("job ", o.job,
@@ -204,8 +262,8 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.spec = o.spec;
     if (checkpointing && result.epochs > 0) to.spec.set_resume("auto");
     to.comm = comm->get();
-    to.train_data = data.train;
-    to.test_data = data.test;
+    to.train_data = data->train;
+    to.test_data = data->test;
     to.local_ranks = o.local_ranks;
     to.gpu = o.slot.slot();
     // NCCL for the gradients when every rank has its own GPU; its unique id goes through
@@ -234,6 +292,9 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     {
       ProgressReporter reporter(o, epoch, rank, &drain);
       to.on_step = [&reporter](const train::StepReport& r) { reporter.Report(r); };
+      to.on_checkpoint = [&reporter](const train::CommittedCheckpoint& c) {
+        reporter.ReportCheckpoint(c);
+      };
       trained = train::RunTraining(to);
       announced = reporter.announced_epoch();
       leave = reporter.leave();

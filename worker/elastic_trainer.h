@@ -2,8 +2,11 @@
 //
 //   join epoch e → rank, world (blocks until every member joined)
 //   bootstrap a TCP communicator through the coordinator's store (prefix epoch-e/)
-//   restore from the latest checkpoint (resume: auto), report Ready, train, reporting each
-//   step's progress from a side thread
+//   (the first epoch: load the data), restore from the latest checkpoint (resume: auto),
+//   report Ready, train, reporting from a side thread each step's progress (rank 0: with
+//   the last failed checkpoint save, which the job's status shows) and, rank 0, each
+//   checkpoint committed (ReportCheckpoint; also the latest one when an epoch starts: a
+//   drain save commits after its epoch ended, and that report is refused as stale)
 //   - finished: report Finished; done.
 //   - the coordinator announced epoch e' > e (its Progress answer):
 //       drain or growth (the ring is whole): every rank votes to stop after the current
@@ -71,7 +74,9 @@ struct ElasticTrainerOptions {
 };
 
 // Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover
-// (no checkpoint.dir); the trainer exits non-zero.
+// (no checkpoint.dir); an error marked permanent (out of memory, a diverged run, a failed
+// save with checkpoint.on_failure: fail) is reported so, and the coordinator fails the job
+// without restarting it; the trainer exits non-zero.
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& options);
 
 }  // namespace ringmaster::worker

@@ -27,7 +27,6 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "comm/store.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "common/file_util.h"
@@ -83,23 +82,6 @@ int Fail(int code, const std::string& message) {
 }
 int Fail(int code, const absl::Status& status) {
   return Fail(code, status.ToString(absl::StatusToStringMode::kWithNoExtraData));
-}
-
-std::string ResultJson(const train::TrainResult& r) {
-  return absl::StrFormat(
-      "{\"steps\":%d,\"skipped_steps\":%d,\"final_loss\":%.6g,\"eval_accuracy\":%s,"
-      "\"eval_loss\":%s,\"samples_per_second\":%.6g,\"tokens_per_second\":%.6g,"
-      "\"world_size\":%d,\"parameters\":%d,\"comm_seconds\":%.6g,\"exposed_comm_seconds\":%.6g,"
-      "\"elapsed_seconds\":%.6g,\"activation_bytes_peak\":%d,\"optimizer_state_bytes\":%d,"
-      "\"drained\":%s,\"resumed_from_step\":%d,\"checkpoints_saved\":%d,"
-      "\"checkpoint_failures\":%d}\n",
-      r.steps, r.skipped_steps, r.final_loss,
-      r.eval_accuracy < 0 ? "null" : absl::StrFormat("%.6g", r.eval_accuracy),
-      r.eval_loss < 0 ? "null" : absl::StrFormat("%.6g", r.eval_loss), r.samples_per_second,
-      r.tokens_per_second, r.world_size, r.parameters, absl::ToDoubleSeconds(r.comm_time),
-      absl::ToDoubleSeconds(r.exposed_comm), absl::ToDoubleSeconds(r.elapsed),
-      r.memory.activation_bytes_peak, r.optimizer_state_bytes, r.drained ? "true" : "false",
-      r.resumed_from_step, r.checkpoints_saved, r.checkpoint_failures);
 }
 
 void PrintProgress(const std::string& line) {
@@ -185,7 +167,7 @@ int ElasticMain() {
   // watches the job (ringctl local) finds it.
   eo.before_finished = [](const worker::ElasticResult& r) -> absl::Status {
     if (r.last_rank != 0 || absl::GetFlag(FLAGS_summary).empty()) return absl::OkStatus();
-    return WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(r.last));
+    return WriteFileAtomically(absl::GetFlag(FLAGS_summary), train::TrainResultJson(r.last));
   };
   auto result = worker::RunElasticTrainer(eo);
   if (!result.ok()) return Fail(1, result.status());
@@ -240,7 +222,8 @@ int Main() {
     return Fail(1, result.status());
   }
   if (rank == 0 && !absl::GetFlag(FLAGS_summary).empty()) {
-    absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_summary), ResultJson(*result));
+    absl::Status s =
+        WriteFileAtomically(absl::GetFlag(FLAGS_summary), train::TrainResultJson(*result));
     if (!s.ok()) return Fail(1, s);
   }
   return 0;
