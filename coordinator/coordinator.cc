@@ -135,6 +135,8 @@ void ToProto(const JobState& state, Job* job) {
   job->set_phase_since_ms(Ms(state.phase_since));
   job->set_below_min_since_ms(Ms(state.below_min_since));
   job->set_ever_started(state.ever_started);
+  job->clear_excluded_nodes();
+  for (const std::string& node : state.excluded_nodes) job->add_excluded_nodes(node);
   job->clear_members();
   for (const Member& m : state.members) {
     ringmaster::Member* out = job->add_members();
@@ -163,6 +165,7 @@ JobState FromProto(const Job& job) {
   state.phase_since = FromMs(job.phase_since_ms());
   state.below_min_since = FromMs(job.below_min_since_ms());
   state.ever_started = job.ever_started();
+  state.excluded_nodes.insert(job.excluded_nodes().begin(), job.excluded_nodes().end());
   for (const ringmaster::Member& m : job.members()) {
     Member member;
     member.slot = FromProto(m.slot());
@@ -778,7 +781,10 @@ void Coordinator::UpdateStragglers(Job& job) {
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
     return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()),
-                                    Now(), actions, r.permanent());
+                                    Now(), actions,
+                                    r.permanent()    ? ErrorScope::kPermanent
+                                    : r.node_local() ? ErrorScope::kNodeLocal
+                                                     : ErrorScope::kRestartable);
   });
 }
 

@@ -112,6 +112,17 @@ grep -q "written by another job" "$WORK/other.out" && grep -q "no restart can fi
 [ "$(cat "$CK/fashion_mnist_mlp/LATEST")" = "$(basename "$latest")" ] ||
   fail "the failed job changed the checkpoints: LATEST is $(cat "$CK/fashion_mnist_mlp/LATEST")"
 
+# 7. The data is missing on this node (the only one): no restart here can fix it and there
+#    is no other node, so the job fails at once, naming the file, spending no restart.
+"$RINGCTL" local --workers 2 "$SPEC" --set data.fashion_mnist.dir="$WORK/no-data" \
+  --set epochs=1 --summary "$WORK/nodata.json" >"$WORK/nodata.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a job without its data exited with $rc, expected 1"
+grep -q "no restart on node local can fix" "$WORK/nodata.out" &&
+  grep -q "$WORK/no-data/train-images-idx3-ubyte.gz" "$WORK/nodata.out" ||
+  fail "the failure does not name the node and the file: $(tail -3 "$WORK/nodata.out")"
+[ "$(field "$WORK/nodata.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/nodata.json")"
+
 shard="$(ls "$latest"/shard-1-of-*.bin | head -1)"
 printf '\x5a' | dd of="$shard" bs=1 seek=4000 conv=notrunc status=none
 "$RINGCTL" checkpoint verify "$latest" >"$WORK/corrupt.out" 2>&1

@@ -191,6 +191,7 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
   *request.mutable_slot() = o.slot;
   request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
   request.set_permanent(IsPermanent(error));
+  request.set_node_local(IsNodeLocal(error));
   absl::Status s = o.client->ReportError(request);
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }
@@ -227,9 +228,12 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       absl::StatusOr<train::JobData> loaded = train::LoadJobData(o.spec);
       if (!loaded.ok()) {
         // Out of memory, say: the epoch is committed, so the job fails at once instead of
-        // restarting into it again.
-        if (IsPermanent(loaded.status())) ReportCollectiveError(o, epoch, loaded.status());
-        return loaded.status();
+        // restarting into it again. Any other failure to read the data (missing, unreadable,
+        // corrupt) is this node's: another node may have it, a restart here would not.
+        absl::Status s = loaded.status();
+        if (!IsPermanent(s)) s = MarkNodeLocal(s);
+        ReportCollectiveError(o, epoch, s);
+        return s;
       }
       data = *std::move(loaded);
     }
