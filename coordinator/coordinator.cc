@@ -710,15 +710,7 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
                             state->cause == EpochCause::kGrow);
     } else if (r.stats().step() >= 0) {
       Job& job = jobs_[r.job()];
-      RankStats& stats = rank_stats_[r.job()][r.stats().rank()];
-      stats = r.stats();
-      ToProto(slot, stats.mutable_slot());
-      if (r.stats().rank() == 0 || job.step() < r.stats().step()) {
-        job.set_step(std::max(job.step(), r.stats().step()));
-        job.set_loss(r.stats().loss());
-        if (r.stats().step_time_s() > 0) job.set_steps_per_s(1.0 / r.stats().step_time_s());
-      }
-      if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
+      RecordStep(job, slot, r.stats(), r.total_steps());
       UpdateStragglers(job);
       if (!r.checkpoint_error().empty()) {
         // A failed save, as rank 0 tells it (its cause and path), bounded like every
@@ -749,6 +741,19 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
   }
   Run(completions);
   return response;
+}
+
+void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& reported,
+                             int64_t total_steps) {
+  RankStats& stats = rank_stats_[job.id()][reported.rank()];
+  stats = reported;
+  ToProto(slot, stats.mutable_slot());
+  if (reported.rank() == 0 || job.step() < reported.step()) {
+    job.set_step(std::max(job.step(), reported.step()));
+    job.set_loss(reported.loss());
+    if (reported.step_time_s() > 0) job.set_steps_per_s(1.0 / reported.step_time_s());
+  }
+  if (total_steps > 0) job.set_total_steps(total_steps);
 }
 
 void Coordinator::UpdateStragglers(Job& job) {
@@ -790,6 +795,12 @@ absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
 
 absl::Status Coordinator::Finished(const FinishedRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
+    // The last step's figures first: the job's end (persisted below) keeps them.
+    const JobState* state = machine_.job(r.job());
+    if (r.stats().step() >= 0 && r.has_stats() && state != nullptr && !IsTerminal(state->phase) &&
+        state->epoch == r.epoch()) {
+      RecordStep(jobs_[r.job()], FromProto(r.slot()), r.stats(), r.total_steps());
+    }
     return machine_.Finished(r.job(), r.epoch(), FromProto(r.slot()), Now(), actions);
   });
 }

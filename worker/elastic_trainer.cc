@@ -325,6 +325,12 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       finished.set_job(o.job);
       finished.set_epoch(epoch);
       *finished.mutable_slot() = o.slot;
+      // The last step (the job's length) and its loss, whether or not the progress thread
+      // reported them yet.
+      finished.mutable_stats()->set_rank(rank);
+      finished.mutable_stats()->set_step(trained->steps);
+      finished.mutable_stats()->set_loss(trained->final_loss);
+      finished.set_total_steps(trained->steps);
       RM_RETURN_IF_ERROR(o.client->Finished(finished));
       return result;
     }
