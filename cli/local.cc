@@ -262,6 +262,10 @@ int LocalCommand(const LocalOptions& options) {
   if (!submitted.ok()) {
     fprintf(stderr, "ringctl: %s\n", std::string(submitted.status().message()).c_str());
     stop_all();
+    // Refused, nothing ran: a temporary run directory holds nothing worth keeping.
+    if (absl::IsInvalidArgument(submitted.status()) && temporary && !options.keep_run_dir) {
+      (void)DeleteRecursively(Env::Default(), run_dir);
+    }
     return absl::IsInvalidArgument(submitted.status()) ? 2 : 1;
   }
 

@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "proto/coordinator.pb.h"
 
