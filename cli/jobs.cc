@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/output.h"
+#include "cli/resources.h"
 #include "spec/job_spec.h"
 
 namespace ringmaster::cli {
@@ -56,8 +57,10 @@ int Submit(const CommandLine& line, CoordinatorClient& client) {
     fprintf(stderr, "ringctl: %s\n", std::string(spec.status().message()).c_str());
     return 2;
   }
+  const std::string estimate = FillMemoryEstimate(&*spec);
   auto job = client.Submit(*spec);
   if (!job.ok()) return Refused(job.status());
+  if (!estimate.empty() && !MachineFormat(line.output)) printf("%s\n", estimate.c_str());
   if (MachineFormat(line.output) && !line.wait) return PrintMessage(*job, line.output);
   printf("submitted %s: %s\n", job->id().c_str(), PhaseName(job->phase()).c_str());
   fflush(stdout);

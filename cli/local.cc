@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/resources.h"
 #include "common/env.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
@@ -139,6 +140,8 @@ int LocalCommand(const LocalOptions& options) {
             std::string(spec.status().message()).c_str());
     return 2;
   }
+  // The coordinator places ranks within the node's memory (the agent reports it).
+  FillMemoryEstimate(&*spec);
   // This machine's N workers are the job's slots: elastic between min_ranks and N.
   ElasticSpec* elastic = spec->mutable_elastic();
   if (elastic->max_ranks() == 0 || elastic->max_ranks() > workers) elastic->set_max_ranks(workers);

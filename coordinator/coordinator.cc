@@ -476,6 +476,7 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
   request.min_ranks = spec.elastic().min_ranks();
   request.max_ranks = spec.elastic().max_ranks() > 0 ? spec.elastic().max_ranks() : kNoUpperLimit;
   request.restart_budget = spec.elastic().restart_budget();
+  request.memory_per_rank = spec.resources().memory_per_rank_mib() << 20;
   Completions completions;
   Job result;
   {
@@ -483,6 +484,15 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
     if (jobs_.count(request.id)) {
       return absl::AlreadyExistsError(absl::StrCat(
           "job ", request.id, " already exists: choose another spec.name (or --set name=...)"));
+    }
+    // A rank no registered node could hold would wait for ever: refused, with the numbers.
+    if (const int64_t largest = machine_.LargestNodeMemory(Now());
+        largest > 0 && request.memory_per_rank > largest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources.memory_per_rank_mib: a rank of job ", request.id, " needs ",
+          request.memory_per_rank >> 20, " MiB, and the largest node has ", largest >> 20,
+          " MiB; make the model smaller, shard its state (parallelism.zero_stage) or add "
+          "larger nodes"));
     }
     *jobs_[request.id].mutable_spec() = spec;
     std::vector<Action> actions;
@@ -573,7 +583,7 @@ absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNod
             absl::FormatDuration(options_.membership.lease), " for its lease to lapse"));
       }
     }
-    return machine_.RegisterNode(r.node(), r.slots(), Now(), actions);
+    return machine_.RegisterNode(r.node(), r.slots(), Now(), actions, r.memory_bytes());
   }));
   RegisterNodeResponse response;
   response.set_node_credential(NodeCredentialFor(r.node()));

@@ -790,6 +790,29 @@ TEST_F(CoordinatorTest, AConsistentlySlowRankIsNamedAStraggler) {
   EXPECT_EQ(coordinator_->Get("mlp")->stragglers_size(), 0) << "caught up";
 }
 
+// A job whose rank needs more memory than any registered node has is refused at Submit,
+// with the numbers and the field (issue 17, point 8: a memory bomb used to be placed, and
+// its trainers died of an uncaught bad_alloc, restart after restart).
+TEST_F(CoordinatorTest, AJobNoNodeHasTheMemoryForIsRefused) {
+  RegisterNodeRequest r;
+  r.set_node("a");
+  r.set_slots(2);
+  r.set_memory_bytes(int64_t{16} << 30);
+  ASSERT_TRUE(coordinator_->RegisterNode(r).ok());
+  spec_.mutable_resources()->set_memory_per_rank_mib(int64_t{20} << 10);
+  auto refused = coordinator_->Submit(spec_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("resources.memory_per_rank_mib"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("needs 20480 MiB, and the largest node has 16384"),
+            std::string::npos)
+      << refused.status();
+  spec_.mutable_resources()->set_memory_per_rank_mib(4096);
+  auto placed = coordinator_->Submit(spec_);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->phase(), JOB_PHASE_FORMING);
+}
+
 TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {
   Register("a", 2);
   auto job = coordinator_->Submit(spec_);

@@ -191,7 +191,37 @@ std::vector<SlotRef> Membership::FreeSlots(absl::Time now) const {
 std::vector<SlotRef> Membership::FreeSlotsFor(const JobState& job, absl::Time now) const {
   std::vector<SlotRef> free = FreeSlots(now);
   std::erase_if(free, [&](const SlotRef& s) { return job.excluded_nodes.count(s.node) > 0; });
+  const int64_t need = job.request.memory_per_rank;
+  if (need <= 0) return free;
+  // Memory a node's ranks hold: those assigned and those still exiting.
+  std::map<std::string, int64_t> taken;
+  for (const auto& [id, node] : nodes_) {
+    if (node.memory <= 0) continue;
+    int64_t& t = taken[id];
+    for (const auto& [slot, other] : node.assigned) t += MemoryPerRank(other);
+    for (const auto& [slot, e] : node.exiting) t += MemoryPerRank(e.job);
+  }
+  std::erase_if(free, [&](const SlotRef& s) {
+    const NodeState& node = nodes_.at(s.node);
+    if (node.memory <= 0) return false;  // not reported: not checked
+    if (taken[s.node] + need > node.memory) return true;
+    taken[s.node] += need;
+    return false;
+  });
   return free;
+}
+
+int64_t Membership::MemoryPerRank(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.request.memory_per_rank;
+}
+
+int64_t Membership::LargestNodeMemory(absl::Time now) const {
+  int64_t largest = 0;
+  for (const auto& [id, node] : nodes_) {
+    if (node.lease_expiry > now || node.restored) largest = std::max(largest, node.memory);
+  }
+  return largest;
 }
 
 int Membership::free_slots(absl::Time now) const {
@@ -240,9 +270,13 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
     if (job.phase != JobPhase::kPending) job.below_min_since = now;
     job.phase = JobPhase::kPending;
     job.phase_since = now;
-    job.reason = absl::StrCat(job.ever_started ? "below" : "waiting for", " min_ranks: ",
-                              have + free.size(), " of ", job.request.min_ranks,
-                              " slots available", reason.empty() ? "" : "; ", reason);
+    job.reason = absl::StrCat(
+        job.ever_started ? "below" : "waiting for", " min_ranks: ", have + free.size(), " of ",
+        job.request.min_ranks, " slots available",
+        job.request.memory_per_rank > 0
+            ? absl::StrCat(" with ", job.request.memory_per_rank >> 20, " MiB of memory each")
+            : "",
+        reason.empty() ? "" : "; ", reason);
     actions->push_back(PersistJob{job});
     if (was_live) {
       actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, job.reason});
@@ -388,14 +422,18 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
 // Events.
 
 absl::Status Membership::RegisterNode(const std::string& node_id, int slots, absl::Time now,
-                                      std::vector<Action>* actions) {
+                                      std::vector<Action>* actions, int64_t memory) {
   if (absl::Status s = ValidateId(node_id, "node"); !s.ok()) return s;
   if (slots < 1 || slots > kMaxSlotsPerNode) {
     return absl::InvalidArgumentError(absl::StrCat("slots must be between 1 and ",
                                                    kMaxSlotsPerNode, ", got ", slots));
   }
+  if (memory < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("memory must be >= 0 bytes, got ", memory));
+  }
   NodeState& node = nodes_[node_id];
   node.slots = slots;
+  node.memory = memory;
   node.lease_expiry = now + options_.lease;
   node.draining = false;
   node.restored = false;
@@ -633,7 +671,11 @@ absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
   JobState job;
   job.request = request;
   job.submitted = job.phase_since = job.below_min_since = now;
-  job.reason = absl::StrCat("waiting for ", request.min_ranks, " free slots");
+  job.reason = absl::StrCat(
+      "waiting for ", request.min_ranks, " free slots",
+      request.memory_per_rank > 0
+          ? absl::StrCat(" with ", request.memory_per_rank >> 20, " MiB of memory each")
+          : "");
   jobs_[request.id] = job;
   order_.push_back(request.id);
   actions->push_back(PersistJob{job});
@@ -890,7 +932,9 @@ std::string Membership::DebugString(absl::Time now) const {
     absl::StrAppend(&out, "\n");
   }
   for (const auto& [id, node] : nodes_) {
-    absl::StrAppend(&out, "node ", id, ": slots=", node.slots, node.draining ? " draining" : "",
+    absl::StrAppend(&out, "node ", id, ": slots=", node.slots,
+                    node.memory > 0 ? absl::StrCat(" memory=", node.memory >> 20, "MiB") : "",
+                    node.draining ? " draining" : "",
                     node.lease_expiry <= now ? " expired" : "");
     for (const auto& [slot, job] : node.assigned) absl::StrAppend(&out, " ", slot, "=", job);
     for (const auto& [slot, e] : node.exiting) absl::StrAppend(&out, " ", slot, ":exiting=", e.job);

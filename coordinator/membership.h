@@ -105,6 +105,9 @@ struct JobRequest {
   int max_ranks = 1;
   // Failure-caused epochs allowed before the job fails; drains and growth are free.
   int restart_budget = 3;
+  // Host memory one rank needs (the spec's resources.memory_per_rank_mib); 0: not stated.
+  // A rank is placed only on a node with that much memory not yet taken by other ranks.
+  int64_t memory_per_rank = 0;
 };
 
 enum class JobPhase {
@@ -222,8 +225,11 @@ class Membership {
   // --- Nodes (from agents) ---
   // A node and its slot count (first registration, or again after a restart of the agent or
   // coordinator). A node already known keeps its assignments if `slots` still covers them.
+  // `memory`: the node's memory in bytes (0: not reported; then memory is not checked).
   absl::Status RegisterNode(const std::string& node, int slots, absl::Time now,
-                            std::vector<Action>* actions);
+                            std::vector<Action>* actions, int64_t memory = 0);
+  // The largest memory a live node reported (0: none did).
+  int64_t LargestNodeMemory(absl::Time now) const;
   // `running`: the trainers the agent runs now (slot, job). A slot exiting for a job whose
   // trainer is no longer listed is free again. A listed trainer whose slot is not its job's
   // (the node was cut off and declared gone meanwhile, say) is stopped and its slot exiting
@@ -300,6 +306,7 @@ class Membership {
  private:
   struct NodeState {
     int slots = 0;
+    int64_t memory = 0;  // bytes; 0: not reported
     absl::Time lease_expiry;
     bool draining = false;
     // Known only from restored jobs: its agent must register (with its slot count) again.
@@ -321,8 +328,10 @@ class Membership {
   absl::StatusOr<std::pair<JobState*, Member*>> LiveMember(const std::string& job,
                                                            int64_t epoch, const SlotRef& slot);
   std::vector<SlotRef> FreeSlots(absl::Time now) const;
-  // The free slots the job may be placed on (not on its excluded nodes).
+  // The free slots the job may be placed on, all together: not on its excluded nodes, and on
+  // each node only as many as its memory not taken by other ranks holds.
   std::vector<SlotRef> FreeSlotsFor(const JobState& job, absl::Time now) const;
+  int64_t MemoryPerRank(const std::string& job) const;
 
   // How members were lost.
   struct Loss {

@@ -7,8 +7,8 @@
 //   options lease=3s join_timeout=30s ready_timeout=120s hang_timeout=120s
 //           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
 //                                  (first, optional)
-//   register NODE slots=N          heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
-//   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N]    cancel JOB
+//   register NODE slots=N [memory_mib=N]    heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
+//   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N]    cancel JOB
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
 //   error JOB EPOCH NODE/SLOT [permanent=1|node_local=1] DETAIL...
@@ -145,7 +145,8 @@ class Scenario {
       now_ += ParseDuration(pos.at(0));
       machine_->Tick(now_, &actions);
     } else if (verb == "register") {
-      check(machine_->RegisterNode(pos.at(0), IntArg(kv, "slots", 1), now_, &actions));
+      check(machine_->RegisterNode(pos.at(0), IntArg(kv, "slots", 1), now_, &actions,
+                                   int64_t{IntArg(kv, "memory_mib", 0)} << 20));
     } else if (verb == "heartbeat") {
       std::vector<std::pair<int, std::string>> running;
       if (kv.count("running")) {
@@ -170,6 +171,7 @@ class Scenario {
       r.min_ranks = IntArg(kv, "min", 1);
       r.max_ranks = IntArg(kv, "max", r.min_ranks);
       r.restart_budget = IntArg(kv, "budget", 3);
+      r.memory_per_rank = int64_t{IntArg(kv, "memory_mib", 0)} << 20;
       check(machine_->SubmitJob(r, now_, &actions));
     } else if (verb == "cancel") {
       check(machine_->CancelJob(pos.at(0), now_, &actions));

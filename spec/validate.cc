@@ -309,6 +309,11 @@ void CheckRest(const JobSpec& spec, Checker* check) {
                   absl::StrCat(">= elastic.min_ranks (", elastic.min_ranks(), ") or 0 (no limit)"),
                   elastic.max_ranks());
   }
+  // At most 1 PiB a rank: a bigger number is a typo (and would overflow as bytes).
+  check->Expect(spec.resources().memory_per_rank_mib() >= 0 &&
+                    spec.resources().memory_per_rank_mib() <= (int64_t{1} << 30),
+                "resources.memory_per_rank_mib", "between 0 (not stated) and 2^30 MiB",
+                spec.resources().memory_per_rank_mib());
 }
 
 }  // namespace

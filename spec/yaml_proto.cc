@@ -414,11 +414,18 @@ class YamlReader {
     }
   }
 
+  // The first kMaxFieldErrors are kept; the rest only counted (a spec with a million unknown
+  // keys gets a bounded answer, in bounded memory).
   void Error(const YAML::Mark& mark, std::string path, std::string message) {
+    if (errors_.size() >= kMaxFieldErrors) {
+      ++more_errors_;
+      return;
+    }
     errors_.push_back(FieldError{Location(mark), std::move(path), std::move(message)});
   }
 
   const std::vector<FieldError>& errors() const { return errors_; }
+  int64_t more_errors() const { return more_errors_; }
 
  private:
   static std::vector<std::string> OneofNames(const OneofDescriptor& oneof) {
@@ -476,6 +483,7 @@ class YamlReader {
   const Marks marks_;
   FieldLocations* const locations_;
   std::vector<FieldError> errors_;
+  int64_t more_errors_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -716,10 +724,14 @@ std::string FormatFieldError(const FieldError& error) {
   return absl::StrJoin(parts, ": ");
 }
 
-absl::Status FieldErrorsToStatus(const std::vector<FieldError>& errors) {
+absl::Status FieldErrorsToStatus(const std::vector<FieldError>& errors, int64_t more) {
   if (errors.empty()) return absl::OkStatus();
   std::vector<std::string> lines;
-  for (const FieldError& error : errors) lines.push_back(FormatFieldError(error));
+  for (size_t i = 0; i < errors.size() && i < kMaxFieldErrors; ++i) {
+    lines.push_back(FormatFieldError(errors[i]));
+  }
+  more += static_cast<int64_t>(errors.size()) - static_cast<int64_t>(lines.size());
+  if (more > 0) lines.push_back(absl::StrCat("... and ", more, " more errors"));
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
@@ -737,7 +749,7 @@ absl::Status MergeYamlIntoMessage(absl::string_view yaml, const YamlSourceOption
   } catch (const YAML::Exception& e) {
     reader.Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
   }
-  return FieldErrorsToStatus(reader.errors());
+  return FieldErrorsToStatus(reader.errors(), reader.more_errors());
 }
 
 absl::Status SetFieldFromYaml(Message* message, absl::string_view path, absl::string_view value,
@@ -762,7 +774,7 @@ absl::Status SetFieldFromYaml(Message* message, absl::string_view path, absl::st
     return FieldErrorsToStatus(
         {FieldError{options.source_name, "", std::string(path_status.message())}});
   }
-  RM_RETURN_IF_ERROR(FieldErrorsToStatus(reader.errors()));
+  RM_RETURN_IF_ERROR(FieldErrorsToStatus(reader.errors(), reader.more_errors()));
   message->CopyFrom(*copy);
   return absl::OkStatus();
 }

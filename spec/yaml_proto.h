@@ -56,8 +56,12 @@ struct FieldError {
 
 // "<location>: <path>: <message>", leaving out the empty parts.
 std::string FormatFieldError(const FieldError& error);
-// INVALID_ARGUMENT with one formatted error per line; OK when `errors` is empty.
-absl::Status FieldErrorsToStatus(const std::vector<FieldError>& errors);
+// At most this many errors are reported for one document; the rest are counted.
+inline constexpr size_t kMaxFieldErrors = 20;
+
+// INVALID_ARGUMENT with one formatted error per line (at most kMaxFieldErrors, then "... and
+// N more errors", N counting `more` too); OK when `errors` is empty.
+absl::Status FieldErrorsToStatus(const std::vector<FieldError>& errors, int64_t more = 0);
 
 struct YamlSourceOptions {
   // Names the text in error locations: "job.yaml" gives "job.yaml:7:12". May be empty

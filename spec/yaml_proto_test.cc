@@ -1,5 +1,6 @@
 #include "spec/yaml_proto.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -97,6 +98,18 @@ TEST(YamlProtoTest, BooleansInEveryCommonSpelling) {
 TEST(YamlProtoTest, UnknownKeyDeepDownNamesPathLineColumnAndNearMiss) {
   EXPECT_EQ(ParseError("child:\n  child:\n    i33: 1\n"),
             "t.yaml:3:5: child.child.i33: unknown key \"i33\"; did you mean \"i32\"?");
+}
+
+// A spec with a great many unknown keys (issue 17, point 15) gets the first 20 errors and a
+// count of the rest, not a message as long as the spec.
+TEST(YamlProtoTest, ManyErrorsAreReportedBoundedWithACount) {
+  std::string yaml;
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&yaml, "unknown_", i, ": 1\n");
+  const std::string error = ParseError(yaml);
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), kMaxFieldErrors);
+  EXPECT_THAT(error, HasSubstr("t.yaml:1:1: unknown_0: unknown key"));
+  EXPECT_THAT(error, HasSubstr("... and 99980 more errors"));
+  EXPECT_LT(error.size(), 20000u);
 }
 
 TEST(YamlProtoTest, UnknownKeyFarFromAnyListsTheKeys) {

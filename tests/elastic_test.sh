@@ -147,8 +147,8 @@ failures)
   hung="$(trainer_pid hang a 1)"
   kill -STOP "$hung"
   wait_until hang 'int(j["epoch"])>=2 and not any(m["slot"]["node"]=="a" and int(m["slot"].get("slot",0))==1 for m in j.get("members",[]))' 30
-  grep -q "no progress" "$WORK/coordinator.log" "$WORK/ctl.log" 2>/dev/null ||
-    [ "$(field hang '"no progress" in j["recoveries"][0]["reason"]')" = True ] ||
+  grep -q "sent nothing" "$WORK/coordinator.log" "$WORK/ctl.log" 2>/dev/null ||
+    [ "$(field hang '"sent nothing" in j["recoveries"][0]["reason"]')" = True ] ||
     fail "the hang was not the recovery's reason: $(ctl status hang)"
   wait_until hang 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   kill -KILL "$hung" 2>/dev/null

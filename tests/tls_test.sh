@@ -69,6 +69,8 @@ C="--coordinator 127.0.0.1:$PORT"
   fail "TLS with the CA and the user token was refused: $(cat ok.out)"
 "$RINGCTL" list $C --token_file user.token >plain.out 2>&1 &&
   fail "a plaintext client got through a TLS server"
+grep -q "it may serve TLS: give its CA with --tls_ca" plain.out ||
+  fail "a plaintext client on a TLS port is not told why: $(cat plain.out)"
 "$RINGCTL" list $C --tls_ca ca.pem >notoken.out 2>&1 && fail "no token got through"
 grep -q "user token" notoken.out || fail "no-token message: $(cat notoken.out)"
 "$RINGCTL" list $C --token_file wrong.token --tls_ca ca.pem >wrong.out 2>&1 && fail "a wrong token got through"

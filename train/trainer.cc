@@ -449,6 +449,21 @@ class HostView {
 
 }  // namespace
 
+absl::StatusOr<int64_t> EstimateRankStateBytes(const JobSpec& spec, int world) {
+  data::DatasetInfo shape;  // what the data sets of the spec look like, unread
+  if (spec.data().has_fashion_mnist()) {
+    shape.feature_dim = data::kFashionMnistRows * data::kFashionMnistCols;
+    shape.num_classes = data::kFashionMnistClasses;
+  } else if (spec.data().has_text()) {
+    shape.context = spec.model().gpt().context();
+    shape.vocab_size = spec.model().gpt().vocab();
+  }
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, shape));
+  RM_ASSIGN_OR_RETURN(MemoryEstimate e,
+                      EstimateMemory(RankMemoryOptions(spec, model->table(), std::max(1, world))));
+  return static_cast<int64_t>(e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes);
+}
+
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
                                                            const data::DatasetInfo& data) {
   const ModelSpec& m = spec.model();

@@ -221,6 +221,12 @@ struct JobData {
 };
 absl::StatusOr<JobData> LoadJobData(const JobSpec& spec);
 
+// Host memory one rank's training state needs (parameters, gradients, optimizer state, by
+// the formula the trainer checks the machine against before allocating them), for a world
+// of `world` ranks; the model is described, not allocated, and no data is read (its shape
+// comes from the spec). For ringctl to fill in resources.memory_per_rank_mib.
+absl::StatusOr<int64_t> EstimateRankStateBytes(const JobSpec& spec, int world);
+
 // The model a spec describes, for `data` (input sizes, classes or vocabulary).
 absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
                                                            const data::DatasetInfo& data);

@@ -59,6 +59,7 @@ absl::Status Agent::Register() {
   request.set_node(options_.node);
   request.set_slots(options_.slots);
   request.set_address(options_.advertise_host);
+  request.set_memory_bytes(options_.memory_bytes);
   request.set_node_credential(credential_);
   while (true) {
     auto response = options_.client->RegisterNode(request);

@@ -49,6 +49,9 @@ struct AgentOptions {
   std::string tls_client_key_file;
   std::string node;
   int slots = 1;
+  // The node's memory for trainers, bytes, reported at registration (0: not reported): the
+  // coordinator places ranks within it.
+  int64_t memory_bytes = 0;
   // The address this node's trainers are reached at by their peers.
   std::string advertise_host = "127.0.0.1";
   std::string trainer_binary;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
@@ -79,6 +80,21 @@ std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Time deadl
   return ctx;
 }
 
+std::string CoordinatorClient::UnreachableHint(absl::string_view message) const {
+  const bool tls = !options_.tls_ca.empty() || !options_.tls_client_cert.empty();
+  if (absl::StrContains(message, "handshake")) {
+    // gRPC says only that the handshake was cut: a plaintext client on a TLS port, or a TLS
+    // client on a plaintext one (or a certificate the CA did not sign).
+    return tls ? " (the TLS handshake failed: does it serve TLS, with a certificate that "
+                 "--tls_ca signed?)"
+               : " (it may serve TLS: give its CA with --tls_ca)";
+  }
+  if (absl::StrContains(message, "onnection refused")) {
+    return " (nothing listens there: is ringmaster running, and is the address right?)";
+  }
+  return "";
+}
+
 template <typename Stub, typename Request, typename Response>
 absl::Status CoordinatorClient::Call(
     Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
@@ -92,7 +108,8 @@ absl::Status CoordinatorClient::Call(
     const absl::Time now = absl::Now();
     if (now + backoff >= std::min(give_up, deadline)) {
       return absl::UnavailableError(absl::StrCat("the coordinator at ", options_.address,
-                                                 " cannot be reached: ", s.message()));
+                                                 " cannot be reached: ", s.message(),
+                                                 UnreachableHint(s.message())));
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));

@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, tls_client_key, "", "PEM key of --tls_client_cert");
 ABSL_FLAG(std::string, preemption_notice_file, "",
           "drain as soon as this file exists (a cloud's spot notice hook writes it)");
 ABSL_FLAG(double, drain_grace_s, 120, "longest wait for the trainers to leave on a drain");
+ABSL_FLAG(int64_t, memory_mib, -1,
+          "memory the node's trainers may use, MiB, reported to the coordinator for placement "
+          "(default: the machine's; 0: do not report)");
 
 namespace ringmaster {
 namespace {
@@ -138,6 +141,12 @@ int Main(int argc, char** argv) {
   options.tls_client_key_file = tls.client_key;
   options.node = node;
   options.slots = absl::GetFlag(FLAGS_slots);
+  if (const int64_t mib = absl::GetFlag(FLAGS_memory_mib); mib >= 0) {
+    options.memory_bytes = mib << 20;
+  } else if (const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+             pages > 0 && page > 0) {
+    options.memory_bytes = static_cast<int64_t>(pages) * page;
+  }
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.trainer_binary = trainer;
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
