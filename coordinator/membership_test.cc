@@ -9,6 +9,7 @@
 //                                  (first, optional)
 //   register NODE slots=N          heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
 //   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N]    cancel JOB
+//   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
 //   error JOB EPOCH NODE/SLOT DETAIL...
@@ -195,6 +196,12 @@ class Scenario {
       check(machine_->CollectiveError(pos[0], epoch, ParseSlot(pos.at(2)),
                                       absl::StrJoin(detail, " "), now_, &actions,
                                       IntArg(kv, "permanent", 0) != 0));
+    } else if (verb == "delete") {
+      check(machine_->DeleteJob(pos.at(0)));
+    } else if (verb == "nodes") {
+      std::vector<std::string> lines;
+      for (const Membership::NodeView& n : machine_->Nodes(now_)) lines.push_back(NodeLine(n));
+      return lines.empty() ? "(none)" : absl::StrJoin(lines, "\n");
     } else if (verb == "show") {
       return std::string(absl::StripSuffix(machine_->DebugString(now_), "\n"));
     } else if (verb == "restart") {
@@ -214,6 +221,20 @@ class Scenario {
   }
 
  private:
+  // "a: slots=2 lease=3s 0=job 1:exiting=old 1:backoff=10s [draining] [restored]"
+  std::string NodeLine(const Membership::NodeView& n) const {
+    std::string line = absl::StrCat(n.node, ": slots=", n.slots, " lease=",
+                                    absl::FormatDuration(n.lease_expiry - now_));
+    for (const auto& [slot, job] : n.assigned) absl::StrAppend(&line, " ", slot, "=", job);
+    for (const auto& [slot, job] : n.exiting) absl::StrAppend(&line, " ", slot, ":exiting=", job);
+    for (const auto& [slot, until] : n.backoff_until) {
+      absl::StrAppend(&line, " ", slot, ":backoff=", absl::FormatDuration(until - now_));
+    }
+    if (n.draining) absl::StrAppend(&line, " draining");
+    if (n.restored) absl::StrAppend(&line, " restored");
+    return line;
+  }
+
   MembershipOptions options_;
   std::unique_ptr<Membership> machine_;
   absl::Time now_ = absl::UnixEpoch() + absl::Hours(1000);
