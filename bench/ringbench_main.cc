@@ -36,6 +36,7 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 
 ABSL_FLAG(int, ranks, 4, "number of local ranks (processes)");
 ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
@@ -402,7 +403,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
       "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = ringmaster::ParseFlagsWithUsage(argc, argv, "ringbench");
   ringmaster::LoggingOptions logging;
   logging.program_name = argv[0];
   logging.min_severity = 1;  // warnings and errors: the table is the output

@@ -1,24 +1,22 @@
 // ringctl's commands that talk to a coordinator: submit, list, status, cancel, top,
-// checkpoints. Each takes argv from the command word on and returns the exit status:
-// 0 done, 1 the coordinator said no (the message says why), 2 bad usage; `submit --wait`
-// returns the job's outcome (0 succeeded, 1 failed or cancelled).
+// checkpoints (cli/command_line.h has their flags, cli/output.h what they print). Each
+// returns the exit status: 0 done, 1 the coordinator said no or could not be reached (the
+// message says why), 2 bad input; `submit --wait` returns the job's outcome (0 succeeded,
+// 1 failed or cancelled).
 //
-// Common flags: --coordinator HOST:PORT (default 127.0.0.1:7070), --token_file F (the user
-// token), --tls_ca F, --json (machine-readable output: the Job proto's JSON mapping).
+// `top` redraws in place (clears the screen) when stdout is a terminal and prints plain
+// frames one after the other when it is not; `top -o json` prints one JSON line per event.
 #ifndef RINGMASTER_CLI_JOBS_H_
 #define RINGMASTER_CLI_JOBS_H_
 
-#include <string>
+#include "cli/command_line.h"
+#include "worker/coordinator_client.h"
 
 namespace ringmaster::cli {
 
-int JobsCommand(const std::string& command, int argc, char** argv);
-
-// True for the command words JobsCommand handles.
-bool IsJobsCommand(const std::string& command);
-
-// The usage lines of these commands.
-extern const char kJobsUsage[];
+// Runs `line` (a command above) against the coordinator `client` reaches. Blocks (Watch)
+// for `submit --wait` and `top`.
+int JobsCommand(const CommandLine& line, const worker::CoordinatorClientOptions& client);
 
 }  // namespace ringmaster::cli
 

@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/env.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
 #include "worker/coordinator_client.h"
@@ -34,9 +35,7 @@ volatile sig_atomic_t g_cancel = 0;
 void OnSignal(int) { g_cancel = 1; }
 
 int Usage(const std::string& problem) {
-  fprintf(stderr,
-          "ringctl: %s\nusage:\n  ringctl local --workers N JOB.yaml [--set key=value ...] "
-          "[--summary FILE] [--run_dir DIR]\n",
+  fprintf(stderr, "ringctl local: %s\nRun `ringctl local --help` for the usage.\n",
           problem.c_str());
   return 2;
 }
@@ -127,84 +126,14 @@ class LogFollower {
   std::map<std::string, int64_t> offsets_;
 };
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(&out, absl::StrFormat("\\u%04x", c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-// Minimal reader of the trainer's flat summary object.
-std::string JsonField(const std::string& json, const std::string& key) {
-  const std::string k = absl::StrCat("\"", key, "\":");
-  size_t p = json.find(k);
-  if (p == std::string::npos) return "null";
-  p += k.size();
-  const size_t e = json.find_first_of(",}", p);
-  return json.substr(p, e - p);
-}
-
-std::string RecoveriesJson(const Job& job) {
-  std::vector<std::string> items;
-  for (const Recovery& r : job.recoveries()) {
-    items.push_back(absl::StrFormat(
-        "{\"epoch\":%d,\"cause\":%s,\"reason\":%s,\"old_world\":%d,\"new_world\":%d,"
-        "\"rendezvous_seconds\":%.3f,\"restore_seconds\":%.3f,\"first_step_seconds\":%.3f,"
-        "\"lost_steps\":%d}",
-        r.epoch(), JsonString(r.cause()), JsonString(r.reason()), r.old_world(), r.new_world(),
-        r.rendezvous_s(), r.restore_s(), r.first_step_s(), r.lost_steps()));
-  }
-  return absl::StrCat("[", absl::StrJoin(items, ","), "]");
-}
-
 }  // namespace
 
-int LocalCommand(int argc, char** argv) {
-  std::multimap<std::string, std::string> flags;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (!absl::StartsWith(a, "--")) {
-      positional.push_back(a);
-      continue;
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      flags.emplace(a.substr(0, eq), a.substr(eq + 1));
-    } else if (i + 1 < argc) {
-      flags.emplace(a, argv[++i]);
-    } else {
-      return Usage(absl::StrCat(a, " needs a value"));
-    }
+int LocalCommand(const LocalOptions& options) {
+  const int workers = options.workers;
+  if (workers < 1 || workers > 256) {
+    return Usage(absl::StrCat("--workers: ", workers, " is not a number of workers in [1, 256]"));
   }
-  for (const auto& [flag, value] : flags) {
-    if (flag != "--workers" && flag != "--set" && flag != "--summary" && flag != "--run_dir") {
-      return Usage(absl::StrCat("local: unknown flag ", flag));
-    }
-  }
-  if (positional.size() != 1) return Usage("local: give exactly one job spec file (JOB.yaml)");
-  auto flag = [&](const std::string& name, const std::string& fallback) {
-    auto it = flags.find(name);
-    return it == flags.end() ? fallback : it->second;
-  };
-  int workers = 0;
-  if (!absl::SimpleAtoi(flag("--workers", "1"), &workers) || workers < 1 || workers > 256) {
-    return Usage(absl::StrCat("--workers: \"", flag("--workers", ""),
-                              "\" is not a number of workers in [1, 256]"));
-  }
-  std::vector<std::string> overrides;
-  for (auto [it, end] = flags.equal_range("--set"); it != end; ++it) {
-    overrides.push_back(it->second);
-  }
-  auto spec = spec::LoadJobSpecFile(positional[0], overrides);
+  auto spec = spec::LoadJobSpecFile(options.spec_file, options.overrides);
   if (!spec.ok()) {
     fprintf(stderr, "ringctl: the job spec is not valid:\n%s\n",
             std::string(spec.status().message()).c_str());
@@ -227,11 +156,13 @@ int LocalCommand(int argc, char** argv) {
     return 1;
   }
 
-  std::string run_dir = flag("--run_dir", "");
-  if (run_dir.empty()) {
-    char tmpl[] = "/tmp/ringctl-local-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      fprintf(stderr, "ringctl: cannot create a run directory in /tmp: %s\n", strerror(errno));
+  std::string run_dir = options.run_dir;
+  const bool temporary = run_dir.empty();
+  if (temporary) {
+    std::string tmpl = absl::StrCat(options.temp_dir, "/ringctl-local-XXXXXX");
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      fprintf(stderr, "ringctl: cannot create a run directory in %s: %s\n",
+              options.temp_dir.c_str(), strerror(errno));
       return 1;
     }
     run_dir = tmpl;
@@ -242,7 +173,8 @@ int LocalCommand(int argc, char** argv) {
   // Recovering from a lost trainer needs a checkpoint: without checkpoint.dir the job gets
   // one in the run directory, every 100 steps.
   std::string checkpoint_note;
-  if (spec->checkpoint().dir().empty()) {
+  const bool own_checkpoints = spec->checkpoint().dir().empty();
+  if (own_checkpoints) {
     spec->mutable_checkpoint()->set_dir(run_dir + "/checkpoints");
     if (spec->checkpoint().every_steps() == 0 && spec->checkpoint().every_seconds() == 0) {
       spec->mutable_checkpoint()->set_every_steps(100);
@@ -257,8 +189,11 @@ int LocalCommand(int argc, char** argv) {
   unlink((run_dir + "/ringmaster.db").c_str());
   unlink((run_dir + "/ringmaster.db-wal").c_str());
   printf("ringctl local: job %s on %d workers (a coordinator and one agent on this machine); "
-         "run directory %s (effective spec, logs)%s\n",
-         spec->name().c_str(), workers, run_dir.c_str(), checkpoint_note.c_str());
+         "run directory %s (effective spec, logs%s)%s\n",
+         spec->name().c_str(), workers, run_dir.c_str(),
+         temporary && !options.keep_run_dir ? "; removed at the end, --keep_run_dir keeps it"
+                                            : "",
+         checkpoint_note.c_str());
   fflush(stdout);
 
   struct sigaction sa;
@@ -299,6 +234,9 @@ int LocalCommand(int argc, char** argv) {
     return 1;
   }
   const std::string address = absl::StrCat("127.0.0.1:", port);
+  printf("ringctl local: coordinator at %s (ringctl top %s --coordinator %s)\n",
+         address.c_str(), spec->name().c_str(), address.c_str());
+  fflush(stdout);
 
   // One agent with N slots.
   const int agent_log =
@@ -324,6 +262,10 @@ int LocalCommand(int argc, char** argv) {
   if (!submitted.ok()) {
     fprintf(stderr, "ringctl: %s\n", std::string(submitted.status().message()).c_str());
     stop_all();
+    // Refused, nothing ran: a temporary run directory holds nothing worth keeping.
+    if (absl::IsInvalidArgument(submitted.status()) && temporary && !options.keep_run_dir) {
+      (void)DeleteRecursively(Env::Default(), run_dir);
+    }
     return absl::IsInvalidArgument(submitted.status()) ? 2 : 1;
   }
 
@@ -364,8 +306,14 @@ int LocalCommand(int argc, char** argv) {
     if (!agent_gone && waitpid(agent, nullptr, WNOHANG) == agent) agent_gone = true;
     if (cancelling && (agent_gone || absl::Now() > cancel_deadline)) {
       if (!rank0_log.empty()) follower.Print(rank0_log);
+      // The job's own word: one whose last step was done before the Ctrl-C has succeeded
+      // (the coordinator says so, and refuses to cancel it).
       auto cancelled = (*client)->Cancel(spec->name());
-      if (cancelled.ok()) job = *cancelled;
+      if (cancelled.ok()) {
+        job = *cancelled;
+      } else if (auto got = (*client)->Get(spec->name()); got.ok()) {
+        job = *got;
+      }
       break;
     }
     if (agent_gone && !cancelling) {
@@ -384,48 +332,116 @@ int LocalCommand(int argc, char** argv) {
   kill(master, SIGTERM);
   Reap(master, absl::Seconds(5));
 
-  const std::string status = cancelling                               ? "cancelled"
-                             : job.phase() == JOB_PHASE_SUCCEEDED ? "succeeded"
-                                                                      : "failed";
-  std::string result;
+  // Cancelled here (Ctrl-C) or by `ringctl cancel` on its coordinator; a job whose last
+  // step was done before the Ctrl-C has succeeded.
+  const std::string status = job.phase() == JOB_PHASE_SUCCEEDED                ? "succeeded"
+                             : cancelling || job.phase() == JOB_PHASE_CANCELLED ? "cancelled"
+                                                                                : "failed";
+  nlohmann::json result;  // rank 0's summary: null when there is none
   if (status == "succeeded") {
-    auto read = ReadFile(job_dir + "/summary.json");
-    if (read.ok()) result = *read;
+    const std::string path = job_dir + "/summary.json";
+    if (auto read = ReadFile(path); read.ok()) {
+      result = nlohmann::json::parse(*read, nullptr, /*allow_exceptions=*/false);
+      if (result.is_discarded()) {
+        fprintf(stderr, "ringctl: the trainer's summary %s is not valid JSON\n", path.c_str());
+        result = nullptr;
+      }
+    }
   }
-  std::string summary = absl::StrCat("{\"status\":\"", status, "\",\"world_size\":",
-                                     result.empty() ? "null" : JsonField(result, "world_size"),
-                                     ",\"workers\":", workers);
-  for (const char* key :
-       {"steps", "final_loss", "eval_accuracy", "samples_per_second", "tokens_per_second",
-        "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds", "elapsed_seconds",
-        "drained", "resumed_from_step", "checkpoints_saved", "checkpoint_failures"}) {
-    absl::StrAppend(&summary, ",\"", key, "\":", result.empty() ? "null" : JsonField(result, key));
+
+  // The run directory: a temporary one goes, unless asked to keep it or the job failed
+  // (its logs say why).
+  LocalOutcome outcome;
+  outcome.status = status;
+  outcome.workers = workers;
+  outcome.job = job;
+  outcome.run_dir = run_dir;
+  outcome.run_dir_kept = !temporary || options.keep_run_dir || status == "failed";
+  std::string run_dir_note;
+  if (!outcome.run_dir_kept) {
+    if (absl::Status s = DeleteRecursively(Env::Default(), run_dir); s.ok()) {
+      run_dir_note = absl::StrCat("removed the run directory ", run_dir,
+                                  " (--keep_run_dir keeps it)");
+    } else {
+      outcome.run_dir_kept = true;
+      run_dir_note = absl::StrCat("could not remove the run directory ", run_dir, ": ",
+                                  s.ToString());
+    }
+  } else {
+    run_dir_note = absl::StrCat(
+        "kept the run directory ", run_dir, " (spec, logs",
+        own_checkpoints ? ", checkpoints" : "", ")",
+        temporary && !options.keep_run_dir ? ": the job failed, its logs say why" : "");
   }
-  absl::StrAppend(&summary, ",\"epochs\":", job.epoch(), ",\"restarts\":", job.restarts(),
-                  ",\"recoveries\":", RecoveriesJson(job));
-  if (status != "succeeded" && !job.reason().empty()) {
-    absl::StrAppend(&summary, ",\"error\":", JsonString(job.reason()));
+  if (!own_checkpoints) {
+    absl::StrAppend(&run_dir_note, "; checkpoints in ", spec->checkpoint().dir(), "/",
+                    spec->name());
   }
-  absl::StrAppend(&summary, ",\"run_dir\":", JsonString(run_dir), "}\n");
-  if (const std::string path = flag("--summary", ""); !path.empty()) {
-    absl::Status s = WriteFileAtomically(path, summary);
+
+  const nlohmann::ordered_json summary = LocalSummary(outcome, result);
+  if (!options.summary.empty()) {
+    absl::Status s = WriteFileAtomically(
+        options.summary,
+        summary.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
     if (!s.ok()) fprintf(stderr, "ringctl: --summary: %s\n", s.ToString().c_str());
   }
+  printf("ringctl local: %s\n", run_dir_note.c_str());
   if (status == "succeeded") {
     printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
            "on %s workers%s\n",
-           JsonField(result, "steps").c_str(), JsonField(result, "final_loss").c_str(),
-           JsonField(result, "eval_accuracy").c_str(),
-           JsonField(result, "samples_per_second").c_str(),
-           JsonField(result, "world_size").c_str(),
+           summary["steps"].dump().c_str(), summary["final_loss"].dump().c_str(),
+           summary["eval_accuracy"].dump().c_str(), summary["samples_per_second"].dump().c_str(),
+           summary["world_size"].dump().c_str(),
            job.recoveries_size() > 0
                ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
                : "");
     return 0;
   }
-  fprintf(stderr, "ringctl local: %s%s%s (logs in %s)\n", status.c_str(),
-          job.reason().empty() ? "" : ": ", job.reason().c_str(), run_dir.c_str());
+  fprintf(stderr, "ringctl local: %s%s%s%s\n", status.c_str(), job.reason().empty() ? "" : ": ",
+          job.reason().c_str(),
+          outcome.run_dir_kept ? absl::StrCat(" (logs in ", run_dir, ")").c_str() : "");
   return status == "cancelled" ? 130 : 1;
+}
+
+nlohmann::ordered_json LocalSummary(const LocalOutcome& outcome,
+                                    const nlohmann::json& trainer_summary) {
+  auto from_trainer = [&](const char* key) -> nlohmann::json {
+    if (!trainer_summary.is_object()) return nullptr;
+    auto it = trainer_summary.find(key);
+    return it == trainer_summary.end() ? nlohmann::json() : *it;
+  };
+  nlohmann::ordered_json summary;
+  summary["status"] = outcome.status;
+  summary["world_size"] = from_trainer("world_size");
+  summary["workers"] = outcome.workers;
+  for (const char* key :
+       {"steps", "final_loss", "eval_accuracy", "samples_per_second", "tokens_per_second",
+        "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds", "elapsed_seconds",
+        "drained", "resumed_from_step", "checkpoints_saved", "checkpoint_failures"}) {
+    summary[key] = from_trainer(key);
+  }
+  const Job& job = outcome.job;
+  summary["epochs"] = job.epoch();
+  summary["restarts"] = job.restarts();
+  nlohmann::ordered_json recoveries = nlohmann::ordered_json::array();
+  for (const Recovery& r : job.recoveries()) {
+    nlohmann::ordered_json item;
+    item["epoch"] = r.epoch();
+    item["cause"] = r.cause();
+    item["reason"] = r.reason();
+    item["old_world"] = r.old_world();
+    item["new_world"] = r.new_world();
+    item["rendezvous_seconds"] = r.rendezvous_s();
+    item["restore_seconds"] = r.restore_s();
+    item["first_step_seconds"] = r.first_step_s();
+    item["lost_steps"] = r.lost_steps();
+    recoveries.push_back(std::move(item));
+  }
+  summary["recoveries"] = std::move(recoveries);
+  if (outcome.status != "succeeded" && !job.reason().empty()) summary["error"] = job.reason();
+  summary["run_dir"] = outcome.run_dir;
+  summary["run_dir_kept"] = outcome.run_dir_kept;
+  return summary;
 }
 
 }  // namespace ringmaster::cli

@@ -1,21 +1,64 @@
-// `ringctl local --workers N JOB.yaml [--set key=value ...] [--summary FILE] [--run_dir DIR]`:
-// the embedded default. Starts a coordinator (ringmaster, its database in the run
-// directory) and one node agent (ringworker) with N slots on this machine, submits the job
-// to them (elastic: min 1, max N ranks, unless the spec says otherwise), prints rank 0's
-// progress lines, and exits with the job's status: 0 succeeded, 1 failed, 2 bad usage or
-// spec, 130 cancelled (Ctrl-C / SIGTERM: the trainers drain first, saving a checkpoint when
-// the job has them).
+// `ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE] [--run_dir DIR]
+// [--keep_run_dir]`: the embedded default. Starts a coordinator (ringmaster, its database in
+// the run directory) and one node agent (ringworker) with N slots on this machine, prints
+// where the coordinator listens (so that `ringctl top JOB --coordinator ADDRESS` works on
+// it), submits the job to them (elastic: min 1, max N ranks, unless the spec says
+// otherwise), prints rank 0's progress lines, and exits with the job's status: 0 succeeded,
+// 1 failed, 2 bad usage or spec, 130 cancelled (Ctrl-C / SIGTERM: the trainers drain first,
+// saving a checkpoint when the job has them).
+//
+// The run directory holds the effective spec, the logs, and the checkpoints when the spec
+// names no checkpoint.dir. Without --run_dir it is a new temporary directory, removed when
+// the job ends unless --keep_run_dir is given or the job failed (its logs say why); what
+// was kept, and where, is printed at the end.
 //
 // The summary (--summary, JSON) has the job's result (steps, loss, accuracy, throughput,
 // world size, checkpoints), its status, and `recoveries`: one entry per membership change
-// with its cause, the old and new world size, and the seconds of each phase.
+// with its cause, the old and new world size, and the seconds of each phase; `run_dir` and
+// whether it was kept (`run_dir_kept`).
 #ifndef RINGMASTER_CLI_LOCAL_H_
 #define RINGMASTER_CLI_LOCAL_H_
 
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "proto/coordinator.pb.h"
+
 namespace ringmaster::cli {
 
-// argv from the command word ("local") on.
-int LocalCommand(int argc, char** argv);
+struct LocalOptions {
+  std::string spec_file;
+  std::vector<std::string> overrides;  // --set, in order
+  int workers = 1;
+  std::string summary;   // --summary: write the summary JSON here
+  std::string run_dir;   // --run_dir: use (and keep) this directory
+  bool keep_run_dir = false;
+  // Where the temporary run directory is made when run_dir is empty ($TMPDIR, or /tmp).
+  std::string temp_dir = "/tmp";
+};
+
+// Runs the job; returns the exit status above. Blocks until the job ends.
+int LocalCommand(const LocalOptions& options);
+
+// What ended the run, for the summary.
+struct LocalOutcome {
+  std::string status;  // "succeeded", "failed" or "cancelled"
+  int workers = 0;
+  Job job;             // the job as the coordinator last showed it
+  std::string run_dir;
+  bool run_dir_kept = true;
+};
+
+// The summary document: the outcome, with the result fields of the trainer's summary
+// (`trainer_summary`, rank 0's JSON object; null when there is none) copied, null where
+// it has none. Keys (in this order): status, world_size, workers, steps, final_loss,
+// eval_accuracy, samples_per_second, tokens_per_second, skipped_steps, parameters,
+// comm_seconds, exposed_comm_seconds, elapsed_seconds, drained, resumed_from_step,
+// checkpoints_saved, checkpoint_failures, epochs, restarts, recoveries, error (only when
+// it did not succeed and the job has a reason), run_dir, run_dir_kept.
+nlohmann::ordered_json LocalSummary(const LocalOutcome& outcome,
+                                    const nlohmann::json& trainer_summary);
 
 }  // namespace ringmaster::cli
 

@@ -9,6 +9,7 @@ namespace ringmaster {
 namespace {
 
 constexpr char kPermanentUrl[] = "type.ringmaster.dev/ringmaster.Permanent";
+constexpr char kNodeLocalUrl[] = "type.ringmaster.dev/ringmaster.NodeLocal";
 
 }  // namespace
 
@@ -19,6 +20,15 @@ absl::Status MarkPermanent(absl::Status status) {
 
 bool IsPermanent(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kPermanentUrl).has_value();
+}
+
+absl::Status MarkNodeLocal(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kNodeLocalUrl, absl::Cord("no restart on this node"));
+  return status;
+}
+
+bool IsNodeLocal(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kNodeLocalUrl).has_value();
 }
 
 absl::Status ErrnoToStatus(int err, absl::string_view what) {

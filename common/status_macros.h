@@ -14,6 +14,11 @@
 //                                     its checkpoint disagree, say): the elastic trainer
 //                                     reports it as such and the coordinator fails the job
 //                                     at once instead of spending its restart budget.
+//   MarkNodeLocal(status) / IsNodeLocal(status)
+//                                     an error that no restart on this node can fix but
+//                                     another node may not have (the data set is missing
+//                                     here): the coordinator places the job elsewhere once,
+//                                     then fails it.
 #ifndef RINGMASTER_COMMON_STATUS_MACROS_H_
 #define RINGMASTER_COMMON_STATUS_MACROS_H_
 
@@ -36,6 +41,10 @@ absl::Status ErrnoToStatus(int err, absl::string_view what);
 // stay). OK stays OK. A status rebuilt from the code and message alone loses the mark.
 absl::Status MarkPermanent(absl::Status status);
 bool IsPermanent(const absl::Status& status);
+
+// `status` marked as one no restart on this node can fix (a payload, as MarkPermanent).
+absl::Status MarkNodeLocal(absl::Status status);
+bool IsNodeLocal(const absl::Status& status);
 
 }  // namespace ringmaster
 

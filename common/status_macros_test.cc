@@ -73,5 +73,17 @@ TEST(StatusMacros, PermanentIsAMarkThatKeepsCodeAndMessage) {
   EXPECT_FALSE(IsPermanent(absl::Status(marked.code(), marked.message())));
 }
 
+TEST(StatusMacros, NodeLocalIsAMarkApartFromPermanent) {
+  const absl::Status plain = absl::NotFoundError("open /data/x: No such file or directory");
+  EXPECT_FALSE(IsNodeLocal(plain));
+  const absl::Status marked = MarkNodeLocal(plain);
+  EXPECT_TRUE(IsNodeLocal(marked));
+  EXPECT_FALSE(IsPermanent(marked));
+  EXPECT_EQ(marked.code(), plain.code());
+  EXPECT_EQ(marked.message(), plain.message());
+  EXPECT_FALSE(IsNodeLocal(MarkPermanent(plain)));
+  EXPECT_TRUE(MarkNodeLocal(absl::OkStatus()).ok());
+}
+
 }  // namespace
 }  // namespace ringmaster

@@ -165,6 +165,8 @@ void ToProto(const JobState& state, Job* job) {
   job->set_phase_since_ms(Ms(state.phase_since));
   job->set_below_min_since_ms(Ms(state.below_min_since));
   job->set_ever_started(state.ever_started);
+  job->clear_excluded_nodes();
+  for (const std::string& node : state.excluded_nodes) job->add_excluded_nodes(node);
   job->clear_members();
   for (const Member& m : state.members) {
     ringmaster::Member* out = job->add_members();
@@ -193,6 +195,7 @@ JobState FromProto(const Job& job) {
   state.phase_since = FromMs(job.phase_since_ms());
   state.below_min_since = FromMs(job.below_min_since_ms());
   state.ever_started = job.ever_started();
+  state.excluded_nodes.insert(job.excluded_nodes().begin(), job.excluded_nodes().end());
   for (const ringmaster::Member& m : job.members()) {
     Member member;
     member.slot = FromProto(m.slot());
@@ -886,15 +889,7 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
                             state->cause == EpochCause::kGrow);
     } else if (r.stats().step() >= 0) {
       Job& job = jobs_[r.job()];
-      RankStats& stats = rank_stats_[r.job()][r.stats().rank()];
-      stats = r.stats();
-      ToProto(slot, stats.mutable_slot());
-      if (r.stats().rank() == 0 || job.step() < r.stats().step()) {
-        job.set_step(std::max(job.step(), r.stats().step()));
-        job.set_loss(r.stats().loss());
-        if (r.stats().step_time_s() > 0) job.set_steps_per_s(1.0 / r.stats().step_time_s());
-      }
-      if (r.total_steps() > 0) job.set_total_steps(r.total_steps());
+      RecordStep(job, slot, r.stats(), r.total_steps());
       UpdateStragglers(job);
       if (!r.checkpoint_error().empty()) {
         // A failed save, as rank 0 tells it (its cause and path), bounded like every
@@ -927,6 +922,19 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
   return response;
 }
 
+void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& reported,
+                             int64_t total_steps) {
+  RankStats& stats = rank_stats_[job.id()][reported.rank()];
+  stats = reported;
+  ToProto(slot, stats.mutable_slot());
+  if (reported.rank() == 0 || job.step() < reported.step()) {
+    job.set_step(std::max(job.step(), reported.step()));
+    job.set_loss(reported.loss());
+    if (reported.step_time_s() > 0) job.set_steps_per_s(1.0 / reported.step_time_s());
+  }
+  if (total_steps > 0) job.set_total_steps(total_steps);
+}
+
 void Coordinator::UpdateStragglers(Job& job) {
   // A straggler computes half again as long as the median rank, in kSlowReports reports in a
   // row (one slow step is noise: a page fault, a neighbour's burst).
@@ -957,12 +965,21 @@ void Coordinator::UpdateStragglers(Job& job) {
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
     return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()),
-                                    Now(), actions, r.permanent());
+                                    Now(), actions,
+                                    r.permanent()    ? ErrorScope::kPermanent
+                                    : r.node_local() ? ErrorScope::kNodeLocal
+                                                     : ErrorScope::kRestartable);
   });
 }
 
 absl::Status Coordinator::Finished(const FinishedRequest& r) {
   return Decide([&](std::vector<Action>* actions) {
+    // The last step's figures first: the job's end (persisted below) keeps them.
+    const JobState* state = machine_.job(r.job());
+    if (r.stats().step() >= 0 && r.has_stats() && state != nullptr && !IsTerminal(state->phase) &&
+        state->epoch == r.epoch()) {
+      RecordStep(jobs_[r.job()], FromProto(r.slot()), r.stats(), r.total_steps());
+    }
     return machine_.Finished(r.job(), r.epoch(), FromProto(r.slot()), Now(), actions);
   });
 }

@@ -158,6 +158,9 @@ class Coordinator {
   // (the job ended) or ABORTED (a stale epoch).
   absl::Status CheckStoreCaller(const std::string& job, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's step report into the job's figures (step, loss, speed, length).
+  void RecordStep(Job& job, const SlotRef& slot, const RankStats& stats, int64_t total_steps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a rank's report: which ranks of the job are stragglers (Job.stragglers).
   void UpdateStragglers(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);

@@ -541,6 +541,32 @@ TEST_F(CoordinatorTest, DrainTellsLeaversToSaveAndLeave) {
   EXPECT_EQ(coordinator_->Get("mlp")->restarts(), 0);
 }
 
+// A finished job's last step, length and loss are in its record and survive a
+// coordinator restart (issue 17, point 14: a short job showed "step 0/0, loss 0": it
+// finished before its progress thread's first report, and later reports are refused).
+TEST_F(CoordinatorTest, AFinishedJobKeepsItsLastStepAcrossARestart) {
+  StartFourRanks();
+  const std::pair<const char*, int> slots[] = {{"a", 0}, {"a", 1}, {"b", 0}, {"b", 1}};
+  for (int rank = 0; rank < 4; ++rank) {
+    FinishedRequest f;
+    f.set_job("mlp");
+    f.set_epoch(1);
+    *f.mutable_slot() = Slot(slots[rank].first, slots[rank].second);
+    f.mutable_stats()->set_rank(rank);
+    f.mutable_stats()->set_step(20);
+    f.mutable_stats()->set_loss(0.42);
+    f.set_total_steps(20);
+    ASSERT_TRUE(coordinator_->Finished(f).ok());
+  }
+  ASSERT_EQ(coordinator_->Get("mlp")->phase(), JOB_PHASE_SUCCEEDED);
+  Reopen();
+  const Job job = *coordinator_->Get("mlp");
+  EXPECT_EQ(job.phase(), JOB_PHASE_SUCCEEDED);
+  EXPECT_EQ(job.step(), 20);
+  EXPECT_EQ(job.total_steps(), 20);
+  EXPECT_DOUBLE_EQ(job.loss(), 0.42);
+}
+
 TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   StartFourRanks();
   ReportCheckpointRequest ckpt;

@@ -188,6 +188,12 @@ std::vector<SlotRef> Membership::FreeSlots(absl::Time now) const {
   return free;  // map order and ascending slots: (node, slot) order
 }
 
+std::vector<SlotRef> Membership::FreeSlotsFor(const JobState& job, absl::Time now) const {
+  std::vector<SlotRef> free = FreeSlots(now);
+  std::erase_if(free, [&](const SlotRef& s) { return job.excluded_nodes.count(s.node) > 0; });
+  return free;
+}
+
 int Membership::free_slots(absl::Time now) const {
   return static_cast<int>(FreeSlots(now).size());
 }
@@ -228,7 +234,7 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
   });
   job.cause = cause;
 
-  const std::vector<SlotRef> free = FreeSlots(now);
+  const std::vector<SlotRef> free = FreeSlotsFor(job, now);
   const int have = static_cast<int>(job.members.size());
   if (have + static_cast<int>(free.size()) < job.request.min_ranks) {
     if (job.phase != JobPhase::kPending) job.below_min_since = now;
@@ -358,7 +364,8 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
   for (const std::string& id : order_) {
     JobState& job = jobs_[id];
     if (job.phase != JobPhase::kPending) continue;
-    const int available = static_cast<int>(job.members.size()) + free_slots(now);
+    const int available =
+        static_cast<int>(job.members.size() + FreeSlotsFor(job, now).size());
     if (available >= job.request.min_ranks) {
       Reform(job, job.ever_started ? EpochCause::kFailure : EpochCause::kStart, {}, "", now,
              actions);
@@ -366,14 +373,14 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
   }
   for (const std::string& id : order_) {
     JobState& job = jobs_[id];
+    const size_t free = FreeSlotsFor(job, now).size();
     if (job.phase != JobPhase::kRunning || job.finishing_epoch == job.epoch ||
         static_cast<int>(job.members.size()) >= job.request.max_ranks ||
-        now - job.phase_since < options_.grow_after || free_slots(now) == 0) {
+        now - job.phase_since < options_.grow_after || free == 0) {
       continue;
     }
     Reform(job, EpochCause::kGrow, {},
-           absl::StrCat(free_slots(now), " free slots; growing from ", job.members.size()), now,
-           actions);
+           absl::StrCat(free, " free slots; growing from ", job.members.size()), now, actions);
   }
 }
 
@@ -560,6 +567,44 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   return absl::OkStatus();
 }
 
+void Membership::NodeLocalError(JobState& job, const SlotRef& slot, const std::string& detail,
+                                absl::Time now, std::vector<Action>* actions) {
+  const std::string what =
+      absl::StrCat("error on ", ToString(slot), " that no restart on node ", slot.node,
+                   " can fix: ", detail);
+  if (!job.excluded_nodes.empty()) {
+    End(job, JobPhase::kFailed,
+        absl::StrCat(what, "; the job was already moved off node(s) ",
+                     absl::StrJoin(job.excluded_nodes, ", "), " for such an error: fix it (is "
+                     "the job's data on every node?) and submit the job again"),
+        now, actions);
+    return;
+  }
+  job.excluded_nodes.insert(slot.node);
+  // Could the other nodes (their slots, busy or not) ever hold it?
+  int elsewhere = 0;
+  for (const auto& [id, node] : nodes_) {
+    if (id != slot.node && !node.draining) elsewhere += node.slots;
+  }
+  if (elsewhere < job.request.min_ranks) {
+    End(job, JobPhase::kFailed,
+        absl::StrCat(what, "; no other node has the ", job.request.min_ranks,
+                     " slot(s) it needs: fix it (is the job's data on every node?) and submit "
+                     "the job again"),
+        now, actions);
+    return;
+  }
+  std::set<SlotRef> lost;
+  for (const Member& m : job.members) {
+    if (m.slot.node == slot.node) lost.insert(m.slot);
+  }
+  LoseMembers(job, lost,
+              Loss{.cause = EpochCause::kFailure,
+                   .reason = absl::StrCat(what, "; placing the job on other nodes"),
+                   .stop = true},
+              now, actions);
+}
+
 bool Membership::BlameCulprit(JobState& job, const std::string& culprit, absl::Time now) {
   constexpr char kSurvivors[] = "collective error on ";
   constexpr char kSaw[] = "; the survivors saw: ";
@@ -692,7 +737,7 @@ absl::Duration Membership::SilenceBound(const JobState& job) const {
 
 absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, const SlotRef& slot,
                                          const std::string& detail, absl::Time now,
-                                         std::vector<Action>* actions, bool permanent) {
+                                         std::vector<Action>* actions, ErrorScope scope) {
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   JobState& job = *live->first;
@@ -700,7 +745,9 @@ absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, c
     return absl::OkStatus();  // already re-forming
   }
   const std::string reason = absl::StrCat("collective error on ", ToString(slot), ": ", detail);
-  if (permanent) {
+  if (scope == ErrorScope::kNodeLocal) {
+    NodeLocalError(job, slot, detail, now, actions);
+  } else if (scope == ErrorScope::kPermanent) {
     End(job, JobPhase::kFailed,
         absl::StrCat("error on ", ToString(slot), " that no restart can fix: ", detail), now,
         actions);

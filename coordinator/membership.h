@@ -157,7 +157,12 @@ struct JobState {
   // member is measured against (MembershipOptions::hang_timeout).
   std::vector<absl::Duration> step_times;
   std::string reason;           // why it is pending, failed or cancelled
+  // Nodes the job is not placed on (an error no restart there fixes: its data is missing).
+  std::set<std::string> excluded_nodes;
 };
+
+// How far an error reaches: a restart fixes it, or a restart on another node may, or none.
+enum class ErrorScope { kRestartable, kNodeLocal, kPermanent };
 
 // --- Actions, carried out by the service layer in the order given. ---
 
@@ -262,11 +267,15 @@ class Membership {
   // How long a RUNNING member of the job may send nothing before it is hung.
   absl::Duration SilenceBound(const JobState& job) const;
   // A collective failed under this trainer (a peer died or hung); it stays alive and will
-  // join the next epoch. A `permanent` error (one no restart can fix: the checkpoint is
-  // another job's, say) fails the job at once, spending no restart budget.
+  // join the next epoch. A kPermanent error (one no restart can fix: the checkpoint is
+  // another job's, say) fails the job at once, spending no restart budget. A kNodeLocal one
+  // (its data is missing on this node) takes the node out of the job's placement and
+  // re-forms it on other nodes, once: a second such error, or no other node with enough
+  // slots, fails the job.
   absl::Status CollectiveError(const std::string& job, int64_t epoch, const SlotRef& slot,
                                const std::string& detail, absl::Time now,
-                               std::vector<Action>* actions, bool permanent = false);
+                               std::vector<Action>* actions,
+                               ErrorScope scope = ErrorScope::kRestartable);
   // The trainer finished the job's last step.
   absl::Status Finished(const std::string& job, int64_t epoch, const SlotRef& slot,
                         absl::Time now, std::vector<Action>* actions);
@@ -333,6 +342,8 @@ class Membership {
   absl::StatusOr<std::pair<JobState*, Member*>> LiveMember(const std::string& job,
                                                            int64_t epoch, const SlotRef& slot);
   std::vector<SlotRef> FreeSlots(absl::Time now) const;
+  // The free slots the job may be placed on (not on its excluded nodes).
+  std::vector<SlotRef> FreeSlotsFor(const JobState& job, absl::Time now) const;
 
   // How members were lost.
   struct Loss {
@@ -353,6 +364,9 @@ class Membership {
   void MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions);
   void End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
            std::vector<Action>* actions);
+  // A node-local error of a member (CollectiveError): exclude its node and re-form, or fail.
+  void NodeLocalError(JobState& job, const SlotRef& slot, const std::string& detail,
+                      absl::Time now, std::vector<Action>* actions);
   // When the job's reason is a survivor's collective error of the last blame_window, puts
   // the culprit (a trainer's death) first. True when it changed the reason.
   bool BlameCulprit(JobState& job, const std::string& culprit, absl::Time now);

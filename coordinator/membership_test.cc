@@ -12,7 +12,7 @@
 //   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
-//   error JOB EPOCH NODE/SLOT DETAIL...
+//   error JOB EPOCH NODE/SLOT [permanent=1|node_local=1] DETAIL...
 //   advance DURATION               (then Tick)
 //   show                           (DebugString)
 //   restart                        (a new machine restored from the last PersistJob of
@@ -195,7 +195,9 @@ class Scenario {
       std::vector<std::string> detail(pos.begin() + 3, pos.end());
       check(machine_->CollectiveError(pos[0], epoch, ParseSlot(pos.at(2)),
                                       absl::StrJoin(detail, " "), now_, &actions,
-                                      IntArg(kv, "permanent", 0) != 0));
+                                      IntArg(kv, "permanent", 0) != 0    ? ErrorScope::kPermanent
+                                      : IntArg(kv, "node_local", 0) != 0 ? ErrorScope::kNodeLocal
+                                                                         : ErrorScope::kRestartable));
     } else if (verb == "delete") {
       check(machine_->DeleteJob(pos.at(0)));
     } else if (verb == "nodes") {

@@ -23,6 +23,7 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "coordinator/auth.h"
+#include "common/version.h"
 #include "coordinator/grpc_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on (host:port)");
@@ -76,7 +77,7 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* fl
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage("the ringmaster coordinator; see --helpfull");
-  absl::ParseCommandLine(argc, argv);
+  ParseFlagsWithUsage(argc, argv, "ringmaster");
   LoggingOptions logging;
   logging.program_name = argv[0];
   logging.verbosity = absl::GetFlag(FLAGS_verbosity);

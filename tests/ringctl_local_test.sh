@@ -7,17 +7,24 @@
 #   5. with checkpoints, SIGTERM drains (a checkpoint of the last step), the job resumes on
 #      another number of workers, and `ringctl checkpoint` lists, verifies and catches a
 #      flipped byte;
-#   6. the same checkpoint.dir under a changed spec fails at once, spending no restart.
+#   6. the same checkpoint.dir under a changed spec fails at once, spending no restart;
+#   7. `ringctl local` prints where its coordinator listens, and `ringctl status` and `top`
+#      work on it; its temporary run directory is removed at the end unless --keep_run_dir
+#      is given, --run_dir was given or the job failed, and it says so; `ringctl checkpoint
+#      verify` on a job directory verifies each of its checkpoints.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
 SPEC="$TEST_SRCDIR/ringmaster/examples/fashion_mnist_mlp.yaml"
 WORK="${TEST_TMPDIR:-/tmp}/ringctl_local_test"
-rm -rf "$WORK" && mkdir -p "$WORK"
+rm -rf "$WORK" && mkdir -p "$WORK/tmp"
+export TMPDIR="$WORK/tmp"  # where `ringctl local` makes its temporary run directories
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 # Runs `ringctl local ...` in the background with its output in $1, sends it SIGTERM once a
-# line matching $2 appears, and prints its exit status.
+# line matching $2 appears, and sets rc to its exit status.
+# `after_start`, when set, runs once the pattern is there.
+after_start=""
 run_then_term() {
   local out="$1" pattern="$2" pid
   shift 2
@@ -27,10 +34,14 @@ run_then_term() {
     grep -q "$pattern" "$out" 2>/dev/null && break
     sleep 0.1
   done
+  [ -n "$after_start" ] && "$after_start" "$out"
   kill -TERM "$pid"
   wait "$pid"
-  echo $?
+  rc=$?
 }
+# The run directory and the coordinator's address `ringctl local` printed in $1.
+run_dir_of() { grep -o "run directory [^ ]*" "$1" | head -1 | cut -d' ' -f3; }
+address_of() { grep -o "coordinator at 127.0.0.1:[0-9]*" "$1" | head -1 | cut -d' ' -f3; }
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
@@ -49,6 +60,9 @@ rc=$?
 python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["eval_accuracy"]; sys.exit(0 if a > 0.75 else 1)' \
   "$WORK/ok.json" || fail "test accuracy after 120 steps: $(cat "$WORK/ok.json")"
 grep -q "test_accuracy" "$WORK/ok.out" || fail "no progress line with the test accuracy"
+[ -n "$(address_of "$WORK/ok.out")" ] || fail "no coordinator address: $(head -3 "$WORK/ok.out")"
+[ -f "$WORK/ok/job.yaml" ] && grep -q "kept the run directory $WORK/ok" "$WORK/ok.out" ||
+  fail "the --run_dir was not kept: $(tail -3 "$WORK/ok.out")"
 
 # 2. Bad input is refused before anything runs, naming the field.
 "$RINGCTL" local --workers 2 "$SPEC" --set optimizer.lr=-1 >"$WORK/bad.out" 2>&1
@@ -68,11 +82,14 @@ grep -q -- "--workers" "$WORK/workers.out" || fail "the error does not name --wo
 rc=$?
 [ "$rc" -eq 1 ] || fail "a job whose data is missing exited with $rc, expected 1"
 [ "$(field "$WORK/failed.json" status)" = failed ] || fail "summary: $(cat "$WORK/failed.json")"
+failed_dir="$(run_dir_of "$WORK/failed.out")"
+[ -d "$failed_dir" ] && grep -q "the job failed, its logs say why" "$WORK/failed.out" ||
+  fail "a failed job's temporary run directory was not kept: $(tail -3 "$WORK/failed.out")"
 grep -q "nowhere" "$WORK/failed.out" || fail "the failure does not name the missing data: $(cat "$WORK/failed.out")"
 
 # 4. SIGTERM cancels.
-rc="$(run_then_term "$WORK/cancel.out" "^step" --workers 2 "$SPEC" \
-  --summary "$WORK/cancel.json" --run_dir "$WORK/cancel")"
+run_then_term "$WORK/cancel.out" "^step" --workers 2 "$SPEC" \
+  --summary "$WORK/cancel.json" --run_dir "$WORK/cancel"
 [ "$rc" -eq 130 ] || fail "a cancelled job exited with $rc, expected 130"
 [ "$(field "$WORK/cancel.json" status)" = cancelled ] || fail "summary: $(cat "$WORK/cancel.json")"
 sleep 0.5
@@ -83,17 +100,37 @@ fi
 
 # 5. Drain, resume elsewhere, verify.
 CK="$WORK/checkpoints"
-rc="$(run_then_term "$WORK/drain.out" "^step 30/" --workers 2 "$SPEC" \
+# While it runs: ringctl status and top on the coordinator it printed (7).
+query_running() {
+  local addr
+  addr="$(address_of "$1")"
+  [ -n "$addr" ] || { fail "no coordinator address printed: $(head -3 "$1")"; return; }
+  "$RINGCTL" status fashion_mnist_mlp --coordinator "$addr" -o json >"$WORK/query.json" 2>&1
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(j["phase"] != "JOB_PHASE_RUNNING")' \
+    "$WORK/query.json" || fail "ringctl status on the local coordinator: $(head -5 "$WORK/query.json")"
+  timeout 5 "$RINGCTL" top fashion_mnist_mlp --coordinator "$addr" 2>&1 | head -4 >"$WORK/top.out"
+  grep -q "RANK *SLOT *STEP" "$WORK/top.out" || fail "ringctl top on the local coordinator: $(head -5 "$WORK/top.out")"
+}
+after_start=query_running
+run_then_term "$WORK/drain.out" "^step 30/" --workers 2 "$SPEC" \
   --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 --set epochs=1 \
-  --set diagnostics.log_every=5)"
+  --set diagnostics.log_every=5 --summary "$WORK/drain.json"
+after_start=""
 [ "$rc" -eq 130 ] || fail "the drained job exited with $rc, expected 130"
 grep -q "drained after step" "$WORK/drain.out" || fail "no drain: $(tail -5 "$WORK/drain.out")"
+drain_dir="$(run_dir_of "$WORK/drain.out")"
+[ -n "$drain_dir" ] && [ ! -e "$drain_dir" ] && grep -q "removed the run directory $drain_dir" "$WORK/drain.out" ||
+  fail "the temporary run directory $drain_dir was not removed: $(tail -3 "$WORK/drain.out")"
+[ "$(field "$WORK/drain.json" run_dir_kept)" = False ] || fail "summary: $(cat "$WORK/drain.json")"
 "$RINGCTL" local --workers 3 "$SPEC" --set checkpoint.dir="$CK" --set checkpoint.every_steps=25 \
-  --set epochs=1 --summary "$WORK/resumed.json" >"$WORK/resumed.out" 2>&1
+  --set epochs=1 --summary "$WORK/resumed.json" --keep_run_dir >"$WORK/resumed.out" 2>&1
 [ $? -eq 0 ] || fail "the resumed job failed: $(tail -5 "$WORK/resumed.out")"
 resumed_from="$(field "$WORK/resumed.json" resumed_from_step)"
 [ "$resumed_from" -gt 0 ] 2>/dev/null || fail "the job did not resume: $(cat "$WORK/resumed.json")"
 grep -q "saved by 2 ranks" "$WORK/resumed.out" || fail "no resume message: $(head -8 "$WORK/resumed.out")"
+kept_dir="$(run_dir_of "$WORK/resumed.out")"
+[ -f "$kept_dir/job.yaml" ] && grep -q "kept the run directory $kept_dir" "$WORK/resumed.out" ||
+  fail "--keep_run_dir did not keep $kept_dir: $(tail -3 "$WORK/resumed.out")"
 "$RINGCTL" checkpoint list "$CK/fashion_mnist_mlp" >"$WORK/list.out" 2>&1 || fail "checkpoint list failed"
 grep -q "LATEST" "$WORK/list.out" || fail "checkpoint list: $(cat "$WORK/list.out")"
 latest="$CK/fashion_mnist_mlp/$(cat "$CK/fashion_mnist_mlp/LATEST")"
@@ -112,12 +149,34 @@ grep -q "written by another job" "$WORK/other.out" && grep -q "no restart can fi
 [ "$(cat "$CK/fashion_mnist_mlp/LATEST")" = "$(basename "$latest")" ] ||
   fail "the failed job changed the checkpoints: LATEST is $(cat "$CK/fashion_mnist_mlp/LATEST")"
 
+# 7. The data is missing on this node (the only one): no restart here can fix it and there
+#    is no other node, so the job fails at once, naming the file, spending no restart.
+"$RINGCTL" local --workers 2 "$SPEC" --set data.fashion_mnist.dir="$WORK/no-data" \
+  --set epochs=1 --summary "$WORK/nodata.json" >"$WORK/nodata.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a job without its data exited with $rc, expected 1"
+grep -q "no restart on node local can fix" "$WORK/nodata.out" &&
+  grep -q "$WORK/no-data/train-images-idx3-ubyte.gz" "$WORK/nodata.out" ||
+  fail "the failure does not name the node and the file: $(tail -3 "$WORK/nodata.out")"
+[ "$(field "$WORK/nodata.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/nodata.json")"
+
+# 8. A job directory: each committed checkpoint verified.
+"$RINGCTL" checkpoint verify "$CK/fashion_mnist_mlp" >"$WORK/verify_job.out" 2>&1 ||
+  fail "verify of the job directory: $(cat "$WORK/verify_job.out")"
+steps="$(ls -d "$CK"/fashion_mnist_mlp/step-* | wc -l)"
+[ "$(grep -c "verified" "$WORK/verify_job.out")" -eq "$steps" ] && [ "$steps" -gt 1 ] &&
+  grep -q "$steps checkpoints, $steps sound, 0 damaged" "$WORK/verify_job.out" ||
+  fail "verify of the job directory did not verify its $steps checkpoints: $(cat "$WORK/verify_job.out")"
+
 shard="$(ls "$latest"/shard-1-of-*.bin | head -1)"
 printf '\x5a' | dd of="$shard" bs=1 seek=4000 conv=notrunc status=none
 "$RINGCTL" checkpoint verify "$latest" >"$WORK/corrupt.out" 2>&1
 [ $? -eq 1 ] || fail "a flipped byte was not detected"
 grep -q "DATA_LOSS" "$WORK/corrupt.out" && grep -q "shard-1-of" "$WORK/corrupt.out" ||
   fail "the corruption report does not name the shard: $(cat "$WORK/corrupt.out")"
+"$RINGCTL" checkpoint verify "$CK/fashion_mnist_mlp" >"$WORK/corrupt_job.out" 2>&1
+[ $? -eq 1 ] && grep -q "shard-1-of" "$WORK/corrupt_job.out" && grep -q "1 damaged" "$WORK/corrupt_job.out" ||
+  fail "verify of the job directory missed the flipped byte: $(cat "$WORK/corrupt_job.out")"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"

@@ -191,6 +191,7 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
   *request.mutable_slot() = o.slot;
   request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
   request.set_permanent(IsPermanent(error));
+  request.set_node_local(IsNodeLocal(error));
   absl::Status s = o.client->ReportError(request);
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }
@@ -227,9 +228,12 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       absl::StatusOr<train::JobData> loaded = train::LoadJobData(o.spec);
       if (!loaded.ok()) {
         // Out of memory, say: the epoch is committed, so the job fails at once instead of
-        // restarting into it again.
-        if (IsPermanent(loaded.status())) ReportCollectiveError(o, epoch, loaded.status());
-        return loaded.status();
+        // restarting into it again. Any other failure to read the data (missing, unreadable,
+        // corrupt) is this node's: another node may have it, a restart here would not.
+        absl::Status s = loaded.status();
+        if (!IsPermanent(s)) s = MarkNodeLocal(s);
+        ReportCollectiveError(o, epoch, s);
+        return s;
       }
       data = *std::move(loaded);
     }
@@ -321,6 +325,12 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       finished.set_job(o.job);
       finished.set_epoch(epoch);
       *finished.mutable_slot() = o.slot;
+      // The last step (the job's length) and its loss, whether or not the progress thread
+      // reported them yet.
+      finished.mutable_stats()->set_rank(rank);
+      finished.mutable_stats()->set_step(trained->steps);
+      finished.mutable_stats()->set_loss(trained->final_loss);
+      finished.set_total_steps(trained->steps);
       RM_RETURN_IF_ERROR(o.client->Finished(finished));
       return result;
     }

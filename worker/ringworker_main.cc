@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 
@@ -89,7 +90,7 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::SetProgramUsageMessage("the ringmaster node agent; see --helpfull");
-  absl::ParseCommandLine(argc, argv);
+  ParseFlagsWithUsage(argc, argv, "ringworker");
   LoggingOptions logging;
   logging.program_name = argv[0];
   InitLogging(logging);

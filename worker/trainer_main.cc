@@ -31,6 +31,7 @@
 #include "comm/tcp/tcp_communicator.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
 #include "worker/coordinator_client.h"
@@ -234,6 +235,6 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("one rank of a ringmaster training job (started by ringctl)");
-  absl::ParseCommandLine(argc, argv);
+  ringmaster::ParseFlagsWithUsage(argc, argv, "ringtrainer");
   return ringmaster::Main();
 }

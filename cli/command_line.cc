@@ -1,0 +1,276 @@
+#include "cli/command_line.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/version.h"
+
+namespace ringmaster::cli {
+namespace {
+
+constexpr char kFooter[] =
+    "Run `ringctl COMMAND --help` for a command's flags. In short:\n"
+    "  ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]"
+    " [--run_dir DIR] [--keep_run_dir]\n"
+    "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--wait] [-o json|yaml]\n"
+    "  ringctl list [--all] [-o json|yaml|wide]\n"
+    "  ringctl status JOB [-o json|yaml|wide]\n"
+    "  ringctl cancel JOB | top JOB | checkpoints JOB\n"
+    "  ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR\n"
+    "  ringctl estimate memory --params 7B [--world 8] [--zero 0|1|2|3]"
+    " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
+    "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
+    "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
+    "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
+    "tls_client_key), else 127.0.0.1:7070; likewise --token_file F ($RINGMASTER_TOKEN_FILE),\n"
+    "--tls_ca F ($RINGMASTER_TLS_CA), --tls_client_cert F and --tls_client_key F.\n"
+    "--json is -o json.";
+
+void AddConnectionFlags(CLI::App* command, ConnectionFlags* flags) {
+  const struct {
+    const char* name;
+    std::string* into;
+    const char* help;
+  } options[] = {
+      {"--coordinator", &flags->coordinator,
+       "HOST:PORT ($RINGMASTER_ADDRESS; default 127.0.0.1:7070)"},
+      {"--token_file", &flags->token_file, "file holding the user token ($RINGMASTER_TOKEN_FILE)"},
+      {"--tls_ca", &flags->tls_ca,
+       "PEM CA of the coordinator's certificate: TLS ($RINGMASTER_TLS_CA)"},
+      {"--tls_client_cert", &flags->tls_client_cert,
+       "PEM client certificate for mutual TLS ($RINGMASTER_TLS_CLIENT_CERT)"},
+      {"--tls_client_key", &flags->tls_client_key,
+       "PEM key of --tls_client_cert ($RINGMASTER_TLS_CLIENT_KEY)"},
+      {"--config", &flags->config,
+       "config file ($RINGMASTER_CONFIG; default ~/.config/ringmaster/config.yaml when it "
+       "exists)"},
+  };
+  for (const auto& o : options) {
+    command->add_option(o.name, *o.into, o.help)
+        ->group("Coordinator (flag, else environment, else config file)");
+  }
+}
+
+// -o FORMAT (one of `formats`) and --json, both into `text`.
+struct OutputFlags {
+  std::string text;
+  bool json = false;
+};
+
+void AddOutputFlags(CLI::App* command, const std::vector<std::string>& formats,
+                    OutputFlags* flags) {
+  command
+      ->add_option("-o,--output", flags->text,
+                   absl::StrCat("output format: ", absl::StrJoin(formats, ", "),
+                                " (default: a table for people)"))
+      ->check(CLI::IsMember(formats));
+  command->add_flag("--json", flags->json, "the same as -o json");
+}
+
+// The deepest command that the parse reached: "submit", "checkpoint verify", or "".
+std::string CommandPath(const CLI::App& app) {
+  std::vector<std::string> names;
+  const CLI::App* at = &app;
+  while (true) {
+    const auto parsed = at->get_subcommands();
+    if (parsed.empty()) break;
+    at = parsed.front();
+    names.push_back(at->get_name());
+  }
+  return absl::StrJoin(names, " ");
+}
+
+ParsedCommandLine UsageError(const std::string& command, const std::string& problem) {
+  ParsedCommandLine result;
+  result.exit_status = 2;
+  const std::string prefix = command.empty() ? "ringctl" : absl::StrCat("ringctl ", command);
+  result.err = absl::StrCat(prefix, ": ", problem, "\nRun `", prefix,
+                            " --help` for the usage.\n");
+  return result;
+}
+
+}  // namespace
+
+ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
+  std::vector<std::string> args = args_in;
+  // `ringctl help [COMMAND...]` is `ringctl [COMMAND...] --help`.
+  if (!args.empty() && args[0] == "help") {
+    args.erase(args.begin());
+    args.push_back("--help");
+  }
+  CommandLine line;
+  OutputFlags output;
+
+  CLI::App app("ringctl: runs and manages ringmaster training jobs.", "ringctl");
+  app.set_version_flag("--version", VersionLine("ringctl"));
+  app.require_subcommand(1);
+
+  CLI::App* local = app.add_subcommand(
+      "local", "run a job on this machine under its own coordinator and agent");
+  local->add_option("JOB_SPEC", line.local.spec_file, "the job spec (YAML)")->required();
+  local->add_option("--workers", line.local.workers, "trainer processes (slots), 1..256")
+      ->check(CLI::Range(1, 256));
+  local->add_option("--set", line.local.overrides, "override a spec field: path=value")
+      ->allow_extra_args(false);
+  local->add_option("--summary", line.local.summary, "write the result as JSON to this file");
+  local->add_option("--run_dir", line.local.run_dir,
+                    "keep the spec, logs (and checkpoints without checkpoint.dir) here; "
+                    "default: a temporary directory, removed at the end");
+  local->add_flag("--keep_run_dir", line.local.keep_run_dir,
+                  "keep the temporary run directory");
+
+  CLI::App* submit = app.add_subcommand("submit", "submit a job to a coordinator");
+  submit->add_option("JOB_SPEC", line.target, "the job spec (YAML, or JSON as -o json prints)")
+      ->required();
+  submit->add_option("--set", line.overrides, "override a spec field: path=value")
+      ->allow_extra_args(false);
+  submit->add_flag("--wait", line.wait,
+                   "follow the job until it ends (exit 0 when it succeeds, 1 otherwise)");
+  AddOutputFlags(submit, {"json", "yaml"}, &output);
+  AddConnectionFlags(submit, &line.connection);
+
+  CLI::App* list = app.add_subcommand("list", "list the jobs");
+  list->add_flag("--all", line.all, "include finished jobs");
+  AddOutputFlags(list, {"json", "yaml", "wide"}, &output);
+  AddConnectionFlags(list, &line.connection);
+
+  CLI::App* status = app.add_subcommand("status", "show a job");
+  status->add_option("JOB", line.target, "the job's name")->required();
+  AddOutputFlags(status, {"json", "yaml", "wide"}, &output);
+  AddConnectionFlags(status, &line.connection);
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("JOB", line.target, "the job's name")->required();
+  AddOutputFlags(cancel, {"json", "yaml"}, &output);
+  AddConnectionFlags(cancel, &line.connection);
+
+  CLI::App* top = app.add_subcommand(
+      "top", "live per-rank figures until the job ends or Ctrl-C (redrawn in a terminal)");
+  top->add_option("JOB", line.target, "the job's name")->required();
+  AddOutputFlags(top, {"json"}, &output);
+  AddConnectionFlags(top, &line.connection);
+
+  CLI::App* checkpoints =
+      app.add_subcommand("checkpoints", "the checkpoints the coordinator knows of a job");
+  checkpoints->add_option("JOB", line.target, "the job's name")->required();
+  AddOutputFlags(checkpoints, {"json", "yaml"}, &output);
+  AddConnectionFlags(checkpoints, &line.connection);
+
+  CLI::App* checkpoint =
+      app.add_subcommand("checkpoint", "look at checkpoints on disk (no coordinator needed)");
+  checkpoint->require_subcommand(1);
+  CLI::App* checkpoint_list =
+      checkpoint->add_subcommand("list", "the committed checkpoints of a job directory");
+  checkpoint_list->add_option("JOB_DIR", line.target, "checkpoint.dir/<job name>")->required();
+  CLI::App* checkpoint_inspect =
+      checkpoint->add_subcommand("inspect", "a checkpoint's manifest: tensors, state");
+  checkpoint_inspect->add_option("STEP_DIR", line.target, "JOB_DIR/step-<N>")->required();
+  CLI::App* checkpoint_verify = checkpoint->add_subcommand(
+      "verify", "read every byte and check every checksum of a checkpoint, or of every "
+                "committed checkpoint of a job directory");
+  checkpoint_verify->add_option("DIR", line.target, "JOB_DIR/step-<N>, or JOB_DIR")->required();
+
+  CLI::App* estimate = app.add_subcommand("estimate", "estimates");
+  estimate->require_subcommand(1);
+  CLI::App* memory = estimate->add_subcommand(
+      "memory", "per-rank memory of parameters, gradients and optimizer state (ZeRO formula)");
+  std::string params, precision = "mixed", optimizer = "adam";
+  memory->add_option("--params", params, "parameters: 7B, 1.5M, 13e9, 124000000")->required();
+  memory->add_option("--world", line.estimate.world_size, "ranks (data parallel)")
+      ->check(CLI::Range(1, 1 << 24));
+  memory->add_option("--zero", line.estimate.zero_stage, "ZeRO stage: 0, 1, 2 or 3")
+      ->check(CLI::Range(0, 3));
+  memory
+      ->add_option("--precision", precision,
+                   "mixed (16-bit compute, fp32 master weights) or fp32")
+      ->check(CLI::IsMember({"mixed", "fp32"}));
+  memory->add_option("--optimizer", optimizer, "adam or sgd (with momentum)")
+      ->check(CLI::IsMember({"adam", "sgd"}));
+
+  app.footer(kFooter);  // after the subcommands, which would inherit it
+
+  // An unknown command word (CLI11 would only say that a subcommand is required).
+  CLI::App* at = &app;
+  std::vector<std::string> words;
+  for (const std::string& word : args) {
+    if (word.empty() || word[0] == '-') break;  // flags and what follows are CLI11's
+    const std::vector<CLI::App*> commands = at->get_subcommands([](CLI::App*) { return true; });
+    if (commands.empty()) break;  // a positional argument
+    std::vector<std::string> names;
+    for (const CLI::App* c : commands) names.push_back(c->get_name());
+    auto found = std::find(names.begin(), names.end(), word);
+    if (found == names.end()) {
+      return UsageError(absl::StrJoin(words, " "),
+                        absl::StrCat("unknown command \"", word, "\" (the commands are ",
+                                     absl::StrJoin(names, ", "), ")"));
+    }
+    at = commands[found - names.begin()];
+    words.push_back(word);
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them so
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help or --version
+      std::ostringstream out, err;
+      app.exit(e, out, err);
+      ParsedCommandLine result;
+      result.out = out.str();
+      result.err = err.str();
+      return result;
+    }
+    return UsageError(CommandPath(app), e.what());
+  }
+
+  const std::string path = CommandPath(app);
+  if (output.json) {
+    if (!output.text.empty() && output.text != "json") {
+      return UsageError(path, absl::StrCat("--json and -o ", output.text, " disagree"));
+    }
+    output.text = "json";
+  }
+  auto format = ParseOutputFormat(output.text);
+  if (!format.ok()) return UsageError(path, std::string(format.status().message()));
+  line.output = *format;
+
+  const struct {
+    CLI::App* app;
+    Command command;
+  } commands[] = {
+      {local, Command::kLocal},
+      {submit, Command::kSubmit},
+      {list, Command::kList},
+      {status, Command::kStatus},
+      {cancel, Command::kCancel},
+      {top, Command::kTop},
+      {checkpoints, Command::kCheckpoints},
+      {checkpoint_list, Command::kCheckpointList},
+      {checkpoint_inspect, Command::kCheckpointInspect},
+      {checkpoint_verify, Command::kCheckpointVerify},
+      {memory, Command::kEstimateMemory},
+  };
+  for (const auto& c : commands) {
+    if (c.app->parsed()) line.command = c.command;
+  }
+  if (line.command == Command::kEstimateMemory) {
+    auto count = train::ParseParameterCount(params);
+    if (!count.ok()) {
+      return UsageError(path, std::string(count.status().message()));
+    }
+    line.estimate.parameters = *count;
+    line.estimate.mixed_precision = precision == "mixed";
+    line.estimate.optimizer = optimizer == "adam"
+                                  ? train::MemoryEstimateOptions::Optimizer::kAdam
+                                  : train::MemoryEstimateOptions::Optimizer::kSgdMomentum;
+  }
+  ParsedCommandLine result;
+  result.line = std::move(line);
+  return result;
+}
+
+}  // namespace ringmaster::cli

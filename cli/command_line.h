@@ -1,0 +1,78 @@
+// ringctl's command line (CLI11): which command, with which flags. Parsing only; nothing
+// runs and nothing is read here (the environment and config files are cli/config.h's).
+//
+//   ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]
+//                [--run_dir DIR] [--keep_run_dir]
+//   ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--wait] [-o json|yaml]
+//   ringctl list [--all] [-o json|yaml|wide]
+//   ringctl status JOB [-o json|yaml|wide]
+//   ringctl cancel JOB [-o json|yaml]
+//   ringctl top JOB [-o json]
+//   ringctl checkpoints JOB [-o json|yaml]
+//   ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR
+//   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
+//                           [--optimizer adam|sgd]
+//   ringctl --version | --help | COMMAND --help
+// The commands that talk to a coordinator also take --coordinator, --token_file, --tls_ca,
+// --tls_client_cert, --tls_client_key and --config (cli/config.h); --json is -o json.
+// Flags may come before or after the positional arguments, as --flag value or --flag=value.
+//
+// Thread-safety: ParseCommandLine is pure.
+#ifndef RINGMASTER_CLI_COMMAND_LINE_H_
+#define RINGMASTER_CLI_COMMAND_LINE_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "cli/local.h"
+#include "cli/output.h"
+#include "train/memory_estimate.h"
+
+namespace ringmaster::cli {
+
+enum class Command {
+  kLocal,
+  kSubmit,
+  kList,
+  kStatus,
+  kCancel,
+  kTop,
+  kCheckpoints,
+  kCheckpointList,
+  kCheckpointInspect,
+  kCheckpointVerify,
+  kEstimateMemory,
+};
+
+struct CommandLine {
+  Command command = Command::kList;
+  // The positional argument: the spec file (submit), the job (status, cancel, top,
+  // checkpoints) or the directory (checkpoint ...). `local` keeps its own in local.
+  std::string target;
+  std::vector<std::string> overrides;  // submit --set, in order
+  bool wait = false;                   // submit --wait
+  bool all = false;                    // list --all
+  OutputFormat output = OutputFormat::kTable;
+  ConnectionFlags connection;
+  LocalOptions local;  // local's flags (its temp_dir is left at the default)
+  train::MemoryEstimateOptions estimate;
+};
+
+// What ParseCommandLine decided: a command to run, or an exit status with what to print.
+struct ParsedCommandLine {
+  std::optional<CommandLine> line;  // set: run it
+  int exit_status = 0;              // when `line` is not set: 0 (help or version), 2 (bad usage)
+  std::string out;                  // for stdout: the help or the version
+  std::string err;                  // for stderr: what is wrong and how to get help
+};
+
+// `args`: the arguments after the program name. Bad usage (an unknown command or flag, a
+// missing or extra argument, a value out of range) gives exit status 2 and a message that
+// names the flag or argument.
+ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args);
+
+}  // namespace ringmaster::cli
+
+#endif  // RINGMASTER_CLI_COMMAND_LINE_H_

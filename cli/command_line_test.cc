@@ -1,0 +1,172 @@
+#include "cli/command_line.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::cli {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+ParsedCommandLine Parse(const std::string& command_line) {
+  return ParseCommandLine(absl::StrSplit(command_line, ' ', absl::SkipEmpty()));
+}
+
+CommandLine Ok(const std::string& command_line) {
+  ParsedCommandLine p = Parse(command_line);
+  EXPECT_TRUE(p.line.has_value()) << command_line << ": " << p.err;
+  return p.line.value_or(CommandLine{});
+}
+
+TEST(CommandLineTest, SubmitWithFlagsAnywhere) {
+  // As tests/elastic_test.sh and deploy/k8s/submit-job.yaml call it.
+  const CommandLine c = Ok(
+      "submit job.yaml --set name=a --set epochs=2 --wait --coordinator=h:7070 "
+      "--token_file /t/user.token");
+  EXPECT_EQ(c.command, Command::kSubmit);
+  EXPECT_EQ(c.target, "job.yaml");
+  EXPECT_THAT(c.overrides, ElementsAre("name=a", "epochs=2"));
+  EXPECT_TRUE(c.wait);
+  EXPECT_EQ(c.connection.coordinator, "h:7070");
+  EXPECT_EQ(c.connection.token_file, "/t/user.token");
+  EXPECT_EQ(c.output, OutputFormat::kTable);
+  // --set before the file does not swallow it.
+  const CommandLine d = Ok("submit --set name=b job.yaml");
+  EXPECT_EQ(d.target, "job.yaml");
+  EXPECT_THAT(d.overrides, ElementsAre("name=b"));
+}
+
+TEST(CommandLineTest, OutputFormats) {
+  EXPECT_EQ(Ok("list -o wide").output, OutputFormat::kWide);
+  EXPECT_EQ(Ok("list --output=yaml --all").output, OutputFormat::kYaml);
+  EXPECT_TRUE(Ok("list --all").all);
+  EXPECT_EQ(Ok("status j -o json").output, OutputFormat::kJson);
+  EXPECT_EQ(Ok("status j --json").output, OutputFormat::kJson);  // the old spelling
+  EXPECT_EQ(Ok("status j --json -o json").output, OutputFormat::kJson);
+  EXPECT_EQ(Ok("status j").target, "j");
+  EXPECT_EQ(Ok("cancel j -o yaml").output, OutputFormat::kYaml);
+  EXPECT_EQ(Ok("top j --json").output, OutputFormat::kJson);
+
+  ParsedCommandLine p = Parse("status j --json -o yaml");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--json and -o yaml disagree"));
+  p = Parse("list -o xml");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, AllOf(HasSubstr("--output"), HasSubstr("xml")));
+  p = Parse("top j -o wide");  // top streams: json only
+  EXPECT_EQ(p.exit_status, 2);
+}
+
+TEST(CommandLineTest, AllConnectionFlags) {
+  const CommandLine c = Ok(
+      "list --coordinator h:1 --token_file t --tls_ca ca --tls_client_cert cert "
+      "--tls_client_key key --config cfg.yaml");
+  EXPECT_EQ(c.connection.coordinator, "h:1");
+  EXPECT_EQ(c.connection.token_file, "t");
+  EXPECT_EQ(c.connection.tls_ca, "ca");
+  EXPECT_EQ(c.connection.tls_client_cert, "cert");
+  EXPECT_EQ(c.connection.tls_client_key, "key");
+  EXPECT_EQ(c.connection.config, "cfg.yaml");
+}
+
+TEST(CommandLineTest, Local) {
+  const CommandLine c = Ok(
+      "local --workers 2 job.yaml --set steps=120 --set a.b=1 --summary s.json --run_dir d "
+      "--keep_run_dir");
+  EXPECT_EQ(c.command, Command::kLocal);
+  EXPECT_EQ(c.local.spec_file, "job.yaml");
+  EXPECT_EQ(c.local.workers, 2);
+  EXPECT_THAT(c.local.overrides, ElementsAre("steps=120", "a.b=1"));
+  EXPECT_EQ(c.local.summary, "s.json");
+  EXPECT_EQ(c.local.run_dir, "d");
+  EXPECT_TRUE(c.local.keep_run_dir);
+  EXPECT_FALSE(Ok("local job.yaml").local.keep_run_dir);
+  EXPECT_EQ(Ok("local job.yaml").local.workers, 1);
+
+  ParsedCommandLine p = Parse("local --workers 0 job.yaml");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--workers"));
+  p = Parse("local job.yaml --coordinator h:1");  // not a coordinator command
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--coordinator"));
+}
+
+TEST(CommandLineTest, CheckpointAndEstimate) {
+  CommandLine c = Ok("checkpoint verify /ck/job");
+  EXPECT_EQ(c.command, Command::kCheckpointVerify);
+  EXPECT_EQ(c.target, "/ck/job");
+  EXPECT_EQ(Ok("checkpoint list /ck/job").command, Command::kCheckpointList);
+  EXPECT_EQ(Ok("checkpoint inspect /ck/job/step-5").command, Command::kCheckpointInspect);
+  EXPECT_EQ(Ok("checkpoints j").command, Command::kCheckpoints);
+
+  c = Ok("estimate memory --params 7B --world 8 --zero 3 --precision fp32 --optimizer sgd");
+  EXPECT_EQ(c.command, Command::kEstimateMemory);
+  EXPECT_DOUBLE_EQ(c.estimate.parameters, 7e9);
+  EXPECT_EQ(c.estimate.world_size, 8);
+  EXPECT_EQ(c.estimate.zero_stage, 3);
+  EXPECT_FALSE(c.estimate.mixed_precision);
+  EXPECT_EQ(c.estimate.optimizer, train::MemoryEstimateOptions::Optimizer::kSgdMomentum);
+
+  ParsedCommandLine p = Parse("estimate memory --params 7Q");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--params"));
+  p = Parse("estimate memory --params 7B --zero 4");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--zero"));
+}
+
+TEST(CommandLineTest, HelpAndVersionExitZero) {
+  for (const char* line : {"--help", "-h", "help", "status --help", "status -h", "help status",
+                           "submit --help", "local -h", "checkpoint verify --help",
+                           "estimate memory --help"}) {
+    const ParsedCommandLine p = Parse(line);
+    EXPECT_FALSE(p.line.has_value()) << line;
+    EXPECT_EQ(p.exit_status, 0) << line;
+    EXPECT_THAT(p.out, HasSubstr("Usage: ringctl")) << line;
+  }
+  EXPECT_THAT(Parse("status --help").out, AllOf(HasSubstr("--coordinator"), HasSubstr("-o,--output")));
+  // The top-level help names every flag (deploy/deploy_test.py checks flags against it).
+  EXPECT_THAT(Parse("--help").out,
+              AllOf(HasSubstr("--coordinator"), HasSubstr("--token_file"), HasSubstr("--wait"),
+                    HasSubstr("--tls_ca"), HasSubstr("--run_dir"), HasSubstr("--keep_run_dir")));
+  const ParsedCommandLine v = Parse("--version");
+  EXPECT_EQ(v.exit_status, 0);
+  EXPECT_THAT(v.out, StartsWith("ringctl 0."));
+  EXPECT_THAT(v.out, HasSubstr("(build "));
+}
+
+TEST(CommandLineTest, BadUsageExitsTwoNamingTheProblem) {
+  struct Case {
+    const char* line;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"", "A subcommand is required"},
+      {"frob", "unknown command \"frob\""},
+      {"status", "JOB is required"},
+      {"status a b", "not expected: b"},
+      {"list --bogus", "--bogus"},
+      {"list --set a=1", "--set"},
+      {"submit job.yaml --set", "--set"},
+      {"submit", "JOB_SPEC is required"},
+      {"checkpoint", "A subcommand is required"},
+      {"checkpoint frob d", "frob"},
+  };
+  for (const Case& c : cases) {
+    const ParsedCommandLine p = Parse(c.line);
+    EXPECT_FALSE(p.line.has_value()) << c.line;
+    EXPECT_EQ(p.exit_status, 2) << c.line;
+    EXPECT_THAT(p.err, HasSubstr(c.want)) << c.line;
+    EXPECT_THAT(p.err, HasSubstr("--help")) << c.line;
+  }
+}
+
+}  // namespace
+}  // namespace ringmaster::cli

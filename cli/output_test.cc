@@ -1,0 +1,291 @@
+#include "cli/output.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "spec/job_spec.h"
+#include "yaml-cpp/yaml.h"
+
+namespace ringmaster::cli {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using Json = nlohmann::ordered_json;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+int64_t MillisAgo(absl::Duration d) { return absl::ToUnixMillis(kNow - d); }
+
+// A spec with non-default enums in several messages, and one enum left unset
+// (precision.loss_scale.mode: the loss scale is for fp16 only).
+JobSpec ExampleSpec() {
+  auto spec = spec::LoadJobSpecText(R"(
+name: round
+epochs: 2
+model:
+  mlp:
+    hidden: [64, 32]
+    activation: relu
+data:
+  fashion_mnist:
+    dir: /data/fm
+optimizer:
+  sgd:
+    momentum: 0.9
+  lr: 0.00001
+  weight_decay: 0.0001
+schedule:
+  decay: linear
+  warmup_steps: 10
+checkpoint:
+  dir: /ck
+  every_steps: 25
+  on_busy: skip
+batch:
+  global: 128
+)");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+Job ExampleJob() {
+  Job job;
+  job.set_id("round");
+  *job.mutable_spec() = ExampleSpec();
+  job.set_phase(JOB_PHASE_RUNNING);
+  job.set_epoch(3);
+  job.set_step(100);
+  job.set_total_steps(600);
+  job.set_steps_per_s(10);
+  job.set_loss(0.25);
+  job.set_min_ranks(1);
+  job.set_max_ranks(4);
+  job.set_restart_budget(4);
+  job.set_restarts(1);
+  job.set_submitted_ms(MillisAgo(absl::Minutes(5)));
+  job.set_phase_since_ms(MillisAgo(absl::Seconds(42)));
+  for (int slot : {0, 1}) {
+    Member* m = job.add_members();
+    m->mutable_slot()->set_node("a");
+    m->mutable_slot()->set_slot(slot);
+    m->set_rank(slot);
+    m->set_joined(true);
+    m->set_ready(true);
+    m->set_step(100);
+    m->set_last_progress_ms(MillisAgo(absl::Seconds(1)));
+  }
+  return job;
+}
+
+TEST(FormatMessageTest, JsonShowsDefaultsSpecEnumsAsYamlAndNumbers) {
+  auto text = FormatMessage(ExampleJob(), OutputFormat::kJson);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const Json j = Json::parse(*text);
+  EXPECT_EQ(j["phase"], "JOB_PHASE_RUNNING");  // outside the spec: the proto's names
+  EXPECT_EQ(j["epoch"], 3);                      // int64 as a number, not "3"
+  EXPECT_TRUE(j["epoch"].is_number());
+  EXPECT_EQ(j["reason"], "");                    // defaults are shown
+  EXPECT_EQ(j["below_min_since_ms"], 0);
+  EXPECT_EQ(j["ever_started"], false);
+  EXPECT_EQ(j["spec"]["schedule"]["decay"], "linear");  // the spec's own spelling
+  EXPECT_EQ(j["spec"]["checkpoint"]["on_busy"], "skip");
+  EXPECT_EQ(j["spec"]["model"]["mlp"]["activation"], "relu");
+  EXPECT_EQ(j["spec"]["parallelism"]["zero_stage"], 0);
+  EXPECT_EQ(j["members"][1]["slot"]["node"], "a");
+  // An unset enum in the spec cannot be written in YAML: it is left out.
+  EXPECT_THAT(*text, Not(HasSubstr("UNSPECIFIED")));
+}
+
+TEST(FormatMessageTest, TheSpecRoundTripsThroughJson) {
+  const Job job = ExampleJob();
+  auto text = FormatMessage(job, OutputFormat::kJson);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const std::string spec_json = Json::parse(*text)["spec"].dump(2);
+  auto back = spec::LoadJobSpecText(spec_json);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << spec_json;
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, job.spec())) << spec_json;
+}
+
+TEST(FormatMessageTest, TheSpecRoundTripsThroughYaml) {
+  const Job job = ExampleJob();
+  auto text = FormatMessage(job, OutputFormat::kYaml);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const YAML::Node root = YAML::Load(*text);
+  EXPECT_EQ(root["phase"].as<std::string>(), "JOB_PHASE_RUNNING");
+  EXPECT_EQ(root["spec"]["schedule"]["decay"].as<std::string>(), "linear");
+  YAML::Emitter spec_yaml;
+  spec_yaml << root["spec"];
+  auto back = spec::LoadJobSpecText(spec_yaml.c_str());
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << spec_yaml.c_str();
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, job.spec())) << spec_yaml.c_str();
+}
+
+TEST(FormatMessageTest, ListsAndEmptyValues) {
+  ListJobsResponse none;
+  auto json = FormatMessage(none, OutputFormat::kJson);
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(Json::parse(*json), Json::parse(R"({"jobs": [], "next_page_token": ""})"));
+  auto yaml = FormatMessage(none, OutputFormat::kYaml);
+  ASSERT_TRUE(yaml.ok());
+  EXPECT_EQ(*yaml, "jobs: []\nnext_page_token: \"\"\n");
+  EXPECT_FALSE(FormatMessage(none, OutputFormat::kTable).ok());
+}
+
+TEST(JsonValueToYamlTest, QuotesStringsYamlWouldReadAsSomethingElse) {
+  const Json value = Json::parse(
+      R"({"id": "123", "flag": "true", "empty": "", "day": "2026-01-31", "plain": "a/0",
+          "n": 7, "x": 1e-05, "b": false, "none": null})");
+  const YAML::Node back = YAML::Load(JsonValueToYaml(value));
+  for (const char* key : {"id", "flag", "empty", "day"}) {
+    EXPECT_EQ(back[key].Tag(), "!") << key << " was not quoted: " << JsonValueToYaml(value);
+    EXPECT_EQ(back[key].as<std::string>(), value[key].get<std::string>()) << key;
+  }
+  EXPECT_EQ(back["plain"].Tag(), "?");  // plain: nothing to quote
+  EXPECT_EQ(back["plain"].as<std::string>(), "a/0");
+  EXPECT_EQ(back["n"].as<int>(), 7);
+  EXPECT_DOUBLE_EQ(back["x"].as<double>(), 1e-05);
+  EXPECT_THAT(JsonValueToYaml(value), HasSubstr("x: 1.0e-05"));  // a float to YAML 1.1 too
+  EXPECT_FALSE(back["b"].as<bool>());
+  EXPECT_TRUE(back["none"].IsNull());
+}
+
+TEST(HumanDurationTest, AsKubectlPrintsAges) {
+  const std::vector<std::pair<absl::Duration, std::string>> cases = {
+      {absl::Seconds(-3), "0s"},
+      {absl::Seconds(0), "0s"},
+      {absl::Seconds(45), "45s"},
+      {absl::Seconds(119), "119s"},
+      {absl::Seconds(200), "3m20s"},
+      {absl::Minutes(5), "5m"},
+      {absl::Minutes(42), "42m"},
+      {absl::Minutes(310), "5h10m"},
+      {absl::Hours(30), "30h"},
+      {absl::Hours(24 * 6 + 2), "6d2h"},
+      {absl::Hours(24 * 40), "40d"},
+      {absl::Hours(24 * (365 * 2 + 3)), "2y3d"},
+      {absl::Hours(24 * 365 * 9), "9y"},
+  };
+  for (const auto& [d, want] : cases) EXPECT_EQ(HumanDuration(d), want) << d;
+}
+
+TEST(FormatTableTest, AlignsColumnsUnderTheirHeaders) {
+  EXPECT_EQ(FormatTable({{"NAME", "AGE"}, {"a-long-name", "5m"}, {"b", "12h"}}),
+            "NAME          AGE\n"
+            "a-long-name   5m\n"
+            "b             12h\n");
+}
+
+TEST(JobsTableTest, HeadersAgesAndWideColumns) {
+  Job done;
+  done.set_id("done");
+  done.set_phase(JOB_PHASE_FAILED);
+  done.set_reason("trainer on a/0 exited with status 1");
+  done.set_submitted_ms(MillisAgo(absl::Hours(3)));
+  const std::vector<Job> jobs = {ExampleJob(), done};
+
+  const std::string table = JobsTable(jobs, kNow, /*wide=*/false, /*all=*/true);
+  EXPECT_EQ(table,
+            "NAME    PHASE     STEP      LOSS   RANKS   AGE\n"
+            "round   running   100/600   0.25   2       5m\n"
+            "done    failed    -         -      0       3h\n");
+
+  const std::string wide = JobsTable(jobs, kNow, /*wide=*/true, /*all=*/true);
+  EXPECT_THAT(wide, HasSubstr("EPOCH"));
+  EXPECT_THAT(wide, HasSubstr("1-4"));  // min-max ranks
+  EXPECT_THAT(wide, HasSubstr("RESTARTS"));
+  EXPECT_THAT(wide, HasSubstr("MEMBERS"));
+  EXPECT_THAT(wide, HasSubstr("a/0,a/1"));
+  EXPECT_THAT(wide, HasSubstr("1/4"));  // restarts of budget
+  EXPECT_THAT(wide, HasSubstr("50s"));  // ETA: 500 steps at 10 steps/s
+  EXPECT_THAT(wide, HasSubstr("trainer on a/0 exited with status 1"));
+
+  EXPECT_EQ(JobsTable({}, kNow, false, false), "no jobs running (--all shows finished ones)\n");
+}
+
+TEST(ProgressLineTest, ShowsElapsedTimeAndEta) {
+  Job job = ExampleJob();
+  const std::string line = ProgressLine(job, kNow);
+  EXPECT_THAT(line, HasSubstr("step 100/600"));
+  EXPECT_THAT(line, HasSubstr("elapsed 5m"));
+  EXPECT_THAT(line, HasSubstr("ETA 50s"));  // (600 - 100) / 10 steps/s
+  job.set_phase(JOB_PHASE_SUCCEEDED);
+  EXPECT_THAT(ProgressLine(job, kNow), Not(HasSubstr("ETA")));
+  job.set_phase(JOB_PHASE_RUNNING);
+  job.set_steps_per_s(0);  // not measured yet
+  EXPECT_THAT(ProgressLine(job, kNow), Not(HasSubstr("ETA")));
+}
+
+TEST(JobDescriptionTest, MembersTableAndWideExtras) {
+  Job job = ExampleJob();
+  Recovery* r = job.add_recoveries();
+  r->set_epoch(3);
+  r->set_cause("failure");
+  r->set_reason("trainer on slot 2 killed by signal 9");
+  r->set_old_world(3);
+  r->set_new_world(2);
+  r->set_lost_steps(4);
+  const std::string text = JobDescription(job, kNow, /*wide=*/false);
+  EXPECT_THAT(text, HasSubstr("job round: running for 42s (submitted 5m ago)"));
+  EXPECT_THAT(text, HasSubstr("RANK   SLOT   STEP   STATE   PROGRESS"));
+  EXPECT_THAT(text, HasSubstr("ETA 50s"));
+  EXPECT_THAT(text, HasSubstr("3 -> 2 ranks"));
+  EXPECT_THAT(text, HasSubstr("killed by signal 9"));
+  EXPECT_THAT(text, Not(HasSubstr("spec:")));
+  const std::string wide = JobDescription(job, kNow, /*wide=*/true);
+  EXPECT_THAT(wide, HasSubstr("JOINED"));
+  EXPECT_THAT(wide, HasSubstr("spec:"));
+  EXPECT_THAT(wide, HasSubstr("decay: linear"));
+}
+
+TEST(TopFrameTest, ProgressAndRankTable) {
+  JobEvent event;
+  *event.mutable_job() = ExampleJob();
+  RankStats* r = event.add_ranks();
+  r->set_rank(1);
+  r->mutable_slot()->set_node("b");
+  r->mutable_slot()->set_slot(0);
+  r->set_step(99);
+  r->set_step_time_s(0.0125);
+  r->set_comm_fraction(0.3);
+  const std::string frame = TopFrame(event, kNow);
+  EXPECT_THAT(frame, HasSubstr("ETA 50s"));
+  EXPECT_THAT(frame, HasSubstr("RANK   SLOT   STEP   STEP_TIME   COMM"));
+  EXPECT_THAT(frame, HasSubstr("b/0"));
+  EXPECT_THAT(frame, HasSubstr("12.5ms"));
+  EXPECT_THAT(frame, HasSubstr("30%"));
+  EXPECT_THAT(frame, Not(HasSubstr("straggler")));
+  r->set_slowdown(2.4);
+  r->set_straggler(true);
+  EXPECT_THAT(TopFrame(event, kNow), HasSubstr("2.4x straggler"));
+}
+
+// What went wrong and who is slow, in `ringctl status` (issue 17, points 2, 11, 13).
+TEST(JobDescriptionTest, CheckpointFailureStragglersAndExcludedNodes) {
+  Job job = ExampleJob();
+  job.set_checkpoint_error_step(40);
+  job.set_checkpoint_error("rank 1: pwrite of /ck/j/tmp/shard-1.bin: No space left on device");
+  job.add_stragglers("b/0 (rank 2, compute 3.6x the median)");
+  job.add_excluded_nodes("c");
+  const std::string text = JobDescription(job, kNow, /*wide=*/false);
+  EXPECT_THAT(text, HasSubstr("checkpoint of step 40 failed: rank 1: pwrite of"));
+  EXPECT_THAT(text, HasSubstr("No space left on device"));
+  EXPECT_THAT(text, HasSubstr("straggler: b/0 (rank 2, compute 3.6x the median)"));
+  EXPECT_THAT(text, HasSubstr("not placed on (its data is missing there): c"));
+}
+
+TEST(ParseOutputFormatTest, KnownNamesOnly) {
+  EXPECT_EQ(*ParseOutputFormat(""), OutputFormat::kTable);
+  EXPECT_EQ(*ParseOutputFormat("wide"), OutputFormat::kWide);
+  EXPECT_EQ(*ParseOutputFormat("json"), OutputFormat::kJson);
+  EXPECT_EQ(*ParseOutputFormat("yaml"), OutputFormat::kYaml);
+  EXPECT_THAT(ParseOutputFormat("xml").status().message(), HasSubstr("table, wide, json, yaml"));
+}
+
+}  // namespace
+}  // namespace ringmaster::cli
