@@ -94,8 +94,10 @@ absl::Status AcceptSpecChanges(const LoadOptions& options, OpenedCheckpoint* ope
     refused.push_back(std::move(line));
   }
   if (!refused.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(hashes, "; the fields that differ: ", absl::StrJoin(refused, "; ")));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was written with another spec: the fields that differ: %s (its spec hash is %#018x, "
+        "job %s; this job's is %#018x)",
+        opened->dir, absl::StrJoin(refused, "; "), m.spec_hash(), m.job(), *options.spec_hash));
   }
   if (allowed.empty()) {
     // Equal fields, other hashes: a field this build does not print (a newer writer).

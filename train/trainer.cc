@@ -834,7 +834,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
         } else {
           lo.spec_change_hints.emplace(
               field, "to train this job longer from its checkpoint, submit it with "
-                     "resume: extend (ringctl submit --extend)");
+                     "resume: extend, or ringctl submit --extend");
         }
       }
       lo.table = &table;

@@ -987,8 +987,9 @@ TEST(TrainerExtend, ALongerJobResumesAtItsLastStepWhenAskedAndNamesWhatDiffers) 
   absl::Status refused = run({"steps=6"}, ok);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(std::string(refused.message()),
-              HasSubstr("the fields that differ: steps: 3 in the checkpoint, 6 here (to train "
-                        "this job longer from its checkpoint, submit it with resume: extend"));
+              HasSubstr("was written with another spec: the fields that differ: steps: 3 in "
+                        "the checkpoint, 6 here (to train this job longer from its checkpoint, "
+                        "submit it with resume: extend, or ringctl submit --extend)"));
 
   // p = (3 - warm-up 2) / (6 - 2) of the cosine decay from 0.01 to 0.
   const std::string lr = absl::StrFormat("lr %g at step 3", 0.01 * (1 + std::cos(M_PI / 4)) / 2);
