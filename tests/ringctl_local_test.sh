@@ -142,7 +142,8 @@ latest="$CK/fashion_mnist_mlp/$(cat "$CK/fashion_mnist_mlp/LATEST")"
   --summary "$WORK/other.json" >"$WORK/other.out" 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || fail "a job resuming another job's checkpoint exited with $rc, expected 1"
-grep -q "written by another job" "$WORK/other.out" && grep -q "no restart can fix" "$WORK/other.out" &&
+grep -q "written with another spec: the fields that differ: seed: 1 in the checkpoint, 7 here" \
+  "$WORK/other.out" && grep -q "no restart can fix" "$WORK/other.out" &&
   grep -q "checkpoint.dir points elsewhere" "$WORK/other.out" ||
   fail "the failure does not say why and what to change: $(tail -3 "$WORK/other.out")"
 [ "$(field "$WORK/other.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/other.json")"
