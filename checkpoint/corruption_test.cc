@@ -22,6 +22,7 @@ namespace ringmaster::checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -243,6 +244,48 @@ TEST_F(CorruptionTest, AnotherJobsCheckpointIsFailedPreconditionWithBothHashes) 
   s = LoadRange("momentum", {0, 16});  // an SGD trainer asking an AdamW checkpoint
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("no buffer \"momentum\""));
+}
+
+// A checkpoint records its spec's fields: a resume with another spec is refused naming each
+// field that differs (and what to do, where the caller knows), or loaded across the changes
+// the caller allows (a job trained longer).
+TEST(SpecChanges, ARefusalNamesTheFieldsThatDifferAndAllowedOnesLoad) {
+  const std::string root = testing::FreshDir("spec-changes");
+  const train::TensorTable table = testing::TestTable(2);
+  testing::WorldOptions world;
+  world.root = root;
+  world.table = &table;
+  world.base.poll_interval = absl::Milliseconds(1);
+  world.base.training_spec = "seed: 1\nsteps: 10\noptimizer.lr: 0.1\n";
+  for (const absl::Status& s : testing::SaveWorld(world, 10)) ASSERT_TRUE(s.ok()) << s;
+  LoadOptions o;
+  o.root = root;
+  o.job = "job";
+  o.spec_hash = 0x1234;
+  o.training_spec = "seed: 1\nsteps: 20\noptimizer.lr: 0.2\nbatch.global: 8\n";
+  o.spec_change_hints["steps"] = "submit it with --extend to train it longer";
+  absl::Status s = OpenCheckpoint(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the fields that differ: batch.global: (unset) in the checkpoint, 8 "
+                        "here; optimizer.lr: 0.1 in the checkpoint, 0.2 here; steps: 10 in the "
+                        "checkpoint, 20 here (submit it with --extend to train it longer)"));
+  // Allowed: steps. The rest still refuses.
+  o.spec_changes_allowed = {"steps"};
+  s = OpenCheckpoint(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("steps")));
+  // Only the length differs, and that is allowed: loaded, the change said.
+  o.training_spec = "seed: 1\nsteps: 20\noptimizer.lr: 0.1\n";
+  absl::StatusOr<OpenedCheckpoint> opened = OpenCheckpoint(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->state.step, 10);
+  EXPECT_THAT(opened->spec_changes, ::testing::ElementsAre("steps: 10 -> 20"));
+  // Without this job's text (or the checkpoint's), the hashes only.
+  o.training_spec.clear();
+  s = OpenCheckpoint(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("0x0000000000001234"));
 }
 
 TEST_F(CorruptionTest, LatestAndStepsResolveOrSayWhy) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/shard_reader.h"
 #include "common/status_macros.h"
@@ -45,6 +48,66 @@ absl::Status CheckTarget(const LoadTarget& t) {
   return absl::OkStatus();
 }
 
+// "path: value" lines (spec::TrainingSpecText) by path.
+std::map<std::string, std::string> FieldsOf(absl::string_view text) {
+  std::map<std::string, std::string> fields;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t colon = line.find(": ");
+    if (colon == absl::string_view::npos) continue;
+    fields[std::string(line.substr(0, colon))] = std::string(line.substr(colon + 2));
+  }
+  return fields;
+}
+
+// The checkpoint's spec hash differs from the job's: loads it when the fields that differ
+// may (setting spec_changes), else FAILED_PRECONDITION naming them.
+absl::Status AcceptSpecChanges(const LoadOptions& options, OpenedCheckpoint* opened) {
+  const Manifest& m = opened->manifest;
+  const std::string hashes = absl::StrFormat(
+      "%s was written by another job: its spec hash is %#018x (job %s), this job's is %#018x",
+      opened->dir, m.spec_hash(), m.job(), *options.spec_hash);
+  if (m.training_spec().empty() || options.training_spec.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        hashes, " (a different model, data, optimizer, schedule, batch, seed or length)"));
+  }
+  const std::map<std::string, std::string> saved = FieldsOf(m.training_spec());
+  const std::map<std::string, std::string> ours = FieldsOf(options.training_spec);
+  std::set<std::string> paths;
+  for (const auto& fields : {&saved, &ours}) {
+    for (const auto& [path, value] : *fields) paths.insert(path);
+  }
+  std::vector<std::string> refused, allowed;
+  for (const std::string& path : paths) {
+    auto a = saved.find(path);
+    auto b = ours.find(path);
+    const std::string was = a == saved.end() ? "(unset)" : a->second;
+    const std::string is = b == ours.end() ? "(unset)" : b->second;
+    if (was == is) continue;
+    if (options.spec_changes_allowed.count(path)) {
+      allowed.push_back(absl::StrCat(path, ": ", was, " -> ", is));
+      continue;
+    }
+    std::string line = absl::StrCat(path, ": ", was, " in the checkpoint, ", is, " here");
+    if (auto hint = options.spec_change_hints.find(path); hint != options.spec_change_hints.end()) {
+      absl::StrAppend(&line, " (", hint->second, ")");
+    }
+    refused.push_back(std::move(line));
+  }
+  if (!refused.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was written with another spec: the fields that differ: %s (its spec hash is %#018x, "
+        "job %s; this job's is %#018x)",
+        opened->dir, absl::StrJoin(refused, "; "), m.spec_hash(), m.job(), *options.spec_hash));
+  }
+  if (allowed.empty()) {
+    // Equal fields, other hashes: a field this build does not print (a newer writer).
+    return absl::FailedPreconditionError(
+        absl::StrCat(hashes, " (their specs print alike: written by another version?)"));
+  }
+  opened->spec_changes = std::move(allowed);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const LoadOptions& options) {
@@ -61,10 +124,7 @@ absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const LoadOptions& options) {
   RM_RETURN_IF_ERROR(manifest.status());
   opened.manifest = *std::move(manifest);
   if (options.spec_hash && *options.spec_hash != opened.manifest.spec_hash()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s was written by another job: its spec hash is %#018x (job %s), this job's is %#018x "
-        "(a different model, data, optimizer, schedule, batch or seed)",
-        opened.dir, opened.manifest.spec_hash(), opened.manifest.job(), *options.spec_hash));
+    RM_RETURN_IF_ERROR(AcceptSpecChanges(options, &opened));
   }
   if (options.table != nullptr) {
     absl::Status s = CheckTensorTable(opened.manifest, *options.table);

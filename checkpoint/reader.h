@@ -16,7 +16,8 @@
 // Errors, by what the caller should do:
 //   NOT_FOUND            there is no such checkpoint (none at all, or not that step): start
 //                        fresh or pick another step; nothing else is NOT_FOUND.
-//   FAILED_PRECONDITION  written by another job (spec hash differs: both are named; or its
+//   FAILED_PRECONDITION  written by another job (spec hash differs: both are named, and the
+//                        fields that differ when both specs are known; or its
 //                        tensors differ from `table`'s), in a format this build does not
 //                        read, or without a wanted buffer.
 //   DATA_LOSS            corrupt: a checksum mismatch, a truncated or missing shard, a bad
@@ -29,8 +30,11 @@
 #define RINGMASTER_CHECKPOINT_READER_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -54,6 +58,15 @@ struct LoadOptions {
   std::string job;
   std::optional<int64_t> step;        // nullopt: the one LATEST names
   std::optional<uint64_t> spec_hash;  // checked when set
+  // This job's spec as spec::TrainingSpecText writes it. With it (and a checkpoint that
+  // records its own), a checkpoint of another spec hash is refused naming each field that
+  // differs ("steps: 10 in the checkpoint, 20 here"), or loaded when every field that
+  // differs is in `spec_changes_allowed` (OpenedCheckpoint::spec_changes lists them).
+  std::string training_spec;
+  std::set<std::string> spec_changes_allowed;
+  // What to do about a field that differs, said after it in the refusal (e.g. how to train
+  // a job longer when "steps" differs).
+  std::map<std::string, std::string> spec_change_hints;
   // When set, the manifest's tensors must be this table's (CheckTensorTable). Not owned.
   const train::TensorTable* table = nullptr;
   int64_t read_bytes = 8 << 20;  // largest single read
@@ -64,6 +77,8 @@ struct OpenedCheckpoint {
   std::string dir;  // <root>/<job>/step-<N>
   Manifest manifest;
   TrainingState state;
+  // The allowed spec changes it was loaded across, "steps: 10 -> 20" (LoadOptions).
+  std::vector<std::string> spec_changes;
 };
 
 struct ReadStats {

@@ -784,6 +784,7 @@ absl::Status CheckpointWriter::Commit(const Job& job, const std::string& dir,
   m.set_format_version(kFormatVersion);
   m.set_job(options_.job);
   m.set_spec_hash(options_.spec_hash);
+  m.set_training_spec(options_.training_spec);
   m.set_step(job.step);
   m.set_world_size(options_.world_size);
   m.set_zero_stage(options_.zero_stage);

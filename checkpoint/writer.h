@@ -127,6 +127,7 @@ struct CheckpointWriterOptions {
   // Recorded in the manifest (rank 0's values count).
   int zero_stage = 0;
   uint64_t spec_hash = 0;  // spec::TrainingSpecHash of the job
+  std::string training_spec;  // spec::TrainingSpecText of the job (Manifest.training_spec)
   // The model's tensors, recorded in the manifest; null records none. Copied at Create.
   const train::TensorTable* table = nullptr;
 

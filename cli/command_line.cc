@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/version.h"
@@ -17,10 +18,13 @@ constexpr char kFooter[] =
     "Run `ringctl COMMAND --help` for a command's flags. In short:\n"
     "  ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]"
     " [--run_dir DIR] [--keep_run_dir]\n"
-    "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--wait] [-o json|yaml]\n"
+    "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait]"
+    " [-o json|yaml]\n"
     "  ringctl list [--all] [-o json|yaml|wide]\n"
     "  ringctl status JOB [-o json|yaml|wide]\n"
-    "  ringctl cancel JOB | top JOB | checkpoints JOB\n"
+    "  ringctl cancel JOB | delete JOB | top JOB | checkpoints JOB\n"
+    "  ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]\n"
+    "  ringctl nodes [-o json|yaml|wide]\n"
     "  ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR\n"
     "  ringctl estimate memory --params 7B [--world 8] [--zero 0|1|2|3]"
     " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
@@ -131,6 +135,10 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       ->allow_extra_args(false);
   submit->add_flag("--wait", line.wait,
                    "follow the job until it ends (exit 0 when it succeeds, 1 otherwise)");
+  submit->add_flag("--extend", line.extend,
+                   "train a job that ended longer: resume from its last checkpoint although "
+                   "its steps or epochs changed (sets resume=extend; the learning-rate "
+                   "schedule is the new length's)");
   AddOutputFlags(submit, {"json", "yaml"}, &output);
   AddConnectionFlags(submit, &line.connection);
 
@@ -148,6 +156,34 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   cancel->add_option("JOB", line.target, "the job's name")->required();
   AddOutputFlags(cancel, {"json", "yaml"}, &output);
   AddConnectionFlags(cancel, &line.connection);
+
+  CLI::App* del = app.add_subcommand(
+      "delete", "forget a job that has ended (its checkpoints stay on disk)");
+  del->add_option("JOB", line.target, "the job's name")->required();
+  AddOutputFlags(del, {"json", "yaml"}, &output);
+  AddConnectionFlags(del, &line.connection);
+
+  CLI::App* logs = app.add_subcommand(
+      "logs", "a trainer's log (stdout and stderr), from the agent of its node");
+  logs->add_option("JOB", line.target, "the job's name")->required();
+  logs->add_flag("-f,--follow", line.follow,
+                 "keep printing what the trainer writes until the job ends (or Ctrl-C)");
+  int rank = -1;
+  std::string slot;
+  CLI::Option* rank_option =
+      logs->add_option("--rank", rank, "whose log: this rank of the job's (last) epoch; "
+                                       "default 0")
+          ->check(CLI::NonNegativeNumber);
+  logs->add_option("--slot", slot, "whose log: the trainer that ran on this slot, NODE/SLOT")
+      ->excludes(rank_option);
+  logs->add_option("--tail_bytes", line.tail_bytes, "start this many bytes before the end")
+      ->check(CLI::NonNegativeNumber);
+  AddConnectionFlags(logs, &line.connection);
+
+  CLI::App* nodes = app.add_subcommand(
+      "nodes", "the nodes: their slots, what runs on each, draining, last heartbeat");
+  AddOutputFlags(nodes, {"json", "yaml", "wide"}, &output);
+  AddConnectionFlags(nodes, &line.connection);
 
   CLI::App* top = app.add_subcommand(
       "top", "live per-rank figures until the job ends or Ctrl-C (redrawn in a terminal)");
@@ -247,6 +283,9 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {list, Command::kList},
       {status, Command::kStatus},
       {cancel, Command::kCancel},
+      {del, Command::kDelete},
+      {logs, Command::kLogs},
+      {nodes, Command::kNodes},
       {top, Command::kTop},
       {checkpoints, Command::kCheckpoints},
       {checkpoint_list, Command::kCheckpointList},
@@ -256,6 +295,19 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
+  }
+  if (line.command == Command::kLogs) {
+    if (rank >= 0) line.rank = rank;
+    if (!slot.empty()) {
+      const size_t at = slot.rfind('/');
+      int index = -1;
+      if (at == std::string::npos || at == 0 ||
+          !absl::SimpleAtoi(slot.substr(at + 1), &index) || index < 0) {
+        return UsageError(path, absl::StrCat("--slot: expected NODE/SLOT (e.g. a/0), got \"",
+                                             slot, "\""));
+      }
+      line.slot = std::make_pair(slot.substr(0, at), index);
+    }
   }
   if (line.command == Command::kEstimateMemory) {
     auto count = train::ParseParameterCount(params);

@@ -3,10 +3,13 @@
 //
 //   ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]
 //                [--run_dir DIR] [--keep_run_dir]
-//   ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--wait] [-o json|yaml]
+//   ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait] [-o json|yaml]
 //   ringctl list [--all] [-o json|yaml|wide]
 //   ringctl status JOB [-o json|yaml|wide]
 //   ringctl cancel JOB [-o json|yaml]
+//   ringctl delete JOB [-o json|yaml]
+//   ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]
+//   ringctl nodes [-o json|yaml|wide]
 //   ringctl top JOB [-o json]
 //   ringctl checkpoints JOB [-o json|yaml]
 //   ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR
@@ -21,8 +24,10 @@
 #ifndef RINGMASTER_CLI_COMMAND_LINE_H_
 #define RINGMASTER_CLI_COMMAND_LINE_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/config.h"
@@ -38,6 +43,9 @@ enum class Command {
   kList,
   kStatus,
   kCancel,
+  kDelete,
+  kLogs,
+  kNodes,
   kTop,
   kCheckpoints,
   kCheckpointList,
@@ -48,12 +56,19 @@ enum class Command {
 
 struct CommandLine {
   Command command = Command::kList;
-  // The positional argument: the spec file (submit), the job (status, cancel, top,
-  // checkpoints) or the directory (checkpoint ...). `local` keeps its own in local.
+  // The positional argument: the spec file (submit), the job (status, cancel, delete,
+  // logs, top, checkpoints) or the directory (checkpoint ...). `local` keeps its own in
+  // local.
   std::string target;
   std::vector<std::string> overrides;  // submit --set, in order
   bool wait = false;                   // submit --wait
+  bool extend = false;                 // submit --extend: resume=extend after the --set ones
   bool all = false;                    // list --all
+  // logs: -f, whose log (--rank, or --slot NODE/SLOT: at most one), --tail_bytes.
+  bool follow = false;
+  std::optional<int> rank;
+  std::optional<std::pair<std::string, int>> slot;
+  int64_t tail_bytes = 0;
   OutputFormat output = OutputFormat::kTable;
   ConnectionFlags connection;
   LocalOptions local;  // local's flags (its temp_dir is left at the default)

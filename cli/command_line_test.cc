@@ -142,6 +142,35 @@ TEST(CommandLineTest, HelpAndVersionExitZero) {
   EXPECT_THAT(v.out, HasSubstr("(build "));
 }
 
+TEST(CommandLineTest, DeleteLogsNodesAndExtend) {
+  CommandLine c = Ok("delete j -o json");
+  EXPECT_EQ(c.command, Command::kDelete);
+  EXPECT_EQ(c.target, "j");
+  EXPECT_EQ(c.output, OutputFormat::kJson);
+  c = Ok("logs j");
+  EXPECT_EQ(c.command, Command::kLogs);
+  EXPECT_EQ(c.target, "j");
+  EXPECT_FALSE(c.follow);
+  EXPECT_FALSE(c.rank.has_value());
+  EXPECT_FALSE(c.slot.has_value());
+  c = Ok("logs -f j --rank 3 --tail_bytes=100");
+  EXPECT_TRUE(c.follow);
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.tail_bytes, 100);
+  c = Ok("logs j --follow --slot node-1.example/2");
+  EXPECT_TRUE(c.follow);
+  ASSERT_TRUE(c.slot.has_value());
+  EXPECT_EQ(c.slot->first, "node-1.example");
+  EXPECT_EQ(c.slot->second, 2);
+  c = Ok("nodes -o wide --coordinator h:1");
+  EXPECT_EQ(c.command, Command::kNodes);
+  EXPECT_EQ(c.output, OutputFormat::kWide);
+  EXPECT_EQ(c.connection.coordinator, "h:1");
+  c = Ok("submit job.yaml --extend --set steps=20");
+  EXPECT_TRUE(c.extend);
+  EXPECT_FALSE(Ok("submit job.yaml").extend);
+}
+
 TEST(CommandLineTest, BadUsageExitsTwoNamingTheProblem) {
   struct Case {
     const char* line;
@@ -158,6 +187,13 @@ TEST(CommandLineTest, BadUsageExitsTwoNamingTheProblem) {
       {"submit", "JOB_SPEC is required"},
       {"checkpoint", "A subcommand is required"},
       {"checkpoint frob d", "frob"},
+      {"delete", "JOB is required"},
+      {"logs j --rank 1 --slot a/0", "excludes"},
+      {"logs j --slot a", "--slot: expected NODE/SLOT"},
+      {"logs j --slot a/x", "--slot: expected NODE/SLOT"},
+      {"logs j --rank -1", "--rank"},
+      {"nodes extra", "not expected: extra"},
+      {"nodes -o table2", "-o"},
   };
   for (const Case& c : cases) {
     const ParsedCommandLine p = Parse(c.line);

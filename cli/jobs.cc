@@ -52,7 +52,9 @@ int PrintMessage(const google::protobuf::Message& message, OutputFormat format) 
 bool MachineFormat(OutputFormat f) { return f == OutputFormat::kJson || f == OutputFormat::kYaml; }
 
 int Submit(const CommandLine& line, CoordinatorClient& client) {
-  auto spec = spec::LoadJobSpecFile(line.target, line.overrides);
+  std::vector<std::string> overrides = line.overrides;
+  if (line.extend) overrides.push_back("resume=extend");  // last: it wins
+  auto spec = spec::LoadJobSpecFile(line.target, overrides);
   if (!spec.ok()) {
     fprintf(stderr, "ringctl: %s\n", std::string(spec.status().message()).c_str());
     return 2;
@@ -112,6 +114,52 @@ int Cancel(const CommandLine& line, CoordinatorClient& client) {
   if (!job.ok()) return Refused(job.status());
   if (MachineFormat(line.output)) return PrintMessage(*job, line.output);
   printf("%s\n", ProgressLine(*job, absl::Now()).c_str());
+  return 0;
+}
+
+int Delete(const CommandLine& line, CoordinatorClient& client) {
+  auto deleted = client.Delete(line.target);
+  if (!deleted.ok()) return Refused(deleted.status());
+  if (MachineFormat(line.output)) {  // {"job": ..., "checkpoints_kept": ...}
+    nlohmann::ordered_json out;
+    out["job"] = line.target;
+    out["checkpoints_kept"] = deleted->checkpoints_kept();
+    fputs(FormatJsonValue(out, line.output).c_str(), stdout);
+    return 0;
+  }
+  if (deleted->checkpoints_kept().empty()) {
+    printf("deleted job %s (it wrote no checkpoints)\n", line.target.c_str());
+  } else {
+    printf("deleted job %s; its checkpoints stay in %s (a job submitted again as %s resumes "
+           "from them; remove the directory to free the space)\n",
+           line.target.c_str(), deleted->checkpoints_kept().c_str(), line.target.c_str());
+  }
+  return 0;
+}
+
+int Logs(const CommandLine& line, CoordinatorClient& client) {
+  LogsRequest request;
+  request.set_job(line.target);
+  if (line.rank) request.set_rank(*line.rank);
+  if (line.slot) {
+    request.mutable_slot()->set_node(line.slot->first);
+    request.mutable_slot()->set_slot(line.slot->second);
+  }
+  request.set_follow(line.follow);
+  request.set_tail_bytes(line.tail_bytes);
+  absl::Status s = client.Logs(request, absl::InfiniteFuture(), [](const LogChunk& chunk) {
+    fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+    fflush(stdout);
+    return true;
+  });
+  return s.ok() ? 0 : Refused(s);
+}
+
+int Nodes(const CommandLine& line, CoordinatorClient& client) {
+  auto nodes = client.ListNodes();
+  if (!nodes.ok()) return Refused(nodes.status());
+  if (MachineFormat(line.output)) return PrintMessage(*nodes, line.output);
+  fputs(NodesTable(*nodes, line.output == OutputFormat::kWide).c_str(), stdout);
   return 0;
 }
 
@@ -181,6 +229,12 @@ int JobsCommand(const CommandLine& line, const worker::CoordinatorClientOptions&
       return Status(line, **client);
     case Command::kCancel:
       return Cancel(line, **client);
+    case Command::kDelete:
+      return Delete(line, **client);
+    case Command::kLogs:
+      return Logs(line, **client);
+    case Command::kNodes:
+      return Nodes(line, **client);
     case Command::kTop:
       return Top(line, **client);
     case Command::kCheckpoints:

@@ -1,8 +1,11 @@
-// ringctl's commands that talk to a coordinator: submit, list, status, cancel, top,
-// checkpoints (cli/command_line.h has their flags, cli/output.h what they print). Each
-// returns the exit status: 0 done, 1 the coordinator said no or could not be reached (the
-// message says why), 2 bad input; `submit --wait` returns the job's outcome (0 succeeded,
+// ringctl's commands that talk to a coordinator: submit, list, status, cancel, delete,
+// logs, nodes, top, checkpoints (cli/command_line.h has their flags, cli/output.h what
+// they print). Each returns the exit status: 0 done, 1 the coordinator said no or could not
+// be reached (the message says why), 2 bad input; `submit --wait` returns the job's outcome (0 succeeded,
 // 1 failed or cancelled).
+//
+// `logs` writes the log's bytes as they come (with -f until the job has ended and its
+// trainer is gone, or Ctrl-C). `delete` says where the job's checkpoints stay.
 //
 // `top` redraws in place (clears the screen) when stdout is a terminal and prints plain
 // frames one after the other when it is not; `top -o json` prints one JSON line per event.
@@ -15,7 +18,7 @@
 namespace ringmaster::cli {
 
 // Runs `line` (a command above) against the coordinator `client` reaches. Blocks (Watch)
-// for `submit --wait` and `top`.
+// for `submit --wait` and `top`, and (Logs) for `logs -f`.
 int JobsCommand(const CommandLine& line, const worker::CoordinatorClientOptions& client);
 
 }  // namespace ringmaster::cli

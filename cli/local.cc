@@ -261,6 +261,16 @@ int LocalCommand(const LocalOptions& options) {
     kill(master, SIGTERM);
     Reap(master, absl::Seconds(5));
   };
+  // The agent registers first (with its memory), so that the coordinator judges the job
+  // against this machine: one it cannot hold is refused, not left pending for ever.
+  if (client.ok()) {
+    for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
+      auto nodes = (*client)->ListNodes();
+      if (nodes.ok() && nodes->nodes_size() > 0) break;
+      if (waitpid(agent, nullptr, WNOHANG) == agent) break;  // said why in its log
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
   absl::StatusOr<Job> submitted = client.ok() ? (*client)->Submit(*spec) : client.status();
   if (!submitted.ok()) {
     fprintf(stderr, "ringctl: %s\n", std::string(submitted.status().message()).c_str());

@@ -338,6 +338,50 @@ std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, b
   return FormatTable(rows);
 }
 
+std::string NodesTable(const ListNodesResponse& response, bool wide) {
+  if (response.nodes().empty()) {
+    return "no nodes: no agent has registered (start ringworker on each node)\n";
+  }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NODE", "STATUS", "HEARTBEAT", "SLOT", "JOB", "RANK", "NOTE"});
+  if (wide) {
+    for (const char* column : {"GPU", "ADDRESS", "LOGS"}) rows[0].push_back(column);
+  }
+  for (const NodeInfo& n : response.nodes()) {
+    const std::string status = n.awaiting_agent()    ? "awaiting agent"
+                               : n.lease_left_s() <= 0 ? "lease expired"
+                               : n.draining()          ? "draining"
+                                                       : "ready";
+    const std::string heartbeat = n.last_heartbeat_age_s() < 0
+                                      ? "-"
+                                      : HumanDuration(absl::Seconds(n.last_heartbeat_age_s()));
+    bool first = true;
+    for (const SlotInfo& slot : n.slots()) {
+      std::vector<std::string> notes;
+      if (!slot.exiting_job().empty()) {
+        notes.push_back(absl::StrCat("trainer of ", slot.exiting_job(), " exiting"));
+      }
+      if (slot.backoff_s() > 0) {
+        notes.push_back(
+            absl::StrCat("backing off ", HumanDuration(absl::Seconds(slot.backoff_s()))));
+      }
+      std::vector<std::string> row = {
+          first ? n.node() : "", first ? status : "", first ? heartbeat : "",
+          absl::StrCat(slot.slot()), slot.job().empty() ? "-" : slot.job(),
+          slot.job().empty() || slot.rank() < 0 ? "-" : absl::StrCat(slot.rank()),
+          notes.empty() ? "-" : absl::StrJoin(notes, "; ")};
+      if (wide) {
+        row.push_back(slot.gpu().empty() ? "-" : slot.gpu());
+        row.push_back(first && !n.address().empty() ? n.address() : first ? "-" : "");
+        row.push_back(first && !n.log_address().empty() ? n.log_address() : first ? "-" : "");
+      }
+      rows.push_back(std::move(row));
+      first = false;
+    }
+  }
+  return FormatTable(rows);
+}
+
 std::string ProgressLine(const Job& job, absl::Time now) {
   std::string line = absl::StrFormat(
       "%-20s %-10s epoch %-3d ranks %-3d step %-12s loss %-8s restarts %d  elapsed %s",

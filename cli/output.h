@@ -70,6 +70,12 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // empty (`all`: whether finished jobs were asked for).
 std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, bool all);
 
+// `ringctl nodes`: a row per slot, the node's columns on its first: NODE STATUS (ready,
+// draining, lease expired, awaiting agent) HEARTBEAT (its age) SLOT JOB RANK NOTE (a
+// trainer still exiting, a backoff); wide adds GPU ADDRESS LOGS (the agent's log service).
+// A message instead of a table when there is no node.
+std::string NodesTable(const ListNodesResponse& nodes, bool wide);
+
 // `ringctl status JOB`: phase and how long, reason, membership, progress with elapsed time
 // and ETA, a table of the members, the recoveries. Wide adds the members' flags, the
 // recoveries' detection times, the checkpoints and the effective spec (YAML).

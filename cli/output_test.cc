@@ -208,6 +208,43 @@ TEST(JobsTableTest, HeadersAgesAndWideColumns) {
   EXPECT_EQ(JobsTable({}, kNow, false, false), "no jobs running (--all shows finished ones)\n");
 }
 
+TEST(NodesTableTest, ARowPerSlotWithTheJobRankAndWhatHoldsIt) {
+  ListNodesResponse nodes;
+  NodeInfo* a = nodes.add_nodes();
+  a->set_node("a");
+  a->set_last_heartbeat_age_s(2.4);
+  a->set_lease_left_s(1);
+  a->set_address("10.0.0.1");
+  a->set_log_address("10.0.0.1:7071");
+  SlotInfo* s0 = a->add_slots();
+  s0->set_slot(0);
+  s0->set_job("mlp");
+  s0->set_rank(1);
+  s0->set_gpu("H100");
+  SlotInfo* s1 = a->add_slots();
+  s1->set_slot(1);
+  s1->set_rank(-1);
+  s1->set_exiting_job("old");
+  s1->set_backoff_s(8);
+  NodeInfo* b = nodes.add_nodes();
+  b->set_node("b");
+  b->set_draining(true);
+  b->set_lease_left_s(2);
+  b->set_last_heartbeat_age_s(-1);
+  b->add_slots()->set_rank(-1);
+  EXPECT_EQ(NodesTable(nodes, /*wide=*/false),
+            "NODE   STATUS     HEARTBEAT   SLOT   JOB   RANK   NOTE\n"
+            "a      ready      2s          0      mlp   1      -\n"
+            "                              1      -     -      trainer of old exiting; "
+            "backing off 8s\n"
+            "b      draining   -           0      -     -      -\n");
+  const std::string wide = NodesTable(nodes, /*wide=*/true);
+  EXPECT_THAT(wide, HasSubstr("GPU"));
+  EXPECT_THAT(wide, HasSubstr("H100"));
+  EXPECT_THAT(wide, HasSubstr("10.0.0.1:7071"));
+  EXPECT_THAT(NodesTable(ListNodesResponse(), false), HasSubstr("no nodes"));
+}
+
 TEST(ProgressLineTest, ShowsElapsedTimeAndEta) {
   Job job = ExampleJob();
   const std::string line = ProgressLine(job, kNow);

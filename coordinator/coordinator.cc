@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -117,6 +118,35 @@ std::string ExitDetail(const TrainerExitedRequest& r) {
                     ")");
   }
   return Bounded(detail);
+}
+
+// Job.rank_slots from a committed epoch's members.
+void SetRankSlots(std::vector<Member> members, Job* job) {
+  std::sort(members.begin(), members.end(),
+            [](const Member& a, const Member& b) { return a.rank < b.rank; });
+  job->clear_rank_slots();
+  for (const Member& m : members) ToProto(m.slot, job->add_rank_slots());
+}
+
+// What an agent's registration may say about it, bounded like every stored field.
+absl::Status ValidateAgentInfo(const RegisterNodeRequest& r) {
+  constexpr size_t kMaxAddress = 256;
+  if (r.address().size() > kMaxAddress || r.log_address().size() > kMaxAddress) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address and log_address must be at most ", kMaxAddress, " bytes, got ",
+        r.address().size(), " and ", r.log_address().size()));
+  }
+  if (r.gpus_size() > kMaxSlotsPerNode) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus: at most ", kMaxSlotsPerNode, " entries, got ", r.gpus_size()));
+  }
+  for (const std::string& gpu : r.gpus()) {
+    if (gpu.size() > kMaxAddress) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpus: a name is at most ", kMaxAddress, " bytes, got ", gpu.size()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -323,6 +353,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
     } else if (const auto* a = std::get_if<CommitEpoch>(&action)) {
       Job& job = jobs_[a->job];
       world_[a->job] = static_cast<int>(a->members.size());
+      SetRankSlots(a->members, &job);
       job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
@@ -481,9 +512,18 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
   Job result;
   {
     absl::MutexLock lock(&mu_);
-    if (jobs_.count(request.id)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "job ", request.id, " already exists: choose another spec.name (or --set name=...)"));
+    // A job that has ended is replaced by its name submitted again (Membership::SubmitJob):
+    // with the same checkpoint.dir, the new job resumes from the old one's checkpoints.
+    std::optional<Job> replaced;
+    if (auto it = jobs_.find(request.id); it != jobs_.end()) {
+      const JobState* state = machine_.job(request.id);
+      if (state != nullptr && !IsTerminal(state->phase)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "job ", request.id, " already exists and is ", JobPhaseName(state->phase),
+            ": choose another spec.name (or --set name=...), or cancel it first"));
+      }
+      replaced = std::move(it->second);
+      jobs_.erase(it);
     }
     // A rank no registered node could hold would wait for ever: refused, with the numbers.
     if (const int64_t largest = machine_.LargestNodeMemory(Now());
@@ -499,7 +539,13 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
     absl::Status s = machine_.SubmitJob(request, Now(), &actions);
     if (!s.ok()) {
       jobs_.erase(request.id);
+      if (replaced) jobs_[request.id] = *std::move(replaced);
       return s;
+    }
+    if (replaced) {
+      LOG(INFO) << "coordinator: job " << request.id << " submitted again: replaces the "
+                << JobPhaseName(PhaseFromProto(replaced->phase())) << " one";
+      ForgetJob(request.id);
     }
     Apply(actions, &completions);
     result = jobs_[request.id];
@@ -565,6 +611,134 @@ void Coordinator::WatchNext(const std::string& job, int64_t after_version, absl:
   Run(completions);
 }
 
+void Coordinator::ForgetJob(const std::string& id) {
+  kv_.erase(id);
+  rank_stats_.erase(id);
+  slow_reports_.erase(id);
+  leaving_.erase(id);
+  world_.erase(id);
+}
+
+absl::StatusOr<DeleteJobResponse> Coordinator::Delete(const std::string& id) {
+  Completions completions;
+  DeleteJobResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = FindJob(id);
+    if (!job.ok()) return job.status();
+    const JobState* state = machine_.job(id);
+    if (state != nullptr && !IsTerminal(state->phase)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, " is ", JobPhaseName(state->phase), ": cancel it first (ringctl cancel ",
+          id, ")"));
+    }
+    const std::string& dir = (*job)->spec().checkpoint().dir();
+    if (!dir.empty()) response.set_checkpoints_kept(absl::StrCat(dir, "/", id));
+    // The database first: a job the store still holds must not vanish from memory only.
+    RM_RETURN_IF_ERROR(store_->Delete(id));
+    if (state != nullptr) RM_RETURN_IF_ERROR(machine_.DeleteJob(id));
+    jobs_.erase(id);
+    ForgetJob(id);
+    // Its agents remove the job's files (spec, tokens, logs) once its trainers are gone.
+    for (const Membership::NodeView& node : machine_.Nodes(Now())) {
+      AgentCommand forget;
+      forget.mutable_forget()->set_job(id);
+      commands_[node.node].push_back(std::move(forget));
+    }
+    LOG(INFO) << "coordinator: job " << id << " deleted";
+    Resolve(&completions);  // its watchers learn that it is gone
+  }
+  Run(completions);
+  return response;
+}
+
+ListNodesResponse Coordinator::ListNodes() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = Now();
+  ListNodesResponse response;
+  for (const Membership::NodeView& view : machine_.Nodes(now)) {
+    NodeInfo* node = response.add_nodes();
+    node->set_node(view.node);
+    node->set_draining(view.draining);
+    node->set_awaiting_agent(view.restored);
+    node->set_lease_left_s(absl::ToDoubleSeconds(view.lease_expiry - now));
+    node->set_last_heartbeat_age_s(-1);
+    const AgentInfo* agent = nullptr;
+    if (auto it = agents_.find(view.node); it != agents_.end()) {
+      agent = &it->second;
+      node->set_address(agent->address);
+      node->set_log_address(agent->log_address);
+      if (agent->last_seen != absl::InfinitePast()) {
+        node->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - agent->last_seen));
+      }
+    }
+    for (int s = 0; s < view.slots; ++s) {
+      SlotInfo* slot = node->add_slots();
+      slot->set_slot(s);
+      slot->set_rank(-1);
+      if (agent != nullptr && s < static_cast<int>(agent->gpus.size())) {
+        slot->set_gpu(agent->gpus[s]);
+      }
+      if (auto it = view.assigned.find(s); it != view.assigned.end()) {
+        slot->set_job(it->second);
+        if (const JobState* job = machine_.job(it->second); job != nullptr) {
+          for (const Member& m : job->members) {
+            if (m.slot == SlotRef{view.node, s}) slot->set_rank(m.rank);
+          }
+        }
+      }
+      if (auto it = view.exiting.find(s); it != view.exiting.end()) {
+        slot->set_exiting_job(it->second);
+      }
+      if (auto it = view.backoff_until.find(s); it != view.backoff_until.end()) {
+        slot->set_backoff_s(absl::ToDoubleSeconds(it->second - now));
+      }
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<Coordinator::LogSource> Coordinator::FindLog(const LogsRequest& r) {
+  absl::MutexLock lock(&mu_);
+  auto found = FindJob(r.job());
+  if (!found.ok()) return found.status();
+  const Job& job = **found;
+  LogSource source;
+  if (r.has_slot()) {
+    source.slot = r.slot();
+  } else {
+    const int rank = r.target_case() == LogsRequest::kRank ? r.rank() : 0;
+    if (job.rank_slots_size() == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "job ", r.job(), " has no ranks yet (", JobPhaseName(PhaseFromProto(job.phase())),
+          job.reason().empty() ? "" : absl::StrCat(": ", job.reason()),
+          "); name a slot (--slot NODE/SLOT) to read the log of a trainer that was started"));
+    }
+    if (rank < 0 || rank >= job.rank_slots_size()) {
+      return absl::NotFoundError(absl::StrCat("job ", r.job(), " has no rank ", rank,
+                                              ": its ranks are 0 to ",
+                                              job.rank_slots_size() - 1));
+    }
+    source.slot = job.rank_slots(rank);
+  }
+  const std::string where =
+      absl::StrCat("the log is on node ", source.slot.node(), " in its agent's work directory, at ",
+                   r.job(), "/slot-", source.slot.slot(), ".log");
+  auto agent = agents_.find(source.slot.node());
+  if (agent == agents_.end()) {
+    return absl::UnavailableError(absl::StrCat("the agent of node ", source.slot.node(),
+                                               " has not registered since the coordinator "
+                                               "started; ", where));
+  }
+  if (agent->second.log_address.empty()) {
+    return absl::UnavailableError(absl::StrCat("the agent of node ", source.slot.node(),
+                                               " serves no logs (ringworker --log_listen); ",
+                                               where));
+  }
+  source.log_address = agent->second.log_address;
+  return source;
+}
+
 // ---------------------------------------------------------------------------------------
 // Agents.
 
@@ -573,6 +747,7 @@ std::string Coordinator::NodeCredentialFor(const std::string& node) const {
 }
 
 absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNodeRequest& r) {
+  RM_RETURN_IF_ERROR(ValidateAgentInfo(r));
   RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) -> absl::Status {
     if (machine_.HoldsNode(r.node(), Now())) {
       if (absl::Status s = CheckNodeCredential(secret_, r.node(), r.node_credential()); !s.ok()) {
@@ -583,7 +758,10 @@ absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNod
             absl::FormatDuration(options_.membership.lease), " for its lease to lapse"));
       }
     }
-    return machine_.RegisterNode(r.node(), r.slots(), Now(), actions, r.memory_bytes());
+    RM_RETURN_IF_ERROR(machine_.RegisterNode(r.node(), r.slots(), Now(), actions, r.memory_bytes()));
+    agents_[r.node()] = AgentInfo{r.address(), r.log_address(),
+                                  {r.gpus().begin(), r.gpus().end()}, Now()};
+    return absl::OkStatus();
   }));
   RegisterNodeResponse response;
   response.set_node_credential(NodeCredentialFor(r.node()));
@@ -608,6 +786,7 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
     if (absl::Status s = machine_.Heartbeat(r.node(), running, Now(), &actions); !s.ok()) {
       return s;
     }
+    agents_[r.node()].last_seen = Now();
     // Stops of stale trainers, and the placements that slots freed by this heartbeat allow.
     Apply(actions, &completions);
     auto it = commands_.find(r.node());

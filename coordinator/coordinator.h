@@ -67,6 +67,21 @@ class Coordinator {
   // The first state of the job with version > after_version (at once when there is one).
   void WatchNext(const std::string& job, int64_t after_version, absl::Time deadline,
                  Done<JobEvent> done);
+  // Forgets a job that has ended (Membership::DeleteJob), in memory and in the database,
+  // and asks the agents to remove its files (ForgetJobCommand). Its checkpoints stay.
+  // NOT_FOUND; FAILED_PRECONDITION naming the phase of a live job.
+  absl::StatusOr<DeleteJobResponse> Delete(const std::string& job);
+  // Every node the state machine knows, with its slots and what runs on them.
+  ListNodesResponse ListNodes();
+  // Where the log a Logs call asks for is kept: the trainer's slot and its agent's log
+  // service. NOT_FOUND for an unknown job or rank (naming the ranks there are);
+  // UNAVAILABLE, naming the node, when its agent serves no logs (not registered now, or
+  // without a log service).
+  struct LogSource {
+    ringmaster::SlotRef slot;
+    std::string log_address;
+  };
+  absl::StatusOr<LogSource> FindLog(const LogsRequest& request);
 
   // --- WorkerService: agents ---
   // Each call for a node must carry that node's credential (PERMISSION_DENIED otherwise);
@@ -149,6 +164,8 @@ class Coordinator {
   // After a rank's report: which ranks of the job are stragglers (Job.stragglers).
   void UpdateStragglers(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);
+  // Drops the in-memory bookkeeping of a job that is deleted or replaced.
+  void ForgetJob(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   Clock* const clock_;
@@ -172,6 +189,15 @@ class Coordinator {
   std::vector<StoreWaiter> store_waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<WatchWaiter> watches_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // What each node's agent told at registration, and when it was last heard from (since this
+  // process started); kept after its lease lapses, for the logs of ended jobs.
+  struct AgentInfo {
+    std::string address;
+    std::string log_address;
+    std::vector<std::string> gpus;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
 };
 
 // Conversions between the state machine's JobState and the persisted Job proto.

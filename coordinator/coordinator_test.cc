@@ -840,5 +840,176 @@ TEST_F(CoordinatorTest, WatchReturnsTheNextChangeOrTimesOut) {
   EXPECT_EQ(missing.value->status().code(), absl::StatusCode::kNotFound);
 }
 
+// Jobs a user manages: delete, resubmit, nodes, where a rank's log is.
+
+TEST_F(CoordinatorTest, DeleteForgetsAnEndedJobButKeepsItsCheckpoints) {
+  spec_.mutable_checkpoint()->set_dir("/shared/ckpt");
+  Register("a", 2);
+  ASSERT_TRUE(coordinator_->Submit(spec_).ok());
+  absl::Status live = coordinator_->Delete("mlp").status();
+  EXPECT_EQ(live.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(live.message().find("is forming: cancel it first"), std::string::npos) << live;
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  Result<JobEvent> watch;
+  coordinator_->WatchNext("mlp", 1 << 30, clock_.Now() + absl::Seconds(30), watch.Callback());
+
+  auto deleted = coordinator_->Delete("mlp");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->checkpoints_kept(), "/shared/ckpt/mlp");
+  EXPECT_EQ(coordinator_->Get("mlp").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->Delete("mlp").status().code(), absl::StatusCode::kNotFound);
+  ListJobsRequest all;
+  all.set_include_finished(true);
+  EXPECT_EQ(coordinator_->List(all)->jobs_size(), 0);
+  ASSERT_TRUE(watch.value.has_value()) << "a watcher learns that the job is gone";
+  EXPECT_EQ(watch.value->status().code(), absl::StatusCode::kNotFound);
+  // The agent removes the job's files: after the stops of the cancel, a forget.
+  HeartbeatResponse hb = Heartbeat("a");
+  ASSERT_GE(hb.commands_size(), 1);
+  EXPECT_EQ(hb.commands(hb.commands_size() - 1).forget().job(), "mlp");
+  // Gone from the database too.
+  Reopen();
+  EXPECT_EQ(coordinator_->Get("mlp").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, SubmittingTheNameOfAnEndedJobReplacesIt) {
+  StartFourRanks();
+  ReportCheckpointRequest checkpoint;
+  checkpoint.set_job("mlp");
+  checkpoint.set_epoch(1);
+  *checkpoint.mutable_slot() = Slot("a", 0);
+  checkpoint.mutable_checkpoint()->set_step(10);
+  checkpoint.mutable_checkpoint()->set_path("/ckpt/mlp/step-10");
+  checkpoint.mutable_checkpoint()->set_world_size(4);
+  ASSERT_TRUE(coordinator_->ReportCheckpoint(checkpoint).ok());
+  absl::Status live = coordinator_->Submit(spec_).status();
+  EXPECT_EQ(live.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(live.message().find("is running"), std::string::npos) << live;
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  // The cancelled trainers are gone; the name is submitted again.
+  Heartbeat("a");
+  Heartbeat("b");
+  spec_.set_steps(spec_.steps() + 100);
+  auto again = coordinator_->Submit(spec_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->phase(), JOB_PHASE_FORMING);
+  EXPECT_EQ(again->epoch(), 1);
+  EXPECT_EQ(again->restarts(), 0);
+  EXPECT_EQ(again->checkpoints_size(), 0) << "the old job's record is not carried over";
+  EXPECT_EQ(again->recoveries_size(), 0);
+  EXPECT_EQ(again->spec().steps(), spec_.steps());
+  // Its trainers are started (join epoch 1 again, as the new job's).
+  Result<JoinResponse> joins[4];
+  int i = 0;
+  for (const char* node : {"a", "b"}) {
+    for (int slot = 0; slot < 2; ++slot) Join(node, slot, 1, &joins[i++]);
+  }
+  ASSERT_TRUE(joins[3].value.has_value() && joins[3].value->ok());
+  EXPECT_EQ(coordinator_->Get("mlp")->phase(), JOB_PHASE_COMMITTED);
+  // One job of that name, in memory and after a restart.
+  ListJobsRequest all;
+  all.set_include_finished(true);
+  EXPECT_EQ(coordinator_->List(all)->jobs_size(), 1);
+  Reopen();
+  EXPECT_EQ(coordinator_->List(all)->jobs_size(), 1);
+  EXPECT_EQ(coordinator_->Get("mlp")->spec().steps(), spec_.steps());
+}
+
+TEST_F(CoordinatorTest, ListNodesShowsSlotsRanksExitingTrainersAndHeartbeatAge) {
+  RegisterNodeRequest r;
+  r.set_node("a");
+  r.set_slots(2);
+  r.set_address("10.0.0.1");
+  r.set_log_address("10.0.0.1:7071");
+  r.add_gpus("GPU-0");
+  r.add_gpus("GPU-1");
+  ASSERT_TRUE(coordinator_->RegisterNode(r).ok());
+  Register("b", 1);
+  spec_.mutable_elastic()->set_max_ranks(2);
+  ASSERT_TRUE(coordinator_->Submit(spec_).ok());
+  Result<JoinResponse> j0, j1;
+  Join("a", 1, 1, &j1);
+  Join("a", 0, 1, &j0);
+  clock_.Advance(absl::Seconds(2));
+  Heartbeat("b");
+  ListNodesResponse nodes = coordinator_->ListNodes();
+  ASSERT_EQ(nodes.nodes_size(), 2);
+  const NodeInfo& a = nodes.nodes(0);
+  EXPECT_EQ(a.node(), "a");
+  EXPECT_EQ(a.address(), "10.0.0.1");
+  EXPECT_EQ(a.log_address(), "10.0.0.1:7071");
+  EXPECT_DOUBLE_EQ(a.last_heartbeat_age_s(), 2);
+  EXPECT_DOUBLE_EQ(a.lease_left_s(), 1);
+  EXPECT_FALSE(a.draining());
+  ASSERT_EQ(a.slots_size(), 2);
+  EXPECT_EQ(a.slots(1).job(), "mlp");
+  EXPECT_EQ(a.slots(1).rank(), 1);
+  EXPECT_EQ(a.slots(1).gpu(), "GPU-1");
+  EXPECT_EQ(a.slots(0).rank(), 0);
+  const NodeInfo& b = nodes.nodes(1);
+  EXPECT_DOUBLE_EQ(b.last_heartbeat_age_s(), 0);
+  ASSERT_EQ(b.slots_size(), 1);
+  EXPECT_EQ(b.slots(0).job(), "");
+  EXPECT_EQ(b.slots(0).rank(), -1);
+  // Cancelled: a's slots hold exiting trainers until its agent reports them gone.
+  Heartbeat("a");
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  nodes = coordinator_->ListNodes();
+  EXPECT_EQ(nodes.nodes(0).slots(0).job(), "");
+  EXPECT_EQ(nodes.nodes(0).slots(0).exiting_job(), "mlp");
+  EXPECT_EQ(nodes.nodes(0).last_heartbeat_age_s(), 0);
+  // A coordinator restarted from the database has heard from no agent yet.
+  Reopen();
+  EXPECT_EQ(coordinator_->ListNodes().nodes_size(), 0) << "the job ended: no node to expect";
+}
+
+TEST_F(CoordinatorTest, FindLogMapsARankToItsSlotAndItsAgent) {
+  RegisterNodeRequest r;
+  r.set_node("a");
+  r.set_slots(2);
+  r.set_log_address("127.0.0.1:7071");
+  ASSERT_TRUE(coordinator_->RegisterNode(r).ok());
+  Register("b", 2);  // serves no logs
+  LogsRequest request;
+  request.set_job("mlp");
+  EXPECT_EQ(coordinator_->FindLog(request).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(coordinator_->Submit(spec_).ok());
+  absl::Status early = coordinator_->FindLog(request).status();
+  EXPECT_EQ(early.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(early.message().find("no ranks yet"), std::string::npos) << early;
+  Result<JoinResponse> joins[4];
+  int i = 0;
+  for (const char* node : {"a", "b"}) {
+    for (int slot = 0; slot < 2; ++slot) Join(node, slot, 1, &joins[i++]);
+  }
+  auto rank0 = coordinator_->FindLog(request);  // no rank given: rank 0
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  EXPECT_EQ(rank0->slot.node(), "a");
+  EXPECT_EQ(rank0->slot.slot(), 0);
+  EXPECT_EQ(rank0->log_address, "127.0.0.1:7071");
+  request.set_rank(1);
+  EXPECT_EQ(coordinator_->FindLog(request)->slot.slot(), 1);
+  request.set_rank(4);
+  absl::Status none = coordinator_->FindLog(request).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.message().find("ranks are 0 to 3"), std::string::npos) << none;
+  request.set_rank(2);
+  absl::Status b = coordinator_->FindLog(request).status();
+  EXPECT_EQ(b.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(b.message().find("node b serves no logs"), std::string::npos) << b;
+  *request.mutable_slot() = Slot("a", 1);
+  EXPECT_EQ(coordinator_->FindLog(request)->slot.slot(), 1);
+  // The ranks stay known after the job ends (a finished rank leaves the members), and
+  // after a restart.
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  Reopen();
+  ASSERT_TRUE(coordinator_->RegisterNode(r).ok());
+  request.set_rank(1);
+  auto after = coordinator_->FindLog(request);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->slot.node(), "a");
+  EXPECT_EQ(after->slot.slot(), 1);
+}
+
 }  // namespace
 }  // namespace ringmaster::coordinator

@@ -63,7 +63,10 @@ Coordinator::Done<T> FinishWith(grpc::ServerUnaryReactor* reactor, T* response) 
 class JobServiceImpl final : public JobService::CallbackService {
  public:
   JobServiceImpl(Coordinator* coordinator, const ServerOptions& options)
-      : coordinator_(coordinator), options_(options) {}
+      : coordinator_(coordinator),
+        options_(options),
+        logs_(coordinator, LogProxyOptions{.node_token = options.node_token,
+                                           .max_streams = options.max_log_streams}) {}
 
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const SubmitRequest* request,
                                    Job* response) override {
@@ -106,6 +109,28 @@ class JobServiceImpl final : public JobService::CallbackService {
   grpc::ServerWriteReactor<JobEvent>* Watch(grpc::CallbackServerContext* ctx,
                                             const WatchJobRequest* request) override {
     return new Watcher(coordinator_, ctx, *request, Auth(ctx), options_.max_wait);
+  }
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx,
+                                   const DeleteJobRequest* request,
+                                   DeleteJobResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      auto r = coordinator_->Delete(request->job());
+      if (r.ok()) *response = std::move(*r);
+      return r.status();
+    });
+  }
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const ListNodesRequest*,
+                                      ListNodesResponse* response) override {
+    return Unary(ctx, [&]() -> absl::Status {
+      RM_RETURN_IF_ERROR(Auth(ctx));
+      *response = coordinator_->ListNodes();
+      return absl::OkStatus();
+    });
+  }
+  grpc::ServerWriteReactor<LogChunk>* Logs(grpc::CallbackServerContext* ctx,
+                                           const LogsRequest* request) override {
+    return logs_.Start(ctx, *request, Auth(ctx));
   }
 
  private:
@@ -244,6 +269,7 @@ class JobServiceImpl final : public JobService::CallbackService {
 
   Coordinator* const coordinator_;
   const ServerOptions options_;
+  LogProxy logs_;
 };
 
 class WorkerServiceImpl final : public WorkerService::CallbackService {

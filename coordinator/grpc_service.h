@@ -2,6 +2,8 @@
 // handlers check the caller's token, translate protos and hand Coordinator a completion;
 // none blocks a gRPC thread (Join, StoreGet and Watch complete when the coordinator says).
 //
+// Logs is proxied to the agent that ran the trainer (coordinator/log_proxy.h).
+//
 // Also: Server, which owns a grpc::Server with both services and the standard health
 // service, and the thread that ticks the coordinator.
 #ifndef RINGMASTER_COORDINATOR_GRPC_SERVICE_H_
@@ -15,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/log_proxy.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -37,6 +40,8 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;
   // How often the coordinator's timeouts are checked.
   absl::Duration tick = absl::Milliseconds(50);
+  // Logs streams (JobService.Logs) served at once, each with a thread of its own.
+  int max_log_streams = 64;
 };
 
 class Server {

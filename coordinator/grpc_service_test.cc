@@ -11,14 +11,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/auth.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "spec/job_spec.h"
 #include "proto/health.grpc.pb.h"
+#include "spec/job_spec.h"
+#include "worker/log_service.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -45,6 +47,7 @@ class GrpcServiceTest : public ::testing::Test {
     server_options.user_token = "user-secret";
     server_options.node_token = "node-secret";
     server_options.max_message_bytes = 64 << 10;
+    server_options.max_log_streams = 2;
     auto server = Server::Start(server_options, coordinator_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -333,6 +336,227 @@ TEST(ServerStart, BadTlsFilesAreNamed) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_NE(CheckTlsMaterial("", "", "garbage").message().find("--tls_client_ca"),
             std::string::npos);
+}
+
+// --- Jobs a user manages: delete, nodes, logs through the agent's log service. ---
+
+class ManageTest : public GrpcServiceTest {
+ protected:
+  void SetUp() override {
+    GrpcServiceTest::SetUp();
+    work_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/agent-", getpid(), "-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(work_);
+    std::filesystem::create_directories(work_ + "/mlp");
+  }
+  void TearDown() override {
+    GrpcServiceTest::TearDown();
+    agent_logs_.reset();
+  }
+
+  void StartAgentLogs(const std::string& token = "node-secret") {
+    auto logs = worker::LogService::Start(
+        {.listen = "127.0.0.1:0", .node_token = token, .work_dir = work_});
+    ASSERT_TRUE(logs.ok()) << logs.status();
+    agent_logs_ = std::move(*logs);
+  }
+
+  // Node a (2 slots, serving logs at `log_address`) runs the job; both ranks have joined.
+  void RunJob(const std::string& log_address) {
+    RegisterNodeRequest reg;
+    reg.set_node("a");
+    reg.set_slots(2);
+    reg.set_log_address(log_address);
+    RegisterNodeResponse registered;
+    ASSERT_TRUE(workers_->RegisterNode(Context("node-secret").get(), reg, &registered).ok());
+    SubmitRequest submit;
+    *submit.mutable_spec() = spec_;
+    Job job;
+    ASSERT_TRUE(jobs_->Submit(Context("user-secret").get(), submit, &job).ok());
+    for (int slot = 0; slot < 2; ++slot) {
+      JoinRequest join;
+      join.set_job("mlp");
+      join.set_epoch(1);
+      *join.mutable_slot() = Slot("a", slot);
+      coordinator_->Join(join, absl::Now() + absl::Seconds(10), [](auto) {});
+    }
+    ASSERT_EQ(coordinator_->Get("mlp")->phase(), JOB_PHASE_COMMITTED);
+  }
+
+  void AppendLog(int slot, const std::string& text) {
+    std::ofstream(absl::StrCat(work_, "/mlp/slot-", slot, ".log"), std::ios::app) << text;
+  }
+
+  // The whole stream of a Logs call, and how it ended.
+  grpc::Status ReadLogs(const LogsRequest& request, std::string* text,
+                        const std::string& token = "user-secret") {
+    auto ctx = Context(token);
+    auto stream = jobs_->Logs(ctx.get(), request);
+    LogChunk chunk;
+    while (stream->Read(&chunk)) text->append(chunk.data());
+    return stream->Finish();
+  }
+
+  std::string work_;
+  std::unique_ptr<worker::LogService> agent_logs_;
+};
+
+TEST_F(ManageTest, LogsOfARankAreReadFromItsAgent) {
+  StartAgentLogs();
+  AppendLog(0, "rank 0 says hello\n");
+  AppendLog(1, "rank 1 says hello\n");
+  agent_logs_->Add("mlp", 0);
+  agent_logs_->Add("mlp", 1);
+  RunJob(absl::StrCat("127.0.0.1:", agent_logs_->port()));
+  LogsRequest request;
+  request.set_job("mlp");
+  std::string text;
+  grpc::Status s = ReadLogs(request, &text);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(text, "rank 0 says hello\n");
+  request.set_rank(1);
+  text.clear();
+  ASSERT_TRUE(ReadLogs(request, &text).ok());
+  EXPECT_EQ(text, "rank 1 says hello\n");
+  request.set_tail_bytes(6);
+  text.clear();
+  ASSERT_TRUE(ReadLogs(request, &text).ok());
+  EXPECT_EQ(text, "hello\n");
+  // Not for a node's token, nor for an unknown job or rank.
+  text.clear();
+  EXPECT_EQ(ReadLogs(request, &text, "node-secret").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  request.set_job("nope");
+  EXPECT_EQ(ReadLogs(request, &text).error_code(), grpc::StatusCode::NOT_FOUND);
+  request.set_job("mlp");
+  request.set_rank(7);
+  EXPECT_EQ(ReadLogs(request, &text).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A slot the agent ran no trainer on: the agent's NOT_FOUND, naming the node.
+  *request.mutable_slot() = Slot("a", 5);
+  s = ReadLogs(request, &text);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("node a"), std::string::npos) << s.error_message();
+  EXPECT_EQ(text, "");
+}
+
+TEST_F(ManageTest, AFollowedLogStreamsUntilTheJobEndsAndItsTrainerIsGone) {
+  StartAgentLogs();
+  AppendLog(0, "step 1\n");
+  agent_logs_->Add("mlp", 0);
+  RunJob(absl::StrCat("127.0.0.1:", agent_logs_->port()));
+  LogsRequest request;
+  request.set_job("mlp");
+  request.set_follow(true);
+  auto ctx = Context("user-secret", absl::Seconds(30));
+  auto stream = jobs_->Logs(ctx.get(), request);
+  LogChunk chunk;
+  ASSERT_TRUE(stream->Read(&chunk));
+  EXPECT_EQ(chunk.data(), "step 1\n");
+  EXPECT_EQ(chunk.offset(), 0);
+  EXPECT_EQ(chunk.slot().node(), "a");
+  // The trainer writes on: the follower gets it.
+  AppendLog(0, "step 2\n");
+  ASSERT_TRUE(stream->Read(&chunk));
+  EXPECT_EQ(chunk.data(), "step 2\n");
+  EXPECT_EQ(chunk.offset(), 7);
+  // The job ends; its trainer writes its last words and is gone: the stream ends with them.
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  AppendLog(0, "stopped\n");
+  agent_logs_->SetRunning("mlp", 0, false);
+  std::string rest;
+  while (stream->Read(&chunk)) rest += chunk.data();
+  grpc::Status s = stream->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(rest, "stopped\n");
+  // The log stays readable after the job ended, until it is deleted.
+  request.set_follow(false);
+  std::string text;
+  ASSERT_TRUE(ReadLogs(request, &text).ok());
+  EXPECT_EQ(text, "step 1\nstep 2\nstopped\n");
+}
+
+TEST_F(ManageTest, LogStreamsAreBoundedAndEndWhenTheClientLeaves) {
+  StartAgentLogs();
+  agent_logs_->Add("mlp", 0);
+  AppendLog(0, "x\n");
+  RunJob(absl::StrCat("127.0.0.1:", agent_logs_->port()));
+  LogsRequest request;
+  request.set_job("mlp");
+  request.set_follow(true);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<LogChunk>>> streams;
+  for (int i = 0; i < 2; ++i) {  // max_log_streams
+    contexts.push_back(Context("user-secret", absl::Seconds(30)));
+    streams.push_back(jobs_->Logs(contexts.back().get(), request));
+    LogChunk chunk;
+    ASSERT_TRUE(streams.back()->Read(&chunk));
+  }
+  std::string text;
+  grpc::Status third = ReadLogs(request, &text);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  // A client that leaves frees its stream (and its thread).
+  contexts[0]->TryCancel();
+  EXPECT_EQ(streams[0]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  grpc::Status again;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto ctx = Context("user-secret");
+    LogsRequest once = request;
+    once.set_follow(false);
+    auto stream = jobs_->Logs(ctx.get(), once);
+    LogChunk chunk;
+    while (stream->Read(&chunk)) {
+    }
+    again = stream->Finish();
+    if (again.ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(again.ok()) << again.error_message();
+  contexts[1]->TryCancel();
+  streams[1]->Finish();
+}
+
+TEST_F(ManageTest, AnAgentThatCannotBeReachedOrRefusesIsNamed) {
+  StartAgentLogs("another-node-token");
+  agent_logs_->Add("mlp", 0);
+  AppendLog(0, "x\n");
+  RunJob(absl::StrCat("127.0.0.1:", agent_logs_->port()));
+  LogsRequest request;
+  request.set_job("mlp");
+  std::string text;
+  grpc::Status refused = ReadLogs(request, &text);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("--node_token_file"), std::string::npos)
+      << refused.error_message();
+  const int port = agent_logs_->port();
+  agent_logs_.reset();
+  grpc::Status down = ReadLogs(request, &text);
+  EXPECT_EQ(down.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(down.error_message().find(absl::StrCat("node a at 127.0.0.1:", port)),
+            std::string::npos)
+      << down.error_message();
+  EXPECT_NE(down.error_message().find("mlp/slot-0.log"), std::string::npos)
+      << down.error_message();
+}
+
+TEST_F(ManageTest, DeleteAndListNodesOverGrpc) {
+  RunJob("");
+  ListNodesResponse nodes;
+  ASSERT_TRUE(jobs_->ListNodes(Context("user-secret").get(), ListNodesRequest(), &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).slots(1).job(), "mlp");
+  EXPECT_EQ(jobs_->ListNodes(Context("").get(), ListNodesRequest(), &nodes).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  DeleteJobRequest del;
+  del.set_job("mlp");
+  DeleteJobResponse deleted;
+  grpc::Status live = jobs_->Delete(Context("user-secret").get(), del, &deleted);
+  EXPECT_EQ(live.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(live.error_message().find("committed: cancel it first"), std::string::npos)
+      << live.error_message();
+  ASSERT_TRUE(coordinator_->Cancel("mlp").ok());
+  ASSERT_TRUE(jobs_->Delete(Context("user-secret").get(), del, &deleted).ok());
+  EXPECT_EQ(jobs_->Delete(Context("user-secret").get(), del, &deleted).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

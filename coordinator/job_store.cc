@@ -163,6 +163,18 @@ absl::Status JobStore::Put(const Job& job) {
   return absl::OkStatus();
 }
 
+absl::Status JobStore::Delete(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  Statement del(db_, "DELETE FROM jobs WHERE id = ?1");
+  if (!del.ok()) return SqliteError(db_, "cannot prepare the job removal", path_);
+  sqlite3_bind_text(del.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(del.get()) != SQLITE_DONE) {
+    return SqliteError(db_, absl::StrCat("cannot remove job ", id), path_);
+  }
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Job>> JobStore::LoadAll() {
   absl::MutexLock lock(&mu_);
   Statement all(db_, "SELECT id, job FROM jobs ORDER BY seq");

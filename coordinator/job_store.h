@@ -43,6 +43,8 @@ class JobStore {
 
   // Inserts or replaces the job (keyed by job.id(); a new id goes last in submission order).
   absl::Status Put(const Job& job);
+  // Removes the job; NOT_FOUND when absent.
+  absl::Status Delete(const std::string& id);
   // Every job, in submission order. DATA_LOSS names a row that does not parse.
   absl::StatusOr<std::vector<Job>> LoadAll();
   // NOT_FOUND when absent.

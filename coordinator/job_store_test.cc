@@ -56,6 +56,29 @@ TEST(JobStore, PutReplacesAndKeepsSubmissionOrder) {
   EXPECT_EQ((*store)->Put(Job()).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(JobStore, DeleteRemovesTheJobForGood) {
+  const std::string path = FreshPath("delete");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob("a", 1)).ok());
+    ASSERT_TRUE((*store)->Put(MakeJob("b", 1)).ok());
+    ASSERT_TRUE((*store)->Delete("a").ok());
+    EXPECT_EQ((*store)->Delete("a").code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ((*store)->Get("a").status().code(), absl::StatusCode::kNotFound);
+    // The name again: a new job, last in submission order.
+    ASSERT_TRUE((*store)->Put(MakeJob("a", 2)).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id(), "b");
+  EXPECT_EQ((*jobs)[1].id(), "a");
+  EXPECT_EQ((*jobs)[1].epoch(), 2);
+}
+
 int Mode(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;

@@ -544,6 +544,12 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   NodeState* node = FindNode(slot.node);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
   JobState* job = FindJob(job_id);
+  if (job == nullptr && ExitingFor(*node, slot.slot, job_id)) {
+    // A trainer of a job deleted since it was told to stop: its slot is free now.
+    TrainerGone(*node, slot.slot, job_id);
+    Schedule(now, actions);
+    return absl::OkStatus();
+  }
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
   const std::string how =
       exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
@@ -665,8 +671,14 @@ absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
     return absl::InvalidArgumentError(
         absl::StrCat("restart_budget must be >= 0, got ", request.restart_budget));
   }
-  if (jobs_.count(request.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("job ", request.id, " already exists"));
+  if (const JobState* old = FindJob(request.id); old != nullptr) {
+    if (!IsTerminal(old->phase)) {
+      return absl::AlreadyExistsError(absl::StrCat("job ", request.id, " already exists (",
+                                                   JobPhaseName(old->phase), ")"));
+    }
+    // Its name again, after it ended: a new job replaces the old one (which has ended, so
+    // DeleteJob cannot fail).
+    DeleteJob(request.id).IgnoreError();
   }
   JobState job;
   job.request = request;
@@ -920,6 +932,42 @@ absl::Status Membership::Restore(const std::vector<JobState>& jobs, absl::Time n
   jobs_ = std::move(restored);
   nodes_ = std::move(nodes);
   return absl::OkStatus();
+}
+
+absl::Status Membership::DeleteJob(const std::string& id) {
+  const JobState* job = FindJob(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  if (!IsTerminal(job->phase)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobPhaseName(job->phase), ": cancel it first"));
+  }
+  jobs_.erase(id);
+  std::erase(order_, id);
+  return absl::OkStatus();
+}
+
+bool Membership::ExitingFor(const NodeState& node, int slot, const std::string& job) {
+  auto it = node.exiting.find(slot);
+  return it != node.exiting.end() && it->second.job == job;
+}
+
+std::vector<Membership::NodeView> Membership::Nodes(absl::Time now) const {
+  std::vector<NodeView> views;
+  for (const auto& [id, node] : nodes_) {
+    NodeView v;
+    v.node = id;
+    v.slots = node.slots;
+    v.draining = node.draining;
+    v.restored = node.restored;
+    v.lease_expiry = node.lease_expiry;
+    v.assigned = node.assigned;
+    for (const auto& [slot, e] : node.exiting) v.exiting[slot] = e.job;
+    for (const auto& [slot, until] : node.backoff_until) {
+      if (until > now) v.backoff_until[slot] = until;
+    }
+    views.push_back(std::move(v));
+  }
+  return views;
 }
 
 std::string Membership::DebugString(absl::Time now) const {

@@ -254,6 +254,8 @@ class Membership {
                              const std::string& detail = "", bool stopped = false);
 
   // --- Jobs (from users) ---
+  // A job id that names a job that has ended replaces it (the old one is forgotten, as by
+  // DeleteJob); one that names a live job is ALREADY_EXISTS.
   absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);
   // A job whose last step is done (a rank reported Finished in the current epoch) is not
   // cancelled but succeeds: what the user asked to stop has completed.
@@ -292,7 +294,26 @@ class Membership {
   // registered again; forming and committed epochs restart their timers from `now`.
   absl::Status Restore(const std::vector<JobState>& jobs, absl::Time now);
 
+  // Forgets a job that has ended (a user deletes it, or submits its name again). NOT_FOUND
+  // for an unknown job; FAILED_PRECONDITION, naming the phase, for a live one. Emits no
+  // action: its slots were let go when it ended (an exiting one stays so until its trainer
+  // is gone, and a late exit report of that trainer still frees it).
+  absl::Status DeleteJob(const std::string& job);
+
   // --- Queries ---
+  // A node as the machine sees it.
+  struct NodeView {
+    std::string node;
+    int slots = 0;
+    bool draining = false;
+    bool restored = false;  // known from restored jobs only: its agent must register again
+    absl::Time lease_expiry;
+    std::map<int, std::string> assigned;      // slot → job
+    std::map<int, std::string> exiting;       // slot → job whose trainer may still run
+    std::map<int, absl::Time> backoff_until;  // slot → when it is offered again (future only)
+  };
+  // Every node, in name order.
+  std::vector<NodeView> Nodes(absl::Time now) const;
   const JobState* job(const std::string& id) const;
   std::vector<std::string> job_ids() const;  // in submission order
   // Free slots now (not assigned, not backing off, node not draining).
@@ -364,6 +385,8 @@ class Membership {
                absl::Time now);
   // The agent says the job's trainer on the slot is gone: an exiting slot is free.
   void TrainerGone(NodeState& node, int slot, const std::string& job);
+  // True when the slot is exiting for a trainer of `job`.
+  static bool ExitingFor(const NodeState& node, int slot, const std::string& job);
   // Places pending jobs, then grows running ones.
   void Schedule(absl::Time now, std::vector<Action>* actions);
 

@@ -9,6 +9,7 @@
 //                                  (first, optional)
 //   register NODE slots=N [memory_mib=N]    heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
 //   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N]    cancel JOB
+//   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
 //   error JOB EPOCH NODE/SLOT [permanent=1|node_local=1] DETAIL...
@@ -199,6 +200,12 @@ class Scenario {
                                       IntArg(kv, "permanent", 0) != 0    ? ErrorScope::kPermanent
                                       : IntArg(kv, "node_local", 0) != 0 ? ErrorScope::kNodeLocal
                                                                          : ErrorScope::kRestartable));
+    } else if (verb == "delete") {
+      check(machine_->DeleteJob(pos.at(0)));
+    } else if (verb == "nodes") {
+      std::vector<std::string> lines;
+      for (const Membership::NodeView& n : machine_->Nodes(now_)) lines.push_back(NodeLine(n));
+      return lines.empty() ? "(none)" : absl::StrJoin(lines, "\n");
     } else if (verb == "show") {
       return std::string(absl::StripSuffix(machine_->DebugString(now_), "\n"));
     } else if (verb == "restart") {
@@ -218,6 +225,20 @@ class Scenario {
   }
 
  private:
+  // "a: slots=2 lease=3s 0=job 1:exiting=old 1:backoff=10s [draining] [restored]"
+  std::string NodeLine(const Membership::NodeView& n) const {
+    std::string line = absl::StrCat(n.node, ": slots=", n.slots, " lease=",
+                                    absl::FormatDuration(n.lease_expiry - now_));
+    for (const auto& [slot, job] : n.assigned) absl::StrAppend(&line, " ", slot, "=", job);
+    for (const auto& [slot, job] : n.exiting) absl::StrAppend(&line, " ", slot, ":exiting=", job);
+    for (const auto& [slot, until] : n.backoff_until) {
+      absl::StrAppend(&line, " ", slot, ":backoff=", absl::FormatDuration(until - now_));
+    }
+    if (n.draining) absl::StrAppend(&line, " draining");
+    if (n.restored) absl::StrAppend(&line, " restored");
+    return line;
+  }
+
   MembershipOptions options_;
   std::unique_ptr<Membership> machine_;
   absl::Time now_ = absl::UnixEpoch() + absl::Hours(1000);

@@ -100,25 +100,37 @@ uint64_t JobSpecHash(const JobSpec& spec) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-uint64_t TrainingSpecHash(const JobSpec& spec) {
+namespace {
+
+// The spec without kOperationalFields.
+JobSpec TrainingPart(const JobSpec& spec) {
   JobSpec training = spec;
   for (absl::string_view path : kOperationalFields) {
     const absl::Status status = ClearFieldAtPath(&training, path);
     CHECK(status.ok()) << "kOperationalFields names no field: " << status;
   }
-  return JobSpecHash(training);
+  return training;
+}
+
+}  // namespace
+
+uint64_t TrainingSpecHash(const JobSpec& spec) { return JobSpecHash(TrainingPart(spec)); }
+
+std::string TrainingSpecText(const JobSpec& spec) {
+  return MessageToFieldLines(TrainingPart(spec));
 }
 
 absl::StatusOr<ResumePoint> ParseResume(absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);
   if (lower == "auto") return ResumePoint{ResumePoint::Kind::kAuto, 0};
   if (lower == "never") return ResumePoint{ResumePoint::Kind::kNever, 0};
+  if (lower == "extend") return ResumePoint{ResumePoint::Kind::kExtend, 0};
   int64_t step = 0;
   if (!text.empty() && absl::ascii_isdigit(text[0]) && absl::SimpleAtoi(text, &step)) {
     return ResumePoint{ResumePoint::Kind::kStep, step};
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("expected auto, never or a step number, got \"", text, "\""));
+      absl::StrCat("expected auto, never, extend or a step number, got \"", text, "\""));
 }
 
 }  // namespace ringmaster::spec

@@ -99,13 +99,23 @@ inline constexpr std::array<absl::string_view, 14> kOperationalFields = {
 // schedule, batch.global, precision, seed, steps or epochs).
 uint64_t TrainingSpecHash(const JobSpec& spec);
 
-// The `resume` field: "auto", "never" (any case) or a step number.
+// The same fields as text, one "path: value" line each (spec/yaml_proto.h
+// MessageToFieldLines): what a checkpoint records beside the hash, so that a resume refused
+// for another spec can name the fields that differ.
+std::string TrainingSpecText(const JobSpec& spec);
+
+// The fields that say how long a job trains. `resume: extend` resumes a checkpoint whose
+// spec differs from the job's in these only (a job trained longer).
+inline constexpr std::array<absl::string_view, 2> kLengthFields = {"steps", "epochs"};
+
+// The `resume` field: "auto", "never", "extend" (any case) or a step number. "extend" is
+// "auto" that also accepts a checkpoint of the same job with another length (kLengthFields).
 struct ResumePoint {
-  enum class Kind { kAuto, kNever, kStep };
+  enum class Kind { kAuto, kNever, kStep, kExtend };
   Kind kind = Kind::kAuto;
   int64_t step = 0;  // for kStep
 };
-// Errors: INVALID_ARGUMENT "expected auto, never or a step number, got ...".
+// Errors: INVALID_ARGUMENT "expected auto, never, extend or a step number, got ...".
 absl::StatusOr<ResumePoint> ParseResume(absl::string_view text);
 
 }  // namespace ringmaster::spec

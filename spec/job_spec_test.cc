@@ -21,6 +21,7 @@ namespace {
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kMinimal[] = R"(steps: 100
 model: {mlp: {hidden: [8]}}
@@ -284,6 +285,22 @@ TEST(TrainingSpecHashTest, IgnoresOperationalFieldsOnly) {
   EXPECT_NE(TrainingSpecHash(spec), TrainingSpecHash(*LoadJobSpecText(kMinimal, {"seed=3"})));
 }
 
+TEST(TrainingSpecTextTest, OneLinePerTrainingFieldWithoutOperationalOnes) {
+  const JobSpec spec = *LoadJobSpecText(kMinimal, {"checkpoint.dir=/c", "name=n"});
+  const std::string text = TrainingSpecText(spec);
+  EXPECT_THAT(text, HasSubstr("seed: 0\nsteps: 100\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodel.mlp.hidden: [8]\n"));
+  EXPECT_THAT(text, HasSubstr("\noptimizer.sgd.momentum: 0.9\n"));
+  EXPECT_THAT(text, HasSubstr("\noptimizer.lr: 0.1\n"));
+  EXPECT_THAT(text, HasSubstr("\nschedule.decay: cosine\n"));
+  EXPECT_THAT(text, Not(HasSubstr("checkpoint")));
+  EXPECT_THAT(text, Not(HasSubstr("name")));
+  // Equal text for equal training specs; a changed field shows on its own line.
+  EXPECT_EQ(text, TrainingSpecText(*LoadJobSpecText(kMinimal, {"resume=never"})));
+  EXPECT_THAT(TrainingSpecText(*LoadJobSpecText(kMinimal, {"steps=200"})),
+              HasSubstr("\nsteps: 200\n"));
+}
+
 TEST(JobSpecDeviceTest, DefaultsToAutoAndNamesABadValue) {
   EXPECT_EQ(LoadJobSpecText(kMinimal)->device(), JobSpec::DEVICE_AUTO);
   EXPECT_EQ(LoadJobSpecText(kMinimal, {"device=cuda"})->device(), JobSpec::DEVICE_CUDA);
@@ -293,8 +310,9 @@ TEST(JobSpecDeviceTest, DefaultsToAutoAndNamesABadValue) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("device"));
 }
 
-TEST(ParseResumeTest, AutoNeverOrAStep) {
+TEST(ParseResumeTest, AutoNeverExtendOrAStep) {
   EXPECT_EQ(ParseResume("auto")->kind, ResumePoint::Kind::kAuto);
+  EXPECT_EQ(ParseResume("Extend")->kind, ResumePoint::Kind::kExtend);
   EXPECT_EQ(ParseResume("NEVER")->kind, ResumePoint::Kind::kNever);
   EXPECT_EQ(ParseResume("1200")->kind, ResumePoint::Kind::kStep);
   EXPECT_EQ(ParseResume("1200")->step, 1200);

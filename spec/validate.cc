@@ -292,6 +292,8 @@ void CheckResume(const JobSpec& spec, Checker* check) {
   } else if (resume->kind == ResumePoint::Kind::kStep && spec.checkpoint().dir().empty()) {
     check->Fail("resume",
                 absl::StrCat("resuming from step ", resume->step, " needs checkpoint.dir"));
+  } else if (resume->kind == ResumePoint::Kind::kExtend && spec.checkpoint().dir().empty()) {
+    check->Fail("resume", "extend (train a job longer from its checkpoint) needs checkpoint.dir");
   }
 }
 

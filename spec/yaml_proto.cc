@@ -686,6 +686,44 @@ void EmitMessage(const Message& message, YAML::Emitter* out) {
   *out << YAML::EndMap;
 }
 
+// One "path: value" line per field that MessageToYaml would write, in declaration order.
+void EmitFieldLines(const Message& message, const std::string& prefix,
+                    std::vector<std::string>* lines) {
+  const Descriptor& descriptor = *message.GetDescriptor();
+  const Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor.field(i);
+    if (!ShouldEmit(message, field)) continue;
+    const std::string path = absl::StrCat(prefix, field.name());
+    const bool is_message = field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+    if (field.is_repeated() && is_message) {
+      for (int j = 0; j < reflection->FieldSize(message, &field); ++j) {
+        EmitFieldLines(reflection->GetRepeatedMessage(message, &field, j),
+                       absl::StrCat(path, "[", j, "]."), lines);
+      }
+    } else if (field.is_repeated()) {
+      std::vector<std::string> values;
+      for (int j = 0; j < reflection->FieldSize(message, &field); ++j) {
+        values.push_back(ScalarText(message, field, j));
+      }
+      lines->push_back(absl::StrCat(path, ": [", absl::StrJoin(values, ", "), "]"));
+    } else if (is_message) {
+      const size_t before = lines->size();
+      EmitFieldLines(reflection->GetMessage(message, &field), absl::StrCat(path, "."), lines);
+      // A message that is set but empty (a oneof's choice without settings) still counts.
+      if (lines->size() == before) lines->push_back(absl::StrCat(path, ": {}"));
+    } else {
+      const std::string value = ScalarText(message, field, kSingular);
+      // A string without presence that is empty is unset (a cleared field).
+      if (value.empty() && field.cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
+          !field.has_presence()) {
+        continue;
+      }
+      lines->push_back(absl::StrCat(path, ": ", absl::CEscape(value)));
+    }
+  }
+}
+
 // UPPER_SNAKE_CASE of a CamelCase name: "OnBusy" → "ON_BUSY".
 std::string UpperSnake(absl::string_view camel) {
   std::string out;
@@ -812,6 +850,14 @@ std::string MessageToYaml(const Message& message) {
   YAML::Emitter out;
   EmitMessage(message, &out);
   return absl::StrCat(out.c_str(), "\n");
+}
+
+std::string MessageToFieldLines(const Message& message) {
+  std::vector<std::string> lines;
+  EmitFieldLines(message, "", &lines);
+  std::string text;
+  for (const std::string& line : lines) absl::StrAppend(&text, line, "\n");
+  return text;
 }
 
 std::string EnumValueYamlName(const EnumValueDescriptor& value) {

@@ -109,6 +109,13 @@ absl::Status ClearFieldAtPath(google::protobuf::Message* message, absl::string_v
 // form that reads back exactly.
 std::string MessageToYaml(const google::protobuf::Message& message);
 
+// The fields MessageToYaml writes but empty strings, one line each, "path: value" in
+// declaration order:
+// "optimizer.lr: 0.1", "model.mlp.hidden: [512, 512]", "optimizer.adamw: {}" (a message set
+// but empty); a repeated message's elements as "path[i].field". Values are C-escaped, so a
+// line never holds a newline. For comparing two messages field by field.
+std::string MessageToFieldLines(const google::protobuf::Message& message);
+
 // The YAML name of an enum value: "cosine" for ScheduleSpec.Decay.DECAY_COSINE (the
 // enum's name in UPPER_SNAKE_CASE, then '_', is removed when it prefixes the value).
 std::string EnumValueYamlName(const google::protobuf::EnumValueDescriptor& value);

@@ -142,7 +142,8 @@ latest="$CK/fashion_mnist_mlp/$(cat "$CK/fashion_mnist_mlp/LATEST")"
   --summary "$WORK/other.json" >"$WORK/other.out" 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || fail "a job resuming another job's checkpoint exited with $rc, expected 1"
-grep -q "written by another job" "$WORK/other.out" && grep -q "no restart can fix" "$WORK/other.out" &&
+grep -q "written with another spec: the fields that differ: seed: 1 in the checkpoint, 7 here" \
+  "$WORK/other.out" && grep -q "no restart can fix" "$WORK/other.out" &&
   grep -q "checkpoint.dir points elsewhere" "$WORK/other.out" ||
   fail "the failure does not say why and what to change: $(tail -3 "$WORK/other.out")"
 [ "$(field "$WORK/other.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/other.json")"
@@ -167,6 +168,15 @@ steps="$(ls -d "$CK"/fashion_mnist_mlp/step-* | wc -l)"
 [ "$(grep -c "verified" "$WORK/verify_job.out")" -eq "$steps" ] && [ "$steps" -gt 1 ] &&
   grep -q "$steps checkpoints, $steps sound, 0 damaged" "$WORK/verify_job.out" ||
   fail "verify of the job directory did not verify its $steps checkpoints: $(cat "$WORK/verify_job.out")"
+
+# 9. A memory bomb: a rank this machine cannot hold is refused before anything runs, naming
+#    the field and the sizes (it used to die of an uncaught bad_alloc, restart after restart).
+"$RINGCTL" local --workers 1 "$SPEC" --set 'model.mlp.hidden=[1000000, 1000000]' \
+  >"$WORK/bomb.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "a job no node can hold exited with $rc, expected 2: $(tail -3 "$WORK/bomb.out")"
+grep -q "resources.memory_per_rank_mib: a rank of job fashion_mnist_mlp needs" "$WORK/bomb.out" ||
+  fail "the refusal does not name the field and the sizes: $(tail -3 "$WORK/bomb.out")"
 
 shard="$(ls "$latest"/shard-1-of-*.bin | head -1)"
 printf '\x5a' | dd of="$shard" bs=1 seek=4000 conv=notrunc status=none

@@ -781,7 +781,9 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   // An elastic job's ranks first look for the state in the survivors' memory.
   int64_t checkpoint_step = -1;  // rank 0's latest, when the ranks agreed on a checkpoint
   bool restored = false;
-  if (options.resident != nullptr && resume.kind == spec::ResumePoint::Kind::kAuto &&
+  // `resume: extend` is auto that also takes a checkpoint of this job with another length.
+  const bool extend = resume.kind == spec::ResumePoint::Kind::kExtend;
+  if (options.resident != nullptr && (resume.kind == spec::ResumePoint::Kind::kAuto || extend) &&
       zero == 0) {
     int64_t latest = -1;
     if (checkpointing) {
@@ -820,6 +822,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     wo.world_size = world;
     wo.zero_stage = zero;
     wo.spec_hash = spec_hash;
+    wo.training_spec = spec::TrainingSpecText(spec);
     wo.table = &table;
     // The staging copy for a save: this rank's slice of the parameters and each moment,
     // reserved now so the first save does not pay its page faults.
@@ -839,14 +842,25 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
       lo.root = cs.dir();
       lo.job = spec.name();
       lo.spec_hash = spec_hash;
+      lo.training_spec = spec::TrainingSpecText(spec);
+      for (absl::string_view field : spec::kLengthFields) {
+        if (extend) {
+          lo.spec_changes_allowed.emplace(field);
+        } else {
+          lo.spec_change_hints.emplace(
+              field, "to train this job longer from its checkpoint, submit it with "
+                     "resume: extend, or ringctl submit --extend");
+        }
+      }
       lo.table = &table;
       if (resume.kind == spec::ResumePoint::Kind::kStep) lo.step = resume.step;
       // The ranks agreed on rank 0's latest checkpoint (they all read that one).
       if (checkpoint_step >= 0) lo.step = checkpoint_step;
       auto opened = checkpoint::OpenCheckpoint(lo);
-      if (absl::IsNotFound(opened.status()) && resume.kind == spec::ResumePoint::Kind::kAuto) {
-        say(absl::StrCat("resume: auto: no checkpoint of job ", spec.name(), " in ", cs.dir(),
-                         " yet; starting from scratch"));
+      if (absl::IsNotFound(opened.status()) &&
+          (resume.kind == spec::ResumePoint::Kind::kAuto || extend)) {
+        say(absl::StrCat("resume: ", spec.resume(), ": no checkpoint of job ", spec.name(),
+                         " in ", cs.dir(), " yet; starting from scratch"));
       } else {
         RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
         std::vector<checkpoint::LoadTarget> targets;
@@ -869,6 +883,15 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
             opened->dir, ts.step, opened->manifest.world_size(), opened->manifest.zero_stage(),
             data::SamplerStateString(ts.sampler), read.bytes_read / 1048576.0,
             read.bytes_needed / 1048576.0));
+        if (!opened->spec_changes.empty()) {
+          // The schedule is the new length's: warm-up and decay laid out over total_steps
+          // as if the job had been submitted with it (a warm restart for a decaying one).
+          say(absl::StrFormat(
+              "resume: extend: the checkpoint's job was %s; training on to step %d with the "
+              "learning-rate schedule of the new length (lr %g at step %d)",
+              absl::StrJoin(opened->spec_changes, ", "), total_steps, schedule.LrAt(ts.step),
+              ts.step));
+        }
       }
     }
   }

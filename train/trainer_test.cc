@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/inspect.h"
@@ -27,6 +28,7 @@
 #include "common/fault_injection_env.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "spec/job_spec.h"
@@ -37,6 +39,8 @@
 namespace ringmaster::train {
 namespace {
 
+using ::testing::HasSubstr;
+using ::testing::Not;
 using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
 using comm::testing::RankResult;
@@ -950,6 +954,68 @@ absl::Status TrainOneRank(const std::function<void(JobSpec*)>& change,
   });
   EXPECT_TRUE(results[0].reported) << results[0].exit_detail;
   return results[0].status;
+}
+
+// A job that ended is trained longer: submitted again with more steps, it resumes from
+// its last checkpoint only with `resume: extend` (else the refusal names the field that
+// differs and what to do), trains to the new length, and its learning rate from there on
+// is the new length's schedule. A change of anything else is still refused, by name.
+TEST(TrainerExtend, ALongerJobResumesAtItsLastStepWhenAskedAndNamesWhatDiffers) {
+  const std::string dir = comm::testing::FreshStoreDir() + "-extend";
+  // Trains kSpec (warm-up 2 steps, cosine decay, lr 0.01) with `overrides` on one rank;
+  // `check` looks at the result and the progress lines in the rank's process.
+  auto run = [&](std::vector<std::string> overrides,
+                 const std::function<absl::Status(const TrainResult&,
+                                                  const std::vector<std::string>&)>& check) {
+    MultiProcOptions options;
+    options.world_size = 1;
+    overrides.push_back("checkpoint.dir=" + dir);
+    return RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+             RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, overrides));
+             auto train_data = Synthetic();
+             TrainerOptions o = ForkedRankOptions(spec, comm, train_data.get());
+             std::vector<std::string> lines;
+             o.progress = [&](const std::string& line) { lines.push_back(line); };
+             RM_ASSIGN_OR_RETURN(TrainResult result, RunTraining(o));
+             return check(result, lines);
+           })[0]
+        .status;
+  };
+  auto ok = [](const TrainResult&, const std::vector<std::string>&) { return absl::OkStatus(); };
+  ASSERT_TRUE(run({"steps=3"}, ok).ok());
+
+  absl::Status refused = run({"steps=6"}, ok);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("was written with another spec: the fields that differ: steps: 3 in "
+                        "the checkpoint, 6 here (to train this job longer from its checkpoint, "
+                        "submit it with resume: extend, or ringctl submit --extend)"));
+
+  // p = (3 - warm-up 2) / (6 - 2) of the cosine decay from 0.01 to 0.
+  const std::string lr = absl::StrFormat("lr %g at step 3", 0.01 * (1 + std::cos(M_PI / 4)) / 2);
+  absl::Status extended = run(
+      {"steps=6", "resume=extend"},
+      [&](const TrainResult& r, const std::vector<std::string>& lines) -> absl::Status {
+        if (r.resumed_from_step != 3 || r.steps != 6) {
+          return absl::InternalError(absl::StrCat("resumed from step ", r.resumed_from_step,
+                                                  ", trained to step ", r.steps));
+        }
+        for (const std::string& line : lines) {
+          if (absl::StrContains(line, "resume: extend: the checkpoint's job was steps: 3 -> 6") &&
+              absl::StrContains(line, lr)) {
+            return absl::OkStatus();
+          }
+        }
+        return absl::InternalError(
+            absl::StrCat("no line says \"", lr, "\": ", absl::StrJoin(lines, "\n")));
+      });
+  EXPECT_TRUE(extended.ok()) << extended;
+
+  refused = run({"steps=9", "resume=extend", "optimizer.lr=0.02"}, ok);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("the fields that differ: optimizer.lr: 0.01 in the checkpoint, 0.02 here"));
+  EXPECT_THAT(std::string(refused.message()), Not(HasSubstr("steps:")));
 }
 
 // model.mlp.hidden: [1000000, 1000000] (10^12 parameters): a named RESOURCE_EXHAUSTED that

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -61,6 +62,7 @@ absl::Status Agent::Register() {
   request.set_address(options_.advertise_host);
   request.set_memory_bytes(options_.memory_bytes);
   request.set_node_credential(credential_);
+  request.set_log_address(log_address_);
   while (true) {
     auto response = options_.client->RegisterNode(request);
     if (response.ok()) {
@@ -164,6 +166,8 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
   }
   close(log_fd);
   trainers_[slot] = Trainer{pid, start.job(), log_path};
+  forget_.erase(start.job());  // its name is in use again: its files are the new job's
+  if (logs_ != nullptr) logs_->Add(start.job(), slot);
   Log(absl::StrCat("started trainer for job ", start.job(), " epoch ", start.epoch(), " on slot ",
                    slot, " (pid ", pid, ", log ", log_path, ")"));
   return absl::OkStatus();
@@ -183,6 +187,9 @@ void Agent::Execute(const AgentCommand& command) {
       exited.set_detail(s.ToString());
       options_.client->TrainerExited(exited).IgnoreError();
     }
+  } else if (command.has_forget()) {
+    forget_.insert(command.forget().job());
+    ForgetJobs();
   } else if (command.has_stop()) {
     auto it = trainers_.find(command.stop().slot().slot());
     if (it != trainers_.end() && it->second.job == command.stop().job()) {
@@ -216,9 +223,55 @@ void Agent::Reap() {
       exited.set_log_path(it->second.log_path);
       exited.set_stopped(it->second.stopping);
       unreported_.push_back(std::move(exited));
+      if (logs_ != nullptr) logs_->SetRunning(it->second.job, it->first, false);
       trainers_.erase(it);
       break;
     }
+  }
+}
+
+absl::Status Agent::StartLogService() {
+  if (options_.log_listen.empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(options_.work_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the work directory ", options_.work_dir, ": ", ec.message()));
+  }
+  RM_ASSIGN_OR_RETURN(logs_, LogService::Start({.listen = options_.log_listen,
+                                                .node_token = options_.node_token,
+                                                .work_dir = options_.work_dir}));
+  std::string host = options_.log_listen.substr(0, options_.log_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    host = options_.advertise_host;
+    if (host.find(':') != std::string::npos && host[0] != '[') host = absl::StrCat("[", host, "]");
+  }
+  log_address_ = absl::StrCat(host, ":", logs_->port());
+  Log(absl::StrCat("serving the trainers' logs at ", log_address_));
+  return absl::OkStatus();
+}
+
+void Agent::ForgetJobs() {
+  for (auto it = forget_.begin(); it != forget_.end();) {
+    const std::string& job = *it;
+    const bool running = std::any_of(trainers_.begin(), trainers_.end(),
+                                     [&](const auto& t) { return t.second.job == job; });
+    if (running) {
+      ++it;
+      continue;
+    }
+    if (logs_ != nullptr) logs_->Forget(job);
+    // A directory of the work directory, and nothing else (not node.credential, not where
+    // a symbolic link points).
+    const std::string dir = absl::StrCat(options_.work_dir, "/", job);
+    std::error_code ec;
+    if (LogService::IsJobId(job) &&
+        std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec))) {
+      std::filesystem::remove_all(dir, ec);
+      Log(absl::StrCat("job ", job, " was deleted: removed its files",
+                       ec ? absl::StrCat(" (failed: ", ec.message(), ")") : ""));
+    }
+    it = forget_.erase(it);
   }
 }
 
@@ -262,11 +315,13 @@ absl::Status Agent::Run() {
     return absl::InvalidArgumentError(
         "the agent needs a client, a trainer binary, a work dir, a node name and slots >= 1");
   }
+  RM_RETURN_IF_ERROR(StartLogService());
   RM_RETURN_IF_ERROR(Register());
   absl::Time next_heartbeat = absl::InfinitePast();
   while (true) {
     Reap();
     ReportExits();
+    if (!forget_.empty()) ForgetJobs();
     const bool stop = options_.stop_requested != nullptr && options_.stop_requested->load();
     if (stop) {
       Log("stopping: killing the trainers");

@@ -20,6 +20,11 @@
 // <work_dir>/<job>/slot-<S>.log; the spec and token files are written next to it (0600).
 // The node's credential (the coordinator binds the node's name to it) is kept in
 // <work_dir>/node.credential (0600).
+//
+// Logs: with `log_listen`, the agent serves its trainers' logs to the coordinator
+// (worker/log_service.h) and registers the address; they stay readable after their job
+// ends, until the coordinator says that the job was deleted (ForgetJobCommand): then the
+// job's directory in the work directory is removed, once none of its trainers runs.
 #ifndef RINGMASTER_WORKER_AGENT_H_
 #define RINGMASTER_WORKER_AGENT_H_
 
@@ -27,12 +32,15 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "worker/coordinator_client.h"
+#include "worker/log_service.h"
 
 namespace ringmaster::worker {
 
@@ -64,6 +72,11 @@ struct AgentOptions {
   // Set by SIGTERM: drain. A second SIGTERM sets stop: leave at once.
   const std::atomic<bool>* drain_requested = nullptr;
   const std::atomic<bool>* stop_requested = nullptr;
+  // host:port for the log service (port 0: any free one); empty: no log service. A
+  // wildcard host (0.0.0.0, [::]) is registered as advertise_host.
+  std::string log_listen;
+  // Asked of the log service's callers (the coordinator); the agent's own node token.
+  std::string node_token;
   // Line-oriented event log (stdout of ringworker).
   std::function<void(const std::string&)> log;
 };
@@ -89,6 +102,10 @@ class Agent {
   void ReportExits();
 
   absl::Status Register();
+  // Starts the log service (AgentOptions::log_listen) and sets log_address_.
+  absl::Status StartLogService();
+  // Removes the files of the deleted jobs in forget_ whose trainers are all gone.
+  void ForgetJobs();
   void Reap();
   void Execute(const AgentCommand& command);
   absl::Status Start(const StartTrainerCommand& start);
@@ -103,6 +120,9 @@ class Agent {
   // again while its lease is still live.
   std::string credential_;
   std::map<int, Trainer> trainers_;  // by slot
+  std::unique_ptr<LogService> logs_;
+  std::string log_address_;       // registered with the node
+  std::set<std::string> forget_;  // deleted jobs whose files are still to be removed
   bool draining_ = false;
   absl::Time drain_deadline_;
 };

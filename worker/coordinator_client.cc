@@ -218,6 +218,39 @@ absl::Status CoordinatorClient::Watch(const std::string& job, absl::Time deadlin
   return absl::DeadlineExceededError(absl::StrCat("job ", job, " still running"));
 }
 
+absl::StatusOr<DeleteJobResponse> CoordinatorClient::Delete(const std::string& id) {
+  DeleteJobRequest request;
+  request.set_job(id);
+  DeleteJobResponse response;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::Delete, request, &response,
+                          absl::Now() + options_.rpc_timeout));
+  return response;
+}
+
+absl::StatusOr<ListNodesResponse> CoordinatorClient::ListNodes() {
+  ListNodesResponse response;
+  RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::ListNodes, ListNodesRequest(),
+                          &response, absl::Now() + options_.rpc_timeout));
+  return response;
+}
+
+absl::Status CoordinatorClient::Logs(const LogsRequest& request, absl::Time deadline,
+                                     const std::function<bool(const LogChunk&)>& on_chunk) {
+  auto ctx = Context(deadline);
+  auto stream = jobs_->Logs(ctx.get(), request);
+  LogChunk chunk;
+  while (stream->Read(&chunk)) {
+    if (!on_chunk(chunk)) {
+      ctx->TryCancel();
+      stream->Finish().ok();
+      return absl::OkStatus();
+    }
+  }
+  absl::Status s = FromGrpc(stream->Finish());
+  if (absl::IsDeadlineExceeded(s) && request.follow()) return absl::OkStatus();
+  return s;
+}
+
 absl::StatusOr<JoinResponse> CoordinatorClient::Join(const JoinRequest& request,
                                                      absl::Time deadline) {
   while (true) {

@@ -55,6 +55,15 @@ class CoordinatorClient {
   // false (OK), or `deadline` (DEADLINE_EXCEEDED).
   absl::Status Watch(const std::string& job, absl::Time deadline,
                      const std::function<bool(const JobEvent&)>& on_event);
+  absl::StatusOr<DeleteJobResponse> Delete(const std::string& job);
+  absl::StatusOr<ListNodesResponse> ListNodes();
+  // Streams a trainer's log (JobService.Logs) to `on_chunk` until the log ends (or, with
+  // request.follow, the job has ended: OK), `on_chunk` returns false (OK), or `deadline`
+  // (OK when following: the caller asked to follow until then; else DEADLINE_EXCEEDED).
+  // Not retried: UNAVAILABLE may also mean that the trainer's agent cannot be reached (the
+  // message says which).
+  absl::Status Logs(const LogsRequest& request, absl::Time deadline,
+                    const std::function<bool(const LogChunk&)>& on_chunk);
 
   // --- agents ---
   absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request);

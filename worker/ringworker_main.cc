@@ -3,9 +3,13 @@
 //
 //   ringworker --coordinator HOST:PORT --slots N [--node NAME] [--advertise_host ADDR]
 //              [--work_dir DIR] [--node_token_file F] [--preemption_notice_file F]
-//              [--tls_ca F [--tls_client_cert F --tls_client_key F]]
+//              [--tls_ca F [--tls_client_cert F --tls_client_key F]] [--log_listen HOST:PORT]
 // Its trainers reach the coordinator as it does (the same address, CA and client
 // certificate), each with its own membership token.
+//
+// The agent serves its trainers' logs to the coordinator (ringctl logs) on --log_listen
+// (default: the advertise host, or 127.0.0.1 without a node token; a free port), asking
+// for the node token.
 //
 // SIGTERM drains the node (the jobs on it shrink with no lost step; the agent exits when
 // its trainers have left); a second SIGTERM kills the trainers and exits at once.
@@ -56,6 +60,10 @@ ABSL_FLAG(double, drain_grace_s, 120, "longest wait for the trainers to leave on
 ABSL_FLAG(int64_t, memory_mib, -1,
           "memory the node's trainers may use, MiB, reported to the coordinator for placement "
           "(default: the machine's; 0: do not report)");
+ABSL_FLAG(std::string, log_listen, "",
+          "host:port where the coordinator reads the trainers' logs (ringctl logs); default "
+          "the advertise host (127.0.0.1 without a node token), any free port; \"off\": "
+          "serve none");
 
 namespace ringmaster {
 namespace {
@@ -155,6 +163,18 @@ int Main(int argc, char** argv) {
     options.trainer_flags.emplace_back(f);
   }
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_grace_s));
+  options.node_token = co.token;
+  options.log_listen = absl::GetFlag(FLAGS_log_listen);
+  if (options.log_listen.empty() && co.token.empty()) {
+    // Without tokens the coordinator listens on loopback, so it is on this machine.
+    options.log_listen = "127.0.0.1:0";
+  } else if (options.log_listen.empty()) {
+    options.log_listen = options.advertise_host.find(':') == std::string::npos
+                             ? absl::StrCat(options.advertise_host, ":0")
+                             : absl::StrCat("[", options.advertise_host, "]:0");
+  } else if (options.log_listen == "off") {
+    options.log_listen.clear();
+  }
   options.preemption_notice_file = absl::GetFlag(FLAGS_preemption_notice_file);
   options.drain_requested = &g_drain;
   options.stop_requested = &g_stop;
