@@ -79,7 +79,12 @@ void CheckName(const JobSpec& spec, Checker* check) {
   });
   if (!allowed || name == "." || name == "..") {
     check->Fail("name", absl::StrCat("must be letters, digits, '.', '_' and '-' (it names ",
-                                     "directories), got \"", name, "\""));
+                                     "directories), got \"", name.substr(0, 200),
+                                     name.size() > 200 ? "...\"" : "\""));
+  } else if (name.size() > kMaxJobNameLength) {
+    // It is the job's id: in every trainer's call, its files' names and its checkpoints'.
+    check->Fail("name", absl::StrCat("must be at most ", kMaxJobNameLength,
+                                     " characters (it is the job's id), got ", name.size()));
   }
 }
 

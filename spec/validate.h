@@ -12,6 +12,9 @@
 
 namespace ringmaster::spec {
 
+// The longest job name (the job's id; the coordinator's limit too).
+inline constexpr size_t kMaxJobNameLength = 128;
+
 // Every problem found; each names the field's path and the reason. The
 // locations are empty (the spec does not know where its fields were written; the loader
 // fills them in).
