@@ -20,6 +20,7 @@
 #include "glog/logging.h"
 #include "grpcpp/ext/health_check_service_server_builder_option.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/support/server_interceptor.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -467,6 +468,42 @@ std::string ListenProblem(const std::string& listen) {
   return problem;
 }
 
+// gRPC's callback server answers a request it cannot parse (a malformed protobuf) with
+// UNIMPLEMENTED and no message, before any handler runs; our handlers never answer so. This
+// interceptor turns that answer into what it is: INVALID_ARGUMENT saying the request is not a
+// valid message of the method.
+class MalformedRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit MalformedRequestInterceptor(std::string method) : method_(std::move(method)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          status.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the request to ", method_, " is not a valid protobuf message of its "
+                         "request type (see proto/coordinator.proto); was it built from the "
+                         "project's .proto files?")));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+};
+
+class MalformedRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MalformedRequestInterceptor(info->method() != nullptr ? info->method() : "");
+  }
+};
+
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& host_port) {
@@ -520,6 +557,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->worker_service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<MalformedRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/auth.h"
 #include "grpcpp/grpcpp.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "spec/job_spec.h"
@@ -247,6 +249,31 @@ TEST_F(GrpcServiceTest, JoinReturnsAtItsDeadline) {
                                   join, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+// A client that sends bytes that are no protobuf of the method's request type (a client
+// built from other .proto files, say) is told so: INVALID_ARGUMENT naming the method, not
+// gRPC's bare UNIMPLEMENTED (issue 17, point 15).
+TEST_F(GrpcServiceTest, AMalformedRequestIsNamedAsSuch) {
+  grpc::GenericStub stub(channel_);
+  const char garbage[] = "\xff\xff\xff\xff\x0f";
+  grpc::Slice slice(garbage, sizeof(garbage) - 1);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer user-secret");
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/ringmaster.JobService/Get", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("/ringmaster.JobService/Get"), std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("not a valid protobuf message"), std::string::npos);
 }
 
 TEST_F(GrpcServiceTest, HealthServiceAnswers) {
