@@ -8,7 +8,8 @@
 #     - SIGKILL a whole agent with its trainers: its lease expires, the job goes on;
 #     - SIGSTOP a trainer: after the hang timeout it is stopped and the job goes on.
 #   restart: kill -9 the coordinator mid-training and start it again on the same
-#     database: the job completes; a node that comes back makes the job grow again.
+#     database: the job completes; a node that comes back makes the job grow again; a
+#     trainer's death while the coordinator is down is reported once it is back.
 #   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
 #     the drain save of the step the ring reached); two jobs at once on separate slots.
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
@@ -181,6 +182,21 @@ restart)
   wait_until grow 'len(j.get("members",[]))==4 and j["recoveries"][-1]["cause"]=="grow"' 30
   wait_until grow 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   [ "$(field grow 'int(j.get("restarts",0))')" = 0 ] || fail "growth spent the restart budget"
+
+  # A trainer dies while the coordinator is down: its agent keeps the exit report and sends
+  # it once the coordinator is back, so the job's recovery names that death (it used to be
+  # dropped: the job learnt of it only from a timeout or the survivors' errors).
+  submit orphan 3
+  wait_until orphan 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=10' 60
+  victim="$(trainer_pid orphan a 0)"
+  kill -KILL "$COORD_PID"
+  kill -KILL "$victim"
+  sleep 7  # the agent reaps it; its report cannot be delivered (its client retries 5 s)
+  start_coordinator
+  wait_until orphan 'len(j.get("recoveries",[]))>0' 60
+  [ "$(field orphan '"trainer on a/0 was killed by signal 9" in j["recoveries"][0]["reason"]')" = True ] ||
+    fail "the exit reported while the coordinator was down was lost: $(ctl status orphan | head -5)"
+  wait_until orphan 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   ;;
 
 drain)
