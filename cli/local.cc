@@ -400,11 +400,16 @@ int LocalCommand(const LocalOptions& options) {
   }
   printf("ringctl local: %s\n", run_dir_note.c_str());
   if (status == "succeeded") {
+    // Numbers as a person reads them (JSON's dump gives a double all 17 digits).
+    auto number = [&](const char* key, const char* format) -> std::string {
+      const auto& v = summary[key];
+      return v.is_number() ? absl::StrFormat(format, v.get<double>()) : v.dump();
+    };
     printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
            "on %s workers%s\n",
-           summary["steps"].dump().c_str(), summary["final_loss"].dump().c_str(),
-           summary["eval_accuracy"].dump().c_str(), summary["samples_per_second"].dump().c_str(),
-           summary["world_size"].dump().c_str(),
+           number("steps", "%.0f").c_str(), number("final_loss", "%.6g").c_str(),
+           number("eval_accuracy", "%.4f").c_str(), number("samples_per_second", "%.0f").c_str(),
+           number("world_size", "%.0f").c_str(),
            job.recoveries_size() > 0
                ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
                : "");
