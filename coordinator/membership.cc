@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/out_of_memory.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -592,6 +593,12 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
     } else {
       actions->push_back(PersistJob{*job});
     }
+  } else if (exit_code == kExitCodePermanent) {
+    // It met an error no restart can fix and could say so only by its exit status (memory
+    // ran out on one of its threads): the job fails, spending no restart.
+    node->assigned.erase(it);
+    End(*job, JobPhase::kFailed,
+        absl::StrCat(culprit, " (an error no restart can fix)"), now, actions);
   } else {
     LoseMembers(*job, {slot}, Loss{.reason = culprit, .backoff = true, .trainer_gone = true},
                 now, actions);

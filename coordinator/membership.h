@@ -248,7 +248,8 @@ class Membership {
   absl::Status DrainNode(const std::string& node, absl::Time now, std::vector<Action>* actions);
   // The agent's trainer for `job` on `slot` exited (code, or signal as negative number).
   // `detail` (e.g. the last line of its log) goes into the reason. `stopped`: the agent
-  // killed it as told (a stop), so it is no culprit.
+  // killed it as told (a stop), so it is no culprit. Exit status kExitCodePermanent
+  // (common/out_of_memory.h: memory ran out where it could not be reported) fails the job.
   absl::Status TrainerExited(const SlotRef& slot, const std::string& job, int exit_code,
                              absl::Time now, std::vector<Action>* actions,
                              const std::string& detail = "", bool stopped = false);

@@ -13,7 +13,8 @@
 //
 // Rank 0 prints progress lines on stdout and writes the job's result as JSON to --summary.
 // Exit status: 0 when the job finished, 1 when it failed (the error on stderr), 2 for bad
-// flags or a bad spec.
+// flags or a bad spec, 3 (kExitCodePermanent) when memory ran out on a thread that could not
+// report it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@
 #include "comm/tcp/tcp_communicator.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/out_of_memory.h"
 #include "common/version.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
@@ -236,5 +238,13 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("one rank of a ringmaster training job (started by ringctl)");
   ringmaster::ParseFlagsWithUsage(argc, argv, "ringtrainer");
+  // Memory that runs out on a background thread: a named line and kExitCodePermanent, which
+  // the coordinator takes as an error no restart fixes (the training thread's own failures
+  // are reported as statuses).
+  static const std::string who =
+      absl::GetFlag(FLAGS_coordinator).empty()
+          ? absl::StrCat("ringtrainer rank ", absl::GetFlag(FLAGS_rank))
+          : absl::StrCat("ringtrainer ", absl::GetFlag(FLAGS_node), "/", absl::GetFlag(FLAGS_slot));
+  ringmaster::InstallOutOfMemoryExit(who.c_str());
   return ringmaster::Main();
 }
