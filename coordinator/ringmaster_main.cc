@@ -2,7 +2,7 @@
 // Deployment with one replica and a persistent volume for --db).
 //
 //   ringmaster --listen 127.0.0.1:7070 --db /var/lib/ringmaster/jobs.db
-//   ringmaster --listen 0.0.0.0:7070 --db ... --user_token_file F --node_token_file F \
+//   ringmaster --listen 0.0.0.0:7070 --db ... --user_token_file F --node_token_file F
 //              [--tls_cert F --tls_key F [--tls_client_ca F]]
 //
 // Without tokens it listens on loopback only, and says so. SIGTERM or SIGINT stops it
