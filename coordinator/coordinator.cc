@@ -1012,23 +1012,9 @@ absl::Status Coordinator::ReportCheckpoint(const ReportCheckpointRequest& r) {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
+    RM_RETURN_IF_ERROR(machine_.CheckLiveEpoch(r.job(), r.epoch()));
     auto job = FindJob(r.job());
     if (!job.ok()) return job.status();
-    const JobState* state = machine_.job(r.job());
-    if (state == nullptr || IsTerminal(state->phase)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", r.job(), " is ", state == nullptr ? "gone" : JobPhaseName(state->phase),
-          ": its checkpoints are not reported any more"));
-    }
-    if (r.epoch() < state->epoch) {
-      return absl::AbortedError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
-                                             " is stale: the job is at epoch ", state->epoch));
-    }
-    if (r.epoch() > state->epoch) {
-      return absl::InvalidArgumentError(absl::StrCat("epoch ", r.epoch(), " of job ", r.job(),
-                                                     " does not exist yet (current ", state->epoch,
-                                                     ")"));
-    }
     // Newest last; a step reported again (the latest, at the start of an epoch) replaces
     // its entry.
     auto* list = (*job)->mutable_checkpoints();
@@ -1096,17 +1082,9 @@ void Coordinator::StoreGet(const StoreGetRequest& r, absl::Time deadline,
 }
 
 absl::Status Coordinator::CheckStoreCaller(const std::string& job, int64_t epoch) {
+  // Epoch 0: an older trainer that does not send it; only the job is checked.
   const JobState* state = machine_.job(job);
-  if (state == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job, "\""));
-  if (IsTerminal(state->phase)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job, " is ", JobPhaseName(state->phase), ": stop"));
-  }
-  if (epoch > 0 && epoch < state->epoch) {
-    return absl::AbortedError(absl::StrCat("epoch ", epoch, " of job ", job,
-                                           " is stale: the job is at epoch ", state->epoch));
-  }
-  return absl::OkStatus();
+  return machine_.CheckLiveEpoch(job, epoch > 0 || state == nullptr ? epoch : state->epoch);
 }
 
 absl::StatusOr<StoreAddResponse> Coordinator::StoreAdd(const StoreAddRequest& r) {

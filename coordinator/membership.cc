@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/out_of_memory.h"
+#include "common/status_macros.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -144,7 +145,12 @@ Member* Membership::FindMember(JobState& job, const SlotRef& slot) {
 }
 
 absl::StatusOr<JobState*> Membership::LiveJob(const std::string& id, int64_t epoch) {
-  JobState* job = FindJob(id);
+  RM_RETURN_IF_ERROR(CheckLiveEpoch(id, epoch));
+  return FindJob(id);
+}
+
+absl::Status Membership::CheckLiveEpoch(const std::string& id, int64_t epoch) const {
+  const JobState* job = this->job(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
   if (IsTerminal(job->phase)) {
     return absl::FailedPreconditionError(
@@ -159,7 +165,7 @@ absl::StatusOr<JobState*> Membership::LiveJob(const std::string& id, int64_t epo
     return absl::InvalidArgumentError(absl::StrCat(
         "epoch ", epoch, " of job ", id, " does not exist yet (current ", job->epoch, ")"));
   }
-  return job;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<JobState*, Member*>> Membership::LiveMember(const std::string& id,

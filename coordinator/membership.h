@@ -302,6 +302,9 @@ class Membership {
   absl::Status DeleteJob(const std::string& job);
 
   // --- Queries ---
+  // The check every trainer call's (job, epoch) passes: NOT_FOUND, FAILED_PRECONDITION (the
+  // job ended), ABORTED (a stale epoch), INVALID_ARGUMENT (an epoch not formed yet).
+  absl::Status CheckLiveEpoch(const std::string& job, int64_t epoch) const;
   // A node as the machine sees it.
   struct NodeView {
     std::string node;
