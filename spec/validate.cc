@@ -74,6 +74,7 @@ void CheckName(const JobSpec& spec, Checker* check) {
     check->Fail("name", "required");
     return;
   }
+  if (IsValidJobName(name)) return;
   const bool allowed = std::all_of(name.begin(), name.end(), [](char c) {
     return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
   });
@@ -324,6 +325,13 @@ void CheckRest(const JobSpec& spec, Checker* check) {
 }
 
 }  // namespace
+
+bool IsValidJobName(absl::string_view name) {
+  return !name.empty() && name.size() <= kMaxJobNameLength && name != "." && name != ".." &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+         });
+}
 
 std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {
   Checker check;

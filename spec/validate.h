@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/job_spec.pb.h"
 #include "spec/yaml_proto.h"
 
@@ -14,6 +15,10 @@ namespace ringmaster::spec {
 
 // The longest job name (the job's id; the coordinator's limit too).
 inline constexpr size_t kMaxJobNameLength = 128;
+
+// A job name as ValidateJobSpec accepts it: 1 to kMaxJobNameLength letters, digits, '.',
+// '_' and '-', not "." or ".." (it names directories).
+bool IsValidJobName(absl::string_view name);
 
 // Every problem found; each names the field's path and the reason. The
 // locations are empty (the spec does not know where its fields were written; the loader

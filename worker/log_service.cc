@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "spec/validate.h"
 
 namespace ringmaster::worker {
 namespace {
@@ -49,13 +50,7 @@ struct Fd {
 
 }  // namespace
 
-bool LogService::IsJobId(const std::string& job) {
-  if (job.empty() || job.size() > 128 || job == "." || job == "..") return false;
-  return std::all_of(job.begin(), job.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
-  });
-}
+bool LogService::IsJobId(const std::string& job) { return spec::IsValidJobName(job); }
 
 class LogService::Service final : public AgentService::CallbackService {
  public:
