@@ -206,7 +206,7 @@ int Main() {
     req.step = step;
     req.state.step = step;
     for (int b = 0; b < 3; ++b) {
-      const train::FlatRange range = SaveSlice(elements, r, ranks);
+      const state::FlatRange range = SaveSlice(elements, r, ranks);
       req.buffers.push_back(
           {kNames[b], elements, range,
            absl::MakeConstSpan(state[r].buffers[b]).subspan(range.begin, range.size())});
@@ -244,7 +244,7 @@ int Main() {
   int64_t at = 0;
   for (int r = 0; r < ranks; ++r) {
     for (int b = 0; b < 3; ++b) {
-      const train::FlatRange range = SaveSlice(elements, r, ranks);
+      const state::FlatRange range = SaveSlice(elements, r, ranks);
       const int64_t n = range.size() * 4;
       std::memcpy(source_memory.get() + at, state[r].buffers[b].data() + range.begin, n);
       at += n;
@@ -359,7 +359,7 @@ int Main() {
   // expensive on this virtual machine, so the outputs are touched before the clock starts.
   std::vector<std::vector<float>> outs(3, std::vector<float>(SaveSlice(elements, 0, m).size()));
   for (int r = 0; r < m; ++r) {
-    const train::FlatRange range = SaveSlice(elements, r, m);
+    const state::FlatRange range = SaveSlice(elements, r, m);
     for (std::vector<float>& out : outs) out.assign(range.size(), 0.0f);
     std::vector<LoadTarget> targets;
     for (int b = 0; b < 3; ++b) targets.push_back({kNames[b], range, absl::MakeSpan(outs[b])});

@@ -51,7 +51,7 @@ int Main() {
   Env* env = Env::Default();
   Die(DeleteRecursively(env, root), "clean");
   Die(env->CreateDir(root), "mkdir");
-  const train::TensorTable table = TestTable(absl::GetFlag(FLAGS_table_scale));
+  const state::TensorTable table = TestTable(absl::GetFlag(FLAGS_table_scale));
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
 

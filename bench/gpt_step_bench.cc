@@ -24,10 +24,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/matmul.h"
+#include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/gpt.h"
 #include "train/nn/random.h"
-#include "train/tensor.h"
 
 ABSL_FLAG(int64_t, layers, 12, "blocks");
 ABSL_FLAG(int64_t, width, 192, "channels");
@@ -70,7 +70,7 @@ Result Measure(GptOptions options, const ForwardBackwardOptions& fb) {
   for (int64_t i = 0; i < n * (options.context + 1); ++i) {
     batch.tokens.push_back(static_cast<int32_t>(rng.Next() % options.vocab));
   }
-  FlatBuffer params(model.table().total_elements()), grads(model.table().total_elements());
+  state::FlatBuffer params(model.table().total_elements()), grads(model.table().total_elements());
   model.Init(1, params);
   auto step = [&] {
     if (!model.ForwardBackward(batch, params, grads, fb).ok()) std::abort();

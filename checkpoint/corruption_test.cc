@@ -76,7 +76,7 @@ class CorruptionTest : public ::testing::Test {
   }
 
   // Loads `range` of `buffer`.
-  absl::Status LoadRange(const std::string& buffer, train::FlatRange range) const {
+  absl::Status LoadRange(const std::string& buffer, state::FlatRange range) const {
     std::vector<float> out(range.size());
     return LoadCheckpoint(Load(), {{buffer, range, absl::MakeSpan(out)}}).status();
   }
@@ -84,7 +84,7 @@ class CorruptionTest : public ::testing::Test {
   absl::Status Verify() const { return VerifyCheckpoint(Env::Default(), dir_).status(); }
 
   std::string root_;
-  train::TensorTable table_;
+  state::TensorTable table_;
   std::string dir_;
   Manifest manifest_;
   int64_t elements_ = 0;
@@ -234,7 +234,7 @@ TEST_F(CorruptionTest, AnotherJobsCheckpointIsFailedPreconditionWithBothHashes) 
   EXPECT_THAT(std::string(s.message()), HasSubstr("0x0000000000005eed"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("0x0000000000abcdef"));
   o.spec_hash = 0x5eed;
-  const train::TensorTable bigger = testing::TestTable(5);
+  const state::TensorTable bigger = testing::TestTable(5);
   o.table = &bigger;
   s = LoadCheckpoint(o, {{"params", {0, 16}, absl::MakeSpan(out)}}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -251,7 +251,7 @@ TEST_F(CorruptionTest, AnotherJobsCheckpointIsFailedPreconditionWithBothHashes) 
 // the caller allows (a job trained longer).
 TEST(SpecChanges, ARefusalNamesTheFieldsThatDifferAndAllowedOnesLoad) {
   const std::string root = testing::FreshDir("spec-changes");
-  const train::TensorTable table = testing::TestTable(2);
+  const state::TensorTable table = testing::TestTable(2);
   testing::WorldOptions world;
   world.root = root;
   world.table = &table;

@@ -85,7 +85,7 @@ class CrashTest : public ::testing::Test {
     EXPECT_TRUE(violations.empty()) << absl::StrJoin(violations, "\n");
   }
 
-  train::TensorTable table_;
+  state::TensorTable table_;
   std::string base_;
   std::map<std::string, std::string> step1_, step2_;
 };

@@ -143,7 +143,7 @@ TEST(Manifest, JsonRoundTrips) {
 }
 
 TEST(Manifest, TensorTableMustMatch) {
-  const train::TensorTable table = testing::TestTable(1);
+  const state::TensorTable table = testing::TestTable(1);
   Manifest m;
   EXPECT_TRUE(CheckTensorTable(m, table).ok());  // written without a table
   for (const TensorEntry& t : TensorEntries(table)) *m.add_tensors() = t;

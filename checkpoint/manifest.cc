@@ -84,16 +84,16 @@ TrainingState FromProto(const TrainingStateProto& p) {
   if (p.has_loss_scaler()) {
     const LossScalerProto& s = p.loss_scaler();
     state.loss_scaler =
-        train::LossScalerState{s.scale(), s.good_steps(), s.steps(), s.skipped_steps()};
+        state::LossScalerState{s.scale(), s.good_steps(), s.steps(), s.skipped_steps()};
   }
   state.optimizer_step = p.optimizer_step();
   state.schedule_step = p.schedule_step();
   return state;
 }
 
-std::vector<TensorEntry> TensorEntries(const train::TensorTable& table) {
+std::vector<TensorEntry> TensorEntries(const state::TensorTable& table) {
   std::vector<TensorEntry> entries;
-  for (const train::TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     TensorEntry& e = entries.emplace_back();
     e.set_name(t.name);
     e.set_dtype(std::string(kBufferDtype));
@@ -104,7 +104,7 @@ std::vector<TensorEntry> TensorEntries(const train::TensorTable& table) {
   return entries;
 }
 
-absl::Status CheckTensorTable(const Manifest& manifest, const train::TensorTable& table) {
+absl::Status CheckTensorTable(const Manifest& manifest, const state::TensorTable& table) {
   if (manifest.tensors().empty()) return absl::OkStatus();
   std::vector<TensorEntry> model = TensorEntries(table);
   const int n = std::max<int>(manifest.tensors_size(), model.size());
@@ -250,10 +250,10 @@ std::string DescribeManifest(const Manifest& m) {
       absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", absl::FromUnixMicros(m.created_unix_micros()),
                        absl::UTCTimeZone()));
   const TrainingState s = FromProto(m.training());
-  absl::StrAppend(&out, "  training: step ", s.step, ", ",
-                  train::data::SamplerStateString(s.sampler), ", optimizer step ", s.optimizer_step,
-                  ", schedule step ", s.schedule_step, ", rng seed ", s.rng_seed, " (",
-                  s.rng_state.size(), " bytes of generator state)");
+  absl::StrAppend(&out, "  training: step ", s.step, ", ", state::SamplerStateString(s.sampler),
+                  ", optimizer step ", s.optimizer_step, ", schedule step ", s.schedule_step,
+                  ", rng seed ", s.rng_seed, " (", s.rng_state.size(),
+                  " bytes of generator state)");
   if (s.loss_scaler) {
     absl::StrAppend(&out, ", loss scale ", s.loss_scaler->scale, " (", s.loss_scaler->good_steps,
                     " good steps in a row, ", s.loss_scaler->skipped_steps, " of ",

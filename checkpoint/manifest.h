@@ -15,9 +15,8 @@
 #include "absl/strings/string_view.h"
 #include "common/env.h"
 #include "proto/checkpoint.pb.h"
-#include "train/data/sampler.h"
-#include "train/optim/loss_scaler.h"
-#include "train/tensor.h"
+#include "state/tensor.h"
+#include "state/training_state.h"
 
 namespace ringmaster::checkpoint {
 
@@ -30,10 +29,10 @@ inline constexpr int64_t kElementBytes = 4;
 // What the step loop needs, besides the buffers, to continue where it stopped.
 struct TrainingState {
   int64_t step = 0;  // optimizer steps taken: the checkpoint's step
-  train::data::SamplerState sampler;
+  state::SamplerState sampler;
   uint64_t rng_seed = 0;
   std::string rng_state;                              // opaque bytes for the trainer's generators
-  std::optional<train::LossScalerState> loss_scaler;  // fp16 loss scaling only
+  std::optional<state::LossScalerState> loss_scaler;  // fp16 loss scaling only
   int64_t optimizer_step = 0;  // Optimizer::step(), for Optimizer::RestoreStep
   int64_t schedule_step = 0;   // argument of LrSchedule::LrAt for the next update
 
@@ -44,12 +43,12 @@ TrainingStateProto ToProto(const TrainingState& state);
 TrainingState FromProto(const TrainingStateProto& proto);
 
 // The tensor table as manifest entries (dtype f32).
-std::vector<TensorEntry> TensorEntries(const train::TensorTable& table);
+std::vector<TensorEntry> TensorEntries(const state::TensorTable& table);
 // OK when the manifest's tensors are `table`'s (names, shapes, offsets, in order);
 // FAILED_PRECONDITION naming the first difference otherwise ("tensor 3: the checkpoint has
 // fc2.weight [512, 10] at 401408, the model has fc2.weight [256, 10] at 200704"). A
 // manifest without tensors (written without a table) matches any table.
-absl::Status CheckTensorTable(const Manifest& manifest, const train::TensorTable& table);
+absl::Status CheckTensorTable(const Manifest& manifest, const state::TensorTable& table);
 
 // Structural problems of a manifest, one sentence each (empty when sound): unknown buffers
 // or files, chunks outside their buffer or file, wrong lengths or block counts, and

@@ -38,7 +38,7 @@ absl::flat_hash_map<std::string, BufferChunks> IndexChunks(const Manifest& manif
 absl::Status CheckTarget(const LoadTarget& t) {
   if (t.range.begin < 0 || t.range.end < t.range.begin) {
     return absl::InvalidArgumentError(absl::StrCat("load target ", t.name, ": range ",
-                                                   train::RangeString(t.range), " is invalid"));
+                                                   state::RangeString(t.range), " is invalid"));
   }
   if (static_cast<int64_t>(t.out.size()) != t.range.size()) {
     return absl::InvalidArgumentError(absl::StrCat("load target ", t.name, ": out has ",

@@ -41,14 +41,14 @@
 #include "checkpoint/manifest.h"
 #include "common/env.h"
 #include "proto/checkpoint.pb.h"
-#include "train/optim/range.h"
+#include "state/range.h"
 
 namespace ringmaster::checkpoint {
 
 // One range of one named buffer to fill.
 struct LoadTarget {
   std::string name;        // "params", "exp_avg", ...
-  train::FlatRange range;  // begin >= 0. Elements at or past the saved buffer's size (the
+  state::FlatRange range;  // begin >= 0. Elements at or past the saved buffer's size (the
                            // padding of a larger world's padded flat space) are set to 0.
   absl::Span<float> out;   // range.size() floats
 };
@@ -68,7 +68,7 @@ struct LoadOptions {
   // a job longer when "steps" differs).
   std::map<std::string, std::string> spec_change_hints;
   // When set, the manifest's tensors must be this table's (CheckTensorTable). Not owned.
-  const train::TensorTable* table = nullptr;
+  const state::TensorTable* table = nullptr;
   int64_t read_bytes = 8 << 20;  // largest single read
   Env* env = Env::Default();     // not owned
 };

@@ -39,7 +39,7 @@ TEST_P(ReshardTest, EveryWorldSizeAndStageLoadsBitForBit) {
   const int save_stage = GetParam();
   // Scale 64: about 330k elements (1.3 MB) per buffer, so that M = 6 ranks need ranges of
   // 50 blocks and more.
-  const train::TensorTable table = testing::TestTable(64);
+  const state::TensorTable table = testing::TestTable(64);
   int checked = 0;
   for (const auto& [n, m] : WorldPairs()) {
     SCOPED_TRACE(absl::StrCat(n, " -> ", m, " ranks, ZeRO ", save_stage, " at save"));
@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(SaveStage, ReshardTest, ::testing::Values(0, 1, 2),
 // A rank that needs one tensor in the middle of another rank's chunk reads only the blocks
 // under it: the independent bound is the blocks the range touches.
 TEST(Reshard, ReadsOnlyTheBlocksUnderTheWantedRange) {
-  const train::TensorTable table = testing::TestTable(64);
+  const state::TensorTable table = testing::TestTable(64);
   WorldOptions save;
   save.root = FreshDir("reshard-narrow");
   save.table = &table;
@@ -97,7 +97,7 @@ TEST(Reshard, ReadsOnlyTheBlocksUnderTheWantedRange) {
   std::vector<absl::Status> saved = SaveWorld(save, 7);
   ASSERT_TRUE(saved[0].ok() && saved[1].ok()) << saved[0] << saved[1];
 
-  const train::TensorSpec& t = table.tensor(*table.Find("fc1.weight"));
+  const state::TensorSpec& t = table.tensor(*table.Find("fc1.weight"));
   std::vector<float> out(t.numel);
   LoadOptions load;
   load.root = save.root;
@@ -138,7 +138,7 @@ TEST(Reshard, AHundredRanksReadWithinFivePercent) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      const train::FlatRange range = SaveSlice(elements, r, 3);
+      const state::FlatRange range = SaveSlice(elements, r, 3);
       SaveRequest request;
       request.step = 1;
       request.buffers.push_back({"exp_avg", elements, range,
@@ -151,7 +151,7 @@ TEST(Reshard, AHundredRanksReadWithinFivePercent) {
   load.root = root;
   load.job = "job";
   for (int r = 0; r < 100; ++r) {
-    const train::FlatRange range = SaveSlice(elements, r, 100);
+    const state::FlatRange range = SaveSlice(elements, r, 100);
     std::vector<float> out(range.size());
     absl::StatusOr<LoadResult> loaded =
         LoadCheckpoint(load, {{"exp_avg", range, absl::MakeSpan(out)}});
@@ -164,7 +164,7 @@ TEST(Reshard, AHundredRanksReadWithinFivePercent) {
 // A range past the saved buffer's end (a larger world pads the flat space further) reads
 // zeros there; a range of the padding only reads nothing.
 TEST(Reshard, PaddingPastTheSavedBufferIsZero) {
-  const train::TensorTable table = testing::TestTable(1);
+  const state::TensorTable table = testing::TestTable(1);
   WorldOptions save;
   save.root = FreshDir("reshard-padding");
   save.table = &table;

@@ -35,8 +35,8 @@ std::string FreshDir(absl::string_view name) {
   return dir;
 }
 
-train::TensorTable TestTable(int scale) {
-  train::TensorTable table;
+state::TensorTable TestTable(int scale) {
+  state::TensorTable table;
   table.Add("embed", {97 * scale, 13});
   table.Add("fc1.weight", {31 * scale, 61});
   table.Add("fc1.bias", {31 * scale});
@@ -45,8 +45,8 @@ train::TensorTable TestTable(int scale) {
   return table;
 }
 
-int64_t PaddedElements(const train::TensorTable& table, int world) {
-  const int64_t unit = world * train::kAlignElements;
+int64_t PaddedElements(const state::TensorTable& table, int world) {
+  const int64_t unit = world * state::kAlignElements;
   return (table.total_elements() + unit - 1) / unit * unit;
 }
 
@@ -73,19 +73,19 @@ TrainingState PatternState(int64_t step) {
   s.sampler = {static_cast<uint64_t>(step / 7), step * 128 % 60000};
   s.rng_seed = 42;
   s.rng_state = absl::StrCat("rng@", step);
-  s.loss_scaler = train::LossScalerState{65536.0 / (1 + step % 3), step % 11, step, step / 10};
+  s.loss_scaler = state::LossScalerState{65536.0 / (1 + step % 3), step % 11, step, step / 10};
   s.optimizer_step = step - step / 10;
   s.schedule_step = step;
   return s;
 }
 
-train::FlatRange SavedRange(int64_t elements, int rank, int world, int zero_stage) {
+state::FlatRange SavedRange(int64_t elements, int rank, int world, int zero_stage) {
   if (zero_stage == 0) return SaveSlice(elements, rank, world);
   const int64_t shard = elements / world;
   return {rank * shard, (rank + 1) * shard};
 }
 
-train::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int rank, int world,
+state::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int rank, int world,
                              int zero_stage) {
   if (zero_stage == 0 || buffer == "params") return {0, elements};
   const int64_t shard = elements / world;
@@ -125,7 +125,7 @@ std::vector<absl::Status> SaveWorld(const WorldOptions& options, int64_t step) {
       request.step = step;
       request.state = PatternState(step);
       for (size_t b = 0; b < kBuffers.size(); ++b) {
-        train::FlatRange range = SavedRange(elements, r, world, options.zero_stage);
+        state::FlatRange range = SavedRange(elements, r, world, options.zero_stage);
         request.buffers.push_back(
             {kBuffers[b], elements, range,
              absl::MakeConstSpan(full[b]).subspan(range.begin, range.size())});
@@ -150,7 +150,7 @@ absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptio
       std::vector<LoadTarget> targets;
       outs[r].resize(kBuffers.size());
       for (size_t b = 0; b < kBuffers.size(); ++b) {
-        train::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
+        state::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
         outs[r][b].assign(range.size(), -1.0f);
         targets.push_back({kBuffers[b], range, absl::MakeSpan(outs[r][b])});
       }
@@ -172,7 +172,7 @@ absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptio
       check.mismatches.push_back(absl::StrCat("rank ", r, ": training state differs"));
     }
     for (size_t b = 0; b < kBuffers.size(); ++b) {
-      train::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
+      state::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
       for (int64_t i = range.begin; i < range.end; ++i) {
         const float want = PatternValue(kBuffers[b], step, i, used);
         if (std::memcmp(&want, &outs[r][b][i - range.begin], sizeof(float)) != 0) {

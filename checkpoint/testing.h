@@ -15,7 +15,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/env.h"
-#include "train/tensor.h"
+#include "state/tensor.h"
 
 namespace ringmaster::checkpoint::testing {
 
@@ -27,11 +27,11 @@ inline const std::vector<std::string> kBuffers = {"params", "exp_avg", "exp_avg_
 
 // A table whose tensors have odd sizes, so that shard boundaries cut through tensors;
 // `scale` multiplies the sizes (1: about 5,000 elements).
-train::TensorTable TestTable(int scale);
+state::TensorTable TestTable(int scale);
 
 // The flat size of every buffer at `world` ranks: table elements rounded up to a multiple
 // of world × 16 (train/grad_sync.h PaddedElements).
-int64_t PaddedElements(const train::TensorTable& table, int world);
+int64_t PaddedElements(const state::TensorTable& table, int world);
 
 // Element i of buffer `name` at `step`: a pseudo-random bit pattern (never NaN) below
 // `used` elements, 0 from `used` on (the padding).
@@ -44,16 +44,16 @@ TrainingState PatternState(int64_t step);
 
 // The range of `buffer` rank `rank` saves at `zero_stage`: ZeRO 0: its SaveSlice of every
 // buffer; ZeRO 1, 2: its shard [r·S, (r+1)·S) of the padded space, for every buffer.
-train::FlatRange SavedRange(int64_t elements, int rank, int world, int zero_stage);
+state::FlatRange SavedRange(int64_t elements, int rank, int world, int zero_stage);
 // The range of `buffer` rank `rank` needs at `zero_stage`: everything, except the optimizer
 // moments under ZeRO 1, 2 (its shard).
-train::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int rank, int world,
+state::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int rank, int world,
                              int zero_stage);
 
 struct WorldOptions {
   std::string root;
   std::string job = "job";
-  const train::TensorTable* table = nullptr;
+  const state::TensorTable* table = nullptr;
   int world = 1;
   int zero_stage = 0;
   uint64_t spec_hash = 0x5eed;

@@ -122,10 +122,10 @@ absl::Status CheckOptions(const CheckpointWriterOptions& o) {
 
 }  // namespace
 
-train::FlatRange SaveSlice(int64_t elements, int rank, int world_size) {
+state::FlatRange SaveSlice(int64_t elements, int rank, int world_size) {
   CHECK(world_size >= 1 && rank >= 0 && rank < world_size) << rank << " of " << world_size;
   int64_t per_rank = (elements + world_size - 1) / world_size;
-  per_rank = (per_rank + train::kAlignElements - 1) / train::kAlignElements * train::kAlignElements;
+  per_rank = (per_rank + state::kAlignElements - 1) / state::kAlignElements * state::kAlignElements;
   return {std::min(elements, rank * per_rank), std::min(elements, (rank + 1) * per_rank)};
 }
 
@@ -205,7 +205,7 @@ absl::Status CheckpointWriter::CheckRequest(const SaveRequest& request) const {
     if (!names.insert(b.name).second) return bad("given twice");
     if (b.elements < 0) return bad(absl::StrCat("elements ", b.elements, " < 0"));
     if (b.range.begin < 0 || b.range.begin > b.range.end || b.range.end > b.elements) {
-      return bad(absl::StrCat("range ", train::RangeString(b.range), " is not inside [0, ",
+      return bad(absl::StrCat("range ", state::RangeString(b.range), " is not inside [0, ",
                               b.elements, ")"));
     }
     if (static_cast<int64_t>(b.data.size()) != b.range.size()) {

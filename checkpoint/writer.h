@@ -103,8 +103,8 @@
 #include "checkpoint/manifest.h"
 #include "common/clock.h"
 #include "common/env.h"
-#include "train/optim/range.h"
-#include "train/tensor.h"
+#include "state/range.h"
+#include "state/tensor.h"
 
 namespace ringmaster::checkpoint {
 
@@ -129,7 +129,7 @@ struct CheckpointWriterOptions {
   uint64_t spec_hash = 0;  // spec::TrainingSpecHash of the job
   std::string training_spec;  // spec::TrainingSpecText of the job (Manifest.training_spec)
   // The model's tensors, recorded in the manifest; null records none. Copied at Create.
-  const train::TensorTable* table = nullptr;
+  const state::TensorTable* table = nullptr;
 
   RetentionPolicy retention;
   OnBusy on_busy = OnBusy::kWait;
@@ -165,7 +165,7 @@ struct CheckpointWriterOptions {
 struct BufferShard {
   std::string name;              // "params", "momentum", "exp_avg", "exp_avg_sq", ...
   int64_t elements = 0;          // the whole buffer's flat size, the same on every rank
-  train::FlatRange range;        // the flat indices this rank saves
+  state::FlatRange range;        // the flat indices this rank saves
   absl::Span<const float> data;  // range.size() floats; read only during the snapshot
 };
 
@@ -313,7 +313,7 @@ class CheckpointWriter {
   struct Layout {  // where one buffer's range lies in the staging area and the shard
     std::string name;
     int64_t elements = 0;
-    train::FlatRange range;
+    state::FlatRange range;
     int64_t offset = 0;  // bytes
     int64_t block_bytes = 0;
   };
@@ -404,7 +404,7 @@ class CheckpointWriter {
 
 // [r·S, (r+1)·S) ∩ [0, elements) with S = ceil(elements / world) rounded up to
 // train::kAlignElements: the slice of an unsharded buffer that rank r saves.
-train::FlatRange SaveSlice(int64_t elements, int rank, int world_size);
+state::FlatRange SaveSlice(int64_t elements, int rank, int world_size);
 
 // The checkpoints retention removes from `steps` (committed, any order) once `latest` is
 // committed: of the steps up to `latest`, all but the newest keep_last, except `latest`

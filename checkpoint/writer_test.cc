@@ -57,7 +57,7 @@ SaveRequest Request(int64_t step, const std::vector<float>& data, int rank = 0, 
   SaveRequest request;
   request.step = step;
   request.state = testing::PatternState(step);
-  train::FlatRange range = SaveSlice(kElements, rank, world);
+  state::FlatRange range = SaveSlice(kElements, rank, world);
   request.buffers.push_back(
       {"params", kElements, range, absl::MakeConstSpan(data).subspan(range.begin, range.size())});
   return request;
@@ -141,7 +141,7 @@ bool IsShardWrite(const FileOp& op, absl::string_view shard) {
 
 TEST(CheckpointWriter, CommittedDirectoryHoldsTheShardsAndTheManifestOnly) {
   const std::string root = FreshDir("writer-layout");
-  const train::TensorTable table = testing::TestTable(1);
+  const state::TensorTable table = testing::TestTable(1);
   testing::WorldOptions world;
   world.root = root;
   world.table = &table;
@@ -292,7 +292,7 @@ TEST(CheckpointWriter, AnEmptySnapshotNeitherBlocksNorFails) {
     SaveRequest request;
     request.step = 1;
     request.state = testing::PatternState(1);
-    const train::FlatRange range = SaveSlice(kTiny, r, 2);
+    const state::FlatRange range = SaveSlice(kTiny, r, 2);
     request.buffers.push_back({"params", kTiny, range,
                                absl::MakeConstSpan(tiny).subspan(range.begin, range.size())});
     ASSERT_EQ(*writers[r]->BeginSave(request), SaveOutcome::kStarted);
@@ -748,9 +748,9 @@ TEST(SaveSlice, SplitsIntoAlignedSlicesThatTile) {
     for (int world = 1; world <= 9; ++world) {
       int64_t next = 0;
       for (int r = 0; r < world; ++r) {
-        train::FlatRange s = SaveSlice(elements, r, world);
+        state::FlatRange s = SaveSlice(elements, r, world);
         EXPECT_EQ(s.begin, next) << elements << " " << r << "/" << world;
-        EXPECT_TRUE(s.begin % train::kAlignElements == 0 || s.begin == elements);
+        EXPECT_TRUE(s.begin % state::kAlignElements == 0 || s.begin == elements);
         next = s.end;
       }
       EXPECT_EQ(next, elements);

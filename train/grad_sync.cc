@@ -8,22 +8,23 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "train/tensor.h"
+#include "state/tensor.h"
 
 namespace ringmaster::train {
 
 int64_t PaddedElements(int64_t elements, int world_size) {
-  const int64_t unit = static_cast<int64_t>(world_size) * kAlignElements;
+  const int64_t unit = static_cast<int64_t>(world_size) * state::kAlignElements;
   return std::max<int64_t>(unit, (elements + unit - 1) / unit * unit);
 }
 
 absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
     comm::Communicator* comm, const GradientSyncOptions& options) {
   const int n = comm->size();
-  if (options.padded_elements <= 0 || options.padded_elements % (n * kAlignElements) != 0) {
+  if (options.padded_elements <= 0 || options.padded_elements % (n * state::kAlignElements) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GradientSyncOptions.padded_elements must be a positive multiple of world size x ",
-        kAlignElements, " (", n * kAlignElements, "), got ", options.padded_elements));
+        state::kAlignElements, " (", n * state::kAlignElements, "), got ",
+        options.padded_elements));
   }
   if (options.bucket_elements <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -47,15 +48,15 @@ GradientSync::GradientSync(comm::Communicator* comm, const GradientSyncOptions& 
   const int n = comm->size();
   const int64_t total = options.padded_elements;
   if (options.reduction == GradientReduction::kAllReduce) {
-    const int64_t b = std::max<int64_t>(kAlignElements, options.bucket_elements);
+    const int64_t b = std::max<int64_t>(state::kAlignElements, options.bucket_elements);
     for (int64_t end = total; end > 0; end -= b) {
       const int64_t begin = std::max<int64_t>(0, end - b);
       buckets_.push_back({begin, begin, end});
     }
   } else {
     // Blocks of a stripe: bucket_elements / world, whole cache lines, at most a shard.
-    int64_t block = options.bucket_elements / n / kAlignElements * kAlignElements;
-    block = std::clamp<int64_t>(block, kAlignElements, shard_elements_);
+    int64_t block = options.bucket_elements / n / state::kAlignElements * state::kAlignElements;
+    block = std::clamp<int64_t>(block, state::kAlignElements, shard_elements_);
     const int64_t stripes = (shard_elements_ + block - 1) / block;
     for (int64_t k = stripes - 1; k >= 0; --k) {
       const int64_t begin = k * block, end = std::min(shard_elements_, begin + block);
@@ -72,7 +73,7 @@ GradientSync::~GradientSync() {
   if (thread_.joinable()) thread_.join();
 }
 
-FlatRange GradientSync::shard() const {
+state::FlatRange GradientSync::shard() const {
   const int64_t begin = comm_->rank() * shard_elements_;
   return {begin, begin + shard_elements_};
 }

@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
-#include "train/optim/range.h"
+#include "state/range.h"
 #include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {
@@ -78,7 +78,7 @@ class GradientSync {
   ~GradientSync();
 
   // This rank's shard [r·S, (r+1)·S) of the padded flat index space.
-  FlatRange shard() const;
+  state::FlatRange shard() const;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
   // Starts a step over `grads` (padded_elements floats of the ops' memory, not owned). With kLocalGradNorm the

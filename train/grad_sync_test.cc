@@ -56,9 +56,9 @@ TEST_P(GradientSyncTest, SumsEveryBucketAsBackwardReleasesIt) {
                    }
                    absl::Status s = (*sync)->Finish();
                    if (!s.ok()) return s;
-                   const FlatRange shard = (*sync)->shard();
+                   const state::FlatRange shard = (*sync)->shard();
                    if (shard.size() * n != o.padded_elements || shard.begin != r * shard.size()) {
-                     return absl::InternalError(absl::StrCat("shard ", RangeString(shard)));
+                     return absl::InternalError(absl::StrCat("shard ", state::RangeString(shard)));
                    }
                    const bool whole = reduction == GradientReduction::kAllReduce;
                    for (int64_t i = whole ? 0 : shard.begin;

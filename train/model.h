@@ -28,8 +28,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "state/tensor.h"
 #include "train/batch.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train {
 
@@ -65,18 +65,19 @@ class Model {
   virtual ~Model() = default;
 
   virtual std::string Describe() const = 0;  // e.g. "mlp 784-512-512-10"
-  virtual const TensorTable& table() const = 0;
+  virtual const state::TensorTable& table() const = 0;
   // Deterministic initialisation from `seed` (same on every rank).
-  virtual void Init(uint64_t seed, FlatBuffer& params) const = 0;
+  virtual void Init(uint64_t seed, state::FlatBuffer& params) const = 0;
   // Loss terms one sample contributes (1 for a classifier, context for a language model).
   virtual int64_t LossTermsPerSample() const = 0;
 
   // INVALID_ARGUMENT when the batch does not fit the model (names the field).
-  virtual absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const FlatBuffer& params,
-                                                    FlatBuffer& grads,
+  virtual absl::StatusOr<StepStats> ForwardBackward(const Batch& batch,
+                                                    const state::FlatBuffer& params,
+                                                    state::FlatBuffer& grads,
                                                     const ForwardBackwardOptions& options) = 0;
   // Forward only, fp32 (or `precision`), no gradients.
-  virtual absl::StatusOr<StepStats> Evaluate(const Batch& batch, const FlatBuffer& params,
+  virtual absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                              Precision precision) = 0;
 
   virtual MemoryStats memory() const = 0;

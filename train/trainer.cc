@@ -197,7 +197,8 @@ absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
 
 // What the ZeRO paper's formula says this rank keeps: fp32 parameters, fp32 gradients,
 // and the optimizer's moments (sharded by ZeRO-1/2).
-MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& table, int world) {
+MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const state::TensorTable& table,
+                                        int world) {
   MemoryEstimateOptions mo;
   mo.parameters = static_cast<double>(table.parameter_count());
   mo.world_size = world;
@@ -211,7 +212,7 @@ MemoryEstimateOptions RankMemoryOptions(const JobSpec& spec, const TensorTable& 
 // RESOURCE_EXHAUSTED, marked permanent, when the state the ranks on this host keep in its
 // memory (the formula's terms; the gradients only without a device) is more than the
 // machine has: allocating it would fail, or the kernel would kill the process later.
-absl::Status CheckHostMemory(const JobSpec& spec, const TensorTable& table, int world,
+absl::Status CheckHostMemory(const JobSpec& spec, const state::TensorTable& table, int world,
                              bool gradients_on_host, int local_ranks) {
   absl::StatusOr<MemoryEstimate> e = EstimateMemory(RankMemoryOptions(spec, table, world));
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -244,8 +245,8 @@ absl::Status Diverged(const JobSpec& spec, int64_t step, absl::string_view what,
 
 // Whether `resident` holds a state this run can restore: the same training spec, the
 // table's size, and the optimizer's buffers by name and size.
-bool ResidentFits(const ResidentState& resident, uint64_t spec_hash, const TensorTable& table,
-                  const std::vector<StateBuffer>& buffers) {
+bool ResidentFits(const ResidentState& resident, uint64_t spec_hash,
+                  const state::TensorTable& table, const std::vector<StateBuffer>& buffers) {
   if (resident.step < 0 || resident.spec_hash != spec_hash) return false;
   if (static_cast<int64_t>(resident.params.size()) != table.total_elements()) return false;
   if (resident.optimizer.size() != buffers.size()) return false;
@@ -264,8 +265,8 @@ struct MemoryRestore {
   int64_t checkpoint_step = -1;  // rank 0's latest checkpoint; -1: none seen
   int64_t step = 0;
   int64_t optimizer_step = 0;
-  data::SamplerState sampler;
-  std::optional<LossScalerState> loss_scaler;
+  state::SamplerState sampler;
+  std::optional<state::LossScalerState> loss_scaler;
 };
 
 // TrainerOptions::resident, on entry (ZeRO-0): every rank tells the step it holds in memory
@@ -273,13 +274,10 @@ struct MemoryRestore {
 // recent as rank 0's latest checkpoint, the first such rank broadcasts its state into
 // `params` and the optimizer's buffers, and the rest of it comes back. Otherwise source is
 // -1 and the caller reads the checkpoint.
-absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
-                                                const ResidentState& resident,
-                                                uint64_t spec_hash, const TensorTable& table,
-                                                FlatBuffer& params,
-                                                const std::vector<StateBuffer>& buffers,
-                                                int64_t latest_checkpoint,
-                                                absl::Duration op_timeout) {
+absl::StatusOr<MemoryRestore> RestoreFromMemory(
+    comm::Communicator* comm, const ResidentState& resident, uint64_t spec_hash,
+    const state::TensorTable& table, state::FlatBuffer& params,
+    const std::vector<StateBuffer>& buffers, int64_t latest_checkpoint, absl::Duration op_timeout) {
   auto deadline = [&] { return absl::Now() + op_timeout; };
   const int world = comm->size();
   const bool fits = ResidentFits(resident, spec_hash, table, buffers);
@@ -333,7 +331,7 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(comm::Communicator* comm,
   out.sampler.epoch = static_cast<uint64_t>(small[2]);
   out.sampler.cursor = small[3];
   if (small[4] != 0) {
-    LossScalerState ls;
+    state::LossScalerState ls;
     std::memcpy(&ls.scale, &small[5], sizeof(double));
     ls.good_steps = small[6];
     ls.steps = small[7];
@@ -390,7 +388,7 @@ class HostView {
   enum class What { kParams, kEverything };
 
   // `params` (padded), the optimizer and the device (null: the CPU) outlive the view.
-  HostView(FlatBuffer& params, Optimizer& optimizer, TrainingDevice* device)
+  HostView(state::FlatBuffer& params, Optimizer& optimizer, TrainingDevice* device)
       : params_(params), optimizer_(optimizer), device_(device) {
     if (device == nullptr) {
       host_ = optimizer.state_buffers();
@@ -438,10 +436,10 @@ class HostView {
   }
 
  private:
-  FlatBuffer& params_;
+  state::FlatBuffer& params_;
   Optimizer& optimizer_;
   TrainingDevice* device_;
-  std::vector<FlatBuffer> owned_;  // with a device: the host copies of the state buffers
+  std::vector<state::FlatBuffer> owned_;  // with a device: the host copies of the state buffers
   std::vector<StateBuffer> host_;
   bool params_current_ = true;
   bool optimizer_current_ = true;
@@ -509,8 +507,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
   return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
 }
 
-absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint64_t> gathered,
-                                 int world, int64_t step) {
+absl::Status CompareFingerprints(const state::TensorTable& table,
+                                 absl::Span<const uint64_t> gathered, int world, int64_t step) {
   const size_t per_rank = static_cast<size_t>(table.size()) + 1;
   CHECK_EQ(gathered.size(), per_rank * world);
   for (int q = 1; q < world; ++q) {
@@ -527,10 +525,10 @@ absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint
   return absl::OkStatus();
 }
 
-std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params) {
+std::vector<uint64_t> TensorHashes(const state::TensorTable& table, const float* params) {
   std::vector<uint64_t> hashes;
   hashes.reserve(table.size());
-  for (const TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     hashes.push_back(XXH3_64bits(params + t.offset, static_cast<size_t>(t.numel) * sizeof(float)));
   }
   return hashes;
@@ -602,7 +600,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   }
   allocating = "the model (model)";
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModelFromSpec(spec, data.train->info()));
-  const TensorTable& table = model->table();
+  const state::TensorTable& table = model->table();
   const int64_t padded = PaddedElements(table.total_elements(), world);
   // The step runs on a GPU (its memory holds the flat buffers) or on the CPU.
   std::string why_cpu;
@@ -658,7 +656,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   }
   // `params` is the step's on the CPU and the host's copy with a device; `grads` exists on
   // the CPU only.
-  FlatBuffer params(padded), grads(device != nullptr ? 0 : padded);
+  state::FlatBuffer params(padded), grads(device != nullptr ? 0 : padded);
   const absl::Span<float> step_params = device != nullptr ? device->params() : params.span();
   const absl::Span<float> step_grads = device != nullptr ? device->grads() : grads.span();
   model->Init(spec.seed(), params);
@@ -670,7 +668,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   GradientSyncOptions so;
   so.padded_elements = padded;
   so.bucket_elements = std::max<int64_t>(
-      kAlignElements, static_cast<int64_t>(spec.parallelism().bucket_mb() * (1 << 20) / 4));
+      state::kAlignElements, static_cast<int64_t>(spec.parallelism().bucket_mb() * (1 << 20) / 4));
   so.reduction = zero == 2 ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce;
   so.overlap = spec.parallelism().overlap();
   so.op_timeout = options.op_timeout;
@@ -679,10 +677,11 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   RM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync, GradientSync::Create(comm, so));
 
   // The optimizer's range: everything, or this rank's shard (clamped to the tensors).
-  const FlatRange shard = sync->shard();
-  const FlatRange opt_range = zero == 0 ? FullRange(table)
-                                        : FlatRange{std::min(shard.begin, table.total_elements()),
-                                                    std::min(shard.end, table.total_elements())};
+  const state::FlatRange shard = sync->shard();
+  const state::FlatRange opt_range =
+      zero == 0 ? state::FullRange(table)
+                : state::FlatRange{std::min(shard.begin, table.total_elements()),
+                                   std::min(shard.end, table.total_elements())};
   // With plain data parallelism every rank holds the whole reduced gradient, so local sums
   // are already global; with ZeRO each rank sums its shard and the ranks add up.
   const SumAcrossRanks sum =
@@ -764,7 +763,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   result.gradient_backend = std::string(comm->backend());
   result.parameters = table.parameter_count();
   result.optimizer_state_bytes = optimizer->state_bytes();
-  data::SamplerState state;
+  state::SamplerState state;
   Batch batch;
 
   // Checkpoints (checkpoint.dir): resume from one, then save on the triggers in the loop.
@@ -773,8 +772,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   const CheckpointSpec& cs = spec.checkpoint();
   const bool checkpointing = !cs.dir().empty();
   const uint64_t spec_hash = spec::TrainingSpecHash(spec);
-  const FlatRange save_range{std::min(shard.begin, table.total_elements()),
-                             std::min(shard.end, table.total_elements())};
+  const state::FlatRange save_range{std::min(shard.begin, table.total_elements()),
+                                    std::min(shard.end, table.total_elements())};
   std::unique_ptr<checkpoint::CheckpointWriter> writer;
   int64_t first_step = 0;
   RM_ASSIGN_OR_RETURN(spec::ResumePoint resume, spec::ParseResume(spec.resume()));
@@ -805,7 +804,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
       say(absl::StrFormat(
           "restored step %d from the memory of rank %d (%s; latest checkpoint: %s): %.2f MiB "
           "broadcast, nothing read from disk",
-          m.step, m.source, data::SamplerStateString(m.sampler),
+          m.step, m.source, state::SamplerStateString(m.sampler),
           m.checkpoint_step >= 0 ? absl::StrCat("step ", m.checkpoint_step) : "none",
           table.total_elements() * (1.0 + optimizer->state_buffers().size()) * 4 / 1048576.0));
     }
@@ -864,7 +863,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
       } else {
         RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
         std::vector<checkpoint::LoadTarget> targets;
-        targets.push_back({"params", FullRange(table), Slice(params.span(), FullRange(table))});
+        targets.push_back({"params", state::FullRange(table),
+                           state::Slice(params.span(), state::FullRange(table))});
         for (StateBuffer& b : view.optimizer()) {
           targets.push_back({b.name, b.range, b.data});
         }
@@ -881,7 +881,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
             "resumed from %s (step %d, saved by %d ranks, ZeRO-%d; %s): read %.2f MiB for "
             "%.2f MiB needed",
             opened->dir, ts.step, opened->manifest.world_size(), opened->manifest.zero_stage(),
-            data::SamplerStateString(ts.sampler), read.bytes_read / 1048576.0,
+            state::SamplerStateString(ts.sampler), read.bytes_read / 1048576.0,
             read.bytes_needed / 1048576.0));
         if (!opened->spec_changes.empty()) {
           // The schedule is the new length's: warm-up and decay laid out over total_steps
@@ -902,7 +902,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     checkpoint::SaveRequest req;
     req.step = done;
     req.buffers.push_back(
-        {"params", table.total_elements(), save_range, Slice(params.span(), save_range)});
+        {"params", table.total_elements(), save_range, state::Slice(params.span(), save_range)});
     for (StateBuffer& b : view.optimizer()) {
       req.buffers.push_back({b.name, table.total_elements(), save_range,
                              b.data.subspan(save_range.begin - b.range.begin, save_range.size())});
@@ -1070,8 +1070,8 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
   // while the optimizer writes the parameters: a failure there leaves no usable state.
   int64_t consistent_step = first_step;
   int64_t consistent_optimizer_step = optimizer->step();
-  data::SamplerState consistent_sampler = state;
-  std::optional<LossScalerState> consistent_scaler;
+  state::SamplerState consistent_sampler = state;
+  std::optional<state::LossScalerState> consistent_scaler;
   if (scaler) consistent_scaler = scaler->state();
   bool updating = false;
   absl::Cleanup keep_resident = [&] {
@@ -1138,7 +1138,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     result.exposed_comm += sync->last_step().exposed_wait;
 
     // The applied gradient: this rank's range of the reduced buffer.
-    absl::Span<float> g = Slice(step_grads, opt_range);
+    absl::Span<float> g = state::Slice(step_grads, opt_range);
     bool apply = true;
     if (scaler) {
       RM_ASSIGN_OR_RETURN(StepVerdict v, scaler->UnscaleAndUpdate(g, sum, ops));
@@ -1165,7 +1165,7 @@ absl::StatusOr<TrainResult> TrainOrThrow(const TrainerOptions& options, std::str
     finish_snapshot();
     updating = true;
     if (apply) {
-      RM_RETURN_IF_ERROR(optimizer->Step(lr, Slice(step_params, opt_range), g, sum));
+      RM_RETURN_IF_ERROR(optimizer->Step(lr, state::Slice(step_params, opt_range), g, sum));
       view.Invalidate();
       if (zero > 0) {
         // The collective does not wait for the device's queue: the update must be done.

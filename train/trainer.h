@@ -107,8 +107,8 @@ struct ResidentState {
   std::vector<float> params;  // the table's elements (no padding)
   std::vector<std::pair<std::string, std::vector<float>>> optimizer;  // whole buffers
   int64_t optimizer_step = 0;
-  data::SamplerState sampler;
-  std::optional<LossScalerState> loss_scaler;
+  state::SamplerState sampler;
+  std::optional<state::LossScalerState> loss_scaler;
 
   void Clear() { *this = ResidentState(); }
 };
@@ -147,7 +147,7 @@ struct TrainerOptions {
   const data::Dataset* train_data = nullptr;
   const data::Dataset* test_data = nullptr;
   // Called once after the last step with the final parameters (e.g. to compare runs).
-  std::function<void(const TensorTable& table, const FlatBuffer& params)> on_finish;
+  std::function<void(const state::TensorTable& table, const state::FlatBuffer& params)> on_finish;
   // Set (e.g. from a SIGTERM handler) to drain: the ranks agree to stop after the current
   // step and, when the job checkpoints, save synchronously within
   // checkpoint.drain_grace_seconds first. Not owned; may be null.
@@ -232,13 +232,13 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
                                                            const data::DatasetInfo& data);
 
 // Hashes (xxh3-64) of each tensor's bytes in `params`, in table order.
-std::vector<uint64_t> TensorHashes(const TensorTable& table, const float* params);
+std::vector<uint64_t> TensorHashes(const state::TensorTable& table, const float* params);
 
 // `gathered` holds every rank's fingerprint in rank order: TensorHashes then the loss's
 // bits (table.size() + 1 values each). INTERNAL naming the first tensor (or the loss) in
 // which some rank differs from rank 0, and the step; OK when all agree.
-absl::Status CompareFingerprints(const TensorTable& table, absl::Span<const uint64_t> gathered,
-                                 int world, int64_t step);
+absl::Status CompareFingerprints(const state::TensorTable& table,
+                                 absl::Span<const uint64_t> gathered, int world, int64_t step);
 
 }  // namespace ringmaster::train
 

@@ -152,8 +152,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     o.train_data = train_data.get();
     o.stop_at_step = stop_at_step;
     std::string params;
-    o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
-      for (const TensorSpec& t : table.tensors()) {
+    o.on_finish = [&](const state::TensorTable& table, const state::FlatBuffer& p) {
+      for (const state::TensorSpec& t : table.tensors()) {
         params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
       }
     };
@@ -594,8 +594,8 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     std::string params;
     o.comm = comm2.get();
     o.on_step = nullptr;
-    o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
-      for (const TensorSpec& t : table.tensors()) {
+    o.on_finish = [&](const state::TensorTable& table, const state::FlatBuffer& p) {
+      for (const state::TensorSpec& t : table.tensors()) {
         params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
       }
     };
@@ -1048,7 +1048,7 @@ TEST(TrainerMemory, AnyBadAllocIsPermanentlyResourceExhausted) {
 }
 
 TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
-  TensorTable table;
+  state::TensorTable table;
   table.Add("fc1.weight", {3});
   table.Add("fc1.bias", {2});
   // 3 ranks x (2 tensors + loss).
@@ -1066,10 +1066,10 @@ TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
 }
 
 TEST(TensorHashes, ChangeWithAnyTensor) {
-  TensorTable table;
+  state::TensorTable table;
   table.Add("a", {3});
   table.Add("b", {2, 2});
-  FlatBuffer p(table.total_elements());
+  state::FlatBuffer p(table.total_elements());
   auto before = TensorHashes(table, p.data());
   p.data()[table.tensor(1).offset + 3] = 1e-30f;
   auto after = TensorHashes(table, p.data());

@@ -56,12 +56,13 @@
 #include "absl/types/span.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "state/range.h"
+#include "state/tensor.h"
 #include "train/memory_estimate.h"
 #include "train/nn/gpt_cuda.h"
 #include "train/optim/cuda_vector_ops.h"
 #include "train/optim/loss_scaler.h"
-#include "train/optim/range.h"
-#include "train/tensor.h"
+#include "train/optim/sum_across_ranks.h"
 
 ABSL_FLAG(int64_t, batch, 8, "samples per step");
 ABSL_FLAG(int64_t, context, 1024, "tokens per sample");
@@ -211,11 +212,11 @@ int Main() {
   CheckOk(gpt.status(), "GptCuda::Create");
   // The cuBLASLt workspace and, in bf16, the parameters' bf16 copy.
   const int64_t used_model = UsedBytes();
-  const TensorTable& table = (*gpt)->cpu_model().table();
+  const state::TensorTable& table = (*gpt)->cpu_model().table();
   const int64_t n = table.total_elements();
 
   // Parameters, gradients and the two AdamW moments, flat on the device.
-  FlatBuffer host_params(n);
+  state::FlatBuffer host_params(n);
   (*gpt)->cpu_model().Init(1, host_params);
   float* params = DeviceAlloc<float>(n);
   const int64_t used_params = UsedBytes();

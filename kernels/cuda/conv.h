@@ -35,7 +35,7 @@
 // MaxPool2x2Forward wrote it (an index inside its own window); it overwrites all of dx.
 //
 // Pointers: weight, dweight and scratch go to cuBLASLt and must be 16-byte aligned
-// (cudaMalloc gives 256; train/tensor.h's tensor offsets give 64). Outputs and scratch
+// (cudaMalloc gives 256; state/tensor.h's tensor offsets give 64). Outputs and scratch
 // overlap no other argument. bias and dbias may be null (no bias).
 //
 // Sizes: every Conv2dShape field positive, kernel_size odd (and free to exceed the image:

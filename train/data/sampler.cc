@@ -7,10 +7,6 @@
 
 namespace ringmaster::train::data {
 
-std::string SamplerStateString(const SamplerState& state) {
-  return absl::StrCat("epoch ", state.epoch, " cursor ", state.cursor);
-}
-
 absl::StatusOr<GlobalBatchSampler> GlobalBatchSampler::Create(int64_t dataset_size,
                                                               const SamplerOptions& options) {
   if (dataset_size < 1) {
@@ -38,7 +34,7 @@ absl::Span<const int64_t> GlobalBatchSampler::EpochOrder(uint64_t epoch) {
   return cached_order_;
 }
 
-absl::StatusOr<GlobalBatch> GlobalBatchSampler::NextGlobalBatch(const SamplerState& state,
+absl::StatusOr<GlobalBatch> GlobalBatchSampler::NextGlobalBatch(const state::SamplerState& state,
                                                                 int64_t global_batch) {
   if (global_batch < 1) {
     return absl::InvalidArgumentError(
@@ -51,18 +47,18 @@ absl::StatusOr<GlobalBatch> GlobalBatchSampler::NextGlobalBatch(const SamplerSta
   }
   if (state.cursor < 0 || state.cursor > dataset_size_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "sampler state ", SamplerStateString(state), ": cursor outside [0, ", dataset_size_,
+        "sampler state ", state::SamplerStateString(state), ": cursor outside [0, ", dataset_size_,
         "], the data set's size; the state belongs to another "
         "data set or is corrupt"));
   }
   const int64_t epoch_length = EpochLength(global_batch);
   GlobalBatch batch;
-  batch.start = state.cursor < epoch_length ? state : SamplerState{state.epoch + 1, 0};
+  batch.start = state.cursor < epoch_length ? state : state::SamplerState{state.epoch + 1, 0};
   const int64_t end = std::min(batch.start.cursor + global_batch, epoch_length);
   absl::Span<const int64_t> order = EpochOrder(batch.start.epoch);
   batch.indices.assign(order.begin() + batch.start.cursor, order.begin() + end);
-  batch.next = end < epoch_length ? SamplerState{batch.start.epoch, end}
-                                  : SamplerState{batch.start.epoch + 1, 0};
+  batch.next = end < epoch_length ? state::SamplerState{batch.start.epoch, end}
+                                  : state::SamplerState{batch.start.epoch + 1, 0};
   return batch;
 }
 

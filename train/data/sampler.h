@@ -27,17 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "state/training_state.h"
 
 namespace ringmaster::train::data {
-
-// Where the sampler stands; what a checkpoint saves and restores.
-struct SamplerState {
-  uint64_t epoch = 0;  // data epoch
-  int64_t cursor = 0;  // samples of this epoch already consumed
-  bool operator==(const SamplerState&) const = default;
-};
-
-std::string SamplerStateString(const SamplerState& state);  // "epoch 3 cursor 1200"
 
 struct SamplerOptions {
   uint64_t seed = 0;
@@ -48,10 +40,10 @@ struct SamplerOptions {
 };
 
 struct GlobalBatch {
-  SamplerState start;            // where the batch begins (after any move to a new epoch)
+  state::SamplerState start;     // where the batch begins (after any move to a new epoch)
   std::vector<int64_t> indices;  // sample indices, global_batch of them (fewer only in the
                                  // last batch of an epoch)
-  SamplerState next;             // the state after this batch; pass it to the next call
+  state::SamplerState next;      // the state after this batch; pass it to the next call
 };
 
 class GlobalBatchSampler {
@@ -65,7 +57,8 @@ class GlobalBatchSampler {
   // global batch size under drop_last) starts the next epoch.
   // INVALID_ARGUMENT when global_batch < 1, state.cursor is outside [0, dataset_size], or
   // drop_last is set and global_batch > dataset_size (no batch would ever be produced).
-  absl::StatusOr<GlobalBatch> NextGlobalBatch(const SamplerState& state, int64_t global_batch);
+  absl::StatusOr<GlobalBatch> NextGlobalBatch(const state::SamplerState& state,
+                                              int64_t global_batch);
 
   // The order in which epoch `epoch` visits the samples: a permutation of
   // [0, dataset_size). Valid until the next call on this sampler.

@@ -21,8 +21,8 @@ GlobalBatchSampler MakeSampler(int64_t n, const SamplerOptions& options) {
 }
 
 // The next `steps` global batches from `state`, which is advanced.
-std::vector<GlobalBatch> Take(GlobalBatchSampler& sampler, SamplerState& state, int64_t batch,
-                              int steps) {
+std::vector<GlobalBatch> Take(GlobalBatchSampler& sampler, state::SamplerState& state,
+                              int64_t batch, int steps) {
   std::vector<GlobalBatch> out;
   for (int i = 0; i < steps; ++i) {
     auto next = sampler.NextGlobalBatch(state, batch);
@@ -43,7 +43,7 @@ TEST(GlobalBatchSamplerTest, EverySampleOncePerEpochWithShortLastBatch) {
   constexpr int64_t kN = 103, kBatch = 10;
   GlobalBatchSampler sampler = MakeSampler(kN, {.seed = 1});
   EXPECT_EQ(sampler.BatchesPerEpoch(kBatch), 11);
-  SamplerState state;
+  state::SamplerState state;
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     std::vector<int64_t> seen;
     for (const GlobalBatch& b : Take(sampler, state, kBatch, 11)) {
@@ -52,7 +52,7 @@ TEST(GlobalBatchSamplerTest, EverySampleOncePerEpochWithShortLastBatch) {
       EXPECT_EQ(b.indices.size(), seen.size() == 100 ? 3u : 10u);
       seen.insert(seen.end(), b.indices.begin(), b.indices.end());
     }
-    EXPECT_EQ(state, (SamplerState{epoch + 1, 0})) << "the state moves on by itself";
+    EXPECT_EQ(state, (state::SamplerState{epoch + 1, 0})) << "the state moves on by itself";
     std::sort(seen.begin(), seen.end());
     ASSERT_EQ(seen.size(), static_cast<size_t>(kN));
     for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(seen[i], i) << "epoch " << epoch;
@@ -64,7 +64,7 @@ TEST(GlobalBatchSamplerTest, DropLastSkipsTheShortBatch) {
   GlobalBatchSampler sampler = MakeSampler(kN, {.seed = 1, .drop_last = true});
   EXPECT_EQ(sampler.BatchesPerEpoch(kBatch), 10);
   EXPECT_EQ(sampler.EpochLength(kBatch), 100);
-  SamplerState state;
+  state::SamplerState state;
   for (uint64_t epoch = 0; epoch < 2; ++epoch) {
     std::set<int64_t> seen;
     for (const GlobalBatch& b : Take(sampler, state, kBatch, 10)) {
@@ -73,7 +73,7 @@ TEST(GlobalBatchSamplerTest, DropLastSkipsTheShortBatch) {
       seen.insert(b.indices.begin(), b.indices.end());
     }
     EXPECT_EQ(seen.size(), 100u) << "no sample twice in an epoch";
-    EXPECT_EQ(state, (SamplerState{epoch + 1, 0}));
+    EXPECT_EQ(state, (state::SamplerState{epoch + 1, 0}));
     // The samples left out are the last three of the epoch's order.
     absl::Span<const int64_t> order = sampler.EpochOrder(epoch);
     for (int64_t i = 100; i < kN; ++i) EXPECT_FALSE(seen.contains(order[i]));
@@ -89,7 +89,7 @@ TEST(GlobalBatchSamplerTest, EachEpochHasItsOwnOrder) {
   }
   EXPECT_EQ(orders.size(), 8u);
   // And the epochs' batches follow those orders.
-  SamplerState state;
+  state::SamplerState state;
   std::vector<GlobalBatch> batches = Take(sampler, state, 25, 4);
   std::vector<int64_t> epoch1(batches[2].indices);
   epoch1.insert(epoch1.end(), batches[3].indices.begin(), batches[3].indices.end());
@@ -101,7 +101,7 @@ TEST(GlobalBatchSamplerTest, EachEpochHasItsOwnOrder) {
 TEST(GlobalBatchSamplerTest, DeterministicAndSeedDependent) {
   GlobalBatchSampler a = MakeSampler(97, {.seed = 7}), b = MakeSampler(97, {.seed = 7}),
                      c = MakeSampler(97, {.seed = 8});
-  SamplerState sa, sb, sc;
+  state::SamplerState sa, sb, sc;
   auto run_a = IndicesOf(Take(a, sa, 16, 30));
   EXPECT_EQ(run_a, IndicesOf(Take(b, sb, 16, 30)));
   EXPECT_NE(run_a, IndicesOf(Take(c, sc, 16, 30)));
@@ -110,11 +110,11 @@ TEST(GlobalBatchSamplerTest, DeterministicAndSeedDependent) {
 TEST(GlobalBatchSamplerTest, ResumingFromASavedStateContinuesIdentically) {
   constexpr int64_t kN = 61, kBatch = 8;
   GlobalBatchSampler reference = MakeSampler(kN, {.seed = 11});
-  SamplerState state;
+  state::SamplerState state;
   std::vector<GlobalBatch> full = Take(reference, state, kBatch, 40);  // ~5 epochs
   for (size_t saved_after = 0; saved_after < 30; ++saved_after) {
     // A new process: a fresh sampler, only the checkpointed state.
-    SamplerState restored = full[saved_after].next;
+    state::SamplerState restored = full[saved_after].next;
     GlobalBatchSampler resumed = MakeSampler(kN, {.seed = 11});
     std::vector<GlobalBatch> rest = Take(resumed, restored, kBatch, 10);
     for (size_t i = 0; i < rest.size(); ++i) {
@@ -130,10 +130,10 @@ TEST(GlobalBatchSamplerTest, CursorAtTheEndOfAnEpochStartsTheNext) {
   // Saved with batch 10 at cursor 10; resumed with batch 15: epoch length 15, so the state
   // at cursor 15 rolls over; cursor 20 (the full data set) too.
   for (int64_t cursor : {15, 20}) {
-    auto batch = sampler.NextGlobalBatch(SamplerState{4, cursor}, 15);
+    auto batch = sampler.NextGlobalBatch(state::SamplerState{4, cursor}, 15);
     ASSERT_TRUE(batch.ok()) << batch.status();
-    EXPECT_EQ(batch->start, (SamplerState{5, 0}));
-    EXPECT_EQ(batch->next, (SamplerState{6, 0}));
+    EXPECT_EQ(batch->start, (state::SamplerState{5, 0}));
+    EXPECT_EQ(batch->next, (state::SamplerState{6, 0}));
   }
 }
 
@@ -141,10 +141,10 @@ TEST(GlobalBatchSamplerTest, RejectsBadArguments) {
   EXPECT_EQ(GlobalBatchSampler::Create(0, {}).status().code(), absl::StatusCode::kInvalidArgument);
   GlobalBatchSampler sampler = MakeSampler(10, {.seed = 0});
   EXPECT_EQ(sampler.NextGlobalBatch({}, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  auto bad_cursor = sampler.NextGlobalBatch(SamplerState{2, 11}, 4);
+  auto bad_cursor = sampler.NextGlobalBatch(state::SamplerState{2, 11}, 4);
   EXPECT_EQ(bad_cursor.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad_cursor.status().message(), HasSubstr("epoch 2 cursor 11"));
-  EXPECT_EQ(sampler.NextGlobalBatch(SamplerState{0, -1}, 4).status().code(),
+  EXPECT_EQ(sampler.NextGlobalBatch(state::SamplerState{0, -1}, 4).status().code(),
             absl::StatusCode::kInvalidArgument);
   GlobalBatchSampler dropping = MakeSampler(10, {.seed = 0, .drop_last = true});
   EXPECT_EQ(dropping.NextGlobalBatch({}, 11).status().code(), absl::StatusCode::kInvalidArgument);
@@ -152,17 +152,18 @@ TEST(GlobalBatchSamplerTest, RejectsBadArguments) {
   auto whole = sampler.NextGlobalBatch({}, 11);
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->indices.size(), 10u);
-  EXPECT_EQ(whole->next, (SamplerState{1, 0}));
+  EXPECT_EQ(whole->next, (state::SamplerState{1, 0}));
 }
 
 // What the ranks of a world of `world_size` consume in one step, each rank working on its
 // own (its own sampler, its own copy of the state), concatenated in rank order.
 struct WorldStep {
   std::vector<int64_t> concatenated;
-  SamplerState next;
+  state::SamplerState next;
 };
 
-WorldStep StepWorld(int64_t n, uint64_t seed, const SamplerState& state, const BatchPlan& plan) {
+WorldStep StepWorld(int64_t n, uint64_t seed, const state::SamplerState& state,
+                    const BatchPlan& plan) {
   WorldStep step;
   for (int rank = 0; rank < plan.world_size; ++rank) {
     GlobalBatchSampler sampler = MakeSampler(n, {.seed = seed});
@@ -183,12 +184,12 @@ WorldStep StepWorld(int64_t n, uint64_t seed, const SamplerState& state, const B
 TEST(GlobalBatchSamplerTest, GlobalBatchesDoNotDependOnTheWorldSize) {
   constexpr int64_t kN = 237, kBatch = 50;
   GlobalBatchSampler single = MakeSampler(kN, {.seed = 5});
-  SamplerState single_state;
+  state::SamplerState single_state;
   const std::vector<GlobalBatch> expected = Take(single, single_state, kBatch, 12);  // > 2 epochs
   for (int world = 1; world <= 8; ++world) {
     auto plan = PlanBatches({.global_batch = kBatch, .world_size = world, .max_micro_batch = 4});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    SamplerState state;
+    state::SamplerState state;
     for (size_t step = 0; step < expected.size(); ++step) {
       WorldStep got = StepWorld(kN, 5, state, *plan);
       ASSERT_EQ(got.concatenated, expected[step].indices) << "world " << world << " step " << step;
@@ -200,7 +201,7 @@ TEST(GlobalBatchSamplerTest, GlobalBatchesDoNotDependOnTheWorldSize) {
 TEST(GlobalBatchSamplerTest, ShrinkingMidEpochLosesAndRepeatsNothing) {
   constexpr int64_t kN = 500, kBatch = 64;
   std::map<int64_t, int> seen;
-  SamplerState state;
+  state::SamplerState state;
   // 3 steps on 4 ranks, checkpoint, 2 steps on 3 ranks, checkpoint, the rest on 7 ranks.
   for (auto [world, steps] : {std::pair{4, 3}, std::pair{3, 2}, std::pair{7, 3}}) {
     auto plan = PlanBatches({.global_batch = kBatch, .world_size = world, .max_micro_batch = 5});
@@ -211,7 +212,7 @@ TEST(GlobalBatchSamplerTest, ShrinkingMidEpochLosesAndRepeatsNothing) {
       state = step.next;
     }
   }
-  EXPECT_EQ(state, (SamplerState{1, 0}));  // 8 steps of 64 cover 500 samples exactly once
+  EXPECT_EQ(state, (state::SamplerState{1, 0}));  // 8 steps of 64 cover 500 samples exactly once
   ASSERT_EQ(seen.size(), static_cast<size_t>(kN));
   for (auto [sample, times] : seen) EXPECT_EQ(times, 1) << "sample " << sample;
 }

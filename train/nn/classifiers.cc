@@ -34,8 +34,8 @@ absl::Status CheckClasses(absl::string_view field, int64_t classes) {
 
 // Passes `add` a [Linear -> ReLU] pair per hidden width, then the final Linear.
 template <typename AddLayer>
-void AddFullyConnected(TensorTable& table, int64_t inputs, const std::vector<int64_t>& hidden,
-                       int64_t classes, AddLayer add) {
+void AddFullyConnected(state::TensorTable& table, int64_t inputs,
+                       const std::vector<int64_t>& hidden, int64_t classes, AddLayer add) {
   int64_t width = inputs;
   for (size_t i = 0; i < hidden.size(); ++i) {
     add(std::make_unique<Linear>(table, absl::StrCat("fc", i + 1), width, hidden[i]));

@@ -17,9 +17,9 @@
 #include "gtest/gtest.h"
 #include "kernels/half.h"
 #include "kernels/test_random.h"
+#include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/finite_difference.h"
-#include "train/tensor.h"
 
 // Counts heap allocations while `counting` is set, to check that a steady-state step makes
 // none. Covers every replaceable operator new this program's code can reach.
@@ -98,9 +98,9 @@ Batch RandomBatch(int64_t n, int64_t feature_dim, int64_t classes, uint32_t seed
 }
 
 // Every element of `buffer` outside the table's tensors (alignment padding) equals `value`.
-void ExpectPadding(const TensorTable& table, const FlatBuffer& buffer, float value) {
+void ExpectPadding(const state::TensorTable& table, const state::FlatBuffer& buffer, float value) {
   std::vector<bool> in_tensor(table.total_elements(), false);
-  for (const TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     std::fill(in_tensor.begin() + t.offset, in_tensor.begin() + t.offset + t.numel, true);
   }
   for (int64_t i = 0; i < buffer.size(); ++i) {
@@ -134,7 +134,8 @@ class ClassifierTest : public testing::TestWithParam<Case> {
     return RandomBatch(n, sequential_.input_size(), sequential_.classes(), seed);
   }
 
-  StepStats Step(const Batch& batch, FlatBuffer& grads, const ForwardBackwardOptions& options) {
+  StepStats Step(const Batch& batch, state::FlatBuffer& grads,
+                 const ForwardBackwardOptions& options) {
     absl::StatusOr<StepStats> stats = model_->ForwardBackward(batch, params_, grads, options);
     CHECK(stats.ok()) << stats.status();
     return *stats;
@@ -142,8 +143,8 @@ class ClassifierTest : public testing::TestWithParam<Case> {
 
   std::unique_ptr<Model> model_;
   SequentialClassifier& sequential_;
-  FlatBuffer params_;
-  FlatBuffer grads_;
+  state::FlatBuffer params_;
+  state::FlatBuffer grads_;
 };
 
 // Central differences of the batch's mean loss (Evaluate, fp32) against ForwardBackward's
@@ -165,7 +166,7 @@ TEST_P(ClassifierTest, GradientsMatchFiniteDifferences) {
     return model_->Evaluate(batch, params_, Precision::kFloat32)->loss_sum / batch.size;
   };
   int checked = 0, skipped = 0;
-  for (const TensorSpec& t : model_->table().tensors()) {
+  for (const state::TensorSpec& t : model_->table().tensors()) {
     for (int64_t i = 0; i < t.numel; ++i) {
       const Slope slope = MeasureSlope(params_.data()[t.offset + i], kStep, kTolerance, mean_loss);
       if (!slope.smooth) {
@@ -189,7 +190,7 @@ TEST_P(ClassifierTest, HalfBatchesAccumulateToTheFullBatchGradient) {
   options.loss_divisor = 8;
   const StepStats full = Step(batch, grads_, options);
 
-  FlatBuffer halves(grads_.size());
+  state::FlatBuffer halves(grads_.size());
   for (float& g : halves.span()) g = 1234.0f;  // overwritten in tensors, kept in padding
   const StepStats a = Step(Slice(batch, 0, 4), halves, options);
   options.accumulate = true;
@@ -198,7 +199,7 @@ TEST_P(ClassifierTest, HalfBatchesAccumulateToTheFullBatchGradient) {
   EXPECT_NEAR(a.loss_sum + b.loss_sum, full.loss_sum, 1e-5);
   EXPECT_EQ(a.correct + b.correct, full.correct);
   EXPECT_EQ(a.loss_terms + b.loss_terms, 8);
-  for (const TensorSpec& t : model_->table().tensors()) {
+  for (const state::TensorSpec& t : model_->table().tensors()) {
     for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
       EXPECT_NEAR(halves.data()[i], grads_.data()[i], 1e-6 + 1e-5 * std::abs(grads_.data()[i]))
           << t.name << "[" << i - t.offset << "]";
@@ -214,7 +215,7 @@ TEST_P(ClassifierTest, HalfPrecisionAccumulatesRoundedGradientsInFp32) {
   for (Precision precision : {Precision::kBFloat16, Precision::kFloat16}) {
     ForwardBackwardOptions options;
     options.precision = precision;
-    FlatBuffer only_b(grads_.size());
+    state::FlatBuffer only_b(grads_.size());
     Step(b, only_b, options);
     Step(a, grads_, options);
     const std::vector<float> only_a(grads_.data(), grads_.data() + grads_.size());
@@ -232,7 +233,7 @@ TEST_P(ClassifierTest, LossScaleAndDivisorScaleTheGradient) {
   ForwardBackwardOptions options;
   options.loss_divisor = 4;
   const StepStats plain = Step(batch, grads_, options);
-  FlatBuffer scaled(grads_.size());
+  state::FlatBuffer scaled(grads_.size());
   options.loss_scale = 1024;
   options.loss_divisor = 2;
   const StepStats stats = Step(batch, scaled, options);
@@ -323,12 +324,12 @@ TEST_P(ClassifierTest, ReducedPrecisionIsCloseToFp32AndRoundsEveryGradient) {
     SCOPED_TRACE(static_cast<int>(f.precision));
     options.precision = f.precision;
     options.loss_scale = 1024;
-    FlatBuffer half(grads_.size());
+    state::FlatBuffer half(grads_.size());
     const StepStats stats = Step(batch, half, options);
     EXPECT_NEAR(stats.loss_sum, fp32.loss_sum, f.loss_tolerance * fp32.loss_sum);
     double diff = 0, norm = 0;
     int64_t fp32_representable = 0;
-    for (const TensorSpec& t : model_->table().tensors()) {
+    for (const state::TensorSpec& t : model_->table().tensors()) {
       for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
         const float scaled = half.data()[i], g = scaled / 1024, want = grads_.data()[i];
         ASSERT_EQ(f.round(scaled), scaled) << t.name << " is not in the compute format";
@@ -367,7 +368,7 @@ TEST_P(ClassifierTest, Fp16OverflowShowsAsNonFiniteGradients) {
 }
 
 TEST_P(ClassifierTest, InitIsDeterministicBoundedAndSeedDependent) {
-  FlatBuffer again(params_.size()), other(params_.size());
+  state::FlatBuffer again(params_.size()), other(params_.size());
   for (float& v : again.span()) v = 7.0f;  // padding is zeroed
   model_->Init(11, again);
   model_->Init(12, other);
@@ -375,7 +376,7 @@ TEST_P(ClassifierTest, InitIsDeterministicBoundedAndSeedDependent) {
   EXPECT_NE(std::memcmp(other.data(), params_.data(), params_.bytes()), 0);
   for (const auto& layer : sequential_.layers()) {
     for (const Parameter& p : layer->parameters()) {
-      const TensorSpec& t = model_->table().tensor(p.table_index);
+      const state::TensorSpec& t = model_->table().tensor(p.table_index);
       // PyTorch's default: ±1/sqrt(fan_in), fan_in = the weight's elements per output.
       const int64_t fan_in = model_->table().tensor(layer->parameters()[0].table_index).numel /
                              model_->table().tensor(layer->parameters()[0].table_index).shape[0];
@@ -485,7 +486,7 @@ TEST(MlpClassifier, DefaultIsThe669706ParameterBenchmarkModel) {
   EXPECT_EQ(model->Describe(), "mlp 784-512-512-10");
   EXPECT_EQ(model->table().parameter_count(), 669706);
   std::vector<std::string> names;
-  for (const TensorSpec& t : model->table().tensors()) names.push_back(t.name);
+  for (const state::TensorSpec& t : model->table().tensors()) names.push_back(t.name);
   EXPECT_THAT(names, testing::ElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
                                           "fc3.weight", "fc3.bias"));
   EXPECT_EQ(model->LossTermsPerSample(), 1);
@@ -493,7 +494,7 @@ TEST(MlpClassifier, DefaultIsThe669706ParameterBenchmarkModel) {
 
 TEST(MlpClassifier, InitFollowsTheSplitMix64ReferenceSequence) {
   const std::unique_ptr<Model> model = Build({});
-  FlatBuffer params(model->table().total_elements());
+  state::FlatBuffer params(model->table().total_elements());
   model->Init(0, params);
   // The first output of splitmix64 from seed 0, its top 24 bits as a fraction u in [0, 1),
   // mapped to (2u - 1) / sqrt(784).
@@ -503,7 +504,7 @@ TEST(MlpClassifier, InitFollowsTheSplitMix64ReferenceSequence) {
 
 TEST(MlpClassifier, ActivationMemoryIsTheLayerOutputsGradientsAndLossArrays) {
   std::unique_ptr<Model> model = Build({.mlp = TinyMlp()});  // 6-5-4-3
-  FlatBuffer params(model->table().total_elements()), grads(params.size());
+  state::FlatBuffer params(model->table().total_elements()), grads(params.size());
   model->Init(1, params);
   const Batch batch = RandomBatch(8, 6, 3, 1);
   ASSERT_TRUE(model->ForwardBackward(batch, params, grads, {}).ok());

@@ -74,8 +74,8 @@ void FillNormal(SplitMix64& rng, double std, absl::Span<float> out) {
 // half precision with accumulate, into a stage whose rounded values are then added.
 class GptModel::GradWriter {
  public:
-  GradWriter(const TensorTable& table, const ForwardBackwardOptions& options, FlatBuffer& grads,
-             float* stage)
+  GradWriter(const state::TensorTable& table, const ForwardBackwardOptions& options,
+             state::FlatBuffer& grads, float* stage)
       : table_(table),
         options_(options),
         grads_(grads),
@@ -109,7 +109,7 @@ class GptModel::GradWriter {
   void Finish() {
     if (half_) {
       for (int i = first_; i < end_; ++i) {
-        const TensorSpec& t = table_.tensor(i);
+        const state::TensorSpec& t = table_.tensor(i);
         float* sum = grads_.data() + t.offset;
         if (staged_) {
           kernels::AddRounded(HalfFormatOf(options_.precision), (*this)[i], sum, t.numel);
@@ -122,9 +122,9 @@ class GptModel::GradWriter {
   }
 
  private:
-  const TensorTable& table_;
+  const state::TensorTable& table_;
   const ForwardBackwardOptions& options_;
-  FlatBuffer& grads_;
+  state::FlatBuffer& grads_;
   float* stage_;
   bool half_;
   bool staged_;
@@ -195,7 +195,7 @@ GptModel::GptModel(const GptOptions& o)
   lm_head_ = AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
 
   auto span = [&](int first, int end) {
-    const TensorSpec& last = table_.tensor(end - 1);
+    const state::TensorSpec& last = table_.tensor(end - 1);
     return last.offset + last.numel - table_.tensor(first).offset;
   };
   largest_group_ = std::max({span(wte_, wpe_ + 1), span(blocks_[0], blocks_[0] + kBlockTensors),
@@ -212,7 +212,7 @@ int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, flo
 
 std::string GptModel::Describe() const { return description_; }
 
-void GptModel::Init(uint64_t seed, FlatBuffer& params) const {
+void GptModel::Init(uint64_t seed, state::FlatBuffer& params) const {
   CHECK_GE(params.size(), table_.total_elements());
   params.Zero();
   SplitMix64 rng(seed);
@@ -253,7 +253,8 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, const FlatBuffer& params,
+absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch,
+                                                 const state::FlatBuffer& params,
                                                  Precision precision) {
   RM_RETURN_IF_ERROR(CheckBatch(batch));
   CHECK_GE(params.size(), table_.total_elements());
@@ -262,7 +263,7 @@ absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, const FlatB
             .batch = batch.size,
             .rows = batch.size * options_.context};
   if (IsHalf(precision)) {
-    if (compute_params_.size() != params.size()) compute_params_ = FlatBuffer(params.size());
+    if (compute_params_.size() != params.size()) compute_params_ = state::FlatBuffer(params.size());
     kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
     pass.params = compute_params_.data();
   }
@@ -290,7 +291,7 @@ void GptModel::PlaceActivations(int64_t batch) {
   // Measures the layout (base null), then assigns it.
   auto take = [&](int64_t n) {
     float* p = base == nullptr ? nullptr : base + used;
-    used += (n + kAlignElements - 1) / kAlignElements * kAlignElements;
+    used += (n + state::kAlignElements - 1) / state::kAlignElements * state::kAlignElements;
     return p;
   };
   auto place = [&] {
@@ -389,15 +390,16 @@ void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
   RoundToPrecision(pass.precision, out, rows * c);
 }
 
-absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const FlatBuffer& params,
+absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                              Precision precision) {
   RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision));
   Forward(pass);
   return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
 }
 
-absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch, const FlatBuffer& params,
-                                                    FlatBuffer& grads,
+absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
+                                                    const state::FlatBuffer& params,
+                                                    state::FlatBuffer& grads,
                                                     const ForwardBackwardOptions& options) {
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, options.precision));

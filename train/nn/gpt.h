@@ -59,11 +59,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "state/tensor.h"
 #include "train/batch.h"
 #include "train/model.h"
 #include "train/nn/grow_buffer.h"
 #include "train/nn/layers.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 
@@ -91,11 +91,11 @@ class GptModel final : public Model {
   // "gpt 4 layers x 4 heads x 128 wide, context 128, vocab 256", then
   // ", checkpointing every k blocks" and ", attention keeping probabilities" when set.
   std::string Describe() const override;
-  const TensorTable& table() const override { return table_; }
+  const state::TensorTable& table() const override { return table_; }
   // Zeroes `params` (at least table().total_elements() floats), then fills the tensors in
   // table order from one SplitMix64 stream seeded with `seed`: normal values by Box–Muller
   // (in double, rounded to float; both values of each pair used), constants as above.
-  void Init(uint64_t seed, FlatBuffer& params) const override;
+  void Init(uint64_t seed, state::FlatBuffer& params) const override;
   int64_t LossTermsPerSample() const override { return options_.context; }
 
   // INVALID_ARGUMENT naming the field for a batch that does not fit (batch.size <= 0,
@@ -108,11 +108,11 @@ class GptModel final : public Model {
   // down to 0, then 0 (wte, wpe). StepStats: loss_sum over the batch.size * context tokens,
   // loss_terms = that count, correct = the tokens whose highest logit is the target (next-
   // token accuracy; ties go to the lower id).
-  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const FlatBuffer& params,
-                                            FlatBuffer& grads,
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
+                                            state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
   // The same forward, and so the same StepStats bit for bit as ForwardBackward.
-  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const FlatBuffer& params,
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                      Precision precision) override;
   MemoryStats memory() const override;
 
@@ -156,7 +156,8 @@ class GptModel final : public Model {
 
   // Validates the batch, lays out the activations for it and splits its tokens into inputs
   // and targets.
-  absl::StatusOr<Pass> Prepare(const Batch& batch, const FlatBuffer& params, Precision precision);
+  absl::StatusOr<Pass> Prepare(const Batch& batch, const state::FlatBuffer& params,
+                               Precision precision);
   void PlaceActivations(int64_t batch);
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
   float* Stream(int64_t block) const;
@@ -176,7 +177,7 @@ class GptModel final : public Model {
   std::string description_;
   int64_t segment_;   // blocks per checkpointed segment; layers when checkpointing is off
   int64_t segments_;  // ceil(layers / segment_)
-  TensorTable table_;
+  state::TensorTable table_;
   struct InitRule {
     float std;
     float value;
@@ -206,7 +207,7 @@ class GptModel final : public Model {
   GrowBuffer<float> dsmall_;     // [rows, width]
   GrowBuffer<float> dbig_;       // [rows, max(4 width, vocab)]: dlogits, dfc, dqkv
 
-  FlatBuffer compute_params_;       // rounded parameters, for half precision
+  state::FlatBuffer compute_params_;  // rounded parameters, for half precision
   GrowBuffer<float> staged_grads_;  // one group's half-precision gradients, for accumulate
 };
 

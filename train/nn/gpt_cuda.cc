@@ -202,7 +202,7 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       logits_stride_((options_.vocab + cuda_options.logits_row_alignment - 1) /
                      cuda_options.logits_row_alignment * cuda_options.logits_row_alignment),
       arena_(stream) {
-  const TensorTable& table = cpu_->table();
+  const state::TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
     CHECK(i.ok()) << "GptModel's table has no " << name;

@@ -27,8 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/testing.h"
+#include "state/tensor.h"
 #include "train/nn/model_testing.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -76,8 +76,8 @@ void CompareWithCpu(MatMulType type, double tol, const GptOptions& o = Tiny(),
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const TensorTable& table = (*cpu)->table();
-  FlatBuffer params(table.total_elements()), grads(table.total_elements());
+  const state::TensorTable& table = (*cpu)->table();
+  state::FlatBuffer params(table.total_elements()), grads(table.total_elements());
   (*cpu)->Init(42, params);
   const Batch batch = RandomBatch(o, 3, 7);
   ForwardBackwardOptions fb;
@@ -154,7 +154,7 @@ TEST(GptCuda, Fp16OverflowReachesTheFloatGradients) {
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  FlatBuffer params((*cpu)->table().total_elements());
+  state::FlatBuffer params((*cpu)->table().total_elements());
   (*cpu)->Init(42, params);
   Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
   Device<float> dgrads(params.size());
@@ -210,8 +210,8 @@ TEST(GptCuda, CheckpointingGivesTheSameGradientsInLessMemory) {
     const Batch batch = RandomBatch(o, 3, 11);
     absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
-    const TensorTable& table = (*cpu)->table();
-    FlatBuffer params(table.total_elements());
+    const state::TensorTable& table = (*cpu)->table();
+    state::FlatBuffer params(table.total_elements());
     (*cpu)->Init(42, params);
     Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
     std::vector<std::vector<float>> grads;
@@ -252,7 +252,7 @@ TEST(GptCuda, ProfileTimesEachKindOfWork) {
   const GptOptions o = TinyOneHead();
   absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  FlatBuffer params((*cpu)->table().total_elements());
+  state::FlatBuffer params((*cpu)->table().total_elements());
   (*cpu)->Init(42, params);
   Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
   const Batch batch = RandomBatch(o, 2, 9);

@@ -18,10 +18,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/half.h"
+#include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/finite_difference.h"
 #include "train/nn/random.h"
-#include "train/tensor.h"
 
 // Counts heap allocations while `counting` is set, to check that a steady-state step makes
 // none. libstdc++ routes every other form of operator new (arrays, nothrow) to these two, and
@@ -79,7 +79,7 @@ Batch Slice(const Batch& b, int64_t begin, int64_t count) {
   return s;
 }
 
-bool IsLayerNormGain(const TensorSpec& t) {
+bool IsLayerNormGain(const state::TensorSpec& t) {
   return absl::StrContains(t.name, "ln") && absl::EndsWith(t.name, ".weight");
 }
 
@@ -92,7 +92,8 @@ struct Trial {
     model->Init(seed, params);
   }
 
-  StepStats Step(const Batch& batch, FlatBuffer& out, const ForwardBackwardOptions& options) {
+  StepStats Step(const Batch& batch, state::FlatBuffer& out,
+                 const ForwardBackwardOptions& options) {
     absl::StatusOr<StepStats> stats = model->ForwardBackward(batch, params, out, options);
     CHECK(stats.ok()) << stats.status();
     return *stats;
@@ -111,7 +112,7 @@ struct Trial {
   // gains in 1 ± 0.5.
   void Roughen(uint64_t seed) {
     SplitMix64 rng(seed);
-    for (const TensorSpec& t : model->table().tensors()) {
+    for (const state::TensorSpec& t : model->table().tensors()) {
       absl::Span<float> values = params.tensor(t);
       FillUniform(rng, 0.5f, values);
       if (IsLayerNormGain(t)) {
@@ -121,14 +122,14 @@ struct Trial {
   }
 
   std::unique_ptr<GptModel> model;
-  FlatBuffer params;
-  FlatBuffer grads;
+  state::FlatBuffer params;
+  state::FlatBuffer grads;
 };
 
 // The alignment padding after each tensor of `buffer` holds `value`.
-void ExpectPadding(const TensorTable& table, const FlatBuffer& buffer, float value) {
+void ExpectPadding(const state::TensorTable& table, const state::FlatBuffer& buffer, float value) {
   for (int i = 0; i < table.size(); ++i) {
-    const TensorSpec& t = table.tensor(i);
+    const state::TensorSpec& t = table.tensor(i);
     const int64_t end = i + 1 < table.size() ? table.tensor(i + 1).offset : table.total_elements();
     for (int64_t j = t.offset + t.numel; j < end; ++j) {
       EXPECT_EQ(buffer.data()[j], value) << "padding after " << t.name;
@@ -136,7 +137,7 @@ void ExpectPadding(const TensorTable& table, const FlatBuffer& buffer, float val
   }
 }
 
-bool SameBits(const FlatBuffer& a, const FlatBuffer& b) {
+bool SameBits(const state::FlatBuffer& a, const state::FlatBuffer& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
 }
 
@@ -187,7 +188,7 @@ TEST(GptModel, DefaultDescriptionTableAndParameterCount) {
       Build({.layers = 1, .heads = 2, .width = 4, .context = 3, .vocab = 5});
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
-  for (const TensorSpec& s : one->table().tensors()) {
+  for (const state::TensorSpec& s : one->table().tensors()) {
     names.push_back(s.name);
     shapes.push_back(s.shape);
   }
@@ -209,8 +210,8 @@ TEST(GptModel, DefaultDescriptionTableAndParameterCount) {
 // (a normal distribution's share; the uniform's would be 57.7 %). Gains 1, biases 0.
 TEST(GptModel, InitIsGpt2sDeterministicAndSeedDependent) {
   Trial s({});
-  const TensorTable& table = s.model->table();
-  for (const TensorSpec& t : table.tensors()) {
+  const state::TensorTable& table = s.model->table();
+  for (const state::TensorSpec& t : table.tensors()) {
     absl::Span<const float> v = s.params.tensor(t);
     if (absl::EndsWith(t.name, ".bias")) {
       EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0; })) << t.name;
@@ -233,7 +234,7 @@ TEST(GptModel, InitIsGpt2sDeterministicAndSeedDependent) {
     EXPECT_LT(std::abs(sum / n), 5 * want / std::sqrt(n)) << t.name;
     EXPECT_NEAR(within / n, 0.6827, 0.015) << t.name;
   }
-  FlatBuffer again(s.params.size()), other(s.params.size());
+  state::FlatBuffer again(s.params.size()), other(s.params.size());
   for (float& v : again.span()) v = 7.0f;  // padding is zeroed
   s.model->Init(11, again);
   s.model->Init(12, other);
@@ -284,7 +285,7 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
   s.Step(batch, options);
   auto mean_loss = [&] { return s.Loss(batch) / 10; };
   double largest_error = 0;
-  for (const TensorSpec& t : s.model->table().tensors()) {
+  for (const state::TensorSpec& t : s.model->table().tensors()) {
     double largest = 0;
     for (int64_t i = 0; i < t.numel; ++i) {
       const Slope slope = MeasureSlope(s.params.data()[t.offset + i], kStep, 1e-2, mean_loss);
@@ -312,7 +313,7 @@ TEST(GptModel, HalfBatchesAccumulateToTheFullBatchGradient) {
   options.loss_divisor = 6 * 5;
   const StepStats full = s.Step(batch, options);
 
-  FlatBuffer halves(s.grads.size());
+  state::FlatBuffer halves(s.grads.size());
   for (float& g : halves.span()) g = 1234.0f;  // overwritten in tensors, kept in padding
   const StepStats a = s.Step(Slice(batch, 0, 2), halves, options);
   options.accumulate = true;
@@ -321,7 +322,7 @@ TEST(GptModel, HalfBatchesAccumulateToTheFullBatchGradient) {
   EXPECT_NEAR(a.loss_sum + b.loss_sum, full.loss_sum, 1e-5);
   EXPECT_EQ(a.correct + b.correct, full.correct);
   EXPECT_EQ(a.loss_terms + b.loss_terms, 30);
-  for (const TensorSpec& t : s.model->table().tensors()) {
+  for (const state::TensorSpec& t : s.model->table().tensors()) {
     for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
       EXPECT_NEAR(halves.data()[i], s.grads.data()[i], 1e-6 + 1e-5 * std::abs(s.grads.data()[i]))
           << t.name << "[" << i - t.offset << "]";
@@ -338,7 +339,7 @@ TEST(GptModel, LossScaleAndDivisorScaleTheGradient) {
   ForwardBackwardOptions options;
   options.loss_divisor = 4;
   const StepStats plain = s.Step(batch, options);
-  FlatBuffer scaled(s.grads.size());
+  state::FlatBuffer scaled(s.grads.size());
   options.loss_scale = 1024;
   options.loss_divisor = 2;
   const StepStats stats = s.Step(batch, scaled, options);
@@ -432,7 +433,7 @@ TEST(GptModel, GradsReadyAnnouncesFinalRangesInDecreasingOrder) {
     GptOptions options = Tiny();
     options.checkpoint_every = every;
     Trial s(options);
-    const TensorTable& table = s.model->table();
+    const state::TensorTable& table = s.model->table();
     std::vector<int64_t> want;
     for (const char* name : {"lm_head.weight", "lnf.weight", "h1.ln1.weight", "h0.ln1.weight"}) {
       want.push_back(table.tensor(*table.Find(name)).offset);
@@ -445,7 +446,7 @@ TEST(GptModel, GradsReadyAnnouncesFinalRangesInDecreasingOrder) {
                      << " accumulate " << accumulate);
         for (float& g : s.grads.span()) g = 0.5f;  // what accumulate adds to
         // Each announcement's new range [offset, previous offset), as it is then.
-        FlatBuffer announced(s.grads.size());
+        state::FlatBuffer announced(s.grads.size());
         int64_t previous = s.grads.size();
         std::vector<int64_t> offsets;
         ForwardBackwardOptions fb;
@@ -480,7 +481,7 @@ TEST(GptModel, MemoryEfficientAttentionGivesTheSameGradients) {
   const StepStats b = keeping.Step(batch, {});
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-6 * b.loss_sum);
   double worst = 0;
-  for (const TensorSpec& t : efficient.model->table().tensors()) {
+  for (const state::TensorSpec& t : efficient.model->table().tensors()) {
     absl::Span<const float> x = efficient.grads.tensor(t), y = keeping.grads.tensor(t);
     float largest = 0, difference = 0;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -506,13 +507,13 @@ TEST(GptModel, MemoryEfficientAttentionGivesTheSameGradients) {
 TEST(GptModel, ReducedPrecisionIsCloseToFp32AndRoundsEveryGradient) {
   const GptOptions options{.layers = 2, .heads = 2, .width = 16, .context = 8, .vocab = 32};
   Trial s(options);
-  const TensorTable& table = s.model->table();
+  const state::TensorTable& table = s.model->table();
   const Batch batch = RandomTokens(4, options, 8);
   ForwardBackwardOptions fb;
   fb.loss_divisor = 4 * 8;
   const StepStats fp32 = s.Step(batch, fb);
   fb.loss_scale = 1024;
-  FlatBuffer bf16(s.grads.size()), fp16(s.grads.size());
+  state::FlatBuffer bf16(s.grads.size()), fp16(s.grads.size());
   fb.precision = Precision::kBFloat16;
   const StepStats bf16_stats = s.Step(batch, bf16, fb);
   fb.precision = Precision::kFloat16;
@@ -522,7 +523,7 @@ TEST(GptModel, ReducedPrecisionIsCloseToFp32AndRoundsEveryGradient) {
   EXPECT_NEAR(fp16_stats.loss_sum, fp32.loss_sum, 1e-4 * fp32.loss_sum);
   // The half-precision gradients are values of their format: kernels/half.h's conversions
   // (not kernels/precision.h, which the model uses) leave them unchanged.
-  for (const TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
       const float b = bf16.data()[i], h = fp16.data()[i];
       ASSERT_EQ(kernels::BFloat16ToFloat(kernels::FloatToBFloat16(b)), b) << t.name;
@@ -530,9 +531,9 @@ TEST(GptModel, ReducedPrecisionIsCloseToFp32AndRoundsEveryGradient) {
     }
   }
   // |half / 1024 - fp32| / |fp32| over every tensor element.
-  auto distance = [&](const FlatBuffer& half) {
+  auto distance = [&](const state::FlatBuffer& half) {
     double diff = 0, norm = 0;
-    for (const TensorSpec& t : table.tensors()) {
+    for (const state::TensorSpec& t : table.tensors()) {
       for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
         const double want = s.grads.data()[i];
         diff += std::pow(half.data()[i] / 1024.0 - want, 2);
@@ -581,7 +582,7 @@ TEST(GptModel, HalfPrecisionAccumulatesRoundedGradientsInFp32) {
     ForwardBackwardOptions fb;
     fb.precision = precision;
     fb.loss_scale = 1024;
-    FlatBuffer only_b(s.grads.size());
+    state::FlatBuffer only_b(s.grads.size());
     s.Step(b, only_b, fb);
     s.Step(a, fb);
     const std::vector<float> only_a(s.grads.data(), s.grads.data() + s.grads.size());
@@ -624,7 +625,7 @@ TEST(GptModel, EvaluateMatchesForwardBackwardStats) {
 // the only positive logit everywhere.
 TEST(GptModel, CorrectCountsTargetsThatGetTheHighestLogit) {
   Trial s(Tiny());
-  const TensorTable& table = s.model->table();
+  const state::TensorTable& table = s.model->table();
   auto fill = [&](const char* name, float value) {
     absl::Span<float> v = s.params.tensor(table.tensor(*table.Find(name)));
     std::fill(v.begin(), v.end(), value);

@@ -8,15 +8,15 @@
 
 namespace ringmaster::train::nn {
 
-int64_t Layer::AddParameter(TensorTable& table, absl::string_view name, std::vector<int64_t> shape,
-                            float init_bound) {
+int64_t Layer::AddParameter(state::TensorTable& table, absl::string_view name,
+                            std::vector<int64_t> shape, float init_bound) {
   const int index = table.Add(name, std::move(shape));
-  const TensorSpec& spec = table.tensor(index);
+  const state::TensorSpec& spec = table.tensor(index);
   parameters_.push_back({spec.offset, spec.numel, index, init_bound});
   return spec.offset;
 }
 
-Linear::Linear(TensorTable& table, absl::string_view name, int64_t in, int64_t out)
+Linear::Linear(state::TensorTable& table, absl::string_view name, int64_t in, int64_t out)
     : Layer(in, out, Aliasing::kSeparate) {
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
   weight_ = AddParameter(table, absl::StrCat(name, ".weight"), {out, in}, bound);
@@ -50,7 +50,7 @@ void Relu::BackwardInput(const float* params, const float* x, const float* y, co
   kernels::ReluBackward(y, dy, dx, n * input_size());
 }
 
-Conv2d::Conv2d(TensorTable& table, absl::string_view name, int64_t in_channels,
+Conv2d::Conv2d(state::TensorTable& table, absl::string_view name, int64_t in_channels,
                int64_t out_channels, int64_t height, int64_t width, int64_t kernel_size)
     : Layer(in_channels * height * width, out_channels * height * width, Aliasing::kSeparate),
       shape_{0, in_channels, out_channels, height, width, kernel_size} {

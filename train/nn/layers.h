@@ -23,9 +23,9 @@
 #include "absl/types/span.h"
 #include "kernels/conv.h"
 #include "kernels/matmul.h"
+#include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/grow_buffer.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 
@@ -79,8 +79,8 @@ class Layer {
       : input_size_(input_size), output_size_(output_size), aliasing_(aliasing) {}
 
   // Adds "<name>" to `table` and returns its offset.
-  int64_t AddParameter(TensorTable& table, absl::string_view name, std::vector<int64_t> shape,
-                       float init_bound);
+  int64_t AddParameter(state::TensorTable& table, absl::string_view name,
+                       std::vector<int64_t> shape, float init_bound);
 
  private:
   int64_t input_size_;
@@ -93,7 +93,7 @@ class Layer {
 // both initialised like PyTorch's nn.Linear: uniform in ±1/sqrt(in).
 class Linear final : public Layer {
  public:
-  Linear(TensorTable& table, absl::string_view name, int64_t in, int64_t out);
+  Linear(state::TensorTable& table, absl::string_view name, int64_t in, int64_t out);
   std::string Describe() const override;
   void Forward(const float* params, const float* x, float* y, int64_t n) override;
   void BackwardParams(const float* x, const float* dy, int64_t n, absl::Span<float* const> grads,
@@ -122,8 +122,8 @@ class Relu final : public Layer {
 class Conv2d final : public Layer {
  public:
   // kernel_size odd.
-  Conv2d(TensorTable& table, absl::string_view name, int64_t in_channels, int64_t out_channels,
-         int64_t height, int64_t width, int64_t kernel_size);
+  Conv2d(state::TensorTable& table, absl::string_view name, int64_t in_channels,
+         int64_t out_channels, int64_t height, int64_t width, int64_t kernel_size);
   std::string Describe() const override;
   void Forward(const float* params, const float* x, float* y, int64_t n) override;
   void BackwardParams(const float* x, const float* dy, int64_t n, absl::Span<float* const> grads,

@@ -10,9 +10,9 @@
 
 #include "gtest/gtest.h"
 #include "kernels/test_random.h"
+#include "state/tensor.h"
 #include "train/nn/finite_difference.h"
 #include "train/nn/random.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -49,9 +49,9 @@ void ExpectGradient(double analytic, double numeric, const char* what, size_t i)
 
 // Checks BackwardParams and BackwardInput of `layer` for n samples of input x against
 // finite differences of the objective f = Σ r · layer(x), whose output gradient is r.
-void CheckLayer(Layer& layer, const TensorTable& table, std::vector<float> x, int64_t n) {
+void CheckLayer(Layer& layer, const state::TensorTable& table, std::vector<float> x, int64_t n) {
   ASSERT_EQ(static_cast<int64_t>(x.size()), n * layer.input_size());
-  FlatBuffer params(table.total_elements());
+  state::FlatBuffer params(table.total_elements());
   SplitMix64 rng(5);
   FillUniform(rng, 1.0f, params.span());
   const std::vector<float> r = RandomFloats(n * layer.output_size(), 6);
@@ -64,7 +64,7 @@ void CheckLayer(Layer& layer, const TensorTable& table, std::vector<float> x, in
   };
 
   objective();  // leaves the forward state (y, pool argmax) for the backward
-  FlatBuffer grads(table.total_elements());
+  state::FlatBuffer grads(table.total_elements());
   std::vector<float*> targets;
   for (const Parameter& p : layer.parameters()) targets.push_back(grads.data() + p.offset);
   layer.BackwardParams(x.data(), r.data(), n, targets, kernels::OutputMode::kOverwrite);
@@ -84,7 +84,7 @@ void CheckLayer(Layer& layer, const TensorTable& table, std::vector<float> x, in
 }
 
 TEST(Linear, GradientsMatchFiniteDifferences) {
-  TensorTable table;
+  state::TensorTable table;
   Linear layer(table, "fc", 7, 5);
   ASSERT_EQ(table.size(), 2);
   EXPECT_EQ(table.tensor(0).name, "fc.weight");
@@ -95,7 +95,7 @@ TEST(Linear, GradientsMatchFiniteDifferences) {
 }
 
 TEST(Conv2d, GradientsMatchFiniteDifferences) {
-  TensorTable table;
+  state::TensorTable table;
   Conv2d layer(table, "conv", 2, 3, 5, 4, 3);
   EXPECT_EQ(table.tensor(0).shape, (std::vector<int64_t>{3, 2, 3, 3}));
   EXPECT_EQ(layer.output_size(), 3 * 5 * 4);
@@ -104,7 +104,7 @@ TEST(Conv2d, GradientsMatchFiniteDifferences) {
 }
 
 TEST(Relu, GradientsMatchFiniteDifferences) {
-  TensorTable table;
+  state::TensorTable table;
   Relu layer(11);
   std::vector<float> x = RandomFloats(3 * 11, 3);
   for (float& v : x) v = std::copysign(0.1f + std::abs(v), v);  // at least 10 steps from 0
@@ -112,7 +112,7 @@ TEST(Relu, GradientsMatchFiniteDifferences) {
 }
 
 TEST(MaxPool2d, GradientsMatchFiniteDifferences) {
-  TensorTable table;
+  state::TensorTable table;
   MaxPool2d layer(2, 5, 4);  // odd height: the last row is dropped
   EXPECT_EQ(layer.output_size(), 2 * 2 * 2);
   // Distinct values 0.05 apart (more than 2h), shuffled: no window changes its maximum.

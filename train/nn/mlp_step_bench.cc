@@ -18,10 +18,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "kernels/matmul.h"
+#include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/random.h"
-#include "train/tensor.h"
 
 ABSL_FLAG(int64_t, batch, 128, "samples per step");
 ABSL_FLAG(int, threads, 1, "BLAS threads");
@@ -73,7 +73,7 @@ int Run() {
   options.loss_divisor = static_cast<double>(n);
 
   const int64_t size = model.table().total_elements();
-  FlatBuffer params(size), grads(size), momentum(size);
+  state::FlatBuffer params(size), grads(size), momentum(size);
   model.Init(1, params);
 
   auto time_steps = [&](bool with_update) {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "train/tensor.h"
+#include "state/tensor.h"
 
 namespace ringmaster::train::nn::testing {
 
@@ -22,9 +22,9 @@ inline double Norm(const float* x, int64_t n) {
 // For each tensor of `table`: ||got - scale·want|| <= tol·||want|| + slack over the tensor's
 // elements (each difference in float, the norms summed in double). A failure names the
 // tensor after `what` and gives want's norm.
-inline void ExpectTensorsClose(const TensorTable& table, const float* got, const float* want,
+inline void ExpectTensorsClose(const state::TensorTable& table, const float* got, const float* want,
                                double scale, double tol, double slack, const std::string& what) {
-  for (const TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     double sum = 0;
     for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
       const double d = got[i] - static_cast<float>(scale) * want[i];  // in float

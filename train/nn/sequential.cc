@@ -59,7 +59,7 @@ void SequentialClassifier::Add(std::unique_ptr<Layer> layer) {
   output_buffers_.emplace_back();
 }
 
-void SequentialClassifier::Init(uint64_t seed, FlatBuffer& params) const {
+void SequentialClassifier::Init(uint64_t seed, state::FlatBuffer& params) const {
   CHECK_GE(params.size(), table_.total_elements());
   params.Zero();
   SplitMix64 rng(seed);
@@ -103,10 +103,11 @@ absl::Status CheckClassifierBatch(const Batch& batch, const std::string& descrip
   return absl::OkStatus();
 }
 
-const float* SequentialClassifier::ComputeParams(const FlatBuffer& params, Precision precision) {
+const float* SequentialClassifier::ComputeParams(const state::FlatBuffer& params,
+                                                 Precision precision) {
   CHECK_GE(params.size(), table_.total_elements());
   if (!IsHalf(precision)) return params.data();
-  if (compute_params_.size() != params.size()) compute_params_ = FlatBuffer(params.size());
+  if (compute_params_.size() != params.size()) compute_params_ = state::FlatBuffer(params.size());
   kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
   return compute_params_.data();
 }
@@ -135,7 +136,7 @@ const float* SequentialClassifier::Forward(const Batch& batch, const float* para
 }
 
 absl::StatusOr<StepStats> SequentialClassifier::Evaluate(const Batch& batch,
-                                                         const FlatBuffer& params,
+                                                         const state::FlatBuffer& params,
                                                          Precision precision) {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
   const float* logits = Forward(batch, ComputeParams(params, precision), precision);
@@ -143,7 +144,7 @@ absl::StatusOr<StepStats> SequentialClassifier::Evaluate(const Batch& batch,
 }
 
 absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
-    const Batch& batch, const FlatBuffer& params, FlatBuffer& grads,
+    const Batch& batch, const state::FlatBuffer& params, state::FlatBuffer& grads,
     const ForwardBackwardOptions& options) {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
   if (absl::Status s = CheckLossOptions(options); !s.ok()) return s;
@@ -161,7 +162,7 @@ absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
   return stats;
 }
 
-void SequentialClassifier::Backward(const float* params, int64_t n, FlatBuffer& grads,
+void SequentialClassifier::Backward(const float* params, int64_t n, state::FlatBuffer& grads,
                                     const ForwardBackwardOptions& options) {
   int current = 0;  // grad_[current] holds the gradient of layer i's output
   for (size_t i = layers_.size(); i-- > 0;) {
@@ -179,7 +180,7 @@ void SequentialClassifier::Backward(const float* params, int64_t n, FlatBuffer& 
 }
 
 void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const float* dy, int64_t n,
-                                          FlatBuffer& grads,
+                                          state::FlatBuffer& grads,
                                           const ForwardBackwardOptions& options) {
   const std::vector<Parameter>& parameters = layer.parameters();
   if (parameters.empty()) return;

@@ -29,11 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/precision.h"
+#include "state/tensor.h"
 #include "train/batch.h"
 #include "train/model.h"
 #include "train/nn/grow_buffer.h"
 #include "train/nn/layers.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 
@@ -57,10 +57,10 @@ absl::Status CheckClassifierBatch(const Batch& batch, const std::string& descrip
 class SequentialClassifier : public Model {
  public:
   std::string Describe() const override { return description_; }
-  const TensorTable& table() const override { return table_; }
+  const state::TensorTable& table() const override { return table_; }
   // Zeroes `params` (table().total_elements() floats), then fills each parameter tensor in
   // table order from one SplitMix64 stream seeded with `seed`.
-  void Init(uint64_t seed, FlatBuffer& params) const override;
+  void Init(uint64_t seed, state::FlatBuffer& params) const override;
   int64_t LossTermsPerSample() const override { return 1; }
 
   // INVALID_ARGUMENT naming the field for a batch that does not fit (batch.size,
@@ -69,10 +69,10 @@ class SequentialClassifier : public Model {
   // table().total_elements() floats (CHECK). Announces each layer's parameter gradients as
   // soon as they are final: on_grads_ready(offset of the layer's first tensor), in
   // decreasing order, the last with 0. Gradient padding between tensors is left untouched.
-  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const FlatBuffer& params,
-                                            FlatBuffer& grads,
+  absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
+                                            state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
-  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const FlatBuffer& params,
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                      Precision precision) override;
   MemoryStats memory() const override;
 
@@ -85,25 +85,25 @@ class SequentialClassifier : public Model {
   // mutable_table()), the first taking `input_size` floats per sample; the last layer's
   // output size is the number of classes.
   SequentialClassifier(std::string description, int64_t classes);
-  TensorTable& mutable_table() { return table_; }
+  state::TensorTable& mutable_table() { return table_; }
   // CHECKs that the layer takes what the previous one makes.
   void Add(std::unique_ptr<Layer> layer);
 
  private:
   absl::Status CheckBatch(const Batch& batch) const;
   // The parameters the layers read: `params` itself, or its rounded compute copy.
-  const float* ComputeParams(const FlatBuffer& params, Precision precision);
+  const float* ComputeParams(const state::FlatBuffer& params, Precision precision);
   // Runs every layer; returns the logits.
   const float* Forward(const Batch& batch, const float* params, Precision precision);
   // From dlogits (in grad_[0]) down to the first layer.
-  void Backward(const float* params, int64_t n, FlatBuffer& grads,
+  void Backward(const float* params, int64_t n, state::FlatBuffer& grads,
                 const ForwardBackwardOptions& options);
-  void BackwardParams(Layer& layer, const float* x, const float* dy, int64_t n, FlatBuffer& grads,
-                      const ForwardBackwardOptions& options);
+  void BackwardParams(Layer& layer, const float* x, const float* dy, int64_t n,
+                      state::FlatBuffer& grads, const ForwardBackwardOptions& options);
   const float* LayerInput(size_t i) const { return i == 0 ? input_ : outputs_[i - 1]; }
 
   std::string description_;
-  TensorTable table_;
+  state::TensorTable table_;
   std::vector<std::unique_ptr<Layer>> layers_;
   SoftmaxCrossEntropy loss_;
 
@@ -115,7 +115,7 @@ class SequentialClassifier : public Model {
   GrowBuffer<float> grad_[2];                      // ping-pong activation gradients
   int64_t largest_output_ = 0;
 
-  FlatBuffer compute_params_;       // rounded parameters, for half precision
+  state::FlatBuffer compute_params_;  // rounded parameters, for half precision
   GrowBuffer<float> staged_grads_;  // one layer's half-precision gradients, for accumulate
   int64_t largest_parameter_span_ = 0;
   std::vector<float*> grad_targets_;  // per parameter of the layer in backward

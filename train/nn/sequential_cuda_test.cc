@@ -23,9 +23,9 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/precision.h"
+#include "state/tensor.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/model_testing.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -62,8 +62,8 @@ void CompareWithCpu(SequentialClassifier& cpu, MatMulType type, double tol) {
   absl::StatusOr<std::unique_ptr<SequentialCuda>> gpu =
       SequentialCuda::Create(cpu, {.matmul = type}, nullptr);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const TensorTable& table = cpu.table();
-  FlatBuffer params(table.total_elements()), grads(table.total_elements());
+  const state::TensorTable& table = cpu.table();
+  state::FlatBuffer params(table.total_elements()), grads(table.total_elements());
   cpu.Init(11, params);
   const Batch batch = RandomBatch(37, cpu.input_size(), cpu.classes(), 5);
   ForwardBackwardOptions fb;
@@ -144,7 +144,7 @@ TEST(SequentialCuda, SixteenBitGradientsAreSixteenBitValues) {
     auto cnn = SmallCnn();
     auto gpu = SequentialCuda::Create(*cnn, {.matmul = type}, nullptr);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    FlatBuffer params(cnn->table().total_elements());
+    state::FlatBuffer params(cnn->table().total_elements());
     cnn->Init(3, params);
     Device<float> dparams(std::vector<float>(params.data(), params.data() + params.size()));
     Device<float> dgrads(params.size());

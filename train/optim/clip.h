@@ -10,7 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "train/optim/range.h"
+#include "state/range.h"
+#include "train/optim/sum_across_ranks.h"
 #include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {

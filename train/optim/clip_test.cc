@@ -14,27 +14,27 @@ namespace {
 
 using ::testing::HasSubstr;
 
-double ReferenceNorm(const FlatBuffer& g) {
+double ReferenceNorm(const state::FlatBuffer& g) {
   double s = 0;
   for (int64_t i = 0; i < g.size(); ++i) s += double{g.data()[i]} * g.data()[i];
   return std::sqrt(s);
 }
 
-bool SameBits(const FlatBuffer& a, const FlatBuffer& b) {
+bool SameBits(const state::FlatBuffer& a, const state::FlatBuffer& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
 }
 
-FlatBuffer Gradients(const TensorTable& table, uint64_t seed) {
-  FlatBuffer g(table.total_elements());
+state::FlatBuffer Gradients(const state::TensorTable& table, uint64_t seed) {
+  state::FlatBuffer g(table.total_elements());
   testing::FillRandom(table, seed, 1.0f, g);
   return g;
 }
 
 class ClipTest : public ::testing::Test {
  protected:
-  const TensorTable table_ = testing::SmallModelTable();
-  FlatBuffer grads_ = Gradients(table_, 11);
-  const FlatBuffer original_ = Gradients(table_, 11);
+  const state::TensorTable table_ = testing::SmallModelTable();
+  state::FlatBuffer grads_ = Gradients(table_, 11);
+  const state::FlatBuffer original_ = Gradients(table_, 11);
 };
 
 TEST_F(ClipTest, ScalesDownToMaxNorm) {
@@ -83,17 +83,17 @@ TEST_F(ClipTest, NonFiniteNormIsReportedAndNothingIsScaled) {
 }
 
 TEST_F(ClipTest, ShardedMatchesUnshardedForOneToFiveShards) {
-  FlatBuffer want = Gradients(table_, 11);
+  state::FlatBuffer want = Gradients(table_, 11);
   auto unsharded = ClipGradNorm(want.span(), {.max_norm = 3}, SumOnOneRank);
   ASSERT_TRUE(unsharded.ok());
   ASSERT_LT(unsharded->scale, 1);
   for (int shards = 1; shards <= 5; ++shards) {
-    FlatBuffer grads = Gradients(table_, 11);
-    const std::vector<FlatRange> ranges = testing::Shards(table_, shards);
+    state::FlatBuffer grads = Gradients(table_, 11);
+    const std::vector<state::FlatRange> ranges = testing::Shards(table_, shards);
     std::vector<GradNorm> results(shards);
     testing::FakeRanks group(shards);
     group.Run([&](int rank, const SumAcrossRanks& sum) {
-      auto r = ClipGradNorm(Slice(grads.span(), ranges[rank]), {.max_norm = 3}, sum);
+      auto r = ClipGradNorm(state::Slice(grads.span(), ranges[rank]), {.max_norm = 3}, sum);
       ASSERT_TRUE(r.ok()) << r.status();
       results[rank] = *r;
     });
@@ -109,11 +109,11 @@ TEST_F(ClipTest, ShardedMatchesUnshardedForOneToFiveShards) {
 
 TEST_F(ClipTest, InfOnOneRankStopsEveryRankFromScaling) {
   grads_.data()[table_.tensor(5).offset] = std::numeric_limits<float>::infinity();  // last rank
-  const std::vector<FlatRange> ranges = testing::Shards(table_, 3);
+  const std::vector<state::FlatRange> ranges = testing::Shards(table_, 3);
   std::vector<GradNorm> results(3);
   testing::FakeRanks group(3);
   group.Run([&](int rank, const SumAcrossRanks& sum) {
-    auto r = ClipGradNorm(Slice(grads_.span(), ranges[rank]), {.max_norm = 1}, sum);
+    auto r = ClipGradNorm(state::Slice(grads_.span(), ranges[rank]), {.max_norm = 1}, sum);
     ASSERT_TRUE(r.ok());
     results[rank] = *r;
   });

@@ -55,7 +55,7 @@ class CudaVectorOpsTest : public ::testing::Test {
 };
 
 TEST_F(CudaVectorOpsTest, OptimizersMatchTheHost) {
-  const TensorTable table = testing::SmallModelTable();
+  const state::TensorTable table = testing::SmallModelTable();
   const std::vector<std::pair<OptimizerOptions, double>> cases = {
       {SgdOptions{.momentum = 0, .weight_decay = 0.01}, 0},
       {SgdOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 1e-3}, 0},
@@ -63,21 +63,21 @@ TEST_F(CudaVectorOpsTest, OptimizersMatchTheHost) {
       {LambOptions{}, 1e-6},
   };
   for (const auto& [options, tolerance] : cases) {
-    for (const FlatRange& range : testing::Shards(table, 3)) {
+    for (const state::FlatRange& range : testing::Shards(table, 3)) {
       auto host = CreateOptimizer(table, range, options);
       auto gpu = CreateOptimizer(table, range, options, ops_.get());
       ASSERT_TRUE(host.ok() && gpu.ok());
-      FlatBuffer params(table.total_elements());
+      state::FlatBuffer params(table.total_elements());
       testing::FillRandom(table, 7, 1.0f, params);
       auto dparams = ops_->Allocate(range.size());
       auto dgrads = ops_->Allocate(range.size());
       ASSERT_TRUE(dparams.ok() && dgrads.ok());
-      absl::Span<float> p = Slice(params.span(), range);
+      absl::Span<float> p = state::Slice(params.span(), range);
       ASSERT_TRUE(ops_->CopyFromHost(p.data(), dparams->span()).ok());
       for (int step = 0; step < 3; ++step) {
-        FlatBuffer grads(table.total_elements());
+        state::FlatBuffer grads(table.total_elements());
         testing::FillRandom(table, 100 + step, 0.1f, grads);
-        absl::Span<float> g = Slice(grads.span(), range);
+        absl::Span<float> g = state::Slice(grads.span(), range);
         ASSERT_TRUE(ops_->CopyFromHost(g.data(), dgrads->span()).ok());
         ASSERT_TRUE((*host)->Step(1e-2, p, g, SumOnOneRank).ok());
         ASSERT_TRUE((*gpu)->Step(1e-2, dparams->span(), dgrads->span(), SumOnOneRank).ok());
@@ -94,8 +94,8 @@ TEST_F(CudaVectorOpsTest, OptimizersMatchTheHost) {
 }
 
 TEST_F(CudaVectorOpsTest, ClippingAndLossScalingMatchTheHost) {
-  const TensorTable table = testing::SmallModelTable();
-  FlatBuffer grads(table.total_elements());
+  const state::TensorTable table = testing::SmallModelTable();
+  state::FlatBuffer grads(table.total_elements());
   testing::FillRandom(table, 3, 10.0f, grads);
   auto dgrads = ops_->Allocate(grads.size());
   ASSERT_TRUE(dgrads.ok());

@@ -57,7 +57,7 @@ absl::StatusOr<StepVerdict> LossScaler::UnscaleAndUpdate(absl::Span<float> grads
   return StepVerdict::kApply;
 }
 
-absl::Status LossScaler::Restore(const LossScalerState& s) {
+absl::Status LossScaler::Restore(const state::LossScalerState& s) {
   const bool dynamic = options_.mode == LossScalerOptions::Mode::kDynamic;
   if (dynamic) {
     RM_RETURN_IF_ERROR(

@@ -17,7 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "train/optim/range.h"
+#include "state/range.h"
+#include "state/training_state.h"
+#include "train/optim/sum_across_ranks.h"
 #include "train/optim/vector_ops.h"
 
 namespace ringmaster::train {
@@ -30,15 +32,6 @@ struct LossScalerOptions {
   double backoff_factor = 0.5;     // in (0, 1)
   int64_t growth_interval = 2000;  // >= 1 good steps in a row before growing
   double min_scale = 1;            // dynamic: > 0, <= initial_scale; backing off stops here
-};
-
-struct LossScalerState {
-  double scale = 0;
-  int64_t good_steps = 0;     // finite steps since the last overflow or growth
-  int64_t steps = 0;          // steps checked
-  int64_t skipped_steps = 0;  // steps that overflowed and were skipped (= overflows)
-
-  bool operator==(const LossScalerState&) const = default;
 };
 
 enum class StepVerdict {
@@ -64,12 +57,12 @@ class LossScaler {
   absl::StatusOr<StepVerdict> UnscaleAndUpdate(absl::Span<float> grads, const SumAcrossRanks& sum,
                                                VectorOps* ops = HostVectorOps());
 
-  const LossScalerState& state() const { return state_; }
+  const state::LossScalerState& state() const { return state_; }
   // Takes the saved state. In fixed mode the scale stays options' initial_scale (it is
   // configuration, not learned); the counts are restored. INVALID_ARGUMENT when the state
   // could not have come from a scaler: a dynamic scale below min_scale or beyond the
   // float range, negative counts, or more skipped steps than steps.
-  absl::Status Restore(const LossScalerState& state);
+  absl::Status Restore(const state::LossScalerState& state);
 
   // E.g. "dynamic loss scale 65536 (x2 after 2000 good steps, x0.5 on overflow, >= 1)".
   std::string Describe() const;
@@ -78,7 +71,7 @@ class LossScaler {
   explicit LossScaler(const LossScalerOptions& options);
 
   LossScalerOptions options_;
-  LossScalerState state_;
+  state::LossScalerState state_;
 };
 
 }  // namespace ringmaster::train

@@ -68,8 +68,8 @@ TEST(LossScaler, DynamicSkipsBacksOffAndGrowsAfterTheInterval) {
                         {0, StepVerdict::kApply, 256, 2},
                         {0, StepVerdict::kApply, 512, 0},
                     });
-  EXPECT_EQ(scaler.state(),
-            (LossScalerState{.scale = 512, .good_steps = 0, .steps = 12, .skipped_steps = 3}));
+  EXPECT_EQ(scaler.state(), (state::LossScalerState{
+                                .scale = 512, .good_steps = 0, .steps = 12, .skipped_steps = 3}));
 }
 
 TEST(LossScaler, BackOffStopsAtMinScale) {
@@ -123,7 +123,7 @@ TEST(LossScaler, OverflowOnOneRankSkipsTheStepOnEveryRank) {
 
 TEST(LossScaler, FailedSumKeepsTheState) {
   LossScaler scaler = MakeScaler({});
-  const LossScalerState before = scaler.state();
+  const state::LossScalerState before = scaler.state();
   std::vector<float> g = ScaledGrads(scaler.scale());
   auto verdict = scaler.UnscaleAndUpdate(absl::MakeSpan(g), [](absl::Span<double>) {
     return absl::DeadlineExceededError("all-reduce timed out");
@@ -134,19 +134,20 @@ TEST(LossScaler, FailedSumKeepsTheState) {
 
 TEST(LossScaler, RestoreTakesSavedStateAndRejectsImpossibleOnes) {
   LossScaler scaler = MakeScaler({});
-  const LossScalerState saved{.scale = 2048, .good_steps = 17, .steps = 40, .skipped_steps = 5};
+  const state::LossScalerState saved{
+      .scale = 2048, .good_steps = 17, .steps = 40, .skipped_steps = 5};
   ASSERT_TRUE(scaler.Restore(saved).ok());
   EXPECT_EQ(scaler.state(), saved);
   EXPECT_EQ(scaler.scale(), 2048.0f);
 
-  const LossScalerState bad[] = {
+  const state::LossScalerState bad[] = {
       {.scale = 0.5, .steps = 1},  // below min_scale 1
       {.scale = kNan},
       {.scale = 1e39},  // beyond float
       {.scale = 8, .good_steps = -1},
       {.scale = 8, .steps = 2, .skipped_steps = 3},
   };
-  for (const LossScalerState& s : bad) {
+  for (const state::LossScalerState& s : bad) {
     EXPECT_EQ(scaler.Restore(s).code(), absl::StatusCode::kInvalidArgument) << s.scale;
   }
   EXPECT_EQ(scaler.state(), saved);

@@ -13,7 +13,7 @@ namespace ringmaster::train {
 namespace {
 
 // The decay mask of the options, or the default rule when it is empty.
-absl::StatusOr<std::vector<bool>> ResolveDecayMask(const TensorTable& table,
+absl::StatusOr<std::vector<bool>> ResolveDecayMask(const state::TensorTable& table,
                                                    const std::vector<bool>& mask) {
   if (mask.empty()) return DecayMatrices(table);
   if (static_cast<int>(mask.size()) != table.size()) {
@@ -25,7 +25,7 @@ absl::StatusOr<std::vector<bool>> ResolveDecayMask(const TensorTable& table,
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const TensorTable& table, FlatRange range, const SgdOptions& options,
+  Sgd(const state::TensorTable& table, state::FlatRange range, const SgdOptions& options,
       const std::vector<bool>& decay_mask)
       : Optimizer(table, range, options.weight_decay, decay_mask,
                   options.momentum != 0 ? std::vector<std::string>{"momentum"}
@@ -68,7 +68,7 @@ absl::Status CheckAdamOptions(const Options& o) {
 template <typename Options>
 class AdamFamily : public Optimizer {
  public:
-  AdamFamily(const TensorTable& table, FlatRange range, const Options& options,
+  AdamFamily(const state::TensorTable& table, state::FlatRange range, const Options& options,
              const std::vector<bool>& decay_mask)
       : Optimizer(table, range, options.weight_decay, decay_mask, {"exp_avg", "exp_avg_sq"}),
         options_(options) {}
@@ -153,8 +153,8 @@ class Lamb final : public AdamFamily<LambOptions> {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
-                                                  const SgdOptions& o) {
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
+                                                  state::FlatRange range, const SgdOptions& o) {
   RM_RETURN_IF_ERROR(settings::CheckDecayRate("momentum", o.momentum));
   if (o.nesterov && o.momentum == 0) {
     return absl::InvalidArgumentError("nesterov needs a momentum > 0");
@@ -164,15 +164,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, Flat
   return std::make_unique<Sgd>(table, range, o, mask);
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
-                                                  const AdamWOptions& o) {
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
+                                                  state::FlatRange range, const AdamWOptions& o) {
   RM_RETURN_IF_ERROR(CheckAdamOptions(o));
   RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
   return std::make_unique<AdamW>(table, range, o, mask);
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, FlatRange range,
-                                                  const LambOptions& o) {
+absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
+                                                  state::FlatRange range, const LambOptions& o) {
   RM_RETURN_IF_ERROR(CheckAdamOptions(o));
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("min_weight_norm", o.min_weight_norm, 0));
   RM_RETURN_IF_ERROR(settings::CheckReal("max_weight_norm", o.max_weight_norm, o.min_weight_norm,
@@ -184,21 +184,21 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Create(const TensorTable& table, Flat
 
 }  // namespace
 
-std::vector<bool> DecayMatrices(const TensorTable& table) {
+std::vector<bool> DecayMatrices(const state::TensorTable& table) {
   std::vector<bool> mask;
   mask.reserve(table.size());
-  for (const TensorSpec& t : table.tensors()) mask.push_back(t.shape.size() >= 2);
+  for (const state::TensorSpec& t : table.tensors()) mask.push_back(t.shape.size() >= 2);
   return mask;
 }
 
 Optimizer::~Optimizer() = default;
 
-Optimizer::Optimizer(const TensorTable& table, FlatRange range, double weight_decay,
+Optimizer::Optimizer(const state::TensorTable& table, state::FlatRange range, double weight_decay,
                      const std::vector<bool>& decay_mask, std::vector<std::string> state_names)
     : range_(range), num_tensors_(table.size()), weight_decay_(weight_decay) {
   CHECK_EQ(static_cast<int>(decay_mask.size()), table.size());
   decayed_tensors_ = static_cast<int>(std::count(decay_mask.begin(), decay_mask.end(), true));
-  for (const TensorPiece& piece : PiecesInRange(table, range)) {
+  for (const state::TensorPiece& piece : state::PiecesInRange(table, range)) {
     pieces_.push_back(
         {.tensor = piece.tensor,
          .offset = piece.begin - range.begin,
@@ -225,8 +225,9 @@ absl::Status Optimizer::AllocateState(VectorOps* ops) {
 absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                              const SumAcrossRanks& sum) {
   CHECK_EQ(static_cast<int64_t>(params.size()), range_.size())
-      << "params of " << RangeString(range_);
-  CHECK_EQ(static_cast<int64_t>(grads.size()), range_.size()) << "grads of " << RangeString(range_);
+      << "params of " << state::RangeString(range_);
+  CHECK_EQ(static_cast<int64_t>(grads.size()), range_.size())
+      << "grads of " << state::RangeString(range_);
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("lr", lr, 0));
   RM_RETURN_IF_ERROR(Update(step_ + 1, static_cast<float>(lr), params, grads, sum));
   ++step_;
@@ -260,11 +261,11 @@ absl::Span<float> Optimizer::state(int index, const Piece& piece) {
   return state_[index].second.span().subspan(piece.offset, piece.size);
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
-                                                           FlatRange range,
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const state::TensorTable& table,
+                                                           state::FlatRange range,
                                                            const OptimizerOptions& options,
                                                            VectorOps* ops) {
-  RM_RETURN_IF_ERROR(CheckRange(table, range));
+  RM_RETURN_IF_ERROR(state::CheckRange(table, range));
   if (ops == nullptr) return absl::InvalidArgumentError("CreateOptimizer: ops is null");
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       std::visit([&](const auto& o) { return Create(table, range, o); }, options));

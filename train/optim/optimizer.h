@@ -38,15 +38,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "train/optim/range.h"
+#include "state/range.h"
+#include "state/tensor.h"
+#include "train/optim/sum_across_ranks.h"
 #include "train/optim/vector_ops.h"
-#include "train/tensor.h"
 
 namespace ringmaster::train {
 
 // The default weight-decay rule: mask[i] is true for the table's tensors with >= 2
 // dimensions. Callers that want another rule build their own mask (one entry per tensor).
-std::vector<bool> DecayMatrices(const TensorTable& table);
+std::vector<bool> DecayMatrices(const state::TensorTable& table);
 
 // PyTorch torch.optim.SGD with dampening 0 (see kernels/optimizer.h for the formula).
 // Momentum 0 keeps no state buffer.
@@ -87,7 +88,7 @@ using OptimizerOptions = std::variant<SgdOptions, AdamWOptions, LambOptions>;
 // flat index range.begin + k. Resharding N -> M ranks is interval intersection of ranges.
 struct StateBuffer {
   std::string name;        // "momentum" (SGD), "exp_avg", "exp_avg_sq" (AdamW, LAMB)
-  FlatRange range;         // the optimizer's range
+  state::FlatRange range;  // the optimizer's range
   absl::Span<float> data;  // range.size() floats owned by the optimizer, in ops() memory
 };
 
@@ -115,7 +116,7 @@ class Optimizer {
   absl::Status Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                     const SumAcrossRanks& sum);
 
-  FlatRange range() const { return range_; }
+  state::FlatRange range() const { return range_; }
   // The memory its state, params and grads are in.
   VectorOps* ops() const { return ops_; }
   // Updates applied so far (Adam's bias correction uses step() + 1 for the next one).
@@ -140,10 +141,10 @@ class Optimizer {
 
   // `weight_decay` goes to the pieces of tensors whose mask entry is true; `state_names`
   // are the buffers AllocateState makes, range.size() floats each, zero.
-  Optimizer(const TensorTable& table, FlatRange range, double weight_decay,
+  Optimizer(const state::TensorTable& table, state::FlatRange range, double weight_decay,
             const std::vector<bool>& decay_mask, std::vector<std::string> state_names);
-  friend absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable&,
-                                                                    FlatRange,
+  friend absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const state::TensorTable&,
+                                                                    state::FlatRange,
                                                                     const OptimizerOptions&,
                                                                     VectorOps*);
 
@@ -167,7 +168,7 @@ class Optimizer {
   // Allocates the state buffers in `ops` memory (CreateOptimizer, once).
   absl::Status AllocateState(VectorOps* ops);
 
-  FlatRange range_;
+  state::FlatRange range_;
   VectorOps* ops_ = nullptr;
   std::vector<std::string> state_names_;
   int num_tensors_ = 0;
@@ -182,8 +183,8 @@ class Optimizer {
 // be in [0, 1), got 1", "decay_mask has 3 entries for 6 tensors", a range outside the
 // table) and creates the optimizer with zero state, in `ops` memory, and step 0.
 // RESOURCE_EXHAUSTED when that memory cannot hold the state.
-absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const TensorTable& table,
-                                                           FlatRange range,
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const state::TensorTable& table,
+                                                           state::FlatRange range,
                                                            const OptimizerOptions& options,
                                                            VectorOps* ops = HostVectorOps());
 

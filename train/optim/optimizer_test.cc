@@ -27,18 +27,18 @@ struct Reference {
 };
 
 // The test's own statement of the default rule: weights (>= 2 dims) decay, 1-D do not.
-std::vector<bool> MatricesDecay(const TensorTable& table) {
+std::vector<bool> MatricesDecay(const state::TensorTable& table) {
   std::vector<bool> decay;
-  for (const TensorSpec& t : table.tensors()) decay.push_back(t.shape.size() >= 2);
+  for (const state::TensorSpec& t : table.tensors()) decay.push_back(t.shape.size() >= 2);
   return decay;
 }
 
-using ReferenceStep = std::function<void(const TensorTable& table, int64_t step, double lr,
-                                         const FlatBuffer& grads, Reference& ref)>;
+using ReferenceStep = std::function<void(const state::TensorTable& table, int64_t step, double lr,
+                                         const state::FlatBuffer& grads, Reference& ref)>;
 
 // Calls fn(tensor, its weight decay) for every tensor of the table.
-void ForEachTensor(const TensorTable& table, const Reference& ref, double weight_decay,
-                   const std::function<void(const TensorSpec& t, double wd)>& fn) {
+void ForEachTensor(const state::TensorTable& table, const Reference& ref, double weight_decay,
+                   const std::function<void(const state::TensorSpec& t, double wd)>& fn) {
   for (int i = 0; i < table.size(); ++i) fn(table.tensor(i), ref.decay[i] ? weight_decay : 0);
 }
 
@@ -51,9 +51,9 @@ std::vector<double>& StateOf(Reference& ref, const std::string& name) {
 
 // torch.optim.SGD, dampening 0.
 ReferenceStep SgdReference(double momentum, bool nesterov, double weight_decay) {
-  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
-             Reference& ref) {
-    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+  return [=](const state::TensorTable& table, int64_t step, double lr,
+             const state::FlatBuffer& grads, Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const state::TensorSpec& t, double wd) {
       for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
         double d = grads.data()[k] + wd * ref.params[k];
         if (momentum != 0) {
@@ -82,9 +82,9 @@ double AdamDirection(double beta1, double beta2, double eps, int64_t step, doubl
 
 // torch.optim.AdamW.
 ReferenceStep AdamWReference(double beta1, double beta2, double eps, double weight_decay) {
-  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
-             Reference& ref) {
-    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+  return [=](const state::TensorTable& table, int64_t step, double lr,
+             const state::FlatBuffer& grads, Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const state::TensorSpec& t, double wd) {
       for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
         ref.params[k] *= 1 - lr * wd;
         ref.params[k] -= lr * AdamDirection(beta1, beta2, eps, step, grads.data()[k], k, ref);
@@ -96,9 +96,9 @@ ReferenceStep AdamWReference(double beta1, double beta2, double eps, double weig
 // You et al. 2019, algorithm 2, with phi(z) = clamp(z, lo, hi).
 ReferenceStep LambReference(double beta1, double beta2, double eps, double weight_decay, double lo,
                             double hi) {
-  return [=](const TensorTable& table, int64_t step, double lr, const FlatBuffer& grads,
-             Reference& ref) {
-    ForEachTensor(table, ref, weight_decay, [&](const TensorSpec& t, double wd) {
+  return [=](const state::TensorTable& table, int64_t step, double lr,
+             const state::FlatBuffer& grads, Reference& ref) {
+    ForEachTensor(table, ref, weight_decay, [&](const state::TensorSpec& t, double wd) {
       std::vector<double> r;
       double w_norm = 0, r_norm = 0;
       for (int64_t k = t.offset; k < t.offset + t.numel; ++k) {
@@ -166,16 +166,16 @@ std::vector<Case> Cases() {
 
 // The model's parameters at the start: random, with head.bias zero (as biases start), which
 // gives LAMB a tensor with ||w|| = 0 on the first step.
-FlatBuffer InitialParams(const TensorTable& table) {
-  FlatBuffer params(table.total_elements());
+state::FlatBuffer InitialParams(const state::TensorTable& table) {
+  state::FlatBuffer params(table.total_elements());
   testing::FillRandom(table, 7, 0.5f, params);
   for (float& x : params.tensor(table.tensor(table.Find("head.bias").value()))) x = 0;
   return params;
 }
 
 // The gradients of step `step` (1-based), the same on every rank.
-std::vector<FlatBuffer> Gradients(const TensorTable& table, int steps) {
-  std::vector<FlatBuffer> grads;
+std::vector<state::FlatBuffer> Gradients(const state::TensorTable& table, int steps) {
+  std::vector<state::FlatBuffer> grads;
   for (int s = 1; s <= steps; ++s) {
     grads.emplace_back(table.total_elements());
     testing::FillRandom(table, 100 + s, 1.0f, grads.back());
@@ -186,7 +186,7 @@ std::vector<FlatBuffer> Gradients(const TensorTable& table, int steps) {
 // Saved optimizer state: the chunks every rank wrote, as a checkpoint keeps them.
 struct Chunk {
   std::string name;
-  FlatRange range;
+  state::FlatRange range;
   std::vector<float> data;
 };
 
@@ -197,13 +197,13 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
   // Runs steps [first, last] with the flat space cut into `ranges`, one thread per range, on
   // params_. Restores `restore` (chunks of any ranges) at `restore_step` first when that is
   // not 0; returns the state of every range afterwards.
-  std::vector<Chunk> RunSharded(const std::vector<FlatRange>& ranges, int first, int last,
+  std::vector<Chunk> RunSharded(const std::vector<state::FlatRange>& ranges, int first, int last,
                                 const std::vector<Chunk>& restore = {}, int64_t restore_step = 0) {
-    const std::vector<FlatBuffer> grads = Gradients(table_, last);
+    const std::vector<state::FlatBuffer> grads = Gradients(table_, last);
     std::vector<std::vector<Chunk>> saved(ranges.size());
     testing::FakeRanks group(static_cast<int>(ranges.size()));
     group.Run([&](int rank, const SumAcrossRanks& sum) {
-      const FlatRange range = ranges[rank];
+      const state::FlatRange range = ranges[rank];
       auto opt = CreateOptimizer(table_, range, GetParam().options);
       ASSERT_TRUE(opt.ok()) << opt.status();
       Optimizer& optimizer = **opt;
@@ -211,10 +211,10 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
                 static_cast<int64_t>(GetParam().state_names.size()) * range.size() * 4);
       if (restore_step > 0) Restore(restore, restore_step, optimizer);
       for (int s = first; s <= last; ++s) {
-        ASSERT_TRUE(
-            optimizer
-                .Step(LrAt(s), Slice(params_.span(), range), Slice(grads[s - 1].span(), range), sum)
-                .ok());
+        ASSERT_TRUE(optimizer
+                        .Step(LrAt(s), state::Slice(params_.span(), range),
+                              state::Slice(grads[s - 1].span(), range), sum)
+                        .ok());
       }
       EXPECT_EQ(optimizer.step(), last);
       for (const StateBuffer& b : optimizer.state_buffers()) {
@@ -257,8 +257,8 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
     return joined;
   }
 
-  const TensorTable table_;
-  FlatBuffer params_;
+  const state::TensorTable table_;
+  state::FlatBuffer params_;
 };
 
 void ExpectNear(absl::Span<const float> got, const std::vector<double>& want, double rel,
@@ -284,13 +284,13 @@ void ExpectSame(absl::Span<const float> got, absl::Span<const float> want, bool 
 
 TEST_P(OptimizerTest, MatchesDoublePrecisionReference) {
   Reference ref{{params_.data(), params_.data() + params_.size()}, {}, MatricesDecay(table_)};
-  const std::vector<FlatBuffer> grads = Gradients(table_, kSteps);
+  const std::vector<state::FlatBuffer> grads = Gradients(table_, kSteps);
   for (int s = 1; s <= kSteps; ++s) GetParam().reference(table_, s, LrAt(s), grads[s - 1], ref);
 
-  const std::vector<Chunk> state = RunSharded({FullRange(table_)}, 1, kSteps);
+  const std::vector<Chunk> state = RunSharded({state::FullRange(table_)}, 1, kSteps);
   ExpectNear(params_.span(), ref.params, 2e-5, "params");
   // The updates moved every tensor: the test would notice a no-op.
-  for (const TensorSpec& t : table_.tensors()) {
+  for (const state::TensorSpec& t : table_.tensors()) {
     EXPECT_GT(std::abs(ref.params[t.offset] - InitialParams(table_).data()[t.offset]), 1e-4)
         << t.name;
   }
@@ -303,8 +303,8 @@ TEST_P(OptimizerTest, MatchesDoublePrecisionReference) {
 }
 
 TEST_P(OptimizerTest, ShardedMatchesUnshardedForOneToFiveShards) {
-  RunSharded({FullRange(table_)}, 1, kSteps);
-  const FlatBuffer want = std::move(params_);
+  RunSharded({state::FullRange(table_)}, 1, kSteps);
+  const state::FlatBuffer want = std::move(params_);
   for (int shards = 1; shards <= 5; ++shards) {
     params_ = InitialParams(table_);
     RunSharded(testing::Shards(table_, shards), 1, kSteps);
@@ -314,8 +314,8 @@ TEST_P(OptimizerTest, ShardedMatchesUnshardedForOneToFiveShards) {
 }
 
 TEST_P(OptimizerTest, CheckpointReshardedFromTwoToThreeRanksContinuesTheSameRun) {
-  const std::vector<Chunk> uninterrupted_state = RunSharded({FullRange(table_)}, 1, 4);
-  const FlatBuffer want = std::move(params_);
+  const std::vector<Chunk> uninterrupted_state = RunSharded({state::FullRange(table_)}, 1, 4);
+  const state::FlatBuffer want = std::move(params_);
 
   params_ = InitialParams(table_);
   const std::vector<Chunk> saved = RunSharded(testing::Shards(table_, 2), 1, 2);
@@ -331,8 +331,8 @@ TEST_P(OptimizerTest, CheckpointReshardedFromTwoToThreeRanksContinuesTheSameRun)
 }
 
 TEST_P(OptimizerTest, EmptyRangeStillJoinsTheSums) {
-  RunSharded({FullRange(table_)}, 1, kSteps);
-  const FlatBuffer want = std::move(params_);
+  RunSharded({state::FullRange(table_)}, 1, kSteps);
+  const state::FlatBuffer want = std::move(params_);
   params_ = InitialParams(table_);
   const int64_t total = table_.total_elements();
   RunSharded({{0, 40}, {40, 40}, {40, total}}, 1, kSteps);
@@ -340,11 +340,11 @@ TEST_P(OptimizerTest, EmptyRangeStillJoinsTheSums) {
 }
 
 TEST_P(OptimizerTest, NegativeOrNanLearningRateChangesNothing) {
-  auto opt = CreateOptimizer(table_, FullRange(table_), GetParam().options);
+  auto opt = CreateOptimizer(table_, state::FullRange(table_), GetParam().options);
   ASSERT_TRUE(opt.ok());
-  FlatBuffer grads(table_.total_elements());
+  state::FlatBuffer grads(table_.total_elements());
   testing::FillRandom(table_, 3, 1.0f, grads);
-  const FlatBuffer before = InitialParams(table_);
+  const state::FlatBuffer before = InitialParams(table_);
   for (double lr : {-0.1, std::nan("")}) {
     absl::Status s = (*opt)->Step(lr, params_.span(), grads.span(), SumOnOneRank);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -360,10 +360,10 @@ INSTANTIATE_TEST_SUITE_P(All, OptimizerTest, ::testing::ValuesIn(Cases()),
 // ---- Behaviour specific to one optimizer ----
 
 TEST(Lamb, FailedSumChangesNothing) {
-  const TensorTable table = testing::SmallModelTable();
-  FlatBuffer params = InitialParams(table), grads(table.total_elements());
+  const state::TensorTable table = testing::SmallModelTable();
+  state::FlatBuffer params = InitialParams(table), grads(table.total_elements());
   testing::FillRandom(table, 5, 1.0f, grads);
-  auto opt = CreateOptimizer(table, FullRange(table), LambOptions{});
+  auto opt = CreateOptimizer(table, state::FullRange(table), LambOptions{});
   ASSERT_TRUE(opt.ok());
   int calls = 0;
   const SumAcrossRanks broken = [&](absl::Span<double> values) {
@@ -383,31 +383,31 @@ TEST(Lamb, FailedSumChangesNothing) {
 }
 
 TEST(SgdAndAdamW, NeverCallTheSum) {
-  const TensorTable table = testing::SmallModelTable();
-  FlatBuffer params = InitialParams(table), grads(table.total_elements());
+  const state::TensorTable table = testing::SmallModelTable();
+  state::FlatBuffer params = InitialParams(table), grads(table.total_elements());
   const SumAcrossRanks must_not_call = [](absl::Span<double>) {
     ADD_FAILURE() << "an element-wise optimizer summed across ranks";
     return absl::OkStatus();
   };
   for (const OptimizerOptions& options :
        {OptimizerOptions{SgdOptions{.momentum = 0.9}}, OptimizerOptions{AdamWOptions{}}}) {
-    auto opt = CreateOptimizer(table, FullRange(table), options);
+    auto opt = CreateOptimizer(table, state::FullRange(table), options);
     ASSERT_TRUE(opt.ok());
     EXPECT_TRUE((*opt)->Step(0.1, params.span(), grads.span(), must_not_call).ok());
   }
 }
 
 TEST(DecayMask, CustomMaskReplacesTheDefaultRule) {
-  const TensorTable table = testing::SmallModelTable();
+  const state::TensorTable table = testing::SmallModelTable();
   std::vector<bool> mask(table.size(), false);
   mask[table.Find("fc1.bias").value()] = true;
   mask[table.Find("embed.weight").value()] = true;
 
   Reference ref{{}, {}, mask};
-  FlatBuffer params = InitialParams(table);
+  state::FlatBuffer params = InitialParams(table);
   ref.params.assign(params.data(), params.data() + params.size());
-  const std::vector<FlatBuffer> grads = Gradients(table, kSteps);
-  auto opt = CreateOptimizer(table, FullRange(table),
+  const std::vector<state::FlatBuffer> grads = Gradients(table, kSteps);
+  auto opt = CreateOptimizer(table, state::FullRange(table),
                              AdamWOptions{.weight_decay = 0.3, .decay_mask = mask});
   ASSERT_TRUE(opt.ok());
   for (int s = 1; s <= kSteps; ++s) {
@@ -419,14 +419,14 @@ TEST(DecayMask, CustomMaskReplacesTheDefaultRule) {
 }
 
 TEST(DecayMask, DefaultDecaysTensorsOfTwoOrMoreDimensions) {
-  const TensorTable table = testing::SmallModelTable();
+  const state::TensorTable table = testing::SmallModelTable();
   EXPECT_EQ(DecayMatrices(table), (std::vector<bool>{true, true, false, false, true, false}));
 }
 
 TEST(Describe, NamesTheOptimizerAndItsSettings) {
-  const TensorTable table = testing::SmallModelTable();
+  const state::TensorTable table = testing::SmallModelTable();
   auto describe = [&](const OptimizerOptions& options) {
-    return CreateOptimizer(table, FullRange(table), options).value()->Describe();
+    return CreateOptimizer(table, state::FullRange(table), options).value()->Describe();
   };
   EXPECT_EQ(describe(SgdOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 0.0001}),
             "SGD(momentum=0.9, nesterov, weight_decay=0.0001 on 3 of 6 tensors)");
@@ -438,7 +438,7 @@ TEST(Describe, NamesTheOptimizerAndItsSettings) {
 }
 
 TEST(CreateOptimizer, RejectsBadSettingsNamingThem) {
-  const TensorTable table = testing::SmallModelTable();
+  const state::TensorTable table = testing::SmallModelTable();
   const struct {
     OptimizerOptions options;
     std::string message;
@@ -457,7 +457,7 @@ TEST(CreateOptimizer, RejectsBadSettingsNamingThem) {
        "max_weight_norm must be in [2, inf], got 1"},
   };
   for (const auto& bad : kBad) {
-    auto opt = CreateOptimizer(table, FullRange(table), bad.options);
+    auto opt = CreateOptimizer(table, state::FullRange(table), bad.options);
     EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
     EXPECT_EQ(opt.status().message(), bad.message);
   }
@@ -467,8 +467,8 @@ TEST(CreateOptimizer, RejectsBadSettingsNamingThem) {
 }
 
 TEST(RestoreStep, RejectsNegativeSteps) {
-  const TensorTable table = testing::SmallModelTable();
-  auto opt = CreateOptimizer(table, FullRange(table), AdamWOptions{});
+  const state::TensorTable table = testing::SmallModelTable();
+  auto opt = CreateOptimizer(table, state::FullRange(table), AdamWOptions{});
   ASSERT_TRUE(opt.ok());
   EXPECT_EQ((*opt)->RestoreStep(-1).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE((*opt)->RestoreStep(7).ok());

@@ -7,8 +7,8 @@
 
 namespace ringmaster::train::testing {
 
-TensorTable SmallModelTable() {
-  TensorTable table;
+state::TensorTable SmallModelTable() {
+  state::TensorTable table;
   table.Add("embed.weight", {6, 5});    // [0, 30), padded to 32
   table.Add("fc1.weight", {7, 6});      // [32, 74), padded to 80
   table.Add("fc1.bias", {7});           // [80, 87)
@@ -18,11 +18,11 @@ TensorTable SmallModelTable() {
   return table;
 }
 
-std::vector<FlatRange> Shards(const TensorTable& table, int shards) {
+std::vector<state::FlatRange> Shards(const state::TensorTable& table, int shards) {
   static const std::vector<std::vector<int64_t>> kCuts = {
       {}, {50}, {15, 100}, {15, 77, 120}, {15, 50, 83, 145}};
   CHECK(shards >= 1 && shards <= static_cast<int>(kCuts.size())) << shards;
-  std::vector<FlatRange> ranges;
+  std::vector<state::FlatRange> ranges;
   int64_t begin = 0;
   for (int64_t cut : kCuts[shards - 1]) {
     ranges.push_back({begin, cut});
@@ -32,11 +32,12 @@ std::vector<FlatRange> Shards(const TensorTable& table, int shards) {
   return ranges;
 }
 
-void FillRandom(const TensorTable& table, uint64_t seed, float scale, FlatBuffer& buffer) {
+void FillRandom(const state::TensorTable& table, uint64_t seed, float scale,
+                state::FlatBuffer& buffer) {
   CHECK_EQ(buffer.size(), table.total_elements());
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
-  for (const TensorSpec& t : table.tensors()) {
+  for (const state::TensorSpec& t : table.tensors()) {
     for (float& x : buffer.tensor(t)) x = normal(rng);
   }
 }

@@ -11,21 +11,23 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "train/optim/range.h"
-#include "train/tensor.h"
+#include "state/range.h"
+#include "state/tensor.h"
+#include "train/optim/sum_across_ranks.h"
 
 namespace ringmaster::train::testing {
 
 // Matrices, a 3-D kernel, biases and a LayerNorm gain (1-D: no weight decay by default),
 // 160 flat elements with padding.
-TensorTable SmallModelTable();
+state::TensorTable SmallModelTable();
 
 // The table's flat space cut into `shards` (1..5) contiguous ranges; the cuts fall inside
 // tensors and, for 4 shards, in padding.
-std::vector<FlatRange> Shards(const TensorTable& table, int shards);
+std::vector<state::FlatRange> Shards(const state::TensorTable& table, int shards);
 
 // Normal(0, scale) values from `seed` in the table's tensors; padding stays 0.
-void FillRandom(const TensorTable& table, uint64_t seed, float scale, FlatBuffer& buffer);
+void FillRandom(const state::TensorTable& table, uint64_t seed, float scale,
+                state::FlatBuffer& buffer);
 
 // `world` threads, one per rank, whose SumAcrossRanks hooks meet like an all-reduce: each call
 // blocks until every rank made its matching call, then every rank gets the totals (added in

@@ -32,7 +32,7 @@ std::vector<float> Gradient(int64_t step, int64_t elements) {
   return g;
 }
 
-std::unique_ptr<train::Optimizer> AdamW(const train::TensorTable& table, train::FlatRange range) {
+std::unique_ptr<train::Optimizer> AdamW(const state::TensorTable& table, state::FlatRange range) {
   auto opt = train::CreateOptimizer(table, range, train::AdamWOptions{});
   EXPECT_TRUE(opt.ok()) << opt.status();
   return *std::move(opt);
@@ -44,7 +44,7 @@ void Train(std::vector<std::unique_ptr<train::Optimizer>>& ranks, int64_t first,
   for (int64_t s = first; s < first + steps; ++s) {
     const std::vector<float> grads = Gradient(s, params.size());
     for (auto& opt : ranks) {
-      const train::FlatRange r = opt->range();
+      const state::FlatRange r = opt->range();
       ASSERT_TRUE(opt->Step(1e-2, absl::MakeSpan(params).subspan(r.begin, r.size()),
                             absl::MakeConstSpan(grads).subspan(r.begin, r.size()),
                             train::SumOnOneRank)
@@ -53,7 +53,7 @@ void Train(std::vector<std::unique_ptr<train::Optimizer>>& ranks, int64_t first,
   }
 }
 
-std::vector<std::unique_ptr<train::Optimizer>> Shards(const train::TensorTable& table, int world) {
+std::vector<std::unique_ptr<train::Optimizer>> Shards(const state::TensorTable& table, int world) {
   std::vector<std::unique_ptr<train::Optimizer>> ranks;
   for (int r = 0; r < world; ++r) {
     ranks.push_back(AdamW(table, SaveSlice(table.total_elements(), r, world)));
@@ -62,7 +62,7 @@ std::vector<std::unique_ptr<train::Optimizer>> Shards(const train::TensorTable& 
 }
 
 TEST(Resume, ShardedAdamWContinuesBitForBitAcrossWorldSizes) {
-  const train::TensorTable table = testing::TestTable(3);
+  const state::TensorTable table = testing::TestTable(3);
   const int64_t elements = table.total_elements();
   const std::vector<float> init = testing::PatternBuffer("init", 0, elements, elements);
 
@@ -103,7 +103,7 @@ TEST(Resume, ShardedAdamWContinuesBitForBitAcrossWorldSizes) {
         request.state.step = kSteps;
         request.state.optimizer_step = before[r]->step();
         request.state.schedule_step = kSteps;
-        const train::FlatRange range = before[r]->range();
+        const state::FlatRange range = before[r]->range();
         request.buffers.push_back({"params", elements, range,
                                    absl::MakeConstSpan(params).subspan(range.begin, range.size())});
         for (const train::StateBuffer& b : before[r]->state_buffers()) {

@@ -1,23 +1,21 @@
-// Ranges of the flat index space, and the "sum across ranks" hook.
+// Ranges of the flat index space.
 //
 // Under ZeRO each rank updates one contiguous range [begin, end) of a TensorTable's flat
 // index space (its shard) and keeps optimizer state only for it; plain data parallelism is
-// the range [0, total_elements). A range may cut a tensor in two, so per-tensor quantities
-// (LAMB's trust ratio, the global gradient norm) are computed as local partial sums that
-// the caller's SumAcrossRanks adds up over the ranks.
-#ifndef RINGMASTER_TRAIN_OPTIM_RANGE_H_
-#define RINGMASTER_TRAIN_OPTIM_RANGE_H_
+// the range [0, total_elements). A range may cut a tensor in two (per-tensor quantities are
+// then partial sums that train/optim/sum_across_ranks.h adds up over the ranks).
+#ifndef RINGMASTER_STATE_RANGE_H_
+#define RINGMASTER_STATE_RANGE_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "train/tensor.h"
+#include "state/tensor.h"
 
-namespace ringmaster::train {
+namespace ringmaster::state {
 
 // Flat indices [begin, end).
 struct FlatRange {
@@ -61,16 +59,6 @@ struct TensorPiece {
 // between tensors belongs to none).
 std::vector<TensorPiece> PiecesInRange(const TensorTable& table, FlatRange range);
 
-// Sums `values` element-wise across the ranks of the data-parallel group, in place. Every
-// rank calls it at the same point with a span of the same length and receives the same
-// totals; it blocks until all ranks have contributed (the trainer implements it with an
-// all-reduce under the collective's deadline). An error (ABORTED when the group broke,
-// DEADLINE_EXCEEDED) is returned to the caller of the operation that needed the sum.
-using SumAcrossRanks = std::function<absl::Status(absl::Span<double> values)>;
+}  // namespace ringmaster::state
 
-// The hook for a group of one rank: the local sums are already the totals.
-absl::Status SumOnOneRank(absl::Span<double> values);
-
-}  // namespace ringmaster::train
-
-#endif  // RINGMASTER_TRAIN_OPTIM_RANGE_H_
+#endif  // RINGMASTER_STATE_RANGE_H_

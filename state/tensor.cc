@@ -1,4 +1,4 @@
-#include "train/tensor.h"
+#include "state/tensor.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
-namespace ringmaster::train {
+namespace ringmaster::state {
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -58,4 +58,4 @@ void FlatBuffer::Zero() {
   if (size_ > 0) std::memset(data_.get(), 0, bytes());
 }
 
-}  // namespace ringmaster::train
+}  // namespace ringmaster::state

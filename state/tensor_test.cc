@@ -1,10 +1,10 @@
-#include "train/tensor.h"
+#include "state/tensor.h"
 
 #include <cstdint>
 
 #include "gtest/gtest.h"
 
-namespace ringmaster::train {
+namespace ringmaster::state {
 namespace {
 
 TEST(TensorTableTest, AlignsOffsetsAndCountsParameters) {
@@ -36,4 +36,4 @@ TEST(FlatBufferTest, ZeroedAndAligned) {
 }
 
 }  // namespace
-}  // namespace ringmaster::train
+}  // namespace ringmaster::state

@@ -12,8 +12,8 @@
 // (see train/model.h).
 //
 // Thread-safety: a TensorTable is immutable after building; FlatBuffer is a plain array.
-#ifndef RINGMASTER_TRAIN_TENSOR_H_
-#define RINGMASTER_TRAIN_TENSOR_H_
+#ifndef RINGMASTER_STATE_TENSOR_H_
+#define RINGMASTER_STATE_TENSOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace ringmaster::train {
+namespace ringmaster::state {
 
 // 16 floats = 64 bytes, one cache line and one AVX-512 register.
 inline constexpr int64_t kAlignElements = 16;
@@ -91,6 +91,6 @@ class FlatBuffer {
   int64_t size_ = 0;
 };
 
-}  // namespace ringmaster::train
+}  // namespace ringmaster::state
 
-#endif  // RINGMASTER_TRAIN_TENSOR_H_
+#endif  // RINGMASTER_STATE_TENSOR_H_

@@ -1,11 +1,11 @@
-#include "train/optim/range.h"
+#include "state/range.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
-namespace ringmaster::train {
+namespace ringmaster::state {
 
 std::string RangeString(FlatRange range) {
   return absl::StrCat("[", range.begin, ", ", range.end, ")");
@@ -37,6 +37,4 @@ std::vector<TensorPiece> PiecesInRange(const TensorTable& table, FlatRange range
   return pieces;
 }
 
-absl::Status SumOnOneRank(absl::Span<double>) { return absl::OkStatus(); }
-
-}  // namespace ringmaster::train
+}  // namespace ringmaster::state
