@@ -35,9 +35,9 @@ absl::StatusOr<std::vector<std::string>> GatherGpuIds(comm::Communicator& comm,
 }
 
 absl::StatusOr<GradientBackendChoice> ChooseGradientBackend(
-    JobSpec::Backend backend, absl::Span<const std::string> gpu_ids) {
+    TrainConfig::Backend backend, absl::Span<const std::string> gpu_ids) {
   GradientBackendChoice choice;
-  if (backend == JobSpec::BACKEND_TCP) {
+  if (backend == TrainConfig::Backend::kTcp) {
     choice.reason = "backend: tcp";
     return choice;
   }
@@ -60,7 +60,7 @@ absl::StatusOr<GradientBackendChoice> ChooseGradientBackend(
     choice.reason = gpu_ids.size() == 1 ? "the rank has a GPU" : "every rank has its own GPU";
     return choice;
   }
-  if (backend == JobSpec::BACKEND_NCCL) {
+  if (backend == TrainConfig::Backend::kNccl) {
     return absl::FailedPreconditionError(absl::StrCat(
         "backend: nccl needs every rank on its own GPU, but ", obstacle,
         "; give each rank a GPU (as many slots as GPUs per node) or set backend: auto or tcp"));

@@ -1,4 +1,4 @@
-// Which communicator reduces a rank's gradients (JobSpec.backend). NCCL needs device memory
+// Which communicator reduces a rank's gradients (TrainConfig::backend, the spec's backend). NCCL needs device memory
 // and one rank per GPU (it refuses two ranks on one GPU); the TCP backend takes anything,
 // staging device buffers through host memory.
 //
@@ -7,7 +7,7 @@
 // the same list and all pick the same backend (a rank alone on NCCL would wait forever).
 //
 //   RM_ASSIGN_OR_RETURN(auto ids, GatherGpuIds(host_comm, my_uuid, deadline));
-//   RM_ASSIGN_OR_RETURN(GradientBackendChoice c, ChooseGradientBackend(spec.backend(), ids));
+//   RM_ASSIGN_OR_RETURN(GradientBackendChoice c, ChooseGradientBackend(config.backend, ids));
 //   if (c.nccl) ... CreateNcclGradients (train/device.h)
 #ifndef RINGMASTER_TRAIN_GRADIENT_BACKEND_H_
 #define RINGMASTER_TRAIN_GRADIENT_BACKEND_H_
@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
-#include "proto/job_spec.pb.h"
+#include "train/config.h"
 
 namespace ringmaster::train {
 
@@ -41,7 +41,7 @@ struct GradientBackendChoice {
 
 // backend auto: NCCL when every rank has its own GPU, else TCP. tcp: TCP. nccl: NCCL, or
 // FAILED_PRECONDITION that names `backend` and the rank(s) that stop it.
-absl::StatusOr<GradientBackendChoice> ChooseGradientBackend(JobSpec::Backend backend,
+absl::StatusOr<GradientBackendChoice> ChooseGradientBackend(TrainConfig::Backend backend,
                                                             absl::Span<const std::string> gpu_ids);
 
 }  // namespace ringmaster::train

@@ -14,40 +14,40 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ChooseGradientBackend, AutoPicksNcclWhenEveryRankHasItsOwnGpu) {
-  auto c = ChooseGradientBackend(JobSpec::BACKEND_AUTO, {"aa", "bb", "cc"});
+  auto c = ChooseGradientBackend(TrainConfig::Backend::kAuto, {"aa", "bb", "cc"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->nccl);
   EXPECT_EQ(c->reason, "every rank has its own GPU");
-  c = ChooseGradientBackend(JobSpec::BACKEND_AUTO, {"aa"});
+  c = ChooseGradientBackend(TrainConfig::Backend::kAuto, {"aa"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->nccl);
 }
 
 TEST(ChooseGradientBackend, AutoFallsBackToTcpAndSaysWhy) {
-  auto shared = ChooseGradientBackend(JobSpec::BACKEND_AUTO, {"aa", "bb", "aa"});
+  auto shared = ChooseGradientBackend(TrainConfig::Backend::kAuto, {"aa", "bb", "aa"});
   ASSERT_TRUE(shared.ok()) << shared.status();
   EXPECT_FALSE(shared->nccl);
   EXPECT_EQ(shared->reason, "ranks 0 and 2 share GPU aa");
-  auto cpu = ChooseGradientBackend(JobSpec::BACKEND_AUTO, {"aa", ""});
+  auto cpu = ChooseGradientBackend(TrainConfig::Backend::kAuto, {"aa", ""});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_FALSE(cpu->nccl);
   EXPECT_EQ(cpu->reason, "rank 1 trains on the CPU");
 }
 
 TEST(ChooseGradientBackend, TcpIsTcpEvenWithGpus) {
-  auto c = ChooseGradientBackend(JobSpec::BACKEND_TCP, {"aa", "bb"});
+  auto c = ChooseGradientBackend(TrainConfig::Backend::kTcp, {"aa", "bb"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->nccl);
 }
 
 TEST(ChooseGradientBackend, NcclThatCannotBeNamesTheFieldAndTheRanks) {
-  auto c = ChooseGradientBackend(JobSpec::BACKEND_NCCL, {"aa", "aa"});
+  auto c = ChooseGradientBackend(TrainConfig::Backend::kNccl, {"aa", "aa"});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(c.status().message(), HasSubstr("backend: nccl"));
   EXPECT_THAT(c.status().message(), HasSubstr("ranks 0 and 1 share GPU aa"));
-  c = ChooseGradientBackend(JobSpec::BACKEND_NCCL, {""});
+  c = ChooseGradientBackend(TrainConfig::Backend::kNccl, {""});
   EXPECT_THAT(c.status().message(), HasSubstr("rank 0 trains on the CPU"));
-  c = ChooseGradientBackend(JobSpec::BACKEND_NCCL, {"aa", "bb"});
+  c = ChooseGradientBackend(TrainConfig::Backend::kNccl, {"aa", "bb"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->nccl);
 }

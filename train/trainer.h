@@ -1,9 +1,17 @@
 // The trainer: one rank of a data-parallel job (ARCHITECTURE.md, "trainer").
 //
-// RunTraining builds the model, data, optimizer and gradient synchronisation a JobSpec
-// describes, and runs the step loop over a communicator that the caller made (rank,
-// world and bootstrap come from outside: a FileStore for `ringctl local`, the coordinator
-// later). Every rank runs the same sequence of collectives.
+// A Trainer builds the model, data, optimizer and parallel strategy a TrainConfig describes
+// (config/train_config.h makes one from a JobSpec) and runs the step loop over a
+// communicator that the caller made (rank, world and bootstrap come from outside: a
+// FileStore for `ringctl local`, the coordinator's store in a cluster). Every rank runs the
+// same sequence of collectives. It is made of parts, each in its own file:
+//   model_factory.h     the data and the model a config names
+//   rank_memory.h       the memory a rank's state needs, checked before allocating it
+//   parallel_strategy.h how the state is spread over the ranks and gradients reduced
+//   host_view.h         the host's copy of a GPU's state
+//   restore.h           the start: survivors' memory or a checkpoint
+//   checkpoint_policy.h when saves happen and how the ranks agree on them
+//   step_reporter.h     progress lines and metrics; fingerprint.h the ranks' hashes
 //
 // One step: the global batch B (fixed by the job) is drawn from the sampler; this rank
 // runs its share in `accumulation` micro-batches (derived from B, the world size and
@@ -12,7 +20,7 @@
 // optimizer on this rank's range (the whole model, or its ZeRO shard), and for ZeRO the
 // parameters are all-gathered.
 //
-// Progress and metrics: rank 0 prints a progress line every diagnostics.log_every steps
+// Progress and metrics: rank 0 prints a progress line every log_every steps
 // (and the effective settings at start) through `progress`, and appends one JSON object
 // per logged step to metrics.jsonl when set. Every diagnostics.fingerprint_every steps the
 // ranks compare per-tensor hashes of their parameters (one small all-gather); a mismatch
@@ -61,11 +69,11 @@
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "common/env.h"
-#include "proto/job_spec.pb.h"
+#include "train/checkpoint_policy.h"
+#include "train/config.h"
 #include "train/data/dataset.h"
-#include "train/data/sampler.h"
 #include "train/model.h"
-#include "train/optim/loss_scaler.h"
+#include "train/restore.h"
 
 namespace ringmaster::train {
 
@@ -83,39 +91,9 @@ struct StepReport {
   std::string checkpoint_error;
 };
 
-// A committed checkpoint, as rank 0 knows it (TrainerOptions::on_checkpoint).
-struct CommittedCheckpoint {
-  int64_t step = 0;
-  std::string path;    // <checkpoint.dir>/<job>/step-<N>
-  int world_size = 0;  // the ranks that saved it
-  int64_t bytes = 0;   // its shard files together
-  absl::Time committed;
-};
-
-// A trainer's state kept in memory between the epochs of an elastic job
-// (worker/elastic_trainer.h): after a membership change the survivors restore from it instead
-// of from the checkpoint, so the steps since the last checkpoint are not trained again.
-// RunTraining fills it when it returns (with an error too) with the state after the last
-// step it completed; only with plain data parallelism (ZeRO-0), where every rank holds the
-// whole state. A failure mid-step leaves the state of the step before: the optimizer, the
-// only writer of the parameters and moments, runs after the step's last collective that can
-// fail before it, and a rank whose gradient all-reduce completed has the same reduced
-// gradient as every other rank that completed it.
-struct ResidentState {
-  int64_t step = -1;  // steps the state is after; -1: nothing kept
-  uint64_t spec_hash = 0;
-  std::vector<float> params;  // the table's elements (no padding)
-  std::vector<std::pair<std::string, std::vector<float>>> optimizer;  // whole buffers
-  int64_t optimizer_step = 0;
-  state::SamplerState sampler;
-  std::optional<state::LossScalerState> loss_scaler;
-
-  void Clear() { *this = ResidentState(); }
-};
-
 struct TrainerOptions {
-  // Validated, with defaults applied (spec::LoadJobSpecFile does both).
-  JobSpec spec;
+  // What to train (config/train_config.h TrainConfigFromSpec makes it from a job spec).
+  TrainConfig config;
   // Not owned; its rank and size are this rank's. It reduces the gradients: host memory on
   // the CPU, the GPU's memory with a device (NCCL, or TCP staging through the host).
   comm::Communicator* comm = nullptr;
@@ -124,7 +102,7 @@ struct TrainerOptions {
   // Same ranks as comm. Not owned.
   comm::Communicator* host_comm = nullptr;
   // Where the trainer bootstraps an NCCL communicator for the gradients when it trains on
-  // a GPU and spec.backend allows it (auto: every rank has its own GPU; nccl: required;
+  // a GPU and config.backend allows it (auto: every rank has its own GPU; nccl: required;
   // train/gradient_backend.h): the Store NCCL's unique id travels through (the
   // coordinator's in a cluster) and a key prefix fresh for this communicator, e.g. the
   // epoch's prefix + "nccl". `comm` then carries the host collectives. Every rank of the job
@@ -204,41 +182,47 @@ struct TrainResult {
   int64_t checkpoints_skipped = 0;  // a save was still running (checkpoint.on_busy: skip)
 };
 
+// Builds a rank's trainer: loads the data (unless given), creates the model, chooses the
+// device and the gradients' communicator, allocates the state and restores it (see
+// TrainerOptions::resident and checkpoint.resume). Every rank calls it (it runs
+// collectives). Errors as RunTraining's.
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
+  // Keeps the state in TrainerOptions::resident (see ResidentState) and, when the run did not
+  // finish, aborts the gradients' own communicator (NCCL) instead of waiting for peers that
+  // may be gone.
+  ~Trainer();
+
+  // Steps done so far (the first step's index before the first Step()), and in all.
+  int64_t steps_done() const;
+  int64_t total_steps() const;
+  // True once the last step ran or the ranks agreed to stop (drain, stop_at_step).
+  bool finished() const;
+
+  // One training step on every rank; then the saves, fingerprints, evaluation and reports it
+  // triggers. An error ends the run (the communicator may be broken).
+  absl::Status Step();
+
+  // Steps until finished(), then waits for the last save, evaluates and reports.
+  absl::StatusOr<TrainResult> Run();
+
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+ private:
+  struct State;
+  explicit Trainer(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Create + Run. Blocks until the job ends.
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
 
 // The result as one line of JSON (ringtrainer's --summary, which ringctl local reads): a
 // flat object, compact, written by a JSON library so that a number that is not finite is
 // null; eval_accuracy and eval_loss are null when not measured.
 std::string TrainResultJson(const TrainResult& result);
-
-// The training and (when the task has one) evaluation data a spec names, loaded; for
-// callers that run several trainings on the same data (an elastic trainer's epochs) and
-// pass it as TrainerOptions::train_data / test_data.
-struct JobData {
-  std::unique_ptr<data::Dataset> owned_train, owned_test;
-  const data::Dataset* train = nullptr;
-  const data::Dataset* test = nullptr;
-};
-absl::StatusOr<JobData> LoadJobData(const JobSpec& spec);
-
-// Host memory one rank's training state needs (parameters, gradients, optimizer state, by
-// the formula the trainer checks the machine against before allocating them), for a world
-// of `world` ranks; the model is described, not allocated, and no data is read (its shape
-// comes from the spec). For ringctl to fill in resources.memory_per_rank_mib.
-absl::StatusOr<int64_t> EstimateRankStateBytes(const JobSpec& spec, int world);
-
-// The model a spec describes, for `data` (input sizes, classes or vocabulary).
-absl::StatusOr<std::unique_ptr<Model>> CreateModelFromSpec(const JobSpec& spec,
-                                                           const data::DatasetInfo& data);
-
-// Hashes (xxh3-64) of each tensor's bytes in `params`, in table order.
-std::vector<uint64_t> TensorHashes(const state::TensorTable& table, const float* params);
-
-// `gathered` holds every rank's fingerprint in rank order: TensorHashes then the loss's
-// bits (table.size() + 1 values each). INTERNAL naming the first tensor (or the loss) in
-// which some rank differs from rank 0, and the step; OK when all agree.
-absl::Status CompareFingerprints(const state::TensorTable& table,
-                                 absl::Span<const uint64_t> gathered, int world, int64_t step);
 
 }  // namespace ringmaster::train
 

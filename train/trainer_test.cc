@@ -28,9 +28,11 @@
 #include "common/fault_injection_env.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
@@ -45,6 +47,13 @@ using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
 using comm::testing::RankResult;
 using comm::testing::RunRanks;
+
+// The trainer's options for a validated spec with its defaults.
+TrainConfig Config(const JobSpec& spec) {
+  absl::StatusOr<TrainConfig> c = config::TrainConfigFromSpec(spec);
+  CHECK(c.ok()) << c.status();
+  return *std::move(c);
+}
 
 // Whether a GPU is visible, asked in a child: the ranks are forked from this process, and
 // CUDA does not survive fork, so this process must never initialise it.
@@ -139,7 +148,7 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     if (!spec.ok()) return spec.status();
     std::unique_ptr<data::Dataset> train_data = DataFor(*spec);
     TrainerOptions o;
-    o.spec = *spec;
+    o.config = Config(*spec);
     o.comm = &comm;
     std::unique_ptr<comm::Store> nccl_store;
     if (gradients == Gradients::kNccl) {
@@ -384,7 +393,7 @@ void ExpectCudaFailsAndAutoTrains(const char* spec_text, std::vector<std::string
   mp.world_size = 1;
   auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
     TrainerOptions o;
-    o.spec = *spec;
+    o.config = Config(*spec);
     o.comm = &comm;
     o.train_data = data.get();
     absl::Status s = RunTraining(o).status();
@@ -392,7 +401,7 @@ void ExpectCudaFailsAndAutoTrains(const char* spec_text, std::vector<std::string
       return absl::InternalError(absl::StrCat("want ", absl::StatusCodeToString(code), " naming '",
                                               text, "', got ", s.ToString()));
     }
-    o.spec.set_device(JobSpec::DEVICE_AUTO);
+    o.config.device = TrainConfig::Device::kAuto;
     return RunTraining(o).status();
   });
   EXPECT_TRUE(results[0].status.ok()) << results[0].status;
@@ -511,7 +520,7 @@ TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
   auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
     RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Store> store, comm::FileStore::Create({dir}));
     TrainerOptions o;
-    o.spec = *spec;
+    o.config = Config(*spec);
     o.comm = &comm;
     o.train_data = data.get();
     o.nccl_store = store.get();
@@ -541,7 +550,7 @@ TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
 TrainerOptions ForkedRankOptions(const JobSpec& spec, TcpCommunicator& comm,
                                  const data::Dataset* data) {
   TrainerOptions o;
-  o.spec = spec;
+  o.config = Config(spec);
   o.comm = &comm;
   o.local_ranks = comm.size();
   o.op_timeout = absl::Seconds(20);
@@ -638,7 +647,7 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
     auto train_data = Synthetic();
     std::vector<std::string> lines;
     TrainerOptions o;
-    o.spec = *spec;
+    o.config = Config(*spec);
     o.comm = &comm;
     o.train_data = train_data.get();
     o.checkpoint_env = &env;
@@ -1045,36 +1054,6 @@ TEST(TrainerMemory, AnyBadAllocIsPermanentlyResourceExhausted) {
                                 "out of memory while allocating the trainer's "
                                 "working memory"))
       << s;
-}
-
-TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
-  state::TensorTable table;
-  table.Add("fc1.weight", {3});
-  table.Add("fc1.bias", {2});
-  // 3 ranks x (2 tensors + loss).
-  std::vector<uint64_t> all = {1, 2, 9, 1, 2, 9, 1, 2, 9};
-  EXPECT_TRUE(CompareFingerprints(table, all, 3, 10).ok());
-  all[7] = 5;  // rank 2's fc1.bias
-  absl::Status s = CompareFingerprints(table, all, 3, 10);
-  EXPECT_TRUE(absl::IsInternal(s));
-  EXPECT_NE(s.message().find("fc1.bias differs between rank 0 and rank 2"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("step 10"), std::string::npos) << s;
-  all[7] = 2;
-  all[5] = 8;  // rank 1's loss
-  EXPECT_NE(CompareFingerprints(table, all, 3, 4).message().find("the training loss"),
-            std::string::npos);
-}
-
-TEST(TensorHashes, ChangeWithAnyTensor) {
-  state::TensorTable table;
-  table.Add("a", {3});
-  table.Add("b", {2, 2});
-  state::FlatBuffer p(table.total_elements());
-  auto before = TensorHashes(table, p.data());
-  p.data()[table.tensor(1).offset + 3] = 1e-30f;
-  auto after = TensorHashes(table, p.data());
-  EXPECT_EQ(before[0], after[0]);
-  EXPECT_NE(before[1], after[1]);
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "common/status_macros.h"
+#include "config/train_config.h"
 #include "glog/logging.h"
+#include "train/model_factory.h"
 #include "worker/coordinator_store.h"
 
 namespace ringmaster::worker {
@@ -204,6 +206,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
   // Loaded once, in the first epoch joined: every epoch trains on the same data (a recovery
   // then pays no reload).
   std::optional<train::JobData> data;
+  std::optional<train::TrainConfig> config;
   ElasticResult result;
   // The state after this trainer's last completed step, across epochs: after a failure the
   // survivors restore from it (TrainerOptions::resident) instead of the checkpoint.
@@ -224,8 +227,18 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     const int rank = joined->rank(), world = joined->world_size();
     result.last_rank = rank;
     LOG(INFO) << "job " << o.job << " epoch " << epoch << ": rank " << rank << " of " << world;
+    if (!config) {
+      // A spec the engine cannot run fails the same way on every node and every restart.
+      absl::StatusOr<train::TrainConfig> c = config::TrainConfigFromSpec(o.spec);
+      if (!c.ok()) {
+        const absl::Status s = MarkPermanent(c.status());
+        ReportCollectiveError(o, epoch, s);
+        return s;
+      }
+      config = *std::move(c);
+    }
     if (!data) {
-      absl::StatusOr<train::JobData> loaded = train::LoadJobData(o.spec);
+      absl::StatusOr<train::JobData> loaded = train::LoadJobData(*config);
       if (!loaded.ok()) {
         // Out of memory, say: the epoch is committed, so the job fails at once instead of
         // restarting into it again. Any other failure to read the data (missing, unreadable,
@@ -263,8 +276,10 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     }
     std::atomic<bool> drain{false};
     train::TrainerOptions to;
-    to.spec = o.spec;
-    if (checkpointing && result.epochs > 0) to.spec.set_resume("auto");
+    to.config = *config;
+    if (checkpointing && result.epochs > 0) {
+      to.config.checkpoint.resume = {train::ResumeConfig::Kind::kAuto, 0, "auto"};
+    }
     to.comm = comm->get();
     to.train_data = data->train;
     to.test_data = data->test;

@@ -34,6 +34,7 @@
 #include "common/logging.h"
 #include "common/out_of_memory.h"
 #include "common/version.h"
+#include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
 #include "worker/coordinator_client.h"
@@ -207,8 +208,11 @@ int Main() {
   auto comm = comm::TcpCommunicator::Create(co);
   if (!comm.ok()) return Fail(1, comm.status());
 
+  auto config = config::TrainConfigFromSpec(*spec);
+  if (!config.ok()) return Fail(2, std::string(config.status().message()));
+
   train::TrainerOptions to;
-  to.spec = *std::move(spec);
+  to.config = *std::move(config);
   to.comm = comm->get();
   to.local_ranks = absl::GetFlag(FLAGS_local_ranks) > 0 ? absl::GetFlag(FLAGS_local_ranks) : world;
   to.gpu = rank % to.local_ranks;  // every rank is on this machine

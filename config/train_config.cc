@@ -1,0 +1,197 @@
+#include "config/train_config.h"
+
+#include <string>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "spec/job_spec.h"
+
+namespace ringmaster::config {
+namespace {
+
+using train::TrainConfig;
+
+train::Precision PrecisionOf(const PrecisionSpec& p) {
+  switch (p.compute()) {
+    case PrecisionSpec::DTYPE_BF16:
+      return train::Precision::kBFloat16;
+    case PrecisionSpec::DTYPE_FP16:
+      return train::Precision::kFloat16;
+    default:
+      return train::Precision::kFloat32;
+  }
+}
+
+absl::StatusOr<train::OptimizerOptions> OptimizerOf(const OptimizerSpec& o) {
+  switch (o.kind_case()) {
+    case OptimizerSpec::kSgd: {
+      train::SgdOptions s;
+      s.momentum = o.sgd().momentum();
+      s.nesterov = o.sgd().nesterov();
+      s.weight_decay = o.weight_decay();
+      return s;
+    }
+    case OptimizerSpec::kAdamw: {
+      train::AdamWOptions a;
+      a.beta1 = o.adamw().beta1();
+      a.beta2 = o.adamw().beta2();
+      a.eps = o.adamw().eps();
+      a.weight_decay = o.weight_decay();
+      return a;
+    }
+    case OptimizerSpec::kLamb: {
+      train::LambOptions l;
+      l.beta1 = o.lamb().beta1();
+      l.beta2 = o.lamb().beta2();
+      l.eps = o.lamb().eps();
+      l.weight_decay = o.weight_decay();
+      return l;
+    }
+    default:
+      return absl::InvalidArgumentError("optimizer: set one of sgd, adamw or lamb");
+  }
+}
+
+train::LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
+  switch (s.decay()) {
+    case ScheduleSpec::DECAY_CONSTANT:
+      return train::LrScheduleOptions::Decay::kConstant;
+    case ScheduleSpec::DECAY_LINEAR:
+      return train::LrScheduleOptions::Decay::kLinear;
+    default:
+      return train::LrScheduleOptions::Decay::kCosine;
+  }
+}
+
+absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
+  const ModelSpec& m = spec.model();
+  train::ModelConfig c;
+  if (m.has_mlp()) {
+    if (m.mlp().activation() == MlpSpec::ACTIVATION_GELU) {
+      return absl::InvalidArgumentError(
+          "model.mlp.activation: gelu is not available for the MLP yet; use relu");
+    }
+    c.kind = train::ModelConfig::Kind::kMlp;
+    c.mlp_hidden.assign(m.mlp().hidden().begin(), m.mlp().hidden().end());
+  } else if (m.has_cnn()) {
+    c.kind = train::ModelConfig::Kind::kCnn;
+    c.cnn_channels.assign(m.cnn().channels().begin(), m.cnn().channels().end());
+    c.cnn_fc = m.cnn().fc();
+  } else if (m.has_gpt()) {
+    c.kind = train::ModelConfig::Kind::kGpt;
+    c.gpt.layers = m.gpt().layers();
+    c.gpt.heads = m.gpt().heads();
+    c.gpt.width = m.gpt().width();
+    c.gpt.context = m.gpt().context();
+    c.gpt.vocab = m.gpt().vocab();
+    c.gpt.checkpoint_every = spec.parallelism().activation_checkpointing_every();
+  } else {
+    return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
+  }
+  return c;
+}
+
+absl::StatusOr<train::DataConfig> DataOf(const DataSpec& d) {
+  train::DataConfig c;
+  c.eval_every_epoch = d.eval_every_epoch();
+  if (d.has_fashion_mnist()) {
+    c.kind = train::DataConfig::Kind::kFashionMnist;
+    if (!d.fashion_mnist().dir().empty()) c.fashion_mnist_dir = d.fashion_mnist().dir();
+    c.normalize = !d.fashion_mnist().has_normalize() || d.fashion_mnist().normalize();
+  } else if (d.has_text()) {
+    c.kind = train::DataConfig::Kind::kText;
+    c.text_path = d.text().path();
+  } else {
+    return absl::InvalidArgumentError("data: set fashion_mnist or text");
+  }
+  return c;
+}
+
+absl::StatusOr<train::CheckpointConfig> CheckpointOf(const JobSpec& spec) {
+  const CheckpointSpec& cs = spec.checkpoint();
+  train::CheckpointConfig c;
+  c.dir = cs.dir();
+  c.every_steps = cs.every_steps();
+  c.every_seconds = cs.every_seconds();
+  c.keep_last = cs.keep_last();
+  c.keep_every = cs.keep_every();
+  c.skip_when_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP;
+  c.fail_on_failure = cs.on_failure() == CheckpointSpec::ON_FAILURE_FAIL;
+  c.drain_grace_seconds = cs.drain_grace_seconds();
+  RM_ASSIGN_OR_RETURN(spec::ResumePoint resume, spec::ParseResume(spec.resume()));
+  switch (resume.kind) {
+    case spec::ResumePoint::Kind::kAuto:
+      c.resume.kind = train::ResumeConfig::Kind::kAuto;
+      break;
+    case spec::ResumePoint::Kind::kNever:
+      c.resume.kind = train::ResumeConfig::Kind::kNever;
+      break;
+    case spec::ResumePoint::Kind::kStep:
+      c.resume.kind = train::ResumeConfig::Kind::kStep;
+      break;
+    case spec::ResumePoint::Kind::kExtend:
+      c.resume.kind = train::ResumeConfig::Kind::kExtend;
+      break;
+  }
+  c.resume.step = resume.step;
+  c.resume.text = spec.resume();
+  c.spec_hash = spec::TrainingSpecHash(spec);
+  c.training_spec = spec::TrainingSpecText(spec);
+  for (absl::string_view field : spec::kLengthFields) c.length_fields.emplace_back(field);
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
+  TrainConfig c;
+  c.name = spec.name();
+  c.seed = spec.seed();
+  RM_ASSIGN_OR_RETURN(c.model, ModelOf(spec));
+  RM_ASSIGN_OR_RETURN(c.data, DataOf(spec.data()));
+  if (spec.length_case() == JobSpec::kSteps) {
+    c.steps = spec.steps();
+    c.epochs = 0;
+  } else {
+    c.steps = 0;
+    c.epochs = spec.epochs();
+  }
+  c.global_batch = spec.batch().global();
+  c.accumulation = spec.batch().accumulation();
+  c.micro_max = spec.batch().micro_max();
+  RM_ASSIGN_OR_RETURN(c.optimizer, OptimizerOf(spec.optimizer()));
+  c.lr = spec.optimizer().lr();
+  c.clip_grad_norm = spec.optimizer().clip_grad_norm();
+  c.schedule.base_batch = spec.schedule().base_batch();
+  c.schedule.warmup_steps = spec.schedule().warmup_steps();
+  c.schedule.decay = DecayOf(spec.schedule());
+  c.schedule.min_lr_ratio = spec.schedule().min_lr_ratio();
+  c.precision = PrecisionOf(spec.precision());
+  c.tf32 = spec.precision().tf32();
+  const LossScaleSpec& ls = spec.precision().loss_scale();
+  c.loss_scale.mode = ls.mode() == LossScaleSpec::MODE_FIXED
+                          ? train::LossScalerOptions::Mode::kFixed
+                          : train::LossScalerOptions::Mode::kDynamic;
+  c.loss_scale.initial_scale = ls.initial();
+  c.loss_scale.growth_interval = ls.growth_interval();
+  c.loss_scale.growth_factor = ls.growth_factor();
+  c.loss_scale.backoff_factor = ls.backoff_factor();
+  const ParallelismSpec& p = spec.parallelism();
+  c.zero_stage = p.zero_stage();
+  c.bucket_mb = p.bucket_mb();
+  c.overlap = p.overlap();
+  c.threads = p.threads();
+  c.device = spec.device() == JobSpec::DEVICE_CPU    ? TrainConfig::Device::kCpu
+             : spec.device() == JobSpec::DEVICE_CUDA ? TrainConfig::Device::kCuda
+                                                     : TrainConfig::Device::kAuto;
+  c.backend = spec.backend() == JobSpec::BACKEND_TCP    ? TrainConfig::Backend::kTcp
+              : spec.backend() == JobSpec::BACKEND_NCCL ? TrainConfig::Backend::kNccl
+                                                        : TrainConfig::Backend::kAuto;
+  RM_ASSIGN_OR_RETURN(c.checkpoint, CheckpointOf(spec));
+  c.log_every = spec.diagnostics().log_every();
+  c.fingerprint_every = spec.diagnostics().fingerprint_every();
+  c.metrics_jsonl = spec.metrics().jsonl();
+  return c;
+}
+
+}  // namespace ringmaster::config

@@ -1,0 +1,119 @@
+// When and how a rank's training state is saved (checkpoint.*): the writer, the triggers
+// (every_steps, every_seconds, SIGUSR1, the drain and the last step), and the ranks'
+// agreement on how saves went (see trainer.h, "Checkpoints").
+//
+// Thread-safety: from the training thread only.
+#ifndef RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_
+#define RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "checkpoint/writer.h"
+#include "comm/communicator.h"
+#include "common/env.h"
+#include "state/range.h"
+#include "state/tensor.h"
+#include "train/config.h"
+
+namespace ringmaster::train {
+
+// A committed checkpoint, as rank 0 knows it (TrainerOptions::on_checkpoint).
+struct CommittedCheckpoint {
+  int64_t step = 0;
+  std::string path;    // <checkpoint.dir>/<job>/step-<N>
+  int world_size = 0;  // the ranks that saved it
+  int64_t bytes = 0;   // its shard files together
+  absl::Time committed;
+};
+
+struct CheckpointPolicyOptions {
+  const TrainConfig* config = nullptr;  // checkpoint.dir is set
+  // Host-memory collectives of the job's ranks (the agreement on failures). Not owned.
+  comm::Communicator* comm = nullptr;
+  absl::Duration op_timeout = absl::Seconds(120);
+  Env* env = nullptr;  // null: the real filesystem
+  const state::TensorTable* table = nullptr;
+  int zero_stage = 0;
+  // Bytes a save's snapshot copies on this rank (reserved up front).
+  int64_t staging_reserve_bytes = 0;
+  // Makes the state a save reads current in host memory (train/host_view.h Pull).
+  std::function<absl::Status()> pull;
+  // What this rank saves at the end of step `done` (called after `pull`).
+  std::function<checkpoint::SaveRequest(int64_t done)> request;
+  // Rank 0's lines for the user; every committed checkpoint (rank 0).
+  std::function<void(const std::string&)> say;
+  std::function<void(const CommittedCheckpoint&)> on_checkpoint;
+};
+
+// What became of the saves of a run.
+struct CheckpointTotals {
+  int64_t saved = 0;
+  int64_t failed = 0;
+  int64_t skipped = 0;
+};
+
+class CheckpointPolicy {
+ public:
+  // Errors: the writer's (e.g. a checkpoint.dir that cannot be created).
+  static absl::StatusOr<std::unique_ptr<CheckpointPolicy>> Create(
+      const CheckpointPolicyOptions& options);
+
+  // Rank 0: hands the job's latest committed checkpoint (e.g. one an earlier epoch saved) to
+  // on_checkpoint.
+  void ReportLatestCommitted();
+
+  // This rank's votes for the step's control all-reduce: a save now (rank 0, when
+  // every_seconds have passed) and the saves it failed itself.
+  bool TimeToSave() const;
+  double own_failures() const;
+
+  // After step `done` (1-based), once the ranks summed their votes: `save_votes` ranks asked
+  // for a save now, `failures` is the sum of own_failures(). Saves synchronously when
+  // `drain` or `last_step`, else begins an asynchronous save when due. Errors: the
+  // collectives'; with checkpoint.on_failure: fail, the first failed save (permanent).
+  absl::Status AfterStep(int64_t done, bool drain, bool last_step, double save_votes,
+                         double failures);
+
+  // The optimizer is about to write the state an asynchronous save may still be copying.
+  void FinishSnapshot();
+
+  // Rank 0: the last save that failed so far; step -1 while none has.
+  int64_t last_failed_step() const;
+  std::string last_failure() const;
+
+  // Waits (up to 10 minutes) for the running save and says what became of the saves.
+  CheckpointTotals Finish();
+
+  const std::string& job_dir() const { return writer_->job_dir(); }
+
+ private:
+  explicit CheckpointPolicy(const CheckpointPolicyOptions& options);
+  absl::Status ExchangeFailures();
+  absl::StatusOr<bool> Settle(absl::Time until);
+  void ReportSaves();
+  void Committed(int64_t step, int world_size, int64_t bytes, absl::Time when);
+  absl::Time Deadline() const { return absl::Now() + options_.op_timeout; }
+
+  const CheckpointPolicyOptions options_;
+  const CheckpointConfig& cs_;
+  const bool leader_;
+  std::unique_ptr<checkpoint::CheckpointWriter> writer_;
+  int64_t failures_reported_ = 0;
+  int64_t commit_reported_ = -1;
+  double agreed_failures_ = 0;  // the ranks' own failures told, summed
+  int64_t told_failures_ = 0;   // this rank's
+  std::string unfinished_;      // why, when Settle returned false
+  absl::Time last_save_time_;
+  bool snapshot_pending_ = false;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_

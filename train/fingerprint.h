@@ -1,0 +1,35 @@
+// Fingerprints: the ranks of a data-parallel job compare hashes of their parameters now and
+// then (diagnostics.fingerprint_every), so a rank that silently diverged (a
+// non-deterministic kernel, a lost update, memory corruption) stops the job, named.
+#ifndef RINGMASTER_TRAIN_FINGERPRINT_H_
+#define RINGMASTER_TRAIN_FINGERPRINT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "comm/communicator.h"
+#include "state/tensor.h"
+
+namespace ringmaster::train {
+
+// Hashes (xxh3-64) of each tensor's bytes in `params`, in table order.
+std::vector<uint64_t> TensorHashes(const state::TensorTable& table, const float* params);
+
+// `gathered` holds every rank's fingerprint in rank order: TensorHashes then the loss's
+// bits (table.size() + 1 values each). INTERNAL naming the first tensor (or the loss) in
+// which some rank differs from rank 0, and the step; OK when all agree.
+absl::Status CompareFingerprints(const state::TensorTable& table,
+                                 absl::Span<const uint64_t> gathered, int world, int64_t step);
+
+// Every rank calls it with its parameters (host memory) and the step's (all-reduced, so
+// common) loss: one small all-gather, then CompareFingerprints. The collective's errors too.
+absl::Status CheckFingerprints(comm::Communicator& comm, const state::TensorTable& table,
+                               const float* params, double loss, int64_t step,
+                               absl::Time deadline);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_FINGERPRINT_H_

@@ -1,0 +1,105 @@
+#include "train/model_factory.h"
+
+#include <new>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "train/data/fashion_mnist.h"
+#include "train/data/text_dataset.h"
+#include "train/nn/classifiers.h"
+#include "train/nn/gpt.h"
+
+namespace ringmaster::train {
+namespace {
+
+absl::StatusOr<JobData> LoadOrThrow(const TrainConfig& config) {
+  JobData d;
+  const DataConfig& dc = config.data;
+  switch (dc.kind) {
+    case DataConfig::Kind::kFashionMnist: {
+      data::FashionMnistOptions fo;
+      if (!dc.normalize) fo.normalization = data::PixelNormalization{};
+      RM_ASSIGN_OR_RETURN(d.owned_train, data::LoadFashionMnist(dc.fashion_mnist_dir,
+                                                                data::FashionMnistSplit::kTrain, fo));
+      RM_ASSIGN_OR_RETURN(d.owned_test, data::LoadFashionMnist(dc.fashion_mnist_dir,
+                                                               data::FashionMnistSplit::kTest, fo));
+      break;
+    }
+    case DataConfig::Kind::kText:
+      RM_ASSIGN_OR_RETURN(d.owned_train,
+                          data::LoadTextDataset(dc.text_path, config.model.gpt.context));
+      break;
+  }
+  d.train = d.owned_train.get();
+  d.test = d.owned_test.get();
+  return d;
+}
+
+}  // namespace
+
+absl::Status OutOfMemory(absl::string_view what) {
+  return MarkPermanent(absl::ResourceExhaustedError(
+      absl::StrCat("out of memory while allocating ", what,
+                   " (std::bad_alloc); make the model or the batch smaller, or give each "
+                   "rank more memory (fewer ranks per node, parallelism.zero_stage)")));
+}
+
+absl::StatusOr<JobData> LoadJobData(const TrainConfig& config) {
+  try {
+    return LoadOrThrow(config);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("the job's data (data)");
+  }
+}
+
+data::DatasetInfo DescribeJobData(const TrainConfig& config) {
+  data::DatasetInfo shape;
+  switch (config.data.kind) {
+    case DataConfig::Kind::kFashionMnist:
+      shape.feature_dim = data::kFashionMnistRows * data::kFashionMnistCols;
+      shape.num_classes = data::kFashionMnistClasses;
+      break;
+    case DataConfig::Kind::kText:
+      shape.context = config.model.gpt.context;
+      shape.vocab_size = config.model.gpt.vocab;
+      break;
+  }
+  return shape;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& m,
+                                                   const data::DatasetInfo& data) {
+  nn::ModelOptions o;
+  switch (m.kind) {
+    case ModelConfig::Kind::kMlp:
+      if (data.feature_dim == 0) {
+        return absl::InvalidArgumentError("model.mlp needs image data (data.fashion_mnist)");
+      }
+      o.kind = nn::ModelKind::kMlp;
+      o.mlp.inputs = data.feature_dim;
+      o.mlp.classes = data.num_classes;
+      o.mlp.hidden = m.mlp_hidden;
+      return nn::CreateModel(o);
+    case ModelConfig::Kind::kCnn:
+      if (data.feature_dim != data::kFashionMnistRows * data::kFashionMnistCols) {
+        return absl::InvalidArgumentError("model.cnn needs 28x28 images (data.fashion_mnist)");
+      }
+      o.kind = nn::ModelKind::kCnn;
+      o.cnn.conv_channels = m.cnn_channels;
+      o.cnn.hidden = {m.cnn_fc};
+      o.cnn.classes = data.num_classes;
+      return nn::CreateModel(o);
+    case ModelConfig::Kind::kGpt: {
+      if (data.context == 0) {
+        return absl::InvalidArgumentError("model.gpt needs text data (data.text)");
+      }
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptModel> gpt, nn::GptModel::Create(m.gpt));
+      return std::unique_ptr<Model>(std::move(gpt));
+    }
+  }
+  return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
+}
+
+}  // namespace ringmaster::train

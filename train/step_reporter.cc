@@ -1,0 +1,143 @@
+#include "train/step_reporter.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace ringmaster::train {
+
+std::string ShortDuration(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d + absl::Milliseconds(500)));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+
+namespace {
+
+// The metrics file is the job's history: a resumed or recovered run appends to it (its
+// records carry their step, so a step trained again shows twice, in order). A last line cut
+// short (a process killed while writing it) is dropped first, so that every line is JSON.
+absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
+  std::error_code ignored;  // a failure to create it shows when opening the file
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  if (std::ifstream in(path, std::ios::binary); in) {
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!text.empty() && text.back() != '\n') {
+      const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      std::error_code error;
+      std::filesystem::resize_file(path, keep, error);
+      if (error) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "metrics.jsonl: cannot drop the cut-short last line of ", path, ": ", error.message()));
+      }
+      LOG(WARNING) << path << ": dropped a last line cut short (" << text.size() - keep
+                   << " bytes)";
+    }
+  }
+  out->open(path, std::ios::out | std::ios::app);
+  if (!*out) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics.jsonl: cannot write ", path, " (does its directory exist?)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StepReporter::StepReporter(const StepReporterOptions& options)
+    : options_(options),
+      log_every_(std::max<int64_t>(1, options.config->log_every)),
+      start_(absl::Now()),
+      window_start_(start_) {}
+
+absl::StatusOr<std::unique_ptr<StepReporter>> StepReporter::Create(
+    const StepReporterOptions& options) {
+  std::unique_ptr<StepReporter> r(new StepReporter(options));
+  if (options.rank == 0 && !options.config->metrics_jsonl.empty()) {
+    RM_RETURN_IF_ERROR(OpenMetrics(options.config->metrics_jsonl, &r->metrics_));
+  }
+  return r;
+}
+
+void StepReporter::Say(const std::string& line) const {
+  LOG(INFO) << line;
+  if (options_.rank == 0 && options_.progress) options_.progress(line);
+}
+
+void StepReporter::StartAt(int64_t first_step) {
+  first_step_ = first_step;
+  start_ = window_start_ = absl::Now();
+}
+
+bool StepReporter::Logged(int64_t step) const {
+  return (step + 1) % log_every_ == 0 || step + 1 == options_.total_steps || step == 0;
+}
+
+void StepReporter::Count(int64_t samples, const GradientSyncStats& stats) {
+  window_samples_ += samples;
+  total_samples_ += samples;
+  window_comm_ += stats.comm_time;
+  window_exposed_ += stats.exposed_wait;
+}
+
+void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
+  const absl::Duration window = absl::Now() - window_start_;
+  const double secs = std::max(1e-9, absl::ToDoubleSeconds(window));
+  const double sps = static_cast<double>(window_samples_) / secs;
+  const double comm_s = absl::ToDoubleSeconds(window_comm_);
+  const std::string rate = options_.context > 0
+                               ? absl::StrFormat("%.0f tokens/s", sps * options_.context)
+                               : absl::StrFormat("%.0f samples/s", sps);
+  std::string line = absl::StrFormat(
+      "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
+      l.step, options_.total_steps, l.epoch, l.loss, l.lr, l.grad_norm, rate,
+      100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed_) / secs);
+  // This run's pace so far, for the steps left.
+  const absl::Duration elapsed = absl::Now() - start_;
+  const absl::Duration eta = elapsed / static_cast<double>(l.step - first_step_) *
+                             (options_.total_steps - l.step);
+  absl::StrAppend(&line, " elapsed ", ShortDuration(elapsed), " eta ", ShortDuration(eta));
+  if (l.loss_scale) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", *l.loss_scale));
+  if (l.test_accuracy) absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", *l.test_accuracy));
+  Say(line);
+  if (metrics_.is_open()) {
+    // A JSON library writes it: a number that is not finite becomes null.
+    nlohmann::ordered_json record = {
+        {"step", l.step},
+        {"epoch", l.epoch},
+        {"loss", l.loss},
+        {"lr", l.lr},
+        {"grad_norm", l.grad_norm},
+        {"local_grad_norm", l.local_grad_norm},
+        {"samples_per_second", sps},
+        {"comm_seconds", comm_s},
+        {"exposed_comm_seconds", absl::ToDoubleSeconds(window_exposed_)},
+        {"window_seconds", secs},
+        {"loss_scale", l.loss_scale.value_or(1.0)},
+        {"skipped_steps", l.skipped_steps},
+    };
+    if (l.test_accuracy) {
+      record["test_accuracy"] = *l.test_accuracy;
+      record["test_loss"] = l.test_loss.value_or(-1);
+    }
+    metrics_ << record.dump() << "\n";
+    metrics_.flush();
+  }
+  LOG(INFO) << "rank " << options_.rank << " step " << l.step << ": local gradient norm "
+            << last.local_grad_norm << ", comm " << absl::FormatDuration(last.comm_time)
+            << " (exposed " << absl::FormatDuration(last.exposed_wait) << ")";
+  window_start_ = absl::Now();
+  window_samples_ = 0;
+  window_comm_ = window_exposed_ = absl::ZeroDuration();
+}
+
+}  // namespace ringmaster::train

@@ -1,0 +1,91 @@
+// What rank 0 tells about a run as it goes (diagnostics.log_every, metrics.jsonl): the
+// start-up lines, a progress line every log_every steps and at epoch ends (loss, lr,
+// gradient norm, throughput, communication share, elapsed time and ETA), one JSON record
+// per logged step appended to the metrics file (the job's history: a resumed run appends,
+// each record carries its step), and the memory report at the end.
+//
+// Thread-safety: from the training thread only.
+#ifndef RINGMASTER_TRAIN_STEP_REPORTER_H_
+#define RINGMASTER_TRAIN_STEP_REPORTER_H_
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "train/config.h"
+#include "train/grad_sync.h"
+
+namespace ringmaster::train {
+
+struct StepReporterOptions {
+  const TrainConfig* config = nullptr;
+  int rank = 0;
+  int64_t total_steps = 0;
+  int64_t context = 0;      // tokens per sample (language models), else 0
+  // Where rank 0's lines go (also to the log). Empty: the log only.
+  std::function<void(const std::string&)> progress;
+};
+
+// One logged step, as the progress line and the metrics record show it.
+struct StepLine {
+  int64_t step = 0;  // 1-based: steps done
+  uint64_t epoch = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double local_grad_norm = 0;
+  std::optional<double> loss_scale;  // fp16
+  int64_t skipped_steps = 0;
+  // At an epoch end with an evaluation.
+  std::optional<double> test_accuracy, test_loss;
+};
+
+class StepReporter {
+ public:
+  // Rank 0 opens metrics_jsonl (FAILED_PRECONDITION naming it when it cannot be written).
+  static absl::StatusOr<std::unique_ptr<StepReporter>> Create(const StepReporterOptions& options);
+
+  // Logs the line on every rank; rank 0 also hands it to `progress`.
+  void Say(const std::string& line) const;
+
+  // The run's first step (after a restore): the clock and the ETA start here.
+  void StartAt(int64_t first_step);
+
+  // Whether step `step` (0-based) is logged (epoch ends are logged too).
+  bool Logged(int64_t step) const;
+
+  // Every step: its samples and gradient collectives, for the window's rates.
+  void Count(int64_t samples, const GradientSyncStats& stats);
+
+  // A logged step: the progress line, the metrics record (rank 0), a debug line with this
+  // rank's own gradient norm and communication; starts the next window.
+  void Log(const StepLine& line, const GradientSyncStats& last);
+
+  // The run's samples and wall time so far.
+  int64_t total_samples() const { return total_samples_; }
+  absl::Duration elapsed() const { return absl::Now() - start_; }
+
+ private:
+  explicit StepReporter(const StepReporterOptions& options);
+
+  StepReporterOptions options_;
+  const int64_t log_every_;
+  std::ofstream metrics_;
+  int64_t first_step_ = 0;
+  absl::Time start_;
+  absl::Time window_start_;
+  int64_t window_samples_ = 0, total_samples_ = 0;
+  absl::Duration window_comm_, window_exposed_;
+};
+
+// "42s", "3m05s", "1h02m": a duration for a progress line.
+std::string ShortDuration(absl::Duration d);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_STEP_REPORTER_H_
