@@ -103,7 +103,7 @@ int List(const CommandLine& line, UserCalls& client, const Io& io) {
     return PrintMessage(io, response, line.output);
   }
   fputs(JobsTable(*jobs, absl::Now(), line.output == OutputFormat::kWide, line.all).c_str(),
-        stdout);
+        io.out);
   return 0;
 }
 
