@@ -31,7 +31,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/grpc_service.h"
 #include "spec/job_spec.h"
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 
 ABSL_FLAG(int, nodes, 1000, "simulated agents (one slot each)");
 ABSL_FLAG(double, rate, 1, "heartbeats per second per node");
@@ -48,12 +48,12 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
-std::unique_ptr<worker::CoordinatorClient> Client(int port, const std::string& token) {
-  worker::CoordinatorClientOptions o;
+std::unique_ptr<client::GrpcCoordinatorClient> Client(int port, const std::string& token) {
+  client::CoordinatorClientOptions o;
   o.address = absl::StrCat("127.0.0.1:", port);
   o.token = token;
   o.wait_step = absl::Seconds(30);
-  return *worker::CoordinatorClient::Create(o);
+  return *client::GrpcCoordinatorClient::Create(o);
 }
 
 int Main() {
@@ -168,7 +168,7 @@ int Main() {
     return 1;
   }
   // Every simulated trainer's client is made first; then all Join at once.
-  std::vector<std::unique_ptr<worker::CoordinatorClient>> clients;
+  std::vector<std::unique_ptr<client::GrpcCoordinatorClient>> clients;
   for (int i = 0; i < nodes; ++i) {
     ringmaster::SlotRef slot;
     slot.set_node(node_name(i));

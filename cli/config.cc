@@ -160,9 +160,9 @@ absl::StatusOr<ConnectionSettings> ResolveConnection(const ConnectionFlags& flag
   return settings;
 }
 
-absl::StatusOr<worker::CoordinatorClientOptions> ClientOptions(
+absl::StatusOr<client::CoordinatorClientOptions> ClientOptions(
     const ConnectionSettings& settings) {
-  worker::CoordinatorClientOptions o;
+  client::CoordinatorClientOptions o;
   o.address = settings.coordinator.value;
   // The token and the key are secrets: refused when every user of the machine can read them.
   const std::tuple<const Setting*, std::string*, bool> files[] = {

@@ -23,7 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 
 namespace ringmaster::cli {
 
@@ -92,7 +92,7 @@ absl::StatusOr<ConnectionSettings> ResolveConnection(const ConnectionFlags& flag
 // the TLS files.
 // Errors: INVALID_ARGUMENT naming the setting's source and path when a file cannot be
 // read or a token file is empty.
-absl::StatusOr<worker::CoordinatorClientOptions> ClientOptions(
+absl::StatusOr<client::CoordinatorClientOptions> ClientOptions(
     const ConnectionSettings& settings);
 
 }  // namespace ringmaster::cli

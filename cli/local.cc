@@ -27,7 +27,7 @@
 #include "common/env.h"
 #include "common/file_util.h"
 #include "spec/job_spec.h"
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 
 namespace ringmaster::cli {
 namespace {
@@ -251,9 +251,9 @@ int LocalCommand(const LocalOptions& options) {
              "--trainer=" + trainer, absl::StrCat("--drain_grace_s=", grace)},
             agent_log, agent_log);
 
-  worker::CoordinatorClientOptions co;
+  client::CoordinatorClientOptions co;
   co.address = address;
-  auto client = worker::CoordinatorClient::Create(co);
+  auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
   auto stop_all = [&] {
     kill(agent, SIGTERM);
     kill(agent, SIGTERM);  // the second SIGTERM: kill the trainers and leave

@@ -1,9 +1,6 @@
 #include "worker/agent.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,11 +35,16 @@ std::string Tail(const std::string& path, size_t max_bytes) {
 
 }  // namespace
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      own_launcher_(options_.launcher == nullptr ? std::make_unique<ProcessLauncher>() : nullptr),
+      launcher_(options_.launcher != nullptr ? options_.launcher : own_launcher_.get()),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      reconciler_({.slots = options_.slots}) {}
 
 Agent::~Agent() {
   KillAll(SIGKILL);
-  for (auto& [slot, t] : trainers_) waitpid(t.pid, nullptr, 0);
+  for (const auto& [slot, t] : reconciler_.trainers()) launcher_->Wait(t.pid);
 }
 
 void Agent::Log(const std::string& line) {
@@ -70,8 +72,7 @@ absl::Status Agent::Register() {
         credential_ = response->node_credential();
         std::error_code ec;
         std::filesystem::create_directories(options_.work_dir, ec);
-        absl::Status s =
-            WriteFileAtomically(credential_path, credential_, {.mode = 0600});
+        absl::Status s = WriteFileAtomically(credential_path, credential_, {.mode = 0600});
         if (!s.ok()) LOG(WARNING) << "cannot keep the node credential: " << s;
       }
       heartbeat_interval_ = absl::Seconds(response->heartbeat_interval_s());
@@ -79,8 +80,7 @@ absl::Status Agent::Register() {
                        " slots; heartbeat every ", absl::FormatDuration(heartbeat_interval_)));
       return absl::OkStatus();
     }
-    if (absl::IsInvalidArgument(response.status()) ||
-        absl::IsPermissionDenied(response.status()) ||
+    if (absl::IsInvalidArgument(response.status()) || absl::IsPermissionDenied(response.status()) ||
         absl::IsUnauthenticated(response.status())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator refuses node ", options_.node, ": ", response.status().message()));
@@ -89,27 +89,12 @@ absl::Status Agent::Register() {
       return absl::CancelledError("stopped before registering");
     }
     LOG(WARNING) << "registering failed, retrying: " << response.status();
-    absl::SleepFor(absl::Seconds(1));
+    clock_->SleepUntil(clock_->Now() + absl::Seconds(1));
   }
 }
 
 absl::Status Agent::Start(const StartTrainerCommand& start) {
   const int slot = start.slot().slot();
-  if (slot < 0 || slot >= options_.slots) {
-    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not on this node"));
-  }
-  // A trainer told to stop a moment ago (the same heartbeat's stop, say) is being killed:
-  // give it a few seconds to be reaped before refusing the slot.
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(5);
-       trainers_.count(slot) && trainers_[slot].stopping && absl::Now() < give_up;) {
-    absl::SleepFor(absl::Milliseconds(10));
-    Reap();
-  }
-  if (auto it = trainers_.find(slot); it != trainers_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "slot ", slot, " still runs a trainer of job ", it->second.job, " (pid ",
-        it->second.pid, ")"));
-  }
   const std::string dir = absl::StrCat(options_.work_dir, "/", start.job());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -143,89 +128,71 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
     if (!path.empty()) args.push_back(absl::StrCat(flag, path));
   }
   args.insert(args.end(), options_.trainer_flags.begin(), options_.trainer_flags.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // Everything the child needs is prepared: after fork only async-signal-safe calls.
-  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path));
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(log_fd);
-    return absl::InternalError("fork failed");
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(log_fd);
-  trainers_[slot] = Trainer{pid, start.job(), log_path};
-  forget_.erase(start.job());  // its name is in use again: its files are the new job's
+  RM_ASSIGN_OR_RETURN(const int64_t pid, launcher_->Launch({std::move(args), log_path}));
+  reconciler_.Started(start, pid, log_path);
   if (logs_ != nullptr) logs_->Add(start.job(), slot);
   Log(absl::StrCat("started trainer for job ", start.job(), " epoch ", start.epoch(), " on slot ",
                    slot, " (pid ", pid, ", log ", log_path, ")"));
   return absl::OkStatus();
 }
 
-void Agent::Execute(const AgentCommand& command) {
-  if (command.has_start()) {
-    absl::Status s = Start(command.start());
-    if (!s.ok()) {
-      Log(absl::StrCat("cannot start a trainer: ", s.ToString()));
-      TrainerExitedRequest exited;
-      exited.set_node(options_.node);
-      exited.set_node_credential(credential_);
-      exited.set_slot(command.start().slot().slot());
-      exited.set_job(command.start().job());
-      exited.set_exit_code(127);
-      exited.set_detail(s.ToString());
-      options_.client->TrainerExited(exited).IgnoreError();
-    }
-  } else if (command.has_forget()) {
-    forget_.insert(command.forget().job());
-    ForgetJobs();
-  } else if (command.has_stop()) {
-    auto it = trainers_.find(command.stop().slot().slot());
-    if (it != trainers_.end() && it->second.job == command.stop().job()) {
-      Log(absl::StrCat("stopping the trainer on slot ", it->first, ": ",
-                       command.stop().reason()));
-      kill(-it->second.pid, SIGKILL);
-      it->second.stopping = true;
-    }
+void Agent::Refuse(const StartTrainerCommand& start, const absl::Status& why) {
+  Log(absl::StrCat("cannot start a trainer: ", why.ToString()));
+  TrainerExitedRequest exited;
+  exited.set_node(options_.node);
+  exited.set_node_credential(credential_);
+  exited.set_slot(start.slot().slot());
+  exited.set_job(start.job());
+  exited.set_exit_code(127);
+  exited.set_detail(why.ToString());
+  options_.client->TrainerExited(exited).IgnoreError();
+}
+
+void Agent::Exited(const ReportExit& exit) {
+  const int code = exit.exit_code;
+  Log(absl::StrCat("trainer of job ", exit.job, " on slot ", exit.slot,
+                   code < 0 ? absl::StrCat(" killed by signal ", -code)
+                            : absl::StrCat(" exited with code ", code)));
+  TrainerExitedRequest exited;
+  exited.set_node(options_.node);
+  exited.set_node_credential(credential_);
+  exited.set_slot(exit.slot);
+  exited.set_job(exit.job);
+  exited.set_exit_code(code);
+  exited.set_detail(exit.log_path.empty() ? exit.detail : Tail(exit.log_path, 2048));
+  exited.set_log_path(exit.log_path);
+  exited.set_stopped(exit.stopped);
+  unreported_.push_back(std::move(exited));
+  if (logs_ != nullptr) logs_->SetRunning(exit.job, exit.slot, false);
+}
+
+void Agent::Forget(const std::string& job) {
+  if (logs_ != nullptr) logs_->Forget(job);
+  // A directory of the work directory, and nothing else (not node.credential, not where
+  // a symbolic link points).
+  const std::string dir = absl::StrCat(options_.work_dir, "/", job);
+  std::error_code ec;
+  if (LogService::IsJobId(job) &&
+      std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec))) {
+    std::filesystem::remove_all(dir, ec);
+    Log(absl::StrCat("job ", job, " was deleted: removed its files",
+                     ec ? absl::StrCat(" (failed: ", ec.message(), ")") : ""));
   }
 }
 
-void Agent::Reap() {
-  while (true) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) return;
-    for (auto it = trainers_.begin(); it != trainers_.end(); ++it) {
-      if (it->second.pid != pid) continue;
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status)
-                                         : (WIFSIGNALED(status) ? -WTERMSIG(status) : -1);
-      Log(absl::StrCat("trainer of job ", it->second.job, " on slot ", it->first,
-                       code < 0 ? absl::StrCat(" killed by signal ", -code)
-                                : absl::StrCat(" exited with code ", code)));
-      TrainerExitedRequest exited;
-      exited.set_node(options_.node);
-      exited.set_node_credential(credential_);
-      exited.set_slot(it->first);
-      exited.set_job(it->second.job);
-      exited.set_exit_code(code);
-      exited.set_detail(Tail(it->second.log_path, 2048));
-      exited.set_log_path(it->second.log_path);
-      exited.set_stopped(it->second.stopping);
-      unreported_.push_back(std::move(exited));
-      if (logs_ != nullptr) logs_->SetRunning(it->second.job, it->first, false);
-      trainers_.erase(it);
-      break;
+void Agent::Carry(std::vector<AgentAction> actions) {
+  for (AgentAction& action : actions) {
+    if (auto* start = std::get_if<StartTrainer>(&action)) {
+      if (absl::Status s = Start(start->command); !s.ok()) Refuse(start->command, s);
+    } else if (auto* stop = std::get_if<StopTrainer>(&action)) {
+      Log(absl::StrCat("stopping the trainer on slot ", stop->slot, ": ", stop->reason));
+      launcher_->Signal(stop->pid, SIGKILL);
+    } else if (auto* refuse = std::get_if<RefuseStart>(&action)) {
+      Refuse(refuse->command, refuse->why);
+    } else if (auto* exit = std::get_if<ReportExit>(&action)) {
+      Exited(*exit);
+    } else if (auto* forget = std::get_if<ForgetJob>(&action)) {
+      Forget(forget->job);
     }
   }
 }
@@ -251,30 +218,6 @@ absl::Status Agent::StartLogService() {
   return absl::OkStatus();
 }
 
-void Agent::ForgetJobs() {
-  for (auto it = forget_.begin(); it != forget_.end();) {
-    const std::string& job = *it;
-    const bool running = std::any_of(trainers_.begin(), trainers_.end(),
-                                     [&](const auto& t) { return t.second.job == job; });
-    if (running) {
-      ++it;
-      continue;
-    }
-    if (logs_ != nullptr) logs_->Forget(job);
-    // A directory of the work directory, and nothing else (not node.credential, not where
-    // a symbolic link points).
-    const std::string dir = absl::StrCat(options_.work_dir, "/", job);
-    std::error_code ec;
-    if (LogService::IsJobId(job) &&
-        std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec))) {
-      std::filesystem::remove_all(dir, ec);
-      Log(absl::StrCat("job ", job, " was deleted: removed its files",
-                       ec ? absl::StrCat(" (failed: ", ec.message(), ")") : ""));
-    }
-    it = forget_.erase(it);
-  }
-}
-
 void Agent::ReportExits() {
   // In order; one the coordinator cannot take now (it is down, restarting) is kept and sent
   // again on the next pass, so that the job re-forms at once instead of at a timeout.
@@ -291,13 +234,13 @@ void Agent::ReportExits() {
 }
 
 void Agent::KillAll(int signal) {
-  for (auto& [slot, t] : trainers_) kill(-t.pid, signal);
+  for (const auto& [slot, t] : reconciler_.trainers()) launcher_->Signal(t.pid, signal);
 }
 
 void Agent::Drain() {
-  draining_ = true;
-  drain_deadline_ = absl::Now() + options_.drain_grace;
-  Log(absl::StrCat("draining node ", options_.node, " (", trainers_.size(),
+  reconciler_.Drain();
+  drain_deadline_ = clock_->Now() + options_.drain_grace;
+  Log(absl::StrCat("draining node ", options_.node, " (", reconciler_.trainers().size(),
                    " trainers; grace ", absl::FormatDuration(options_.drain_grace), ")"));
   DrainNodeRequest request;
   request.set_node(options_.node);
@@ -309,77 +252,91 @@ void Agent::Drain() {
   KillAll(SIGTERM);
 }
 
-absl::Status Agent::Run() {
-  if (options_.client == nullptr || options_.trainer_binary.empty() ||
-      options_.work_dir.empty() || options_.node.empty() || options_.slots < 1) {
+absl::Status Agent::Connect() {
+  if (options_.client == nullptr || options_.trainer_binary.empty() || options_.work_dir.empty() ||
+      options_.node.empty() || options_.slots < 1) {
     return absl::InvalidArgumentError(
         "the agent needs a client, a trainer binary, a work dir, a node name and slots >= 1");
   }
   RM_RETURN_IF_ERROR(StartLogService());
-  RM_RETURN_IF_ERROR(Register());
-  absl::Time next_heartbeat = absl::InfinitePast();
-  while (true) {
-    Reap();
-    ReportExits();
-    if (!forget_.empty()) ForgetJobs();
-    const bool stop = options_.stop_requested != nullptr && options_.stop_requested->load();
-    if (stop) {
-      Log("stopping: killing the trainers");
+  return Register();
+}
+
+absl::Status Agent::Heartbeat() {
+  HeartbeatRequest request;
+  request.set_node(options_.node);
+  request.set_node_credential(credential_);
+  for (const auto& [slot, t] : reconciler_.trainers()) {
+    ringmaster::SlotRef* s = request.add_running();
+    s->set_node(options_.node);
+    s->set_slot(slot);
+    RunningTrainer* running = request.add_trainers();
+    running->set_slot(slot);
+    running->set_job(t.job);
+  }
+  auto response = options_.client->Heartbeat(request);
+  if (absl::IsNotFound(response.status())) {
+    Log("the coordinator does not know this node (restarted, or the lease lapsed): "
+        "registering again");
+    return Register();
+  }
+  if (!response.ok()) {
+    LOG(WARNING) << "heartbeat failed: " << response.status();
+    return absl::OkStatus();
+  }
+  for (const AgentCommand& command : response->commands()) {
+    Carry(reconciler_.Want(command, clock_->Now()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Agent::Step() {
+  for (const ProcessExit& exit : launcher_->Reap()) {
+    Carry(reconciler_.Exited(exit.pid, exit.exit_code));
+  }
+  // Stopping: leave as soon as the trainers killed are reaped, reporting nothing more.
+  if (stopping_) return reconciler_.trainers().empty();
+  ReportExits();
+  Carry(reconciler_.Tick(clock_->Now()));
+  if (options_.stop_requested != nullptr && options_.stop_requested->load()) {
+    Log("stopping: killing the trainers");
+    KillAll(SIGKILL);
+    stopping_ = true;
+    return reconciler_.trainers().empty();
+  }
+  const bool notice = !options_.preemption_notice_file.empty() &&
+                      access(options_.preemption_notice_file.c_str(), F_OK) == 0;
+  if (!reconciler_.draining() &&
+      ((options_.drain_requested != nullptr && options_.drain_requested->load()) || notice)) {
+    if (notice) Log("preemption notice " + options_.preemption_notice_file + " found");
+    Drain();
+  }
+  if (reconciler_.draining()) {
+    if (reconciler_.trainers().empty()) {
+      Log("drained: every trainer has exited");
+      return true;
+    }
+    if (clock_->Now() >= drain_deadline_) {
+      Log("drain grace is over: killing the trainers left");
       KillAll(SIGKILL);
-      while (!trainers_.empty()) {
-        absl::SleepFor(absl::Milliseconds(20));
-        Reap();
-      }
-      return absl::OkStatus();
     }
-    const bool notice = !options_.preemption_notice_file.empty() &&
-                        access(options_.preemption_notice_file.c_str(), F_OK) == 0;
-    if (!draining_ && ((options_.drain_requested != nullptr && options_.drain_requested->load()) ||
-                       notice)) {
-      if (notice) Log("preemption notice " + options_.preemption_notice_file + " found");
-      Drain();
-    }
-    if (draining_) {
-      if (trainers_.empty()) {
-        Log("drained: every trainer has exited");
-        return absl::OkStatus();
-      }
-      if (absl::Now() >= drain_deadline_) {
-        Log("drain grace is over: killing the trainers left");
-        KillAll(SIGKILL);
-      }
-    }
-    // Exits are looked for every 50 ms (a trainer's death is reported at once: that is
-    // most of the detection time of a recovery); heartbeats go at their interval.
-    if (absl::Now() < next_heartbeat) {
-      absl::SleepFor(absl::Milliseconds(50));
-      continue;
-    }
-    next_heartbeat = absl::Now() + heartbeat_interval_;
-    HeartbeatRequest request;
-    request.set_node(options_.node);
-    request.set_node_credential(credential_);
-    for (const auto& [slot, t] : trainers_) {
-      ringmaster::SlotRef* s = request.add_running();
-      s->set_node(options_.node);
-      s->set_slot(slot);
-      RunningTrainer* running = request.add_trainers();
-      running->set_slot(slot);
-      running->set_job(t.job);
-    }
-    auto response = options_.client->Heartbeat(request);
-    if (absl::IsNotFound(response.status())) {
-      Log("the coordinator does not know this node (restarted, or the lease lapsed): "
-          "registering again");
-      RM_RETURN_IF_ERROR(Register());
-    } else if (!response.ok()) {
-      LOG(WARNING) << "heartbeat failed: " << response.status();
-    } else {
-      for (const AgentCommand& command : response->commands()) {
-        if (draining_ && command.has_start()) continue;  // a draining node takes no work
-        Execute(command);
-      }
-    }
+  }
+  // Exits are looked for at every step (a trainer's death is reported at once: that is
+  // most of the detection time of a recovery); heartbeats go at their interval.
+  if (clock_->Now() < next_heartbeat_) return false;
+  next_heartbeat_ = clock_->Now() + heartbeat_interval_;
+  RM_RETURN_IF_ERROR(Heartbeat());
+  return false;
+}
+
+absl::Status Agent::Run() {
+  RM_RETURN_IF_ERROR(Connect());
+  while (true) {
+    RM_ASSIGN_OR_RETURN(const bool done, Step());
+    if (done) return absl::OkStatus();
+    // Every 50 ms (20 ms while the trainers of a stop are being reaped).
+    clock_->SleepUntil(clock_->Now() +
+                       (stopping_ ? absl::Milliseconds(20) : absl::Milliseconds(50)));
   }
 }
 

@@ -2,7 +2,12 @@
 // lease by heartbeats, starts one trainer process per slot the coordinator assigns, kills
 // the ones it is told to stop, reports every exit, and drains the node on request.
 //
-// Loop, every heartbeat interval (the coordinator's RegisterNode answer):
+// What to do is decided by a Reconciler (worker/reconciler.h: the coordinator's commands
+// and the exits seen in, actions out); the agent carries the actions out: processes through
+// a Launcher (worker/launcher.h), reports through the client, files in the work directory.
+//
+// Loop (Step), every 50 ms; heartbeats every heartbeat interval (the coordinator's
+// RegisterNode answer):
 //   - reap exited trainers and report each (TrainerExited, with the tail of its log);
 //   - heartbeat with the running slots; carry out the start/stop commands in order;
 //   - NOT_FOUND (coordinator restarted, or lease lost): register again; running trainers
@@ -28,25 +33,25 @@
 #ifndef RINGMASTER_WORKER_AGENT_H_
 #define RINGMASTER_WORKER_AGENT_H_
 
-#include <sys/types.h>
-
 #include <atomic>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/coordinator_client.h"
+#include "client/coordinator.h"
+#include "common/clock.h"
+#include "worker/launcher.h"
 #include "worker/log_service.h"
+#include "worker/reconciler.h"
 
 namespace ringmaster::worker {
 
 struct AgentOptions {
   // Not owned; carries the node token.
-  CoordinatorClient* client = nullptr;
+  client::AgentCalls* client = nullptr;
   // Passed to trainers (--coordinator).
   std::string coordinator_address;
   // Files passed to trainers, which reach the coordinator the way the agent does: the
@@ -79,6 +84,10 @@ struct AgentOptions {
   std::string node_token;
   // Line-oriented event log (stdout of ringworker).
   std::function<void(const std::string&)> log;
+  // Starts and watches the trainers. Not owned; null: a ProcessLauncher of the agent's own.
+  Launcher* launcher = nullptr;
+  // Times heartbeats, retries and the drain grace. Not owned.
+  Clock* clock = Clock::Real();
 };
 
 class Agent {
@@ -86,45 +95,54 @@ class Agent {
   explicit Agent(AgentOptions options);
   ~Agent();  // kills any trainer still running
 
-  // Runs until drained or stopped. Errors: FAILED_PRECONDITION when the coordinator
-  // refuses the node (bad name or slot count: a person must fix the flags).
+  // Runs until drained or stopped: Connect, then Step every 50 ms. Errors: as Connect and
+  // Step.
   absl::Status Run();
 
- private:
-  struct Trainer {
-    pid_t pid = -1;
-    std::string job;
-    std::string log_path;
-    bool stopping = false;  // told to stop (SIGKILLed), not reaped yet
-  };
-  // An exit report the coordinator has not taken yet (it was down): sent again each loop.
-  std::vector<TrainerExitedRequest> unreported_;
-  void ReportExits();
+  // Checks the options (INVALID_ARGUMENT), starts the log service, and registers the node,
+  // retrying every second until the coordinator answers. FAILED_PRECONDITION when the
+  // coordinator refuses the node (bad name or slot count: a person must fix the flags);
+  // CANCELLED when stopped first.
+  absl::Status Connect();
+  // One pass of the loop at the clock's now: reaps and reports exits, carries out a stop or
+  // drain request, and heartbeats when one is due (registering again when the coordinator
+  // does not know the node, as Connect). Does not block otherwise. True once drained or
+  // stopped: the agent is done.
+  absl::StatusOr<bool> Step();
 
+ private:
   absl::Status Register();
   // Starts the log service (AgentOptions::log_listen) and sets log_address_.
   absl::Status StartLogService();
-  // Removes the files of the deleted jobs in forget_ whose trainers are all gone.
-  void ForgetJobs();
-  void Reap();
-  void Execute(const AgentCommand& command);
+  void Carry(std::vector<AgentAction> actions);
+  // StartTrainer: writes the spec and token files and launches the trainer.
   absl::Status Start(const StartTrainerCommand& start);
+  void Refuse(const StartTrainerCommand& start, const absl::Status& why);
+  void Exited(const ReportExit& exit);
+  void Forget(const std::string& job);
+  // An exit report the coordinator has not taken yet (it was down): sent again each loop.
+  void ReportExits();
+  absl::Status Heartbeat();
   void Drain();
   void KillAll(int signal);
   void Log(const std::string& line);
 
   AgentOptions options_;
+  std::unique_ptr<Launcher> own_launcher_;
+  Launcher* launcher_;
+  Clock* const clock_;
+  Reconciler reconciler_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  absl::Time next_heartbeat_ = absl::InfinitePast();
   // This node's credential (RegisterNodeResponse), carried by every call for the node; kept
   // in <work_dir>/node.credential (0600) so that a restarted agent may register the node
   // again while its lease is still live.
   std::string credential_;
-  std::map<int, Trainer> trainers_;  // by slot
+  std::vector<TrainerExitedRequest> unreported_;
   std::unique_ptr<LogService> logs_;
-  std::string log_address_;       // registered with the node
-  std::set<std::string> forget_;  // deleted jobs whose files are still to be removed
-  bool draining_ = false;
+  std::string log_address_;  // registered with the node
   absl::Time drain_deadline_;
+  bool stopping_ = false;  // stop requested: the trainers were killed
 };
 
 }  // namespace ringmaster::worker

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "client/coordinator.h"
 #include "comm/store.h"
 #include "proto/coordinator.pb.h"
-#include "worker/coordinator_client.h"
 
 namespace ringmaster::worker {
 
@@ -20,7 +20,7 @@ class CoordinatorStore final : public comm::Store {
  public:
   // `client` is not owned and must carry the membership token of (job, slot). `epoch`: the
   // caller's (its calls are ABORTED once the job has moved on); 0: not checked.
-  CoordinatorStore(CoordinatorClient* client, std::string job, ringmaster::SlotRef slot,
+  CoordinatorStore(client::TrainerCalls* client, std::string job, ringmaster::SlotRef slot,
                    int64_t epoch = 0)
       : client_(client), job_(std::move(job)), slot_(std::move(slot)), epoch_(epoch) {}
 
@@ -30,7 +30,7 @@ class CoordinatorStore final : public comm::Store {
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
 
  private:
-  CoordinatorClient* const client_;
+  client::TrainerCalls* const client_;
   const std::string job_;
   const ringmaster::SlotRef slot_;
   const int64_t epoch_;

@@ -164,7 +164,7 @@ class ProgressReporter {
 
 // The epoch after `epoch`, asked of the coordinator until it has formed one.
 absl::StatusOr<int64_t> NextEpoch(const ElasticTrainerOptions& o, int64_t epoch) {
-  const absl::Time give_up = absl::Now() + o.join_timeout;
+  const absl::Time give_up = o.clock->Now() + o.join_timeout;
   while (true) {
     ProgressRequest request;
     request.set_job(o.job);
@@ -174,12 +174,13 @@ absl::StatusOr<int64_t> NextEpoch(const ElasticTrainerOptions& o, int64_t epoch)
     auto response = o.client->Progress(request);
     if (!response.ok() && !absl::IsNotFound(response.status())) return response.status();
     if (response.ok() && response->epoch() > epoch) return response->epoch();
-    if (absl::Now() >= give_up) {
+    const absl::Time now = o.clock->Now();
+    if (now >= give_up) {
       return absl::DeadlineExceededError(
           absl::StrCat("no epoch after ", epoch, " formed within ",
                        absl::FormatDuration(o.join_timeout)));
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    o.clock->SleepUntil(now + absl::Milliseconds(100));
   }
 }
 
@@ -201,7 +202,9 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
 }  // namespace
 
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) {
-  if (o.client == nullptr) return absl::InvalidArgumentError("no coordinator client");
+  if (o.client == nullptr || o.clock == nullptr) {
+    return absl::InvalidArgumentError("no coordinator client or no clock");
+  }
   const bool checkpointing = !o.spec.checkpoint().dir().empty();
   // Loaded once, in the first epoch joined: every epoch trains on the same data (a recovery
   // then pays no reload).
@@ -238,7 +241,8 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       config = *std::move(c);
     }
     if (!data) {
-      absl::StatusOr<train::JobData> loaded = train::LoadJobData(*config);
+      absl::StatusOr<train::JobData> loaded =
+          o.load_data ? o.load_data(*config) : train::LoadJobData(*config);
       if (!loaded.ok()) {
         // Out of memory, say: the epoch is committed, so the job fails at once instead of
         // restarting into it again. Any other failure to read the data (missing, unreadable,
@@ -314,7 +318,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       to.on_checkpoint = [&reporter](const train::CommittedCheckpoint& c) {
         reporter.ReportCheckpoint(c);
       };
-      trained = train::RunTraining(to);
+      trained = o.train ? o.train(to) : train::RunTraining(to);
       announced = reporter.announced_epoch();
       leave = reporter.leave();
     }

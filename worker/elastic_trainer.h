@@ -32,10 +32,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/coordinator.h"
+#include "common/clock.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job_spec.pb.h"
+#include "train/model_factory.h"
 #include "train/trainer.h"
-#include "worker/coordinator_client.h"
 
 namespace ringmaster::worker {
 
@@ -48,7 +50,7 @@ struct ElasticResult {
 
 struct ElasticTrainerOptions {
   // Not owned; carries this trainer's membership token.
-  CoordinatorClient* client = nullptr;
+  client::TrainerCalls* client = nullptr;
   std::string job;
   ringmaster::SlotRef slot;
   int64_t first_epoch = 1;
@@ -71,6 +73,17 @@ struct ElasticTrainerOptions {
   // succeeded, e.g. rank 0's result file, is written here. An error is returned as is and
   // the coordinator is not told.
   std::function<absl::Status(const ElasticResult&)> before_finished;
+
+  // Seams for tests; empty or null: the real ones.
+  // Loads the job's data, once (train::LoadJobData).
+  std::function<absl::StatusOr<train::JobData>(const train::TrainConfig&)> load_data;
+  // Trains one epoch over the communicator the loop made (train::RunTraining): returns when
+  // the job's training is done, when drain_requested is set (result.drained), or with the
+  // error that ended the epoch.
+  std::function<absl::StatusOr<train::TrainResult>(const train::TrainerOptions&)> train;
+  // Times the wait for the next epoch (the coordinator is asked every 100 ms, until
+  // join_timeout). Not owned.
+  Clock* clock = Clock::Real();
 };
 
 // Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover

@@ -37,7 +37,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "worker/agent.h"
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator's host:port");
 ABSL_FLAG(std::string, node, "", "this node's name (default: the host name)");
@@ -109,7 +109,7 @@ int Main(int argc, char** argv) {
   if (access(trainer.c_str(), X_OK) != 0) {
     return Fail(2, absl::StrCat("--trainer ", trainer, " is not an executable file"));
   }
-  worker::CoordinatorClientOptions co;
+  client::CoordinatorClientOptions co;
   co.address = absl::GetFlag(FLAGS_coordinator);
   if (!absl::GetFlag(FLAGS_node_token_file).empty()) {
     auto token = ReadSecretFile(absl::GetFlag(FLAGS_node_token_file));
@@ -117,7 +117,7 @@ int Main(int argc, char** argv) {
     co.token = std::string(absl::StripAsciiWhitespace(*token));
   }
   // The trainers read the same files (paths made absolute: they run in another directory).
-  worker::TlsFiles tls;
+  client::TlsFiles tls;
   for (auto [flag, path] : {std::pair{&FLAGS_tls_ca, &tls.ca},
                             std::pair{&FLAGS_tls_client_cert, &tls.client_cert},
                             std::pair{&FLAGS_tls_client_key, &tls.client_key}}) {
@@ -126,11 +126,11 @@ int Main(int argc, char** argv) {
       *path = std::filesystem::absolute(absl::GetFlag(*flag), ec).string();
     }
   }
-  if (absl::Status s = worker::ReadTlsFiles(tls, &co); !s.ok()) {
+  if (absl::Status s = client::ReadTlsFiles(tls, &co); !s.ok()) {
     return Fail(2, std::string(s.message()));
   }
   co.retry_for = absl::Seconds(5);  // the loop retries by itself
-  auto client = worker::CoordinatorClient::Create(co);
+  auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
   if (!client.ok()) return Fail(2, std::string(client.status().message()));
 
   std::thread([signals] {

@@ -37,7 +37,7 @@
 #include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/trainer.h"
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 #include "worker/elastic_trainer.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec (YAML), already with every override applied");
@@ -141,17 +141,17 @@ int ElasticMain() {
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
   auto token = ReadSecretFile(absl::GetFlag(FLAGS_membership_token_file));
   if (!token.ok()) return Fail(2, std::string(token.status().message()));
-  worker::CoordinatorClientOptions co;
+  client::CoordinatorClientOptions co;
   co.address = absl::GetFlag(FLAGS_coordinator);
   co.token = std::string(absl::StripAsciiWhitespace(*token));
-  if (absl::Status s = worker::ReadTlsFiles({absl::GetFlag(FLAGS_tls_ca),
+  if (absl::Status s = client::ReadTlsFiles({absl::GetFlag(FLAGS_tls_ca),
                                              absl::GetFlag(FLAGS_tls_client_cert),
                                              absl::GetFlag(FLAGS_tls_client_key)},
                                             &co);
       !s.ok()) {
     return Fail(2, std::string(s.message()));
   }
-  auto client = worker::CoordinatorClient::Create(co);
+  auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
   if (!client.ok()) return Fail(2, std::string(client.status().message()));
 
   worker::ElasticTrainerOptions eo;

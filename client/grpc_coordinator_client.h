@@ -1,5 +1,5 @@
-// A client of the coordinator (proto/coordinator.proto) for agents, trainers and ringctl:
-// one channel, the caller's bearer token on every call, gRPC errors as absl::Status with
+// The coordinator's calls (client/coordinator.h) over gRPC, for agents, trainers and
+// ringctl: one channel, the caller's bearer token on every call, gRPC errors as absl::Status with
 // the same code and message.
 //
 // Retries: a call that fails with UNAVAILABLE (the coordinator restarting, a network
@@ -8,8 +8,8 @@
 // steps of at most `wait_step` until their own deadline.
 //
 // Thread-safe.
-#ifndef RINGMASTER_WORKER_COORDINATOR_CLIENT_H_
-#define RINGMASTER_WORKER_COORDINATOR_CLIENT_H_
+#ifndef RINGMASTER_CLIENT_GRPC_COORDINATOR_CLIENT_H_
+#define RINGMASTER_CLIENT_GRPC_COORDINATOR_CLIENT_H_
 
 #include <memory>
 #include <string>
@@ -18,10 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/coordinator.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 
-namespace ringmaster::worker {
+namespace ringmaster::client {
 
 struct CoordinatorClientOptions {
   std::string address;  // host:port
@@ -40,53 +41,44 @@ struct CoordinatorClientOptions {
   absl::Duration wait_step = absl::Seconds(20);
 };
 
-class CoordinatorClient {
+class GrpcCoordinatorClient final : public Coordinator {
  public:
   // INVALID_ARGUMENT for an empty address or half a TLS client configuration.
-  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
+  static absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> Create(
       const CoordinatorClientOptions& options);
 
-  // --- users ---
-  absl::StatusOr<Job> Submit(const JobSpec& spec);
-  absl::StatusOr<Job> Get(const std::string& job);
-  absl::StatusOr<std::vector<Job>> List(bool include_finished);
-  absl::StatusOr<Job> Cancel(const std::string& job);
-  // Streams the job's states to `on_event` until the job ends (OK), `on_event` returns
-  // false (OK), or `deadline` (DEADLINE_EXCEEDED).
+  // client/coordinator.h has the contracts. Unary calls are retried on UNAVAILABLE (above);
+  // Watch re-opens its stream; Logs is not retried.
+  absl::StatusOr<Job> Submit(const JobSpec& spec) override;
+  absl::StatusOr<Job> Get(const std::string& job) override;
+  absl::StatusOr<std::vector<Job>> List(bool include_finished) override;
+  absl::StatusOr<Job> Cancel(const std::string& job) override;
   absl::Status Watch(const std::string& job, absl::Time deadline,
-                     const std::function<bool(const JobEvent&)>& on_event);
-  absl::StatusOr<DeleteJobResponse> Delete(const std::string& job);
-  absl::StatusOr<ListNodesResponse> ListNodes();
-  // Streams a trainer's log (JobService.Logs) to `on_chunk` until the log ends (or, with
-  // request.follow, the job has ended: OK), `on_chunk` returns false (OK), or `deadline`
-  // (OK when following: the caller asked to follow until then; else DEADLINE_EXCEEDED).
-  // Not retried: UNAVAILABLE may also mean that the trainer's agent cannot be reached (the
-  // message says which).
+                     const std::function<bool(const JobEvent&)>& on_event) override;
+  absl::StatusOr<DeleteJobResponse> Delete(const std::string& job) override;
+  absl::StatusOr<ListNodesResponse> ListNodes() override;
   absl::Status Logs(const LogsRequest& request, absl::Time deadline,
-                    const std::function<bool(const LogChunk&)>& on_chunk);
+                    const std::function<bool(const LogChunk&)>& on_chunk) override;
 
-  // --- agents ---
-  absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request);
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
-  absl::Status DrainNode(const DrainNodeRequest& request);
-  absl::Status TrainerExited(const TrainerExitedRequest& request);
+  absl::StatusOr<RegisterNodeResponse> RegisterNode(const RegisterNodeRequest& request) override;
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request) override;
+  absl::Status DrainNode(const DrainNodeRequest& request) override;
+  absl::Status TrainerExited(const TrainerExitedRequest& request) override;
 
-  // --- trainers ---
-  // Waits until `deadline` for the epoch to commit.
-  absl::StatusOr<JoinResponse> Join(const JoinRequest& request, absl::Time deadline);
-  absl::Status Ready(const ReadyRequest& request);
-  absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request);
-  absl::Status ReportError(const ReportErrorRequest& request);
-  absl::Status Finished(const FinishedRequest& request);
-  absl::Status ReportCheckpoint(const ReportCheckpointRequest& request);
-  absl::Status StoreSet(const StoreSetRequest& request);
-  // Waits until `deadline` for every key.
-  absl::StatusOr<StoreGetResponse> StoreGet(const StoreGetRequest& request, absl::Time deadline);
-  absl::StatusOr<StoreAddResponse> StoreAdd(const StoreAddRequest& request);
+  absl::StatusOr<JoinResponse> Join(const JoinRequest& request, absl::Time deadline) override;
+  absl::Status Ready(const ReadyRequest& request) override;
+  absl::StatusOr<ProgressResponse> Progress(const ProgressRequest& request) override;
+  absl::Status ReportError(const ReportErrorRequest& request) override;
+  absl::Status Finished(const FinishedRequest& request) override;
+  absl::Status ReportCheckpoint(const ReportCheckpointRequest& request) override;
+  absl::Status StoreSet(const StoreSetRequest& request) override;
+  absl::StatusOr<StoreGetResponse> StoreGet(const StoreGetRequest& request,
+                                            absl::Time deadline) override;
+  absl::StatusOr<StoreAddResponse> StoreAdd(const StoreAddRequest& request) override;
 
  private:
-  explicit CoordinatorClient(const CoordinatorClientOptions& options,
-                             std::shared_ptr<grpc::Channel> channel);
+  GrpcCoordinatorClient(const CoordinatorClientOptions& options,
+                        std::shared_ptr<grpc::Channel> channel);
   std::unique_ptr<grpc::ClientContext> Context(absl::Time deadline) const;
   // What to check when the coordinator cannot be reached (TLS on one side only, nothing
   // listening), from gRPC's message; empty when there is nothing to add.
@@ -117,6 +109,6 @@ absl::Status ReadTlsFiles(const TlsFiles& files, CoordinatorClientOptions* optio
 // grpc::Status → absl::Status (same code and message).
 absl::Status FromGrpc(const grpc::Status& status);
 
-}  // namespace ringmaster::worker
+}  // namespace ringmaster::client
 
-#endif  // RINGMASTER_WORKER_COORDINATOR_CLIENT_H_
+#endif  // RINGMASTER_CLIENT_GRPC_COORDINATOR_CLIENT_H_

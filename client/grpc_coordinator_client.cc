@@ -1,4 +1,4 @@
-#include "worker/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
 
 #include <algorithm>
 #include <utility>
@@ -8,7 +8,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
-namespace ringmaster::worker {
+namespace ringmaster::client {
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -37,7 +37,7 @@ absl::Status ReadTlsFiles(const TlsFiles& files, CoordinatorClientOptions* optio
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> GrpcCoordinatorClient::Create(
     const CoordinatorClientOptions& options) {
   if (options.address.empty()) {
     return absl::InvalidArgumentError("the coordinator's address is empty (--coordinator)");
@@ -62,25 +62,25 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
+  return std::unique_ptr<GrpcCoordinatorClient>(new GrpcCoordinatorClient(
       options, grpc::CreateCustomChannel(options.address, credentials, args)));
 }
 
-CoordinatorClient::CoordinatorClient(const CoordinatorClientOptions& options,
-                                     std::shared_ptr<grpc::Channel> channel)
+GrpcCoordinatorClient::GrpcCoordinatorClient(const CoordinatorClientOptions& options,
+                                             std::shared_ptr<grpc::Channel> channel)
     : options_(options),
       channel_(std::move(channel)),
       jobs_(JobService::NewStub(channel_)),
       workers_(WorkerService::NewStub(channel_)) {}
 
-std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Time deadline) const {
+std::unique_ptr<grpc::ClientContext> GrpcCoordinatorClient::Context(absl::Time deadline) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
   ctx->set_deadline(absl::ToChronoTime(deadline));
   return ctx;
 }
 
-std::string CoordinatorClient::UnreachableHint(absl::string_view message) const {
+std::string GrpcCoordinatorClient::UnreachableHint(absl::string_view message) const {
   const bool tls = !options_.tls_ca.empty() || !options_.tls_client_cert.empty();
   if (absl::StrContains(message, "handshake")) {
     // gRPC says only that the handshake was cut: a plaintext client on a TLS port, or a TLS
@@ -96,7 +96,7 @@ std::string CoordinatorClient::UnreachableHint(absl::string_view message) const 
 }
 
 template <typename Stub, typename Request, typename Response>
-absl::Status CoordinatorClient::Call(
+absl::Status GrpcCoordinatorClient::Call(
     Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, Response* response, absl::Time deadline) {
   const absl::Time give_up = absl::Now() + options_.retry_for;
@@ -117,7 +117,7 @@ absl::Status CoordinatorClient::Call(
 }
 
 #define RM_CLIENT_UNARY(stub, Method, Request, Response)                                  \
-  absl::StatusOr<Response> CoordinatorClient::Method(const Request& request) {            \
+  absl::StatusOr<Response> GrpcCoordinatorClient::Method(const Request& request) {            \
     Response response;                                                                    \
     RM_RETURN_IF_ERROR(Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, \
                             request, &response, absl::Now() + options_.rpc_timeout));     \
@@ -131,7 +131,7 @@ RM_CLIENT_UNARY(workers_, StoreAdd, StoreAddRequest, StoreAddResponse)
 #undef RM_CLIENT_UNARY
 
 #define RM_CLIENT_STATUS(Method, Request, Response)                                          \
-  absl::Status CoordinatorClient::Method(const Request& request) {                           \
+  absl::Status GrpcCoordinatorClient::Method(const Request& request) {                           \
     Response response;                                                                       \
     return Call(workers_.get(), &WorkerService::Stub::Method, request, &response,            \
                 absl::Now() + options_.rpc_timeout);                                         \
@@ -146,7 +146,7 @@ RM_CLIENT_STATUS(ReportCheckpoint, ReportCheckpointRequest, ReportCheckpointResp
 RM_CLIENT_STATUS(StoreSet, StoreSetRequest, StoreSetResponse)
 #undef RM_CLIENT_STATUS
 
-absl::StatusOr<Job> CoordinatorClient::Submit(const JobSpec& spec) {
+absl::StatusOr<Job> GrpcCoordinatorClient::Submit(const JobSpec& spec) {
   SubmitRequest request;
   *request.mutable_spec() = spec;
   Job job;
@@ -155,7 +155,7 @@ absl::StatusOr<Job> CoordinatorClient::Submit(const JobSpec& spec) {
   return job;
 }
 
-absl::StatusOr<Job> CoordinatorClient::Get(const std::string& id) {
+absl::StatusOr<Job> GrpcCoordinatorClient::Get(const std::string& id) {
   GetJobRequest request;
   request.set_job(id);
   Job job;
@@ -164,7 +164,7 @@ absl::StatusOr<Job> CoordinatorClient::Get(const std::string& id) {
   return job;
 }
 
-absl::StatusOr<std::vector<Job>> CoordinatorClient::List(bool include_finished) {
+absl::StatusOr<std::vector<Job>> GrpcCoordinatorClient::List(bool include_finished) {
   ListJobsRequest request;
   request.set_include_finished(include_finished);
   std::vector<Job> jobs;
@@ -178,7 +178,7 @@ absl::StatusOr<std::vector<Job>> CoordinatorClient::List(bool include_finished) 
   return jobs;
 }
 
-absl::StatusOr<Job> CoordinatorClient::Cancel(const std::string& id) {
+absl::StatusOr<Job> GrpcCoordinatorClient::Cancel(const std::string& id) {
   CancelJobRequest request;
   request.set_job(id);
   Job job;
@@ -187,7 +187,7 @@ absl::StatusOr<Job> CoordinatorClient::Cancel(const std::string& id) {
   return job;
 }
 
-absl::Status CoordinatorClient::Watch(const std::string& job, absl::Time deadline,
+absl::Status GrpcCoordinatorClient::Watch(const std::string& job, absl::Time deadline,
                                       const std::function<bool(const JobEvent&)>& on_event) {
   int64_t version = 0;
   while (absl::Now() < deadline) {
@@ -218,7 +218,7 @@ absl::Status CoordinatorClient::Watch(const std::string& job, absl::Time deadlin
   return absl::DeadlineExceededError(absl::StrCat("job ", job, " still running"));
 }
 
-absl::StatusOr<DeleteJobResponse> CoordinatorClient::Delete(const std::string& id) {
+absl::StatusOr<DeleteJobResponse> GrpcCoordinatorClient::Delete(const std::string& id) {
   DeleteJobRequest request;
   request.set_job(id);
   DeleteJobResponse response;
@@ -227,14 +227,14 @@ absl::StatusOr<DeleteJobResponse> CoordinatorClient::Delete(const std::string& i
   return response;
 }
 
-absl::StatusOr<ListNodesResponse> CoordinatorClient::ListNodes() {
+absl::StatusOr<ListNodesResponse> GrpcCoordinatorClient::ListNodes() {
   ListNodesResponse response;
   RM_RETURN_IF_ERROR(Call(jobs_.get(), &JobService::Stub::ListNodes, ListNodesRequest(),
                           &response, absl::Now() + options_.rpc_timeout));
   return response;
 }
 
-absl::Status CoordinatorClient::Logs(const LogsRequest& request, absl::Time deadline,
+absl::Status GrpcCoordinatorClient::Logs(const LogsRequest& request, absl::Time deadline,
                                      const std::function<bool(const LogChunk&)>& on_chunk) {
   auto ctx = Context(deadline);
   auto stream = jobs_->Logs(ctx.get(), request);
@@ -251,7 +251,7 @@ absl::Status CoordinatorClient::Logs(const LogsRequest& request, absl::Time dead
   return s;
 }
 
-absl::StatusOr<JoinResponse> CoordinatorClient::Join(const JoinRequest& request,
+absl::StatusOr<JoinResponse> GrpcCoordinatorClient::Join(const JoinRequest& request,
                                                      absl::Time deadline) {
   while (true) {
     JoinResponse response;
@@ -262,7 +262,7 @@ absl::StatusOr<JoinResponse> CoordinatorClient::Join(const JoinRequest& request,
   }
 }
 
-absl::StatusOr<StoreGetResponse> CoordinatorClient::StoreGet(const StoreGetRequest& request,
+absl::StatusOr<StoreGetResponse> GrpcCoordinatorClient::StoreGet(const StoreGetRequest& request,
                                                              absl::Time deadline) {
   while (true) {
     StoreGetResponse response;
@@ -273,4 +273,4 @@ absl::StatusOr<StoreGetResponse> CoordinatorClient::StoreGet(const StoreGetReque
   }
 }
 
-}  // namespace ringmaster::worker
+}  // namespace ringmaster::client

@@ -1,0 +1,449 @@
+// The agent against a scripted coordinator, a fake launcher and a fake clock, step by step:
+// no process is started and nothing sleeps.
+#include "worker/agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "client/testing/fake_coordinator.h"
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::worker {
+namespace {
+
+using client::testing::FakeCoordinator;
+
+class FakeLauncher final : public Launcher {
+ public:
+  absl::StatusOr<int64_t> Launch(const LaunchSpec& spec) override {
+    if (!fail_next.ok()) return std::exchange(fail_next, absl::OkStatus());
+    launched.push_back(spec);
+    const int64_t pid = next_pid_++;
+    running.insert(pid);
+    return pid;
+  }
+  void Signal(int64_t pid, int signal) override { signals.push_back({pid, signal}); }
+  std::vector<ProcessExit> Reap() override { return std::exchange(exited_, {}); }
+  int Wait(int64_t pid) override {
+    running.erase(pid);
+    return -SIGKILL;
+  }
+
+  // The process `pid` exits with `code`: the next Reap sees it.
+  void Exit(int64_t pid, int code) {
+    running.erase(pid);
+    exited_.push_back({pid, code});
+  }
+
+  absl::Status fail_next = absl::OkStatus();
+  std::vector<LaunchSpec> launched;
+  std::vector<std::pair<int64_t, int>> signals;
+  std::set<int64_t> running;
+
+ private:
+  int64_t next_pid_ = 1000;
+  std::vector<ProcessExit> exited_;
+};
+
+AgentCommand Start(int slot, const std::string& job, int64_t epoch = 1) {
+  AgentCommand c;
+  StartTrainerCommand* s = c.mutable_start();
+  s->mutable_slot()->set_node("node-a");
+  s->mutable_slot()->set_slot(slot);
+  s->set_job(job);
+  s->set_epoch(epoch);
+  s->set_membership_token(absl::StrCat("token-", job, "-", slot));
+  s->mutable_spec()->set_name(job);
+  return c;
+}
+
+AgentCommand Stop(int slot, const std::string& job) {
+  AgentCommand c;
+  c.mutable_stop()->mutable_slot()->set_slot(slot);
+  c.mutable_stop()->set_job(job);
+  c.mutable_stop()->set_reason("the job shrank");
+  return c;
+}
+
+HeartbeatResponse Commands(std::vector<AgentCommand> commands) {
+  HeartbeatResponse r;
+  for (AgentCommand& c : commands) *r.add_commands() = std::move(c);
+  return r;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentTest() {
+    work_dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/",
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(work_dir_);
+    RegisterNodeResponse registered;
+    registered.set_heartbeat_interval_s(2);
+    registered.set_node_credential("cred-1");
+    fake_.register_node.Always(registered);
+    fake_.heartbeat.Always(HeartbeatResponse());
+    fake_.trainer_exited.Always(TrainerExitedResponse());
+    fake_.drain_node.Always(DrainNodeResponse());
+  }
+
+  AgentOptions Options() {
+    AgentOptions o;
+    o.client = &fake_;
+    o.coordinator_address = "coord:7070";
+    o.node = "node-a";
+    o.slots = 2;
+    o.trainer_binary = "/bin/ringtrainer";
+    o.work_dir = work_dir_;
+    o.trainer_flags = {"--op_timeout_s=30"};
+    o.drain_grace = absl::Seconds(60);
+    o.drain_requested = &drain_;
+    o.stop_requested = &stop_;
+    o.log = [this](const std::string& line) { log_.push_back(line); };
+    o.launcher = &launcher_;
+    o.clock = &clock_;
+    return o;
+  }
+
+  // One step, which must not end the agent.
+  void StepOn(Agent& agent) {
+    absl::StatusOr<bool> done = agent.Step();
+    ASSERT_TRUE(done.ok()) << done.status();
+    ASSERT_FALSE(*done);
+  }
+  // Steps until the next heartbeat has been sent.
+  void NextHeartbeat(Agent& agent) {
+    const int before = fake_.heartbeat.calls();
+    clock_.Advance(absl::Seconds(2));
+    StepOn(agent);
+    ASSERT_EQ(fake_.heartbeat.calls(), before + 1);
+  }
+  bool Logged(absl::string_view part) const {
+    for (const std::string& line : log_) {
+      if (absl::StrContains(line, part)) return true;
+    }
+    return false;
+  }
+
+  std::string work_dir_;
+  FakeCoordinator fake_;
+  FakeLauncher launcher_;
+  FakeClock clock_;
+  std::atomic<bool> drain_{false}, stop_{false};
+  std::vector<std::string> log_;
+};
+
+TEST_F(AgentTest, RegistersAndHeartbeatsAtTheIntervalWithTheCredential) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  ASSERT_EQ(fake_.register_node.calls(), 1);
+  const RegisterNodeRequest reg = fake_.register_node.requests()[0];
+  EXPECT_EQ(reg.node(), "node-a");
+  EXPECT_EQ(reg.slots(), 2);
+  auto kept = ReadFile(work_dir_ + "/node.credential");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, "cred-1");
+
+  StepOn(agent);
+  EXPECT_EQ(fake_.heartbeat.calls(), 1) << "the first heartbeat goes at once";
+  clock_.Advance(absl::Seconds(1));
+  StepOn(agent);
+  EXPECT_EQ(fake_.heartbeat.calls(), 1) << "not before the interval";
+  clock_.Advance(absl::Seconds(1));
+  StepOn(agent);
+  ASSERT_EQ(fake_.heartbeat.calls(), 2);
+  EXPECT_EQ(fake_.heartbeat.requests()[1].node_credential(), "cred-1");
+}
+
+TEST_F(AgentTest, ARestartedAgentRegistersWithTheCredentialItKept) {
+  { Agent(Options()).Connect().IgnoreError(); }
+  Agent again(Options());
+  ASSERT_TRUE(again.Connect().ok());
+  ASSERT_EQ(fake_.register_node.calls(), 2);
+  EXPECT_EQ(fake_.register_node.requests()[1].node_credential(), "cred-1");
+}
+
+TEST_F(AgentTest, ANodeTheCoordinatorRefusesIsAFailedPrecondition) {
+  FakeCoordinator refusing;
+  refusing.register_node.Always(absl::InvalidArgumentError("node name too long"));
+  AgentOptions o = Options();
+  o.client = &refusing;
+  absl::Status s = Agent(o).Connect();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "node name too long")) << s;
+}
+
+TEST_F(AgentTest, BadOptionsAreInvalidArgument) {
+  AgentOptions o = Options();
+  o.slots = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Agent(o).Connect()));
+}
+
+TEST_F(AgentTest, StartsATrainerAsTheCoordinatorSaysAndReportsItRunning) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(1, "job-a", 4)}));
+  StepOn(agent);
+  ASSERT_EQ(launcher_.launched.size(), 1u);
+  const LaunchSpec& spec = launcher_.launched[0];
+  const std::string dir = work_dir_ + "/job-a";
+  EXPECT_EQ(spec.log_path, dir + "/slot-1.log");
+  const std::vector<std::string> want = {
+      "/bin/ringtrainer",
+      "--coordinator=coord:7070",
+      "--job=job-a",
+      "--epoch=4",
+      "--node=node-a",
+      "--slot=1",
+      "--membership_token_file=" + dir + "/slot-1.token",
+      "--spec=" + dir + "/spec.yaml",
+      "--local_ranks=2",
+      "--advertise_host=127.0.0.1",
+      "--summary=" + dir + "/summary.json",
+      "--op_timeout_s=30",
+  };
+  EXPECT_EQ(spec.argv, want);
+  auto token = ReadFile(dir + "/slot-1.token");
+  ASSERT_TRUE(token.ok());
+  EXPECT_EQ(*token, "token-job-a-1");
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/slot-1.token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  ASSERT_EQ(stat((dir + "/spec.yaml").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+
+  NextHeartbeat(agent);
+  const HeartbeatRequest beat = fake_.heartbeat.requests().back();
+  ASSERT_EQ(beat.trainers_size(), 1);
+  EXPECT_EQ(beat.trainers(0).slot(), 1);
+  EXPECT_EQ(beat.trainers(0).job(), "job-a");
+  ASSERT_EQ(beat.running_size(), 1);
+  EXPECT_EQ(beat.running(0).node(), "node-a");
+}
+
+TEST_F(AgentTest, AnExitIsReportedAtOnceWithTheTailOfItsLog) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")}));
+  StepOn(agent);
+  const std::string log_path = launcher_.launched.at(0).log_path;
+  { std::ofstream(log_path) << std::string(5000, 'x') << "the last words\n"; }
+  launcher_.Exit(1000, 3);
+  StepOn(agent);  // no heartbeat due: the exit goes anyway
+  ASSERT_EQ(fake_.trainer_exited.calls(), 1);
+  const TrainerExitedRequest exited = fake_.trainer_exited.requests()[0];
+  EXPECT_EQ(exited.node(), "node-a");
+  EXPECT_EQ(exited.node_credential(), "cred-1");
+  EXPECT_EQ(exited.slot(), 0);
+  EXPECT_EQ(exited.job(), "job-a");
+  EXPECT_EQ(exited.exit_code(), 3);
+  EXPECT_FALSE(exited.stopped());
+  EXPECT_EQ(exited.log_path(), log_path);
+  EXPECT_EQ(exited.detail().size(), 2048u);
+  EXPECT_TRUE(absl::EndsWith(exited.detail(), "the last words\n"));
+  EXPECT_TRUE(Logged("trainer of job job-a on slot 0 exited with code 3"));
+}
+
+TEST_F(AgentTest, AnExitTheCoordinatorCannotTakeIsSentAgainInOrder) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a"), Start(1, "job-b")}));
+  StepOn(agent);
+  fake_.trainer_exited.Then(absl::UnavailableError("coordinator restarting"));
+  launcher_.Exit(1000, 1);
+  launcher_.Exit(1001, 2);
+  StepOn(agent);
+  ASSERT_EQ(fake_.trainer_exited.calls(), 1) << "the rest waits behind the first";
+  StepOn(agent);
+  const auto sent = fake_.trainer_exited.requests();
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[1].job(), "job-a");
+  EXPECT_EQ(sent[2].job(), "job-b");
+  StepOn(agent);
+  EXPECT_EQ(fake_.trainer_exited.calls(), 3) << "each reported once";
+}
+
+TEST_F(AgentTest, StopKillsTheTrainerAndItsExitIsReportedStopped) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")})).Then(Commands({Stop(0, "job-a")}));
+  StepOn(agent);
+  NextHeartbeat(agent);
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0], std::make_pair(int64_t{1000}, SIGKILL));
+  EXPECT_TRUE(Logged("stopping the trainer on slot 0: the job shrank"));
+  launcher_.Exit(1000, -SIGKILL);
+  StepOn(agent);
+  ASSERT_EQ(fake_.trainer_exited.calls(), 1);
+  EXPECT_TRUE(fake_.trainer_exited.requests()[0].stopped());
+  EXPECT_EQ(fake_.trainer_exited.requests()[0].exit_code(), -SIGKILL);
+  EXPECT_TRUE(Logged("killed by signal 9"));
+}
+
+TEST_F(AgentTest, AStartAfterAStopOfTheSameSlotRunsOnceTheOldTrainerIsGone) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a", 1)}))
+      .Then(Commands({Stop(0, "job-a"), Start(0, "job-a", 2)}));
+  StepOn(agent);
+  NextHeartbeat(agent);
+  EXPECT_EQ(launcher_.launched.size(), 1u) << "the slot is still taken";
+  StepOn(agent);
+  EXPECT_EQ(launcher_.launched.size(), 1u);
+  launcher_.Exit(1000, -SIGKILL);
+  StepOn(agent);
+  ASSERT_EQ(launcher_.launched.size(), 2u);
+  EXPECT_EQ(launcher_.launched[1].argv[3], "--epoch=2");
+  // The old trainer's exit went first.
+  ASSERT_EQ(fake_.trainer_exited.calls(), 1);
+  EXPECT_EQ(fake_.trainer_exited.requests()[0].job(), "job-a");
+}
+
+TEST_F(AgentTest, AStartThatCannotRunIsReportedAsAnExit127) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  launcher_.fail_next = absl::InternalError("fork failed");
+  fake_.heartbeat.Then(Commands({Start(1, "job-a"), Start(7, "job-b")}));
+  StepOn(agent);
+  const auto sent = fake_.trainer_exited.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].job(), "job-a");
+  EXPECT_EQ(sent[0].exit_code(), 127);
+  EXPECT_TRUE(absl::StrContains(sent[0].detail(), "fork failed"));
+  EXPECT_EQ(sent[1].slot(), 7);
+  EXPECT_TRUE(absl::StrContains(sent[1].detail(), "slot 7 is not on this node"));
+  EXPECT_TRUE(Logged("cannot start a trainer"));
+}
+
+TEST_F(AgentTest, ANodeTheCoordinatorForgotRegistersAgainAndKeepsItsTrainers) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")})).Then(absl::NotFoundError("no node"));
+  StepOn(agent);
+  NextHeartbeat(agent);
+  EXPECT_EQ(fake_.register_node.calls(), 2);
+  EXPECT_TRUE(launcher_.signals.empty());
+  NextHeartbeat(agent);
+  EXPECT_EQ(fake_.heartbeat.requests().back().trainers_size(), 1);
+}
+
+TEST_F(AgentTest, AHeartbeatThatFailsIsTriedAgainAtTheNextInterval) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(absl::UnavailableError("down")).Then(Commands({Start(0, "job-a")}));
+  StepOn(agent);
+  EXPECT_TRUE(launcher_.launched.empty());
+  NextHeartbeat(agent);
+  EXPECT_EQ(launcher_.launched.size(), 1u);
+}
+
+TEST_F(AgentTest, DrainTellsTheCoordinatorTerminatesTheTrainersAndEndsWhenTheyAreGone) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")})).Then(Commands({Start(1, "job-b")}));
+  StepOn(agent);
+  drain_ = true;
+  clock_.Advance(absl::Seconds(2));
+  StepOn(agent);
+  ASSERT_EQ(fake_.drain_node.calls(), 1);
+  EXPECT_EQ(fake_.drain_node.requests()[0].node_credential(), "cred-1");
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0], std::make_pair(int64_t{1000}, SIGTERM));
+  EXPECT_EQ(launcher_.launched.size(), 1u) << "a draining node takes no work";
+  launcher_.Exit(1000, 0);
+  absl::StatusOr<bool> done = agent.Step();
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  EXPECT_EQ(fake_.trainer_exited.calls(), 1) << "its exit was reported before leaving";
+  EXPECT_TRUE(Logged("drained: every trainer has exited"));
+}
+
+TEST_F(AgentTest, DrainKillsWhatIsLeftAfterTheGrace) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")}));
+  StepOn(agent);
+  drain_ = true;
+  StepOn(agent);
+  clock_.Advance(absl::Seconds(59));
+  StepOn(agent);
+  EXPECT_EQ(launcher_.signals.size(), 1u);
+  clock_.Advance(absl::Seconds(1));
+  StepOn(agent);
+  ASSERT_EQ(launcher_.signals.size(), 2u);
+  EXPECT_EQ(launcher_.signals[1], std::make_pair(int64_t{1000}, SIGKILL));
+}
+
+TEST_F(AgentTest, APreemptionNoticeDrains) {
+  AgentOptions o = Options();
+  o.preemption_notice_file = work_dir_ + "/notice";
+  Agent agent(o);
+  ASSERT_TRUE(agent.Connect().ok());
+  StepOn(agent);
+  EXPECT_EQ(fake_.drain_node.calls(), 0);
+  { std::ofstream(o.preemption_notice_file) << "spot\n"; }
+  absl::StatusOr<bool> done = agent.Step();
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done) << "nothing runs: drained at once";
+  EXPECT_EQ(fake_.drain_node.calls(), 1);
+}
+
+TEST_F(AgentTest, StopKillsEveryTrainerAndLeavesOnceTheyAreReaped) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a"), Start(1, "job-b")}));
+  StepOn(agent);
+  stop_ = true;
+  StepOn(agent);
+  EXPECT_EQ(launcher_.signals.size(), 2u);
+  launcher_.Exit(1000, -SIGKILL);
+  StepOn(agent);
+  launcher_.Exit(1001, -SIGKILL);
+  absl::StatusOr<bool> done = agent.Step();
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  EXPECT_EQ(fake_.trainer_exited.calls(), 0) << "a stop reports nothing more";
+  EXPECT_EQ(fake_.heartbeat.calls(), 1);
+}
+
+TEST_F(AgentTest, ADeletedJobsFilesGoOnceItsTrainersAreGone) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  AgentCommand forget;
+  forget.mutable_forget()->set_job("job-a");
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")})).Then(Commands({forget}));
+  StepOn(agent);
+  NextHeartbeat(agent);
+  EXPECT_TRUE(std::filesystem::exists(work_dir_ + "/job-a/spec.yaml")) << "still running";
+  launcher_.Exit(1000, 0);
+  StepOn(agent);
+  EXPECT_FALSE(std::filesystem::exists(work_dir_ + "/job-a"));
+  EXPECT_TRUE(std::filesystem::exists(work_dir_ + "/node.credential"));
+  EXPECT_TRUE(Logged("job job-a was deleted: removed its files"));
+}
+
+TEST_F(AgentTest, TheDestructorKillsAndReapsTheTrainersLeft) {
+  {
+    Agent agent(Options());
+    ASSERT_TRUE(agent.Connect().ok());
+    fake_.heartbeat.Then(Commands({Start(0, "job-a")}));
+    StepOn(agent);
+  }
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0].second, SIGKILL);
+  EXPECT_TRUE(launcher_.running.empty());
+}
+
+}  // namespace
+}  // namespace ringmaster::worker

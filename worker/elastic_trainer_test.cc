@@ -1,0 +1,327 @@
+// The elastic trainer's epoch loop against a scripted coordinator. The epoch's training is
+// a test function (ElasticTrainerOptions::train) that plays what a real one would do: it
+// reports Ready and steps, fails, or waits for the drain the coordinator asked for. Each
+// epoch has one rank, so the real TCP communicator bootstraps through the fake's store.
+#include "worker/elastic_trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "client/testing/fake_coordinator.h"
+#include "common/clock.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+
+namespace ringmaster::worker {
+namespace {
+
+using client::testing::FakeCoordinator;
+
+JoinResponse Joined(int64_t epoch) {
+  JoinResponse r;
+  r.set_epoch(epoch);
+  r.set_rank(0);
+  r.set_world_size(1);
+  r.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
+  return r;
+}
+
+ProgressResponse AtEpoch(int64_t epoch) {
+  ProgressResponse r;
+  r.set_epoch(epoch);
+  return r;
+}
+
+// Waits (yielding, not sleeping) until `done`, for at most 30 s of real time.
+bool Eventually(const std::function<bool()>& done) {
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30); absl::Now() < give_up;) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+// A clock whose sleeps take no time: each moves it on to its deadline. (The loop's only
+// sleep is its wait for the next epoch, on the trainer's thread.)
+class InstantClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void SleepUntil(absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    now_ = std::max(now_, deadline);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000);
+};
+
+// What one epoch's training does after Ready (on_restored).
+using Epoch = std::function<absl::StatusOr<train::TrainResult>(const train::TrainerOptions&)>;
+
+train::TrainResult Trained(int64_t steps, double loss = 0.25) {
+  train::TrainResult r;
+  r.steps = steps;
+  r.final_loss = loss;
+  return r;
+}
+
+// An epoch that takes the step `report`, then stops once the loop asks for a drain (what
+// the coordinator's answer to that report should cause), as drained.
+Epoch StepThenDrain(train::StepReport report) {
+  return [report](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    to.on_step(report);
+    if (!Eventually([&] { return to.drain_requested->load(); })) {
+      return absl::InternalError("no drain asked");
+    }
+    train::TrainResult r = Trained(report.step);
+    r.drained = true;
+    return r;
+  };
+}
+
+class ElasticTrainerTest : public ::testing::Test {
+ protected:
+  ElasticTrainerTest() {
+    fake_.ready.Always(ReadyResponse());
+    fake_.finished.Always(FinishedResponse());
+    fake_.report_error.Always(ReportErrorResponse());
+    fake_.report_checkpoint.Always(ReportCheckpointResponse());
+    fake_.progress.Always(AtEpoch(1));
+  }
+
+  ElasticTrainerOptions Options() {
+    ElasticTrainerOptions o;
+    o.client = &fake_;
+    o.job = "job-a";
+    o.slot.set_node("node-a");
+    o.slot.set_slot(0);
+    o.spec.set_name("job-a");
+    o.spec.mutable_checkpoint()->set_dir("/ckpt");
+    // What the trainer's options need (config/train_config.h); the data is never loaded.
+    o.spec.mutable_model()->mutable_mlp();
+    o.spec.mutable_data()->mutable_fashion_mnist();
+    o.spec.mutable_optimizer()->mutable_sgd();
+    o.spec.set_resume("extend");
+    o.connect_timeout = absl::Seconds(30);
+    o.load_data = [this](const train::TrainConfig&) -> absl::StatusOr<train::JobData> {
+      ++loads_;
+      return train::JobData();
+    };
+    o.train = [this](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+      seen_.push_back(to.config);
+      EXPECT_NE(to.comm, nullptr);
+      EXPECT_EQ(to.comm->size(), 1);
+      if (to.on_restored) RM_RETURN_IF_ERROR(to.on_restored(0));
+      if (epochs_.empty()) return absl::InternalError("no epoch scripted");
+      Epoch epoch = epochs_.front();
+      epochs_.erase(epochs_.begin());
+      return epoch(to);
+    };
+    o.clock = &clock_;
+    return o;
+  }
+
+  FakeCoordinator fake_;
+  InstantClock clock_;
+  std::vector<Epoch> epochs_;
+  std::vector<train::TrainConfig> seen_;
+  int loads_ = 0;
+};
+
+TEST_F(ElasticTrainerTest, JoinsTrainsAndReportsFinished) {
+  fake_.join.Then(Joined(1));
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(10, 0.5); });
+  ElasticTrainerOptions o = Options();
+  int before_finished = 0;
+  o.before_finished = [&](const ElasticResult& r) {
+    ++before_finished;
+    EXPECT_EQ(fake_.finished.calls(), 0) << "before the coordinator hears";
+    EXPECT_EQ(r.last.steps, 10);
+    return absl::OkStatus();
+  };
+  auto result = RunElasticTrainer(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->epochs, 1);
+  EXPECT_EQ(result->last_rank, 0);
+  EXPECT_FALSE(result->left);
+  EXPECT_EQ(before_finished, 1);
+  ASSERT_EQ(fake_.join.calls(), 1);
+  EXPECT_EQ(fake_.join.requests()[0].epoch(), 1);
+  EXPECT_EQ(fake_.join.requests()[0].slot().node(), "node-a");
+  ASSERT_EQ(fake_.ready.calls(), 1);
+  EXPECT_EQ(fake_.ready.requests()[0].epoch(), 1);
+  ASSERT_EQ(fake_.finished.calls(), 1);
+  const FinishedRequest finished = fake_.finished.requests()[0];
+  EXPECT_EQ(finished.epoch(), 1);
+  EXPECT_EQ(finished.total_steps(), 10);
+  EXPECT_EQ(finished.stats().step(), 10);
+  EXPECT_DOUBLE_EQ(finished.stats().loss(), 0.5);
+  EXPECT_NE(seen_.at(0).checkpoint.resume.text, "auto") << "the first epoch resumes as the spec says";
+}
+
+TEST_F(ElasticTrainerTest, AnAbortedJoinAsksForTheNextEpochAndJoinsIt) {
+  fake_.join.Then(absl::AbortedError("epoch 1 is over")).Then(Joined(3));
+  fake_.progress.Then(AtEpoch(1)).Then(AtEpoch(3));
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(4); });
+  ElasticTrainerOptions o = Options();
+  auto result = RunElasticTrainer(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto joins = fake_.join.requests();
+  ASSERT_EQ(joins.size(), 2u);
+  EXPECT_EQ(joins[1].epoch(), 3);
+  EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 3);
+}
+
+TEST_F(ElasticTrainerTest, NoNextEpochWithinTheJoinTimeoutIsDeadlineExceeded) {
+  fake_.join.Then(absl::AbortedError("epoch 1 is over"));
+  ElasticTrainerOptions o = Options();
+  o.join_timeout = absl::Seconds(1);
+  auto result = RunElasticTrainer(o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(result.status())) << result.status();
+  // Asked every 100 ms of the clock, from 0 to the second the timeout gives.
+  EXPECT_EQ(fake_.progress.calls(), 11);
+  EXPECT_EQ(clock_.Now(), absl::FromUnixSeconds(1001));
+}
+
+TEST_F(ElasticTrainerTest, AFailedEpochIsReportedAndTheNextOneResumes) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  fake_.progress.Always(AtEpoch(2));
+  epochs_.push_back([](const train::TrainerOptions&) -> absl::StatusOr<train::TrainResult> {
+    return absl::UnavailableError("peer 1 died");
+  });
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(8); });
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->epochs, 1) << "trained to the end in one epoch";
+  ASSERT_EQ(fake_.report_error.calls(), 1);
+  const ReportErrorRequest error = fake_.report_error.requests()[0];
+  EXPECT_EQ(error.epoch(), 1);
+  EXPECT_TRUE(absl::StrContains(error.detail(), "peer 1 died"));
+  EXPECT_FALSE(error.permanent());
+  EXPECT_EQ(seen_.size(), 2u);
+  EXPECT_EQ(loads_, 1) << "the data is loaded once";
+  EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
+}
+
+TEST_F(ElasticTrainerTest, AMembershipChangeDrainsTheEpochAndRejoins) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  // The first step's report is answered with epoch 2 and a save: the ring is whole.
+  ProgressResponse change = AtEpoch(2);
+  change.set_save_now(true);
+  fake_.progress.Then(change).Always(AtEpoch(2));
+  epochs_.push_back(StepThenDrain(train::StepReport{.step = 5, .total_steps = 100, .loss = 1.5}));
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(100); });
+  ElasticTrainerOptions o = Options();
+  o.spec.set_resume("never");
+  auto result = RunElasticTrainer(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->epochs, 2);
+  ASSERT_EQ(seen_.size(), 2u);
+  EXPECT_EQ(seen_[0].checkpoint.resume.text, "never");
+  EXPECT_EQ(seen_[1].checkpoint.resume.text, "auto") << "after an epoch, from the latest state";
+  EXPECT_EQ(fake_.report_error.calls(), 0) << "a drain is no failure";
+  const ProgressRequest first = fake_.progress.requests().at(0);
+  EXPECT_EQ(first.epoch(), 1);
+  EXPECT_EQ(first.stats().step(), 5);
+  EXPECT_DOUBLE_EQ(first.stats().loss(), 1.5);
+  EXPECT_EQ(first.total_steps(), 100);
+  EXPECT_EQ(fake_.join.requests().at(1).epoch(), 2);
+  EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
+}
+
+TEST_F(ElasticTrainerTest, ATrainerToldToLeaveLeavesAfterTheDrain) {
+  fake_.join.Then(Joined(1));
+  ProgressResponse leave = AtEpoch(2);
+  leave.set_leave(true);
+  fake_.progress.Then(leave).Always(AtEpoch(2));
+  epochs_.push_back(StepThenDrain(train::StepReport{.step = 1}));
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->left);
+  EXPECT_EQ(fake_.join.calls(), 1);
+  EXPECT_EQ(fake_.finished.calls(), 0);
+}
+
+TEST_F(ElasticTrainerTest, APermanentErrorIsReportedSoAndEndsTheTrainer) {
+  fake_.join.Then(Joined(1));
+  epochs_.push_back([](const train::TrainerOptions&) -> absl::StatusOr<train::TrainResult> {
+    return MarkPermanent(absl::ResourceExhaustedError("out of memory"));
+  });
+  auto result = RunElasticTrainer(Options());
+  EXPECT_TRUE(IsPermanent(result.status())) << result.status();
+  ASSERT_EQ(fake_.report_error.calls(), 1);
+  EXPECT_TRUE(fake_.report_error.requests()[0].permanent());
+  EXPECT_EQ(fake_.join.calls(), 1) << "no restart";
+}
+
+TEST_F(ElasticTrainerTest, WithoutACheckpointDirAMembershipChangeFailsTheJob) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  ProgressResponse change = AtEpoch(2);
+  change.set_save_now(true);
+  fake_.progress.Always(change);
+  ElasticTrainerOptions o = Options();
+  o.spec.mutable_checkpoint()->clear_dir();
+  epochs_.push_back(StepThenDrain(train::StepReport{.step = 1}));
+  auto result = RunElasticTrainer(o);
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "checkpoint.dir"));
+  ASSERT_EQ(fake_.report_error.calls(), 1);
+  EXPECT_EQ(fake_.report_error.requests()[0].epoch(), 2);
+  EXPECT_TRUE(fake_.report_error.requests()[0].permanent());
+  EXPECT_EQ(seen_.size(), 1u) << "epoch 2 does not train";
+}
+
+TEST_F(ElasticTrainerTest, AJobThatEndedRefusesReadyAndTheTrainerEndsQuietly) {
+  fake_.join.Then(Joined(1));
+  fake_.ready.Then(absl::FailedPreconditionError("job job-a was cancelled"));
+  auto result = RunElasticTrainer(Options());
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+  EXPECT_EQ(fake_.report_error.calls(), 0);
+  EXPECT_EQ(fake_.finished.calls(), 0);
+}
+
+TEST_F(ElasticTrainerTest, DataThatCannotBeReadIsThisNodesFailure) {
+  fake_.join.Then(Joined(1));
+  ElasticTrainerOptions o = Options();
+  o.load_data = [](const train::TrainConfig&) -> absl::StatusOr<train::JobData> {
+    return absl::NotFoundError("/data/train.bin: no such file");
+  };
+  auto result = RunElasticTrainer(o);
+  EXPECT_TRUE(absl::IsNotFound(result.status()));
+  ASSERT_EQ(fake_.report_error.calls(), 1);
+  EXPECT_TRUE(fake_.report_error.requests()[0].node_local());
+  EXPECT_FALSE(fake_.report_error.requests()[0].permanent());
+  EXPECT_TRUE(seen_.empty());
+}
+
+TEST_F(ElasticTrainerTest, AFailedBeforeFinishedKeepsTheCoordinatorUntold) {
+  fake_.join.Then(Joined(1));
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(3); });
+  ElasticTrainerOptions o = Options();
+  o.before_finished = [](const ElasticResult&) {
+    return absl::PermissionDeniedError("cannot write the summary");
+  };
+  auto result = RunElasticTrainer(o);
+  EXPECT_TRUE(absl::IsPermissionDenied(result.status()));
+  EXPECT_EQ(fake_.finished.calls(), 0);
+}
+
+TEST_F(ElasticTrainerTest, AJobThatIsOverWhenJoiningEndsTheTrainer) {
+  fake_.join.Then(absl::FailedPreconditionError("job job-a failed"));
+  auto result = RunElasticTrainer(Options());
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status()));
+  EXPECT_TRUE(seen_.empty());
+}
+
+}  // namespace
+}  // namespace ringmaster::worker

@@ -1,0 +1,68 @@
+#include "worker/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringmaster::worker {
+namespace {
+
+int ExitCode(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? -WTERMSIG(status) : -1);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ProcessLauncher::Launch(const LaunchSpec& spec) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError("no program to launch");
+  std::vector<std::string> args = spec.argv;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Everything the child needs is prepared: after fork only async-signal-safe calls.
+  const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", spec.log_path));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::InternalError("fork failed");
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Also here, so that the group exists when Launch returns (a signal to it at once must
+  // not miss the child that has not run yet).
+  setpgid(pid, pid);
+  close(log_fd);
+  return static_cast<int64_t>(pid);
+}
+
+void ProcessLauncher::Signal(int64_t pid, int signal) { kill(-static_cast<pid_t>(pid), signal); }
+
+std::vector<ProcessExit> ProcessLauncher::Reap() {
+  std::vector<ProcessExit> exits;
+  while (true) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return exits;
+    exits.push_back({pid, ExitCode(status)});
+  }
+}
+
+int ProcessLauncher::Wait(int64_t pid) {
+  int status = 0;
+  if (waitpid(static_cast<pid_t>(pid), &status, 0) != pid) return -1;
+  return ExitCode(status);
+}
+
+}  // namespace ringmaster::worker

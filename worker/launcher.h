@@ -1,0 +1,53 @@
+// Starting and watching the agent's trainer processes, as a seam: the agent (worker/agent.h)
+// asks a Launcher; ProcessLauncher fork/execs, tests give a fake.
+//
+// Thread-safety: one thread (the agent's loop) calls it.
+#ifndef RINGMASTER_WORKER_LAUNCHER_H_
+#define RINGMASTER_WORKER_LAUNCHER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ringmaster::worker {
+
+struct LaunchSpec {
+  std::vector<std::string> argv;  // argv[0]: the program's path
+  std::string log_path;           // stdout and stderr are appended to it
+};
+
+struct ProcessExit {
+  int64_t pid = 0;
+  int exit_code = 0;  // a signal as its negative number
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  // Starts the program in a process group of its own. Returns its pid (which is also the
+  // group's). INTERNAL when the log cannot be opened or the process cannot be made.
+  virtual absl::StatusOr<int64_t> Launch(const LaunchSpec& spec) = 0;
+  // Sends `signal` to the process group of `pid`.
+  virtual void Signal(int64_t pid, int signal) = 0;
+  // The processes that exited since the last call (reaped). Does not block.
+  virtual std::vector<ProcessExit> Reap() = 0;
+  // Blocks until `pid` has exited, reaps it, and returns its exit code (a signal as its
+  // negative number).
+  virtual int Wait(int64_t pid) = 0;
+};
+
+// fork/exec; the child's signal mask is cleared. Reap() reaps every child of this process
+// (waitpid(-1)): the agent's children are its trainers.
+class ProcessLauncher final : public Launcher {
+ public:
+  absl::StatusOr<int64_t> Launch(const LaunchSpec& spec) override;
+  void Signal(int64_t pid, int signal) override;
+  std::vector<ProcessExit> Reap() override;
+  int Wait(int64_t pid) override;
+};
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_LAUNCHER_H_
