@@ -24,7 +24,10 @@
 // parent's id, the number of splits before and the color), so a message of the wrong group
 // is an INTERNAL mismatch, never taken for another's; operations that share a link run in
 // issue order (tcp/sequencer.h). Abort() of any member aborts the whole family (they share
-// the connections, which it closes); so does any error that breaks a member.
+// the connections, which it closes); so does any error that breaks a member. Split itself
+// is an all-gather of every rank's (color, key) over the parent, counted as one.
+// Non-blocking operations run on the communicator's worker thread (communicator.h); until
+// a family has groups or non-blocking work, operations take no turns at all.
 //
 // Thread-safety and error semantics: see communicator.h.
 #ifndef RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
