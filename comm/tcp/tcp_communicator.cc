@@ -607,6 +607,12 @@ absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
         absl::AbortedError(absl::StrCat(OpKindName(kind), " on rank ", rank_,
                                         ": the communicator was aborted (", status.message(), ")"));
   }
+  if (!status.ok() && group_ != 0) {
+    // The ranks in the message are the group's: say which ranks of the world they are.
+    status = absl::Status(status.code(),
+                          absl::StrCat("in group ", group_, " of world ranks [",
+                                       absl::StrJoin(world_ranks_, ","), "]: ", status.message()));
+  }
   bool breaks = !status.ok() && !absl::IsInvalidArgument(status);
   {
     absl::MutexLock lock(&mu_);
