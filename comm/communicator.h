@@ -28,10 +28,10 @@
 //
 // Non-blocking operations (the *Async forms) are issued at once and run on the
 // communicator's own worker thread, in issue order; Wait() for the returned Work before
-// touching its buffers. Operations of a family that may share a connection (TCP: those of
-// communicators with a common peer, and every operation of one communicator) run in the
-// order this rank issued them, blocking and non-blocking alike; the others run
-// concurrently (e.g. an all-gather on the dp group while the tp group all-reduces). Every
+// touching its buffers. Operations that may share a connection (every operation of one
+// communicator; on TCP also those of family members with a common peer) run in the order
+// this rank issued them, blocking and non-blocking alike; the others run concurrently
+// (e.g. an all-gather on the dp group while the tp group all-reduces). Every
 // rank must issue the operations of overlapping groups in the same relative order, as with
 // MPI communicators.
 //
