@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "comm/mesh.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "comm/testing/multiproc.h"
+#include "comm/testing/reference.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::comm {
@@ -42,22 +44,7 @@ double Input(int world_rank, size_t i, ReduceOp op) {
 double Reduce(const std::vector<int>& members, size_t i, ReduceOp op) {
   double acc = Input(members[0], i, op);
   for (size_t m = 1; m < members.size(); ++m) {
-    const double x = Input(members[m], i, op);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        acc += x;
-        break;
-      case ReduceOp::kProd:
-        acc *= x;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, x);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, x);
-        break;
-    }
+    acc = testing::ReduceStep(op, acc, Input(members[m], i, op));
   }
   return op == ReduceOp::kAvg ? acc / members.size() : acc;
 }
@@ -151,15 +138,25 @@ absl::Status CheckEveryOperation(Communicator& group, const std::vector<int>& me
   return absl::OkStatus();
 }
 
+using Dims = std::vector<std::pair<std::string, int>>;
+const Dims k2x2 = {{"dp", 2}, {"tp", 2}};
+const Dims k2x2x2 = {{"pp", 2}, {"dp", 2}, {"tp", 2}};
+
+// A mesh over `world` and this rank's group along each of its dimensions.
 struct MeshGroups {
+  std::optional<Mesh> mesh;
   std::unique_ptr<Communicator> group[kNumMeshDims];  // by MeshDim
   Communicator& of(MeshDim d) { return *group[static_cast<int>(d)]; }
 };
 
-absl::StatusOr<MeshGroups> MakeGroups(const Mesh& mesh, Communicator& world, absl::Time deadline) {
+absl::StatusOr<MeshGroups> MakeGroups(Communicator& world, const Dims& dims) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
   MeshGroups groups;
+  auto mesh = Mesh::Create(world.size(), dims);
+  if (!mesh.ok()) return mesh.status();
+  groups.mesh = *mesh;
   for (MeshDim d : kMeshDims) {
-    auto group = mesh.Group(world, d, deadline);
+    auto group = mesh->Group(world, d, deadline);
     if (!group.ok()) return group.status();
     if (*group == nullptr) return absl::InternalError("mesh group is null");
     groups.group[static_cast<int>(d)] = std::move(group).value();
@@ -169,9 +166,10 @@ absl::StatusOr<MeshGroups> MakeGroups(const Mesh& mesh, Communicator& world, abs
 
 // Every operation on each group of the mesh, then on the world again (the groups' traffic
 // left the shared links in step).
-absl::Status CheckMesh(TcpCommunicator& world, const Mesh& mesh) {
-  auto groups = MakeGroups(mesh, world, absl::Now() + absl::Seconds(30));
+absl::Status CheckMesh(TcpCommunicator& world, const Dims& dims) {
+  auto groups = MakeGroups(world, dims);
   if (!groups.ok()) return groups.status();
+  const Mesh& mesh = *groups->mesh;
   const int me = world.rank();
   for (MeshDim d : kMeshDims) {
     absl::Status s = CheckEveryOperation(groups->of(d), mesh.GroupRanks(d, me), me,
@@ -202,9 +200,7 @@ TEST_P(MeshGroupsTest, EveryOperationOnEveryGroupOf2x2) {
   options.world_size = 4;
   options.comm.shared_memory = GetParam();
   ExpectAllOk(RunRanks(options, [](TcpCommunicator& world, absl::Duration*) -> absl::Status {
-    auto mesh = Mesh::Create(4, {{"dp", 2}, {"tp", 2}});
-    if (!mesh.ok()) return mesh.status();
-    return CheckMesh(world, *mesh);
+    return CheckMesh(world, k2x2);
   }));
 }
 
@@ -214,9 +210,7 @@ TEST_P(MeshGroupsTest, EveryOperationOnEveryGroupOf2x2x2) {
   options.comm.shared_memory = GetParam();
   options.timeout = absl::Minutes(5);
   ExpectAllOk(RunRanks(options, [](TcpCommunicator& world, absl::Duration*) -> absl::Status {
-    auto mesh = Mesh::Create(8, {{"pp", 2}, {"dp", 2}, {"tp", 2}});
-    if (!mesh.ok()) return mesh.status();
-    return CheckMesh(world, *mesh);
+    return CheckMesh(world, k2x2x2);
   }));
 }
 
@@ -304,10 +298,9 @@ TEST(Async, OperationsOverlapComputeAndMatchTheBlockingResults) {
   options.world_size = 4;
   ExpectAllOk(RunRanks(options, [](TcpCommunicator& world, absl::Duration*) -> absl::Status {
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    auto mesh = Mesh::Create(4, {{"dp", 2}, {"tp", 2}});
-    if (!mesh.ok()) return mesh.status();
-    auto groups = MakeGroups(*mesh, world, deadline);
+    auto groups = MakeGroups(world, k2x2);
     if (!groups.ok()) return groups.status();
+    const Mesh& mesh = *groups->mesh;
     Communicator& dp = groups->of(MeshDim::kDp);
     Communicator& tp = groups->of(MeshDim::kTp);
     const int me = world.rank();
@@ -331,7 +324,7 @@ TEST(Async, OperationsOverlapComputeAndMatchTheBlockingResults) {
     float t = static_cast<float>(me);
     s = tp.AllReduce(&t, &t, 1, DataType::kFloat32, ReduceOp::kSum, deadline);
     if (!s.ok()) return s;
-    const std::vector<int> tp_members = mesh->GroupRanks(MeshDim::kTp, me);
+    const std::vector<int> tp_members = mesh.GroupRanks(MeshDim::kTp, me);
     if (t != tp_members[0] + tp_members[1]) return Mismatch("tp all_reduce", 0, t, -1);
     Compute(absl::Milliseconds(50));
     // The operations finish on their own, without a Wait from this thread.
@@ -345,7 +338,7 @@ TEST(Async, OperationsOverlapComputeAndMatchTheBlockingResults) {
       if (!s.ok()) return s;
     }
     if (gathered != blocking) return absl::InternalError("async all_gather != blocking");
-    const std::vector<int> members = mesh->GroupRanks(MeshDim::kDp, me);
+    const std::vector<int> members = mesh.GroupRanks(MeshDim::kDp, me);
     for (size_t i = 0; i < count; ++i) {
       const double want = Reduce(members, i, ReduceOp::kSum);
       if (sum[i] != want) return Mismatch("async all_reduce", i, sum[i], want);
@@ -446,12 +439,6 @@ absl::Status UseGroupsUntilFailure(TcpCommunicator& world, MeshGroups& groups,
   return first;
 }
 
-absl::StatusOr<MeshGroups> Mesh2x2x2(TcpCommunicator& world) {
-  auto mesh = Mesh::Create(8, {{"pp", 2}, {"dp", 2}, {"tp", 2}});
-  if (!mesh.ok()) return mesh.status();
-  return MakeGroups(*mesh, world, absl::Now() + absl::Seconds(30));
-}
-
 void ExpectSurvivorsFail(const std::vector<RankResult>& results, const std::set<int>& skip) {
   for (int r = 0; r < static_cast<int>(results.size()); ++r) {
     if (skip.count(r)) continue;
@@ -470,7 +457,7 @@ TEST(Failures, AKilledRankBreaksEveryGroupOfEverySurvivor) {
   options.world_size = 8;
   options.victims = {5};
   auto results = RunRanks(options, [](TcpCommunicator& world, absl::Duration* elapsed) {
-    auto groups = Mesh2x2x2(world);
+    auto groups = MakeGroups(world, k2x2x2);
     if (!groups.ok()) return groups.status();
     if (world.rank() == 5) {
       std::thread([] {
@@ -489,7 +476,7 @@ TEST(Failures, AbortOfAGroupBreaksTheFamilyAndThePeers) {
   MultiProcOptions options;
   options.world_size = 8;
   auto results = RunRanks(options, [](TcpCommunicator& world, absl::Duration* elapsed) {
-    auto groups = Mesh2x2x2(world);
+    auto groups = MakeGroups(world, k2x2x2);
     if (!groups.ok()) return groups.status();
     std::thread aborter;
     if (world.rank() == 2) {
@@ -519,9 +506,7 @@ TEST(Failures, AbortOfTheWorldEndsPendingGroupWork) {
   options.world_size = 4;
   ExpectAllOk(RunRanks(options, [](TcpCommunicator& world, absl::Duration*) -> absl::Status {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    auto mesh = Mesh::Create(4, {{"dp", 2}, {"tp", 2}});
-    if (!mesh.ok()) return mesh.status();
-    auto groups = MakeGroups(*mesh, world, deadline);
+    auto groups = MakeGroups(world, k2x2);
     if (!groups.ok()) return groups.status();
     absl::Status s = world.Barrier(deadline);
     if (!s.ok()) return s;
