@@ -1,8 +1,98 @@
 #include "comm/communicator.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace ringmaster::comm {
+
+Work Work::Done(absl::Status status) {
+  Work work;
+  work.state_ = std::make_shared<State>();
+  absl::MutexLock lock(&work.state_->mu);
+  work.state_->done = true;
+  work.state_->status = std::move(status);
+  return work;
+}
+
+absl::Status Work::Wait(absl::Time deadline) const {
+  if (state_ == nullptr) {
+    return absl::FailedPreconditionError("Work::Wait on a handle that names no operation");
+  }
+  absl::MutexLock lock(&state_->mu);
+  if (!state_->mu.AwaitWithDeadline(absl::Condition(&state_->done), deadline)) {
+    return absl::DeadlineExceededError(
+        "Work::Wait: the operation is still running at the deadline given to Wait (its "
+        "buffers are still in use; wait again, or Abort() the communicator)");
+  }
+  return state_->status;
+}
+
+bool Work::done() const {
+  if (state_ == nullptr) return false;
+  absl::MutexLock lock(&state_->mu);
+  return state_->done;
+}
+
+OpQueue::~OpQueue() { Stop(); }
+
+void OpQueue::Stop() {
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    thread = std::move(thread_);
+  }
+  if (thread.joinable()) thread.join();
+}
+
+Work OpQueue::Enqueue(std::function<absl::Status()> op) {
+  Work work;
+  work.state_ = std::make_shared<Work::State>();
+  absl::MutexLock lock(&mu_);
+  queue_.emplace_back(std::move(op), work);
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  return work;
+}
+
+absl::Status OpQueue::Drain(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() && running_ == 0;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&idle), deadline)) {
+    return absl::DeadlineExceededError(
+        "the deadline passed while waiting for this communicator's non-blocking operations");
+  }
+  return absl::OkStatus();
+}
+
+void OpQueue::Loop() {
+  while (true) {
+    std::function<absl::Status()> op;
+    Work work;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      op = std::move(queue_.front().first);
+      work = std::move(queue_.front().second);
+      queue_.pop_front();
+      running_ = 1;
+    }
+    absl::Status status = op();
+    {
+      absl::MutexLock lock(&work.state_->mu);
+      work.state_->done = true;
+      work.state_->status = std::move(status);
+    }
+    absl::MutexLock lock(&mu_);
+    running_ = 0;
+  }
+}
 
 absl::string_view ReduceOpName(ReduceOp op) {
   switch (op) {

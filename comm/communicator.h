@@ -18,18 +18,43 @@
 // After any error other than INVALID_ARGUMENT the communicator is broken: every later
 // operation returns the same error (GetAsyncError() too). Make a new one for the next epoch.
 //
-// Thread-safety: operations must be called from one thread at a time (they are ordered
-// collectives). Abort(), GetAsyncError(), counters() and rank()/size() may be called from
-// any thread at any time.
+// Groups: Split() makes a sub-communicator over some of the ranks, a Communicator of its
+// own (rank, size, counters, every operation), and groups split again. A communicator and
+// every group made from it, directly or not, form a *family* that shares one set of
+// connections (TCP) or one abort fate (NCCL): Abort() of any member, or an error that
+// breaks one (a dead peer, a missed deadline), breaks every member of the family on this
+// rank, so a rank notices a failure in whichever group it next uses. Make a new family for
+// the next epoch. Members may be destroyed in any order.
+//
+// Non-blocking operations (the *Async forms) are issued at once and run on the
+// communicator's own worker thread, in issue order; Wait() for the returned Work before
+// touching its buffers. Operations that may share a connection (every operation of one
+// communicator; on TCP also those of family members with a common peer) run in the order
+// this rank issued them, blocking and non-blocking alike; the others run concurrently
+// (e.g. an all-gather on the dp group while the tp group all-reduces). Every
+// rank must issue the operations of overlapping groups in the same relative order, as with
+// MPI communicators.
+//
+// Thread-safety: operations on one communicator must be issued from one thread at a time
+// (they are ordered collectives); different members of a family may be used from
+// different threads. Abort(), GetAsyncError(), counters() and rank()/size() may be called
+// from any thread at any time.
 #ifndef RINGMASTER_COMM_COMMUNICATOR_H_
 #define RINGMASTER_COMM_COMMUNICATOR_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/dtype.h"
@@ -69,6 +94,32 @@ struct Counters {
   OpCounters& of(OpKind kind) { return ops[static_cast<int>(kind)]; }
 };
 
+// The handle of a non-blocking operation. Copies share the operation.
+class Work {
+ public:
+  // A handle with no operation: Wait() returns FAILED_PRECONDITION.
+  Work() = default;
+  // An operation that is already over, with `status`.
+  static Work Done(absl::Status status);
+
+  // Blocks until the operation has finished and returns its result (the errors of its
+  // blocking form), or DEADLINE_EXCEEDED, saying so, when `deadline` passes first: the
+  // operation is then still running (it ends by its own deadline, or at once after
+  // Abort()) and its buffers still in use; Wait again.
+  absl::Status Wait(absl::Time deadline) const;
+  // True once the operation has finished. Never blocks.
+  bool done() const;
+
+ private:
+  friend class OpQueue;
+  struct State {
+    mutable absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<State> state_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -106,6 +157,30 @@ class Communicator {
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier(absl::Time deadline) = 0;
 
+  // Non-blocking forms of the operations above: same arguments and contract, started now
+  // (see "Non-blocking operations" above); the result comes from Work::Wait. The deadline
+  // bounds the operation itself, counted from now.
+  virtual Work AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                              ReduceOp op, absl::Time deadline) = 0;
+  virtual Work AllGatherAsync(const void* send, void* recv, size_t count, DataType type,
+                              absl::Time deadline) = 0;
+  virtual Work ReduceScatterAsync(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, absl::Time deadline) = 0;
+  virtual Work BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
+                              int root, absl::Time deadline) = 0;
+  virtual Work SendAsync(const void* buf, size_t count, DataType type, int peer,
+                         absl::Time deadline) = 0;
+  virtual Work RecvAsync(void* buf, size_t count, DataType type, int peer,
+                         absl::Time deadline) = 0;
+
+  // Collective over this communicator (MPI_Comm_split, ncclCommSplit): the ranks passing
+  // the same non-negative `color` form a new communicator, ranked by `key`, ties by their
+  // rank here. A rank passing a negative color joins no group and gets nullptr (OK). The
+  // group is a member of this one's family (see "Groups" above); it may outlive this one.
+  // Errors: those of a collective; a broken communicator cannot split.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
+                                                              absl::Time deadline) = 0;
+
   // Makes operations blocked now or called later return ABORTED promptly, and closes the
   // connections so that peers fail fast too. Idempotent; callable from any thread,
   // including while another thread is inside an operation.
@@ -116,6 +191,35 @@ class Communicator {
 
   // A snapshot of this rank's counters.
   virtual Counters counters() const = 0;
+};
+
+// Runs a communicator's non-blocking operations on a thread of its own (started by the
+// first Enqueue), one at a time, in the order they were queued. The destructor waits for
+// the queued operations to finish (each is bounded by its deadline; Abort() the
+// communicator first to end them at once), so destroy the queue before what they use.
+// Thread-safety: any thread.
+class OpQueue {
+ public:
+  OpQueue() = default;
+  ~OpQueue();
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  Work Enqueue(std::function<absl::Status()> op);
+  // Waits for the queued operations and ends the thread; Enqueue must not be called
+  // after. Idempotent; the destructor calls it.
+  void Stop();
+  // Blocks until every operation queued so far has finished, or DEADLINE_EXCEEDED.
+  absl::Status Drain(absl::Time deadline);
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  std::deque<std::pair<std::function<absl::Status()>, Work>> queue_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // 1 while the thread runs an operation
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
 };
 
 // Validates arguments shared by every backend: INVALID_ARGUMENT names the argument.

@@ -131,8 +131,24 @@ uint64_t RingGather(uint64_t bytes, int n) { return (n - 1) * bytes; }
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout)
-    : rank_(rank), size_(size), device_(device), finalize_timeout_(finalize_timeout) {}
+NcclCommunicator::NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout,
+                                   std::shared_ptr<Family> family)
+    : rank_(rank),
+      size_(size),
+      device_(device),
+      finalize_timeout_(finalize_timeout),
+      family_(std::move(family)) {
+  absl::MutexLock lock(&family_->mu);
+  family_->members.push_back(this);
+}
+
+absl::Status NcclCommunicator::AllocateResources() {
+  RM_RETURN_IF_ERROR(CudaToStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                                  "cudaStreamCreateWithFlags"));
+  RM_RETURN_IF_ERROR(CudaToStatus(
+      cudaMalloc(reinterpret_cast<void**>(&barrier_buffer_), sizeof(int32_t)), "cudaMalloc"));
+  return CudaToStatus(cudaMemset(barrier_buffer_, 0, sizeof(int32_t)), "cudaMemset");
+}
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const NcclCommunicatorOptions& options) {
@@ -195,27 +211,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         key, absl::BytesToHexString(absl::string_view(id.internal, sizeof(id.internal)))));
   }
 
-  auto comm = absl::WrapUnique(
-      new NcclCommunicator(options.rank, options.size, device, options.finalize_timeout));
+  auto comm = absl::WrapUnique(new NcclCommunicator(
+      options.rank, options.size, device, options.finalize_timeout, std::make_shared<Family>()));
   // On failure below, record the error so that the destructor aborts what was made.
   auto fail = [&comm](absl::Status status) { return comm->Break(std::move(status)); };
-  if (absl::Status s =
-          CudaToStatus(cudaStreamCreateWithFlags(&comm->stream_, cudaStreamNonBlocking),
-                       "cudaStreamCreateWithFlags");
-      !s.ok()) {
-    return fail(s);
-  }
-  if (absl::Status s = CudaToStatus(
-          cudaMalloc(reinterpret_cast<void**>(&comm->barrier_buffer_), sizeof(int32_t)),
-          "cudaMalloc");
-      !s.ok()) {
-    return fail(s);
-  }
-  if (absl::Status s =
-          CudaToStatus(cudaMemset(comm->barrier_buffer_, 0, sizeof(int32_t)), "cudaMemset");
-      !s.ok()) {
-    return fail(s);
-  }
+  if (absl::Status s = comm->AllocateResources(); !s.ok()) return fail(s);
 
   // Non-blocking: initialization runs in NCCL's threads while we poll it against the
   // deadline, so a missing peer cannot hang Create().
@@ -248,6 +248,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  queue_.Stop();  // no queued operation may outlive what follows
+  {
+    absl::MutexLock lock(&family_->mu);
+    std::erase(family_->members, this);
+  }
   DeviceGuard guard(device_);
   const bool healthy = GetAsyncError().ok();
   {
@@ -291,10 +296,18 @@ void NcclCommunicator::AbortComm() const {
 }
 
 void NcclCommunicator::Abort() {
-  abort_requested_.store(true, std::memory_order_release);
-  Break(absl::AbortedError("nccl: communicator aborted by Abort() (the epoch is changing)"))
-      .IgnoreError();
-  AbortComm();
+  BreakFamily(absl::AbortedError("nccl: communicator aborted by Abort() (the epoch is changing)"));
+}
+
+void NcclCommunicator::BreakFamily(const absl::Status& status) {
+  absl::MutexLock lock(&family_->mu);
+  for (NcclCommunicator* member : family_->members) {
+    if (absl::IsAborted(status)) {
+      member->abort_requested_.store(true, std::memory_order_release);
+    }
+    member->Break(status).IgnoreError();
+    member->AbortComm();
+  }
 }
 
 absl::Status NcclCommunicator::GetAsyncError() const {
@@ -342,10 +355,10 @@ absl::Status NcclCommunicator::Finish(OpKind kind, absl::Time start, absl::Statu
     ++c.errors;
     if (absl::IsInvalidArgument(status)) return status;
   }
-  // Any other error breaks the communicator. Abort NCCL before returning, so that no
-  // kernel of this operation still touches the caller's buffers.
+  // Any other error breaks the family. Abort NCCL before returning, so that no kernel of
+  // this operation still touches the caller's buffers.
   status = Break(std::move(status));
-  AbortComm();
+  BreakFamily(status);
   return status;
 }
 
@@ -430,7 +443,7 @@ absl::Status NcclCommunicator::Wait(absl::string_view op, absl::Time deadline) {
   }
 }
 
-absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
+absl::Status NcclCommunicator::AllReduceNow(const void* send, void* recv, size_t count, DataType type,
                                          ReduceOp op, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kAllReduce;
   const absl::Time start = absl::Now();
@@ -458,7 +471,7 @@ absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t co
                 RingAllReduce(bytes, size_));
 }
 
-absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
+absl::Status NcclCommunicator::AllGatherNow(const void* send, void* recv, size_t count, DataType type,
                                          absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kAllGather;
   const absl::Time start = absl::Now();
@@ -495,7 +508,7 @@ absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t co
                 RingGather(bytes, size_));
 }
 
-absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+absl::Status NcclCommunicator::ReduceScatterNow(const void* send, void* recv, size_t count,
                                              DataType type, ReduceOp op, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kReduceScatter;
   const absl::Time start = absl::Now();
@@ -535,7 +548,7 @@ absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_
                 RingGather(bytes, size_));
 }
 
-absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+absl::Status NcclCommunicator::BroadcastNow(const void* send, void* recv, size_t count, DataType type,
                                          int root, absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kBroadcast;
   const absl::Time start = absl::Now();
@@ -568,7 +581,7 @@ absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t co
                 position != 0 ? bytes : 0);
 }
 
-absl::Status NcclCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+absl::Status NcclCommunicator::SendNow(const void* buf, size_t count, DataType type, int peer,
                                     absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kSend;
   const absl::Time start = absl::Now();
@@ -590,7 +603,7 @@ absl::Status NcclCommunicator::Send(const void* buf, size_t count, DataType type
   return Finish(kKind, start, std::move(status), uint64_t{count} * DataTypeSize(type), 0);
 }
 
-absl::Status NcclCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+absl::Status NcclCommunicator::RecvNow(void* buf, size_t count, DataType type, int peer,
                                     absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kRecv;
   const absl::Time start = absl::Now();
@@ -612,7 +625,7 @@ absl::Status NcclCommunicator::Recv(void* buf, size_t count, DataType type, int 
   return Finish(kKind, start, std::move(status), 0, uint64_t{count} * DataTypeSize(type));
 }
 
-absl::Status NcclCommunicator::Barrier(absl::Time deadline) {
+absl::Status NcclCommunicator::BarrierNow(absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kBarrier;
   const absl::Time start = absl::Now();
   const std::string name = OpName(kKind);
@@ -625,6 +638,167 @@ absl::Status NcclCommunicator::Barrier(absl::Time deadline) {
     });
   }();
   return Finish(kKind, start, std::move(status), 0, 0);
+}
+
+
+template <typename Fn>
+absl::Status NcclCommunicator::InOrder(OpKind kind, absl::Time deadline, Fn&& fn) {
+  const absl::Time start = absl::Now();
+  absl::Status drained = queue_.Drain(deadline);
+  if (!drained.ok()) {
+    return Finish(kind, start,
+                  absl::Status(drained.code(), absl::StrCat(OpName(kind), ": ", drained.message())),
+                  0, 0);
+  }
+  return fn();
+}
+
+absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
+                                         ReduceOp op, absl::Time deadline) {
+  return InOrder(OpKind::kAllReduce, deadline,
+                 [&] { return AllReduceNow(send, recv, count, type, op, deadline); });
+}
+
+absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
+                                         absl::Time deadline) {
+  return InOrder(OpKind::kAllGather, deadline,
+                 [&] { return AllGatherNow(send, recv, count, type, deadline); });
+}
+
+absl::Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                             DataType type, ReduceOp op, absl::Time deadline) {
+  return InOrder(OpKind::kReduceScatter, deadline,
+                 [&] { return ReduceScatterNow(send, recv, count, type, op, deadline); });
+}
+
+absl::Status NcclCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                         int root, absl::Time deadline) {
+  return InOrder(OpKind::kBroadcast, deadline,
+                 [&] { return BroadcastNow(send, recv, count, type, root, deadline); });
+}
+
+absl::Status NcclCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                    absl::Time deadline) {
+  return InOrder(OpKind::kSend, deadline,
+                 [&] { return SendNow(buf, count, type, peer, deadline); });
+}
+
+absl::Status NcclCommunicator::Barrier(absl::Time deadline) {
+  return InOrder(OpKind::kBarrier, deadline, [&] { return BarrierNow(deadline); });
+}
+
+absl::Status NcclCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+                                    absl::Time deadline) {
+  return InOrder(OpKind::kRecv, deadline,
+                 [&] { return RecvNow(buf, count, type, peer, deadline); });
+}
+
+Work NcclCommunicator::AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, absl::Time deadline) {
+  return queue_.Enqueue([=, this] { return AllReduceNow(send, recv, count, type, op, deadline); });
+}
+
+Work NcclCommunicator::AllGatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                      absl::Time deadline) {
+  return queue_.Enqueue([=, this] { return AllGatherNow(send, recv, count, type, deadline); });
+}
+
+Work NcclCommunicator::ReduceScatterAsync(const void* send, void* recv, size_t count,
+                                          DataType type, ReduceOp op, absl::Time deadline) {
+  return queue_.Enqueue(
+      [=, this] { return ReduceScatterNow(send, recv, count, type, op, deadline); });
+}
+
+Work NcclCommunicator::BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
+                                      int root, absl::Time deadline) {
+  return queue_.Enqueue(
+      [=, this] { return BroadcastNow(send, recv, count, type, root, deadline); });
+}
+
+Work NcclCommunicator::SendAsync(const void* buf, size_t count, DataType type, int peer,
+                                 absl::Time deadline) {
+  return queue_.Enqueue([=, this] { return SendNow(buf, count, type, peer, deadline); });
+}
+
+Work NcclCommunicator::RecvAsync(void* buf, size_t count, DataType type, int peer,
+                                 absl::Time deadline) {
+  return queue_.Enqueue([=, this] { return RecvNow(buf, count, type, peer, deadline); });
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(int color, int key,
+                                                                      absl::Time deadline) {
+  const std::string name = absl::StrCat("nccl split (color ", color, ", key ", key, ")");
+  RM_RETURN_IF_ERROR(queue_.Drain(deadline));
+  RM_RETURN_IF_ERROR(CheckHealthy());
+  DeviceGuard guard(device_);
+  RM_RETURN_IF_ERROR(guard.status());
+  // Any failure from here breaks the family: ranks that did split wait for this one.
+  auto fail = [&](absl::Status status) {
+    status = Break(std::move(status));
+    BreakFamily(status);
+    return status;
+  };
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t child = nullptr;
+  ncclResult_t res;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_aborted_) return absl::AbortedError(absl::StrCat(name, ": communicator aborted"));
+    res = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+  }
+  if (res != ncclSuccess && res != ncclInProgress) return fail(AsyncErrorToStatus(name, res));
+  // Non-blocking: the split completes in NCCL's threads; poll the parent and the child.
+  while (true) {
+    ncclResult_t parent_state = ncclSuccess, child_state = ncclSuccess;
+    {
+      absl::MutexLock lock(&comm_mu_);
+      if (comm_aborted_) {
+        if (child != nullptr) (void)ncclCommAbort(child);
+        return absl::AbortedError(absl::StrCat(name, ": communicator aborted"));
+      }
+      if (ncclCommGetAsyncError(comm_, &parent_state) != ncclSuccess) {
+        parent_state = ncclInternalError;
+      }
+    }
+    if (child != nullptr && ncclCommGetAsyncError(child, &child_state) != ncclSuccess) {
+      child_state = ncclInternalError;
+    }
+    if (parent_state == ncclSuccess && child_state == ncclSuccess) break;
+    const ncclResult_t bad = parent_state != ncclInProgress && parent_state != ncclSuccess
+                                 ? parent_state
+                                 : child_state;
+    if (bad != ncclInProgress && bad != ncclSuccess) {
+      if (child != nullptr) (void)ncclCommAbort(child);
+      return fail(AsyncErrorToStatus(name, bad));
+    }
+    if (absl::Now() >= deadline) {
+      if (child != nullptr) (void)ncclCommAbort(child);
+      return fail(absl::DeadlineExceededError(absl::StrCat(
+          name, ": not complete at the deadline; are all ranks of the communicator splitting?")));
+    }
+    absl::SleepFor(kSlowPoll);
+  }
+  if (child == nullptr) return std::unique_ptr<Communicator>();
+  int rank = -1, size = 0;
+  if (absl::Status s = NcclToStatus(ncclCommUserRank(child, &rank), "ncclCommUserRank"); !s.ok()) {
+    (void)ncclCommAbort(child);
+    return fail(s);
+  }
+  if (absl::Status s = NcclToStatus(ncclCommCount(child, &size), "ncclCommCount"); !s.ok()) {
+    (void)ncclCommAbort(child);
+    return fail(s);
+  }
+  auto group = absl::WrapUnique(new NcclCommunicator(rank, size, device_, finalize_timeout_, family_));
+  {
+    absl::MutexLock lock(&group->comm_mu_);
+    group->comm_ = child;
+  }
+  if (absl::Status s = group->AllocateResources(); !s.ok()) {
+    group->Break(s).IgnoreError();  // the destructor aborts the child
+    return s;
+  }
+  return group;
 }
 
 }  // namespace ringmaster::comm

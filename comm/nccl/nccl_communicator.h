@@ -41,6 +41,15 @@
 //   send / recv     B
 //   barrier         0 (no payload)
 //
+// Groups: Split() is ncclCommSplit (non-blocking config, polled against the deadline);
+// the group has its own NCCL communicator, stream and counters. Its family (the
+// communicator made by Create and every group split from it) shares one fate: Abort() of
+// any member, or an error that breaks one, aborts every member's NCCL communicator.
+// Non-blocking operations run the blocking form on the communicator's worker thread; a
+// blocking call first waits for them. NCCL runs operations of different communicators
+// concurrently only as far as the GPU lets their kernels overlap: every rank must issue
+// them in the same order.
+//
 // Thread-safety: as Communicator. Abort(), GetAsyncError(), counters(), rank(), size()
 // and stream() may be called from any thread.
 #ifndef RINGMASTER_COMM_NCCL_NCCL_COMMUNICATOR_H_
@@ -52,6 +61,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -123,8 +133,26 @@ class NcclCommunicator final : public Communicator {
   // An all-reduce of one int32 on a device buffer owned by the communicator.
   absl::Status Barrier(absl::Time deadline) override;
 
-  // Sets the abort flag and aborts the NCCL communicator (ncclCommAbort): kernels in
-  // flight quit, peers' operations fail. Blocks while ncclCommAbort runs (it waits for
+  Work AllReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      absl::Time deadline) override;
+  Work AllGatherAsync(const void* send, void* recv, size_t count, DataType type,
+                      absl::Time deadline) override;
+  Work ReduceScatterAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                          absl::Time deadline) override;
+  Work BroadcastAsync(const void* send, void* recv, size_t count, DataType type, int root,
+                      absl::Time deadline) override;
+  Work SendAsync(const void* buf, size_t count, DataType type, int peer,
+                 absl::Time deadline) override;
+  Work RecvAsync(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+
+  // ncclCommSplit; the group is an NcclCommunicator on the same device. Errors: as an
+  // operation (DEADLINE_EXCEEDED when the split does not finish in time, which breaks the
+  // family).
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
+                                                      absl::Time deadline) override;
+
+  // Sets the abort flag and aborts the NCCL communicator (ncclCommAbort), of this and of
+  // every member of its family: kernels in flight quit, peers' operations fail. Blocks while ncclCommAbort runs (it waits for
   // the aborted kernels to exit), and for at most one short NCCL call of the thread
   // inside an operation. That operation then returns ABORTED.
   void Abort() override;
@@ -135,12 +163,43 @@ class NcclCommunicator final : public Communicator {
   Counters counters() const override;
 
  private:
-  NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout);
+  // The members of one family, for family-wide aborts.
+  struct Family {
+    absl::Mutex mu;
+    std::vector<NcclCommunicator*> members ABSL_GUARDED_BY(mu);
+  };
+
+  NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout,
+                   std::shared_ptr<Family> family);
+  // Creates the stream and the barrier buffer (on the current device).
+  absl::Status AllocateResources();
+  // Breaks every member of the family with `status` (this one too) and aborts their
+  // NCCL communicators. Must not hold comm_mu_ or mu_.
+  void BreakFamily(const absl::Status& status);
+  // The blocking forms: waits for this communicator's queued non-blocking operations,
+  // then runs fn (which reports itself through Finish).
+  template <typename Fn>
+  absl::Status InOrder(OpKind kind, absl::Time deadline, Fn&& fn);
+
+  // The operations, run on the caller's thread (the blocking forms call them InOrder, the
+  // worker thread for the non-blocking ones).
+  absl::Status AllReduceNow(const void* send, void* recv, size_t count, DataType type,
+                            ReduceOp op, absl::Time deadline);
+  absl::Status AllGatherNow(const void* send, void* recv, size_t count, DataType type,
+                            absl::Time deadline);
+  absl::Status ReduceScatterNow(const void* send, void* recv, size_t count, DataType type,
+                                ReduceOp op, absl::Time deadline);
+  absl::Status BroadcastNow(const void* send, void* recv, size_t count, DataType type, int root,
+                            absl::Time deadline);
+  absl::Status SendNow(const void* buf, size_t count, DataType type, int peer,
+                       absl::Time deadline);
+  absl::Status RecvNow(void* buf, size_t count, DataType type, int peer, absl::Time deadline);
+  absl::Status BarrierNow(absl::Time deadline);
 
   // OK, or the error that broke the communicator.
   absl::Status CheckHealthy() const;
   // Records one operation's outcome in the counters (bytes only on success). Any error
-  // but INVALID_ARGUMENT breaks the communicator and aborts NCCL before returning, so no
+  // but INVALID_ARGUMENT breaks the family and aborts NCCL before returning, so no
   // kernel still touches the caller's buffers. Returns the error that broke it, or
   // `status`.
   absl::Status Finish(OpKind kind, absl::Time start, absl::Status status, uint64_t sent,
@@ -182,6 +241,10 @@ class NcclCommunicator final : public Communicator {
   mutable absl::Mutex mu_;
   mutable absl::Status error_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
+
+  const std::shared_ptr<Family> family_;
+  // Last: destroyed first, so that no queued operation outlives what it uses.
+  OpQueue queue_;
 };
 
 }  // namespace ringmaster::comm

@@ -145,6 +145,7 @@ class Engine {
                       static_cast<uint16_t>(from_rank),
                       seq,
                       bytes,
+                      o_.group,
                       0};
   }
   absl::Status Wait(absl::Time deadline);
@@ -213,6 +214,13 @@ absl::Status Engine::CheckHeader(const RecvState& st) const {
     return absl::InternalError(absl::StrCat(
         OpKindName(kind_), ": garbled message from rank ", peer, " (bad magic 0x",
         absl::Hex(h.magic), "); the connection carries something other than ringmaster traffic"));
+  }
+  if (h.group != e.group) {
+    return absl::InternalError(absl::StrCat(
+        "group mismatch: rank ", peer, " of group ", e.group, " sent a message of group ", h.group,
+        " (", OpKindName(static_cast<OpKind>(h.kind < kNumOpKinds ? h.kind : 0)), ", message ",
+        h.seq, ") while rank ", o_.rank, " expected ", Describe(kind_, type_, e.seq, e.bytes),
+        "; ranks must issue the operations of groups that share ranks in the same order"));
   }
   if (h.kind != e.kind || h.dtype != e.dtype || h.seq != e.seq || h.bytes != e.bytes ||
       h.from_rank != e.from_rank) {
@@ -547,12 +555,11 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     RecvStream& s = recvs[i];
     RecvState st{};
     st.stream = &s;
-    st.fd = (*o_.recv_fds)[s.peer];
+    Link& link = *(*o_.links)[s.peer];
+    st.fd = link.recv_fd;
     st.total = TotalBytes(s);
-    if (o_.recv_rings != nullptr && (st.ring = (*o_.recv_rings)[s.peer]) != nullptr) {
-      st.pad = RingPadding(st.total);
-    }
-    st.expect = Header(s.peer, (*o_.recv_seq)[s.peer]++, st.total);
+    if ((st.ring = link.recv_ring) != nullptr) st.pad = RingPadding(st.total);
+    st.expect = Header(s.peer, link.recv_seq++, st.total);
     bool reduces = false;
     for (const RecvPiece& p : s.pieces) {
       reduces |= p.other != nullptr && p.bytes > 0;
@@ -568,12 +575,11 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     SendStream& s = sends[i];
     SendState st{};
     st.stream = &s;
-    st.fd = (*o_.send_fds)[s.peer];
+    Link& link = *(*o_.links)[s.peer];
+    st.fd = link.send_fd;
     st.total = TotalBytes(s);
-    if (o_.send_rings != nullptr && (st.ring = (*o_.send_rings)[s.peer]) != nullptr) {
-      st.pad = RingPadding(st.total);
-    }
-    st.header = Header(o_.rank, (*o_.send_seq)[s.peer]++, st.total);
+    if ((st.ring = link.send_ring) != nullptr) st.pad = RingPadding(st.total);
+    st.header = Header(o_.rank, link.send_seq++, st.total);
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     sends_.push_back(st);
   }

@@ -3,8 +3,9 @@
 //
 // Every peer pair uses two connections, one per direction, so a rank's send and receive
 // with the same neighbour never share a socket. Each message is a 32-byte header (magic,
-// op kind, dtype, per-channel sequence number, payload length) followed by the payload;
-// the header lets the receiver detect peers that disagree about the operation.
+// op kind, dtype, sender's rank and group, per-link sequence number, payload length)
+// followed by the payload; the header lets the receiver detect peers that disagree about
+// the operation, or about which group (sub-communicator sharing the links) it belongs to.
 //
 // A receive piece can be a plain copy into `dst` or a reduction: dst = other op incoming,
 // applied segment by segment as bytes arrive, so that receiving, reducing and sending
@@ -44,12 +45,13 @@ inline constexpr uint32_t kMessageMagic = 0x524d4d47;  // "RMMG"
 
 struct WireHeader {
   uint32_t magic;
-  uint8_t kind;   // OpKind
-  uint8_t dtype;  // DataType
-  uint16_t from_rank;
-  uint64_t seq;    // per (sender, receiver) message counter
-  uint64_t bytes;  // payload length
-  uint64_t reserved;
+  uint8_t kind;        // OpKind
+  uint8_t dtype;       // DataType
+  uint16_t from_rank;  // the sender's rank in the group
+  uint64_t seq;        // per link (sender, receiver) message counter, over every group
+  uint64_t bytes;      // payload length
+  uint32_t group;      // the group's id (0: the communicator made by Create)
+  uint32_t reserved;
 };
 static_assert(sizeof(WireHeader) == 32);
 
@@ -79,18 +81,27 @@ struct RecvStream {
   absl::InlinedVector<RecvPiece, 4> pieces;
 };
 
+// This rank's connections with one peer and what rides on them. Shared by every group
+// that has both ranks (see tcp_communicator.h): one operation uses a link at a time.
+struct Link {
+  int send_fd = -1;  // carries this rank's messages to the peer
+  int recv_fd = -1;  // carries the peer's messages to this rank
+  // Shared-memory rings (null: the messages go over the sockets): send_ring carries our
+  // messages to the peer, recv_ring the peer's to us.
+  ShmRing* send_ring = nullptr;
+  ShmRing* recv_ring = nullptr;
+  // Message counters, advanced by RunStreams.
+  uint64_t send_seq = 0;
+  uint64_t recv_seq = 0;
+};
+
 struct EngineOptions {
+  // This rank and its group, as the headers carry them; stream peers are ranks of the
+  // same group.
   int rank = 0;
-  // Socket per peer: send_fds[p] carries this rank's messages to p, recv_fds[p] p's to us.
-  const std::vector<int>* send_fds = nullptr;
-  const std::vector<int>* recv_fds = nullptr;
-  // Shared-memory ring per peer (null entries, or null vectors: that peer's messages go
-  // over its socket): send_rings[p] carries our messages to p, recv_rings[p] p's to us.
-  const std::vector<ShmRing*>* send_rings = nullptr;
-  const std::vector<ShmRing*>* recv_rings = nullptr;
-  // Per-peer message counters, advanced by Run.
-  std::vector<uint64_t>* send_seq = nullptr;
-  std::vector<uint64_t>* recv_seq = nullptr;
+  uint32_t group = 0;
+  // Link per peer, indexed by the peer's rank in the group (this rank's entry unused).
+  const std::vector<Link*>* links = nullptr;
   // Readable when the communicator is aborted.
   int abort_fd = -1;
   const std::atomic<bool>* aborted = nullptr;

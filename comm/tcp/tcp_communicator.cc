@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -122,12 +124,103 @@ struct Ring {
   }
 };
 
+// A group's id: FNV-1a over its parent's id, the parent's split count and the color. Never
+// 0, the id of the communicator made by Create.
+uint32_t GroupId(uint32_t parent, uint64_t split, int color) {
+  const std::string bytes = absl::StrCat(parent, "/", split, "/", color);
+  const uint64_t h = Fnv1a(bytes);
+  const uint32_t id = static_cast<uint32_t>(h ^ (h >> 32));
+  return id == 0 ? 1 : id;
+}
+
 }  // namespace
 
-TcpCommunicator::TcpCommunicator(const TcpCommunicatorOptions& options)
-    : rank_(options.rank), size_(options.size), small_message_bytes_(options.small_message_bytes) {}
+struct TcpCommunicator::Family {
+  // Sequencer resources 0..size-1 are the links, by peer rank.
+  Family(int rank, int size) : rank(rank), sequencer(size) {}
+
+  absl::Status error() const {
+    absl::MutexLock lock(&mu);
+    return error_;
+  }
+  // Makes `status` the family's error unless it has one, and stops waiting turns.
+  void Break(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu);
+      if (!error_.ok()) return;
+      error_ = status;
+      broken.store(true, std::memory_order_release);
+    }
+    sequencer.Stop(status);
+  }
+  // Peers blocked on us fail at once instead of waiting for their deadline. shutdown()
+  // keeps the descriptors valid for threads still inside an operation.
+  void CloseConnections() {
+    for (auto* sockets : {&send_sockets, &recv_sockets}) {
+      for (auto& s : *sockets) {
+        if (s.valid()) shutdown(s.get(), SHUT_RDWR);
+      }
+    }
+  }
+  void Abort() {
+    if (aborted.exchange(true)) return;
+    Break(absl::AbortedError(absl::StrCat("rank ", rank, ": the communicator was aborted")));
+    uint64_t one = 1;
+    (void)!write(abort_event.get(), &one, sizeof(one));
+    CloseConnections();
+  }
+
+  const int rank;  // in the communicator made by Create
+  std::vector<tcp::Fd> send_sockets;  // [peer]: our messages to peer
+  std::vector<tcp::Fd> recv_sockets;  // [peer]: peer's messages to us
+  std::vector<std::unique_ptr<tcp::ShmRing>> send_ring_owners, recv_ring_owners;
+  std::vector<tcp::Link> links;  // [peer]; fixed once Create returns
+  std::vector<bool> same_host;   // [peer]: advertises this rank's host
+  tcp::Fd abort_event;
+  std::atomic<bool> aborted{false};
+  std::atomic<bool> broken{false};  // error_ is set
+  // Set once the family has groups or non-blocking work: from then on operations take
+  // turns on the links they share (before, one thread runs one operation at a time).
+  std::atomic<bool> sequenced{false};
+  tcp::Sequencer sequencer;
+
+ private:
+  mutable absl::Mutex mu;
+  absl::Status error_ ABSL_GUARDED_BY(mu);
+};
+
+TcpCommunicator::TcpCommunicator(std::shared_ptr<Family> family, std::vector<int> world_ranks,
+                                 int rank, uint32_t group, size_t small_message_bytes)
+    : family_(std::move(family)),
+      world_ranks_(std::move(world_ranks)),
+      rank_(rank),
+      size_(static_cast<int>(world_ranks_.size())),
+      group_(group),
+      small_message_bytes_(small_message_bytes) {}
 
 TcpCommunicator::~TcpCommunicator() = default;
+
+void TcpCommunicator::SetUpEngine(const tcp::EngineOptions& tuning) {
+  links_.assign(size_, nullptr);
+  resources_ = {family_->sequencer.AddResource()};
+  local_ranks_ = 1;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const int world = world_ranks_[p];
+    links_[p] = &family_->links[world];
+    resources_.push_back(world);
+    local_ranks_ += family_->same_host[world];
+  }
+  segment_scratch_.resize(tuning.segment_bytes);
+  tcp::EngineOptions& e = engine_options_;
+  e = tuning;
+  e.rank = rank_;
+  e.group = group_;
+  e.links = &links_;
+  e.abort_fd = family_->abort_event.get();
+  e.aborted = &family_->aborted;
+  e.scratch = segment_scratch_.data();
+}
 
 absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
     const TcpCommunicatorOptions& options) {
@@ -164,31 +257,22 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
         "can reach "
         "when listen_host is a wildcard");
   }
-  std::unique_ptr<TcpCommunicator> comm(new TcpCommunicator(options));
+  auto family = std::make_shared<Family>(options.rank, options.size);
   int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (efd < 0) return ErrnoToStatus(errno, "eventfd");
-  comm->abort_event_ = tcp::Fd(efd);
+  family->abort_event = tcp::Fd(efd);
+  std::vector<int> world(options.size);
+  std::iota(world.begin(), world.end(), 0);
+  std::unique_ptr<TcpCommunicator> comm(new TcpCommunicator(
+      std::move(family), std::move(world), options.rank, 0, options.small_message_bytes));
   RM_RETURN_IF_ERROR(comm->Connect(options));
 
-  int n = options.size;
-  comm->send_seq_.assign(n, 0);
-  comm->recv_seq_.assign(n, 0);
-  size_t segment = std::max<size_t>(64, options.segment_bytes & ~size_t{7});
-  comm->segment_scratch_.resize(segment);
-  tcp::EngineOptions& e = comm->engine_options_;
-  e.rank = options.rank;
-  e.send_fds = &comm->send_fds_;
-  e.recv_fds = &comm->recv_fds_;
-  e.send_rings = &comm->send_rings_;
-  e.recv_rings = &comm->recv_rings_;
-  e.send_seq = &comm->send_seq_;
-  e.recv_seq = &comm->recv_seq_;
-  e.abort_fd = comm->abort_event_.get();
-  e.aborted = &comm->aborted_;
-  e.segment_bytes = segment;
-  e.scratch = comm->segment_scratch_.data();
+  tcp::EngineOptions e;
+  e.segment_bytes = std::max<size_t>(64, options.segment_bytes & ~size_t{7});
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const bool oversubscribed = comm->local_ranks_ > cores;
+  const int local_ranks = static_cast<int>(
+      1 + std::count(comm->family_->same_host.begin(), comm->family_->same_host.end(), true));
+  const bool oversubscribed = local_ranks > cores;
   if (options.spin >= absl::ZeroDuration()) {
     e.spin = options.spin;
   } else {
@@ -197,17 +281,18 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
                                                                    : absl::Microseconds(100);
   }
   e.yield_while_spinning = oversubscribed;
+  comm->SetUpEngine(e);
   return comm;
 }
 
 absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   const int n = options.size, r = options.rank;
-  send_sockets_.resize(n);
-  recv_sockets_.resize(n);
-  send_fds_.assign(n, -1);
-  recv_fds_.assign(n, -1);
-  send_rings_.assign(n, nullptr);
-  recv_rings_.assign(n, nullptr);
+  std::vector<tcp::Fd>& send_sockets = family_->send_sockets;
+  std::vector<tcp::Fd>& recv_sockets = family_->recv_sockets;
+  send_sockets.resize(n);
+  recv_sockets.resize(n);
+  family_->links.assign(n, tcp::Link{});
+  family_->same_host.assign(n, false);
   if (n == 1) return absl::OkStatus();
 
   const absl::Time deadline = absl::Now() + options.connect_timeout;
@@ -235,7 +320,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   auto connect_published = [&]() -> absl::Status {
     for (int i = 1; i < n; ++i) {
       int p = (r + i) % n;
-      if (send_sockets_[p].valid()) continue;
+      if (send_sockets[p].valid()) continue;
       auto address = options.store->Get(key_of(p), absl::Now());  // don't wait here
       if (absl::IsDeadlineExceeded(address.status())) continue;
       if (!address.ok()) {
@@ -245,10 +330,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       }
       addresses[p] = *address;
       RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
-      if (hp.host == advertise) {
-        ++local_ranks_;
-        same_host[p] = true;
-      }
+      if (hp.host == advertise) same_host[p] = true;
       auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
       if (!fd.ok()) {
         return absl::Status(fd.status().code(),
@@ -258,7 +340,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
       Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
       RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
-      send_sockets_[p] = std::move(fd).value();
+      send_sockets[p] = std::move(fd).value();
     }
     return absl::OkStatus();
   };
@@ -276,9 +358,9 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       std::vector<std::string> unpublished, missing, silent;
       for (int p = 0; p < n; ++p) {
         if (p == r) continue;
-        if (!send_sockets_[p].valid()) unpublished.push_back(absl::StrCat(p));
-        if (!recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
-        if (send_sockets_[p].valid() && !answered[p]) silent.push_back(absl::StrCat(p));
+        if (!send_sockets[p].valid()) unpublished.push_back(absl::StrCat(p));
+        if (!recv_sockets[p].valid()) missing.push_back(absl::StrCat(p));
+        if (send_sockets[p].valid() && !answered[p]) silent.push_back(absl::StrCat(p));
       }
       std::string why = "deadline passed";
       if (!unpublished.empty()) {
@@ -307,9 +389,9 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
     bool all_connected = true;
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
-      all_connected &= send_sockets_[p].valid();
-      if (send_sockets_[p].valid() && !answered[p]) {
-        polls.push_back({send_sockets_[p].get(), POLLIN, 0});
+      all_connected &= send_sockets[p].valid();
+      if (send_sockets[p].valid() && !answered[p]) {
+        polls.push_back({send_sockets[p].get(), POLLIN, 0});
         poll_peer.push_back(p);
       }
     }
@@ -330,7 +412,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       int p = poll_peer[i];
       if (p >= 0) {
         HandshakeReply reply;
-        absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply),
+        absl::Status read = tcp::ReadFull(send_sockets[p].get(), &reply, sizeof(reply),
                                           std::min(deadline, absl::Now() + absl::Seconds(5)));
         if (!read.ok()) {
           return absl::Status(read.code(),
@@ -381,7 +463,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
         reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank, ", outside [0, ",
                               n, ") or equal to this rank");
-      } else if (recv_sockets_[hs.from_rank].valid()) {
+      } else if (recv_sockets[hs.from_rank].valid()) {
         reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
                               " (two processes started with the same rank?)");
       }
@@ -398,14 +480,15 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
         rejected.push_back(reason);
         continue;
       }
-      recv_sockets_[hs.from_rank] = std::move(fd).value();
+      recv_sockets[hs.from_rank] = std::move(fd).value();
       ++accepted;
     }
   }
   for (int p = 0; p < n; ++p) {
-    send_fds_[p] = send_sockets_[p].get();
-    recv_fds_[p] = recv_sockets_[p].get();
+    family_->links[p].send_fd = send_sockets[p].get();
+    family_->links[p].recv_fd = recv_sockets[p].get();
   }
+  family_->same_host = same_host;
   return SetUpRings(options, same_host, deadline);
 }
 
@@ -416,10 +499,11 @@ absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
     return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (", options.prefix,
                         "): shared memory with rank ", peer, ": ", what);
   };
-  send_ring_owners_.resize(n);
-  recv_ring_owners_.resize(n);
-  send_rings_.assign(n, nullptr);
-  recv_rings_.assign(n, nullptr);
+  std::vector<std::unique_ptr<tcp::ShmRing>>& send_owners = family_->send_ring_owners;
+  std::vector<std::unique_ptr<tcp::ShmRing>>& recv_owners = family_->recv_ring_owners;
+  std::vector<tcp::Link>& links = family_->links;
+  send_owners.resize(n);
+  recv_owners.resize(n);
   // Offer a ring to every peer that advertised our host (a different /dev/shm — another
   // container — makes the peer decline); the others get an empty offer.
   for (int p = 0; p < n; ++p) {
@@ -433,17 +517,17 @@ absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
         offer.capacity = (*ring)->capacity();
         offer.nonce = (*ring)->nonce();
         std::strncpy(offer.name, (*ring)->name().c_str(), sizeof(offer.name) - 1);
-        send_ring_owners_[p] = std::move(ring).value();
+        send_owners[p] = std::move(ring).value();
       } else {
         LOG(WARNING) << context(p, absl::StrCat("falling back to TCP: ", ring.status().message()));
       }
     }
-    RM_RETURN_IF_ERROR(tcp::WriteFull(send_fds_[p], &offer, sizeof(offer), deadline));
+    RM_RETURN_IF_ERROR(tcp::WriteFull(links[p].send_fd, &offer, sizeof(offer), deadline));
   }
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     RingOffer offer;
-    absl::Status read = tcp::ReadFull(recv_fds_[p], &offer, sizeof(offer), deadline);
+    absl::Status read = tcp::ReadFull(links[p].recv_fd, &offer, sizeof(offer), deadline);
     if (!read.ok()) {
       return absl::Status(read.code(), context(p, absl::StrCat("no ring offer: ", read.message())));
     }
@@ -455,30 +539,30 @@ absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
       offer.name[sizeof(offer.name) - 1] = '\0';
       auto ring = tcp::ShmRing::Open(offer.name, offer.capacity, offer.nonce);
       if (ring.ok()) {
-        recv_ring_owners_[p] = std::move(ring).value();
+        recv_owners[p] = std::move(ring).value();
         answer = 'Y';
       } else {
         LOG(INFO) << context(p, absl::StrCat("using TCP: ", ring.status().message()));
       }
     }
-    RM_RETURN_IF_ERROR(tcp::WriteFull(recv_fds_[p], &answer, 1, deadline));
+    RM_RETURN_IF_ERROR(tcp::WriteFull(links[p].recv_fd, &answer, 1, deadline));
   }
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     char answer = 'N';
-    absl::Status read = tcp::ReadFull(send_fds_[p], &answer, 1, deadline);
+    absl::Status read = tcp::ReadFull(links[p].send_fd, &answer, 1, deadline);
     if (!read.ok()) {
       return absl::Status(
           read.code(), context(p, absl::StrCat("no answer to our ring offer: ", read.message())));
     }
-    if (send_ring_owners_[p] != nullptr) {
-      send_ring_owners_[p]->Unlink();
-      if (answer != 'Y') send_ring_owners_[p].reset();
+    if (send_owners[p] != nullptr) {
+      send_owners[p]->Unlink();
+      if (answer != 'Y') send_owners[p].reset();
     }
   }
   for (int p = 0; p < n; ++p) {
-    send_rings_[p] = send_ring_owners_[p].get();
-    recv_rings_[p] = recv_ring_owners_[p].get();
+    links[p].send_ring = send_owners[p].get();
+    links[p].recv_ring = recv_owners[p].get();
   }
   return absl::OkStatus();
 }
@@ -486,37 +570,17 @@ absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
 // ---------------------------------------------------------------------------------------
 // Health, counters, abort.
 
-void TcpCommunicator::Abort() {
-  if (aborted_.exchange(true)) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) {
-      error_ = absl::AbortedError(absl::StrCat("rank ", rank_, ": the communicator was aborted"));
-    }
-  }
-  uint64_t one = 1;
-  (void)!write(abort_event_.get(), &one, sizeof(one));
-  // Peers blocked on us fail at once instead of waiting for their deadline.
-  // shutdown() keeps the descriptors valid for a thread still inside an
-  // operation.
-  for (auto& s : send_sockets_) {
-    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
-  }
-  for (auto& s : recv_sockets_) {
-    if (s.valid()) shutdown(s.get(), SHUT_RDWR);
-  }
-}
+void TcpCommunicator::Abort() { family_->Abort(); }
 
 int TcpCommunicator::shared_memory_peers() const {
   int peers = 0;
-  for (int p = 0; p < size_; ++p) peers += send_rings_[p] != nullptr && recv_rings_[p] != nullptr;
+  for (const tcp::Link* link : links_) {
+    peers += link != nullptr && link->send_ring != nullptr && link->recv_ring != nullptr;
+  }
   return peers;
 }
 
-absl::Status TcpCommunicator::GetAsyncError() const {
-  absl::MutexLock lock(&mu_);
-  return error_;
-}
+absl::Status TcpCommunicator::GetAsyncError() const { return family_->error(); }
 
 Counters TcpCommunicator::counters() const {
   absl::MutexLock lock(&mu_);
@@ -525,23 +589,29 @@ Counters TcpCommunicator::counters() const {
 
 template <typename Fn>
 absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
-  {
+  Family& family = *family_;
+  if (family.broken.load(std::memory_order_acquire)) {
+    absl::Status error = family.error();
     absl::MutexLock lock(&mu_);
-    if (!error_.ok()) {
-      OpCounters& c = counters_.of(kind);
-      ++c.calls;
-      ++c.errors;
-      return error_;
-    }
+    OpCounters& c = counters_.of(kind);
+    ++c.calls;
+    ++c.errors;
+    return error;
   }
   op_traffic_ = tcp::Traffic{};
   const absl::Time start = absl::Now();
   absl::Status status = fn();
   const absl::Duration took = absl::Now() - start;
-  if (!status.ok() && aborted_.load()) {
+  if (!status.ok() && family.aborted.load()) {
     status =
         absl::AbortedError(absl::StrCat(OpKindName(kind), " on rank ", rank_,
                                         ": the communicator was aborted (", status.message(), ")"));
+  }
+  if (!status.ok() && group_ != 0) {
+    // The ranks in the message are the group's: say which ranks of the world they are.
+    status = absl::Status(status.code(),
+                          absl::StrCat("in group ", group_, " of world ranks [",
+                                       absl::StrJoin(world_ranks_, ","), "]: ", status.message()));
   }
   bool breaks = !status.ok() && !absl::IsInvalidArgument(status);
   {
@@ -552,21 +622,49 @@ absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
     c.bytes_received += op_traffic_.received;
     c.time += took;
     if (!status.ok()) ++c.errors;
-    if (breaks && error_.ok()) error_ = status;
   }
+  if (breaks) family.Break(status);
   if (breaks && !absl::IsDeadlineExceeded(status)) {
     // The streams are out of step now; closing them makes every peer fail fast
     // rather than at its deadline. After a timeout the sockets stay open: the
     // peers time out on their own and report DEADLINE_EXCEEDED, which says what
     // happened.
-    for (auto& s : send_sockets_) {
-      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
-    }
-    for (auto& s : recv_sockets_) {
-      if (s.valid()) shutdown(s.get(), SHUT_RDWR);
-    }
+    family.CloseConnections();
   }
   return status;
+}
+
+template <typename Fn>
+absl::Status TcpCommunicator::InTurn(OpKind kind, const tcp::Sequencer::Ticket& ticket,
+                                     absl::Time deadline, Fn&& fn) {
+  Family& family = *family_;
+  absl::Status status = Guarded(kind, [&]() -> absl::Status {
+    absl::Status turn = family.sequencer.AwaitTurn(ticket, deadline);
+    if (!turn.ok() && !family.broken.load()) {
+      turn = absl::Status(turn.code(),
+                          absl::StrCat(OpKindName(kind), " on rank ", rank_, ": ", turn.message()));
+    }
+    RM_RETURN_IF_ERROR(turn);
+    return fn();
+  });
+  family.sequencer.Release(ticket);
+  return status;
+}
+
+template <typename Fn>
+absl::Status TcpCommunicator::Ordered(OpKind kind, absl::Time deadline, Fn&& fn) {
+  Family& family = *family_;
+  if (!family.sequenced.load(std::memory_order_acquire)) return Guarded(kind, fn);
+  return InTurn(kind, family.sequencer.Issue(resources_), deadline, fn);
+}
+
+template <typename Fn>
+Work TcpCommunicator::Async(OpKind kind, absl::Time deadline, Fn fn) {
+  Family& family = *family_;
+  family.sequenced.store(true, std::memory_order_release);
+  return queue_.Enqueue([this, kind, deadline, ticket = family.sequencer.Issue(resources_), fn] {
+    return InTurn(kind, ticket, deadline, fn);
+  });
 }
 
 absl::Status TcpCommunicator::Run(OpKind kind, DataType type, kernels::ReduceKind reduce,
@@ -620,56 +718,50 @@ char* TcpCommunicator::Scratch(size_t bytes) {
 // ---------------------------------------------------------------------------------------
 // All-reduce.
 
-absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
-                                        ReduceOp op, absl::Time deadline) {
-  return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline);
-}
-
-absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm, const void* send,
-                                            void* recv, size_t count, DataType type, ReduceOp op,
-                                            absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kAllReduce, [&] {
+auto TcpCommunicator::AllReduceOp(AllReduceAlgorithm algorithm, const void* send, void* recv,
+                                  size_t count, DataType type, ReduceOp op, absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(send, bytes, recv, bytes, [&](const char* s, char* r) {
       return AllReduceHost(algorithm, s, r, count, type, op, deadline);
     });
-  });
+  };
 }
 
-absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
-                                        absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kAllGather, [&] {
+auto TcpCommunicator::AllGatherOp(const void* send, void* recv, size_t count, DataType type,
+                                  absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(send, bytes, recv, bytes * size_, [&](const char* s, char* r) {
       return AllGatherHost(s, r, count, type, deadline);
     });
-  });
+  };
 }
 
-absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
-                                            DataType type, ReduceOp op, absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kReduceScatter, [&] {
+auto TcpCommunicator::ReduceScatterOp(const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(send, bytes * size_, recv, bytes, [&](const char* s, char* r) {
       return ReduceScatterHost(s, r, count, type, op, deadline);
     });
-  });
+  };
 }
 
-absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
-                                        int root, absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kBroadcast, [&] {
+auto TcpCommunicator::BroadcastOp(const void* send, void* recv, size_t count, DataType type,
+                                  int root, absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(send, rank_ == root ? bytes : 0, recv, bytes, [&](const char* s, char* r) {
       return BroadcastHost(s, r, count, type, root, deadline);
     });
-  });
+  };
 }
 
-absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
-                                   absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kSend, [&] {
+auto TcpCommunicator::SendOp(const void* buf, size_t count, DataType type, int peer,
+                             absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(buf, bytes, nullptr, 0, [&](const char* s, char*) -> absl::Status {
       RM_RETURN_IF_ERROR(ValidateType("Send", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
@@ -677,13 +769,13 @@ absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type,
       SendStream stream{peer, {SendPiece{s, bytes}}};
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &stream, 1, nullptr, 0, deadline);
     });
-  });
+  };
 }
 
-absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
-                                   absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  return Guarded(OpKind::kRecv, [&] {
+auto TcpCommunicator::RecvOp(void* buf, size_t count, DataType type, int peer,
+                             absl::Time deadline) {
+  return [=, this] {
+    const size_t bytes = count * DataTypeSize(type);
     return Staged(nullptr, 0, buf, bytes, [&](const char*, char* r) -> absl::Status {
       RM_RETURN_IF_ERROR(ValidateType("Recv", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
@@ -692,11 +784,109 @@ absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int p
       // Messages carry the sender's op kind: a Recv matches the peer's Send.
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, nullptr, 0, &stream, 1, deadline);
     });
-  });
+  };
+}
+
+absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
+                                        ReduceOp op, absl::Time deadline) {
+  return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline);
+}
+
+absl::Status TcpCommunicator::AllReduceWith(AllReduceAlgorithm algorithm, const void* send,
+                                            void* recv, size_t count, DataType type, ReduceOp op,
+                                            absl::Time deadline) {
+  return Ordered(OpKind::kAllReduce, deadline,
+                 AllReduceOp(algorithm, send, recv, count, type, op, deadline));
+}
+
+absl::Status TcpCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type,
+                                        absl::Time deadline) {
+  return Ordered(OpKind::kAllGather, deadline, AllGatherOp(send, recv, count, type, deadline));
+}
+
+absl::Status TcpCommunicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                            DataType type, ReduceOp op, absl::Time deadline) {
+  return Ordered(OpKind::kReduceScatter, deadline,
+                 ReduceScatterOp(send, recv, count, type, op, deadline));
+}
+
+absl::Status TcpCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                        int root, absl::Time deadline) {
+  return Ordered(OpKind::kBroadcast, deadline,
+                 BroadcastOp(send, recv, count, type, root, deadline));
+}
+
+absl::Status TcpCommunicator::Send(const void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  return Ordered(OpKind::kSend, deadline, SendOp(buf, count, type, peer, deadline));
+}
+
+absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int peer,
+                                   absl::Time deadline) {
+  return Ordered(OpKind::kRecv, deadline, RecvOp(buf, count, type, peer, deadline));
+}
+
+Work TcpCommunicator::AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                     ReduceOp op, absl::Time deadline) {
+  return Async(OpKind::kAllReduce, deadline,
+               AllReduceOp(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline));
+}
+
+Work TcpCommunicator::AllGatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                     absl::Time deadline) {
+  return Async(OpKind::kAllGather, deadline, AllGatherOp(send, recv, count, type, deadline));
+}
+
+Work TcpCommunicator::ReduceScatterAsync(const void* send, void* recv, size_t count,
+                                         DataType type, ReduceOp op, absl::Time deadline) {
+  return Async(OpKind::kReduceScatter, deadline,
+               ReduceScatterOp(send, recv, count, type, op, deadline));
+}
+
+Work TcpCommunicator::BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
+                                     int root, absl::Time deadline) {
+  return Async(OpKind::kBroadcast, deadline, BroadcastOp(send, recv, count, type, root, deadline));
+}
+
+Work TcpCommunicator::SendAsync(const void* buf, size_t count, DataType type, int peer,
+                                absl::Time deadline) {
+  return Async(OpKind::kSend, deadline, SendOp(buf, count, type, peer, deadline));
+}
+
+Work TcpCommunicator::RecvAsync(void* buf, size_t count, DataType type, int peer,
+                                absl::Time deadline) {
+  return Async(OpKind::kRecv, deadline, RecvOp(buf, count, type, peer, deadline));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> TcpCommunicator::Split(int color, int key,
+                                                                     absl::Time deadline) {
+  // From now on operations take turns on the links they share with the group's.
+  family_->sequenced.store(true, std::memory_order_release);
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+  RM_RETURN_IF_ERROR(AllGather(mine, all.data(), 2, DataType::kInt64, deadline));
+  const uint64_t split = splits_++;
+  if (color < 0) return std::unique_ptr<Communicator>();
+  std::vector<int> members;  // ranks here, ordered by (key, rank)
+  for (int p = 0; p < size_; ++p) {
+    if (all[2 * p] == color) members.push_back(p);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  std::vector<int> world(members.size());
+  int rank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    world[i] = world_ranks_[members[i]];
+    if (members[i] == rank_) rank = static_cast<int>(i);
+  }
+  std::unique_ptr<TcpCommunicator> group(new TcpCommunicator(
+      family_, std::move(world), rank, GroupId(group_, split, color), small_message_bytes_));
+  group->SetUpEngine(engine_options_);
+  return group;
 }
 
 absl::Status TcpCommunicator::Barrier(absl::Time deadline) {
-  return Guarded(OpKind::kBarrier, [&]() -> absl::Status {
+  return Ordered(OpKind::kBarrier, deadline, [&]() -> absl::Status {
     // Dissemination: in round k every rank signals rank + 2^k and hears from rank - 2^k.
     const int n = size_, r = rank_;
     for (int k = 1; k < n; k <<= 1) {

@@ -19,6 +19,16 @@
 // Buffers in CUDA device memory are staged through host memory when the binary is built
 // with --config=cuda (so several ranks can share one GPU, which NCCL refuses).
 //
+// Groups (Split) reuse the connections and shared-memory rings of the communicator made by
+// Create: no new sockets. Every message header names its group (an id derived from the
+// parent's id, the number of splits before and the color), so a message of the wrong group
+// is an INTERNAL mismatch, never taken for another's; operations that share a link run in
+// issue order (tcp/sequencer.h). Abort() of any member aborts the whole family (they share
+// the connections, which it closes); so does any error that breaks a member. Split itself
+// is an all-gather of every rank's (color, key) over the parent, counted as one.
+// Non-blocking operations run on the communicator's worker thread (communicator.h); until
+// a family has groups or non-blocking work, operations take no turns at all.
+//
 // Thread-safety and error semantics: see communicator.h.
 #ifndef RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
 #define RINGMASTER_COMM_TCP_TCP_COMMUNICATOR_H_
@@ -35,6 +45,7 @@
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "comm/tcp/engine.h"
+#include "comm/tcp/sequencer.h"
 #include "comm/tcp/socket.h"
 
 namespace ringmaster::comm {
@@ -118,6 +129,20 @@ class TcpCommunicator final : public Communicator {
                     absl::Time deadline) override;
   absl::Status Recv(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
   absl::Status Barrier(absl::Time deadline) override;
+  Work AllReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      absl::Time deadline) override;
+  Work AllGatherAsync(const void* send, void* recv, size_t count, DataType type,
+                      absl::Time deadline) override;
+  Work ReduceScatterAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                          absl::Time deadline) override;
+  Work BroadcastAsync(const void* send, void* recv, size_t count, DataType type, int root,
+                      absl::Time deadline) override;
+  Work SendAsync(const void* buf, size_t count, DataType type, int peer,
+                 absl::Time deadline) override;
+  Work RecvAsync(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+  // The group is a TcpCommunicator.
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
+                                                      absl::Time deadline) override;
   void Abort() override;
   absl::Status GetAsyncError() const override;
   Counters counters() const override;
@@ -133,17 +158,50 @@ class TcpCommunicator final : public Communicator {
   int local_ranks() const { return local_ranks_; }
   // Peers reached through shared-memory rings (both directions).
   int shared_memory_peers() const;
+  // The id every message of this communicator carries: 0 for one made by Create.
+  uint32_t group_id() const { return group_; }
+  // This communicator's ranks as ranks of the one made by Create ([rank()]: this rank's).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
 
  private:
-  TcpCommunicator(const TcpCommunicatorOptions& options);
+  // What a family shares: the connections and rings, the abort flag, the error, the
+  // sequencer (tcp_communicator.cc).
+  struct Family;
+
+  TcpCommunicator(std::shared_ptr<Family> family, std::vector<int> world_ranks, int rank,
+                  uint32_t group, size_t small_message_bytes);
   absl::Status Connect(const TcpCommunicatorOptions& options);
   // Offers, accepts and maps the shared-memory rings (after the handshakes).
   absl::Status SetUpRings(const TcpCommunicatorOptions& options, const std::vector<bool>& same_host,
                           absl::Time deadline);
+  // Points the engine at the family's links for this communicator's ranks.
+  void SetUpEngine(const tcp::EngineOptions& tuning);
 
   // Common wrapper: checks health, times the op, updates counters, breaks on error.
   template <typename Fn>
   absl::Status Guarded(OpKind kind, Fn&& fn);
+  // Guarded, once the ticket's turn has come (see sequencer.h); then releases the ticket.
+  template <typename Fn>
+  absl::Status InTurn(OpKind kind, const tcp::Sequencer::Ticket& ticket, absl::Time deadline,
+                      Fn&& fn);
+  // The blocking forms: Guarded, or InTurn of a ticket taken now once the family has
+  // groups or non-blocking work.
+  template <typename Fn>
+  absl::Status Ordered(OpKind kind, absl::Time deadline, Fn&& fn);
+  // Takes the operation's turns now and runs it, Ordered, on the worker thread.
+  template <typename Fn>
+  Work Async(OpKind kind, absl::Time deadline, Fn fn);
+  // The operations as closures (arguments by value), for Ordered and Async.
+  auto AllReduceOp(AllReduceAlgorithm algorithm, const void* send, void* recv, size_t count,
+                   DataType type, ReduceOp op, absl::Time deadline);
+  auto AllGatherOp(const void* send, void* recv, size_t count, DataType type,
+                   absl::Time deadline);
+  auto ReduceScatterOp(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                       absl::Time deadline);
+  auto BroadcastOp(const void* send, void* recv, size_t count, DataType type, int root,
+                   absl::Time deadline);
+  auto SendOp(const void* buf, size_t count, DataType type, int peer, absl::Time deadline);
+  auto RecvOp(void* buf, size_t count, DataType type, int peer, absl::Time deadline);
   absl::Status Run(OpKind kind, DataType type, kernels::ReduceKind reduce, tcp::SendStream* sends,
                    int num_sends, tcp::RecvStream* recvs, int num_recvs, absl::Time deadline);
   char* Scratch(size_t bytes);
@@ -166,19 +224,18 @@ class TcpCommunicator final : public Communicator {
   absl::Status BroadcastHost(const char* send, char* recv, size_t count, DataType type, int root,
                              absl::Time deadline);
 
+  const std::shared_ptr<Family> family_;
+  const std::vector<int> world_ranks_;  // [rank in this communicator] -> rank in the family
   const int rank_;
   const int size_;
+  const uint32_t group_;
   const size_t small_message_bytes_;
   int local_ranks_ = 1;
+  uint64_t splits_ = 0;  // Split calls so far (the same on every rank: it is a collective)
 
-  std::vector<tcp::Fd> send_sockets_;  // [peer]: our messages to peer
-  std::vector<tcp::Fd> recv_sockets_;  // [peer]: peer's messages to us
-  std::vector<int> send_fds_, recv_fds_;
-  std::vector<std::unique_ptr<tcp::ShmRing>> send_ring_owners_, recv_ring_owners_;
-  std::vector<tcp::ShmRing*> send_rings_, recv_rings_;  // [peer], null: over TCP
-  std::vector<uint64_t> send_seq_, recv_seq_;
-  tcp::Fd abort_event_;
-  std::atomic<bool> aborted_{false};
+  std::vector<tcp::Link*> links_;  // [rank here] -> the family's link; null for this rank
+  // The sequencer resources an operation takes: this communicator, and its peers' links.
+  std::vector<int> resources_;
   tcp::EngineOptions engine_options_;
   tcp::Traffic op_traffic_;    // payload moved by the operation in progress
   std::vector<char> scratch_;  // op-local scratch (grow-only)
@@ -186,8 +243,10 @@ class TcpCommunicator final : public Communicator {
   std::vector<char> staging_send_, staging_recv_;  // host copies of device buffers
 
   mutable absl::Mutex mu_;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
+
+  // Last: destroyed first, so that no queued operation outlives what it uses.
+  OpQueue queue_;
 };
 
 }  // namespace ringmaster::comm

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/testing/multiproc.h"
+#include "comm/testing/reference.h"
 #include "gtest/gtest.h"
 #include "kernels/half.h"
 
@@ -126,22 +127,8 @@ double Expected(int world, size_t i, ReduceOp op, DataType type) {
   int64_t iacc = static_cast<int64_t>(acc);
   for (int r = 1; r < world; ++r) {
     double x = Input(r, i, op, type);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        acc += x;
-        break;
-      case ReduceOp::kProd:
-        acc *= x;
-        iacc *= static_cast<int64_t>(x);
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, x);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, x);
-        break;
-    }
+    acc = testing::ReduceStep(op, acc, x);
+    if (op == ReduceOp::kProd) iacc *= static_cast<int64_t>(x);
   }
   if (type == DataType::kUint8 && op == ReduceOp::kProd) return static_cast<double>(iacc & 0xff);
   if (op == ReduceOp::kAvg) {
