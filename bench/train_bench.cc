@@ -21,29 +21,15 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "train/result.pb.h"
 
 namespace ringmaster::bench {
 namespace {
 
 // The process group of the run in progress (0: none), for KillRunningProcesses.
 std::atomic<pid_t> running_group{0};
-
-// The number after "key": in a flat JSON object; NOT_FOUND when the key is absent or null.
-absl::StatusOr<double> NumberField(absl::string_view object, absl::string_view key) {
-  const std::string quoted = absl::StrCat("\"", key, "\":");
-  size_t p = object.find(quoted);
-  if (p == absl::string_view::npos) return absl::NotFoundError(key);
-  absl::string_view rest = object.substr(p + quoted.size());
-  rest = rest.substr(0, rest.find_first_of(",}"));
-  rest = absl::StripAsciiWhitespace(rest);
-  if (rest == "null") return absl::NotFoundError(key);
-  double value = 0;
-  if (!absl::SimpleAtod(rest, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" is not a number: ", rest));
-  }
-  return value;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -214,29 +200,21 @@ absl::StatusOr<std::vector<TrainWindow>> ParseTrainMetrics(absl::string_view jso
   for (absl::string_view line : absl::StrSplit(jsonl, '\n')) {
     ++line_number;
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    TrainWindow w;
-    struct Field {
-      const char* key;
-      double* value;
-      bool required;
-    };
-    double step = 0;
-    for (const Field& f :
-         {Field{"step", &step, true}, Field{"samples_per_second", &w.samples_per_second, true},
-          Field{"window_seconds", &w.window_seconds, true},
-          Field{"comm_seconds", &w.comm_seconds, false},
-          Field{"exposed_comm_seconds", &w.exposed_comm_seconds, false}}) {
-      absl::StatusOr<double> v = NumberField(line, f.key);
-      if (v.ok()) {
-        *f.value = *v;
-      } else if (f.required || !absl::IsNotFound(v.status())) {
-        return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ",
-                                                       absl::IsNotFound(v.status())
-                                                           ? absl::StrCat("no \"", f.key, "\"")
-                                                           : std::string(v.status().message())));
+    train::MetricsRecord record;
+    RM_RETURN_IF_ERROR(FromJson(line, &record, absl::StrCat("line ", line_number)));
+    for (auto [has, key] : {std::pair{record.has_step(), "step"},
+                            std::pair{record.has_samples_per_second(), "samples_per_second"},
+                            std::pair{record.has_window_seconds(), "window_seconds"}}) {
+      if (!has) {
+        return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": no \"", key, "\""));
       }
     }
-    w.step = static_cast<int64_t>(step);
+    TrainWindow w;
+    w.step = record.step();
+    w.samples_per_second = record.samples_per_second();
+    w.window_seconds = record.window_seconds();
+    if (record.has_comm_seconds()) w.comm_seconds = record.comm_seconds();
+    if (record.has_exposed_comm_seconds()) w.exposed_comm_seconds = record.exposed_comm_seconds();
     windows.push_back(w);
   }
   return windows;

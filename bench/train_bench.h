@@ -35,7 +35,8 @@ struct TrainWindow {
 
 // Parses metrics.jsonl text: one flat JSON object per line with at least "step",
 // "samples_per_second" and "window_seconds". Blank lines are skipped.
-// Errors: INVALID_ARGUMENT naming the line and the field that is missing or not a number.
+// (train/result.proto MetricsRecord, read with protobuf's JSON mapping). Errors:
+// INVALID_ARGUMENT naming the line and the field that is missing or not a number.
 absl::StatusOr<std::vector<TrainWindow>> ParseTrainMetrics(absl::string_view jsonl);
 
 struct TrainStats {

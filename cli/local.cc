@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "cli/resources.h"
 #include "common/env.h"
 #include "common/file_util.h"
+#include "common/proto_json.h"
+#include "google/protobuf/descriptor.h"
 #include "spec/job_spec.h"
 #include "client/grpc_coordinator_client.h"
 
@@ -350,14 +353,14 @@ int LocalCommand(const LocalOptions& options) {
   const std::string status = job.phase() == JOB_PHASE_SUCCEEDED                ? "succeeded"
                              : cancelling || job.phase() == JOB_PHASE_CANCELLED ? "cancelled"
                                                                                 : "failed";
-  nlohmann::json result;  // rank 0's summary: null when there is none
+  std::optional<train::TrainResult> result;  // rank 0's summary, when there is one
   if (status == "succeeded") {
     const std::string path = job_dir + "/summary.json";
     if (auto read = ReadFile(path); read.ok()) {
-      result = nlohmann::json::parse(*read, nullptr, /*allow_exceptions=*/false);
-      if (result.is_discarded()) {
-        fprintf(stderr, "ringctl: the trainer's summary %s is not valid JSON\n", path.c_str());
-        result = nullptr;
+      result.emplace();
+      if (absl::Status s = FromJson(*read, &*result, path); !s.ok()) {
+        fprintf(stderr, "ringctl: the trainer's summary: %s\n", std::string(s.message()).c_str());
+        result.reset();
       }
     }
   }
@@ -391,25 +394,24 @@ int LocalCommand(const LocalOptions& options) {
                     spec->name());
   }
 
-  const nlohmann::ordered_json summary = LocalSummary(outcome, result);
+  const LocalSummary summary = MakeLocalSummary(outcome, result ? &*result : nullptr);
   if (!options.summary.empty()) {
-    absl::Status s = WriteFileAtomically(
-        options.summary,
-        summary.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+    absl::Status s = WriteFileAtomically(options.summary, ToJsonLine(summary) + "\n");
     if (!s.ok()) fprintf(stderr, "ringctl: --summary: %s\n", s.ToString().c_str());
   }
   printf("ringctl local: %s\n", run_dir_note.c_str());
   if (status == "succeeded") {
-    // Numbers as a person reads them (JSON's dump gives a double all 17 digits).
-    auto number = [&](const char* key, const char* format) -> std::string {
-      const auto& v = summary[key];
-      return v.is_number() ? absl::StrFormat(format, v.get<double>()) : v.dump();
+    // Numbers as a person reads them; "none" for what the trainer did not tell.
+    auto number = [](bool has, double v, const char* format) -> std::string {
+      return has ? absl::StrFormat(format, v) : std::string("none");
     };
     printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
            "on %s workers%s\n",
-           number("steps", "%.0f").c_str(), number("final_loss", "%.6g").c_str(),
-           number("eval_accuracy", "%.4f").c_str(), number("samples_per_second", "%.0f").c_str(),
-           number("world_size", "%.0f").c_str(),
+           number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
+           number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
+           number(summary.has_eval_accuracy(), summary.eval_accuracy(), "%.4f").c_str(),
+           number(summary.has_samples_per_second(), summary.samples_per_second(), "%.0f").c_str(),
+           number(summary.has_world_size(), summary.world_size(), "%.0f").c_str(),
            job.recoveries_size() > 0
                ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
                : "");
@@ -421,44 +423,55 @@ int LocalCommand(const LocalOptions& options) {
   return status == "cancelled" ? 130 : 1;
 }
 
-nlohmann::ordered_json LocalSummary(const LocalOutcome& outcome,
-                                    const nlohmann::json& trainer_summary) {
-  auto from_trainer = [&](const char* key) -> nlohmann::json {
-    if (!trainer_summary.is_object()) return nullptr;
-    auto it = trainer_summary.find(key);
-    return it == trainer_summary.end() ? nlohmann::json() : *it;
-  };
-  nlohmann::ordered_json summary;
-  summary["status"] = outcome.status;
-  summary["world_size"] = from_trainer("world_size");
-  summary["workers"] = outcome.workers;
-  for (const char* key :
-       {"steps", "final_loss", "eval_accuracy", "samples_per_second", "tokens_per_second",
-        "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds", "elapsed_seconds",
-        "drained", "resumed_from_step", "checkpoints_saved", "checkpoint_failures"}) {
-    summary[key] = from_trainer(key);
+LocalSummary MakeLocalSummary(const LocalOutcome& outcome, const train::TrainResult* trainer) {
+  LocalSummary summary;
+  summary.set_status(outcome.status);
+  summary.set_workers(outcome.workers);
+  if (trainer != nullptr) {
+    // The fields both messages have, by name: what the trainer told and the summary shows.
+    using google::protobuf::FieldDescriptor;
+    const google::protobuf::Reflection* from = trainer->GetReflection();
+    const google::protobuf::Reflection* to = summary.GetReflection();
+    for (int i = 0; i < summary.GetDescriptor()->field_count(); ++i) {
+      const FieldDescriptor* f = summary.GetDescriptor()->field(i);
+      const FieldDescriptor* g = trainer->GetDescriptor()->FindFieldByName(f->name());
+      if (g == nullptr || g->cpp_type() != f->cpp_type() || g->is_repeated() ||
+          (g->has_presence() && !from->HasField(*trainer, g))) {
+        continue;
+      }
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT32:
+          to->SetInt32(&summary, f, from->GetInt32(*trainer, g));
+          break;
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          to->SetDouble(&summary, f, from->GetDouble(*trainer, g));
+          break;
+        case FieldDescriptor::CPPTYPE_BOOL:
+          to->SetBool(&summary, f, from->GetBool(*trainer, g));
+          break;
+        default:
+          break;
+      }
+    }
   }
   const Job& job = outcome.job;
-  summary["epochs"] = job.epoch();
-  summary["restarts"] = job.restarts();
-  nlohmann::ordered_json recoveries = nlohmann::ordered_json::array();
+  summary.set_rendezvous_count(static_cast<int32_t>(job.epoch()));
+  summary.set_restarts(static_cast<int32_t>(job.restarts()));
   for (const Recovery& r : job.recoveries()) {
-    nlohmann::ordered_json item;
-    item["epoch"] = r.epoch();
-    item["cause"] = r.cause();
-    item["reason"] = r.reason();
-    item["old_world"] = r.old_world();
-    item["new_world"] = r.new_world();
-    item["rendezvous_seconds"] = r.rendezvous_s();
-    item["restore_seconds"] = r.restore_s();
-    item["first_step_seconds"] = r.first_step_s();
-    item["lost_steps"] = r.lost_steps();
-    recoveries.push_back(std::move(item));
+    LocalRecovery* item = summary.add_recoveries();
+    item->set_epoch(static_cast<int32_t>(r.epoch()));
+    item->set_cause(r.cause());
+    item->set_reason(r.reason());
+    item->set_old_world(r.old_world());
+    item->set_new_world(r.new_world());
+    item->set_rendezvous_seconds(r.rendezvous_s());
+    item->set_restore_seconds(r.restore_s());
+    item->set_first_step_seconds(r.first_step_s());
+    item->set_lost_steps(static_cast<int32_t>(r.lost_steps()));
   }
-  summary["recoveries"] = std::move(recoveries);
-  if (outcome.status != "succeeded" && !job.reason().empty()) summary["error"] = job.reason();
-  summary["run_dir"] = outcome.run_dir;
-  summary["run_dir_kept"] = outcome.run_dir_kept;
+  if (outcome.status != "succeeded" && !job.reason().empty()) summary.set_error(job.reason());
+  summary.set_run_dir(outcome.run_dir);
+  summary.set_run_dir_kept(outcome.run_dir_kept);
   return summary;
 }
 

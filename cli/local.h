@@ -12,18 +12,20 @@
 // the job ends unless --keep_run_dir is given or the job failed (its logs say why); what
 // was kept, and where, is printed at the end.
 //
-// The summary (--summary, JSON) has the job's result (steps, loss, accuracy, throughput,
-// world size, checkpoints), its status, and `recoveries`: one entry per membership change
-// with its cause, the old and new world size, and the seconds of each phase; `run_dir` and
-// whether it was kept (`run_dir_kept`).
+// The summary (--summary, one line of JSON, cli/local_summary.proto) has the job's result
+// (steps, loss, accuracy, throughput, world size, checkpoints), its status, how many
+// memberships it went through (`rendezvous_count`), and `recoveries`: one entry per
+// membership change with its cause, the old and new world size, and the seconds of each
+// phase; `run_dir` and whether it was kept (`run_dir_kept`).
 #ifndef RINGMASTER_CLI_LOCAL_H_
 #define RINGMASTER_CLI_LOCAL_H_
 
 #include <string>
 #include <vector>
 
-#include "nlohmann/json.hpp"
+#include "cli/local_summary.pb.h"
 #include "proto/coordinator.pb.h"
+#include "train/result.pb.h"
 
 namespace ringmaster::cli {
 
@@ -50,15 +52,10 @@ struct LocalOutcome {
   bool run_dir_kept = true;
 };
 
-// The summary document: the outcome, with the result fields of the trainer's summary
-// (`trainer_summary`, rank 0's JSON object; null when there is none) copied, null where
-// it has none. Keys (in this order): status, world_size, workers, steps, final_loss,
-// eval_accuracy, samples_per_second, tokens_per_second, skipped_steps, parameters,
-// comm_seconds, exposed_comm_seconds, elapsed_seconds, drained, resumed_from_step,
-// checkpoints_saved, checkpoint_failures, epochs, restarts, recoveries, error (only when
-// it did not succeed and the job has a reason), run_dir, run_dir_kept.
-nlohmann::ordered_json LocalSummary(const LocalOutcome& outcome,
-                                    const nlohmann::json& trainer_summary);
+// The summary document (cli/local_summary.proto): the outcome, with the fields of rank 0's
+// result (`trainer`; null when the trainer wrote none) that LocalSummary shares by name
+// copied; error only when it did not succeed and the job has a reason.
+LocalSummary MakeLocalSummary(const LocalOutcome& outcome, const train::TrainResult* trainer);
 
 }  // namespace ringmaster::cli
 

@@ -3,13 +3,15 @@
 #include <string>
 #include <vector>
 
+#include "common/proto_json.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 
 namespace ringmaster::cli {
 namespace {
 
-using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
 
 std::vector<std::string> Keys(const nlohmann::ordered_json& j) {
   std::vector<std::string> keys;
@@ -37,41 +39,55 @@ LocalOutcome Outcome(const std::string& status) {
   return o;
 }
 
+// The summary as a script reads it: the JSON line ringctl local writes.
+nlohmann::ordered_json Written(const LocalSummary& summary) {
+  return nlohmann::ordered_json::parse(ToJsonLine(summary));
+}
+
 TEST(LocalSummaryTest, TheKeysToolsAndBenchmarksRead) {
-  const nlohmann::json trainer = nlohmann::json::parse(
-      R"({"world_size": 2, "steps": 120, "final_loss": 0.31, "eval_accuracy": 0.81,
-          "samples_per_second": 5000.5, "drained": false, "unknown_key": 1})");
-  const nlohmann::ordered_json s = LocalSummary(Outcome("succeeded"), trainer);
+  train::TrainResult trainer;
+  trainer.set_world_size(2);
+  trainer.set_steps(120);
+  trainer.set_final_loss(0.31);
+  trainer.set_eval_accuracy(0.81);
+  trainer.set_samples_per_second(5000.5);
+  trainer.set_gradient_backend("tcp");  // not a summary field
+  const nlohmann::ordered_json s = Written(MakeLocalSummary(Outcome("succeeded"), &trainer));
+  // Every key (a JSON object's keys have no order).
   EXPECT_THAT(Keys(s),
-              ElementsAre("status", "world_size", "workers", "steps", "final_loss",
+              UnorderedElementsAre("status", "world_size", "workers", "steps", "final_loss",
                           "eval_accuracy", "samples_per_second", "tokens_per_second",
                           "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds",
                           "elapsed_seconds", "drained", "resumed_from_step", "checkpoints_saved",
-                          "checkpoint_failures", "epochs", "restarts", "recoveries", "run_dir",
-                          "run_dir_kept"));
+                          "checkpoint_failures", "rendezvous_count", "restarts", "recoveries",
+                          "run_dir", "run_dir_kept"));
   EXPECT_EQ(s["status"], "succeeded");
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["workers"], 2);
   EXPECT_EQ(s["steps"], 120);
   EXPECT_DOUBLE_EQ(s["final_loss"].get<double>(), 0.31);
-  EXPECT_TRUE(s["tokens_per_second"].is_null());  // not in the trainer's summary
-  EXPECT_EQ(s["epochs"], 2);
+  EXPECT_EQ(s["tokens_per_second"], 0);  // told as 0 by the trainer
+  EXPECT_EQ(s["rendezvous_count"], 2);
   EXPECT_EQ(s["restarts"], 1);
   EXPECT_EQ(s["recoveries"][0]["cause"], "failure");
   EXPECT_EQ(s["recoveries"][0]["old_world"], 2);
   EXPECT_DOUBLE_EQ(s["recoveries"][0]["rendezvous_seconds"].get<double>(), 0.25);
   EXPECT_EQ(s["recoveries"][0]["lost_steps"], -1);
   EXPECT_EQ(s["run_dir_kept"], false);
-  EXPECT_EQ(s.count("unknown_key"), 0u);
+  EXPECT_EQ(s.count("gradient_backend"), 0u);
+  EXPECT_EQ(s.count("error"), 0u) << "only when it did not succeed";
 }
 
 TEST(LocalSummaryTest, FailedWithoutTrainerSummaryIsValidJsonWithTheError) {
-  const nlohmann::ordered_json s = LocalSummary(Outcome("failed"), nullptr);
-  EXPECT_TRUE(s["steps"].is_null());
-  EXPECT_TRUE(s["world_size"].is_null());
+  const LocalSummary summary = MakeLocalSummary(Outcome("failed"), nullptr);
+  const nlohmann::ordered_json s = Written(summary);
+  EXPECT_EQ(s.count("steps"), 0u) << "nothing the trainer did not tell";
+  EXPECT_EQ(s.count("world_size"), 0u);
   EXPECT_EQ(s["error"], "rank 0 \"quoted\"\n second line");
-  // What is written parses back the same (quotes and newlines escaped).
-  EXPECT_EQ(nlohmann::ordered_json::parse(s.dump()), s);
+  // What is written reads back the same (quotes and newlines escaped).
+  LocalSummary back;
+  ASSERT_TRUE(FromJson(ToJsonLine(summary), &back, "summary").ok());
+  EXPECT_EQ(back.SerializeAsString(), summary.SerializeAsString());
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "nlohmann/json.hpp"
+#include "train/result.pb.h"
 
 namespace ringmaster::train {
 
@@ -110,26 +111,23 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
   if (l.test_accuracy) absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", *l.test_accuracy));
   Say(line);
   if (metrics_.is_open()) {
-    // A JSON library writes it: a number that is not finite becomes null.
-    nlohmann::ordered_json record = {
-        {"step", l.step},
-        {"epoch", l.epoch},
-        {"loss", l.loss},
-        {"lr", l.lr},
-        {"grad_norm", l.grad_norm},
-        {"local_grad_norm", l.local_grad_norm},
-        {"samples_per_second", sps},
-        {"comm_seconds", comm_s},
-        {"exposed_comm_seconds", absl::ToDoubleSeconds(window_exposed_)},
-        {"window_seconds", secs},
-        {"loss_scale", l.loss_scale.value_or(1.0)},
-        {"skipped_steps", l.skipped_steps},
-    };
-    if (l.test_accuracy) {
-      record["test_accuracy"] = *l.test_accuracy;
-      record["test_loss"] = l.test_loss.value_or(-1);
-    }
-    metrics_ << record.dump() << "\n";
+    // One line of JSON (train/result.proto): a value that is not finite is left out.
+    MetricsRecord record;
+    record.set_step(static_cast<int32_t>(l.step));
+    record.set_epoch(static_cast<int32_t>(l.epoch));
+    record.set_loss(l.loss);
+    record.set_lr(l.lr);
+    record.set_grad_norm(l.grad_norm);
+    record.set_local_grad_norm(l.local_grad_norm);
+    record.set_samples_per_second(sps);
+    record.set_comm_seconds(comm_s);
+    record.set_exposed_comm_seconds(absl::ToDoubleSeconds(window_exposed_));
+    record.set_window_seconds(secs);
+    record.set_loss_scale(l.loss_scale.value_or(1.0));
+    record.set_skipped_steps(static_cast<int32_t>(l.skipped_steps));
+    if (l.test_accuracy) record.set_test_accuracy(*l.test_accuracy);
+    if (l.test_loss) record.set_test_loss(*l.test_loss);
+    metrics_ << ToJsonLine(record) << "\n";
     metrics_.flush();
   }
   LOG(INFO) << "rank " << options_.rank << " step " << l.step << ": local gradient norm "

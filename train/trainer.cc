@@ -12,10 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/matmul.h"
-#include "nlohmann/json.hpp"
 #include "state/range.h"
 #include "train/data/partition.h"
 #include "train/data/sampler.h"
@@ -73,32 +73,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
 
 }  // namespace
 
-std::string TrainResultJson(const TrainResult& r) {
-  auto measured = [](double v) {
-    return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
-  };
-  const nlohmann::ordered_json json = {
-      {"steps", r.steps},
-      {"skipped_steps", r.skipped_steps},
-      {"final_loss", r.final_loss},
-      {"eval_accuracy", measured(r.eval_accuracy)},
-      {"eval_loss", measured(r.eval_loss)},
-      {"samples_per_second", r.samples_per_second},
-      {"tokens_per_second", r.tokens_per_second},
-      {"world_size", r.world_size},
-      {"parameters", r.parameters},
-      {"comm_seconds", absl::ToDoubleSeconds(r.comm_time)},
-      {"exposed_comm_seconds", absl::ToDoubleSeconds(r.exposed_comm)},
-      {"elapsed_seconds", absl::ToDoubleSeconds(r.elapsed)},
-      {"activation_bytes_peak", r.memory.activation_bytes_peak},
-      {"optimizer_state_bytes", r.optimizer_state_bytes},
-      {"drained", r.drained},
-      {"resumed_from_step", r.resumed_from_step},
-      {"checkpoints_saved", r.checkpoints_saved},
-      {"checkpoint_failures", r.checkpoint_failures},
-  };
-  return json.dump() + "\n";
-}
+std::string TrainResultJson(const TrainResult& r) { return ToJsonLine(r) + "\n"; }
 
 // The trainer's state: what Create builds and each Step uses. Members are destroyed in
 // reverse order, so the strategy (whose thread uses the gradients' communicator) goes before
@@ -137,6 +112,7 @@ struct Trainer::State {
   std::unique_ptr<CheckpointPolicy> checkpoints;
 
   TrainResult result;
+  absl::Duration comm_time, exposed_comm;  // inside gradient collectives, summed
   state::SamplerState sampler_state;
   Batch batch;
   int64_t first_step = 0, step = 0;
@@ -356,8 +332,8 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   RM_ASSIGN_OR_RETURN(Restored restored, RestoreTrainingState(ro));
   first_step = step = restored.step;
   sampler_state = restored.sampler;
-  result.resumed_from_step = restored.resumed_from_step;
-  result.resumed_from_memory_of = restored.resumed_from_memory_of;
+  result.set_resumed_from_step(static_cast<int32_t>(restored.resumed_from_step));
+  result.set_resumed_from_memory_of(restored.resumed_from_memory_of);
   if (!config.checkpoint.dir.empty()) {
     CheckpointPolicyOptions co;
     co.config = &config;
@@ -423,8 +399,8 @@ absl::Status Trainer::State::Evaluate() {
   }
   RM_RETURN_IF_ERROR(
       hcomm->AllReduce(stats, stats, 3, DataType::kFloat64, comm::ReduceOp::kSum, Deadline()));
-  result.eval_loss = stats[0] / std::max(1.0, stats[1]);
-  result.eval_accuracy = stats[2] / std::max(1.0, stats[1]);
+  result.set_eval_loss(stats[0] / std::max(1.0, stats[1]));
+  result.set_eval_accuracy(stats[2] / std::max(1.0, stats[1]));
   return absl::OkStatus();
 }
 
@@ -461,8 +437,8 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
   }
   if (!ran) RM_RETURN_IF_ERROR(ops->Zero(step_grads));
   RM_RETURN_IF_ERROR(strategy->ReduceGradients());
-  result.comm_time += strategy->last_step().comm_time;
-  result.exposed_comm += strategy->last_step().exposed_wait;
+  comm_time += strategy->last_step().comm_time;
+  exposed_comm += strategy->last_step().exposed_wait;
   return absl::OkStatus();
 }
 
@@ -487,7 +463,7 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
                       absl::StrCat("the gradient norm is ", norm.norm, " and ",
                                    PrecisionName(config.precision),
                                    " has no loss scaler to skip such a step"),
-                      result.skipped_steps);
+                      result.skipped_steps());
     }
   }
   // The optimizer writes the parameters and moments that a save begun after the last step
@@ -500,7 +476,7 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
     view->Invalidate();
     RM_RETURN_IF_ERROR(strategy->AfterOptimizerStep(step_params));
   } else {
-    ++result.skipped_steps;
+    result.set_skipped_steps(result.skipped_steps() + 1);
   }
   return apply;
 }
@@ -525,11 +501,11 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
                        checkpoints != nullptr ? checkpoints->own_failures() : 0.0};
   RM_RETURN_IF_ERROR(
       hcomm->AllReduce(control, control, 6, DataType::kFloat64, comm::ReduceOp::kSum, Deadline()));
-  result.final_loss = control[0] / std::max(1.0, control[1]);
+  result.set_final_loss(control[0] / std::max(1.0, control[1]));
   // The loss is all-reduced: every rank stops here alike, before saving what diverged.
-  if (!std::isfinite(result.final_loss)) {
-    return Diverged(config, done, absl::StrCat("the loss is ", result.final_loss),
-                    result.skipped_steps);
+  if (!std::isfinite(result.final_loss())) {
+    return Diverged(config, done, absl::StrCat("the loss is ", result.final_loss()),
+                    result.skipped_steps());
   }
   const bool drain = control[3] > 0 && !last_step;
   if (checkpoints != nullptr) {
@@ -537,7 +513,7 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
   }
   if (config.fingerprint_every > 0 && (done % config.fingerprint_every == 0 || last_step)) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
-    RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), params.data(), result.final_loss,
+    RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), params.data(), result.final_loss(),
                                          done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
@@ -546,21 +522,21 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
     StepLine line;
     line.step = done;
     line.epoch = gb.start.epoch;
-    line.loss = result.final_loss;
+    line.loss = result.final_loss();
     line.lr = lr;
     line.grad_norm = norm.norm;
     line.local_grad_norm = strategy->last_step().local_grad_norm;
     if (scaler) line.loss_scale = scaler->scale();
-    line.skipped_steps = result.skipped_steps;
-    if (epoch_end && result.eval_accuracy >= 0) {
-      line.test_accuracy = result.eval_accuracy;
-      line.test_loss = result.eval_loss;
+    line.skipped_steps = result.skipped_steps();
+    if (epoch_end && result.has_eval_accuracy()) {
+      line.test_accuracy = result.eval_accuracy();
+      line.test_loss = result.eval_loss();
     }
     reporter->Log(line, strategy->last_step());
   }
   Report(step, applied, norm, step_start);
   if (drain) {
-    result.drained = true;
+    result.set_drained(true);
     finished = true;
     Say(absl::StrCat("drained after step ", done, " of ", total_steps));
   }
@@ -574,7 +550,7 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm,
   StepReport report;
   report.step = step + 1;
   report.total_steps = total_steps;
-  report.loss = result.final_loss;
+  report.loss = result.final_loss();
   report.grad_norm = applied ? norm.norm : 0;
   report.step_time = absl::Now() - step_start;
   report.comm_time = strategy->last_step().comm_time;
@@ -588,19 +564,22 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm,
 absl::StatusOr<TrainResult> Trainer::State::Finish() {
   if (checkpoints != nullptr) {
     const CheckpointTotals totals = checkpoints->Finish();
-    result.checkpoints_saved = totals.saved;
-    result.checkpoint_failures = totals.failed;
-    result.checkpoints_skipped = totals.skipped;
+    result.set_checkpoints_saved(static_cast<int32_t>(totals.saved));
+    result.set_checkpoint_failures(static_cast<int32_t>(totals.failed));
+    result.set_checkpoints_skipped(static_cast<int32_t>(totals.skipped));
   }
-  if (result.eval_accuracy < 0 && data.test != nullptr) RM_RETURN_IF_ERROR(Evaluate());
-  result.elapsed = reporter->elapsed();
-  const double secs = std::max(1e-9, absl::ToDoubleSeconds(result.elapsed));
-  result.samples_per_second = static_cast<double>(reporter->total_samples()) / secs;
+  if (!result.has_eval_accuracy() && data.test != nullptr) RM_RETURN_IF_ERROR(Evaluate());
+  const double secs = std::max(1e-9, absl::ToDoubleSeconds(reporter->elapsed()));
+  result.set_elapsed_seconds(secs);
+  result.set_comm_seconds(absl::ToDoubleSeconds(comm_time));
+  result.set_exposed_comm_seconds(absl::ToDoubleSeconds(exposed_comm));
+  result.set_samples_per_second(static_cast<double>(reporter->total_samples()) / secs);
   if (data.train->info().context > 0) {
-    result.tokens_per_second = result.samples_per_second * data.train->info().context;
+    result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
   }
-  result.memory = model->memory();
-  if (device != nullptr) result.memory.activation_bytes_peak = device->activation_bytes();
+  const int64_t activations = device != nullptr ? device->activation_bytes()
+                                                : model->memory().activation_bytes_peak;
+  result.set_activation_bytes_peak(static_cast<double>(activations));
   // Memory held by this rank against the ZeRO paper's formula for what we keep.
   constexpr double kMiB = 1 << 20;
   std::string formula;
@@ -615,8 +594,8 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
       copy_bytes > 0 ? absl::StrFormat(" (+ a 16-bit copy, %.2f MiB)", copy_bytes / kMiB)
                      : std::string(),
-      step_grads.size() * 4 / kMiB, static_cast<double>(result.optimizer_state_bytes) / kMiB,
-      formula, static_cast<double>(result.memory.activation_bytes_peak) / kMiB));
+      step_grads.size() * 4 / kMiB, result.optimizer_state_bytes() / kMiB,
+      formula, static_cast<double>(activations) / kMiB));
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
     options.on_finish(model->table(), params);
@@ -664,10 +643,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     ro.progress = t.leader ? t.options.progress : nullptr;
     RM_ASSIGN_OR_RETURN(t.reporter, StepReporter::Create(ro));
     t.SayStart();
-    t.result.world_size = t.world;
-    t.result.gradient_backend = std::string(t.comm->backend());
-    t.result.parameters = t.model->table().parameter_count();
-    t.result.optimizer_state_bytes = t.optimizer->state_bytes();
+    t.result.set_world_size(t.world);
+    t.result.set_gradient_backend(std::string(t.comm->backend()));
+    t.result.set_parameters(static_cast<double>(t.model->table().parameter_count()));
+    t.result.set_optimizer_state_bytes(static_cast<double>(t.optimizer->state_bytes()));
+    t.result.set_resumed_from_step(-1);
+    t.result.set_resumed_from_memory_of(-1);
     RM_RETURN_IF_ERROR(t.RestoreAndCheckpoint());
     t.reporter->StartAt(t.first_step);
     if (t.options.on_restored) RM_RETURN_IF_ERROR(t.options.on_restored(t.first_step));
@@ -694,7 +675,7 @@ absl::Status Trainer::Step() {
     GradNorm norm;
     RM_ASSIGN_OR_RETURN(bool applied, t.Update(t.step, norm));
     t.sampler_state = gb.next;
-    t.result.steps = t.step + 1;
+    t.result.set_steps(static_cast<int32_t>(t.step + 1));
     t.updating = false;
     t.consistent_step = t.step + 1;
     t.consistent_optimizer_step = t.optimizer->step();

@@ -74,6 +74,7 @@
 #include "train/data/dataset.h"
 #include "train/model.h"
 #include "train/restore.h"
+#include "train/result.pb.h"
 
 namespace ringmaster::train {
 
@@ -157,30 +158,6 @@ struct TrainerOptions {
   ResidentState* resident = nullptr;
 };
 
-struct TrainResult {
-  int64_t steps = 0;              // optimizer steps taken (skipped fp16 steps included)
-  int64_t skipped_steps = 0;      // fp16 overflows and non-finite gradient norms
-  double final_loss = 0;          // mean training loss of the last step
-  double eval_accuracy = -1;      // last test accuracy; -1 when the task has none
-  double eval_loss = -1;          // last test loss per term; -1 when not evaluated
-  double samples_per_second = 0;  // over the whole run, all ranks together
-  double tokens_per_second = 0;   // language models
-  int world_size = 0;
-  // The communicator that reduced the gradients: "tcp" or "nccl".
-  std::string gradient_backend;
-  int64_t parameters = 0;
-  absl::Duration comm_time;     // inside gradient collectives, summed over steps
-  absl::Duration exposed_comm;  // of which the training thread waited for
-  absl::Duration elapsed;
-  MemoryStats memory;
-  int64_t optimizer_state_bytes = 0;
-  bool drained = false;             // stopped early (drain or stop_at_step)
-  int64_t resumed_from_step = -1;   // the step this run started from; -1: from scratch
-  int resumed_from_memory_of = -1;  // the rank whose memory it came from; -1: a checkpoint
-  int64_t checkpoints_saved = 0;    // by this run
-  int64_t checkpoint_failures = 0;  // saves that failed (training went on)
-  int64_t checkpoints_skipped = 0;  // a save was still running (checkpoint.on_busy: skip)
-};
 
 // Builds a rank's trainer: loads the data (unless given), creates the model, chooses the
 // device and the gradients' communicator, allocates the state and restores it (see
@@ -219,9 +196,9 @@ class Trainer {
 // Create + Run. Blocks until the job ends.
 absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
 
-// The result as one line of JSON (ringtrainer's --summary, which ringctl local reads): a
-// flat object, compact, written by a JSON library so that a number that is not finite is
-// null; eval_accuracy and eval_loss are null when not measured.
+// The result (train/result.proto) as one line of JSON, with a newline (ringtrainer's
+// --summary, which ringctl local reads): protobuf's JSON mapping, compact; a value not
+// measured or not finite (eval_accuracy without test data) is left out.
 std::string TrainResultJson(const TrainResult& result);
 
 }  // namespace ringmaster::train

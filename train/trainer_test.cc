@@ -27,6 +27,7 @@
 #include "comm/testing/multiproc.h"
 #include "common/fault_injection_env.h"
 #include "common/file_util.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
@@ -172,10 +173,10 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     o.on_step = [&](const StepReport& r) { reports.push_back(r); };
     auto result = RunTraining(o);
     if (!result.ok()) return result.status();
-    if (reports.empty() || reports.back().step != result->steps ||
-        reports.back().loss != result->final_loss) {
+    if (reports.empty() || reports.back().step != result->steps() ||
+        reports.back().loss != result->final_loss()) {
       return absl::InternalError(absl::StrCat("on_step: ", reports.size(), " reports for ",
-                                              result->steps, " steps"));
+                                              result->steps(), " steps"));
     }
     for (size_t i = 1; i < reports.size(); ++i) {
       if (reports[i].step != reports[i - 1].step + 1 || reports[i].step_time <= absl::ZeroDuration()) {
@@ -186,9 +187,9 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
     absl::Status s = WriteFileAtomically(
         prefix + ".txt",
-        absl::StrCat(result->optimizer_state_bytes, " ", result->skipped_steps, " ",
-                     result->final_loss, " ", result->resumed_from_step, " ", result->steps, " ",
-                     result->gradient_backend));
+        absl::StrCat(result->optimizer_state_bytes(), " ", result->skipped_steps(), " ",
+                     result->final_loss(), " ", result->resumed_from_step(), " ", result->steps(), " ",
+                     result->gradient_backend()));
     if (!s.ok()) return s;
     return WriteFileAtomically(prefix + ".params", params);
   });
@@ -610,11 +611,11 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     };
     auto second = RunTraining(o);
     if (!second.ok()) return second.status();
-    if (second->resumed_from_step != 6 || second->resumed_from_memory_of != 1 ||
-        second->steps != 10) {
-      return absl::InternalError(absl::StrCat("resumed from step ", second->resumed_from_step,
-                                              " of rank ", second->resumed_from_memory_of,
-                                              ", ", second->steps, " steps"));
+    if (second->resumed_from_step() != 6 || second->resumed_from_memory_of() != 1 ||
+        second->steps() != 10) {
+      return absl::InternalError(absl::StrCat("resumed from step ", second->resumed_from_step(),
+                                              " of rank ", second->resumed_from_memory_of(),
+                                              ", ", second->steps(), " steps"));
     }
     return WriteFileAtomically(absl::StrCat(out_dir, "/rank", comm.rank(), ".params"), params);
   });
@@ -654,10 +655,10 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
     o.progress = [&](const std::string& line) { lines.push_back(line); };
     auto result = RunTraining(o);
     if (!result.ok()) return result.status();
-    if (result->steps != 8) return absl::InternalError(absl::StrCat("steps ", result->steps));
-    if (result->checkpoint_failures != 2 || result->checkpoints_saved != 2) {
-      return absl::InternalError(absl::StrCat("saved ", result->checkpoints_saved, ", failed ",
-                                              result->checkpoint_failures));
+    if (result->steps() != 8) return absl::InternalError(absl::StrCat("steps ", result->steps()));
+    if (result->checkpoint_failures() != 2 || result->checkpoints_saved() != 2) {
+      return absl::InternalError(absl::StrCat("saved ", result->checkpoints_saved(), ", failed ",
+                                              result->checkpoint_failures()));
     }
     // Each report names a failed save (step 4 or 6) and its error, even when a later save
     // (step 8) has succeeded by the time the failure is reported.
@@ -750,7 +751,7 @@ DiskFullRun TrainWithRank1sDisk(const FileOpHook& disk, const std::string& on_fa
         RM_RETURN_IF_ERROR(WriteFileAtomically(
             absl::StrCat(out_dir, "/rank", comm.rank(), ".txt"),
             absl::StrCat(absl::StrJoin(lines, "\n"), "\ncommits ", absl::StrJoin(commits, ","),
-                         "\nfailures ", result.ok() ? result->checkpoint_failures : -1,
+                         "\nfailures ", result.ok() ? result->checkpoint_failures() : -1,
                          "\nstep report: failed save of step ", last.checkpoint_error_step, ": ",
                          last.checkpoint_error, "\n")));
         if (!result.ok() && !IsPermanent(result.status())) {
@@ -854,8 +855,8 @@ TEST(TrainerDivergence, ANonFiniteLossOrGradientFailsTheJob) {
     auto train_data = Synthetic();
     auto result = RunTraining(ForkedRankOptions(*spec, comm, train_data.get()));
     if (result.ok()) {
-      return absl::InternalError(absl::StrCat("succeeded: ", result->skipped_steps,
-                                              " steps skipped, final loss ", result->final_loss));
+      return absl::InternalError(absl::StrCat("succeeded: ", result->skipped_steps(),
+                                              " steps skipped, final loss ", result->final_loss()));
     }
     if (!IsPermanent(result.status())) {
       return absl::InternalError(absl::StrCat("not permanent: ", result.status().ToString()));
@@ -874,32 +875,40 @@ TEST(TrainerDivergence, ANonFiniteLossOrGradientFailsTheJob) {
 }
 
 // The summary is JSON whatever the numbers: what is not finite or not measured is null.
-TEST(TrainResultJson, IsValidJsonWithNullForWhatIsNotFinite) {
+TEST(TrainResultJson, IsOneLineOfJsonWithoutWhatIsNotFinite) {
   TrainResult r;
-  r.steps = 120;
-  r.skipped_steps = 118;
-  r.final_loss = -std::nan("");
-  r.samples_per_second = std::numeric_limits<double>::infinity();
-  r.world_size = 2;
-  r.drained = true;
+  r.set_steps(120);
+  r.set_skipped_steps(118);
+  r.set_final_loss(-std::nan(""));
+  r.set_world_size(2);
+  r.set_drained(true);
+  r.set_parameters(7e9);
   const std::string text = TrainResultJson(r);
   ASSERT_TRUE(nlohmann::json::accept(text)) << text;
   const nlohmann::json json = nlohmann::json::parse(text);
-  EXPECT_TRUE(json["final_loss"].is_null()) << text;
-  EXPECT_TRUE(json["samples_per_second"].is_null()) << text;
-  EXPECT_TRUE(json["eval_accuracy"].is_null()) << text;
+  // Not finite, and not measured: left out.
+  EXPECT_FALSE(json.contains("final_loss")) << text;
+  EXPECT_FALSE(json.contains("eval_accuracy")) << text;
+  EXPECT_FALSE(json.contains("eval_loss")) << text;
   EXPECT_EQ(json["steps"], 120);
   EXPECT_EQ(json["skipped_steps"], 118);
   EXPECT_EQ(json["drained"], true);
+  EXPECT_EQ(json["parameters"], 7e9) << "a number, not protobuf's string for an int64";
   for (const char* key :
-       {"tokens_per_second", "world_size", "parameters", "comm_seconds", "exposed_comm_seconds",
-        "elapsed_seconds", "activation_bytes_peak", "optimizer_state_bytes", "resumed_from_step",
-        "checkpoints_saved", "checkpoint_failures", "eval_loss"}) {
+       {"samples_per_second", "tokens_per_second", "world_size", "parameters", "comm_seconds",
+        "exposed_comm_seconds", "elapsed_seconds", "activation_bytes_peak",
+        "optimizer_state_bytes", "resumed_from_step", "checkpoints_saved",
+        "checkpoint_failures"}) {
     EXPECT_TRUE(json.contains(key)) << key;
+    EXPECT_TRUE(json[key].is_number()) << key;
   }
-  // Flat and compact, one line: ringctl local reads "key":value pairs from it.
+  // Flat and compact, one line, and it reads back.
   EXPECT_TRUE(absl::StrContains(text, "\"world_size\":2,")) << text;
   EXPECT_EQ(text.find('\n'), text.size() - 1);
+  TrainResult back;
+  ASSERT_TRUE(FromJson(text, &back, "summary").ok());
+  EXPECT_EQ(back.steps(), 120);
+  EXPECT_FALSE(back.has_final_loss());
 }
 
 // metrics.jsonl is the job's history: a second run (a resume, a recovery) appends to it
@@ -1005,9 +1014,9 @@ TEST(TrainerExtend, ALongerJobResumesAtItsLastStepWhenAskedAndNamesWhatDiffers) 
   absl::Status extended = run(
       {"steps=6", "resume=extend"},
       [&](const TrainResult& r, const std::vector<std::string>& lines) -> absl::Status {
-        if (r.resumed_from_step != 3 || r.steps != 6) {
-          return absl::InternalError(absl::StrCat("resumed from step ", r.resumed_from_step,
-                                                  ", trained to step ", r.steps));
+        if (r.resumed_from_step() != 3 || r.steps() != 6) {
+          return absl::InternalError(absl::StrCat("resumed from step ", r.resumed_from_step(),
+                                                  ", trained to step ", r.steps()));
         }
         for (const std::string& line : lines) {
           if (absl::StrContains(line, "resume: extend: the checkpoint's job was steps: 3 -> 6") &&

@@ -338,7 +338,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     }
     result.last = *trained;
     ++result.epochs;
-    if (!trained->drained) {
+    if (!trained->drained()) {
       if (o.before_finished) RM_RETURN_IF_ERROR(o.before_finished(result));
       FinishedRequest finished;
       finished.set_job(o.job);
@@ -347,9 +347,9 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       // The last step (the job's length) and its loss, whether or not the progress thread
       // reported them yet.
       finished.mutable_stats()->set_rank(rank);
-      finished.mutable_stats()->set_step(trained->steps);
-      finished.mutable_stats()->set_loss(trained->final_loss);
-      finished.set_total_steps(trained->steps);
+      finished.mutable_stats()->set_step(trained->steps());
+      finished.mutable_stats()->set_loss(trained->final_loss());
+      finished.set_total_steps(trained->steps());
       RM_RETURN_IF_ERROR(o.client->Finished(finished));
       return result;
     }

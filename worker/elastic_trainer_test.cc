@@ -70,8 +70,8 @@ using Epoch = std::function<absl::StatusOr<train::TrainResult>(const train::Trai
 
 train::TrainResult Trained(int64_t steps, double loss = 0.25) {
   train::TrainResult r;
-  r.steps = steps;
-  r.final_loss = loss;
+  r.set_steps(static_cast<int32_t>(steps));
+  r.set_final_loss(loss);
   return r;
 }
 
@@ -84,7 +84,7 @@ Epoch StepThenDrain(train::StepReport report) {
       return absl::InternalError("no drain asked");
     }
     train::TrainResult r = Trained(report.step);
-    r.drained = true;
+    r.set_drained(true);
     return r;
   };
 }
@@ -146,7 +146,7 @@ TEST_F(ElasticTrainerTest, JoinsTrainsAndReportsFinished) {
   o.before_finished = [&](const ElasticResult& r) {
     ++before_finished;
     EXPECT_EQ(fake_.finished.calls(), 0) << "before the coordinator hears";
-    EXPECT_EQ(r.last.steps, 10);
+    EXPECT_EQ(r.last.steps(), 10);
     return absl::OkStatus();
   };
   auto result = RunElasticTrainer(o);
