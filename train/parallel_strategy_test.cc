@@ -5,16 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/testing/multiproc.h"
+#include "comm/tcp/tcp_communicator.h"
 #include "gtest/gtest.h"
+#include "train/testing.h"
 
 namespace ringmaster::train {
 namespace {
 
 using comm::TcpCommunicator;
-using comm::testing::MultiProcOptions;
-using comm::testing::RankResult;
-using comm::testing::RunRanks;
+using testing::ExpectOkOnRanks;
 
 // Table elements: not a multiple of world × 16, so that the last shard holds padding.
 constexpr int64_t kElements = 10007;
@@ -121,10 +120,7 @@ class DataParallelTest : public ::testing::TestWithParam<std::tuple<int, int>> {
 
 TEST_P(DataParallelTest, OwnsReducesAndGathersItsPart) {
   const auto [world, zero] = GetParam();
-  MultiProcOptions options;
-  options.world_size = world;
-  std::vector<RankResult> results =
-      RunRanks(options, [zero = zero](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+  ExpectOkOnRanks(world, [zero = zero](TcpCommunicator& comm) -> absl::Status {
         DataParallelOptions o;
         o.elements = kElements;
         o.zero_stage = zero;
@@ -147,9 +143,6 @@ TEST_P(DataParallelTest, OwnsReducesAndGathersItsPart) {
         }
         return absl::OkStatus();
       });
-  for (int r = 0; r < world; ++r) {
-    EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DataParallelTest,
@@ -160,10 +153,7 @@ INSTANTIATE_TEST_SUITE_P(All, DataParallelTest,
                          });
 
 TEST(DataParallel, RejectsAZeroStageItDoesNotHave) {
-  MultiProcOptions options;
-  options.world_size = 1;
-  std::vector<RankResult> results =
-      RunRanks(options, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+  ExpectOkOnRanks(1, [](TcpCommunicator& comm) -> absl::Status {
         for (int zero : {-1, 3}) {
           DataParallelOptions o;
           o.elements = kElements;
@@ -182,7 +172,6 @@ TEST(DataParallel, RejectsAZeroStageItDoesNotHave) {
         }
         return absl::OkStatus();
       });
-  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
 }
 
 }  // namespace

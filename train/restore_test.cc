@@ -1,6 +1,5 @@
 #include "train/restore.h"
 
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,20 +9,19 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/writer.h"
-#include "comm/testing/multiproc.h"
 #include "common/env.h"
 #include "common/status_macros.h"
-#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "state/range.h"
+#include "train/testing.h"
 
 namespace ringmaster::train {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr uint64_t kSpecHash = 0x5eed;
+constexpr uint64_t kSpecHash = testing::kTestSpecHash;
 
 state::TensorTable Table() {
   state::TensorTable t;
@@ -98,21 +96,6 @@ struct RankState {
   std::optional<LossScaler> scaler;
 };
 
-std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  CHECK(DeleteRecursively(Env::Default(), dir).ok());
-  CHECK(Env::Default()->CreateDir(dir).ok());
-  return dir;
-}
-
-TrainConfig Job(const std::string& dir) {
-  TrainConfig c;
-  c.name = "job";
-  c.checkpoint.dir = dir;
-  c.checkpoint.spec_hash = kSpecHash;
-  return c;
-}
-
 // Saves the state after `step` as one rank of `config`'s job, with its spec hash `hash`.
 void SaveCheckpoint(const TrainConfig& config, int64_t step, uint64_t hash = kSpecHash) {
   const state::TensorTable table = Table();
@@ -160,7 +143,7 @@ RestoreOptions Options(const TrainConfig& config, RankState& s, Said& said,
 }
 
 TEST(Restore, FromTheLatestCheckpoint) {
-  const TrainConfig config = Job(FreshDir("latest"));
+  const TrainConfig config = testing::CheckpointedJob("latest");
   SaveCheckpoint(config, 3);
   SaveCheckpoint(config, 7);
   RankState s;
@@ -177,7 +160,7 @@ TEST(Restore, FromTheLatestCheckpoint) {
 }
 
 TEST(Restore, FromTheStepResumeNames) {
-  TrainConfig config = Job(FreshDir("step"));
+  TrainConfig config = testing::CheckpointedJob("step");
   SaveCheckpoint(config, 3);
   SaveCheckpoint(config, 7);
   config.checkpoint.resume = {ResumeConfig::Kind::kStep, 3, "3"};
@@ -197,7 +180,7 @@ TEST(Restore, FromTheStepResumeNames) {
 }
 
 TEST(Restore, ResumeNeverIgnoresCheckpointsAndMemory) {
-  TrainConfig config = Job(FreshDir("never"));
+  TrainConfig config = testing::CheckpointedJob("never");
   SaveCheckpoint(config, 4);
   config.checkpoint.resume = {ResumeConfig::Kind::kNever, 0, "never"};
   RankState s;
@@ -216,7 +199,7 @@ TEST(Restore, ResumeNeverIgnoresCheckpointsAndMemory) {
 }
 
 TEST(Restore, AutoWithoutACheckpointStartsFromScratchAndSaysSo) {
-  const TrainConfig config = Job(FreshDir("empty"));
+  const TrainConfig config = testing::CheckpointedJob("empty");
   RankState s;
   Said said;
   absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
@@ -230,7 +213,8 @@ TEST(Restore, AutoWithoutACheckpointStartsFromScratchAndSaysSo) {
 }
 
 TEST(Restore, WithoutACheckpointDirStartsFromScratchSilently) {
-  const TrainConfig config = Job("");
+  TrainConfig config = testing::CheckpointedJob("nodir");
+  config.checkpoint.dir.clear();
   RankState s;
   Said said;
   absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
@@ -240,7 +224,7 @@ TEST(Restore, WithoutACheckpointDirStartsFromScratchSilently) {
 }
 
 TEST(Restore, AnotherJobsCheckpointIsPermanentlyRefused) {
-  const TrainConfig config = Job(FreshDir("other"));
+  const TrainConfig config = testing::CheckpointedJob("other");
   SaveCheckpoint(config, 4, /*hash=*/0xbad);
   RankState s;
   Said said;
@@ -273,12 +257,9 @@ TEST(Restore, KeepResidentKeepsTheTablesElementsAndTheState) {
 // what it restored: a survivor's memory when it is at least as recent as the checkpoint
 // and every rank holds the whole state, else the checkpoint.
 void RestoreOnTwoRanks(const std::string& name, int64_t kept, bool whole_state) {
-  const TrainConfig config = Job(FreshDir(name));
+  const TrainConfig config = testing::CheckpointedJob(name);
   SaveCheckpoint(config, 4);
-  comm::testing::MultiProcOptions options;
-  options.world_size = 2;
-  std::vector<comm::testing::RankResult> results = comm::testing::RunRanks(
-      options, [&](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+  testing::ExpectOkOnRanks(2, [&](comm::TcpCommunicator& comm) -> absl::Status {
         RankState s;
         ResidentState resident;
         if (comm.rank() == 1) RankState().KeepAfter(kept, resident);
@@ -309,9 +290,6 @@ void RestoreOnTwoRanks(const std::string& name, int64_t kept, bool whole_state) 
         }
         return absl::OkStatus();
       });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
-  }
 }
 
 TEST(Restore, FromASurvivorsMemoryNewerThanTheCheckpoint) {
