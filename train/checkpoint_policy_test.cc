@@ -114,8 +114,8 @@ void ExpectCheckpointOf(const TrainConfig& config, int64_t step) {
   lo.step = step;
   lo.table = &table;
   std::vector<float> params(table.total_elements());
-  absl::StatusOr<checkpoint::LoadResult> r = checkpoint::LoadCheckpoint(
-      lo, {{"params", state::FullRange(table), absl::MakeSpan(params)}});
+  absl::StatusOr<checkpoint::LoadResult> r =
+      checkpoint::LoadCheckpoint(lo, {{"params", state::FullRange(table), absl::MakeSpan(params)}});
   ASSERT_TRUE(r.ok()) << r.status();
   for (int64_t i = 0; i < table.total_elements(); ++i) {
     ASSERT_EQ(params[i], Value(step, i)) << "step " << step << ", element " << i;
@@ -161,8 +161,8 @@ TEST_P(CheckpointPolicyTest, SavesEveryStepsAndTheLastStepSynchronously) {
     }
     return absl::OkStatus();
   });
-  EXPECT_EQ(*checkpoint::ReadLatest(Env::Default(), checkpoint::JobDir(config.checkpoint.dir, "job")),
-            5);
+  EXPECT_EQ(
+      *checkpoint::ReadLatest(Env::Default(), checkpoint::JobDir(config.checkpoint.dir, "job")), 5);
   // The asynchronous saves copied the state of their step, not of a later one.
   ExpectCheckpointOf(config, 2);
   ExpectCheckpointOf(config, 4);
@@ -230,9 +230,9 @@ TEST_P(CheckpointPolicyTest, AFailedSaveFailsTheJobWhenOnFailureIsFail) {
     RM_RETURN_IF_ERROR(rank.Create());
     absl::Status s = rank.Step(1, /*drain=*/false, /*last_step=*/true);
     // Every rank fails alike, naming the rank whose save failed.
-    const std::string want = absl::StrCat(
-        "checkpoint.on_failure is fail and the checkpoint of step 1 failed on rank ", world - 1,
-        ": No space left on device (injected)");
+    const std::string want =
+        absl::StrCat("checkpoint.on_failure is fail and the checkpoint of step 1 failed on rank ",
+                     world - 1, ": No space left on device (injected)");
     if (!absl::IsResourceExhausted(s) || !IsPermanent(s) || !absl::StrContains(s.message(), want)) {
       return Fail(absl::StrCat("AfterStep returned ", s.ToString()));
     }
@@ -267,7 +267,8 @@ TEST_P(CheckpointPolicyTest, AFailedSaveIsCountedWhenOnFailureIsContinue) {
     return absl::OkStatus();
   });
   EXPECT_FALSE(
-      checkpoint::ReadLatest(Env::Default(), checkpoint::JobDir(config.checkpoint.dir, "job")).ok());
+      checkpoint::ReadLatest(Env::Default(), checkpoint::JobDir(config.checkpoint.dir, "job"))
+          .ok());
 }
 
 TEST_P(CheckpointPolicyTest, EverySecondsAsksRankZeroForASave) {

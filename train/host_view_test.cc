@@ -85,8 +85,7 @@ class FakeDevice final : public TrainingDevice {
   VectorOps* comm_ops() override { return HostVectorOps(); }
   absl::Span<float> params() override { return params_.span(); }
   absl::Span<float> grads() override { return grads_.span(); }
-  absl::StatusOr<StepStats> ForwardBackward(const Batch&,
-                                            const ForwardBackwardOptions&) override {
+  absl::StatusOr<StepStats> ForwardBackward(const Batch&, const ForwardBackwardOptions&) override {
     return absl::UnimplementedError("fake");
   }
   int64_t activation_bytes() const override { return 0; }
@@ -108,7 +107,8 @@ TEST(HostView, WithADeviceTheHostHoldsCopiesThatPullAndPushMove) {
 
   // Push: the host's state (a restore) goes to the device.
   Fill(params.span(), 1);
-  for (size_t i = 0; i < view.optimizer().size(); ++i) Fill(view.optimizer()[i].data, 100 * (i + 1));
+  for (size_t i = 0; i < view.optimizer().size(); ++i)
+    Fill(view.optimizer()[i].data, 100 * (i + 1));
   ASSERT_TRUE(view.Push().ok());
   EXPECT_TRUE(Equal(device.params(), params.span()));
   for (size_t i = 0; i < on_device.size(); ++i) {

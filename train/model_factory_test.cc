@@ -131,8 +131,8 @@ TEST(ModelFactory, UnnormalizedPixelsAreScaledToOne) {
     ASSERT_TRUE(d->train->Gather({0}, &batch).ok());
     // Pixel 255 of image 0 is j = 255.
     const float raw = 1.0f;
-    const float standardised = static_cast<float>((1.0 - data::kFashionMnistMean) /
-                                                  data::kFashionMnistStddev);
+    const float standardised =
+        static_cast<float>((1.0 - data::kFashionMnistMean) / data::kFashionMnistStddev);
     EXPECT_FLOAT_EQ(batch.features[255], normalize ? standardised : raw) << normalize;
   }
 }

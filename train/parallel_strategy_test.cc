@@ -29,8 +29,8 @@ absl::Status Fail(const std::string& what) { return absl::InternalError(what); }
 absl::StatusOr<std::vector<int64_t>> GatherRanges(TcpCommunicator& comm, state::FlatRange range) {
   int64_t mine[2] = {range.begin, range.end};
   std::vector<int64_t> all(2 * comm.size());
-  absl::Status s = comm.AllGather(mine, all.data(), 2, DataType::kInt64,
-                                  absl::Now() + absl::Seconds(30));
+  absl::Status s =
+      comm.AllGather(mine, all.data(), 2, DataType::kInt64, absl::Now() + absl::Seconds(30));
   if (!s.ok()) return s;
   return all;
 }
@@ -72,9 +72,8 @@ absl::Status CheckSum(TcpCommunicator& comm, const ParallelStrategy& s, int zero
   const int n = comm.size(), r = comm.rank();
   std::vector<double> values = {static_cast<double>(r + 1), 10};
   if (absl::Status st = s.sum()(absl::MakeSpan(values)); !st.ok()) return st;
-  const std::vector<double> want =
-      zero == 0 ? std::vector<double>{static_cast<double>(r + 1), 10}
-                : std::vector<double>{n * (n + 1) / 2.0, 10.0 * n};
+  const std::vector<double> want = zero == 0 ? std::vector<double>{static_cast<double>(r + 1), 10}
+                                             : std::vector<double>{n * (n + 1) / 2.0, 10.0 * n};
   if (values != want) {
     return Fail(absl::StrCat("sum gave ", values[0], ", ", values[1], "; expected ", want[0], ", ",
                              want[1]));
@@ -121,28 +120,28 @@ class DataParallelTest : public ::testing::TestWithParam<std::tuple<int, int>> {
 TEST_P(DataParallelTest, OwnsReducesAndGathersItsPart) {
   const auto [world, zero] = GetParam();
   ExpectOkOnRanks(world, [zero = zero](TcpCommunicator& comm) -> absl::Status {
-        DataParallelOptions o;
-        o.elements = kElements;
-        o.zero_stage = zero;
-        o.bucket_mb = 0.01;  // several buckets
-        absl::StatusOr<std::unique_ptr<ParallelStrategy>> s = CreateDataParallel(&comm, &comm, o);
-        if (!s.ok()) return s.status();
-        if ((*s)->padded_elements() != PaddedElements(kElements, comm.size())) {
-          return Fail(absl::StrCat("padded_elements ", (*s)->padded_elements()));
-        }
-        if ((*s)->whole_state_on_every_rank() != (zero == 0)) return Fail("whole state");
-        if ((*s)->Describe().find(absl::StrCat("ZeRO-", zero)) != 0) {
-          return Fail((*s)->Describe());
-        }
-        if (absl::Status st = (*s)->MaterializeParameters(); !st.ok()) return st;
-        for (auto check : {CheckRanges, CheckSum}) {
-          if (absl::Status st = check(comm, **s, zero); !st.ok()) return st;
-        }
-        for (auto check : {CheckReduce, CheckAfterStep}) {
-          if (absl::Status st = check(comm, **s); !st.ok()) return st;
-        }
-        return absl::OkStatus();
-      });
+    DataParallelOptions o;
+    o.elements = kElements;
+    o.zero_stage = zero;
+    o.bucket_mb = 0.01;  // several buckets
+    absl::StatusOr<std::unique_ptr<ParallelStrategy>> s = CreateDataParallel(&comm, &comm, o);
+    if (!s.ok()) return s.status();
+    if ((*s)->padded_elements() != PaddedElements(kElements, comm.size())) {
+      return Fail(absl::StrCat("padded_elements ", (*s)->padded_elements()));
+    }
+    if ((*s)->whole_state_on_every_rank() != (zero == 0)) return Fail("whole state");
+    if ((*s)->Describe().find(absl::StrCat("ZeRO-", zero)) != 0) {
+      return Fail((*s)->Describe());
+    }
+    if (absl::Status st = (*s)->MaterializeParameters(); !st.ok()) return st;
+    for (auto check : {CheckRanges, CheckSum}) {
+      if (absl::Status st = check(comm, **s, zero); !st.ok()) return st;
+    }
+    for (auto check : {CheckReduce, CheckAfterStep}) {
+      if (absl::Status st = check(comm, **s); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DataParallelTest,
@@ -154,24 +153,23 @@ INSTANTIATE_TEST_SUITE_P(All, DataParallelTest,
 
 TEST(DataParallel, RejectsAZeroStageItDoesNotHave) {
   ExpectOkOnRanks(1, [](TcpCommunicator& comm) -> absl::Status {
-        for (int zero : {-1, 3}) {
-          DataParallelOptions o;
-          o.elements = kElements;
-          o.zero_stage = zero;
-          absl::StatusOr<std::unique_ptr<ParallelStrategy>> s =
-              CreateDataParallel(&comm, &comm, o);
-          if (!absl::IsInvalidArgument(s.status()) ||
-              s.status().message().find("parallelism.zero_stage") == std::string::npos) {
-            return Fail(absl::StrCat("zero_stage ", zero, ": ", s.status().ToString()));
-          }
-        }
-        DataParallelOptions o;
-        o.elements = kElements;
-        if (!absl::IsInvalidArgument(CreateDataParallel(nullptr, &comm, o).status())) {
-          return Fail("a null communicator was taken");
-        }
-        return absl::OkStatus();
-      });
+    for (int zero : {-1, 3}) {
+      DataParallelOptions o;
+      o.elements = kElements;
+      o.zero_stage = zero;
+      absl::StatusOr<std::unique_ptr<ParallelStrategy>> s = CreateDataParallel(&comm, &comm, o);
+      if (!absl::IsInvalidArgument(s.status()) ||
+          s.status().message().find("parallelism.zero_stage") == std::string::npos) {
+        return Fail(absl::StrCat("zero_stage ", zero, ": ", s.status().ToString()));
+      }
+    }
+    DataParallelOptions o;
+    o.elements = kElements;
+    if (!absl::IsInvalidArgument(CreateDataParallel(nullptr, &comm, o).status())) {
+      return Fail("a null communicator was taken");
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace

@@ -207,9 +207,9 @@ TEST(Restore, AutoWithoutACheckpointStartsFromScratchAndSaysSo) {
   EXPECT_EQ(r->step, 0);
   EXPECT_EQ(r->resumed_from_step, -1);
   EXPECT_EQ(s.params.data()[0], -7);
-  EXPECT_THAT(said.all(), HasSubstr(absl::StrCat("resume: auto: no checkpoint of job job in ",
-                                                 config.checkpoint.dir,
-                                                 " yet; starting from scratch")));
+  EXPECT_THAT(said.all(),
+              HasSubstr(absl::StrCat("resume: auto: no checkpoint of job job in ",
+                                     config.checkpoint.dir, " yet; starting from scratch")));
 }
 
 TEST(Restore, WithoutACheckpointDirStartsFromScratchSilently) {
@@ -260,36 +260,36 @@ void RestoreOnTwoRanks(const std::string& name, int64_t kept, bool whole_state) 
   const TrainConfig config = testing::CheckpointedJob(name);
   SaveCheckpoint(config, 4);
   testing::ExpectOkOnRanks(2, [&](comm::TcpCommunicator& comm) -> absl::Status {
-        RankState s;
-        ResidentState resident;
-        if (comm.rank() == 1) RankState().KeepAfter(kept, resident);
-        Said said;
-        RestoreOptions o = Options(config, s, said, &comm, &resident);
-        o.whole_state = whole_state;
-        RM_ASSIGN_OR_RETURN(Restored r, RestoreTrainingState(o));
-        const bool from_memory = whole_state && kept >= 4;
-        const int64_t step = from_memory ? kept : 4;
-        const std::string what = absl::StrCat("restored step ", r.step, " from rank ",
-                                              r.resumed_from_memory_of, ": ", said.all());
-        if (r.step != step || r.resumed_from_step != step ||
-            r.resumed_from_memory_of != (from_memory ? 1 : -1) ||
-            !(r.sampler == StateAfter(step).sampler)) {
-          return absl::InternalError(what);
-        }
-        if (std::string m = s.Mismatch(step); !m.empty()) {
-          return absl::InternalError(absl::StrCat(m, " differs; ", what));
-        }
-        if (resident.step != -1) return absl::InternalError("the memory is still held");
-        const std::string line =
-            from_memory ? absl::StrCat("restored step ", kept, " from the memory of rank 1 (",
-                                       state::SamplerStateString(StateAfter(kept).sampler),
-                                       "; latest checkpoint: step 4)")
-                        : "resumed from";
-        if (said.all().find(line) == std::string::npos) {
-          return absl::InternalError(absl::StrCat("said: ", said.all()));
-        }
-        return absl::OkStatus();
-      });
+    RankState s;
+    ResidentState resident;
+    if (comm.rank() == 1) RankState().KeepAfter(kept, resident);
+    Said said;
+    RestoreOptions o = Options(config, s, said, &comm, &resident);
+    o.whole_state = whole_state;
+    RM_ASSIGN_OR_RETURN(Restored r, RestoreTrainingState(o));
+    const bool from_memory = whole_state && kept >= 4;
+    const int64_t step = from_memory ? kept : 4;
+    const std::string what = absl::StrCat("restored step ", r.step, " from rank ",
+                                          r.resumed_from_memory_of, ": ", said.all());
+    if (r.step != step || r.resumed_from_step != step ||
+        r.resumed_from_memory_of != (from_memory ? 1 : -1) ||
+        !(r.sampler == StateAfter(step).sampler)) {
+      return absl::InternalError(what);
+    }
+    if (std::string m = s.Mismatch(step); !m.empty()) {
+      return absl::InternalError(absl::StrCat(m, " differs; ", what));
+    }
+    if (resident.step != -1) return absl::InternalError("the memory is still held");
+    const std::string line =
+        from_memory ? absl::StrCat("restored step ", kept, " from the memory of rank 1 (",
+                                   state::SamplerStateString(StateAfter(kept).sampler),
+                                   "; latest checkpoint: step 4)")
+                    : "resumed from";
+    if (said.all().find(line) == std::string::npos) {
+      return absl::InternalError(absl::StrCat("said: ", said.all()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 TEST(Restore, FromASurvivorsMemoryNewerThanTheCheckpoint) {
