@@ -19,7 +19,7 @@ CheckpointPolicy::CheckpointPolicy(const CheckpointPolicyOptions& options)
     : options_(options),
       cs_(options.config->checkpoint),
       leader_(options.comm->rank() == 0),
-      last_save_time_(absl::Now()) {}
+      last_save_time_(options.clock->Now()) {}
 
 absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Create(
     const CheckpointPolicyOptions& options) {
@@ -81,7 +81,7 @@ void CheckpointPolicy::ReportSaves() {
 
 bool CheckpointPolicy::TimeToSave() const {
   return leader_ && cs_.every_seconds > 0 &&
-         absl::Now() - last_save_time_ >= absl::Seconds(cs_.every_seconds);
+         options_.clock->Now() - last_save_time_ >= absl::Seconds(cs_.every_seconds);
 }
 
 double CheckpointPolicy::own_failures() const {
@@ -233,7 +233,7 @@ absl::Status CheckpointPolicy::AfterStep(int64_t done, bool drain, bool last_ste
     ++skipped_;
     options_.say(absl::StrCat("checkpoint of step ", done, " skipped: ", unfinished_));
   }
-  last_save_time_ = absl::Now();
+  last_save_time_ = options_.clock->Now();
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "checkpoint/writer.h"
 #include "comm/communicator.h"
+#include "common/clock.h"
 #include "common/env.h"
 #include "state/range.h"
 #include "state/tensor.h"
@@ -38,6 +39,8 @@ struct CheckpointPolicyOptions {
   comm::Communicator* comm = nullptr;
   absl::Duration op_timeout = absl::Seconds(120);
   Env* env = nullptr;  // null: the real filesystem
+  // What checkpoint.every_seconds is measured on (not the writer's waits). Not owned.
+  Clock* clock = Clock::Real();
   const state::TensorTable* table = nullptr;
   int zero_stage = 0;
   // Bytes a save's snapshot copies on this rank (reserved up front).

@@ -1,0 +1,313 @@
+#include "train/restore.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "checkpoint/writer.h"
+#include "common/env.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "state/range.h"
+#include "train/testing.h"
+
+namespace ringmaster::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kSpecHash = testing::kTestSpecHash;
+
+state::TensorTable Table() {
+  state::TensorTable t;
+  t.Add("w", {13, 7});
+  t.Add("b", {13});
+  t.Add("v", {5, 3});
+  return t;
+}
+
+// Element i of buffer `b` (0: the parameters, then the optimizer's moments) after `step`.
+float Value(int b, int64_t step, int64_t i) {
+  return static_cast<float>(step * 1000 + b * 100 + i % 97);
+}
+
+// The resumable state after `step`: every field distinct and derived from the step.
+checkpoint::TrainingState StateAfter(int64_t step) {
+  checkpoint::TrainingState s;
+  s.step = step;
+  s.sampler = {static_cast<uint64_t>(step / 3), step * 32};
+  s.rng_seed = 7;
+  s.loss_scaler = state::LossScalerState{1024.0 * step, step % 5, step, step / 2};
+  s.optimizer_step = step - 1;
+  s.schedule_step = step;
+  return s;
+}
+
+// One rank's state, as the trainer builds it before a restore (ZeRO-0, AdamW, fp16's loss
+// scaler): the parameters hold their initial value, -7.
+struct RankState {
+  RankState() : params(table.total_elements() + state::kAlignElements) {
+    for (float& x : params.span()) x = -7;
+    optimizer = *CreateOptimizer(table, state::FullRange(table), AdamWOptions{});
+    buffers = optimizer->state_buffers();
+    scaler = *LossScaler::Create(LossScalerOptions{});
+  }
+
+  // Whether every buffer holds the values of `step` (the parameters' padding untouched).
+  std::string Mismatch(int64_t step) const {
+    const int64_t n = table.total_elements();
+    for (int64_t i = 0; i < n; ++i) {
+      if (params.data()[i] != Value(0, step, i)) return absl::StrCat("params[", i, "]");
+    }
+    if (params.data()[n] != -7) return "the parameters' padding";
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      for (int64_t i = 0; i < n; ++i) {
+        if (buffers[b].data[i] != Value(b + 1, step, i)) {
+          return absl::StrCat(buffers[b].name, "[", i, "]");
+        }
+      }
+    }
+    if (optimizer->step() != StateAfter(step).optimizer_step) return "the optimizer's step";
+    if (!(scaler->state() == *StateAfter(step).loss_scaler)) return "the loss scaler";
+    return "";
+  }
+
+  // Fills the state with the values of `step` and keeps it in `resident`.
+  void KeepAfter(int64_t step, ResidentState& resident) {
+    const int64_t n = table.total_elements();
+    for (int64_t i = 0; i < n; ++i) params.data()[i] = Value(0, step, i);
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      for (int64_t i = 0; i < n; ++i) buffers[b].data[i] = Value(b + 1, step, i);
+    }
+    const checkpoint::TrainingState s = StateAfter(step);
+    KeepResident(resident, step, kSpecHash, table, params, buffers, s.optimizer_step, s.sampler,
+                 s.loss_scaler);
+  }
+
+  const state::TensorTable table = Table();
+  state::FlatBuffer params;
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<StateBuffer> buffers;
+  std::optional<LossScaler> scaler;
+};
+
+// Saves the state after `step` as one rank of `config`'s job, with its spec hash `hash`.
+void SaveCheckpoint(const TrainConfig& config, int64_t step, uint64_t hash = kSpecHash) {
+  const state::TensorTable table = Table();
+  const int64_t n = table.total_elements();
+  checkpoint::CheckpointWriterOptions wo;
+  wo.root = config.checkpoint.dir;
+  wo.job = config.name;
+  wo.spec_hash = hash;
+  wo.table = &table;
+  absl::StatusOr<std::unique_ptr<checkpoint::CheckpointWriter>> w =
+      checkpoint::CheckpointWriter::Create(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<std::vector<float>> data(3, std::vector<float>(n));
+  checkpoint::SaveRequest req;
+  req.step = step;
+  req.state = StateAfter(step);
+  const char* names[] = {"params", "exp_avg", "exp_avg_sq"};
+  for (int b = 0; b < 3; ++b) {
+    for (int64_t i = 0; i < n; ++i) data[b][i] = Value(b, step, i);
+    req.buffers.push_back({names[b], n, {0, n}, data[b]});
+  }
+  ASSERT_TRUE((*w)->SaveSync(req, absl::Now() + absl::Seconds(30)).ok());
+}
+
+struct Said {
+  std::vector<std::string> lines;
+  std::string all() const { return absl::StrJoin(lines, "\n"); }
+};
+
+RestoreOptions Options(const TrainConfig& config, RankState& s, Said& said,
+                       comm::Communicator* comm = nullptr, ResidentState* resident = nullptr) {
+  RestoreOptions o;
+  o.config = &config;
+  o.comm = comm;
+  o.op_timeout = absl::Seconds(30);
+  o.env = Env::Default();
+  o.table = &s.table;
+  o.params = &s.params;
+  o.optimizer_buffers = &s.buffers;
+  o.optimizer = s.optimizer.get();
+  o.scaler = &*s.scaler;
+  o.resident = resident;
+  o.say = [&said](const std::string& line) { said.lines.push_back(line); };
+  return o;
+}
+
+TEST(Restore, FromTheLatestCheckpoint) {
+  const TrainConfig config = testing::CheckpointedJob("latest");
+  SaveCheckpoint(config, 3);
+  SaveCheckpoint(config, 7);
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 7);
+  EXPECT_EQ(r->resumed_from_step, 7);
+  EXPECT_EQ(r->resumed_from_memory_of, -1);
+  EXPECT_EQ(r->sampler, StateAfter(7).sampler);
+  EXPECT_EQ(s.Mismatch(7), "");
+  EXPECT_THAT(said.all(), HasSubstr(absl::StrCat("resumed from ", config.checkpoint.dir,
+                                                 "/job/step-7 (step 7, saved by 1 ranks")));
+}
+
+TEST(Restore, FromTheStepResumeNames) {
+  TrainConfig config = testing::CheckpointedJob("step");
+  SaveCheckpoint(config, 3);
+  SaveCheckpoint(config, 7);
+  config.checkpoint.resume = {ResumeConfig::Kind::kStep, 3, "3"};
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 3);
+  EXPECT_EQ(s.Mismatch(3), "");
+
+  // A step that was never saved is not "from scratch".
+  config.checkpoint.resume = {ResumeConfig::Kind::kStep, 5, "5"};
+  RankState t;
+  r = RestoreTrainingState(Options(config, t, said));
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+  EXPECT_FALSE(IsPermanent(r.status())) << r.status();
+}
+
+TEST(Restore, ResumeNeverIgnoresCheckpointsAndMemory) {
+  TrainConfig config = testing::CheckpointedJob("never");
+  SaveCheckpoint(config, 4);
+  config.checkpoint.resume = {ResumeConfig::Kind::kNever, 0, "never"};
+  RankState s;
+  ResidentState resident;
+  RankState().KeepAfter(9, resident);
+  Said said;
+  absl::StatusOr<Restored> r =
+      RestoreTrainingState(Options(config, s, said, /*comm=*/nullptr, &resident));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 0);
+  EXPECT_EQ(r->resumed_from_step, -1);
+  EXPECT_EQ(s.params.data()[0], -7);  // the initial parameters
+  EXPECT_EQ(s.optimizer->step(), 0);
+  EXPECT_EQ(resident.step, -1);  // not held twice while training
+  EXPECT_TRUE(said.lines.empty()) << said.all();
+}
+
+TEST(Restore, AutoWithoutACheckpointStartsFromScratchAndSaysSo) {
+  const TrainConfig config = testing::CheckpointedJob("empty");
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 0);
+  EXPECT_EQ(r->resumed_from_step, -1);
+  EXPECT_EQ(s.params.data()[0], -7);
+  EXPECT_THAT(said.all(),
+              HasSubstr(absl::StrCat("resume: auto: no checkpoint of job job in ",
+                                     config.checkpoint.dir, " yet; starting from scratch")));
+}
+
+TEST(Restore, WithoutACheckpointDirStartsFromScratchSilently) {
+  TrainConfig config = testing::CheckpointedJob("nodir");
+  config.checkpoint.dir.clear();
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 0);
+  EXPECT_TRUE(said.lines.empty()) << said.all();
+}
+
+TEST(Restore, AnotherJobsCheckpointIsPermanentlyRefused) {
+  const TrainConfig config = testing::CheckpointedJob("other");
+  SaveCheckpoint(config, 4, /*hash=*/0xbad);
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_TRUE(IsPermanent(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("resuming cannot work until checkpoint.dir points elsewhere or resume "
+                        "is set to never"));
+}
+
+TEST(Restore, KeepResidentKeepsTheTablesElementsAndTheState) {
+  RankState s;
+  ResidentState resident;
+  s.KeepAfter(5, resident);
+  EXPECT_EQ(resident.step, 5);
+  EXPECT_EQ(resident.spec_hash, kSpecHash);
+  EXPECT_EQ(static_cast<int64_t>(resident.params.size()), s.table.total_elements());
+  EXPECT_EQ(resident.params[1], Value(0, 5, 1));
+  ASSERT_EQ(resident.optimizer.size(), 2u);
+  EXPECT_EQ(resident.optimizer[1].first, "exp_avg_sq");
+  EXPECT_EQ(resident.optimizer[1].second[1], Value(2, 5, 1));
+  EXPECT_EQ(resident.optimizer_step, 4);
+  EXPECT_EQ(resident.sampler, StateAfter(5).sampler);
+  EXPECT_EQ(resident.loss_scaler, StateAfter(5).loss_scaler);
+}
+
+// Two ranks of an elastic job's new epoch, with a checkpoint of step 4 on disk: rank 1
+// kept the state after `kept` in memory, rank 0 (a newcomer) nothing. Each rank checks
+// what it restored: a survivor's memory when it is at least as recent as the checkpoint
+// and every rank holds the whole state, else the checkpoint.
+void RestoreOnTwoRanks(const std::string& name, int64_t kept, bool whole_state) {
+  const TrainConfig config = testing::CheckpointedJob(name);
+  SaveCheckpoint(config, 4);
+  testing::ExpectOkOnRanks(2, [&](comm::TcpCommunicator& comm) -> absl::Status {
+    RankState s;
+    ResidentState resident;
+    if (comm.rank() == 1) RankState().KeepAfter(kept, resident);
+    Said said;
+    RestoreOptions o = Options(config, s, said, &comm, &resident);
+    o.whole_state = whole_state;
+    RM_ASSIGN_OR_RETURN(Restored r, RestoreTrainingState(o));
+    const bool from_memory = whole_state && kept >= 4;
+    const int64_t step = from_memory ? kept : 4;
+    const std::string what = absl::StrCat("restored step ", r.step, " from rank ",
+                                          r.resumed_from_memory_of, ": ", said.all());
+    if (r.step != step || r.resumed_from_step != step ||
+        r.resumed_from_memory_of != (from_memory ? 1 : -1) ||
+        !(r.sampler == StateAfter(step).sampler)) {
+      return absl::InternalError(what);
+    }
+    if (std::string m = s.Mismatch(step); !m.empty()) {
+      return absl::InternalError(absl::StrCat(m, " differs; ", what));
+    }
+    if (resident.step != -1) return absl::InternalError("the memory is still held");
+    const std::string line =
+        from_memory ? absl::StrCat("restored step ", kept, " from the memory of rank 1 (",
+                                   state::SamplerStateString(StateAfter(kept).sampler),
+                                   "; latest checkpoint: step 4)")
+                    : "resumed from";
+    if (said.all().find(line) == std::string::npos) {
+      return absl::InternalError(absl::StrCat("said: ", said.all()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+TEST(Restore, FromASurvivorsMemoryNewerThanTheCheckpoint) {
+  RestoreOnTwoRanks("memory_newer", /*kept=*/6, /*whole_state=*/true);
+}
+
+// Nothing is read from disk that memory holds already.
+TEST(Restore, FromASurvivorsMemoryAsRecentAsTheCheckpoint) {
+  RestoreOnTwoRanks("memory_same", /*kept=*/4, /*whole_state=*/true);
+}
+
+TEST(Restore, FromTheCheckpointWhenItIsNewerThanAnyMemory) {
+  RestoreOnTwoRanks("memory_older", /*kept=*/3, /*whole_state=*/true);
+}
+
+TEST(Restore, FromTheCheckpointWhenNoRankHoldsTheWholeState) {
+  RestoreOnTwoRanks("memory_sharded", /*kept=*/6, /*whole_state=*/false);
+}
+
+}  // namespace
+}  // namespace ringmaster::train
