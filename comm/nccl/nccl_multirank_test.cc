@@ -4,10 +4,9 @@
 // and the failures the backend must turn into errors within its deadline: a peer that dies,
 // a peer that stops, Abort() from another thread.
 //
-// Under --config=cudaemu every rank has its own emulated GPU (tools/cuda_emu: each process
-// sees the GPU CUDA_VISIBLE_DEVICES names); with --config=cuda the tests need as many GPUs
-// as ranks and skip otherwise. This process never initialises CUDA (its forked ranks could
-// not use it); it asks whether GPUs are there in a child.
+// Under --config=cudaemu every rank has its own emulated GPU (gpu_per_rank.h); with
+// --config=cuda the tests need as many GPUs as ranks and skip otherwise. This process never
+// initialises CUDA (its forked ranks could not use it).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <signal.h>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/communicator.h"
+#include "comm/nccl/gpu_per_rank.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/nccl_test_util.h"
 #include "comm/store.h"
@@ -49,26 +49,11 @@ constexpr bool kEmulated = true;
 constexpr bool kEmulated = false;
 #endif
 
-bool GpusFor(int ranks) {
-  if (kEmulated) return true;
-  return testing::RunInChild([] {
-           int n = 0;
-           return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-         }) >= ranks;
-}
-
 #define SKIP_WITHOUT_GPUS(n)                                                              \
-  if (!GpusFor(n)) {                                                                      \
+  if (!testing::GpuPerRankAvailable(n)) {                                                 \
     GTEST_SKIP() << "fewer than " << (n) << " CUDA GPUs here: the multi-rank NCCL tests " \
                  << "need one per rank (or run them on the CPU with --config=cudaemu)";   \
   }
-
-// Gives this rank its own GPU; returns the CUDA ordinal to use. Call before any CUDA call.
-int UseOwnGpu(int rank) {
-  if (!kEmulated) return rank;
-  setenv("CUDA_VISIBLE_DEVICES", absl::StrCat(rank).c_str(), 1);
-  return 0;
-}
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
@@ -135,7 +120,7 @@ std::vector<RankResult> RunNcclRanks(int n, const NcclRankFn& fn, std::set<int> 
   options.victims = std::move(victims);
   options.timeout = absl::Seconds(120);
   return testing::RunRanks(options, [&](TcpCommunicator& tcp, absl::Duration* elapsed) {
-    const int device = UseOwnGpu(tcp.rank());
+    const int device = testing::UseOwnGpu(tcp.rank());
     RM_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::Create({dir}));
     RM_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
                         NcclCommunicator::Create({.rank = tcp.rank(),
