@@ -26,14 +26,14 @@
 // Non-blocking communicators (config->blocking = 0) behave as NCCL documents: init returns
 // ncclInProgress and connects in the background; ncclCommGetAsyncError says ncclInProgress
 // until it is done. Finalize returns ncclInProgress while queued operations remain.
-// ncclCommSplit exchanges colors and keys over the parent before it returns (a rank that
-// never calls it holds the others there until ncclCommAbort of the parent or its death);
-// the new communicator then connects as its config says.
+// ncclCommSplit exchanges colors and keys over a second mesh of the parent, one split after
+// another in call order, then connects the new communicator: before it returns when
+// blocking; else it returns ncclInProgress (ncclSuccess for NCCL_SPLIT_NOCOLOR) at once and
+// both run on a thread, which ncclCommAbort of the new communicator (or of the parent) ends.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
-#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -65,11 +65,13 @@ struct State {
   State(int rank, int nranks, bool blocking, std::string name)
       : rank(rank), nranks(nranks), blocking(blocking), name(std::move(name)) {}
 
-  const int rank;
-  const int nranks;
+  // Set when made, or (a non-blocking ncclCommSplit's) by the init thread before `init`
+  // leaves ncclInProgress; read only after.
+  int rank;
+  int nranks;
   const bool blocking;
-  const std::string name;  // the meshes' socket names start with it
-  Waker waker;             // ncclCommAbort
+  std::string name;  // the meshes' socket names start with it
+  Waker waker;       // ncclCommAbort
 
   std::mutex mu;
   std::condition_variable cv;
@@ -81,13 +83,16 @@ struct State {
   uint64_t queued = 0;  // operations queued on streams
   uint64_t done = 0;    // of which finished (they run in this order)
   bool running = false;
-  int splits = 0;  // ncclCommSplit calls so far (the same count on every rank)
+  int splits = 0;      // ncclCommSplit calls so far (the same count on every rank)
+  int split_turn = 0;  // the split whose colors go over `boot` now (they go in call order)
   std::thread init_thread;
+  std::vector<std::thread> split_threads;
+  std::shared_ptr<State> split_parent;  // a non-blocking split's, while its init thread runs  //
+                                        // non-blocking splits this rank is left out of
 
-  // Set by init; read-only after (nullptr while one rank alone).
+  // Set by init; read-only after (without peers at one rank).
   std::unique_ptr<Mesh> data;  // the operations
   std::unique_ptr<Mesh> boot;  // ncclCommSplit's exchange (a host call, apart from streams)
-  std::mutex boot_mu;
 };
 
 }  // namespace
@@ -170,6 +175,17 @@ ncclResult_t CheckComm(const char* fn, ncclComm_t comm, bool usable = true) {
   if (s.async_error != ncclSuccess) {
     return Fail(s.async_error, fn, ": the communicator has an asynchronous error (", s.last_error,
                 "); abort it");
+  }
+  return ncclSuccess;
+}
+
+// ncclSuccess when `comm` is live and its initialization has finished (even if finalized or
+// broken since).
+ncclResult_t CheckInitialized(const char* fn, ncclComm_t comm) {
+  if (ncclResult_t r = CheckComm(fn, comm, /*usable=*/false); r != ncclSuccess) return r;
+  std::lock_guard<std::mutex> lock(comm->state->mu);
+  if (comm->state->init == ncclInProgress) {
+    return Fail(ncclInvalidUsage, fn, ": the communicator is still initializing");
   }
   return ncclSuccess;
 }
@@ -499,7 +515,9 @@ void GpuUuid(char uuid[16]) {
 }
 
 // Connects `s`'s meshes; records the outcome in s.init.
-void Connect(State& s, const char (&uuid)[16]) {
+void Connect(State& s) {
+  char uuid[16];
+  GpuUuid(uuid);
   Hello mine;
   mine.nranks = s.nranks;
   mine.rank = s.rank;
@@ -535,13 +553,20 @@ void Connect(State& s, const char (&uuid)[16]) {
   s.cv.notify_all();
 }
 
+// Makes `c` live and hands it out.
+void Publish(ncclComm* c, ncclComm_t* comm) {
+  {
+    std::lock_guard<std::mutex> lock(Mutex());
+    Live().insert(c);
+  }
+  *comm = c;
+}
+
 // A new communicator's handle: connected now (blocking) or in the background.
 ncclResult_t Start(const char* fn, std::shared_ptr<State> state, ncclComm_t* comm) {
-  char uuid[16];
-  GpuUuid(uuid);
   auto* c = new ncclComm{state};
   if (state->blocking || state->nranks == 1) {  // one rank: nothing to wait for
-    Connect(*state, uuid);
+    Connect(*state);
     if (state->init != ncclSuccess) {
       const ncclResult_t r = state->init;
       last_error = state->last_error;
@@ -549,17 +574,9 @@ ncclResult_t Start(const char* fn, std::shared_ptr<State> state, ncclComm_t* com
       return Fail(r, fn, ": ", last_error);
     }
   } else {
-    state->init_thread = std::thread([s = state.get(), uuid_copy = std::to_array(uuid)] {
-      char u[16];
-      std::memcpy(u, uuid_copy.data(), 16);
-      Connect(*s, u);
-    });
+    state->init_thread = std::thread([s = state.get()] { Connect(*s); });
   }
-  {
-    std::lock_guard<std::mutex> lock(Mutex());
-    Live().insert(c);
-  }
-  *comm = c;
+  Publish(c, comm);
   return state->blocking ? ncclSuccess : ncclInProgress;
 }
 
@@ -583,8 +600,19 @@ ncclResult_t Release(const char* fn, ncclComm_t comm, bool abort) {
       s->cv.notify_all();
     }
     s->waker.Signal();
+    if (s->split_parent != nullptr) {  // its init thread may wait for its turn there
+      std::lock_guard<std::mutex> lock(s->split_parent->mu);
+      s->split_parent->cv.notify_all();
+    }
   }
   if (s->init_thread.joinable()) s->init_thread.join();
+  s->split_parent = nullptr;
+  std::vector<std::thread> splits;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    splits = std::move(s->split_threads);
+  }
+  for (std::thread& t : splits) t.join();
   {
     std::unique_lock<std::mutex> lock(s->mu);
     // Destroy: the queued operations finish first. Abort: only the running one, woken.
@@ -613,11 +641,25 @@ ncclResult_t InitRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUn
                comm);
 }
 
-// Every rank's (color, key), exchanged over the parent's boot mesh.
-ncclResult_t ExchangeColors(State& s, int color, int key, std::vector<std::pair<int, int>>* all,
-                            std::string* error) {
+// Every rank's (color, key) for split number `split` of `s`, over its boot mesh after the
+// earlier splits' exchanges. A non-blocking split's `child` may be aborted meanwhile: that
+// ends the exchange too (and breaks `s`, whose peers are then mid-exchange).
+ncclResult_t ExchangeColors(State& s, int split, int color, int key,
+                            std::vector<std::pair<int, int>>* all, std::string* error,
+                            const State* child = nullptr) {
+  const Waker* child_waker = child != nullptr ? &child->waker : nullptr;
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.cv.wait(lock, [&] {
+      return s.split_turn == split || s.aborted ||
+             (child_waker != nullptr && child_waker->signalled());
+    });
+    if (s.split_turn != split) {
+      *error = "the communicator was aborted";
+      return ncclInternalError;
+    }
+  }
   all->assign(s.nranks, {color, key});
-  if (s.boot == nullptr) return ncclSuccess;
   std::vector<int32_t> mine = {color, key};
   std::vector<std::vector<int32_t>> theirs(s.nranks, std::vector<int32_t>(2));
   Header h;
@@ -625,6 +667,7 @@ ncclResult_t ExchangeColors(State& s, int color, int key, std::vector<std::pair<
   h.kind = Kind::kCollective;
   h.collective = Collective::kAllGather;
   h.type = ncclInt32;
+  h.root = split;  // a rank on another split does not match
   h.count = 2;
   h.bytes = sizeof(int32_t) * 2;
   std::vector<Mesh::Send> sends;
@@ -634,8 +677,15 @@ ncclResult_t ExchangeColors(State& s, int color, int key, std::vector<std::pair<
     sends.push_back({p, h, mine.data()});
     expects.push_back({p, h, theirs[p].data(), false});
   }
-  std::lock_guard<std::mutex> lock(s.boot_mu);
-  if (ncclResult_t r = s.boot->Exchange(sends, expects, s.waker, error); r != ncclSuccess) {
+  const ncclResult_t r = s.boot->Exchange(sends, expects, s.waker, error, child_waker);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.split_turn;
+    s.cv.notify_all();
+  }
+  if (r != ncclSuccess) {
+    *error = "ncclCommSplit: " + *error;
+    if (!s.waker.signalled()) FailAsync(s, r, *error);
     return r;
   }
   for (int p = 0; p < s.nranks; ++p) {
@@ -653,6 +703,43 @@ std::string SplitName(const std::string& parent, int split, int color) {
   unsigned char bytes[8];
   std::memcpy(bytes, &h, 8);
   return HexName(bytes, 8) + Cat(".", split);
+}
+
+// Where this rank is in the communicator of `color` that a split makes: the ranks of that
+// color ordered by key, then by rank in the parent.
+void JoinGroup(const State& parent, int split, int color, int key,
+               const std::vector<std::pair<int, int>>& colors, State* child) {
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (int r = 0; r < parent.nranks; ++r) {
+    if (colors[r].first == color) members.emplace_back(colors[r].second, r);
+  }
+  std::sort(members.begin(), members.end());
+  child->rank =
+      static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, parent.rank)) -
+                       members.begin());
+  child->nranks = static_cast<int>(members.size());
+  child->name = SplitName(parent.name, split, color);
+}
+
+// A non-blocking split's work, on its own thread: the exchange, then (with a `child`, null
+// for NCCL_SPLIT_NOCOLOR) its connection.
+void SplitInBackground(const std::shared_ptr<State>& parent, int split, int color, int key,
+                       State* child) {
+  std::vector<std::pair<int, int>> colors;
+  std::string error;
+  const ncclResult_t r = ExchangeColors(*parent, split, color, key, &colors, &error, child);
+  if (child == nullptr) return;
+  if (r != ncclSuccess) {
+    std::lock_guard<std::mutex> lock(child->mu);
+    child->init = r;
+    child->last_error = error;
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(child->mu);
+    JoinGroup(*parent, split, color, key, colors, child);
+  }
+  Connect(*child);
 }
 
 }  // namespace
@@ -755,41 +842,47 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return Fail(ncclInvalidArgument, fn,
                 ": config was not initialized with NCCL_CONFIG_INITIALIZER");
   }
-  rm_emu::nccl::State& parent = *comm->state;
+  const std::shared_ptr<rm_emu::nccl::State>& parent = comm->state;
   // No config, or blocking unset: the parent's.
   const bool blocking = config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT
-                            ? parent.blocking
+                            ? parent->blocking
                             : config->blocking != 0;
-  std::vector<std::pair<int, int>> colors;
-  std::string error;
-  if (ncclResult_t r = rm_emu::nccl::ExchangeColors(parent, color, key, &colors, &error);
-      r != ncclSuccess) {
-    rm_emu::nccl::FailAsync(parent, r, std::string("ncclCommSplit: ") + error);
-    return Fail(r, fn, ": ", error);
-  }
   int split;
   {
-    std::lock_guard<std::mutex> lock(parent.mu);
-    split = parent.splits++;
+    std::lock_guard<std::mutex> lock(parent->mu);
+    split = parent->splits++;
+  }
+  if (!blocking) {
+    // Returns at once; the exchange and the connection run on a thread.
+    if (color == NCCL_SPLIT_NOCOLOR) {
+      std::lock_guard<std::mutex> lock(parent->mu);
+      parent->split_threads.emplace_back([parent, split, color, key] {
+        rm_emu::nccl::SplitInBackground(parent, split, color, key, nullptr);
+      });
+      return ncclSuccess;
+    }
+    auto child = std::make_shared<rm_emu::nccl::State>(-1, 0, /*blocking=*/false, "");
+    child->split_parent = parent;
+    child->init_thread = std::thread([parent, split, color, key, c = child.get()] {
+      rm_emu::nccl::SplitInBackground(parent, split, color, key, c);
+    });
+    rm_emu::nccl::Publish(new ncclComm{std::move(child)}, newcomm);
+    return ncclInProgress;
+  }
+  std::vector<std::pair<int, int>> colors;
+  std::string error;
+  if (ncclResult_t r = rm_emu::nccl::ExchangeColors(*parent, split, color, key, &colors, &error);
+      r != ncclSuccess) {
+    return Fail(r, fn, ": ", error);
   }
   if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-  // The group: the ranks of this color, ordered by key, then by rank in the parent.
-  std::vector<std::pair<int, int>> members;  // (key, parent rank)
-  for (int r = 0; r < parent.nranks; ++r) {
-    if (colors[r].first == color) members.emplace_back(colors[r].second, r);
-  }
-  std::sort(members.begin(), members.end());
-  const int new_rank =
-      static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, parent.rank)) -
-                       members.begin());
-  auto state =
-      std::make_shared<rm_emu::nccl::State>(new_rank, static_cast<int>(members.size()), blocking,
-                                            rm_emu::nccl::SplitName(parent.name, split, color));
-  return rm_emu::nccl::Start(fn, std::move(state), newcomm);
+  auto child = std::make_shared<rm_emu::nccl::State>(-1, 0, /*blocking=*/true, "");
+  rm_emu::nccl::JoinGroup(*parent, split, color, key, colors, child.get());
+  return rm_emu::nccl::Start(fn, std::move(child), newcomm);
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  if (ncclResult_t r = rm_emu::nccl::CheckComm("ncclCommCount", comm, false); r != ncclSuccess) {
+  if (ncclResult_t r = rm_emu::nccl::CheckInitialized("ncclCommCount", comm); r != ncclSuccess) {
     return r;
   }
   if (count == nullptr) return Fail(ncclInvalidArgument, "ncclCommCount: count is null");
@@ -798,7 +891,7 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  if (ncclResult_t r = rm_emu::nccl::CheckComm("ncclCommUserRank", comm, false); r != ncclSuccess) {
+  if (ncclResult_t r = rm_emu::nccl::CheckInitialized("ncclCommUserRank", comm); r != ncclSuccess) {
     return r;
   }
   if (rank == nullptr) return Fail(ncclInvalidArgument, "ncclCommUserRank: rank is null");

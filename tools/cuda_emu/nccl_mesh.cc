@@ -324,7 +324,7 @@ struct Channel {
 }  // namespace
 
 ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects,
-                            const Waker& waker, std::string* error) {
+                            const Waker& waker, std::string* error, const Waker* also) {
   std::vector<Channel> channels(fds_.size());
   for (size_t p = 0; p < fds_.size(); ++p) channels[p].fd = fds_[p];
   for (const Send& s : sends) {
@@ -337,7 +337,7 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
   std::vector<pollfd> polled;
   std::vector<int> peer_of;
   while (true) {
-    if (waker.signalled()) {
+    if (waker.signalled() || (also != nullptr && also->signalled())) {
       *error = "the communicator was aborted";
       return ncclInternalError;
     }
@@ -355,6 +355,7 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
     }
     if (polled.empty()) return ncclSuccess;
     polled.push_back({waker.fd(), POLLIN, 0});
+    if (also != nullptr) polled.push_back({also->fd(), POLLIN, 0});
     const int n = poll(polled.data(), polled.size(), kPollMillis);
     if (n < 0 && errno != EINTR) {
       *error = Cat("poll: ", std::strerror(errno));

@@ -102,9 +102,10 @@ class Mesh {
   // at once so that no pair waits on the other. Messages of one peer match the Expects of
   // that peer and kind in order. Returns ncclSuccess; ncclInvalidUsage when a peer sends
   // what was not expected (the ranks called different operations: a GPU would hang);
-  // ncclRemoteError when a needed connection closes; ncclInternalError when the waker fires.
+  // ncclRemoteError when a needed connection closes; ncclInternalError when the waker (or
+  // `also`) fires.
   ncclResult_t Exchange(std::vector<Send> sends, std::vector<Expect> expects, const Waker& waker,
-                        std::string* error);
+                        std::string* error, const Waker* also = nullptr);
 
  private:
   explicit Mesh(int rank, int nranks) : rank_(rank), fds_(nranks, -1) {}

@@ -543,6 +543,33 @@ TEST(NcclEmuMultiProcess, SplitMakesGroupsOrderedByKey) {
   }));
 }
 
+// A non-blocking split returns at once and stays in progress while a rank has not called
+// it; aborting the new communicator ends the wait (and breaks the parent, whose exchange
+// was cut short).
+TEST(NcclEmuMultiProcess, AnAbortedSplitStopsWaiting) {
+  ExpectAllPassed(RunConnected(2, [&](int rank, ncclComm_t world) -> std::string {
+    if (rank == 0) {
+      ncclComm_t half = nullptr;
+      RANK_CHECK(ncclCommSplit(world, 0, 0, &half, nullptr) == ncclInProgress);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ncclResult_t state = ncclSuccess;
+      RANK_CHECK_NCCL(ncclCommGetAsyncError(half, &state));
+      RANK_CHECK(state == ncclInProgress);
+      int count = 0;
+      RANK_CHECK(ncclCommCount(half, &count) == ncclInvalidUsage);
+      const auto start = std::chrono::steady_clock::now();
+      RANK_CHECK_NCCL(ncclCommAbort(half));
+      RANK_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+      RANK_CHECK_NCCL(ncclCommGetAsyncError(world, &state));
+      RANK_CHECK(state == ncclInternalError);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    RANK_CHECK_NCCL(ncclCommAbort(world));
+    return "";
+  }));
+}
+
 // A peer whose process dies is noticed: the survivor's operation fails with an asynchronous
 // ncclRemoteError, not a hang.
 TEST(NcclEmuMultiProcess, ADeadPeerIsARemoteError) {
