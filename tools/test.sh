@@ -92,7 +92,7 @@ read -r passed failed skipped < <(tail -n 1 "$marker.counts")
 sed '$d' "$marker.counts"
 
 # The GPU code once more, on the CPU: --config=cudaemu compiles the CUDA sources as C++ against
-# tools/cuda_emu (the CUDA runtime, cuBLASLt and one-rank NCCL emulated), so the GPU tests run
+# tools/cuda_emu (the CUDA runtime, cuBLASLt and NCCL emulated), so the GPU tests run
 # instead of skipping. Needs the CUDA toolkit's headers (not on a plain Debian machine, where
 # this is skipped and says so); RINGMASTER_CUDAEMU=0 skips it.
 emu_query="kind(cc_test, rdeps(set(${targets[*]}), @cuda//:cudart)) + tests(set(${targets[*]}) intersect //tools/cuda_emu/...)"

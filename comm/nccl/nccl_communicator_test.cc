@@ -19,12 +19,17 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "comm/communicator.h"
+#include "comm/nccl/nccl_test_util.h"
 #include "comm/store.h"
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::comm {
 namespace {
+
+using testing::Encode;
+using testing::Input;
+using testing::ReduceReference;
 
 constexpr size_t kCounts[] = {0, 1, 7, 1000, 1 << 20};
 
@@ -48,161 +53,6 @@ std::unique_ptr<FileStore> MakeStore() {
   auto store = FileStore::Create(options);
   EXPECT_TRUE(store.ok()) << store.status();
   return std::move(store).value();
-}
-
-// ---- Host encoding of the element types, independent of CUDA's headers. ----
-
-// IEEE binary16 from a float that is normal in half precision (the test's values are
-// small integers), rounding to nearest even.
-uint16_t FloatToHalf(float f) {
-  if (f == 0) return std::signbit(f) ? 0x8000 : 0;
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  int e = 0;
-  const double m = std::frexp(std::fabs(f), &e);  // |f| = m * 2^e, m in [0.5, 1)
-  int exponent = e + 14;
-  int mantissa = static_cast<int>(std::nearbyint((2 * m - 1) * 1024));
-  if (mantissa == 1024) {  // rounded up to the next power of two
-    mantissa = 0;
-    ++exponent;
-  }
-  return sign | static_cast<uint16_t>(exponent << 10) | static_cast<uint16_t>(mantissa);
-}
-
-double HalfToDouble(uint16_t h) {
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  double v = exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
-  if (exponent == 31) v = mantissa ? NAN : INFINITY;
-  return (h & 0x8000) ? -v : v;
-}
-
-uint16_t FloatToBf16(float f) {  // exact for the test's values
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-double Bf16ToDouble(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <typename T>
-void Put(std::vector<uint8_t>& out, size_t i, T v) {
-  std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
-}
-
-template <typename T>
-T Take(const std::vector<uint8_t>& in, size_t i) {
-  T v;
-  std::memcpy(&v, in.data() + i * sizeof(T), sizeof(T));
-  return v;
-}
-
-std::vector<uint8_t> Encode(DataType type, const std::vector<double>& values) {
-  std::vector<uint8_t> out(values.size() * DataTypeSize(type));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = values[i];
-    switch (type) {
-      case DataType::kFloat32:
-        Put(out, i, static_cast<float>(v));
-        break;
-      case DataType::kFloat64:
-        Put(out, i, v);
-        break;
-      case DataType::kFloat16:
-        Put(out, i, FloatToHalf(static_cast<float>(v)));
-        break;
-      case DataType::kBFloat16:
-        Put(out, i, FloatToBf16(static_cast<float>(v)));
-        break;
-      case DataType::kInt32:
-        Put(out, i, static_cast<int32_t>(v));
-        break;
-      case DataType::kInt64:
-        Put(out, i, static_cast<int64_t>(v));
-        break;
-      case DataType::kUint8:
-        Put(out, i, static_cast<uint8_t>(v));
-        break;
-    }
-  }
-  return out;
-}
-
-std::vector<double> Decode(DataType type, const std::vector<uint8_t>& in) {
-  std::vector<double> out(in.size() / DataTypeSize(type));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (type) {
-      case DataType::kFloat32:
-        out[i] = Take<float>(in, i);
-        break;
-      case DataType::kFloat64:
-        out[i] = Take<double>(in, i);
-        break;
-      case DataType::kFloat16:
-        out[i] = HalfToDouble(Take<uint16_t>(in, i));
-        break;
-      case DataType::kBFloat16:
-        out[i] = Bf16ToDouble(Take<uint16_t>(in, i));
-        break;
-      case DataType::kInt32:
-        out[i] = Take<int32_t>(in, i);
-        break;
-      case DataType::kInt64:
-        out[i] = static_cast<double>(Take<int64_t>(in, i));
-        break;
-      case DataType::kUint8:
-        out[i] = Take<uint8_t>(in, i);
-        break;
-    }
-  }
-  return out;
-}
-
-// Small integers, exact in every type (non-negative for u8), different per rank.
-std::vector<double> Input(DataType type, size_t count, int rank) {
-  std::vector<double> v(count);
-  for (size_t i = 0; i < count; ++i) {
-    const double x = static_cast<double>((i * 7 + rank * 13) % 23);
-    v[i] = type == DataType::kUint8 ? x : x - 11;
-  }
-  return v;
-}
-
-// ---- The host reference: what each operation must produce, from every rank's input. ----
-
-std::vector<double> ReduceReference(DataType type, ReduceOp op,
-                                    const std::vector<std::vector<double>>& inputs) {
-  const size_t n = inputs.size();
-  std::vector<double> out = inputs[0];
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (size_t r = 1; r < n; ++r) {
-      const double x = inputs[r][i];
-      switch (op) {
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          out[i] += x;
-          break;
-        case ReduceOp::kProd:
-          out[i] *= x;
-          break;
-        case ReduceOp::kMin:
-          out[i] = std::min(out[i], x);
-          break;
-        case ReduceOp::kMax:
-          out[i] = std::max(out[i], x);
-          break;
-      }
-    }
-    if (op == ReduceOp::kAvg) {
-      out[i] /= static_cast<double>(n);
-      if (!IsFloatingPoint(type)) out[i] = std::trunc(out[i]);
-    }
-  }
-  return out;
 }
 
 // ---- Device buffers. ----
@@ -246,14 +96,7 @@ class DeviceBuffer {
 // Reports the first mismatch and how many there are, instead of one failure per element.
 void ExpectValues(DataType type, const std::vector<uint8_t>& got_bytes,
                   const std::vector<double>& want) {
-  const std::vector<double> got = Decode(type, got_bytes);
-  ASSERT_EQ(got.size(), want.size());
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i] && bad++ == 0) first = i;
-  }
-  EXPECT_EQ(bad, 0u) << bad << " of " << got.size() << " elements differ; first at " << first
-                     << ": got " << got[first] << ", want " << want[first];
+  EXPECT_EQ(testing::Mismatch(type, got_bytes, want), "");
 }
 
 // ---- Option checks: these need no GPU. ----

@@ -361,6 +361,30 @@ size_t MaxDynamicShared(const void* kernel) {
   return it == R().max_shared.end() ? 0 : it->second;
 }
 
+int VisibleGpu() {
+  static const int gpu = [] {
+    const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (v == nullptr || *v == '\0') return 0;
+    char* end = nullptr;
+    const long index = std::strtol(v, &end, 10);
+    if (end == v || (*end != '\0' && *end != ',') || index < 0 || index > 9999) {
+      std::fprintf(stderr,
+                   "cuda_emu: CUDA_VISIBLE_DEVICES=\"%s\" does not start with a GPU index in "
+                   "0..9999 (GPU UUIDs are not emulated); the process sees GPU 0\n",
+                   v);
+      return 0;
+    }
+    if (*end == ',') {
+      std::fprintf(stderr,
+                   "cuda_emu: CUDA_VISIBLE_DEVICES=\"%s\" names several GPUs; one is emulated, "
+                   "GPU %ld\n",
+                   v, index);
+    }
+    return static_cast<int>(index);
+  }();
+  return gpu;
+}
+
 bool DeviceUsable() {
   used.store(true);
   return !poisoned.load();
@@ -463,7 +487,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   }
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "cuda_emu (CPU emulation of an sm_90 GPU)");
-  std::memcpy(prop->uuid.bytes, "cuda_emu-device0", 16);
+  // The GPU's UUID: "cuda_emu-gpu" and its index in the emulated node, which
+  // CUDA_VISIBLE_DEVICES picks as on a real one (so ranks given different GPUs that way have
+  // different UUIDs, as ringmaster's NCCL backend requires).
+  char uuid[17];
+  std::snprintf(uuid, sizeof(uuid), "cuda_emu-gpu%04d", rm_emu::VisibleGpu());
+  std::memcpy(prop->uuid.bytes, uuid, 16);
   prop->totalGlobalMem = rm_emu::kDeviceBytes;
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;

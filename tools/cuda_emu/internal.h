@@ -20,6 +20,10 @@ size_t MaxDynamicShared(const void* kernel);
 // cudaErrorInitializationError).
 bool DeviceUsable();
 
+// The index of the emulated node's GPU this process sees: the first of CUDA_VISIBLE_DEVICES
+// (0 when unset). The device's UUID (cudaGetDeviceProperties) says which it is.
+int VisibleGpu();
+
 // Queues `work` on `stream` (null, cudaStreamLegacy or cudaStreamPerThread: the legacy
 // default stream): it runs on the stream's worker thread after the stream's earlier work and,
 // as CUDA orders them, after earlier legacy-stream work (for a blocking stream) or earlier

@@ -1,7 +1,7 @@
-// Tests of the one-rank NCCL emulation: the call sequence of comm/nccl/nccl_communicator.cc
-// (unique id, non-blocking init polled with ncclCommGetAsyncError, collectives, finalize,
-// destroy), the collectives as copies, and the rejection of what one rank cannot do or what
-// NCCL leaves undefined. Device memory is host memory in the emulation.
+// Tests of the NCCL emulation with one rank (nccl_multiproc_test.cc has N): the call sequence
+// of comm/nccl/nccl_communicator.cc (unique id, non-blocking init polled with
+// ncclCommGetAsyncError, collectives, finalize, destroy), the collectives as copies, and the
+// rejection of what NCCL leaves undefined. Device memory is host memory in the emulation.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -59,17 +59,23 @@ TEST(NcclEmuTest, BlockingInitAndAbort) {
   EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);
 }
 
-TEST(NcclEmuTest, MoreThanOneRankIsRejected) {
-  const ncclUniqueId id = NewId();
-  ncclComm_t comm = reinterpret_cast<ncclComm_t>(&comm);  // overwritten with null
-  EXPECT_EQ(ncclCommInitRankConfig(&comm, 2, id, 0, nullptr), ncclInvalidUsage);
-  EXPECT_EQ(comm, nullptr);
-  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("emulates one rank only"),
-            std::string::npos)
-      << ncclGetLastError(nullptr);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  EXPECT_EQ(ncclCommInitRankConfig(&comm, 4, id, 3, &config), ncclInvalidUsage);
+// A send to self completes with its receive in one group; alone it is refused (on a GPU it
+// would never complete).
+TEST(NcclEmuTest, SendToSelfNeedsAGroup) {
+  ncclComm_t comm = NonBlockingComm();
+  std::vector<int32_t> out = {1, 2, 3}, in(3, 0);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclRecv(in.data(), 3, ncclInt32, 0, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclSend(out.data(), 3, ncclInt32, 0, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  cudaDeviceSynchronize();  // the group runs on the stream
+  EXPECT_EQ(in, out);
+  // A receive without its send in the group.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclRecv(in.data(), 3, ncclInt32, 0, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);  // no group open
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
 TEST(NcclEmuTest, BadArgumentsAtInit) {
