@@ -72,7 +72,7 @@ class TrainerCalls {
   virtual absl::Status ReportError(const ReportErrorRequest& request) = 0;
   virtual absl::Status Finished(const FinishedRequest& request) = 0;
   virtual absl::Status ReportCheckpoint(const ReportCheckpointRequest& request) = 0;
-  // The job's bootstrap store (worker/coordinator_store.h).
+  // The job's bootstrap store (client/coordinator_store.h).
   virtual absl::Status StoreSet(const StoreSetRequest& request) = 0;
   // Waits until `deadline` for every key.
   virtual absl::StatusOr<StoreGetResponse> StoreGet(const StoreGetRequest& request,

@@ -28,7 +28,8 @@
 #include "coordinator/grpc_service.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
-#include "worker/coordinator_client.h"
+#include "client/coordinator_store.h"
+#include "client/grpc_coordinator_client.h"
 
 namespace ringmaster {
 namespace {
@@ -36,42 +37,6 @@ namespace {
 constexpr char kUserToken[] = "user-secret";
 constexpr char kNodeToken[] = "node-secret";
 constexpr int kRanks = 2;
-
-// comm::Store over the coordinator's bootstrap store, the two calls NcclCommunicator makes.
-// TODO(issue 18): worker/coordinator_store.h's CoordinatorStore is the real one; it is
-// private to worker/ (its BUILD visibility), which this change may not edit.
-class JobStore final : public comm::Store {
- public:
-  JobStore(worker::CoordinatorClient* client, const StartTrainerCommand& start)
-      : client_(client), start_(start) {}
-
-  absl::Status Set(absl::string_view key, absl::string_view value) override {
-    StoreSetRequest request;
-    request.set_job(start_.job());
-    *request.mutable_slot() = start_.slot();
-    request.set_key(std::string(key));
-    request.set_value(std::string(value));
-    return client_->StoreSet(request);
-  }
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override {
-    StoreGetRequest request;
-    request.set_job(start_.job());
-    *request.mutable_slot() = start_.slot();
-    request.add_keys(std::string(key));
-    RM_ASSIGN_OR_RETURN(StoreGetResponse response, client_->StoreGet(request, deadline));
-    return response.values(0);
-  }
-  absl::Status Wait(const std::vector<std::string>&, absl::Time) override {
-    return absl::UnimplementedError("JobStore::Wait");
-  }
-  absl::StatusOr<int64_t> Add(absl::string_view, int64_t) override {
-    return absl::UnimplementedError("JobStore::Add");
-  }
-
- private:
-  worker::CoordinatorClient* const client_;
-  const StartTrainerCommand start_;
-};
 
 // A coordinator serving on loopback in a child process until `~CoordinatorProcess`.
 class CoordinatorProcess {
@@ -119,12 +84,12 @@ class CoordinatorProcess {
   int port_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<worker::CoordinatorClient>> Client(const std::string& address,
+absl::StatusOr<std::unique_ptr<client::GrpcCoordinatorClient>> Client(const std::string& address,
                                                                   const std::string& token) {
-  worker::CoordinatorClientOptions options;
+  client::CoordinatorClientOptions options;
   options.address = address;
   options.token = token;
-  return worker::CoordinatorClient::Create(options);
+  return client::GrpcCoordinatorClient::Create(options);
 }
 
 // Registers a node with two slots and submits a two-rank job; writes the node's two start
@@ -167,7 +132,8 @@ absl::Status Rank(const std::string& address, const std::string& dir, int slot_i
   *join.mutable_slot() = start.slot();
   RM_ASSIGN_OR_RETURN(JoinResponse joined, client->Join(join, absl::Now() + absl::Seconds(60)));
   const int device = comm::testing::UseOwnGpu(joined.rank());
-  JobStore store(client.get(), start);
+  // The store a trainer uses under a coordinator (worker/elastic_trainer.cc), this epoch's.
+  client::CoordinatorStore store(client.get(), start.job(), start.slot(), joined.epoch());
   RM_ASSIGN_OR_RETURN(auto nccl,
                       comm::NcclCommunicator::Create({.rank = joined.rank(),
                                                       .size = joined.world_size(),

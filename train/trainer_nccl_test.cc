@@ -22,6 +22,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/trainer.h"
@@ -81,7 +82,7 @@ std::vector<RankOutcome> Train(const std::string& backend) {
         RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Store> store,
                             comm::FileStore::Create({dir + "/store"}));
         TrainerOptions o;
-        o.spec = spec;
+        RM_ASSIGN_OR_RETURN(o.config, config::TrainConfigFromSpec(spec));
         o.comm = &comm;
         o.nccl_store = store.get();
         o.nccl_prefix = "job/epoch1/nccl";
@@ -90,15 +91,15 @@ std::vector<RankOutcome> Train(const std::string& backend) {
         o.op_timeout = absl::Seconds(60);
         o.train_data = train_data.get();
         std::string params;
-        o.on_finish = [&](const TensorTable& table, const FlatBuffer& p) {
-          for (const TensorSpec& t : table.tensors()) {
+        o.on_finish = [&](const state::TensorTable& table, const state::FlatBuffer& p) {
+          for (const state::TensorSpec& t : table.tensors()) {
             params.append(reinterpret_cast<const char*>(p.data() + t.offset), t.numel * 4);
           }
         };
         RM_ASSIGN_OR_RETURN(TrainResult result, RunTraining(o));
         const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
         RM_RETURN_IF_ERROR(WriteFileAtomically(
-            prefix + ".txt", absl::StrCat(result.gradient_backend, " ", result.final_loss)));
+            prefix + ".txt", absl::StrCat(result.gradient_backend(), " ", result.final_loss())));
         return WriteFileAtomically(prefix + ".params", params);
       });
   std::vector<RankOutcome> outcomes(kRanks);

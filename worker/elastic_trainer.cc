@@ -13,7 +13,7 @@
 #include "config/train_config.h"
 #include "glog/logging.h"
 #include "train/model_factory.h"
-#include "worker/coordinator_store.h"
+#include "client/coordinator_store.h"
 
 namespace ringmaster::worker {
 namespace {
@@ -263,7 +263,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       return s;
     }
 
-    CoordinatorStore store(o.client, o.job, o.slot, epoch);
+    client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
     comm::TcpCommunicatorOptions co;
     co.rank = rank;
     co.size = world;

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/communicator.h"
+#include "comm/mesh.h"
 #include "comm/nccl/gpu_per_rank.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/nccl_test_util.h"
@@ -42,6 +43,8 @@ using testing::MultiProcOptions;
 using testing::RankResult;
 using testing::ReduceReference;
 using testing::SmallInput;
+using ::ringmaster::comm::Mesh;
+using ::ringmaster::comm::MeshDim;
 
 #ifdef RINGMASTER_CUDA_EMU
 constexpr bool kEmulated = true;
@@ -373,6 +376,52 @@ TEST(NcclMultiRank, SplitGroupsOfAMesh) {
         cudaStreamDestroy(stream);
         // The backend's own communicator is still healthy.
         return nccl.Barrier(In(absl::Seconds(30)));
+      }));
+}
+
+// The backend's own groups: NcclCommunicator::Split (ncclCommSplit) along the dimensions of a
+// dp x tp = 2 x 2 mesh, a blocking all-reduce on each group and a non-blocking all-gather on
+// the tp group, checked against sums computed from the ranks' inputs alone.
+absl::StatusOr<std::vector<int32_t>> ToHost(const DeviceBuffer& b, size_t n) {
+  std::vector<int32_t> out(n);
+  RM_RETURN_IF_ERROR(Check(
+      cudaMemcpy(out.data(), b.at(), 4 * n, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy"));
+  return out;
+}
+
+TEST(NcclMultiRank, BackendSplitGivesTheGroupsOfAMesh) {
+  SKIP_WITHOUT_GPUS(4);
+  ExpectAllOk(
+      RunNcclRanks(4, [](NcclCommunicator& world, Store&, absl::Duration*) -> absl::Status {
+        RM_ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(4, {{"dp", 2}, {"tp", 2}}));
+        const int rank = world.rank();
+        const int32_t value = 10 * (rank + 1);
+        for (MeshDim dim : {MeshDim::kTp, MeshDim::kDp}) {
+          RM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
+                              mesh.Group(world, dim, In(absl::Seconds(30))));
+          const std::vector<int> members = mesh.GroupRanks(dim, rank);
+          RM_RETURN_IF_ERROR(Check(group->size() == static_cast<int>(members.size()),
+                                   absl::StrCat(MeshDimName(dim), " group size")));
+          RM_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::Create(4 * (1 + members.size())));
+          RM_RETURN_IF_ERROR(Check(
+              cudaMemcpy(buf->at(), &value, 4, cudaMemcpyHostToDevice) == cudaSuccess, "copy"));
+          // Gather without waiting, then sum in place: the group's operations keep their order.
+          Work gather = group->AllGatherAsync(buf->at(), buf->at(4), 1, DataType::kInt32,
+                                              In(absl::Seconds(30)));
+          RM_RETURN_IF_ERROR(gather.Wait(In(absl::Seconds(30))));
+          RM_RETURN_IF_ERROR(group->AllReduce(buf->at(), buf->at(), 1, DataType::kInt32,
+                                              ReduceOp::kSum, In(absl::Seconds(30))));
+          RM_ASSIGN_OR_RETURN(std::vector<int32_t> got, ToHost(*buf, 1 + members.size()));
+          std::vector<int32_t> want = {0};
+          for (int m : members) {
+            want[0] += 10 * (m + 1);
+            want.push_back(10 * (m + 1));
+          }
+          RM_RETURN_IF_ERROR(Check(got == want, absl::StrCat(MeshDimName(dim), " group of rank ",
+                                                             rank)));
+        }
+        // The world goes on beside its groups.
+        return world.Barrier(In(absl::Seconds(30)));
       }));
 }
 

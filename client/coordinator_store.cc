@@ -1,9 +1,9 @@
-#include "worker/coordinator_store.h"
+#include "client/coordinator_store.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace ringmaster::worker {
+namespace ringmaster::client {
 
 absl::Status CoordinatorStore::Set(absl::string_view key, absl::string_view value) {
   RM_RETURN_IF_ERROR(comm::ValidateStoreKey(key));
@@ -56,4 +56,4 @@ absl::StatusOr<int64_t> CoordinatorStore::Add(absl::string_view key, int64_t del
   return response.value();
 }
 
-}  // namespace ringmaster::worker
+}  // namespace ringmaster::client

@@ -4,8 +4,8 @@
 // communicator bootstraps from a clean store.
 //
 // Thread-safe (the client is).
-#ifndef RINGMASTER_WORKER_COORDINATOR_STORE_H_
-#define RINGMASTER_WORKER_COORDINATOR_STORE_H_
+#ifndef RINGMASTER_CLIENT_COORDINATOR_STORE_H_
+#define RINGMASTER_CLIENT_COORDINATOR_STORE_H_
 
 #include <string>
 #include <vector>
@@ -14,13 +14,13 @@
 #include "comm/store.h"
 #include "proto/coordinator.pb.h"
 
-namespace ringmaster::worker {
+namespace ringmaster::client {
 
 class CoordinatorStore final : public comm::Store {
  public:
   // `client` is not owned and must carry the membership token of (job, slot). `epoch`: the
   // caller's (its calls are ABORTED once the job has moved on); 0: not checked.
-  CoordinatorStore(client::TrainerCalls* client, std::string job, ringmaster::SlotRef slot,
+  CoordinatorStore(TrainerCalls* client, std::string job, ringmaster::SlotRef slot,
                    int64_t epoch = 0)
       : client_(client), job_(std::move(job)), slot_(std::move(slot)), epoch_(epoch) {}
 
@@ -30,12 +30,12 @@ class CoordinatorStore final : public comm::Store {
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
 
  private:
-  client::TrainerCalls* const client_;
+  TrainerCalls* const client_;
   const std::string job_;
   const ringmaster::SlotRef slot_;
   const int64_t epoch_;
 };
 
-}  // namespace ringmaster::worker
+}  // namespace ringmaster::client
 
-#endif  // RINGMASTER_WORKER_COORDINATOR_STORE_H_
+#endif  // RINGMASTER_CLIENT_COORDINATOR_STORE_H_
