@@ -112,44 +112,13 @@ absl::Status SequentialCuda::Reserve(int64_t batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, const float* params,
-                                                          float* grads,
-                                                          const ForwardBackwardOptions& options) {
-  if (options.precision != precision_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SequentialCuda::ForwardBackward: options.precision is ", PrecisionName(options.precision),
-        " but this GPU model was created for ", PrecisionName(precision_)));
-  }
-  RM_RETURN_IF_ERROR(CheckLossOptions(options));
-  RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
-  if (params == nullptr || grads == nullptr) {
-    return absl::InvalidArgumentError(
-        "SequentialCuda::ForwardBackward: params and grads are "
-        "device pointers and must not be null");
-  }
-  const int64_t n = batch.size;
-  RM_RETURN_IF_ERROR(Reserve(n));
-  const kc::MatMulType type = products_;
-  // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc).
-  const bool half = IsHalf(precision_);
-  const kernels::HalfFormat format = HalfFormatOf(precision_);
-  auto round = [&](float* x, int64_t count) -> absl::Status {
-    return half ? kc::RoundToHalf(format, x, x, count, stream_) : absl::OkStatus();
-  };
-  if (half) {
-    RM_RETURN_IF_ERROR(kc::RoundToHalf(format, params, compute_params_, total_elements_, stream_));
-    params = compute_params_;
-  }
-  // Pageable host memory: each copy has left the host buffer when the call returns.
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(input_, batch.features.data(), n * input_size_ * 4,
-                                          cudaMemcpyHostToDevice, stream_));
-  RM_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(labels_, batch.labels.data(), n * 4, cudaMemcpyHostToDevice, stream_));
-  RM_RETURN_IF_ERROR(round(input_, n * input_size_));
-  if (!options.accumulate) {
-    RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
-  }
+absl::Status SequentialCuda::Round(float* x, int64_t count) {
+  return IsHalf(precision_) ? kc::RoundToHalf(HalfFormatOf(precision_), x, x, count, stream_)
+                            : absl::OkStatus();
+}
 
+absl::Status SequentialCuda::Forward(const float* params, int64_t n) {
+  const kc::MatMulType type = products_;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     const float* x = Input(i);
@@ -174,14 +143,17 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
             kc::MaxPool2x2Forward(x, y, argmax_[i], n * s.channels, s.height, s.width, stream_));
         break;
     }
-    RM_RETURN_IF_ERROR(round(y, n * s.out));
+    RM_RETURN_IF_ERROR(Round(y, n * s.out));
   }
 
-  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
-  RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(
-      outputs_.back(), labels_, n, classes_, scale, loss_, predicted_, grad_[0], stream_));
-  RM_RETURN_IF_ERROR(round(grad_[0], n * classes_));
+  return absl::OkStatus();
+}
 
+absl::Status SequentialCuda::Backward(const float* params, float* grads, int64_t n,
+                                      const ForwardBackwardOptions& options) {
+  const kc::MatMulType type = products_;
+  const bool half = IsHalf(precision_);
+  const kernels::HalfFormat format = HalfFormatOf(precision_);
   // grad_[current] holds the gradient of step i's output; the parameters' gradients add
   // onto zeroed (or accumulating) grads.
   int current = 0;
@@ -210,8 +182,8 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
             kc::AddRoundedHalf(format, dw, grads + s.weight, s.weight_numel, stream_));
         RM_RETURN_IF_ERROR(kc::AddRoundedHalf(format, db, grads + s.bias, s.bias_numel, stream_));
       } else {
-        RM_RETURN_IF_ERROR(round(grads + s.weight, s.weight_numel));
-        RM_RETURN_IF_ERROR(round(grads + s.bias, s.bias_numel));
+        RM_RETURN_IF_ERROR(Round(grads + s.weight, s.weight_numel));
+        RM_RETURN_IF_ERROR(Round(grads + s.bias, s.bias_numel));
       }
     }
     if (s.has_params() && options.on_grads_ready) options.on_grads_ready(s.weight);
@@ -238,10 +210,55 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
             kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height, s.width, stream_));
         break;
     }
-    RM_RETURN_IF_ERROR(round(dx, n * s.in));
+    RM_RETURN_IF_ERROR(Round(dx, n * s.in));
   }
   // As the CPU model: a model without parameters still announces offset 0.
   if (options.on_grads_ready && total_elements_ == 0) options.on_grads_ready(0);
+
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, const float* params,
+                                                          float* grads,
+                                                          const ForwardBackwardOptions& options) {
+  if (options.precision != precision_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SequentialCuda::ForwardBackward: options.precision is ", PrecisionName(options.precision),
+        " but this GPU model was created for ", PrecisionName(precision_)));
+  }
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
+  RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
+  if (params == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError(
+        "SequentialCuda::ForwardBackward: params and grads are "
+        "device pointers and must not be null");
+  }
+  const int64_t n = batch.size;
+  RM_RETURN_IF_ERROR(Reserve(n));
+  // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc).
+  if (IsHalf(precision_)) {
+    RM_RETURN_IF_ERROR(kc::RoundToHalf(HalfFormatOf(precision_), params, compute_params_,
+                                       total_elements_, stream_));
+    params = compute_params_;
+  }
+  // Pageable host memory: each copy has left the host buffer when the call returns.
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(input_, batch.features.data(), n * input_size_ * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(labels_, batch.labels.data(), n * 4, cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_ERROR(Round(input_, n * input_size_));
+  if (!options.accumulate) {
+    RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
+  }
+
+  RM_RETURN_IF_ERROR(Forward(params, n));
+
+  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+  RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(
+      outputs_.back(), labels_, n, classes_, scale, loss_, predicted_, grad_[0], stream_));
+  RM_RETURN_IF_ERROR(Round(grad_[0], n * classes_));
+
+  RM_RETURN_IF_ERROR(Backward(params, grads, n, options));
 
   std::vector<float> loss(n);
   std::vector<int32_t> predicted(n);

@@ -81,6 +81,13 @@ class SequentialCuda {
   };
   SequentialCuda() = default;
   absl::Status Reserve(int64_t batch);
+  // The steps of ForwardBackward, on the stream: `params` are the compute parameters
+  // (rounded to 16 bits when the precision is), `n` the batch's samples.
+  absl::Status Forward(const float* params, int64_t n);
+  absl::Status Backward(const float* params, float* grads, int64_t n,
+                        const ForwardBackwardOptions& options);
+  // Rounds `count` values of `x` to the precision's 16 bits in place; nothing in fp32.
+  absl::Status Round(float* x, int64_t count);
   const float* Input(size_t i) const { return i == 0 ? input_ : outputs_[i - 1]; }
 
   std::vector<Step> steps_;
