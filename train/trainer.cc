@@ -117,6 +117,7 @@ struct Trainer::State {
   Batch batch;
   int64_t first_step = 0, step = 0;
   bool finished = false;
+  absl::Status error;  // the error that ended the run
   // The state after the last completed step, kept for TrainerOptions::resident when the
   // trainer goes, after an error too (when every rank holds all of it). `updating` is set
   // while the optimizer writes the parameters: a failure there leaves no usable state.
@@ -665,7 +666,14 @@ bool Trainer::finished() const { return s_->finished; }
 
 absl::Status Trainer::Step() {
   State& t = *s_;
+  if (!t.error.ok()) return t.error;  // the run ended with it; the communicator may be broken
   if (t.finished) return absl::FailedPreconditionError("Trainer::Step: the run has finished");
+  t.error = StepOnce();
+  return t.error;
+}
+
+absl::Status Trainer::StepOnce() {
+  State& t = *s_;
   try {
     const absl::Time step_start = absl::Now();
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb,

@@ -178,7 +178,8 @@ class Trainer {
   bool finished() const;
 
   // One training step on every rank; then the saves, fingerprints, evaluation and reports it
-  // triggers. An error ends the run (the communicator may be broken).
+  // triggers. An error ends the run (the communicator may be broken): later calls return it
+  // again. FAILED_PRECONDITION once finished().
   absl::Status Step();
 
   // Steps until finished(), then waits for the last save, evaluates and reports.
@@ -190,6 +191,7 @@ class Trainer {
  private:
   struct State;
   explicit Trainer(std::unique_ptr<State> state);
+  absl::Status StepOnce();
   std::unique_ptr<State> s_;
 };
 

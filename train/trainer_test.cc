@@ -254,6 +254,45 @@ TEST_F(TrainerTest, TrainsAndChangesTheParameters) {
   EXPECT_TRUE(std::isfinite(reference_->final_loss));
 }
 
+// The Trainer's own steps: Create restores nothing here, Step takes one step at a time,
+// Run goes on from there, and the result is RunTraining's.
+TEST_F(TrainerTest, StepByStepThenRunIsRunTraining) {
+  MultiProcOptions options;
+  options.world_size = 1;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, {}));
+    std::unique_ptr<data::Dataset> train_data = DataFor(spec);
+    TrainerOptions o;
+    o.config = Config(spec);
+    o.comm = &comm;
+    o.local_ranks = 1;
+    o.train_data = train_data.get();
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o));
+    if (trainer->steps_done() != 0 || trainer->total_steps() != reference_->steps ||
+        trainer->finished()) {
+      return absl::InternalError(absl::StrCat("at start: ", trainer->steps_done(), " of ",
+                                              trainer->total_steps()));
+    }
+    RM_RETURN_IF_ERROR(trainer->Step());
+    RM_RETURN_IF_ERROR(trainer->Step());
+    if (trainer->steps_done() != 2) {
+      return absl::InternalError(absl::StrCat("after two steps: ", trainer->steps_done()));
+    }
+    RM_ASSIGN_OR_RETURN(TrainResult result, trainer->Run());
+    if (!trainer->finished() || result.steps() != reference_->steps ||
+        std::fabs(result.final_loss() - reference_->final_loss) > 1e-5) {
+      return absl::InternalError(absl::StrCat("run: ", result.steps(), " steps, loss ",
+                                              result.final_loss()));
+    }
+    absl::Status again = trainer->Step();
+    if (!absl::IsFailedPrecondition(again)) {
+      return absl::InternalError(absl::StrCat("a step after the end: ", again.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+}
+
 TEST_F(TrainerTest, AnyWorldSizeMatchesOneRankWithTheSameGlobalBatch) {
   for (int world : {2, 3}) {
     ExpectSameParameters(Train(world, {}), *reference_, absl::StrCat("world ", world));
