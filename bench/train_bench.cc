@@ -188,7 +188,7 @@ int BucketsFromLog(const std::string& log_path) {
   return buckets;
 }
 
-std::string Optional(double v, const char* format) {
+std::string Optional(double v, const absl::FormatSpec<double>& format) {
   return v < 0 ? std::string() : absl::StrFormat(format, v);
 }
 

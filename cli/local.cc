@@ -402,7 +402,7 @@ int LocalCommand(const LocalOptions& options) {
   printf("ringctl local: %s\n", run_dir_note.c_str());
   if (status == "succeeded") {
     // Numbers as a person reads them; "none" for what the trainer did not tell.
-    auto number = [](bool has, double v, const char* format) -> std::string {
+    auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {
       return has ? absl::StrFormat(format, v) : std::string("none");
     };
     printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "

@@ -391,7 +391,7 @@ JobEvent Coordinator::EventOf(const Job& job) {
 void Coordinator::Resolve(Completions* completions) {
   const absl::Time now = Now();
   // Joins: committed, superseded, ended, or out of time.
-  std::erase_if(joins_, [&](JoinWaiter& w) {
+  std::erase_if(joins_, [&](JoinWaiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const JoinRequest& r = w.request;
     const JobState* state = machine_.job(r.job());
     absl::StatusOr<JoinResponse> result;
@@ -442,7 +442,7 @@ void Coordinator::Resolve(Completions* completions) {
     return true;
   });
   // Bootstrap reads: every key present, or out of time.
-  std::erase_if(store_waiters_, [&](StoreWaiter& w) {
+  std::erase_if(store_waiters_, [&](StoreWaiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto& kv = kv_[w.request.job()];
     StoreGetResponse response;
     std::vector<std::string> missing;
@@ -470,7 +470,7 @@ void Coordinator::Resolve(Completions* completions) {
     return true;
   });
   // Watches: a newer version, or out of time.
-  std::erase_if(watches_, [&](WatchWaiter& w) {
+  std::erase_if(watches_, [&](WatchWaiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = jobs_.find(w.job);
     absl::StatusOr<JobEvent> result;
     if (it == jobs_.end()) {
@@ -594,7 +594,7 @@ absl::StatusOr<ListJobsResponse> Coordinator::List(const ListJobsRequest& reques
 }
 
 absl::StatusOr<Job> Coordinator::Cancel(const std::string& id) {
-  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) {
+  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return machine_.CancelJob(id, Now(), actions);
   }));
   return Get(id);
@@ -748,7 +748,7 @@ std::string Coordinator::NodeCredentialFor(const std::string& node) const {
 
 absl::StatusOr<RegisterNodeResponse> Coordinator::RegisterNode(const RegisterNodeRequest& r) {
   RM_RETURN_IF_ERROR(ValidateAgentInfo(r));
-  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) -> absl::Status {
+  RM_RETURN_IF_ERROR(Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (machine_.HoldsNode(r.node(), Now())) {
       if (absl::Status s = CheckNodeCredential(secret_, r.node(), r.node_credential()); !s.ok()) {
         return absl::PermissionDeniedError(absl::StrCat(
@@ -809,14 +809,14 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
 
 absl::Status Coordinator::DrainNode(const DrainNodeRequest& r) {
   RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
-  return Decide([&](std::vector<Action>* actions) {
+  return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return machine_.DrainNode(r.node(), Now(), actions);
   });
 }
 
 absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
   RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
-  return Decide([&](std::vector<Action>* actions) {
+  return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
                                   actions, ExitDetail(r), r.stopped());
   });
@@ -973,7 +973,7 @@ void Coordinator::UpdateStragglers(Job& job) {
 }
 
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
-  return Decide([&](std::vector<Action>* actions) {
+  return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()),
                                     Now(), actions,
                                     r.permanent()    ? ErrorScope::kPermanent
@@ -983,7 +983,7 @@ absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
 }
 
 absl::Status Coordinator::Finished(const FinishedRequest& r) {
-  return Decide([&](std::vector<Action>* actions) {
+  return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // The last step's figures first: the job's end (persisted below) keeps them.
     const JobState* state = machine_.job(r.job());
     if (r.stats().step() >= 0 && r.has_stats() && state != nullptr && !IsTerminal(state->phase) &&
@@ -1119,7 +1119,7 @@ absl::StatusOr<StoreAddResponse> Coordinator::StoreAdd(const StoreAddRequest& r)
 
 void Coordinator::Tick() {
   // Apply also expires the waiting calls.
-  Decide([&](std::vector<Action>* actions) {
+  Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     machine_.Tick(Now(), actions);
     return absl::OkStatus();
   }).IgnoreError();

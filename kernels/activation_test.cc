@@ -30,7 +30,9 @@ TEST(Relu, ForwardClampsNegativesAndPropagatesNan) {
   }
   ReluForward(x.data(), x.data(), x.size());  // in place
   for (size_t i = 0; i < x.size(); ++i) {
-    if (i != 5) EXPECT_EQ(x[i], y[i]) << i;
+    if (i != 5) {
+      EXPECT_EQ(x[i], y[i]) << i;
+    }
   }
 }
 

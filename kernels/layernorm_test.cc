@@ -63,7 +63,7 @@ TEST_P(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
   std::vector<float> gain = RandomFloats(c, 32, 0.5f, 1.5f), bias = RandomFloats(c, 33);
   const std::vector<float> w = RandomFloats(rows * c, 34);
   std::vector<float> y(rows * c), mean(rows), rstd(rows);
-  auto loss = [&] {
+  auto loss = [&, rows = rows, c = c] {  // copies: Clang 14 cannot capture bindings
     LayerNormForward(y.data(), mean.data(), rstd.data(), x.data(), gain.data(), bias.data(), rows,
                      c);
     return WeightedSum(w, y.data());

@@ -5,7 +5,9 @@
 # XML that each test target writes; a target that did not build or wrote no XML counts as
 # one failure; skipped cases are GPU tests on a machine without a GPU). Where the CUDA
 # toolkit's headers are installed, the GPU tests also run under --config=cudaemu (the CUDA
-# code emulated on the CPU, tools/cuda_emu) and count in the same line.
+# code emulated on the CPU, tools/cuda_emu) and count in the same line. Last, the same
+# targets are built with clang 14 and -Werror=thread-safety (--config=clang): a failed
+# build counts as one failure and its first errors are printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,7 +118,33 @@ if [ "${RINGMASTER_CUDAEMU:-1}" != 0 ] && [ -f /usr/local/cuda/include/cuda_runt
 elif [ "${RINGMASTER_CUDAEMU:-1}" != 0 ]; then
   echo "(no CUDA headers in /usr/local/cuda/include: the GPU tests were not run under the CPU emulation)"
 fi
-rm -f "$marker" "$marker.targets" "$marker.emu_targets" "$marker.counts"
+
+# Thread-safety annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...) checked by
+# a compiler: the targets built once more with Debian's clang 14 and -Werror=thread-safety,
+# in their own output directory. Needs clang-14 (tools/setup.sh installs it where Debian has
+# it; skipped and said so where not); RINGMASTER_CLANG=0 skips it.
+if [ "${RINGMASTER_CLANG:-1}" != 0 ] && command -v clang-14 >/dev/null 2>&1; then
+  echo "== the same targets built with clang 14 and -Werror=thread-safety (--config=clang) =="
+  start=$SECONDS
+  bazel build --config=clang --disk_cache="$CACHE_DIR" --keep_going -- "${targets[@]}" \
+    >"$marker.clang" 2>&1
+  clang_rc=$?
+  if [ "$clang_rc" -eq 0 ]; then
+    echo "clang build: ok ($((SECONDS - start)) s)"
+  else
+    echo "clang build: FAILED (bazel exited with status $clang_rc); its first errors:"
+    # The compiler's and linker's errors with their context, else Bazel's own.
+    { grep -E -A3 -m 10 ": (fatal )?error:" "$marker.clang" || grep -m 10 "^ERROR:" "$marker.clang"; } |
+      head -n 50 | sed 's/^/  /'
+    echo "  (the whole output: bazel build --config=clang --keep_going ${targets[*]})"
+    failed=$((failed + 1))
+    rc=$((rc != 0 ? rc : clang_rc))
+  fi
+elif [ "${RINGMASTER_CLANG:-1}" != 0 ]; then
+  echo "(no clang-14 on this machine: the build with -Werror=thread-safety was skipped;" \
+    "tools/setup.sh installs it on Debian 12)"
+fi
+rm -f "$marker" "$marker.targets" "$marker.emu_targets" "$marker.counts" "$marker.clang"
 
 echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
 [ "$failed" -eq 0 ] && [ "$rc" -eq 0 ]

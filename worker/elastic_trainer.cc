@@ -73,13 +73,18 @@ class ProgressReporter {
   }
 
  private:
+  // Whether Loop has something to do: stop, a step to report or checkpoints to send.
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || latest_.has_value() || !checkpoints_.empty();
+  }
+
   void Loop() {
     while (true) {
       std::optional<train::StepReport> report;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this] { return stop_ || latest_.has_value() || !checkpoints_.empty(); };
-        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
+        mu_.AwaitWithTimeout(absl::Condition(this, &ProgressReporter::HasWork),
+                             absl::Milliseconds(500));
         if (stop_) return;
         report = std::exchange(latest_, std::nullopt);
       }

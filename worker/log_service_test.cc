@@ -131,7 +131,7 @@ TEST_F(LogServiceTest, NoPathLeadsOutOfTheWorkDirectory) {
   Write(root_ + "/secret/slot-0.log", "secret\n");
   Write(root_ + "/secret.txt", "secret\n");
   ReadLogResponse r;
-  for (const std::string& job : {"../secret", "..", ".", "/etc", "a/../../secret", ""}) {
+  for (const char* job : {"../secret", "..", ".", "/etc", "a/../../secret", ""}) {
     service_->Add(job, 0);  // even if the agent were told so
     grpc::Status s = Read(job, 0, 0, &r);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << job;

@@ -1,5 +1,7 @@
 #include "kernels/reduce.h"
 
+#include <cpuid.h>
+
 namespace ringmaster::kernels {
 namespace generic {
 void Reduce(DataType, ReduceKind, void*, const void*, const void*, size_t);
@@ -14,8 +16,10 @@ namespace {
 bool HasAvx2() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    // F16C from CPUID (leaf 1, ECX): Clang 14's __builtin_cpu_supports does not know it.
+    unsigned eax, ebx, ecx, edx;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return has;
 }
