@@ -7,7 +7,8 @@
 # toolkit's headers are installed, the GPU tests also run under --config=cudaemu (the CUDA
 # code emulated on the CPU, tools/cuda_emu) and count in the same line. Last, the same
 # targets are built with clang 14 and -Werror=thread-safety (--config=clang): a failed
-# build counts as one failure and its first errors are printed.
+# build counts as one failure and its first errors are printed. With the whole tree, each
+# dependency rule of ARCHITECTURE.md (tools/check_layering.sh) counts as one case.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -144,7 +145,19 @@ elif [ "${RINGMASTER_CLANG:-1}" != 0 ]; then
   echo "(no clang-14 on this machine: the build with -Werror=thread-safety was skipped;" \
     "tools/setup.sh installs it on Debian 12)"
 fi
-rm -f "$marker" "$marker.targets" "$marker.emu_targets" "$marker.counts" "$marker.clang"
+# ARCHITECTURE.md's dependency rules (who may depend on whom), one case per rule, when the
+# whole tree is tested.
+if [ "${targets[*]}" = "//..." ]; then
+  echo "== the dependency rules (tools/check_layering.sh) =="
+  tools/check_layering.sh >"$marker.layering" 2>&1
+  cat "$marker.layering"
+  passed=$((passed + $(grep -c '^layering: ok' "$marker.layering")))
+  layering_failed=$(grep -c '^layering: FAILED' "$marker.layering")
+  failed=$((failed + layering_failed))
+  [ "$layering_failed" -gt 0 ] && rc=1
+fi
+rm -f "$marker" "$marker.targets" "$marker.emu_targets" "$marker.counts" "$marker.clang" \
+  "$marker.layering"
 
 echo "$passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
 [ "$failed" -eq 0 ] && [ "$rc" -eq 0 ]
