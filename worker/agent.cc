@@ -278,6 +278,11 @@ absl::Status Agent::Heartbeat() {
   if (absl::IsNotFound(response.status())) {
     Log("the coordinator does not know this node (restarted, or the lease lapsed): "
         "registering again");
+    // The exits seen under the old registration go first: a coordinator that restarted
+    // still holds the node's slots from its database until the node registers again, and
+    // an exit reported after that blames no one (the job's recovery would name what the
+    // survivors saw instead of the death that caused it).
+    ReportExits();
     return Register();
   }
   if (!response.ok()) {

@@ -338,6 +338,36 @@ TEST_F(AgentTest, ANodeTheCoordinatorForgotRegistersAgainAndKeepsItsTrainers) {
   EXPECT_EQ(fake_.heartbeat.requests().back().trainers_size(), 1);
 }
 
+// The coordinator restarts while a trainer dies: the report fails while it is down, and by
+// the time the heartbeat reaches it again the node must register anew; the exit goes out
+// before that registration (after it the coordinator would blame no one for the death).
+TEST_F(AgentTest, AnExitKeptWhileTheCoordinatorWasDownGoesBeforeRegisteringAgain) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a")}));
+  StepOn(agent);
+  std::vector<std::string> order;
+  fake_.trainer_exited.ThenCall([&](const TrainerExitedRequest&) -> absl::StatusOr<TrainerExitedResponse> {
+    order.push_back("exit refused");
+    return absl::UnavailableError("coordinator down");
+  });
+  fake_.trainer_exited.Otherwise([&](const TrainerExitedRequest& r) -> absl::StatusOr<TrainerExitedResponse> {
+    order.push_back(absl::StrCat("exit of ", r.job()));
+    return TrainerExitedResponse();
+  });
+  fake_.heartbeat.Then(absl::NotFoundError("no node"));
+  fake_.register_node.Otherwise([&](const RegisterNodeRequest&) -> absl::StatusOr<RegisterNodeResponse> {
+    order.push_back("register");
+    RegisterNodeResponse registered;
+    registered.set_heartbeat_interval_s(2);
+    registered.set_node_credential("cred-2");
+    return registered;
+  });
+  launcher_.Exit(1000, -SIGKILL);
+  NextHeartbeat(agent);
+  EXPECT_EQ(order, (std::vector<std::string>{"exit refused", "exit of job-a", "register"}));
+}
+
 TEST_F(AgentTest, AHeartbeatThatFailsIsTriedAgainAtTheNextInterval) {
   Agent agent(Options());
   ASSERT_TRUE(agent.Connect().ok());
