@@ -59,6 +59,30 @@ struct TensorPiece {
 // between tensors belongs to none).
 std::vector<TensorPiece> PiecesInRange(const TensorTable& table, FlatRange range);
 
+// A part of the flat index space kept in a rank's local buffer: flat indices `range` at
+// local offsets [at, at + range.size()). Under ZeRO-2/3 (train/fsdp_layout.h) a rank holds
+// one such piece of every wrapping unit, back to back in its shard buffer, so the flat
+// index space and the local buffer differ; under ZeRO-0/1 the one piece is {range, at =
+// range.begin} of a buffer as large as the flat space.
+struct PlacedRange {
+  FlatRange range;
+  int64_t at = 0;
+
+  bool operator==(const PlacedRange&) const = default;
+};
+
+// The one piece that keeps `range` at its own flat offsets.
+inline PlacedRange InPlace(FlatRange range) { return {range, range.begin}; }
+
+// OK when the pieces' ranges are inside the table's flat space, in increasing order and
+// disjoint, and their local spans are disjoint and inside [0, local_elements);
+// INVALID_ARGUMENT naming the first piece that is not.
+absl::Status CheckPlacement(const TensorTable& table, absl::Span<const PlacedRange> pieces,
+                            int64_t local_elements);
+
+// Elements of the pieces' ranges together.
+int64_t PlacedElements(absl::Span<const PlacedRange> pieces);
+
 }  // namespace ringmaster::state
 
 #endif  // RINGMASTER_STATE_RANGE_H_

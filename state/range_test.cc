@@ -35,6 +35,26 @@ TEST(CheckRange, RejectsRangesOutsideTheTable) {
   }
 }
 
+TEST(CheckPlacement, AcceptsDisjointPiecesAndNamesTheFirstBadOne) {
+  TensorTable table;
+  table.Add("w", {64});  // [0, 64)
+  // Two units of 32, each cut in two for two ranks: rank 1 holds [16, 32) and [48, 64).
+  const std::vector<PlacedRange> rank1 = {{{16, 32}, 0}, {{48, 64}, 16}};
+  EXPECT_TRUE(CheckPlacement(table, rank1, 32).ok());
+  EXPECT_EQ(PlacedElements(rank1), 32);
+  EXPECT_TRUE(CheckPlacement(table, {InPlace({0, 64})}, 64).ok());
+
+  auto fails = [&](std::vector<PlacedRange> pieces, int64_t local, const std::string& what) {
+    absl::Status s = CheckPlacement(table, pieces, local);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(s.message(), HasSubstr(what));
+  };
+  fails({{{16, 32}, 0}, {{48, 64}, 16}}, 31, "piece 1 ([48, 64) at 16): its local span");
+  fails({{{48, 64}, 0}, {{16, 32}, 16}}, 32, "piece 1 ([16, 32) at 16): overlaps or comes before");
+  fails({{{0, 65}, 0}}, 65, "piece 0 ([0, 65) at 0): range [0, 65) is not inside");
+  fails({{{0, 16}, 0}, {{16, 32}, 8}}, 32, "local spans [0, 16) and [8, 24) overlap");
+}
+
 TEST(Slice, ViewsTheRange) {
   std::vector<int> all = {0, 1, 2, 3, 4, 5};
   absl::Span<int> s = Slice(absl::MakeSpan(all), {2, 5});

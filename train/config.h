@@ -69,6 +69,40 @@ struct CheckpointConfig {
   std::vector<std::string> length_fields;
 };
 
+// Fully sharded data parallelism (zero_stage 3; stage 2 shards only gradients, in units of
+// bucket_mb): how the model is cut into units, each gathered whole (all-gather) just before
+// its forward and its backward and its gradients reduce-scattered once final
+// (train/fsdp_layout.h, train/fsdp.h).
+struct FsdpConfig {
+  // parallelism.fsdp.wrap: a unit per layer with parameters (a Linear, a LayerNorm, a
+  // convolution, the embeddings), per block (a transformer block, the embeddings, the head;
+  // a classifier's layers), or the whole model as one unit.
+  enum class Wrap { kLayer, kBlock, kModel };
+  Wrap wrap = Wrap::kBlock;
+  // parallelism.fsdp.prefetch: start the next unit's all-gather while the current unit
+  // computes, in forward (the next unit), backward (the one before), both or neither.
+  enum class Prefetch { kNone, kForward, kBackward, kBoth };
+  Prefetch prefetch = Prefetch::kBoth;
+  // parallelism.fsdp.prefetch_limit: all-gathers in flight ahead of the unit in use (>= 1).
+  int prefetch_limit = 1;
+  // parallelism.fsdp.reshard_after_forward: free a unit's gathered parameters after its
+  // forward (gathered again for backward); false keeps them from forward to backward.
+  bool reshard_after_forward = true;
+};
+
+inline const char* WrapName(FsdpConfig::Wrap w) {
+  return w == FsdpConfig::Wrap::kLayer ? "layer" : w == FsdpConfig::Wrap::kModel ? "model" : "block";
+}
+inline const char* PrefetchName(FsdpConfig::Prefetch p) {
+  switch (p) {
+    case FsdpConfig::Prefetch::kNone: return "none";
+    case FsdpConfig::Prefetch::kForward: return "forward";
+    case FsdpConfig::Prefetch::kBackward: return "backward";
+    case FsdpConfig::Prefetch::kBoth: return "both";
+  }
+  return "both";
+}
+
 struct TrainConfig {
   std::string name;  // the job's name (checkpoints live in <checkpoint.dir>/<name>)
   uint64_t seed = 0;
@@ -90,7 +124,10 @@ struct TrainConfig {
   Precision precision = Precision::kFloat32;
   bool tf32 = false;
   LossScalerOptions loss_scale;  // fp16 only
+  // precision.reduce: the gradients' reduction under ZeRO-2/3 (kFloat32 or kBFloat16).
+  Precision reduce_precision = Precision::kFloat32;
   int zero_stage = 0;
+  FsdpConfig fsdp;
   double bucket_mb = 25;
   bool overlap = true;
   int threads = 0;  // BLAS threads per rank; 0: the host's cores shared among its ranks
