@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "state/tensor.h"
@@ -40,6 +41,43 @@ inline const char* PrecisionName(Precision p) {
   return p == Precision::kBFloat16 ? "bf16" : p == Precision::kFloat16 ? "fp16" : "fp32";
 }
 
+// A model's parameters in groups of consecutive tensors, in forward order: each layer with
+// parameters (a Linear, a LayerNorm, a convolution, the embeddings) is a group, and `block`
+// says which transformer block or stage it belongs to (groups of one block are adjacent).
+// Fully sharded data parallelism wraps groups into units (train/fsdp_layout.h).
+struct ParameterGroup {
+  std::string name;      // "h3.attn.qkv", "embeddings", "linear 784->512"
+  int first_tensor = 0;  // the table's tensors [first_tensor, end_tensor)
+  int end_tensor = 0;
+  int block = 0;         // 0, 1, ... in forward order
+  std::string block_name;  // "h3", "embeddings", "head", "layer 1"
+};
+
+// Where a model finds its parameters and puts its gradients when they are not whole flat
+// buffers (ZeRO-2/3: train/fsdp.h). A model given one (ForwardBackwardOptions::store) asks
+// for a group's parameters right before each use and does not keep the pointer past the
+// next call for another group; it calls BeginBackward once its forward is done, asks for a
+// group's gradient buffer before writing it and says when it is final. Under half
+// precision the store's parameters are already rounded to the compute format.
+//
+// The pointers are "bases": tensor i of the group is at base + table.tensor(i).offset (the
+// store holds the group's unit as one contiguous piece of the flat index space).
+//
+// Called on the model's thread, one call at a time.
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  // The group's parameters, gathered first if need be (blocks until they are here).
+  virtual const float* Parameters(int group) = 0;
+  // Forward is done; what follows is backward (recomputation included).
+  virtual void BeginBackward() = 0;
+  // Where the group's gradients go: the model overwrites them (never adds: the store sums
+  // micro-batches itself). Tensors' padding is zero and is left alone.
+  virtual float* Gradients(int group) = 0;
+  // The group's gradients are final and its parameters no longer needed for this backward.
+  virtual void GradientsDone(int group) = 0;
+};
+
 struct ForwardBackwardOptions {
   float loss_scale = 1.0f;
   double loss_divisor = 1.0;  // > 0: the global batch's count of loss terms
@@ -48,6 +86,9 @@ struct ForwardBackwardOptions {
   // Called during backward, in decreasing order of `offset`, each time every gradient at
   // flat offset >= `offset` is final; called last with 0. May be empty.
   std::function<void(int64_t offset)> on_grads_ready;
+  // Not owned; null: the parameters and gradients are `params` and `grads` (whole flat
+  // buffers, which may then be empty). With a store, `accumulate` must be false.
+  ParameterStore* store = nullptr;
 };
 
 struct StepStats {
@@ -76,9 +117,16 @@ class Model {
                                                     const state::FlatBuffer& params,
                                                     state::FlatBuffer& grads,
                                                     const ForwardBackwardOptions& options) = 0;
-  // Forward only, fp32 (or `precision`), no gradients.
+  // Forward only, fp32 (or `precision`), no gradients. With a store (not owned) the
+  // parameters come from it, `params` unused.
   virtual absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
-                                             Precision precision) = 0;
+                                             Precision precision, ParameterStore* store) = 0;
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
+                                     Precision precision) {
+    return Evaluate(batch, params, precision, nullptr);
+  }
+  // The parameter groups in forward order; together they hold every tensor once.
+  virtual std::vector<ParameterGroup> parameter_groups() const = 0;
 
   virtual MemoryStats memory() const = 0;
 };

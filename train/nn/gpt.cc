@@ -68,25 +68,30 @@ void FillNormal(SplitMix64& rng, double std, absl::Span<float> out) {
 
 }  // namespace
 
-// Where backward writes one group's parameter gradients (the LM head, lnf, a block, the
-// embeddings) and how they reach `grads`, as in SequentialClassifier: straight into `grads`
-// (overwriting, or adding in fp32), rounded there in place under half precision; or, under
-// half precision with accumulate, into a stage whose rounded values are then added.
+// Where backward writes one group's parameter gradients (the LM head, lnf, a layer of a
+// block, the embeddings) and how they are finished, as in SequentialClassifier: straight
+// into `grads` (overwriting, or adding in fp32), rounded there in place under half
+// precision; or, under half precision with accumulate, into a stage whose rounded values
+// are then added; or, with a ParameterStore, into the store's buffer for the group.
 class GptModel::GradWriter {
  public:
-  GradWriter(const state::TensorTable& table, const ForwardBackwardOptions& options,
+  GradWriter(const GptModel& model, const ForwardBackwardOptions& options,
              state::FlatBuffer& grads, float* stage)
-      : table_(table),
+      : model_(model),
+        table_(model.table_),
         options_(options),
         grads_(grads),
         stage_(stage),
         half_(IsHalf(options.precision)),
         staged_(half_ && options.accumulate) {}
 
-  // Starts the group of tensors [first, end).
+  // Starts the group of tensors [first, end) (a parameter group of the model).
   void Begin(int first, int end) {
     first_ = first;
     end_ = end;
+    base_ = options_.store != nullptr
+                ? options_.store->Gradients(model_.group_of_tensor_[first])
+                : grads_.data();
   }
   // For kernels that take an OutputMode.
   OutputMode mode() const {
@@ -95,7 +100,7 @@ class GptModel::GradWriter {
   float* operator[](int tensor) const {
     DCHECK(tensor >= first_ && tensor < end_);
     const int64_t offset = table_.tensor(tensor).offset;
-    return staged_ ? stage_ + (offset - table_.tensor(first_).offset) : grads_.data() + offset;
+    return staged_ ? stage_ + (offset - table_.tensor(first_).offset) : base_ + offset;
   }
   // For kernels that always add (LayerNorm, embedding): the target, zeroed unless the
   // gradient is to be added to `grads` in fp32.
@@ -105,12 +110,12 @@ class GptModel::GradWriter {
     return target;
   }
   // The group's gradients are final: rounds them (or adds the rounded stage) and announces
-  // them.
+  // them. The group's parameters must not be read after this.
   void Finish() {
     if (half_) {
       for (int i = first_; i < end_; ++i) {
         const state::TensorSpec& t = table_.tensor(i);
-        float* sum = grads_.data() + t.offset;
+        float* sum = base_ + t.offset;
         if (staged_) {
           kernels::AddRounded(HalfFormatOf(options_.precision), (*this)[i], sum, t.numel);
         } else {
@@ -118,10 +123,12 @@ class GptModel::GradWriter {
         }
       }
     }
+    if (options_.store != nullptr) options_.store->GradientsDone(model_.group_of_tensor_[first_]);
     if (options_.on_grads_ready) options_.on_grads_ready(table_.tensor(first_).offset);
   }
 
  private:
+  const GptModel& model_;
   const state::TensorTable& table_;
   const ForwardBackwardOptions& options_;
   state::FlatBuffer& grads_;
@@ -130,6 +137,7 @@ class GptModel::GradWriter {
   bool staged_;
   int first_ = 0;
   int end_ = 0;
+  float* base_ = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptOptions& o) {
@@ -194,12 +202,37 @@ GptModel::GptModel(const GptOptions& o)
   layer_norm("lnf");
   lm_head_ = AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
 
+  auto group = [&](const std::string& name, int first, int end, int block,
+                   const std::string& block_name) {
+    groups_.push_back({name, first, end, block, block_name});
+  };
+  group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
+  static constexpr const char* kLayers[] = {"ln1", "attn.qkv", "attn.proj",
+                                            "ln2", "mlp.fc",   "mlp.proj"};
+  for (int64_t l = 0; l < o.layers; ++l) {
+    const std::string h = absl::StrCat("h", l);
+    for (int k = 0; k < kBlockTensors / 2; ++k) {
+      const int first = blocks_[l] + 2 * k;
+      group(absl::StrCat(h, ".", kLayers[k]), first, first + 2, static_cast<int>(l + 1), h);
+    }
+  }
+  const int head = static_cast<int>(o.layers + 1);
+  group("lnf", lnf_, lnf_ + 2, head, "head");
+  group("lm_head", lm_head_, lm_head_ + 1, head, "head");
+  group_of_tensor_.resize(table_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (int i = groups_[g].first_tensor; i < groups_[g].end_tensor; ++i) {
+      group_of_tensor_[i] = static_cast<int>(g);
+    }
+  }
   auto span = [&](int first, int end) {
     const state::TensorSpec& last = table_.tensor(end - 1);
     return last.offset + last.numel - table_.tensor(first).offset;
   };
-  largest_group_ = std::max({span(wte_, wpe_ + 1), span(blocks_[0], blocks_[0] + kBlockTensors),
-                             span(lnf_, lnf_ + 2), span(lm_head_, lm_head_ + 1)});
+  largest_group_ = 0;
+  for (const ParameterGroup& g : groups_) {
+    largest_group_ = std::max(largest_group_, span(g.first_tensor, g.end_tensor));
+  }
   slots_.resize(segment_);
   streams_.resize(segments_ + segment_);
 }
@@ -255,14 +288,15 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
 
 absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch,
                                                  const state::FlatBuffer& params,
-                                                 Precision precision) {
+                                                 Precision precision, ParameterStore* store) {
   RM_RETURN_IF_ERROR(CheckBatch(batch));
-  CHECK_GE(params.size(), table_.total_elements());
-  Pass pass{.params = params.data(),
+  Pass pass{.params = store != nullptr ? nullptr : params.data(),
+            .store = store,
             .precision = precision,
             .batch = batch.size,
             .rows = batch.size * options_.context};
-  if (IsHalf(precision)) {
+  if (store == nullptr) CHECK_GE(params.size(), table_.total_elements());
+  if (store == nullptr && IsHalf(precision)) {
     if (compute_params_.size() != params.size()) compute_params_ = state::FlatBuffer(params.size());
     kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
     pass.params = compute_params_.data();
@@ -391,8 +425,8 @@ void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
 }
 
 absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const state::FlatBuffer& params,
-                                             Precision precision) {
-  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision));
+                                             Precision precision, ParameterStore* store) {
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, store));
   Forward(pass);
   return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
 }
@@ -402,9 +436,14 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
                                                     state::FlatBuffer& grads,
                                                     const ForwardBackwardOptions& options) {
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
-  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, options.precision));
-  CHECK_GE(grads.size(), table_.total_elements());
+  if (options.store != nullptr && options.accumulate) {
+    return absl::InvalidArgumentError(
+        "ForwardBackwardOptions: accumulate with a ParameterStore (the store sums micro-batches)");
+  }
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, options.precision, options.store));
+  if (options.store == nullptr) CHECK_GE(grads.size(), table_.total_elements());
   Forward(pass);
+  if (options.store != nullptr) options.store->BeginBackward();
 
   const int64_t rows = pass.rows, c = options_.width;
   dresidual_.Reserve(rows * c);
@@ -414,7 +453,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
   const StepStats stats =
       loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dlogits);
   RoundToPrecision(options.precision, dlogits, rows * options_.vocab);
-  GradWriter writer(table_, options, grads,
+  GradWriter writer(*this, options, grads,
                     options.accumulate && IsHalf(options.precision)
                         ? staged_grads_.Reserve(largest_group_)
                         : nullptr);
@@ -432,9 +471,9 @@ void GptModel::Backward(const Pass& pass, GradWriter& writer) {
   writer.Begin(lm_head_, lm_head_ + 1);
   kernels::LinearBackwardWeights(lnf_out_, dlogits, writer[lm_head_], nullptr, rows, c, vocab,
                                  writer.mode());
-  writer.Finish();
   kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
   RoundToPrecision(precision, dlnf, rows * c);
+  writer.Finish();
 
   writer.Begin(lnf_, lnf_ + 2);
   std::fill_n(dx, rows * c, 0.0f);
@@ -474,25 +513,33 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   float* dsmall = dsmall_.data();
   float* dbig = dbig_.data();
 
-  writer.Begin(first, first + kBlockTensors);
+  // Each layer's gradients are finished after the last read of its parameters.
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  writer.Begin(first + kFcProjWeight, first + kFcProjBias + 1);
   kernels::LinearBackwardWeights(a.gelu, dx, g(kFcProjWeight), g(kFcProjBias), rows, 4 * c, c,
                                  mode);
   kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, 4 * c, c);
   RoundToPrecision(precision, dbig, rows * 4 * c);
+  writer.Finish();
   kernels::GeluBackward(dbig, a.fc, dbig, rows * 4 * c);
   RoundToPrecision(precision, dbig, rows * 4 * c);
+  writer.Begin(first + kFcWeight, first + kFcBias + 1);
   kernels::LinearBackwardWeights(a.ln2, dbig, g(kFcWeight), g(kFcBias), rows, c, 4 * c, mode);
   kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, 4 * c);
   RoundToPrecision(precision, dsmall, rows * c);
+  writer.Finish();
+  writer.Begin(first + kLn2Weight, first + kLn2Bias + 1);
   kernels::LayerNormBackward(dx, g_summed(kLn2Weight), g_summed(kLn2Bias), dsmall, a.residual,
                              w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c);
   RoundToPrecision(precision, dx, rows * c);
+  writer.Finish();
 
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
+  writer.Begin(first + kProjWeight, first + kProjBias + 1);
   kernels::LinearBackwardWeights(a.attention, dx, g(kProjWeight), g(kProjBias), rows, c, c, mode);
   kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, c, c);
   RoundToPrecision(precision, dsmall, rows * c);
+  writer.Finish();
   float* dqkv = dbig;
   if (options_.memory_efficient_attention) {
     kernels::AttentionBackwardLse(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
@@ -502,9 +549,12 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
                                pass.batch, options_.context, c, options_.heads);
   }
   RoundToPrecision(precision, dqkv, rows * 3 * c);
+  writer.Begin(first + kQkvWeight, first + kQkvBias + 1);
   kernels::LinearBackwardWeights(a.ln1, dqkv, g(kQkvWeight), g(kQkvBias), rows, c, 3 * c, mode);
   kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * c);
   RoundToPrecision(precision, dsmall, rows * c);
+  writer.Finish();
+  writer.Begin(first + kLn1Weight, first + kLn1Bias + 1);
   kernels::LayerNormBackward(dx, g_summed(kLn1Weight), g_summed(kLn1Bias), dsmall, Stream(block),
                              w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c);
   RoundToPrecision(precision, dx, rows * c);

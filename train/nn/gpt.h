@@ -103,17 +103,22 @@ class GptModel final : public Model {
   // batch.tokens[i] outside [0, vocab)) or options.loss_scale / options.loss_divisor not
   // finite and positive. Any batch.size works; buffers grow only for a larger one. `params`
   // and `grads` must have at least table().total_elements() floats (CHECK); gradient padding
-  // between tensors is left untouched. Announces on_grads_ready(offset) as soon as a group's
-  // gradients are final: lm_head.weight, lnf.weight, then h<l>.ln1.weight for l = layers-1
-  // down to 0, then 0 (wte, wpe). StepStats: loss_sum over the batch.size * context tokens,
+  // between tensors is left untouched (with options.store, the store's buffers instead).
+  // Announces on_grads_ready(offset) as soon as a parameter group's gradients are final (the
+  // offset of its first tensor: lm_head, lnf, then h<l>'s mlp.proj, mlp.fc, ln2, attn.proj,
+  // attn.qkv, ln1 for l = layers-1 down to 0, then 0 for wte and wpe). StepStats: loss_sum over the batch.size * context tokens,
   // loss_terms = that count, correct = the tokens whose highest logit is the target (next-
   // token accuracy; ties go to the lower id).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
                                             state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
   // The same forward, and so the same StepStats bit for bit as ForwardBackward.
+  using Model::Evaluate;
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
-                                     Precision precision) override;
+                                     Precision precision, ParameterStore* store) override;
+  // embeddings (wte, wpe; block "embeddings"), per block h<l>: ln1, attn.qkv, attn.proj,
+  // ln2, mlp.fc, mlp.proj (block "h<l>"), then lnf and lm_head (block "head").
+  std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
 
   const GptOptions& options() const { return options_; }
@@ -139,7 +144,8 @@ class GptModel final : public Model {
   };
   // What one call works with.
   struct Pass {
-    const float* params;  // the master parameters or their rounded copy
+    const float* params;  // the master parameters or their rounded copy (null with a store)
+    ParameterStore* store;
     Precision precision;
     int64_t batch;  // samples
     int64_t rows;   // batch * context
@@ -151,13 +157,15 @@ class GptModel final : public Model {
   // else the constant `value`.
   int AddTensor(const std::string& name, std::vector<int64_t> shape, float std, float value);
   const float* Tensor(const Pass& pass, int index) const {
-    return pass.params + table_.tensor(index).offset;
+    const float* base =
+        pass.store != nullptr ? pass.store->Parameters(group_of_tensor_[index]) : pass.params;
+    return base + table_.tensor(index).offset;
   }
 
   // Validates the batch, lays out the activations for it and splits its tokens into inputs
   // and targets.
   absl::StatusOr<Pass> Prepare(const Batch& batch, const state::FlatBuffer& params,
-                               Precision precision);
+                               Precision precision, ParameterStore* store);
   void PlaceActivations(int64_t batch);
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
   float* Stream(int64_t block) const;
@@ -189,6 +197,8 @@ class GptModel final : public Model {
   int lnf_ = 0;              // weight; bias at lnf_ + 1
   int lm_head_ = 0;
   int64_t largest_group_ = 0;  // elements spanned by the biggest group of gradients
+  std::vector<ParameterGroup> groups_;
+  std::vector<int> group_of_tensor_;
 
   // Activations of the current call: pointers into arena_.
   GrowBuffer<float> arena_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -424,7 +425,8 @@ TEST(GptModel, ActivationMemoryIsWhatTheHeaderLists) {
   }
 }
 
-// on_grads_ready: the LM head, lnf, each block from the last, then the embeddings at 0, each
+// on_grads_ready: the LM head, lnf, each layer of each block from the last, then the
+// embeddings at 0 (the parameter groups in reverse), each
 // announced range already final (compared with the finished gradients), with and without
 // checkpointing, in fp32 and bf16, overwriting and accumulating.
 TEST(GptModel, GradsReadyAnnouncesFinalRangesInDecreasingOrder) {
@@ -435,9 +437,13 @@ TEST(GptModel, GradsReadyAnnouncesFinalRangesInDecreasingOrder) {
     Trial s(options);
     const state::TensorTable& table = s.model->table();
     std::vector<int64_t> want;
-    for (const char* name : {"lm_head.weight", "lnf.weight", "h1.ln1.weight", "h0.ln1.weight"}) {
-      want.push_back(table.tensor(*table.Find(name)).offset);
+    std::vector<std::string> names = {"lm_head.weight", "lnf.weight"};
+    for (const char* block : {"h1", "h0"}) {
+      for (const char* layer : {"mlp.proj", "mlp.fc", "ln2", "attn.proj", "attn.qkv", "ln1"}) {
+        names.push_back(absl::StrCat(block, ".", layer, ".weight"));
+      }
     }
+    for (const std::string& name : names) want.push_back(table.tensor(*table.Find(name)).offset);
     want.push_back(0);
     for (Precision precision : {Precision::kFloat32, Precision::kBFloat16}) {
       for (bool accumulate : {false, true}) {

@@ -48,7 +48,12 @@ void SequentialClassifier::Add(std::unique_ptr<Layer> layer) {
   if (!layers_.empty()) CHECK_EQ(layer->input_size(), layers_.back()->output_size());
   largest_output_ = std::max(largest_output_, layer->output_size());
   const std::vector<Parameter>& parameters = layer->parameters();
+  layer_group_.push_back(parameters.empty() ? -1 : static_cast<int>(groups_.size()));
   if (!parameters.empty()) {
+    const int block = static_cast<int>(groups_.size());
+    groups_.push_back({layer->Describe(), parameters.front().table_index,
+                       parameters.back().table_index + 1, block,
+                       absl::StrCat("layer ", block)});
     const Parameter& last = parameters.back();
     largest_parameter_span_ =
         std::max(largest_parameter_span_, last.offset + last.numel - parameters.front().offset);
@@ -104,7 +109,8 @@ absl::Status CheckClassifierBatch(const Batch& batch, const std::string& descrip
 }
 
 const float* SequentialClassifier::ComputeParams(const state::FlatBuffer& params,
-                                                 Precision precision) {
+                                                 Precision precision, ParameterStore* store) {
+  if (store != nullptr) return nullptr;  // the store's parameters are in compute precision
   CHECK_GE(params.size(), table_.total_elements());
   if (!IsHalf(precision)) return params.data();
   if (compute_params_.size() != params.size()) compute_params_ = state::FlatBuffer(params.size());
@@ -112,8 +118,14 @@ const float* SequentialClassifier::ComputeParams(const state::FlatBuffer& params
   return compute_params_.data();
 }
 
+const float* SequentialClassifier::LayerParams(size_t i, const float* params,
+                                               ParameterStore* store) const {
+  if (store == nullptr || layer_group_[i] < 0) return params;
+  return store->Parameters(layer_group_[i]);
+}
+
 const float* SequentialClassifier::Forward(const Batch& batch, const float* params,
-                                           Precision precision) {
+                                           Precision precision, ParameterStore* store) {
   const int64_t n = batch.size;
   input_ = batch.features.data();
   if (IsHalf(precision) || layers_.front()->aliasing() == Aliasing::kInPlace) {
@@ -128,7 +140,7 @@ const float* SequentialClassifier::Forward(const Batch& batch, const float* para
     float* y = layer.aliasing() == Aliasing::kSeparate
                    ? output_buffers_[i].Reserve(n * layer.output_size())
                    : (i == 0 ? input_copy_.data() : outputs_[i - 1]);  // x, writable
-    layer.Forward(params, x, y, n);
+    layer.Forward(LayerParams(i, params, store), x, y, n);
     RoundToPrecision(precision, y, n * layer.output_size());
     outputs_[i] = y;
   }
@@ -137,9 +149,11 @@ const float* SequentialClassifier::Forward(const Batch& batch, const float* para
 
 absl::StatusOr<StepStats> SequentialClassifier::Evaluate(const Batch& batch,
                                                          const state::FlatBuffer& params,
-                                                         Precision precision) {
+                                                         Precision precision,
+                                                         ParameterStore* store) {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
-  const float* logits = Forward(batch, ComputeParams(params, precision), precision);
+  const float* logits =
+      Forward(batch, ComputeParams(params, precision, store), precision, store);
   return loss_.Forward(logits, batch.labels.data(), batch.size);
 }
 
@@ -148,10 +162,15 @@ absl::StatusOr<StepStats> SequentialClassifier::ForwardBackward(
     const ForwardBackwardOptions& options) {
   if (absl::Status s = CheckBatch(batch); !s.ok()) return s;
   if (absl::Status s = CheckLossOptions(options); !s.ok()) return s;
-  CHECK_GE(grads.size(), table_.total_elements());
+  if (options.store != nullptr && options.accumulate) {
+    return absl::InvalidArgumentError(
+        "ForwardBackwardOptions: accumulate with a ParameterStore (the store sums micro-batches)");
+  }
+  if (options.store == nullptr) CHECK_GE(grads.size(), table_.total_elements());
   const int64_t n = batch.size;
-  const float* compute_params = ComputeParams(params, options.precision);
-  const float* logits = Forward(batch, compute_params, options.precision);
+  const float* compute_params = ComputeParams(params, options.precision, options.store);
+  const float* logits = Forward(batch, compute_params, options.precision, options.store);
+  if (options.store != nullptr) options.store->BeginBackward();
 
   float* dlogits = grad_[0].Reserve(n * largest_output_);
   grad_[1].Reserve(n * largest_output_);
@@ -168,22 +187,31 @@ void SequentialClassifier::Backward(const float* params, int64_t n, state::FlatB
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
     const float* dy = grad_[current].data();
-    BackwardParams(layer, LayerInput(i), dy, n, grads, options);
-    if (i == 0) break;  // no gradient for the data
-    if (layer.aliasing() == Aliasing::kSeparate) current = 1 - current;
-    float* dx = grad_[current].data();
-    layer.BackwardInput(params, LayerInput(i), outputs_[i], dy, dx, n);
-    RoundToPrecision(options.precision, dx, n * layer.input_size());
+    BackwardParams(layer, layer_group_[i], LayerInput(i), dy, n, grads, options);
+    if (i > 0) {  // no gradient for the data
+      if (layer.aliasing() == Aliasing::kSeparate) current = 1 - current;
+      float* dx = grad_[current].data();
+      layer.BackwardInput(LayerParams(i, params, options.store), LayerInput(i), outputs_[i], dy,
+                          dx, n);
+      RoundToPrecision(options.precision, dx, n * layer.input_size());
+    }
+    // The layer's gradients are final and its parameters read for the last time.
+    if (layer_group_[i] >= 0) {
+      if (options.store != nullptr) options.store->GradientsDone(layer_group_[i]);
+      if (options.on_grads_ready) options.on_grads_ready(layer.parameters().front().offset);
+    }
+    if (i == 0) break;
   }
   // The first layer with parameters announced offset 0 already, unless there is none.
   if (options.on_grads_ready && table_.size() == 0) options.on_grads_ready(0);
 }
 
-void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const float* dy, int64_t n,
-                                          state::FlatBuffer& grads,
+void SequentialClassifier::BackwardParams(Layer& layer, int group, const float* x,
+                                          const float* dy, int64_t n, state::FlatBuffer& grads,
                                           const ForwardBackwardOptions& options) {
   const std::vector<Parameter>& parameters = layer.parameters();
   if (parameters.empty()) return;
+  float* base = options.store != nullptr ? options.store->Gradients(group) : grads.data();
   const bool half = IsHalf(options.precision);
   // Half precision with accumulate: the gradient is produced (and rounded) apart, then added.
   const bool staged = half && options.accumulate;
@@ -191,7 +219,7 @@ void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const fl
   const int64_t first = parameters.front().offset;
   for (size_t k = 0; k < parameters.size(); ++k) {
     grad_targets_[k] =
-        staged ? stage + (parameters[k].offset - first) : grads.data() + parameters[k].offset;
+        staged ? stage + (parameters[k].offset - first) : base + parameters[k].offset;
   }
   const OutputMode mode =
       options.accumulate && !half ? OutputMode::kAccumulate : OutputMode::kOverwrite;
@@ -199,7 +227,7 @@ void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const fl
                        mode);
   if (half) {
     for (size_t k = 0; k < parameters.size(); ++k) {
-      float* sum = grads.data() + parameters[k].offset;
+      float* sum = base + parameters[k].offset;
       if (staged) {
         kernels::AddRounded(HalfFormatOf(options.precision), grad_targets_[k], sum,
                             parameters[k].numel);
@@ -208,7 +236,6 @@ void SequentialClassifier::BackwardParams(Layer& layer, const float* x, const fl
       }
     }
   }
-  if (options.on_grads_ready) options.on_grads_ready(first);
 }
 
 MemoryStats SequentialClassifier::memory() const {

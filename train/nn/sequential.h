@@ -72,8 +72,11 @@ class SequentialClassifier : public Model {
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
                                             state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
+  using Model::Evaluate;
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
-                                     Precision precision) override;
+                                     Precision precision, ParameterStore* store) override;
+  // One group per layer with parameters (its Describe()), each its own block.
+  std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
 
   int64_t input_size() const { return layers_.front()->input_size(); }
@@ -91,20 +94,29 @@ class SequentialClassifier : public Model {
 
  private:
   absl::Status CheckBatch(const Batch& batch) const;
-  // The parameters the layers read: `params` itself, or its rounded compute copy.
-  const float* ComputeParams(const state::FlatBuffer& params, Precision precision);
+  // The parameters the layers read: `params` itself, or its rounded compute copy (null with
+  // a store: layers ask it).
+  const float* ComputeParams(const state::FlatBuffer& params, Precision precision,
+                             ParameterStore* store);
+  // Layer i's parameter base: `params`, or the store's for the layer's group.
+  const float* LayerParams(size_t i, const float* params, ParameterStore* store) const;
   // Runs every layer; returns the logits.
-  const float* Forward(const Batch& batch, const float* params, Precision precision);
+  const float* Forward(const Batch& batch, const float* params, Precision precision,
+                       ParameterStore* store);
   // From dlogits (in grad_[0]) down to the first layer.
   void Backward(const float* params, int64_t n, state::FlatBuffer& grads,
                 const ForwardBackwardOptions& options);
-  void BackwardParams(Layer& layer, const float* x, const float* dy, int64_t n,
+  // Writes the layer's parameter gradients (group `group`: into the store's buffer when
+  // options.store is set).
+  void BackwardParams(Layer& layer, int group, const float* x, const float* dy, int64_t n,
                       state::FlatBuffer& grads, const ForwardBackwardOptions& options);
   const float* LayerInput(size_t i) const { return i == 0 ? input_ : outputs_[i - 1]; }
 
   std::string description_;
   state::TensorTable table_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<ParameterGroup> groups_;
+  std::vector<int> layer_group_;  // per layer: its group, -1 without parameters
   SoftmaxCrossEntropy loss_;
 
   // Activations of the current call: the input and each layer's output.
