@@ -51,6 +51,9 @@ struct ParameterGroup {
   int end_tensor = 0;
   int block = 0;         // 0, 1, ... in forward order
   std::string block_name;  // "h3", "embeddings", "head", "layer 1"
+  // Whether backward reads the group's parameters (an embedding's and a network's first
+  // layer's do not: they make no input gradient).
+  bool backward_reads_parameters = true;
 };
 
 // Where a model finds its parameters and puts its gradients when they are not whole flat

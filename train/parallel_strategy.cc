@@ -40,14 +40,17 @@ class DataParallel final : public ParallelStrategy {
     return absl::StrCat("ZeRO-", options_.zero_stage, "; buckets ", sync_->num_buckets(), " (",
                         options_.bucket_mb, " MiB), overlap ", options_.overlap ? "on" : "off");
   }
-  int64_t padded_elements() const override { return padded_; }
-  state::FlatRange owned() const override { return owned_; }
-  state::FlatRange saved() const override { return saved_; }
+  int64_t local_elements() const override { return padded_; }
+  state::FlatRange update_window() const override { return owned_; }
+  std::vector<state::PlacedRange> update_pieces() const override { return {{owned_, 0}}; }
+  std::vector<state::PlacedRange> saved_pieces() const override {
+    return {state::InPlace(saved_)};
+  }
   bool whole_state_on_every_rank() const override { return options_.zero_stage == 0; }
   const SumAcrossRanks& sum() const override { return sum_; }
 
   // Every rank holds every parameter.
-  absl::Status MaterializeParameters() override { return absl::OkStatus(); }
+  absl::Status MaterializeParameters(absl::Span<float>) override { return absl::OkStatus(); }
   void BeginGradients(float* grads, bool measure_local_norm) override {
     sync_->Begin(grads, measure_local_norm ? GradientSync::StepDiagnostics::kLocalGradNorm
                                            : GradientSync::StepDiagnostics::kNone);

@@ -3,13 +3,19 @@
 // parallelism each do their own way (ARCHITECTURE.md "trainer").
 //
 // A step with a strategy, on the training thread:
-//   MaterializeParameters()              the parameters the forward needs are in place
+//   MaterializeParameters(params)        the parameters the forward needs are in place
 //   BeginGradients(grads, diagnostics)   the backward starts writing `grads`
-//   GradientsReady(offset)               ... every gradient at offset >= `offset` is final
-//   ReduceGradients()                    this rank holds the reduced gradient of owned()
-//   (unscale, clip with sum(), the optimizer on owned())
+//   per micro-batch: BeginPass(kind), then the model's ForwardBackward with store() (when
+//     not null), which asks for parameters and hands over gradients unit by unit; or,
+//     without a store, GradientsReady(offset): every gradient at offset >= `offset` is final
+//   ReduceGradients()                    this rank holds the reduced gradient of its pieces
+//   (unscale, clip with sum(), the optimizer on update_window())
 //   AfterOptimizerStep(params)           every rank's parameters are current again
 // Every rank calls the same sequence: the collectives inside match.
+//
+// The step's buffers (`params` and `grads` of the trainer, local_elements() floats each)
+// are the whole padded flat space for data parallelism and ZeRO-1, and a rank's shard of
+// every unit for ZeRO-2/3 (train/fsdp_layout.h): pieces of the flat space at local offsets.
 //
 // Thread-safety: from the training thread only.
 #ifndef RINGMASTER_TRAIN_PARALLEL_STRATEGY_H_
@@ -18,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +34,7 @@
 #include "state/range.h"
 #include "state/tensor.h"
 #include "train/grad_sync.h"
+#include "train/model.h"
 #include "train/optim/sum_across_ranks.h"
 #include "train/optim/vector_ops.h"
 
@@ -38,13 +46,17 @@ class ParallelStrategy {
 
   // For the start-up line, e.g. "ZeRO-1; buckets 3 (25 MiB), overlap on".
   virtual std::string Describe() const = 0;
-  // Elements of the flat buffers this rank allocates (the table's, padded).
-  virtual int64_t padded_elements() const = 0;
-  // The part of the flat index space whose optimizer state this rank keeps and updates.
-  virtual state::FlatRange owned() const = 0;
-  // The part this rank writes to a checkpoint (each rank saves a disjoint part, so the
-  // save work is split N ways; any world size can load them).
-  virtual state::FlatRange saved() const = 0;
+  // Elements of the step's parameter and gradient buffers this rank allocates.
+  virtual int64_t local_elements() const = 0;
+  // The part of the step's buffers that the optimizer updates (its spans), and the pieces of
+  // the flat index space in it (`at` counted from the window's start): the optimizer keeps
+  // state for them only.
+  virtual state::FlatRange update_window() const = 0;
+  virtual std::vector<state::PlacedRange> update_pieces() const = 0;
+  // The pieces this rank writes to a checkpoint, `at` in the step's parameter buffer (the
+  // ranks save disjoint parts that tile the flat space, so the save work is split N ways;
+  // any stage and world size can load them).
+  virtual std::vector<state::PlacedRange> saved_pieces() const = 0;
   // Whether every rank holds the whole training state (the survivors of an elastic job can
   // then restore from any one rank's memory).
   virtual bool whole_state_on_every_rank() const = 0;
@@ -52,17 +64,31 @@ class ParallelStrategy {
   // LAMB's trust ratios, the loss scaler's overflow vote).
   virtual const SumAcrossRanks& sum() const = 0;
 
-  // The parameters the forward reads are in place.
-  virtual absl::Status MaterializeParameters() = 0;
+  // The parameters the forward reads are in place; `params` is the step's parameter buffer
+  // (ZeRO-3 gathers from it until ReduceGradients or EndEvaluation). Also before an
+  // evaluation.
+  virtual absl::Status MaterializeParameters(absl::Span<float> params) = 0;
+  // Where the model reads its parameters and writes its gradients (ForwardBackwardOptions::
+  // store), or null: `params` and `grads` whole.
+  virtual ParameterStore* store() { return nullptr; }
+  // Before each model pass with store(): a micro-batch whose gradients count, one run only to
+  // take part in the ranks' collectives (a rank with no sample in this micro-batch: its
+  // gradients count as zero), or an evaluation (forward only; end it with EndEvaluation).
+  enum class Pass { kTrain, kDiscard, kEvaluate };
+  virtual void BeginPass(Pass pass) {}
+  virtual absl::Status EndEvaluation() { return absl::OkStatus(); }
   virtual void BeginGradients(float* grads, bool measure_local_norm) = 0;
   virtual void GradientsReady(int64_t offset) = 0;
   // Blocks until this rank holds the reduced gradient of owned(); the communicator's error
   // otherwise (the step must not be applied).
   virtual absl::Status ReduceGradients() = 0;
   virtual const GradientSyncStats& last_step() const = 0;
-  // After the optimizer updated owned() of `params` (the step's memory, padded): every rank's
-  // parameters are whole and current.
+  // After the optimizer updated update_window() of `params` (the step's buffer), or after
+  // a restore wrote it: every rank's parameters are current again.
   virtual absl::Status AfterOptimizerStep(absl::Span<float> params) = 0;
+  // Bytes of unit buffers (gathered parameters, unreduced gradients, staging) this strategy
+  // holds now and at most so far; 0 for data parallelism.
+  virtual int64_t unit_buffer_bytes_peak() const { return 0; }
 };
 
 struct DataParallelOptions {

@@ -49,16 +49,29 @@ absl::Status CheckTiling(const std::vector<int64_t>& ranges, const char* what) {
   return absl::OkStatus();
 }
 
+// Data parallelism updates and saves one range each, in place in the step's buffers.
+state::FlatRange Owned(const ParallelStrategy& s) {
+  EXPECT_EQ(s.update_pieces().size(), 1u);
+  EXPECT_EQ(s.update_pieces()[0].at, 0);
+  EXPECT_EQ(s.update_pieces()[0].range, s.update_window());
+  return s.update_window();
+}
+state::FlatRange Saved(const ParallelStrategy& s) {
+  EXPECT_EQ(s.saved_pieces().size(), 1u);
+  EXPECT_EQ(s.saved_pieces()[0].at, s.saved_pieces()[0].range.begin);
+  return s.saved_pieces()[0].range;
+}
+
 // The ranges this rank owns and saves, against those of the others.
 absl::Status CheckRanges(TcpCommunicator& comm, const ParallelStrategy& s, int zero) {
-  absl::StatusOr<std::vector<int64_t>> owned = GatherRanges(comm, s.owned());
+  absl::StatusOr<std::vector<int64_t>> owned = GatherRanges(comm, Owned(s));
   if (!owned.ok()) return owned.status();
-  absl::StatusOr<std::vector<int64_t>> saved = GatherRanges(comm, s.saved());
+  absl::StatusOr<std::vector<int64_t>> saved = GatherRanges(comm, Saved(s));
   if (!saved.ok()) return saved.status();
   if (zero == 0) {
     // Every rank owns everything.
-    if (s.owned() != state::FlatRange{0, kElements}) {
-      return Fail(absl::StrCat("ZeRO-0 owns ", state::RangeString(s.owned())));
+    if (Owned(s) != state::FlatRange{0, kElements}) {
+      return Fail(absl::StrCat("ZeRO-0 owns ", state::RangeString(Owned(s))));
     }
   } else if (absl::Status t = CheckTiling(*owned, "owned"); !t.ok()) {
     return t;
@@ -85,12 +98,12 @@ absl::Status CheckSum(TcpCommunicator& comm, const ParallelStrategy& s, int zero
 // holds their sum over the ranks on owned().
 absl::Status CheckReduce(TcpCommunicator& comm, ParallelStrategy& s) {
   const int n = comm.size(), r = comm.rank();
-  std::vector<float> grads(s.padded_elements());
+  std::vector<float> grads(s.local_elements());
   for (int64_t i = 0; i < kElements; ++i) grads[i] = Grad(r, i);
   s.BeginGradients(grads.data(), /*measure_local_norm=*/false);
   for (int64_t offset = kElements - 1500; offset > 0; offset -= 1500) s.GradientsReady(offset);
   if (absl::Status st = s.ReduceGradients(); !st.ok()) return st;
-  for (int64_t i = s.owned().begin; i < s.owned().end; ++i) {
+  for (int64_t i = Owned(s).begin; i < Owned(s).end; ++i) {
     float want = 0;
     for (int q = 0; q < n; ++q) want += Grad(q, i);
     if (grads[i] != want) {
@@ -103,8 +116,8 @@ absl::Status CheckReduce(TcpCommunicator& comm, ParallelStrategy& s) {
 // Each rank updates only owned(); afterwards every rank's parameters are whole.
 absl::Status CheckAfterStep(TcpCommunicator& comm, ParallelStrategy& s) {
   const int r = comm.rank();
-  std::vector<float> params(s.padded_elements(), -1.0f - r);  // stale, and rank-specific
-  for (int64_t i = s.owned().begin; i < s.owned().end; ++i) params[i] = Updated(i);
+  std::vector<float> params(s.local_elements(), -1.0f - r);  // stale, and rank-specific
+  for (int64_t i = Owned(s).begin; i < Owned(s).end; ++i) params[i] = Updated(i);
   if (absl::Status st = s.AfterOptimizerStep(absl::MakeSpan(params)); !st.ok()) return st;
   for (int64_t i = 0; i < kElements; ++i) {
     if (params[i] != Updated(i)) {
@@ -126,14 +139,14 @@ TEST_P(DataParallelTest, OwnsReducesAndGathersItsPart) {
     o.bucket_mb = 0.01;  // several buckets
     absl::StatusOr<std::unique_ptr<ParallelStrategy>> s = CreateDataParallel(&comm, &comm, o);
     if (!s.ok()) return s.status();
-    if ((*s)->padded_elements() != PaddedElements(kElements, comm.size())) {
-      return Fail(absl::StrCat("padded_elements ", (*s)->padded_elements()));
+    if ((*s)->local_elements() != PaddedElements(kElements, comm.size())) {
+      return Fail(absl::StrCat("padded_elements ", (*s)->local_elements()));
     }
     if ((*s)->whole_state_on_every_rank() != (zero == 0)) return Fail("whole state");
     if ((*s)->Describe().find(absl::StrCat("ZeRO-", zero)) != 0) {
       return Fail((*s)->Describe());
     }
-    if (absl::Status st = (*s)->MaterializeParameters(); !st.ok()) return st;
+    if (absl::Status st = (*s)->MaterializeParameters({}); !st.ok()) return st;
     for (auto check : {CheckRanges, CheckSum}) {
       if (absl::Status st = check(comm, **s, zero); !st.ok()) return st;
     }

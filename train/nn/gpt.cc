@@ -207,6 +207,7 @@ GptModel::GptModel(const GptOptions& o)
     groups_.push_back({name, first, end, block, block_name});
   };
   group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
+  groups_.back().backward_reads_parameters = false;
   static constexpr const char* kLayers[] = {"ln1", "attn.qkv", "attn.proj",
                                             "ln2", "mlp.fc",   "mlp.proj"};
   for (int64_t l = 0; l < o.layers; ++l) {

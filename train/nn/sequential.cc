@@ -54,6 +54,8 @@ void SequentialClassifier::Add(std::unique_ptr<Layer> layer) {
     groups_.push_back({layer->Describe(), parameters.front().table_index,
                        parameters.back().table_index + 1, block,
                        absl::StrCat("layer ", block)});
+    // The network's first layer makes no input gradient, so its backward needs only x.
+    groups_.back().backward_reads_parameters = !layers_.empty();
     const Parameter& last = parameters.back();
     largest_parameter_span_ =
         std::max(largest_parameter_span_, last.offset + last.numel - parameters.front().offset);

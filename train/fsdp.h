@@ -1,0 +1,84 @@
+// Sharded data parallelism: ZeRO-2 and ZeRO-3 (fully sharded, FSDP) as a ParallelStrategy
+// that is also the model's ParameterStore (train/model.h).
+//
+// The flat index space is cut into units (train/fsdp_layout.h); a rank's step buffers hold
+// its piece of every unit: the fp32 master parameters, the reduced gradients and (in the
+// optimizer) the moments, 1/N of each.
+//
+// ZeRO-3, one micro-batch (a pass):
+//   forward   the model asks for a group's parameters: its unit is all-gathered (from the
+//             pieces, rounded to the compute precision, over the wire in 16 bits under
+//             bf16/fp16) into a unit buffer, unless already there; with forward prefetch the
+//             next prefetch_limit units' all-gathers are queued at once, so they run while
+//             this unit computes. Moving on to the next unit frees the previous one
+//             (reshard_after_forward; else every unit stays until its backward is done).
+//   backward  the unit is gathered again if it was freed (backward prefetch queues the
+//             units before it first); its gradients go to a zeroed unit gradient buffer;
+//             once the unit's last group is done, its gradients are reduce-scattered (in
+//             fp32, or bf16 with precision.reduce) and added to this rank's shard, and both
+//             unit buffers are freed.
+// So a micro-batch all-gathers every unit twice (once with reshard_after_forward: false)
+// and reduce-scatters it once; with gradient accumulation this happens per micro-batch and
+// the shard sums them (nothing unsharded is kept across micro-batches).
+//
+// ZeRO-2: parameters stay whole on every rank (a compute copy, rounded to the compute
+// precision, in the strategy), the fp32 master pieces are the step buffer; gradients go
+// through unit buffers and reduce-scatters as above, its units being buckets of bucket_mb;
+// after the optimizer step every unit is all-gathered into the compute copy.
+//
+// The collectives run on one communication thread, in the order the training thread asks
+// for them, which is the same on every rank (the same model, the same policy). The unit
+// buffers come from a pool that reuses freed buffers; it holds at most as many as were in use
+// at once, each at most the largest unit: for ZeRO-3 (1 + prefetch_limit) units of gathered
+// parameters (the one in use and those prefetched) and (2 + prefetch_limit) of gradients
+// (the one being written and the reductions queued before the gather the training thread
+// waits for next), so (2 prefetch_limit + 3) × the largest unit; more with
+// activation checkpointing (a segment's units stay gathered from its recomputation to its
+// backward) and with reshard_after_forward: false (every unit, from forward to backward).
+// ZeRO-2 holds 2 gradient buffers of a bucket (one written, one reduced) and one for the
+// gathers after the optimizer step. On top: the staging of one shard (fp32) and, with 16-bit
+// gathers or reductions, of one unit and one shard in 16 bits. unit_buffer_bytes_peak() is
+// the pool's peak plus the staging. Errors of a collective surface at ReduceGradients (or
+// EndEvaluation / AfterOptimizerStep): the step must not be applied.
+//
+// Thread-safety: the ParallelStrategy and ParameterStore calls from the training thread only.
+#ifndef RINGMASTER_TRAIN_FSDP_H_
+#define RINGMASTER_TRAIN_FSDP_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "state/tensor.h"
+#include "train/config.h"
+#include "train/fsdp_layout.h"
+#include "train/model.h"
+#include "train/parallel_strategy.h"
+
+namespace ringmaster::train {
+
+struct ShardedOptions {
+  const state::TensorTable* table = nullptr;  // the model's; not owned, outlives the strategy
+  std::vector<ParameterGroup> groups;         // the model's parameter_groups()
+  int zero_stage = 3;                         // 2 or 3
+  FsdpConfig fsdp;                            // stage 3's units, prefetch, resharding
+  double bucket_mb = 25;                      // stage 2's units
+  Precision compute = Precision::kFloat32;    // the gathered parameters' precision
+  Precision reduce = Precision::kFloat32;     // the reduce-scatter's: fp32 or bf16
+  absl::Duration op_timeout = absl::Seconds(120);
+};
+
+// The strategy over `comm` (host memory; CPU training) with partial sums over `host_comm`.
+// Neither is owned; both outlive the strategy and have the same ranks. INVALID_ARGUMENT for
+// a stage other than 2 or 3, a reduce precision other than fp32 or bf16, or a bad layout.
+absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreateShardedDataParallel(
+    comm::Communicator* comm, comm::Communicator* host_comm, const ShardedOptions& options);
+
+// The layout a strategy with these options uses on `world` ranks (for memory estimates).
+absl::StatusOr<FsdpLayout> ShardedLayout(const ShardedOptions& options, int world);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_FSDP_H_
