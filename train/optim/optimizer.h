@@ -128,10 +128,11 @@ class Optimizer {
   absl::Status Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                     const SumAcrossRanks& sum);
 
-  // The optimizer's range. For a placement of several pieces: the flat indices from the
-  // first piece's begin to the last piece's end, which may hold indices of no piece (other
-  // ranks' parts of the units), in another layout than the local buffer: use placement()
-  // to address the buffers. {0, 0} for no pieces.
+  // The optimizer's range. For a placement: the flat indices from the first piece's begin
+  // to the last piece's end (the one piece's range when there is one; {0, 0} for none).
+  // With several pieces it holds indices of no piece (other ranks' parts of the units) and
+  // is not the layout of the local buffers: slicing params by range() is right only for a
+  // range (Step CHECKs the size); address the buffers through placement().
   state::FlatRange range() const { return range_; }
   // Where the flat indices are in params, grads and each state buffer: {range(), at 0} for
   // an optimizer created for a range.
@@ -219,7 +220,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const state::TensorTa
 // The same for `pieces` of the flat space placed in a local buffer of `local_elements`
 // (ZeRO-2/3: a rank's piece of every unit). INVALID_ARGUMENT as above, and for pieces that
 // state::CheckPlacement refuses, naming the piece ("optimizer placement: piece 1 ([64, 96)
-// at 40): ...") or a negative local_elements.
+// at 40): ...", or the two local spans that overlap), or a negative local_elements.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const state::TensorTable& table, absl::Span<const state::PlacedRange> pieces,
     int64_t local_elements, const OptimizerOptions& options, VectorOps* ops = HostVectorOps());
