@@ -25,9 +25,9 @@ absl::StatusOr<std::vector<bool>> ResolveDecayMask(const state::TensorTable& tab
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const state::TensorTable& table, state::FlatRange range, const SgdOptions& options,
-      const std::vector<bool>& decay_mask)
-      : Optimizer(table, range, options.weight_decay, decay_mask,
+  Sgd(const state::TensorTable& table, absl::Span<const state::PlacedRange> pieces,
+      int64_t local_elements, const SgdOptions& options, const std::vector<bool>& decay_mask)
+      : Optimizer(table, pieces, local_elements, options.weight_decay, decay_mask,
                   options.momentum != 0 ? std::vector<std::string>{"momentum"}
                                         : std::vector<std::string>{}),
         options_(options) {}
@@ -68,9 +68,10 @@ absl::Status CheckAdamOptions(const Options& o) {
 template <typename Options>
 class AdamFamily : public Optimizer {
  public:
-  AdamFamily(const state::TensorTable& table, state::FlatRange range, const Options& options,
-             const std::vector<bool>& decay_mask)
-      : Optimizer(table, range, options.weight_decay, decay_mask, {"exp_avg", "exp_avg_sq"}),
+  AdamFamily(const state::TensorTable& table, absl::Span<const state::PlacedRange> pieces,
+             int64_t local_elements, const Options& options, const std::vector<bool>& decay_mask)
+      : Optimizer(table, pieces, local_elements, options.weight_decay, decay_mask,
+                  {"exp_avg", "exp_avg_sq"}),
         options_(options) {}
 
  protected:
@@ -121,9 +122,10 @@ class Lamb final : public AdamFamily<LambOptions> {
   }
 
  private:
-  // Pass 1 sums ||w||^2 and ||r||^2 of this range's pieces into per-tensor slots (2 per
-  // tensor of the table, so every rank's vector has the same layout); the ranks add them
-  // up; pass 2 applies each tensor's trust ratio. Nothing changes before pass 2.
+  // Pass 1 sums ||w||^2 and ||r||^2 of this rank's tensor pieces into per-tensor slots (2
+  // per tensor of the table, so every rank's vector has the same layout; a tensor in two
+  // placed pieces adds both); the ranks add them up; pass 2 applies each tensor's trust
+  // ratio. Nothing changes before pass 2.
   absl::Status Update(int64_t step, float lr, absl::Span<float> params,
                       absl::Span<const float> grads, const SumAcrossRanks& sum) override {
     const kernels::AdamMomentArgs args = MomentArgs(step);
@@ -154,32 +156,35 @@ class Lamb final : public AdamFamily<LambOptions> {
 };
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
-                                                  state::FlatRange range, const SgdOptions& o) {
+                                                  absl::Span<const state::PlacedRange> pieces,
+                                                  int64_t local_elements, const SgdOptions& o) {
   RM_RETURN_IF_ERROR(settings::CheckDecayRate("momentum", o.momentum));
   if (o.nesterov && o.momentum == 0) {
     return absl::InvalidArgumentError("nesterov needs a momentum > 0");
   }
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("weight_decay", o.weight_decay, 0));
   RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
-  return std::make_unique<Sgd>(table, range, o, mask);
+  return std::make_unique<Sgd>(table, pieces, local_elements, o, mask);
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
-                                                  state::FlatRange range, const AdamWOptions& o) {
+                                                  absl::Span<const state::PlacedRange> pieces,
+                                                  int64_t local_elements, const AdamWOptions& o) {
   RM_RETURN_IF_ERROR(CheckAdamOptions(o));
   RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
-  return std::make_unique<AdamW>(table, range, o, mask);
+  return std::make_unique<AdamW>(table, pieces, local_elements, o, mask);
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Create(const state::TensorTable& table,
-                                                  state::FlatRange range, const LambOptions& o) {
+                                                  absl::Span<const state::PlacedRange> pieces,
+                                                  int64_t local_elements, const LambOptions& o) {
   RM_RETURN_IF_ERROR(CheckAdamOptions(o));
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("min_weight_norm", o.min_weight_norm, 0));
   RM_RETURN_IF_ERROR(settings::CheckReal("max_weight_norm", o.max_weight_norm, o.min_weight_norm,
                                          settings::Bound::kClosed, settings::kInfinity,
                                          settings::Bound::kClosed));
   RM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveDecayMask(table, o.decay_mask));
-  return std::make_unique<Lamb>(table, range, o, mask);
+  return std::make_unique<Lamb>(table, pieces, local_elements, o, mask);
 }
 
 }  // namespace
@@ -193,17 +198,25 @@ std::vector<bool> DecayMatrices(const state::TensorTable& table) {
 
 Optimizer::~Optimizer() = default;
 
-Optimizer::Optimizer(const state::TensorTable& table, state::FlatRange range, double weight_decay,
+Optimizer::Optimizer(const state::TensorTable& table, absl::Span<const state::PlacedRange> pieces,
+                     int64_t local_elements, double weight_decay,
                      const std::vector<bool>& decay_mask, std::vector<std::string> state_names)
-    : range_(range), num_tensors_(table.size()), weight_decay_(weight_decay) {
+    : placement_(pieces.begin(), pieces.end()),
+      local_elements_(local_elements),
+      range_(pieces.empty() ? state::FlatRange{}
+                            : state::FlatRange{pieces.front().range.begin, pieces.back().range.end}),
+      num_tensors_(table.size()),
+      weight_decay_(weight_decay) {
   CHECK_EQ(static_cast<int>(decay_mask.size()), table.size());
   decayed_tensors_ = static_cast<int>(std::count(decay_mask.begin(), decay_mask.end(), true));
-  for (const state::TensorPiece& piece : state::PiecesInRange(table, range)) {
-    pieces_.push_back(
-        {.tensor = piece.tensor,
-         .offset = piece.begin - range.begin,
-         .size = piece.end - piece.begin,
-         .weight_decay = decay_mask[piece.tensor] ? static_cast<float>(weight_decay) : 0.0f});
+  for (const state::PlacedRange& placed : placement_) {
+    for (const state::TensorPiece& piece : state::PiecesInRange(table, placed.range)) {
+      pieces_.push_back(
+          {.tensor = piece.tensor,
+           .offset = placed.at + (piece.begin - placed.range.begin),
+           .size = piece.end - piece.begin,
+           .weight_decay = decay_mask[piece.tensor] ? static_cast<float>(weight_decay) : 0.0f});
+    }
   }
   state_names_ = std::move(state_names);
 }
@@ -211,10 +224,10 @@ Optimizer::Optimizer(const state::TensorTable& table, state::FlatRange range, do
 absl::Status Optimizer::AllocateState(VectorOps* ops) {
   ops_ = ops;
   for (const std::string& name : state_names_) {
-    absl::StatusOr<OpsBuffer> buffer = ops->Allocate(range_.size());
+    absl::StatusOr<OpsBuffer> buffer = ops->Allocate(local_elements_);
     if (!buffer.ok()) {
       return absl::Status(buffer.status().code(),
-                          absl::StrCat("optimizer state ", name, " (", range_.size(),
+                          absl::StrCat("optimizer state ", name, " (", local_elements_,
                                        " floats, ", ops->name(), "): ", buffer.status().message()));
     }
     state_.emplace_back(name, *std::move(buffer));
@@ -224,10 +237,10 @@ absl::Status Optimizer::AllocateState(VectorOps* ops) {
 
 absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<const float> grads,
                              const SumAcrossRanks& sum) {
-  CHECK_EQ(static_cast<int64_t>(params.size()), range_.size())
-      << "params of " << state::RangeString(range_);
-  CHECK_EQ(static_cast<int64_t>(grads.size()), range_.size())
-      << "grads of " << state::RangeString(range_);
+  CHECK_EQ(static_cast<int64_t>(params.size()), local_elements_)
+      << "params of " << state::RangeString(range_) << " in " << placement_.size() << " piece(s)";
+  CHECK_EQ(static_cast<int64_t>(grads.size()), local_elements_)
+      << "grads of " << state::RangeString(range_) << " in " << placement_.size() << " piece(s)";
   RM_RETURN_IF_ERROR(settings::CheckAtLeast("lr", lr, 0));
   RM_RETURN_IF_ERROR(Update(step_ + 1, static_cast<float>(lr), params, grads, sum));
   ++step_;
@@ -235,8 +248,17 @@ absl::Status Optimizer::Step(double lr, absl::Span<float> params, absl::Span<con
 }
 
 std::vector<StateBuffer> Optimizer::state_buffers() {
+  std::vector<const state::PlacedRange*> listed;
+  for (const state::PlacedRange& p : placement_) {
+    if (p.range.size() > 0) listed.push_back(&p);
+  }
+  if (listed.empty() && !placement_.empty()) listed.push_back(&placement_.front());
   std::vector<StateBuffer> buffers;
-  for (auto& [name, buffer] : state_) buffers.push_back({name, range_, buffer.span()});
+  for (auto& [name, buffer] : state_) {
+    for (const state::PlacedRange* p : listed) {
+      buffers.push_back({name, p->range, buffer.span().subspan(p->at, p->range.size())});
+    }
+  }
   return buffers;
 }
 
@@ -266,9 +288,25 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const state::TensorTa
                                                            const OptimizerOptions& options,
                                                            VectorOps* ops) {
   RM_RETURN_IF_ERROR(state::CheckRange(table, range));
+  const state::PlacedRange piece{range, 0};
+  return CreateOptimizer(table, absl::MakeConstSpan(&piece, 1), range.size(), options, ops);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const state::TensorTable& table, absl::Span<const state::PlacedRange> pieces,
+    int64_t local_elements, const OptimizerOptions& options, VectorOps* ops) {
+  if (local_elements < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer placement: local_elements must be >= 0, got ", local_elements));
+  }
+  if (absl::Status s = state::CheckPlacement(table, pieces, local_elements); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer placement: ", s.message()));
+  }
   if (ops == nullptr) return absl::InvalidArgumentError("CreateOptimizer: ops is null");
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                      std::visit([&](const auto& o) { return Create(table, range, o); }, options));
+  RM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Optimizer> optimizer,
+      std::visit([&](const auto& o) { return Create(table, pieces, local_elements, o); },
+                 options));
   RM_RETURN_IF_ERROR(optimizer->AllocateState(ops));
   return optimizer;
 }

@@ -6,6 +6,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +211,9 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
       Optimizer& optimizer = **opt;
       EXPECT_EQ(optimizer.state_bytes(),
                 static_cast<int64_t>(GetParam().state_names.size()) * range.size() * 4);
+      EXPECT_EQ(optimizer.range(), range);
+      EXPECT_EQ(optimizer.placement(), (std::vector<state::PlacedRange>{{range, 0}}));
+      EXPECT_EQ(optimizer.local_elements(), range.size());
       if (restore_step > 0) Restore(restore, restore_step, optimizer);
       for (int s = first; s <= last; ++s) {
         ASSERT_TRUE(optimizer
@@ -226,6 +231,96 @@ class OptimizerTest : public ::testing::TestWithParam<Case> {
     std::vector<Chunk> all;
     for (auto& chunks : saved) all.insert(all.end(), chunks.begin(), chunks.end());
     return all;
+  }
+
+  // Runs steps 1..kSteps with `world` ranks, each holding its testing::UnitShardOf `units`
+  // in local buffers whose gaps hold sentinels (NaN gradients there would reach any
+  // element they were read into). Checks what each optimizer reports of its placement, that
+  // the gaps of params and state are untouched, and that state_buffers() lists the
+  // non-empty pieces. Writes the pieces' parameters back into params_; returns the state
+  // of every piece.
+  std::vector<Chunk> RunPlaced(const std::vector<state::FlatRange>& units, int world) {
+    const std::vector<state::FlatBuffer> grads = Gradients(table_, kSteps);
+    const std::vector<std::string>& names = GetParam().state_names;
+    std::vector<std::vector<Chunk>> saved(world);
+    testing::FakeRanks group(world);
+    group.Run([&](int rank, const SumAcrossRanks& sum) {
+      const testing::UnitShard shard = testing::UnitShardOf(units, world, rank);
+      const std::vector<bool> gap = Gaps(shard);
+      auto opt = CreateOptimizer(table_, shard.pieces, shard.local_elements, GetParam().options);
+      ASSERT_TRUE(opt.ok()) << opt.status();
+      Optimizer& optimizer = **opt;
+      EXPECT_EQ(optimizer.placement(), shard.pieces);
+      EXPECT_EQ(optimizer.local_elements(), shard.local_elements);
+      EXPECT_EQ(optimizer.range(),
+                (state::FlatRange{shard.pieces.front().range.begin, shard.pieces.back().range.end}));
+      EXPECT_EQ(optimizer.state_bytes(),
+                static_cast<int64_t>(names.size()) * shard.local_elements * 4);
+
+      std::vector<float> params = ToLocal(params_.span(), shard, kParamGap);
+      for (int s = 1; s <= kSteps; ++s) {
+        const std::vector<float> g = ToLocal(grads[s - 1].span(), shard, std::nanf(""));
+        ASSERT_TRUE(optimizer.Step(LrAt(s), absl::MakeSpan(params), g, sum).ok());
+      }
+      for (size_t k = 0; k < params.size(); ++k) {
+        if (gap[k]) {
+          ASSERT_EQ(params[k], kParamGap) << "rank " << rank << " gap element " << k;
+        }
+      }
+      for (const state::PlacedRange& p : shard.pieces) {
+        std::copy_n(params.begin() + p.at, p.range.size(), params_.data() + p.range.begin);
+      }
+
+      // Name-major, one per non-empty piece, each the piece's part of a local-sized buffer.
+      std::vector<state::PlacedRange> listed;
+      for (const state::PlacedRange& p : shard.pieces) {
+        if (p.range.size() > 0) listed.push_back(p);
+      }
+      const std::vector<StateBuffer> buffers = optimizer.state_buffers();
+      ASSERT_EQ(buffers.size(), names.size() * listed.size()) << "rank " << rank;
+      for (size_t n = 0; n < names.size(); ++n) {
+        const float* base = buffers[n * listed.size()].data.data() - listed[0].at;
+        for (size_t i = 0; i < listed.size(); ++i) {
+          const StateBuffer& b = buffers[n * listed.size() + i];
+          EXPECT_EQ(b.name, names[n]);
+          EXPECT_EQ(b.range, listed[i].range);
+          EXPECT_EQ(b.data.data(), base + listed[i].at) << b.name << " piece " << i;
+          EXPECT_EQ(static_cast<int64_t>(b.data.size()), listed[i].range.size());
+          saved[rank].push_back({b.name, b.range, {b.data.begin(), b.data.end()}});
+        }
+        for (size_t k = 0; k < gap.size(); ++k) {
+          if (gap[k]) {
+            ASSERT_EQ(base[k], 0.0f) << names[n] << " of rank " << rank << " gap " << k;
+          }
+        }
+      }
+    });
+    const bool lamb = std::holds_alternative<LambOptions>(GetParam().options);
+    EXPECT_EQ(group.rounds(), lamb ? kSteps : 0) << "one sum per step, LAMB only";
+    std::vector<Chunk> all;
+    for (auto& chunks : saved) all.insert(all.end(), chunks.begin(), chunks.end());
+    return all;
+  }
+
+  static constexpr float kParamGap = -777.25f;
+
+  // Which local offsets belong to no piece.
+  static std::vector<bool> Gaps(const testing::UnitShard& shard) {
+    std::vector<bool> gap(shard.local_elements, true);
+    for (const state::PlacedRange& p : shard.pieces) {
+      std::fill_n(gap.begin() + p.at, p.range.size(), false);
+    }
+    return gap;
+  }
+
+  // The pieces' elements of a flat buffer in a local buffer whose gaps hold `gap_value`.
+  static std::vector<float> ToLocal(absl::Span<const float> flat, const testing::UnitShard& shard,
+                                    float gap_value) {
+    std::vector<float> local(shard.local_elements, gap_value);
+    for (const state::PlacedRange& p : shard.pieces) {
+      std::copy_n(flat.begin() + p.range.begin, p.range.size(), local.begin() + p.at);
+    }
+    return local;
   }
 
   // Checkpoint resharding: each buffer takes, from every saved chunk of its name, the
@@ -337,6 +432,52 @@ TEST_P(OptimizerTest, EmptyRangeStillJoinsTheSums) {
   const int64_t total = table_.total_elements();
   RunSharded({{0, 40}, {40, 40}, {40, total}}, 1, kSteps);
   ExpectSame(params_.span(), want.span(), GetParam().bitwise_sharding, "params");
+}
+
+// Unit layouts over SmallModelTable for RunPlaced: units of whole tensors (as ZeRO-3's
+// wrapping makes them), and units cut inside tensors, so that conv.weight [112, 133) has
+// two pieces on one rank (its part of the small middle unit and its part of the next).
+std::vector<std::pair<std::string, std::vector<state::FlatRange>>> UnitLayouts(
+    const state::TensorTable& table) {
+  return {{"units of 2+2+2 tensors", testing::WholeTensorUnits(table, {2, 2, 2})},
+          {"units of 3+3 tensors", testing::WholeTensorUnits(table, {3, 3})},
+          {"units cut inside tensors", {{0, 115}, {115, 125}, {125, 160}}}};
+}
+
+TEST(UnitLayouts, CutTensorsTheWayTheTestsSay) {
+  const state::TensorTable table = testing::SmallModelTable();
+  EXPECT_EQ(testing::WholeTensorUnits(table, {2, 2, 2}),
+            (std::vector<state::FlatRange>{{0, 74}, {80, 103}, {112, 147}}));
+  // 3 ranks: unit 1 (23 elements) pads to 48, parts of 16; rank 2's part is empty.
+  const auto units = testing::WholeTensorUnits(table, {2, 2, 2});
+  const testing::UnitShard r2 = testing::UnitShardOf(units, 3, 2);
+  EXPECT_EQ(r2.pieces, (std::vector<state::PlacedRange>{
+                           {{64, 74}, 0}, {{103, 103}, 32}, {{144, 147}, 48}}));
+  EXPECT_EQ(r2.local_elements, 64);
+  // Cut inside conv.weight: rank 0 of 2 holds [115, 125) and [125, 157), both of conv.
+  const testing::UnitShard r0 = testing::UnitShardOf(UnitLayouts(table)[2].second, 2, 0);
+  EXPECT_EQ(r0.pieces, (std::vector<state::PlacedRange>{
+                           {{0, 64}, 0}, {{115, 125}, 64}, {{125, 157}, 80}}));
+}
+
+TEST_P(OptimizerTest, UnitShardsMatchOneOptimizerOverEverything) {
+  const auto whole_state = Join(RunSharded({state::FullRange(table_)}, 1, kSteps));
+  const state::FlatBuffer want = std::move(params_);
+  const bool bitwise = GetParam().bitwise_sharding;
+  for (const auto& [layout, units] : UnitLayouts(table_)) {
+    for (int world : {2, 3}) {
+      const std::string what = absl::StrCat(layout, " on ", world, " ranks");
+      SCOPED_TRACE(what);
+      params_ = InitialParams(table_);
+      const auto state = Join(RunPlaced(units, world));
+      ExpectSame(params_.span(), want.span(), bitwise, what);
+      ASSERT_EQ(state.size(), whole_state.size());
+      for (const auto& [name, values] : whole_state) {
+        ASSERT_TRUE(state.contains(name)) << name;
+        ExpectSame(state.at(name), values, bitwise, absl::StrCat(what, ": ", name));
+      }
+    }
+  }
 }
 
 TEST_P(OptimizerTest, NegativeOrNanLearningRateChangesNothing) {
@@ -464,6 +605,62 @@ TEST(CreateOptimizer, RejectsBadSettingsNamingThem) {
   auto outside = CreateOptimizer(table, {100, 161}, SgdOptions{});
   EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(outside.status().message(), HasSubstr("[100, 161)"));
+}
+
+TEST(CreateOptimizer, RefusesBadPlacementsNamingThePiece) {
+  const state::TensorTable table = testing::SmallModelTable();  // 160 flat elements
+  const struct {
+    std::vector<state::PlacedRange> pieces;
+    int64_t local_elements;
+    std::string message;
+  } kBad[] = {
+      {{{{0, 40}, 0}, {{30, 60}, 40}}, 70, "piece 1 ([30, 60) at 40): overlaps"},
+      {{{{50, 60}, 0}, {{0, 10}, 10}}, 20, "piece 1 ([0, 10) at 10): overlaps or comes before"},
+      {{{{0, 10}, 0}, {{150, 161}, 10}}, 30, "piece 1 ([150, 161) at 10): range [150, 161)"},
+      {{{{0, 10}, 0}, {{20, 30}, 15}}, 20, "piece 1 ([20, 30) at 15): its local span"},
+      {{{{0, 10}, -1}}, 20, "piece 0 ([0, 10) at -1): its local span"},
+      {{{{0, 10}, 0}, {{20, 30}, 5}}, 20, "local spans [0, 10) and [5, 15) overlap"},
+      {{}, -1, "local_elements must be >= 0, got -1"},
+  };
+  for (const auto& bad : kBad) {
+    for (const OptimizerOptions& options :
+         {OptimizerOptions{SgdOptions{}}, OptimizerOptions{LambOptions{}}}) {
+      auto opt = CreateOptimizer(table, bad.pieces, bad.local_elements, options);
+      EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
+      EXPECT_THAT(opt.status().message(), HasSubstr("optimizer placement: " + bad.message));
+    }
+  }
+  // The same pieces, well placed, are fine.
+  EXPECT_TRUE(CreateOptimizer(table, {{{0, 10}, 0}, {{20, 30}, 10}}, 20, SgdOptions{}).ok());
+}
+
+TEST(StateBuffers, EmptyPiecesListTheFirstAndNoPiecesNothing) {
+  const state::TensorTable table = testing::SmallModelTable();
+  auto empty = CreateOptimizer(table, {{{40, 40}, 0}, {{50, 50}, 0}}, 8, AdamWOptions{});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  const std::vector<StateBuffer> buffers = (*empty)->state_buffers();
+  ASSERT_EQ(buffers.size(), 2u);
+  EXPECT_EQ(buffers[0].name, "exp_avg");
+  EXPECT_EQ(buffers[1].name, "exp_avg_sq");
+  for (const StateBuffer& b : buffers) {
+    EXPECT_EQ(b.range, (state::FlatRange{40, 40}));
+    EXPECT_TRUE(b.data.empty());
+  }
+  EXPECT_EQ((*empty)->state_bytes(), 2 * 8 * 4);
+
+  auto none = CreateOptimizer(table, {}, 0, LambOptions{});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE((*none)->state_buffers().empty());
+  EXPECT_EQ((*none)->range(), (state::FlatRange{0, 0}));
+  // With nothing to update it still joins the ranks' sum, with every tensor's slots.
+  int calls = 0;
+  const SumAcrossRanks sum = [&](absl::Span<double> values) {
+    ++calls;
+    EXPECT_EQ(static_cast<int>(values.size()), 2 * table.size());
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE((*none)->Step(0.1, {}, {}, sum).ok());
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(RestoreStep, RejectsNegativeSteps) {

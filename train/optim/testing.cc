@@ -1,5 +1,6 @@
 #include "train/optim/testing.h"
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -30,6 +31,33 @@ std::vector<state::FlatRange> Shards(const state::TensorTable& table, int shards
   }
   ranges.push_back({begin, table.total_elements()});
   return ranges;
+}
+
+UnitShard UnitShardOf(absl::Span<const state::FlatRange> units, int world, int rank) {
+  CHECK(world >= 1 && rank >= 0 && rank < world) << rank << " of " << world;
+  const int64_t quantum = world * state::kAlignElements;
+  UnitShard shard;
+  for (const state::FlatRange& unit : units) {
+    const int64_t part = (unit.size() + quantum - 1) / quantum * quantum / world;
+    const int64_t begin = std::min(unit.begin + rank * part, unit.end);
+    const int64_t end = std::min(unit.begin + (rank + 1) * part, unit.end);
+    shard.pieces.push_back({{begin, end}, shard.local_elements});
+    shard.local_elements += part;
+  }
+  return shard;
+}
+
+std::vector<state::FlatRange> WholeTensorUnits(const state::TensorTable& table,
+                                               const std::vector<int>& tensors_per_unit) {
+  std::vector<state::FlatRange> units;
+  int first = 0;
+  for (int count : tensors_per_unit) {
+    CHECK(count >= 1 && first + count <= table.size()) << count << " tensors from " << first;
+    const state::TensorSpec& last = table.tensor(first + count - 1);
+    units.push_back({table.tensor(first).offset, last.offset + last.numel});
+    first += count;
+  }
+  return units;
 }
 
 void FillRandom(const state::TensorTable& table, uint64_t seed, float scale,

@@ -25,6 +25,21 @@ state::TensorTable SmallModelTable();
 // tensors and, for 4 shards, in padding.
 std::vector<state::FlatRange> Shards(const state::TensorTable& table, int shards);
 
+// A ZeRO-3 style layout for tests: each unit (a flat range) is padded to a multiple of
+// world × state::kAlignElements and cut into `world` equal parts; a rank holds the r-th part
+// of every unit, clipped to the unit's end (possibly empty), back to back in a local buffer
+// of every unit's part size together, the clipped-off padding left as a gap.
+struct UnitShard {
+  std::vector<state::PlacedRange> pieces;  // one per unit, in unit order
+  int64_t local_elements = 0;
+};
+UnitShard UnitShardOf(absl::Span<const state::FlatRange> units, int world, int rank);
+
+// Units of whole tensors: unit u is tensors_per_unit[u] consecutive tensors, from the
+// first one's offset to the last one's end (the padding after it belongs to no unit).
+std::vector<state::FlatRange> WholeTensorUnits(const state::TensorTable& table,
+                                               const std::vector<int>& tensors_per_unit);
+
 // Normal(0, scale) values from `seed` in the table's tensors; padding stays 0.
 void FillRandom(const state::TensorTable& table, uint64_t seed, float scale,
                 state::FlatBuffer& buffer);
