@@ -15,7 +15,9 @@
 //
 // Every block read is checked against its checksum. Bytes read exceed bytes needed only by
 // the partial blocks at the two ends of each wanted range inside each saved chunk (at most
-// two blocks, whose size the writer chose).
+// two blocks, whose size the writer chose, per target and chunk it meets: many small
+// targets from other chunks than theirs read more, and ranges that are the saved chunks,
+// as when a ZeRO-3 rank loads what it saved at the same world size, read nothing more).
 //
 // Errors, by what the caller should do:
 //   NOT_FOUND            there is no such checkpoint (none at all, or not that step): start
