@@ -308,8 +308,8 @@ void CheckpointWriter::CopyChunks(SnapshotCopy& copy) {
     const int64_t begin = chunk * kCopyChunk, end = std::min(copy.bytes, begin + kCopyChunk);
     // The sources lie back to back in ascending offsets: start at the last one that begins
     // at or before `begin` (a rank saving many pieces has thousands).
-    size_t first = std::upper_bound(copy.offsets.begin(), copy.offsets.end(), begin) -
-                   copy.offsets.begin();
+    const size_t first =
+        std::upper_bound(copy.offsets.begin(), copy.offsets.end(), begin) - copy.offsets.begin();
     for (size_t i = first > 0 ? first - 1 : 0;
          i < copy.sources.size() && copy.offsets[i] < end; ++i) {
       const int64_t at = copy.offsets[i];
