@@ -47,12 +47,14 @@ class CrashTest : public ::testing::Test {
     ASSERT_EQ(step2_.size(), 4u);
   }
 
-  testing::WorldOptions World(const std::string& root) const {
+  // units > 0: ZeRO-3's pieces of `units` units (testing::UnitPieces), saved and loaded.
+  testing::WorldOptions World(const std::string& root, int units = 0) const {
     testing::WorldOptions world;
     world.root = root;
     world.table = &table_;
     world.world = kWorld;
-    world.zero_stage = 1;
+    world.zero_stage = units > 0 ? 3 : 1;
+    world.units = units;
     world.base.retention.keep_last = 2;
     world.base.block_bytes = 4096;
     world.base.write_bytes = 4096;  // many pwrites: many places to die
@@ -68,12 +70,13 @@ class CrashTest : public ::testing::Test {
   }
 
   // Changing operations of a whole save of step 3, counted in this process.
-  int64_t CountOperations() const {
-    return testing::CountSaveOperations(World(Copy("crash-count")), 3);
+  int64_t CountOperations(int units = 0) const {
+    return testing::CountSaveOperations(World(Copy("crash-count"), units), 3);
   }
 
-  // Everything that must hold after a crash at any point.
-  void CheckAfterCrash(const std::string& root) {
+  // Everything that must hold after a crash at any point (with `units`: LATEST loads in
+  // pieces, the next save is in pieces).
+  void CheckAfterCrash(const std::string& root, int units = 0) {
     testing::CrashExpectations e;
     e.latest_may_be = {2, 3};
     e.untouched[2] = step2_;  // the previous checkpoint
@@ -81,7 +84,8 @@ class CrashTest : public ::testing::Test {
     e.load_world = 3;  // another world size
     e.load_zero_stage = 1;
     e.next_step = 4;
-    const std::vector<std::string> violations = testing::CheckAfterCrash(World(root), e);
+    const std::vector<std::string> violations =
+        testing::CheckAfterCrash(World(root, units), e);
     EXPECT_TRUE(violations.empty()) << absl::StrJoin(violations, "\n");
   }
 
@@ -116,6 +120,22 @@ TEST_F(CrashTest, KilledAtSpreadOutTimes) {
     const std::string root = Copy("crash-timed");
     testing::SaveInChild(World(root), 3, nullptr, save_time * i / 10);
     CheckAfterCrash(root);
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+}
+
+// The same with a save of ZeRO-3's pieces (a chunk per piece, many per rank) after
+// contiguous ones: LATEST loads in pieces at 3 ranks whichever step it names.
+TEST_F(CrashTest, KilledAtSpreadOutTimesWhileSavingPieces) {
+  constexpr int kUnits = 5;
+  const absl::Time start = absl::Now();
+  ASSERT_GT(CountOperations(kUnits), 0);
+  const absl::Duration save_time = absl::Now() - start;
+  for (int i = 0; i < 12; ++i) {
+    SCOPED_TRACE(absl::StrCat("killed after ", i, "/10 of a save's time"));
+    const std::string root = Copy("crash-pieces");
+    testing::SaveInChild(World(root, kUnits), 3, nullptr, save_time * i / 10);
+    CheckAfterCrash(root, kUnits);
     if (HasFatalFailure() || HasFailure()) return;
   }
 }

@@ -9,9 +9,15 @@
 //       ...});
 //   if (absl::IsNotFound(loaded.status())) { ...no checkpoint: start fresh... }
 //
+// A name may be asked for several times (a ZeRO-2/3 rank's pieces of a buffer, each read
+// into its place of the rank's shard buffer); the saved chunks may be many per rank too
+// (such a rank's pieces at save). The targets need not be disjoint or in any order.
+//
 // Every block read is checked against its checksum. Bytes read exceed bytes needed only by
 // the partial blocks at the two ends of each wanted range inside each saved chunk (at most
-// two blocks, whose size the writer chose).
+// two blocks, whose size the writer chose, per target and chunk it meets: many small
+// targets from other chunks than theirs read more, and ranges that are the saved chunks,
+// as when a ZeRO-3 rank loads what it saved at the same world size, read nothing more).
 //
 // Errors, by what the caller should do:
 //   NOT_FOUND            there is no such checkpoint (none at all, or not that step): start

@@ -1,5 +1,6 @@
 #include "checkpoint/testing.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -92,6 +93,44 @@ state::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int ran
   return {rank * shard, (rank + 1) * shard};
 }
 
+std::vector<state::FlatRange> UnitPieces(int64_t elements, int units, int rank, int world) {
+  const int64_t unit = (elements + units - 1) / units;
+  std::vector<state::FlatRange> pieces;
+  for (int u = 0; u < units; ++u) {
+    const int64_t begin = std::min(elements, u * unit);
+    const int64_t end = std::min(elements, begin + unit);
+    const state::FlatRange slice = SaveSlice(end - begin, rank, world);
+    pieces.push_back({begin + slice.begin, begin + slice.end});
+  }
+  return pieces;
+}
+
+namespace {
+
+// The ranges of buffer `buffer` that rank `rank` saves (`saving`) or needs.
+std::vector<state::FlatRange> RanksRanges(const WorldOptions& options, absl::string_view buffer,
+                                          int64_t elements, int rank, bool saving) {
+  if (options.units > 0) return UnitPieces(elements, options.units, rank, options.world);
+  if (saving) return {SavedRange(elements, rank, options.world, options.zero_stage)};
+  return {NeededRange(buffer, elements, rank, options.world, options.zero_stage)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<CheckpointWriter>>> CreateWriters(
+    const CheckpointWriterOptions& base, int world) {
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < world; ++r) {
+    CheckpointWriterOptions o = base;
+    o.rank = r;
+    o.world_size = world;
+    absl::StatusOr<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
+    if (!w.ok()) return w.status();
+    writers.push_back(*std::move(w));
+  }
+  return writers;
+}
+
 std::vector<absl::Status> SaveWorld(const WorldOptions& options, int64_t step) {
   const int world = options.world;
   const int64_t elements = PaddedElements(*options.table, world);
@@ -124,11 +163,18 @@ std::vector<absl::Status> SaveWorld(const WorldOptions& options, int64_t step) {
       SaveRequest request;
       request.step = step;
       request.state = PatternState(step);
-      for (size_t b = 0; b < kBuffers.size(); ++b) {
-        state::FlatRange range = SavedRange(elements, r, world, options.zero_stage);
-        request.buffers.push_back(
-            {kBuffers[b], elements, range,
-             absl::MakeConstSpan(full[b]).subspan(range.begin, range.size())});
+      // Piece by piece, every buffer's piece i before any buffer's piece i + 1.
+      std::vector<std::vector<state::FlatRange>> ranges;
+      for (const std::string& name : kBuffers) {
+        ranges.push_back(RanksRanges(options, name, elements, r, /*saving=*/true));
+      }
+      for (size_t i = 0; i < ranges[0].size(); ++i) {
+        for (size_t b = 0; b < kBuffers.size(); ++b) {
+          const state::FlatRange range = ranges[b][i];
+          request.buffers.push_back(
+              {kBuffers[b], elements, range,
+               absl::MakeConstSpan(full[b]).subspan(range.begin, range.size())});
+        }
       }
       statuses[r] = writers[r]->SaveSync(request, deadline);
     });
@@ -142,7 +188,9 @@ absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptio
   const int64_t elements = PaddedElements(*options.table, world);
   const int64_t used = options.table->total_elements();
   std::vector<absl::StatusOr<LoadResult>> results(world, absl::UnknownError("not run"));
-  // outs[r][b]: rank r's part of buffer b.
+  // ranges[r][b]: the ranges of buffer b rank r needs; outs[r][b]: its pieces of them, back
+  // to back (as a ZeRO-3 rank holds them).
+  std::vector<std::vector<std::vector<state::FlatRange>>> ranges(world);
   std::vector<std::vector<std::vector<float>>> outs(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -150,9 +198,16 @@ absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptio
       std::vector<LoadTarget> targets;
       outs[r].resize(kBuffers.size());
       for (size_t b = 0; b < kBuffers.size(); ++b) {
-        state::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
-        outs[r][b].assign(range.size(), -1.0f);
-        targets.push_back({kBuffers[b], range, absl::MakeSpan(outs[r][b])});
+        ranges[r].push_back(RanksRanges(options, kBuffers[b], elements, r, /*saving=*/false));
+        int64_t size = 0;
+        for (const state::FlatRange& range : ranges[r][b]) size += range.size();
+        outs[r][b].assign(size, -1.0f);
+        int64_t at = 0;
+        for (const state::FlatRange& range : ranges[r][b]) {
+          targets.push_back(
+              {kBuffers[b], range, absl::MakeSpan(outs[r][b]).subspan(at, range.size())});
+          at += range.size();
+        }
       }
       results[r] = LoadCheckpoint(load, targets);
     });
@@ -172,10 +227,14 @@ absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptio
       check.mismatches.push_back(absl::StrCat("rank ", r, ": training state differs"));
     }
     for (size_t b = 0; b < kBuffers.size(); ++b) {
-      state::FlatRange range = NeededRange(kBuffers[b], elements, r, world, options.zero_stage);
-      for (int64_t i = range.begin; i < range.end; ++i) {
-        const float want = PatternValue(kBuffers[b], step, i, used);
-        if (std::memcmp(&want, &outs[r][b][i - range.begin], sizeof(float)) != 0) {
+      const float* got = outs[r][b].data();
+      for (const state::FlatRange& range : ranges[r][b]) {
+        int64_t i = range.begin;
+        for (; i < range.end; ++i, ++got) {
+          const float want = PatternValue(kBuffers[b], step, i, used);
+          if (std::memcmp(&want, got, sizeof(float)) != 0) break;
+        }
+        if (i < range.end) {
           check.mismatches.push_back(absl::StrCat("rank ", r, " ", kBuffers[b], "[", i, "]"));
           break;
         }

@@ -6,6 +6,7 @@
 #define RINGMASTER_CHECKPOINT_TESTING_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,17 +51,33 @@ state::FlatRange SavedRange(int64_t elements, int rank, int world, int zero_stag
 state::FlatRange NeededRange(absl::string_view buffer, int64_t elements, int rank, int world,
                              int zero_stage);
 
+// ZeRO-2/3 style: the flat space [0, elements) is cut into `units` units of
+// ceil(elements / units) elements each (the last shorter, some maybe empty), and rank
+// `rank` holds SaveSlice(unit size, rank, world) of each unit: one range per unit,
+// ascending, some maybe empty. units >= 1.
+std::vector<state::FlatRange> UnitPieces(int64_t elements, int units, int rank, int world);
+
 struct WorldOptions {
   std::string root;
   std::string job = "job";
   const state::TensorTable* table = nullptr;
   int world = 1;
   int zero_stage = 0;
+  // > 0: every rank saves (and, loading, needs) its UnitPieces(elements, units, rank, world)
+  // of every buffer, each piece a BufferShard (LoadTarget) of its own, instead of the
+  // ranges of zero_stage; the request lists the buffers unit by unit, as an FSDP trainer
+  // holding its pieces back to back would.
+  int units = 0;
   uint64_t spec_hash = 0x5eed;
   // Applied to every rank's writer options (env, retention, block sizes, ...).
   CheckpointWriterOptions base;
   absl::Duration deadline = absl::Seconds(60);
 };
+
+// One writer per rank of `world`: `base` with rank and world_size set, created in rank
+// order (rank 0 first: it removes temporaries before any rank saves). The first error.
+absl::StatusOr<std::vector<std::unique_ptr<CheckpointWriter>>> CreateWriters(
+    const CheckpointWriterOptions& base, int world);
 
 // Saves the pattern state of `step` with `world` ranks on threads (SaveSync); one status
 // per rank. The writers are created in rank order first (rank 0 cleans up), then save.
@@ -72,7 +89,8 @@ struct LoadCheck {
   std::vector<std::string> mismatches;  // buffers that differ from the pattern, and where
 };
 
-// Loads with `world` ranks on threads at `zero_stage` (each rank only what it needs), then
+// Loads with `world` ranks on threads at `zero_stage` or in `units` (each rank only what it
+// needs), then
 // checks every rank's buffers against the pattern of the step loaded, bit for bit, and
 // the training state. Fails with the first rank's load error.
 absl::StatusOr<LoadCheck> LoadWorld(const WorldOptions& options, const LoadOptions& load);

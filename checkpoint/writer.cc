@@ -195,22 +195,47 @@ absl::Status CheckpointWriter::CheckRequest(const SaveRequest& request) const {
   if (request.step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("SaveRequest: step ", request.step, " < 0"));
   }
-  absl::flat_hash_set<std::string> names;
+  auto bad = [](absl::string_view name, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("SaveRequest buffer \"", name, "\": ", what));
+  };
+  // A name may come several times (a rank's pieces of a buffer, ZeRO-2/3): its elements
+  // agree and its ranges are disjoint.
+  std::vector<std::string> names;  // in the order of first appearance
+  absl::flat_hash_map<std::string, int64_t> elements;
+  absl::flat_hash_map<std::string, std::vector<state::FlatRange>> ranges;
   for (const BufferShard& b : request.buffers) {
-    auto bad = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SaveRequest buffer \"", b.name, "\": ", what));
-    };
-    if (b.name.empty()) return bad("the name is empty");
-    if (!names.insert(b.name).second) return bad("given twice");
-    if (b.elements < 0) return bad(absl::StrCat("elements ", b.elements, " < 0"));
+    if (b.name.empty()) return bad(b.name, "the name is empty");
+    if (b.elements < 0) return bad(b.name, absl::StrCat("elements ", b.elements, " < 0"));
     if (b.range.begin < 0 || b.range.begin > b.range.end || b.range.end > b.elements) {
-      return bad(absl::StrCat("range ", state::RangeString(b.range), " is not inside [0, ",
-                              b.elements, ")"));
+      return bad(b.name, absl::StrCat("range ", state::RangeString(b.range),
+                                      " is not inside [0, ", b.elements, ")"));
     }
     if (static_cast<int64_t>(b.data.size()) != b.range.size()) {
-      return bad(
-          absl::StrCat("data has ", b.data.size(), " floats for a range of ", b.range.size()));
+      return bad(b.name, absl::StrCat("data has ", b.data.size(), " floats for a range of ",
+                                      b.range.size()));
+    }
+    auto [it, first] = elements.emplace(b.name, b.elements);
+    if (first) names.push_back(b.name);
+    if (it->second != b.elements) {
+      return bad(b.name, absl::StrCat("elements ", b.elements, " in the piece ",
+                                      state::RangeString(b.range), ", ", it->second,
+                                      " in an earlier piece (the pieces of one buffer are "
+                                      "ranges of one flat space)"));
+    }
+    if (b.range.size() > 0) ranges[b.name].push_back(b.range);
+  }
+  for (const std::string& name : names) {
+    std::vector<state::FlatRange>& pieces = ranges[name];
+    std::stable_sort(pieces.begin(), pieces.end(),
+                     [](state::FlatRange a, state::FlatRange b) { return a.begin < b.begin; });
+    state::FlatRange reaching{0, 0};  // of the pieces so far, the one that ends last
+    for (const state::FlatRange& r : pieces) {
+      if (r.begin < reaching.end) {
+        return bad(name, absl::StrCat("ranges ", state::RangeString(reaching), " and ",
+                                      state::RangeString(r),
+                                      " overlap (a rank's pieces of one buffer must be disjoint)"));
+      }
+      if (r.end > reaching.end) reaching = r;
     }
   }
   return absl::OkStatus();
@@ -281,7 +306,12 @@ void CheckpointWriter::CopyChunks(SnapshotCopy& copy) {
     if (chunk >= copy.chunks) return;
     // The staging area is the buffers back to back: copy its bytes [begin, end).
     const int64_t begin = chunk * kCopyChunk, end = std::min(copy.bytes, begin + kCopyChunk);
-    for (size_t i = 0; i < copy.sources.size(); ++i) {
+    // The sources lie back to back in ascending offsets: start at the last one that begins
+    // at or before `begin` (a rank saving many pieces has thousands).
+    const size_t first =
+        std::upper_bound(copy.offsets.begin(), copy.offsets.end(), begin) - copy.offsets.begin();
+    for (size_t i = first > 0 ? first - 1 : 0;
+         i < copy.sources.size() && copy.offsets[i] < end; ++i) {
       const int64_t at = copy.offsets[i];
       const int64_t size = copy.sources[i].range.size() * kElementBytes;
       const int64_t from = std::max(begin, at), to = std::min(end, at + size);
@@ -695,12 +725,15 @@ absl::StatusOr<ShardReport> CheckpointWriter::WriteShard(const Job& job, const s
   hasher.join();
   RM_RETURN_IF_ERROR(written);
   RM_RETURN_IF_ERROR(options_.env->SyncDir(dir));
+  absl::flat_hash_set<std::string> listed;  // each buffer once, however many pieces it has
   for (size_t i = 0; i < job.layout.size(); ++i) {
     const Layout& l = job.layout[i];
-    BufferEntry* buffer = report.add_buffers();
-    buffer->set_name(l.name);
-    buffer->set_dtype(std::string(kBufferDtype));
-    buffer->set_elements(l.elements);
+    if (listed.insert(l.name).second) {
+      BufferEntry* buffer = report.add_buffers();
+      buffer->set_name(l.name);
+      buffer->set_dtype(std::string(kBufferDtype));
+      buffer->set_elements(l.elements);
+    }
     if (l.range.size() == 0) continue;
     ChunkEntry* chunk = report.add_chunks();
     chunk->set_buffer(l.name);

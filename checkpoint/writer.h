@@ -59,9 +59,18 @@
 // What each rank saves: chunks are ranges of each named buffer's flat index space, so any
 // split works and any split can be loaded (checkpoint/reader.h). ZeRO off, where every rank
 // holds everything: pass SaveSlice(elements, rank, world) of each buffer, so the ranks
-// share the work. ZeRO-1/2: each rank's optimizer range of the moments, and the same range
-// of the parameters. Every rank must pass the same buffer names and sizes, and together
-// the ranges must cover each buffer exactly once (rank 0 checks: INVALID_ARGUMENT).
+// share the work. ZeRO-1: each rank's optimizer range of the moments, and the same range
+// of the parameters. ZeRO-2/3, where a rank holds a piece of every wrapping unit back to
+// back in its shard buffer (state::PlacedRange): one BufferShard per piece, the same name
+// given once per piece, each with its flat range and its data (local offsets [at, at +
+// size) of the shard buffer); each piece becomes a chunk of its own in the shard file:
+//   for (const state::PlacedRange& p : pieces)
+//     req.buffers.push_back({"params", n, p.range, shard.subspan(p.at, p.range.size())});
+// A rank's pieces of one name must be disjoint and agree on `elements` (INVALID_ARGUMENT
+// naming the buffer and the two ranges, at once); empty ranges are allowed and save
+// nothing. Every rank must pass the same buffer names (in the same order of first
+// appearance) and sizes, and together the ranges of all ranks must cover each buffer
+// exactly once (rank 0 checks: INVALID_ARGUMENT).
 //
 // Ranks must call SaveAsync / SaveSync for the same steps in the same order (like a
 // collective), with the same on_busy policy; a skipped save is still a call. Saving a step
@@ -161,11 +170,12 @@ struct CheckpointWriterOptions {
   Clock* clock = Clock::Real();  // not owned: commit deadline, poll sleeps, timestamps
 };
 
-// This rank's part of one named flat buffer.
+// This rank's part of one named flat buffer, or one piece of that part (a name may come
+// once per piece: see "What each rank saves" above).
 struct BufferShard {
   std::string name;              // "params", "momentum", "exp_avg", "exp_avg_sq", ...
   int64_t elements = 0;          // the whole buffer's flat size, the same on every rank
-  state::FlatRange range;        // the flat indices this rank saves
+  state::FlatRange range;        // the flat indices this rank saves (in this piece)
   absl::Span<const float> data;  // range.size() floats; read only during the snapshot
 };
 
@@ -257,8 +267,9 @@ class CheckpointWriter {
 
   // Takes the snapshot and starts writing in the background. Blocks for the copy, and with
   // OnBusy::kWait also until the previous save and its tidy-up are done. The request's spans may be
-  // modified as soon as it returns. INVALID_ARGUMENT for a bad request (naming the buffer);
-  // nothing is started then. The save's own outcome comes from Poll / Wait.
+  // modified as soon as it returns. INVALID_ARGUMENT for a bad request (naming the buffer:
+  // a range outside it, data of another size, pieces of one name that overlap or disagree on
+  // its elements); nothing is started then. The save's own outcome comes from Poll / Wait.
   absl::StatusOr<SaveOutcome> SaveAsync(const SaveRequest& request);
 
   // SaveAsync in two halves, so that the copy overlaps work that only reads the buffers

@@ -155,8 +155,13 @@ absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
   }
   RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
   std::vector<checkpoint::LoadTarget> targets;
-  const state::FlatRange all = state::FullRange(*o.table);
-  targets.push_back({"params", all, state::Slice(o.params->span(), all)});
+  if (o.param_pieces.empty()) {
+    const state::FlatRange all = state::FullRange(*o.table);
+    targets.push_back({"params", all, state::Slice(o.params->span(), all)});
+  }
+  for (const state::PlacedRange& p : o.param_pieces) {
+    targets.push_back({"params", p.range, o.params->span().subspan(p.at, p.range.size())});
+  }
   for (StateBuffer& b : *o.optimizer_buffers) targets.push_back({b.name, b.range, b.data});
   auto read_or = checkpoint::ReadBuffers(lo, *opened, targets);
   RM_RETURN_IF_ERROR(UnlessRestartable(read_or.status()));
@@ -189,6 +194,18 @@ absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
 }  // namespace
 
 absl::StatusOr<Restored> RestoreTrainingState(const RestoreOptions& o) {
+  if (!o.param_pieces.empty()) {
+    if (o.whole_state) {
+      return absl::InvalidArgumentError(
+          "RestoreOptions: param_pieces (a rank's shard of the parameters) with whole_state "
+          "set; a sharded state is not whole: set whole_state = false");
+    }
+    if (absl::Status s = state::CheckPlacement(*o.table, o.param_pieces, o.params->size());
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RestoreOptions.param_pieces: ", s.message()));
+    }
+  }
   const TrainConfig& config = *o.config;
   const CheckpointConfig& cs = config.checkpoint;
   const bool checkpointing = !cs.dir.empty();

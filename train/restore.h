@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "comm/communicator.h"
 #include "common/env.h"
+#include "state/range.h"
 #include "state/tensor.h"
 #include "state/training_state.h"
 #include "train/config.h"
@@ -53,17 +54,32 @@ struct RestoreOptions {
   absl::Duration op_timeout = absl::Seconds(120);
   // The filesystem checkpoints are read through. Not owned.
   Env* env = nullptr;
-  // The state to fill: the parameters (padded, host memory), the optimizer's buffers in
-  // host memory (train/host_view.h), the optimizer's step and the loss scaler (null without
-  // fp16). Not owned.
+  // The state to fill: the parameters (host memory), the optimizer's buffers in host memory
+  // (train/host_view.h), the optimizer's step and the loss scaler (null without fp16). Not
+  // owned.
   const state::TensorTable* table = nullptr;
+  // Without param_pieces: the whole flat space (padded); [0, table->total_elements()) is
+  // read into it at its own offsets. With param_pieces: this rank's local shard buffer.
   state::FlatBuffer* params = nullptr;
+  // ZeRO-2/3, where a rank holds a piece of every wrapping unit back to back in its shard
+  // buffer: the pieces of "params" it holds, as train/fsdp_layout.h places them (flat
+  // indices p.range at offsets [p.at, p.at + p.range.size()) of `params`). Only they are
+  // read, each into its place; the rest of `params` is left as it was. Each piece must pass
+  // state::CheckPlacement(*table, param_pieces, params->size()), and whole_state must be
+  // false (the memory restore holds whole states): INVALID_ARGUMENT otherwise, before
+  // anything is read. Empty: the whole flat space, as above.
+  std::vector<state::PlacedRange> param_pieces;
+  // One entry per buffer range the optimizer holds, each read as it is into its own `data`
+  // (StateBuffer::range: flat indices): a name may come several times, once per piece of a
+  // sharded optimizer.
   std::vector<StateBuffer>* optimizer_buffers = nullptr;
   Optimizer* optimizer = nullptr;
   LossScaler* scaler = nullptr;
   // In: every rank passes one or none (see TrainerOptions::resident); cleared once looked at
   // (the memory is not held twice while training). Used only when `whole_state`.
   ResidentState* resident = nullptr;
+  // Every rank holds the whole state (ZeRO-0): `params` and each optimizer buffer the whole
+  // flat space. Only then can a survivor's memory be restored from.
   bool whole_state = true;
   // For the messages of `resume: extend`: the new length and its schedule.
   int64_t total_steps = 0;

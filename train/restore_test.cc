@@ -1,8 +1,10 @@
 #include "train/restore.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,28 +98,59 @@ struct RankState {
   std::optional<LossScaler> scaler;
 };
 
-// Saves the state after `step` as one rank of `config`'s job, with its spec hash `hash`.
-void SaveCheckpoint(const TrainConfig& config, int64_t step, uint64_t hash = kSpecHash) {
+constexpr const char* kNames[] = {"params", "exp_avg", "exp_avg_sq"};
+
+// Saves the state after `step` with one rank per entry of `ranks`, rank r saving the ranges
+// ranks[r] of every buffer (piece by piece: each range of all three buffers before the
+// next range), each rank's writer on a thread of its own.
+void SaveByRanks(const TrainConfig& config, int64_t step,
+                 const std::vector<std::vector<state::FlatRange>>& ranks,
+                 uint64_t hash = kSpecHash) {
   const state::TensorTable table = Table();
   const int64_t n = table.total_elements();
-  checkpoint::CheckpointWriterOptions wo;
-  wo.root = config.checkpoint.dir;
-  wo.job = config.name;
-  wo.spec_hash = hash;
-  wo.table = &table;
-  absl::StatusOr<std::unique_ptr<checkpoint::CheckpointWriter>> w =
-      checkpoint::CheckpointWriter::Create(wo);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const int world = static_cast<int>(ranks.size());
+  std::vector<std::unique_ptr<checkpoint::CheckpointWriter>> writers;
+  for (int r = 0; r < world; ++r) {  // rank 0 first: it cleans up
+    checkpoint::CheckpointWriterOptions wo;
+    wo.root = config.checkpoint.dir;
+    wo.job = config.name;
+    wo.rank = r;
+    wo.world_size = world;
+    wo.spec_hash = hash;
+    wo.table = &table;
+    wo.poll_interval = absl::Milliseconds(1);
+    absl::StatusOr<std::unique_ptr<checkpoint::CheckpointWriter>> w =
+        checkpoint::CheckpointWriter::Create(wo);
+    ASSERT_TRUE(w.ok()) << w.status();
+    writers.push_back(*std::move(w));
+  }
   std::vector<std::vector<float>> data(3, std::vector<float>(n));
-  checkpoint::SaveRequest req;
-  req.step = step;
-  req.state = StateAfter(step);
-  const char* names[] = {"params", "exp_avg", "exp_avg_sq"};
   for (int b = 0; b < 3; ++b) {
     for (int64_t i = 0; i < n; ++i) data[b][i] = Value(b, step, i);
-    req.buffers.push_back({names[b], n, {0, n}, data[b]});
   }
-  ASSERT_TRUE((*w)->SaveSync(req, absl::Now() + absl::Seconds(30)).ok());
+  std::vector<absl::Status> saved(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      checkpoint::SaveRequest req;
+      req.step = step;
+      req.state = StateAfter(step);
+      for (const state::FlatRange& range : ranks[r]) {
+        for (int b = 0; b < 3; ++b) {
+          req.buffers.push_back({kNames[b], n, range, state::Slice(absl::MakeConstSpan(data[b]),
+                                                                   range)});
+        }
+      }
+      saved[r] = writers[r]->SaveSync(req, absl::Now() + absl::Seconds(30));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(saved[r].ok()) << "rank " << r << ": " << saved[r];
+}
+
+// Saves the state after `step` as one rank of `config`'s job, with its spec hash `hash`.
+void SaveCheckpoint(const TrainConfig& config, int64_t step, uint64_t hash = kSpecHash) {
+  SaveByRanks(config, step, {{state::FullRange(Table())}}, hash);
 }
 
 struct Said {
@@ -307,6 +340,168 @@ TEST(Restore, FromTheCheckpointWhenItIsNewerThanAnyMemory) {
 
 TEST(Restore, FromTheCheckpointWhenNoRankHoldsTheWholeState) {
   RestoreOnTwoRanks("memory_sharded", /*kept=*/6, /*whole_state=*/false);
+}
+
+// ZeRO-3 on `world` ranks, one unit per tensor: rank r's piece of each unit (the unit
+// [offset of tensor u, offset of tensor u + 1) cut in `world` parts), back to back in its
+// local shard buffer. Some pieces may be empty.
+std::vector<state::PlacedRange> UnitPieces(const state::TensorTable& table, int rank, int world) {
+  std::vector<state::PlacedRange> pieces;
+  int64_t at = 0;
+  for (int u = 0; u < table.size(); ++u) {
+    const int64_t begin = table.tensor(u).offset;
+    const int64_t end = u + 1 < table.size() ? table.tensor(u + 1).offset : table.total_elements();
+    const int64_t part = (end - begin + world - 1) / world;
+    const int64_t lo = std::min(end, begin + rank * part), hi = std::min(end, lo + part);
+    pieces.push_back({{lo, hi}, at});
+    at += hi - lo;
+  }
+  return pieces;
+}
+
+// One rank's state under ZeRO-3 before a restore: its pieces of the parameters and of
+// AdamW's moments, each in a local buffer (the parameters' with 5 elements to spare at the
+// end), everything -7; the optimizer's buffers one StateBuffer per piece and moment.
+struct ShardedRankState {
+  ShardedRankState(int rank, int world)
+      : pieces(UnitPieces(table, rank, world)),
+        params(state::PlacedElements(pieces) + 5),
+        moments(2, std::vector<float>(state::PlacedElements(pieces), -7)) {
+    for (float& x : params.span()) x = -7;
+    optimizer = *CreateOptimizer(table, state::FullRange(table), AdamWOptions{});
+    for (const state::PlacedRange& p : pieces) {
+      for (int m = 0; m < 2; ++m) {
+        buffers.push_back({kNames[m + 1], p.range,
+                           absl::MakeSpan(moments[m]).subspan(p.at, p.range.size())});
+      }
+    }
+    scaler = *LossScaler::Create(LossScalerOptions{});
+  }
+
+  // Whether every piece holds the values of `step` (and the spare elements are untouched).
+  std::string Mismatch(int64_t step) const {
+    for (const state::PlacedRange& p : pieces) {
+      for (int64_t i = p.range.begin; i < p.range.end; ++i) {
+        const int64_t local = p.at + i - p.range.begin;
+        if (params.data()[local] != Value(0, step, i)) return absl::StrCat("params[", i, "]");
+        for (int m = 0; m < 2; ++m) {
+          if (moments[m][local] != Value(m + 1, step, i)) {
+            return absl::StrCat(kNames[m + 1], "[", i, "]");
+          }
+        }
+      }
+    }
+    for (int64_t i = params.size() - 5; i < params.size(); ++i) {
+      if (params.data()[i] != -7) return "the spare elements after the pieces";
+    }
+    if (optimizer->step() != StateAfter(step).optimizer_step) return "the optimizer's step";
+    if (!(scaler->state() == *StateAfter(step).loss_scaler)) return "the loss scaler";
+    return "";
+  }
+
+  RestoreOptions Options(const TrainConfig& config, Said& said) {
+    RestoreOptions o;
+    o.config = &config;
+    o.env = Env::Default();
+    o.table = &table;
+    o.params = &params;
+    o.param_pieces = pieces;
+    o.optimizer_buffers = &buffers;
+    o.optimizer = optimizer.get();
+    o.scaler = &*scaler;
+    o.whole_state = false;
+    o.say = [&said](const std::string& line) { said.lines.push_back(line); };
+    return o;
+  }
+
+  const state::TensorTable table = Table();
+  const std::vector<state::PlacedRange> pieces;
+  state::FlatBuffer params;
+  std::vector<std::vector<float>> moments;  // exp_avg, exp_avg_sq
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<StateBuffer> buffers;
+  std::optional<LossScaler> scaler;
+};
+
+// A checkpoint saved by 2 ranks holding contiguous ranges restores into 3 ranks holding a
+// piece of every unit (parameters and moments, each piece into its place of the rank's
+// shard), and their checkpoint, a chunk per piece, restores into 2 ranks holding the whole
+// parameters and contiguous ranges of the moments (ZeRO-1).
+TEST(Restore, ContiguousRangesOfTwoRanksIntoUnitPiecesOfThreeAndBack) {
+  const TrainConfig config = testing::CheckpointedJob("pieces");
+  const state::TensorTable table = Table();
+  const int64_t n = table.total_elements();
+  SaveByRanks(config, 5, {{{0, 48}}, {{48, n}}});
+  std::vector<std::vector<state::FlatRange>> pieces_of(3);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r, " of 3"));
+    ShardedRankState s(r, 3);
+    ASSERT_GT(s.pieces.size(), 1u);
+    Said said;
+    absl::StatusOr<Restored> restored = RestoreTrainingState(s.Options(config, said));
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(restored->step, 5);
+    EXPECT_EQ(restored->sampler, StateAfter(5).sampler);
+    EXPECT_EQ(s.Mismatch(5), "");
+    EXPECT_THAT(said.all(), HasSubstr("(step 5, saved by 2 ranks"));
+    for (const state::PlacedRange& p : s.pieces) pieces_of[r].push_back(p.range);
+  }
+
+  SaveByRanks(config, 9, pieces_of);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r, " of 2"));
+    const state::FlatRange range = r == 0 ? state::FlatRange{0, 64} : state::FlatRange{64, n};
+    RankState s;
+    std::vector<std::vector<float>> moments(2, std::vector<float>(range.size(), -7));
+    std::vector<StateBuffer> buffers;
+    for (int m = 0; m < 2; ++m) buffers.push_back({kNames[m + 1], range, absl::MakeSpan(moments[m])});
+    Said said;
+    RestoreOptions o = Options(config, s, said);
+    o.optimizer_buffers = &buffers;
+    o.whole_state = false;
+    absl::StatusOr<Restored> restored = RestoreTrainingState(o);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(restored->step, 9);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(s.params.data()[i], Value(0, 9, i)) << i;
+    EXPECT_EQ(s.params.data()[n], -7);  // the padding
+    for (int m = 0; m < 2; ++m) {
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        ASSERT_EQ(moments[m][i - range.begin], Value(m + 1, 9, i)) << kNames[m + 1] << i;
+      }
+    }
+    EXPECT_THAT(said.all(), HasSubstr("(step 9, saved by 3 ranks"));
+  }
+}
+
+// Pieces that do not fit the rank's buffer, overlap, or come with whole_state are the
+// caller's mistake: refused before anything is read.
+TEST(Restore, ParamPiecesThatDoNotFitAreInvalidArgument) {
+  const TrainConfig config = testing::CheckpointedJob("bad_pieces");
+  SaveCheckpoint(config, 5);
+  struct Case {
+    std::vector<state::PlacedRange> pieces;
+    bool whole_state;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{{{0, 16}, 0}, {{32, 48}, 8}}, false, "local spans [0, 16) and [8, 24) overlap"},
+      {{{{0, 16}, 0}, {{32, 48}, 200}}, false, "not inside a buffer of"},
+      {{{{32, 48}, 0}, {{0, 16}, 16}}, false, "comes before the previous piece"},
+      {{{{0, 16}, 0}}, true, "set whole_state = false"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.says);
+    ShardedRankState s(0, 3);
+    Said said;
+    RestoreOptions o = s.Options(config, said);
+    o.param_pieces = c.pieces;
+    o.whole_state = c.whole_state;
+    absl::StatusOr<Restored> restored = RestoreTrainingState(o);
+    EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
+    EXPECT_THAT(restored.status().message(), HasSubstr(c.says));
+    EXPECT_EQ(s.params.data()[0], -7);
+    EXPECT_EQ(s.optimizer->step(), 0);
+  }
 }
 
 }  // namespace
