@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,28 @@ TEST(LoadJobSpecTest, TheFashionMnistMlpExample) {
   EXPECT_EQ(spec->schedule().decay(), ScheduleSpec::DECAY_COSINE);
   EXPECT_GT(spec->schedule().warmup_steps(), 0);
   EXPECT_EQ(spec->data().fashion_mnist().dir(), kDefaultFashionMnistDir);
+}
+
+TEST(LoadJobSpecTest, TheGptExamplesCommentedZeroStage3IsItsDefaults) {
+  std::string yaml;
+  {
+    std::ifstream in(kExamples[2]);
+    ASSERT_TRUE(in) << kExamples[2];
+    yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Uncomment the example's ZeRO-3 lines.
+  for (const char* key : {"zero_stage: 3", "fsdp: {"}) {
+    const size_t at = yaml.find(absl::StrCat("  # ", key));
+    ASSERT_NE(at, std::string::npos) << key;
+    yaml.erase(at + 2, 2);
+  }
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+  EXPECT_EQ(spec->parallelism().zero_stage(), 3);
+  JobSpec defaulted = *spec;
+  defaulted.mutable_parallelism()->clear_fsdp();
+  ApplyJobSpecDefaults(&defaulted);
+  EXPECT_TRUE(MessageDifferencer::Equals(defaulted, *spec));
 }
 
 TEST(LoadJobSpecTest, TheCnnAndGptExamples) {
