@@ -52,6 +52,50 @@ absl::StatusOr<train::OptimizerOptions> OptimizerOf(const OptimizerSpec& o) {
   }
 }
 
+// precision.reduce: fp32 unless bf16 (validation refuses fp16; stages 0 and 1 leave it unset).
+train::Precision ReducePrecisionOf(const PrecisionSpec& p) {
+  return p.reduce() == PrecisionSpec::DTYPE_BF16 ? train::Precision::kBFloat16
+                                                 : train::Precision::kFloat32;
+}
+
+// parallelism.fsdp, filled for zero_stage 3; under other stages it is unset and the options
+// keep train::FsdpConfig's defaults (the same as spec/defaults.h's).
+train::FsdpConfig FsdpOf(const FsdpSpec& f) {
+  train::FsdpConfig c;
+  switch (f.wrap()) {
+    case FsdpSpec::WRAP_LAYER:
+      c.wrap = train::FsdpConfig::Wrap::kLayer;
+      break;
+    case FsdpSpec::WRAP_MODEL:
+      c.wrap = train::FsdpConfig::Wrap::kModel;
+      break;
+    case FsdpSpec::WRAP_BLOCK:
+      c.wrap = train::FsdpConfig::Wrap::kBlock;
+      break;
+    default:
+      break;
+  }
+  switch (f.prefetch()) {
+    case FsdpSpec::PREFETCH_NONE:
+      c.prefetch = train::FsdpConfig::Prefetch::kNone;
+      break;
+    case FsdpSpec::PREFETCH_FORWARD:
+      c.prefetch = train::FsdpConfig::Prefetch::kForward;
+      break;
+    case FsdpSpec::PREFETCH_BACKWARD:
+      c.prefetch = train::FsdpConfig::Prefetch::kBackward;
+      break;
+    case FsdpSpec::PREFETCH_BOTH:
+      c.prefetch = train::FsdpConfig::Prefetch::kBoth;
+      break;
+    default:
+      break;
+  }
+  if (f.has_prefetch_limit()) c.prefetch_limit = f.prefetch_limit();
+  if (f.has_reshard_after_forward()) c.reshard_after_forward = f.reshard_after_forward();
+  return c;
+}
+
 train::LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
   switch (s.decay()) {
     case ScheduleSpec::DECAY_CONSTANT:
@@ -176,8 +220,10 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   c.loss_scale.growth_interval = ls.growth_interval();
   c.loss_scale.growth_factor = ls.growth_factor();
   c.loss_scale.backoff_factor = ls.backoff_factor();
+  c.reduce_precision = ReducePrecisionOf(spec.precision());
   const ParallelismSpec& p = spec.parallelism();
   c.zero_stage = p.zero_stage();
+  c.fsdp = FsdpOf(p.fsdp());
   c.bucket_mb = p.bucket_mb();
   c.overlap = p.overlap();
   c.threads = p.threads();

@@ -1,5 +1,6 @@
 #include "spec/defaults.h"
 
+#include <cstdint>
 #include <string>
 
 namespace ringmaster::spec {
@@ -43,9 +44,13 @@ void FillAdam(AdamSpec* adam, double eps) {
   if (!adam->has_eps()) adam->set_eps(eps);
 }
 
-void FillPrecision(PrecisionSpec* precision) {
+// `zero_stage`: the reduce precision applies to stages 2 and 3 only.
+void FillPrecision(int32_t zero_stage, PrecisionSpec* precision) {
   if (precision->compute() == PrecisionSpec::DTYPE_UNSPECIFIED) {
     precision->set_compute(kDefaultCompute);
+  }
+  if (zero_stage >= 2 && precision->reduce() == PrecisionSpec::DTYPE_UNSPECIFIED) {
+    precision->set_reduce(kDefaultReduce);
   }
   if (precision->compute() != PrecisionSpec::DTYPE_FP16) return;
   LossScaleSpec* scale = precision->mutable_loss_scale();
@@ -54,6 +59,15 @@ void FillPrecision(PrecisionSpec* precision) {
   if (!scale->has_growth_interval()) scale->set_growth_interval(kDefaultLossScaleGrowthInterval);
   if (!scale->has_growth_factor()) scale->set_growth_factor(kDefaultLossScaleGrowthFactor);
   if (!scale->has_backoff_factor()) scale->set_backoff_factor(kDefaultLossScaleBackoffFactor);
+}
+
+void FillFsdp(FsdpSpec* fsdp) {
+  if (fsdp->wrap() == FsdpSpec::WRAP_UNSPECIFIED) fsdp->set_wrap(kDefaultFsdpWrap);
+  if (fsdp->prefetch() == FsdpSpec::PREFETCH_UNSPECIFIED) fsdp->set_prefetch(kDefaultFsdpPrefetch);
+  if (!fsdp->has_prefetch_limit()) fsdp->set_prefetch_limit(kDefaultFsdpPrefetchLimit);
+  if (!fsdp->has_reshard_after_forward()) {
+    fsdp->set_reshard_after_forward(kDefaultFsdpReshardAfterForward);
+  }
 }
 
 void FillCheckpoint(CheckpointSpec* checkpoint) {
@@ -89,11 +103,11 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   ScheduleSpec* schedule = spec->mutable_schedule();
   if (schedule->decay() == ScheduleSpec::DECAY_UNSPECIFIED) schedule->set_decay(kDefaultDecay);
 
-  FillPrecision(spec->mutable_precision());
-
   ParallelismSpec* parallelism = spec->mutable_parallelism();
+  FillPrecision(parallelism->zero_stage(), spec->mutable_precision());
   if (!parallelism->has_bucket_mb()) parallelism->set_bucket_mb(kDefaultBucketMb);
   if (!parallelism->has_overlap()) parallelism->set_overlap(kDefaultOverlap);
+  if (parallelism->zero_stage() == 3) FillFsdp(parallelism->mutable_fsdp());
 
   if (!spec->checkpoint().dir().empty()) FillCheckpoint(spec->mutable_checkpoint());
 

@@ -44,17 +44,23 @@ inline constexpr double kDefaultLambEps = 1e-6;
 // schedule (always present after defaults).
 inline constexpr ScheduleSpec::Decay kDefaultDecay = ScheduleSpec::DECAY_COSINE;
 
-// precision (always present); loss_scale is filled only for fp16 compute.
+// precision (always present); loss_scale is filled only for fp16 compute, reduce only for
+// parallelism.zero_stage 2 and 3.
 inline constexpr PrecisionSpec::Dtype kDefaultCompute = PrecisionSpec::DTYPE_FP32;
+inline constexpr PrecisionSpec::Dtype kDefaultReduce = PrecisionSpec::DTYPE_FP32;
 inline constexpr LossScaleSpec::Mode kDefaultLossScaleMode = LossScaleSpec::MODE_DYNAMIC;
 inline constexpr double kDefaultLossScaleInitial = 65536;
 inline constexpr int64_t kDefaultLossScaleGrowthInterval = 2000;
 inline constexpr double kDefaultLossScaleGrowthFactor = 2;
 inline constexpr double kDefaultLossScaleBackoffFactor = 0.5;
 
-// parallelism (always present).
+// parallelism (always present); fsdp is filled only for zero_stage 3.
 inline constexpr double kDefaultBucketMb = 25;
 inline constexpr bool kDefaultOverlap = true;
+inline constexpr FsdpSpec::Wrap kDefaultFsdpWrap = FsdpSpec::WRAP_BLOCK;
+inline constexpr FsdpSpec::Prefetch kDefaultFsdpPrefetch = FsdpSpec::PREFETCH_BOTH;
+inline constexpr int32_t kDefaultFsdpPrefetchLimit = 1;
+inline constexpr bool kDefaultFsdpReshardAfterForward = true;
 
 // checkpoint: filled only when checkpoint.dir is set.
 inline constexpr int32_t kDefaultKeepLast = 3;

@@ -96,6 +96,55 @@ TEST(ApplyJobSpecDefaultsTest, LossScaleForFp16Only) {
   EXPECT_FALSE(bf16.precision().has_loss_scale());
 }
 
+TEST(ApplyJobSpecDefaultsTest, FsdpForZeroStage3Only) {
+  JobSpec spec;
+  spec.mutable_parallelism()->set_zero_stage(3);
+  spec.mutable_parallelism()->mutable_fsdp()->set_wrap(FsdpSpec::WRAP_LAYER);
+  ApplyJobSpecDefaults(&spec);
+  const FsdpSpec& fsdp = spec.parallelism().fsdp();
+  EXPECT_EQ(fsdp.wrap(), FsdpSpec::WRAP_LAYER);  // written: kept
+  EXPECT_EQ(fsdp.prefetch(), FsdpSpec::PREFETCH_BOTH);
+  EXPECT_EQ(fsdp.prefetch_limit(), 1);
+  EXPECT_TRUE(fsdp.has_reshard_after_forward());
+  EXPECT_TRUE(fsdp.reshard_after_forward());
+
+  JobSpec defaulted;
+  defaulted.mutable_parallelism()->set_zero_stage(3);
+  ApplyJobSpecDefaults(&defaulted);
+  EXPECT_EQ(defaulted.parallelism().fsdp().wrap(), FsdpSpec::WRAP_BLOCK);
+
+  // Under another stage the section stays unset: a field written there is the user's, for
+  // validation to refuse.
+  for (const int stage : {0, 1, 2}) {
+    JobSpec other;
+    other.mutable_parallelism()->set_zero_stage(stage);
+    ApplyJobSpecDefaults(&other);
+    EXPECT_FALSE(other.parallelism().has_fsdp()) << stage;
+  }
+}
+
+TEST(ApplyJobSpecDefaultsTest, ReducePrecisionForZeroStages2And3Only) {
+  for (const int stage : {2, 3}) {
+    JobSpec spec;
+    spec.mutable_parallelism()->set_zero_stage(stage);
+    spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_BF16);
+    ApplyJobSpecDefaults(&spec);
+    EXPECT_EQ(spec.precision().reduce(), PrecisionSpec::DTYPE_FP32) << stage;
+  }
+  JobSpec written;
+  written.mutable_parallelism()->set_zero_stage(2);
+  written.mutable_precision()->set_reduce(PrecisionSpec::DTYPE_BF16);
+  ApplyJobSpecDefaults(&written);
+  EXPECT_EQ(written.precision().reduce(), PrecisionSpec::DTYPE_BF16);
+  // Stages 0 and 1 all-reduce in fp32 whatever it says; their effective spec is as before.
+  for (const int stage : {0, 1}) {
+    JobSpec spec;
+    spec.mutable_parallelism()->set_zero_stage(stage);
+    ApplyJobSpecDefaults(&spec);
+    EXPECT_EQ(spec.precision().reduce(), PrecisionSpec::DTYPE_UNSPECIFIED) << stage;
+  }
+}
+
 TEST(ApplyJobSpecDefaultsTest, CheckpointDefaultsOnlyWhenCheckpointing) {
   JobSpec spec;
   spec.mutable_checkpoint()->set_dir("/ckpt");
@@ -117,6 +166,8 @@ TEST(ApplyJobSpecDefaultsTest, ExplicitZerosAndFalsesAreKept) {
   spec.mutable_checkpoint()->set_async(false);
   spec.mutable_checkpoint()->set_keep_last(0);
   spec.mutable_diagnostics()->set_fingerprint_every(0);
+  spec.mutable_parallelism()->set_zero_stage(3);
+  spec.mutable_parallelism()->mutable_fsdp()->set_reshard_after_forward(false);
   ApplyJobSpecDefaults(&spec);
   EXPECT_FALSE(spec.parallelism().overlap());
   EXPECT_EQ(spec.parallelism().bucket_mb(), 0);
@@ -125,6 +176,7 @@ TEST(ApplyJobSpecDefaultsTest, ExplicitZerosAndFalsesAreKept) {
   EXPECT_FALSE(spec.checkpoint().async());
   EXPECT_EQ(spec.checkpoint().keep_last(), 0);
   EXPECT_EQ(spec.diagnostics().fingerprint_every(), 0);
+  EXPECT_FALSE(spec.parallelism().fsdp().reshard_after_forward());
 }
 
 TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
@@ -133,6 +185,7 @@ TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
   once.mutable_optimizer()->mutable_lamb();
   once.mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
   once.mutable_checkpoint()->set_dir("/ckpt");
+  once.mutable_parallelism()->set_zero_stage(3);
   ApplyJobSpecDefaults(&once);
   JobSpec twice = once;
   ApplyJobSpecDefaults(&twice);

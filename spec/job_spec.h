@@ -75,15 +75,19 @@ absl::StatusOr<std::string> JobSpecToJson(const JobSpec& spec);
 uint64_t JobSpecHash(const JobSpec& spec);
 
 // The fields that change how or where a job runs but not what it computes; a resumed job
-// may change them (`--set checkpoint.every_steps=...`, a new world size or ZeRO stage, the
-// data moved to another directory).
-inline constexpr std::array<absl::string_view, 14> kOperationalFields = {
+// may change them (`--set checkpoint.every_steps=...`, a new world size, ZeRO stage or FSDP
+// wrapping and prefetch (all of `parallelism`), the gradients' reduction precision, the data
+// moved to another directory). precision.reduce is among them although bf16 rounds the
+// reduced gradients (as bucket_mb reorders their sums): it belongs to ZeRO-2 and 3 (filled
+// for them only), and a checkpoint resumes under any stage.
+inline constexpr std::array<absl::string_view, 15> kOperationalFields = {
     "name",
     "backend",
     "device",
     "batch.micro_max",
     "batch.accumulation",
     "parallelism",
+    "precision.reduce",
     "checkpoint",
     "resume",
     "diagnostics",

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,28 @@ TEST(LoadJobSpecTest, TheFashionMnistMlpExample) {
   EXPECT_EQ(spec->schedule().decay(), ScheduleSpec::DECAY_COSINE);
   EXPECT_GT(spec->schedule().warmup_steps(), 0);
   EXPECT_EQ(spec->data().fashion_mnist().dir(), kDefaultFashionMnistDir);
+}
+
+TEST(LoadJobSpecTest, TheGptExamplesCommentedZeroStage3IsItsDefaults) {
+  std::string yaml;
+  {
+    std::ifstream in(kExamples[2]);
+    ASSERT_TRUE(in) << kExamples[2];
+    yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Uncomment the example's ZeRO-3 lines.
+  for (const char* key : {"zero_stage: 3", "fsdp: {"}) {
+    const size_t at = yaml.find(absl::StrCat("  # ", key));
+    ASSERT_NE(at, std::string::npos) << key;
+    yaml.erase(at + 2, 2);
+  }
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+  EXPECT_EQ(spec->parallelism().zero_stage(), 3);
+  JobSpec defaulted = *spec;
+  defaulted.mutable_parallelism()->clear_fsdp();
+  ApplyJobSpecDefaults(&defaulted);
+  EXPECT_TRUE(MessageDifferencer::Equals(defaulted, *spec));
 }
 
 TEST(LoadJobSpecTest, TheCnnAndGptExamples) {
@@ -237,6 +260,26 @@ TEST(JobSpecToYamlTest, IsReadable) {
   EXPECT_THAT(yaml, HasSubstr("  bucket_mb: 25\n"));
 }
 
+TEST(JobSpecToYamlTest, ShowsZeroStage3sEffectiveOptions) {
+  const JobSpec spec = *LoadJobSpecText(
+      absl::StrCat(kMinimal, "precision: {compute: bf16, reduce: bf16}\n",
+                   "parallelism:\n  zero_stage: 3\n  fsdp: {wrap: layer, prefetch_limit: 2}\n"));
+  const std::string yaml = JobSpecToYaml(spec);
+  EXPECT_THAT(yaml, HasSubstr("  compute: bf16\n  tf32: false\n  reduce: bf16\n"));
+  EXPECT_THAT(yaml, HasSubstr("  zero_stage: 3\n"));
+  EXPECT_THAT(yaml, HasSubstr("  fsdp:\n    wrap: layer\n    prefetch: both\n"
+                              "    prefetch_limit: 2\n    reshard_after_forward: true\n"));
+  const absl::StatusOr<JobSpec> back = LoadJobSpecText(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, spec)) << yaml;
+  // Other stages show neither (their effective specs are as before these fields).
+  const std::string stage2 =
+      JobSpecToYaml(*LoadJobSpecText(kMinimal, {"parallelism.zero_stage=2"}));
+  EXPECT_THAT(stage2, Not(HasSubstr("fsdp")));
+  EXPECT_THAT(stage2, HasSubstr("  reduce: fp32\n"));
+  EXPECT_THAT(JobSpecToYaml(*LoadJobSpecText(kMinimal)), Not(HasSubstr("reduce")));
+}
+
 TEST(JobSpecToJsonTest, UsesTheYamlFieldNames) {
   const absl::StatusOr<std::string> json = JobSpecToJson(*LoadJobSpecFile(kExamples[0]));
   ASSERT_TRUE(json.ok()) << json.status();
@@ -283,6 +326,33 @@ TEST(TrainingSpecHashTest, IgnoresOperationalFieldsOnly) {
   EXPECT_NE(TrainingSpecHash(spec),
             TrainingSpecHash(*LoadJobSpecText(kMinimal, {"model.mlp.hidden=[9]"})));
   EXPECT_NE(TrainingSpecHash(spec), TrainingSpecHash(*LoadJobSpecText(kMinimal, {"seed=3"})));
+}
+
+TEST(TrainingSpecHashTest, AnyZeroStageFsdpOptionOrReducePrecisionResumes) {
+  // A checkpoint loads across stages and wrappings: what differs only in them is the same
+  // training.
+  const JobSpec stage0 = *LoadJobSpecText(kMinimal);
+  const std::vector<JobSpec> others = {
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=1"}),
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=2"}),
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=2", "precision.reduce=bf16"}),
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=3"}),
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=3", "precision.reduce=bf16",
+                                  "parallelism.fsdp.wrap=layer", "parallelism.fsdp.prefetch=none",
+                                  "parallelism.fsdp.prefetch_limit=4",
+                                  "parallelism.fsdp.reshard_after_forward=false"}),
+      *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=model",
+                                  "parallelism.fsdp.prefetch=forward"}),
+  };
+  for (const JobSpec& other : others) {
+    EXPECT_NE(JobSpecHash(stage0), JobSpecHash(other)) << other.parallelism().DebugString();
+    EXPECT_EQ(TrainingSpecHash(stage0), TrainingSpecHash(other))
+        << other.parallelism().DebugString() << other.precision().DebugString();
+    EXPECT_EQ(TrainingSpecText(stage0), TrainingSpecText(other));
+  }
+  // Precision as a whole is not operational: the compute precision is what is trained.
+  EXPECT_NE(TrainingSpecHash(stage0),
+            TrainingSpecHash(*LoadJobSpecText(kMinimal, {"precision.compute=bf16"})));
 }
 
 TEST(TrainingSpecTextTest, OneLinePerTrainingFieldWithoutOperationalOnes) {

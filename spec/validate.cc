@@ -8,6 +8,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/repeated_field.h"
 #include "spec/job_spec.h"
 
@@ -234,11 +236,37 @@ void CheckBatch(const JobSpec& spec, Checker* check) {
   }
 }
 
+// precision.reduce: the reduce-scatter of ZeRO-2 and ZeRO-3, in fp32 or bf16.
+void CheckReduce(const JobSpec& spec, Checker* check) {
+  const int32_t zero_stage = spec.parallelism().zero_stage();
+  switch (spec.precision().reduce()) {
+    case PrecisionSpec::DTYPE_UNSPECIFIED:
+      if (zero_stage == 2 || zero_stage == 3) check->Fail("precision.reduce", "required");
+      break;
+    case PrecisionSpec::DTYPE_FP16:
+      check->Fail("precision.reduce",
+                  "fp16 is refused: a sum of gradients overflows fp16 without a loss scale; "
+                  "use bf16 (fp32's range) or fp32");
+      break;
+    case PrecisionSpec::DTYPE_BF16:
+      if (zero_stage != 2 && zero_stage != 3) {
+        check->Fail("precision.reduce",
+                    absl::StrCat("bf16 applies to parallelism.zero_stage 2 or 3 (their gradient "
+                                 "reduce-scatter), got zero_stage ",
+                                 zero_stage, "; use fp32 or zero_stage 2 or 3"));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
 void CheckPrecision(const JobSpec& spec, Checker* check) {
   const PrecisionSpec& precision = spec.precision();
   if (precision.compute() == PrecisionSpec::DTYPE_UNSPECIFIED) {
     check->Fail("precision.compute", "required");
   }
+  CheckReduce(spec, check);
   if (!precision.has_loss_scale()) return;
   const LossScaleSpec& scale = precision.loss_scale();
   check->Positive("precision.loss_scale.initial", scale.initial());
@@ -251,11 +279,36 @@ void CheckPrecision(const JobSpec& spec, Checker* check) {
                 backoff);
 }
 
+// parallelism.fsdp: ZeRO-3's units and prefetch; under another stage, not written at all.
+void CheckFsdp(const ParallelismSpec& parallelism, Checker* check) {
+  const FsdpSpec& fsdp = parallelism.fsdp();
+  if (parallelism.zero_stage() != 3) {
+    if (!parallelism.has_fsdp()) return;
+    const std::string why = absl::StrCat(
+        "applies to parallelism.zero_stage: 3 only, got zero_stage ", parallelism.zero_stage());
+    std::vector<const google::protobuf::FieldDescriptor*> written;
+    fsdp.GetReflection()->ListFields(fsdp, &written);
+    if (written.empty()) check->Fail("parallelism.fsdp", why);
+    for (const google::protobuf::FieldDescriptor* field : written) {
+      check->Fail(absl::StrCat("parallelism.fsdp.", field->name()), why);
+    }
+    return;
+  }
+  if (fsdp.wrap() == FsdpSpec::WRAP_UNSPECIFIED) check->Fail("parallelism.fsdp.wrap", "required");
+  if (fsdp.prefetch() == FsdpSpec::PREFETCH_UNSPECIFIED) {
+    check->Fail("parallelism.fsdp.prefetch", "required");
+  }
+  const int32_t limit = fsdp.prefetch_limit();
+  check->Expect(limit >= 1 && limit <= kMaxFsdpPrefetchLimit, "parallelism.fsdp.prefetch_limit",
+                absl::StrCat("in [1, ", kMaxFsdpPrefetchLimit, "] (all-gathers in flight)"), limit);
+}
+
 void CheckParallelism(const JobSpec& spec, Checker* check) {
   const ParallelismSpec& parallelism = spec.parallelism();
   const int32_t zero_stage = parallelism.zero_stage();
-  check->Expect(zero_stage >= 0 && zero_stage <= 2, "parallelism.zero_stage", "0, 1 or 2",
+  check->Expect(zero_stage >= 0 && zero_stage <= 3, "parallelism.zero_stage", "0, 1, 2 or 3",
                 zero_stage);
+  CheckFsdp(parallelism, check);
   check->Positive("parallelism.bucket_mb", parallelism.bucket_mb());
   check->NonNegative("parallelism.threads", parallelism.threads());
   const int32_t every = parallelism.activation_checkpointing_every();

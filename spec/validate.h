@@ -4,6 +4,7 @@
 #ifndef RINGMASTER_SPEC_VALIDATE_H_
 #define RINGMASTER_SPEC_VALIDATE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,6 +16,9 @@ namespace ringmaster::spec {
 
 // The longest job name (the job's id; the coordinator's limit too).
 inline constexpr size_t kMaxJobNameLength = 128;
+
+// The most all-gathers parallelism.fsdp.prefetch_limit may keep in flight.
+inline constexpr int32_t kMaxFsdpPrefetchLimit = 8;
 
 // A job name as ValidateJobSpec accepts it: 1 to kMaxJobNameLength letters, digits, '.',
 // '_' and '-', not "." or ".." (it names directories).

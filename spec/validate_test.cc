@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
@@ -16,6 +17,7 @@ namespace ringmaster::spec {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
@@ -82,6 +84,13 @@ LossScaleSpec* Fp16LossScale(JobSpec* spec) {
   return spec->mutable_precision()->mutable_loss_scale();
 }
 
+// Switches `spec` to ZeRO-3 with the default FSDP options, and returns those.
+FsdpSpec* ZeroStage3(JobSpec* spec) {
+  spec->mutable_parallelism()->set_zero_stage(3);
+  ApplyJobSpecDefaults(spec);
+  return spec->mutable_parallelism()->mutable_fsdp();
+}
+
 struct RangeCase {
   const char* base;
   std::function<void(JobSpec*)> mutate;
@@ -144,8 +153,60 @@ TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
        "batch.global: must be > 0, got -5"},
       {kMinimalMlp, [](JobSpec* s) { s->mutable_batch()->set_accumulation(100); },
        "batch.accumulation: must be <= batch.global (64), got 100"},
-      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(3); },
-       "parallelism.zero_stage: must be 0, 1 or 2, got 3"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(4); },
+       "parallelism.zero_stage: must be 0, 1, 2 or 3, got 4"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_zero_stage(-1); },
+       "parallelism.zero_stage: must be 0, 1, 2 or 3, got -1"},
+      {kMinimalGpt, [](JobSpec* s) { ZeroStage3(s)->set_prefetch_limit(0); },
+       "parallelism.fsdp.prefetch_limit: must be in [1, 8] (all-gathers in flight), got 0"},
+      {kMinimalGpt, [](JobSpec* s) { ZeroStage3(s)->set_prefetch_limit(9); },
+       "parallelism.fsdp.prefetch_limit: must be in [1, 8] (all-gathers in flight), got 9"},
+      {kMinimalGpt, [](JobSpec* s) { ZeroStage3(s)->clear_wrap(); },
+       "parallelism.fsdp.wrap: required"},
+      {kMinimalGpt, [](JobSpec* s) { ZeroStage3(s)->clear_prefetch(); },
+       "parallelism.fsdp.prefetch: required"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(2);
+         ApplyJobSpecDefaults(s);
+         s->mutable_parallelism()->mutable_fsdp()->set_wrap(FsdpSpec::WRAP_LAYER);
+       },
+       "parallelism.fsdp.wrap: applies to parallelism.zero_stage: 3 only, got zero_stage 2"},
+      {kMinimalGpt,
+       [](JobSpec* s) { s->mutable_parallelism()->mutable_fsdp()->set_prefetch_limit(2); },
+       "parallelism.fsdp.prefetch_limit: applies to parallelism.zero_stage: 3 only, got "
+       "zero_stage 0"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(1);
+         s->mutable_parallelism()->mutable_fsdp()->set_reshard_after_forward(true);
+       },
+       "parallelism.fsdp.reshard_after_forward: applies to parallelism.zero_stage: 3 only, got "
+       "zero_stage 1"},
+      {kMinimalGpt, [](JobSpec* s) { s->mutable_parallelism()->mutable_fsdp(); },
+       "parallelism.fsdp: applies to parallelism.zero_stage: 3 only, got zero_stage 0"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(3);
+         ApplyJobSpecDefaults(s);
+         s->mutable_precision()->set_reduce(PrecisionSpec::DTYPE_FP16);
+       },
+       "precision.reduce: fp16 is refused: a sum of gradients overflows fp16 without a loss "
+       "scale; use bf16 (fp32's range) or fp32"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(1);
+         s->mutable_precision()->set_reduce(PrecisionSpec::DTYPE_BF16);
+       },
+       "precision.reduce: bf16 applies to parallelism.zero_stage 2 or 3 (their gradient "
+       "reduce-scatter), got zero_stage 1; use fp32 or zero_stage 2 or 3"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(2);
+         ApplyJobSpecDefaults(s);
+         s->mutable_precision()->clear_reduce();
+       },
+       "precision.reduce: required"},
       {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_bucket_mb(0); },
        "parallelism.bucket_mb: must be > 0, got 0"},
       {kMinimalMlp, [](JobSpec* s) { s->mutable_parallelism()->set_threads(-1); },
@@ -248,7 +309,57 @@ TEST(ValidateJobSpecTest, SeveralErrorsAreReportedTogether) {
   spec.mutable_data()->mutable_text()->clear_path();
   EXPECT_THAT(Errors(spec), ElementsAre("steps: must be > 0, got -1", "data.text.path: required",
                                         "optimizer.adamw.beta2: must be in [0, 1), got 2",
-                                        "parallelism.zero_stage: must be 0, 1 or 2, got 7"));
+                                        "parallelism.zero_stage: must be 0, 1, 2 or 3, got 7"));
+}
+
+TEST(ValidateJobSpecTest, ZeroStage3WithItsOptionsIsValid) {
+  JobSpec spec = Effective(kMinimalGpt);
+  FsdpSpec* fsdp = ZeroStage3(&spec);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  fsdp->set_wrap(FsdpSpec::WRAP_MODEL);
+  fsdp->set_prefetch(FsdpSpec::PREFETCH_NONE);
+  fsdp->set_prefetch_limit(kMaxFsdpPrefetchLimit);
+  fsdp->set_reshard_after_forward(false);
+  spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_BF16);
+  spec.mutable_precision()->set_reduce(PrecisionSpec::DTYPE_BF16);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  // fp32 reduction is what stages 0 and 1 do anyway: writing it there is no error.
+  JobSpec stage1 = Effective(kMinimalGpt);
+  stage1.mutable_parallelism()->set_zero_stage(1);
+  stage1.mutable_precision()->set_reduce(PrecisionSpec::DTYPE_FP32);
+  EXPECT_THAT(Errors(stage1), IsEmpty());
+}
+
+TEST(ValidateJobSpecTest, EveryFsdpFieldWrittenUnderAnotherStageIsNamed) {
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(
+      absl::StrCat(kMinimalGpt, "parallelism:\n  zero_stage: 2\n  fsdp:\n    wrap: layer\n",
+                   "    prefetch: none\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::vector<std::string>(absl::StrSplit(spec.status().message(), '\n')),
+              ElementsAre("10:11: parallelism.fsdp.wrap: applies to parallelism.zero_stage: 3 "
+                          "only, got zero_stage 2",
+                          "11:15: parallelism.fsdp.prefetch: applies to parallelism.zero_stage: "
+                          "3 only, got zero_stage 2"));
+}
+
+TEST(ValidateJobSpecTest, AnUnknownFsdpChoiceNamesTheFieldAndListsTheChoices) {
+  const absl::Status wrap =
+      LoadJobSpecText(kMinimalGpt, {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=unit"})
+          .status();
+  EXPECT_EQ(wrap.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(wrap.message()),
+      HasSubstr("parallelism.fsdp.wrap: expected one of layer, block, model, got \"unit\""));
+  const absl::Status prefetch =
+      LoadJobSpecText(kMinimalGpt, {"parallelism.zero_stage=3", "parallelism.fsdp.prefetch=all"})
+          .status();
+  EXPECT_THAT(std::string(prefetch.message()),
+              HasSubstr("parallelism.fsdp.prefetch: expected one of none, forward, backward, "
+                        "both, got \"all\""));
+  const absl::Status reduce = LoadJobSpecText(kMinimalGpt, {"precision.reduce=fp8"}).status();
+  EXPECT_THAT(std::string(reduce.message()),
+              HasSubstr("precision.reduce: expected one of fp32, bf16, fp16, got \"fp8\""));
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+#include "config/train_config.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spec/job_spec.h"
+
+namespace ringmaster::config {
+namespace {
+
+using train::FsdpConfig;
+using train::Precision;
+using train::TrainConfig;
+
+constexpr char kSpec[] = R"(steps: 10
+model: {gpt: {layers: 2, width: 32, heads: 2, context: 16}}
+data: {text: {path: corpus.txt}}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+)";
+
+// The TrainConfig of kSpec with `overrides` (spec::LoadJobSpecText: defaults and validation).
+TrainConfig ConfigOf(const std::vector<std::string>& overrides) {
+  absl::StatusOr<JobSpec> spec = spec::LoadJobSpecText(kSpec, overrides);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return {};
+  absl::StatusOr<TrainConfig> config = TrainConfigFromSpec(*spec);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *std::move(config) : TrainConfig{};
+}
+
+TEST(TrainConfigFromSpecTest, ZeroStage3TakesEveryFsdpOption) {
+  const TrainConfig c = ConfigOf({"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
+                                  "parallelism.fsdp.prefetch=backward",
+                                  "parallelism.fsdp.prefetch_limit=3",
+                                  "parallelism.fsdp.reshard_after_forward=false"});
+  EXPECT_EQ(c.zero_stage, 3);
+  EXPECT_EQ(c.fsdp.wrap, FsdpConfig::Wrap::kLayer);
+  EXPECT_EQ(c.fsdp.prefetch, FsdpConfig::Prefetch::kBackward);
+  EXPECT_EQ(c.fsdp.prefetch_limit, 3);
+  EXPECT_FALSE(c.fsdp.reshard_after_forward);
+}
+
+TEST(TrainConfigFromSpecTest, EveryWrapAndPrefetchChoiceMapsToItsOwn) {
+  for (const auto& [text, wrap] : std::vector<std::pair<std::string, FsdpConfig::Wrap>>{
+           {"layer", FsdpConfig::Wrap::kLayer},
+           {"block", FsdpConfig::Wrap::kBlock},
+           {"model", FsdpConfig::Wrap::kModel}}) {
+    const TrainConfig c = ConfigOf({"parallelism.zero_stage=3", "parallelism.fsdp.wrap=" + text});
+    EXPECT_EQ(c.fsdp.wrap, wrap) << text;
+    EXPECT_EQ(train::WrapName(c.fsdp.wrap), text);
+  }
+  for (const auto& [text, prefetch] : std::vector<std::pair<std::string, FsdpConfig::Prefetch>>{
+           {"none", FsdpConfig::Prefetch::kNone},
+           {"forward", FsdpConfig::Prefetch::kForward},
+           {"backward", FsdpConfig::Prefetch::kBackward},
+           {"both", FsdpConfig::Prefetch::kBoth}}) {
+    const TrainConfig c =
+        ConfigOf({"parallelism.zero_stage=3", "parallelism.fsdp.prefetch=" + text});
+    EXPECT_EQ(c.fsdp.prefetch, prefetch) << text;
+    EXPECT_EQ(train::PrefetchName(c.fsdp.prefetch), text);
+  }
+}
+
+TEST(TrainConfigFromSpecTest, ZeroStage3DefaultsAreTheSpecsDefaults) {
+  const TrainConfig c = ConfigOf({"parallelism.zero_stage=3"});
+  EXPECT_EQ(c.fsdp.wrap, FsdpConfig::Wrap::kBlock);
+  EXPECT_EQ(c.fsdp.prefetch, FsdpConfig::Prefetch::kBoth);
+  EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+  EXPECT_TRUE(c.fsdp.reshard_after_forward);
+  EXPECT_EQ(c.reduce_precision, Precision::kFloat32);
+}
+
+TEST(TrainConfigFromSpecTest, ReducePrecisionBf16UnderZeroStages2And3) {
+  for (const char* stage : {"2", "3"}) {
+    const TrainConfig c = ConfigOf({std::string("parallelism.zero_stage=") + stage,
+                                    "precision.compute=bf16", "precision.reduce=bf16"});
+    EXPECT_EQ(c.reduce_precision, Precision::kBFloat16) << stage;
+    EXPECT_EQ(c.precision, Precision::kBFloat16) << stage;
+  }
+  const TrainConfig fp32 = ConfigOf({"parallelism.zero_stage=2", "precision.compute=bf16"});
+  EXPECT_EQ(fp32.reduce_precision, Precision::kFloat32);
+}
+
+TEST(TrainConfigFromSpecTest, OtherStagesKeepTheDataParallelOptions) {
+  const TrainConfig c = ConfigOf({"parallelism.zero_stage=1", "parallelism.bucket_mb=4",
+                                  "parallelism.overlap=false"});
+  EXPECT_EQ(c.zero_stage, 1);
+  EXPECT_EQ(c.bucket_mb, 4);
+  EXPECT_FALSE(c.overlap);
+  EXPECT_EQ(c.reduce_precision, Precision::kFloat32);
+  // No fsdp section under stage 1: FsdpConfig's defaults, unused.
+  EXPECT_EQ(c.fsdp.wrap, FsdpConfig::Wrap::kBlock);
+  EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+}
+
+}  // namespace
+}  // namespace ringmaster::config
