@@ -165,6 +165,9 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     return absl::OkStatus();
   }
   ParameterStore* store() override { return this; }
+  const float* replicated_parameters() const override {
+    return options_.zero_stage == 2 ? full_.data() : nullptr;
+  }
 
   void BeginGradients(float* grads, bool measure_local_norm) override {
     grads_ = grads;
@@ -230,8 +233,12 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     if (options_.zero_stage == 3) return absl::OkStatus();
     // ZeRO-2: every rank's compute copy from the updated pieces, unit by unit through one
     // buffer.
-    Enqueue({Op::kGatherIntoCopy, 0, pool_.Take(layout_.largest_unit)});
-    return WaitAll();
+    return GatherWhole(options_.compute, full_.span());
+  }
+
+  absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) override {
+    master_ = params.data();
+    return GatherWhole(Precision::kFloat32, whole);
   }
 
   // ParameterStore.
@@ -288,13 +295,15 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
 
  private:
   struct Op {
-    enum Kind { kGather, kGatherIntoCopy, kReduceScatter };
+    enum Kind { kGather, kGatherWhole, kReduceScatter };
     Kind kind = kGather;
     int unit = 0;
     float* buffer = nullptr;  // the unit buffer gathered into or reduced from (given back
                               // by the thread, but for kGather's)
     bool accumulate = false;  // kReduceScatter: add to the shard (else overwrite it)
     bool discard = false;     // kReduceScatter: contribute zeros
+    float* whole = nullptr;   // kGatherWhole: every unit goes there, in table order
+    Precision precision = Precision::kFloat32;  // kGatherWhole's
   };
   // The training thread's view of a unit in the current pass.
   struct UnitState {
@@ -304,6 +313,15 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     int groups_done = 0;
     bool reduced = false;  // its reduce-scatter is queued
   };
+
+  // Every unit, gathered in `precision`, into `whole` (table order).
+  absl::Status GatherWhole(Precision precision, absl::Span<float> whole) {
+    Op op{Op::kGatherWhole, 0, pool_.Take(layout_.largest_unit)};
+    op.whole = whole.data();
+    op.precision = precision;
+    Enqueue(op);
+    return WaitAll();
+  }
 
   int64_t Enqueue(const Op& op) {
     absl::MutexLock lock(&mu_);
@@ -384,24 +402,25 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const FsdpUnit& unit = layout_.units[op.unit];
     const absl::Time deadline = absl::Now() + options_.op_timeout;
     if (op.kind == Op::kReduceScatter) return ReduceScatter(unit, op, deadline, squares);
-    if (op.kind == Op::kGatherIntoCopy) {
+    if (op.kind == Op::kGatherWhole) {
       for (const FsdpUnit& u : layout_.units) {
-        RM_RETURN_IF_ERROR(Gather(u, op.buffer, deadline));
-        std::copy_n(op.buffer, u.range.size(), full_.data() + u.range.begin);
+        RM_RETURN_IF_ERROR(Gather(u, op.precision, op.buffer, deadline));
+        std::copy_n(op.buffer, u.range.size(), op.whole + u.range.begin);
       }
       return absl::OkStatus();
     }
-    return Gather(unit, op.buffer, deadline);
+    return Gather(unit, options_.compute, op.buffer, deadline);
   }
 
-  // An all-gather of the unit's pieces into `out`, in the compute precision.
-  absl::Status Gather(const FsdpUnit& unit, float* out, absl::Time deadline) {
+  // An all-gather of the unit's pieces into `out`, in `precision` (16 bits on the wire for
+  // bf16 and fp16).
+  absl::Status Gather(const FsdpUnit& unit, Precision precision, float* out, absl::Time deadline) {
     const float* piece = master_ + unit.local;
-    if (Half(options_.compute)) {
-      Pack(options_.compute, piece, wire_shard_.data(), unit.shard);
+    if (Half(precision)) {
+      Pack(precision, piece, wire_shard_.data(), unit.shard);
       RM_RETURN_IF_ERROR(comm_->AllGather(wire_shard_.data(), wire_unit_.data(), unit.shard,
-                                          WireType(options_.compute), deadline));
-      Unpack(options_.compute, wire_unit_.data(), out, unit.padded);
+                                          WireType(precision), deadline));
+      Unpack(precision, wire_unit_.data(), out, unit.padded);
       return absl::OkStatus();
     }
     return comm_->AllGather(piece, out, unit.shard, DataType::kFloat32, deadline);

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "state/range.h"
 #include "state/tensor.h"
 #include "train/batch.h"
 
@@ -110,8 +112,16 @@ class Model {
 
   virtual std::string Describe() const = 0;  // e.g. "mlp 784-512-512-10"
   virtual const state::TensorTable& table() const = 0;
-  // Deterministic initialisation from `seed` (same on every rank).
-  virtual void Init(uint64_t seed, state::FlatBuffer& params) const = 0;
+  // Deterministic initialisation from `seed` (the same on every rank): hands each tensor's
+  // initial values to `sink`, in table order.
+  using TensorSink = std::function<void(int tensor, absl::Span<const float> values)>;
+  virtual void InitTensors(uint64_t seed, const TensorSink& sink) const = 0;
+  // Zeroes `params` (at least table().total_elements() floats) and fills every tensor.
+  void Init(uint64_t seed, state::FlatBuffer& params) const;
+  // Fills only the pieces of the flat space in `local` (a rank's shard under ZeRO-2/3), with
+  // the values Init gives them; the rest of `local` is left alone.
+  void InitPieces(uint64_t seed, absl::Span<const state::PlacedRange> pieces,
+                  absl::Span<float> local) const;
   // Loss terms one sample contributes (1 for a classifier, context for a language model).
   virtual int64_t LossTermsPerSample() const = 0;
 

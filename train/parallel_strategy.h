@@ -21,6 +21,7 @@
 #ifndef RINGMASTER_TRAIN_PARALLEL_STRATEGY_H_
 #define RINGMASTER_TRAIN_PARALLEL_STRATEGY_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -86,6 +87,16 @@ class ParallelStrategy {
   // After the optimizer updated update_window() of `params` (the step's buffer), or after
   // a restore wrote it: every rank's parameters are current again.
   virtual absl::Status AfterOptimizerStep(absl::Span<float> params) = 0;
+  // The whole parameters in table order into `whole` (table.total_elements() floats) from
+  // the step's parameter buffer `params` (host memory): a copy, or under ZeRO-2/3 a gather
+  // of every unit (every rank calls it then). For on_finish and the like, not for steps.
+  virtual absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) {
+    std::copy_n(params.data(), whole.size(), whole.data());
+    return absl::OkStatus();
+  }
+  // With a store: the whole parameters every rank computes with when it keeps them (ZeRO-2's
+  // compute copy, table order), else null (ZeRO-3).
+  virtual const float* replicated_parameters() const { return nullptr; }
   // Bytes of unit buffers (gathered parameters, unreduced gradients, staging) this strategy
   // holds now and at most so far; 0 for data parallelism.
   virtual int64_t unit_buffer_bytes_peak() const { return 0; }

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -21,6 +23,7 @@
 #include "train/data/sampler.h"
 #include "train/device.h"
 #include "train/fingerprint.h"
+#include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "train/gradient_backend.h"
 #include "train/host_view.h"
@@ -53,6 +56,14 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
                                                              std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
+  if (config.zero_stage == 3) {
+    constexpr const char* kWhy =
+        "parallelism.zero_stage: 3 trains on the CPU in this version (its CUDA path is not "
+        "built yet)";
+    if (required) return absl::InvalidArgumentError(absl::StrCat(kWhy, "; set device: cpu"));
+    *why_cpu = kWhy;
+    return nullptr;
+  }
   if (!required && !CudaDeviceAvailable()) {
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
     return nullptr;
@@ -182,7 +193,7 @@ absl::Status Trainer::State::LoadModel() {
   }
   allocating = "the model (model)";
   RM_ASSIGN_OR_RETURN(model, CreateModel(config.model, data.train->info()));
-  const int64_t padded = PaddedElements(model->table().total_elements(), world);
+  const int64_t padded = PaddedElements(model->table().total_elements(), world);  // DP's
   allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(device, ChooseDevice(config, *model, padded, options.gpu, &why_cpu));
   RM_RETURN_IF_ERROR(CheckHostMemory(config, model->table(), world,
@@ -229,33 +240,55 @@ absl::Status Trainer::State::ChooseGradientComm() {
   return absl::OkStatus();
 }
 
-// The flat buffers, initialised alike on every rank, the parallel strategy and the
-// optimizer over the part of the state this rank owns.
+// The parallel strategy, the step's buffers (the whole flat space, or this rank's shard
+// under ZeRO-2/3 on the CPU) initialised from the seed, and the optimizer over the part of
+// the state this rank updates.
 absl::Status Trainer::State::BuildState() {
   const state::TensorTable& table = model->table();
-  const int64_t padded = PaddedElements(table.total_elements(), world);
-  allocating = absl::StrFormat("the flat parameters and gradients (%d floats each, %.4g GiB)",
-                               padded, padded * 4.0 / (1 << 30));
-  params = state::FlatBuffer(padded);
-  grads = state::FlatBuffer(device != nullptr ? 0 : padded);
+  const bool sharded = config.zero_stage == 3 || (config.zero_stage == 2 && device == nullptr);
+  if (sharded) {
+    ShardedOptions so;
+    so.table = &table;
+    so.groups = model->parameter_groups();
+    so.zero_stage = config.zero_stage;
+    so.fsdp = config.fsdp;
+    so.bucket_mb = config.bucket_mb;
+    so.compute = config.precision;
+    so.reduce = config.reduce_precision;
+    so.op_timeout = options.op_timeout;
+    RM_ASSIGN_OR_RETURN(strategy, CreateShardedDataParallel(comm, hcomm, so));
+  } else {
+    DataParallelOptions dp;
+    dp.elements = table.total_elements();
+    dp.zero_stage = config.zero_stage;
+    dp.bucket_mb = config.bucket_mb;
+    dp.overlap = config.overlap;
+    dp.op_timeout = options.op_timeout;
+    dp.ops = ops;
+    dp.comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
+    RM_ASSIGN_OR_RETURN(strategy, CreateDataParallel(comm, hcomm, dp));
+  }
+  const int64_t local = strategy->local_elements();
+  allocating = absl::StrFormat("the %s parameters and gradients (%d floats each, %.4g GiB)",
+                               sharded ? "sharded" : "flat", local, local * 4.0 / (1 << 30));
+  params = state::FlatBuffer(local);
+  grads = state::FlatBuffer(device != nullptr ? 0 : local);
   step_params = device != nullptr ? device->params() : params.span();
   step_grads = device != nullptr ? device->grads() : grads.span();
-  model->Init(config.seed, params);
-  // Every rank initialises from the same seed; the broadcast makes equality a fact.
-  RM_RETURN_IF_ERROR(
-      hcomm->Broadcast(params.data(), params.data(), padded, DataType::kFloat32, 0, Deadline()));
-  DataParallelOptions dp;
-  dp.elements = table.total_elements();
-  dp.zero_stage = config.zero_stage;
-  dp.bucket_mb = config.bucket_mb;
-  dp.overlap = config.overlap;
-  dp.op_timeout = options.op_timeout;
-  dp.ops = ops;
-  dp.comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
-  RM_ASSIGN_OR_RETURN(strategy, CreateDataParallel(comm, hcomm, dp));
-  allocating =
-      absl::StrFormat("the optimizer state (%d elements per moment)", strategy->owned().size());
-  RM_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(table, strategy->owned(), config.optimizer, ops));
+  if (sharded) {
+    // Each rank holds other pieces: it fills its own from the common seed.
+    params.Zero();
+    model->InitPieces(config.seed, strategy->update_pieces(), params.span());
+  } else {
+    model->Init(config.seed, params);
+    // Every rank initialises from the same seed; the broadcast makes equality a fact.
+    RM_RETURN_IF_ERROR(
+        hcomm->Broadcast(params.data(), params.data(), local, DataType::kFloat32, 0, Deadline()));
+  }
+  const state::FlatRange window = strategy->update_window();
+  allocating = absl::StrFormat("the optimizer state (%d elements per moment)", window.size());
+  RM_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(table, strategy->update_pieces(), window.size(),
+                                                 config.optimizer, ops));
   allocating = "the trainer's working memory (batches, activations, buffers)";
   view = std::make_unique<HostView>(params, *optimizer, device.get());
   return absl::OkStatus();
@@ -301,6 +334,11 @@ void Trainer::State::SayStart() const {
                    " BLAS thread(s) per rank"));
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
+  if (config.fingerprint_every > 0 && strategy->store() != nullptr &&
+      strategy->replicated_parameters() == nullptr) {
+    Say("fingerprints: none compared (diagnostics.fingerprint_every): under ZeRO-3 each "
+        "parameter has one copy, its owner's, so no replicas can drift apart");
+  }
   std::vector<std::string> gradient_notes;
   if (comm->backend() == "tcp") gradient_notes.push_back("staged through host memory");
   if (!why_backend.empty()) gradient_notes.push_back(why_backend);
@@ -327,6 +365,7 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   ro.scaler = scaler ? &*scaler : nullptr;
   ro.resident = options.resident;
   ro.whole_state = strategy->whole_state_on_every_rank();
+  if (strategy->store() != nullptr) ro.param_pieces = strategy->saved_pieces();
   ro.total_steps = total_steps;
   ro.schedule = &*schedule;
   ro.say = [this](const std::string& line) { Say(line); };
@@ -343,21 +382,36 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
     co.env = options.checkpoint_env;
     co.table = &table;
     co.zero_stage = config.zero_stage;
-    // The staging copy for a save: this rank's slice of the parameters and each moment,
+    // The staging copy for a save: this rank's pieces of the parameters and each moment,
     // reserved now so the first save does not pay its page faults.
-    const state::FlatRange saved = strategy->saved();
-    co.staging_reserve_bytes = static_cast<int64_t>(saved.size()) * 4 *
-                               (1 + static_cast<int64_t>(optimizer->state_buffers().size()));
+    const std::vector<state::PlacedRange> saved = strategy->saved_pieces();
+    co.staging_reserve_bytes = state::PlacedElements(saved) * 4 *
+                               (1 + static_cast<int64_t>(optimizer->state_buffers().size() /
+                                                         std::max<size_t>(1, saved.size())));
     co.pull = [this] { return view->Pull(HostView::What::kEverything); };
     co.request = [this, saved](int64_t done) {
-      const state::TensorTable& t = model->table();
+      const int64_t total = model->table().total_elements();
       checkpoint::SaveRequest req;
       req.step = done;
-      req.buffers.push_back(
-          {"params", t.total_elements(), saved, state::Slice(params.span(), saved)});
+      for (const state::PlacedRange& p : saved) {
+        req.buffers.push_back(
+            {"params", total, p.range, params.span().subspan(p.at, p.range.size())});
+      }
+      // The optimizer's buffers, cut to the saved pieces (under ZeRO-0 every rank keeps all
+      // of them and saves its part); every rank names each buffer, if only with nothing.
       for (StateBuffer& b : view->optimizer()) {
-        req.buffers.push_back({b.name, t.total_elements(), saved,
-                               b.data.subspan(saved.begin - b.range.begin, saved.size())});
+        for (const state::PlacedRange& p : saved) {
+          const state::FlatRange part{std::max(b.range.begin, p.range.begin),
+                                      std::min(b.range.end, p.range.end)};
+          if (part.begin >= part.end) continue;
+          req.buffers.push_back({b.name, total, part,
+                                 b.data.subspan(part.begin - b.range.begin, part.size())});
+        }
+        const bool named = std::any_of(req.buffers.begin(), req.buffers.end(),
+                                       [&](const checkpoint::BufferShard& x) {
+                                         return x.name == b.name;
+                                       });
+        if (!named) req.buffers.push_back({b.name, total, {0, 0}, {}});
       }
       req.state.step = done;
       req.state.sampler = sampler_state;
@@ -375,8 +429,10 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
     allocating = "the trainer's working memory (batches, activations, buffers)";
     checkpoints->ReportLatestCommitted();
   }
-  // The initial or restored state goes to the device (nothing to do on the CPU).
+  // The initial or restored state goes to the device (nothing to do on the CPU), and every
+  // rank's parameters from it (ZeRO-2's compute copy).
   RM_RETURN_IF_ERROR(view->Push());
+  if (strategy->store() != nullptr) RM_RETURN_IF_ERROR(strategy->AfterOptimizerStep(step_params));
   consistent_step = first_step;
   consistent_optimizer_step = optimizer->step();
   consistent_sampler = sampler_state;
@@ -389,14 +445,37 @@ absl::Status Trainer::State::Evaluate() {
   if (data.test == nullptr) return absl::OkStatus();
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
   const int64_t eval_batch = std::max<int64_t>(256, plan.max_micro_batch);
-  for (const data::Range& r : data::EvaluationBatches(data.test->size(), eval_batch, world, rank)) {
-    std::vector<int64_t> idx = data::RangeIndices(r);
+  const std::vector<data::Range> mine =
+      data::EvaluationBatches(data.test->size(), eval_batch, world, rank);
+  ParameterStore* store = strategy->store();
+  // With a store the ranks gather units together: every rank runs as many batches as the
+  // rank with the most, the extra ones on a stand-in sample whose result is dropped.
+  size_t batches = mine.size();
+  if (store != nullptr) {
+    for (int r = 0; r < world; ++r) {
+      batches = std::max(batches,
+                         data::EvaluationBatches(data.test->size(), eval_batch, world, r).size());
+    }
+  }
+  RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
+  for (size_t i = 0; i < batches; ++i) {
+    const bool real = i < mine.size();
+    const std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
     RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
-    RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
-    RM_ASSIGN_OR_RETURN(StepStats s, model->Evaluate(batch, params, config.precision));
-    stats[0] += s.loss_sum;
-    stats[1] += static_cast<double>(s.loss_terms);
-    stats[2] += static_cast<double>(s.correct);
+    absl::StatusOr<StepStats> s;
+    if (store != nullptr) {
+      RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
+      strategy->BeginPass(ParallelStrategy::Pass::kEvaluate);
+      s = model->Evaluate(batch, params, config.precision, store);
+      RM_RETURN_IF_ERROR(strategy->EndEvaluation());
+    } else {
+      s = model->Evaluate(batch, params, config.precision);
+    }
+    if (!s.ok()) return s.status();
+    if (!real) continue;
+    stats[0] += s->loss_sum;
+    stats[1] += static_cast<double>(s->loss_terms);
+    stats[2] += static_cast<double>(s->correct);
   }
   RM_RETURN_IF_ERROR(
       hcomm->AllReduce(stats, stats, 3, DataType::kFloat64, comm::ReduceOp::kSum, Deadline()));
@@ -413,30 +492,40 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
   fb.loss_divisor = static_cast<double>(count * model->LossTermsPerSample());
   fb.loss_scale = scaler ? scaler->scale() : 1.0f;
   fb.precision = config.precision;
-  RM_RETURN_IF_ERROR(strategy->MaterializeParameters());
+  RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
   strategy->BeginGradients(step_grads.data(), measure);
+  ParameterStore* store = strategy->store();
+  fb.store = store;
   bool ran = false;
   for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
     const data::Range r = plan.MicroBatch(count, rank, micro);
-    if (r.empty()) continue;  // short batch: this rank contributes zeros
-    RM_RETURN_IF_ERROR(
-        data.train->Gather(absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size()), &batch));
-    fb.accumulate = ran;
+    // A short batch leaves this rank without samples: it contributes zeros. With a store it
+    // still runs the micro-batch (on a stand-in sample whose gradients are dropped), since
+    // every rank takes part in every unit's gathers and reductions.
+    if (r.empty() && store == nullptr) continue;
+    const absl::Span<const int64_t> indices =
+        r.empty() ? absl::MakeConstSpan(gb.indices).subspan(0, 1)
+                  : absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size());
+    RM_RETURN_IF_ERROR(data.train->Gather(indices, &batch));
+    fb.accumulate = ran && store == nullptr;
     if (micro == plan.accumulation_steps - 1) {
       ParallelStrategy* s = strategy.get();
       fb.on_grads_ready = [s](int64_t offset) { s->GradientsReady(offset); };
     } else {
       fb.on_grads_ready = nullptr;
     }
+    strategy->BeginPass(r.empty() ? ParallelStrategy::Pass::kDiscard
+                                  : ParallelStrategy::Pass::kTrain);
     RM_ASSIGN_OR_RETURN(StepStats s, device != nullptr
                                          ? device->ForwardBackward(batch, fb)
                                          : model->ForwardBackward(batch, params, grads, fb));
+    if (r.empty()) continue;
     ran = true;
     stats[0] += s.loss_sum;
     stats[1] += static_cast<double>(s.loss_terms);
     stats[2] += static_cast<double>(s.correct);
   }
-  if (!ran) RM_RETURN_IF_ERROR(ops->Zero(step_grads));
+  if (!ran && store == nullptr) RM_RETURN_IF_ERROR(ops->Zero(step_grads));
   RM_RETURN_IF_ERROR(strategy->ReduceGradients());
   comm_time += strategy->last_step().comm_time;
   exposed_comm += strategy->last_step().exposed_wait;
@@ -446,7 +535,7 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
 // fp16's unscaling and overflow check, clipping, and the optimizer on this rank's part of
 // the reduced gradient; false when the step was skipped (fp16 overflow).
 absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
-  const state::FlatRange owned = strategy->owned();
+  const state::FlatRange owned = strategy->update_window();
   absl::Span<float> g = state::Slice(step_grads, owned);
   bool apply = true;
   if (scaler) {
@@ -512,9 +601,14 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
   if (checkpoints != nullptr) {
     RM_RETURN_IF_ERROR(checkpoints->AfterStep(done, drain, last_step, control[4], control[5]));
   }
-  if (config.fingerprint_every > 0 && (done % config.fingerprint_every == 0 || last_step)) {
+  // The replicas the ranks compute with: the parameters, or ZeRO-2's compute copy (ZeRO-3
+  // keeps none; SayStart said so).
+  const float* replicas =
+      strategy->store() == nullptr ? params.data() : strategy->replicated_parameters();
+  if (config.fingerprint_every > 0 && replicas != nullptr &&
+      (done % config.fingerprint_every == 0 || last_step)) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
-    RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), params.data(), result.final_loss(),
+    RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), replicas, result.final_loss(),
                                          done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
@@ -589,17 +683,37 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
                               e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
   }
   const int64_t copy_bytes = device != nullptr ? device->parameter_copy_bytes() : 0;
+  const int64_t units = strategy->unit_buffer_bytes_peak();
+  const int64_t replica = strategy->store() != nullptr && strategy->replicated_parameters() != nullptr
+                              ? model->table().total_elements() * 4
+                              : 0;
+  result.set_parameter_bytes(static_cast<double>(step_params.size() * 4 + replica));
+  result.set_gradient_bytes(static_cast<double>(step_grads.size() * 4));
+  result.set_unit_buffer_bytes(static_cast<double>(units));
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    result.set_peak_rss_bytes(static_cast<double>(usage.ru_maxrss) * 1024);  // KiB on Linux
+  }
   Say(absl::StrFormat(
-      "memory on rank %d (%s): parameters %.2f MiB%s, gradients %.2f MiB, optimizer state "
-      "%.2f MiB%s, activations peak %.2f MiB",
+      "memory on rank %d (%s): parameters %.2f MiB%s%s, gradients %.2f MiB, optimizer state "
+      "%.2f MiB%s, activations peak %.2f MiB%s",
       rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
+      strategy->store() != nullptr ? " (this rank's shard)" : "",
       copy_bytes > 0 ? absl::StrFormat(" (+ a 16-bit copy, %.2f MiB)", copy_bytes / kMiB)
+      : replica > 0  ? absl::StrFormat(" (+ the whole compute copy, %.2f MiB)", replica / kMiB)
                      : std::string(),
       step_grads.size() * 4 / kMiB, result.optimizer_state_bytes() / kMiB,
-      formula, static_cast<double>(activations) / kMiB));
+      formula, static_cast<double>(activations) / kMiB,
+      units > 0 ? absl::StrFormat(", unit buffers peak %.2f MiB", units / kMiB) : std::string()));
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
-    options.on_finish(model->table(), params);
+    if (strategy->store() == nullptr) {
+      options.on_finish(model->table(), params);
+    } else {  // this rank holds pieces: the whole model, gathered
+      state::FlatBuffer whole(model->table().total_elements());
+      RM_RETURN_IF_ERROR(strategy->WholeParameters(params.span(), whole.span()));
+      options.on_finish(model->table(), whole);
+    }
   }
   nccl_finished = true;
   return result;

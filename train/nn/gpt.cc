@@ -246,17 +246,17 @@ int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, flo
 
 std::string GptModel::Describe() const { return description_; }
 
-void GptModel::Init(uint64_t seed, state::FlatBuffer& params) const {
-  CHECK_GE(params.size(), table_.total_elements());
-  params.Zero();
+void GptModel::InitTensors(uint64_t seed, const TensorSink& sink) const {
   SplitMix64 rng(seed);
+  std::vector<float> values;
   for (int i = 0; i < table_.size(); ++i) {
-    absl::Span<float> values = params.tensor(table_.tensor(i));
+    values.resize(table_.tensor(i).numel);
     if (init_[i].std > 0) {
-      FillNormal(rng, init_[i].std, values);
+      FillNormal(rng, init_[i].std, absl::MakeSpan(values));
     } else {
       std::fill(values.begin(), values.end(), init_[i].value);
     }
+    sink(i, values);
   }
 }
 

@@ -92,10 +92,10 @@ class GptModel final : public Model {
   // ", checkpointing every k blocks" and ", attention keeping probabilities" when set.
   std::string Describe() const override;
   const state::TensorTable& table() const override { return table_; }
-  // Zeroes `params` (at least table().total_elements() floats), then fills the tensors in
-  // table order from one SplitMix64 stream seeded with `seed`: normal values by Box–Muller
-  // (in double, rounded to float; both values of each pair used), constants as above.
-  void Init(uint64_t seed, state::FlatBuffer& params) const override;
+  // The tensors in table order from one SplitMix64 stream seeded with `seed`: normal values
+  // by Box–Muller (in double, rounded to float; both values of each pair used), constants as
+  // above.
+  void InitTensors(uint64_t seed, const TensorSink& sink) const override;
   int64_t LossTermsPerSample() const override { return options_.context; }
 
   // INVALID_ARGUMENT naming the field for a batch that does not fit (batch.size <= 0,

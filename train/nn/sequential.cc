@@ -66,13 +66,14 @@ void SequentialClassifier::Add(std::unique_ptr<Layer> layer) {
   output_buffers_.emplace_back();
 }
 
-void SequentialClassifier::Init(uint64_t seed, state::FlatBuffer& params) const {
-  CHECK_GE(params.size(), table_.total_elements());
-  params.Zero();
+void SequentialClassifier::InitTensors(uint64_t seed, const TensorSink& sink) const {
   SplitMix64 rng(seed);
+  std::vector<float> values;
   for (const auto& layer : layers_) {
     for (const Parameter& p : layer->parameters()) {
-      FillUniform(rng, p.init_bound, params.tensor(table_.tensor(p.table_index)));
+      values.resize(p.numel);
+      FillUniform(rng, p.init_bound, absl::MakeSpan(values));
+      sink(p.table_index, values);
     }
   }
 }

@@ -58,9 +58,9 @@ class SequentialClassifier : public Model {
  public:
   std::string Describe() const override { return description_; }
   const state::TensorTable& table() const override { return table_; }
-  // Zeroes `params` (table().total_elements() floats), then fills each parameter tensor in
-  // table order from one SplitMix64 stream seeded with `seed`.
-  void Init(uint64_t seed, state::FlatBuffer& params) const override;
+  // Each parameter tensor in table order from one SplitMix64 stream seeded with `seed`
+  // (uniform in [-init_bound, init_bound)).
+  void InitTensors(uint64_t seed, const TensorSink& sink) const override;
   int64_t LossTermsPerSample() const override { return 1; }
 
   // INVALID_ARGUMENT naming the field for a batch that does not fit (batch.size,
