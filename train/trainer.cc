@@ -82,6 +82,13 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
   return nullptr;
 }
 
+// Payload bytes this rank has sent through `comm`, all collectives together.
+uint64_t BytesSent(const comm::Communicator& comm) {
+  uint64_t sent = 0;
+  for (const comm::OpCounters& c : comm.counters().ops) sent += c.bytes_sent;
+  return sent;
+}
+
 }  // namespace
 
 std::string TrainResultJson(const TrainResult& r) { return ToJsonLine(r) + "\n"; }
@@ -124,6 +131,7 @@ struct Trainer::State {
 
   TrainResult result;
   absl::Duration comm_time, exposed_comm;  // inside gradient collectives, summed
+  uint64_t step_bytes_sent = 0;  // by this rank, through `comm`, inside the steps
   state::SamplerState sampler_state;
   Batch batch;
   int64_t first_step = 0, step = 0;
@@ -668,6 +676,11 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   result.set_elapsed_seconds(secs);
   result.set_comm_seconds(absl::ToDoubleSeconds(comm_time));
   result.set_exposed_comm_seconds(absl::ToDoubleSeconds(exposed_comm));
+  const int64_t steps_run = step - first_step;
+  if (steps_run > 0) {
+    result.set_comm_bytes_per_step(static_cast<double>(step_bytes_sent) /
+                                   static_cast<double>(steps_run));
+  }
   result.set_samples_per_second(static_cast<double>(reporter->total_samples()) / secs);
   if (data.train->info().context > 0) {
     result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
@@ -793,9 +806,11 @@ absl::Status Trainer::StepOnce() {
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb,
                         t.sampler->NextGlobalBatch(t.sampler_state, t.config.global_batch));
     double stats[3] = {0, 0, 0};  // loss sum, terms, correct
+    const uint64_t sent_before = BytesSent(*t.comm);
     RM_RETURN_IF_ERROR(t.ForwardBackward(gb, t.reporter->Logged(t.step), stats));
     GradNorm norm;
     RM_ASSIGN_OR_RETURN(bool applied, t.Update(t.step, norm));
+    t.step_bytes_sent += BytesSent(*t.comm) - sent_before;
     t.sampler_state = gb.next;
     t.result.set_steps(static_cast<int32_t>(t.step + 1));
     t.updating = false;
