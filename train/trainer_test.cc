@@ -83,9 +83,9 @@ parallelism: {bucket_mb: 0.002}
 diagnostics: {fingerprint_every: 2, log_every: 1}
 )";
 
-// 250 samples of 48 "pixels" whose class is readable from the data.
-std::unique_ptr<data::ImageClassificationDataset> Synthetic() {
-  constexpr int64_t kSamples = 250, kFeatures = 48;
+// `kSamples` samples of 48 "pixels" whose class is readable from the data.
+std::unique_ptr<data::ImageClassificationDataset> Synthetic(int64_t kSamples = 250) {
+  constexpr int64_t kFeatures = 48;
   std::vector<uint8_t> pixels(kSamples * kFeatures), labels(kSamples);
   uint64_t x = 12345;
   for (int64_t i = 0; i < kSamples; ++i) {
@@ -108,6 +108,9 @@ struct RunResult {
   int64_t resumed_from_step = -1;
   int64_t steps = 0;
   std::string gradient_backend;  // rank 0's
+  // Each rank's memory as its result reports it (train/result.proto).
+  std::vector<int64_t> parameter_bytes, gradient_bytes, unit_buffer_bytes;
+  double eval_accuracy = -1, eval_loss = -1;  // rank 0's; -1: not evaluated
 };
 
 // Trains kSpec with `overrides` on `world` ranks.
@@ -139,8 +142,11 @@ std::unique_ptr<data::Dataset> DataFor(const JobSpec& spec) {
   return SyntheticText();
 }
 
+// With `evaluate`, the classifiers are evaluated on 513 synthetic samples at the end (so
+// that 2 ranks get 2 and 1 evaluation batches of 256).
 RunResult Train(int world, std::vector<std::string> overrides, const char* spec_text = kSpec,
-                int64_t stop_at_step = 0, Gradients gradients = Gradients::kTcp) {
+                int64_t stop_at_step = 0, Gradients gradients = Gradients::kTcp,
+                bool evaluate = false) {
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   MultiProcOptions options;
@@ -149,6 +155,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     auto spec = spec::LoadJobSpecText(spec_text, overrides);
     if (!spec.ok()) return spec.status();
     std::unique_ptr<data::Dataset> train_data = DataFor(*spec);
+    std::unique_ptr<data::Dataset> test_data;
+    if (evaluate) test_data = Synthetic(513);
     TrainerOptions o;
     o.config = Config(*spec);
     o.comm = &comm;
@@ -161,6 +169,7 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     o.local_ranks = comm.size();
     o.op_timeout = absl::Seconds(60);
     o.train_data = train_data.get();
+    o.test_data = test_data.get();
     o.stop_at_step = stop_at_step;
     std::string params;
     o.on_finish = [&](const state::TensorTable& table, const state::FlatBuffer& p) {
@@ -190,7 +199,10 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
         prefix + ".txt",
         absl::StrCat(result->optimizer_state_bytes(), " ", result->skipped_steps(), " ",
                      result->final_loss(), " ", result->resumed_from_step(), " ", result->steps(), " ",
-                     result->gradient_backend()));
+                     result->gradient_backend(), " ", result->parameter_bytes(), " ",
+                     result->gradient_bytes(), " ", result->unit_buffer_bytes(), " ",
+                     result->has_eval_accuracy() ? result->eval_accuracy() : -1.0, " ",
+                     result->has_eval_loss() ? result->eval_loss() : -1.0));
     if (!s.ok()) return s;
     return WriteFileAtomically(prefix + ".params", params);
   });
@@ -200,12 +212,21 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
         << "world " << world << " rank " << r << ": " << results[r].status;
     auto text = ReadFile(absl::StrCat(dir, "/rank", r, ".txt"));
     if (!text.ok()) continue;
-    int64_t bytes = 0;
+    int64_t bytes = 0, parameter = 0, gradient = 0, units = 0;
+    double accuracy = -1, loss = -1;
     char backend[16] = "";
-    sscanf(text->c_str(), "%ld %ld %lf %ld %ld %15s", &bytes, &run.skipped_steps, &run.final_loss,
-           &run.resumed_from_step, &run.steps, backend);
-    if (r == 0) run.gradient_backend = backend;
+    sscanf(text->c_str(), "%ld %ld %lf %ld %ld %15s %ld %ld %ld %lf %lf", &bytes,
+           &run.skipped_steps, &run.final_loss, &run.resumed_from_step, &run.steps, backend,
+           &parameter, &gradient, &units, &accuracy, &loss);
+    if (r == 0) {
+      run.gradient_backend = backend;
+      run.eval_accuracy = accuracy;
+      run.eval_loss = loss;
+    }
     run.state_bytes.push_back(bytes);
+    run.parameter_bytes.push_back(parameter);
+    run.gradient_bytes.push_back(gradient);
+    run.unit_buffer_bytes.push_back(units);
   }
   auto params = ReadFile(absl::StrCat(dir, "/rank0.params"));
   if (params.ok()) {
@@ -351,7 +372,55 @@ TEST_F(TrainerTest, ZeroStagesMatchPlainDataParallelismWithAShareOfTheState) {
         EXPECT_GE(total, reference_->state_bytes[0] - 2 * 4 * 16 * world) << what;
         EXPECT_LE(total, reference_->state_bytes[0] + world * slack) << what;
       }
+      // The parameters and gradients each rank allocated: the whole under ZeRO-1, 1/N of it
+      // (plus unit padding) under ZeRO-2 and 3; ZeRO-2 also keeps the whole compute copy.
+      const int64_t whole = reference_->parameter_bytes[0];
+      for (int r = 0; r < world; ++r) {
+        const int64_t shard_bound = whole / world + 4 * 16 * 6;
+        EXPECT_EQ(reference_->gradient_bytes[0], whole);
+        if (c.stage == 1) {  // the whole, padded to a multiple of N x 16
+          EXPECT_NEAR(run.parameter_bytes[r], whole, 4 * 16 * world) << what;
+          EXPECT_NEAR(run.gradient_bytes[r], whole, 4 * 16 * world) << what;
+        } else {
+          EXPECT_LE(run.gradient_bytes[r], shard_bound) << what << " rank " << r;
+          EXPECT_LE(run.parameter_bytes[r] - (c.stage == 2 ? whole : 0), shard_bound)
+              << what << " rank " << r;
+          EXPECT_GT(run.unit_buffer_bytes[r], 0) << what << " rank " << r;
+        }
+      }
     }
+  }
+}
+
+// LAMB's trust ratios over tensors cut between ranks, bf16 and fp16 (its loss scaler voting
+// over every shard) and the evaluation's batches (uneven between the ranks: every rank still
+// joins every gather) under ZeRO-3, against plain data parallelism on as many ranks (half
+// precision rounds each rank's gradients: one rank would round others). A bf16 reduction
+// rounds the sums too: its tolerance is bf16's.
+TEST(TrainerZero3, LambHalfPrecisionAndEvaluationMatchDataParallelism) {
+  struct Case {
+    std::vector<std::string> set;
+    std::vector<std::string> zero3;  // set on top for ZeRO-3 only
+    double absolute, relative;
+  };
+  const std::vector<Case> cases = {
+      {{"optimizer.lamb.eps=1e-6"}, {}, 2e-5, 1e-4},
+      {{"precision.compute=bf16"}, {}, 2e-5, 1e-4},
+      {{"precision.compute=bf16"}, {"precision.reduce=bf16"}, 2e-3, 2e-2},
+      {{"precision.compute=fp16"}, {}, 2e-5, 1e-4},
+  };
+  for (const Case& c : cases) {
+    const RunResult dp = Train(2, c.set, kSpec, 0, Gradients::kTcp, /*evaluate=*/true);
+    std::vector<std::string> set = c.set;
+    set.insert(set.end(), c.zero3.begin(), c.zero3.end());
+    set.push_back("parallelism.zero_stage=3");
+    set.push_back("parallelism.fsdp.wrap=layer");
+    const std::string what = absl::StrJoin(set, " ");
+    const RunResult sharded = Train(2, set, kSpec, 0, Gradients::kTcp, /*evaluate=*/true);
+    ExpectCloseParameters(sharded, dp, c.absolute, c.relative, what);
+    EXPECT_GE(dp.eval_accuracy, 0) << what;
+    EXPECT_NEAR(sharded.eval_accuracy, dp.eval_accuracy, 2.0 / 513) << what;
+    EXPECT_NEAR(sharded.eval_loss, dp.eval_loss, 1e-2 * std::fabs(dp.eval_loss)) << what;
   }
 }
 
