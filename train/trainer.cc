@@ -56,16 +56,16 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
                                                              std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
-  if (config.zero_stage == 3) {
-    constexpr const char* kWhy =
-        "parallelism.zero_stage: 3 trains on the CPU in this version (its CUDA path is not "
-        "built yet)";
-    if (required) return absl::InvalidArgumentError(absl::StrCat(kWhy, "; set device: cpu"));
-    *why_cpu = kWhy;
-    return nullptr;
-  }
   if (!required && !CudaDeviceAvailable()) {
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
+    return nullptr;
+  }
+  if (config.zero_stage == 3) {
+    constexpr const char* kWhy =
+        "parallelism.zero_stage: 3 trains on the CPU in this version: its CUDA path is not "
+        "built yet";
+    if (required) return absl::InvalidArgumentError(absl::StrCat(kWhy, "; set device: cpu"));
+    *why_cpu = kWhy;
     return nullptr;
   }
   CudaDeviceOptions o;

@@ -645,6 +645,13 @@ TEST(TrainerOnGpu, DeviceCudaWithoutAGpuSaysWhy) {
                                "device: cuda");
 }
 
+// ZeRO-3 has no CUDA path yet: device: cuda says so naming the field; auto trains on the CPU.
+TEST(TrainerOnGpu, Zero3OnCudaIsRefusedNamingTheStage) {
+  ExpectCudaFailsAndAutoTrains(kGpuSpec, {"device=cuda", "parallelism.zero_stage=3"},
+                               absl::StatusCode::kInvalidArgument,
+                               "parallelism.zero_stage: 3 trains on the CPU");
+}
+
 // backend: auto on the CPU stays on TCP even when the trainer could bootstrap NCCL;
 // backend: nccl there fails on every rank, naming the field and the rank that stops it.
 TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
