@@ -11,7 +11,8 @@
 #     database: the job completes; a node that comes back makes the job grow again; a
 #     trainer's death while the coordinator is down is reported once it is back.
 #   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
-#     the drain save of the step the ring reached); two jobs at once on separate slots.
+#     the drain save of the step the ring reached); two jobs at once on separate slots; the
+#     drain again under ZeRO-3 (fully sharded: the survivors resume from the drain's save).
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
 #     checkpoints lists them, the last step's included); a diverged run (optimizer.lr=1e6)
 #     fails at once, its reason naming the step, with no restart.
@@ -240,6 +241,22 @@ drain)
   slots_two="$(slots_of two)"
   python3 -c 'import sys; a=set(sys.argv[1].split()); b=set(sys.argv[2].split()); sys.exit(0 if len(a)==2 and len(b)==2 and not a&b else 1)' \
     "$slots_one" "$slots_two" || fail "two jobs shared slots: $slots_one / $slots_two"
+
+  # ZeRO-3: each rank holds only its pieces, so the survivors of a drain resume from the
+  # drain's save (not from memory), again with no step lost.
+  submit drain3 3 --set parallelism.zero_stage=3
+  wait_until drain3 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=25 and len(j.get("members",[]))==4' 60
+  agent_b="$(pgrep -f "ringworker.*--node b ")"
+  kill -TERM $agent_b
+  wait_until drain3 'int(j["epoch"])==2 and len(j.get("members",[]))==2' 30
+  wait_until drain3 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  log="$(ls "$WORK"/node-a/drain3/slot-0.log)"
+  drained_at="$(grep -o "drained after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+  resumed_at="$(grep -o "resumed from .*step-[0-9]* (step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")"
+  grep -q "ZeRO-3 (fully sharded)" "$log" || fail "drain3 did not run ZeRO-3: $(grep batch: "$log" | head -1)"
+  [ -n "$drained_at" ] || fail "drain3: rank 0 did not drain: $(grep -v "^I20" "$log" | tail -5)"
+  [ "$drained_at" = "$resumed_at" ] ||
+    fail "drain3: drained after step $drained_at but resumed from step $resumed_at (steps lost)"
   ;;
 
 reports)
