@@ -32,7 +32,8 @@ struct Case {
   Precision reduce = Precision::kFloat32;
   int micro = 1;                 // micro-batches per step
   int64_t checkpoint_every = 0;  // the GPT's activation checkpointing
-  bool mlp = false;              // the MLP classifier instead of the GPT
+  enum class Net { kGpt, kMlp, kCnn };
+  Net net = Net::kGpt;
 };
 
 std::string Name(const Case& c) {
@@ -40,14 +41,24 @@ std::string Name(const Case& c) {
                       PrefetchName(c.fsdp.prefetch), " limit ", c.fsdp.prefetch_limit,
                       c.fsdp.reshard_after_forward ? " reshard" : " keep", " ",
                       PrecisionName(c.compute), "/", PrecisionName(c.reduce), " micro ", c.micro,
-                      " ckpt ", c.checkpoint_every, c.mlp ? " mlp" : " gpt");
+                      " ckpt ", c.checkpoint_every,
+                      c.net == Case::Net::kGpt ? " gpt" : c.net == Case::Net::kMlp ? " mlp" : " cnn");
 }
 
 constexpr int64_t kSamples = 3;  // per rank and micro-batch
 
 std::unique_ptr<Model> MakeModel(const Case& c) {
-  if (c.mlp) {
+  if (c.net == Case::Net::kMlp) {
     return *nn::MlpClassifier::Create({.inputs = 24, .hidden = {20, 12}, .classes = 5});
+  }
+  if (c.net == Case::Net::kCnn) {  // 24 features: 1 x 4 x 6 images
+    return *nn::CnnClassifier::Create({.channels = 1,
+                                       .height = 4,
+                                       .width = 6,
+                                       .conv_channels = {3, 4},
+                                       .kernel_size = 3,
+                                       .hidden = {8},
+                                       .classes = 5});
   }
   nn::GptOptions o;
   o.layers = 3;
@@ -70,7 +81,7 @@ Batch MakeBatch(const Case& c, int r, int k) {
   };
   Batch b;
   b.size = kSamples;
-  if (c.mlp) {
+  if (c.net != Case::Net::kGpt) {
     b.feature_dim = 24;
     for (int64_t i = 0; i < kSamples * 24; ++i) {
       b.features.push_back(static_cast<float>(next() % 1000) / 500.0f - 1.0f);
@@ -260,11 +271,16 @@ TEST(ShardedDataParallel, Zero3PrefetchAndResharding) {
   ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kBlock, Prefetch::kBoth, false)}, {2, 3});
 }
 
-TEST(ShardedDataParallel, Zero3WithAccumulationCheckpointingAndTheMlp) {
+TEST(ShardedDataParallel, Zero3WithAccumulationCheckpointingAndTheClassifiers) {
   ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kBlock, Prefetch::kBoth), .micro = 3}, {2, 3});
   ExpectSameAsDataParallel(
       {.fsdp = Fsdp(Wrap::kLayer, Prefetch::kBoth), .checkpoint_every = 2}, {2});
-  ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kLayer, Prefetch::kBoth), .mlp = true}, {1, 3});
+  ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kLayer, Prefetch::kBoth), .net = Case::Net::kMlp},
+                           {1, 3});
+  ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kLayer, Prefetch::kBoth), .net = Case::Net::kCnn},
+                           {2, 3});
+  ExpectSameAsDataParallel({.fsdp = Fsdp(Wrap::kModel, Prefetch::kNone), .net = Case::Net::kCnn},
+                           {2});
 }
 
 TEST(ShardedDataParallel, Zero3InHalfPrecision) {
