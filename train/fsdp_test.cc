@@ -1,5 +1,7 @@
 #include "train/fsdp.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "comm/tcp/tcp_communicator.h"
+#include "comm/testing/multiproc.h"
 #include "gtest/gtest.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/gpt.h"
@@ -297,6 +300,44 @@ TEST(ShardedDataParallel, Zero3InHalfPrecision) {
 TEST(ShardedDataParallel, Zero2ShardsTheGradients) {
   ExpectSameAsDataParallel({.zero_stage = 2});
   ExpectSameAsDataParallel({.zero_stage = 2, .compute = Precision::kBFloat16, .micro = 2}, {3});
+}
+
+// A peer that goes away mid-step: the gathers fail, the model still finishes its pass on
+// whatever the unit buffers hold, and ReduceGradients returns the communicator's error
+// (the step must not be applied), well within the operation timeout.
+TEST(ShardedDataParallel, APeerLostMidStepFailsTheStep) {
+  comm::testing::MultiProcOptions mp;
+  mp.world_size = 2;
+  mp.victims = {1};
+  const std::vector<comm::testing::RankResult> results = comm::testing::RunRanks(
+      mp, [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    const Case c{.fsdp = Fsdp(Wrap::kLayer, Prefetch::kBoth)};
+    std::unique_ptr<Model> model = MakeModel(c);
+    ShardedOptions so;
+    so.table = &model->table();
+    so.groups = model->parameter_groups();
+    so.op_timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<ParallelStrategy>> s = CreateShardedDataParallel(&comm, &comm, so);
+    if (!s.ok()) return s.status();
+    if (comm.rank() == 1) _exit(0);  // gone, with its sockets
+    state::FlatBuffer master((*s)->local_elements()), grads((*s)->local_elements()), none;
+    master.Zero();
+    const absl::Time start = absl::Now();
+    RM_RETURN_IF_ERROR((*s)->MaterializeParameters(master.span()));
+    (*s)->BeginGradients(grads.data(), false);
+    (*s)->BeginPass(ParallelStrategy::Pass::kTrain);
+    ForwardBackwardOptions fb;
+    fb.loss_divisor = 100;
+    fb.store = (*s)->store();
+    RM_RETURN_IF_ERROR(model->ForwardBackward(MakeBatch(c, 0, 0), none, none, fb).status());
+    const absl::Status reduced = (*s)->ReduceGradients();
+    if (reduced.ok()) return Fail("the step succeeded without its peer");
+    if (absl::Now() - start > absl::Seconds(15)) {
+      return Fail(absl::StrCat("the failure took ", absl::FormatDuration(absl::Now() - start)));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
 }
 
 TEST(ShardedDataParallel, RefusesWhatItCannotDo) {
