@@ -163,14 +163,22 @@ absl::StatusOr<data::BatchPlan> PlanRankBatches(const TrainConfig& config, int w
   data::BatchPlanOptions po;
   po.global_batch = config.global_batch;
   po.world_size = world;
+  const char* field = "batch.global";
   if (config.accumulation > 0) {
     po.accumulation_steps = static_cast<int>(config.accumulation);
+    field = "batch.accumulation";
   } else if (config.micro_max > 0) {
     po.max_micro_batch = config.micro_max;
+    field = "batch.micro_max";
   } else {
     po.accumulation_steps = 1;
   }
-  return data::PlanBatches(po);
+  absl::StatusOr<data::BatchPlan> plan = data::PlanBatches(po);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrCat(field, ": ", plan.status().message()));
+  }
+  return plan;
 }
 
 std::string RankMemoryPlan::Name() const {

@@ -89,7 +89,7 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
 
 // How each rank of `world` splits config.global_batch into micro-batches: the trainer's
 // plan (data::PlanBatches from batch.accumulation, else batch.micro_max, else one). Errors
-// PlanBatches's, naming the batch field.
+// PlanBatches's, after the spec's batch field that made them ("batch.accumulation: ...").
 absl::StatusOr<data::BatchPlan> PlanRankBatches(const TrainConfig& config, int world);
 
 // Test samples the trainer evaluates for `config`'s data: Fashion-MNIST's test split (10000

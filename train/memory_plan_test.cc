@@ -339,6 +339,7 @@ TEST(PlanRankState, BadInputNamesTheField) {
   config.accumulation = 100;  // more micro-batches than samples per rank
   s = MeasureActivationBytes(config, 2, 0).status();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("batch.accumulation: "));
 }
 
 // The measurement through its one-group store is what the model reports after the trainer's
