@@ -28,6 +28,8 @@ constexpr char kFooter[] =
     "  ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR\n"
     "  ringctl estimate memory --params 7B [--world 8] [--zero 0|1|2|3]"
     " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
+    "  ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...]"
+    " [-o json|yaml]\n"
     "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
     "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
     "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
@@ -214,19 +216,38 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   CLI::App* estimate = app.add_subcommand("estimate", "estimates");
   estimate->require_subcommand(1);
   CLI::App* memory = estimate->add_subcommand(
-      "memory", "per-rank memory of parameters, gradients and optimizer state (ZeRO formula)");
+      "memory",
+      "per-rank memory: of a job spec's buffers for every ZeRO stage and wrapping (--spec), "
+      "or of parameters, gradients and optimizer state by the ZeRO formula (--params)");
   std::string params, precision = "mixed", optimizer = "adam";
-  memory->add_option("--params", params, "parameters: 7B, 1.5M, 13e9, 124000000")->required();
-  memory->add_option("--world", line.estimate.world_size, "ranks (data parallel)")
-      ->check(CLI::Range(1, 1 << 24));
-  memory->add_option("--zero", line.estimate.zero_stage, "ZeRO stage: 0, 1, 2 or 3")
-      ->check(CLI::Range(0, 3));
+  CLI::Option* spec_option = memory->add_option(
+      "--spec", line.estimate_spec.spec_file,
+      "a job spec (YAML): the per-rank memory of its model, batch, precision and optimizer "
+      "under ZeRO-0, 1, 2 and 3 with layer, block and model wrapping (activations measured "
+      "on one micro-batch)");
+  CLI::Option* params_option =
+      memory->add_option("--params", params, "parameters: 7B, 1.5M, 13e9, 124000000")
+          ->excludes(spec_option);
+  CLI::Option* world_option =
+      memory->add_option("--world", line.estimate.world_size,
+                         "ranks (data parallel); with --spec default its elastic.min_ranks")
+          ->check(CLI::Range(1, 1 << 24));
+  memory->add_option("--set", line.estimate_spec.overrides, "override a spec field: path=value")
+      ->allow_extra_args(false)
+      ->needs(spec_option);
+  const std::string formula_only = "--params only (--spec prints every stage)";
+  memory->add_option("--zero", line.estimate.zero_stage, "ZeRO stage: 0, 1, 2 or 3; " + formula_only)
+      ->check(CLI::Range(0, 3))
+      ->needs(params_option);
   memory
       ->add_option("--precision", precision,
-                   "mixed (16-bit compute, fp32 master weights) or fp32")
-      ->check(CLI::IsMember({"mixed", "fp32"}));
-  memory->add_option("--optimizer", optimizer, "adam or sgd (with momentum)")
-      ->check(CLI::IsMember({"adam", "sgd"}));
+                   "mixed (16-bit compute, fp32 master weights) or fp32; " + formula_only)
+      ->check(CLI::IsMember({"mixed", "fp32"}))
+      ->needs(params_option);
+  memory->add_option("--optimizer", optimizer, "adam or sgd (with momentum); " + formula_only)
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->needs(params_option);
+  AddOutputFlags(memory, {"json", "yaml"}, &output);
 
   app.footer(kFooter);  // after the subcommands, which would inherit it
 
@@ -309,7 +330,16 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       line.slot = std::make_pair(slot.substr(0, at), index);
     }
   }
-  if (line.command == Command::kEstimateMemory) {
+  if (line.command == Command::kEstimateMemory && !line.estimate_spec.spec_file.empty()) {
+    if (world_option->count() > 0) line.estimate_spec.world = line.estimate.world_size;
+  } else if (line.command == Command::kEstimateMemory) {
+    if (params_option->count() == 0) {
+      return UsageError(path, "give --spec JOB.yaml (the job's buffers per rank, every ZeRO "
+                              "stage) or --params COUNT (the ZeRO formula)");
+    }
+    if (line.output != OutputFormat::kTable) {
+      return UsageError(path, "-o: --params prints text only; -o json and yaml go with --spec");
+    }
     auto count = train::ParseParameterCount(params);
     if (!count.ok()) {
       return UsageError(path, std::string(count.status().message()));

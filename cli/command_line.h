@@ -15,6 +15,7 @@
 //   ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR
 //   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
 //                           [--optimizer adam|sgd]
+//   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
 //   ringctl --version | --help | COMMAND --help
 // The commands that talk to a coordinator also take --coordinator, --token_file, --tls_ca,
 // --tls_client_cert, --tls_client_key and --config (cli/config.h); --json is -o json.
@@ -54,6 +55,14 @@ enum class Command {
   kEstimateMemory,
 };
 
+// `ringctl estimate memory --spec`: the job's buffers per rank for every ZeRO stage and
+// wrapping (cli/estimate.h).
+struct EstimateSpecFlags {
+  std::string spec_file;               // --spec; empty: the --params form
+  std::vector<std::string> overrides;  // --set, in order
+  int world = 0;                       // --world (>= 1); 0: not given (the spec's min_ranks)
+};
+
 struct CommandLine {
   Command command = Command::kList;
   // The positional argument: the spec file (submit), the job (status, cancel, delete,
@@ -72,7 +81,8 @@ struct CommandLine {
   OutputFormat output = OutputFormat::kTable;
   ConnectionFlags connection;
   LocalOptions local;  // local's flags (its temp_dir is left at the default)
-  train::MemoryEstimateOptions estimate;
+  train::MemoryEstimateOptions estimate;  // estimate memory --params
+  EstimateSpecFlags estimate_spec;        // estimate memory --spec
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

@@ -122,6 +122,31 @@ TEST(CommandLineTest, CheckpointAndEstimate) {
   EXPECT_THAT(p.err, HasSubstr("--zero"));
 }
 
+TEST(CommandLineTest, EstimateMemoryOfASpec) {
+  CommandLine c = Ok("estimate memory --spec job.yaml --world 4 --set batch.global=64 -o json");
+  EXPECT_EQ(c.command, Command::kEstimateMemory);
+  EXPECT_EQ(c.estimate_spec.spec_file, "job.yaml");
+  EXPECT_EQ(c.estimate_spec.world, 4);
+  EXPECT_THAT(c.estimate_spec.overrides, ElementsAre("batch.global=64"));
+  EXPECT_EQ(c.output, OutputFormat::kJson);
+  EXPECT_EQ(Ok("estimate memory --spec job.yaml").estimate_spec.world, 0);  // the spec's
+  EXPECT_EQ(Ok("estimate memory --params 7B").estimate_spec.spec_file, "");
+
+  for (const auto& [line, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"estimate memory --spec job.yaml --world 0", "--world"},
+           {"estimate memory --spec job.yaml --params 7B", "--params"},
+           {"estimate memory --spec job.yaml --zero 3", "--zero"},
+           {"estimate memory --spec job.yaml --optimizer sgd", "--optimizer"},
+           {"estimate memory --params 7B --set a=b", "--set"},
+           {"estimate memory --params 7B -o json", "-o"},
+           {"estimate memory --world 2", "--spec"},
+       }) {
+    const ParsedCommandLine p = Parse(line);
+    EXPECT_EQ(p.exit_status, 2) << line;
+    EXPECT_THAT(p.err, HasSubstr(flag)) << line;
+  }
+}
+
 TEST(CommandLineTest, HelpAndVersionExitZero) {
   for (const char* line : {"--help", "-h", "help", "status --help", "status -h", "help status",
                            "submit --help", "local -h", "checkpoint verify --help",

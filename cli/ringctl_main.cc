@@ -5,6 +5,8 @@
 //                                                   talk to a coordinator (cli/jobs.h)
 //   ringctl checkpoint list|inspect|verify DIR      checkpoints on disk
 //   ringctl estimate memory --params 7B --world 8   per-rank memory by the ZeRO formula
+//   ringctl estimate memory --spec job.yaml --world 4
+//                                                   a job's buffers per rank, every ZeRO stage
 //
 // Exit status: 0 done, 1 failed (the message says why), 2 bad usage, 130 a cancelled
 // `ringctl local`.
@@ -21,6 +23,7 @@
 #include "checkpoint/manifest.h"
 #include "cli/command_line.h"
 #include "cli/config.h"
+#include "cli/estimate.h"
 #include "cli/jobs.h"
 #include "cli/local.h"
 #include "common/env.h"
@@ -119,7 +122,18 @@ int CheckpointInspect(const std::string& dir) {
   return 0;
 }
 
-int EstimateMemoryCommand(const train::MemoryEstimateOptions& o) {
+int EstimateMemoryCommand(const CommandLine& line) {
+  if (!line.estimate_spec.spec_file.empty()) {
+    absl::StatusOr<std::string> text = EstimateSpecMemory(line.estimate_spec, line.output);
+    if (!text.ok()) {
+      fprintf(stderr, "ringctl estimate memory: %s\n", std::string(text.status().message()).c_str());
+      // A spec that cannot be read or run is bad usage; not fitting this machine is not.
+      return absl::IsResourceExhausted(text.status()) ? 1 : 2;
+    }
+    fputs(text->c_str(), stdout);
+    return 0;
+  }
+  const train::MemoryEstimateOptions& o = line.estimate;
   auto e = train::EstimateMemory(o);
   if (!e.ok()) {
     fprintf(stderr, "ringctl estimate memory: %s\n", std::string(e.status().message()).c_str());
@@ -145,7 +159,7 @@ int Run(const CommandLine& line) {
     case Command::kCheckpointVerify:
       return CheckpointVerify(line.target);
     case Command::kEstimateMemory:
-      return EstimateMemoryCommand(line.estimate);
+      return EstimateMemoryCommand(line);
     default:
       break;
   }

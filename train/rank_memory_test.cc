@@ -7,6 +7,7 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "train/memory_plan.h"
 #include "train/model_factory.h"
 
 namespace ringmaster::train {
@@ -48,14 +49,19 @@ TEST(RankMemory, EstimateIsTheFormulaForAKnownModel) {
   EXPECT_EQ(*EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 1), 0), *adam);
 }
 
-TEST(RankMemory, ZeroShrinksTheOptimizerStateButNotTheGradientsOnTheCpu) {
+// (Was ZeroShrinksTheOptimizerStateButNotTheGradientsOnTheCpu: ZeRO-2 kept whole gradients on
+// the CPU until the sharded strategy, train/fsdp.h, which keeps a rank's gradient shard.)
+TEST(RankMemory, ZeroShrinksTheOptimizerStateThenTheGradientsThenTheParameters) {
   constexpr double kPsi = kSmallMlpParameters;
   absl::StatusOr<int64_t> zero1 = EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 1), 4);
   ASSERT_TRUE(zero1.ok()) << zero1.status();
   EXPECT_EQ(*zero1, static_cast<int64_t>(4 * kPsi + 4 * kPsi + 8 * kPsi / 4));
   EXPECT_LT(*zero1, *EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 0), 4));
-  // Gradients stay whole on the CPU: ZeRO-2 keeps what ZeRO-1 does.
-  EXPECT_EQ(*EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 2), 4), *zero1);
+  // ZeRO-2 keeps a shard of the gradients, ZeRO-3 of the parameters too.
+  EXPECT_EQ(*EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 2), 4),
+            static_cast<int64_t>(4 * kPsi + 4 * kPsi / 4 + 8 * kPsi / 4));
+  EXPECT_EQ(*EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 3), 4),
+            static_cast<int64_t>(16 * kPsi / 4));
   // One rank has nothing to share.
   EXPECT_EQ(*EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 1), 1),
             *EstimateRankStateBytes(SmallMlp(AdamWOptions{}, 0), 1));
@@ -67,7 +73,7 @@ TEST(RankMemory, OptionsDescribeTheModelAndTheOptimizer) {
   MemoryEstimateOptions o = RankMemoryOptions(config, model->table(), 3);
   EXPECT_EQ(o.parameters, kSmallMlpParameters);
   EXPECT_EQ(o.world_size, 3);
-  EXPECT_EQ(o.zero_stage, 1);
+  EXPECT_EQ(o.zero_stage, 2);  // was 1 while ZeRO-2 kept whole gradients on the CPU
   EXPECT_FALSE(o.mixed_precision);
   EXPECT_EQ(o.optimizer, MemoryEstimateOptions::Optimizer::kAdam);  // LAMB keeps Adam's moments
   EXPECT_EQ(RankMemoryOptions(SmallMlp(SgdOptions{}, 0), model->table(), 3).optimizer,
@@ -114,6 +120,54 @@ TEST(RankMemory, GradientsOnADeviceAreNotCountedOnTheHost) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(s.message(), HasSubstr("need 7457 GiB on each rank (parameters 3728 GiB, "
                                      "gradients 0 GiB, optimizer state 3728 GiB)"));
+}
+
+// The formula and the plan of the buffers (train/memory_plan.h) shard the same terms: they
+// differ by the padding, ZeRO-2's fp32 master shard (the formula's fp32 training has no
+// master copy apart from the parameters it keeps whole) and the unit buffers.
+TEST(RankMemory, TheFormulaAndThePlanShardTheSameTerms) {
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("ZeRO-", stage));
+    const TrainConfig config = SmallMlp(AdamWOptions{}, stage);
+    std::unique_ptr<Model> model = ModelOf(config);
+    absl::StatusOr<MemoryEstimate> e = EstimateMemory(RankMemoryOptions(config, model->table(), 4));
+    absl::StatusOr<RankMemoryPlan> plan =
+        PlanRankState(config, *model, 4, stage, config.fsdp.wrap);
+    ASSERT_TRUE(e.ok() && plan.ok());
+    const double padding = 4.0 * 16 * 4 * model->table().size();  // a few floats per tensor
+    const double master = stage == 2 ? plan->parameter_bytes : 0;
+    EXPECT_NEAR(plan->parameter_bytes + plan->compute_copy_bytes - master, e->parameter_bytes,
+                padding);
+    EXPECT_NEAR(plan->gradient_bytes, e->gradient_bytes, padding);
+    EXPECT_NEAR(plan->optimizer_bytes, e->optimizer_bytes, 2 * padding);
+  }
+}
+
+TEST(RankMemory, ThePlannedBuffersOfASmallModelFitThisMachine) {
+  for (int stage : {0, 1, 2, 3}) {
+    const TrainConfig config = SmallMlp(AdamWOptions{}, stage);
+    std::unique_ptr<Model> model = ModelOf(config);
+    EXPECT_TRUE(CheckHostMemory(config, *model, 2, /*gradients_on_host=*/true, 2).ok());
+  }
+}
+
+// ZeRO-3 over a million ranks makes each rank's share of a 10^12-parameter model small, but
+// a unit (the 10^6 x 10^6 layer) is still gathered whole: the plan counts its buffers.
+TEST(RankMemory, ThePlanCountsTheUnitBuffersOfAModelTooBigForThisMachine) {
+  TrainConfig config = SmallMlp(SgdOptions{0.9}, 3);
+  config.model.mlp_hidden = {1000000, 1000000};
+  std::unique_ptr<Model> model = ModelOf(config);  // described, not allocated
+  absl::Status s = CheckHostMemory(config, *model, 1000000, /*gradients_on_host=*/true, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(IsPermanent(s)) << s;
+  // The shards: 1000796000010 parameters × 4 bytes / 10^6 ranks, about 0.0037 GiB each.
+  EXPECT_THAT(s.message(), HasSubstr("(parameters 0.003728 GiB, gradients 0.003728 GiB, "
+                                     "optimizer state 0.003728 GiB, unit buffers "));
+  // By the formula alone (the table's form) the same shards fit.
+  EXPECT_TRUE(CheckHostMemory(config, model->table(), 1000000, true, 1).ok());
+  // A bad stage is the plan's INVALID_ARGUMENT.
+  config.zero_stage = 5;
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckHostMemory(config, *model, 4, true, 1)));
 }
 
 // What fits one rank does not fit ten million on the same host.

@@ -1,0 +1,122 @@
+// The memory one CPU rank of a job holds, planned without training it (seed exercise 26.14,
+// `ringctl estimate memory`): per ZeRO stage and wrapping, the bytes of each buffer the
+// trainer's parts allocate, computed from the model's table and parameter groups and the
+// layout the strategy would use (train/fsdp.h ShardedLayout), not from the ZeRO paper's
+// formula (train/memory_estimate.h) — so padding, buckets and unit buffers are in it.
+//
+// The terms, for rank 0 (whose share is the largest), 4 bytes a float:
+//   parameters     the step's fp32 parameter buffer: the whole padded flat space
+//                  (PaddedElements(total elements, world)) for stages 0 and 1, the rank's
+//                  piece of every unit (FsdpLayout::local_elements) for stages 2 and 3.
+//   compute copy   the whole model as forward reads it: ZeRO-2's compute copy in the
+//                  strategy (the table's total elements, any precision), or under bf16/fp16
+//                  for stages 0 and 1 the model's rounded copy of the parameter buffer (see
+//                  train/nn/gpt.h, "Not counted in the peak"); none for ZeRO-3, whose
+//                  gathered units are the unit buffers.
+//   gradients      the step's gradient buffer: as the parameters, whole or the shard.
+//   optimizer      moments (SGD with momentum 1, without 0; AdamW and LAMB 2) × the elements
+//                  the optimizer keeps state for: the table's total elements (stage 0), rank
+//                  0's shard of the padded space cut back to the tensors (stage 1), or
+//                  local_elements (stages 2 and 3). Optimizer::state_bytes() of the real one.
+//   unit buffers   the most buffers the strategy's pool can hold at once, each at most the
+//                  largest unit U (train/fsdp.h), with p = prefetch_limit (0 with prefetch:
+//                  none): ZeRO-3 with reshard_after_forward (s + 2p + 2) × U, fsdp.h's
+//                  bound, s being the most units one segment of activation checkpointing
+//                  keeps gathered from its recomputation to its backward (1 without
+//                  checkpointing). Where nothing makes the training thread wait for a
+//                  unit's reduce-scatter before it takes the next gradient buffer, the
+//                  gradients in flight are bounded only by the units: ZeRO-3 without
+//                  resharding (units + 1 + p) × U (every unit is gathered from forward to
+//                  backward, and each unit holds its parameters or its gradients, one both);
+//                  ZeRO-2 (accumulation micro-batches × buckets) × U, since fsdp.cc does not
+//                  enforce the 2 gradient buffers fsdp.h states for it (with a fast
+//                  network far fewer are in use; the bound is what the code allows).
+//                  On top the staging: one fp32 shard of U, and with bf16/fp16 gathers or a
+//                  bf16 reduction one unit and one shard in 16 bits. 0 for stages 0 and 1.
+//   activations    measured, not computed (MeasureActivationBytes): what the model reports
+//                  as MemoryStats.activation_bytes_peak after running what the trainer runs.
+//                  The measurement is exact (it is the number the trainer's memory line
+//                  prints for the CPU) and cheap for the example specs (one micro-batch,
+//                  well under a second); the documented per-token formulas of gpt.h and
+//                  sequential.h would have to be kept in step with the models by hand.
+// Not counted: the half-precision staging of one layer's gradients under accumulation
+// (stages 0 and 1), batches, the data set, the allocator's overhead. On a GPU the
+// activations are the device's arena (GptCuda, SequentialCuda) and differ.
+//
+// Thread-safety: the functions are pure (MeasureActivationBytes runs a model of its own).
+#ifndef RINGMASTER_TRAIN_MEMORY_PLAN_H_
+#define RINGMASTER_TRAIN_MEMORY_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "train/config.h"
+#include "train/data/partition.h"
+#include "train/model.h"
+
+namespace ringmaster::train {
+
+struct RankMemoryPlan {
+  int world = 1;
+  int zero_stage = 0;
+  FsdpConfig::Wrap wrap = FsdpConfig::Wrap::kBlock;  // stage 3's units; unused otherwise
+  int64_t parameter_bytes = 0;
+  int64_t compute_copy_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t unit_buffer_bytes = 0;
+  int64_t activation_bytes = 0;  // 0 until measured (PlanRankState leaves it so)
+
+  // Parameters with the compute copy, gradients and optimizer state: what the trainer
+  // allocates before its first step.
+  int64_t state_bytes() const {
+    return parameter_bytes + compute_copy_bytes + gradient_bytes + optimizer_bytes;
+  }
+  int64_t total_bytes() const { return state_bytes() + unit_buffer_bytes + activation_bytes; }
+  // "ZeRO-0", "ZeRO-2", "ZeRO-3 block".
+  std::string Name() const;
+};
+
+// The state and unit-buffer terms (activation_bytes 0) for `model` (the job's, described:
+// only its table and groups are read) on `world` ranks under `zero_stage` and, for stage 3,
+// `wrap`; the rest (optimizer, precision, reduce precision, bucket_mb, fsdp prefetch and
+// resharding, gpt.checkpoint_every) from `config`. INVALID_ARGUMENT naming the flag or field
+// for world < 1, a stage outside 0..3, parallelism.fsdp.prefetch_limit < 1.
+absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
+                                             int world, int zero_stage, FsdpConfig::Wrap wrap);
+
+// How each rank of `world` splits config.global_batch into micro-batches: the trainer's
+// plan (data::PlanBatches from batch.accumulation, else batch.micro_max, else one). Errors
+// PlanBatches's, after the spec's batch field that made them ("batch.accumulation: ...").
+absl::StatusOr<data::BatchPlan> PlanRankBatches(const TrainConfig& config, int world);
+
+// Test samples the trainer evaluates for `config`'s data: Fashion-MNIST's test split (10000
+// samples as Debian installs it); 0 for text, which has no test set.
+int64_t EvaluationSamples(const TrainConfig& config);
+
+// The model's MemoryStats.activation_bytes_peak after what a CPU rank of `world` runs: one
+// forward and backward of the largest micro-batch (data::PlanBatches from config.global_batch,
+// accumulation, micro_max) in config.precision and, when `evaluation_samples` > 0, one
+// evaluation of the trainer's largest evaluation batch (max(256, micro-batch) samples, at most
+// rank 0's share). A fresh model of the job's shape on synthetic data; its parameters and
+// gradients go through a ParameterStore with one buffer of the largest parameter group each,
+// so a model larger than this machine can be measured if one group and the activations fit.
+// Errors: the batch plan's (INVALID_ARGUMENT naming batch.*), the model's, RESOURCE_EXHAUSTED
+// when the activations do not fit this machine.
+absl::StatusOr<int64_t> MeasureActivationBytes(const TrainConfig& config, int world,
+                                               int64_t evaluation_samples);
+
+// PlanRankState for the job's model with measured activations (EvaluationSamples(config)).
+absl::StatusOr<RankMemoryPlan> PlanRankMemory(const TrainConfig& config, int world,
+                                              int zero_stage, FsdpConfig::Wrap wrap);
+
+// Every configuration `ringctl estimate memory` prints, in this order: stages 0, 1, 2, then
+// 3 with layer, block and model wrapping; the activations measured once.
+absl::StatusOr<std::vector<RankMemoryPlan>> PlanEveryConfiguration(const TrainConfig& config,
+                                                                   int world);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_MEMORY_PLAN_H_
