@@ -116,6 +116,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       wire_shard_.resize(largest_shard);
     }
     shard_scratch_ = state::FlatBuffer(largest_shard);
+    // ZeRO-2 reduces one bucket while the next is written; ZeRO-3 lets the reductions queued
+    // before its prefetched gathers run (what its prefetch allows anyway).
+    const bool ahead = options_.fsdp.prefetch != FsdpConfig::Prefetch::kNone;
+    max_reductions_ = options_.zero_stage == 2 ? 1 : 1 + (ahead ? options_.fsdp.prefetch_limit : 0);
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -273,6 +277,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const int u = layout_.unit_of_group[group];
     UnitState& s = units_[u];
     if (s.grads == nullptr) {
+      WaitForReductions();
       s.grads = pool_.Take(layout_.units[u].padded);
       std::fill_n(s.grads, layout_.units[u].padded, 0.0f);
     }
@@ -326,6 +331,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   int64_t Enqueue(const Op& op) {
     absl::MutexLock lock(&mu_);
     queue_.push_back(op);
+    if (op.kind == Op::kReduceScatter) ++reductions_queued_;
     return queued_++;
   }
   void Request(int u) {
@@ -345,6 +351,20 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     exposed_ += absl::Now() - start;
   }
   bool Ran() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ > waiting_for_; }
+  // Bounds the gradient buffers: before another one is taken, at most max_reductions_
+  // reduce-scatters may still be queued (the wait counts as exposed communication).
+  void WaitForReductions() {
+    const absl::Time start = absl::Now();
+    {
+      absl::MutexLock lock(&mu_);
+      reductions_allowed_ = reductions_queued_ - max_reductions_;
+      mu_.Await(absl::Condition(this, &ShardedDataParallel::FewReductionsLeft));
+    }
+    exposed_ += absl::Now() - start;
+  }
+  bool FewReductionsLeft() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return reductions_done_ >= reductions_allowed_;
+  }
   absl::Status WaitAll() {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
@@ -394,6 +414,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       if (!status.ok() && error_.ok()) error_ = status;
       comm_time_ += took;
       squares_ += squares;
+      if (op.kind == Op::kReduceScatter) ++reductions_done_;
       ++done_;
     }
   }
@@ -464,6 +485,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   state::FlatBuffer full_;  // ZeRO-2: the compute copy of every parameter
 
   // The training thread's.
+  int64_t max_reductions_ = 1;
   std::vector<UnitState> units_;
   Pass pass_ = Pass::kTrain;
   bool backward_ = false;
@@ -487,6 +509,9 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t waiting_for_ ABSL_GUARDED_BY(mu_) = 0;  // Wait's op
+  int64_t reductions_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reductions_done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reductions_allowed_ ABSL_GUARDED_BY(mu_) = 0;  // WaitForReductions' target
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   absl::Duration comm_time_ ABSL_GUARDED_BY(mu_);
   double squares_ ABSL_GUARDED_BY(mu_) = 0;

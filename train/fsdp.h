@@ -35,8 +35,10 @@
 // waits for next), so (2 prefetch_limit + 3) × the largest unit; more with
 // activation checkpointing (a segment's units stay gathered from its recomputation to its
 // backward) and with reshard_after_forward: false (every unit, from forward to backward).
-// ZeRO-2 holds 2 gradient buffers of a bucket (one written, one reduced) and one for the
-// gathers after the optimizer step. On top: the staging of one shard (fp32) and, with 16-bit
+// Before it takes another gradient buffer the training thread waits until at most
+// 1 + prefetch_limit reductions (ZeRO-2: one) are still queued, so the gradient buffers stay
+// bounded even where nothing else makes it wait. ZeRO-2 holds 2 gradient buffers of a bucket
+// (one written, one reduced) and, after the optimizer step, one for the gathers. On top: the staging of one shard (fp32) and, with 16-bit
 // gathers or reductions, of one unit and one shard in 16 bits. unit_buffer_bytes_peak() is
 // the pool's peak plus the staging. Errors of a collective surface at ReduceGradients (or
 // EndEvaluation / AfterOptimizerStep): the step must not be applied.

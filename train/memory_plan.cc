@@ -58,10 +58,11 @@ int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
                     const std::vector<ParameterGroup>& groups, int zero_stage,
                     int accumulation_steps) {
   const int64_t units = static_cast<int64_t>(layout.units.size());
-  if (zero_stage == 2) return std::max<int64_t>(1, accumulation_steps * units);
+  // The gradient buffers: the one written and the reductions still queued (fsdp.h).
+  if (zero_stage == 2) return 2;
   const FsdpConfig& f = config.fsdp;
   const int64_t ahead = f.prefetch == FsdpConfig::Prefetch::kNone ? 0 : f.prefetch_limit;
-  if (!f.reshard_after_forward) return units + 1 + ahead;
+  if (!f.reshard_after_forward) return units + 2 + ahead;
   const int64_t segment = config.model.kind == ModelConfig::Kind::kGpt
                               ? UnitsPerSegment(layout, groups, config.model.gpt.checkpoint_every)
                               : 1;

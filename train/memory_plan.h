@@ -23,14 +23,11 @@
 //                  none): ZeRO-3 with reshard_after_forward (s + 2p + 2) × U, fsdp.h's
 //                  bound, s being the most units one segment of activation checkpointing
 //                  keeps gathered from its recomputation to its backward (1 without
-//                  checkpointing). Where nothing makes the training thread wait for a
-//                  unit's reduce-scatter before it takes the next gradient buffer, the
-//                  gradients in flight are bounded only by the units: ZeRO-3 without
-//                  resharding (units + 1 + p) × U (every unit is gathered from forward to
-//                  backward, and each unit holds its parameters or its gradients, one both);
-//                  ZeRO-2 (accumulation micro-batches × buckets) × U, since fsdp.cc does not
-//                  enforce the 2 gradient buffers fsdp.h states for it (with a fast
-//                  network far fewer are in use; the bound is what the code allows).
+//                  checkpointing); ZeRO-3 without resharding (units + 2 + p) × U (every unit
+//                  gathered from forward to backward, and the gradient buffers: the one
+//                  written and the 1 + p reductions the strategy lets queue); ZeRO-2 2 × U
+//                  (one bucket written while the one before is reduced, and one buffer for
+//                  the gathers after the optimizer step, which come later).
 //                  On top the staging: one fp32 shard of U, and with bf16/fp16 gathers or a
 //                  bf16 reduction one unit and one shard in 16 bits. 0 for stages 0 and 1.
 //   activations    measured, not computed (MeasureActivationBytes): what the model reports

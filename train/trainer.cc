@@ -27,6 +27,7 @@
 #include "train/grad_sync.h"
 #include "train/gradient_backend.h"
 #include "train/host_view.h"
+#include "train/memory_plan.h"
 #include "train/model_factory.h"
 #include "train/optim/clip.h"
 #include "train/optim/loss_scaler.h"
@@ -204,7 +205,7 @@ absl::Status Trainer::State::LoadModel() {
   const int64_t padded = PaddedElements(model->table().total_elements(), world);  // DP's
   allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(device, ChooseDevice(config, *model, padded, options.gpu, &why_cpu));
-  RM_RETURN_IF_ERROR(CheckHostMemory(config, model->table(), world,
+  RM_RETURN_IF_ERROR(CheckHostMemory(config, *model, world,
                                      /*gradients_on_host=*/device == nullptr, options.local_ranks));
   ops = device != nullptr ? device->ops() : HostVectorOps();
   return absl::OkStatus();
@@ -307,17 +308,7 @@ absl::Status Trainer::State::BuildState() {
 absl::Status Trainer::State::BuildSchedule() {
   RM_ASSIGN_OR_RETURN(sampler,
                       data::GlobalBatchSampler::Create(data.train->size(), {config.seed, false}));
-  data::BatchPlanOptions po;
-  po.global_batch = config.global_batch;
-  po.world_size = world;
-  if (config.accumulation > 0) {
-    po.accumulation_steps = static_cast<int>(config.accumulation);
-  } else if (config.micro_max > 0) {
-    po.max_micro_batch = config.micro_max;
-  } else {
-    po.accumulation_steps = 1;
-  }
-  RM_ASSIGN_OR_RETURN(plan, data::PlanBatches(po));
+  RM_ASSIGN_OR_RETURN(plan, PlanRankBatches(config, world));
   steps_per_epoch = sampler->BatchesPerEpoch(config.global_batch);
   total_steps = config.steps > 0 ? config.steps : config.epochs * steps_per_epoch;
   LrScheduleOptions lo = config.schedule;
@@ -688,12 +679,17 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   const int64_t activations = device != nullptr ? device->activation_bytes()
                                                 : model->memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
-  // Memory held by this rank against the ZeRO paper's formula for what we keep.
+  // Memory held by this rank against the plan (train/memory_plan.h; `ringctl estimate
+  // memory` prints it before a job runs).
   constexpr double kMiB = 1 << 20;
-  std::string formula;
-  if (auto e = EstimateMemory(RankMemoryOptions(config, model->table(), world)); e.ok()) {
-    formula = absl::StrFormat(" (formula: %.2f + %.2f + %.2f MiB)", e->parameter_bytes / kMiB,
-                              e->gradient_bytes / kMiB, e->optimizer_bytes / kMiB);
+  std::string planned;
+  if (auto p = PlanRankState(config, *model, world, config.zero_stage, config.fsdp.wrap);
+      p.ok() && device == nullptr) {
+    planned = absl::StrFormat(
+        "; planned for rank 0: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
+        "unit buffers at most %.2f MiB",
+        p->parameter_bytes / kMiB, p->compute_copy_bytes / kMiB, p->gradient_bytes / kMiB,
+        p->optimizer_bytes / kMiB, p->unit_buffer_bytes / kMiB);
   }
   const int64_t copy_bytes = device != nullptr ? device->parameter_copy_bytes() : 0;
   const int64_t units = strategy->unit_buffer_bytes_peak();
@@ -709,15 +705,16 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   }
   Say(absl::StrFormat(
       "memory on rank %d (%s): parameters %.2f MiB%s%s, gradients %.2f MiB, optimizer state "
-      "%.2f MiB%s, activations peak %.2f MiB%s",
+      "%.2f MiB, activations peak %.2f MiB%s%s",
       rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
       strategy->store() != nullptr ? " (this rank's shard)" : "",
       copy_bytes > 0 ? absl::StrFormat(" (+ a 16-bit copy, %.2f MiB)", copy_bytes / kMiB)
       : replica > 0  ? absl::StrFormat(" (+ the whole compute copy, %.2f MiB)", replica / kMiB)
                      : std::string(),
       step_grads.size() * 4 / kMiB, result.optimizer_state_bytes() / kMiB,
-      formula, static_cast<double>(activations) / kMiB,
-      units > 0 ? absl::StrFormat(", unit buffers peak %.2f MiB", units / kMiB) : std::string()));
+      static_cast<double>(activations) / kMiB,
+      units > 0 ? absl::StrFormat(", unit buffers peak %.2f MiB", units / kMiB) : std::string(),
+      planned));
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
     if (strategy->store() == nullptr) {
