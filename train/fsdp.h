@@ -20,6 +20,9 @@
 // So a micro-batch all-gathers every unit twice (once with reshard_after_forward: false)
 // and reduce-scatters it once; with gradient accumulation this happens per micro-batch and
 // the shard sums them (nothing unsharded is kept across micro-batches).
+// The diagnostics' local gradient norm (this rank's gradient before the reduction) is
+// measured on the unit buffers before each reduce-scatter: with accumulation it is
+// sqrt(Σ over the micro-batches of their squared norms), since no sum of them is kept.
 //
 // ZeRO-2: parameters stay whole on every rank (a compute copy, rounded to the compute
 // precision, in the strategy), the fp32 master pieces are the step buffer; gradients go
