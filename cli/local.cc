@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -261,6 +263,13 @@ int LocalCommand(const LocalOptions& options) {
   if (options.rank_memory_limit_mib > 0) {
     agent_args.push_back(
         absl::StrCat("--trainer_memory_limit_mib=", options.rank_memory_limit_mib));
+    // The limit counts OpenBLAS's workspace, 128 MiB per thread of its pool, which it maps
+    // when it loads, for as many threads as there are cores: only as many as a rank uses
+    // (the trainer's default, cores / ranks on the node), unless the user chose.
+    if (getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      setenv("OPENBLAS_NUM_THREADS", absl::StrCat(std::max(1, cores / workers)).c_str(), 1);
+    }
   }
   const pid_t agent = Spawn(agent_args, agent_log, agent_log);
 

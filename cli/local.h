@@ -16,6 +16,9 @@
 // --trainer_memory_limit_mib: its RLIMIT_DATA), as if each rank had a device of that size: a
 // rank whose training state does not fit fails at once with RESOURCE_EXHAUSTED, saying what
 // it needs (examples/larger_than_a_rank.yaml). The coordinator and the agent are not limited.
+// The limit counts mappings never touched too, such as OpenBLAS's workspace of 128 MiB per
+// thread of its pool: so that the pool is no larger than a rank uses, ringctl sets
+// OPENBLAS_NUM_THREADS to cores / N for its agent unless the environment has it.
 //
 // The summary (--summary, one line of JSON, cli/local_summary.proto) has the job's result
 // (steps, loss, accuracy, throughput, world size, checkpoints), its status, how many
