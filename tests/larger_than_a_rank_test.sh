@@ -9,12 +9,13 @@
 #   3. ZeRO-3 trains to the end on 4 ranks, under the same limit, to a finite loss.
 set -uo pipefail
 
-RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
-SPEC="$TEST_SRCDIR/ringmaster/examples/larger_than_a_rank.yaml"
-WORK="${TEST_TMPDIR:-/tmp}/larger_than_a_rank_test"
-rm -rf "$WORK" && mkdir -p "$WORK/tmp"
-export TMPDIR="$WORK/tmp"  # where `ringctl local` makes its temporary run directories
 LIMIT=700M
+ROOT="$TEST_SRCDIR/ringmaster"
+SPEC="$ROOT/examples/larger_than_a_rank.yaml"
+RINGCTL="$ROOT/cli/ringctl"
+# The temporary run directories `ringctl local` makes go to $TMPDIR.
+WORK="${TEST_TMPDIR:-/tmp}/larger_than_a_rank_test" && export TMPDIR="$WORK/tmp"
+rm -rf "$WORK" && mkdir -p "$TMPDIR"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$1" "$2"; }
