@@ -49,27 +49,32 @@ std::optional<ProcessMemoryLimit> ReadProcessMemoryLimit() {
   const struct {
     int resource;
     const char* source;
+    const char* counted;
   } kinds[] = {
       {RLIMIT_DATA,
        "RLIMIT_DATA, this process's data limit (ringworker --trainer_memory_limit_mib, "
-       "ringctl local --rank_memory_limit, ulimit -d)"},
-      {RLIMIT_AS, "RLIMIT_AS, this process's address-space limit (ulimit -v)"},
+       "ringctl local --rank_memory_limit, ulimit -d)",
+       "VmData"},
+      {RLIMIT_AS, "RLIMIT_AS, this process's address-space limit (ulimit -v)", "VmSize"},
   };
   for (const auto& kind : kinds) {
     struct rlimit r;
     if (getrlimit(kind.resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
     const int64_t bytes = static_cast<int64_t>(r.rlim_cur);
-    if (!limit || bytes < limit->bytes) limit = ProcessMemoryLimit{bytes, kind.source};
+    if (!limit || bytes < limit->bytes) {
+      limit = ProcessMemoryLimit{bytes, kind.source, kind.counted};
+    }
   }
   return limit;
 }
 
-int64_t ProcessDataBytes() {
+int64_t ProcessMappedBytes(const ProcessMemoryLimit& limit) {
   std::ifstream status("/proc/self/status");
   std::string line;
+  const std::string prefix = limit.counted + ":";
   while (std::getline(status, line)) {
     absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "VmData:")) continue;
+    if (!absl::ConsumePrefix(&rest, prefix)) continue;
     rest = absl::StripSuffix(absl::StripAsciiWhitespace(rest), "kB");
     int64_t kib = 0;
     return absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib) ? kib * 1024 : 0;
@@ -150,11 +155,11 @@ absl::Status CheckProcessMemoryLimit(const RankStateInputs& inputs) {
   const std::optional<ProcessMemoryLimit> limit = ReadProcessMemoryLimit();
   if (!limit) return absl::OkStatus();
   RM_ASSIGN_OR_RETURN(const RankStateBytes state, PlanRankState(inputs));
-  int64_t in_use = ProcessDataBytes();
+  int64_t in_use = ProcessMappedBytes(*limit);
   int64_t blas_workspace = kBlasWorkspaceBytes;
   if (in_use + blas_workspace <= limit->bytes) {  // else the product could not get it
     MapBlasWorkspace();
-    in_use = ProcessDataBytes();
+    in_use = ProcessMappedBytes(*limit);
     blas_workspace = 0;
   }
   return CheckRankStateFits(state, in_use, blas_workspace, *limit, inputs.world,

@@ -7,12 +7,11 @@
 // The limit is the process's soft RLIMIT_DATA (or RLIMIT_AS, the smaller when both are
 // set). The kernel counts against it every private writable mapping: the heap, but also
 // thread stacks and the BLAS library's reserved workspace, most of which is never touched.
-// So the check adds up what the process has mapped already (VmData, the kernel's own count,
-// taken after the BLAS library mapped this thread's workspace, which it does at the first
-// product: made to happen first, when it fits) and the state it is about to allocate;
-// activations,
-// batches and checkpoint snapshots come later and are left out (the check refuses only what
-// cannot fit), and the message says so.
+// So the check adds up what the process has mapped already (VmData, or VmSize for
+// RLIMIT_AS: the kernel's own count, taken after the BLAS library mapped this thread's
+// workspace, which it does at the first product: made to happen first, when it fits) and
+// the state it is about to allocate. Activations, batches and checkpoint snapshots come
+// later and are left out (the check refuses only what cannot fit); the message says so.
 //
 // Thread-safety: the functions are thread-safe (they read the process's limits and
 // /proc/self/status).
@@ -39,15 +38,19 @@ struct ProcessMemoryLimit {
   int64_t bytes = 0;
   // Where it comes from, for messages: "RLIMIT_DATA (...)" or "RLIMIT_AS (...)".
   std::string source;
+  // The /proc/self/status line the kernel compares with it: "VmData" (RLIMIT_DATA) or
+  // "VmSize" (RLIMIT_AS).
+  std::string counted = "VmData";
 };
 
 // This process's soft RLIMIT_DATA or RLIMIT_AS, the smaller of those that are set; nullopt
 // when neither is.
 std::optional<ProcessMemoryLimit> ReadProcessMemoryLimit();
 
-// The private writable memory this process has mapped (VmData of /proc/self/status, what
-// RLIMIT_DATA is compared with), bytes; 0 when it cannot be read.
-int64_t ProcessDataBytes();
+// What this process has mapped by `limit`'s count (its `counted` line of
+// /proc/self/status: the private writable memory for RLIMIT_DATA, everything for
+// RLIMIT_AS), bytes; 0 when it cannot be read.
+int64_t ProcessMappedBytes(const ProcessMemoryLimit& limit);
 
 // One rank's training state, bytes, as it will be allocated.
 struct RankStateBytes {

@@ -189,13 +189,17 @@ TEST(CheckRankStateFits, TheRefusalSaysWhatIsNeededTheLimitAndWhatToDo) {
 TEST(CheckProcessMemoryLimit, UnderARealDataLimit) {
   ExpectOkOnRanks(1, [&](comm::TcpCommunicator& comm) -> absl::Status {
     if (ReadProcessMemoryLimit().has_value()) return Fail("a limit before the test set one");
-    if (ProcessDataBytes() <= 0) return Fail("no VmData");
+    const int64_t data = ProcessMappedBytes({.counted = "VmData"});
+    if (data <= 0 || ProcessMappedBytes({.counted = "VmSize"}) < data) {
+      return Fail(absl::StrCat("VmData ", data));
+    }
     // Room for the BLAS workspace and 64 MiB more.
-    const int64_t limit = ProcessDataBytes() + kBlasWorkspaceBytes + 64 * kMiB;
+    const int64_t limit = data + kBlasWorkspaceBytes + 64 * kMiB;
     struct rlimit r = {static_cast<rlim_t>(limit), RLIM_INFINITY};
     if (setrlimit(RLIMIT_DATA, &r) != 0) return Fail("setrlimit");
     std::optional<ProcessMemoryLimit> read = ReadProcessMemoryLimit();
-    if (!read || read->bytes != limit || !absl::StartsWith(read->source, "RLIMIT_DATA")) {
+    if (!read || read->bytes != limit || !absl::StartsWith(read->source, "RLIMIT_DATA") ||
+        read->counted != "VmData") {
       return Fail(absl::StrCat("read ", read ? read->bytes : -1, " of ", limit));
     }
     for (const auto& [hidden, fits] : {std::pair{std::vector<int64_t>{100}, true},
