@@ -1,11 +1,14 @@
 #include "cli/command_line.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,7 +20,7 @@ namespace {
 constexpr char kFooter[] =
     "Run `ringctl COMMAND --help` for a command's flags. In short:\n"
     "  ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]"
-    " [--run_dir DIR] [--keep_run_dir]\n"
+    " [--run_dir DIR] [--keep_run_dir] [--rank_memory_limit 200M]\n"
     "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait]"
     " [-o json|yaml]\n"
     "  ringctl list [--all] [-o json|yaml|wide]\n"
@@ -91,6 +94,28 @@ std::string CommandPath(const CLI::App& app) {
   return absl::StrJoin(names, " ");
 }
 
+// `--rank_memory_limit`: MiB, as "200M", "200MiB", "1.5G", "1.5GiB" or a plain number of MiB.
+absl::StatusOr<int64_t> ParseMemoryLimitMib(const std::string& text) {
+  std::string t = text;
+  double scale = 1;  // MiB
+  for (const auto& [suffix, factor] : {std::pair<const char*, double>{"MiB", 1}, {"M", 1},
+                                       {"GiB", 1024}, {"G", 1024}}) {
+    if (absl::EndsWith(t, suffix)) {
+      t.resize(t.size() - strlen(suffix));
+      scale = factor;
+      break;
+    }
+  }
+  double value = 0;
+  if (t.empty() || !absl::SimpleAtod(t, &value) || !std::isfinite(value) ||
+      value * scale < 1 || value * scale > double{int64_t{1} << 40}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank_memory_limit: \"", text,
+        "\" is not a memory size of at least 1 MiB (e.g. 200M, 1.5G, or a number of MiB)"));
+  }
+  return static_cast<int64_t>(value * scale);
+}
+
 ParsedCommandLine UsageError(const std::string& command, const std::string& problem) {
   ParsedCommandLine result;
   result.exit_status = 2;
@@ -129,6 +154,10 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                     "default: a temporary directory, removed at the end");
   local->add_flag("--keep_run_dir", line.local.keep_run_dir,
                   "keep the temporary run directory");
+  std::string rank_memory_limit;
+  local->add_option("--rank_memory_limit", rank_memory_limit,
+                    "each rank's memory limit (its heap: RLIMIT_DATA), e.g. 200M or 1.5G; a "
+                    "rank whose training state does not fit fails with RESOURCE_EXHAUSTED");
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job to a coordinator");
   submit->add_option("JOB_SPEC", line.target, "the job spec (YAML, or JSON as -o json prints)")
@@ -329,6 +358,11 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       }
       line.slot = std::make_pair(slot.substr(0, at), index);
     }
+  }
+  if (line.command == Command::kLocal && !rank_memory_limit.empty()) {
+    auto mib = ParseMemoryLimitMib(rank_memory_limit);
+    if (!mib.ok()) return UsageError(path, std::string(mib.status().message()));
+    line.local.rank_memory_limit_mib = *mib;
   }
   if (line.command == Command::kEstimateMemory && !line.estimate_spec.spec_file.empty()) {
     if (world_option->count() > 0) line.estimate_spec.world = line.estimate.world_size;

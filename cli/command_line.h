@@ -2,7 +2,7 @@
 // runs and nothing is read here (the environment and config files are cli/config.h's).
 //
 //   ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]
-//                [--run_dir DIR] [--keep_run_dir]
+//                [--run_dir DIR] [--keep_run_dir] [--rank_memory_limit 200M|1.5G|MiB]
 //   ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait] [-o json|yaml]
 //   ringctl list [--all] [-o json|yaml|wide]
 //   ringctl status JOB [-o json|yaml|wide]

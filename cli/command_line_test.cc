@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -90,6 +91,17 @@ TEST(CommandLineTest, Local) {
   EXPECT_FALSE(Ok("local job.yaml").local.keep_run_dir);
   EXPECT_EQ(Ok("local job.yaml").local.workers, 1);
 
+  EXPECT_EQ(Ok("local job.yaml").local.rank_memory_limit_mib, 0) << "no limit unless asked";
+  EXPECT_EQ(Ok("local job.yaml --rank_memory_limit 200M").local.rank_memory_limit_mib, 200);
+  EXPECT_EQ(Ok("local job.yaml --rank_memory_limit=200MiB").local.rank_memory_limit_mib, 200);
+  EXPECT_EQ(Ok("local job.yaml --rank_memory_limit 1.5G").local.rank_memory_limit_mib, 1536);
+  EXPECT_EQ(Ok("local job.yaml --rank_memory_limit 2GiB").local.rank_memory_limit_mib, 2048);
+  EXPECT_EQ(Ok("local job.yaml --rank_memory_limit 300").local.rank_memory_limit_mib, 300);
+  for (const char* bad : {"200K", "M", "-5M", "0", "lots", "0.5M", "2T"}) {
+    ParsedCommandLine limit = Parse(absl::StrCat("local job.yaml --rank_memory_limit ", bad));
+    EXPECT_EQ(limit.exit_status, 2) << bad;
+    EXPECT_THAT(limit.err, AllOf(HasSubstr("--rank_memory_limit"), HasSubstr(bad))) << bad;
+  }
   ParsedCommandLine p = Parse("local --workers 0 job.yaml");
   EXPECT_EQ(p.exit_status, 2);
   EXPECT_THAT(p.err, HasSubstr("--workers"));

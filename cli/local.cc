@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -194,9 +196,15 @@ int LocalCommand(const LocalOptions& options) {
   }
   unlink((run_dir + "/ringmaster.db").c_str());
   unlink((run_dir + "/ringmaster.db-wal").c_str());
-  printf("ringctl local: job %s on %d workers (a coordinator and one agent on this machine); "
+  printf("ringctl local: job %s on %d workers (a coordinator and one agent on this machine)%s; "
          "run directory %s (effective spec, logs%s)%s\n",
-         spec->name().c_str(), workers, run_dir.c_str(),
+         spec->name().c_str(), workers,
+         options.rank_memory_limit_mib > 0
+             ? absl::StrCat(", each rank limited to ", options.rank_memory_limit_mib,
+                            " MiB of memory (RLIMIT_DATA)")
+                   .c_str()
+             : "",
+         run_dir.c_str(),
          temporary && !options.keep_run_dir ? "; removed at the end, --keep_run_dir keeps it"
                                             : "",
          checkpoint_note.c_str());
@@ -248,11 +256,22 @@ int LocalCommand(const LocalOptions& options) {
   const int agent_log =
       open((run_dir + "/ringworker.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const double grace = spec->checkpoint().drain_grace_seconds() + 10;
-  const pid_t agent =
-      Spawn({ringworker, "--coordinator=" + address, "--node=local",
-             absl::StrCat("--slots=", workers), "--work_dir=" + run_dir + "/node",
-             "--trainer=" + trainer, absl::StrCat("--drain_grace_s=", grace)},
-            agent_log, agent_log);
+  std::vector<std::string> agent_args = {
+      ringworker, "--coordinator=" + address, "--node=local",
+      absl::StrCat("--slots=", workers), "--work_dir=" + run_dir + "/node",
+      "--trainer=" + trainer, absl::StrCat("--drain_grace_s=", grace)};
+  if (options.rank_memory_limit_mib > 0) {
+    agent_args.push_back(
+        absl::StrCat("--trainer_memory_limit_mib=", options.rank_memory_limit_mib));
+    // The limit counts OpenBLAS's workspace, 128 MiB per thread of its pool, which it maps
+    // when it loads, for as many threads as there are cores: only as many as a rank uses
+    // (the trainer's default, cores / ranks on the node), unless the user chose.
+    if (getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      setenv("OPENBLAS_NUM_THREADS", absl::StrCat(std::max(1, cores / workers)).c_str(), 1);
+    }
+  }
+  const pid_t agent = Spawn(agent_args, agent_log, agent_log);
 
   client::CoordinatorClientOptions co;
   co.address = address;

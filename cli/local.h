@@ -1,5 +1,5 @@
 // `ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE] [--run_dir DIR]
-// [--keep_run_dir]`: the embedded default. Starts a coordinator (ringmaster, its database in
+// [--keep_run_dir] [--rank_memory_limit SIZE]`: the embedded default. Starts a coordinator (ringmaster, its database in
 // the run directory) and one node agent (ringworker) with N slots on this machine, prints
 // where the coordinator listens (so that `ringctl top JOB --coordinator ADDRESS` works on
 // it), submits the job to them (elastic: min 1, max N ranks, unless the spec says
@@ -12,6 +12,14 @@
 // the job ends unless --keep_run_dir is given or the job failed (its logs say why); what
 // was kept, and where, is printed at the end.
 //
+// --rank_memory_limit gives each trainer process a memory limit (the agent's
+// --trainer_memory_limit_mib: its RLIMIT_DATA), as if each rank had a device of that size: a
+// rank whose training state does not fit fails at once with RESOURCE_EXHAUSTED, saying what
+// it needs (examples/larger_than_a_rank.yaml). The coordinator and the agent are not limited.
+// The limit counts mappings never touched too, such as OpenBLAS's workspace of 128 MiB per
+// thread of its pool: so that the pool is no larger than a rank uses, ringctl sets
+// OPENBLAS_NUM_THREADS to cores / N for its agent unless the environment has it.
+//
 // The summary (--summary, one line of JSON, cli/local_summary.proto) has the job's result
 // (steps, loss, accuracy, throughput, world size, checkpoints), its status, how many
 // memberships it went through (`rendezvous_count`), and `recoveries`: one entry per
@@ -20,6 +28,7 @@
 #ifndef RINGMASTER_CLI_LOCAL_H_
 #define RINGMASTER_CLI_LOCAL_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +45,8 @@ struct LocalOptions {
   std::string summary;   // --summary: write the summary JSON here
   std::string run_dir;   // --run_dir: use (and keep) this directory
   bool keep_run_dir = false;
+  // --rank_memory_limit, MiB: each trainer's RLIMIT_DATA; 0: none.
+  int64_t rank_memory_limit_mib = 0;
   // Where the temporary run directory is made when run_dir is empty ($TMPDIR, or /tmp).
   std::string temp_dir = "/tmp";
 };

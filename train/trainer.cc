@@ -34,6 +34,7 @@
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 #include "train/parallel_strategy.h"
+#include "train/process_memory.h"
 #include "train/rank_memory.h"
 #include "train/step_reporter.h"
 
@@ -277,6 +278,8 @@ absl::Status Trainer::State::BuildState() {
     dp.comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
     RM_ASSIGN_OR_RETURN(strategy, CreateDataParallel(comm, hcomm, dp));
   }
+  RM_RETURN_IF_ERROR(CheckProcessMemoryLimit(
+      {&config, model.get(), strategy.get(), world, /*state_on_host=*/device == nullptr}));
   const int64_t local = strategy->local_elements();
   allocating = absl::StrFormat("the %s parameters and gradients (%d floats each, %.4g GiB)",
                                sharded ? "sharded" : "flat", local, local * 4.0 / (1 << 30));

@@ -128,11 +128,18 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
     if (!path.empty()) args.push_back(absl::StrCat(flag, path));
   }
   args.insert(args.end(), options_.trainer_flags.begin(), options_.trainer_flags.end());
-  RM_ASSIGN_OR_RETURN(const int64_t pid, launcher_->Launch({std::move(args), log_path}));
+  RM_ASSIGN_OR_RETURN(const int64_t pid,
+                      launcher_->Launch({std::move(args), log_path,
+                                         options_.trainer_memory_limit_bytes}));
   reconciler_.Started(start, pid, log_path);
   if (logs_ != nullptr) logs_->Add(start.job(), slot);
   Log(absl::StrCat("started trainer for job ", start.job(), " epoch ", start.epoch(), " on slot ",
-                   slot, " (pid ", pid, ", log ", log_path, ")"));
+                   slot, " (pid ", pid, ", log ", log_path,
+                   options_.trainer_memory_limit_bytes > 0
+                       ? absl::StrCat(", memory limit ",
+                                      options_.trainer_memory_limit_bytes >> 20, " MiB")
+                       : "",
+                   ")"));
   return absl::OkStatus();
 }
 
@@ -257,6 +264,11 @@ absl::Status Agent::Connect() {
       options_.node.empty() || options_.slots < 1) {
     return absl::InvalidArgumentError(
         "the agent needs a client, a trainer binary, a work dir, a node name and slots >= 1");
+  }
+  if (options_.trainer_memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the trainers' memory limit is negative (",
+                                                   options_.trainer_memory_limit_bytes,
+                                                   " bytes); 0 means none"));
   }
   RM_RETURN_IF_ERROR(StartLogService());
   return Register();

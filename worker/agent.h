@@ -21,7 +21,7 @@
 // Trainers run as `trainer_binary --coordinator ... --job J --epoch E --node N --slot S
 // --membership_token_file F --spec F --local_ranks SLOTS --advertise_host ADDR
 // [--tls_ca F [--tls_client_cert F --tls_client_key F]]`, each in
-// its own process group, with stdout and stderr appended to
+// its own process group under the trainers' memory limit (when set), with stdout and stderr appended to
 // <work_dir>/<job>/slot-<S>.log; the spec and token files are written next to it (0600).
 // The node's credential (the coordinator binds the node's name to it) is kept in
 // <work_dir>/node.credential (0600).
@@ -71,6 +71,9 @@ struct AgentOptions {
   std::string work_dir;
   // Extra flags for every trainer (e.g. --op_timeout_s=30).
   std::vector<std::string> trainer_flags;
+  // When > 0, each trainer's memory limit, bytes (LaunchSpec::memory_limit_bytes: its
+  // RLIMIT_DATA); a trainer whose state does not fit it fails with RESOURCE_EXHAUSTED.
+  int64_t trainer_memory_limit_bytes = 0;
   absl::Duration drain_grace = absl::Seconds(120);
   // When this file appears (a cloud's preemption notice, written by a hook), drain.
   std::string preemption_notice_file;

@@ -232,6 +232,23 @@ TEST_F(AgentTest, StartsATrainerAsTheCoordinatorSaysAndReportsItRunning) {
   EXPECT_EQ(beat.running(0).node(), "node-a");
 }
 
+TEST_F(AgentTest, TrainersGetTheMemoryLimit) {
+  AgentOptions o = Options();
+  EXPECT_EQ(o.trainer_memory_limit_bytes, 0) << "none unless asked for";
+  o.trainer_memory_limit_bytes = int64_t{180} << 20;
+  Agent agent(o);
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.Then(Commands({Start(0, "job-a"), Start(1, "job-a")}));
+  StepOn(agent);
+  ASSERT_EQ(launcher_.launched.size(), 2u);
+  for (const LaunchSpec& spec : launcher_.launched) {
+    EXPECT_EQ(spec.memory_limit_bytes, int64_t{180} << 20);
+  }
+  EXPECT_TRUE(Logged("memory limit 180 MiB"));
+  o.trainer_memory_limit_bytes = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(Agent(o).Connect()));
+}
+
 TEST_F(AgentTest, AnExitIsReportedAtOnceWithTheTailOfItsLog) {
   Agent agent(Options());
   ASSERT_TRUE(agent.Connect().ok());

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,6 +26,20 @@ absl::StatusOr<int64_t> ProcessLauncher::Launch(const LaunchSpec& spec) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   // Everything the child needs is prepared: after fork only async-signal-safe calls.
+  struct rlimit data_limit = {};
+  const bool limit_memory = spec.memory_limit_bytes > 0;
+  if (limit_memory) {
+    // At most the hard limit this process has: lowering is always allowed, raising is not.
+    if (getrlimit(RLIMIT_DATA, &data_limit) != 0) data_limit.rlim_max = RLIM_INFINITY;
+    const rlim_t want = static_cast<rlim_t>(spec.memory_limit_bytes);
+    data_limit.rlim_cur = data_limit.rlim_max == RLIM_INFINITY
+                              ? want
+                              : std::min<rlim_t>(want, data_limit.rlim_max);
+    data_limit.rlim_max = data_limit.rlim_cur;
+  }
+  const std::string limit_failed =
+      absl::StrCat("cannot set the memory limit (RLIMIT_DATA) of ", spec.argv[0], " to ",
+                   spec.memory_limit_bytes, " bytes\n");
   const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", spec.log_path));
   const pid_t pid = fork();
@@ -37,6 +54,10 @@ absl::StatusOr<int64_t> ProcessLauncher::Launch(const LaunchSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (limit_memory && setrlimit(RLIMIT_DATA, &data_limit) != 0) {
+      (void)!write(STDERR_FILENO, limit_failed.data(), limit_failed.size());
+      _exit(127);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

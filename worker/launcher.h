@@ -16,6 +16,12 @@ namespace ringmaster::worker {
 struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0]: the program's path
   std::string log_path;           // stdout and stderr are appended to it
+  // When > 0, the most heap the program may have, bytes: its RLIMIT_DATA (soft and hard),
+  // set in the child before exec. What malloc cannot get then fails cleanly (null, or
+  // std::bad_alloc) instead of the kernel killing the process; thread stacks and mapped
+  // files do not count against it (unlike RLIMIT_AS, which glibc's per-thread arenas fill
+  // with reservations). A limit above the caller's own hard limit is lowered to it.
+  int64_t memory_limit_bytes = 0;
 };
 
 struct ProcessExit {
@@ -38,7 +44,8 @@ class Launcher {
   virtual int Wait(int64_t pid) = 0;
 };
 
-// fork/exec; the child's signal mask is cleared. Reap() reaps every child of this process
+// fork/exec; the child's signal mask is cleared and its memory limit set (a child that
+// cannot set it writes why to its log and exits 127, as one that cannot exec). Reap() reaps every child of this process
 // (waitpid(-1)): the agent's children are its trainers.
 class ProcessLauncher final : public Launcher {
  public:

@@ -1,12 +1,16 @@
 #include "worker/launcher.h"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +76,54 @@ TEST(ProcessLauncherTest, AProgramThatCannotRunExits127) {
   auto pid = launcher.Launch({{"/nonexistent/trainer"}, TempPath("c.log")});
   ASSERT_TRUE(pid.ok());
   EXPECT_EQ(launcher.Wait(*pid), 127);
+}
+
+// `ulimit -d` and `ulimit -H -d` as the child sees them: the soft and hard RLIMIT_DATA in
+// KiB, or "unlimited".
+std::string ChildDataLimits(ProcessLauncher& launcher, int64_t memory_limit_bytes,
+                            const std::string& log) {
+  LaunchSpec spec{{"/bin/sh", "-c", "echo $(ulimit -S -d) $(ulimit -H -d)"}, log};
+  spec.memory_limit_bytes = memory_limit_bytes;
+  auto pid = launcher.Launch(spec);
+  if (!pid.ok()) return pid.status().ToString();
+  if (const int code = launcher.Wait(*pid); code != 0) return absl::StrCat("exit ", code);
+  return ReadAll(log);
+}
+
+TEST(ProcessLauncherTest, TheMemoryLimitIsTheChildsDataLimit) {
+  ProcessLauncher launcher;
+  EXPECT_EQ(ChildDataLimits(launcher, int64_t{200} << 20, TempPath("limit.log")),
+            "204800 204800\n");
+}
+
+TEST(ProcessLauncherTest, WithoutAMemoryLimitTheChildInheritsOurs) {
+  ProcessLauncher launcher;
+  struct rlimit ours;
+  ASSERT_EQ(getrlimit(RLIMIT_DATA, &ours), 0);
+  auto kib = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v / 1024);
+  };
+  EXPECT_EQ(ChildDataLimits(launcher, 0, TempPath("nolimit.log")),
+            absl::StrCat(kib(ours.rlim_cur), " ", kib(ours.rlim_max), "\n"));
+}
+
+TEST(ProcessLauncherTest, AMemoryLimitAboveOurHardLimitIsLoweredToIt) {
+  // In a child of the test, so that the test's own limit stays as it was.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    struct rlimit hard = {int64_t{512} << 20, int64_t{512} << 20};
+    if (setrlimit(RLIMIT_DATA, &hard) != 0) _exit(2);
+    ProcessLauncher launcher;
+    _exit(ChildDataLimits(launcher, int64_t{4} << 30, TempPath("lowered.log")) ==
+                  "524288 524288\n"
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child saw: " << ReadAll(TempPath("lowered.log"));
 }
 
 TEST(ProcessLauncherTest, AnUnopenableLogIsInternal) {

@@ -4,6 +4,7 @@
 //   ringworker --coordinator HOST:PORT --slots N [--node NAME] [--advertise_host ADDR]
 //              [--work_dir DIR] [--node_token_file F] [--preemption_notice_file F]
 //              [--tls_ca F [--tls_client_cert F --tls_client_key F]] [--log_listen HOST:PORT]
+//              [--trainer_memory_limit_mib N]
 // Its trainers reach the coordinator as it does (the same address, CA and client
 // certificate), each with its own membership token.
 //
@@ -60,6 +61,9 @@ ABSL_FLAG(double, drain_grace_s, 120, "longest wait for the trainers to leave on
 ABSL_FLAG(int64_t, memory_mib, -1,
           "memory the node's trainers may use, MiB, reported to the coordinator for placement "
           "(default: the machine's; 0: do not report)");
+ABSL_FLAG(int64_t, trainer_memory_limit_mib, 0,
+          "each trainer's memory limit, MiB (its RLIMIT_DATA: the heap it may have); a "
+          "trainer whose training state does not fit fails with RESOURCE_EXHAUSTED; 0: none");
 ABSL_FLAG(std::string, log_listen, "",
           "host:port where the coordinator reads the trainers' logs (ringctl logs); default "
           "the advertise host (127.0.0.1 without a node token), any free port; \"off\": "
@@ -98,6 +102,11 @@ int Main(int argc, char** argv) {
   logging.program_name = argv[0];
   InitLogging(logging);
   if (absl::GetFlag(FLAGS_slots) < 1) return Fail(2, "--slots must be at least 1");
+  const int64_t limit_mib = absl::GetFlag(FLAGS_trainer_memory_limit_mib);
+  if (limit_mib < 0 || limit_mib > (int64_t{1} << 40)) {
+    return Fail(2, absl::StrCat("--trainer_memory_limit_mib: ", limit_mib,
+                                " is not a number of MiB in [0, 2^40] (0: no limit)"));
+  }
   std::string node = absl::GetFlag(FLAGS_node);
   if (node.empty()) {
     char host[256] = {};
@@ -162,6 +171,7 @@ int Main(int argc, char** argv) {
        absl::StrSplit(absl::GetFlag(FLAGS_trainer_flags), ',', absl::SkipEmpty())) {
     options.trainer_flags.emplace_back(f);
   }
+  options.trainer_memory_limit_bytes = limit_mib << 20;
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_grace_s));
   options.node_token = co.token;
   options.log_listen = absl::GetFlag(FLAGS_log_listen);

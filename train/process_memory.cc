@@ -1,0 +1,169 @@
+#include "train/process_memory.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "kernels/matmul.h"
+#include "train/fsdp.h"
+
+namespace ringmaster::train {
+namespace {
+
+constexpr double kMiB = 1 << 20;
+
+// The optimizer's state buffers per element (train/optim/optimizer.h).
+int Moments(const OptimizerOptions& optimizer) {
+  if (const auto* sgd = std::get_if<SgdOptions>(&optimizer)) return sgd->momentum > 0 ? 1 : 0;
+  return 2;  // AdamW, LAMB: exp_avg, exp_avg_sq
+}
+
+std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / kMiB); }
+
+// Has the BLAS library map this thread's workspace now, by a small product, so that the
+// process's data size holds it (OpenBLAS maps it at a thread's first product, and loops for
+// ever when it cannot).
+void MapBlasWorkspace() {
+  static thread_local bool mapped = false;
+  if (mapped) return;
+  constexpr int kSide = 64;  // big enough for OpenBLAS's buffered path
+  std::vector<float> a(kSide * kSide, 0.0f), c(kSide * kSide);
+  kernels::MatMul(kernels::Transpose::kNo, kernels::Transpose::kNo, kSide, kSide, kSide,
+                  a.data(), a.data(), c.data(), kernels::OutputMode::kOverwrite);
+  mapped = true;
+}
+
+}  // namespace
+
+std::optional<ProcessMemoryLimit> ReadProcessMemoryLimit() {
+  std::optional<ProcessMemoryLimit> limit;
+  const struct {
+    int resource;
+    const char* source;
+    const char* counted;
+  } kinds[] = {
+      {RLIMIT_DATA,
+       "RLIMIT_DATA, this process's data limit (ringworker --trainer_memory_limit_mib, "
+       "ringctl local --rank_memory_limit, ulimit -d)",
+       "VmData"},
+      {RLIMIT_AS, "RLIMIT_AS, this process's address-space limit (ulimit -v)", "VmSize"},
+  };
+  for (const auto& kind : kinds) {
+    struct rlimit r;
+    if (getrlimit(kind.resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
+    const int64_t bytes = static_cast<int64_t>(r.rlim_cur);
+    if (!limit || bytes < limit->bytes) {
+      limit = ProcessMemoryLimit{bytes, kind.source, kind.counted};
+    }
+  }
+  return limit;
+}
+
+int64_t ProcessMappedBytes(const ProcessMemoryLimit& limit) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string prefix = limit.counted + ":";
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, prefix)) continue;
+    rest = absl::StripSuffix(absl::StripAsciiWhitespace(rest), "kB");
+    int64_t kib = 0;
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib) ? kib * 1024 : 0;
+  }
+  return 0;
+}
+
+absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
+  if (inputs.config == nullptr || inputs.model == nullptr || inputs.strategy == nullptr) {
+    return absl::InvalidArgumentError("PlanRankState: a config, a model and a strategy");
+  }
+  const TrainConfig& config = *inputs.config;
+  RankStateBytes state;
+  state.moments = Moments(config.optimizer);
+  state.parameters = inputs.strategy->local_elements() * 4;
+  if (inputs.state_on_host) {
+    state.gradients = state.parameters;
+    state.optimizer = inputs.strategy->update_window().size() * 4 * state.moments;
+  }
+  const bool sharded =
+      config.zero_stage == 3 || (config.zero_stage == 2 && inputs.state_on_host);
+  if (!sharded) return state;
+  ShardedOptions so;
+  so.table = &inputs.model->table();
+  so.groups = inputs.model->parameter_groups();
+  so.zero_stage = config.zero_stage;
+  so.fsdp = config.fsdp;
+  so.bucket_mb = config.bucket_mb;
+  RM_ASSIGN_OR_RETURN(const FsdpLayout layout, ShardedLayout(so, std::max(1, inputs.world)));
+  int units = 3;  // ZeRO-2: two gradient buckets and one for the gathers after the step
+  if (config.zero_stage == 3) {
+    const int ahead =
+        config.fsdp.prefetch == FsdpConfig::Prefetch::kNone ? 0 : config.fsdp.prefetch_limit;
+    units = 2 * ahead + 3;
+  } else {
+    state.compute_copy = so.table->total_elements() * 4;
+  }
+  state.unit_buffers = units * layout.largest_unit * 4;
+  return state;
+}
+
+absl::Status CheckRankStateFits(const RankStateBytes& state, int64_t in_use,
+                                int64_t blas_workspace, const ProcessMemoryLimit& limit,
+                                int world, int zero_stage) {
+  const int64_t needed = in_use + state.total() + blas_workspace;
+  if (needed <= limit.bytes) return absl::OkStatus();
+  const std::string advice =
+      zero_stage == 3
+          ? absl::StrFormat("run on more ranks (parallelism.zero_stage: 3 keeps 1/N of the "
+                            "parameters, gradients and optimizer state on each of N ranks; "
+                            "this is %d)",
+                            world)
+          : absl::StrFormat("shard the state with parallelism.zero_stage: 3 (each of N ranks "
+                            "keeps 1/N of the parameters, gradients and optimizer state), on "
+                            "%d or more ranks",
+                            world);
+  return MarkPermanent(absl::ResourceExhaustedError(absl::StrCat(
+      "out of memory: this rank's training state does not fit its memory limit of ",
+      MiB(limit.bytes), " (", limit.source, "): it needs ", MiB(state.total()),
+      " (parameters ", MiB(state.parameters), ", gradients ", MiB(state.gradients),
+      ", optimizer state ", MiB(state.optimizer), " for ", state.moments,
+      " moment(s), unit buffers ", MiB(state.unit_buffers), ")",
+      state.compute_copy > 0 ? absl::StrCat(" besides ZeRO-2's compute copy of ",
+                                            MiB(state.compute_copy))
+                             : "",
+      " on top of the ", MiB(in_use),
+      " the process has mapped already (libraries, thread stacks, the BLAS library's workspace, "
+      "the data and the model)",
+      blas_workspace > 0
+          ? absl::StrCat(" and the ", MiB(blas_workspace), " the BLAS library maps at its first "
+                         "product")
+          : "",
+      ": ", MiB(needed), " in all, and activations and batches come on top; ",
+      advice, ", or raise the limit")));
+}
+
+absl::Status CheckProcessMemoryLimit(const RankStateInputs& inputs) {
+  const std::optional<ProcessMemoryLimit> limit = ReadProcessMemoryLimit();
+  if (!limit) return absl::OkStatus();
+  RM_ASSIGN_OR_RETURN(const RankStateBytes state, PlanRankState(inputs));
+  int64_t in_use = ProcessMappedBytes(*limit);
+  int64_t blas_workspace = kBlasWorkspaceBytes;
+  if (in_use + blas_workspace <= limit->bytes) {  // else the product could not get it
+    MapBlasWorkspace();
+    in_use = ProcessMappedBytes(*limit);
+    blas_workspace = 0;
+  }
+  return CheckRankStateFits(state, in_use, blas_workspace, *limit, inputs.world,
+                            inputs.config->zero_stage);
+}
+
+}  // namespace ringmaster::train
