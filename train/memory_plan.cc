@@ -26,11 +26,6 @@ constexpr int64_t kEvaluationBatch = 256;
 
 bool IsHalf(Precision p) { return p != Precision::kFloat32; }
 
-// State buffers the optimizer keeps per element it updates (train/optim/optimizer.h).
-int64_t Moments(const OptimizerOptions& options) {
-  if (const auto* sgd = std::get_if<SgdOptions>(&options)) return sgd->momentum > 0 ? 1 : 0;
-  return 2;  // AdamW, LAMB: exp_avg and exp_avg_sq
-}
 
 // The most units that one segment of `checkpoint_every` consecutive blocks touches: they
 // stay gathered from the segment's recomputation to its backward (train/fsdp.h).
@@ -186,6 +181,11 @@ std::string RankMemoryPlan::Name() const {
   return zero_stage == 3 ? absl::StrCat("ZeRO-3 ", WrapName(wrap)) : absl::StrCat("ZeRO-", zero_stage);
 }
 
+int OptimizerMoments(const OptimizerOptions& options) {
+  if (const auto* sgd = std::get_if<SgdOptions>(&options)) return sgd->momentum > 0 ? 1 : 0;
+  return 2;  // AdamW, LAMB: exp_avg and exp_avg_sq
+}
+
 absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
                                              int world, int zero_stage, FsdpConfig::Wrap wrap) {
   RM_RETURN_IF_ERROR(CheckWorld(world));
@@ -202,7 +202,7 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
   plan.world = world;
   plan.zero_stage = zero_stage;
   plan.wrap = wrap;
-  const int64_t moments = Moments(config.optimizer);
+  const int64_t moments = OptimizerMoments(config.optimizer);
   if (zero_stage <= 1) {
     const int64_t padded = PaddedElements(table.total_elements(), world);
     plan.parameter_bytes = plan.gradient_bytes = padded * kFloatBytes;

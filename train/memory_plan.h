@@ -76,6 +76,10 @@ struct RankMemoryPlan {
   std::string Name() const;
 };
 
+// State buffers the optimizer keeps per element it updates (train/optim/optimizer.h): SGD
+// 1 with momentum, 0 without; AdamW and LAMB 2.
+int OptimizerMoments(const OptimizerOptions& options);
+
 // The state and unit-buffer terms (activation_bytes 0) for `model` (the job's, described:
 // only its table and groups are read) on `world` ranks under `zero_stage` and, for stage 3,
 // `wrap`; the rest (optimizer, precision, reduce precision, bucket_mb, fsdp prefetch and

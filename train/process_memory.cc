@@ -15,17 +15,12 @@
 #include "common/status_macros.h"
 #include "kernels/matmul.h"
 #include "train/fsdp.h"
+#include "train/memory_plan.h"
 
 namespace ringmaster::train {
 namespace {
 
 constexpr double kMiB = 1 << 20;
-
-// The optimizer's state buffers per element (train/optim/optimizer.h).
-int Moments(const OptimizerOptions& optimizer) {
-  if (const auto* sgd = std::get_if<SgdOptions>(&optimizer)) return sgd->momentum > 0 ? 1 : 0;
-  return 2;  // AdamW, LAMB: exp_avg, exp_avg_sq
-}
 
 std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / kMiB); }
 
@@ -88,7 +83,7 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
   }
   const TrainConfig& config = *inputs.config;
   RankStateBytes state;
-  state.moments = Moments(config.optimizer);
+  state.moments = OptimizerMoments(config.optimizer);
   state.parameters = inputs.strategy->local_elements() * 4;
   if (inputs.state_on_host) {
     state.gradients = state.parameters;
@@ -97,22 +92,12 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
   const bool sharded =
       config.zero_stage == 3 || (config.zero_stage == 2 && inputs.state_on_host);
   if (!sharded) return state;
-  ShardedOptions so;
-  so.table = &inputs.model->table();
-  so.groups = inputs.model->parameter_groups();
-  so.zero_stage = config.zero_stage;
-  so.fsdp = config.fsdp;
-  so.bucket_mb = config.bucket_mb;
-  RM_ASSIGN_OR_RETURN(const FsdpLayout layout, ShardedLayout(so, std::max(1, inputs.world)));
-  int units = 3;  // ZeRO-2: two gradient buckets and one for the gathers after the step
-  if (config.zero_stage == 3) {
-    const int ahead =
-        config.fsdp.prefetch == FsdpConfig::Prefetch::kNone ? 0 : config.fsdp.prefetch_limit;
-    units = 2 * ahead + 3;
-  } else {
-    state.compute_copy = so.table->total_elements() * 4;
-  }
-  state.unit_buffers = units * layout.largest_unit * 4;
+  // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them.
+  RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
+                      train::PlanRankState(config, *inputs.model, std::max(1, inputs.world),
+                                           config.zero_stage, config.fsdp.wrap));
+  state.unit_buffers = plan.unit_buffer_bytes;
+  if (config.zero_stage == 2) state.compute_copy = plan.compute_copy_bytes;
   return state;
 }
 
