@@ -116,10 +116,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       wire_shard_.resize(largest_shard);
     }
     shard_scratch_ = state::FlatBuffer(largest_shard);
-    // ZeRO-2 reduces one bucket while the next is written; ZeRO-3 lets the reductions queued
-    // before its prefetched gathers run (what its prefetch allows anyway).
-    const bool ahead = options_.fsdp.prefetch != FsdpConfig::Prefetch::kNone;
-    max_reductions_ = options_.zero_stage == 2 ? 1 : 1 + (ahead ? options_.fsdp.prefetch_limit : 0);
+    // One unit's gradients are reduced while the next unit's are written. (The reduction
+    // queued before a prefetched gather has had a unit's compute to run: waiting for it
+    // costs little, and two gradient buffers are what the unit buffers' bound counts.)
+    max_reductions_ = 1;
     thread_ = std::thread([this] { Loop(); });
   }
 

@@ -217,7 +217,9 @@ absl::Status RunCase(TcpCommunicator& comm, const Case& c) {
         4 * shard + (c.compute != Precision::kFloat32 || c.reduce != Precision::kFloat32
                          ? 2 * (layout->largest_unit + shard)
                          : 0);
-    const int64_t bound = (2 * c.fsdp.prefetch_limit + 3) * unit_bytes + staging;
+    const int64_t ahead =
+        c.fsdp.prefetch == FsdpConfig::Prefetch::kNone ? 0 : c.fsdp.prefetch_limit;
+    const int64_t bound = (ahead + 3) * unit_bytes + staging;
     if (c.fsdp.reshard_after_forward && c.checkpoint_every == 0 &&
         s.unit_buffer_bytes_peak() > bound) {
       return Fail(absl::StrCat("unit buffers peaked at ", s.unit_buffer_bytes_peak(),

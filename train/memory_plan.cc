@@ -57,11 +57,11 @@ int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
   if (zero_stage == 2) return 2;
   const FsdpConfig& f = config.fsdp;
   const int64_t ahead = f.prefetch == FsdpConfig::Prefetch::kNone ? 0 : f.prefetch_limit;
-  if (!f.reshard_after_forward) return units + 2 + ahead;
+  if (!f.reshard_after_forward) return units + 2;
   const int64_t segment = config.model.kind == ModelConfig::Kind::kGpt
                               ? UnitsPerSegment(layout, groups, config.model.gpt.checkpoint_every)
                               : 1;
-  return segment + 2 * ahead + 2;
+  return segment + ahead + 2;
 }
 
 // The unit buffers and the strategy's staging (see memory_plan.h).

@@ -20,12 +20,12 @@
 //                  local_elements (stages 2 and 3). Optimizer::state_bytes() of the real one.
 //   unit buffers   the most buffers the strategy's pool can hold at once, each at most the
 //                  largest unit U (train/fsdp.h), with p = prefetch_limit (0 with prefetch:
-//                  none): ZeRO-3 with reshard_after_forward (s + 2p + 2) × U, fsdp.h's
+//                  none): ZeRO-3 with reshard_after_forward (s + p + 2) × U, fsdp.h's
 //                  bound, s being the most units one segment of activation checkpointing
 //                  keeps gathered from its recomputation to its backward (1 without
-//                  checkpointing); ZeRO-3 without resharding (units + 2 + p) × U (every unit
+//                  checkpointing); ZeRO-3 without resharding (units + 2) × U (every unit
 //                  gathered from forward to backward, and the gradient buffers: the one
-//                  written and the 1 + p reductions the strategy lets queue); ZeRO-2 2 × U
+//                  written and the one reduction the strategy lets queue); ZeRO-2 2 × U
 //                  (one bucket written while the one before is reduced, and one buffer for
 //                  the gathers after the optimizer step, which come later).
 //                  On top the staging: one fp32 shard of U, and with bf16/fp16 gathers or a

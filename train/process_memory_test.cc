@@ -93,13 +93,13 @@ void ExpectPlanIsWhatIsAllocated(const TrainConfig& config, int world) {
                                          .fsdp = config.fsdp},
                                         world));
       // The bound train/memory_plan.h plans (fsdp.h's: the units in use, prefetched and
-      // being reduced, at least 2 + 2 prefetch_limit of the largest, and the staging).
+      // being reduced, at least 3 + prefetch_limit of the largest, and the staging).
       RM_ASSIGN_OR_RETURN(const RankMemoryPlan planned,
                           train::PlanRankState(config, *model, world, 3, config.fsdp.wrap));
       const int ahead =
           config.fsdp.prefetch == FsdpConfig::Prefetch::kNone ? 0 : config.fsdp.prefetch_limit;
       if (plan.unit_buffers != planned.unit_buffer_bytes ||
-          plan.unit_buffers < (2 * ahead + 2) * layout.largest_unit * 4 || plan.compute_copy != 0) {
+          plan.unit_buffers < (ahead + 3) * layout.largest_unit * 4 || plan.compute_copy != 0) {
         return Fail(absl::StrCat(what, ": unit buffers ", plan.unit_buffers, " (planned ",
                                  planned.unit_buffer_bytes, ") for units of ",
                                  layout.largest_unit));

@@ -84,10 +84,18 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
   return nullptr;
 }
 
-// Payload bytes this rank has sent through `comm`, all collectives together.
-uint64_t BytesSent(const comm::Communicator& comm) {
-  uint64_t sent = 0;
-  for (const comm::OpCounters& c : comm.counters().ops) sent += c.bytes_sent;
+// Payload bytes this rank has sent through `comm`: all collectives, all-gathers, and
+// reductions (reduce-scatters and all-reduces).
+struct Sent {
+  uint64_t all = 0, gathered = 0, reduced = 0;
+};
+Sent BytesSent(const comm::Communicator& comm) {
+  const comm::Counters c = comm.counters();
+  Sent sent;
+  for (const comm::OpCounters& op : c.ops) sent.all += op.bytes_sent;
+  sent.gathered = c.of(comm::OpKind::kAllGather).bytes_sent;
+  sent.reduced = c.of(comm::OpKind::kReduceScatter).bytes_sent +
+                 c.of(comm::OpKind::kAllReduce).bytes_sent;
   return sent;
 }
 
@@ -133,7 +141,8 @@ struct Trainer::State {
 
   TrainResult result;
   absl::Duration comm_time, exposed_comm;  // inside gradient collectives, summed
-  uint64_t step_bytes_sent = 0;  // by this rank, through `comm`, inside the steps
+  // Bytes this rank sent through `comm` inside the steps: all, all-gathers, reductions.
+  uint64_t step_bytes_sent = 0, step_bytes_gathered = 0, step_bytes_reduced = 0;
   state::SamplerState sampler_state;
   Batch batch;
   int64_t first_step = 0, step = 0;
@@ -675,6 +684,8 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
     result.set_comm_bytes_per_step(static_cast<double>(step_bytes_sent) /
                                    static_cast<double>(steps_run));
   }
+  result.set_gathered_bytes(static_cast<double>(step_bytes_gathered));
+  result.set_reduced_bytes(static_cast<double>(step_bytes_reduced));
   result.set_samples_per_second(static_cast<double>(reporter->total_samples()) / secs);
   if (data.train->info().context > 0) {
     result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
@@ -708,7 +719,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   }
   Say(absl::StrFormat(
       "memory on rank %d (%s): parameters %.2f MiB%s%s, gradients %.2f MiB, optimizer state "
-      "%.2f MiB, activations peak %.2f MiB%s%s",
+      "%.2f MiB, activations peak %.2f MiB%s, peak RSS %.1f MiB%s",
       rank, device != nullptr ? "GPU" : "host", step_params.size() * 4 / kMiB,
       strategy->store() != nullptr ? " (this rank's shard)" : "",
       copy_bytes > 0 ? absl::StrFormat(" (+ a 16-bit copy, %.2f MiB)", copy_bytes / kMiB)
@@ -717,7 +728,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       step_grads.size() * 4 / kMiB, result.optimizer_state_bytes() / kMiB,
       static_cast<double>(activations) / kMiB,
       units > 0 ? absl::StrFormat(", unit buffers peak %.2f MiB", units / kMiB) : std::string(),
-      planned));
+      result.peak_rss_bytes() / kMiB, planned));
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
     if (strategy->store() == nullptr) {
@@ -806,11 +817,14 @@ absl::Status Trainer::StepOnce() {
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb,
                         t.sampler->NextGlobalBatch(t.sampler_state, t.config.global_batch));
     double stats[3] = {0, 0, 0};  // loss sum, terms, correct
-    const uint64_t sent_before = BytesSent(*t.comm);
+    const Sent sent_before = BytesSent(*t.comm);
     RM_RETURN_IF_ERROR(t.ForwardBackward(gb, t.reporter->Logged(t.step), stats));
     GradNorm norm;
     RM_ASSIGN_OR_RETURN(bool applied, t.Update(t.step, norm));
-    t.step_bytes_sent += BytesSent(*t.comm) - sent_before;
+    const Sent sent_after = BytesSent(*t.comm);
+    t.step_bytes_sent += sent_after.all - sent_before.all;
+    t.step_bytes_gathered += sent_after.gathered - sent_before.gathered;
+    t.step_bytes_reduced += sent_after.reduced - sent_before.reduced;
     t.sampler_state = gb.next;
     t.result.set_steps(static_cast<int32_t>(t.step + 1));
     t.updating = false;
