@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -46,23 +48,14 @@ std::string LogTail(const std::string& path, int lines = 15) {
   return absl::StrJoin(all.begin() + from, all.end(), "\n");
 }
 
-// INTERNAL: `what` exited with `exit_code`; the message ends with the tail of its log.
+}  // namespace
+
 absl::Status FailedRun(const std::string& what, int exit_code, const std::string& log_path) {
   return absl::InternalError(absl::StrCat(what, " exited with status ", exit_code, " (log ",
                                           log_path, "):\n", LogTail(log_path)));
 }
 
-struct ProcessOptions {
-  std::vector<std::string> argv;       // argv[0] is the program's path
-  std::vector<std::string> extra_env;  // "NAME=value", set in the child only
-  std::string output_path;             // the child's stdout and stderr
-  absl::Duration timeout;
-};
-
-// Runs a program in its own process group with stdout and stderr to a file, and waits.
-// Returns its exit code. DEADLINE_EXCEEDED after the timeout (the group is killed);
-// INTERNAL when it cannot start or dies by a signal.
-absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
+absl::StatusOr<ProcessResult> RunProcess(const ProcessOptions& options) {
   std::vector<char*> argv;
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -91,8 +84,9 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
   running_group = pid;
   const absl::Time deadline = absl::Now() + options.timeout;
   int status = 0;
+  struct rusage usage {};
   while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
+    const pid_t done = wait4(pid, &status, WNOHANG, &usage);
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
       const int error = errno;
@@ -119,10 +113,9 @@ absl::StatusOr<int> RunProcess(const ProcessOptions& options) {
     return absl::InternalError(absl::StrCat(options.argv[0], " was killed by signal ",
                                             WTERMSIG(status), ":\n", LogTail(options.output_path)));
   }
-  return WEXITSTATUS(status);
+  return ProcessResult{WEXITSTATUS(status), static_cast<double>(usage.ru_maxrss) * 1024};
 }
 
-// A fresh directory <work_dir>/<name>-XXXXXX for one run.
 absl::StatusOr<std::string> MakeRunDir(const std::string& work_dir, const std::string& name) {
   std::string path = absl::StrCat(work_dir, "/", name, "-XXXXXX");
   if (mkdtemp(path.data()) == nullptr) {
@@ -130,6 +123,8 @@ absl::StatusOr<std::string> MakeRunDir(const std::string& work_dir, const std::s
   }
   return path;
 }
+
+namespace {
 
 std::string RunName(absl::string_view impl, const TrainConfig& c) {
   return absl::StrCat(impl, "-", c.model, "-w", c.world);
@@ -252,6 +247,8 @@ absl::StatusOr<TrainStats> SummarizeWindows(const std::vector<TrainWindow>& wind
   if (has_comm && seconds > 0) {
     stats.comm_fraction = comm / seconds;
     stats.exposed_comm_fraction = exposed / seconds;
+    stats.comm_ms = 1000 * comm / static_cast<double>(stats.steps);
+    stats.exposed_comm_ms = 1000 * exposed / static_cast<double>(stats.steps);
   }
   return stats;
 }
@@ -262,46 +259,61 @@ std::string DescribeMlp(const std::vector<int64_t>& hidden) {
 
 int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
 
-absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
-                                            const TrainConfig& config) {
+absl::StatusOr<LocalJobRun> RunLocalJob(const RingmasterOptions& options,
+                                        const LocalJobOptions& job) {
   if (access(options.ringctl.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ringctl is not at ", options.ringctl,
         "; build it: bazel build //cli:ringctl //worker:ringtrainer (or pass --ringctl)"));
   }
-  RM_ASSIGN_OR_RETURN(std::string dir,
-                      MakeRunDir(options.work_dir, absl::StrCat(RunName("ringmaster", config),
-                                                                config.overlap ? "-overlap" : "",
-                                                                "-bucket", config.bucket_mb)));
-  const std::string spec = dir + "/job.yaml";
-  RM_RETURN_IF_ERROR(WriteFileAtomically(spec, kJobSpec, {.durable = false}));
+  LocalJobRun run;
+  RM_ASSIGN_OR_RETURN(run.dir, MakeRunDir(options.work_dir, job.run_name));
+  const std::string spec = run.dir + "/job.yaml";
+  RM_RETURN_IF_ERROR(WriteFileAtomically(spec, job.spec_yaml, {.durable = false}));
   ProcessOptions p;
-  p.argv = {options.ringctl, "local", "--workers", absl::StrCat(config.world), spec};
-  for (const std::string& set : std::vector<std::string>{
-           absl::StrCat("steps=", config.steps),
-           absl::StrCat("batch.global=", config.batch_per_rank * config.world),
-           absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
-           absl::StrCat("optimizer.lr=", config.lr),
-           absl::StrCat("parallelism.threads=", config.threads),
-           absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
-           absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
-           absl::StrCat("diagnostics.log_every=", config.log_every),
-           absl::StrCat("data.fashion_mnist.dir=", options.data_dir),
-           absl::StrCat("metrics.jsonl=", dir, "/metrics.jsonl")}) {
+  p.argv = {options.ringctl, "local", "--workers", absl::StrCat(job.world), spec};
+  for (const std::string& set : job.overrides) {
     p.argv.push_back("--set");
     p.argv.push_back(set);
   }
-  p.argv.insert(p.argv.end(), {"--summary", dir + "/summary.json", "--run_dir", dir + "/run"});
-  p.output_path = dir + "/ringctl.log";
+  p.argv.insert(p.argv.end(), {"--set", absl::StrCat("metrics.jsonl=", run.dir, "/metrics.jsonl"),
+                               "--summary", run.dir + "/summary.json", "--run_dir",
+                               run.dir + "/run"});
+  p.output_path = run.dir + "/ringctl.log";
   p.timeout = options.timeout;
-  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
-  if (exit_code != 0) {
-    return FailedRun(absl::StrCat("ringctl local --workers ", config.world), exit_code,
+  RM_ASSIGN_OR_RETURN(ProcessResult done, RunProcess(p));
+  if (done.exit_code != 0) {
+    return FailedRun(absl::StrCat("ringctl local --workers ", job.world), done.exit_code,
                      p.output_path);
   }
+  RM_RETURN_IF_ERROR(AppendWindows(run.dir + "/metrics.jsonl", &run.windows));
+  run.log_path = p.output_path;
+  run.job_dir = absl::StrCat(run.dir, "/run/node/", job.job_name);
+  run.max_rss_bytes = done.max_rss_bytes;
+  return run;
+}
+
+absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
+                                            const TrainConfig& config) {
+  LocalJobOptions job;
+  job.run_name = absl::StrCat(RunName("ringmaster", config), config.overlap ? "-overlap" : "",
+                              "-bucket", config.bucket_mb);
+  job.job_name = "trainbench";
+  job.spec_yaml = kJobSpec;
+  job.world = config.world;
+  job.overrides = {absl::StrCat("steps=", config.steps),
+                   absl::StrCat("batch.global=", config.batch_per_rank * config.world),
+                   absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
+                   absl::StrCat("optimizer.lr=", config.lr),
+                   absl::StrCat("parallelism.threads=", config.threads),
+                   absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
+                   absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
+                   absl::StrCat("diagnostics.log_every=", config.log_every),
+                   absl::StrCat("data.fashion_mnist.dir=", options.data_dir)};
+  RM_ASSIGN_OR_RETURN(LocalJobRun local, RunLocalJob(options, job));
   RingmasterRun run;
-  RM_RETURN_IF_ERROR(AppendWindows(dir + "/metrics.jsonl", &run.windows));
-  run.buckets = BucketsFromLog(p.output_path);
+  run.windows = std::move(local.windows);
+  run.buckets = BucketsFromLog(local.log_path);
   return run;
 }
 
@@ -335,7 +347,8 @@ absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig
                  absl::StrCat("OMP_NUM_THREADS=", config.threads)};
   p.output_path = dir + "/torch.log";
   p.timeout = options.timeout;
-  RM_ASSIGN_OR_RETURN(int exit_code, RunProcess(p));
+  RM_ASSIGN_OR_RETURN(ProcessResult done, RunProcess(p));
+  const int exit_code = done.exit_code;
   if (exit_code == 5) {
     return absl::FailedPreconditionError(
         absl::StrCat("PyTorch is not installed; install it: ", kTorchInstallCommand));
@@ -393,6 +406,55 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
                     "\n");
   }
   return out;
+}
+
+std::string SelfDir() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ".";
+  self[n] = '\0';
+  std::string dir(self);
+  return dir.substr(0, dir.find_last_of('/'));
+}
+
+absl::StatusOr<WorkDir> OpenWorkDir(const std::string& requested, const std::string& program) {
+  WorkDir dir;
+  if (requested.empty()) {
+    std::string tmpl = absl::StrCat("/tmp/", program, "-XXXXXX");
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a work directory ", tmpl, ": ", strerror(errno)));
+    }
+    dir.path = tmpl;
+    dir.own = true;  // only a directory we made is removed
+    return dir;
+  }
+  if (std::error_code ec; !std::filesystem::create_directories(requested, ec) && ec) {
+    return absl::InvalidArgumentError(absl::StrCat("--work_dir: ", requested, ": ", ec.message()));
+  }
+  dir.path = requested;
+  return dir;
+}
+
+void CloseWorkDir(const WorkDir& dir, bool keep) {
+  if (!dir.own || keep) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir.path, ec);
+}
+
+namespace {
+
+// Ctrl-C or SIGTERM: the run in progress dies with us.
+void OnSignal(int signal_number) {
+  KillRunningProcesses();
+  _exit(128 + signal_number);
+}
+
+}  // namespace
+
+void KillRunsOnSignals() {
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
 }
 
 void KillRunningProcesses() {

@@ -48,6 +48,8 @@ struct TrainStats {
   double step_ms = 0;                 // median over the windows of window time / steps
   double comm_fraction = -1;          // sum of comm / sum of window time; -1: not reported
   double exposed_comm_fraction = -1;  // sum of exposed comm / sum of window time
+  double comm_ms = -1;                // sum of comm / steps; -1: not reported
+  double exposed_comm_ms = -1;        // sum of exposed comm / steps
 };
 
 // Summarises the windows of one or more runs of the same configuration (`windows` may be
@@ -86,6 +88,31 @@ struct RingmasterOptions {
   absl::Duration timeout = absl::Minutes(5);
 };
 
+// One `ringctl local` run of a job spec of the caller's.
+struct LocalJobOptions {
+  std::string run_name;   // its directory: <work_dir>/<run_name>-XXXXXX
+  std::string job_name;   // the spec's `name` (where ringctl puts the ranks' logs)
+  std::string spec_yaml;  // the job spec
+  std::vector<std::string> overrides;  // --set assignments ("path=value")
+  int world = 1;                       // --workers
+};
+
+struct LocalJobRun {
+  std::string dir;       // the run's directory: job.yaml, ringctl.log, metrics.jsonl, run/
+  std::string job_dir;   // dir/run/node/<job>: slot-<r>.log per rank, summary.json (rank 0's
+                         // TrainResult)
+  std::string log_path;  // ringctl's output
+  std::vector<TrainWindow> windows;  // rank 0's metrics.jsonl
+  // The largest peak resident set of any process of the run (ringctl, the coordinator, the
+  // agent and the ranks, which each reaps), from wait4(2) of ringctl.
+  double max_rss_bytes = 0;
+};
+
+// Runs `ringctl local --workers W` on the spec with its overrides, metrics.jsonl and a kept
+// run directory, and returns what it left. Errors as RunRingmaster's.
+absl::StatusOr<LocalJobRun> RunLocalJob(const RingmasterOptions& options,
+                                        const LocalJobOptions& job);
+
 struct RingmasterRun {
   std::vector<TrainWindow> windows;  // rank 0's metrics.jsonl
   int buckets = -1;  // gradient buckets the trainer reported; -1: not found in its log
@@ -123,6 +150,31 @@ inline constexpr char kTorchInstallCommand[] = "apt-get install -y python3-torch
 // a rank fails; DEADLINE_EXCEEDED on timeout.
 absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config);
 
+struct ProcessOptions {
+  std::vector<std::string> argv;       // argv[0] is the program's path
+  std::vector<std::string> extra_env;  // "NAME=value", set in the child only
+  std::string output_path;             // the child's stdout and stderr
+  absl::Duration timeout;
+};
+
+struct ProcessResult {
+  int exit_code = 0;
+  // ru_maxrss of the program as wait4(2) gives it: the largest of its own peak resident set
+  // and those of the descendants it (or they) waited for.
+  double max_rss_bytes = 0;
+};
+
+// Runs a program in its own process group with stdout and stderr to a file, and waits.
+// DEADLINE_EXCEEDED after the timeout (the group is killed); INTERNAL when it cannot start
+// or dies by a signal.
+absl::StatusOr<ProcessResult> RunProcess(const ProcessOptions& options);
+
+// A fresh directory <work_dir>/<name>-XXXXXX for one run. INTERNAL when it cannot be made.
+absl::StatusOr<std::string> MakeRunDir(const std::string& work_dir, const std::string& name);
+
+// INTERNAL: `what` exited with `exit_code`; the message ends with the tail of its log.
+absl::Status FailedRun(const std::string& what, int exit_code, const std::string& log_path);
+
 // One line of the results: one configuration of one implementation.
 struct BenchRow {
   std::string section;  // "throughput" or "overlap"
@@ -143,6 +195,26 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows);
 
 // The 1-minute load average (/proc/loadavg), or -1 when it cannot be read.
 double LoadAverage();
+
+// The directory of the running program (/proc/self/exe), or "." when it cannot be read.
+std::string SelfDir();
+
+// Where a benchmark keeps its runs: `requested` (created with its parents when missing), or
+// when empty a new /tmp/<program>-XXXXXX, which the benchmark owns (and may remove).
+struct WorkDir {
+  std::string path;
+  bool own = false;
+};
+// INVALID_ARGUMENT naming --work_dir when `requested` cannot be created; INTERNAL when /tmp
+// has no room for a new one.
+absl::StatusOr<WorkDir> OpenWorkDir(const std::string& requested, const std::string& program);
+
+// Removes the directory when the benchmark owns it and `keep` is false; a --work_dir the user
+// named is always kept.
+void CloseWorkDir(const WorkDir& dir, bool keep);
+
+// SIGINT and SIGTERM kill the run in progress (KillRunningProcesses) and exit 128 + signal.
+void KillRunsOnSignals();
 
 // Kills the process group of the run in progress, if any (its processes are in a group of
 // their own, which a terminal's Ctrl-C does not reach). Async-signal-safe: for a SIGINT or

@@ -15,14 +15,10 @@
 //   backward) and on for each --bucket_mb, for the MLP and a deeper one (--deep_hidden),
 //   with the communication time and the exposed part (the step waited for it) as
 //   fractions of the step, from the trainer's metrics.
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -102,15 +98,6 @@ absl::StatusOr<std::vector<T>> ParseList(const std::string& text, T min) {
     values.push_back(v);
   }
   return values;
-}
-
-std::string SelfDir() {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return ".";
-  self[n] = '\0';
-  std::string dir(self);
-  return dir.substr(0, dir.find_last_of('/'));
 }
 
 // The first of `candidates` that exists, or the first one (for the error message).
@@ -463,12 +450,6 @@ absl::Status Plan(Bench* bench) {
   return absl::OkStatus();
 }
 
-// Ctrl-C or SIGTERM: the run in progress dies with us.
-void OnSignal(int signal_number) {
-  KillRunningProcesses();
-  _exit(128 + signal_number);
-}
-
 int Main() {
   Bench bench;
   if (absl::Status s = Plan(&bench); !s.ok()) {
@@ -476,20 +457,12 @@ int Main() {
     return 2;
   }
   const std::string self_dir = SelfDir();
-  std::string work_dir = absl::GetFlag(FLAGS_work_dir);
-  const bool own_work_dir = work_dir.empty();  // only a directory we made is removed
-  if (own_work_dir) {
-    char tmpl[] = "/tmp/trainbench-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      fprintf(stderr, "%s: cannot create a work directory in /tmp: %s\n", kProgram,
-              strerror(errno));
-      return 1;
-    }
-    work_dir = tmpl;
-  } else if (std::error_code ec; !std::filesystem::create_directories(work_dir, ec) && ec) {
-    fprintf(stderr, "%s: --work_dir: %s: %s\n", kProgram, work_dir.c_str(), ec.message().c_str());
-    return 2;
+  absl::StatusOr<WorkDir> opened = OpenWorkDir(absl::GetFlag(FLAGS_work_dir), kProgram);
+  if (!opened.ok()) {
+    fprintf(stderr, "%s: %s\n", kProgram, std::string(opened.status().message()).c_str());
+    return absl::IsInvalidArgument(opened.status()) ? 2 : 1;
   }
+  const std::string work_dir = opened->path;
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   bench.ringmaster.ringctl = absl::GetFlag(FLAGS_ringctl).empty()
                                  ? FirstExisting({self_dir + "/../cli/ringctl"})
@@ -508,8 +481,7 @@ int Main() {
   bench.torch.work_dir = work_dir;
   bench.torch.timeout = timeout;
 
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
+  KillRunsOnSignals();
   const double load_start = LoadAverage();
   printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, bench.cores,
          load_start, work_dir.c_str());
@@ -547,10 +519,7 @@ int Main() {
     }
     printf("wrote %s\n", csv.c_str());
   }
-  if (own_work_dir && !absl::GetFlag(FLAGS_keep_work_dir)) {
-    std::error_code ec;
-    std::filesystem::remove_all(work_dir, ec);
-  }
+  CloseWorkDir(*opened, absl::GetFlag(FLAGS_keep_work_dir));
   return 0;
 }
 

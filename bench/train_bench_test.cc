@@ -1,5 +1,7 @@
 #include "bench/train_bench.h"
 
+#include <unistd.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -62,6 +64,8 @@ TEST(SummarizeWindows, SkipsWarmUpAndTakesMedians) {
   EXPECT_DOUBLE_EQ(s->step_ms, (12.8 + 8.0) / 2);
   EXPECT_NEAR(s->comm_fraction, 0.04 / 0.208, 1e-12);
   EXPECT_NEAR(s->exposed_comm_fraction, 0.015 / 0.208, 1e-12);
+  EXPECT_NEAR(s->comm_ms, 1000 * 0.04 / 20, 1e-9);  // per step, over the 20 counted steps
+  EXPECT_NEAR(s->exposed_comm_ms, 1000 * 0.015 / 20, 1e-9);
 
   // Step 1's window is one step, step 10's nine.
   auto all = SummarizeWindows(*w, 0);
@@ -89,6 +93,8 @@ TEST(SummarizeWindows, PoolsRunsAndLeavesUnreportedCommOut) {
   EXPECT_DOUBLE_EQ(s->step_ms, (100 + 50) / 2.0);
   EXPECT_LT(s->comm_fraction, 0);
   EXPECT_LT(s->exposed_comm_fraction, 0);
+  EXPECT_LT(s->comm_ms, 0);
+  EXPECT_LT(s->exposed_comm_ms, 0);
 }
 
 TEST(ThreadsPerRank, SharesTheCoresAtLeastOne) {
@@ -139,6 +145,27 @@ TEST(RunRingmaster, MissingRingctlIsAPreconditionNamingTheBuild) {
   auto r = RunRingmaster(o, TrainConfig{});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(r.status().message(), "bazel build //cli:ringctl"));
+}
+
+TEST(OpenWorkDir, MakesATemporaryOneOrTheOneAskedFor) {
+  auto own = OpenWorkDir("", "trainbench_test");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_TRUE(own->own);
+  EXPECT_TRUE(absl::StartsWith(own->path, "/tmp/trainbench_test-")) << own->path;
+  EXPECT_EQ(access(own->path.c_str(), W_OK), 0);
+  const std::string asked = own->path + "/a/b";
+  auto given = OpenWorkDir(asked, "trainbench_test");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_FALSE(given->own);  // a directory the user named is never removed
+  EXPECT_EQ(given->path, asked);
+  EXPECT_EQ(access(asked.c_str(), W_OK), 0);
+  auto bad = OpenWorkDir("/proc/version/x", "trainbench_test");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "--work_dir")) << bad.status();
+  CloseWorkDir(*given, /*keep=*/false);
+  EXPECT_EQ(access(asked.c_str(), F_OK), 0);
+  CloseWorkDir(*own, /*keep=*/false);
+  EXPECT_NE(access(own->path.c_str(), F_OK), 0);
 }
 
 TEST(RunTorch, MissingPythonNamesTheInstallCommand) {
