@@ -316,10 +316,10 @@ const void* GptCuda::MatMulParam(const float* params, int tensor) {
   if (!half()) return Param(params, tensor);
   const int64_t offset = cpu_->table().tensor(tensor).offset;
   if (store_ == nullptr) return static_cast<const uint16_t*>(params16_) + offset;
-  // The group's span, cast into params16_ at its flat offsets or from its start.
+  // The group's span, cast into params16_ at its flat offsets, or at them less `origin`.
   const int group = group_of_tensor_[tensor];
   const int64_t first = cpu_->table().tensor(groups_[group].first_tensor).offset;
-  const int64_t origin = cuda_options_.flat_parameters ? 0 : first;
+  const int64_t origin = cuda_options_.flat_parameters ? 0 : first - first % kCopyPhase;
   const float* values = store_->Parameters(group) + first;
   if (group != cast_group_ && cast_status_.ok()) {
     void* out = static_cast<uint16_t*>(params16_) + (first - origin);

@@ -143,10 +143,15 @@ class GptCuda {
   // The stream every kernel of the model goes to (a ParameterStore's events are recorded on it).
   cudaStream_t stream() const { return stream_; }
 
-  // Device bytes of the 16-bit copy of the parameters (0 in fp32): of every parameter, or of
-  // the largest parameter group without GptCudaOptions::flat_parameters.
+  // Device bytes of the 16-bit copy of the parameters (0 in fp32): of every parameter, or
+  // without GptCudaOptions::flat_parameters of the largest parameter group and
+  // kCopyPhase - 1 elements more (a group's copy starts at its first tensor's offset modulo
+  // kCopyPhase, so that its tensors keep the whole copy's alignment to 256 bytes and cuBLASLt
+  // picks the same algorithms for them).
+  static constexpr int64_t kCopyPhase = 128;
   int64_t parameter_copy_bytes() const {
-    return half() ? 2 * (cuda_options_.flat_parameters ? total_elements() : largest_group_) : 0;
+    if (!half()) return 0;
+    return 2 * (cuda_options_.flat_parameters ? total_elements() : largest_group_ + kCopyPhase - 1);
   }
 
   // With GptCudaOptions::profile: milliseconds of GPU time per kind of work ("matmul
@@ -216,7 +221,8 @@ class GptCuda {
   const int64_t segments_;  // ceil(layers / segment_)
   const int64_t logits_stride_;  // elements from one row of the logits to the next
   // 16-bit copy of the parameters (bf16 and fp16 only): every flat offset, or (without
-  // flat_parameters) the span of the group cast last, from its first tensor's offset.
+  // flat_parameters) the span of the group cast last, from its first tensor's offset rounded
+  // down to a multiple of kCopyPhase.
   void* params16_ = nullptr;
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor

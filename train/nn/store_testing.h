@@ -17,7 +17,10 @@
 // BeginBackward for the groups backward does not read; the device store first waits for the
 // model's stream, so only work enqueued after the call sees the poison. The gradient buffers
 // start as NaN (a gradient the model leaves unwritten shows) with the padding between a
-// group's tensors zero (which the model must leave alone).
+// group's tensors zero (which the model must leave alone). A group's buffers keep the flat
+// buffer's alignment to 256 bytes (the group starts at its first offset modulo 64 floats), so
+// that on a GPU cuBLASLt picks the algorithms it picks for the flat buffers and the results
+// can be compared bit for bit.
 #ifndef RINGMASTER_TRAIN_NN_STORE_TESTING_H_
 #define RINGMASTER_TRAIN_NN_STORE_TESTING_H_
 
@@ -110,37 +113,50 @@ class CheckedStore : public ParameterStore {
  protected:
   const state::TensorTable& table() const { return table_; }
   const std::vector<ParameterGroup>& groups() const { return groups_; }
-  // The flat offset of the group's first tensor, and the elements from it to the end of the
-  // group's last.
+  // A group's buffer holds Lead(g) elements, then the flat offsets from First(g) (its first
+  // tensor's) to the end of its last tensor (Span(g) elements): element k of the buffer is
+  // flat offset k - Lead(g) + First(g).
   int64_t First(int group) const { return table_.tensor(groups_[group].first_tensor).offset; }
   int64_t Span(int group) const {
     const state::TensorSpec& last = table_.tensor(groups_[group].end_tensor - 1);
     return last.offset + last.numel - First(group);
   }
-  // A group's gradient buffer as it starts: NaN in the tensors, zero in the padding.
+  int64_t Lead(int group) const { return First(group) % 64; }
+  // The group's parameter buffer, from flat parameters (the lead zero).
+  std::vector<float> GroupParameters(int group, const float* flat) const {
+    std::vector<float> p(Lead(group), 0.0f);
+    p.insert(p.end(), flat + First(group), flat + First(group) + Span(group));
+    return p;
+  }
+  // A group's gradient buffer as it starts: NaN in the tensors, zero elsewhere.
   std::vector<float> FreshGradients(int group) const {
-    std::vector<float> g(Span(group), 0.0f);
+    std::vector<float> g(Lead(group) + Span(group), 0.0f);
     for (int i = groups_[group].first_tensor; i < groups_[group].end_tensor; ++i) {
       const state::TensorSpec& t = table_.tensor(i);
-      std::fill_n(g.begin() + (t.offset - First(group)), t.numel,
+      std::fill_n(g.begin() + Lead(group) + (t.offset - First(group)), t.numel,
                   std::numeric_limits<float>::quiet_NaN());
     }
     return g;
   }
-  // Places a group's gradient buffer into `flat` (the padding must still be zero).
+  // Places a group's gradient buffer into `flat` (what is not a tensor must still be zero).
   void Place(int group, const std::vector<float>& g, std::vector<float>& flat) const {
     std::vector<bool> in_tensor(g.size(), false);
     for (int i = groups_[group].first_tensor; i < groups_[group].end_tensor; ++i) {
       const state::TensorSpec& t = table_.tensor(i);
-      std::fill_n(in_tensor.begin() + (t.offset - First(group)), t.numel, true);
+      std::fill_n(in_tensor.begin() + Lead(group) + (t.offset - First(group)), t.numel, true);
     }
     for (size_t k = 0; k < g.size(); ++k) {
       if (in_tensor[k]) {
-        flat[First(group) + k] = g[k];
+        flat[k - Lead(group) + First(group)] = g[k];
       } else {
         EXPECT_EQ(g[k], 0.0f) << "the padding of " << Name(group) << " was written";
       }
     }
+  }
+  // The base (tensor i of the group at base + its offset) of a group's buffer.
+  template <typename T>
+  T* Base(int group, T* buffer) const {
+    return buffer + Lead(group) - First(group);
   }
 
   // The bases (tensor i of the group at base + its offset) of the group's buffers.
@@ -176,14 +192,14 @@ class HostStore final : public CheckedStore {
             const float* flat_params)
       : CheckedStore(table, std::move(groups)) {
     for (int g = 0; g < static_cast<int>(this->groups().size()); ++g) {
-      params_.emplace_back(flat_params + First(g), flat_params + First(g) + Span(g));
+      params_.push_back(GroupParameters(g, flat_params));
       grads_.push_back(FreshGradients(g));
     }
   }
 
  private:
-  const float* ParameterBase(int group) override { return params_[group].data() - First(group); }
-  float* GradientBase(int group) override { return grads_[group].data() - First(group); }
+  const float* ParameterBase(int group) override { return Base(group, params_[group].data()); }
+  float* GradientBase(int group) override { return Base(group, grads_[group].data()); }
   void Poison(int group) override {
     std::fill(params_[group].begin(), params_[group].end(),
               std::numeric_limits<float>::quiet_NaN());
@@ -199,8 +215,7 @@ class DeviceStore final : public CheckedStore {
               const std::vector<float>& flat_params, cudaStream_t stream)
       : CheckedStore(table, std::move(groups)), stream_(stream) {
     for (int g = 0; g < static_cast<int>(this->groups().size()); ++g) {
-      params_.push_back(std::make_unique<Device<float>>(std::vector<float>(
-          flat_params.begin() + First(g), flat_params.begin() + First(g) + Span(g))));
+      params_.push_back(std::make_unique<Device<float>>(GroupParameters(g, flat_params.data())));
       grads_.push_back(std::make_unique<Device<float>>(FreshGradients(g)));
     }
   }
@@ -216,11 +231,12 @@ class DeviceStore final : public CheckedStore {
   template <typename T>
   using Device = kernels::cuda::testing::Device<T>;
 
-  const float* ParameterBase(int group) override { return params_[group]->get() - First(group); }
-  float* GradientBase(int group) override { return grads_[group]->get() - First(group); }
+  const float* ParameterBase(int group) override { return Base(group, params_[group]->get()); }
+  float* GradientBase(int group) override { return Base(group, grads_[group]->get()); }
   void Poison(int group) override {
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    EXPECT_EQ(cudaMemset(params_[group]->get(), 0xff, Span(group) * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(params_[group]->get(), 0xff, (Lead(group) + Span(group)) * sizeof(float)),
+              cudaSuccess);
   }
 
   cudaStream_t stream_;
