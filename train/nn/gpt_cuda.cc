@@ -216,6 +216,14 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
   }
   lnf_ = find("lnf.weight");
   lm_head_ = find("lm_head.weight");
+  groups_ = cpu_->parameter_groups();
+  group_of_tensor_.resize(table.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (int i = groups_[g].first_tensor; i < groups_[g].end_tensor; ++i) {
+      group_of_tensor_[i] = static_cast<int>(g);
+    }
+    largest_group_ = std::max(largest_group_, GroupSpan(static_cast<int>(g)));
+  }
 }
 
 GptCuda::~GptCuda() {
@@ -226,7 +234,11 @@ GptCuda::~GptCuda() {
 
 template <typename Launch>
 absl::Status GptCuda::Timed(const char* what, Launch launch) {
-  if (!cuda_options_.profile) return launch();
+  if (!cuda_options_.profile) {
+    absl::Status status = launch();
+    if (status.ok()) status = std::exchange(cast_status_, absl::OkStatus());
+    return status;
+  }
   cudaEvent_t events[2];
   for (cudaEvent_t& e : events) {
     if (spare_events_.empty()) {
@@ -239,6 +251,7 @@ absl::Status GptCuda::Timed(const char* what, Launch launch) {
   timed_.push_back({what, events[0], events[1]});
   RM_RETURN_IF_CUDA_ERROR(cudaEventRecord(events[0], stream_));
   RM_RETURN_IF_ERROR(launch());
+  RM_RETURN_IF_ERROR(std::exchange(cast_status_, absl::OkStatus()));
   RM_RETURN_IF_CUDA_ERROR(cudaEventRecord(events[1], stream_));
   return absl::OkStatus();
 }
@@ -259,12 +272,38 @@ absl::Status GptCuda::CollectProfile() {
   return status;
 }
 
-const float* GptCuda::Param(const float* params, int tensor) const {
-  return params + cpu_->table().tensor(tensor).offset;
+const float* GptCuda::Param(const float* params, int tensor) {
+  const float* base = store_ != nullptr ? store_->Parameters(group_of_tensor_[tensor]) : params;
+  return base + cpu_->table().tensor(tensor).offset;
 }
 
 float* GptCuda::Grad(float* grads, int tensor) const {
-  return grads + cpu_->table().tensor(tensor).offset;
+  return (store_ != nullptr ? group_grads_ : grads) + cpu_->table().tensor(tensor).offset;
+}
+
+int64_t GptCuda::GroupSpan(int group) const {
+  const state::TensorTable& table = cpu_->table();
+  const state::TensorSpec& last = table.tensor(groups_[group].end_tensor - 1);
+  return last.offset + last.numel - table.tensor(groups_[group].first_tensor).offset;
+}
+
+absl::Status GptCuda::BeginGradients(int tensor) {
+  if (store_ == nullptr) return absl::OkStatus();
+  const ParameterGroup& group = groups_[group_of_tensor_[tensor]];
+  group_grads_ = store_->Gradients(group_of_tensor_[tensor]);
+  return Timed("zero the gradients", [&] {
+    for (int i = group.first_tensor; i < group.end_tensor; ++i) {
+      const state::TensorSpec& t = cpu_->table().tensor(i);
+      RM_RETURN_IF_ERROR(
+          CudaToStatus(cudaMemsetAsync(group_grads_ + t.offset, 0, t.numel * sizeof(float), stream_),
+                       "cudaMemsetAsync of a parameter group's gradients"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void GptCuda::EndGradients(int tensor) {
+  if (store_ != nullptr) store_->GradientsDone(group_of_tensor_[tensor]);
 }
 
 void* GptCuda::Stream(int64_t block) const {
@@ -273,10 +312,24 @@ void* GptCuda::Stream(int64_t block) const {
   return streams_[segments_ + block % segment_ - 1];
 }
 
-const void* GptCuda::MatMulParam(const float* params, int tensor) const {
+const void* GptCuda::MatMulParam(const float* params, int tensor) {
+  if (!half()) return Param(params, tensor);
   const int64_t offset = cpu_->table().tensor(tensor).offset;
-  if (half()) return static_cast<const uint16_t*>(params16_) + offset;
-  return params + offset;
+  if (store_ == nullptr) return static_cast<const uint16_t*>(params16_) + offset;
+  // The group's span, cast into params16_ at its flat offsets, or at them less `origin`.
+  const int group = group_of_tensor_[tensor];
+  const int64_t first = cpu_->table().tensor(groups_[group].first_tensor).offset;
+  const int64_t origin = cuda_options_.flat_parameters ? 0 : first - first % kCopyPhase;
+  const float* values = store_->Parameters(group) + first;
+  if (group != cast_group_ && cast_status_.ok()) {
+    void* out = static_cast<uint16_t*>(params16_) + (first - origin);
+    cast_status_ =
+        precision_ == Precision::kBFloat16
+            ? kc::CastFloatToBf16(static_cast<bf16*>(out), values, GroupSpan(group), stream_)
+            : kc::CastFloatToF16(static_cast<f16*>(out), values, GroupSpan(group), stream_);
+    if (cast_status_.ok()) cast_group_ = group;
+  }
+  return static_cast<const uint16_t*>(params16_) + (offset - origin);
 }
 
 absl::Status GptCuda::Reserve(int64_t batch) {
@@ -340,7 +393,17 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                      " activations (GptCudaOptions::matmul)"));
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
-  if (params == nullptr || grads == nullptr) {
+  const bool stored = options.store != nullptr;
+  if (stored && options.accumulate) {
+    return absl::InvalidArgumentError(
+        "ForwardBackwardOptions: accumulate with a ParameterStore (the store sums micro-batches)");
+  }
+  if (!stored && !cuda_options_.flat_parameters) {
+    return absl::InvalidArgumentError(
+        "GptCuda::ForwardBackward: a model created without GptCudaOptions::flat_parameters "
+        "takes its parameters from a ParameterStore (ForwardBackwardOptions::store)");
+  }
+  if (!stored && (params == nullptr || grads == nullptr)) {
     return absl::InvalidArgumentError("GptCuda::ForwardBackward: params and grads are device "
                                       "pointers and must not be null");
   }
@@ -368,16 +431,21 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                                           cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
                                           cudaMemcpyHostToDevice, stream_));
-  if (precision_ == Precision::kBFloat16) {
+  // With a store the parameters are cast (MatMulParam) and the gradients zeroed
+  // (BeginGradients) group by group instead.
+  store_ = options.store;
+  cast_group_ = -1;
+  cast_status_ = absl::OkStatus();
+  if (!stored && precision_ == Precision::kBFloat16) {
     RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
       return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, total_elements(), stream_);
     }));
-  } else if (precision_ == Precision::kFloat16) {
+  } else if (!stored && precision_ == Precision::kFloat16) {
     RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
       return kc::CastFloatToF16(static_cast<f16*>(params16_), params, total_elements(), stream_);
     }));
   }
-  if (!options.accumulate) {
+  if (!stored && !options.accumulate) {
     RM_RETURN_IF_ERROR(Timed("zero the gradients", [&] {
       return CudaToStatus(cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_),
                           "cudaMemsetAsync of the gradients");
@@ -386,17 +454,21 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   if (precision_ == Precision::kBFloat16) {
     RM_RETURN_IF_ERROR(Forward<bf16>(params, batch.size));
+    if (stored) options.store->BeginBackward();
     RM_RETURN_IF_ERROR(
         LossAndBackward<bf16>(params, grads, batch.size, scale, options.on_grads_ready));
   } else if (precision_ == Precision::kFloat16) {
     RM_RETURN_IF_ERROR(Forward<f16>(params, batch.size));
+    if (stored) options.store->BeginBackward();
     RM_RETURN_IF_ERROR(
         LossAndBackward<f16>(params, grads, batch.size, scale, options.on_grads_ready));
   } else {
     RM_RETURN_IF_ERROR(Forward<float>(params, batch.size));
+    if (stored) options.store->BeginBackward();
     RM_RETURN_IF_ERROR(
         LossAndBackward<float>(params, grads, batch.size, scale, options.on_grads_ready));
   }
+  store_ = nullptr;
 
   std::vector<float> loss(rows);
   std::vector<int32_t> predicted(rows);
@@ -519,6 +591,9 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
     return CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_, dlogits,
                         logits_stride_, stream_);
   }));
+  // With a store each group's gradients begin before its gradient kernels and end after the
+  // last kernel that reads its parameters, in GptModel's order.
+  RM_RETURN_IF_ERROR(BeginGradients(lm_head_));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, lnf_out_, dlogits, g(lm_head_), nullptr,
                                                      rows, c, vocab, kAdd, nullptr, stream_,
@@ -529,11 +604,14 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
     return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_,
                                         logits_stride_);
   }));
+  EndGradients(lm_head_);
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
+  RM_RETURN_IF_ERROR(BeginGradients(lnf_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall, act(Stream(options_.layers)),
                              p(lnf_), lnf_mean_, lnf_rstd_, rows, c, layernorm_scratch_, stream_);
   }));
+  EndGradients(lnf_);
   ready(lnf_);
 
   for (int64_t s = segments_ - 1; s >= 0; --s) {
@@ -549,9 +627,11 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
       ready(blocks_[l]);
     }
   }
+  RM_RETURN_IF_ERROR(BeginGradients(wte_));
   RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
     return EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c, vocab, stream_);
   }));
+  EndGradients(wte_);
   ready(wte_);
   return absl::OkStatus();
 }
@@ -572,6 +652,7 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   auto gw = [&](BlockTensor k) { return Grad(grads, first + k); };
   const BlockActivations& a = Slot(l);
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  RM_RETURN_IF_ERROR(BeginGradients(first + kFcProjWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.gelu, dx, gw(kFcProjWeight),
                                                      gw(kFcProjBias), rows, 4 * c, c, kAdd,
@@ -580,8 +661,10 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_);
   }));
+  EndGradients(first + kFcProjWeight);
   RM_RETURN_IF_ERROR(Timed(
       "gelu backward", [&] { return GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_); }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias),
                                                      rows, c, 4 * c, kAdd, bias_scratch_, stream_);
@@ -589,12 +672,16 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_);
   }));
+  EndGradients(first + kFcWeight);
+  RM_RETURN_IF_ERROR(BeginGradients(first + kLn2Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual),
                              w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c, layernorm_scratch_,
                              stream_);
   }));
+  EndGradients(first + kLn2Weight);
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
+  RM_RETURN_IF_ERROR(BeginGradients(first + kProjWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.attention, dx, gw(kProjWeight),
                                                      gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
@@ -603,11 +690,13 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_);
   }));
+  EndGradients(first + kProjWeight);
   T* dqkv = dbig;
   RM_RETURN_IF_ERROR(Timed("attention backward", [&] {
     return kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention), a.lse,
                                     attention_scratch_, batch, t, c, options_.heads, stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kQkvWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.ln1, dqkv, gw(kQkvWeight),
                                                      gw(kQkvBias), rows, c, 3 * c, kAdd,
@@ -617,11 +706,14 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
     return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c,
                                         stream_);
   }));
+  EndGradients(first + kQkvWeight);
+  RM_RETURN_IF_ERROR(BeginGradients(first + kLn1Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)),
                              w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c, layernorm_scratch_,
                              stream_);
   }));
+  EndGradients(first + kLn1Weight);
   return absl::OkStatus();
 }
 

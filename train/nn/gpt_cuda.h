@@ -29,6 +29,39 @@
 //
 // Not thread-safe; all work goes to the stream given at Create, and ForwardBackward waits
 // for it once (to return the loss).
+//
+// A ParameterStore (train/model.h; fully sharded data parallelism) in device memory:
+// ForwardBackwardOptions::store makes the parameters and gradients the store's, group by group
+// (cpu_model().parameter_groups()), asked for in GptModel's order, so that every rank makes
+// the same calls: Parameters(g) right before each kernel that reads group g is enqueued;
+// BeginBackward after forward; in backward, for each group from lm_head down to the
+// embeddings, Gradients(g) (the model zeroes the group's tensors there, then its kernels add
+// into them, as into the zeroed flat gradients without a store), then the kernels that read
+// g's parameters (backward recomputes a checkpointed segment's forward first), then
+// GradientsDone(g). Each call is made once the work before it has been ENQUEUED on stream(),
+// not run: the GPU runs behind the host, so the store orders its own work (gathers and
+// reductions on another stream) with the model's stream by CUDA events:
+//   - Parameters(g): the values must be ready for work enqueued on stream() after the call
+//     returns: the store makes stream() wait for its gather (cudaStreamWaitEvent on an event
+//     recorded after it), or has waited for it on the host.
+//   - The pointer Parameters(g) returned is read only by work enqueued before the model's
+//     next call to the store (other than Parameters(g) again): a store that frees or refills
+//     the buffer at a later call records an event on stream() in that call and makes the
+//     buffer's next writer wait for it.
+//   - Gradients(g): the buffer is written by work enqueued on stream() after the call; if an
+//     earlier reduction of the store still reads it, the store makes stream() wait for it.
+//   - GradientsDone(g): once the work enqueued on stream() so far has run, g's gradients are
+//     final and its parameters no longer read: the store records an event on stream() in the
+//     call and makes its reduction (and the release of g's parameters) wait for it.
+// ForwardBackward synchronizes stream() before it returns, so every kernel of the pass has
+// run by then; the store's own work may still be in flight.
+// In bf16 and fp16 the store gives fp32 values (the master values, or values already
+// rounded to the compute format, which the cast leaves as they are) and the model casts a
+// group's weights and biases into its 16-bit copy when a product needs them, as the call
+// without a store casts the whole flat buffer; LayerNorm gains and biases and the embedding
+// tables are read from the store's buffer in fp32. So a store holding the master values gives
+// bit for bit the losses and gradients of the call without a store; a store that gathers
+// 16-bit values gives LayerNorm and the embeddings those (as GptModel reads them).
 #ifndef RINGMASTER_TRAIN_NN_GPT_CUDA_H_
 #define RINGMASTER_TRAIN_NN_GPT_CUDA_H_
 
@@ -63,6 +96,11 @@ struct GptCudaOptions {
   // llm.c pads its vocabulary to 50304 for this. Here only the rows are padded: the
   // parameters keep the CPU model's layout, and the padding is never read or written.
   int64_t logits_row_alignment = 64;
+  // Whether ForwardBackward is called without a ParameterStore (the parameters one flat
+  // buffer). In bf16 and fp16 the model then holds a 16-bit copy of every parameter; false
+  // (every call with a store: fully sharded data parallelism) holds only one parameter
+  // group's copy, and a call without a store is INVALID_ARGUMENT.
+  bool flat_parameters = true;
 };
 
 class GptCuda {
@@ -89,6 +127,8 @@ class GptCuda {
   // the embeddings with 0), each time the group's gradient kernels have been ENQUEUED on the
   // stream, not run: a reader on another stream or thread must wait for the stream first
   // (an event recorded in the callback; GradientSync does this through its VectorOps).
+  // With options.store (above) `params` and `grads` are not used (they may be null), and
+  // options.accumulate is INVALID_ARGUMENT (the store sums micro-batches), as in GptModel.
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
@@ -100,12 +140,24 @@ class GptCuda {
   // Elements from one row of the logits to the next (vocab rounded up to
   // GptCudaOptions::logits_row_alignment).
   int64_t logits_stride() const { return logits_stride_; }
-  // Device bytes of the 16-bit copy of the parameters (0 in fp32).
-  int64_t parameter_copy_bytes() const { return half() ? total_elements() * 2 : 0; }
+  // The stream every kernel of the model goes to (a ParameterStore's events are recorded on it).
+  cudaStream_t stream() const { return stream_; }
+
+  // Device bytes of the 16-bit copy of the parameters (0 in fp32): of every parameter, or
+  // without GptCudaOptions::flat_parameters of the largest parameter group and
+  // kCopyPhase - 1 elements more (a group's copy starts at its first tensor's offset modulo
+  // kCopyPhase, so that its tensors keep the whole copy's alignment to 256 bytes and cuBLASLt
+  // picks the same algorithms for them).
+  static constexpr int64_t kCopyPhase = 128;
+  int64_t parameter_copy_bytes() const {
+    if (!half()) return 0;
+    return 2 * (cuda_options_.flat_parameters ? total_elements() : largest_group_ + kCopyPhase - 1);
+  }
 
   // With GptCudaOptions::profile: milliseconds of GPU time per kind of work ("matmul
   // forward", "attention backward", ...), summed over the ForwardBackward calls so far
-  // (profiled_calls() of them). Empty otherwise.
+  // (profiled_calls() of them). Empty otherwise. With a store, a group's 16-bit cast is timed
+  // with the product that needs it.
   const std::map<std::string, double>& profile_ms() const { return profile_ms_; }
   int64_t profiled_calls() const { return profiled_calls_; }
 
@@ -118,10 +170,20 @@ class GptCuda {
   GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_options, cudaStream_t stream,
           std::unique_ptr<kernels::cuda::MatMulEngine> engine);
   absl::Status Reserve(int64_t batch);
-  const float* Param(const float* params, int tensor) const;
+  // `tensor` of `params`, or of the store's group (asked for in this call).
+  const float* Param(const float* params, int tensor);
+  // `tensor` of `grads`, or of the store's buffer of the group begun last (BeginGradients).
   float* Grad(float* grads, int tensor) const;
-  // What the matrix products read for `tensor`: the fp32 parameter, or its bf16 copy.
-  const void* MatMulParam(const float* params, int tensor) const;
+  // What the matrix products read for `tensor`: the fp32 parameter, or its 16-bit copy (with
+  // a store, cast from the store's group when it is not the group cast last; an error of the
+  // cast is kept in cast_status_, which Timed returns).
+  const void* MatMulParam(const float* params, int tensor);
+  // With a store: the backward of the group holding `tensor` begins (its gradient buffer
+  // asked for, its tensors zeroed) and ends (GradientsDone). Nothing without a store.
+  absl::Status BeginGradients(int tensor);
+  void EndGradients(int tensor);
+  // Elements from a group's first tensor to the end of its last.
+  int64_t GroupSpan(int group) const;
   // The residual stream at `block`'s input (block == layers: the last block's output). With
   // checkpointing only each segment's input is kept; the streams inside a segment share
   // segment_ - 1 buffers, as in GptModel.
@@ -158,9 +220,21 @@ class GptCuda {
   const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
   const int64_t segments_;  // ceil(layers / segment_)
   const int64_t logits_stride_;  // elements from one row of the logits to the next
-  void* params16_ = nullptr;  // 16-bit copy of the parameters (bf16 and fp16 only)
+  // 16-bit copy of the parameters (bf16 and fp16 only): every flat offset, or (without
+  // flat_parameters) the span of the group cast last, from its first tensor's offset rounded
+  // down to a multiple of kCopyPhase.
+  void* params16_ = nullptr;
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
+  std::vector<ParameterGroup> groups_;  // cpu_'s parameter groups
+  std::vector<int> group_of_tensor_;
+  int64_t largest_group_ = 0;  // GroupSpan's largest
+
+  // The current call's store (null: the flat buffers), set at the start of each call.
+  ParameterStore* store_ = nullptr;
+  int cast_group_ = -1;          // with a store, the group params16_ holds (-1: none yet)
+  absl::Status cast_status_;     // the error of a cast made by MatMulParam, until Timed
+  float* group_grads_ = nullptr;  // with a store, the gradient base of the group begun last
 
   // One device allocation, laid out for `capacity_` samples.
   DeviceArena arena_;

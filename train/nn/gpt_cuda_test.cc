@@ -29,13 +29,17 @@
 #include "kernels/cuda/testing.h"
 #include "state/tensor.h"
 #include "train/nn/model_testing.h"
+#include "train/nn/store_testing.h"
 
 namespace ringmaster::train::nn {
 namespace {
 
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
+using kernels::cuda::testing::ExpectSameBits;
+using nn::testing::DeviceStore;
 using nn::testing::ExpectTensorsClose;
+using nn::testing::HostStore;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU GPT tests")
 
@@ -284,6 +288,126 @@ TEST(GptCuda, ProfileTimesEachKindOfWork) {
     }
   }
   EXPECT_EQ(grads[0], grads[1]) << "profiling changed the gradients";
+}
+
+// A pass of `gpu` over `params` (host values) through a DeviceStore, or (store_log null)
+// through flat device buffers: its stats and gradients (flat). The store's calls must be
+// `*store_log`.
+struct GpuPass {
+  StepStats stats;
+  std::vector<float> grads;
+};
+GpuPass RunPass(GptCuda& gpu, const Batch& batch, const std::vector<float>& params,
+                ForwardBackwardOptions fb, const std::vector<std::string>* store_log) {
+  const state::TensorTable& table = gpu.cpu_model().table();
+  GpuPass pass;
+  absl::StatusOr<StepStats> stats;
+  if (store_log != nullptr) {
+    DeviceStore store(table, gpu.cpu_model().parameter_groups(), params, gpu.stream());
+    fb.store = &store;
+    stats = gpu.ForwardBackward(batch, nullptr, nullptr, fb);
+    store.EndPass();
+    EXPECT_EQ(store.log(), *store_log);
+    pass.grads = store.FlatGradients();
+  } else {
+    Device<float> dparams(params), dgrads(table.total_elements());
+    stats = gpu.ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
+    pass.grads = dgrads.Host();
+  }
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  if (stats.ok()) pass.stats = *stats;
+  return pass;
+}
+
+void ExpectSamePass(const GpuPass& got, const GpuPass& want, const std::string& what) {
+  EXPECT_EQ(got.stats.loss_sum, want.stats.loss_sum) << what;
+  EXPECT_EQ(got.stats.correct, want.stats.correct) << what;
+  ExpectSameBits(got.grads, want.grads, absl::StrCat(what, ", gradients"));
+}
+
+// With a ParameterStore (train/model.h) in device memory, each group's parameters and
+// gradients in buffers of their own, the loss and every gradient are those of the flat
+// buffers bit for bit (the same kernels on the same values), in fp32 and bf16, with and
+// without checkpointing, and in fp16 without; in bf16 also with only one group's 16-bit copy
+// (flat_parameters = false), over two passes with other parameters. The store checks the calls' order and
+// poisons what the model may no longer read (train/nn/store_testing.h); the calls are the
+// CPU model's, group for group.
+TEST(GptCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t every : {0, 1}) {
+    GptOptions o = TinyOneHead();
+    o.checkpoint_every = every;
+    absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    const state::TensorTable& table = (*cpu)->table();
+    const std::vector<ParameterGroup> groups = (*cpu)->parameter_groups();
+    state::FlatBuffer params(table.total_elements()), unused;
+    (*cpu)->Init(42, params);
+    const std::vector<float> host_params(params.data(), params.data() + params.size());
+    const Batch batch = RandomBatch(o, 2, 13);
+    ForwardBackwardOptions fb;
+    fb.loss_divisor = 2 * o.context;
+    // The CPU model's calls, under the same rules.
+    HostStore cpu_store(table, groups, params.data());
+    fb.store = &cpu_store;
+    ASSERT_TRUE((*cpu)->ForwardBackward(batch, unused, unused, fb).ok());
+    cpu_store.EndPass();
+    const std::vector<std::string>& calls = cpu_store.log();
+    fb.store = nullptr;
+
+    for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16, MatMulType::kFloat16}) {
+      if (type == MatMulType::kFloat16 && every != 0) continue;
+      const std::string what = absl::StrCat(MatMulTypeName(type), ", checkpoint_every ", every);
+      auto flat = GptCuda::Create(o, {.matmul = type}, nullptr);
+      ASSERT_TRUE(flat.ok()) << flat.status();
+      fb.precision = (*flat)->precision();
+      // The store's pass first, so that the 16-bit copy holds nothing from a flat pass.
+      const GpuPass stored = RunPass(**flat, batch, host_params, fb, &calls);
+      const GpuPass want = RunPass(**flat, batch, host_params, fb, nullptr);
+      ExpectSamePass(stored, want, what);
+      if (type != MatMulType::kBFloat16 || every != 0) continue;
+
+      // One group's 16-bit copy: the largest group's elements, and up to 127 more to keep the
+      // whole copy's alignment; every call needs a store.
+      auto sharded = GptCuda::Create(o, {.matmul = type, .flat_parameters = false}, nullptr);
+      ASSERT_TRUE(sharded.ok()) << sharded.status();
+      int64_t largest = 0;
+      for (const ParameterGroup& g : groups) {
+        const state::TensorSpec& last = table.tensor(g.end_tensor - 1);
+        largest = std::max(largest, last.offset + last.numel - table.tensor(g.first_tensor).offset);
+      }
+      EXPECT_EQ((*sharded)->parameter_copy_bytes(), 2 * (largest + 127));
+      EXPECT_LT((*sharded)->parameter_copy_bytes(), (*flat)->parameter_copy_bytes() / 2);
+      Device<float> dparams(host_params), dgrads(table.total_elements());
+      absl::Status s = (*sharded)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("flat_parameters"), std::string::npos) << s;
+      ExpectSamePass(RunPass(**sharded, batch, host_params, fb, &calls), want, "one group's copy");
+      // A second pass casts every group again, from the new values.
+      std::vector<float> other(host_params);
+      for (float& x : other) x *= 0.75f;
+      ExpectSamePass(RunPass(**sharded, batch, other, fb, &calls),
+                     RunPass(**flat, batch, other, fb, nullptr), "one group's copy, second pass");
+    }
+  }
+}
+
+// A store sums micro-batches itself: accumulating with one is refused, as in GptModel.
+TEST(GptCuda, AccumulateWithAParameterStoreIsRefused) {
+  SKIP_WITHOUT_GPU();
+  const GptOptions o = Tiny();
+  auto gpu = GptCuda::Create(o, {}, nullptr);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<float> zeros((*gpu)->total_elements(), 0.0f);
+  DeviceStore store((*gpu)->cpu_model().table(), (*gpu)->cpu_model().parameter_groups(), zeros,
+                    (*gpu)->stream());
+  ForwardBackwardOptions fb;
+  fb.store = &store;
+  fb.accumulate = true;
+  absl::Status s = (*gpu)->ForwardBackward(RandomBatch(o, 1, 2), nullptr, nullptr, fb).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("accumulate with a ParameterStore"), std::string::npos) << s;
+  EXPECT_TRUE(store.log().empty());
 }
 
 TEST(GptCuda, WhatIsNotHereYetIsUnimplemented) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/conv.h"
 #include "kernels/cuda/elementwise.h"
@@ -29,6 +30,7 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
                                                                  : Precision::kFloat32;
   // 16-bit values in fp32 storage: TF32 products are exact for them.
   gpu->products_ = IsHalf(gpu->precision_) ? kc::MatMulType::kTensorFloat32 : options.matmul;
+  const std::vector<ParameterGroup> groups = model.parameter_groups();
   for (const auto& layer : model.layers()) {
     Step step;
     step.in = layer->input_size();
@@ -56,6 +58,10 @@ absl::StatusOr<std::unique_ptr<SequentialCuda>> SequentialCuda::Create(
       step.bias = p[1].offset;
       step.weight_numel = p[0].numel;
       step.bias_numel = p[1].numel;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].first_tensor == p[0].table_index) step.group = static_cast<int>(g);
+      }
+      CHECK_GE(step.group, 0) << "no parameter group starts at layer '" << layer->Describe() << "'";
       gpu->largest_parameter_span_ =
           std::max(gpu->largest_parameter_span_, step.weight_numel + step.bias_numel);
     }
@@ -117,12 +123,30 @@ absl::Status SequentialCuda::Round(float* x, int64_t count) {
                             : absl::OkStatus();
 }
 
-absl::Status SequentialCuda::Forward(const float* params, int64_t n) {
+absl::StatusOr<const float*> SequentialCuda::StepParams(const Step& s, const float* params,
+                                                        ParameterStore* store) {
+  if (store == nullptr) return params;
+  const float* values = store->Parameters(s.group);
+  if (!IsHalf(precision_)) return values;
+  // The weight and the bias, rounded at their offsets (as the whole copy without a store).
+  for (const int64_t offset : {s.weight, s.bias}) {
+    RM_RETURN_IF_ERROR(kc::RoundToHalf(HalfFormatOf(precision_), values + offset,
+                                       compute_params_ + offset,
+                                       offset == s.weight ? s.weight_numel : s.bias_numel, stream_));
+  }
+  return compute_params_;
+}
+
+absl::Status SequentialCuda::Forward(const float* all_params, ParameterStore* store, int64_t n) {
   const kc::MatMulType type = products_;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     const float* x = Input(i);
     float* y = outputs_[i];
+    const float* params = all_params;
+    if (s.has_params()) {
+      RM_ASSIGN_OR_RETURN(params, StepParams(s, all_params, store));
+    }
     switch (s.kind) {
       case Kind::kLinear:
         RM_RETURN_IF_ERROR(engine_->LinearForward(type, x, params + s.weight, params + s.bias, y, n,
@@ -149,11 +173,12 @@ absl::Status SequentialCuda::Forward(const float* params, int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status SequentialCuda::Backward(const float* params, float* grads, int64_t n,
+absl::Status SequentialCuda::Backward(const float* all_params, float* all_grads, int64_t n,
                                       const ForwardBackwardOptions& options) {
   const kc::MatMulType type = products_;
   const bool half = IsHalf(precision_);
   const kernels::HalfFormat format = HalfFormatOf(precision_);
+  ParameterStore* store = options.store;
   // grad_[current] holds the gradient of step i's output; the parameters' gradients add
   // onto zeroed (or accumulating) grads.
   int current = 0;
@@ -162,6 +187,15 @@ absl::Status SequentialCuda::Backward(const float* params, float* grads, int64_t
     const float* x = Input(i);
     const float* dy = grad_[current];
     if (s.has_params()) {
+      // With a store: the group's buffer, its weight and bias zeroed as the flat gradients are.
+      float* grads = all_grads;
+      if (store != nullptr) {
+        grads = store->Gradients(s.group);
+        RM_RETURN_IF_CUDA_ERROR(
+            cudaMemsetAsync(grads + s.weight, 0, s.weight_numel * sizeof(float), stream_));
+        RM_RETURN_IF_CUDA_ERROR(
+            cudaMemsetAsync(grads + s.bias, 0, s.bias_numel * sizeof(float), stream_));
+      }
       // fp32, and 16-bit without accumulate: onto the zeroed (or accumulating) gradients.
       // 16-bit with accumulate: produced apart, then rounded and added, as on the CPU.
       const bool staged = half && options.accumulate;
@@ -187,30 +221,37 @@ absl::Status SequentialCuda::Backward(const float* params, float* grads, int64_t
       }
     }
     if (s.has_params() && options.on_grads_ready) options.on_grads_ready(s.weight);
-    if (i == 0) break;                                 // no gradient for the data
-    if (s.kind != Kind::kRelu) current = 1 - current;  // ReLU's backward is in place
-    float* dx = grad_[current];
-    switch (s.kind) {
-      case Kind::kLinear:
-        RM_RETURN_IF_ERROR(
-            engine_->LinearBackwardInput(type, dy, params + s.weight, dx, n, s.in, s.out, stream_));
-        break;
-      case Kind::kRelu:
-        RM_RETURN_IF_ERROR(kc::ReluBackward(outputs_[i], dy, dx, n * s.out, stream_));
-        break;
-      case Kind::kConv: {
-        kernels::Conv2dShape shape = s.conv;
-        shape.batch = n;
-        RM_RETURN_IF_ERROR(kc::Conv2dBackwardInput(engine_.get(), type, shape, params + s.weight,
-                                                   dy, dx, scratch_, stream_));
-        break;
+    if (i > 0) {  // no gradient for the data
+      const float* params = all_params;
+      if (s.has_params()) {
+        RM_ASSIGN_OR_RETURN(params, StepParams(s, all_params, store));
       }
-      case Kind::kPool:
-        RM_RETURN_IF_ERROR(
-            kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height, s.width, stream_));
-        break;
+      if (s.kind != Kind::kRelu) current = 1 - current;  // ReLU's backward is in place
+      float* dx = grad_[current];
+      switch (s.kind) {
+        case Kind::kLinear:
+          RM_RETURN_IF_ERROR(engine_->LinearBackwardInput(type, dy, params + s.weight, dx, n, s.in,
+                                                          s.out, stream_));
+          break;
+        case Kind::kRelu:
+          RM_RETURN_IF_ERROR(kc::ReluBackward(outputs_[i], dy, dx, n * s.out, stream_));
+          break;
+        case Kind::kConv: {
+          kernels::Conv2dShape shape = s.conv;
+          shape.batch = n;
+          RM_RETURN_IF_ERROR(kc::Conv2dBackwardInput(engine_.get(), type, shape, params + s.weight,
+                                                     dy, dx, scratch_, stream_));
+          break;
+        }
+        case Kind::kPool:
+          RM_RETURN_IF_ERROR(kc::MaxPool2x2Backward(dy, argmax_[i], dx, n * s.channels, s.height,
+                                                    s.width, stream_));
+          break;
+      }
+      RM_RETURN_IF_ERROR(Round(dx, n * s.in));
     }
-    RM_RETURN_IF_ERROR(Round(dx, n * s.in));
+    // The layer's gradients are enqueued, and the last read of its parameters.
+    if (s.has_params() && store != nullptr) store->GradientsDone(s.group);
   }
   // As the CPU model: a model without parameters still announces offset 0.
   if (options.on_grads_ready && total_elements_ == 0) options.on_grads_ready(0);
@@ -228,15 +269,21 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
   }
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   RM_RETURN_IF_ERROR(CheckClassifierBatch(batch, description_, input_size_, classes_));
-  if (params == nullptr || grads == nullptr) {
+  const bool stored = options.store != nullptr;
+  if (stored && options.accumulate) {
+    return absl::InvalidArgumentError(
+        "ForwardBackwardOptions: accumulate with a ParameterStore (the store sums micro-batches)");
+  }
+  if (!stored && (params == nullptr || grads == nullptr)) {
     return absl::InvalidArgumentError(
         "SequentialCuda::ForwardBackward: params and grads are "
         "device pointers and must not be null");
   }
   const int64_t n = batch.size;
   RM_RETURN_IF_ERROR(Reserve(n));
-  // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc).
-  if (IsHalf(precision_)) {
+  // 16-bit values: rounded where the CPU model rounds them (train/nn/sequential.cc); with a
+  // store, each layer's parameters where the layer reads them (StepParams).
+  if (!stored && IsHalf(precision_)) {
     RM_RETURN_IF_ERROR(kc::RoundToHalf(HalfFormatOf(precision_), params, compute_params_,
                                        total_elements_, stream_));
     params = compute_params_;
@@ -247,11 +294,12 @@ absl::StatusOr<StepStats> SequentialCuda::ForwardBackward(const Batch& batch, co
   RM_RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(labels_, batch.labels.data(), n * 4, cudaMemcpyHostToDevice, stream_));
   RM_RETURN_IF_ERROR(Round(input_, n * input_size_));
-  if (!options.accumulate) {
+  if (!stored && !options.accumulate) {
     RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(grads, 0, total_elements_ * sizeof(float), stream_));
   }
 
-  RM_RETURN_IF_ERROR(Forward(params, n));
+  RM_RETURN_IF_ERROR(Forward(params, options.store, n));
+  if (stored) options.store->BeginBackward();
 
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   RM_RETURN_IF_ERROR(kc::SoftmaxCrossEntropyForwardBackward(

@@ -16,6 +16,19 @@
 // exponent ranges fit; only bf16 values below fp32's normal range could be flushed), with
 // fp32 sums. The classifiers are small: fp32 storage costs
 // little, and keeps the fp32 kernels. Not thread-safe.
+//
+// A ParameterStore in device memory (ForwardBackwardOptions::store) gives the parameters and
+// takes the gradients layer by layer, as in SequentialClassifier: Parameters(g) right before
+// a layer's forward or input-gradient kernels are enqueued (the network's first layer makes no
+// input gradient), BeginBackward after forward, and for each layer with parameters from the
+// last: Gradients(g) (its weight and bias zeroed there, then the gradient kernels add into
+// them), its input-gradient kernels, GradientsDone(g). Each call comes once the work before
+// it has been ENQUEUED on stream(), not run: the store orders its own work with the stream by
+// CUDA events, as train/nn/gpt_cuda.h says. In bf16 and fp16 the store gives fp32 values
+// (master values, or already 16-bit values, which rounding leaves alone), rounded by the model
+// into its copy of the parameters where a layer reads them, as without a store: so a store
+// holding the master values gives the losses and gradients of the call without one, bit for
+// bit.
 #ifndef RINGMASTER_TRAIN_NN_SEQUENTIAL_CUDA_H_
 #define RINGMASTER_TRAIN_NN_SEQUENTIAL_CUDA_H_
 
@@ -58,6 +71,8 @@ class SequentialCuda {
   // on_grads_ready is called as the CPU model calls it (each layer with parameters, from the
   // last, with its first tensor's offset; the first with 0) once the layer's gradient kernels
   // are ENQUEUED on the stream, not run (see GptCuda::ForwardBackward).
+  // With options.store (above) `params` and `grads` are not used (they may be null), and
+  // options.accumulate is INVALID_ARGUMENT (the store sums micro-batches).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params, float* grads,
                                             const ForwardBackwardOptions& options);
 
@@ -68,6 +83,9 @@ class SequentialCuda {
   // kFloat32 for fp32 and TF32, else kBFloat16 or kFloat16 (options.matmul).
   Precision precision() const { return precision_; }
 
+  // The stream every kernel of the model goes to (a ParameterStore's events are recorded on it).
+  cudaStream_t stream() const { return stream_; }
+
  private:
   enum class Kind { kLinear, kRelu, kConv, kPool };
   struct Step {
@@ -75,6 +93,7 @@ class SequentialCuda {
     int64_t in = 0, out = 0;       // floats per sample
     int64_t weight = 0, bias = 0;  // parameter offsets (kLinear, kConv)
     int64_t weight_numel = 0, bias_numel = 0;
+    int group = -1;  // the model's parameter group (kLinear, kConv)
     kernels::Conv2dShape conv;                    // kConv; batch set per call
     int64_t channels = 0, height = 0, width = 0;  // kPool
     bool has_params() const { return kind == Kind::kLinear || kind == Kind::kConv; }
@@ -82,10 +101,14 @@ class SequentialCuda {
   SequentialCuda() = default;
   absl::Status Reserve(int64_t batch);
   // The steps of ForwardBackward, on the stream: `params` are the compute parameters
-  // (rounded to 16 bits when the precision is), `n` the batch's samples.
-  absl::Status Forward(const float* params, int64_t n);
+  // (rounded to 16 bits when the precision is; unused with a store), `n` the batch's samples.
+  absl::Status Forward(const float* params, ParameterStore* store, int64_t n);
   absl::Status Backward(const float* params, float* grads, int64_t n,
                         const ForwardBackwardOptions& options);
+  // What step `s` (with parameters) reads: `params`, or the store's group, rounded into
+  // compute_params_ in 16 bits.
+  absl::StatusOr<const float*> StepParams(const Step& s, const float* params,
+                                          ParameterStore* store);
   // Rounds `count` values of `x` to the precision's 16 bits in place; nothing in fp32.
   absl::Status Round(float* x, int64_t count);
   const float* Input(size_t i) const { return i == 0 ? input_ : outputs_[i - 1]; }

@@ -17,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/testing.h"
@@ -26,14 +28,18 @@
 #include "state/tensor.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/model_testing.h"
+#include "train/nn/store_testing.h"
 
 namespace ringmaster::train::nn {
 namespace {
 
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
+using kernels::cuda::testing::ExpectSameBits;
 using kernels::cuda::testing::HaveGpu;
+using nn::testing::DeviceStore;
 using nn::testing::ExpectTensorsClose;
+using nn::testing::HostStore;
 using nn::testing::Norm;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU classifier tests")
@@ -161,6 +167,60 @@ TEST(SequentialCuda, SixteenBitGradientsAreSixteenBitValues) {
                      g.data(), rounded.data(), static_cast<int64_t>(g.size()));
     EXPECT_EQ(g, rounded) << kernels::cuda::MatMulTypeName(type);
     EXPECT_GT(Norm(g.data(), static_cast<int64_t>(g.size())), 0);
+  }
+}
+
+// With a ParameterStore (train/model.h) in device memory, each layer's parameters and
+// gradients in buffers of their own, the loss and every gradient are those of the flat
+// buffers bit for bit, in fp32, bf16 and fp16, for the MLP and the CNN. The store checks the
+// calls' order and poisons what the model may no longer read (train/nn/store_testing.h); the
+// calls are the CPU model's, layer for layer. Accumulating with a store is refused.
+TEST(SequentialCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::unique_ptr<SequentialClassifier>> models;
+  models.push_back(SmallMlp());
+  models.push_back(SmallCnn());
+  for (const auto& cpu : models) {
+    const state::TensorTable& table = cpu->table();
+    const std::vector<ParameterGroup> groups = cpu->parameter_groups();
+    state::FlatBuffer params(table.total_elements()), unused;
+    cpu->Init(17, params);
+    const std::vector<float> host_params(params.data(), params.data() + params.size());
+    const Batch batch = RandomBatch(9, cpu->input_size(), cpu->classes(), 3);
+    ForwardBackwardOptions fb;
+    fb.loss_divisor = 9;
+    HostStore cpu_store(table, groups, params.data());
+    fb.store = &cpu_store;
+    ASSERT_TRUE(cpu->ForwardBackward(batch, unused, unused, fb).ok());
+    cpu_store.EndPass();
+
+    for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16, MatMulType::kFloat16}) {
+      const std::string what = absl::StrCat(cpu->Describe(), ", ", MatMulTypeName(type));
+      auto gpu = SequentialCuda::Create(*cpu, {.matmul = type}, nullptr);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      fb.precision = PrecisionOf(type);
+      DeviceStore store(table, groups, host_params, (*gpu)->stream());
+      fb.store = &store;
+      fb.accumulate = true;
+      absl::Status refused = (*gpu)->ForwardBackward(batch, nullptr, nullptr, fb).status();
+      EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << what;
+      EXPECT_NE(refused.message().find("accumulate with a ParameterStore"), std::string::npos)
+          << refused;
+      fb.accumulate = false;
+      absl::StatusOr<StepStats> got = (*gpu)->ForwardBackward(batch, nullptr, nullptr, fb);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      store.EndPass();
+      EXPECT_EQ(store.log(), cpu_store.log()) << what;
+
+      fb.store = nullptr;
+      Device<float> dparams(host_params), dgrads(table.total_elements());
+      absl::StatusOr<StepStats> want =
+          (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
+      ASSERT_TRUE(want.ok()) << what << ": " << want.status();
+      EXPECT_EQ(got->loss_sum, want->loss_sum) << what;
+      EXPECT_EQ(got->correct, want->correct) << what;
+      ExpectSameBits(store.FlatGradients(), dgrads.Host(), absl::StrCat(what, ", gradients"));
+    }
   }
 }
 
