@@ -22,6 +22,17 @@ train::Precision PrecisionOf(const PrecisionSpec& p) {
   }
 }
 
+// AdamW's and LAMB's shared fields (an AdamSpec each).
+template <typename Options>
+Options AdamOf(const AdamSpec& adam, double weight_decay) {
+  Options a;
+  a.beta1 = adam.beta1();
+  a.beta2 = adam.beta2();
+  a.eps = adam.eps();
+  a.weight_decay = weight_decay;
+  return a;
+}
+
 absl::StatusOr<train::OptimizerOptions> OptimizerOf(const OptimizerSpec& o) {
   switch (o.kind_case()) {
     case OptimizerSpec::kSgd: {
@@ -31,22 +42,10 @@ absl::StatusOr<train::OptimizerOptions> OptimizerOf(const OptimizerSpec& o) {
       s.weight_decay = o.weight_decay();
       return s;
     }
-    case OptimizerSpec::kAdamw: {
-      train::AdamWOptions a;
-      a.beta1 = o.adamw().beta1();
-      a.beta2 = o.adamw().beta2();
-      a.eps = o.adamw().eps();
-      a.weight_decay = o.weight_decay();
-      return a;
-    }
-    case OptimizerSpec::kLamb: {
-      train::LambOptions l;
-      l.beta1 = o.lamb().beta1();
-      l.beta2 = o.lamb().beta2();
-      l.eps = o.lamb().eps();
-      l.weight_decay = o.weight_decay();
-      return l;
-    }
+    case OptimizerSpec::kAdamw:
+      return AdamOf<train::AdamWOptions>(o.adamw(), o.weight_decay());
+    case OptimizerSpec::kLamb:
+      return AdamOf<train::LambOptions>(o.lamb(), o.weight_decay());
     default:
       return absl::InvalidArgumentError("optimizer: set one of sgd, adamw or lamb");
   }

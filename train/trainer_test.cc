@@ -353,6 +353,9 @@ TEST_F(TrainerTest, ZeroStagesMatchPlainDataParallelismWithAShareOfTheState) {
     for (int world : {2, 3}) {
       std::vector<std::string> set = c.set;
       set.push_back(absl::StrCat("parallelism.zero_stage=", c.stage));
+      // ZeRO-2 shards the gradients on the CPU; on a GPU (cudaemu's too) it still keeps the
+      // whole gradient buffer (README), so this test holds it to the CPU's.
+      if (c.stage == 2) set.push_back("device=cpu");
       const std::string what = absl::StrCat(absl::StrJoin(set, " "), " world ", world);
       RunResult run = Train(world, set);
       ExpectSameParameters(run, *reference_, what);
