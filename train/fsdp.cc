@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <list>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -15,63 +15,11 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "kernels/half.h"
+#include "train/optim/vector_ops.h"
+#include "train/unit_buffer_pool.h"
 
 namespace ringmaster::train {
 namespace {
-
-// Unit buffers, reused: a freed buffer goes back to the pool and serves the next request it
-// is large enough for (the smallest such), so steady-state steps allocate nothing. A request
-// that no free buffer fits frees those (all too small) before allocating, so the pool never
-// holds more buffers than were in use at once: its bytes are at most that count times the
-// largest unit. bytes() is its peak.
-class BufferPool {
- public:
-  float* Take(int64_t elements) {
-    absl::MutexLock lock(&mu_);
-    Entry* best = nullptr;
-    for (Entry& e : entries_) {
-      if (!e.in_use && e.buffer.size() >= elements &&
-          (best == nullptr || e.buffer.size() < best->buffer.size())) {
-        best = &e;
-      }
-    }
-    if (best != nullptr) {
-      best->in_use = true;
-      return best->buffer.data();
-    }
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      if (it->in_use) {
-        ++it;
-      } else {
-        it = entries_.erase(it);
-      }
-    }
-    entries_.push_back({state::FlatBuffer(elements), true});
-    int64_t held = 0;
-    for (const Entry& e : entries_) held += static_cast<int64_t>(e.buffer.bytes());
-    peak_ = std::max(peak_, held);
-    return entries_.back().buffer.data();
-  }
-  void Give(float* buffer) {
-    absl::MutexLock lock(&mu_);
-    for (Entry& e : entries_) {
-      if (e.buffer.data() == buffer) e.in_use = false;
-    }
-  }
-  int64_t bytes() const {
-    absl::MutexLock lock(&mu_);
-    return peak_;
-  }
-
- private:
-  struct Entry {
-    state::FlatBuffer buffer;
-    bool in_use = false;
-  };
-  mutable absl::Mutex mu_;
-  std::list<Entry> entries_ ABSL_GUARDED_BY(mu_);  // list: entries never move
-  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 bool Half(Precision p) { return p != Precision::kFloat32; }
 
@@ -160,7 +108,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   bool whole_state_on_every_rank() const override { return false; }
   const SumAcrossRanks& sum() const override { return sum_; }
   int64_t unit_buffer_bytes_peak() const override {
-    return pool_.bytes() + static_cast<int64_t>(wire_unit_.size() + wire_shard_.size()) * 2 +
+    return pool_.peak_bytes() + static_cast<int64_t>(wire_unit_.size() + wire_shard_.size()) * 2 +
            static_cast<int64_t>(shard_scratch_.bytes());
   }
 
@@ -278,7 +226,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     UnitState& s = units_[u];
     if (s.grads == nullptr) {
       WaitForReductions();
-      s.grads = pool_.Take(layout_.units[u].padded);
+      s.grads = TakeBuffer(layout_.units[u].padded);
       std::fill_n(s.grads, layout_.units[u].padded, 0.0f);
     }
     return s.grads - layout_.units[u].range.begin;
@@ -321,11 +269,26 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
 
   // Every unit, gathered in `precision`, into `whole` (table order).
   absl::Status GatherWhole(Precision precision, absl::Span<float> whole) {
-    Op op{Op::kGatherWhole, 0, pool_.Take(layout_.largest_unit)};
+    Op op{Op::kGatherWhole, 0, TakeBuffer(layout_.largest_unit)};
     op.whole = whole.data();
     op.precision = precision;
     Enqueue(op);
     return WaitAll();
+  }
+
+  // A unit buffer from the pool (host memory: no stream to order with). Out of memory
+  // throws std::bad_alloc, as the step's other host buffers do.
+  float* TakeBuffer(int64_t elements) {
+    absl::StatusOr<UnitBufferPool::Taken> taken = pool_.Take(elements);
+    if (!taken.ok()) throw std::bad_alloc();
+    return taken->data;
+  }
+  // A pool error (a buffer given twice: this strategy's bug) fails the step.
+  void GiveBack(float* buffer) {
+    absl::Status status = pool_.Give(buffer);
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(status);
   }
 
   int64_t Enqueue(const Op& op) {
@@ -337,7 +300,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   void Request(int u) {
     UnitState& s = units_[u];
     if (s.params != nullptr) return;
-    s.params = pool_.Take(layout_.units[u].padded);
+    s.params = TakeBuffer(layout_.units[u].padded);
     s.gather = Enqueue({Op::kGather, u, s.params});
   }
   // Blocks until op `seq` ran; the time counts as exposed communication.
@@ -380,7 +343,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     UnitState& s = units_[u];
     if (s.params == nullptr) return;
     Wait(s.gather);  // the thread may still be writing it
-    pool_.Give(s.params);
+    GiveBack(s.params);
     s.params = nullptr;
   }
   void ReleaseAllParameters() {
@@ -409,7 +372,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       double squares = 0;
       if (status.ok()) status = Run(op, &squares);
       const absl::Duration took = absl::Now() - start;
-      if (op.kind != Op::kGather) pool_.Give(op.buffer);
+      if (op.kind != Op::kGather) status.Update(pool_.Give(op.buffer));
       absl::MutexLock lock(&mu_);
       if (!status.ok() && error_.ok()) error_ = status;
       comm_time_ += took;
@@ -481,7 +444,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   const FsdpLayout layout_;
   const int rank_;
   SumAcrossRanks sum_;
-  BufferPool pool_;
+  UnitBufferPool pool_{HostVectorOps()};
   state::FlatBuffer full_;  // ZeRO-2: the compute copy of every parameter
 
   // The training thread's.

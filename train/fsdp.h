@@ -31,19 +31,19 @@
 //
 // The collectives run on one communication thread, in the order the training thread asks
 // for them, which is the same on every rank (the same model, the same policy). The unit
-// buffers come from a pool that reuses freed buffers; it holds at most as many as were in use
-// at once, each at most the largest unit: for ZeRO-3 (1 + prefetch_limit) units of gathered
-// parameters (the one in use and those prefetched) and 2 of gradients (the one being
-// written and the one being reduced: before it takes another gradient buffer the training
-// thread waits until at most one reduction is still queued), so (prefetch_limit + 3) × the
-// largest unit (3 without prefetch); more with activation checkpointing (a segment's units
-// stay gathered from its recomputation to its backward) and with reshard_after_forward:
-// false (every unit, from forward to backward). ZeRO-2 holds the same 2 gradient buffers of
-// a bucket and, after the optimizer step, one for the gathers. On top: the staging of one
-// shard (fp32) and, with 16-bit gathers or reductions, of one unit and one shard in 16 bits.
-// unit_buffer_bytes_peak() is the pool's peak plus the staging. Errors of a collective
-// surface at ReduceGradients (or EndEvaluation / AfterOptimizerStep): the step must not be
-// applied.
+// buffers come from a pool that reuses freed buffers (train/unit_buffer_pool.h); it holds at
+// most as many as were in use at once, each at most the largest unit: for ZeRO-3
+// (1 + prefetch_limit) units of gathered parameters (the one in use and those prefetched)
+// and 2 of gradients (the one being written and the one being reduced: before it takes
+// another gradient buffer the training thread waits until at most one reduction is still
+// queued), so (prefetch_limit + 3) × the largest unit (3 without prefetch); more with
+// activation checkpointing (a segment's units stay gathered from its recomputation to its
+// backward) and with reshard_after_forward: false (every unit, from forward to backward).
+// ZeRO-2 holds the same 2 gradient buffers of a bucket and, after the optimizer step, one
+// for the gathers. On top: the staging of one shard (fp32) and, with 16-bit gathers or
+// reductions, of one unit and one shard in 16 bits. unit_buffer_bytes_peak() is the pool's
+// peak plus the staging. Errors of a collective surface at ReduceGradients (or
+// EndEvaluation / AfterOptimizerStep): the step must not be applied.
 //
 // Thread-safety: the ParallelStrategy and ParameterStore calls from the training thread only.
 #ifndef RINGMASTER_TRAIN_FSDP_H_
