@@ -163,11 +163,46 @@
 #ifndef RINGMASTER_TRAIN_FSDP_CUDA_H_
 #define RINGMASTER_TRAIN_FSDP_CUDA_H_
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "train/fsdp_layout.h"
+#include "train/optim/vector_ops.h"
 #include "train/unit_buffer_pool.h"
+
+namespace ringmaster::train {
+
+// The comm thread's two collectives (the design above), in fp32, over `comm` (the NCCL
+// communicator: device memory, blocking until the result is complete). `compute_ops` is the
+// model's stream's (whose marks are waited for on the host), `comm_ops` the comm thread's.
+// Every rank calls them for the same units in the same order. Errors: the communicator's,
+// or INTERNAL for a device failure; the buffers' contents are then undefined.
+
+// Unit `unit`'s parameters, all-gathered from every rank's piece (this rank's at
+// shards + unit.local, unit.shard floats) into `into` (unit.padded floats from the pool).
+// Waits first for into.token (the mark its last reader gave back with it) and for
+// `shards_written` (a mark on compute_ops after the last write of `shards`: the optimizer
+// step; UnitBufferPool::kNoToken when there is none).
+absl::Status GatherUnitOnDevice(comm::Communicator& comm, VectorOps& compute_ops,
+                                const FsdpUnit& unit, const float* shards, int shards_written,
+                                const UnitBufferPool::Taken& into, absl::Time deadline);
+
+// Unit `unit`'s gradients (unit.padded floats at `unit_grads`, written by compute_ops' work
+// before the mark `written`) reduce-scattered, summed over the ranks, into this rank's piece
+// at shards + unit.local: overwriting it, or with `accumulate` added to it through
+// `scratch` (unit.shard floats of comm_ops' memory) on comm_ops. Returns once the piece is
+// complete and `unit_grads` is no longer read (the buffer may go back to the pool with
+// UnitBufferPool::kNoToken).
+absl::Status ReduceScatterUnitOnDevice(comm::Communicator& comm, VectorOps& compute_ops,
+                                       VectorOps& comm_ops, const FsdpUnit& unit,
+                                       const float* unit_grads, int written, bool accumulate,
+                                       float* scratch, float* shards, absl::Time deadline);
 
 // Declarations to come (see the design above):
 //   absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreateShardedDataParallelOnDevice(
 //       comm::Communicator* comm, comm::Communicator* host_comm, TrainingDevice* device,
 //       const ShardedOptions& options);
+
+}  // namespace ringmaster::train
 
 #endif  // RINGMASTER_TRAIN_FSDP_CUDA_H_
