@@ -73,6 +73,11 @@
 //                     thread waits for the mark before NCCL reads the buffer. In ZeRO-3 also
 //                     release the unit's parameters (as above, with the same mark).
 //   BeginBackward     as on the CPU.
+// cudaFree waits for the whole device (NCCL kernels of the comm stream included), so the
+// pool must not free in a step: the strategy sizes it up front (the first unit requests are
+// for the largest unit, or a Reserve(count, largest) to add), so that a Take never frees a
+// too-small buffer mid-step. (fsdp_cuda_test met this: a buffer freed in the test made the
+// host wait for the model's stream and hid a missing event wait.)
 // Marks are reused after VectorOps::kMaxMarks further marks (an event re-recorded): a token
 // that sat in the pool that long then waits for later work of the same stream, which only
 // waits longer, never less; so pool tokens never need refreshing.

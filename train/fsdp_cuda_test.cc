@@ -6,9 +6,7 @@
 //   - GatherUnitOnDevice gives every rank the unit's pieces in rank order and waits for the
 //     token of its buffer's last reader (that reader still sees the old values: fails
 //     without the wait); with the pieces written on the model's stream before a mark, the
-//     values gathered are the new ones (NOTE: under cudaemu this case passes even without
-//     the wait for that mark: the copy after the host function was found complete before
-//     the gather; not understood yet, see /work/notes/device_wip.md);
+//     values gathered are the new ones (fails without the wait for that mark);
 //   - ReduceScatterUnitOnDevice waits for the mark after the gradients' writer (the values
 //     reduced are the new ones: fails without the wait), writes the sum to this rank's
 //     piece, and with accumulate adds to it.
@@ -105,6 +103,8 @@ absl::Status Check(Case what, comm::NcclCommunicator& nccl) {
     int written = UnitBufferPool::kNoToken;
     const std::vector<float> old(unit.padded, -7.0f);
     RM_ASSIGN_OR_RETURN(OpsBuffer seen, r.compute_ops->Allocate(unit.padded));
+    // Lives until after the gather: freeing device memory (cudaFree) waits for the device.
+    RM_ASSIGN_OR_RETURN(OpsBuffer staged, r.comm_ops->Allocate(unit.local + unit.shard));
     if (what == kGatherAfterReader) {
       // The piece is in place now. The buffer's last reader (the model) copies what it holds,
       // -7 everywhere, and gives it back with a mark; the gather must not overwrite it before
@@ -121,7 +121,6 @@ absl::Status Check(Case what, comm::NcclCommunicator& nccl) {
       // The model's stream writes the piece (as the optimizer step does: enqueued only)
       // before the mark `written`; the buffer is fresh. (Staged through the comm stream:
       // the ops' copies from the host return complete.)
-      RM_ASSIGN_OR_RETURN(OpsBuffer staged, r.comm_ops->Allocate(unit.local + unit.shard));
       RM_RETURN_IF_ERROR(r.comm_ops->CopyFromHost(host.data(), staged.span()));
       RM_RETURN_IF_ERROR(keep_busy());
       RM_RETURN_IF_ERROR(r.compute_ops->Copy(staged.span(), shards.span()));
