@@ -159,10 +159,11 @@
 // as comm/nccl:gpu_per_rank does):
 //   - unit_buffer_pool_test: the pool's reuse, bound and release tokens, on host and on
 //     CudaVectorOps (done);
-//   - fsdp_cuda_test: a 2-rank gather and reduce-scatter of a unit through the pool against
-//     the CPU strategy's; then ZeRO-3 training of the MLP and GPT on the device equal to the
-//     CPU ZeRO-3 run (losses, parameters after k steps), each wrapping, with/without prefetch,
-//     accumulation; the store contract (store_testing.h's CheckedStore rules) under jitter
+//   - fsdp_cuda_test: a 2-rank gather and reduce-scatter of a unit through the pool, each of
+//     their waits shown necessary by slow work on the model's stream (done); then ZeRO-3
+//     training of the MLP and GPT on the device equal to the CPU ZeRO-3 run (losses,
+//     parameters after k steps), each wrapping, with/without prefetch, accumulation; the
+//     store contract (store_testing.h's CheckedStore rules) under jitter
 //     (RM_CUDA_EMU_JITTER_US): a missing event shows as stale data;
 //   - trainer_nccl_test: a stage-3 job over nccl equals the same job over tcp on the CPU.
 #ifndef RINGMASTER_TRAIN_FSDP_CUDA_H_
