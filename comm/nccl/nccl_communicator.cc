@@ -423,7 +423,19 @@ absl::Status NcclCommunicator::Wait(absl::string_view op, absl::Time deadline) {
     }
     if (state == ncclSuccess) {
       const cudaError_t err = cudaStreamQuery(stream_);
-      if (err == cudaSuccess) return absl::OkStatus();
+      if (err == cudaSuccess) {
+        // Drained; but the work may have failed between the check above and now (a peer
+        // gone mid-operation): only a state still clean is success.
+        absl::MutexLock lock(&comm_mu_);
+        if (comm_aborted_) return absl::AbortedError(absl::StrCat(op, ": communicator aborted"));
+        ncclResult_t after = ncclSuccess;
+        const ncclResult_t res = ncclCommGetAsyncError(comm_, &after);
+        if (res != ncclSuccess) {
+          return AsyncErrorToStatus(absl::StrCat(op, ": ncclCommGetAsyncError"), res);
+        }
+        if (after != ncclSuccess && after != ncclInProgress) return AsyncErrorToStatus(op, after);
+        return absl::OkStatus();
+      }
       if (err != cudaErrorNotReady) {
         return CudaToStatus(err, absl::StrCat(op, ": cudaStreamQuery").c_str());
       }
