@@ -143,14 +143,8 @@ absl::StatusOr<CaseFormula> FormulaFor(const FsdpCase& c, const GptBenchSize& si
         train::PaddedElements(model->table().total_elements(), c.world), c.world, c.zero_stage);
     return f;
   }
-  train::ShardedOptions o;
-  o.table = &model->table();
-  o.groups = model->parameter_groups();
+  train::ShardedOptions o = train::ShardedOptionsFor(config, *model);
   o.zero_stage = c.zero_stage;
-  o.fsdp = config.fsdp;
-  o.bucket_mb = config.bucket_mb;
-  o.compute = config.precision;
-  o.reduce = config.reduce_precision;
   RM_ASSIGN_OR_RETURN(train::FsdpLayout layout, train::ShardedLayout(o, c.world));
   f.traffic = ShardedTraffic(layout, c.zero_stage, config.fsdp.reshard_after_forward,
                              WireBytes(config.precision), WireBytes(config.reduce_precision));

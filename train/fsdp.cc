@@ -21,8 +21,6 @@
 namespace ringmaster::train {
 namespace {
 
-bool Half(Precision p) { return p != Precision::kFloat32; }
-
 DataType WireType(Precision p) {
   return p == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
 }
@@ -59,7 +57,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     };
     if (options_.zero_stage == 2) full_ = state::FlatBuffer(options_.table->total_elements());
     const int64_t largest_shard = layout_.largest_unit / layout_.world;
-    if (Half(options_.compute) || Half(options_.reduce)) {
+    if (IsHalf(options_.compute) || IsHalf(options_.reduce)) {
       wire_unit_.resize(layout_.largest_unit);
       wire_shard_.resize(largest_shard);
     }
@@ -400,7 +398,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   // bf16 and fp16).
   absl::Status Gather(const FsdpUnit& unit, Precision precision, float* out, absl::Time deadline) {
     const float* piece = master_ + unit.local;
-    if (Half(precision)) {
+    if (IsHalf(precision)) {
       Pack(precision, piece, wire_shard_.data(), unit.shard);
       RM_RETURN_IF_ERROR(comm_->AllGather(wire_shard_.data(), wire_unit_.data(), unit.shard,
                                           WireType(precision), deadline));
@@ -420,7 +418,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       *squares = sum;
     }
     float* reduced = shard_scratch_.data();
-    if (Half(options_.reduce)) {
+    if (IsHalf(options_.reduce)) {
       Pack(options_.reduce, g, wire_unit_.data(), unit.padded);
       RM_RETURN_IF_ERROR(comm_->ReduceScatter(wire_unit_.data(), wire_shard_.data(), unit.shard,
                                               WireType(options_.reduce), comm::ReduceOp::kSum,
@@ -483,6 +481,18 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
 };
 
 }  // namespace
+
+ShardedOptions ShardedOptionsFor(const TrainConfig& config, const Model& model) {
+  ShardedOptions o;
+  o.table = &model.table();
+  o.groups = model.parameter_groups();
+  o.zero_stage = config.zero_stage;
+  o.fsdp = config.fsdp;
+  o.bucket_mb = config.bucket_mb;
+  o.compute = config.precision;
+  o.reduce = config.reduce_precision;
+  return o;
+}
 
 absl::StatusOr<FsdpLayout> ShardedLayout(const ShardedOptions& options, int world) {
   if (options.table == nullptr) return absl::InvalidArgumentError("ShardedOptions.table is null");

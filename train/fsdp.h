@@ -74,6 +74,16 @@ struct ShardedOptions {
   absl::Duration op_timeout = absl::Seconds(120);
 };
 
+// Whether a job of `config` trains with this strategy: ZeRO-3, and ZeRO-2 on the CPU (on a
+// GPU stage 2 is still CreateDataParallel's, with the whole gradient buffer).
+inline bool UsesShardedStrategy(const TrainConfig& config, bool on_gpu) {
+  return config.zero_stage == 3 || (config.zero_stage == 2 && !on_gpu);
+}
+
+// The options `config` asks for, over `model`'s table (not owned: it must outlive them) and
+// parameter groups.
+ShardedOptions ShardedOptionsFor(const TrainConfig& config, const Model& model);
+
 // The strategy over `comm` (host memory; CPU training) with partial sums over `host_comm`.
 // Neither is owned; both outlive the strategy and have the same ranks. INVALID_ARGUMENT for
 // a stage other than 2 or 3, a reduce precision other than fp32 or bf16, or a bad layout.

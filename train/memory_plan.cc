@@ -24,8 +24,6 @@ constexpr int64_t kFashionMnistTestSamples = 10000;
 // The trainer's smallest evaluation batch (Trainer::State::Evaluate).
 constexpr int64_t kEvaluationBatch = 256;
 
-bool IsHalf(Precision p) { return p != Precision::kFloat32; }
-
 
 // The most units that one segment of `checkpoint_every` consecutive blocks touches: they
 // stay gathered from the segment's recomputation to its backward (train/fsdp.h).
@@ -212,15 +210,9 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
     plan.optimizer_bytes = moments * kept * kFloatBytes;
     return plan;
   }
-  ShardedOptions so;
-  so.table = &table;
-  so.groups = model.parameter_groups();
+  ShardedOptions so = ShardedOptionsFor(config, model);
   so.zero_stage = zero_stage;
-  so.fsdp = config.fsdp;
   so.fsdp.wrap = wrap;
-  so.bucket_mb = config.bucket_mb;
-  so.compute = config.precision;
-  so.reduce = config.reduce_precision;
   RM_ASSIGN_OR_RETURN(const FsdpLayout layout, ShardedLayout(so, world));
   RM_ASSIGN_OR_RETURN(const data::BatchPlan batches, PlanRankBatches(config, world));
   plan.parameter_bytes = plan.gradient_bytes = layout.local_elements * kFloatBytes;

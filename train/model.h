@@ -38,6 +38,9 @@ namespace ringmaster::train {
 
 enum class Precision { kFloat32, kBFloat16, kFloat16 };
 
+// Whether `p` is a 16-bit compute precision (bf16 or fp16).
+inline bool IsHalf(Precision p) { return p != Precision::kFloat32; }
+
 // "fp32", "bf16" or "fp16", as job specs write them.
 inline const char* PrecisionName(Precision p) {
   return p == Precision::kBFloat16 ? "bf16" : p == Precision::kFloat16 ? "fp16" : "fp32";

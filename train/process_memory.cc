@@ -89,9 +89,7 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
     state.gradients = state.parameters;
     state.optimizer = inputs.strategy->update_window().size() * 4 * state.moments;
   }
-  const bool sharded =
-      config.zero_stage == 3 || (config.zero_stage == 2 && inputs.state_on_host);
-  if (!sharded) return state;
+  if (!UsesShardedStrategy(config, /*on_gpu=*/!inputs.state_on_host)) return state;
   // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them.
   RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
                       train::PlanRankState(config, *inputs.model, std::max(1, inputs.world),

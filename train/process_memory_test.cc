@@ -43,14 +43,8 @@ TrainConfig Mlp(std::vector<int64_t> hidden, OptimizerOptions optimizer, int zer
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> StrategyFor(const TrainConfig& config,
                                                               const Model& model,
                                                               comm::Communicator& comm) {
-  if (config.zero_stage >= 2) {
-    ShardedOptions so;
-    so.table = &model.table();
-    so.groups = model.parameter_groups();
-    so.zero_stage = config.zero_stage;
-    so.fsdp = config.fsdp;
-    so.bucket_mb = config.bucket_mb;
-    return CreateShardedDataParallel(&comm, &comm, so);
+  if (UsesShardedStrategy(config, /*on_gpu=*/false)) {
+    return CreateShardedDataParallel(&comm, &comm, ShardedOptionsFor(config, model));
   }
   DataParallelOptions dp;
   dp.elements = model.table().total_elements();

@@ -264,16 +264,9 @@ absl::Status Trainer::State::ChooseGradientComm() {
 // the state this rank updates.
 absl::Status Trainer::State::BuildState() {
   const state::TensorTable& table = model->table();
-  const bool sharded = config.zero_stage == 3 || (config.zero_stage == 2 && device == nullptr);
+  const bool sharded = UsesShardedStrategy(config, /*on_gpu=*/device != nullptr);
   if (sharded) {
-    ShardedOptions so;
-    so.table = &table;
-    so.groups = model->parameter_groups();
-    so.zero_stage = config.zero_stage;
-    so.fsdp = config.fsdp;
-    so.bucket_mb = config.bucket_mb;
-    so.compute = config.precision;
-    so.reduce = config.reduce_precision;
+    ShardedOptions so = ShardedOptionsFor(config, *model);
     so.op_timeout = options.op_timeout;
     RM_ASSIGN_OR_RETURN(strategy, CreateShardedDataParallel(comm, hcomm, so));
   } else {

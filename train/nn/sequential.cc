@@ -18,8 +18,6 @@ bool FinitePositive(double v) { return std::isfinite(v) && v > 0; }
 
 }  // namespace
 
-bool IsHalf(Precision precision) { return precision != Precision::kFloat32; }
-
 kernels::HalfFormat HalfFormatOf(Precision precision) {
   return precision == Precision::kBFloat16 ? kernels::HalfFormat::kBFloat16
                                            : kernels::HalfFormat::kFloat16;

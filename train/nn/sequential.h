@@ -39,7 +39,6 @@ namespace ringmaster::train::nn {
 
 // Emulated mixed precision (train/model.h) and the loss options' check, shared by this
 // package's models (SequentialClassifier, GptModel).
-bool IsHalf(Precision precision);
 // kBFloat16 or kFloat16 for a half `precision`.
 kernels::HalfFormat HalfFormatOf(Precision precision);
 // Rounds values just produced to `precision` (nothing to do for fp32).
