@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/half.h"
 
 namespace ringmaster::train {
 
@@ -55,6 +56,26 @@ class Host final : public VectorOps {
   }
   absl::Status Zero(absl::Span<float> x) override {
     if (!x.empty()) std::memset(x.data(), 0, x.size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status Add(absl::Span<const float> from, absl::Span<float> to) override {
+    for (size_t i = 0; i < to.size(); ++i) to[i] += from[i];
+    return absl::OkStatus();
+  }
+  absl::Status ToHalf(bool bf16, absl::Span<const float> from, uint16_t* to) override {
+    if (bf16) {
+      for (size_t i = 0; i < from.size(); ++i) to[i] = kernels::FloatToBFloat16(from[i]);
+    } else {
+      for (size_t i = 0; i < from.size(); ++i) to[i] = kernels::FloatToFloat16(from[i]);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status FromHalf(bool bf16, const uint16_t* from, absl::Span<float> to) override {
+    if (bf16) {
+      for (size_t i = 0; i < to.size(); ++i) to[i] = kernels::BFloat16ToFloat(from[i]);
+    } else {
+      for (size_t i = 0; i < to.size(); ++i) to[i] = kernels::Float16ToFloat(from[i]);
+    }
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }

@@ -64,6 +64,16 @@ class VectorOps {
   // to[i] = from[i], both in this memory (may only enqueue).
   virtual absl::Status Copy(absl::Span<const float> from, absl::Span<float> to) = 0;
   virtual absl::Status Zero(absl::Span<float> x) = 0;
+  // to[i] += from[i], both in this memory, not overlapping (may only enqueue).
+  virtual absl::Status Add(absl::Span<const float> from, absl::Span<float> to) = 0;
+  // 16-bit values in this memory (bf16 with `bf16`, else IEEE fp16; bit patterns, e.g. for a
+  // collective's wire): ToHalf sets to[i] = from[i] rounded to nearest even, bit for bit
+  // kernels/half.h's FloatToBFloat16 / FloatToFloat16 (to holds from.size() values);
+  // FromHalf widens them back, exactly (from holds to.size() values). The two sides must
+  // not overlap. A buffer of n 16-bit values is Allocate((n + 1) / 2) floats, reinterpreted.
+  // (May only enqueue.)
+  virtual absl::Status ToHalf(bool bf16, absl::Span<const float> from, uint16_t* to) = 0;
+  virtual absl::Status FromHalf(bool bf16, const uint16_t* from, absl::Span<float> to) = 0;
   // Waits until every call made so far on these ops is complete.
   virtual absl::Status Synchronize() = 0;
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/half.h"
 
 namespace ringmaster::train {
 namespace {
@@ -56,6 +57,38 @@ TEST(HostVectorOps, CopiesAndSumsAsTheKernels) {
   EXPECT_EQ(ops->Mark(), 0);
   EXPECT_TRUE(ops->Wait(0).ok());
   EXPECT_TRUE(ops->Synchronize().ok());
+}
+
+TEST(HostVectorOps, AddsAndRoundsToHalvesAndBack) {
+  VectorOps* ops = HostVectorOps();
+  std::vector<float> to = {1, 2, 3};
+  const std::vector<float> from = {0.5f, -2, 1e-3f};
+  ASSERT_TRUE(ops->Add(from, absl::MakeSpan(to)).ok());
+  EXPECT_EQ(to, (std::vector<float>{1.5f, 0, 3 + 1e-3f}));
+  // 1 + 2^-9 is halfway between two bf16 values (ties to even: 1) and exact in fp16;
+  // 1 + 3 * 2^-9 rounds up in bf16; 70000 overflows fp16 to infinity.
+  const std::vector<float> x = {1.0f + 0x1p-9f, 1.0f + 3 * 0x1p-9f, -2.5f, 70000.0f};
+  std::vector<uint16_t> half(x.size());
+  std::vector<float> back(x.size());
+  for (bool bf16 : {true, false}) {
+    ASSERT_TRUE(ops->ToHalf(bf16, x, half.data()).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(half[i], bf16 ? kernels::FloatToBFloat16(x[i]) : kernels::FloatToFloat16(x[i]))
+          << i;
+    }
+    ASSERT_TRUE(ops->FromHalf(bf16, half.data(), absl::MakeSpan(back)).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(back[i], bf16 ? kernels::BFloat16ToFloat(half[i]) : kernels::Float16ToFloat(half[i]))
+          << i;
+    }
+  }
+  EXPECT_EQ(back[0], 1.0f + 0x1p-9f);  // fp16 keeps it
+  EXPECT_EQ(back[3], std::numeric_limits<float>::infinity());
+  ASSERT_TRUE(ops->ToHalf(true, x, half.data()).ok());
+  ASSERT_TRUE(ops->FromHalf(true, half.data(), absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-7f);
+  EXPECT_EQ(back[2], -2.5f);
 }
 
 }  // namespace
