@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <new>
 #include <thread>
@@ -14,7 +13,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "kernels/half.h"
 #include "train/optim/vector_ops.h"
 #include "train/unit_buffer_pool.h"
 
@@ -25,22 +23,6 @@ DataType WireType(Precision p) {
   return p == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
 }
 
-void Pack(Precision p, const float* x, uint16_t* y, int64_t n) {
-  if (p == Precision::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) y[i] = kernels::FloatToBFloat16(x[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = kernels::FloatToFloat16(x[i]);
-  }
-}
-
-void Unpack(Precision p, const uint16_t* x, float* y, int64_t n) {
-  if (p == Precision::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) y[i] = kernels::BFloat16ToFloat(x[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = kernels::Float16ToFloat(x[i]);
-  }
-}
-
 class ShardedDataParallel final : public ParallelStrategy, public ParameterStore {
  public:
   ShardedDataParallel(comm::Communicator* comm, comm::Communicator* host_comm,
@@ -49,24 +31,35 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
         options_(options),
         layout_(std::move(layout)),
         rank_(comm->rank()),
+        ops_(options.ops),
+        comm_ops_(options.comm_ops),
+        on_host_(!options.ops->device_memory()),
+        pool_(options.ops),
         units_(layout_.units.size()) {
     const absl::Duration timeout = options.op_timeout;
     sum_ = [host_comm, timeout](absl::Span<double> values) {
       return host_comm->AllReduce(values.data(), values.data(), values.size(),
                                   DataType::kFloat64, comm::ReduceOp::kSum, absl::Now() + timeout);
     };
-    if (options_.zero_stage == 2) full_ = state::FlatBuffer(options_.table->total_elements());
+  }
+
+  // The buffers (RESOURCE_EXHAUSTED when the memory is not there), then the thread.
+  absl::Status Start() {
     const int64_t largest_shard = layout_.largest_unit / layout_.world;
-    if (IsHalf(options_.compute) || IsHalf(options_.reduce)) {
-      wire_unit_.resize(layout_.largest_unit);
-      wire_shard_.resize(largest_shard);
+    if (options_.zero_stage == 2) {
+      RM_ASSIGN_OR_RETURN(full_, ops_->Allocate(options_.table->total_elements()));
     }
-    shard_scratch_ = state::FlatBuffer(largest_shard);
+    if (IsHalf(options_.compute) || IsHalf(options_.reduce)) {
+      RM_ASSIGN_OR_RETURN(wire_unit_, comm_ops_->Allocate((layout_.largest_unit + 1) / 2));
+      RM_ASSIGN_OR_RETURN(wire_shard_, comm_ops_->Allocate((largest_shard + 1) / 2));
+    }
+    RM_ASSIGN_OR_RETURN(shard_scratch_, comm_ops_->Allocate(largest_shard));
     // One unit's gradients are reduced while the next unit's are written. (The reduction
     // queued before a prefetched gather has had a unit's compute to run: waiting for it
     // costs little, and two gradient buffers are what the unit buffers' bound counts.)
     max_reductions_ = 1;
     thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
   }
 
   ~ShardedDataParallel() override {
@@ -74,7 +67,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
+    // No work of either stream may still use a buffer freed below.
+    (void)ops_->Synchronize();
+    (void)comm_ops_->Synchronize();
   }
 
   std::string Describe() const override {
@@ -106,12 +102,13 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   bool whole_state_on_every_rank() const override { return false; }
   const SumAcrossRanks& sum() const override { return sum_; }
   int64_t unit_buffer_bytes_peak() const override {
-    return pool_.peak_bytes() + static_cast<int64_t>(wire_unit_.size() + wire_shard_.size()) * 2 +
-           static_cast<int64_t>(shard_scratch_.bytes());
+    return pool_.peak_bytes() +
+           (wire_unit_.size() + wire_shard_.size() + shard_scratch_.size()) *
+               static_cast<int64_t>(sizeof(float));
   }
 
   absl::Status MaterializeParameters(absl::Span<float> params) override {
-    master_ = params.data();
+    SetMaster(params);
     return absl::OkStatus();
   }
   ParameterStore* store() override { return this; }
@@ -121,6 +118,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
 
   void BeginGradients(float* grads, bool measure_local_norm) override {
     grads_ = grads;
+    grads_free_ = ops_->Mark();  // the last step's readers of `grads` (the optimizer)
     measure_ = measure_local_norm;
     gradient_passes_ = 0;
     stats_ = GradientSyncStats();
@@ -179,21 +177,22 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   }
 
   absl::Status AfterOptimizerStep(absl::Span<float> params) override {
-    master_ = params.data();
+    SetMaster(params);
     if (options_.zero_stage == 3) return absl::OkStatus();
     // ZeRO-2: every rank's compute copy from the updated pieces, unit by unit through one
     // buffer.
-    return GatherWhole(options_.compute, full_.span());
+    host_full_current_ = false;
+    return GatherWhole(options_.compute, full_.data(), /*to_host=*/false);
   }
 
   absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) override {
-    master_ = params.data();
-    return GatherWhole(Precision::kFloat32, whole);
+    SetMaster(params);
+    return GatherWhole(Precision::kFloat32, whole.data(), /*to_host=*/true);
   }
 
   // ParameterStore.
   const float* Parameters(int group) override {
-    if (options_.zero_stage == 2) return full_.data();
+    if (options_.zero_stage == 2) return EvaluatingOnHost() ? HostFull() : full_.data();
     const int u = layout_.unit_of_group[group];
     const FsdpConfig& f = options_.fsdp;
     const bool ahead = f.prefetch == FsdpConfig::Prefetch::kBoth ||
@@ -214,6 +213,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       }
     }
     Wait(units_[u].gather);
+    if (EvaluatingOnHost()) return HostUnit(u);
     return units_[u].params - layout_.units[u].range.begin;
   }
 
@@ -224,8 +224,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     UnitState& s = units_[u];
     if (s.grads == nullptr) {
       WaitForReductions();
-      s.grads = TakeBuffer(layout_.units[u].padded);
-      std::fill_n(s.grads, layout_.units[u].padded, 0.0f);
+      // The buffer's last user was the model's stream (released parameters) or the
+      // communication thread, done with it: the zeroing on the model's stream needs no wait.
+      s.grads = TakeBuffer(layout_.units[u].padded).data;
+      Check(ops_->Zero({s.grads, static_cast<size_t>(layout_.units[u].padded)}));
     }
     return s.grads - layout_.units[u].range.begin;
   }
@@ -236,6 +238,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const FsdpUnit& unit = layout_.units[u];
     if (++s.groups_done < unit.end_group - unit.first_group) return;
     Op op{Op::kReduceScatter, u, s.grads};
+    op.token = ops_->Mark();  // the model's writes of these gradients
     op.accumulate = accumulate_;
     op.discard = pass_ == Pass::kDiscard;
     Enqueue(op);
@@ -251,9 +254,13 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     int unit = 0;
     float* buffer = nullptr;  // the unit buffer gathered into or reduced from (given back
                               // by the thread, but for kGather's)
+    // The model's stream's mark to wait for before the buffer is touched: kGather, the
+    // buffer's last reader (UnitBufferPool's token); kReduceScatter, the gradients' writers.
+    int token = UnitBufferPool::kNoToken;
     bool accumulate = false;  // kReduceScatter: add to the shard (else overwrite it)
     bool discard = false;     // kReduceScatter: contribute zeros
     float* whole = nullptr;   // kGatherWhole: every unit goes there, in table order
+    bool whole_on_host = false;                 // kGatherWhole: `whole` is host memory
     Precision precision = Precision::kFloat32;  // kGatherWhole's
   };
   // The training thread's view of a unit in the current pass.
@@ -265,25 +272,58 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     bool reduced = false;  // its reduce-scatter is queued
   };
 
-  // Every unit, gathered in `precision`, into `whole` (table order).
-  absl::Status GatherWhole(Precision precision, absl::Span<float> whole) {
-    Op op{Op::kGatherWhole, 0, TakeBuffer(layout_.largest_unit)};
-    op.whole = whole.data();
+  // The step's parameter buffer the gathers read, written by the model's stream's work
+  // before now (the optimizer step, a restore).
+  void SetMaster(absl::Span<float> params) {
+    master_ = params.data();
+    master_written_ = ops_->Mark();
+  }
+
+  // Every unit, gathered in `precision`, into `whole` (table order; the strategy's memory,
+  // or the host's with `to_host`).
+  absl::Status GatherWhole(Precision precision, float* whole, bool to_host) {
+    UnitBufferPool::Taken buffer = TakeBuffer(layout_.largest_unit);
+    Op op{Op::kGatherWhole, 0, buffer.data};
+    op.token = buffer.token;
+    op.whole = whole;
+    op.whole_on_host = to_host;
     op.precision = precision;
     Enqueue(op);
     return WaitAll();
   }
 
-  // A unit buffer from the pool (host memory: no stream to order with). Out of memory
-  // throws std::bad_alloc, as the step's other host buffers do.
-  float* TakeBuffer(int64_t elements) {
+  // An evaluation pass of a strategy in device memory hands the model host copies of the
+  // parameters (the trainer evaluates with the CPU model, as under data parallelism).
+  bool EvaluatingOnHost() const { return pass_ == Pass::kEvaluate && !on_host_; }
+  const float* HostUnit(int u) {
+    const FsdpUnit& unit = layout_.units[u];
+    if (host_unit_of_ != u) {
+      host_unit_.resize(layout_.largest_unit);
+      Check(ops_->CopyToHost({units_[u].params, static_cast<size_t>(unit.range.size())},
+                             host_unit_.data()));
+      host_unit_of_ = u;
+    }
+    return host_unit_.data() - unit.range.begin;
+  }
+  const float* HostFull() {
+    if (!host_full_current_) {
+      host_full_.resize(full_.size());
+      Check(ops_->CopyToHost(full_.span(), host_full_.data()));
+      host_full_current_ = true;
+    }
+    return host_full_.data();
+  }
+
+  // A unit buffer from the pool (the model's memory), with the token of its last reader.
+  // Out of memory throws std::bad_alloc, as the step's other buffers do.
+  UnitBufferPool::Taken TakeBuffer(int64_t elements) {
     absl::StatusOr<UnitBufferPool::Taken> taken = pool_.Take(elements);
     if (!taken.ok()) throw std::bad_alloc();
-    return taken->data;
+    return *taken;
   }
-  // A pool error (a buffer given twice: this strategy's bug) fails the step.
-  void GiveBack(float* buffer) {
-    absl::Status status = pool_.Give(buffer);
+  // A failure of the training thread's own calls (a pool error: this strategy's bug; a
+  // device error) fails the step.
+  void Check(absl::Status status) {
     if (status.ok()) return;
     absl::MutexLock lock(&mu_);
     if (error_.ok()) error_ = std::move(status);
@@ -298,8 +338,11 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   void Request(int u) {
     UnitState& s = units_[u];
     if (s.params != nullptr) return;
-    s.params = TakeBuffer(layout_.units[u].padded);
-    s.gather = Enqueue({Op::kGather, u, s.params});
+    const UnitBufferPool::Taken buffer = TakeBuffer(layout_.units[u].padded);
+    s.params = buffer.data;
+    Op op{Op::kGather, u, s.params};
+    op.token = buffer.token;
+    s.gather = Enqueue(op);
   }
   // Blocks until op `seq` ran; the time counts as exposed communication.
   void Wait(int64_t seq) {
@@ -341,14 +384,21 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     UnitState& s = units_[u];
     if (s.params == nullptr) return;
     Wait(s.gather);  // the thread may still be writing it
-    GiveBack(s.params);
+    // The model's work enqueued so far may still read it: its next writer waits for this.
+    Check(pool_.Give(s.params, ops_->Mark()));
     s.params = nullptr;
+    if (host_unit_of_ == u) host_unit_of_ = -1;
   }
   void ReleaseAllParameters() {
     for (size_t u = 0; u < units_.size(); ++u) ReleaseParameters(static_cast<int>(u));
   }
 
   void Loop() {
+    const absl::Status bound = comm_ops_->BindThread();
+    if (!bound.ok()) {
+      absl::MutexLock lock(&mu_);
+      error_ = bound;
+    }
     while (true) {
       Op op;
       absl::Status status;
@@ -384,66 +434,94 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const FsdpUnit& unit = layout_.units[op.unit];
     const absl::Time deadline = absl::Now() + options_.op_timeout;
     if (op.kind == Op::kReduceScatter) return ReduceScatter(unit, op, deadline, squares);
+    RM_RETURN_IF_ERROR(WaitForModel(op.token));
+    RM_RETURN_IF_ERROR(WaitForModel(master_written_));
     if (op.kind == Op::kGatherWhole) {
       for (const FsdpUnit& u : layout_.units) {
         RM_RETURN_IF_ERROR(Gather(u, op.precision, op.buffer, deadline));
-        std::copy_n(op.buffer, u.range.size(), op.whole + u.range.begin);
+        const absl::Span<const float> gathered{op.buffer, static_cast<size_t>(u.range.size())};
+        RM_RETURN_IF_ERROR(op.whole_on_host
+                               ? comm_ops_->CopyToHost(gathered, op.whole + u.range.begin)
+                               : comm_ops_->Copy(gathered, {op.whole + u.range.begin,
+                                                            gathered.size()}));
+        RM_RETURN_IF_ERROR(comm_ops_->Synchronize());  // before the next gather overwrites it
       }
       return absl::OkStatus();
     }
     return Gather(unit, options_.compute, op.buffer, deadline);
   }
 
+  // Waits on the host for the model's stream to reach `token` (nothing to wait for in host
+  // memory).
+  absl::Status WaitForModel(int token) {
+    return token == UnitBufferPool::kNoToken ? absl::OkStatus() : ops_->Wait(token);
+  }
+  uint16_t* Wire(OpsBuffer& buffer) { return reinterpret_cast<uint16_t*>(buffer.data()); }
+
   // An all-gather of the unit's pieces into `out`, in `precision` (16 bits on the wire for
-  // bf16 and fp16).
+  // bf16 and fp16), complete when it returns. The communicator's collectives return once
+  // their result is complete; our own kernels before them are synchronized first.
   absl::Status Gather(const FsdpUnit& unit, Precision precision, float* out, absl::Time deadline) {
     const float* piece = master_ + unit.local;
+    const auto shard = static_cast<size_t>(unit.shard);
     if (IsHalf(precision)) {
-      Pack(precision, piece, wire_shard_.data(), unit.shard);
-      RM_RETURN_IF_ERROR(comm_->AllGather(wire_shard_.data(), wire_unit_.data(), unit.shard,
+      const bool bf16 = precision == Precision::kBFloat16;
+      RM_RETURN_IF_ERROR(comm_ops_->ToHalf(bf16, {piece, shard}, Wire(wire_shard_)));
+      RM_RETURN_IF_ERROR(comm_ops_->Synchronize());
+      RM_RETURN_IF_ERROR(comm_->AllGather(Wire(wire_shard_), Wire(wire_unit_), unit.shard,
                                           WireType(precision), deadline));
-      Unpack(precision, wire_unit_.data(), out, unit.padded);
-      return absl::OkStatus();
+      RM_RETURN_IF_ERROR(
+          comm_ops_->FromHalf(bf16, Wire(wire_unit_), {out, static_cast<size_t>(unit.padded)}));
+      return comm_ops_->Synchronize();
     }
     return comm_->AllGather(piece, out, unit.shard, DataType::kFloat32, deadline);
   }
 
   absl::Status ReduceScatter(const FsdpUnit& unit, const Op& op, absl::Time deadline,
                              double* squares) {
-    float* g = op.buffer;
-    if (op.discard) std::fill_n(g, unit.padded, 0.0f);
+    RM_RETURN_IF_ERROR(WaitForModel(op.token));
+    RM_RETURN_IF_ERROR(WaitForModel(grads_free_));
+    const absl::Span<float> g{op.buffer, static_cast<size_t>(unit.padded)};
+    if (op.discard) RM_RETURN_IF_ERROR(comm_ops_->Zero(g));
     if (measure_) {
-      double sum = 0;
-      for (int64_t i = 0; i < unit.padded; ++i) sum += static_cast<double>(g[i]) * g[i];
-      *squares = sum;
+      RM_ASSIGN_OR_RETURN(*squares, comm_ops_->SumOfSquares(g));
     }
-    float* reduced = shard_scratch_.data();
+    const absl::Span<float> shard{grads_ + unit.local, static_cast<size_t>(unit.shard)};
+    // The sum goes straight to the shard, or through the scratch when it is added to it or
+    // arrives in 16 bits.
+    const bool direct = !op.accumulate && !IsHalf(options_.reduce);
+    const absl::Span<float> reduced = direct ? shard : shard_scratch_.span().first(shard.size());
     if (IsHalf(options_.reduce)) {
-      Pack(options_.reduce, g, wire_unit_.data(), unit.padded);
-      RM_RETURN_IF_ERROR(comm_->ReduceScatter(wire_unit_.data(), wire_shard_.data(), unit.shard,
+      const bool bf16 = options_.reduce == Precision::kBFloat16;
+      RM_RETURN_IF_ERROR(comm_ops_->ToHalf(bf16, g, Wire(wire_unit_)));
+      RM_RETURN_IF_ERROR(comm_ops_->Synchronize());
+      RM_RETURN_IF_ERROR(comm_->ReduceScatter(Wire(wire_unit_), Wire(wire_shard_), unit.shard,
                                               WireType(options_.reduce), comm::ReduceOp::kSum,
                                               deadline));
-      Unpack(options_.reduce, wire_shard_.data(), reduced, unit.shard);
+      RM_RETURN_IF_ERROR(comm_ops_->FromHalf(bf16, Wire(wire_shard_), reduced));
     } else {
-      RM_RETURN_IF_ERROR(comm_->ReduceScatter(g, reduced, unit.shard, DataType::kFloat32,
-                                              comm::ReduceOp::kSum, deadline));
+      RM_RETURN_IF_ERROR(comm_ops_->Synchronize());  // the discard's zeros
+      RM_RETURN_IF_ERROR(comm_->ReduceScatter(g.data(), reduced.data(), unit.shard,
+                                              DataType::kFloat32, comm::ReduceOp::kSum,
+                                              deadline));
     }
-    float* shard = grads_ + unit.local;
-    if (op.accumulate) {
-      for (int64_t i = 0; i < unit.shard; ++i) shard[i] += reduced[i];
-    } else {
-      std::copy_n(reduced, unit.shard, shard);
+    if (!direct) {
+      RM_RETURN_IF_ERROR(op.accumulate ? comm_ops_->Add(reduced, shard)
+                                       : comm_ops_->Copy(reduced, shard));
     }
-    return absl::OkStatus();
+    return comm_ops_->Synchronize();
   }
 
   comm::Communicator* const comm_;
   const ShardedOptions options_;
   const FsdpLayout layout_;
   const int rank_;
+  VectorOps* const ops_;       // the model's stream: the step's buffers, the unit buffers
+  VectorOps* const comm_ops_;  // the communication thread's
+  const bool on_host_;
   SumAcrossRanks sum_;
-  UnitBufferPool pool_{HostVectorOps()};
-  state::FlatBuffer full_;  // ZeRO-2: the compute copy of every parameter
+  UnitBufferPool pool_;
+  OpsBuffer full_;  // ZeRO-2: the compute copy of every parameter
 
   // The training thread's.
   int64_t max_reductions_ = 1;
@@ -457,13 +535,21 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   absl::Duration exposed_;
   GradientSyncStats stats_;
 
+  // Evaluation on the host of a strategy in device memory (EvaluatingOnHost).
+  std::vector<float> host_unit_, host_full_;
+  int host_unit_of_ = -1;
+  bool host_full_current_ = false;
+
   // Read by the communication thread while ops are queued; set by the training thread
-  // only when none is (between steps).
+  // only when none is (between steps), with the model's stream's marks after their writers
+  // and readers.
   float* master_ = nullptr;
+  int master_written_ = UnitBufferPool::kNoToken;
   float* grads_ = nullptr;
-  // The communication thread's scratch.
-  std::vector<uint16_t> wire_unit_, wire_shard_;  // 16-bit gathers and reductions
-  state::FlatBuffer shard_scratch_;               // a reduced shard before it is added
+  int grads_free_ = UnitBufferPool::kNoToken;
+  // The communication thread's scratch, in comm_ops' memory.
+  OpsBuffer wire_unit_, wire_shard_;  // 16-bit values of a unit and a shard
+  OpsBuffer shard_scratch_;           // a reduced shard before it is added
 
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
@@ -522,9 +608,14 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreateShardedDataParallel(
     return absl::InvalidArgumentError(absl::StrCat("parallelism.fsdp.prefetch_limit: ",
                                                    options.fsdp.prefetch_limit, " < 1"));
   }
+  if (options.ops == nullptr || options.comm_ops == nullptr) {
+    return absl::InvalidArgumentError("CreateShardedDataParallel: ShardedOptions.ops is null");
+  }
   RM_ASSIGN_OR_RETURN(FsdpLayout layout, ShardedLayout(options, comm->size()));
-  return std::unique_ptr<ParallelStrategy>(
-      new ShardedDataParallel(comm, host_comm, options, std::move(layout)));
+  auto strategy =
+      std::make_unique<ShardedDataParallel>(comm, host_comm, options, std::move(layout));
+  RM_RETURN_IF_ERROR(strategy->Start());
+  return std::unique_ptr<ParallelStrategy>(std::move(strategy));
 }
 
 }  // namespace ringmaster::train

@@ -59,6 +59,7 @@
 #include "train/config.h"
 #include "train/fsdp_layout.h"
 #include "train/model.h"
+#include "train/optim/vector_ops.h"
 #include "train/parallel_strategy.h"
 
 namespace ringmaster::train {
@@ -72,6 +73,13 @@ struct ShardedOptions {
   Precision compute = Precision::kFloat32;    // the gathered parameters' precision
   Precision reduce = Precision::kFloat32;     // the reduce-scatter's: fp32 or bf16
   absl::Duration op_timeout = absl::Seconds(120);
+  // The memory of the step's buffers and the unit buffers, and the streams that order the
+  // work on them (not owned; they outlive the strategy): `ops` the model's (its marks tell
+  // the communication thread when the model's reads and writes are done), `comm_ops` the
+  // communication thread's. Host memory by default; a GPU's (TrainingDevice::ops() and
+  // comm_ops()) with a communicator of device memory.
+  VectorOps* ops = HostVectorOps();
+  VectorOps* comm_ops = HostVectorOps();
 };
 
 // Whether a job of `config` trains with this strategy: ZeRO-3, and ZeRO-2 on the CPU (on a

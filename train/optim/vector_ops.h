@@ -77,6 +77,10 @@ class VectorOps {
   // Waits until every call made so far on these ops is complete.
   virtual absl::Status Synchronize() = 0;
 
+  // Makes the calling thread's later calls act on these ops' device (a thread other than
+  // the one that created the ops calls it once, first: CUDA's current device is per thread).
+  virtual absl::Status BindThread() { return absl::OkStatus(); }
+
   // Orders work across threads: Mark() (on the thread that enqueued the producing work)
   // returns a token; Wait(token), from any thread, returns once all work enqueued on these
   // ops before the Mark is complete. Host ops run their work at once: both do nothing.
