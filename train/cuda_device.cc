@@ -58,6 +58,7 @@ class CudaDevice final : public TrainingDevice {
     if (const auto* gpt = dynamic_cast<const nn::GptModel*>(&model)) {
       nn::GptCudaOptions go;
       go.matmul = d->type_;
+      go.flat_parameters = options.flat_parameters;
       RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
     } else {
       RM_ASSIGN_OR_RETURN(d->classifier_, nn::SequentialCuda::Create(

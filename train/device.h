@@ -64,6 +64,11 @@ struct CudaDeviceOptions {
   // products; fp32 master parameters, gradients and optimizer state). ForwardBackward takes
   // this precision. A 16-bit precision overrides tf32.
   Precision precision = Precision::kFloat32;
+  // Whether ForwardBackward reads the flat params() (data parallelism) rather than a
+  // ParameterStore (ForwardBackwardOptions::store: ZeRO-2/3, params() then holds this rank's
+  // pieces). In bf16 and fp16 the GPT keeps a 16-bit copy of every parameter for the first,
+  // of one parameter group for the second (train/nn/gpt_cuda.h).
+  bool flat_parameters = true;
 };
 
 // The GPUs this process sees; 0 in a build without CUDA or on error (never fails).

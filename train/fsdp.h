@@ -45,6 +45,27 @@
 // peak plus the staging. Errors of a collective surface at ReduceGradients (or
 // EndEvaluation / AfterOptimizerStep): the step must not be applied.
 //
+// On a GPU (ShardedOptions::ops and comm_ops a TrainingDevice's, `comm` NCCL or the TCP
+// backend staging through host memory) the same units, order and numbers, in device memory:
+// the step buffers, the unit buffers and the staging. The model enqueues its kernels on its
+// stream and calls the store as soon as they are ENQUEUED (train/nn/gpt_cuda.h's contract);
+// the strategy orders its work with that stream by its marks (VectorOps::Mark/Wait):
+//   Parameters(g)    returns once the gather is complete on the device (the communication
+//                    thread's collective returned, its 16-bit unpacking synchronized), so
+//                    work the model enqueues after the call reads the gathered values;
+//   freeing a unit   (reshard, GradientsDone, end of a pass) gives its buffer back to the pool
+//                    with a mark on the model's stream; a gather into that buffer waits for
+//                    the mark first (the model may still be reading it); a gradient buffer
+//                    is zeroed on the model's stream itself, needing no wait;
+//   GradientsDone(g) marks the model's stream; the reduce-scatter waits for that mark;
+//   MaterializeParameters / AfterOptimizerStep / BeginGradients mark the step buffers'
+//                    last writer (the optimizer) and readers, which the gathers and the
+//                    first write of a reduced shard wait for.
+// Those waits are host waits on the communication thread (the communicators' collectives
+// are blocking calls). An evaluation pass (Pass::kEvaluate) of a strategy in device memory
+// hands the model host copies of the gathered units (the trainer evaluates with the CPU
+// model, as it does under data parallelism on a GPU), one unit at a time.
+//
 // Thread-safety: the ParallelStrategy and ParameterStore calls from the training thread only.
 #ifndef RINGMASTER_TRAIN_FSDP_H_
 #define RINGMASTER_TRAIN_FSDP_H_
@@ -82,11 +103,8 @@ struct ShardedOptions {
   VectorOps* comm_ops = HostVectorOps();
 };
 
-// Whether a job of `config` trains with this strategy: ZeRO-3, and ZeRO-2 on the CPU (on a
-// GPU stage 2 is still CreateDataParallel's, with the whole gradient buffer).
-inline bool UsesShardedStrategy(const TrainConfig& config, bool on_gpu) {
-  return config.zero_stage == 3 || (config.zero_stage == 2 && !on_gpu);
-}
+// Whether a job of `config` trains with this strategy (ZeRO-2 and 3, on the CPU or a GPU).
+inline bool UsesShardedStrategy(const TrainConfig& config) { return config.zero_stage >= 2; }
 
 // The options `config` asks for, over `model`'s table (not owned: it must outlive them) and
 // parameter groups.

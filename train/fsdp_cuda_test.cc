@@ -1,18 +1,19 @@
-// The device strategy's collectives (train/fsdp_cuda.h) on 2 forked ranks, each with its own
-// GPU (an emulated one under --config=cudaemu, where every stream operation first sleeps a
-// random while) and an NcclCommunicator; 50 ms of work (a sleeping host function) queued on
-// the model's stream before each reader or writer, so that a collective that does not wait
-// for it runs first:
-//   - GatherUnitOnDevice gives every rank the unit's pieces in rank order and waits for the
-//     token of its buffer's last reader (that reader still sees the old values: fails
-//     without the wait); with the pieces written on the model's stream before a mark, the
-//     values gathered are the new ones (fails without the wait for that mark);
-//   - ReduceScatterUnitOnDevice waits for the mark after the gradients' writer (the values
-//     reduced are the new ones: fails without the wait), writes the sum to this rank's
-//     piece, and with accumulate adds to it.
+// The sharded strategy (train/fsdp.h) in GPU memory, driven through its ParameterStore the
+// way a CUDA model drives it (train/nn/gpt_cuda.h's contract: the model's calls come once its
+// work is ENQUEUED on its stream, not run), on 2 forked ranks, each with its own GPU (an
+// emulated one under --config=cudaemu) and an NcclCommunicator. 50 ms of work (a sleeping host
+// function) is queued on the model's stream before each reader or writer the strategy must
+// wait for, so that a collective that does not wait runs first and the test fails:
+//   - the first gather reads the pieces the model's stream wrote before MaterializeParameters
+//     (without the wait for that mark it gathers the zeros that were there);
+//   - moving to the next unit in forward frees the first; the next gather reuses its buffer
+//     and must wait for the model's last reader (which would otherwise see the second unit);
+//   - a unit's reduce-scatter reads the gradients the model's stream wrote before
+//     GradientsDone (otherwise it reduces the zeros Gradients gave);
+//   - a second micro-batch adds to the shard (VectorOps::Add on the communication stream).
+// In fp32 and with 16-bit wires (bf16 gathers and reduce-scatters: ToHalf/FromHalf on the
+// device); the values are exact in bf16, so the expectations are exact too.
 // This process never initialises CUDA (its forked ranks could not use it).
-#include "train/fsdp_cuda.h"
-
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -27,6 +28,7 @@
 #include "comm/testing/multiproc.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "train/fsdp.h"
 #include "train/optim/cuda_vector_ops.h"
 
 namespace ringmaster::train {
@@ -38,28 +40,10 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-// The first mismatch of `got` against `want`, or "".
-std::string Mismatch(const std::vector<float>& got, const std::vector<float>& want) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i] != want[i]) return absl::StrCat("[", i, "] ", got[i], ", want ", want[i]);
-  }
-  return "";
-}
-
-// A unit of 3000 elements padded to 3008 (a multiple of 2 × 16), its pieces at offset 32 of
-// each rank's shard buffer.
-FsdpUnit TestUnit() {
-  FsdpUnit u;
-  u.name = "test";
-  u.range = {0, 3000};
-  u.padded = 3008;
-  u.shard = u.padded / kRanks;
-  u.local = 32;
-  return u;
-}
-
-// What rank r's piece (or gradient) holds at i.
-float Value(int rank, int64_t i, float scale) { return scale * (rank + 1) + 0.25f * (i % 64); }
+// Parameter j of the flat space, and rank p's gradient of it: exact in bf16, and so are the
+// sums of two gradients.
+float Weight(int64_t j) { return 0.25f * static_cast<float>(j % 64) + static_cast<float>(j / 1000); }
+float Gradient(int p, int64_t j) { return static_cast<float>(p + 1) + 0.5f * static_cast<float>(j % 8); }
 
 struct Rank {
   cudaStream_t compute = nullptr, comm = nullptr;
@@ -72,110 +56,146 @@ struct Rank {
   }
 };
 
-enum Case { kGatherAfterReader, kGatherAfterWriter, kReduceScatter };
-
-absl::Status Check(Case what, comm::NcclCommunicator& nccl) {
+absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Communicator& host) {
   Rank r;
   if (cudaStreamCreate(&r.compute) != cudaSuccess || cudaStreamCreate(&r.comm) != cudaSuccess) {
     return absl::InternalError("cudaStreamCreate");
   }
   RM_ASSIGN_OR_RETURN(r.compute_ops, CudaVectorOps::Create(r.compute));
   RM_ASSIGN_OR_RETURN(r.comm_ops, CudaVectorOps::Create(r.comm));
-  const FsdpUnit unit = TestUnit();
+  VectorOps& ops = *r.compute_ops;
   const int rank = nccl.rank();
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  RM_ASSIGN_OR_RETURN(OpsBuffer shards, r.compute_ops->Allocate(unit.local + unit.shard));
-  std::vector<float> host(unit.local + unit.shard);
+  const std::string what = PrecisionName(precision);
 
-  // 50 ms of work on the model's stream before a reader or writer (a host function that
-  // sleeps), so that a collective that does not wait for it runs first.
+  // Two tensors, one group and one unit each (wrap: layer); the second unit is smaller, so
+  // its gather reuses the first one's buffer once that is freed.
+  state::TensorTable table;
+  table.Add("a", {3000});
+  table.Add("b", {2000});
+  ShardedOptions so;
+  so.table = &table;
+  so.groups = {{"a", 0, 1, 0, "a"}, {"b", 1, 2, 1, "b"}};
+  so.fsdp.wrap = FsdpConfig::Wrap::kLayer;
+  so.fsdp.prefetch = FsdpConfig::Prefetch::kNone;
+  so.compute = precision;
+  so.reduce = precision;
+  so.op_timeout = absl::Seconds(60);
+  so.ops = r.compute_ops.get();
+  so.comm_ops = r.comm_ops.get();
+  RM_ASSIGN_OR_RETURN(FsdpLayout layout, ShardedLayout(so, kRanks));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelStrategy> strategy,
+                      CreateShardedDataParallel(&nccl, &host, so));
+  ParameterStore* store = strategy->store();
+  const int64_t local = strategy->local_elements();
+  const std::vector<state::PlacedRange> pieces = strategy->update_pieces();
+
+  RM_ASSIGN_OR_RETURN(OpsBuffer shard, ops.Allocate(local));
+  RM_ASSIGN_OR_RETURN(OpsBuffer grads, ops.Allocate(local));
+  RM_ASSIGN_OR_RETURN(OpsBuffer staged, ops.Allocate(local));
+  RM_ASSIGN_OR_RETURN(OpsBuffer seen, ops.Allocate(table.tensor(0).numel));
+  RM_ASSIGN_OR_RETURN(OpsBuffer source_a, ops.Allocate(table.tensor(0).numel));
+  RM_ASSIGN_OR_RETURN(OpsBuffer source_b, ops.Allocate(table.tensor(1).numel));
+  std::vector<float> host(local);
+  for (const state::PlacedRange& p : pieces) {
+    for (int64_t k = 0; k < p.range.size(); ++k) host[p.at + k] = Weight(p.range.begin + k);
+  }
+  RM_RETURN_IF_ERROR(ops.CopyFromHost(host.data(), staged.span()));
+  for (int t = 0; t < 2; ++t) {
+    std::vector<float> g(table.tensor(t).numel);
+    for (int64_t i = 0; i < static_cast<int64_t>(g.size()); ++i) {
+      g[i] = Gradient(rank, table.tensor(t).offset + i);
+    }
+    RM_RETURN_IF_ERROR(ops.CopyFromHost(g.data(), (t == 0 ? source_a : source_b).span()));
+  }
+
   auto keep_busy = [&]() -> absl::Status {
     const cudaError_t e = cudaLaunchHostFunc(
         r.compute, [](void*) { absl::SleepFor(absl::Milliseconds(50)); }, nullptr);
     return Expect(e == cudaSuccess, "cudaLaunchHostFunc");
   };
+  auto tensor_of = [&](const float* base, int t) {
+    return absl::Span<const float>(base + table.tensor(t).offset,
+                                   static_cast<size_t>(table.tensor(t).numel));
+  };
+  // The host's copy of device span `x` (after the model's stream's work so far).
+  auto read = [&](absl::Span<const float> x) -> absl::StatusOr<std::vector<float>> {
+    std::vector<float> v(x.size());
+    RM_RETURN_IF_ERROR(ops.CopyToHost(x, v.data()));
+    return v;
+  };
+  // The first index where `got` is not tensor t's weights, or -1.
+  auto first_wrong_weight = [&](const std::vector<float>& got, int t) -> int64_t {
+    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+      if (got[i] != Weight(table.tensor(t).offset + i)) return i;
+    }
+    return -1;
+  };
 
-  if (what != kReduceScatter) {
-    // This rank's piece is Value(rank, i, 100).
-    for (int64_t i = 0; i < unit.shard; ++i) host[unit.local + i] = Value(rank, i, 100);
-    UnitBufferPool pool(r.comm_ops.get());
-    RM_ASSIGN_OR_RETURN(UnitBufferPool::Taken into, pool.Take(unit.padded));
-    int written = UnitBufferPool::kNoToken;
-    const std::vector<float> old(unit.padded, -7.0f);
-    RM_ASSIGN_OR_RETURN(OpsBuffer seen, r.compute_ops->Allocate(unit.padded));
-    // Lives until after the gather: freeing device memory (cudaFree) waits for the device.
-    RM_ASSIGN_OR_RETURN(OpsBuffer staged, r.comm_ops->Allocate(unit.local + unit.shard));
-    if (what == kGatherAfterReader) {
-      // The piece is in place now. The buffer's last reader (the model) copies what it holds,
-      // -7 everywhere, and gives it back with a mark; the gather must not overwrite it before
-      // that copy ran.
-      RM_RETURN_IF_ERROR(r.comm_ops->CopyFromHost(host.data(), shards.span()));
-      RM_RETURN_IF_ERROR(r.comm_ops->CopyFromHost(old.data(), {into.data, size_t(unit.padded)}));
-      RM_RETURN_IF_ERROR(keep_busy());
-      RM_RETURN_IF_ERROR(r.compute_ops->Copy({into.data, size_t(unit.padded)}, seen.span()));
-      RM_RETURN_IF_ERROR(pool.Give(into.data, r.compute_ops->Mark()));
-      RM_ASSIGN_OR_RETURN(into, pool.Take(unit.padded));
-      RM_RETURN_IF_ERROR(Expect(into.token != UnitBufferPool::kNoToken,
-                                "the pool did not hand the buffer back with its token"));
-    } else {
-      // The model's stream writes the piece (as the optimizer step does: enqueued only)
-      // before the mark `written`; the buffer is fresh. (Staged through the comm stream:
-      // the ops' copies from the host return complete.)
-      RM_RETURN_IF_ERROR(r.comm_ops->CopyFromHost(host.data(), staged.span()));
-      RM_RETURN_IF_ERROR(keep_busy());
-      RM_RETURN_IF_ERROR(r.compute_ops->Copy(staged.span(), shards.span()));
-      written = r.compute_ops->Mark();
-    }
-    RM_RETURN_IF_ERROR(
-        GatherUnitOnDevice(nccl, *r.compute_ops, unit, shards.data(), written, into, deadline));
-    std::vector<float> got(unit.padded), want(unit.padded);
-    for (int p = 0; p < kRanks; ++p) {
-      for (int64_t i = 0; i < unit.shard; ++i) want[p * unit.shard + i] = Value(p, i, 100);
-    }
-    RM_RETURN_IF_ERROR(r.comm_ops->CopyToHost({into.data, size_t(unit.padded)}, got.data()));
-    RM_RETURN_IF_ERROR(Expect(Mismatch(got, want).empty(), "gathered " + Mismatch(got, want)));
-    if (what == kGatherAfterReader) {
-      RM_RETURN_IF_ERROR(r.compute_ops->CopyToHost(seen.span(), got.data()));
-      RM_RETURN_IF_ERROR(Expect(Mismatch(got, old).empty(),
-                                "the last reader saw the gather: " + Mismatch(got, old)));
-    }
-    return absl::OkStatus();
-  }
-
-  // Reduce-scatter: rank p's gradients are Value(p, i, 10); the model's stream writes them
-  // (from `source`, enqueued only) before the mark.
-  RM_ASSIGN_OR_RETURN(OpsBuffer source, r.compute_ops->Allocate(unit.padded));
-  RM_ASSIGN_OR_RETURN(OpsBuffer grads, r.compute_ops->Allocate(unit.padded));
-  RM_ASSIGN_OR_RETURN(OpsBuffer scratch, r.comm_ops->Allocate(unit.shard));
-  std::vector<float> g(unit.padded);
-  for (int64_t i = 0; i < unit.padded; ++i) g[i] = Value(rank, i, 10);
-  RM_RETURN_IF_ERROR(r.compute_ops->CopyFromHost(g.data(), source.span()));
-  std::vector<float> want(unit.shard);
-  for (int64_t i = 0; i < unit.shard; ++i) {
-    for (int p = 0; p < kRanks; ++p) want[i] += Value(p, rank * unit.shard + i, 10);
-  }
-  for (bool accumulate : {false, true}) {
-    RM_RETURN_IF_ERROR(r.compute_ops->Zero(grads.span()));
+  // The model's stream writes the pieces (as an optimizer step does: enqueued only).
+  RM_RETURN_IF_ERROR(keep_busy());
+  RM_RETURN_IF_ERROR(ops.Copy(staged.span(), shard.span()));
+  RM_RETURN_IF_ERROR(strategy->MaterializeParameters(shard.span()));
+  strategy->BeginGradients(grads.data(), /*measure_local_norm=*/true);
+  for (int micro = 0; micro < 2; ++micro) {
+    strategy->BeginPass(ParallelStrategy::Pass::kTrain);
+    const float* a = store->Parameters(0);
+    // The model reads unit a late (its stream is busy), after the store moved on to b.
     RM_RETURN_IF_ERROR(keep_busy());
-    RM_RETURN_IF_ERROR(r.compute_ops->Copy(source.span(), grads.span()));
-    const int written = r.compute_ops->Mark();
-    RM_RETURN_IF_ERROR(ReduceScatterUnitOnDevice(nccl, *r.compute_ops, *r.comm_ops, unit,
-                                                 grads.data(), written, accumulate,
-                                                 scratch.data(), shards.data(), deadline));
-    RM_RETURN_IF_ERROR(r.compute_ops->CopyToHost(shards.span(), host.data()));
-    std::vector<float> got(host.begin() + unit.local, host.end());
-    std::vector<float> expected = want;
-    if (accumulate) {
-      for (float& x : expected) x *= 2;
+    RM_RETURN_IF_ERROR(ops.Copy(tensor_of(a, 0), seen.span()));
+    const float* b = store->Parameters(1);
+    RM_ASSIGN_OR_RETURN(std::vector<float> seen_a, read(seen.span()));
+    const int64_t wrong_a = first_wrong_weight(seen_a, 0);
+    RM_RETURN_IF_ERROR(Expect(wrong_a < 0, absl::StrCat(what, " micro ", micro, ": a[", wrong_a,
+                                                        "] read by the model is ",
+                                                        seen_a[std::max<int64_t>(wrong_a, 0)])));
+    RM_ASSIGN_OR_RETURN(std::vector<float> got_b, read(tensor_of(b, 1)));
+    const int64_t wrong_b = first_wrong_weight(got_b, 1);
+    RM_RETURN_IF_ERROR(Expect(wrong_b < 0, absl::StrCat(what, " micro ", micro, ": b[", wrong_b,
+                                                        "] gathered is ",
+                                                        got_b[std::max<int64_t>(wrong_b, 0)])));
+    // Backward, b then a: the model's stream writes each gradient late.
+    store->BeginBackward();
+    for (int t : {1, 0}) {
+      float* g = store->Gradients(t);
+      RM_RETURN_IF_ERROR(keep_busy());
+      RM_RETURN_IF_ERROR(ops.Copy((t == 0 ? source_a : source_b).span(),
+                                  {g + table.tensor(t).offset,
+                                   static_cast<size_t>(table.tensor(t).numel)}));
+      store->GradientsDone(t);
     }
-    RM_RETURN_IF_ERROR(Expect(Mismatch(got, expected).empty(),
-                              absl::StrCat(accumulate ? "accumulated " : "reduced ",
-                                           Mismatch(got, expected))));
+  }
+  RM_RETURN_IF_ERROR(strategy->ReduceGradients());
+  RM_ASSIGN_OR_RETURN(std::vector<float> reduced, read(grads.span()));
+  for (const state::PlacedRange& p : pieces) {
+    for (int64_t k = 0; k < p.range.size(); ++k) {
+      const int64_t j = p.range.begin + k;
+      bool in_tensor = false;
+      for (int t = 0; t < 2; ++t) {
+        in_tensor |= j >= table.tensor(t).offset && j < table.tensor(t).offset + table.tensor(t).numel;
+      }
+      const float want = in_tensor ? 2 * (Gradient(0, j) + Gradient(1, j)) : 0.0f;
+      RM_RETURN_IF_ERROR(Expect(reduced[p.at + k] == want,
+                                absl::StrCat(what, ": the reduced gradient of ", j, " is ",
+                                             reduced[p.at + k], ", want ", want,
+                                             " (two micro-batches of two ranks)")));
+    }
+  }
+  RM_RETURN_IF_ERROR(Expect(strategy->last_step().local_grad_norm > 0,
+                            "no local gradient norm was measured"));
+  // The whole model on the host, from the device pieces.
+  std::vector<float> whole(table.total_elements());
+  RM_RETURN_IF_ERROR(strategy->WholeParameters(shard.span(), absl::MakeSpan(whole)));
+  for (int t = 0; t < 2; ++t) {
+    std::vector<float> got(whole.begin() + table.tensor(t).offset,
+                           whole.begin() + table.tensor(t).offset + table.tensor(t).numel);
+    const int64_t wrong = first_wrong_weight(got, t);
+    RM_RETURN_IF_ERROR(Expect(wrong < 0, absl::StrCat(what, ": WholeParameters' tensor ", t,
+                                                      " wrong at ", wrong)));
   }
   return absl::OkStatus();
 }
 
-void RunOnRanks(Case what) {
+void RunOnRanks(Precision precision) {
   if (!comm::testing::GpuPerRankAvailable(kRanks)) {
     GTEST_SKIP() << "fewer than 2 CUDA GPUs here (or run with --config=cudaemu)";
   }
@@ -193,7 +213,7 @@ void RunOnRanks(Case what) {
                                                             .store = store.get(),
                                                             .prefix = "fsdp_cuda/nccl",
                                                             .device = device}));
-        return Check(what, *nccl);
+        return Check(precision, *nccl, tcp);
       });
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_TRUE(results[r].reported) << "rank " << r << ": " << results[r].exit_detail;
@@ -201,9 +221,10 @@ void RunOnRanks(Case what) {
   }
 }
 
-TEST(FsdpCuda, GatherAfterTheBuffersLastReader) { RunOnRanks(kGatherAfterReader); }
-TEST(FsdpCuda, GatherAfterThePiecesWriter) { RunOnRanks(kGatherAfterWriter); }
-TEST(FsdpCuda, ReduceScatterAfterTheGradientsWriterAndAccumulate) { RunOnRanks(kReduceScatter); }
+TEST(ShardedOnDevice, OrdersItsWorkWithTheModelsStreamInFp32) { RunOnRanks(Precision::kFloat32); }
+TEST(ShardedOnDevice, OrdersItsWorkWithTheModelsStreamWithBf16Wires) {
+  RunOnRanks(Precision::kBFloat16);
+}
 
 }  // namespace
 }  // namespace ringmaster::train

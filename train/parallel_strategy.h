@@ -87,9 +87,10 @@ class ParallelStrategy {
   // After the optimizer updated update_window() of `params` (the step's buffer), or after
   // a restore wrote it: every rank's parameters are current again.
   virtual absl::Status AfterOptimizerStep(absl::Span<float> params) = 0;
-  // The whole parameters in table order into `whole` (table.total_elements() floats) from
-  // the step's parameter buffer `params` (host memory): a copy, or under ZeRO-2/3 a gather
-  // of every unit (every rank calls it then). For on_finish and the like, not for steps.
+  // The whole parameters in table order into `whole` (table.total_elements() floats of host
+  // memory) from the step's parameter buffer `params` (host memory for data parallelism,
+  // whose default copies it; the strategy's memory under ZeRO-2/3, which gathers every unit:
+  // every rank calls it then). For on_finish and the like, not for steps.
   virtual absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) {
     std::copy_n(params.data(), whole.size(), whole.data());
     return absl::OkStatus();

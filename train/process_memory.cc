@@ -89,7 +89,7 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
     state.gradients = state.parameters;
     state.optimizer = inputs.strategy->update_window().size() * 4 * state.moments;
   }
-  if (!UsesShardedStrategy(config, /*on_gpu=*/!inputs.state_on_host)) return state;
+  if (!UsesShardedStrategy(config)) return state;
   // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them.
   RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
                       train::PlanRankState(config, *inputs.model, std::max(1, inputs.world),

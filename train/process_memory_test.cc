@@ -43,7 +43,7 @@ TrainConfig Mlp(std::vector<int64_t> hidden, OptimizerOptions optimizer, int zer
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> StrategyFor(const TrainConfig& config,
                                                               const Model& model,
                                                               comm::Communicator& comm) {
-  if (UsesShardedStrategy(config, /*on_gpu=*/false)) {
+  if (UsesShardedStrategy(config)) {
     return CreateShardedDataParallel(&comm, &comm, ShardedOptionsFor(config, model));
   }
   DataParallelOptions dp;

@@ -51,10 +51,11 @@ absl::Status Diverged(const TrainConfig& config, int64_t step, absl::string_view
 
 // The GPU the config asks for (TrainerOptions::gpu), or null for the CPU: `device: cpu`, or
 // `auto` where this build, this machine or this job has no CUDA path (`why_cpu` says which).
-// `device: cuda` gets a GPU or the error that says why not, naming the field.
+// `device: cuda` gets a GPU or the error that says why not, naming the field. The device's
+// step buffers hold `elements` floats each (the whole padded flat space, or a shard).
 absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& config,
                                                              const Model& model,
-                                                             int64_t padded, int gpu,
+                                                             int64_t elements, int gpu,
                                                              std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
@@ -62,19 +63,12 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
     return nullptr;
   }
-  if (config.zero_stage == 3) {
-    constexpr const char* kWhy =
-        "parallelism.zero_stage: 3 trains on the CPU in this version: its CUDA path is not "
-        "built yet";
-    if (required) return absl::InvalidArgumentError(absl::StrCat(kWhy, "; set device: cpu"));
-    *why_cpu = kWhy;
-    return nullptr;
-  }
   CudaDeviceOptions o;
   o.gpu = CudaOrdinalForSlot(gpu);
   o.tf32 = config.tf32;
   o.precision = config.precision;
-  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = CreateCudaDevice(model, padded, o);
+  o.flat_parameters = !UsesShardedStrategy(config);
+  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = CreateCudaDevice(model, elements, o);
   if (device.ok()) return device;
   const absl::Status& why = device.status();
   if (required) {
@@ -212,9 +206,15 @@ absl::Status Trainer::State::LoadModel() {
   }
   allocating = "the model (model)";
   RM_ASSIGN_OR_RETURN(model, CreateModel(config.model, data.train->info()));
-  const int64_t padded = PaddedElements(model->table().total_elements(), world);  // DP's
+  // The step buffers' elements: data parallelism's padded flat space, or a rank's pieces.
+  int64_t elements = PaddedElements(model->table().total_elements(), world);
+  if (UsesShardedStrategy(config)) {
+    RM_ASSIGN_OR_RETURN(FsdpLayout layout,
+                        ShardedLayout(ShardedOptionsFor(config, *model), world));
+    elements = layout.local_elements;
+  }
   allocating = "the model's state on its device";
-  RM_ASSIGN_OR_RETURN(device, ChooseDevice(config, *model, padded, options.gpu, &why_cpu));
+  RM_ASSIGN_OR_RETURN(device, ChooseDevice(config, *model, elements, options.gpu, &why_cpu));
   RM_RETURN_IF_ERROR(CheckHostMemory(config, *model, world,
                                      /*gradients_on_host=*/device == nullptr, options.local_ranks));
   ops = device != nullptr ? device->ops() : HostVectorOps();
@@ -264,10 +264,13 @@ absl::Status Trainer::State::ChooseGradientComm() {
 // the state this rank updates.
 absl::Status Trainer::State::BuildState() {
   const state::TensorTable& table = model->table();
-  const bool sharded = UsesShardedStrategy(config, /*on_gpu=*/device != nullptr);
+  const bool sharded = UsesShardedStrategy(config);
+  VectorOps* comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
   if (sharded) {
     ShardedOptions so = ShardedOptionsFor(config, *model);
     so.op_timeout = options.op_timeout;
+    so.ops = ops;
+    so.comm_ops = comm_ops;
     RM_ASSIGN_OR_RETURN(strategy, CreateShardedDataParallel(comm, hcomm, so));
   } else {
     DataParallelOptions dp;
@@ -277,7 +280,7 @@ absl::Status Trainer::State::BuildState() {
     dp.overlap = config.overlap;
     dp.op_timeout = options.op_timeout;
     dp.ops = ops;
-    dp.comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
+    dp.comm_ops = comm_ops;
     RM_ASSIGN_OR_RETURN(strategy, CreateDataParallel(comm, hcomm, dp));
   }
   RM_RETURN_IF_ERROR(CheckProcessMemoryLimit(
@@ -612,6 +615,12 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
   if (config.fingerprint_every > 0 && replicas != nullptr &&
       (done % config.fingerprint_every == 0 || last_step)) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
+    state::FlatBuffer copy;  // ZeRO-2's compute copy on a GPU, read on the host
+    if (replicas != params.data() && ops->device_memory()) {
+      copy = state::FlatBuffer(model->table().total_elements());
+      RM_RETURN_IF_ERROR(ops->CopyToHost({replicas, static_cast<size_t>(copy.size())}, copy.data()));
+      replicas = copy.data();
+    }
     RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), replicas, result.final_loss(),
                                          done, Deadline()));
   }
@@ -728,7 +737,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       options.on_finish(model->table(), params);
     } else {  // this rank holds pieces: the whole model, gathered
       state::FlatBuffer whole(model->table().total_elements());
-      RM_RETURN_IF_ERROR(strategy->WholeParameters(params.span(), whole.span()));
+      RM_RETURN_IF_ERROR(strategy->WholeParameters(step_params, whole.span()));
       options.on_finish(model->table(), whole);
     }
   }

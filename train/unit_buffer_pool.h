@@ -1,5 +1,5 @@
 // UnitBufferPool: the buffers of sharded data parallelism's gathered units and unreduced
-// gradients (train/fsdp.h on the CPU, train/fsdp_cuda.h on a GPU), in a VectorOps' memory.
+// gradients (train/fsdp.h, on the CPU or a GPU), in a VectorOps' memory.
 #ifndef RINGMASTER_TRAIN_UNIT_BUFFER_POOL_H_
 #define RINGMASTER_TRAIN_UNIT_BUFFER_POOL_H_
 
@@ -24,7 +24,7 @@ namespace ringmaster::train {
 // VectorOps mark (ops->Mark() on the stream whose enqueued work may still read or write it,
 // or kNoToken when that work is complete); Take returns the buffer with the token its last
 // user gave, and a writer on another stream or thread must ops->Wait(token) before writing
-// (train/fsdp_cuda.h's design; host memory has no streams: its users give kNoToken).
+// (train/fsdp.h; host memory has no streams: HostVectorOps' marks wait for nothing).
 // Freeing a buffer (OpsBuffer's destructor: cudaFree) waits for the device itself.
 //
 // Thread-safe.
