@@ -118,9 +118,10 @@ absl::Status Residual16(const char* fn, T* out, const T* a, const T* b, int64_t 
   return Launched(launch(out, a, b, n, stream), absl::StrCat(fn, " launch").c_str());
 }
 
-template <typename T>
-absl::Status CastFloat16(const char* fn, T* out, const float* in, int64_t n, cudaStream_t stream,
-                         cudaError_t (*launch)(T*, const float*, int64_t, cudaStream_t)) {
+// The casts between fp32 and a 16-bit format, either way.
+template <typename Out, typename In>
+absl::Status Cast16(const char* fn, Out* out, const In* in, int64_t n, cudaStream_t stream,
+                    cudaError_t (*launch)(Out*, const In*, int64_t, cudaStream_t)) {
   RM_RETURN_IF_ERROR(CheckCount(fn, n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, out, "out", n));
   RM_RETURN_IF_ERROR(CheckPointer(fn, in, "in", n));
@@ -167,11 +168,19 @@ absl::Status ResidualForwardF16(__half* out, const __half* a, const __half* b, i
 
 absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                              cudaStream_t stream) {
-  return CastFloat16("CastFloatToBf16", out, in, n, stream, internal::LaunchCastFloatToBf16);
+  return Cast16("CastFloatToBf16", out, in, n, stream, internal::LaunchCastFloatToBf16);
 }
 
 absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
-  return CastFloat16("CastFloatToF16", out, in, n, stream, internal::LaunchCastFloatToF16);
+  return Cast16("CastFloatToF16", out, in, n, stream, internal::LaunchCastFloatToF16);
+}
+
+absl::Status CastBf16ToFloat(float* out, const __nv_bfloat16* in, int64_t n, cudaStream_t stream) {
+  return Cast16("CastBf16ToFloat", out, in, n, stream, internal::LaunchCastBf16ToFloat);
+}
+
+absl::Status CastF16ToFloat(float* out, const __half* in, int64_t n, cudaStream_t stream) {
+  return Cast16("CastF16ToFloat", out, in, n, stream, internal::LaunchCastF16ToFloat);
 }
 
 absl::Status RoundToHalf(HalfFormat format, const float* x, float* y, int64_t n,

@@ -3,7 +3,7 @@
 // operation, so the differences are those of tanhf/sqrtf/powf and fused multiply-adds.
 // GELU and the residual addition are templates over the storage (float, __nv_bfloat16 or
 // __half, kernels/cuda/bf16.cuh), fp32 arithmetic in all; the float instantiations are the fp32
-// kernels.
+// kernels. The casts between fp32 and the 16-bit formats are templates over the latter.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -53,17 +53,45 @@ __global__ void ResidualForwardKernel(T* out, const T* a, const T* b, int64_t n)
   }
 }
 
-__global__ void CastFloatToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+// kernels/half.h's BFloat16ToFloat and Float16ToFloat on the device, in integer operations
+// so that NaNs come out as on the host: bf16 is the top half of the float (a NaN keeps every
+// bit); fp16 is internal::SoftFloat16ToFloat, which gives Float16ToFloat's bits (exact, a NaN
+// keeps its sign and payload and is made quiet).
+__device__ __forceinline__ float Widen(__nv_bfloat16 h) {
+  return __uint_as_float(static_cast<uint32_t>(__bfloat16_as_ushort(h)) << 16);
+}
+
+__device__ __forceinline__ float Widen(__half h) {
+  const uint32_t bits = __half_as_ushort(h);
+  const uint32_t sign = (bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0x1f) {  // inf, NaN
+    return __uint_as_float(sign | 0x7f800000u | (mantissa << 13) |
+                           (mantissa != 0 ? 0x00400000u : 0u));
+  }
+  if (exponent != 0) {  // normal: rebias 15 -> 127
+    return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  }
+  // Zero or subnormal: mantissa 2^-24, exact (and normal) in fp32.
+  return __uint_as_float(sign | __float_as_uint(static_cast<float>(mantissa) * 0x1p-24f));
+}
+
+// The casts between fp32 and T (__nv_bfloat16 or __half): StoreF32 rounds (bf16.cuh), Widen
+// widens.
+template <typename T>
+__global__ void CastFloatTo16Kernel(T* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = RoundToBf16(in[i]);
+    StoreF32(&out[i], in[i]);
   }
 }
 
-__global__ void CastFloatToF16Kernel(__half* out, const float* in, int64_t n) {
+template <typename T>
+__global__ void Cast16ToFloatKernel(float* out, const T* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = RoundToF16(in[i]);
+    out[i] = Widen(in[i]);
   }
 }
 
@@ -267,6 +295,20 @@ cudaError_t ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStrea
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t CastFloatTo16(T* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastFloatTo16Kernel<T><<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t Cast16ToFloat(float* out, const T* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  Cast16ToFloatKernel<T><<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n, cudaStream_t stream) {
@@ -314,15 +356,20 @@ cudaError_t LaunchResidualForwardF16(__half* out, const __half* a, const __half*
 
 cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                                   cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  CastFloatToBf16Kernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
-  return cudaGetLastError();
+  return CastFloatTo16(out, in, n, stream);
 }
 
 cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  CastFloatToF16Kernel<<<GridStrideBlocks(n), kThreads, 0, stream>>>(out, in, n);
-  return cudaGetLastError();
+  return CastFloatTo16(out, in, n, stream);
+}
+
+cudaError_t LaunchCastBf16ToFloat(float* out, const __nv_bfloat16* in, int64_t n,
+                                  cudaStream_t stream) {
+  return Cast16ToFloat(out, in, n, stream);
+}
+
+cudaError_t LaunchCastF16ToFloat(float* out, const __half* in, int64_t n, cudaStream_t stream) {
+  return Cast16ToFloat(out, in, n, stream);
 }
 
 cudaError_t LaunchRoundToHalf(bool bf16, const float* x, float* y, int64_t n, cudaStream_t stream) {

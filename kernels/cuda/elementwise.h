@@ -66,6 +66,12 @@ absl::Status ResidualForwardF16(__half* out, const __half* a, const __half* b, i
 absl::Status CastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                              cudaStream_t stream);
 absl::Status CastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
+// The way back: out[i] = in[i] widened to fp32, exactly, bit for bit kernels/half.h's
+// BFloat16ToFloat / Float16ToFloat: subnormals, +-0 and +-inf kept; a NaN stays NaN with its
+// sign and payload (bf16: every bit kept; fp16: made quiet, as the host's conversion does).
+// out and in must not overlap.
+absl::Status CastBf16ToFloat(float* out, const __nv_bfloat16* in, int64_t n, cudaStream_t stream);
+absl::Status CastF16ToFloat(float* out, const __half* in, int64_t n, cudaStream_t stream);
 
 // 16-bit values in fp32 storage, kernels/precision.h's emulation on the device (bit for
 // bit, NaNs included), for models whose fp32 kernels run on values rounded to bf16 or fp16

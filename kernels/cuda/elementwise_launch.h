@@ -39,6 +39,9 @@ cudaError_t LaunchResidualForwardF16(__half* out, const __half* a, const __half*
 cudaError_t LaunchCastFloatToBf16(__nv_bfloat16* out, const float* in, int64_t n,
                                   cudaStream_t stream);
 cudaError_t LaunchCastFloatToF16(__half* out, const float* in, int64_t n, cudaStream_t stream);
+cudaError_t LaunchCastBf16ToFloat(float* out, const __nv_bfloat16* in, int64_t n,
+                                  cudaStream_t stream);
+cudaError_t LaunchCastF16ToFloat(float* out, const __half* in, int64_t n, cudaStream_t stream);
 
 // fp32 storage of 16-bit values (kernels/precision.h, bit for bit): y = x rounded to bf16
 // (bf16) or fp16, kept in fp32; AddRounded: sum += x rounded.

@@ -32,6 +32,11 @@
 //     payload (quiet, the top payload bits kept); and on every rounding boundary of the
 //     format (each midpoint between adjacent values and the floats either side, both signs)
 //     and 2048 NaN payloads;
+//   Cast*ToFloat: bit for bit the host widening (BFloat16ToFloat, Float16ToFloat) of every
+//     16-bit pattern (every NaN payload, +-inf, the subnormals, +-0), in arrays of every size
+//     above, so that each pattern lands on several threads and blocks; hand-worked cases
+//     (also checked against the host, without a GPU); and every non-NaN value cast back to
+//     the format gives itself;
 //   RoundToHalf, AddRoundedHalf (16-bit values in fp32 storage): bit for bit
 //     kernels/precision.h's RoundTo and AddRounded, on those boundaries, the special cases,
 //     random values up to 1e5 (fp16 overflow) and down to 1e-5 (fp16 subnormals), in place too.
@@ -67,6 +72,7 @@ namespace {
 using testing::AsElements;
 using testing::Bf16Format;
 using testing::Device;
+using testing::ExpectSameBits;
 using testing::F16Format;
 using testing::HalfFormatName;
 using testing::HalfFormats;
@@ -229,6 +235,7 @@ struct HalfKernels<Bf16Format> {
   static constexpr auto kGeluBackward = &cuda::GeluBackwardBf16;
   static constexpr auto kResidualForward = &cuda::ResidualForwardBf16;
   static constexpr auto kCastFloat = &cuda::CastFloatToBf16;
+  static constexpr auto kCastToFloat = &cuda::CastBf16ToFloat;
   static constexpr HalfFormat kFormat = HalfFormat::kBFloat16;
 };
 template <>
@@ -237,6 +244,7 @@ struct HalfKernels<F16Format> {
   static constexpr auto kGeluBackward = &cuda::GeluBackwardF16;
   static constexpr auto kResidualForward = &cuda::ResidualForwardF16;
   static constexpr auto kCastFloat = &cuda::CastFloatToF16;
+  static constexpr auto kCastToFloat = &cuda::CastF16ToFloat;
   static constexpr HalfFormat kFormat = HalfFormat::kFloat16;
 };
 
@@ -304,6 +312,24 @@ std::vector<Cast> SpecialCasts<F16Format>() {
       {0x7f800001u, 0x7e00}, {0xff812345u, 0xfe09},  // signalling NaNs: quiet, sign, payload
       {0x7fbfffffu, 0x7fff}, {0x7f802000u, 0x7e01},  // the top 10 payload bits kept
   };
+}
+
+// Hand-worked cases (Cast, Widening: the bits of an input and of its result) in an array of
+// inputs: PutAtTheEnd writes case i's input at in[size - 1 - i] (as many as fit), and
+// ExpectAtTheEnd checks the results there.
+template <typename Case, typename T>
+void PutAtTheEnd(const std::vector<Case>& cases, std::vector<T>& in) {
+  static_assert(sizeof(Case::in) == sizeof(T));
+  for (size_t i = 0; i < cases.size() && i < in.size(); ++i) {
+    std::memcpy(&in[in.size() - 1 - i], &cases[i].in, sizeof(T));
+  }
+}
+template <typename Case, typename T>
+void ExpectAtTheEnd(const std::vector<Case>& cases, const std::vector<T>& got, int64_t n) {
+  for (size_t i = 0; i < cases.size() && i < got.size(); ++i) {
+    EXPECT_EQ(got[got.size() - 1 - i], cases[i].out)
+        << std::hex << "input bits 0x" << cases[i].in << ", n=" << std::dec << n;
+  }
 }
 
 // Every rounding boundary of the format: for each pair of adjacent finite values (and the
@@ -466,9 +492,7 @@ TYPED_TEST(ElementwiseCudaHalf, CastFloatEqualsTheHostConversionBitForBit) {
   const std::vector<Cast> special = SpecialCasts<F>();
   for (int64_t n : kSizes) {
     std::vector<float> in = RandomFloats(n, 95, -1e4f, 1e4f);
-    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
-      in[in.size() - 1 - i] = FloatFromBits(special[i].in);
-    }
+    PutAtTheEnd(special, in);
     std::vector<uint16_t> want(n);
     for (int64_t i = 0; i < n; ++i) want[i] = F::Round(in[i]);
     Device<float> din(in);
@@ -476,10 +500,7 @@ TYPED_TEST(ElementwiseCudaHalf, CastFloatEqualsTheHostConversionBitForBit) {
     ASSERT_TRUE(K::kCastFloat(AsElements<F>(out), din.get(), n, nullptr).ok());
     const std::vector<uint16_t> got = out.Host();
     EXPECT_EQ(got, want) << "n=" << n;
-    for (size_t i = 0; i < special.size() && i < in.size(); ++i) {
-      EXPECT_EQ(got[in.size() - 1 - i], special[i].out)
-          << std::hex << "float bits 0x" << special[i].in << ", n=" << std::dec << n;
-    }
+    ExpectAtTheEnd(special, got, n);
   }
 }
 
@@ -514,6 +535,97 @@ std::vector<uint32_t> BitsOf(const std::vector<float>& v) {
   std::vector<uint32_t> bits(v.size());
   std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
   return bits;
+}
+
+// A 16-bit pattern and the float bits it widens to, worked out by hand.
+struct Widening {
+  uint16_t in;
+  uint32_t out;
+};
+
+// The format's awkward patterns: +-0, +-1, +-inf, the largest finite, subnormals, NaNs.
+template <typename F>
+std::vector<Widening> SpecialWidenings();
+template <>
+std::vector<Widening> SpecialWidenings<Bf16Format>() {
+  return {
+      {0x0000, 0x00000000u}, {0x8000, 0x80000000u},  // +-0
+      {0x3f80, 0x3f800000u}, {0xbf80, 0xbf800000u},  // +-1
+      {0x7f80, 0x7f800000u}, {0xff80, 0xff800000u},  // +-inf
+      {0x7f7f, 0x7f7f0000u},                         // the largest finite bf16
+      {0x0001, 0x00010000u}, {0x807f, 0x807f0000u},  // subnormals, kept
+      {0x7fc0, 0x7fc00000u}, {0xffc1, 0xffc10000u},  // quiet NaNs: every bit kept
+      {0x7f81, 0x7f810000u}, {0xffbf, 0xffbf0000u},  // signalling NaNs: every bit kept too
+  };
+}
+template <>
+std::vector<Widening> SpecialWidenings<F16Format>() {
+  return {
+      {0x0000, 0x00000000u}, {0x8000, 0x80000000u},  // +-0
+      {0x3c00, 0x3f800000u}, {0xbc00, 0xbf800000u},  // +-1
+      {0x7c00, 0x7f800000u}, {0xfc00, 0xff800000u},  // +-inf
+      {0x7bff, 0x477fe000u},                         // 65504, the largest fp16
+      {0x0001, 0x33800000u}, {0x8001, 0xb3800000u},  // +-2^-24, the smallest subnormal
+      {0x0002, 0x34000000u},                         // 2^-23
+      {0x0003, 0x34400000u},                         // 3 2^-24
+      {0x03ff, 0x387fc000u},                         // 1023 2^-24, the largest subnormal
+      {0x0400, 0x38800000u},                         // 2^-14, the smallest normal
+      {0x3c01, 0x3f802000u},                         // 1 + 2^-10
+      {0x7e00, 0x7fc00000u}, {0xfe00, 0xffc00000u},  // quiet NaNs, both signs
+      {0x7e09, 0x7fc12000u},                         // a quiet NaN's payload kept
+      {0x7c01, 0x7fc02000u}, {0xfc09, 0xffc12000u},  // signalling NaNs: quiet, sign, payload
+      {0x7dff, 0x7fffe000u},                         // the widest signalling payload
+  };
+}
+
+TYPED_TEST(ElementwiseCudaHalf, HostWideningGivesTheSpecialCasesBits) {
+  using F = TypeParam;
+  for (const Widening& w : SpecialWidenings<F>()) {
+    uint32_t got;
+    const float f = F::Widen(w.in);
+    std::memcpy(&got, &f, sizeof(got));
+    EXPECT_EQ(got, w.out) << std::hex << "16-bit pattern 0x" << w.in;
+  }
+}
+
+// Every 16-bit pattern, in arrays of each of kSizes (pattern (i * 40503 + 12345) mod 2^16 at
+// i: an odd step, so every 65536 consecutive elements hold each pattern once), and the
+// hand-worked cases at the end; the output is poisoned first.
+TYPED_TEST(ElementwiseCudaHalf, CastToFloatEqualsTheHostWideningBitForBit) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  const std::vector<Widening> special = SpecialWidenings<F>();
+  for (int64_t n : kSizes) {
+    std::vector<uint16_t> in(n);
+    for (int64_t i = 0; i < n; ++i) in[i] = static_cast<uint16_t>(i * 40503 + 12345);
+    PutAtTheEnd(special, in);
+    const std::vector<float> want = WidenBits<F>(in);
+    Device<uint16_t> din(in);
+    Device<float> out(n);
+    ASSERT_TRUE(K::kCastToFloat(out.get(), AsElements<F>(din), n, nullptr).ok());
+    const std::vector<uint32_t> got = BitsOf(out.Host());
+    ExpectSameBits(got, BitsOf(want), absl::StrCat("n=", n));
+    ExpectAtTheEnd(special, got, n);
+  }
+}
+
+// Widening is exact: every non-NaN value of the format, cast to fp32 and back on the device,
+// is itself (+-0, the subnormals and +-inf included).
+TYPED_TEST(ElementwiseCudaHalf, CastToFloatAndBackIsTheIdentityOnNonNanValues) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  std::vector<uint16_t> values;
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    if (!std::isnan(F::Widen(static_cast<uint16_t>(h)))) values.push_back(static_cast<uint16_t>(h));
+  }
+  const int64_t n = static_cast<int64_t>(values.size());
+  Device<uint16_t> din(values), back(n);
+  Device<float> wide(n);
+  ASSERT_TRUE(K::kCastToFloat(wide.get(), AsElements<F>(din), n, nullptr).ok());
+  ASSERT_TRUE(K::kCastFloat(AsElements<F>(back), wide.get(), n, nullptr).ok());
+  EXPECT_EQ(back.Host(), values);
 }
 
 // fp32-stored half values: RoundToHalf and AddRoundedHalf against kernels/precision.h, bit
@@ -610,6 +722,19 @@ TYPED_TEST(ElementwiseCudaHalf, BadArgumentsAreNamed) {
   s = K::kCastFloat(reinterpret_cast<E*>(&f), &f, 1, nullptr);
   EXPECT_NE(s.message().find(cast + " (CUDA): out must not overlap in"), std::string::npos) << s;
   EXPECT_TRUE(K::kCastFloat(null, nullptr, 0, nullptr).ok());
+  const std::string widen = absl::StrCat("Cast", F::kName, "ToFloat");
+  float* null_float = nullptr;
+  s = K::kCastToFloat(null_float, b, 1, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(widen + " (CUDA): out is null"), std::string::npos) << s;
+  s = K::kCastToFloat(&f, null, 1, nullptr);
+  EXPECT_NE(s.message().find(widen + " (CUDA): in is null"), std::string::npos) << s;
+  s = K::kCastToFloat(&f, b, -3, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(widen + " (CUDA): n must be >= 0, got -3"), std::string::npos) << s;
+  s = K::kCastToFloat(&f, reinterpret_cast<E*>(&f), 1, nullptr);
+  EXPECT_NE(s.message().find(widen + " (CUDA): out must not overlap in"), std::string::npos) << s;
+  EXPECT_TRUE(K::kCastToFloat(null_float, null, 0, nullptr).ok());
 }
 
 TEST(ElementwiseCuda, BadArgumentsAreNamed) {

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/sgd.h"
+#include "kernels/cuda/vector.h"
 
 namespace ringmaster::train {
 namespace {
@@ -95,6 +96,30 @@ absl::Status CudaVectorOps::Zero(absl::Span<float> x) {
   if (x.empty()) return absl::OkStatus();
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(x.data(), 0, Bytes(x.size()), stream_));
   return absl::OkStatus();
+}
+
+absl::Status CudaVectorOps::Add(absl::Span<const float> from, absl::Span<float> to) {
+  if (from.size() != to.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Add (CUDA): ", from.size(), " floats into ", to.size()));
+  }
+  return kc::Accumulate(to.data(), from.data(), static_cast<int64_t>(to.size()), stream_);
+}
+
+absl::Status CudaVectorOps::ToHalf(bool bf16, absl::Span<const float> from, uint16_t* to) {
+  const auto n = static_cast<int64_t>(from.size());
+  if (bf16) {
+    return kc::CastFloatToBf16(reinterpret_cast<__nv_bfloat16*>(to), from.data(), n, stream_);
+  }
+  return kc::CastFloatToF16(reinterpret_cast<__half*>(to), from.data(), n, stream_);
+}
+
+absl::Status CudaVectorOps::FromHalf(bool bf16, const uint16_t* from, absl::Span<float> to) {
+  const auto n = static_cast<int64_t>(to.size());
+  if (bf16) {
+    return kc::CastBf16ToFloat(to.data(), reinterpret_cast<const __nv_bfloat16*>(from), n, stream_);
+  }
+  return kc::CastF16ToFloat(to.data(), reinterpret_cast<const __half*>(from), n, stream_);
 }
 
 absl::Status CudaVectorOps::Synchronize() {

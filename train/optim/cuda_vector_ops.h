@@ -1,6 +1,7 @@
 // CudaVectorOps: VectorOps (vector_ops.h) over the memory of one CUDA GPU, through the
 // kernels of kernels/cuda/ (elementwise.h: AdamW, LAMB, sum of squares, scale with the
-// non-finite check; sgd.h). CUDA builds only (--config=cuda).
+// non-finite check, the casts to and from bf16/fp16; sgd.h; vector.h: Accumulate). CUDA
+// builds only (--config=cuda).
 //
 // Every call enqueues on the stream given at Create; calls that return a value (a sum, a
 // flag, a copy to the host) wait for that stream, and only for it. Mark() records a CUDA
@@ -8,7 +9,9 @@
 // gradients can wait for the backward that another thread enqueued.
 //
 // Thread-compatible, except Mark (the enqueuing thread) and Wait (any thread). Errors:
-// INTERNAL with the CUDA error; RESOURCE_EXHAUSTED when cudaMalloc runs out of memory.
+// INTERNAL with the CUDA error; RESOURCE_EXHAUSTED when cudaMalloc runs out of memory;
+// INVALID_ARGUMENT for spans of different sizes (Copy, Add) or overlapping sides (Add,
+// ToHalf, FromHalf: the kernels' checks, kernels/cuda/elementwise.h and vector.h).
 #ifndef RINGMASTER_TRAIN_OPTIM_CUDA_VECTOR_OPS_H_
 #define RINGMASTER_TRAIN_OPTIM_CUDA_VECTOR_OPS_H_
 
@@ -38,6 +41,9 @@ class CudaVectorOps final : public VectorOps {
   absl::Status CopyFromHost(const float* host, absl::Span<float> to) override;
   absl::Status Copy(absl::Span<const float> from, absl::Span<float> to) override;
   absl::Status Zero(absl::Span<float> x) override;
+  absl::Status Add(absl::Span<const float> from, absl::Span<float> to) override;
+  absl::Status ToHalf(bool bf16, absl::Span<const float> from, uint16_t* to) override;
+  absl::Status FromHalf(bool bf16, const uint16_t* from, absl::Span<float> to) override;
   absl::Status Synchronize() override;
   int Mark() override;
   absl::Status Wait(int token) override;
