@@ -40,9 +40,12 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-// Parameter j of the flat space, and rank p's gradient of it: exact in bf16, and so are the
-// sums of two gradients.
-float Weight(int64_t j) { return 0.25f * static_cast<float>(j % 64) + static_cast<float>(j / 1000); }
+// Parameter j of the flat space in step `step` (0 or 1), and rank p's gradient of it: exact
+// in bf16, and so are the sums of two gradients.
+float Weight(int64_t j, int step) {
+  return static_cast<float>(step + 1) *
+         (0.25f * static_cast<float>(j % 64) + static_cast<float>(j / 1000));
+}
 float Gradient(int p, int64_t j) { return static_cast<float>(p + 1) + 0.5f * static_cast<float>(j % 8); }
 
 struct Rank {
@@ -56,7 +59,7 @@ struct Rank {
   }
 };
 
-absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Communicator& host) {
+absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Communicator& sums) {
   Rank r;
   if (cudaStreamCreate(&r.compute) != cudaSuccess || cudaStreamCreate(&r.comm) != cudaSuccess) {
     return absl::InternalError("cudaStreamCreate");
@@ -65,7 +68,6 @@ absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Comm
   RM_ASSIGN_OR_RETURN(r.comm_ops, CudaVectorOps::Create(r.comm));
   VectorOps& ops = *r.compute_ops;
   const int rank = nccl.rank();
-  const std::string what = PrecisionName(precision);
 
   // Two tensors, one group and one unit each (wrap: layer); the second unit is smaller, so
   // its gather reuses the first one's buffer once that is freed.
@@ -84,7 +86,7 @@ absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Comm
   so.comm_ops = r.comm_ops.get();
   RM_ASSIGN_OR_RETURN(FsdpLayout layout, ShardedLayout(so, kRanks));
   RM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelStrategy> strategy,
-                      CreateShardedDataParallel(&nccl, &host, so));
+                      CreateShardedDataParallel(&nccl, &sums, so));
   ParameterStore* store = strategy->store();
   const int64_t local = strategy->local_elements();
   const std::vector<state::PlacedRange> pieces = strategy->update_pieces();
@@ -95,11 +97,6 @@ absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Comm
   RM_ASSIGN_OR_RETURN(OpsBuffer seen, ops.Allocate(table.tensor(0).numel));
   RM_ASSIGN_OR_RETURN(OpsBuffer source_a, ops.Allocate(table.tensor(0).numel));
   RM_ASSIGN_OR_RETURN(OpsBuffer source_b, ops.Allocate(table.tensor(1).numel));
-  std::vector<float> host(local);
-  for (const state::PlacedRange& p : pieces) {
-    for (int64_t k = 0; k < p.range.size(); ++k) host[p.at + k] = Weight(p.range.begin + k);
-  }
-  RM_RETURN_IF_ERROR(ops.CopyFromHost(host.data(), staged.span()));
   for (int t = 0; t < 2; ++t) {
     std::vector<float> g(table.tensor(t).numel);
     for (int64_t i = 0; i < static_cast<int64_t>(g.size()); ++i) {
@@ -123,74 +120,89 @@ absl::Status Check(Precision precision, comm::NcclCommunicator& nccl, comm::Comm
     RM_RETURN_IF_ERROR(ops.CopyToHost(x, v.data()));
     return v;
   };
-  // The first index where `got` is not tensor t's weights, or -1.
+  int step = 0;
+  // The first index where `got` is not tensor t's weights of this step, or -1.
   auto first_wrong_weight = [&](const std::vector<float>& got, int t) -> int64_t {
     for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
-      if (got[i] != Weight(table.tensor(t).offset + i)) return i;
+      if (got[i] != Weight(table.tensor(t).offset + i, step)) return i;
     }
     return -1;
   };
 
-  // The model's stream writes the pieces (as an optimizer step does: enqueued only).
-  RM_RETURN_IF_ERROR(keep_busy());
-  RM_RETURN_IF_ERROR(ops.Copy(staged.span(), shard.span()));
-  RM_RETURN_IF_ERROR(strategy->MaterializeParameters(shard.span()));
-  strategy->BeginGradients(grads.data(), /*measure_local_norm=*/true);
-  for (int micro = 0; micro < 2; ++micro) {
-    strategy->BeginPass(ParallelStrategy::Pass::kTrain);
-    const float* a = store->Parameters(0);
-    // The model reads unit a late (its stream is busy), after the store moved on to b.
-    RM_RETURN_IF_ERROR(keep_busy());
-    RM_RETURN_IF_ERROR(ops.Copy(tensor_of(a, 0), seen.span()));
-    const float* b = store->Parameters(1);
-    RM_ASSIGN_OR_RETURN(std::vector<float> seen_a, read(seen.span()));
-    const int64_t wrong_a = first_wrong_weight(seen_a, 0);
-    RM_RETURN_IF_ERROR(Expect(wrong_a < 0, absl::StrCat(what, " micro ", micro, ": a[", wrong_a,
-                                                        "] read by the model is ",
-                                                        seen_a[std::max<int64_t>(wrong_a, 0)])));
-    RM_ASSIGN_OR_RETURN(std::vector<float> got_b, read(tensor_of(b, 1)));
-    const int64_t wrong_b = first_wrong_weight(got_b, 1);
-    RM_RETURN_IF_ERROR(Expect(wrong_b < 0, absl::StrCat(what, " micro ", micro, ": b[", wrong_b,
-                                                        "] gathered is ",
-                                                        got_b[std::max<int64_t>(wrong_b, 0)])));
-    // Backward, b then a: the model's stream writes each gradient late.
-    store->BeginBackward();
-    for (int t : {1, 0}) {
-      float* g = store->Gradients(t);
-      RM_RETURN_IF_ERROR(keep_busy());
-      RM_RETURN_IF_ERROR(ops.Copy((t == 0 ? source_a : source_b).span(),
-                                  {g + table.tensor(t).offset,
-                                   static_cast<size_t>(table.tensor(t).numel)}));
-      store->GradientsDone(t);
-    }
-  }
-  RM_RETURN_IF_ERROR(strategy->ReduceGradients());
-  RM_ASSIGN_OR_RETURN(std::vector<float> reduced, read(grads.span()));
-  for (const state::PlacedRange& p : pieces) {
-    for (int64_t k = 0; k < p.range.size(); ++k) {
-      const int64_t j = p.range.begin + k;
-      bool in_tensor = false;
-      for (int t = 0; t < 2; ++t) {
-        in_tensor |= j >= table.tensor(t).offset && j < table.tensor(t).offset + table.tensor(t).numel;
+  // Two steps: the first allocates the pool's buffers (cudaMalloc's zeroing synchronizes the
+  // model's stream, which would hide a missing wait) and measures the local norm; the second
+  // reuses the buffers and measures nothing, so only the strategy's own waits order its work
+  // after the model's (each of them shown necessary by removing it).
+  for (step = 0; step < 2; ++step) {
+    std::vector<float> host(local);
+    for (const state::PlacedRange& p : pieces) {
+      for (int64_t k = 0; k < p.range.size(); ++k) {
+        host[p.at + k] = Weight(p.range.begin + k, step);
       }
-      const float want = in_tensor ? 2 * (Gradient(0, j) + Gradient(1, j)) : 0.0f;
-      RM_RETURN_IF_ERROR(Expect(reduced[p.at + k] == want,
-                                absl::StrCat(what, ": the reduced gradient of ", j, " is ",
-                                             reduced[p.at + k], ", want ", want,
-                                             " (two micro-batches of two ranks)")));
     }
-  }
-  RM_RETURN_IF_ERROR(Expect(strategy->last_step().local_grad_norm > 0,
-                            "no local gradient norm was measured"));
-  // The whole model on the host, from the device pieces.
-  std::vector<float> whole(table.total_elements());
-  RM_RETURN_IF_ERROR(strategy->WholeParameters(shard.span(), absl::MakeSpan(whole)));
-  for (int t = 0; t < 2; ++t) {
-    std::vector<float> got(whole.begin() + table.tensor(t).offset,
-                           whole.begin() + table.tensor(t).offset + table.tensor(t).numel);
-    const int64_t wrong = first_wrong_weight(got, t);
-    RM_RETURN_IF_ERROR(Expect(wrong < 0, absl::StrCat(what, ": WholeParameters' tensor ", t,
-                                                      " wrong at ", wrong)));
+    RM_RETURN_IF_ERROR(ops.CopyFromHost(host.data(), staged.span()));
+    const std::string what = absl::StrCat(PrecisionName(precision), " step ", step);
+    // The model's stream writes the pieces (as an optimizer step does: enqueued only).
+    RM_RETURN_IF_ERROR(keep_busy());
+    RM_RETURN_IF_ERROR(ops.Copy(staged.span(), shard.span()));
+    RM_RETURN_IF_ERROR(strategy->MaterializeParameters(shard.span()));
+    strategy->BeginGradients(grads.data(), /*measure_local_norm=*/step == 0);
+    for (int micro = 0; micro < 2; ++micro) {
+      strategy->BeginPass(ParallelStrategy::Pass::kTrain);
+      const float* a = store->Parameters(0);
+      // The model reads unit a late (its stream is busy), after the store moved on to b.
+      RM_RETURN_IF_ERROR(keep_busy());
+      RM_RETURN_IF_ERROR(ops.Copy(tensor_of(a, 0), seen.span()));
+      const float* b = store->Parameters(1);
+      RM_ASSIGN_OR_RETURN(std::vector<float> seen_a, read(seen.span()));
+      const int64_t wrong_a = first_wrong_weight(seen_a, 0);
+      RM_RETURN_IF_ERROR(Expect(wrong_a < 0, absl::StrCat(what, " micro ", micro, ": a[", wrong_a,
+                                                          "] read by the model is ",
+                                                          seen_a[std::max<int64_t>(wrong_a, 0)])));
+      RM_ASSIGN_OR_RETURN(std::vector<float> got_b, read(tensor_of(b, 1)));
+      const int64_t wrong_b = first_wrong_weight(got_b, 1);
+      RM_RETURN_IF_ERROR(Expect(wrong_b < 0, absl::StrCat(what, " micro ", micro, ": b[", wrong_b,
+                                                          "] gathered is ",
+                                                          got_b[std::max<int64_t>(wrong_b, 0)])));
+      // Backward, b then a: the model's stream writes each gradient late.
+      store->BeginBackward();
+      for (int t : {1, 0}) {
+        float* g = store->Gradients(t);
+        RM_RETURN_IF_ERROR(keep_busy());
+        RM_RETURN_IF_ERROR(ops.Copy((t == 0 ? source_a : source_b).span(),
+                                    {g + table.tensor(t).offset,
+                                     static_cast<size_t>(table.tensor(t).numel)}));
+        store->GradientsDone(t);
+      }
+    }
+    RM_RETURN_IF_ERROR(strategy->ReduceGradients());
+    RM_ASSIGN_OR_RETURN(std::vector<float> reduced, read(grads.span()));
+    for (const state::PlacedRange& p : pieces) {
+      for (int64_t k = 0; k < p.range.size(); ++k) {
+        const int64_t j = p.range.begin + k;
+        bool in_tensor = false;
+        for (int t = 0; t < 2; ++t) {
+          in_tensor |= j >= table.tensor(t).offset && j < table.tensor(t).offset + table.tensor(t).numel;
+        }
+        const float want = in_tensor ? 2 * (Gradient(0, j) + Gradient(1, j)) : 0.0f;
+        RM_RETURN_IF_ERROR(Expect(reduced[p.at + k] == want,
+                                  absl::StrCat(what, ": the reduced gradient of ", j, " is ",
+                                               reduced[p.at + k], ", want ", want,
+                                               " (two micro-batches of two ranks)")));
+      }
+    }
+    RM_RETURN_IF_ERROR(Expect((strategy->last_step().local_grad_norm > 0) == (step == 0),
+                              what + ": the local gradient norm is measured when asked"));
+    // The whole model on the host, from the device pieces.
+    std::vector<float> whole(table.total_elements());
+    RM_RETURN_IF_ERROR(strategy->WholeParameters(shard.span(), absl::MakeSpan(whole)));
+    for (int t = 0; t < 2; ++t) {
+      std::vector<float> got(whole.begin() + table.tensor(t).offset,
+                             whole.begin() + table.tensor(t).offset + table.tensor(t).numel);
+      const int64_t wrong = first_wrong_weight(got, t);
+      RM_RETURN_IF_ERROR(Expect(wrong < 0, absl::StrCat(what, ": WholeParameters' tensor ", t,
+                                                        " wrong at ", wrong)));
+    }
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@ size_t Bytes(size_t n) { return n * sizeof(float); }
 
 absl::StatusOr<std::unique_ptr<CudaVectorOps>> CudaVectorOps::Create(cudaStream_t stream) {
   auto ops = absl::WrapUnique(new CudaVectorOps(stream));
+  RM_RETURN_IF_CUDA_ERROR(cudaGetDevice(&ops->device_));
   const int64_t scratch =
       std::max(kc::SumOfSquaresScratchDoubles(), kc::LambSquaresScratchDoubles());
   RM_RETURN_IF_CUDA_ERROR(cudaMalloc(&ops->scratch_, scratch * sizeof(double)));
@@ -39,6 +40,11 @@ CudaVectorOps::~CudaVectorOps() {
   cudaFree(scratch_);
   cudaFree(result_);
   cudaFree(flag_);
+}
+
+absl::Status CudaVectorOps::BindThread() {
+  RM_RETURN_IF_CUDA_ERROR(cudaSetDevice(device_));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float*> CudaVectorOps::AllocateRaw(int64_t n) {

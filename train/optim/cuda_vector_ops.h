@@ -45,6 +45,7 @@ class CudaVectorOps final : public VectorOps {
   absl::Status ToHalf(bool bf16, absl::Span<const float> from, uint16_t* to) override;
   absl::Status FromHalf(bool bf16, const uint16_t* from, absl::Span<float> to) override;
   absl::Status Synchronize() override;
+  absl::Status BindThread() override;
   int Mark() override;
   absl::Status Wait(int token) override;
 
@@ -73,6 +74,7 @@ class CudaVectorOps final : public VectorOps {
   absl::Status ReadResults(int count, double* out);
 
   cudaStream_t stream_;
+  int device_ = 0;             // the current device at Create (the stream's)
   double* scratch_ = nullptr;  // the sums' per-block partials
   double* result_ = nullptr;   // two device doubles
   int* flag_ = nullptr;        // the non-finite flag
