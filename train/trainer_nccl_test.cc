@@ -1,12 +1,14 @@
 // A two-rank job with backend: nccl on GPUs: the trainer bootstraps NCCL through the Store
 // it is given, reduces its gradients over NCCL, and ends where the same job over the TCP
-// backend (host staging) ends, up to float summation order; both ranks end identical.
+// backend (host staging) ends, up to float summation order; both ranks end identical. The
+// same under ZeRO-2 and ZeRO-3 (the sharded strategy in GPU memory) against the CPU.
 //
 // Under --config=cudaemu each rank has its own emulated GPU (comm/nccl/gpu_per_rank.h) and
 // the emulated NCCL computes the collectives on the host; with --config=cuda it needs two
 // GPUs and skips otherwise. This process never initialises CUDA (it forks the ranks).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "comm/nccl/gpu_per_rank.h"
 #include "comm/store.h"
@@ -66,9 +69,11 @@ struct RankOutcome {
   std::vector<float> params;
 };
 
-// Trains kSpec with `backend` on kRanks forked ranks, each on its own GPU, the trainer given
-// a Store to bootstrap NCCL through; returns each rank's outcome.
-std::vector<RankOutcome> Train(const std::string& backend) {
+// Trains kSpec with `overrides` (device=cuda and backend=nccl unless they say otherwise) on
+// kRanks forked ranks, each on its own GPU, the trainer given a Store to bootstrap NCCL
+// through; returns each rank's outcome.
+std::vector<RankOutcome> Train(std::vector<std::string> overrides) {
+  const std::string label = absl::StrJoin(overrides, " ");
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   comm::testing::MultiProcOptions options;
@@ -76,8 +81,9 @@ std::vector<RankOutcome> Train(const std::string& backend) {
   auto results = comm::testing::RunRanks(
       options, [&](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
         const int gpu = comm::testing::UseOwnGpu(comm.rank());
-        RM_ASSIGN_OR_RETURN(JobSpec spec,
-                            spec::LoadJobSpecText(kSpec, {"device=cuda", "backend=" + backend}));
+        std::vector<std::string> set = {"device=cuda", "backend=nccl"};
+        set.insert(set.end(), overrides.begin(), overrides.end());  // later ones win
+        RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, set));
         std::unique_ptr<data::Dataset> train_data = Data();
         RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Store> store,
                             comm::FileStore::Create({dir + "/store"}));
@@ -104,7 +110,7 @@ std::vector<RankOutcome> Train(const std::string& backend) {
       });
   std::vector<RankOutcome> outcomes(kRanks);
   for (int r = 0; r < kRanks; ++r) {
-    EXPECT_TRUE(results[r].status.ok()) << backend << " rank " << r << ": " << results[r].status;
+    EXPECT_TRUE(results[r].status.ok()) << label << " rank " << r << ": " << results[r].status;
     auto text = ReadFile(absl::StrCat(dir, "/rank", r, ".txt"));
     auto params = ReadFile(absl::StrCat(dir, "/rank", r, ".params"));
     if (!text.ok() || !params.ok()) continue;
@@ -118,13 +124,35 @@ std::vector<RankOutcome> Train(const std::string& backend) {
   return outcomes;
 }
 
-TEST(TrainerOverNccl, TwoRanksMatchTheTcpBackend) {
-  if (!comm::testing::GpuPerRankAvailable(kRanks)) {
-    GTEST_SKIP() << "fewer than " << kRanks << " GPUs: backend: nccl needs one per rank (or "
-                 << "run this test on the CPU with --config=cudaemu)";
+// Rank 0's parameters of `a` and `b` agree within absolute + relative |p|, their losses within
+// 10 × relative.
+void ExpectClose(const std::vector<RankOutcome>& a, const std::vector<RankOutcome>& b,
+                 double absolute, double relative, const std::string& what) {
+  ASSERT_FALSE(a[0].params.empty()) << what;
+  ASSERT_EQ(a[0].params.size(), b[0].params.size()) << what;
+  EXPECT_NEAR(a[0].final_loss, b[0].final_loss, 10 * relative * std::fabs(b[0].final_loss))
+      << what;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < b[0].params.size(); ++i) {
+    const double d = std::fabs(a[0].params[i] - b[0].params[i]);
+    worst = std::max(worst, d);
+    if (!(d <= absolute + relative * std::fabs(b[0].params[i]))) ++bad;
   }
-  const std::vector<RankOutcome> nccl = Train("nccl");
-  const std::vector<RankOutcome> tcp = Train("tcp");
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << b[0].params.size()
+                    << " parameters differ; largest difference " << worst;
+}
+
+#define SKIP_WITHOUT_GPUS()                                                                     \
+  if (!comm::testing::GpuPerRankAvailable(kRanks)) {                                            \
+    GTEST_SKIP() << "fewer than " << kRanks << " GPUs: backend: nccl needs one per rank (or " \
+                 << "run this test on the CPU with --config=cudaemu)";                         \
+  }
+
+TEST(TrainerOverNccl, TwoRanksMatchTheTcpBackend) {
+  SKIP_WITHOUT_GPUS();
+  const std::vector<RankOutcome> nccl = Train({});
+  const std::vector<RankOutcome> tcp = Train({"backend=tcp"});
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(nccl[r].backend, "nccl") << "rank " << r;
     EXPECT_EQ(tcp[r].backend, "tcp") << "rank " << r;
@@ -134,17 +162,36 @@ TEST(TrainerOverNccl, TwoRanksMatchTheTcpBackend) {
   EXPECT_EQ(nccl[0].params, nccl[1].params);
   EXPECT_EQ(nccl[0].final_loss, nccl[1].final_loss);
   // Against TCP: the same up to the gradients' summation order.
-  ASSERT_EQ(nccl[0].params.size(), tcp[0].params.size());
-  EXPECT_NEAR(nccl[0].final_loss, tcp[0].final_loss, 1e-5 * std::fabs(tcp[0].final_loss));
-  int bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < tcp[0].params.size(); ++i) {
-    const double d = std::fabs(nccl[0].params[i] - tcp[0].params[i]);
-    worst = std::max(worst, d);
-    if (!(d <= 2e-5 + 1e-4 * std::fabs(tcp[0].params[i]))) ++bad;
+  ExpectClose(nccl, tcp, 2e-5, 1e-4, "nccl vs tcp");
+}
+
+// ZeRO-2 and ZeRO-3 on two GPUs over NCCL (train/fsdp.h in device memory: all-gathers and
+// reduce-scatters of the units over NCCL) against the same stage on the CPU over TCP: the
+// same units in the same order, so the same parameters up to float summation order; in bf16
+// (16-bit gathers and reduce-scatters on the GPU, kernels/cuda's casts) against the CPU's
+// emulation of bf16 within ClassifierMatchesTheCpu's bound (train/trainer_test.cc).
+TEST(TrainerOverNccl, ShardedStagesMatchTheCpu) {
+  SKIP_WITHOUT_GPUS();
+  const std::vector<std::vector<std::string>> cases = {
+      {"parallelism.zero_stage=2"},
+      {"parallelism.zero_stage=3"},
+      {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
+       "parallelism.fsdp.prefetch=forward", "parallelism.fsdp.prefetch_limit=2",
+       "batch.accumulation=2"},
+  };
+  for (const std::vector<std::string>& c : cases) {
+    const std::string what = absl::StrJoin(c, " ");
+    std::vector<std::string> cpu = c;
+    cpu.insert(cpu.end(), {"device=cpu", "backend=tcp"});
+    const std::vector<RankOutcome> gpu = Train(c);
+    EXPECT_EQ(gpu[0].backend, "nccl") << what;
+    ExpectClose(gpu, Train(cpu), 2e-5, 1e-4, what);
   }
-  EXPECT_EQ(bad, 0) << bad << " of " << tcp[0].params.size()
-                    << " parameters differ between nccl and tcp; largest difference " << worst;
+  const std::vector<std::string> bf16 = {"parallelism.zero_stage=3", "precision.compute=bf16",
+                                         "precision.reduce=bf16", "parallelism.fsdp.wrap=layer"};
+  std::vector<std::string> cpu = bf16;
+  cpu.insert(cpu.end(), {"device=cpu", "backend=tcp"});
+  ExpectClose(Train(bf16), Train(cpu), 2e-4, 2e-3, "ZeRO-3 bf16");
 }
 
 }  // namespace
