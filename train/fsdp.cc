@@ -53,7 +53,6 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       RM_ASSIGN_OR_RETURN(wire_unit_, comm_ops_->Allocate((layout_.largest_unit + 1) / 2));
       RM_ASSIGN_OR_RETURN(wire_shard_, comm_ops_->Allocate((largest_shard + 1) / 2));
     }
-    RM_ASSIGN_OR_RETURN(shard_scratch_, comm_ops_->Allocate(largest_shard));
     // One unit's gradients are reduced while the next unit's are written. (The reduction
     // queued before a prefetched gather has had a unit's compute to run: waiting for it
     // costs little, and two gradient buffers are what the unit buffers' bound counts.)
@@ -140,6 +139,14 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     if (pass != Pass::kEvaluate) {
       accumulate_ = gradient_passes_ > 0;
       ++gradient_passes_;
+      // A micro-batch after the first adds its reduced shard through a scratch shard, made
+      // the first time (before the first op that reads it is queued).
+      if (accumulate_ && shard_scratch_.size() == 0) {
+        absl::StatusOr<OpsBuffer> scratch =
+            ops_->Allocate(layout_.largest_unit / layout_.world);
+        if (!scratch.ok()) throw std::bad_alloc();
+        shard_scratch_ = *std::move(scratch);
+      }
     }
   }
 
@@ -487,10 +494,9 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       RM_ASSIGN_OR_RETURN(*squares, comm_ops_->SumOfSquares(g));
     }
     const absl::Span<float> shard{grads_ + unit.local, static_cast<size_t>(unit.shard)};
-    // The sum goes straight to the shard, or through the scratch when it is added to it or
-    // arrives in 16 bits.
-    const bool direct = !op.accumulate && !IsHalf(options_.reduce);
-    const absl::Span<float> reduced = direct ? shard : shard_scratch_.span().first(shard.size());
+    // The sum goes straight to the shard, or through the scratch when it is added to it.
+    const absl::Span<float> reduced =
+        op.accumulate ? shard_scratch_.span().first(shard.size()) : shard;
     if (IsHalf(options_.reduce)) {
       const bool bf16 = options_.reduce == Precision::kBFloat16;
       RM_RETURN_IF_ERROR(comm_ops_->ToHalf(bf16, g, Wire(wire_unit_)));
@@ -505,10 +511,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
                                               DataType::kFloat32, comm::ReduceOp::kSum,
                                               deadline));
     }
-    if (!direct) {
-      RM_RETURN_IF_ERROR(op.accumulate ? comm_ops_->Add(reduced, shard)
-                                       : comm_ops_->Copy(reduced, shard));
-    }
+    if (op.accumulate) RM_RETURN_IF_ERROR(comm_ops_->Add(reduced, shard));
     return comm_ops_->Synchronize();
   }
 
@@ -549,7 +552,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   int grads_free_ = UnitBufferPool::kNoToken;
   // The communication thread's scratch, in comm_ops' memory.
   OpsBuffer wire_unit_, wire_shard_;  // 16-bit values of a unit and a shard
-  OpsBuffer shard_scratch_;           // a reduced shard before it is added
+  OpsBuffer shard_scratch_;  // a reduced shard before it is added (with accumulation)
 
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);

@@ -40,9 +40,9 @@
 // activation checkpointing (a segment's units stay gathered from its recomputation to its
 // backward) and with reshard_after_forward: false (every unit, from forward to backward).
 // ZeRO-2 holds the same 2 gradient buffers of a bucket and, after the optimizer step, one
-// for the gathers. On top: the staging of one shard (fp32) and, with 16-bit gathers or
-// reductions, of one unit and one shard in 16 bits. unit_buffer_bytes_peak() is the pool's
-// peak plus the staging. Errors of a collective surface at ReduceGradients (or
+// for the gathers. On top: with gradient accumulation the staging of one shard (fp32), and
+// with 16-bit gathers or reductions one unit and one shard in 16 bits.
+// unit_buffer_bytes_peak() is the pool's peak plus the staging. Errors of a collective surface at ReduceGradients (or
 // EndEvaluation / AfterOptimizerStep): the step must not be applied.
 //
 // On a GPU (ShardedOptions::ops and comm_ops a TrainingDevice's, `comm` NCCL or the TCP

@@ -68,7 +68,7 @@ int64_t UnitBufferBytes(const TrainConfig& config, const FsdpLayout& layout,
                         int accumulation_steps) {
   const int64_t unit = layout.largest_unit;
   const int64_t shard = unit / layout.world;
-  int64_t staging = kFloatBytes * shard;
+  int64_t staging = accumulation_steps > 1 ? kFloatBytes * shard : 0;
   if (IsHalf(config.precision) || IsHalf(config.reduce_precision)) {
     staging += kHalfBytes * (unit + shard);
   }

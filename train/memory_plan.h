@@ -28,8 +28,9 @@
 //                  written and the one reduction the strategy lets queue); ZeRO-2 2 × U
 //                  (one bucket written while the one before is reduced, and one buffer for
 //                  the gathers after the optimizer step, which come later).
-//                  On top the staging: one fp32 shard of U, and with bf16/fp16 gathers or a
-//                  bf16 reduction one unit and one shard in 16 bits. 0 for stages 0 and 1.
+//                  On top the staging: with gradient accumulation one fp32 shard of U, and
+//                  with bf16/fp16 gathers or a bf16 reduction one unit and one shard in 16
+//                  bits. 0 for stages 0 and 1.
 //   activations    measured, not computed (MeasureActivationBytes): what the model reports
 //                  as MemoryStats.activation_bytes_peak after running what the trainer runs.
 //                  The measurement is exact (it is the number the trainer's memory line
