@@ -1,0 +1,577 @@
+#include "train/pipeline/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ringmaster::train::pipeline {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+struct Compute {
+  ActionKind kind;
+  int stage;
+  int micro;
+};
+using Orders = std::vector<std::vector<Compute>>;  // per rank
+
+absl::Status Invalid(absl::string_view field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// gpipe: every forward, then every backward, in micro-batch order.
+Orders GPipe(int p, int m) {
+  Orders orders(p);
+  for (int r = 0; r < p; ++r) {
+    for (int i = 0; i < m; ++i) orders[r].push_back({ActionKind::kForward, r, i});
+    for (int i = 0; i < m; ++i) orders[r].push_back({ActionKind::kBackward, r, i});
+  }
+  return orders;
+}
+
+// 1f1b: warm-up forwards, then a forward and a backward alternately, then the backwards left.
+Orders OneFOneB(int p, int m) {
+  Orders orders(p);
+  for (int r = 0; r < p; ++r) {
+    const int warm = std::min(p - r - 1, m);
+    for (int i = 0; i < warm; ++i) orders[r].push_back({ActionKind::kForward, r, i});
+    for (int i = 0; i < m - warm; ++i) {
+      orders[r].push_back({ActionKind::kForward, r, warm + i});
+      orders[r].push_back({ActionKind::kBackward, r, i});
+    }
+    for (int i = m - warm; i < m; ++i) orders[r].push_back({ActionKind::kBackward, r, i});
+  }
+  return orders;
+}
+
+// Megatron's interleaved 1F1B over v chunks per rank (m a multiple of p): the k-th
+// chunk-forward of a rank is micro-batch (k / (p·v))·p + k mod p on chunk (k / p) mod v; the
+// k-th chunk-backward the same micro-batch on chunk v − 1 − (k / p) mod v.
+Orders Interleaved(int p, int m, int v) {
+  Orders orders(p);
+  const int total = m * v;
+  auto micro = [&](int k) { return (k / (p * v)) * p + k % p; };
+  for (int r = 0; r < p; ++r) {
+    auto forward = [&](int k) {
+      orders[r].push_back({ActionKind::kForward, ((k / p) % v) * p + r, micro(k)});
+    };
+    auto backward = [&](int k) {
+      orders[r].push_back({ActionKind::kBackward, (v - 1 - (k / p) % v) * p + r, micro(k)});
+    };
+    const int warm = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+    for (int k = 0; k < warm; ++k) forward(k);
+    for (int i = 0; i < total - warm; ++i) {
+      forward(warm + i);
+      backward(i);
+    }
+    for (int k = total - warm; k < total; ++k) backward(k);
+  }
+  return orders;
+}
+
+// ZB-H1 by list scheduling with unit costs (F = B = W = 1): each rank keeps 1F1B's order of
+// forwards and input-gradient parts; at each time step an idle rank runs the next of them if
+// it is ready (a forward also only while the rank keeps fewer than p micro-batches of
+// activations: forwards without their W, the first rank's 1F1B peak), else its oldest
+// pending W, else waits.
+Orders ZeroBubble(int p, int m) {
+  const Orders one_f_one_b = OneFOneB(p, m);
+  Orders orders(p);
+  // When each stage's F and B of each micro-batch finished (kNever: not yet).
+  std::vector<std::vector<double>> f_done(p, std::vector<double>(m, kNever));
+  std::vector<std::vector<double>> b_done(p, std::vector<double>(m, kNever));
+  std::vector<size_t> next(p, 0);
+  std::vector<int> kept(p, 0);
+  std::vector<std::deque<int>> pending_w(p);
+  std::vector<double> free_at(p, 0);
+  int left = 3 * p * m;
+  for (double t = 0; left > 0; t += 1) {
+    for (int r = 0; r < p; ++r) {
+      if (free_at[r] > t) continue;
+      bool ready = false;
+      Compute c{};
+      if (next[r] < one_f_one_b[r].size()) {
+        c = one_f_one_b[r][next[r]];
+        const int i = c.micro;
+        ready = c.kind == ActionKind::kForward
+                    ? (r == 0 || f_done[r - 1][i] <= t) && kept[r] < p
+                    : f_done[r][i] <= t && (r == p - 1 || b_done[r + 1][i] <= t);
+      }
+      if (ready && c.kind == ActionKind::kForward) {
+        orders[r].push_back(c);
+        f_done[r][c.micro] = t + 1;
+        ++kept[r];
+        ++next[r];
+      } else if (ready) {
+        orders[r].push_back({ActionKind::kBackwardInput, r, c.micro});
+        b_done[r][c.micro] = t + 1;
+        pending_w[r].push_back(c.micro);
+        ++next[r];
+      } else if (!pending_w[r].empty()) {
+        orders[r].push_back({ActionKind::kBackwardWeight, r, pending_w[r].front()});
+        pending_w[r].pop_front();
+        --kept[r];
+      } else {
+        continue;
+      }
+      free_at[r] = t + 1;
+      --left;
+    }
+  }
+  return orders;
+}
+
+// The lists: each compute with the receive of what it needs before it and the send of what it
+// makes after it, when the other stage is on another rank.
+Schedule WithMessages(const ScheduleOptions& options, const Orders& orders) {
+  Schedule schedule;
+  schedule.options = options;
+  schedule.ranks.resize(options.ranks);
+  const int last = schedule.stages() - 1;
+  for (int r = 0; r < options.ranks; ++r) {
+    std::vector<Action>& list = schedule.ranks[r];
+    for (const Compute& c : orders[r]) {
+      auto message = [&](ActionKind kind, Payload payload, int stage, int peer_stage) {
+        const int peer = schedule.RankOfStage(peer_stage);
+        if (peer == r) return;
+        list.push_back({kind, stage, c.micro, payload, peer});
+      };
+      const bool backward = c.kind == ActionKind::kBackward || c.kind == ActionKind::kBackwardInput;
+      if (c.kind == ActionKind::kForward && c.stage > 0) {
+        message(ActionKind::kReceive, Payload::kActivation, c.stage - 1, c.stage - 1);
+      }
+      if (backward && c.stage < last) {
+        message(ActionKind::kReceive, Payload::kGradient, c.stage + 1, c.stage + 1);
+      }
+      list.push_back({c.kind, c.stage, c.micro});
+      if (c.kind == ActionKind::kForward && c.stage < last) {
+        message(ActionKind::kSend, Payload::kActivation, c.stage, c.stage + 1);
+      }
+      if (backward && c.stage > 0) {
+        message(ActionKind::kSend, Payload::kGradient, c.stage, c.stage - 1);
+      }
+    }
+  }
+  return schedule;
+}
+
+using MessageKey = std::tuple<Payload, int, int>;  // payload, stage, micro-batch
+MessageKey KeyOf(const Action& a) { return {a.payload, a.stage, a.micro_batch}; }
+
+absl::Status Broken(int rank, size_t index, const Action& a, const std::string& why) {
+  return absl::InternalError(
+      absl::StrCat("rank ", rank, " action ", index, " (", a.DebugString(), "): ", why));
+}
+
+// The static rules of CheckSchedule (all but deadlock).
+absl::Status CheckLists(const Schedule& s) {
+  const int stages = s.stages(), m = s.options.micro_batches;
+  if (static_cast<int>(s.ranks.size()) != s.options.ranks) {
+    return absl::InternalError(absl::StrCat(s.ranks.size(), " lists for ", s.options.ranks,
+                                            " ranks"));
+  }
+  // Per (stage, micro): how often each compute kind ran.
+  std::map<std::tuple<ActionKind, int, int>, int> computed;
+  std::map<MessageKey, int> sent_by, received_by;  // the rank
+  for (int r = 0; r < s.options.ranks; ++r) {
+    // What this rank has done or received so far in its list.
+    std::map<std::tuple<ActionKind, int, int>, bool> done;
+    std::map<MessageKey, bool> have;
+    auto did = [&](ActionKind k, int stage, int micro) {
+      return done.count({k, stage, micro}) > 0;
+    };
+    auto backward_done = [&](int stage, int micro) {
+      return did(ActionKind::kBackward, stage, micro) ||
+             did(ActionKind::kBackwardInput, stage, micro);
+    };
+    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.stage < 0 || a.stage >= stages || a.micro_batch < 0 || a.micro_batch >= m) {
+        return Broken(r, i, a, "stage or micro-batch out of range");
+      }
+      const int st = a.stage, mb = a.micro_batch;
+      if (a.is_compute()) {
+        if (s.RankOfStage(st) != r) {
+          return Broken(r, i, a, absl::StrCat("stage ", st, " is rank ", s.RankOfStage(st), "'s"));
+        }
+        if (++computed[{a.kind, st, mb}] > 1) return Broken(r, i, a, "computed twice");
+        switch (a.kind) {
+          case ActionKind::kForward:
+            if (st > 0 && !did(ActionKind::kForward, st - 1, mb) &&
+                !have.count({Payload::kActivation, st - 1, mb})) {
+              return Broken(r, i, a, "its input is neither computed here nor received before");
+            }
+            break;
+          case ActionKind::kBackward:
+          case ActionKind::kBackwardInput:
+            if (!did(ActionKind::kForward, st, mb)) return Broken(r, i, a, "before its forward");
+            if (st < stages - 1 && !backward_done(st + 1, mb) &&
+                !have.count({Payload::kGradient, st + 1, mb})) {
+              return Broken(r, i, a,
+                            "its output's gradient is neither computed here nor received before");
+            }
+            break;
+          case ActionKind::kBackwardWeight:
+            if (!did(ActionKind::kBackwardInput, st, mb)) {
+              return Broken(r, i, a, "before its input-gradient part");
+            }
+            break;
+          default:
+            break;
+        }
+        done[{a.kind, st, mb}] = true;
+        continue;
+      }
+      const bool activation = a.payload == Payload::kActivation;
+      const int needs = activation ? st + 1 : st - 1;  // the stage that uses it
+      if (needs < 0 || needs >= stages) return Broken(r, i, a, "no stage uses it");
+      if (a.kind == ActionKind::kSend) {
+        if (s.RankOfStage(st) != r) return Broken(r, i, a, "sent by a rank that does not compute it");
+        if (a.peer != s.RankOfStage(needs) || a.peer == r) {
+          return Broken(r, i, a, absl::StrCat("sent to rank ", a.peer, ", but stage ", needs,
+                                              " is on rank ", s.RankOfStage(needs)));
+        }
+        if (activation ? !did(ActionKind::kForward, st, mb) : !backward_done(st, mb)) {
+          return Broken(r, i, a, "sent before it is computed");
+        }
+        if (!sent_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "sent twice");
+      } else {
+        if (s.RankOfStage(needs) != r) return Broken(r, i, a, "received by a rank that does not use it");
+        if (a.peer != s.RankOfStage(st)) {
+          return Broken(r, i, a, absl::StrCat("received from rank ", a.peer, ", but stage ", st,
+                                              " is on rank ", s.RankOfStage(st)));
+        }
+        if (!received_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "received twice");
+        have[KeyOf(a)] = true;
+      }
+    }
+  }
+  // Every stage's work of every micro-batch, on one backward form.
+  const bool split = s.options.kind == ScheduleKind::kZeroBubble;
+  for (int st = 0; st < stages; ++st) {
+    for (int mb = 0; mb < m; ++mb) {
+      std::vector<ActionKind> kinds = {ActionKind::kForward};
+      if (split) {
+        kinds.insert(kinds.end(), {ActionKind::kBackwardInput, ActionKind::kBackwardWeight});
+      } else {
+        kinds.push_back(ActionKind::kBackward);
+      }
+      for (ActionKind k : kinds) {
+        if (computed[{k, st, mb}] != 1) {
+          Action a{k, st, mb};
+          return absl::InternalError(absl::StrCat("rank ", s.RankOfStage(st), " never runs ",
+                                                  a.DebugString()));
+        }
+      }
+    }
+  }
+  for (const auto& [key, rank] : sent_by) {
+    if (!received_by.count(key)) {
+      const auto& [payload, st, mb] = key;
+      return absl::InternalError(absl::StrCat(
+          "rank ", rank, " sends ", payload == Payload::kActivation ? "activation" : "gradient",
+          " of stage ", st, " micro-batch ", mb, " that no rank receives"));
+    }
+  }
+  for (const auto& [key, rank] : received_by) {
+    if (!sent_by.count(key)) {
+      const auto& [payload, st, mb] = key;
+      return absl::InternalError(absl::StrCat(
+          "rank ", rank, " waits for the ", payload == Payload::kActivation ? "activation" : "gradient",
+          " of stage ", st, " micro-batch ", mb, " that no rank sends"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double Duration(const Action& a, const Costs& c, int v) {
+  switch (a.kind) {
+    case ActionKind::kForward:
+      return c.forward / v;
+    case ActionKind::kBackward:
+      return (c.backward_input + c.backward_weight) / v;
+    case ActionKind::kBackwardInput:
+      return c.backward_input / v;
+    case ActionKind::kBackwardWeight:
+      return c.backward_weight / v;
+    default:
+      return 0;
+  }
+}
+
+// Runs the lists (the executor's contract, schedule.h); INTERNAL for a deadlock.
+absl::StatusOr<Timeline> Run(const Schedule& s, const Costs& costs) {
+  const int p = s.options.ranks, v = s.options.virtual_stages;
+  const bool split = s.options.kind == ScheduleKind::kZeroBubble;
+  Timeline t;
+  t.busy.assign(p, 0);
+  t.peak_activations.assign(p, 0);
+  std::vector<size_t> next(p, 0);
+  std::vector<double> now(p, 0);
+  std::vector<int> kept(p, 0);  // chunk-micro-batches with activations kept
+  std::map<MessageKey, double> arrival;
+  std::vector<std::vector<Timeline::Slot>> slots(p);
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (int r = 0; r < p; ++r) {
+      while (next[r] < s.ranks[r].size()) {
+        const Action& a = s.ranks[r][next[r]];
+        if (a.kind == ActionKind::kSend) {
+          arrival[KeyOf(a)] = now[r] + costs.message;
+        } else if (a.kind == ActionKind::kReceive) {
+          auto it = arrival.find(KeyOf(a));
+          if (it == arrival.end()) break;
+          now[r] = std::max(now[r], it->second);
+        } else {
+          const double d = Duration(a, costs, v);
+          slots[r].push_back({r, now[r], now[r] + d, a});
+          now[r] += d;
+          t.busy[r] += d;
+          if (a.kind == ActionKind::kForward) {
+            ++kept[r];
+            t.peak_activations[r] =
+                std::max(t.peak_activations[r], static_cast<double>(kept[r]) / v);
+          }
+          if (a.kind == (split ? ActionKind::kBackwardWeight : ActionKind::kBackward)) --kept[r];
+        }
+        ++next[r];
+        moved = true;
+      }
+    }
+  }
+  std::vector<std::string> stuck;
+  for (int r = 0; r < p; ++r) {
+    if (next[r] < s.ranks[r].size()) {
+      stuck.push_back(absl::StrCat("rank ", r, " at action ", next[r], " (",
+                                   s.ranks[r][next[r]].DebugString(), ")"));
+    }
+  }
+  if (!stuck.empty()) {
+    return absl::InternalError(absl::StrCat("the schedule deadlocks: ", absl::StrJoin(stuck, "; "),
+                                            " wait(s) for a message never sent"));
+  }
+  for (int r = 0; r < p; ++r) {
+    for (Timeline::Slot& slot : slots[r]) {
+      t.makespan = std::max(t.makespan, slot.end);
+      t.slots.push_back(std::move(slot));
+    }
+  }
+  return t;
+}
+
+// "F3", "B3", "b3" (input part), "W3"; with v > 1 also the chunk: "F3.1".
+std::string Label(const Action& a, int p, int v) {
+  const char* letter = a.kind == ActionKind::kForward         ? "F"
+                       : a.kind == ActionKind::kBackward      ? "B"
+                       : a.kind == ActionKind::kBackwardInput ? "b"
+                                                              : "W";
+  std::string label = absl::StrCat(letter, a.micro_batch);
+  if (v > 1) absl::StrAppend(&label, ".", a.stage / p);
+  return label;
+}
+
+}  // namespace
+
+absl::string_view ScheduleName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::kOneFOneB:
+      return "1f1b";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved_1f1b";
+    case ScheduleKind::kZeroBubble:
+      return "zero_bubble";
+  }
+  return "?";
+}
+
+absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
+  for (ScheduleKind k : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
+                         ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
+    if (name == ScheduleName(k)) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "schedule: unknown \"", name, "\"; use gpipe, 1f1b, interleaved_1f1b or zero_bubble"));
+}
+
+std::string Action::DebugString() const {
+  switch (kind) {
+    case ActionKind::kSend:
+    case ActionKind::kReceive:
+      return absl::StrCat(kind == ActionKind::kSend ? "send " : "recv ",
+                          payload == Payload::kActivation ? "act" : "grad", " s", stage, " m",
+                          micro_batch, kind == ActionKind::kSend ? " -> r" : " <- r", peer);
+    default:
+      return absl::StrCat(Label(*this, 1, 1), "@s", stage);
+  }
+}
+
+absl::StatusOr<Schedule> MakeSchedule(const ScheduleOptions& o) {
+  if (o.ranks < 1) return Invalid("ranks", absl::StrCat(o.ranks, " (must be >= 1)"));
+  if (o.micro_batches < 1) {
+    return Invalid("micro_batches", absl::StrCat(o.micro_batches, " (must be >= 1)"));
+  }
+  if (o.virtual_stages < 1) {
+    return Invalid("virtual_stages", absl::StrCat(o.virtual_stages, " (must be >= 1)"));
+  }
+  const bool interleaved = o.kind == ScheduleKind::kInterleaved1F1B;
+  if (interleaved && o.virtual_stages < 2) {
+    return Invalid("virtual_stages",
+                   absl::StrCat(o.virtual_stages,
+                                ": interleaved_1f1b needs 2 or more (with 1 it is 1f1b)"));
+  }
+  if (!interleaved && o.virtual_stages != 1) {
+    return Invalid("virtual_stages", absl::StrCat(o.virtual_stages, ": only interleaved_1f1b has "
+                                                  "virtual stages; set 1 or that schedule"));
+  }
+  if (interleaved && o.micro_batches % o.ranks != 0) {
+    return Invalid("micro_batches",
+                   absl::StrCat(o.micro_batches, " is not a multiple of the ", o.ranks,
+                                " pipeline ranks, which interleaved_1f1b needs"));
+  }
+  switch (o.kind) {
+    case ScheduleKind::kGPipe:
+      return WithMessages(o, GPipe(o.ranks, o.micro_batches));
+    case ScheduleKind::kOneFOneB:
+      return WithMessages(o, OneFOneB(o.ranks, o.micro_batches));
+    case ScheduleKind::kInterleaved1F1B:
+      return WithMessages(o, Interleaved(o.ranks, o.micro_batches, o.virtual_stages));
+    case ScheduleKind::kZeroBubble:
+      return WithMessages(o, ZeroBubble(o.ranks, o.micro_batches));
+  }
+  return absl::InternalError("MakeSchedule: unknown kind");
+}
+
+absl::Status CheckSchedule(const Schedule& schedule) {
+  if (absl::Status lists = CheckLists(schedule); !lists.ok()) return lists;
+  return Run(schedule, Costs{}).status();
+}
+
+absl::StatusOr<Timeline> Simulate(const Schedule& schedule, const Costs& costs) {
+  for (double c : {costs.forward, costs.backward_input, costs.backward_weight, costs.message}) {
+    if (!(c >= 0) || !std::isfinite(c)) {
+      return absl::InvalidArgumentError(absl::StrCat("Costs: ", c, " is not a finite time >= 0"));
+    }
+  }
+  if (costs.forward + costs.backward_input + costs.backward_weight <= 0) {
+    return absl::InvalidArgumentError("Costs: the forward and backward cannot all take no time");
+  }
+  return Run(schedule, costs);
+}
+
+double Timeline::Bubble() const {
+  if (makespan <= 0 || busy.empty()) return 0;
+  double idle = 0;
+  for (double b : busy) idle += makespan - b;
+  return idle / (static_cast<double>(busy.size()) * makespan);
+}
+
+double FormulaBubble(const ScheduleOptions& o, const Costs& c) {
+  const double p = o.ranks, m = o.micro_batches, v = o.virtual_stages;
+  switch (o.kind) {
+    case ScheduleKind::kGPipe:
+    case ScheduleKind::kOneFOneB:
+      return (p - 1) / (m + p - 1);
+    case ScheduleKind::kInterleaved1F1B:
+      return (p - 1) / (v * m + p - 1);
+    case ScheduleKind::kZeroBubble: {
+      const double idle = (p - 1) * (c.forward + c.backward_input - c.backward_weight);
+      return idle / (m * (c.forward + c.backward_input + c.backward_weight) + idle);
+    }
+  }
+  return 0;
+}
+
+std::string TimelineText(const Schedule& schedule, const Timeline& timeline) {
+  const int p = schedule.options.ranks, v = schedule.options.virtual_stages;
+  double unit = kNever;
+  size_t width = 1;
+  for (const Timeline::Slot& slot : timeline.slots) {
+    if (slot.end > slot.start) unit = std::min(unit, slot.end - slot.start);
+    width = std::max(width, Label(slot.action, p, v).size());
+  }
+  if (unit == kNever) unit = 1;
+  auto cells = [unit](double time) { return static_cast<long>(std::lround(time / unit)); };
+  auto pad = [width](std::string text) {
+    text.resize(width + 1, ' ');
+    return text;
+  };
+  std::vector<std::string> rows(p);
+  std::vector<long> filled(p, 0);
+  for (const Timeline::Slot& slot : timeline.slots) {
+    std::string& row = rows[slot.rank];
+    for (; filled[slot.rank] < cells(slot.start); ++filled[slot.rank]) row += pad(".");
+    for (; filled[slot.rank] < cells(slot.end); ++filled[slot.rank]) {
+      row += pad(Label(slot.action, p, v));
+    }
+  }
+  std::string out;
+  for (int r = 0; r < p; ++r) {
+    for (; filled[r] < cells(timeline.makespan); ++filled[r]) rows[r] += pad(".");
+    while (!rows[r].empty() && rows[r].back() == ' ') rows[r].pop_back();
+    absl::StrAppendFormat(&out, "rank %-3d %s\n", r, rows[r]);
+  }
+  absl::StrAppendFormat(&out, "bubble %.1f %% (formula %.1f %%); step %g time units\n",
+                        100 * timeline.Bubble(), 100 * FormulaBubble(schedule.options),
+                        timeline.makespan);
+  std::vector<std::string> peaks;
+  for (double a : timeline.peak_activations) peaks.push_back(absl::StrFormat("%g", a));
+  absl::StrAppend(&out, "micro-batches of activations kept at most, per rank: ",
+                  absl::StrJoin(peaks, " "), "\n");
+  return out;
+}
+
+std::string TimelineSvg(const Schedule& schedule, const Timeline& timeline) {
+  const int p = schedule.options.ranks, v = schedule.options.virtual_stages;
+  const double scale = 720.0 / std::max(1e-9, timeline.makespan);  // px per time unit
+  const int row = 28, left = 64, top = 36;
+  const int width = left + 720 + 16, height = top + p * row + 24;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%d\" y=\"20\" font-size=\"13\">%s, %d ranks, %d micro-batches%s: bubble "
+      "%.1f %% (formula %.1f %%)</text>\n",
+      width, height, left, ScheduleName(schedule.options.kind), p,
+      schedule.options.micro_batches, v > 1 ? absl::StrCat(", ", v, " virtual stages") : "",
+      100 * timeline.Bubble(), 100 * FormulaBubble(schedule.options));
+  for (int r = 0; r < p; ++r) {
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"8\" y=\"%d\">rank %d</text>\n"
+                          "<rect x=\"%d\" y=\"%d\" width=\"720\" height=\"%d\" "
+                          "fill=\"#eeeeee\"/>\n",
+                          top + r * row + row / 2 + 4, r, left, top + r * row + 2, row - 4);
+  }
+  for (const Timeline::Slot& slot : timeline.slots) {
+    const char* color = slot.action.kind == ActionKind::kForward         ? "#4e79a7"
+                        : slot.action.kind == ActionKind::kBackwardWeight ? "#f28e2b"
+                                                                          : "#59a14f";
+    const double x = left + slot.start * scale, w = (slot.end - slot.start) * scale;
+    const double opacity = 1.0 - 0.35 * (slot.action.stage / p) / std::max(1, v - 1);
+    absl::StrAppendFormat(
+        &svg,
+        "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+        "fill-opacity=\"%.2f\" stroke=\"white\"/>\n"
+        "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%s</text>\n",
+        x, top + slot.rank * row + 2, w, row - 4, color, opacity, x + w / 2,
+        top + slot.rank * row + row / 2 + 4, Label(slot.action, p, v));
+  }
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"%d\" y=\"%d\">F forward, B backward, b input gradient, W "
+                        "weight gradient; the number is the micro-batch</text>\n</svg>\n",
+                        left, top + p * row + 16);
+  return svg;
+}
+
+}  // namespace ringmaster::train::pipeline
