@@ -33,6 +33,9 @@ constexpr char kFooter[] =
     " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
     "  ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...]"
     " [-o json|yaml]\n"
+    "  ringctl estimate pipeline --stages P --micro-batches M [--schedule gpipe|1f1b|"
+    "interleaved_1f1b|zero_bubble] [--virtual-stages V] [-o FILE.svg]\n"
+    "  ringctl estimate pipeline --sweep [--stages 4,8,16] [--schedule S] [-o FILE.svg]\n"
     "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
     "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
     "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
@@ -277,6 +280,30 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->needs(params_option);
   AddOutputFlags(memory, {"json", "yaml"}, &output);
+  CLI::App* pipeline = estimate->add_subcommand(
+      "pipeline",
+      "a pipeline schedule: each rank's timeline, the bubble (simulated and the formula) and "
+      "the activations each rank keeps; or with --sweep the bubble against the micro-batches");
+  CLI::Option* stages_option =
+      pipeline
+          ->add_option("--stages", line.pipeline.stages,
+                       "pipeline ranks P (with --sweep a list, default 4,8,16)")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 4096));
+  CLI::Option* sweep_option =
+      pipeline->add_flag("--sweep", line.pipeline.sweep,
+                         "the bubble for m = 1, 2, 4, ... 256 and the smallest m below 10 %");
+  CLI::Option* micro_option =
+      pipeline->add_option("--micro-batches", line.pipeline.micro_batches, "micro-batches m")
+          ->check(CLI::Range(1, 1 << 16))
+          ->excludes(sweep_option);
+  pipeline->add_option("--schedule", line.pipeline.schedule, "the schedule (default 1f1b)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}));
+  pipeline
+      ->add_option("--virtual-stages", line.pipeline.virtual_stages,
+                   "model chunks per rank for interleaved_1f1b (default 2)")
+      ->check(CLI::Range(1, 64));
+  pipeline->add_option("-o,--svg", line.pipeline.svg, "also draw it into this SVG file");
 
   app.footer(kFooter);  // after the subcommands, which would inherit it
 
@@ -342,6 +369,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {checkpoint_inspect, Command::kCheckpointInspect},
       {checkpoint_verify, Command::kCheckpointVerify},
       {memory, Command::kEstimateMemory},
+      {pipeline, Command::kEstimatePipeline},
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
@@ -383,6 +411,18 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
     line.estimate.optimizer = optimizer == "adam"
                                   ? train::MemoryEstimateOptions::Optimizer::kAdam
                                   : train::MemoryEstimateOptions::Optimizer::kSgdMomentum;
+  }
+  if (line.command == Command::kEstimatePipeline) {
+    EstimatePipelineFlags& p = line.pipeline;
+    if (p.sweep && p.stages.empty()) p.stages = {4, 8, 16};
+    if (!p.sweep && (stages_option->count() == 0 || micro_option->count() == 0)) {
+      return UsageError(path, "give --stages P and --micro-batches M (a schedule's timeline), "
+                              "or --sweep (the bubble against M)");
+    }
+    if (!p.sweep && p.stages.size() != 1) {
+      return UsageError(path, "--stages: one count without --sweep");
+    }
+    if (p.virtual_stages == 0) p.virtual_stages = p.schedule == "interleaved_1f1b" ? 2 : 1;
   }
   ParsedCommandLine result;
   result.line = std::move(line);

@@ -53,6 +53,7 @@ enum class Command {
   kCheckpointInspect,
   kCheckpointVerify,
   kEstimateMemory,
+  kEstimatePipeline,
 };
 
 // `ringctl estimate memory --spec`: the job's buffers per rank for every ZeRO stage and
@@ -61,6 +62,17 @@ struct EstimateSpecFlags {
   std::string spec_file;               // --spec; empty: the --params form
   std::vector<std::string> overrides;  // --set, in order
   int world = 0;                       // --world (>= 1); 0: not given (the spec's min_ranks)
+};
+
+// `ringctl estimate pipeline`: a pipeline schedule's timeline and bubble, or with --sweep the
+// bubble against the micro-batches (cli/estimate_pipeline.h).
+struct EstimatePipelineFlags {
+  std::vector<int> stages;    // --stages: one count, or with --sweep a list (default 4,8,16)
+  int micro_batches = 0;      // --micro-batches (not with --sweep)
+  std::string schedule = "1f1b";
+  int virtual_stages = 0;     // --virtual-stages; 0: 2 for interleaved_1f1b, else 1
+  bool sweep = false;
+  std::string svg;            // -o FILE: also draw it there
 };
 
 struct CommandLine {
@@ -83,6 +95,7 @@ struct CommandLine {
   LocalOptions local;  // local's flags (its temp_dir is left at the default)
   train::MemoryEstimateOptions estimate;  // estimate memory --params
   EstimateSpecFlags estimate_spec;        // estimate memory --spec
+  EstimatePipelineFlags pipeline;         // estimate pipeline
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

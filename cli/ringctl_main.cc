@@ -24,6 +24,7 @@
 #include "cli/command_line.h"
 #include "cli/config.h"
 #include "cli/estimate.h"
+#include "cli/estimate_pipeline.h"
 #include "cli/jobs.h"
 #include "cli/local.h"
 #include "common/env.h"
@@ -160,6 +161,16 @@ int Run(const CommandLine& line) {
       return CheckpointVerify(line.target);
     case Command::kEstimateMemory:
       return EstimateMemoryCommand(line);
+    case Command::kEstimatePipeline: {
+      absl::StatusOr<std::string> text = EstimatePipeline(line.pipeline);
+      if (!text.ok()) {
+        fprintf(stderr, "ringctl estimate pipeline: %s\n",
+                std::string(text.status().message()).c_str());
+        return absl::IsInvalidArgument(text.status()) ? 2 : 1;
+      }
+      fputs(text->c_str(), stdout);
+      return 0;
+    }
     default:
       break;
   }

@@ -574,4 +574,136 @@ std::string TimelineSvg(const Schedule& schedule, const Timeline& timeline) {
   return svg;
 }
 
+absl::StatusOr<BubbleSweep> SweepBubble(ScheduleKind kind, const std::vector<int>& ranks,
+                                        int virtual_stages, double below) {
+  if (!(below > 0 && below < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("below: ", below, " is not in (0, 1)"));
+  }
+  if (ranks.empty()) return Invalid("ranks", "none given");
+  BubbleSweep sweep;
+  sweep.kind = kind;
+  sweep.virtual_stages = virtual_stages;
+  sweep.below = below;
+  const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
+  auto bubble = [&](int p, int m) -> absl::StatusOr<double> {
+    absl::StatusOr<Schedule> s = MakeSchedule({kind, p, m, virtual_stages});
+    if (!s.ok()) return s.status();
+    absl::StatusOr<Timeline> t = Simulate(*s);
+    if (!t.ok()) return t.status();
+    return t->Bubble();
+  };
+  for (int p : ranks) {
+    for (int m = 1; m <= 256; m *= 2) {
+      const int micro = interleaved ? m * p : m;
+      if (interleaved && micro > 256) break;
+      absl::StatusOr<double> b = bubble(p, micro);
+      if (!b.ok()) return b.status();
+      sweep.points.push_back({p, micro, *b, FormulaBubble({kind, p, micro, virtual_stages})});
+    }
+    int smallest = 0;
+    for (int m = interleaved ? p : 1; m <= 4096; m += interleaved ? p : 1) {
+      absl::StatusOr<double> b = bubble(p, m);
+      if (!b.ok()) return b.status();
+      if (*b < below) {
+        smallest = m;
+        break;
+      }
+    }
+    sweep.smallest_below.push_back({p, smallest});
+  }
+  return sweep;
+}
+
+std::string SweepText(const BubbleSweep& sweep) {
+  std::vector<int> ps, ms;
+  for (const BubbleSweep::Point& pt : sweep.points) {
+    if (std::find(ps.begin(), ps.end(), pt.ranks) == ps.end()) ps.push_back(pt.ranks);
+    if (std::find(ms.begin(), ms.end(), pt.micro_batches) == ms.end()) ms.push_back(pt.micro_batches);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::string out = absl::StrFormat(
+      "%s%s: bubble (%% of the step) against micro-batches m, simulated with F = B = W; "
+      "formula in brackets\n%-6s",
+      ScheduleName(sweep.kind),
+      sweep.virtual_stages > 1 ? absl::StrCat(", ", sweep.virtual_stages, " virtual stages") : "",
+      "m");
+  for (int p : ps) absl::StrAppendFormat(&out, "  %-16s", absl::StrCat("P=", p));
+  while (out.back() == ' ') out.pop_back();
+  out += "\n";
+  for (int m : ms) {
+    absl::StrAppendFormat(&out, "%-6d", m);
+    for (int p : ps) {
+      std::string cell;
+      for (const BubbleSweep::Point& pt : sweep.points) {
+        if (pt.ranks == p && pt.micro_batches == m) {
+          cell = absl::StrFormat("%5.1f (%5.1f)", 100 * pt.bubble, 100 * pt.formula);
+        }
+      }
+      absl::StrAppendFormat(&out, "  %-16s", cell.empty() ? "-" : cell);
+    }
+    while (out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  for (const auto& [p, m] : sweep.smallest_below) {
+    absl::StrAppendFormat(&out, "P=%d: the bubble is below %g %% from m = %s\n", p,
+                          100 * sweep.below, m > 0 ? absl::StrCat(m) : "(not up to 4096)");
+  }
+  return out;
+}
+
+std::string SweepSvg(const BubbleSweep& sweep) {
+  const int left = 60, top = 40, w = 560, h = 320;
+  int max_m = 1;
+  for (const BubbleSweep::Point& pt : sweep.points) max_m = std::max(max_m, pt.micro_batches);
+  const double log_max = std::max(1.0, std::log2(static_cast<double>(max_m)));
+  auto x = [&](int m) { return left + w * std::log2(static_cast<double>(m)) / log_max; };
+  auto y = [&](double b) { return top + h * (1 - b); };
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%d\" y=\"22\" font-size=\"13\">%s: pipeline bubble against micro-batches "
+      "(simulated; formula dashed)</text>\n"
+      "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n"
+      "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n",
+      left + w + 140, top + h + 50, left, ScheduleName(sweep.kind), left, top + h, left + w,
+      top + h, left, top, left, top + h);
+  for (int tick = 0; tick <= 10; tick += 2) {
+    absl::StrAppendFormat(&svg, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%d %%</text>\n",
+                          left - 6, y(tick / 10.0) + 4, tick * 10);
+  }
+  for (int m = 1; m <= max_m; m *= 2) {
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                          x(m), top + h + 16, m);
+  }
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">micro-batches m</text>\n"
+                        "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"grey\" "
+                        "stroke-dasharray=\"2,3\"/>\n",
+                        left + w / 2, top + h + 34, left, y(sweep.below), left + w, y(sweep.below));
+  const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2"};
+  int series = 0;
+  for (const auto& [p, smallest] : sweep.smallest_below) {
+    const char* color = colors[series % 6];
+    std::string simulated, formula;
+    for (const BubbleSweep::Point& pt : sweep.points) {
+      if (pt.ranks != p) continue;
+      absl::StrAppendFormat(&simulated, "%.1f,%.1f ", x(pt.micro_batches), y(pt.bubble));
+      absl::StrAppendFormat(&formula, "%.1f,%.1f ", x(pt.micro_batches), y(pt.formula));
+    }
+    absl::StrAppendFormat(&svg,
+                          "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" "
+                          "stroke-width=\"2\"/>\n"
+                          "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" "
+                          "stroke-dasharray=\"5,4\"/>\n"
+                          "<text x=\"%d\" y=\"%d\" fill=\"%s\">P = %d (below %g %% from m = "
+                          "%d)</text>\n",
+                          simulated, color, formula, color, left + w + 10, top + 14 + 16 * series,
+                          color, p, 100 * sweep.below, smallest);
+    ++series;
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
 }  // namespace ringmaster::train::pipeline

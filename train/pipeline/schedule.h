@@ -47,6 +47,7 @@
 #define RINGMASTER_TRAIN_PIPELINE_SCHEDULE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -160,6 +161,29 @@ std::string TimelineText(const Schedule& schedule, const Timeline& timeline);
 // The timeline as a self-contained SVG: a row per rank, a box per compute coloured by kind and
 // labelled by micro-batch, the bubble in the title.
 std::string TimelineSvg(const Schedule& schedule, const Timeline& timeline);
+
+// The bubble against the number of micro-batches (seed exercise 26.6): for each P of `ranks`,
+// the simulated bubble (unit costs) and the formula at m = 1, 2, 4, ... 256 (multiples of P
+// for interleaved_1f1b), and the smallest m whose simulated bubble is below `below` (0 when
+// none up to 4096).
+struct BubbleSweep {
+  ScheduleKind kind = ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;
+  double below = 0.1;
+  struct Point {
+    int ranks = 0, micro_batches = 0;
+    double bubble = 0, formula = 0;
+  };
+  std::vector<Point> points;                          // by P, then m
+  std::vector<std::pair<int, int>> smallest_below;    // (P, m)
+};
+// INVALID_ARGUMENT as MakeSchedule's, or for `below` outside (0, 1).
+absl::StatusOr<BubbleSweep> SweepBubble(ScheduleKind kind, const std::vector<int>& ranks,
+                                        int virtual_stages = 1, double below = 0.1);
+// A table (a row per m, a column pair per P) and the smallest m per P; newline-terminated.
+std::string SweepText(const BubbleSweep& sweep);
+// The bubble against m (log scale), a line per P, the formula dashed, as an SVG.
+std::string SweepSvg(const BubbleSweep& sweep);
 
 }  // namespace ringmaster::train::pipeline
 

@@ -198,5 +198,26 @@ TEST(Schedule, BadOptionsNameTheField) {
   EXPECT_FALSE(Simulate(*MakeSchedule({ScheduleKind::kGPipe, 2, 2, 1}), {.forward = -1}).ok());
 }
 
+// Seed exercise 26.6: the 1F1B bubble against m for P = 4, 8, 16; below 10 % from
+// m = 9(P − 1) + 1, where (P−1)/(m+P−1) < 0.1 first holds.
+TEST(Schedule, SweepFindsTheSmallestMBelowTenPercent) {
+  absl::StatusOr<BubbleSweep> sweep = SweepBubble(ScheduleKind::kOneFOneB, {4, 8, 16});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->smallest_below.size(), 3u);
+  for (const auto& [p, m] : sweep->smallest_below) EXPECT_EQ(m, 9 * (p - 1) + 1) << "P=" << p;
+  for (const BubbleSweep::Point& pt : sweep->points) {
+    EXPECT_NEAR(pt.bubble, pt.formula, 1e-12) << pt.ranks << " " << pt.micro_batches;
+  }
+  const std::string text = SweepText(*sweep);
+  EXPECT_TRUE(absl::StrContains(text, "P=4: the bubble is below 10 % from m = 28")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "P=16: the bubble is below 10 % from m = 136")) << text;
+  EXPECT_TRUE(absl::StrContains(SweepSvg(*sweep), "<polyline"));
+  // Zero bubble gets there sooner.
+  absl::StatusOr<BubbleSweep> zb = SweepBubble(ScheduleKind::kZeroBubble, {4});
+  ASSERT_TRUE(zb.ok());
+  EXPECT_LT(zb->smallest_below[0].second, 28);
+  EXPECT_FALSE(SweepBubble(ScheduleKind::kOneFOneB, {4}, 1, 1.5).ok());
+}
+
 }  // namespace
 }  // namespace ringmaster::train::pipeline
