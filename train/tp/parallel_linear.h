@@ -32,6 +32,9 @@
 // Backward is split into the input part and the weight part (what a zero-bubble pipeline
 // schedules separately); they may be called in either order.
 //
+// `n` (rows) may be 0: the kernels are skipped, the all-reduce still runs (0 elements) so that
+// every rank of the group issues the same calls.
+//
 // Errors of the methods that communicate: the communicator's (communicator.h), each
 // collective bounded by `Options::timeout` from its start; after one, the group is broken.
 //

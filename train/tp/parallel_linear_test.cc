@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/mesh.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "comm/testing/multiproc.h"
 #include "common/status_macros.h"
@@ -316,12 +317,35 @@ TEST(ParallelLinearTest, ColumnThenRowEqualsTheUnsplitLayers) {
   }
 }
 
-// A group split out of a larger world (the mesh's tp groups): ranks {0, 1} and {2, 3}.
-TEST(ParallelLinearTest, WorksOnASubGroup) {
+// The tp groups of a mesh (dp 2 x tp 2 over 4 ranks: {0, 1} and {2, 3}), each on its own.
+TEST(ParallelLinearTest, WorksOnTheTensorParallelGroupsOfAMesh) {
   ExpectOkOnRanks(4, [](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> group,
-                        comm.Split(comm.rank() / 2, comm.rank(), absl::Now() + absl::Seconds(30)));
-    return RunMlp(*group);
+    RM_ASSIGN_OR_RETURN(comm::Mesh mesh, comm::Mesh::Create(4, {{"dp", 2}, {"tp", 2}}));
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> tp,
+                        mesh.Group(comm, comm::MeshDim::kTp, absl::Now() + absl::Seconds(30)));
+    if (tp->size() != 2) return Fail(absl::StrCat("tp group of ", tp->size()));
+    return RunMlp(*tp);
+  });
+}
+
+// A collective's error reaches the caller: after Abort() the row layer's forward and the
+// column layer's input backward return ABORTED.
+TEST(ParallelLinearTest, CommunicatorErrorsAreReturned) {
+  ExpectOkOnRanks(2, [](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    RM_ASSIGN_OR_RETURN(ColumnParallelLinear up,
+                        ColumnParallelLinear::Create({.in = 4, .out = 4, .group = &comm}));
+    RM_ASSIGN_OR_RETURN(RowParallelLinear down,
+                        RowParallelLinear::Create({.in = 4, .out = 4, .group = &comm}));
+    RM_RETURN_IF_ERROR(comm.Barrier(absl::Now() + absl::Seconds(30)));
+    comm.Abort();
+    std::vector<float> x(8, 1.0f), w(8, 1.0f), y(8);
+    const absl::Status forward = down.Forward(x.data(), w.data(), nullptr, y.data(), 2);
+    const absl::Status backward = up.BackwardInput(x.data(), w.data(), y.data(), 2);
+    if (!absl::IsAborted(forward) || !absl::IsAborted(backward)) {
+      return Fail(absl::StrCat("expected ABORTED twice, got ", forward.ToString(), " and ",
+                               backward.ToString()));
+    }
+    return absl::OkStatus();
   });
 }
 
