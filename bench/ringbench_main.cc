@@ -1,5 +1,12 @@
 // ringbench: ringmaster's benchmarks.
 //
+//   ringbench tp --ranks 2 [--batch B --in I --hidden H --out O --iters K]
+//
+// Column- and row-parallel linear layers (train/tp) on --ranks local processes against one
+// large linear each on one rank: prints the largest differences of the output and every
+// gradient, the all-reduces and bytes per forward and backward, and the step times; exits 0
+// when within tolerance, 1 otherwise, 2 for bad flags (bench/tp_bench.h).
+//
 //   ringbench comm --ranks 4 --ops all_reduce,all_gather,reduce_scatter,broadcast
 //       --sizes 1K,4K,...,1G --csv comm.csv --plot comm.svg [--peers gloo,mpi] [--tune]
 //
@@ -28,9 +35,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/comm_bench.h"
+#include "bench/local_ranks.h"
 #include "bench/loopback.h"
 #include "bench/peers.h"
 #include "bench/plot.h"
+#include "bench/tp_bench.h"
 #include "comm/store.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "common/file_util.h"
@@ -73,6 +82,14 @@ ABSL_FLAG(int64_t, small_message_bytes,
           static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
           "all-reduce/broadcast sizes at or below this use the latency-optimised algorithms");
 
+ABSL_FLAG(int64_t, batch, 16, "ringbench tp: rows of the input");
+ABSL_FLAG(int64_t, in, 256, "ringbench tp: input features of the column-parallel layer");
+ABSL_FLAG(int64_t, hidden, 1024,
+          "ringbench tp: hidden features (the column layer's output, the row layer's input; "
+          "split across the ranks, so a multiple of --ranks)");
+ABSL_FLAG(int64_t, out, 256, "ringbench tp: output features of the row-parallel layer");
+ABSL_FLAG(int, iters, 50, "ringbench tp: timed steps (after 5 warm-up steps)");
+
 namespace ringmaster::bench {
 namespace {
 
@@ -81,74 +98,25 @@ struct Outcome {
   absl::Status status;
 };
 
-// Runs the sweep on `ranks` forked processes; rank 0 sends the rows back through a pipe.
-Outcome RunLocalRanks(int ranks, const SweepOptions& sweep,
+// Runs the sweep on `ranks` forked processes; rank 0 sends the rows back as text.
+Outcome RunLocalSweep(int ranks, const SweepOptions& sweep,
                       const comm::TcpCommunicatorOptions& base) {
   Outcome outcome;
-  char dir_template[] = "/tmp/ringbench-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) {
-    outcome.status = ErrnoToStatus(errno, "mkdtemp /tmp/ringbench-XXXXXX");
-    return outcome;
-  }
-  const std::string store_dir = dir_template;
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) {
-    outcome.status = ErrnoToStatus(errno, "pipe");
-    return outcome;
-  }
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < ranks; ++rank) {
-    pid_t pid = fork();
-    if (pid < 0) {
-      outcome.status = ErrnoToStatus(errno, "fork");
-      break;
-    }
-    if (pid == 0) {
-      close(pipe_fds[0]);
-      absl::Status status = [&]() -> absl::Status {
-        comm::FileStoreOptions store_options;
-        store_options.directory = store_dir;
-        RM_ASSIGN_OR_RETURN(auto store, comm::FileStore::Create(store_options));
-        comm::TcpCommunicatorOptions options = base;
-        options.rank = rank;
-        options.size = ranks;
-        options.store = store.get();
-        options.prefix = "ringbench";
-        RM_ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(options));
-        RM_ASSIGN_OR_RETURN(std::vector<Row> rows, RunSweep(*comm, sweep));
-        if (rank == 0) {
-          std::string text;
-          for (const Row& r : rows) {
-            absl::StrAppend(&text, static_cast<int>(r.op), " ", r.ranks, " ", r.bytes, " ",
-                            absl::StrFormat("%.6f %.6f %.6f", r.time_us, r.p90_us, r.max_us), "\n");
-          }
-          (void)!write(pipe_fds[1], text.data(), text.size());
+  absl::StatusOr<std::string> ran = RunLocalRanks(
+      ranks, base, [&sweep](comm::TcpCommunicator& comm) -> absl::StatusOr<std::string> {
+        RM_ASSIGN_OR_RETURN(std::vector<Row> rows, RunSweep(comm, sweep));
+        std::string text;
+        for (const Row& r : rows) {
+          absl::StrAppend(&text, static_cast<int>(r.op), " ", r.ranks, " ", r.bytes, " ",
+                          absl::StrFormat("%.6f %.6f %.6f", r.time_us, r.p90_us, r.max_us), "\n");
         }
-        return comm->Barrier(absl::Now() + absl::Seconds(60));
-      }();
-      if (!status.ok()) {
-        fprintf(stderr, "ringbench: rank %d: %s\n", rank, status.ToString().c_str());
-        _exit(1);
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
+        return text;
+      });
+  if (!ran.ok()) {
+    outcome.status = ran.status();
+    return outcome;
   }
-  close(pipe_fds[1]);
-  std::string text;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) text.append(buf, n);
-  close(pipe_fds[0]);
-  bool failed = false;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  }
-  if (failed && outcome.status.ok()) {
-    outcome.status = absl::InternalError("a rank failed (its error is printed above)");
-  }
+  const std::string& text = *ran;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     Row r;
@@ -163,9 +131,6 @@ Outcome RunLocalRanks(int ranks, const SweepOptions& sweep,
     r.busbw_gbps = r.algbw_gbps * BusFactor(r.op, r.ranks);
     outcome.rows.push_back(r);
   }
-  // Clean the store directory (files of the form <prefix>/rank-N/addr.value).
-  std::string cleanup = absl::StrCat("rm -rf '", store_dir, "'");
-  (void)!system(cleanup.c_str());
   return outcome;
 }
 
@@ -181,9 +146,9 @@ int Tune(int ranks, SweepOptions sweep, const comm::TcpCommunicatorOptions& base
   for (uint64_t s = 1 << 10; s <= (4u << 20); s *= 2) sweep.sizes.push_back(s);
   using Algo = comm::TcpCommunicator::AllReduceAlgorithm;
   sweep.algorithm = Algo::kRecursiveDoubling;
-  Outcome rd = RunLocalRanks(ranks, sweep, base);
+  Outcome rd = RunLocalSweep(ranks, sweep, base);
   sweep.algorithm = Algo::kRing;
-  Outcome ring = RunLocalRanks(ranks, sweep, base);
+  Outcome ring = RunLocalSweep(ranks, sweep, base);
   if (!rd.status.ok() || !ring.status.ok()) {
     fprintf(stderr, "ringbench comm --tune: %s %s\n", rd.status.ToString().c_str(),
             ring.status.ToString().c_str());
@@ -205,12 +170,38 @@ int Tune(int ranks, SweepOptions sweep, const comm::TcpCommunicatorOptions& base
   return 0;
 }
 
-int CommMain() {
+// The TCP backend's options from the flags; INVALID_ARGUMENT naming a bad --transport.
+absl::StatusOr<comm::TcpCommunicatorOptions> TcpOptionsFromFlags() {
+  comm::TcpCommunicatorOptions base;
+  base.spin = absl::GetFlag(FLAGS_spin_us) < 0 ? absl::Microseconds(-1)
+                                               : absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
+  base.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  base.oversubscribed_spin = absl::Microseconds(absl::GetFlag(FLAGS_oversubscribed_spin_us));
+  base.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
+  base.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
+  base.shm_ring_bytes = absl::GetFlag(FLAGS_shm_ring_bytes);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "shm" && transport != "tcp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport: \"", transport, "\" is neither shm nor tcp"));
+  }
+  base.shared_memory = transport == "shm";
+  return base;
+}
+
+// --ranks; 0, said on stderr for `command`, when outside [1, 64].
+int RanksFlag(const char* command) {
   const int ranks = absl::GetFlag(FLAGS_ranks);
   if (ranks < 1 || ranks > 64) {
-    fprintf(stderr, "ringbench comm: --ranks must be between 1 and 64, got %d\n", ranks);
-    return 2;
+    fprintf(stderr, "ringbench %s: --ranks must be between 1 and 64, got %d\n", command, ranks);
+    return 0;
   }
+  return ranks;
+}
+
+int CommMain() {
+  const int ranks = RanksFlag("comm");
+  if (ranks == 0) return 2;
   SweepOptions sweep;
   auto ops = ParseOps(absl::GetFlag(FLAGS_ops));
   auto sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
@@ -230,21 +221,12 @@ int CommMain() {
             "ringbench comm: need --min_iters >= 1, --max_iters >= --min_iters, --warmup >= 0\n");
     return 2;
   }
-  comm::TcpCommunicatorOptions base;
-  base.spin = absl::GetFlag(FLAGS_spin_us) < 0 ? absl::Microseconds(-1)
-                                               : absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
-  base.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
-  base.oversubscribed_spin = absl::Microseconds(absl::GetFlag(FLAGS_oversubscribed_spin_us));
-  base.socket_buffer_bytes = static_cast<int>(absl::GetFlag(FLAGS_socket_buffer_bytes));
-  base.small_message_bytes = absl::GetFlag(FLAGS_small_message_bytes);
-  base.shm_ring_bytes = absl::GetFlag(FLAGS_shm_ring_bytes);
-  const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport != "shm" && transport != "tcp") {
-    fprintf(stderr, "ringbench comm: --transport: \"%s\" is neither shm nor tcp\n",
-            transport.c_str());
+  absl::StatusOr<comm::TcpCommunicatorOptions> options = TcpOptionsFromFlags();
+  if (!options.ok()) {
+    fprintf(stderr, "ringbench comm: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
-  base.shared_memory = transport == "shm";
+  const comm::TcpCommunicatorOptions& base = *options;
   if (absl::GetFlag(FLAGS_tune)) return Tune(ranks, sweep, base);
 
   std::vector<std::string> peer_names =
@@ -276,7 +258,7 @@ int CommMain() {
   printf("ringbench comm: %d ranks, TCP backend (%s), float32 sum\n", ranks,
          base.shared_memory ? "shared-memory rings between local ranks" : "loopback TCP only");
   fflush(stdout);
-  Outcome ours = RunLocalRanks(ranks, sweep, base);
+  Outcome ours = RunLocalSweep(ranks, sweep, base);
   if (!ours.status.ok()) {
     fprintf(stderr, "ringbench comm: %s\n", ours.status.ToString().c_str());
     return 1;
@@ -396,13 +378,52 @@ int CommMain() {
   return 0;
 }
 
+int TpMain() {
+  const int ranks = RanksFlag("tp");
+  if (ranks == 0) return 2;
+  TpBenchOptions options;
+  options.batch = absl::GetFlag(FLAGS_batch);
+  options.in = absl::GetFlag(FLAGS_in);
+  options.hidden = absl::GetFlag(FLAGS_hidden);
+  options.out = absl::GetFlag(FLAGS_out);
+  options.iters = absl::GetFlag(FLAGS_iters);
+  absl::Status valid = ValidateTpBench(options, ranks);
+  absl::StatusOr<comm::TcpCommunicatorOptions> base = TcpOptionsFromFlags();
+  if (!valid.ok() || !base.ok()) {
+    fprintf(stderr, "ringbench tp: %s\n",
+            std::string((!valid.ok() ? valid : base.status()).message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::string> text =
+      RunLocalRanks(ranks, *base, [&options](comm::TcpCommunicator& comm) {
+        absl::StatusOr<TpBenchResult> result = RunTpBench(comm, options);
+        if (!result.ok()) return absl::StatusOr<std::string>(result.status());
+        return absl::StatusOr<std::string>(TpResultToText(*result));
+      });
+  absl::StatusOr<TpBenchResult> result =
+      text.ok() ? TpResultFromText(*text) : absl::StatusOr<TpBenchResult>(text.status());
+  if (!result.ok()) {
+    fprintf(stderr, "ringbench tp: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  printf("%s", FormatTpTable(options, *result).c_str());
+  if (!result->ok()) {
+    printf("\nFAILED: the tensor-parallel layers differ from the unsplit ones beyond the "
+           "tolerance, or ran other than one all-reduce per forward and per backward\n");
+    return 1;
+  }
+  printf("\nOK: the column- and row-parallel layers match the unsplit layers\n");
+  return 0;
+}
+
 }  // namespace
 }  // namespace ringmaster::bench
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
-      "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]");
+      "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]\n"
+      "  ringbench tp [--ranks N] [--batch B] [--in I] [--hidden H] [--out O] [--iters K]");
   std::vector<char*> args = ringmaster::ParseFlagsWithUsage(argc, argv, "ringbench");
   ringmaster::LoggingOptions logging;
   logging.program_name = argv[0];
@@ -410,11 +431,13 @@ int main(int argc, char** argv) {
   ringmaster::InitLogging(logging);
   signal(SIGPIPE, SIG_IGN);
   if (args.size() < 2) {
-    fprintf(stderr, "usage: ringbench comm [flags]  (ringbench --help for the flags)\n");
+    fprintf(stderr, "usage: ringbench comm|tp [flags]  (ringbench --help for the flags)\n");
     return 2;
   }
   std::string command = args[1];
   if (command == "comm") return ringmaster::bench::CommMain();
-  fprintf(stderr, "ringbench: unknown command \"%s\"; the commands are: comm\n", command.c_str());
+  if (command == "tp") return ringmaster::bench::TpMain();
+  fprintf(stderr, "ringbench: unknown command \"%s\"; the commands are: comm, tp\n",
+          command.c_str());
   return 2;
 }
