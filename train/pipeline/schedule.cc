@@ -55,27 +55,74 @@ Orders OneFOneB(int p, int m) {
 
 // Megatron's interleaved 1F1B over v chunks per rank (m a multiple of p): the k-th
 // chunk-forward of a rank is micro-batch (k / (p·v))·p + k mod p on chunk (k / p) mod v; the
-// k-th chunk-backward the same micro-batch on chunk v − 1 − (k / p) mod v.
-Orders Interleaved(int p, int m, int v) {
-  Orders orders(p);
-  const int total = m * v;
+// k-th chunk-backward the same micro-batch on chunk v − 1 − (k / p) mod v. Its messages are
+// placed as Megatron's forward_backward_pipelining_with_interleaving places them: each step's
+// sends in one batch with the receives of the next step (a steady step is a forward and a
+// backward with no message between them), so that every rank's batches meet their peers'
+// even when no message is buffered.
+Schedule Interleaved(const ScheduleOptions& o) {
+  const int p = o.ranks, m = o.micro_batches, v = o.virtual_stages;
+  Schedule schedule;
+  schedule.options = o;
+  schedule.ranks.resize(p);
+  const int total = m * v, last = schedule.stages() - 1;
   auto micro = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto forward_stage = [&](int k, int r) { return ((k / p) % v) * p + r; };
+  auto backward_stage = [&](int k, int r) { return (v - 1 - (k / p) % v) * p + r; };
   for (int r = 0; r < p; ++r) {
+    std::vector<Action>& list = schedule.ranks[r];
+    auto message = [&](ActionKind kind, Payload payload, int stage, int mb, int peer_stage) {
+      const int peer = schedule.RankOfStage(peer_stage);
+      if (peer != r) list.push_back({kind, stage, mb, payload, peer});
+    };
+    // The messages around chunk-forward k and chunk-backward k.
+    auto send_forward = [&](int k) {
+      const int st = forward_stage(k, r);
+      if (st < last) message(ActionKind::kSend, Payload::kActivation, st, micro(k), st + 1);
+    };
+    auto recv_forward = [&](int k) {
+      const int st = forward_stage(k, r);
+      if (st > 0) message(ActionKind::kReceive, Payload::kActivation, st - 1, micro(k), st - 1);
+    };
+    auto send_backward = [&](int k) {
+      const int st = backward_stage(k, r);
+      if (st > 0) message(ActionKind::kSend, Payload::kGradient, st, micro(k), st - 1);
+    };
+    auto recv_backward = [&](int k) {
+      const int st = backward_stage(k, r);
+      if (st < last) message(ActionKind::kReceive, Payload::kGradient, st + 1, micro(k), st + 1);
+    };
     auto forward = [&](int k) {
-      orders[r].push_back({ActionKind::kForward, ((k / p) % v) * p + r, micro(k)});
+      list.push_back({ActionKind::kForward, forward_stage(k, r), micro(k)});
     };
     auto backward = [&](int k) {
-      orders[r].push_back({ActionKind::kBackward, (v - 1 - (k / p) % v) * p + r, micro(k)});
+      list.push_back({ActionKind::kBackward, backward_stage(k, r), micro(k)});
     };
     const int warm = std::min((p - r - 1) * 2 + (v - 1) * p, total);
-    for (int k = 0; k < warm; ++k) forward(k);
-    for (int i = 0; i < total - warm; ++i) {
+    const int steady = total - warm;
+    recv_forward(0);
+    for (int k = 0; k < warm; ++k) {
+      forward(k);
+      send_forward(k);
+      if (k + 1 < total) recv_forward(k + 1);
+      if (k == warm - 1 && steady > 0) recv_backward(0);
+    }
+    for (int i = 0; i < steady; ++i) {
       forward(warm + i);
       backward(i);
+      send_forward(warm + i);
+      send_backward(i);
+      if (warm + i + 1 < total) recv_forward(warm + i + 1);
+      recv_backward(i + 1);
     }
-    for (int k = total - warm; k < total; ++k) backward(k);
+    if (steady == 0) recv_backward(0);
+    for (int k = steady; k < total; ++k) {
+      backward(k);
+      send_backward(k);
+      if (k + 1 < total) recv_backward(k + 1);
+    }
   }
-  return orders;
+  return schedule;
 }
 
 // ZB-H1 by list scheduling with unit costs (F = B = W = 1): each rank keeps 1F1B's order of
@@ -290,7 +337,101 @@ absl::Status CheckLists(const Schedule& s) {
           " of stage ", st, " micro-batch ", mb, " that no rank sends"));
     }
   }
+  // A transport delivers one sender's messages to one receiver in the order sent: the
+  // receiver must take them in that order.
+  std::map<std::pair<int, int>, std::vector<MessageKey>> sent, received;  // (from, to)
+  for (int r = 0; r < s.options.ranks; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      if (a.kind == ActionKind::kSend) sent[{r, a.peer}].push_back(KeyOf(a));
+      if (a.kind == ActionKind::kReceive) received[{a.peer, r}].push_back(KeyOf(a));
+    }
+  }
+  for (const auto& [pair, keys] : sent) {
+    const std::vector<MessageKey>& taken = received[pair];
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] != taken[i]) {
+        Action a{ActionKind::kReceive, std::get<1>(taken[i]), std::get<2>(taken[i]),
+                 std::get<0>(taken[i]), pair.first};
+        return absl::InternalError(absl::StrCat(
+            "rank ", pair.second, " receives from rank ", pair.first, " out of order: its ",
+            i + 1, "th receive from it is ", a.DebugString(), ", but message ", i + 1,
+            " sent is another"));
+      }
+    }
+  }
   return absl::OkStatus();
+}
+
+// Runs the lists with every maximal run of sends and receives as one batch that progresses
+// together (Communicator::SendRecv) and a message moving only while both its send and its
+// receive are posted (rendezvous: a transport need not buffer anything). INTERNAL naming the
+// stuck ranks when no batch can complete.
+absl::Status CheckRendezvous(const Schedule& s) {
+  const int p = s.options.ranks;
+  std::vector<size_t> next(p, 0), batch_end(p, 0);
+  std::vector<bool> posted(p, false);
+  // Per rank, the posted batch's operations not yet done (by message).
+  std::vector<std::map<std::pair<ActionKind, MessageKey>, bool>> pending(p);
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (int r = 0; r < p; ++r) {
+      if (posted[r]) continue;
+      while (next[r] < s.ranks[r].size() && s.ranks[r][next[r]].is_compute()) {
+        ++next[r];
+        moved = true;
+      }
+      if (next[r] == s.ranks[r].size()) continue;
+      size_t end = next[r];
+      while (end < s.ranks[r].size() && !s.ranks[r][end].is_compute()) {
+        pending[r][{s.ranks[r][end].kind, KeyOf(s.ranks[r][end])}] = true;
+        ++end;
+      }
+      batch_end[r] = end;
+      posted[r] = true;
+      moved = true;
+    }
+    for (int r = 0; r < p; ++r) {
+      if (!posted[r]) continue;
+      for (auto it = pending[r].begin(); it != pending[r].end();) {
+        const auto& [kind, key] = it->first;
+        if (kind != ActionKind::kSend) {
+          ++it;
+          continue;
+        }
+        // The receiver: the rank of the stage that uses the message.
+        const int to = s.RankOfStage(std::get<0>(key) == Payload::kActivation
+                                         ? std::get<1>(key) + 1
+                                         : std::get<1>(key) - 1);
+        auto match = pending[to].find({ActionKind::kReceive, key});
+        if (!posted[to] || match == pending[to].end()) {
+          ++it;
+          continue;
+        }
+        pending[to].erase(match);
+        it = pending[r].erase(it);
+        moved = true;
+      }
+    }
+    for (int r = 0; r < p; ++r) {
+      if (posted[r] && pending[r].empty()) {
+        next[r] = batch_end[r];
+        posted[r] = false;
+        moved = true;
+      }
+    }
+  }
+  std::vector<std::string> stuck;
+  for (int r = 0; r < p; ++r) {
+    if (next[r] < s.ranks[r].size()) {
+      stuck.push_back(absl::StrCat("rank ", r, " at action ", next[r], " (",
+                                   s.ranks[r][next[r]].DebugString(), ")"));
+    }
+  }
+  if (stuck.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "the schedule deadlocks when a message moves only while its send and receive are both "
+      "posted: ", absl::StrJoin(stuck, "; ")));
 }
 
 double Duration(const Action& a, const Costs& c, int v) {
@@ -446,7 +587,7 @@ absl::StatusOr<Schedule> MakeSchedule(const ScheduleOptions& o) {
     case ScheduleKind::kOneFOneB:
       return WithMessages(o, OneFOneB(o.ranks, o.micro_batches));
     case ScheduleKind::kInterleaved1F1B:
-      return WithMessages(o, Interleaved(o.ranks, o.micro_batches, o.virtual_stages));
+      return Interleaved(o);
     case ScheduleKind::kZeroBubble:
       return WithMessages(o, ZeroBubble(o.ranks, o.micro_batches));
   }
@@ -455,7 +596,8 @@ absl::StatusOr<Schedule> MakeSchedule(const ScheduleOptions& o) {
 
 absl::Status CheckSchedule(const Schedule& schedule) {
   if (absl::Status lists = CheckLists(schedule); !lists.ok()) return lists;
-  return Run(schedule, Costs{}).status();
+  if (absl::Status queued = Run(schedule, Costs{}).status(); !queued.ok()) return queued;
+  return CheckRendezvous(schedule);
 }
 
 absl::StatusOr<Timeline> Simulate(const Schedule& schedule, const Costs& costs) {

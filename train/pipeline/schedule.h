@@ -17,12 +17,15 @@
 // Messages. Stage s's forward output (kActivation, stage s) goes from rank(s) to rank(s+1);
 // its input gradient (kGradient, stage s) from rank(s) to rank(s−1); none when both stages are
 // on one rank (P = 1). A message is named by (payload, stage, micro-batch) and sent once.
-// The executor's contract, which CheckSchedule and Simulate assume: a send never blocks the
-// rank's list (it is queued, and delivered in the order sent to that peer); a receive blocks
-// until its message has arrived, and takes it by name (messages from one peer that arrive
-// ahead are kept until their receive).
+// The executor's contract: each maximal run of sends and receives between two computes is
+// one batch (Communicator::SendRecv: its operations progress together, and the batch ends
+// when all are done); messages from one rank to another are taken in the order sent.
+// CheckSchedule proves a list set runs whether the transport buffers sends (a send is queued
+// and the rank goes on) or not (a message moves only while its send and its receive are both
+// posted); Simulate times the first.
 //
-// The schedules (each rank's compute order; sends and receives around each compute):
+// The schedules (each rank's compute order; a receive in the batch before the compute that
+// needs it, a send in the batch after the one that makes it, but for interleaved 1F1B):
 //   gpipe             every micro-batch's forward, then every backward (m activations kept).
 //   1f1b              min(P − r − 1, m) forwards of warm-up on rank r, then one forward and
 //                     one backward alternately, then the remaining backwards (at most P − r
@@ -30,7 +33,10 @@
 //   interleaved_1f1b  Megatron's interleaved schedule: v model chunks per rank, micro-batches
 //                     in groups of P through each chunk in turn; warm-up of
 //                     (P − r − 1)·2 + (v − 1)·P chunk-forwards (m·v at most), then 1F1B over
-//                     chunk passes. m must be a multiple of P.
+//                     chunk passes. m must be a multiple of P. Its messages are batched as
+//                     Megatron batches them (a step's sends with the next step's receives,
+//                     no message between a steady step's forward and backward): placed at
+//                     their computes they deadlock without buffering.
 //   zero_bubble       ZB-H1 ("Zero Bubble Pipeline Parallelism", Qi et al., 2024): the
 //                     backward split into the input-gradient part B (what the previous stage
 //                     waits for) and the weight-gradient part W (which nothing waits for), so
@@ -108,9 +114,9 @@ absl::StatusOr<Schedule> MakeSchedule(const ScheduleOptions& options);
 // forward and backward (or B and W) of every micro-batch computed exactly once, on the stage's
 // rank, the backward after the forward (W after B); every message sent exactly once by the rank
 // that computes it, after computing it, to the rank that needs it, and received there exactly
-// once, before the compute that needs it; and running the lists ends (no rank waits forever
-// for a message). INTERNAL naming the first rank and action that break a rule, or, for a
-// deadlock, what every stuck rank waits for.
+// once, before the compute that needs it, in the order sent; and running the lists ends, with
+// buffered sends and without (no rank waits forever). INTERNAL naming the first rank and
+// action that break a rule, or, for a deadlock, where every stuck rank waits.
 absl::Status CheckSchedule(const Schedule& schedule);
 
 // Durations of one model stage's work when the model is cut into P stages (a chunk of an

@@ -172,12 +172,58 @@ TEST(Schedule, CheckFindsBrokenLists) {
   unsent.ranks[1].erase(unsent.ranks[1].begin() + Find(unsent.ranks[1], "send grad s1 m1 -> r0"));
   EXPECT_FALSE(CheckSchedule(unsent).ok());
 
+  // GPipe's rank 1 taking micro-batch 1's input (and forward) before micro-batch 0's.
+  Schedule swapped = *MakeSchedule({ScheduleKind::kGPipe, 2, 2, 1});
+  std::vector<Action>& r1s = swapped.ranks[1];
+  std::swap(r1s[Find(r1s, "recv act s0 m0 <- r0")], r1s[Find(r1s, "recv act s0 m1 <- r0")]);
+  std::swap(r1s[Find(r1s, "F0@s1")], r1s[Find(r1s, "F1@s1")]);
+  EXPECT_TRUE(absl::StrContains(CheckSchedule(swapped).message(), "out of order"))
+      << CheckSchedule(swapped);
+
   Schedule early = good;  // a gradient sent before its backward
   std::vector<Action>& r1 = early.ranks[1];
   const Action send = r1[Find(r1, "send grad s1 m0 -> r0")];
   r1.erase(r1.begin() + Find(r1, "send grad s1 m0 -> r0"));
   r1.insert(r1.begin(), send);
   EXPECT_TRUE(absl::StrContains(CheckSchedule(early).message(), "sent before it is computed"));
+}
+
+// The interleaved schedule with each message right at its compute (the receive just before
+// the compute that needs it, the send just after the one that makes it), not batched as
+// Megatron batches them: it runs when sends are buffered, but deadlocks when a message moves
+// only while both ends are posted, which the check also rules out.
+Schedule WithMessagesAtTheirComputes(const Schedule& batched) {
+  Schedule s = batched;
+  const int last = s.stages() - 1;
+  for (int r = 0; r < s.options.ranks; ++r) {
+    std::vector<Action> list;
+    for (const Action& a : batched.ranks[r]) {
+      if (!a.is_compute()) continue;
+      const bool forward = a.kind == ActionKind::kForward;
+      const int from = forward ? a.stage - 1 : a.stage + 1;  // what it needs
+      const int to = forward ? a.stage + 1 : a.stage - 1;    // who needs what it makes
+      if (from >= 0 && from <= last && s.RankOfStage(from) != r) {
+        list.push_back({ActionKind::kReceive, from, a.micro_batch,
+                        forward ? Payload::kActivation : Payload::kGradient, s.RankOfStage(from)});
+      }
+      list.push_back(a);
+      if (to >= 0 && to <= last && s.RankOfStage(to) != r) {
+        list.push_back({ActionKind::kSend, a.stage, a.micro_batch,
+                        forward ? Payload::kActivation : Payload::kGradient, s.RankOfStage(to)});
+      }
+    }
+    s.ranks[r] = list;
+  }
+  return s;
+}
+
+TEST(Schedule, CheckRulesOutDeadlocksOfUnbufferedSends) {
+  const Schedule batched = *MakeSchedule({ScheduleKind::kInterleaved1F1B, 2, 4, 2});
+  ASSERT_TRUE(CheckSchedule(batched).ok());
+  const Schedule naive = WithMessagesAtTheirComputes(batched);
+  EXPECT_TRUE(Simulate(naive).ok());  // with buffered sends it runs
+  const absl::Status st = CheckSchedule(naive);
+  EXPECT_TRUE(absl::StrContains(st.message(), "both posted")) << st;
 }
 
 TEST(Schedule, BadOptionsNameTheField) {
