@@ -362,6 +362,18 @@ absl::Status CheckLists(const Schedule& s) {
   return absl::OkStatus();
 }
 
+// "rank r at action i (...)" for each rank whose list did not end at next[r].
+std::vector<std::string> Stuck(const Schedule& s, const std::vector<size_t>& next) {
+  std::vector<std::string> stuck;
+  for (int r = 0; r < s.options.ranks; ++r) {
+    if (next[r] < s.ranks[r].size()) {
+      stuck.push_back(absl::StrCat("rank ", r, " at action ", next[r], " (",
+                                   s.ranks[r][next[r]].DebugString(), ")"));
+    }
+  }
+  return stuck;
+}
+
 // Runs the lists with every maximal run of sends and receives as one batch that progresses
 // together (Communicator::SendRecv) and a message moving only while both its send and its
 // receive are posted (rendezvous: a transport need not buffer anything). INTERNAL naming the
@@ -421,13 +433,7 @@ absl::Status CheckRendezvous(const Schedule& s) {
       }
     }
   }
-  std::vector<std::string> stuck;
-  for (int r = 0; r < p; ++r) {
-    if (next[r] < s.ranks[r].size()) {
-      stuck.push_back(absl::StrCat("rank ", r, " at action ", next[r], " (",
-                                   s.ranks[r][next[r]].DebugString(), ")"));
-    }
-  }
+  const std::vector<std::string> stuck = Stuck(s, next);
   if (stuck.empty()) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(
       "the schedule deadlocks when a message moves only while its send and receive are both "
@@ -490,13 +496,7 @@ absl::StatusOr<Timeline> Run(const Schedule& s, const Costs& costs) {
       }
     }
   }
-  std::vector<std::string> stuck;
-  for (int r = 0; r < p; ++r) {
-    if (next[r] < s.ranks[r].size()) {
-      stuck.push_back(absl::StrCat("rank ", r, " at action ", next[r], " (",
-                                   s.ranks[r][next[r]].DebugString(), ")"));
-    }
-  }
+  const std::vector<std::string> stuck = Stuck(s, next);
   if (!stuck.empty()) {
     return absl::InternalError(absl::StrCat("the schedule deadlocks: ", absl::StrJoin(stuck, "; "),
                                             " wait(s) for a message never sent"));
