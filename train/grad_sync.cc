@@ -141,6 +141,11 @@ absl::Status GradientSync::ReduceBucket(const Bucket& bucket, absl::Time deadlin
 }
 
 void GradientSync::Loop() {
+  // This thread's CUDA calls go to the reducing stream's device (not ordinal 0's by default).
+  if (absl::Status bound = options_.comm_ops->BindThread(); !bound.ok()) {
+    absl::MutexLock lock(&mu_);
+    error_ = bound;
+  }
   while (true) {
     int next;
     {
