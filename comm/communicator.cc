@@ -1,8 +1,12 @@
 #include "comm/communicator.h"
 
+#include <functional>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ringmaster::comm {
 
@@ -126,6 +130,8 @@ absl::string_view OpKindName(OpKind kind) {
       return "recv";
     case OpKind::kBarrier:
       return "barrier";
+    case OpKind::kSendRecv:
+      return "send_recv";
   }
   return "unknown";
 }
@@ -162,6 +168,49 @@ absl::Status ValidatePeer(absl::string_view op, absl::string_view what, int peer
   if (!allow_self && peer == rank) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", what, " ", peer, " is this rank itself"));
+  }
+  return absl::OkStatus();
+}
+
+std::string BatchOpName(size_t index) { return absl::StrCat("SendRecv ops[", index, "]"); }
+
+absl::Status ValidateBatch(absl::Span<const PointToPoint> ops, int rank, int size) {
+  using Kind = PointToPoint::Kind;
+  std::vector<std::pair<const char*, size_t>> extents(ops.size());  // [op] -> (start, bytes)
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PointToPoint& op = ops[i];
+    const std::string name = BatchOpName(i);
+    if (op.kind != Kind::kSend && op.kind != Kind::kRecv) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": kind ", static_cast<int>(op.kind), " is neither kSend nor kRecv"));
+    }
+    if (static_cast<uint8_t>(op.type) > static_cast<uint8_t>(DataType::kUint8)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": type ", static_cast<int>(op.type), " is not a known DataType"));
+    }
+    RM_RETURN_IF_ERROR(ValidatePeer(name, "peer", op.peer, rank, size, /*allow_self=*/false));
+    const bool sends = op.kind == Kind::kSend;
+    const void* buf = sends ? op.send : op.recv;
+    RM_RETURN_IF_ERROR(ValidateBuffer(name, sends ? "send" : "recv", buf, op.count));
+    const size_t elem = DataTypeSize(op.type);
+    if (op.count > std::numeric_limits<size_t>::max() / elem) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": count ", op.count, " overflows the buffer's length in bytes"));
+    }
+    extents[i] = {static_cast<const char*>(buf), op.count * elem};
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto [a, a_bytes] = extents[i];
+    if (ops[i].kind != Kind::kRecv || a_bytes == 0) continue;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const auto [b, b_bytes] = extents[j];
+      if (j == i || b_bytes == 0) continue;
+      if (std::less<>()(a, b + b_bytes) && std::less<>()(b, a + a_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            BatchOpName(i), ": recv overlaps the ", ops[j].kind == Kind::kSend ? "send" : "recv",
+            " buffer of ops[", j, "]; every receive of a batch needs a buffer of its own"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,13 @@
 // rank, so a rank notices a failure in whichever group it next uses. Make a new family for
 // the next epoch. Members may be destroyed in any order.
 //
+// Point to point: Send and Recv move one message; SendRecv moves a batch of sends and
+// receives, to and from any peers, that progress together (NCCL's grouped send/recv,
+// torch's batch_isend_irecv), so that a rank can send to one neighbour while it receives
+// from another, and two ranks can exchange large messages without deadlock. Messages
+// match in order per (sender, receiver) pair, whichever of these calls sent or received
+// them.
+//
 // Non-blocking operations (the *Async forms) are issued at once and run on the
 // communicator's own worker thread, in issue order; Wait() for the returned Work before
 // touching its buffers. Operations that may share a connection (every operation of one
@@ -57,6 +64,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/dtype.h"
 
 namespace ringmaster::comm {
@@ -75,8 +83,9 @@ enum class OpKind : uint8_t {
   kSend = 4,
   kRecv = 5,
   kBarrier = 6,
+  kSendRecv = 7,  // a SendRecv batch: its sends' and receives' bytes, one call per batch
 };
-inline constexpr int kNumOpKinds = 7;
+inline constexpr int kNumOpKinds = 8;
 absl::string_view OpKindName(OpKind kind);
 
 struct OpCounters {
@@ -120,6 +129,24 @@ class Work {
   std::shared_ptr<State> state_;
 };
 
+// One message of a SendRecv batch.
+struct PointToPoint {
+  enum class Kind : uint8_t { kSend = 0, kRecv = 1 };
+  Kind kind = Kind::kSend;
+  const void* send = nullptr;  // kSend: the `count` elements to send
+  void* recv = nullptr;        // kRecv: where the `count` elements received go
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  int peer = -1;  // the rank sent to or received from; not this rank
+
+  static PointToPoint Send(const void* buf, size_t count, DataType type, int peer) {
+    return {Kind::kSend, buf, nullptr, count, type, peer};
+  }
+  static PointToPoint Recv(void* buf, size_t count, DataType type, int peer) {
+    return {Kind::kRecv, nullptr, buf, count, type, peer};
+  }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -154,6 +181,17 @@ class Communicator {
   virtual absl::Status Recv(void* buf, size_t count, DataType type, int peer,
                             absl::Time deadline) = 0;
 
+  // Runs every send and receive of `ops` at once, to and from any peers, and returns when
+  // all are complete (see "Point to point" above). Each op is one message, matched by the
+  // peer's Send / Recv or by an op of the peer's batch; messages of one batch to (or from)
+  // one peer travel in the batch's order, after those this rank issued before to (or
+  // from) that peer. The receive buffers must not overlap each other or a send buffer of
+  // the batch. An empty batch returns at once (OK, or the error that broke the
+  // communicator) and is not counted. Errors: as Send/Recv's; INVALID_ARGUMENT names the
+  // op by its index and field ("SendRecv ops[2]: peer 5 is outside [0, 4)"), and then
+  // nothing is sent. Counted under OpKind::kSendRecv (one call per batch).
+  virtual absl::Status SendRecv(absl::Span<const PointToPoint> ops, absl::Time deadline) = 0;
+
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier(absl::Time deadline) = 0;
 
@@ -172,6 +210,8 @@ class Communicator {
                          absl::Time deadline) = 0;
   virtual Work RecvAsync(void* buf, size_t count, DataType type, int peer,
                          absl::Time deadline) = 0;
+  // `ops` is copied; the buffers it names stay in use until the Work is done.
+  virtual Work SendRecvAsync(absl::Span<const PointToPoint> ops, absl::Time deadline) = 0;
 
   // Collective over this communicator (MPI_Comm_split, ncclCommSplit): the ranks passing
   // the same non-negative `color` form a new communicator, ranked by `key`, ties by their
@@ -229,6 +269,12 @@ absl::Status ValidateBuffer(absl::string_view op, absl::string_view what, const 
                             size_t count);
 absl::Status ValidatePeer(absl::string_view op, absl::string_view what, int peer, int rank,
                           int size, bool allow_self);
+// Checks what every backend checks in a SendRecv batch, naming the op by its index: the
+// kind, the type, the peer (not this rank), the buffer (non-null when count > 0), the
+// length, and that no receive buffer overlaps another buffer of the batch.
+absl::Status ValidateBatch(absl::Span<const PointToPoint> ops, int rank, int size);
+// "SendRecv ops[i]": how errors name op i of a batch.
+std::string BatchOpName(size_t index);
 
 }  // namespace ringmaster::comm
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/memory/memory.h"
 #include "absl/strings/ascii.h"
@@ -637,6 +638,53 @@ absl::Status NcclCommunicator::RecvNow(void* buf, size_t count, DataType type, i
   return Finish(kKind, start, std::move(status), 0, uint64_t{count} * DataTypeSize(type));
 }
 
+absl::Status NcclCommunicator::SendRecvNow(absl::Span<const PointToPoint> ops,
+                                           absl::Time deadline) {
+  constexpr OpKind kKind = OpKind::kSendRecv;
+  const absl::Time start = absl::Now();
+  const std::string name = OpName(kKind);
+  uint64_t sent = 0, received = 0;
+  for (const PointToPoint& op : ops) {
+    const bool known = static_cast<uint8_t>(op.type) <= static_cast<uint8_t>(DataType::kUint8);
+    const uint64_t bytes = known ? uint64_t{op.count} * DataTypeSize(op.type) : 0;
+    (op.kind == PointToPoint::Kind::kSend ? sent : received) += bytes;
+  }
+  absl::Status status = [&]() -> absl::Status {
+    RM_RETURN_IF_ERROR(CheckHealthy());
+    RM_RETURN_IF_ERROR(ValidateBatch(ops, rank_, size_));
+    std::vector<ncclDataType_t> types(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      const std::string op_name = BatchOpName(i);
+      RM_ASSIGN_OR_RETURN(types[i], ToNcclType(op_name, op.type));
+      if (op.count == 0) continue;  // as Send/Recv: nothing goes to NCCL
+      const bool sends = op.kind == PointToPoint::Kind::kSend;
+      RM_RETURN_IF_ERROR(
+          CheckDevicePointer(op_name, sends ? "send" : "recv", sends ? op.send : op.recv));
+    }
+    if (sent + received == 0) return absl::OkStatus();
+    return Run(name, deadline, [&](ncclComm_t comm) -> absl::Status {
+      // One group: NCCL progresses every send and receive of it together.
+      RM_RETURN_IF_ERROR(NcclToStatus(ncclGroupStart(), "ncclGroupStart"));
+      absl::Status queued = absl::OkStatus();
+      for (size_t i = 0; i < ops.size() && queued.ok(); ++i) {
+        const PointToPoint& op = ops[i];
+        if (op.count == 0) continue;
+        queued = op.kind == PointToPoint::Kind::kSend
+                     ? NcclToStatus(ncclSend(op.send, op.count, types[i], op.peer, comm, stream_),
+                                    "ncclSend")
+                     : NcclToStatus(ncclRecv(op.recv, op.count, types[i], op.peer, comm, stream_),
+                                    "ncclRecv");
+      }
+      // Closed even after a failed call, so that this thread leaves group mode.
+      const absl::Status ended = NcclToStatus(ncclGroupEnd(), "ncclGroupEnd");
+      RM_RETURN_IF_ERROR(queued);
+      return ended;
+    });
+  }();
+  return Finish(kKind, start, std::move(status), sent, received);
+}
+
 absl::Status NcclCommunicator::BarrierNow(absl::Time deadline) {
   constexpr OpKind kKind = OpKind::kBarrier;
   const absl::Time start = absl::Now();
@@ -651,7 +699,6 @@ absl::Status NcclCommunicator::BarrierNow(absl::Time deadline) {
   }();
   return Finish(kKind, start, std::move(status), 0, 0);
 }
-
 
 template <typename Fn>
 absl::Status NcclCommunicator::InOrder(OpKind kind, absl::Time deadline, Fn&& fn) {
@@ -695,6 +742,11 @@ absl::Status NcclCommunicator::Send(const void* buf, size_t count, DataType type
                  [&] { return SendNow(buf, count, type, peer, deadline); });
 }
 
+absl::Status NcclCommunicator::SendRecv(absl::Span<const PointToPoint> ops, absl::Time deadline) {
+  if (ops.empty()) return CheckHealthy();  // nothing to move, nothing to wait for
+  return InOrder(OpKind::kSendRecv, deadline, [&] { return SendRecvNow(ops, deadline); });
+}
+
 absl::Status NcclCommunicator::Barrier(absl::Time deadline) {
   return InOrder(OpKind::kBarrier, deadline, [&] { return BarrierNow(deadline); });
 }
@@ -735,6 +787,13 @@ Work NcclCommunicator::SendAsync(const void* buf, size_t count, DataType type, i
 Work NcclCommunicator::RecvAsync(void* buf, size_t count, DataType type, int peer,
                                  absl::Time deadline) {
   return queue_.Enqueue([=, this] { return RecvNow(buf, count, type, peer, deadline); });
+}
+
+Work NcclCommunicator::SendRecvAsync(absl::Span<const PointToPoint> ops, absl::Time deadline) {
+  if (ops.empty()) return Work::Done(CheckHealthy());
+  return queue_.Enqueue([ops = std::vector<PointToPoint>(ops.begin(), ops.end()), deadline, this] {
+    return SendRecvNow(ops, deadline);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(int color, int key,

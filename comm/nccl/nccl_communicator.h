@@ -29,7 +29,8 @@
 // and avg of integer types is the sum divided by N, truncated.
 //
 // Send blocks until the peer has posted the matching Recv (NCCL does not buffer), so two
-// ranks must not both Send to each other first.
+// ranks must not both Send to each other first: exchange with SendRecv, one NCCL group of
+// ncclSend / ncclRecv calls that progress together.
 //
 // Counters: NCCL picks its algorithm (ring, tree, NVLS, ...) at run time and does not
 // report bytes moved, so bytes_sent / bytes_received are NOMINAL: the volume a ring
@@ -39,6 +40,7 @@
 //   reduce_scatter  (N-1) * B each way (B = the recv buffer)
 //   broadcast       B received unless root; B sent unless last in the ring from root
 //   send / recv     B
+//   send_recv       the batch's sends' B sent, its receives' B received
 //   barrier         0 (no payload)
 //
 // Groups: Split() is ncclCommSplit (non-blocking config, polled against the deadline);
@@ -130,6 +132,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Send(const void* buf, size_t count, DataType type, int peer,
                     absl::Time deadline) override;
   absl::Status Recv(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+  // ncclSend / ncclRecv for each op (of count > 0) in one ncclGroupStart/ncclGroupEnd.
+  absl::Status SendRecv(absl::Span<const PointToPoint> ops, absl::Time deadline) override;
   // An all-reduce of one int32 on a device buffer owned by the communicator.
   absl::Status Barrier(absl::Time deadline) override;
 
@@ -144,6 +148,7 @@ class NcclCommunicator final : public Communicator {
   Work SendAsync(const void* buf, size_t count, DataType type, int peer,
                  absl::Time deadline) override;
   Work RecvAsync(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+  Work SendRecvAsync(absl::Span<const PointToPoint> ops, absl::Time deadline) override;
 
   // ncclCommSplit; the group is an NcclCommunicator on the same device. Errors: as an
   // operation (DEADLINE_EXCEEDED when the split does not finish in time, which breaks the
@@ -194,6 +199,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status SendNow(const void* buf, size_t count, DataType type, int peer,
                        absl::Time deadline);
   absl::Status RecvNow(void* buf, size_t count, DataType type, int peer, absl::Time deadline);
+  absl::Status SendRecvNow(absl::Span<const PointToPoint> ops, absl::Time deadline);
   absl::Status BarrierNow(absl::Time deadline);
 
   // OK, or the error that broke the communicator.

@@ -295,6 +295,149 @@ TEST(NcclMultiRank, CollectivesWithFourRanksMatchTheReference) {
       4, [](NcclCommunicator& comm, Store&, absl::Duration*) { return AllCollectives(comm); }));
 }
 
+// ---- SendRecv: one NCCL group of ncclSend / ncclRecv per batch. ----
+
+using testing::Input;
+
+// What `from` sends to anyone as its message `tag` (tag < 4): distinct for every (from, tag)
+// of a 4-rank test.
+std::vector<double> Message(DataType type, size_t count, int from, int tag) {
+  return Input(type, count, from * 4 + tag);
+}
+
+// Every rank sends 1 MiB to the next rank and receives from the previous one in one batch.
+// With blocking calls, `Send(next); Recv(prev);` on every rank deadlocks: NCCL's Send waits
+// for the matching Recv, which every peer posts only after its own Send (SendRecvRing above
+// orders even and odd ranks to avoid it).
+absl::Status BatchedRing(NcclCommunicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const DataType type = DataType::kFloat32;
+  constexpr size_t kCount = 256 * 1024;
+  RM_ASSIGN_OR_RETURN(auto out, DeviceBuffer::Create(kCount * 4));
+  RM_ASSIGN_OR_RETURN(auto in, DeviceBuffer::Create(kCount * 4));
+  RM_RETURN_IF_ERROR(out->Upload(Encode(type, Message(type, kCount, r, 0))));
+  const PointToPoint ops[] = {PointToPoint::Send(out->at(), kCount, type, next),
+                              PointToPoint::Recv(in->at(), kCount, type, prev)};
+  const Counters before = comm.counters();
+  RM_RETURN_IF_ERROR(comm.SendRecv(ops, In(absl::Seconds(30))));
+  RM_RETURN_IF_ERROR(ExpectValues(*in, type, Message(type, kCount, prev, 0), "batched ring"));
+  const Counters after = comm.counters();
+  const OpCounters& was = before.of(OpKind::kSendRecv);
+  const OpCounters& is = after.of(OpKind::kSendRecv);
+  return Check(is.calls == was.calls + 1 && is.bytes_sent == was.bytes_sent + kCount * 4 &&
+                   is.bytes_received == was.bytes_received + kCount * 4,
+               absl::StrCat("send_recv counters: ", is.calls, " calls, ", is.bytes_sent,
+                            " bytes sent, ", is.bytes_received, " received"));
+}
+
+// The pipeline's steady state: stage r sends its activation (f32) to r+1 and receives a
+// gradient (bf16) from r+1 while r+1 does the mirror batch; middle stages do both in one
+// batch. Three micro-batches, each with its own messages.
+absl::Status PipelineExchange(NcclCommunicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const DataType f32 = DataType::kFloat32, bf16 = DataType::kBFloat16;
+  constexpr size_t kActivation = 3000, kGradient = 2000;
+  RM_ASSIGN_OR_RETURN(auto act_out, DeviceBuffer::Create(kActivation * 4));
+  RM_ASSIGN_OR_RETURN(auto act_in, DeviceBuffer::Create(kActivation * 4));
+  RM_ASSIGN_OR_RETURN(auto grad_out, DeviceBuffer::Create(kGradient * 2));
+  RM_ASSIGN_OR_RETURN(auto grad_in, DeviceBuffer::Create(kGradient * 2));
+  for (int micro = 0; micro < 3; ++micro) {
+    std::vector<PointToPoint> ops;
+    if (r + 1 < n) {
+      RM_RETURN_IF_ERROR(act_out->Upload(Encode(f32, Message(f32, kActivation, r, micro))));
+      ops.push_back(PointToPoint::Send(act_out->at(), kActivation, f32, r + 1));
+      ops.push_back(PointToPoint::Recv(grad_in->at(), kGradient, bf16, r + 1));
+    }
+    if (r > 0) {
+      RM_RETURN_IF_ERROR(grad_out->Upload(Encode(bf16, Message(bf16, kGradient, r, micro))));
+      ops.push_back(PointToPoint::Recv(act_in->at(), kActivation, f32, r - 1));
+      ops.push_back(PointToPoint::Send(grad_out->at(), kGradient, bf16, r - 1));
+    }
+    RM_RETURN_IF_ERROR(comm.SendRecv(ops, In(absl::Seconds(30))));
+    if (r + 1 < n) {
+      RM_RETURN_IF_ERROR(ExpectValues(*grad_in, bf16, Message(bf16, kGradient, r + 1, micro),
+                                      absl::StrCat("gradient of micro-batch ", micro)));
+    }
+    if (r > 0) {
+      RM_RETURN_IF_ERROR(ExpectValues(*act_in, f32, Message(f32, kActivation, r - 1, micro),
+                                      absl::StrCat("activation of micro-batch ", micro)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's plain Send, then a batch with a second message to rank 1, are received by one
+// batch of rank 1 in that order; rank 1's plain Send answers rank 0's batch. (Rank 1's
+// answer could be in its batch on a GPU; the emulated NCCL takes a message that arrives
+// before its receive is posted for a mismatch.)
+absl::Status BatchAfterPlainSend(NcclCommunicator& comm) {
+  const int r = comm.rank();
+  if (r > 1) return absl::OkStatus();
+  const DataType i32 = DataType::kInt32;
+  constexpr size_t kCount = 500;
+  RM_ASSIGN_OR_RETURN(auto x, DeviceBuffer::Create(kCount * 4));
+  RM_ASSIGN_OR_RETURN(auto y, DeviceBuffer::Create(kCount * 4));
+  RM_ASSIGN_OR_RETURN(auto z, DeviceBuffer::Create(kCount * 4));
+  const absl::Time deadline = In(absl::Seconds(30));
+  if (r == 0) {
+    RM_RETURN_IF_ERROR(x->Upload(Encode(i32, Message(i32, kCount, 0, 0))));
+    RM_RETURN_IF_ERROR(y->Upload(Encode(i32, Message(i32, kCount, 0, 1))));
+    RM_RETURN_IF_ERROR(comm.Send(x->at(), kCount, i32, 1, deadline));
+    const PointToPoint ops[] = {PointToPoint::Send(y->at(), kCount, i32, 1),
+                                PointToPoint::Recv(z->at(), kCount, i32, 1)};
+    RM_RETURN_IF_ERROR(comm.SendRecv(ops, deadline));
+    return ExpectValues(*z, i32, Message(i32, kCount, 1, 2), "z");
+  }
+  RM_RETURN_IF_ERROR(z->Upload(Encode(i32, Message(i32, kCount, 1, 2))));
+  const PointToPoint ops[] = {PointToPoint::Recv(x->at(), kCount, i32, 0),
+                              PointToPoint::Recv(y->at(), kCount, i32, 0)};
+  RM_RETURN_IF_ERROR(comm.SendRecv(ops, deadline));
+  RM_RETURN_IF_ERROR(ExpectValues(*x, i32, Message(i32, kCount, 0, 0), "x"));
+  RM_RETURN_IF_ERROR(ExpectValues(*y, i32, Message(i32, kCount, 0, 1), "y"));
+  return comm.Send(z->at(), kCount, i32, 0, deadline);
+}
+
+// Bad ops are INVALID_ARGUMENT naming the op's index; host memory too (the NCCL backend
+// needs device buffers). The communicator stays healthy.
+absl::Status BadBatches(NcclCommunicator& comm) {
+  const int peer = (comm.rank() + 1) % comm.size();
+  RM_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::Create(400));
+  std::vector<float> host(100);
+  const DataType f32 = DataType::kFloat32;
+  const std::pair<std::vector<PointToPoint>, std::string> cases[] = {
+      {{PointToPoint::Send(buf->at(), 100, f32, peer), PointToPoint::Recv(buf->at(), 1, f32, -1)},
+       "SendRecv ops[1]: peer -1"},
+      {{PointToPoint::Recv(nullptr, 1, f32, peer)}, "SendRecv ops[0]: recv is null"},
+      {{PointToPoint::Send(buf->at(), 100, f32, peer), PointToPoint::Recv(host.data(), 100, f32, peer)},
+       "SendRecv ops[1]: recv buffer is host memory"},
+  };
+  for (const auto& [ops, want] : cases) {
+    const absl::Status s = comm.SendRecv(ops, In(absl::Seconds(30)));
+    RM_RETURN_IF_ERROR(
+        Check(absl::IsInvalidArgument(s) && s.message().find(want) != std::string::npos,
+              absl::StrCat("want INVALID_ARGUMENT with \"", want, "\", got ", s.ToString())));
+  }
+  RM_RETURN_IF_ERROR(comm.SendRecv({}, In(absl::Seconds(30))));
+  return comm.GetAsyncError();
+}
+
+absl::Status Batches(NcclCommunicator& comm) {
+  RM_RETURN_IF_ERROR(BadBatches(comm));
+  RM_RETURN_IF_ERROR(BatchedRing(comm));
+  RM_RETURN_IF_ERROR(PipelineExchange(comm));
+  RM_RETURN_IF_ERROR(BatchAfterPlainSend(comm));
+  return comm.Barrier(In(absl::Seconds(30)));
+}
+
+TEST(NcclMultiRank, SendRecvBatchesOnTwoThreeAndFourRanks) {
+  for (int n : {2, 3, 4}) {
+    SKIP_WITHOUT_GPUS(n);
+    ExpectAllOk(RunNcclRanks(
+        n, [](NcclCommunicator& comm, Store&, absl::Duration*) { return Batches(comm); }));
+  }
+}
+
 // ---- ncclCommSplit groups (called directly: a 2x2 mesh, then a group without rank 3). ----
 
 #define RETURN_IF_NCCL_ERROR(call)                                                       \

@@ -65,6 +65,9 @@ void Doorbell(int fd) {
 struct SendState {
   SendStream* stream;
   int fd;
+  DataType type;            // the message's, as its header names it
+  size_t elem;              // bytes per element of `type`
+  int after = -1;           // the state of the message before this one on the link (-1: none)
   ShmRing* ring = nullptr;  // null: the socket carries the message
   bool peer_closed = false;
   WireHeader header;
@@ -83,6 +86,9 @@ struct SendState {
 struct RecvState {
   RecvStream* stream;
   int fd;
+  DataType type;
+  size_t elem;
+  int after = -1;
   ShmRing* ring = nullptr;  // null: the socket carries the message
   bool peer_closed = false;
   WireHeader header;  // as received
@@ -99,6 +105,15 @@ struct RecvState {
     return header_done == sizeof(WireHeader) && completed == total && pad_done == pad;
   }
 };
+
+// The index of the last state in `states` on the link to or from `peer`, or -1.
+template <typename State>
+int LastOnLink(const absl::InlinedVector<State, 4>& states, int peer) {
+  for (int i = static_cast<int>(states.size()) - 1; i >= 0; --i) {
+    if (states[i].stream->peer == peer) return i;
+  }
+  return -1;
+}
 
 // Moves a stream's piece cursor over `bytes` payload bytes and past empty pieces.
 template <typename State>
@@ -138,10 +153,15 @@ class Engine {
   absl::Status PeerClosed(int peer, size_t owed) const;
   absl::Status CheckHeader(const RecvState& st) const;
   size_t SendLimit(const SendState& st) const;
-  WireHeader Header(int from_rank, uint64_t seq, uint64_t bytes) const {
+  // True once the message before `st` on its link (if any) has finished.
+  template <typename State>
+  static bool Ready(const State& st, const absl::InlinedVector<State, 4>& states) {
+    return st.after < 0 || states[st.after].finished();
+  }
+  WireHeader Header(DataType type, int from_rank, uint64_t seq, uint64_t bytes) const {
     return WireHeader{kMessageMagic,
                       static_cast<uint8_t>(kind_),
-                      static_cast<uint8_t>(type_),
+                      static_cast<uint8_t>(type),
                       static_cast<uint16_t>(from_rank),
                       seq,
                       bytes,
@@ -219,7 +239,7 @@ absl::Status Engine::CheckHeader(const RecvState& st) const {
     return absl::InternalError(absl::StrCat(
         "group mismatch: rank ", peer, " of group ", e.group, " sent a message of group ", h.group,
         " (", OpKindName(static_cast<OpKind>(h.kind < kNumOpKinds ? h.kind : 0)), ", message ",
-        h.seq, ") while rank ", o_.rank, " expected ", Describe(kind_, type_, e.seq, e.bytes),
+        h.seq, ") while rank ", o_.rank, " expected ", Describe(kind_, st.type, e.seq, e.bytes),
         "; ranks must issue the operations of groups that share ranks in the same order"));
   }
   if (h.kind != e.kind || h.dtype != e.dtype || h.seq != e.seq || h.bytes != e.bytes ||
@@ -234,7 +254,7 @@ absl::Status Engine::CheckHeader(const RecvState& st) const {
     return absl::InternalError(absl::StrCat(
         "collective mismatch: rank ", h.from_rank, " sent ", kind_name(h.kind), " (message ", h.seq,
         ", ", h.bytes, " bytes of ", type_name(h.dtype), ") but rank ", o_.rank, " expected ",
-        Describe(kind_, type_, e.seq, e.bytes), " from rank ", peer,
+        Describe(kind_, st.type, e.seq, e.bytes), " from rank ", peer,
         "; every rank must call the same collectives in the same order with the same sizes"));
   }
   return absl::OkStatus();
@@ -332,7 +352,7 @@ absl::Status Engine::TrySendRing(SendState& st, size_t limit, bool* progressed) 
   // Publish whole elements only (the receiver then never sees part of one, and since
   // messages start 8-aligned no element straddles the ring's end). The gate's limit is
   // itself a whole number of elements, so this never holds back what a peer waits for.
-  if (end < length && end > kHeader) end -= (end - kHeader) % elem_;
+  if (end < length && end > kHeader) end -= (end - kHeader) % st.elem;
   while (pos < end) {
     const size_t chunk_end = std::min(end, pos + kRingChunk);
     size_t off = 0;  // bytes written past the ring's head
@@ -454,11 +474,12 @@ absl::Status Engine::Wait(absl::Time deadline) {
     RecvState* only = nullptr;
     int waiting = 0;
     for (RecvState& st : recvs_) {
-      if (st.finished()) continue;
+      if (st.finished() || !Ready(st, recvs_)) continue;
       ++waiting;
       only = &st;
     }
     for (SendState& st : sends_) {
+      if (!Ready(st, sends_)) continue;
       const bool has_data = st.header_done < sizeof(WireHeader) || SendLimit(st) > st.done ||
                             (st.done == st.total && st.pad_done < st.pad);
       if (!st.finished() && has_data) waiting += 2;  // a send to wait for: poll below
@@ -497,7 +518,8 @@ absl::Status Engine::Wait(absl::Time deadline) {
     // A send waiting on its gate has nothing to write: its receive wakes us instead.
     bool has_data = st.header_done < sizeof(WireHeader) || SendLimit(st) > st.done ||
                     (st.done == st.total && st.pad_done < st.pad);
-    if (st.finished() || !has_data) continue;
+    // A message queued behind another on its link waits for that one, which we poll.
+    if (st.finished() || !has_data || !Ready(st, sends_)) continue;
     if (st.ring == nullptr) {
       polls.push_back({st.fd, POLLOUT, 0});
       continue;
@@ -511,7 +533,7 @@ absl::Status Engine::Wait(absl::Time deadline) {
     polls.push_back({st.fd, POLLIN, 0});
   }
   for (RecvState& st : recvs_) {
-    if (st.finished()) continue;
+    if (st.finished() || !Ready(st, recvs_)) continue;
     if (st.ring != nullptr) {
       if (!st.ring->ArmConsumerWait()) {
         disarm();
@@ -558,13 +580,17 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     Link& link = *(*o_.links)[s.peer];
     st.fd = link.recv_fd;
     st.total = TotalBytes(s);
+    st.type = s.type.value_or(type_);
+    st.elem = DataTypeSize(st.type);
     if ((st.ring = link.recv_ring) != nullptr) st.pad = RingPadding(st.total);
-    st.expect = Header(s.peer, link.recv_seq++, st.total);
+    st.expect = Header(st.type, s.peer, link.recv_seq++, st.total);
+    st.after = LastOnLink(recvs_, s.peer);
     bool reduces = false;
     for (const RecvPiece& p : s.pieces) {
       reduces |= p.other != nullptr && p.bytes > 0;
-      CHECK(p.bytes % elem_ == 0) << "receive piece not a whole number of elements";
+      CHECK(p.bytes % st.elem == 0) << "receive piece not a whole number of elements";
     }
+    CHECK(!reduces || st.type == type_) << "a reducing receive has the operation's type";
     reducing += reduces;
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     recvs_.push_back(st);
@@ -578,8 +604,11 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     Link& link = *(*o_.links)[s.peer];
     st.fd = link.send_fd;
     st.total = TotalBytes(s);
+    st.type = s.type.value_or(type_);
+    st.elem = DataTypeSize(st.type);
     if ((st.ring = link.send_ring) != nullptr) st.pad = RingPadding(st.total);
-    st.header = Header(o_.rank, link.send_seq++, st.total);
+    st.header = Header(st.type, o_.rank, link.send_seq++, st.total);
+    st.after = LastOnLink(sends_, s.peer);
     while (st.piece < s.pieces.size() && s.pieces[st.piece].bytes == 0) ++st.piece;
     sends_.push_back(st);
   }
@@ -592,13 +621,13 @@ absl::Status Engine::Run(SendStream* sends, int num_sends, RecvStream* recvs, in
     }
     bool progressed = false;
     for (SendState& st : sends_) {
-      if (st.finished()) continue;
+      if (st.finished() || !Ready(st, sends_)) continue;
       RM_RETURN_IF_ERROR(st.ring != nullptr ? TrySendRing(st, SendLimit(st), &progressed)
                                             : TrySend(st, SendLimit(st), &progressed));
     }
     bool all_done = true;
     for (RecvState& st : recvs_) {
-      if (!st.finished()) {
+      if (!st.finished() && Ready(st, recvs_)) {
         RM_RETURN_IF_ERROR(st.ring != nullptr ? TryRecvRing(st, &progressed)
                                               : TryRecv(st, &progressed));
       }

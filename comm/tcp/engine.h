@@ -20,6 +20,10 @@
 // it by the receiver. The socket to that peer then carries only wake-up bytes, and its
 // closing still tells us the peer is gone.
 //
+// Streams to one peer (or from one peer) in one run are messages on one link: they go
+// one after another, in the order of the stream list, each starting when the one before
+// it has finished; streams on different links progress together.
+//
 // Waiting: after each pass that moved no bytes the engine spins (busy-polling with
 // non-blocking syscalls, or reading the rings) for `spin`, then blocks in ppoll() on the
 // sockets, the abort eventfd and the deadline.
@@ -29,6 +33,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -74,11 +79,17 @@ struct SendStream {
   // Index into the receive list this send is gated on (-1: not gated).
   int gate = -1;
   size_t gate_offset = 0;
+  // The element type the message's header names, when not the operation's (a batch of
+  // point-to-point messages may mix types).
+  std::optional<DataType> type;
 };
 
 struct RecvStream {
   int peer = -1;
   absl::InlinedVector<RecvPiece, 4> pieces;
+  // As SendStream::type: the type the message must name. Pieces that reduce must leave
+  // it unset.
+  std::optional<DataType> type;
 };
 
 // This rank's connections with one peer and what rides on them. Shared by every group

@@ -787,6 +787,53 @@ auto TcpCommunicator::RecvOp(void* buf, size_t count, DataType type, int peer,
   };
 }
 
+auto TcpCommunicator::SendRecvOp(std::vector<PointToPoint> ops, absl::Time deadline) {
+  return [ops = std::move(ops), deadline, this]() -> absl::Status {
+    RM_RETURN_IF_ERROR(ValidateBatch(ops, rank_, size_));
+    // Device buffers go through host staging buffers of their own (the engine needs
+    // every message's buffer at once); the receives are copied back once all are in.
+    if (staging_batch_.size() < ops.size()) staging_batch_.resize(ops.size());
+    std::vector<const char*> host(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      const bool sends = op.kind == PointToPoint::Kind::kSend;
+      const size_t bytes = op.count * DataTypeSize(op.type);
+      host[i] = static_cast<const char*>(sends ? op.send : op.recv);
+      if (bytes == 0 || !tcp::IsDevicePointer(host[i])) continue;
+      std::vector<char>& staging = staging_batch_[i];
+      staging.resize(bytes);
+      if (sends) RM_RETURN_IF_ERROR(tcp::CopyDeviceToHost(staging.data(), op.send, bytes));
+      host[i] = staging.data();
+    }
+    std::vector<SendStream> sends;
+    std::vector<RecvStream> recvs;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      const size_t bytes = op.count * DataTypeSize(op.type);
+      if (op.kind == PointToPoint::Kind::kSend) {
+        sends.push_back(SendStream{op.peer, {SendPiece{host[i], bytes}}, -1, 0, op.type});
+      } else {
+        recvs.push_back(
+            RecvStream{op.peer, {RecvPiece{const_cast<char*>(host[i]), bytes, nullptr}}, op.type});
+      }
+    }
+    // The messages are Send's (as a Recv expects them), whatever their type.
+    absl::Status status =
+        Run(OpKind::kSend, DataType::kUint8, kernels::ReduceKind::kSum, sends.data(),
+            static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size()), deadline);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("SendRecv of ", ops.size(), " ops: ", status.message()));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      if (op.kind != PointToPoint::Kind::kRecv || host[i] == op.recv) continue;
+      RM_RETURN_IF_ERROR(tcp::CopyHostToDevice(op.recv, host[i], op.count * DataTypeSize(op.type)));
+    }
+    return absl::OkStatus();
+  };
+}
+
 absl::Status TcpCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                         ReduceOp op, absl::Time deadline) {
   return AllReduceWith(AllReduceAlgorithm::kAuto, send, recv, count, type, op, deadline);
@@ -826,6 +873,12 @@ absl::Status TcpCommunicator::Recv(void* buf, size_t count, DataType type, int p
   return Ordered(OpKind::kRecv, deadline, RecvOp(buf, count, type, peer, deadline));
 }
 
+absl::Status TcpCommunicator::SendRecv(absl::Span<const PointToPoint> ops, absl::Time deadline) {
+  if (ops.empty()) return family_->error();  // nothing to move, nothing to wait for
+  return Ordered(OpKind::kSendRecv, deadline,
+                 SendRecvOp(std::vector<PointToPoint>(ops.begin(), ops.end()), deadline));
+}
+
 Work TcpCommunicator::AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
                                      ReduceOp op, absl::Time deadline) {
   return Async(OpKind::kAllReduce, deadline,
@@ -856,6 +909,12 @@ Work TcpCommunicator::SendAsync(const void* buf, size_t count, DataType type, in
 Work TcpCommunicator::RecvAsync(void* buf, size_t count, DataType type, int peer,
                                 absl::Time deadline) {
   return Async(OpKind::kRecv, deadline, RecvOp(buf, count, type, peer, deadline));
+}
+
+Work TcpCommunicator::SendRecvAsync(absl::Span<const PointToPoint> ops, absl::Time deadline) {
+  if (ops.empty()) return Work::Done(family_->error());
+  return Async(OpKind::kSendRecv, deadline,
+               SendRecvOp(std::vector<PointToPoint>(ops.begin(), ops.end()), deadline));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> TcpCommunicator::Split(int color, int key,

@@ -11,13 +11,17 @@
 //                  power of two and the gathered output ≤ small_message_bytes.
 //   Broadcast      ≤ small_message_bytes: binomial tree; larger: pipelined chain.
 //   Barrier        dissemination (header-only messages).
+//   SendRecv       one engine run with a stream per op: every peer's messages progress
+//                  together; those on one link go in the batch's order (tcp/engine.h).
+//                  Its messages are Send's, so either side may use plain Send/Recv.
 //
 // Transport: between ranks that advertise the same host, messages go through shared-memory
 // rings (tcp/shm_ring.h) unless `shared_memory` is off; the TCP connections are still made
 // and then carry only wake-ups and tell when a peer has gone. Other peers use TCP.
 //
 // Buffers in CUDA device memory are staged through host memory when the binary is built
-// with --config=cuda (so several ranks can share one GPU, which NCCL refuses).
+// with --config=cuda (so several ranks can share one GPU, which NCCL refuses); a SendRecv
+// batch stages each of its device buffers in a host buffer of its own.
 //
 // Groups (Split) reuse the connections and shared-memory rings of the communicator made by
 // Create: no new sockets. Every message header names its group (an id derived from the
@@ -128,6 +132,8 @@ class TcpCommunicator final : public Communicator {
   absl::Status Send(const void* buf, size_t count, DataType type, int peer,
                     absl::Time deadline) override;
   absl::Status Recv(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+  // One engine run with a stream per op (see the header comment).
+  absl::Status SendRecv(absl::Span<const PointToPoint> ops, absl::Time deadline) override;
   absl::Status Barrier(absl::Time deadline) override;
   Work AllReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       absl::Time deadline) override;
@@ -140,6 +146,7 @@ class TcpCommunicator final : public Communicator {
   Work SendAsync(const void* buf, size_t count, DataType type, int peer,
                  absl::Time deadline) override;
   Work RecvAsync(void* buf, size_t count, DataType type, int peer, absl::Time deadline) override;
+  Work SendRecvAsync(absl::Span<const PointToPoint> ops, absl::Time deadline) override;
   // The group is a TcpCommunicator.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                       absl::Time deadline) override;
@@ -202,6 +209,7 @@ class TcpCommunicator final : public Communicator {
                    absl::Time deadline);
   auto SendOp(const void* buf, size_t count, DataType type, int peer, absl::Time deadline);
   auto RecvOp(void* buf, size_t count, DataType type, int peer, absl::Time deadline);
+  auto SendRecvOp(std::vector<PointToPoint> ops, absl::Time deadline);
   absl::Status Run(OpKind kind, DataType type, kernels::ReduceKind reduce, tcp::SendStream* sends,
                    int num_sends, tcp::RecvStream* recvs, int num_recvs, absl::Time deadline);
   char* Scratch(size_t bytes);
@@ -241,6 +249,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<char> scratch_;  // op-local scratch (grow-only)
   std::vector<char> segment_scratch_;
   std::vector<char> staging_send_, staging_recv_;  // host copies of device buffers
+  std::vector<std::vector<char>> staging_batch_;   // [op of a SendRecv batch]: the same
 
   mutable absl::Mutex mu_;
   Counters counters_ ABSL_GUARDED_BY(mu_);

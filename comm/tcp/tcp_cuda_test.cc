@@ -214,6 +214,29 @@ absl::Status RunAll(TcpCommunicator& comm) {
       RM_ASSIGN_OR_RETURN(auto got, recv.Download(count));
       RM_RETURN_IF_ERROR(Check(got, want, at + "send/recv"));
     }
+    // One SendRecv batch around the ring mixing device and host buffers: each device
+    // buffer is staged on its own. Two messages each way: a device one, then a host one.
+    if (world > 1) {
+      const int next = (rank + 1) % world;
+      const int prev = (rank + world - 1) % world;
+      std::vector<float> want(count), want_host(count), host_out(count), host_in(count);
+      for (size_t i = 0; i < count; ++i) {
+        want[i] = In(prev, i);
+        want_host[i] = -In(prev, i + 1);
+        host_out[i] = -In(rank, i + 1);
+      }
+      DeviceFloats send(count), recv(count);
+      RM_RETURN_IF_ERROR(send.Upload(mine));
+      const DataType f32 = DataType::kFloat32;
+      const PointToPoint ops[] = {PointToPoint::Send(send.get(), count, f32, next),
+                                  PointToPoint::Recv(recv.get(), count, f32, prev),
+                                  PointToPoint::Send(host_out.data(), count, f32, next),
+                                  PointToPoint::Recv(host_in.data(), count, f32, prev)};
+      RM_RETURN_IF_ERROR(comm.SendRecv(ops, deadline));
+      RM_ASSIGN_OR_RETURN(auto got, recv.Download(count));
+      RM_RETURN_IF_ERROR(Check(got, want, at + "batched send/recv, device buffer"));
+      RM_RETURN_IF_ERROR(Check(host_in, want_host, at + "batched send/recv, host buffer"));
+    }
   }
   return absl::OkStatus();
 }
