@@ -308,8 +308,8 @@ std::vector<double> Message(DataType type, size_t count, int from, int tag) {
 // Every rank sends 1 MiB to the next rank and receives from the previous one in one batch.
 // With blocking calls, `Send(next); Recv(prev);` on every rank deadlocks: NCCL's Send waits
 // for the matching Recv, which every peer posts only after its own Send (SendRecvRing above
-// orders even and odd ranks to avoid it).
-absl::Status BatchedRing(NcclCommunicator& comm) {
+// orders even and odd ranks to avoid it). `async`: through SendRecvAsync and Wait.
+absl::Status BatchedRing(NcclCommunicator& comm, bool async) {
   const int n = comm.size(), r = comm.rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const DataType type = DataType::kFloat32;
@@ -320,7 +320,12 @@ absl::Status BatchedRing(NcclCommunicator& comm) {
   const PointToPoint ops[] = {PointToPoint::Send(out->at(), kCount, type, next),
                               PointToPoint::Recv(in->at(), kCount, type, prev)};
   const Counters before = comm.counters();
-  RM_RETURN_IF_ERROR(comm.SendRecv(ops, In(absl::Seconds(30))));
+  if (async) {
+    const Work work = comm.SendRecvAsync(ops, In(absl::Seconds(30)));
+    RM_RETURN_IF_ERROR(work.Wait(In(absl::Seconds(30))));
+  } else {
+    RM_RETURN_IF_ERROR(comm.SendRecv(ops, In(absl::Seconds(30))));
+  }
   RM_RETURN_IF_ERROR(ExpectValues(*in, type, Message(type, kCount, prev, 0), "batched ring"));
   const Counters after = comm.counters();
   const OpCounters& was = before.of(OpKind::kSendRecv);
@@ -424,7 +429,8 @@ absl::Status BadBatches(NcclCommunicator& comm) {
 
 absl::Status Batches(NcclCommunicator& comm) {
   RM_RETURN_IF_ERROR(BadBatches(comm));
-  RM_RETURN_IF_ERROR(BatchedRing(comm));
+  RM_RETURN_IF_ERROR(BatchedRing(comm, /*async=*/false));
+  RM_RETURN_IF_ERROR(BatchedRing(comm, /*async=*/true));
   RM_RETURN_IF_ERROR(PipelineExchange(comm));
   RM_RETURN_IF_ERROR(BatchAfterPlainSend(comm));
   return comm.Barrier(In(absl::Seconds(30)));

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -271,6 +272,43 @@ TEST(SendRecv, EveryMessageOfABatchProgressesAtOnce) {
                            }
                          }),
                 shared_memory ? "progress, shm" : "progress, tcp");
+  }
+}
+
+// On groups made by Split (the pipeline's pp groups of a mesh): world 4 split into {0, 2}
+// and {1, 3}; each group's ranks exchange large messages in one batch (the group's ranks,
+// the group's message headers), then the world does a ring exchange.
+TEST(SendRecv, BatchesOnSplitGroups) {
+  for (bool shared_memory : {true, false}) {
+    MultiProcOptions options;
+    options.world_size = 4;
+    options.comm.shared_memory = shared_memory;
+    ExpectAllOk(
+        RunRanks(options,
+                 [](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+                   const absl::Time deadline = In(absl::Seconds(60));
+                   const int r = comm.rank();
+                   RM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
+                                       comm.Split(r % 2, r, deadline));
+                   const int peer = 1 - group->rank();
+                   const int world_peer = (r + 2) % 4;
+                   const std::vector<uint8_t> out = Payload(r, world_peer, 0, kLarge);
+                   std::vector<uint8_t> in(kLarge);
+                   const PointToPoint ops[] = {SendOf(out, DataType::kFloat32, peer),
+                                               RecvInto(in, DataType::kFloat32, peer)};
+                   RM_RETURN_IF_ERROR(group->SendRecv(ops, deadline));
+                   RM_RETURN_IF_ERROR(ExpectPayload(in, world_peer, r, 0, "group exchange"));
+                   if (group->counters().of(OpKind::kSendRecv).bytes_received != kLarge) {
+                     return absl::InternalError("the group's counters missed its batch");
+                   }
+                   const int next = (r + 1) % 4, prev = (r + 3) % 4;
+                   const std::vector<uint8_t> ring_out = Payload(r, next, 1, kLarge);
+                   const PointToPoint ring[] = {SendOf(ring_out, DataType::kFloat32, next),
+                                                RecvInto(in, DataType::kFloat32, prev)};
+                   RM_RETURN_IF_ERROR(comm.SendRecv(ring, deadline));
+                   return ExpectPayload(in, prev, r, 1, "world ring after the groups");
+                 }),
+        shared_memory ? "split groups, shm" : "split groups, tcp");
   }
 }
 
