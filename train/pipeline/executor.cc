@@ -1,0 +1,183 @@
+#include "train/pipeline/executor.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace ringmaster::train::pipeline {
+namespace {
+
+// A message's buffer: the activation leaving `stage`, or the gradient of its input.
+using BufferKey = std::tuple<Payload, int, int>;  // payload, stage, micro-batch
+
+class Run {
+ public:
+  explicit Run(const PipelineExecutorOptions& o) : o_(o), s_(*o.schedule) {}
+
+  absl::StatusOr<PipelineRunStats> Go() {
+    RM_RETURN_IF_ERROR(CheckOptions());
+    const absl::Time start = absl::Now();
+    const std::vector<Action>& list = s_.ranks[o_.rank];
+    for (size_t i = 0; i < list.size();) {
+      if (list[i].is_compute()) {
+        const absl::Time t = absl::Now();
+        RM_RETURN_IF_ERROR(Compute(list[i]));
+        stats_.compute += absl::Now() - t;
+        ++i;
+        continue;
+      }
+      size_t end = i;
+      while (end < list.size() && !list[end].is_compute()) ++end;
+      const absl::Time t = absl::Now();
+      RM_RETURN_IF_ERROR(Batch(absl::MakeConstSpan(list).subspan(i, end - i)));
+      stats_.messages += absl::Now() - t;
+      ++stats_.batches;
+      i = end;
+    }
+    stats_.total = absl::Now() - start;
+    if (!buffers_.empty()) {
+      const auto& [payload, stage, micro] = buffers_.begin()->first;
+      return absl::InternalError(absl::StrCat(
+          "rank ", o_.rank, "'s list ended with the ",
+          payload == Payload::kActivation ? "activation" : "gradient", " of stage ", stage,
+          " micro-batch ", micro, " never used"));
+    }
+    return stats_;
+  }
+
+ private:
+  absl::Status CheckOptions() const {
+    if (o_.comm == nullptr) return absl::InvalidArgumentError("PipelineExecutorOptions.comm is null");
+    if (o_.comm->size() != s_.options.ranks || o_.comm->rank() != o_.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the pipeline group's communicator is rank ", o_.comm->rank(), " of ", o_.comm->size(),
+          ", but the schedule runs rank ", o_.rank, " of ", s_.options.ranks));
+    }
+    for (int st = o_.rank; st < s_.stages(); st += s_.options.ranks) {
+      auto it = o_.stages.find(st);
+      if (it == o_.stages.end() || it->second == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", o_.rank, " holds model stage ", st, " but was given no stage for it"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  PipelineStage& StageAt(int stage) const { return *o_.stages.at(stage); }
+
+  std::vector<float>& Make(const BufferKey& key, int64_t elements) {
+    std::vector<float>& b = buffers_[key];
+    b.assign(static_cast<size_t>(elements), 0.0f);
+    held_ += elements * static_cast<int64_t>(sizeof(float));
+    stats_.peak_buffer_bytes = std::max(stats_.peak_buffer_bytes, held_);
+    return b;
+  }
+  absl::StatusOr<std::vector<float>*> Find(const BufferKey& key) {
+    auto it = buffers_.find(key);
+    if (it == buffers_.end()) {
+      const auto& [payload, stage, micro] = key;
+      return absl::InternalError(absl::StrCat(
+          "rank ", o_.rank, ": the ", payload == Payload::kActivation ? "activation" : "gradient",
+          " of stage ", stage, " micro-batch ", micro, " is not here (a schedule that did not pass "
+          "CheckSchedule?)"));
+    }
+    return &it->second;
+  }
+  void Free(const BufferKey& key) {
+    auto it = buffers_.find(key);
+    if (it == buffers_.end()) return;
+    held_ -= static_cast<int64_t>(it->second.size() * sizeof(float));
+    buffers_.erase(it);
+  }
+
+  absl::Status Compute(const Action& a) {
+    const int st = a.stage, mb = a.micro_batch, last = s_.stages() - 1;
+    PipelineStage& stage = StageAt(st);
+    if (a.kind == ActionKind::kBackwardWeight) return stage.BackwardWeight(mb);
+    if (a.kind == ActionKind::kForward) {
+      absl::Span<const float> input;
+      const BufferKey in{Payload::kActivation, st - 1, mb};
+      if (st > 0) {
+        RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(in));
+        input = *b;
+      }
+      absl::Span<float> output;
+      if (st < last) output = absl::MakeSpan(Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
+      RM_RETURN_IF_ERROR(stage.Forward(mb, input, output));
+      Free(in);
+      return absl::OkStatus();
+    }
+    absl::Span<const float> output_grad;
+    const BufferKey out{Payload::kGradient, st + 1, mb};
+    if (st < last) {
+      RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(out));
+      output_grad = *b;
+    }
+    absl::Span<float> input_grad;
+    if (st > 0) input_grad = absl::MakeSpan(Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
+    RM_RETURN_IF_ERROR(a.kind == ActionKind::kBackward
+                           ? stage.Backward(mb, output_grad, input_grad)
+                           : stage.BackwardInput(mb, output_grad, input_grad));
+    Free(out);
+    return absl::OkStatus();
+  }
+
+  absl::Status Batch(absl::Span<const Action> actions) {
+    std::vector<comm::PointToPoint> ops;
+    std::vector<BufferKey> sent;
+    for (const Action& a : actions) {
+      const BufferKey key{a.payload, a.stage, a.micro_batch};
+      comm::PointToPoint op;
+      op.peer = a.peer;
+      op.type = DataType::kFloat32;
+      if (a.kind == ActionKind::kSend) {
+        RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(key));
+        op.kind = comm::PointToPoint::Kind::kSend;
+        op.send = b->data();
+        op.count = b->size();
+        sent.push_back(key);
+      } else {
+        // Sized by the stage here that takes it: the next stage's input, or the previous
+        // stage's output.
+        const bool activation = a.payload == Payload::kActivation;
+        const int64_t elements = activation ? StageAt(a.stage + 1).input_elements(a.micro_batch)
+                                            : StageAt(a.stage - 1).output_elements(a.micro_batch);
+        op.kind = comm::PointToPoint::Kind::kRecv;
+        op.recv = Make(key, elements).data();
+        op.count = static_cast<size_t>(elements);
+      }
+      ops.push_back(op);
+    }
+    RM_RETURN_IF_ERROR(o_.comm->SendRecv(ops, absl::Now() + o_.op_timeout));
+    for (const BufferKey& key : sent) Free(key);
+    return absl::OkStatus();
+  }
+
+  const PipelineExecutorOptions& o_;
+  const Schedule& s_;
+  std::map<BufferKey, std::vector<float>> buffers_;
+  int64_t held_ = 0;
+  PipelineRunStats stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<PipelineRunStats> RunPipeline(const PipelineExecutorOptions& options) {
+  if (options.schedule == nullptr) {
+    return absl::InvalidArgumentError("PipelineExecutorOptions.schedule is null");
+  }
+  if (options.rank < 0 || options.rank >= options.schedule->options.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("PipelineExecutorOptions.rank ", options.rank,
+                                                   " is not a rank of the schedule's ",
+                                                   options.schedule->options.ranks));
+  }
+  Run run(options);
+  return run.Go();
+}
+
+}  // namespace ringmaster::train::pipeline

@@ -1,0 +1,82 @@
+// The pipeline executor: runs one rank's list of a Schedule (train/pipeline/schedule.h) over
+// the stages this rank holds and the pipeline group's communicator.
+//
+// A model stage is a PipelineStage: it computes a micro-batch's forward from its input
+// activation (the first stage reads its own input: the batch) and its backward from the
+// gradient of its output (the last stage starts from its own loss), keeping what backward
+// needs between the two. The executor owns the messages: a stage's output goes to the next
+// stage (through the communicator when that stage is on another rank, in memory otherwise),
+// its input gradient to the previous one. Each run of sends and receives between two computes
+// of the list is one Communicator::SendRecv batch, which CheckSchedule proved cannot deadlock
+// whether the transport buffers sends or not. A buffer lives from the compute that makes it
+// (or the batch that receives it) until its last use: the batch that sends it, or the
+// compute that reads it.
+//
+//   RM_RETURN_IF_ERROR(CheckSchedule(schedule));
+//   PipelineExecutorOptions o{&schedule, rank, pp_group_comm, {{stage, &my_stage}, ...}};
+//   RM_ASSIGN_OR_RETURN(PipelineRunStats stats, RunPipeline(o));
+//
+// Thread-safety: RunPipeline uses the communicator and the stages from the calling thread only.
+#ifndef RINGMASTER_TRAIN_PIPELINE_EXECUTOR_H_
+#define RINGMASTER_TRAIN_PIPELINE_EXECUTOR_H_
+
+#include <cstdint>
+#include <map>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "comm/communicator.h"
+#include "train/pipeline/schedule.h"
+
+namespace ringmaster::train::pipeline {
+
+// One model stage of the pipeline on this rank.
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  // Floats of micro-batch `micro`'s activation entering this stage (0 for the first stage)
+  // and leaving it (0 for the last): the previous stage's output and this one's.
+  virtual int64_t input_elements(int micro) const = 0;
+  virtual int64_t output_elements(int micro) const = 0;
+  // The forward of `micro` from `input` (empty for the first stage; valid during the call
+  // only: the stage keeps what its backward needs) into `output`.
+  virtual absl::Status Forward(int micro, absl::Span<const float> input,
+                               absl::Span<float> output) = 0;
+  // The backward of `micro` from the gradient of its output (empty for the last stage, which
+  // starts from its loss) into the gradient of its input (empty for the first stage),
+  // accumulating its parameters' gradients. Backward does both parts; a zero-bubble schedule
+  // calls BackwardInput (the input gradient only) and later BackwardWeight (the parameters').
+  virtual absl::Status Backward(int micro, absl::Span<const float> output_grad,
+                                absl::Span<float> input_grad) = 0;
+  virtual absl::Status BackwardInput(int micro, absl::Span<const float> output_grad,
+                                     absl::Span<float> input_grad) = 0;
+  virtual absl::Status BackwardWeight(int micro) = 0;
+};
+
+struct PipelineExecutorOptions {
+  const Schedule* schedule = nullptr;  // checked (CheckSchedule); outlives the run
+  int rank = 0;                        // this rank's index in the pipeline group
+  // The pipeline group (size schedule->options.ranks, this rank at `rank`); not owned.
+  comm::Communicator* comm = nullptr;
+  // The model stages this rank holds (schedule->RankOfStage(stage) == rank), every one of them.
+  std::map<int, PipelineStage*> stages;
+  absl::Duration op_timeout = absl::Seconds(120);
+};
+
+struct PipelineRunStats {
+  absl::Duration compute;   // inside the stages' calls
+  absl::Duration messages;  // inside the batches: waiting for and moving messages
+  absl::Duration total;
+  int64_t peak_buffer_bytes = 0;  // messages held at once (activations, gradients)
+  int batches = 0;
+};
+
+// Runs rank `rank`'s list. INVALID_ARGUMENT for options that do not fit the schedule (a
+// missing stage, a communicator of another size); a stage's error or the communicator's
+// (the step is lost: every rank of the group fails its batch within the deadline).
+absl::StatusOr<PipelineRunStats> RunPipeline(const PipelineExecutorOptions& options);
+
+}  // namespace ringmaster::train::pipeline
+
+#endif  // RINGMASTER_TRAIN_PIPELINE_EXECUTOR_H_
