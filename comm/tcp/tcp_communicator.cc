@@ -317,6 +317,16 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
   // verdict on ours.
   std::vector<std::string> addresses(n);
   std::vector<bool> same_host(n, false);
+  // Connections that are not our peers are told why and dropped; we keep waiting. Their
+  // reasons go into any error of this bootstrap (they are usually its cause: a wrong peer
+  // that gave up leaves a refused connection behind).
+  std::vector<std::string> rejected;
+  auto with_rejected = [&](std::string why) {
+    if (!rejected.empty()) {
+      absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
+    }
+    return why;
+  };
   auto connect_published = [&]() -> absl::Status {
     for (int i = 1; i < n; ++i) {
       int p = (r + i) % n;
@@ -334,8 +344,9 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
       auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
       if (!fd.ok()) {
         return absl::Status(fd.status().code(),
-                            context(absl::StrCat("connecting to rank ", p, " at ", *address, ": ",
-                                                 fd.status().message())));
+                            context(with_rejected(absl::StrCat("connecting to rank ", p, " at ",
+                                                               *address, ": ",
+                                                               fd.status().message()))));
       }
       RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
       Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
@@ -345,9 +356,6 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
     return absl::OkStatus();
   };
 
-  // Connections that are not our peers are told why and dropped; we keep
-  // waiting.
-  std::vector<std::string> rejected;
   std::vector<bool> answered(n, false);
   answered[r] = true;
   int accepted = 0, answers = 0;
@@ -375,10 +383,7 @@ absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
         absl::StrAppend(&why, "; ranks ", absl::StrJoin(silent, ", "),
                         " never answered our handshake");
       }
-      if (!rejected.empty()) {
-        absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
-      }
-      return absl::DeadlineExceededError(context(why));
+      return absl::DeadlineExceededError(context(with_rejected(why)));
     }
     std::vector<pollfd> polls;
     std::vector<int> poll_peer;
