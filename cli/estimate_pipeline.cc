@@ -34,7 +34,8 @@ absl::StatusOr<std::string> EstimatePipeline(const EstimatePipelineFlags& flags)
   RM_ASSIGN_OR_RETURN(pp::ScheduleKind kind, pp::ParseScheduleKind(flags.schedule));
   std::string text, svg;
   if (flags.sweep) {
-    absl::StatusOr<pp::BubbleSweep> sweep = pp::SweepBubble(kind, flags.stages, flags.virtual_stages);
+    absl::StatusOr<pp::BubbleSweep> sweep =
+        pp::SweepBubble(kind, flags.stages, flags.virtual_stages);
     if (!sweep.ok()) return AsFlags(sweep.status());
     text = pp::SweepText(*sweep);
     svg = pp::SweepSvg(*sweep);
@@ -45,16 +46,17 @@ absl::StatusOr<std::string> EstimatePipeline(const EstimatePipelineFlags& flags)
     if (!schedule.ok()) return AsFlags(schedule.status());
     RM_RETURN_IF_ERROR(pp::CheckSchedule(*schedule));
     RM_ASSIGN_OR_RETURN(pp::Timeline timeline, pp::Simulate(*schedule));
-    text = absl::StrCat(
-        pp::ScheduleName(kind), " on ", options.ranks, " rank(s), ", options.micro_batches,
-        " micro-batch(es)",
-        options.virtual_stages > 1 ? absl::StrCat(", ", options.virtual_stages, " virtual stages")
-                                   : "",
-        ": a rank's forward takes 1 time unit, its backward 2",
-        options.virtual_stages > 1 ? " (a chunk's, 1/v of them)" : "",
-        kind == pp::ScheduleKind::kZeroBubble ? " (b the input gradient, W the weight gradient, 1 each)"
-                                              : "",
-        "\n", pp::TimelineText(*schedule, timeline));
+    text = absl::StrCat(pp::ScheduleName(kind), " on ", options.ranks, " rank(s), ",
+                        options.micro_batches, " micro-batch(es)",
+                        options.virtual_stages > 1
+                            ? absl::StrCat(", ", options.virtual_stages, " virtual stages")
+                            : "",
+                        ": a rank's forward takes 1 time unit, its backward 2",
+                        options.virtual_stages > 1 ? " (a chunk's, 1/v of them)" : "",
+                        kind == pp::ScheduleKind::kZeroBubble
+                            ? " (b the input gradient, W the weight gradient, 1 each)"
+                            : "",
+                        "\n", pp::TimelineText(*schedule, timeline));
     svg = pp::TimelineSvg(*schedule, timeline);
   }
   if (!flags.svg.empty()) {

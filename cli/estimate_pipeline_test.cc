@@ -42,13 +42,15 @@ TEST(EstimatePipeline, TimelineOfOneFOneB) {
 TEST(EstimatePipeline, BubblesOfEachSchedule) {
   for (const auto& [m, percent] : std::vector<std::pair<int, std::string>>{
            {1, "50.0 %"}, {2, "33.3 %"}, {4, "20.0 %"}, {8, "11.1 %"}}) {
-    absl::StatusOr<std::string> text = Estimate("estimate pipeline --schedule gpipe --stages 2 "
-                                           "--micro-batches " + std::to_string(m));
+    absl::StatusOr<std::string> text = Estimate(
+        "estimate pipeline --schedule gpipe --stages 2 "
+        "--micro-batches " +
+        std::to_string(m));
     ASSERT_TRUE(text.ok()) << text.status();
     EXPECT_TRUE(absl::StrContains(*text, "bubble " + percent + " (formula " + percent + ")"))
         << m << ": " << *text;
-    EXPECT_TRUE(absl::StrContains(*text, "per rank: " + std::to_string(m) + " " +
-                                             std::to_string(m)))
+    EXPECT_TRUE(
+        absl::StrContains(*text, "per rank: " + std::to_string(m) + " " + std::to_string(m)))
         << *text;  // GPipe keeps every micro-batch's activations
   }
   absl::StatusOr<std::string> zb =

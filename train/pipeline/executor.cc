@@ -42,17 +42,18 @@ class Run {
     stats_.total = absl::Now() - start;
     if (!buffers_.empty()) {
       const auto& [payload, stage, micro] = buffers_.begin()->first;
-      return absl::InternalError(absl::StrCat(
-          "rank ", o_.rank, "'s list ended with the ",
-          payload == Payload::kActivation ? "activation" : "gradient", " of stage ", stage,
-          " micro-batch ", micro, " never used"));
+      return absl::InternalError(
+          absl::StrCat("rank ", o_.rank, "'s list ended with the ",
+                       payload == Payload::kActivation ? "activation" : "gradient", " of stage ",
+                       stage, " micro-batch ", micro, " never used"));
     }
     return stats_;
   }
 
  private:
   absl::Status CheckOptions() const {
-    if (o_.comm == nullptr) return absl::InvalidArgumentError("PipelineExecutorOptions.comm is null");
+    if (o_.comm == nullptr)
+      return absl::InvalidArgumentError("PipelineExecutorOptions.comm is null");
     if (o_.comm->size() != s_.options.ranks || o_.comm->rank() != o_.rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the pipeline group's communicator is rank ", o_.comm->rank(), " of ", o_.comm->size(),
@@ -61,8 +62,8 @@ class Run {
     for (int st = o_.rank; st < s_.stages(); st += s_.options.ranks) {
       auto it = o_.stages.find(st);
       if (it == o_.stages.end() || it->second == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rank ", o_.rank, " holds model stage ", st, " but was given no stage for it"));
+        return absl::InvalidArgumentError(absl::StrCat("rank ", o_.rank, " holds model stage ", st,
+                                                       " but was given no stage for it"));
       }
     }
     return absl::OkStatus();
@@ -83,7 +84,8 @@ class Run {
       const auto& [payload, stage, micro] = key;
       return absl::InternalError(absl::StrCat(
           "rank ", o_.rank, ": the ", payload == Payload::kActivation ? "activation" : "gradient",
-          " of stage ", stage, " micro-batch ", micro, " is not here (a schedule that did not pass "
+          " of stage ", stage, " micro-batch ", micro,
+          " is not here (a schedule that did not pass "
           "CheckSchedule?)"));
     }
     return &it->second;
@@ -103,11 +105,12 @@ class Run {
       absl::Span<const float> input;
       const BufferKey in{Payload::kActivation, st - 1, mb};
       if (st > 0) {
-        RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(in));
+        RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(in));
         input = *b;
       }
       absl::Span<float> output;
-      if (st < last) output = absl::MakeSpan(Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
+      if (st < last)
+        output = absl::MakeSpan(Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
       RM_RETURN_IF_ERROR(stage.Forward(mb, input, output));
       Free(in);
       return absl::OkStatus();
@@ -115,11 +118,12 @@ class Run {
     absl::Span<const float> output_grad;
     const BufferKey out{Payload::kGradient, st + 1, mb};
     if (st < last) {
-      RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(out));
+      RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(out));
       output_grad = *b;
     }
     absl::Span<float> input_grad;
-    if (st > 0) input_grad = absl::MakeSpan(Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
+    if (st > 0)
+      input_grad = absl::MakeSpan(Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
     RM_RETURN_IF_ERROR(a.kind == ActionKind::kBackward
                            ? stage.Backward(mb, output_grad, input_grad)
                            : stage.BackwardInput(mb, output_grad, input_grad));
@@ -136,7 +140,7 @@ class Run {
       op.peer = a.peer;
       op.type = DataType::kFloat32;
       if (a.kind == ActionKind::kSend) {
-        RM_ASSIGN_OR_RETURN(std::vector<float>* b, Find(key));
+        RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(key));
         op.kind = comm::PointToPoint::Kind::kSend;
         op.send = b->data();
         op.count = b->size();

@@ -26,8 +26,13 @@ namespace {
 class ToyStage final : public PipelineStage {
  public:
   ToyStage(int stage, int stages, int64_t width)
-      : first_(stage == 0), last_(stage == stages - 1), width_(width), a_(width), c_(width),
-        da_(width, 0.0f), dc_(width, 0.0f) {
+      : first_(stage == 0),
+        last_(stage == stages - 1),
+        width_(width),
+        a_(width),
+        c_(width),
+        da_(width, 0.0f),
+        dc_(width, 0.0f) {
     for (int64_t j = 0; j < width; ++j) {
       a_[j] = 0.5f + 0.1f * static_cast<float>((j + 7 * stage) % 5);
       c_[j] = 0.01f * static_cast<float>((j * 3 + stage) % 7) - 0.03f;
@@ -38,7 +43,8 @@ class ToyStage final : public PipelineStage {
   int64_t input_elements(int) const override { return first_ ? 0 : width_; }
   int64_t output_elements(int) const override { return last_ ? 0 : width_; }
 
-  absl::Status Forward(int micro, absl::Span<const float> input, absl::Span<float> output) override {
+  absl::Status Forward(int micro, absl::Span<const float> input,
+                       absl::Span<float> output) override {
     if (static_cast<int64_t>(input.size()) != input_elements(micro) ||
         static_cast<int64_t>(output.size()) != output_elements(micro)) {
       return absl::InternalError("Forward: wrong buffer sizes");
@@ -123,8 +129,8 @@ std::vector<std::unique_ptr<ToyStage>> Reference(int stages, int m, int64_t widt
 }
 
 std::string Name(const ScheduleOptions& o) {
-  return absl::StrCat(ScheduleName(o.kind), " P=", o.ranks, " m=", o.micro_batches, " v=",
-                      o.virtual_stages);
+  return absl::StrCat(ScheduleName(o.kind), " P=", o.ranks, " m=", o.micro_batches,
+                      " v=", o.virtual_stages);
 }
 
 // Runs `o` on P forked ranks, each comparing its stages' gradients with the reference.
@@ -149,7 +155,8 @@ void ExpectMatchesTheReference(const ScheduleOptions& o, int64_t width) {
         }
         absl::StatusOr<PipelineRunStats> stats = RunPipeline(eo);
         if (!stats.ok()) return stats.status();
-        const std::vector<std::unique_ptr<ToyStage>> ref = Reference(stages, o.micro_batches, width);
+        const std::vector<std::unique_ptr<ToyStage>> ref =
+            Reference(stages, o.micro_batches, width);
         for (const auto& [st, stage] : mine) {
           if (stage->da() != ref[st]->da() || stage->dc() != ref[st]->dc()) {
             return absl::InternalError(absl::StrCat("stage ", st, "'s gradients differ"));
@@ -202,7 +209,8 @@ TEST(PipelineExecutor, BadOptionsAreNamed) {
         absl::Status st = RunPipeline(eo).status();
         if (!absl::IsInvalidArgument(st) ||
             st.message().find("was given no stage") == absl::string_view::npos) {
-          return absl::InternalError(absl::StrCat("want the missing stage named, got ", st.ToString()));
+          return absl::InternalError(
+              absl::StrCat("want the missing stage named, got ", st.ToString()));
         }
         return absl::OkStatus();
       });

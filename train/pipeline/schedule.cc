@@ -223,8 +223,8 @@ absl::Status Broken(int rank, size_t index, const Action& a, const std::string& 
 absl::Status CheckLists(const Schedule& s) {
   const int stages = s.stages(), m = s.options.micro_batches;
   if (static_cast<int>(s.ranks.size()) != s.options.ranks) {
-    return absl::InternalError(absl::StrCat(s.ranks.size(), " lists for ", s.options.ranks,
-                                            " ranks"));
+    return absl::InternalError(
+        absl::StrCat(s.ranks.size(), " lists for ", s.options.ranks, " ranks"));
   }
   // Per (stage, micro): how often each compute kind ran.
   std::map<std::tuple<ActionKind, int, int>, int> computed;
@@ -282,20 +282,24 @@ absl::Status CheckLists(const Schedule& s) {
       const int needs = activation ? st + 1 : st - 1;  // the stage that uses it
       if (needs < 0 || needs >= stages) return Broken(r, i, a, "no stage uses it");
       if (a.kind == ActionKind::kSend) {
-        if (s.RankOfStage(st) != r) return Broken(r, i, a, "sent by a rank that does not compute it");
+        if (s.RankOfStage(st) != r)
+          return Broken(r, i, a, "sent by a rank that does not compute it");
         if (a.peer != s.RankOfStage(needs) || a.peer == r) {
-          return Broken(r, i, a, absl::StrCat("sent to rank ", a.peer, ", but stage ", needs,
-                                              " is on rank ", s.RankOfStage(needs)));
+          return Broken(r, i, a,
+                        absl::StrCat("sent to rank ", a.peer, ", but stage ", needs, " is on rank ",
+                                     s.RankOfStage(needs)));
         }
         if (activation ? !did(ActionKind::kForward, st, mb) : !backward_done(st, mb)) {
           return Broken(r, i, a, "sent before it is computed");
         }
         if (!sent_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "sent twice");
       } else {
-        if (s.RankOfStage(needs) != r) return Broken(r, i, a, "received by a rank that does not use it");
+        if (s.RankOfStage(needs) != r)
+          return Broken(r, i, a, "received by a rank that does not use it");
         if (a.peer != s.RankOfStage(st)) {
-          return Broken(r, i, a, absl::StrCat("received from rank ", a.peer, ", but stage ", st,
-                                              " is on rank ", s.RankOfStage(st)));
+          return Broken(r, i, a,
+                        absl::StrCat("received from rank ", a.peer, ", but stage ", st,
+                                     " is on rank ", s.RankOfStage(st)));
         }
         if (!received_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "received twice");
         have[KeyOf(a)] = true;
@@ -315,8 +319,8 @@ absl::Status CheckLists(const Schedule& s) {
       for (ActionKind k : kinds) {
         if (computed[{k, st, mb}] != 1) {
           Action a{k, st, mb};
-          return absl::InternalError(absl::StrCat("rank ", s.RankOfStage(st), " never runs ",
-                                                  a.DebugString()));
+          return absl::InternalError(
+              absl::StrCat("rank ", s.RankOfStage(st), " never runs ", a.DebugString()));
         }
       }
     }
@@ -332,9 +336,10 @@ absl::Status CheckLists(const Schedule& s) {
   for (const auto& [key, rank] : received_by) {
     if (!sent_by.count(key)) {
       const auto& [payload, st, mb] = key;
-      return absl::InternalError(absl::StrCat(
-          "rank ", rank, " waits for the ", payload == Payload::kActivation ? "activation" : "gradient",
-          " of stage ", st, " micro-batch ", mb, " that no rank sends"));
+      return absl::InternalError(
+          absl::StrCat("rank ", rank, " waits for the ",
+                       payload == Payload::kActivation ? "activation" : "gradient", " of stage ",
+                       st, " micro-batch ", mb, " that no rank sends"));
     }
   }
   // A transport delivers one sender's messages to one receiver in the order sent: the
@@ -352,10 +357,10 @@ absl::Status CheckLists(const Schedule& s) {
       if (keys[i] != taken[i]) {
         Action a{ActionKind::kReceive, std::get<1>(taken[i]), std::get<2>(taken[i]),
                  std::get<0>(taken[i]), pair.first};
-        return absl::InternalError(absl::StrCat(
-            "rank ", pair.second, " receives from rank ", pair.first, " out of order: its ",
-            i + 1, "th receive from it is ", a.DebugString(), ", but message ", i + 1,
-            " sent is another"));
+        return absl::InternalError(absl::StrCat("rank ", pair.second, " receives from rank ",
+                                                pair.first, " out of order: its ", i + 1,
+                                                "th receive from it is ", a.DebugString(),
+                                                ", but message ", i + 1, " sent is another"));
       }
     }
   }
@@ -412,9 +417,8 @@ absl::Status CheckRendezvous(const Schedule& s) {
           continue;
         }
         // The receiver: the rank of the stage that uses the message.
-        const int to = s.RankOfStage(std::get<0>(key) == Payload::kActivation
-                                         ? std::get<1>(key) + 1
-                                         : std::get<1>(key) - 1);
+        const int to = s.RankOfStage(
+            std::get<0>(key) == Payload::kActivation ? std::get<1>(key) + 1 : std::get<1>(key) - 1);
         auto match = pending[to].find({ActionKind::kReceive, key});
         if (!posted[to] || match == pending[to].end()) {
           ++it;
@@ -437,7 +441,8 @@ absl::Status CheckRendezvous(const Schedule& s) {
   if (stuck.empty()) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(
       "the schedule deadlocks when a message moves only while its send and receive are both "
-      "posted: ", absl::StrJoin(stuck, "; ")));
+      "posted: ",
+      absl::StrJoin(stuck, "; ")));
 }
 
 double Duration(const Action& a, const Costs& c, int v) {
@@ -568,12 +573,13 @@ absl::StatusOr<Schedule> MakeSchedule(const ScheduleOptions& o) {
   }
   const bool interleaved = o.kind == ScheduleKind::kInterleaved1F1B;
   if (interleaved && o.virtual_stages < 2) {
-    return Invalid("virtual_stages",
-                   absl::StrCat(o.virtual_stages,
-                                ": interleaved_1f1b needs 2 or more (with 1 it is 1f1b)"));
+    return Invalid(
+        "virtual_stages",
+        absl::StrCat(o.virtual_stages, ": interleaved_1f1b needs 2 or more (with 1 it is 1f1b)"));
   }
   if (!interleaved && o.virtual_stages != 1) {
-    return Invalid("virtual_stages", absl::StrCat(o.virtual_stages, ": only interleaved_1f1b has "
+    return Invalid("virtual_stages", absl::StrCat(o.virtual_stages,
+                                                  ": only interleaved_1f1b has "
                                                   "virtual stages; set 1 or that schedule"));
   }
   if (interleaved && o.micro_batches % o.ranks != 0) {
@@ -685,9 +691,9 @@ std::string TimelineSvg(const Schedule& schedule, const Timeline& timeline) {
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"%d\" y=\"20\" font-size=\"13\">%s, %d ranks, %d micro-batches%s: bubble "
       "%.1f %% (formula %.1f %%)</text>\n",
-      width, height, left, ScheduleName(schedule.options.kind), p,
-      schedule.options.micro_batches, v > 1 ? absl::StrCat(", ", v, " virtual stages") : "",
-      100 * timeline.Bubble(), 100 * FormulaBubble(schedule.options));
+      width, height, left, ScheduleName(schedule.options.kind), p, schedule.options.micro_batches,
+      v > 1 ? absl::StrCat(", ", v, " virtual stages") : "", 100 * timeline.Bubble(),
+      100 * FormulaBubble(schedule.options));
   for (int r = 0; r < p; ++r) {
     absl::StrAppendFormat(&svg,
                           "<text x=\"8\" y=\"%d\">rank %d</text>\n"
@@ -696,7 +702,7 @@ std::string TimelineSvg(const Schedule& schedule, const Timeline& timeline) {
                           top + r * row + row / 2 + 4, r, left, top + r * row + 2, row - 4);
   }
   for (const Timeline::Slot& slot : timeline.slots) {
-    const char* color = slot.action.kind == ActionKind::kForward         ? "#4e79a7"
+    const char* color = slot.action.kind == ActionKind::kForward          ? "#4e79a7"
                         : slot.action.kind == ActionKind::kBackwardWeight ? "#f28e2b"
                                                                           : "#59a14f";
     const double x = left + slot.start * scale, w = (slot.end - slot.start) * scale;
@@ -760,7 +766,8 @@ std::string SweepText(const BubbleSweep& sweep) {
   std::vector<int> ps, ms;
   for (const BubbleSweep::Point& pt : sweep.points) {
     if (std::find(ps.begin(), ps.end(), pt.ranks) == ps.end()) ps.push_back(pt.ranks);
-    if (std::find(ms.begin(), ms.end(), pt.micro_batches) == ms.end()) ms.push_back(pt.micro_batches);
+    if (std::find(ms.begin(), ms.end(), pt.micro_batches) == ms.end())
+      ms.push_back(pt.micro_batches);
   }
   std::sort(ms.begin(), ms.end());
   std::string out = absl::StrFormat(

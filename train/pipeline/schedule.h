@@ -135,8 +135,8 @@ struct Timeline {
     double start = 0, end = 0;
     Action action;  // a compute action
   };
-  std::vector<Slot> slots;  // by rank, then start
-  double makespan = 0;      // the step: the last compute's end
+  std::vector<Slot> slots;   // by rank, then start
+  double makespan = 0;       // the step: the last compute's end
   std::vector<double> busy;  // per rank, compute time
   // Per rank, the most micro-batches whose activations it keeps at once: forward done, its
   // backward (W for zero_bubble) not yet, each chunk counted as 1/v of a micro-batch.
@@ -180,8 +180,8 @@ struct BubbleSweep {
     int ranks = 0, micro_batches = 0;
     double bubble = 0, formula = 0;
   };
-  std::vector<Point> points;                          // by P, then m
-  std::vector<std::pair<int, int>> smallest_below;    // (P, m)
+  std::vector<Point> points;                        // by P, then m
+  std::vector<std::pair<int, int>> smallest_below;  // (P, m)
 };
 // INVALID_ARGUMENT as MakeSchedule's, or for `below` outside (0, 1).
 absl::StatusOr<BubbleSweep> SweepBubble(ScheduleKind kind, const std::vector<int>& ranks,

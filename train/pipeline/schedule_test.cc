@@ -61,8 +61,8 @@ TEST(Schedule, EveryScheduleChecksAndItsBubbleIsTheFormulas) {
 TEST(Schedule, ActivationsKeptPerRank) {
   for (int p : {2, 4}) {
     for (int m : {4, 8}) {
-      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
-                                ScheduleKind::kZeroBubble}) {
+      for (ScheduleKind kind :
+           {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubble}) {
         const ScheduleOptions o{kind, p, m, 1};
         absl::StatusOr<Timeline> t = Simulate(*MakeSchedule(o));
         ASSERT_TRUE(t.ok()) << Name(o);
@@ -227,18 +227,18 @@ TEST(Schedule, CheckRulesOutDeadlocksOfUnbufferedSends) {
 }
 
 TEST(Schedule, BadOptionsNameTheField) {
-  EXPECT_TRUE(absl::StrContains(MakeSchedule({ScheduleKind::kGPipe, 0, 4, 1}).status().message(),
-                                "ranks"));
-  EXPECT_TRUE(absl::StrContains(
-      MakeSchedule({ScheduleKind::kOneFOneB, 2, 0, 1}).status().message(), "micro_batches"));
-  EXPECT_TRUE(absl::StrContains(
-      MakeSchedule({ScheduleKind::kOneFOneB, 2, 4, 2}).status().message(), "virtual_stages"));
-  EXPECT_TRUE(absl::StrContains(
-      MakeSchedule({ScheduleKind::kInterleaved1F1B, 2, 4, 1}).status().message(),
-      "virtual_stages"));
-  EXPECT_TRUE(absl::StrContains(
-      MakeSchedule({ScheduleKind::kInterleaved1F1B, 4, 6, 2}).status().message(),
-      "not a multiple of the 4 pipeline ranks"));
+  EXPECT_TRUE(
+      absl::StrContains(MakeSchedule({ScheduleKind::kGPipe, 0, 4, 1}).status().message(), "ranks"));
+  EXPECT_TRUE(absl::StrContains(MakeSchedule({ScheduleKind::kOneFOneB, 2, 0, 1}).status().message(),
+                                "micro_batches"));
+  EXPECT_TRUE(absl::StrContains(MakeSchedule({ScheduleKind::kOneFOneB, 2, 4, 2}).status().message(),
+                                "virtual_stages"));
+  EXPECT_TRUE(
+      absl::StrContains(MakeSchedule({ScheduleKind::kInterleaved1F1B, 2, 4, 1}).status().message(),
+                        "virtual_stages"));
+  EXPECT_TRUE(
+      absl::StrContains(MakeSchedule({ScheduleKind::kInterleaved1F1B, 4, 6, 2}).status().message(),
+                        "not a multiple of the 4 pipeline ranks"));
   EXPECT_EQ(ParseScheduleKind("zero_bubble").value(), ScheduleKind::kZeroBubble);
   EXPECT_TRUE(absl::StrContains(ParseScheduleKind("zb").status().message(), "gpipe, 1f1b"));
   EXPECT_FALSE(Simulate(*MakeSchedule({ScheduleKind::kGPipe, 2, 2, 1}), {.forward = -1}).ok());
