@@ -818,7 +818,7 @@ absl::Status Coordinator::TrainerExited(const TrainerExitedRequest& r) {
   RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return machine_.TrainerExited(SlotRef{r.node(), r.slot()}, r.job(), r.exit_code(), Now(),
-                                  actions, ExitDetail(r), r.stopped());
+                                  actions, ExitDetail(r), r.stopped(), r.start_epoch());
   });
 }
 

@@ -312,6 +312,7 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
     actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, reason});
   }
   for (const SlotRef& s : added) {
+    nodes_[s.node].started[s.slot] = job.epoch;
     actions->push_back(StartTrainer{s, job.request.id, job.epoch});
   }
   MaybeCommit(job, now, actions);
@@ -547,7 +548,7 @@ absl::Status Membership::DrainNode(const std::string& node_id, absl::Time now,
 absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& job_id,
                                        int exit_code, absl::Time now,
                                        std::vector<Action>* actions, const std::string& detail,
-                                       bool stopped) {
+                                       bool stopped, int64_t start_epoch) {
   NodeState* node = FindNode(slot.node);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no node ", slot.node));
   JobState* job = FindJob(job_id);
@@ -558,6 +559,13 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
     return absl::OkStatus();
   }
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\""));
+  const auto assigned = node->assigned.find(slot.slot);
+  const auto started = node->started.find(slot.slot);
+  if (start_epoch > 0 && assigned != node->assigned.end() && assigned->second == job_id &&
+      started != node->started.end() && start_epoch < started->second) {
+    // An older trainer of the job on a slot it has started again since: not the member's.
+    return absl::OkStatus();
+  }
   const std::string how =
       exit_code < 0 ? absl::StrCat("was killed by signal ", -exit_code)
                     : absl::StrCat("exited with code ", exit_code);

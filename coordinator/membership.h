@@ -250,9 +250,13 @@ class Membership {
   // `detail` (e.g. the last line of its log) goes into the reason. `stopped`: the agent
   // killed it as told (a stop), so it is no culprit. Exit status kExitCodePermanent
   // (common/out_of_memory.h: memory ran out where it could not be reported) fails the job.
+  // `start_epoch`: the epoch the trainer was started for (0: unknown); the exit of a trainer
+  // older than the one last started on the slot for the job is a stale trainer's (cut off by
+  // a partition while its node's lease lapsed, the slot since given to a new epoch): ignored.
   absl::Status TrainerExited(const SlotRef& slot, const std::string& job, int exit_code,
                              absl::Time now, std::vector<Action>* actions,
-                             const std::string& detail = "", bool stopped = false);
+                             const std::string& detail = "", bool stopped = false,
+                             int64_t start_epoch = 0);
 
   // --- Jobs (from users) ---
   // A job id that names a job that has ended replaces it (the old one is forgotten, as by
@@ -337,6 +341,7 @@ class Membership {
     // Known only from restored jobs: its agent must register (with its slot count) again.
     bool restored = false;
     std::map<int, std::string> assigned;       // slot → job
+    std::map<int, int64_t> started;            // slot → the epoch its trainer was started for
     std::map<int, absl::Time> backoff_until;   // slot → time it is offered again
     struct Exiting {
       std::string job;

@@ -8,7 +8,7 @@
 //           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
 //                                  (first, optional)
 //   register NODE slots=N [memory_mib=N]    heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
-//   exited NODE/SLOT JOB code=N [stopped=1] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N]    cancel JOB
+//   exited NODE/SLOT JOB code=N [stopped=1] [epoch=N] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N]    cancel JOB
 //   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
@@ -165,7 +165,7 @@ class Scenario {
       std::vector<std::string> detail(pos.begin() + 2, pos.end());
       check(machine_->TrainerExited(ParseSlot(pos.at(0)), pos.at(1), IntArg(kv, "code", 0), now_,
                                     &actions, absl::StrJoin(detail, " "),
-                                    IntArg(kv, "stopped", 0) != 0));
+                                    IntArg(kv, "stopped", 0) != 0, IntArg(kv, "epoch", 0)));
     } else if (verb == "submit") {
       JobRequest r;
       r.id = pos.at(0);

@@ -151,6 +151,7 @@ void Agent::Refuse(const StartTrainerCommand& start, const absl::Status& why) {
   exited.set_slot(start.slot().slot());
   exited.set_job(start.job());
   exited.set_exit_code(127);
+  exited.set_start_epoch(start.epoch());
   exited.set_detail(why.ToString());
   options_.client->TrainerExited(exited).IgnoreError();
 }
@@ -169,6 +170,7 @@ void Agent::Exited(const ReportExit& exit) {
   exited.set_detail(exit.log_path.empty() ? exit.detail : Tail(exit.log_path, 2048));
   exited.set_log_path(exit.log_path);
   exited.set_stopped(exit.stopped);
+  exited.set_start_epoch(exit.start_epoch);
   unreported_.push_back(std::move(exited));
   if (logs_ != nullptr) logs_->SetRunning(exit.job, exit.slot, false);
 }

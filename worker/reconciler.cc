@@ -67,7 +67,7 @@ std::vector<AgentAction> Reconciler::Stop(const StopTrainerCommand& stop) {
 }
 
 void Reconciler::Started(const StartTrainerCommand& command, int64_t pid, std::string log_path) {
-  trainers_[command.slot().slot()] = Trainer{pid, command.job(), std::move(log_path)};
+  trainers_[command.slot().slot()] = Trainer{pid, command.job(), command.epoch(), std::move(log_path)};
   forget_.erase(command.job());  // its name is in use again: its files are the new job's
 }
 
@@ -78,6 +78,7 @@ std::vector<AgentAction> Reconciler::Exited(int64_t pid, int exit_code) {
                     .job = it->second.job,
                     .exit_code = exit_code,
                     .stopped = it->second.stopping,
+                    .start_epoch = it->second.epoch,
                     .log_path = it->second.log_path};
     trainers_.erase(it);
     return {std::move(exit)};

@@ -59,6 +59,7 @@ struct ReportExit {
   std::string job;
   int exit_code = 0;  // a signal as its negative number
   bool stopped = false;
+  int64_t start_epoch = 0;  // the epoch it was started for (0: it never started)
   std::string log_path;  // empty: it never ran (detail says why)
   std::string detail;
 };
@@ -78,6 +79,7 @@ class Reconciler {
   struct Trainer {
     int64_t pid = 0;
     std::string job;
+    int64_t epoch = 0;  // the epoch it was started for
     std::string log_path;
     bool stopping = false;  // told to stop (killed), not exited yet
   };
