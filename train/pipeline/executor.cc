@@ -42,10 +42,9 @@ class Run {
     stats_.total = absl::Now() - start;
     if (!buffers_.empty()) {
       const auto& [payload, stage, micro] = buffers_.begin()->first;
-      return absl::InternalError(
-          absl::StrCat("rank ", o_.rank, "'s list ended with the ",
-                       payload == Payload::kActivation ? "activation" : "gradient", " of stage ",
-                       stage, " micro-batch ", micro, " never used"));
+      return absl::InternalError(absl::StrCat("rank ", o_.rank, "'s list ended with the ",
+                                              PayloadName(payload), " of stage ", stage,
+                                              " micro-batch ", micro, " never used"));
     }
     return stats_;
   }
@@ -82,11 +81,10 @@ class Run {
     auto it = buffers_.find(key);
     if (it == buffers_.end()) {
       const auto& [payload, stage, micro] = key;
-      return absl::InternalError(absl::StrCat(
-          "rank ", o_.rank, ": the ", payload == Payload::kActivation ? "activation" : "gradient",
-          " of stage ", stage, " micro-batch ", micro,
-          " is not here (a schedule that did not pass "
-          "CheckSchedule?)"));
+      return absl::InternalError(absl::StrCat("rank ", o_.rank, ": the ", PayloadName(payload),
+                                              " of stage ", stage, " micro-batch ", micro,
+                                              " is not here (a schedule that did not pass "
+                                              "CheckSchedule?)"));
     }
     return &it->second;
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace ringmaster::train::pipeline {
 namespace {
@@ -219,131 +220,133 @@ absl::Status Broken(int rank, size_t index, const Action& a, const std::string& 
       absl::StrCat("rank ", rank, " action ", index, " (", a.DebugString(), "): ", why));
 }
 
-// The static rules of CheckSchedule (all but deadlock).
-absl::Status CheckLists(const Schedule& s) {
+// What CheckRankList counts over all ranks' lists.
+struct ListCounts {
+  std::map<std::tuple<ActionKind, int, int>, int> computed;  // (kind, stage, micro) → times
+  std::map<MessageKey, int> sent_by, received_by;            // message → the rank
+};
+
+// Rank r's list on its own: each action in range and on the right rank, each compute after
+// what it needs, each message sent after it is computed and received by the rank that uses it.
+absl::Status CheckRankList(const Schedule& s, int r, ListCounts& counts) {
   const int stages = s.stages(), m = s.options.micro_batches;
-  if (static_cast<int>(s.ranks.size()) != s.options.ranks) {
-    return absl::InternalError(
-        absl::StrCat(s.ranks.size(), " lists for ", s.options.ranks, " ranks"));
-  }
-  // Per (stage, micro): how often each compute kind ran.
-  std::map<std::tuple<ActionKind, int, int>, int> computed;
-  std::map<MessageKey, int> sent_by, received_by;  // the rank
-  for (int r = 0; r < s.options.ranks; ++r) {
-    // What this rank has done or received so far in its list.
-    std::map<std::tuple<ActionKind, int, int>, bool> done;
-    std::map<MessageKey, bool> have;
-    auto did = [&](ActionKind k, int stage, int micro) {
-      return done.count({k, stage, micro}) > 0;
-    };
-    auto backward_done = [&](int stage, int micro) {
-      return did(ActionKind::kBackward, stage, micro) ||
-             did(ActionKind::kBackwardInput, stage, micro);
-    };
-    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
-      const Action& a = s.ranks[r][i];
-      if (a.stage < 0 || a.stage >= stages || a.micro_batch < 0 || a.micro_batch >= m) {
-        return Broken(r, i, a, "stage or micro-batch out of range");
+  // What this rank has done or received so far in its list.
+  std::map<std::tuple<ActionKind, int, int>, bool> done;
+  std::map<MessageKey, bool> have;
+  auto did = [&](ActionKind k, int stage, int micro) { return done.count({k, stage, micro}) > 0; };
+  auto backward_done = [&](int stage, int micro) {
+    return did(ActionKind::kBackward, stage, micro) ||
+           did(ActionKind::kBackwardInput, stage, micro);
+  };
+  for (size_t i = 0; i < s.ranks[r].size(); ++i) {
+    const Action& a = s.ranks[r][i];
+    if (a.stage < 0 || a.stage >= stages || a.micro_batch < 0 || a.micro_batch >= m) {
+      return Broken(r, i, a, "stage or micro-batch out of range");
+    }
+    const int st = a.stage, mb = a.micro_batch;
+    if (a.is_compute()) {
+      if (s.RankOfStage(st) != r) {
+        return Broken(r, i, a, absl::StrCat("stage ", st, " is rank ", s.RankOfStage(st), "'s"));
       }
-      const int st = a.stage, mb = a.micro_batch;
-      if (a.is_compute()) {
-        if (s.RankOfStage(st) != r) {
-          return Broken(r, i, a, absl::StrCat("stage ", st, " is rank ", s.RankOfStage(st), "'s"));
-        }
-        if (++computed[{a.kind, st, mb}] > 1) return Broken(r, i, a, "computed twice");
-        switch (a.kind) {
-          case ActionKind::kForward:
-            if (st > 0 && !did(ActionKind::kForward, st - 1, mb) &&
-                !have.count({Payload::kActivation, st - 1, mb})) {
-              return Broken(r, i, a, "its input is neither computed here nor received before");
-            }
-            break;
-          case ActionKind::kBackward:
-          case ActionKind::kBackwardInput:
-            if (!did(ActionKind::kForward, st, mb)) return Broken(r, i, a, "before its forward");
-            if (st < stages - 1 && !backward_done(st + 1, mb) &&
-                !have.count({Payload::kGradient, st + 1, mb})) {
-              return Broken(r, i, a,
-                            "its output's gradient is neither computed here nor received before");
-            }
-            break;
-          case ActionKind::kBackwardWeight:
-            if (!did(ActionKind::kBackwardInput, st, mb)) {
-              return Broken(r, i, a, "before its input-gradient part");
-            }
-            break;
-          default:
-            break;
-        }
-        done[{a.kind, st, mb}] = true;
-        continue;
+      if (++counts.computed[{a.kind, st, mb}] > 1) return Broken(r, i, a, "computed twice");
+      if (a.kind == ActionKind::kForward && st > 0 && !did(ActionKind::kForward, st - 1, mb) &&
+          !have.count({Payload::kActivation, st - 1, mb})) {
+        return Broken(r, i, a, "its input is neither computed here nor received before");
       }
-      const bool activation = a.payload == Payload::kActivation;
-      const int needs = activation ? st + 1 : st - 1;  // the stage that uses it
-      if (needs < 0 || needs >= stages) return Broken(r, i, a, "no stage uses it");
-      if (a.kind == ActionKind::kSend) {
-        if (s.RankOfStage(st) != r)
-          return Broken(r, i, a, "sent by a rank that does not compute it");
-        if (a.peer != s.RankOfStage(needs) || a.peer == r) {
-          return Broken(r, i, a,
-                        absl::StrCat("sent to rank ", a.peer, ", but stage ", needs, " is on rank ",
-                                     s.RankOfStage(needs)));
-        }
-        if (activation ? !did(ActionKind::kForward, st, mb) : !backward_done(st, mb)) {
-          return Broken(r, i, a, "sent before it is computed");
-        }
-        if (!sent_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "sent twice");
-      } else {
-        if (s.RankOfStage(needs) != r)
-          return Broken(r, i, a, "received by a rank that does not use it");
-        if (a.peer != s.RankOfStage(st)) {
-          return Broken(r, i, a,
-                        absl::StrCat("received from rank ", a.peer, ", but stage ", st,
-                                     " is on rank ", s.RankOfStage(st)));
-        }
-        if (!received_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "received twice");
-        have[KeyOf(a)] = true;
+      const bool backward = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
+      if (backward && !did(ActionKind::kForward, st, mb)) {
+        return Broken(r, i, a, "before its forward");
       }
+      if (backward && st < stages - 1 && !backward_done(st + 1, mb) &&
+          !have.count({Payload::kGradient, st + 1, mb})) {
+        return Broken(r, i, a,
+                      "its output's gradient is neither computed here nor received before");
+      }
+      if (a.kind == ActionKind::kBackwardWeight && !did(ActionKind::kBackwardInput, st, mb)) {
+        return Broken(r, i, a, "before its input-gradient part");
+      }
+      done[{a.kind, st, mb}] = true;
+      continue;
+    }
+    const bool activation = a.payload == Payload::kActivation;
+    const int needs = activation ? st + 1 : st - 1;  // the stage that uses it
+    if (needs < 0 || needs >= stages) return Broken(r, i, a, "no stage uses it");
+    if (a.kind == ActionKind::kSend) {
+      if (s.RankOfStage(st) != r) return Broken(r, i, a, "sent by a rank that does not compute it");
+      if (a.peer != s.RankOfStage(needs) || a.peer == r) {
+        return Broken(r, i, a,
+                      absl::StrCat("sent to rank ", a.peer, ", but stage ", needs, " is on rank ",
+                                   s.RankOfStage(needs)));
+      }
+      if (activation ? !did(ActionKind::kForward, st, mb) : !backward_done(st, mb)) {
+        return Broken(r, i, a, "sent before it is computed");
+      }
+      if (!counts.sent_by.emplace(KeyOf(a), r).second) return Broken(r, i, a, "sent twice");
+    } else {
+      if (s.RankOfStage(needs) != r) {
+        return Broken(r, i, a, "received by a rank that does not use it");
+      }
+      if (a.peer != s.RankOfStage(st)) {
+        return Broken(r, i, a,
+                      absl::StrCat("received from rank ", a.peer, ", but stage ", st,
+                                   " is on rank ", s.RankOfStage(st)));
+      }
+      if (!counts.received_by.emplace(KeyOf(a), r).second) {
+        return Broken(r, i, a, "received twice");
+      }
+      have[KeyOf(a)] = true;
     }
   }
-  // Every stage's work of every micro-batch, on one backward form.
-  const bool split = s.options.kind == ScheduleKind::kZeroBubble;
-  for (int st = 0; st < stages; ++st) {
-    for (int mb = 0; mb < m; ++mb) {
-      std::vector<ActionKind> kinds = {ActionKind::kForward};
-      if (split) {
-        kinds.insert(kinds.end(), {ActionKind::kBackwardInput, ActionKind::kBackwardWeight});
-      } else {
-        kinds.push_back(ActionKind::kBackward);
-      }
+  return absl::OkStatus();
+}
+
+// Every stage's work of every micro-batch ran once, in the schedule's backward form.
+absl::Status CheckEveryComputeOnce(const Schedule& s, const ListCounts& counts) {
+  std::vector<ActionKind> kinds = {ActionKind::kForward};
+  if (s.options.kind == ScheduleKind::kZeroBubble) {
+    kinds.insert(kinds.end(), {ActionKind::kBackwardInput, ActionKind::kBackwardWeight});
+  } else {
+    kinds.push_back(ActionKind::kBackward);
+  }
+  for (int st = 0; st < s.stages(); ++st) {
+    for (int mb = 0; mb < s.options.micro_batches; ++mb) {
       for (ActionKind k : kinds) {
-        if (computed[{k, st, mb}] != 1) {
-          Action a{k, st, mb};
+        auto it = counts.computed.find({k, st, mb});
+        if (it == counts.computed.end() || it->second != 1) {
+          const Action a{k, st, mb};
           return absl::InternalError(
               absl::StrCat("rank ", s.RankOfStage(st), " never runs ", a.DebugString()));
         }
       }
     }
   }
-  for (const auto& [key, rank] : sent_by) {
-    if (!received_by.count(key)) {
+  return absl::OkStatus();
+}
+
+// Every message sent is received, and every one received is sent.
+absl::Status CheckMessagesPaired(const ListCounts& counts) {
+  for (const auto& [key, rank] : counts.sent_by) {
+    if (!counts.received_by.count(key)) {
       const auto& [payload, st, mb] = key;
-      return absl::InternalError(absl::StrCat(
-          "rank ", rank, " sends ", payload == Payload::kActivation ? "activation" : "gradient",
-          " of stage ", st, " micro-batch ", mb, " that no rank receives"));
+      return absl::InternalError(absl::StrCat("rank ", rank, " sends ", PayloadName(payload),
+                                              " of stage ", st, " micro-batch ", mb,
+                                              " that no rank receives"));
     }
   }
-  for (const auto& [key, rank] : received_by) {
-    if (!sent_by.count(key)) {
+  for (const auto& [key, rank] : counts.received_by) {
+    if (!counts.sent_by.count(key)) {
       const auto& [payload, st, mb] = key;
-      return absl::InternalError(
-          absl::StrCat("rank ", rank, " waits for the ",
-                       payload == Payload::kActivation ? "activation" : "gradient", " of stage ",
-                       st, " micro-batch ", mb, " that no rank sends"));
+      return absl::InternalError(absl::StrCat("rank ", rank, " waits for the ",
+                                              PayloadName(payload), " of stage ", st,
+                                              " micro-batch ", mb, " that no rank sends"));
     }
   }
-  // A transport delivers one sender's messages to one receiver in the order sent: the
-  // receiver must take them in that order.
+  return absl::OkStatus();
+}
+
+// A transport delivers one sender's messages to one receiver in the order sent: the
+// receiver must take them in that order.
+absl::Status CheckPairOrder(const Schedule& s) {
   std::map<std::pair<int, int>, std::vector<MessageKey>> sent, received;  // (from, to)
   for (int r = 0; r < s.options.ranks; ++r) {
     for (const Action& a : s.ranks[r]) {
@@ -353,10 +356,10 @@ absl::Status CheckLists(const Schedule& s) {
   }
   for (const auto& [pair, keys] : sent) {
     const std::vector<MessageKey>& taken = received[pair];
-    for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t i = 0; i < keys.size() && i < taken.size(); ++i) {
       if (keys[i] != taken[i]) {
-        Action a{ActionKind::kReceive, std::get<1>(taken[i]), std::get<2>(taken[i]),
-                 std::get<0>(taken[i]), pair.first};
+        const Action a{ActionKind::kReceive, std::get<1>(taken[i]), std::get<2>(taken[i]),
+                       std::get<0>(taken[i]), pair.first};
         return absl::InternalError(absl::StrCat("rank ", pair.second, " receives from rank ",
                                                 pair.first, " out of order: its ", i + 1,
                                                 "th receive from it is ", a.DebugString(),
@@ -365,6 +368,19 @@ absl::Status CheckLists(const Schedule& s) {
     }
   }
   return absl::OkStatus();
+}
+
+// The static rules of CheckSchedule (all but deadlock).
+absl::Status CheckLists(const Schedule& s) {
+  if (static_cast<int>(s.ranks.size()) != s.options.ranks) {
+    return absl::InternalError(
+        absl::StrCat(s.ranks.size(), " lists for ", s.options.ranks, " ranks"));
+  }
+  ListCounts counts;
+  for (int r = 0; r < s.options.ranks; ++r) RM_RETURN_IF_ERROR(CheckRankList(s, r, counts));
+  RM_RETURN_IF_ERROR(CheckEveryComputeOnce(s, counts));
+  RM_RETURN_IF_ERROR(CheckMessagesPaired(counts));
+  return CheckPairOrder(s);
 }
 
 // "rank r at action i (...)" for each rank whose list did not end at next[r].
@@ -549,6 +565,10 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "schedule: unknown \"", name, "\"; use gpipe, 1f1b, interleaved_1f1b or zero_bubble"));
+}
+
+absl::string_view PayloadName(Payload payload) {
+  return payload == Payload::kActivation ? "activation" : "gradient";
 }
 
 std::string Action::DebugString() const {

@@ -83,6 +83,8 @@ enum class ActionKind {
   kReceive,
 };
 enum class Payload { kActivation, kGradient };
+// "activation", "gradient".
+absl::string_view PayloadName(Payload payload);
 
 struct Action {
   ActionKind kind = ActionKind::kForward;
