@@ -20,7 +20,7 @@ TARGETS=(
   //kernels:activation_cuda_test //kernels:vector_cuda_test //kernels:conv_cuda_test
   //train/optim:cuda_vector_ops_test //train/nn:gpt_cuda_test //train/nn:sequential_cuda_test
   //train/nn:device_arena_test //train:trainer_test
-  //comm/nccl:nccl_communicator_test //comm/tcp:tcp_cuda_test
+  //comm/nccl:nccl_communicator_test //comm/nccl:nccl_group_test //comm/tcp:tcp_cuda_test
   //bench/gpu:gpt2_bench //bench/gpu:attention_bench
 )
 

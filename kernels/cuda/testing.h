@@ -57,14 +57,15 @@ class Device {
   T* ptr_ = nullptr;
 };
 
-// got and want hold the same bits, element for element (NaN payloads and the sign of zero
-// included); the first difference is named.
+// got and want hold the same bits, element for element, apart from NaNs when nan_equal
+// (any NaN then equals any NaN); the first difference is named.
 template <typename T>
-void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
-                    const std::string& what) {
+void ExpectBitsEqual(const std::vector<T>& got, const std::vector<T>& want, bool nan_equal,
+                     const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i) {
+    if (nan_equal && std::isnan(got[i]) && std::isnan(want[i])) continue;
     if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
       if (first < 0) first = static_cast<int64_t>(i);
       ++bad;
@@ -73,6 +74,24 @@ void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ, first ["
                     << first << "] gpu " << (first >= 0 ? got[first] : T{}) << " cpu "
                     << (first >= 0 ? want[first] : T{});
+}
+
+// got and want hold the same bits, element for element (NaN payloads and the sign of zero
+// included): for casts, copies and bit manipulation.
+template <typename T>
+void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
+                    const std::string& what) {
+  ExpectBitsEqual(got, want, /*nan_equal=*/false, what);
+}
+
+// As ExpectSameBits for the results of arithmetic: the same bits, except that any NaN equals
+// any NaN. IEEE 754 leaves the payload and sign of an arithmetic result's NaN to the
+// hardware: an NVIDIA GPU writes its canonical NaN (0x7fffffff), x86 keeps an operand's
+// payload (or writes 0xffc00000); the emulation (x86 arithmetic) cannot show the difference.
+template <typename T>
+void ExpectSameValueBits(const std::vector<T>& got, const std::vector<T>& want,
+                         const std::string& what) {
+  ExpectBitsEqual(got, want, /*nan_equal=*/true, what);
 }
 
 // The 16-bit storage formats of the *Bf16 and *F16 kernels, as type parameters of tests
@@ -138,10 +157,11 @@ typename Format::Element* AsElements(Device<uint16_t>& d) {
 }  // namespace ringmaster::kernels::cuda::testing
 
 // In a TEST body: skips it, saying what needs a GPU, where none is present.
-#define RM_SKIP_WITHOUT_GPU(what)                                                   \
-  if (!::ringmaster::kernels::cuda::testing::HaveGpu()) {                           \
-    GTEST_SKIP() << "no CUDA GPU on this machine: " what " need one (build with "   \
-                    "--config=cuda and run where a GPU is present)";                \
+#define RM_SKIP_WITHOUT_GPU(what)                                    \
+  if (!::ringmaster::kernels::cuda::testing::HaveGpu()) {            \
+    GTEST_SKIP() << "no CUDA GPU on this machine: " what             \
+                    " need one (build with "                         \
+                    "--config=cuda and run where a GPU is present)"; \
   }
 
 #endif  // RINGMASTER_KERNELS_CUDA_TESTING_H_
