@@ -66,6 +66,14 @@ void FillNormal(SplitMix64& rng, double std, absl::Span<float> out) {
   }
 }
 
+// A pipeline stage's slice trains through the Slice* calls.
+absl::Status CheckWhole(const GptModel& model) {
+  if (model.is_whole()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model '", model.Describe(),
+      "' is a pipeline stage's slice: run it with SliceForward/SliceBackward (GptStage)"));
+}
+
 }  // namespace
 
 // Where backward writes one group's parameter gradients (the LM head, lnf, a layer of a
@@ -75,8 +83,8 @@ void FillNormal(SplitMix64& rng, double std, absl::Span<float> out) {
 // are then added; or, with a ParameterStore, into the store's buffer for the group.
 class GptModel::GradWriter {
  public:
-  GradWriter(const GptModel& model, const ForwardBackwardOptions& options,
-             state::FlatBuffer& grads, float* stage)
+  GradWriter(const GptModel& model, const ForwardBackwardOptions& options, state::FlatBuffer& grads,
+             float* stage)
       : model_(model),
         table_(model.table_),
         options_(options),
@@ -89,9 +97,8 @@ class GptModel::GradWriter {
   void Begin(int first, int end) {
     first_ = first;
     end_ = end;
-    base_ = options_.store != nullptr
-                ? options_.store->Gradients(model_.group_of_tensor_[first])
-                : grads_.data();
+    base_ = options_.store != nullptr ? options_.store->Gradients(model_.group_of_tensor_[first])
+                                      : grads_.data();
   }
   // For kernels that take an OutputMode.
   OutputMode mode() const {
@@ -158,16 +165,31 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptOptions& o) 
     return absl::InvalidArgumentError(absl::StrCat("gpt.checkpoint_every is ", o.checkpoint_every,
                                                    "; want >= 0 (0 = no checkpointing)"));
   }
+  const int64_t end = o.end_block == -1 ? o.layers : o.end_block;
+  if (o.first_block < 0 || o.first_block >= o.layers || end <= o.first_block || end > o.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt slice [first_block ", o.first_block, ", end_block ", o.end_block, ") of ", o.layers,
+        " layers; want 0 <= first_block < end_block <= layers (end_block -1: to the last)"));
+  }
   return absl::WrapUnique(new GptModel(o));
 }
 
 GptModel::GptModel(const GptOptions& o)
     : options_(o),
-      segment_(o.checkpoint_every == 0 ? o.layers : std::min(o.checkpoint_every, o.layers)),
-      segments_((o.layers + segment_ - 1) / segment_),
+      first_block_(o.first_block),
+      end_block_(o.end_block == -1 ? o.layers : o.end_block),
+      segment_(o.checkpoint_every == 0 ? end_block_ - first_block_
+                                       : std::min(o.checkpoint_every, end_block_ - first_block_)),
+      segments_((end_block_ - first_block_ + segment_ - 1) / segment_),
       loss_(o.vocab) {
+  options_.end_block = end_block_;
   description_ = absl::StrCat("gpt ", o.layers, " layers x ", o.heads, " heads x ", o.width,
                               " wide, context ", o.context, ", vocab ", o.vocab);
+  if (!is_whole()) {
+    absl::StrAppend(&description_, ", pipeline stage of blocks ", first_block_, "..",
+                    end_block_ - 1, has_embeddings() ? " with the embeddings" : "",
+                    has_head() ? " with the head" : "");
+  }
   if (o.checkpoint_every > 0) {
     absl::StrAppend(&description_, ", checkpointing every ", o.checkpoint_every, " blocks");
   }
@@ -185,41 +207,51 @@ GptModel::GptModel(const GptOptions& o)
     AddTensor(name + ".weight", {c}, 0, 1);
     AddTensor(name + ".bias", {c}, 0, 0);
   };
+  // The whole model's tensors in order; a slice keeps its own (AddTensor with `keep_`).
+  keep_ = has_embeddings();
   wte_ = AddTensor("wte", {o.vocab, c}, kInitStd, 0);
   wpe_ = AddTensor("wpe", {o.context, c}, kInitStd, 0);
   for (int64_t l = 0; l < o.layers; ++l) {
+    keep_ = l >= first_block_ && l < end_block_;
     const std::string h = absl::StrCat("h", l, ".");
-    blocks_.push_back(table_.size());
+    if (keep_) blocks_.push_back(table_.size());
     layer_norm(h + "ln1");
     linear(h + "attn.qkv", c, 3 * c, kInitStd);
     linear(h + "attn.proj", c, c, residual_std);
     layer_norm(h + "ln2");
     linear(h + "mlp.fc", c, 4 * c, kInitStd);
     linear(h + "mlp.proj", 4 * c, c, residual_std);
-    CHECK_EQ(table_.size() - blocks_.back(), kBlockTensors);
+    if (keep_) CHECK_EQ(table_.size() - blocks_.back(), kBlockTensors);
   }
+  keep_ = has_head();
   lnf_ = table_.size();
   layer_norm("lnf");
   lm_head_ = AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
+  keep_ = true;
 
   auto group = [&](const std::string& name, int first, int end, int block,
                    const std::string& block_name) {
     groups_.push_back({name, first, end, block, block_name});
   };
-  group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
-  groups_.back().backward_reads_parameters = false;
+  if (has_embeddings()) {
+    group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
+    groups_.back().backward_reads_parameters = false;
+  }
   static constexpr const char* kLayers[] = {"ln1", "attn.qkv", "attn.proj",
                                             "ln2", "mlp.fc",   "mlp.proj"};
-  for (int64_t l = 0; l < o.layers; ++l) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int64_t l = first_block_ + static_cast<int64_t>(i);
     const std::string h = absl::StrCat("h", l);
     for (int k = 0; k < kBlockTensors / 2; ++k) {
-      const int first = blocks_[l] + 2 * k;
+      const int first = blocks_[i] + 2 * k;
       group(absl::StrCat(h, ".", kLayers[k]), first, first + 2, static_cast<int>(l + 1), h);
     }
   }
-  const int head = static_cast<int>(o.layers + 1);
-  group("lnf", lnf_, lnf_ + 2, head, "head");
-  group("lm_head", lm_head_, lm_head_ + 1, head, "head");
+  if (has_head()) {
+    const int head = static_cast<int>(o.layers + 1);
+    group("lnf", lnf_, lnf_ + 2, head, "head");
+    group("lm_head", lm_head_, lm_head_ + 1, head, "head");
+  }
   group_of_tensor_.resize(table_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (int i = groups_[g].first_tensor; i < groups_[g].end_tensor; ++i) {
@@ -240,8 +272,11 @@ GptModel::GptModel(const GptOptions& o)
 
 int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, float std,
                         float value) {
-  init_.push_back({std, value});
-  return table_.Add(name, std::move(shape));
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int index = keep_ ? table_.Add(name, std::move(shape)) : -1;
+  init_.push_back({numel, {std, value}, index});
+  return index;
 }
 
 std::string GptModel::Describe() const { return description_; }
@@ -249,14 +284,21 @@ std::string GptModel::Describe() const { return description_; }
 void GptModel::InitTensors(uint64_t seed, const TensorSink& sink) const {
   SplitMix64 rng(seed);
   std::vector<float> values;
-  for (int i = 0; i < table_.size(); ++i) {
-    values.resize(table_.tensor(i).numel);
-    if (init_[i].std > 0) {
-      FillNormal(rng, init_[i].std, absl::MakeSpan(values));
-    } else {
-      std::fill(values.begin(), values.end(), init_[i].value);
+  for (const InitEntry& e : init_) {
+    if (e.tensor < 0) {
+      // Another stage's tensor: its draws (two uniforms per pair of values) are skipped.
+      if (e.rule.std > 0) {
+        for (int64_t i = 0; i < (e.numel + 1) / 2 * 2; ++i) rng.Next();
+      }
+      continue;
     }
-    sink(i, values);
+    values.resize(e.numel);
+    if (e.rule.std > 0) {
+      FillNormal(rng, e.rule.std, absl::MakeSpan(values));
+    } else {
+      std::fill(values.begin(), values.end(), e.rule.value);
+    }
+    sink(e.tensor, values);
   }
 }
 
@@ -345,10 +387,12 @@ void GptModel::PlaceActivations(int64_t batch) {
            .fc = take(rows * 4 * c),
            .gelu = take(rows * 4 * c)};
     }
-    lnf_out_ = take(rows * c);
-    lnf_mean_ = take(rows);
-    lnf_rstd_ = take(rows);
-    logits_ = take(rows * options_.vocab);
+    if (has_head()) {
+      lnf_out_ = take(rows * c);
+      lnf_mean_ = take(rows);
+      lnf_rstd_ = take(rows);
+      logits_ = take(rows * options_.vocab);
+    }
   };
   place();
   base = arena_.Reserve(used);
@@ -357,22 +401,34 @@ void GptModel::PlaceActivations(int64_t batch) {
 }
 
 float* GptModel::Stream(int64_t block) const {
-  if (block == options_.layers) return streams_.back();
+  if (block == static_cast<int64_t>(blocks_.size())) return streams_.back();
   if (block % segment_ == 0) return streams_[block / segment_];
   return streams_[segments_ + block % segment_ - 1];
 }
 
 void GptModel::Forward(const Pass& pass) {
-  const int64_t rows = pass.rows, c = options_.width;
+  EmbeddingsForward(pass);
+  BlocksForward(pass);
+  HeadForward(pass);
+}
+
+void GptModel::EmbeddingsForward(const Pass& pass) {
   float* x = Stream(0);
   kernels::EmbeddingForward(x, tokens_.data(), Tensor(pass, wte_), Tensor(pass, wpe_), pass.batch,
-                            options_.context, c, options_.vocab);
-  RoundToPrecision(pass.precision, x, rows * c);
-  for (int64_t l = 0; l < options_.layers; ++l) {
+                            options_.context, options_.width, options_.vocab);
+  RoundToPrecision(pass.precision, x, pass.rows * options_.width);
+}
+
+void GptModel::BlocksForward(const Pass& pass) {
+  for (int64_t l = 0; l < static_cast<int64_t>(blocks_.size()); ++l) {
     BlockForward(pass, l);
     BlockOutputForward(pass, l);
   }
-  kernels::LayerNormForward(lnf_out_, lnf_mean_, lnf_rstd_, Stream(options_.layers),
+}
+
+void GptModel::HeadForward(const Pass& pass) {
+  const int64_t rows = pass.rows, c = options_.width;
+  kernels::LayerNormForward(lnf_out_, lnf_mean_, lnf_rstd_, Stream(blocks_.size()),
                             Tensor(pass, lnf_), Tensor(pass, lnf_ + 1), rows, c);
   RoundToPrecision(pass.precision, lnf_out_, rows * c);
   kernels::LinearForward(lnf_out_, Tensor(pass, lm_head_), nullptr, logits_, rows, c,
@@ -427,6 +483,7 @@ void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
 
 absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                              Precision precision, ParameterStore* store) {
+  RM_RETURN_IF_ERROR(CheckWhole(*this));
   RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, store));
   Forward(pass);
   return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
@@ -436,6 +493,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
                                                     const state::FlatBuffer& params,
                                                     state::FlatBuffer& grads,
                                                     const ForwardBackwardOptions& options) {
+  RM_RETURN_IF_ERROR(CheckWhole(*this));
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   if (options.store != nullptr && options.accumulate) {
     return absl::InvalidArgumentError(
@@ -463,29 +521,36 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
 }
 
 void GptModel::Backward(const Pass& pass, GradWriter& writer) {
+  HeadBackward(pass, writer);
+  BlocksBackward(pass, writer);
+  EmbeddingsBackward(pass, writer);
+}
+
+void GptModel::HeadBackward(const Pass& pass, GradWriter& writer) {
   const int64_t rows = pass.rows, c = options_.width, vocab = options_.vocab;
   const Precision precision = pass.precision;
   float* dlogits = dbig_.data();
   float* dlnf = dsmall_.data();
   float* dx = dresidual_.data();
 
-  writer.Begin(lm_head_, lm_head_ + 1);
-  kernels::LinearBackwardWeights(lnf_out_, dlogits, writer[lm_head_], nullptr, rows, c, vocab,
-                                 writer.mode());
+  LinearWeights(writer, lm_head_, /*has_bias=*/false, lnf_out_, dlogits, rows, c, vocab);
   kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
   RoundToPrecision(precision, dlnf, rows * c);
-  writer.Finish();
+  FinishLinear(writer);
 
   writer.Begin(lnf_, lnf_ + 2);
   std::fill_n(dx, rows * c, 0.0f);
   kernels::LayerNormBackward(dx, writer.Summed(lnf_), writer.Summed(lnf_ + 1), dlnf,
-                             Stream(options_.layers), Tensor(pass, lnf_), lnf_mean_, lnf_rstd_,
-                             rows, c);
+                             Stream(blocks_.size()), Tensor(pass, lnf_), lnf_mean_, lnf_rstd_, rows,
+                             c);
   RoundToPrecision(precision, dx, rows * c);
   writer.Finish();
+}
 
+void GptModel::BlocksBackward(const Pass& pass, GradWriter& writer) {
+  const int64_t blocks = static_cast<int64_t>(blocks_.size());
   for (int64_t s = segments_ - 1; s >= 0; --s) {
-    const int64_t begin = s * segment_, end = std::min(begin + segment_, options_.layers);
+    const int64_t begin = s * segment_, end = std::min(begin + segment_, blocks);
     if (s != segments_ - 1) {  // the last segment's activations are still there from forward
       for (int64_t l = begin; l < end; ++l) {
         BlockForward(pass, l);
@@ -494,10 +559,13 @@ void GptModel::Backward(const Pass& pass, GradWriter& writer) {
     }
     for (int64_t l = end - 1; l >= begin; --l) BlockBackward(pass, l, writer);
   }
+}
 
+void GptModel::EmbeddingsBackward(const Pass& pass, GradWriter& writer) {
   writer.Begin(wte_, wpe_ + 1);
-  kernels::EmbeddingBackward(writer.Summed(wte_), writer.Summed(wpe_), dx, tokens_.data(),
-                             pass.batch, options_.context, c, vocab);
+  kernels::EmbeddingBackward(writer.Summed(wte_), writer.Summed(wpe_), dresidual_.data(),
+                             tokens_.data(), pass.batch, options_.context, options_.width,
+                             options_.vocab);
   writer.Finish();
 }
 
@@ -505,30 +573,25 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   const int64_t rows = pass.rows, c = options_.width;
   const int first = blocks_[block];
   auto w = [&](BlockTensor t) { return Tensor(pass, first + t); };
-  auto g = [&](BlockTensor t) { return writer[first + t]; };
   auto g_summed = [&](BlockTensor t) { return writer.Summed(first + t); };
   const BlockActivations& a = Slot(block);
   const Precision precision = pass.precision;
-  const OutputMode mode = writer.mode();
   float* dx = dresidual_.data();  // the gradient of the residual stream, added to in place
   float* dsmall = dsmall_.data();
   float* dbig = dbig_.data();
 
   // Each layer's gradients are finished after the last read of its parameters.
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-  writer.Begin(first + kFcProjWeight, first + kFcProjBias + 1);
-  kernels::LinearBackwardWeights(a.gelu, dx, g(kFcProjWeight), g(kFcProjBias), rows, 4 * c, c,
-                                 mode);
+  LinearWeights(writer, first + kFcProjWeight, true, a.gelu, dx, rows, 4 * c, c);
   kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, 4 * c, c);
   RoundToPrecision(precision, dbig, rows * 4 * c);
-  writer.Finish();
+  FinishLinear(writer);
   kernels::GeluBackward(dbig, a.fc, dbig, rows * 4 * c);
   RoundToPrecision(precision, dbig, rows * 4 * c);
-  writer.Begin(first + kFcWeight, first + kFcBias + 1);
-  kernels::LinearBackwardWeights(a.ln2, dbig, g(kFcWeight), g(kFcBias), rows, c, 4 * c, mode);
+  LinearWeights(writer, first + kFcWeight, true, a.ln2, dbig, rows, c, 4 * c);
   kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, 4 * c);
   RoundToPrecision(precision, dsmall, rows * c);
-  writer.Finish();
+  FinishLinear(writer);
   writer.Begin(first + kLn2Weight, first + kLn2Bias + 1);
   kernels::LayerNormBackward(dx, g_summed(kLn2Weight), g_summed(kLn2Bias), dsmall, a.residual,
                              w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c);
@@ -536,11 +599,10 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   writer.Finish();
 
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-  writer.Begin(first + kProjWeight, first + kProjBias + 1);
-  kernels::LinearBackwardWeights(a.attention, dx, g(kProjWeight), g(kProjBias), rows, c, c, mode);
+  LinearWeights(writer, first + kProjWeight, true, a.attention, dx, rows, c, c);
   kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, c, c);
   RoundToPrecision(precision, dsmall, rows * c);
-  writer.Finish();
+  FinishLinear(writer);
   float* dqkv = dbig;
   if (options_.memory_efficient_attention) {
     kernels::AttentionBackwardLse(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
@@ -550,11 +612,10 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
                                pass.batch, options_.context, c, options_.heads);
   }
   RoundToPrecision(precision, dqkv, rows * 3 * c);
-  writer.Begin(first + kQkvWeight, first + kQkvBias + 1);
-  kernels::LinearBackwardWeights(a.ln1, dqkv, g(kQkvWeight), g(kQkvBias), rows, c, 3 * c, mode);
+  LinearWeights(writer, first + kQkvWeight, true, a.ln1, dqkv, rows, c, 3 * c);
   kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * c);
   RoundToPrecision(precision, dsmall, rows * c);
-  writer.Finish();
+  FinishLinear(writer);
   writer.Begin(first + kLn1Weight, first + kLn1Bias + 1);
   kernels::LayerNormBackward(dx, g_summed(kLn1Weight), g_summed(kLn1Bias), dsmall, Stream(block),
                              w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c);
@@ -562,10 +623,157 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   writer.Finish();
 }
 
+void GptModel::LinearWeights(GradWriter& writer, int weight, bool has_bias, const float* in,
+                             const float* dout, int64_t rows, int64_t in_features,
+                             int64_t out_features) {
+  if (deferring_) {
+    // With activation checkpointing the input's buffer is recomputed for the next segment
+    // before SliceBackwardWeights runs: keep a copy of it too.
+    const float* kept_in = segments_ > 1 ? KeepForWeights(in, rows * in_features) : in;
+    deferred_.push_back({.weight = weight,
+                         .has_bias = has_bias,
+                         .in = kept_in,
+                         .dout = KeepForWeights(dout, rows * out_features),
+                         .in_features = in_features,
+                         .out_features = out_features});
+    return;
+  }
+  writer.Begin(weight, weight + (has_bias ? 2 : 1));
+  kernels::LinearBackwardWeights(in, dout, writer[weight], has_bias ? writer[weight + 1] : nullptr,
+                                 rows, in_features, out_features, writer.mode());
+}
+
+void GptModel::FinishLinear(GradWriter& writer) {
+  if (!deferring_) writer.Finish();
+}
+
+const float* GptModel::KeepForWeights(const float* from, int64_t n) {
+  float* to = deferred_buffers_.data() + deferred_used_;
+  deferred_used_ += n;
+  CHECK_LE(deferred_used_ * static_cast<int64_t>(sizeof(float)), deferred_buffers_.bytes());
+  std::copy_n(from, n, to);
+  return to;
+}
+
+absl::Status GptModel::SliceForward(const Batch& batch, const state::FlatBuffer& params,
+                                    Precision precision, absl::Span<const float> input,
+                                    absl::Span<float> output) {
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, nullptr));
+  const int64_t n = pass.rows * options_.width;
+  const int64_t want_in = has_embeddings() ? 0 : n, want_out = has_head() ? 0 : n;
+  if (static_cast<int64_t>(input.size()) != want_in ||
+      static_cast<int64_t>(output.size()) != want_out) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SliceForward of '", description_, "' for ", pass.batch, " samples: input of ",
+        input.size(), " and output of ", output.size(), " floats; want ", want_in, " and ",
+        want_out, " (batch.size * context * width, none at the pipeline's ends)"));
+  }
+  if (has_embeddings()) {
+    EmbeddingsForward(pass);
+  } else {
+    std::copy(input.begin(), input.end(), Stream(0));
+  }
+  BlocksForward(pass);
+  if (has_head()) {
+    HeadForward(pass);
+  } else {
+    std::copy_n(Stream(blocks_.size()), n, output.data());
+  }
+  slice_pass_ = pass;
+  deferred_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> GptModel::SliceBackward(state::FlatBuffer& grads,
+                                                  const ForwardBackwardOptions& options,
+                                                  absl::Span<const float> output_grad,
+                                                  absl::Span<float> input_grad,
+                                                  bool defer_weights) {
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
+  if (options.store != nullptr) {
+    return absl::InvalidArgumentError("SliceBackward: a ParameterStore (not for pipeline stages)");
+  }
+  if (!slice_pass_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SliceBackward of '", description_, "' before its SliceForward"));
+  }
+  if (options.precision != slice_pass_->precision) {
+    return absl::InvalidArgumentError("SliceBackward: options.precision is not SliceForward's");
+  }
+  const Pass pass = *slice_pass_;
+  const int64_t rows = pass.rows, c = options_.width, n = rows * c;
+  const int64_t want_out = has_head() ? 0 : n, want_in = has_embeddings() ? 0 : n;
+  if (static_cast<int64_t>(output_grad.size()) != want_out ||
+      static_cast<int64_t>(input_grad.size()) != want_in) {
+    return absl::InvalidArgumentError(absl::StrCat("SliceBackward of '", description_,
+                                                   "': output gradient of ", output_grad.size(),
+                                                   " and input gradient of ", input_grad.size(),
+                                                   " floats; want ", want_out, " and ", want_in));
+  }
+  CHECK_GE(grads.size(), table_.total_elements());
+  ForwardBackwardOptions o = options;
+  o.accumulate = true;
+  o.on_grads_ready = nullptr;
+  dresidual_.Reserve(rows * c);
+  dsmall_.Reserve(rows * c);
+  dbig_.Reserve(rows * std::max(4 * c, options_.vocab));
+  deferring_ = defer_weights;
+  deferred_.clear();
+  deferred_used_ = 0;
+  if (defer_weights) {
+    // Each linear layer's output gradient, and with checkpointing its input too.
+    int64_t per_row = static_cast<int64_t>(blocks_.size()) * (9 * c + (segments_ > 1 ? 7 * c : 0));
+    if (has_head()) per_row += options_.vocab + (segments_ > 1 ? c : 0);
+    deferred_buffers_.Reserve(rows * per_row);
+  }
+  GradWriter writer(*this, o, grads,
+                    IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
+  StepStats stats;
+  if (has_head()) {
+    const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+    stats = loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dbig_.data());
+    RoundToPrecision(pass.precision, dbig_.data(), rows * options_.vocab);
+    HeadBackward(pass, writer);
+  } else {
+    std::copy(output_grad.begin(), output_grad.end(), dresidual_.data());
+  }
+  BlocksBackward(pass, writer);
+  if (has_embeddings()) {
+    EmbeddingsBackward(pass, writer);
+  } else {
+    std::copy_n(dresidual_.data(), n, input_grad.data());
+  }
+  deferring_ = false;
+  if (!defer_weights) slice_pass_.reset();
+  return stats;
+}
+
+absl::Status GptModel::SliceBackwardWeights(state::FlatBuffer& grads,
+                                            const ForwardBackwardOptions& options) {
+  if (!slice_pass_.has_value() || deferred_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("SliceBackwardWeights of '", description_,
+                                                      "': no SliceBackward deferred its weights"));
+  }
+  ForwardBackwardOptions o = options;
+  o.accumulate = true;
+  o.on_grads_ready = nullptr;
+  o.store = nullptr;
+  GradWriter writer(*this, o, grads,
+                    IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
+  for (const DeferredWeights& d : deferred_) {
+    LinearWeights(writer, d.weight, d.has_bias, d.in, d.dout, slice_pass_->rows, d.in_features,
+                  d.out_features);
+    writer.Finish();
+  }
+  deferred_.clear();
+  slice_pass_.reset();
+  return absl::OkStatus();
+}
+
 MemoryStats GptModel::memory() const {
   return {.activation_bytes_peak = arena_.bytes() + tokens_.bytes() + attention_scratch_.bytes() +
                                    loss_.scratch_bytes() + dresidual_.bytes() + dsmall_.bytes() +
-                                   dbig_.bytes()};
+                                   dbig_.bytes() + deferred_buffers_.bytes()};
 }
 
 }  // namespace ringmaster::train::nn

@@ -54,11 +54,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "state/tensor.h"
 #include "train/batch.h"
 #include "train/model.h"
@@ -79,6 +81,14 @@ struct GptOptions {
   // Attention keeps only a log-sum-exp per query row and recomputes its probabilities in
   // backward; false keeps the [heads, context, context] probabilities of every sample.
   bool memory_efficient_attention = true;
+  // A pipeline stage's slice of the model (train/pipeline/gpt_stage.h): blocks
+  // [first_block, end_block) of the `layers` (end_block -1: to the last), with the
+  // embeddings when first_block is 0 and lnf, the LM head and the loss when end_block is
+  // `layers`. Its table holds only those tensors, under the whole model's names (h<l> with l
+  // counted in the whole model), and InitTensors gives them the whole model's values. A
+  // slice that is not the whole model trains through the Slice* calls only.
+  int64_t first_block = 0;
+  int64_t end_block = -1;
 };
 
 class GptModel final : public Model {
@@ -106,9 +116,9 @@ class GptModel final : public Model {
   // between tensors is left untouched (with options.store, the store's buffers instead).
   // Announces on_grads_ready(offset) as soon as a parameter group's gradients are final (the
   // offset of its first tensor: lm_head, lnf, then h<l>'s mlp.proj, mlp.fc, ln2, attn.proj,
-  // attn.qkv, ln1 for l = layers-1 down to 0, then 0 for wte and wpe). StepStats: loss_sum over the batch.size * context tokens,
-  // loss_terms = that count, correct = the tokens whose highest logit is the target (next-
-  // token accuracy; ties go to the lower id).
+  // attn.qkv, ln1 for l = layers-1 down to 0, then 0 for wte and wpe). StepStats: loss_sum over the
+  // batch.size * context tokens, loss_terms = that count, correct = the tokens whose highest logit
+  // is the target (next- token accuracy; ties go to the lower id).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
                                             state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
@@ -120,6 +130,39 @@ class GptModel final : public Model {
   // ln2, mlp.fc, mlp.proj (block "h<l>"), then lnf and lm_head (block "head").
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
+
+  // Pipeline stages: one micro-batch through this slice, in three calls. The slice keeps one
+  // micro-batch's activations (a stage with several in flight holds one GptModel each).
+  //
+  // SliceForward: the batch's tokens are read by the first stage (its inputs) and the last
+  // (its targets; the others need only batch.size); `input` is the previous stage's output
+  // ([batch.size * context, width] floats, empty on the first stage), `output` receives this
+  // slice's (same shape; empty on the last). INVALID_ARGUMENT as ForwardBackward, or for a
+  // span of the wrong size.
+  absl::Status SliceForward(const Batch& batch, const state::FlatBuffer& params,
+                            Precision precision, absl::Span<const float> input,
+                            absl::Span<float> output);
+  // SliceBackward, after SliceForward (whose `params` must stay as they were, alive, until
+  // the micro-batch's backward is done): from the gradient of the slice's output (empty on the
+  // last stage, which starts from its loss scaled by options.loss_scale / loss_divisor) to the
+  // gradient of its input (empty on the first stage), ADDING the parameters' gradients to
+  // `grads` (zero them before a step's first micro-batch; options.accumulate is ignored,
+  // options.store must be null, on_grads_ready is not called). With defer_weights the linear
+  // layers' weight and bias gradients are left for SliceBackwardWeights (their inputs' and
+  // outputs' gradients kept until then; LayerNorms and embeddings are done here): the
+  // zero-bubble schedule's split. StepStats: the loss on the last stage, zeros elsewhere.
+  absl::StatusOr<StepStats> SliceBackward(state::FlatBuffer& grads,
+                                          const ForwardBackwardOptions& options,
+                                          absl::Span<const float> output_grad,
+                                          absl::Span<float> input_grad, bool defer_weights);
+  // The deferred weight gradients of the last SliceBackward (FAILED_PRECONDITION if none are
+  // pending); the sums are the ones SliceBackward without defer_weights adds, bit for bit.
+  absl::Status SliceBackwardWeights(state::FlatBuffer& grads,
+                                    const ForwardBackwardOptions& options);
+  // Whether this slice holds the embeddings (first stage) / the head and loss (last stage).
+  bool has_embeddings() const { return first_block_ == 0; }
+  bool has_head() const { return end_block_ == options_.layers; }
+  bool is_whole() const { return has_embeddings() && has_head(); }
 
   const GptOptions& options() const { return options_; }
   // The batch checks of ForwardBackward (INVALID_ARGUMENT naming the field, as above), for
@@ -152,6 +195,16 @@ class GptModel final : public Model {
   };
   class GradWriter;
 
+  // A linear layer's weight gradient left for SliceBackwardWeights.
+  struct DeferredWeights {
+    int weight = 0;  // the tensor; its bias (if any) follows
+    bool has_bias = false;
+    const float* in = nullptr;    // [rows, in_features]
+    const float* dout = nullptr;  // [rows, out_features]
+    int64_t in_features = 0;
+    int64_t out_features = 0;
+  };
+
   explicit GptModel(const GptOptions& options);
   // Adds a tensor to the table with its initial distribution: normal(0, std) for std > 0,
   // else the constant `value`.
@@ -171,17 +224,35 @@ class GptModel final : public Model {
   float* Stream(int64_t block) const;
   BlockActivations& Slot(int64_t block) { return slots_[block % segment_]; }
 
-  // Everything up to the logits.
+  // Everything up to the logits, in parts: the embeddings into Stream(0), the blocks, lnf
+  // and the LM head.
   void Forward(const Pass& pass);
+  void EmbeddingsForward(const Pass& pass);
+  void BlocksForward(const Pass& pass);
+  void HeadForward(const Pass& pass);
   // A block up to its GELU output, and its residual output (the next block's input).
   void BlockForward(const Pass& pass, int64_t block);
   void BlockOutputForward(const Pass& pass, int64_t block);
-  // From the logits' gradient (in dbig_) down to the embeddings.
+  // From the logits' gradient (in dbig_) down to the embeddings, in parts: the LM head and
+  // lnf (leaving the gradient of the last block's output in dresidual_), the blocks, the
+  // embeddings.
   void Backward(const Pass& pass, GradWriter& writer);
+  void HeadBackward(const Pass& pass, GradWriter& writer);
+  void BlocksBackward(const Pass& pass, GradWriter& writer);
+  void EmbeddingsBackward(const Pass& pass, GradWriter& writer);
+  // A linear layer's weight (and bias) gradient from its input and output gradient: now, as
+  // a group of its own in `writer` (which the caller finishes after reading the weight for
+  // the input gradient), or, while deferring, kept for SliceBackwardWeights.
+  void LinearWeights(GradWriter& writer, int weight, bool has_bias, const float* in,
+                     const float* dout, int64_t rows, int64_t in_features, int64_t out_features);
+  // Finishes the group LinearWeights began (nothing while deferring).
+  void FinishLinear(GradWriter& writer);
   // Given the gradient of the block's output in dresidual_, leaves its input's there.
   void BlockBackward(const Pass& pass, int64_t block, GradWriter& writer);
 
   GptOptions options_;
+  int64_t first_block_;  // the slice: blocks [first_block_, end_block_) of the whole model
+  int64_t end_block_;
   std::string description_;
   int64_t segment_;   // blocks per checkpointed segment; layers when checkpointing is off
   int64_t segments_;  // ceil(layers / segment_)
@@ -190,7 +261,15 @@ class GptModel final : public Model {
     float std;
     float value;
   };
-  std::vector<InitRule> init_;  // per tensor
+  // The whole model's tensors in InitTensors' order (a slice's own among them, at their
+  // index in table_, the others -1), so that a slice draws the whole model's stream.
+  struct InitEntry {
+    int64_t numel;
+    InitRule rule;
+    int tensor;
+  };
+  std::vector<InitEntry> init_;
+  bool keep_ = true;  // during construction: whether AddTensor's tensor is this slice's
   int wte_ = 0;
   int wpe_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
@@ -218,6 +297,15 @@ class GptModel final : public Model {
   GrowBuffer<float> dbig_;       // [rows, max(4 width, vocab)]: dlogits, dfc, dqkv
 
   state::FlatBuffer compute_params_;  // rounded parameters, for half precision
+
+  // Pipeline slices: the pass of the last SliceForward, and the deferred weight gradients.
+  std::optional<Pass> slice_pass_;
+  bool deferring_ = false;
+  std::vector<DeferredWeights> deferred_;
+  GrowBuffer<float> deferred_buffers_;  // the deferred layers' output gradients (and inputs)
+  int64_t deferred_used_ = 0;
+  // Keeps `n` floats from `from` for SliceBackwardWeights.
+  const float* KeepForWeights(const float* from, int64_t n);
   GrowBuffer<float> staged_grads_;  // one group's half-precision gradients, for accumulate
 };
 

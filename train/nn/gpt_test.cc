@@ -22,6 +22,7 @@
 #include "state/tensor.h"
 #include "train/model.h"
 #include "train/nn/finite_difference.h"
+#include "train/nn/gpt_testing.h"
 #include "train/nn/random.h"
 
 // Counts heap allocations while `counting` is set, to check that a steady-state step makes
@@ -59,17 +60,6 @@ std::unique_ptr<GptModel> Build(const GptOptions& options) {
   return *std::move(model);
 }
 
-// n samples of context + 1 token ids drawn uniformly from the vocabulary.
-Batch RandomTokens(int64_t n, const GptOptions& options, uint64_t seed) {
-  Batch b;
-  b.size = n;
-  b.context = options.context;
-  SplitMix64 rng(seed);
-  for (int64_t i = 0; i < n * (options.context + 1); ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.Next() % options.vocab));
-  }
-  return b;
-}
 
 Batch Slice(const Batch& b, int64_t begin, int64_t count) {
   Batch s;

@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/tcp/tcp_communicator.h"
-#include "comm/testing/multiproc.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "train/pipeline/testing.h"
 
 namespace ringmaster::train::pipeline {
 namespace {
@@ -128,24 +128,14 @@ std::vector<std::unique_ptr<ToyStage>> Reference(int stages, int m, int64_t widt
   return s;
 }
 
-std::string Name(const ScheduleOptions& o) {
-  return absl::StrCat(ScheduleName(o.kind), " P=", o.ranks, " m=", o.micro_batches,
-                      " v=", o.virtual_stages);
-}
-
 // Runs `o` on P forked ranks, each comparing its stages' gradients with the reference.
 void ExpectMatchesTheReference(const ScheduleOptions& o, int64_t width) {
-  absl::StatusOr<Schedule> schedule = MakeSchedule(o);
-  ASSERT_TRUE(schedule.ok()) << Name(o) << ": " << schedule.status();
-  ASSERT_TRUE(CheckSchedule(*schedule).ok()) << Name(o);
-  comm::testing::MultiProcOptions mp;
-  mp.world_size = o.ranks;
-  auto results = comm::testing::RunRanks(
-      mp, [&](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-        const int rank = comm.rank(), stages = schedule->stages();
+  testing::RunOnRanks(
+      o, [&](comm::TcpCommunicator& comm, const Schedule& schedule) -> absl::Status {
+        const int rank = comm.rank(), stages = schedule.stages();
         std::map<int, std::unique_ptr<ToyStage>> mine;
         PipelineExecutorOptions eo;
-        eo.schedule = &*schedule;
+        eo.schedule = &schedule;
         eo.rank = rank;
         eo.comm = &comm;
         eo.op_timeout = absl::Seconds(60);
@@ -165,22 +155,11 @@ void ExpectMatchesTheReference(const ScheduleOptions& o, int64_t width) {
         if (stats->batches == 0 && o.ranks > 1) return absl::InternalError("no message batch ran");
         return absl::OkStatus();
       });
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].status.ok()) << Name(o) << " rank " << r << ": " << results[r].status;
-  }
 }
 
 TEST(PipelineExecutor, EveryScheduleMatchesRunningTheStagesInOrder) {
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
-                            ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
-    for (int p : {1, 2, 3, 4}) {
-      for (int m : {1, 2, 4, 6}) {
-        const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
-        if (interleaved && m % p != 0) continue;
-        ExpectMatchesTheReference({kind, p, m, interleaved ? 2 : 1}, 64);
-      }
-    }
-  }
+  testing::ForEachLayout({1, 2, 3, 4}, {1, 2, 4, 6}, 8,
+                         [](const ScheduleOptions& o) { ExpectMatchesTheReference(o, 64); });
 }
 
 // 4 MiB messages, beyond what the transport buffers: both neighbours of a rank send to it

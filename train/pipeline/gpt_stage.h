@@ -1,0 +1,103 @@
+// The GPT as pipeline stages: GptStage runs a slice of nn::GptModel (GptOptions::first_block
+// and end_block: some blocks, with the embeddings on the first stage and lnf, the LM head and
+// the loss on the last) as a PipelineStage for RunPipeline (train/pipeline/executor.h).
+//
+// Each micro-batch in flight has its own GptModel of the slice, holding that micro-batch's
+// activations from its forward until its backward (or, under the zero-bubble schedule, its
+// weight pass); they share the stage's parameters and gradients. So a stage holds as many
+// micro-batches' activations as its schedule keeps in flight: all m under GPipe, at most P
+// (fewer on later stages) under 1F1B, as the schedules' simulation says.
+//
+//   GptStage stage = *GptStage::Create(slice_options);
+//   stage.BeginStep(micro_batches, &params, &grads, fb_options);  // zeroes grads
+//   ... RunPipeline(...) with {stage_index, &stage} ...
+//   stage.stats();  // the loss of the step's micro-batches (last stage)
+//
+// Gradients: every micro-batch adds to `grads`, in micro-batch order under every schedule
+// (the schedules' backward and weight passes go in that order), so they equal bit for bit
+// one GptModel's ForwardBackward over the same micro-batches with accumulation.
+//
+// Not thread-safe: RunPipeline's thread calls it.
+#ifndef RINGMASTER_TRAIN_PIPELINE_GPT_STAGE_H_
+#define RINGMASTER_TRAIN_PIPELINE_GPT_STAGE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "state/tensor.h"
+#include "train/batch.h"
+#include "train/model.h"
+#include "train/nn/gpt.h"
+#include "train/pipeline/executor.h"
+
+namespace ringmaster::train::pipeline {
+
+// The blocks [first, end) of each of `stages` stages of a `layers`-block GPT, in order: as
+// even as can be, the first stages taking one more when they do not divide (the last stage
+// also holds the LM head). INVALID_ARGUMENT naming both when stages > layers or stages < 1.
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SplitBlocks(int64_t layers, int stages);
+
+class GptStage final : public PipelineStage {
+ public:
+  // `slice`: the whole model's options with this stage's first_block / end_block.
+  // INVALID_ARGUMENT as nn::GptModel::Create.
+  static absl::StatusOr<std::unique_ptr<GptStage>> Create(const nn::GptOptions& slice);
+
+  // The slice's model: its table (the stage's tensors, under the whole model's names), its
+  // parameter groups, InitTensors.
+  const nn::GptModel& model() const { return *pool_.front(); }
+
+  // Before each step: its micro-batches (the first and last stages read their tokens, the
+  // others only their sizes), the stage's parameters (unchanged until the step ends) and its
+  // gradients (zeroed here; the step adds to them), and the loss scale, divisor and precision
+  // (`options.store`, `accumulate` and `on_grads_ready` do not apply). All must outlive the
+  // step. INVALID_ARGUMENT for buffers smaller than the slice's table or a store. What a
+  // failed step left in flight is dropped.
+  absl::Status BeginStep(absl::Span<const Batch> micro_batches, const state::FlatBuffer* params,
+                         state::FlatBuffer* grads, const ForwardBackwardOptions& options);
+  // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
+  const StepStats& stats() const { return stats_; }
+  // The most micro-batches in flight at once since Create, and the activation bytes their
+  // models hold (each model keeps its buffers for the next micro-batch).
+  int peak_in_flight() const { return static_cast<int>(pool_.size()); }
+  int64_t activation_bytes() const;
+
+  int64_t input_elements(int micro) const override;
+  int64_t output_elements(int micro) const override;
+  absl::Status Forward(int micro, absl::Span<const float> input, absl::Span<float> output) override;
+  absl::Status Backward(int micro, absl::Span<const float> output_grad,
+                        absl::Span<float> input_grad) override;
+  absl::Status BackwardInput(int micro, absl::Span<const float> output_grad,
+                             absl::Span<float> input_grad) override;
+  absl::Status BackwardWeight(int micro) override;
+
+ private:
+  explicit GptStage(std::unique_ptr<nn::GptModel> first);
+  absl::StatusOr<const Batch*> MicroBatch(int micro) const;
+  int64_t BoundaryElements(int micro) const;
+  // The model holding `micro`'s activations (FAILED_PRECONDITION when none does).
+  absl::StatusOr<nn::GptModel*> InFlight(int micro) const;
+  absl::Status BackwardOf(int micro, absl::Span<const float> output_grad,
+                          absl::Span<float> input_grad, bool defer_weights);
+  void Release(int micro);
+
+  const nn::GptOptions slice_;
+  std::vector<std::unique_ptr<nn::GptModel>> pool_;  // every model made; pool_[0] always
+  std::vector<nn::GptModel*> free_;
+  std::map<int, nn::GptModel*> in_flight_;  // by micro-batch
+  absl::Span<const Batch> micro_batches_;
+  const state::FlatBuffer* params_ = nullptr;
+  state::FlatBuffer* grads_ = nullptr;
+  ForwardBackwardOptions options_;
+  StepStats stats_;
+};
+
+}  // namespace ringmaster::train::pipeline
+
+#endif  // RINGMASTER_TRAIN_PIPELINE_GPT_STAGE_H_
