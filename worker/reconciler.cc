@@ -43,6 +43,17 @@ std::vector<AgentAction> Reconciler::Start(const StartTrainerCommand& start, abs
     waiting_[slot] = Waiting{start, now + options_.stop_wait};
     return {};
   }
+  if (it->second.job == start.job() && it->second.epoch < start.epoch()) {
+    // The coordinator starts this job here again for a later epoch: it has counted the
+    // trainer still running as gone (a partition cut this node off and it came back). That
+    // trainer is stale; it is stopped, and the new one starts once it has exited.
+    it->second.stopping = true;
+    waiting_[slot] = Waiting{start, now + options_.stop_wait};
+    return {StopTrainer{
+        slot, it->second.pid, it->second.job,
+        absl::StrCat("superseded: the job started this slot again for epoch ", start.epoch(),
+                     " (this trainer was started for epoch ", it->second.epoch, ")")}};
+  }
   return {RefuseStart{start, Occupied(slot, it->second)}};
 }
 
@@ -67,7 +78,8 @@ std::vector<AgentAction> Reconciler::Stop(const StopTrainerCommand& stop) {
 }
 
 void Reconciler::Started(const StartTrainerCommand& command, int64_t pid, std::string log_path) {
-  trainers_[command.slot().slot()] = Trainer{pid, command.job(), command.epoch(), std::move(log_path)};
+  trainers_[command.slot().slot()] =
+      Trainer{pid, command.job(), command.epoch(), std::move(log_path)};
   forget_.erase(command.job());  // its name is in use again: its files are the new job's
 }
 

@@ -7,7 +7,10 @@
 // The rules:
 //   - start: a slot of this node that runs nothing is started. A slot whose trainer was told
 //     to stop and has not exited yet is started once that exit is seen, or refused after
-//     `stop_wait`; a slot that runs a trainer (not stopping) is refused; a slot not on this
+//     `stop_wait`. A slot that runs a trainer of the same job started for an older epoch
+//     has a stale trainer (the coordinator counted it gone: a partition cut the node off and
+//     it came back): it is stopped, and the start waits for its exit the same way. Any other
+//     slot that runs a trainer (not stopping) is refused; a slot not on this
 //     node is refused. A draining node takes no start (ignored, not refused). A second start
 //     for a slot still waiting replaces the first.
 //   - stop (slot, job): the trainer of that job on that slot is killed (one of another job

@@ -115,6 +115,31 @@ TEST(ReconcilerTest, AStartOnAStoppingSlotIsRefusedAfterTheWait) {
   EXPECT_TRUE(r.Tick(kT0 + absl::Seconds(6)).empty()) << "refused for good";
 }
 
+TEST(ReconcilerTest, AStartForALaterEpochStopsTheJobsStaleTrainerFirst) {
+  // A partition cut the node off: the coordinator counted its trainer (epoch 2) gone and,
+  // once the node came back, started the job on it again for epoch 4.
+  Reconciler r({.slots = 1, .stop_wait = absl::Seconds(5)});
+  r.Started(StartCommand(0, "job-a", 2).start(), 100, "log");
+  const auto stop = Only<StopTrainer>(r.Want(StartCommand(0, "job-a", 4), kT0));
+  EXPECT_EQ(stop.pid, 100);
+  EXPECT_EQ(stop.reason,
+            "superseded: the job started this slot again for epoch 4 (this trainer was started "
+            "for epoch 2)");
+  EXPECT_TRUE(r.Tick(kT0 + absl::Seconds(1)).empty()) << "still running";
+  const auto exit = Only<ReportExit>(r.Exited(100, -15));
+  EXPECT_TRUE(exit.stopped);
+  EXPECT_EQ(exit.start_epoch, 2) << "the coordinator tells the stale exit by its epoch";
+  EXPECT_EQ(Only<StartTrainer>(r.Tick(kT0 + absl::Seconds(1))).command.epoch(), 4);
+
+  // The same epoch again, an older one or another job's start is no reason to stop it.
+  r.Started(StartCommand(0, "job-a", 4).start(), 101, "log");
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(Only<RefuseStart>(r.Want(StartCommand(0, "job-a", 4), kT0)).why));
+  Only<RefuseStart>(r.Want(StartCommand(0, "job-a", 3), kT0));
+  Only<RefuseStart>(r.Want(StartCommand(0, "job-b", 9), kT0));
+  EXPECT_FALSE(r.trainers().at(0).stopping);
+}
+
 TEST(ReconcilerTest, AStopOfAWaitingStartDropsItAndReportsItStopped) {
   Reconciler r({.slots = 1});
   r.Started(StartCommand(0, "job-a", 1).start(), 100, "log");
