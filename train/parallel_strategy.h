@@ -41,6 +41,8 @@
 
 namespace ringmaster::train {
 
+class PipelineParallel;  // train/pipeline_parallel.h
+
 class ParallelStrategy {
  public:
   virtual ~ParallelStrategy() = default;
@@ -101,6 +103,9 @@ class ParallelStrategy {
   // Bytes of unit buffers (gathered parameters, unreduced gradients, staging) this strategy
   // holds now and at most so far; 0 for data parallelism.
   virtual int64_t unit_buffer_bytes_peak() const { return 0; }
+  // Pipeline parallelism's step, which runs the model's stages itself (RunStep instead of
+  // the model's ForwardBackward per micro-batch); null for the other strategies.
+  virtual PipelineParallel* pipeline() { return nullptr; }
 };
 
 struct DataParallelOptions {

@@ -83,7 +83,7 @@ absl::Status CheckWhole(const GptModel& model) {
 // are then added; or, with a ParameterStore, into the store's buffer for the group.
 class GptModel::GradWriter {
  public:
-  GradWriter(const GptModel& model, const ForwardBackwardOptions& options, state::FlatBuffer& grads,
+  GradWriter(const GptModel& model, const ForwardBackwardOptions& options, float* grads,
              float* stage)
       : model_(model),
         table_(model.table_),
@@ -98,7 +98,7 @@ class GptModel::GradWriter {
     first_ = first;
     end_ = end;
     base_ = options_.store != nullptr ? options_.store->Gradients(model_.group_of_tensor_[first])
-                                      : grads_.data();
+                                      : grads_;
   }
   // For kernels that take an OutputMode.
   OutputMode mode() const {
@@ -138,7 +138,7 @@ class GptModel::GradWriter {
   const GptModel& model_;
   const state::TensorTable& table_;
   const ForwardBackwardOptions& options_;
-  state::FlatBuffer& grads_;
+  float* grads_;
   float* stage_;
   bool half_;
   bool staged_;
@@ -329,8 +329,7 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch,
-                                                 const state::FlatBuffer& params,
+absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, absl::Span<const float> params,
                                                  Precision precision, ParameterStore* store) {
   RM_RETURN_IF_ERROR(CheckBatch(batch));
   Pass pass{.params = store != nullptr ? nullptr : params.data(),
@@ -338,10 +337,11 @@ absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch,
             .precision = precision,
             .batch = batch.size,
             .rows = batch.size * options_.context};
-  if (store == nullptr) CHECK_GE(params.size(), table_.total_elements());
+  const int64_t elements = static_cast<int64_t>(params.size());
+  if (store == nullptr) CHECK_GE(elements, table_.total_elements());
   if (store == nullptr && IsHalf(precision)) {
-    if (compute_params_.size() != params.size()) compute_params_ = state::FlatBuffer(params.size());
-    kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), params.size());
+    if (compute_params_.size() != elements) compute_params_ = state::FlatBuffer(elements);
+    kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), elements);
     pass.params = compute_params_.data();
   }
   PlaceActivations(pass.batch);
@@ -484,7 +484,7 @@ void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
 absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                              Precision precision, ParameterStore* store) {
   RM_RETURN_IF_ERROR(CheckWhole(*this));
-  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, store));
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params.span(), precision, store));
   Forward(pass);
   return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
 }
@@ -499,7 +499,8 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
     return absl::InvalidArgumentError(
         "ForwardBackwardOptions: accumulate with a ParameterStore (the store sums micro-batches)");
   }
-  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, options.precision, options.store));
+  RM_ASSIGN_OR_RETURN(const Pass pass,
+                      Prepare(batch, params.span(), options.precision, options.store));
   if (options.store == nullptr) CHECK_GE(grads.size(), table_.total_elements());
   Forward(pass);
   if (options.store != nullptr) options.store->BeginBackward();
@@ -512,7 +513,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
   const StepStats stats =
       loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dlogits);
   RoundToPrecision(options.precision, dlogits, rows * options_.vocab);
-  GradWriter writer(*this, options, grads,
+  GradWriter writer(*this, options, grads.data(),
                     options.accumulate && IsHalf(options.precision)
                         ? staged_grads_.Reserve(largest_group_)
                         : nullptr);
@@ -655,7 +656,7 @@ const float* GptModel::KeepForWeights(const float* from, int64_t n) {
   return to;
 }
 
-absl::Status GptModel::SliceForward(const Batch& batch, const state::FlatBuffer& params,
+absl::Status GptModel::SliceForward(const Batch& batch, absl::Span<const float> params,
                                     Precision precision, absl::Span<const float> input,
                                     absl::Span<float> output) {
   RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, nullptr));
@@ -684,7 +685,17 @@ absl::Status GptModel::SliceForward(const Batch& batch, const state::FlatBuffer&
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepStats> GptModel::SliceBackward(state::FlatBuffer& grads,
+absl::StatusOr<StepStats> GptModel::SliceLoss() {
+  if (!has_head() || !slice_pass_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "SliceLoss of '", description_, "': only the last stage, after its SliceForward"));
+  }
+  const int64_t rows = slice_pass_->rows;
+  slice_pass_.reset();
+  return loss_.Forward(logits_, tokens_.data() + rows, rows);
+}
+
+absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
                                                   const ForwardBackwardOptions& options,
                                                   absl::Span<const float> output_grad,
                                                   absl::Span<float> input_grad,
@@ -710,7 +721,7 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(state::FlatBuffer& grads,
                                                    " and input gradient of ", input_grad.size(),
                                                    " floats; want ", want_out, " and ", want_in));
   }
-  CHECK_GE(grads.size(), table_.total_elements());
+  CHECK_GE(static_cast<int64_t>(grads.size()), table_.total_elements());
   ForwardBackwardOptions o = options;
   o.accumulate = true;
   o.on_grads_ready = nullptr;
@@ -726,7 +737,7 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(state::FlatBuffer& grads,
     if (has_head()) per_row += options_.vocab + (segments_ > 1 ? c : 0);
     deferred_buffers_.Reserve(rows * per_row);
   }
-  GradWriter writer(*this, o, grads,
+  GradWriter writer(*this, o, grads.data(),
                     IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
   StepStats stats;
   if (has_head()) {
@@ -748,7 +759,7 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(state::FlatBuffer& grads,
   return stats;
 }
 
-absl::Status GptModel::SliceBackwardWeights(state::FlatBuffer& grads,
+absl::Status GptModel::SliceBackwardWeights(absl::Span<float> grads,
                                             const ForwardBackwardOptions& options) {
   if (!slice_pass_.has_value() || deferred_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("SliceBackwardWeights of '", description_,
@@ -758,7 +769,7 @@ absl::Status GptModel::SliceBackwardWeights(state::FlatBuffer& grads,
   o.accumulate = true;
   o.on_grads_ready = nullptr;
   o.store = nullptr;
-  GradWriter writer(*this, o, grads,
+  GradWriter writer(*this, o, grads.data(),
                     IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
   for (const DeferredWeights& d : deferred_) {
     LinearWeights(writer, d.weight, d.has_bias, d.in, d.dout, slice_pass_->rows, d.in_features,

@@ -139,9 +139,8 @@ class GptModel final : public Model {
   // ([batch.size * context, width] floats, empty on the first stage), `output` receives this
   // slice's (same shape; empty on the last). INVALID_ARGUMENT as ForwardBackward, or for a
   // span of the wrong size.
-  absl::Status SliceForward(const Batch& batch, const state::FlatBuffer& params,
-                            Precision precision, absl::Span<const float> input,
-                            absl::Span<float> output);
+  absl::Status SliceForward(const Batch& batch, absl::Span<const float> params, Precision precision,
+                            absl::Span<const float> input, absl::Span<float> output);
   // SliceBackward, after SliceForward (whose `params` must stay as they were, alive, until
   // the micro-batch's backward is done): from the gradient of the slice's output (empty on the
   // last stage, which starts from its loss scaled by options.loss_scale / loss_divisor) to the
@@ -151,14 +150,16 @@ class GptModel final : public Model {
   // layers' weight and bias gradients are left for SliceBackwardWeights (their inputs' and
   // outputs' gradients kept until then; LayerNorms and embeddings are done here): the
   // zero-bubble schedule's split. StepStats: the loss on the last stage, zeros elsewhere.
-  absl::StatusOr<StepStats> SliceBackward(state::FlatBuffer& grads,
+  absl::StatusOr<StepStats> SliceBackward(absl::Span<float> grads,
                                           const ForwardBackwardOptions& options,
                                           absl::Span<const float> output_grad,
                                           absl::Span<float> input_grad, bool defer_weights);
   // The deferred weight gradients of the last SliceBackward (FAILED_PRECONDITION if none are
   // pending); the sums are the ones SliceBackward without defer_weights adds, bit for bit.
-  absl::Status SliceBackwardWeights(state::FlatBuffer& grads,
-                                    const ForwardBackwardOptions& options);
+  absl::Status SliceBackwardWeights(absl::Span<float> grads, const ForwardBackwardOptions& options);
+  // After SliceForward on the last stage: its micro-batch's loss (as Evaluate's), for a
+  // forward-only pass; FAILED_PRECONDITION elsewhere or without a SliceForward.
+  absl::StatusOr<StepStats> SliceLoss();
   // Whether this slice holds the embeddings (first stage) / the head and loss (last stage).
   bool has_embeddings() const { return first_block_ == 0; }
   bool has_head() const { return end_block_ == options_.layers; }
@@ -217,7 +218,7 @@ class GptModel final : public Model {
 
   // Validates the batch, lays out the activations for it and splits its tokens into inputs
   // and targets.
-  absl::StatusOr<Pass> Prepare(const Batch& batch, const state::FlatBuffer& params,
+  absl::StatusOr<Pass> Prepare(const Batch& batch, absl::Span<const float> params,
                                Precision precision, ParameterStore* store);
   void PlaceActivations(int64_t batch);
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).

@@ -35,7 +35,6 @@ GptOptions SliceOf(GptOptions o, int64_t first, int64_t end) {
   return o;
 }
 
-
 // Every tensor's values by name.
 std::map<std::string, std::vector<float>> ByName(const state::TensorTable& table,
                                                  const state::FlatBuffer& buffer) {
@@ -78,7 +77,7 @@ struct Chain {
     std::vector<std::vector<float>> acts(stages.size() + 1);
     for (size_t s = 0; s < stages.size(); ++s) {
       acts[s + 1].assign(s + 1 < stages.size() ? n : 0, 0.0f);
-      absl::Status st = stages[s]->SliceForward(batch, params[s], options.precision, acts[s],
+      absl::Status st = stages[s]->SliceForward(batch, params[s].span(), options.precision, acts[s],
                                                 absl::MakeSpan(acts[s + 1]));
       CHECK(st.ok()) << st;
     }
@@ -86,15 +85,15 @@ struct Chain {
     std::vector<float> out_grad, in_grad;
     for (size_t s = stages.size(); s-- > 0;) {
       in_grad.assign(s > 0 ? n : 0, 0.0f);
-      absl::StatusOr<StepStats> stats =
-          stages[s]->SliceBackward(grads[s], options, out_grad, absl::MakeSpan(in_grad), defer);
+      absl::StatusOr<StepStats> stats = stages[s]->SliceBackward(grads[s].span(), options, out_grad,
+                                                                 absl::MakeSpan(in_grad), defer);
       CHECK(stats.ok()) << stats.status();
       if (s + 1 == stages.size()) last = *stats;
       out_grad = in_grad;
     }
     if (defer) {
       for (size_t s = 0; s < stages.size(); ++s) {
-        absl::Status st = stages[s]->SliceBackwardWeights(grads[s], options);
+        absl::Status st = stages[s]->SliceBackwardWeights(grads[s].span(), options);
         CHECK(st.ok()) << st;
       }
     }
@@ -241,20 +240,22 @@ TEST(GptSlice, MisuseIsRefusedNamingWhatToDo) {
   const int64_t n = 5 * 8;
   std::vector<float> in(n), out(n), wrong(n + 1);
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      middle->SliceBackward(grads, {}, out, absl::MakeSpan(in), false).status()))
+      middle->SliceBackward(grads.span(), {}, out, absl::MakeSpan(in), false).status()))
       << "backward before forward";
-  s = middle->SliceForward(batch, params, Precision::kFloat32, wrong, absl::MakeSpan(out));
+  s = middle->SliceForward(batch, params.span(), Precision::kFloat32, wrong, absl::MakeSpan(out));
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("want 40 and 40"), std::string::npos) << s;
   ASSERT_TRUE(
-      middle->SliceForward(batch, params, Precision::kFloat32, in, absl::MakeSpan(out)).ok());
+      middle->SliceForward(batch, params.span(), Precision::kFloat32, in, absl::MakeSpan(out))
+          .ok());
   EXPECT_TRUE(absl::IsInvalidArgument(
-      middle->SliceBackward(grads, {}, wrong, absl::MakeSpan(in), false).status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(middle->SliceBackwardWeights(grads, {})))
+      middle->SliceBackward(grads.span(), {}, wrong, absl::MakeSpan(in), false).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(middle->SliceBackwardWeights(grads.span(), {})))
       << "nothing deferred";
-  ASSERT_TRUE(middle->SliceBackward(grads, {}, out, absl::MakeSpan(in), true).ok());
-  EXPECT_TRUE(middle->SliceBackwardWeights(grads, {}).ok());
-  EXPECT_TRUE(absl::IsFailedPrecondition(middle->SliceBackwardWeights(grads, {}))) << "done once";
+  ASSERT_TRUE(middle->SliceBackward(grads.span(), {}, out, absl::MakeSpan(in), true).ok());
+  EXPECT_TRUE(middle->SliceBackwardWeights(grads.span(), {}).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(middle->SliceBackwardWeights(grads.span(), {})))
+      << "done once";
 }
 
 }  // namespace

@@ -37,10 +37,10 @@ GptStage::GptStage(std::unique_ptr<nn::GptModel> first) : slice_(first->options(
 }
 
 absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
-                                 const state::FlatBuffer* params, state::FlatBuffer* grads,
+                                 absl::Span<const float> params, absl::Span<float> grads,
                                  const ForwardBackwardOptions& options) {
   const int64_t need = model().table().total_elements();
-  if (params == nullptr || grads == nullptr || params->size() < need || grads->size() < need) {
+  if (static_cast<int64_t>(params.size()) < need || static_cast<int64_t>(grads.size()) < need) {
     return absl::InvalidArgumentError(
         absl::StrCat("GptStage::BeginStep: the parameters and gradients of '", model().Describe(),
                      "' need ", need, " floats each"));
@@ -57,7 +57,8 @@ absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
   options_ = options;
   options_.accumulate = true;
   options_.on_grads_ready = nullptr;
-  std::fill(grads->span().begin(), grads->span().end(), 0.0f);
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  started_ = true;
   stats_ = {};
   return absl::OkStatus();
 }
@@ -90,7 +91,7 @@ int64_t GptStage::output_elements(int micro) const {
 }
 
 absl::Status GptStage::Forward(int micro, absl::Span<const float> input, absl::Span<float> output) {
-  if (params_ == nullptr) return absl::FailedPreconditionError("GptStage: no BeginStep yet");
+  if (!started_) return absl::FailedPreconditionError("GptStage: no BeginStep yet");
   RM_ASSIGN_OR_RETURN(const Batch* batch, MicroBatch(micro));
   if (in_flight_.count(micro)) {
     return absl::FailedPreconditionError(
@@ -102,10 +103,23 @@ absl::Status GptStage::Forward(int micro, absl::Span<const float> input, absl::S
     pool_.push_back(std::move(model));
   }
   nn::GptModel* model = free_.back();
-  RM_RETURN_IF_ERROR(model->SliceForward(*batch, *params_, options_.precision, input, output));
+  RM_RETURN_IF_ERROR(model->SliceForward(*batch, params_, options_.precision, input, output));
   free_.pop_back();
   in_flight_[micro] = model;
   return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> GptStage::Evaluate(const Batch& batch, absl::Span<const float> params,
+                                             Precision precision, absl::Span<const float> input,
+                                             absl::Span<float> output) {
+  if (free_.empty()) {
+    return absl::FailedPreconditionError(
+        "GptStage::Evaluate: a step's micro-batches are in flight");
+  }
+  nn::GptModel* model = free_.back();
+  RM_RETURN_IF_ERROR(model->SliceForward(batch, params, precision, input, output));
+  if (!model->has_head()) return StepStats{};
+  return model->SliceLoss();
 }
 
 absl::StatusOr<nn::GptModel*> GptStage::InFlight(int micro) const {
@@ -120,7 +134,7 @@ absl::StatusOr<nn::GptModel*> GptStage::InFlight(int micro) const {
 absl::Status GptStage::BackwardOf(int micro, absl::Span<const float> output_grad,
                                   absl::Span<float> input_grad, bool defer_weights) {
   RM_ASSIGN_OR_RETURN(nn::GptModel * model, InFlight(micro));
-  RM_ASSIGN_OR_RETURN(const StepStats stats, model->SliceBackward(*grads_, options_, output_grad,
+  RM_ASSIGN_OR_RETURN(const StepStats stats, model->SliceBackward(grads_, options_, output_grad,
                                                                   input_grad, defer_weights));
   stats_.loss_sum += stats.loss_sum;
   stats_.loss_terms += stats.loss_terms;
@@ -141,7 +155,7 @@ absl::Status GptStage::BackwardInput(int micro, absl::Span<const float> output_g
 
 absl::Status GptStage::BackwardWeight(int micro) {
   RM_ASSIGN_OR_RETURN(nn::GptModel * model, InFlight(micro));
-  RM_RETURN_IF_ERROR(model->SliceBackwardWeights(*grads_, options_));
+  RM_RETURN_IF_ERROR(model->SliceBackwardWeights(grads_, options_));
   Release(micro);
   return absl::OkStatus();
 }

@@ -9,7 +9,7 @@
 // (fewer on later stages) under 1F1B, as the schedules' simulation says.
 //
 //   GptStage stage = *GptStage::Create(slice_options);
-//   stage.BeginStep(micro_batches, &params, &grads, fb_options);  // zeroes grads
+//   stage.BeginStep(micro_batches, params, grads, fb_options);  // zeroes grads
 //   ... RunPipeline(...) with {stage_index, &stage} ...
 //   stage.stats();  // the loss of the step's micro-batches (last stage)
 //
@@ -59,14 +59,21 @@ class GptStage final : public PipelineStage {
   // (`options.store`, `accumulate` and `on_grads_ready` do not apply). All must outlive the
   // step. INVALID_ARGUMENT for buffers smaller than the slice's table or a store. What a
   // failed step left in flight is dropped.
-  absl::Status BeginStep(absl::Span<const Batch> micro_batches, const state::FlatBuffer* params,
-                         state::FlatBuffer* grads, const ForwardBackwardOptions& options);
+  absl::Status BeginStep(absl::Span<const Batch> micro_batches, absl::Span<const float> params,
+                         absl::Span<float> grads, const ForwardBackwardOptions& options);
   // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
   const StepStats& stats() const { return stats_; }
   // The most micro-batches in flight at once since Create, and the activation bytes their
   // models hold (each model keeps its buffers for the next micro-batch).
   int peak_in_flight() const { return static_cast<int>(pool_.size()); }
   int64_t activation_bytes() const;
+
+  // A forward-only pass of `batch` outside a step (evaluation): `input` from the previous
+  // stage (empty on the first), `output` to the next (empty on the last, which returns the
+  // loss; the others return zeros). `params` as BeginStep's.
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
+                                     Precision precision, absl::Span<const float> input,
+                                     absl::Span<float> output);
 
   int64_t input_elements(int micro) const override;
   int64_t output_elements(int micro) const override;
@@ -92,8 +99,9 @@ class GptStage final : public PipelineStage {
   std::vector<nn::GptModel*> free_;
   std::map<int, nn::GptModel*> in_flight_;  // by micro-batch
   absl::Span<const Batch> micro_batches_;
-  const state::FlatBuffer* params_ = nullptr;
-  state::FlatBuffer* grads_ = nullptr;
+  bool started_ = false;
+  absl::Span<const float> params_;
+  absl::Span<float> grads_;
   ForwardBackwardOptions options_;
   StepStats stats_;
 };

@@ -90,7 +90,7 @@ void ExpectMatchesTheWholeModel(const ScheduleOptions& o, Precision precision) {
           m.grads = state::FlatBuffer(n);
           m.stage->model().Init(9, m.params);
           for (float& g : m.grads.span()) g = 77;  // BeginStep zeroes them
-          RM_RETURN_IF_ERROR(m.stage->BeginStep(batches, &m.params, &m.grads, fb));
+          RM_RETURN_IF_ERROR(m.stage->BeginStep(batches, m.params.span(), m.grads.span(), fb));
           eo.stages[st] = m.stage.get();
         }
         RM_ASSIGN_OR_RETURN(PipelineRunStats stats, RunPipeline(eo));
@@ -149,7 +149,7 @@ TEST(GptStage, InFlightMicroBatchesFollowTheSchedule) {
           state::FlatBuffer params(stage->model().table().total_elements());
           state::FlatBuffer grads(params.size());
           stage->model().Init(1, params);
-          RM_RETURN_IF_ERROR(stage->BeginStep(batches, &params, &grads, fb));
+          RM_RETURN_IF_ERROR(stage->BeginStep(batches, params.span(), grads.span(), fb));
           PipelineExecutorOptions eo{&schedule, rank, &comm, {{rank, stage.get()}}};
           RM_RETURN_IF_ERROR(RunPipeline(eo).status());
           const int want = kind == ScheduleKind::kGPipe ? m : p - rank;
@@ -183,9 +183,9 @@ TEST(GptStage, SplitBlocksAndMisuse) {
   EXPECT_TRUE(absl::IsFailedPrecondition(stage->Forward(0, in, absl::MakeSpan(out))));
   state::FlatBuffer small(3);
   const std::vector<Batch> batches = MicroBatches(2);
-  EXPECT_TRUE(absl::IsInvalidArgument(stage->BeginStep(batches, &small, &small, {})));
+  EXPECT_TRUE(absl::IsInvalidArgument(stage->BeginStep(batches, small.span(), small.span(), {})));
   state::FlatBuffer params(stage->model().table().total_elements()), grads(params.size());
-  ASSERT_TRUE(stage->BeginStep(batches, &params, &grads, {}).ok());
+  ASSERT_TRUE(stage->BeginStep(batches, params.span(), grads.span(), {}).ok());
   EXPECT_EQ(stage->input_elements(1), 2 * 6 * 16);
   EXPECT_TRUE(absl::IsInvalidArgument(stage->Forward(2, in, absl::MakeSpan(out))));
   EXPECT_TRUE(absl::IsFailedPrecondition(stage->Backward(0, out, absl::MakeSpan(in))))
@@ -193,7 +193,7 @@ TEST(GptStage, SplitBlocksAndMisuse) {
   ASSERT_TRUE(stage->Forward(0, in, absl::MakeSpan(out)).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(stage->Forward(0, in, absl::MakeSpan(out))));
   // A new step drops what the failed one left in flight.
-  ASSERT_TRUE(stage->BeginStep(batches, &params, &grads, {}).ok());
+  ASSERT_TRUE(stage->BeginStep(batches, params.span(), grads.span(), {}).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(stage->BackwardWeight(0)));
 }
 

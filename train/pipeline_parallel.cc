@@ -1,0 +1,207 @@
+#include "train/pipeline_parallel.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace ringmaster::train {
+
+absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
+    const PipelineParallelOptions& o) {
+  if (o.whole_table == nullptr || o.pp_comm == nullptr || o.dp_comm == nullptr ||
+      o.world_comm == nullptr) {
+    return absl::InvalidArgumentError(
+        "PipelineParallelOptions: the whole table and the pp, dp and world communicators are "
+        "required");
+  }
+  if (o.schedule.ranks != o.pp_comm->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pipeline schedule is for ", o.schedule.ranks,
+                     " ranks; the pipeline group (mesh pp) has ", o.pp_comm->size()));
+  }
+  if (o.dp.zero_stage < 0 || o.dp.zero_stage > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.zero_stage is ", o.dp.zero_stage,
+        " with pipeline parallelism; want 0 or 1 (ZeRO-2/3 compose with data parallelism "
+        "alone in this version)"));
+  }
+  RM_ASSIGN_OR_RETURN(pipeline::Schedule schedule, pipeline::MakeSchedule(o.schedule));
+  RM_RETURN_IF_ERROR(pipeline::CheckSchedule(schedule));
+  RM_ASSIGN_OR_RETURN(auto blocks, pipeline::SplitBlocks(o.gpt.layers, schedule.stages()));
+  std::unique_ptr<PipelineParallel> p(new PipelineParallel(o, std::move(schedule)));
+  const int rank = o.pp_comm->rank();
+  for (int st = rank; st < p->schedule_.stages(); st += o.schedule.ranks) {
+    nn::GptOptions slice = o.gpt;
+    slice.first_block = blocks[st].first;
+    slice.end_block = blocks[st].second;
+    Stage s;
+    s.index = st;
+    RM_ASSIGN_OR_RETURN(s.stage, pipeline::GptStage::Create(slice));
+    const state::TensorTable& table = s.stage->model().table();
+    s.base = p->stages_elements_;
+    s.elements = table.total_elements();
+    for (const state::TensorSpec& t : table.tensors()) {
+      absl::StatusOr<int> index = o.whole_table->Find(t.name);
+      if (!index.ok() || o.whole_table->tensor(*index).numel != t.numel) {
+        return absl::InternalError(
+            absl::StrCat("stage ", st, "'s tensor ", t.name, " is not the whole model's"));
+      }
+      const state::TensorSpec& whole = o.whole_table->tensor(*index);
+      p->places_.push_back({{whole.offset, whole.offset + whole.numel}, s.base + t.offset});
+    }
+    p->stages_elements_ += s.elements;
+    p->stages_.push_back(std::move(s));
+  }
+  DataParallelOptions dp = o.dp;
+  dp.elements = p->stages_elements_;
+  RM_ASSIGN_OR_RETURN(p->dp_, CreateDataParallel(o.dp_comm, o.dp_comm, dp));
+  // The update's partial sums (clipping's norm, LAMB's trust ratios, the overflow vote): each
+  // tensor is on one stage, so the pipeline group adds up; under ZeRO-1 each data-parallel
+  // replica also holds only its shard, so the whole job does.
+  comm::Communicator* sums = o.dp.zero_stage == 0 ? o.pp_comm : o.world_comm;
+  const absl::Duration timeout = o.dp.op_timeout;
+  p->sum_ = [sums, timeout](absl::Span<double> values) {
+    return sums->AllReduce(values.data(), values.data(), values.size(), DataType::kFloat64,
+                           comm::ReduceOp::kSum, absl::Now() + timeout);
+  };
+  return p;
+}
+
+std::string PipelineParallel::Describe() const {
+  const pipeline::ScheduleOptions& s = options_.schedule;
+  std::vector<std::string> mine;
+  for (const Stage& st : stages_) mine.push_back(absl::StrCat(st.index));
+  return absl::StrCat("pipeline ", pipeline::ScheduleName(s.kind), " over ", s.ranks,
+                      " stages-ranks x ", s.virtual_stages, " (", schedule_.stages(),
+                      " stages; this rank's: ", absl::StrJoin(mine, ","), "), ", s.micro_batches,
+                      " micro-batches; data parallel over ", options_.dp_comm->size(), ": ",
+                      dp_->Describe());
+}
+
+std::vector<state::PlacedRange> PipelineParallel::Map(state::FlatRange local,
+                                                      int64_t origin) const {
+  std::vector<state::PlacedRange> out;
+  for (const TensorPlace& t : places_) {
+    const int64_t lo = std::max(local.begin, t.local);
+    const int64_t hi = std::min(local.end, t.local + t.whole.size());
+    if (lo >= hi) continue;
+    const int64_t shift = t.whole.begin - t.local;
+    out.push_back({{lo + shift, hi + shift}, lo - origin});
+  }
+  return out;
+}
+
+std::vector<state::PlacedRange> PipelineParallel::update_pieces() const {
+  const state::FlatRange window = dp_->update_window();
+  return Map(window, window.begin);
+}
+
+std::vector<state::PlacedRange> PipelineParallel::saved_pieces() const {
+  // The data-parallel strategy's own saved part of the step's buffers (its shard: the
+  // replicas split the save N ways), in the whole model's coordinates.
+  std::vector<state::PlacedRange> out;
+  for (const state::PlacedRange& p : dp_->saved_pieces()) {
+    for (const state::PlacedRange& q : Map({p.at, p.at + p.range.size()}, 0)) out.push_back(q);
+  }
+  return out;
+}
+
+absl::Status PipelineParallel::WholeParameters(absl::Span<float> params, absl::Span<float> whole) {
+  std::fill(whole.begin(), whole.end(), 0.0f);
+  for (const TensorPlace& t : places_) {
+    std::copy_n(params.data() + t.local, t.whole.size(), whole.data() + t.whole.begin);
+  }
+  return options_.pp_comm->AllReduce(whole.data(), whole.data(), whole.size(), DataType::kFloat32,
+                                     comm::ReduceOp::kSum, absl::Now() + options_.dp.op_timeout);
+}
+
+absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micro_batches,
+                                                    absl::Span<const float> params,
+                                                    absl::Span<float> grads,
+                                                    const ForwardBackwardOptions& options) {
+  if (static_cast<int>(micro_batches.size()) != options_.schedule.micro_batches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PipelineParallel::RunStep: ", micro_batches.size(),
+                     " micro-batches for a schedule of ", options_.schedule.micro_batches));
+  }
+  pipeline::PipelineExecutorOptions eo;
+  eo.schedule = &schedule_;
+  eo.rank = pp_rank();
+  eo.comm = options_.pp_comm;
+  eo.op_timeout = options_.dp.op_timeout;
+  for (Stage& s : stages_) {
+    RM_RETURN_IF_ERROR(s.stage->BeginStep(micro_batches, params.subspan(s.base, s.elements),
+                                          grads.subspan(s.base, s.elements), options));
+    eo.stages[s.index] = s.stage.get();
+  }
+  // The padding after the stages is reduced with the rest: zero.
+  std::fill(grads.begin() + stages_elements_, grads.end(), 0.0f);
+  RM_ASSIGN_OR_RETURN(last_run_, pipeline::RunPipeline(eo));
+  StepStats stats;
+  for (const Stage& s : stages_) {
+    stats.loss_sum += s.stage->stats().loss_sum;
+    stats.loss_terms += s.stage->stats().loss_terms;
+    stats.correct += s.stage->stats().correct;
+  }
+  dp_->GradientsReady(0);
+  return stats;
+}
+
+absl::Status PipelineParallel::Message(comm::PointToPoint::Kind kind, int peer,
+                                       absl::Span<float> data) {
+  comm::PointToPoint op;
+  op.kind = kind;
+  op.peer = peer;
+  op.type = DataType::kFloat32;
+  if (kind == comm::PointToPoint::Kind::kSend) {
+    op.send = data.data();
+  } else {
+    op.recv = data.data();
+  }
+  op.count = data.size();
+  return options_.pp_comm->SendRecv(absl::MakeSpan(&op, 1), absl::Now() + options_.dp.op_timeout);
+}
+
+absl::StatusOr<StepStats> PipelineParallel::Evaluate(const Batch& batch,
+                                                     absl::Span<const float> params,
+                                                     Precision precision) {
+  const int ranks = options_.schedule.ranks, me = pp_rank(), last = schedule_.stages() - 1;
+  const int64_t elements = batch.size * options_.gpt.context * options_.gpt.width;
+  std::vector<float> in, out;
+  StepStats stats;
+  for (const Stage& s : stages_) {
+    const int from = (s.index - 1) % ranks, to = (s.index + 1) % ranks;
+    if (s.index > 0 && from != me) {
+      in.assign(elements, 0.0f);
+      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kRecv, from, absl::MakeSpan(in)));
+    }
+    out.assign(s.index < last ? elements : 0, 0.0f);
+    RM_ASSIGN_OR_RETURN(
+        StepStats st,
+        s.stage->Evaluate(batch, params.subspan(s.base, s.elements), precision,
+                          s.index > 0 ? absl::Span<const float>(in) : absl::Span<const float>(),
+                          absl::MakeSpan(out)));
+    stats.loss_sum += st.loss_sum;
+    stats.loss_terms += st.loss_terms;
+    stats.correct += st.correct;
+    if (s.index < last && to != me) {
+      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kSend, to, absl::MakeSpan(out)));
+    } else {
+      in.swap(out);  // the next stage is this rank's too
+    }
+  }
+  return stats;
+}
+
+int64_t PipelineParallel::activation_bytes() const {
+  int64_t bytes = 0;
+  for (const Stage& s : stages_) bytes += s.stage->activation_bytes();
+  return bytes;
+}
+
+}  // namespace ringmaster::train

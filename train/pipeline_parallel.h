@@ -1,0 +1,143 @@
+// Pipeline parallelism for the GPT, composed with data parallelism: the ParallelStrategy of
+// a job whose mesh has pp > 1 (ARCHITECTURE.md "one mesh"; comm/mesh.h).
+//
+// The model's blocks are split into P·v stages (train/pipeline/gpt_stage.h: the embeddings on
+// the first, lnf, the LM head and the loss on the last); rank r of the pipeline group holds
+// stages r, r + P, ... (v of them: the interleaved schedule's virtual stages). Each step runs
+// the schedule (train/pipeline/schedule.h) over the rank's micro-batches with the executor
+// (train/pipeline/executor.h), then the stages' gradients are all-reduced over the
+// data-parallel group (the replicas of the same stages) as plain data parallelism does
+// (train/parallel_strategy.h: buckets; ZeRO-1 shards the optimizer state along dp).
+//
+// The step's buffers hold this rank's stages back to back, each in its slice's layout. The
+// trainer still sees the whole model's flat space: update_pieces(), saved_pieces() and
+// held_pieces() place the stages' tensors in it, so the optimizer, the checkpoints (saved in
+// the whole model's coordinates: any mesh loads them) and the initialisation (from the
+// common seed) work as for fully sharded data parallelism.
+//
+// Thread-safety: from the training thread only, as every strategy.
+#ifndef RINGMASTER_TRAIN_PIPELINE_PARALLEL_H_
+#define RINGMASTER_TRAIN_PIPELINE_PARALLEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "comm/communicator.h"
+#include "state/range.h"
+#include "state/tensor.h"
+#include "train/batch.h"
+#include "train/model.h"
+#include "train/nn/gpt.h"
+#include "train/parallel_strategy.h"
+#include "train/pipeline/executor.h"
+#include "train/pipeline/gpt_stage.h"
+#include "train/pipeline/schedule.h"
+
+namespace ringmaster::train {
+
+struct PipelineParallelOptions {
+  // The whole model's options (first_block / end_block as for the whole model) and table:
+  // the flat space of the optimizer and the checkpoints. Not owned; outlives the strategy.
+  nn::GptOptions gpt;
+  const state::TensorTable* whole_table = nullptr;
+  // The schedule: ranks = the pipeline group's size P, micro_batches m, virtual_stages v.
+  pipeline::ScheduleOptions schedule;
+  // Host-memory communicators, not owned, outliving the strategy: the pipeline group (this
+  // rank at its stage coordinate), the data-parallel group (the replicas of this rank's
+  // stages) and the whole job (ZeRO-1's sums).
+  comm::Communicator* pp_comm = nullptr;
+  comm::Communicator* dp_comm = nullptr;
+  comm::Communicator* world_comm = nullptr;
+  // zero_stage (0 or 1), buckets, overlap and the timeout of the data-parallel reduction;
+  // `elements` is filled in (this rank's stages).
+  DataParallelOptions dp;
+};
+
+class PipelineParallel final : public ParallelStrategy {
+ public:
+  // INVALID_ARGUMENT naming what does not fit: a schedule the pipeline group's size does
+  // not match, more stages than blocks, a ZeRO stage other than 0 or 1, a null communicator.
+  static absl::StatusOr<std::unique_ptr<PipelineParallel>> Create(
+      const PipelineParallelOptions& options);
+
+  std::string Describe() const override;
+  int64_t local_elements() const override { return dp_->local_elements(); }
+  state::FlatRange update_window() const override { return dp_->update_window(); }
+  std::vector<state::PlacedRange> update_pieces() const override;
+  std::vector<state::PlacedRange> saved_pieces() const override;
+  bool whole_state_on_every_rank() const override { return false; }
+  const SumAcrossRanks& sum() const override { return sum_; }
+  absl::Status MaterializeParameters(absl::Span<float>) override { return absl::OkStatus(); }
+  void BeginGradients(float* grads, bool measure_local_norm) override {
+    dp_->BeginGradients(grads, measure_local_norm);
+  }
+  void GradientsReady(int64_t offset) override { dp_->GradientsReady(offset); }
+  absl::Status ReduceGradients() override { return dp_->ReduceGradients(); }
+  const GradientSyncStats& last_step() const override { return dp_->last_step(); }
+  absl::Status AfterOptimizerStep(absl::Span<float> params) override {
+    return dp_->AfterOptimizerStep(params);
+  }
+  // Each rank writes its stages' tensors into `whole`, the pipeline group sums them.
+  absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) override;
+  PipelineParallel* pipeline() override { return this; }
+
+  // Every tensor of this rank's stages: where it is in the step's buffers (the restore reads
+  // them all; each data-parallel replica saves only its part, saved_pieces()).
+  std::vector<state::PlacedRange> held_pieces() const { return Map({0, stages_elements_}, 0); }
+
+  // One step's forward and backward over this rank's micro-batches (the data-parallel
+  // replica's share of the global batch, m of them) through the pipeline: the stages'
+  // gradients into `grads` (every one final when it returns; GradientsReady(0) is called).
+  // The loss is the last stage's (zeros on the other ranks).
+  absl::StatusOr<StepStats> RunStep(absl::Span<const Batch> micro_batches,
+                                    absl::Span<const float> params, absl::Span<float> grads,
+                                    const ForwardBackwardOptions& options);
+  // A forward-only pass of `batch` through the pipeline (every rank of the pipeline group
+  // calls it with the same batch): the loss on the rank of the last stage, zeros elsewhere.
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
+                                     Precision precision);
+
+  const pipeline::Schedule& schedule() const { return schedule_; }
+  const pipeline::PipelineRunStats& last_run() const { return last_run_; }
+  // The stages' activation memory (every micro-batch in flight at once).
+  int64_t activation_bytes() const;
+  int pp_rank() const { return options_.pp_comm->rank(); }
+
+ private:
+  struct Stage {
+    int index = 0;  // the global stage
+    std::unique_ptr<pipeline::GptStage> stage;
+    int64_t base = 0;  // where its slice starts in the step's buffers
+    int64_t elements = 0;
+  };
+  // A tensor of this rank's stages: its range in the whole flat space and its local offset.
+  struct TensorPlace {
+    state::FlatRange whole;
+    int64_t local = 0;
+  };
+
+  PipelineParallel(const PipelineParallelOptions& options, pipeline::Schedule schedule)
+      : options_(options), schedule_(std::move(schedule)) {}
+  // The pieces of the whole flat space inside `local` (step-buffer offsets), `at` counted
+  // from `origin`.
+  std::vector<state::PlacedRange> Map(state::FlatRange local, int64_t origin) const;
+  // One message to or from `peer` of the pipeline group.
+  absl::Status Message(comm::PointToPoint::Kind kind, int peer, absl::Span<float> data);
+
+  PipelineParallelOptions options_;
+  pipeline::Schedule schedule_;
+  std::vector<Stage> stages_;
+  std::vector<TensorPlace> places_;  // in increasing local (and whole) order
+  int64_t stages_elements_ = 0;
+  std::unique_ptr<ParallelStrategy> dp_;
+  SumAcrossRanks sum_;
+  pipeline::PipelineRunStats last_run_;
+};
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_PIPELINE_PARALLEL_H_
