@@ -138,7 +138,7 @@ __device__ bool Better(const Candidate& a, const Candidate& b) {
 }
 
 // T: the storage of logits and dlogits; loss is fp32. Rows are `stride` elements apart (>=
-// classes); the columns past `classes` are neither read nor written.
+// classes); the logits' columns past `classes` are not read, dlogits' are written with zeros.
 template <typename T>
 __global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels, int64_t classes,
                                           int64_t stride, float scale, float* loss,
@@ -174,6 +174,7 @@ __global__ void SoftmaxCrossEntropyKernel(const T* logits, const int32_t* labels
       const float g = expf(LoadF32(row[j]) - max.value) * factor;
       StoreF32(&grad[j], j == label ? g - scale : g);
     }
+    for (int64_t j = classes + threadIdx.x; j < stride; j += blockDim.x) StoreF32(&grad[j], 0.0f);
   }
   if (threadIdx.x == 0) {
     predicted[i] = max.index;

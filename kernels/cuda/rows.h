@@ -73,8 +73,10 @@ absl::Status LayerNormBackwardF16(__half* dx, float* dgain, float* dbias, const 
                                   cudaStream_t stream);
 
 // Per-row loss and predicted class (the first maximum; a NaN wins). Each function takes
-// logits (and dlogits) whose rows are row_stride elements apart (0: classes), the columns past
-// `classes` being neither read nor written: GptCuda pads its logits' rows to an aligned width.
+// logits (and dlogits) whose rows are row_stride elements apart (0: classes): GptCuda pads its
+// logits' rows to an aligned width. The logits' columns past `classes` are not read; dlogits'
+// are written with zeros, so that a product over the padded width (GptCuda's LM head's input
+// gradient, against zero rows of the weight) adds nothing from them.
 absl::Status SoftmaxCrossEntropyForward(const float* logits, const int32_t* labels, int64_t n,
                                         int64_t classes, float* loss, int32_t* predicted,
                                         cudaStream_t stream, int64_t row_stride = 0);

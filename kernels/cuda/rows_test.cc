@@ -174,8 +174,9 @@ TEST(RowsCuda, SoftmaxCrossEntropyMatchesTheCpu) {
   }
 }
 
-// Rows row_stride apart (GptCuda's padded logits): the same bits as dense rows, and the
-// padding is neither read (it holds NaN, which would win the prediction) nor written.
+// Rows row_stride apart (GptCuda's padded logits): the same bits as dense rows; the logits'
+// padding is not read (it holds NaN, which would win the prediction) and dlogits' (NaN bytes
+// before the call) is written with zeros.
 TEST(RowsCuda, SoftmaxCrossEntropyOnStridedRows) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kRows = 37, kClasses = 301, kStride = 320;
@@ -208,7 +209,7 @@ TEST(RowsCuda, SoftmaxCrossEntropyOnStridedRows) {
     for (int64_t j = kClasses; j < kStride; ++j) {
       uint32_t bits;
       std::memcpy(&bits, &strided[i * kStride + j], 4);
-      ASSERT_EQ(bits, 0xffffffffu) << "padding (" << i << ", " << j << ") was written";
+      ASSERT_EQ(bits, 0u) << "dlogits' padding (" << i << ", " << j << ") is not +0";
     }
   }
   const absl::Status s =
@@ -423,6 +424,47 @@ TYPED_TEST(RowsCudaHalf, SoftmaxCrossEntropyMatchesTheCpuOnRoundedLogits) {
     const std::vector<float> a = dloss.Host(), b = dloss_fwd.Host();
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
     EXPECT_EQ(dpred_fwd.Host(), predicted);
+  }
+}
+
+// The twins on rows row_stride apart, as the fp32 kernel: the dense rows' bits, the logits'
+// padding (NaN) not read, dlogits' padding (NaN bytes before the call) written with +0.
+TYPED_TEST(RowsCudaHalf, SoftmaxCrossEntropyOnStridedRows) {
+  using F = TypeParam;
+  using K = HalfKernels<F>;
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 37, kClasses = 301, kStride = 320;
+  const std::vector<uint16_t> logits =
+      RoundToBits<F>(RandomFloats(kRows * kClasses, 13, -8.0f, 8.0f));
+  std::vector<int32_t> labels(kRows);
+  for (int64_t i = 0; i < kRows; ++i) labels[i] = static_cast<int32_t>((i * 31) % kClasses);
+  std::vector<uint16_t> padded(kRows * kStride, 0xffff);  // NaN in both formats
+  for (int64_t i = 0; i < kRows; ++i) {
+    std::copy_n(logits.data() + i * kClasses, kClasses, padded.data() + i * kStride);
+  }
+  Device<uint16_t> dense_in(logits), dense_grad(kRows * kClasses);
+  Device<uint16_t> strided_in(padded), strided_grad(kRows * kStride);
+  Device<float> dense_loss(kRows), strided_loss(kRows);
+  Device<int32_t> dlabels(labels), dense_pred(kRows), strided_pred(kRows);
+  ASSERT_TRUE(K::kSoftmaxCrossEntropyForwardBackward(
+                  AsElements<F>(dense_in), dlabels.get(), kRows, kClasses, 0.5f, dense_loss.get(),
+                  dense_pred.get(), AsElements<F>(dense_grad), nullptr)
+                  .ok());
+  ASSERT_TRUE(K::kSoftmaxCrossEntropyForwardBackward(AsElements<F>(strided_in), dlabels.get(),
+                                                     kRows, kClasses, 0.5f, strided_loss.get(),
+                                                     strided_pred.get(),
+                                                     AsElements<F>(strided_grad), nullptr, kStride)
+                  .ok());
+  testing::ExpectSameBits(strided_loss.Host(), dense_loss.Host(), "loss");
+  EXPECT_EQ(strided_pred.Host(), dense_pred.Host());
+  const std::vector<uint16_t> dense = dense_grad.Host(), strided = strided_grad.Host();
+  for (int64_t i = 0; i < kRows; ++i) {
+    ASSERT_TRUE(std::equal(dense.begin() + i * kClasses, dense.begin() + (i + 1) * kClasses,
+                           strided.begin() + i * kStride))
+        << "row " << i;
+    for (int64_t j = kClasses; j < kStride; ++j) {
+      ASSERT_EQ(strided[i * kStride + j], 0u) << "dlogits' padding (" << i << ", " << j << ")";
+    }
   }
 }
 

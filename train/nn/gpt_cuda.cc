@@ -181,6 +181,14 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
         cudaMalloc(&gpt->params16_, bytes),
         absl::StrCat("GptCuda: cudaMalloc of ", bytes, " bytes for the 16-bit parameters")
             .c_str()));
+    // The lm_head's padding rows, zeroed once: no cast writes them.
+    const int64_t padding = gpt->HeadPadding();
+    if (padding > 0) {
+      RM_RETURN_IF_ERROR(CudaToStatus(
+          cudaMemsetAsync(static_cast<uint16_t*>(gpt->params16_) + (bytes / 2 - padding), 0,
+                          2 * padding, stream),
+          "cudaMemsetAsync of the lm_head's 16-bit padding rows"));
+    }
   }
   return gpt;
 }
@@ -216,14 +224,28 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
   }
   lnf_ = find("lnf.weight");
   lm_head_ = find("lm_head.weight");
+  // Its padding rows follow it in the 16-bit copy.
+  CHECK_EQ(lm_head_ + 1, table.size()) << "lm_head.weight must be the table's last tensor";
   groups_ = cpu_->parameter_groups();
+  const int groups = static_cast<int>(groups_.size());
   group_of_tensor_.resize(table.size());
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (int i = groups_[g].first_tensor; i < groups_[g].end_tensor; ++i) {
-      group_of_tensor_[i] = static_cast<int>(g);
-    }
-    largest_group_ = std::max(largest_group_, GroupSpan(static_cast<int>(g)));
+  for (int g = 0; g < groups; ++g) {
+    for (int i = groups_[g].first_tensor; i < groups_[g].end_tensor; ++i) group_of_tensor_[i] = g;
   }
+  // The 16-bit copy's layout (parameter_copy_bytes): each group at its flat offset, or at its
+  // phase; without flat_parameters lm_head's group then moves up by whole kCopyPhase steps
+  // until it ends past every other group's copy, so that its padding rows do too.
+  const int head = group_of_tensor_[lm_head_];
+  copy_offset_.resize(groups);
+  int64_t others_end = 0;
+  for (int g = 0; g < groups; ++g) {
+    const int64_t first = table.tensor(groups_[g].first_tensor).offset;
+    copy_offset_[g] = cuda_options_.flat_parameters ? first : first % kCopyPhase;
+    if (g != head) others_end = std::max(others_end, copy_offset_[g] + GroupSpan(g));
+  }
+  const int64_t short_by = others_end - (copy_offset_[head] + GroupSpan(head));
+  if (short_by > 0) copy_offset_[head] += (short_by + kCopyPhase - 1) / kCopyPhase * kCopyPhase;
+  copy_elements_ = copy_offset_[head] + GroupSpan(head) + HeadPadding();
 }
 
 GptCuda::~GptCuda() {
@@ -316,20 +338,19 @@ const void* GptCuda::MatMulParam(const float* params, int tensor) {
   if (!half()) return Param(params, tensor);
   const int64_t offset = cpu_->table().tensor(tensor).offset;
   if (store_ == nullptr) return static_cast<const uint16_t*>(params16_) + offset;
-  // The group's span, cast into params16_ at its flat offsets, or at them less `origin`.
+  // The group's span, cast into params16_ from copy_offset_[group].
   const int group = group_of_tensor_[tensor];
   const int64_t first = cpu_->table().tensor(groups_[group].first_tensor).offset;
-  const int64_t origin = cuda_options_.flat_parameters ? 0 : first - first % kCopyPhase;
+  uint16_t* out = static_cast<uint16_t*>(params16_) + copy_offset_[group];
   const float* values = store_->Parameters(group) + first;
   if (group != cast_group_ && cast_status_.ok()) {
-    void* out = static_cast<uint16_t*>(params16_) + (first - origin);
     cast_status_ =
         precision_ == Precision::kBFloat16
-            ? kc::CastFloatToBf16(static_cast<bf16*>(out), values, GroupSpan(group), stream_)
-            : kc::CastFloatToF16(static_cast<f16*>(out), values, GroupSpan(group), stream_);
+            ? kc::CastFloatToBf16(reinterpret_cast<bf16*>(out), values, GroupSpan(group), stream_)
+            : kc::CastFloatToF16(reinterpret_cast<f16*>(out), values, GroupSpan(group), stream_);
     if (cast_status_.ok()) cast_group_ = group;
   }
-  return static_cast<const uint16_t*>(params16_) + (offset - origin);
+  return out + (offset - first);
 }
 
 absl::Status GptCuda::Reserve(int64_t batch) {
@@ -436,13 +457,15 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   store_ = options.store;
   cast_group_ = -1;
   cast_status_ = absl::OkStatus();
+  // Every tensor up to lm_head's end, not its padding rows after it.
+  const int64_t cast = copy_elements_ - HeadPadding();
   if (!stored && precision_ == Precision::kBFloat16) {
     RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, total_elements(), stream_);
+      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, cast, stream_);
     }));
   } else if (!stored && precision_ == Precision::kFloat16) {
     RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, total_elements(), stream_);
+      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, cast, stream_);
     }));
   }
   if (!stored && !options.accumulate) {
@@ -505,8 +528,7 @@ absl::Status GptCuda::Forward(const float* params, int64_t batch) {
   }));
   return Timed("matmul forward", [&] {
     return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
-                                  nullptr, logits_, rows, c, options_.vocab, stream_,
-                                  logits_stride_);
+                                  nullptr, logits_, rows, c, HeadRows(), stream_, logits_stride_);
   });
 }
 
@@ -601,8 +623,8 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
   }));
   ready(lm_head_);
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, vocab, stream_,
-                                        logits_stride_);
+    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, HeadRows(),
+                                        stream_, logits_stride_);
   }));
   EndGradients(lm_head_);
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));

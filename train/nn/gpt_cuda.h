@@ -90,11 +90,19 @@ struct GptCudaOptions {
   // Time each kind of work (profile_ms()): a pair of CUDA events around every launch. For
   // benchmarks: the events cost a little time of their own.
   bool profile = false;
-  // The logits' rows are padded to a multiple of this many elements (1: dense rows of vocab).
-  // With GPT-2's vocabulary of 50257, dense 16-bit rows start at odd byte offsets and the
-  // LM-head products (a third of the model's FLOPs) cannot use cuBLASLt's fastest kernels;
-  // llm.c pads its vocabulary to 50304 for this. Here only the rows are padded: the
-  // parameters keep the CPU model's layout, and the padding is never read or written.
+  // The vocabulary is padded to a multiple of this many elements (logits_stride(); 1: no
+  // padding). With GPT-2's vocabulary of 50257, the LM-head products (a third of the model's
+  // FLOPs) with an odd dimension of 16-bit operands cannot use cuBLASLt's fastest kernels;
+  // llm.c pads its vocabulary to 50304 (Vp) for this. The logits' rows are always
+  // logits_stride() elements apart. In bf16 and fp16 the LM head's forward product
+  // (logits = lnf · lm_headᵀ) and input-gradient product (d lnf = dlogits · lm_head) also run
+  // over the padded vocabulary: the lm_head's 16-bit copy has logits_stride() rows, those past
+  // vocab zero (zeroed once at Create; the cast writes only the vocab rows), and the
+  // cross-entropy writes zeros into dlogits' padding columns, so the padding adds nothing;
+  // the logits' padding columns (lnf · 0 = 0) are never read. The weight-gradient product
+  // stays over vocab, into the CPU model's vocab x width gradient: the flat parameters and
+  // gradients keep the CPU model's layout. In fp32 and tf32 the products read the fp32
+  // parameters (vocab rows) and run over vocab.
   int64_t logits_row_alignment = 64;
   // Whether ForwardBackward is called without a ParameterStore (the parameters one flat
   // buffer). In bf16 and fp16 the model then holds a 16-bit copy of every parameter; false
@@ -143,16 +151,18 @@ class GptCuda {
   // The stream every kernel of the model goes to (a ParameterStore's events are recorded on it).
   cudaStream_t stream() const { return stream_; }
 
-  // Device bytes of the 16-bit copy of the parameters (0 in fp32): of every parameter, or
-  // without GptCudaOptions::flat_parameters of the largest parameter group and
-  // kCopyPhase - 1 elements more (a group's copy starts at its first tensor's offset modulo
-  // kCopyPhase, so that its tensors keep the whole copy's alignment to 256 bytes and cuBLASLt
-  // picks the same algorithms for them).
+  // Device bytes of the 16-bit copy of the parameters (0 in fp32), with the lm_head's
+  // padding rows (logits_stride() - vocab rows of width; GptCudaOptions::logits_row_alignment)
+  // after its vocab rows. With GptCudaOptions::flat_parameters a copy of every parameter at
+  // its flat offset (lm_head, the table's last tensor, ends with its padding rows). Without,
+  // room for one parameter group's copy at a time: a group's copy starts at its first tensor's
+  // offset modulo kCopyPhase (so that its tensors keep the whole copy's alignment to 256 bytes
+  // and cuBLASLt picks the same algorithms for them), except lm_head's group, placed higher
+  // (at an offset of the same phase) so that its padding rows lie past every other group's
+  // copy and stay zero: at most the largest group, 2 (kCopyPhase - 1) elements and the
+  // padding rows.
   static constexpr int64_t kCopyPhase = 128;
-  int64_t parameter_copy_bytes() const {
-    if (!half()) return 0;
-    return 2 * (cuda_options_.flat_parameters ? total_elements() : largest_group_ + kCopyPhase - 1);
-  }
+  int64_t parameter_copy_bytes() const { return half() ? 2 * copy_elements_ : 0; }
 
   // With GptCudaOptions::profile: milliseconds of GPU time per kind of work ("matmul
   // forward", "attention backward", ...), summed over the ForwardBackward calls so far
@@ -167,6 +177,7 @@ class GptCuda {
     void *ln1, *qkv, *attention, *residual, *ln2, *fc, *gelu;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
   };
+  friend class GptCudaTestPeer;  // gpt_cuda_test: reads the padding, poisons dlogits
   GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_options, cudaStream_t stream,
           std::unique_ptr<kernels::cuda::MatMulEngine> engine);
   absl::Status Reserve(int64_t batch);
@@ -184,6 +195,11 @@ class GptCuda {
   void EndGradients(int tensor);
   // Elements from a group's first tensor to the end of its last.
   int64_t GroupSpan(int group) const;
+  // The LM head's output rows as its forward and input-gradient products see them:
+  // logits_stride_ with a 16-bit copy (its padding rows zero), vocab in fp32.
+  int64_t HeadRows() const { return half() ? logits_stride_ : options_.vocab; }
+  // Elements of the lm_head copy's padding rows: the last ones of params16_.
+  int64_t HeadPadding() const { return (logits_stride_ - options_.vocab) * options_.width; }
   // The residual stream at `block`'s input (block == layers: the last block's output). With
   // checkpointing only each segment's input is kept; the streams inside a segment share
   // segment_ - 1 buffers, as in GptModel.
@@ -220,15 +236,17 @@ class GptCuda {
   const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
   const int64_t segments_;  // ceil(layers / segment_)
   const int64_t logits_stride_;  // elements from one row of the logits to the next
-  // 16-bit copy of the parameters (bf16 and fp16 only): every flat offset, or (without
-  // flat_parameters) the span of the group cast last, from its first tensor's offset rounded
-  // down to a multiple of kCopyPhase.
+  // 16-bit copy of the parameters (bf16 and fp16 only), copy_elements_ long: every flat
+  // offset, or (without flat_parameters) the span of the group cast last, each group's at
+  // copy_offset_[group] (see parameter_copy_bytes). The lm_head's padding rows follow its
+  // copy and are zero.
   void* params16_ = nullptr;
+  std::vector<int64_t> copy_offset_;  // where each group's first tensor is in params16_
+  int64_t copy_elements_ = 0;
   int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
   std::vector<ParameterGroup> groups_;  // cpu_'s parameter groups
   std::vector<int> group_of_tensor_;
-  int64_t largest_group_ = 0;  // GroupSpan's largest
 
   // The current call's store (null: the flat buffers), set at the start of each call.
   ParameterStore* store_ = nullptr;

@@ -32,6 +32,33 @@
 #include "train/nn/store_testing.h"
 
 namespace ringmaster::train::nn {
+
+// What the LM head's padding test reads and poisons inside GptCuda.
+class GptCudaTestPeer {
+ public:
+  // The bits of the rows after the vocab rows of the lm_head's 16-bit copy, where the padded
+  // products read its padding rows (after the stream has drained).
+  static std::vector<uint16_t> HeadPaddingRows(const GptCuda& gpu) {
+    std::vector<uint16_t> bits(gpu.HeadPadding());
+    const int64_t rows_end = gpu.copy_offset_[gpu.group_of_tensor_[gpu.lm_head_]] +
+                             gpu.options_.vocab * gpu.options_.width;
+    EXPECT_EQ(cudaStreamSynchronize(gpu.stream()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(gpu.params16_) + rows_end,
+                         bits.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return bits;
+  }
+  // NaN bytes over the logits and the buffer their gradient takes (as laid out for `batch`
+  // samples by the last call), padding columns included.
+  static void PoisonLogits(const GptCuda& gpu, int64_t batch) {
+    const int64_t rows = batch * gpu.options_.context, bytes = gpu.half() ? 2 : 4;
+    const int64_t width = std::max(4 * gpu.options_.width, gpu.logits_stride_);
+    EXPECT_EQ(cudaStreamSynchronize(gpu.stream()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(gpu.logits_, 0xff, rows * gpu.logits_stride_ * bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(gpu.dbig_, 0xff, rows * width * bytes), cudaSuccess);
+  }
+};
+
 namespace {
 
 using kernels::cuda::MatMulType;
@@ -183,7 +210,8 @@ TEST(GptCuda, Bf16HoldsAParameterCopyAndHalfTheActivations) {
   auto bf16 = GptCuda::Create(TinyOneHead(), {.matmul = MatMulType::kBFloat16}, nullptr);
   ASSERT_TRUE(fp32.ok() && bf16.ok());
   EXPECT_EQ((*fp32)->parameter_copy_bytes(), 0);
-  EXPECT_EQ((*bf16)->parameter_copy_bytes(), 2 * (*bf16)->total_elements());
+  // Every parameter (lm_head the last) and lm_head's padding rows, 128 - 97 of them.
+  EXPECT_EQ((*bf16)->parameter_copy_bytes(), 2 * ((*bf16)->total_elements() + 31 * 64));
   const Batch batch = RandomBatch(TinyOneHead(), 4, 3);
   Device<float> g((*fp32)->total_elements());
   std::vector<float> zeros((*fp32)->total_elements(), 0.0f);
@@ -319,6 +347,32 @@ GpuPass RunPass(GptCuda& gpu, const Batch& batch, const std::vector<float>& para
   return pass;
 }
 
+// The parameters GptModel::Init(42) gives `o`'s model (host values), and the calls the CPU
+// model's pass over `batch` makes of a HostStore holding them: the GPU model's must be these.
+struct CpuStorePass {
+  std::vector<float> params;
+  std::vector<std::string> calls;
+};
+CpuStorePass PassThroughAHostStore(const GptOptions& o, const Batch& batch) {
+  CpuStorePass pass;
+  absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  if (!cpu.ok()) return pass;
+  const state::TensorTable& table = (*cpu)->table();
+  state::FlatBuffer params(table.total_elements()), unused;
+  (*cpu)->Init(42, params);
+  pass.params.assign(params.data(), params.data() + params.size());
+  HostStore store(table, (*cpu)->parameter_groups(), params.data());
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = batch.size * o.context;
+  fb.store = &store;
+  const absl::Status status = (*cpu)->ForwardBackward(batch, unused, unused, fb).status();
+  EXPECT_TRUE(status.ok()) << status;
+  store.EndPass();
+  pass.calls = store.log();
+  return pass;
+}
+
 void ExpectSamePass(const GpuPass& got, const GpuPass& want, const std::string& what) {
   EXPECT_EQ(got.stats.loss_sum, want.stats.loss_sum) << what;
   EXPECT_EQ(got.stats.correct, want.stats.correct) << what;
@@ -337,23 +391,12 @@ TEST(GptCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
   for (int64_t every : {0, 1}) {
     GptOptions o = TinyOneHead();
     o.checkpoint_every = every;
-    absl::StatusOr<std::unique_ptr<GptModel>> cpu = GptModel::Create(o);
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    const state::TensorTable& table = (*cpu)->table();
-    const std::vector<ParameterGroup> groups = (*cpu)->parameter_groups();
-    state::FlatBuffer params(table.total_elements()), unused;
-    (*cpu)->Init(42, params);
-    const std::vector<float> host_params(params.data(), params.data() + params.size());
     const Batch batch = RandomBatch(o, 2, 13);
+    const CpuStorePass cpu = PassThroughAHostStore(o, batch);
+    const std::vector<float>& host_params = cpu.params;
+    const std::vector<std::string>& calls = cpu.calls;
     ForwardBackwardOptions fb;
     fb.loss_divisor = 2 * o.context;
-    // The CPU model's calls, under the same rules.
-    HostStore cpu_store(table, groups, params.data());
-    fb.store = &cpu_store;
-    ASSERT_TRUE((*cpu)->ForwardBackward(batch, unused, unused, fb).ok());
-    cpu_store.EndPass();
-    const std::vector<std::string>& calls = cpu_store.log();
-    fb.store = nullptr;
 
     for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16, MatMulType::kFloat16}) {
       if (type == MatMulType::kFloat16 && every != 0) continue;
@@ -367,16 +410,19 @@ TEST(GptCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
       ExpectSamePass(stored, want, what);
       if (type != MatMulType::kBFloat16 || every != 0) continue;
 
-      // One group's 16-bit copy: the largest group's elements, and up to 127 more to keep the
-      // whole copy's alignment; every call needs a store.
+      // One group's 16-bit copy: the largest group's elements, up to 127 more to keep the
+      // whole copy's alignment, lm_head's padding rows (31 of 64), and up to 127 more to
+      // place lm_head's copy past the others'; every call needs a store.
       auto sharded = GptCuda::Create(o, {.matmul = type, .flat_parameters = false}, nullptr);
       ASSERT_TRUE(sharded.ok()) << sharded.status();
+      const state::TensorTable& table = (*flat)->cpu_model().table();
       int64_t largest = 0;
-      for (const ParameterGroup& g : groups) {
+      for (const ParameterGroup& g : (*flat)->cpu_model().parameter_groups()) {
         const state::TensorSpec& last = table.tensor(g.end_tensor - 1);
         largest = std::max(largest, last.offset + last.numel - table.tensor(g.first_tensor).offset);
       }
-      EXPECT_EQ((*sharded)->parameter_copy_bytes(), 2 * (largest + 127));
+      EXPECT_GE((*sharded)->parameter_copy_bytes(), 2 * (largest + 31 * 64));
+      EXPECT_LE((*sharded)->parameter_copy_bytes(), 2 * (largest + 127 + 31 * 64 + 127));
       EXPECT_LT((*sharded)->parameter_copy_bytes(), (*flat)->parameter_copy_bytes() / 2);
       Device<float> dparams(host_params), dgrads(table.total_elements());
       absl::Status s = (*sharded)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb).status();
@@ -388,6 +434,45 @@ TEST(GptCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
       for (float& x : other) x *= 0.75f;
       ExpectSamePass(RunPass(**sharded, batch, other, fb, &calls),
                      RunPass(**flat, batch, other, fb, nullptr), "one group's copy, second pass");
+    }
+  }
+}
+
+// The LM head's padding (GptCudaOptions::logits_row_alignment; Tiny's vocabulary of 97 runs
+// its 16-bit products over 128): the lm_head's 16-bit copy has 31 padding rows, zero from
+// Create on (fresh device memory holds garbage) whatever the casts write, also with one
+// group's copy at a time (flat_parameters = false), where the other groups' copies share the
+// buffer; and the cross-entropy writes zeros into dlogits' padding columns, so that NaN left
+// there by earlier work (poisoned here, with the logits) does not reach the input gradient
+// through the padded product (NaN x 0 = NaN): a pass over the poisoned buffers gives the
+// results of the pass before it bit for bit.
+TEST(GptCuda, TheLmHeadsPaddingStaysZeroAndOutOfTheResults) {
+  SKIP_WITHOUT_GPU();
+  const GptOptions o = TinyOneHead();
+  const Batch batch = RandomBatch(o, 2, 17);
+  const CpuStorePass cpu = PassThroughAHostStore(o, batch);
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = 2 * o.context;
+  const std::vector<uint16_t> zeros(31 * 64, 0);
+  for (MatMulType type : {MatMulType::kBFloat16, MatMulType::kFloat16}) {
+    for (bool flat : {true, false}) {
+      const std::string what =
+          absl::StrCat(MatMulTypeName(type), flat ? ", flat" : ", one group's copy");
+      auto gpu = GptCuda::Create(o, {.matmul = type, .flat_parameters = flat}, nullptr);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      ASSERT_EQ((*gpu)->logits_stride(), 128);
+      EXPECT_EQ(GptCudaTestPeer::HeadPaddingRows(**gpu), zeros) << what << ", after Create";
+      fb.precision = (*gpu)->precision();
+      const std::vector<std::string>* log = flat ? nullptr : &cpu.calls;
+      const GpuPass first = RunPass(**gpu, batch, cpu.params, fb, log);
+      EXPECT_TRUE(std::all_of(first.grads.begin(), first.grads.end(), [](float x) {
+        return std::isfinite(x);
+      })) << what;
+      EXPECT_EQ(GptCudaTestPeer::HeadPaddingRows(**gpu), zeros) << what << ", after a pass";
+      GptCudaTestPeer::PoisonLogits(**gpu, batch.size);
+      ExpectSamePass(RunPass(**gpu, batch, cpu.params, fb, log), first,
+                     absl::StrCat(what, ", over NaN logits and dlogits"));
+      EXPECT_EQ(GptCudaTestPeer::HeadPaddingRows(**gpu), zeros) << what << ", after two passes";
     }
   }
 }
