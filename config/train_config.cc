@@ -95,6 +95,31 @@ train::FsdpConfig FsdpOf(const FsdpSpec& f) {
   return c;
 }
 
+// parallelism.pipeline, filled for mesh.pp > 1; with pp 1 it is unset and the options keep
+// train::PipelineConfig's defaults, unused.
+train::PipelineConfig PipelineOf(const PipelineSpec& p) {
+  train::PipelineConfig c;
+  switch (p.schedule()) {
+    case PipelineSpec::SCHEDULE_GPIPE:
+      c.schedule = train::PipelineScheduleKind::kGPipe;
+      break;
+    case PipelineSpec::SCHEDULE_1F1B:
+      c.schedule = train::PipelineScheduleKind::kOneFOneB;
+      break;
+    case PipelineSpec::SCHEDULE_INTERLEAVED_1F1B:
+      c.schedule = train::PipelineScheduleKind::kInterleaved1F1B;
+      break;
+    case PipelineSpec::SCHEDULE_ZERO_BUBBLE:
+      c.schedule = train::PipelineScheduleKind::kZeroBubble;
+      break;
+    default:
+      break;
+  }
+  if (p.has_micro_batches()) c.micro_batches = p.micro_batches();
+  if (p.has_virtual_stages()) c.virtual_stages = p.virtual_stages();
+  return c;
+}
+
 train::LrScheduleOptions::Decay DecayOf(const ScheduleSpec& s) {
   switch (s.decay()) {
     case ScheduleSpec::DECAY_CONSTANT:
@@ -223,6 +248,9 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   const ParallelismSpec& p = spec.parallelism();
   c.zero_stage = p.zero_stage();
   c.fsdp = FsdpOf(p.fsdp());
+  if (p.mesh().has_tp()) c.mesh.tp = p.mesh().tp();
+  if (p.mesh().has_pp()) c.mesh.pp = p.mesh().pp();
+  c.pipeline = PipelineOf(p.pipeline());
   c.bucket_mb = p.bucket_mb();
   c.overlap = p.overlap();
   c.threads = p.threads();

@@ -13,6 +13,7 @@ namespace ringmaster::config {
 namespace {
 
 using train::FsdpConfig;
+using train::PipelineScheduleKind;
 using train::Precision;
 using train::TrainConfig;
 
@@ -96,6 +97,48 @@ TEST(TrainConfigFromSpecTest, OtherStagesKeepTheDataParallelOptions) {
   // No fsdp section under stage 1: FsdpConfig's defaults, unused.
   EXPECT_EQ(c.fsdp.wrap, FsdpConfig::Wrap::kBlock);
   EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+}
+
+TEST(TrainConfigFromSpecTest, TakesTheMeshAndThePipeline) {
+  const TrainConfig c = ConfigOf({"model.gpt.layers=4", "parallelism.mesh.tp=2",
+                                  "parallelism.mesh.pp=2",
+                                  "parallelism.pipeline.schedule=interleaved_1f1b",
+                                  "parallelism.pipeline.micro_batches=6",
+                                  "parallelism.pipeline.virtual_stages=2"});
+  EXPECT_EQ(c.mesh.tp, 2);
+  EXPECT_EQ(c.mesh.pp, 2);
+  EXPECT_EQ(c.pipeline.schedule, PipelineScheduleKind::kInterleaved1F1B);
+  EXPECT_EQ(c.pipeline.micro_batches, 6);
+  EXPECT_EQ(c.pipeline.virtual_stages, 2);
+}
+
+TEST(TrainConfigFromSpecTest, EveryScheduleMapsToItsOwn) {
+  for (const auto& [text, kind] : std::vector<std::pair<std::string, PipelineScheduleKind>>{
+           {"gpipe", PipelineScheduleKind::kGPipe},
+           {"1f1b", PipelineScheduleKind::kOneFOneB},
+           {"interleaved_1f1b", PipelineScheduleKind::kInterleaved1F1B},
+           {"zero_bubble", PipelineScheduleKind::kZeroBubble}}) {
+    const TrainConfig c =
+        ConfigOf({"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=" + text});
+    EXPECT_EQ(c.pipeline.schedule, kind) << text;
+  }
+}
+
+TEST(TrainConfigFromSpecTest, MeshAndPipelineDefaultsAreTheSpecsDefaults) {
+  // No mesh: plain data parallelism; the pipeline's options unused.
+  const TrainConfig plain = ConfigOf({});
+  EXPECT_EQ(plain.mesh.tp, 1);
+  EXPECT_EQ(plain.mesh.pp, 1);
+  EXPECT_EQ(plain.pipeline.schedule, PipelineScheduleKind::kOneFOneB);
+  EXPECT_EQ(plain.pipeline.micro_batches, 1);
+  EXPECT_EQ(plain.pipeline.virtual_stages, 1);
+  // Two stages: 1F1B over 2 × pp micro-batches.
+  const TrainConfig staged = ConfigOf({"parallelism.mesh.pp=2"});
+  EXPECT_EQ(staged.mesh.tp, 1);
+  EXPECT_EQ(staged.mesh.pp, 2);
+  EXPECT_EQ(staged.pipeline.schedule, PipelineScheduleKind::kOneFOneB);
+  EXPECT_EQ(staged.pipeline.micro_batches, 4);
+  EXPECT_EQ(staged.pipeline.virtual_stages, 1);
 }
 
 }  // namespace

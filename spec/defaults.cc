@@ -1,6 +1,8 @@
 #include "spec/defaults.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace ringmaster::spec {
@@ -70,6 +72,27 @@ void FillFsdp(FsdpSpec* fsdp) {
   }
 }
 
+void FillMesh(MeshSpec* mesh) {
+  if (!mesh->has_tp()) mesh->set_tp(kDefaultMeshTp);
+  if (!mesh->has_pp()) mesh->set_pp(kDefaultMeshPp);
+}
+
+// `pp` > 1: the pipeline's stages.
+void FillPipeline(int32_t pp, PipelineSpec* pipeline) {
+  if (pipeline->schedule() == PipelineSpec::SCHEDULE_UNSPECIFIED) {
+    pipeline->set_schedule(kDefaultPipelineSchedule);
+  }
+  if (!pipeline->has_micro_batches()) {
+    // Saturated: a pp this large is refused by validation (more stages than blocks).
+    pipeline->set_micro_batches(static_cast<int32_t>(
+        std::min<int64_t>(int64_t{kDefaultPipelineMicroBatchesPerStage} * pp,
+                          std::numeric_limits<int32_t>::max())));
+  }
+  if (!pipeline->has_virtual_stages()) {
+    pipeline->set_virtual_stages(kDefaultPipelineVirtualStages);
+  }
+}
+
 void FillCheckpoint(CheckpointSpec* checkpoint) {
   if (!checkpoint->has_keep_last()) checkpoint->set_keep_last(kDefaultKeepLast);
   if (!checkpoint->has_async()) checkpoint->set_async(kDefaultAsyncCheckpoint);
@@ -108,6 +131,10 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (!parallelism->has_bucket_mb()) parallelism->set_bucket_mb(kDefaultBucketMb);
   if (!parallelism->has_overlap()) parallelism->set_overlap(kDefaultOverlap);
   if (parallelism->zero_stage() == 3) FillFsdp(parallelism->mutable_fsdp());
+  FillMesh(parallelism->mutable_mesh());
+  if (parallelism->mesh().pp() > 1) {
+    FillPipeline(parallelism->mesh().pp(), parallelism->mutable_pipeline());
+  }
 
   if (!spec->checkpoint().dir().empty()) FillCheckpoint(spec->mutable_checkpoint());
 

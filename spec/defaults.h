@@ -54,13 +54,23 @@ inline constexpr int64_t kDefaultLossScaleGrowthInterval = 2000;
 inline constexpr double kDefaultLossScaleGrowthFactor = 2;
 inline constexpr double kDefaultLossScaleBackoffFactor = 0.5;
 
-// parallelism (always present); fsdp is filled only for zero_stage 3.
+// parallelism (always present); fsdp is filled only for zero_stage 3, pipeline only for
+// mesh.pp > 1.
 inline constexpr double kDefaultBucketMb = 25;
 inline constexpr bool kDefaultOverlap = true;
 inline constexpr FsdpSpec::Wrap kDefaultFsdpWrap = FsdpSpec::WRAP_BLOCK;
 inline constexpr FsdpSpec::Prefetch kDefaultFsdpPrefetch = FsdpSpec::PREFETCH_BOTH;
 inline constexpr int32_t kDefaultFsdpPrefetchLimit = 1;
 inline constexpr bool kDefaultFsdpReshardAfterForward = true;
+// parallelism.mesh (always present): plain data parallelism.
+inline constexpr int32_t kDefaultMeshTp = 1;
+inline constexpr int32_t kDefaultMeshPp = 1;
+// parallelism.pipeline, filled only for mesh.pp > 1.
+inline constexpr PipelineSpec::Schedule kDefaultPipelineSchedule = PipelineSpec::SCHEDULE_1F1B;
+// micro_batches defaults to this many per pipeline stage (2 × mesh.pp): 1F1B's bubble
+// (pp − 1) ÷ (m + pp − 1) is then about a third.
+inline constexpr int32_t kDefaultPipelineMicroBatchesPerStage = 2;
+inline constexpr int32_t kDefaultPipelineVirtualStages = 1;
 
 // checkpoint: filled only when checkpoint.dir is set.
 inline constexpr int32_t kDefaultKeepLast = 3;

@@ -1,5 +1,8 @@
 #include "spec/defaults.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -24,6 +27,11 @@ TEST(ApplyJobSpecDefaultsTest, FillsTheSectionsEveryJobHas) {
   EXPECT_EQ(spec.parallelism().bucket_mb(), 25);
   EXPECT_TRUE(spec.parallelism().overlap());
   EXPECT_EQ(spec.parallelism().zero_stage(), 0);
+  EXPECT_TRUE(spec.parallelism().mesh().has_tp());
+  EXPECT_EQ(spec.parallelism().mesh().tp(), 1);
+  EXPECT_TRUE(spec.parallelism().mesh().has_pp());
+  EXPECT_EQ(spec.parallelism().mesh().pp(), 1);
+  EXPECT_FALSE(spec.parallelism().has_pipeline());  // pp 1: no pipeline
   EXPECT_EQ(spec.diagnostics().fingerprint_every(), 100);
   EXPECT_EQ(spec.diagnostics().log_every(), 10);
   EXPECT_EQ(spec.elastic().min_ranks(), 1);
@@ -123,6 +131,66 @@ TEST(ApplyJobSpecDefaultsTest, FsdpForZeroStage3Only) {
   }
 }
 
+TEST(ApplyJobSpecDefaultsTest, MeshKeepsWhatIsWritten) {
+  JobSpec tp;
+  tp.mutable_parallelism()->mutable_mesh()->set_tp(2);
+  ApplyJobSpecDefaults(&tp);
+  EXPECT_EQ(tp.parallelism().mesh().tp(), 2);
+  EXPECT_EQ(tp.parallelism().mesh().pp(), 1);
+  EXPECT_FALSE(tp.parallelism().has_pipeline());
+
+  JobSpec pp;
+  pp.mutable_parallelism()->mutable_mesh()->set_pp(2);
+  ApplyJobSpecDefaults(&pp);
+  EXPECT_EQ(pp.parallelism().mesh().tp(), 1);
+  EXPECT_EQ(pp.parallelism().mesh().pp(), 2);
+}
+
+TEST(ApplyJobSpecDefaultsTest, PipelineForMoreThanOneStageOnly) {
+  for (const int32_t stages : {2, 3, 8}) {
+    JobSpec spec;
+    spec.mutable_parallelism()->mutable_mesh()->set_pp(stages);
+    ApplyJobSpecDefaults(&spec);
+    const PipelineSpec& pipeline = spec.parallelism().pipeline();
+    EXPECT_EQ(pipeline.schedule(), PipelineSpec::SCHEDULE_1F1B) << stages;
+    EXPECT_EQ(pipeline.micro_batches(), 2 * stages);
+    EXPECT_TRUE(pipeline.has_virtual_stages());
+    EXPECT_EQ(pipeline.virtual_stages(), 1);
+  }
+
+  JobSpec written;
+  written.mutable_parallelism()->mutable_mesh()->set_pp(4);
+  written.mutable_parallelism()->mutable_pipeline()->set_schedule(
+      PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+  written.mutable_parallelism()->mutable_pipeline()->set_virtual_stages(2);
+  ApplyJobSpecDefaults(&written);
+  EXPECT_EQ(written.parallelism().pipeline().schedule(), PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+  EXPECT_EQ(written.parallelism().pipeline().virtual_stages(), 2);
+  EXPECT_EQ(written.parallelism().pipeline().micro_batches(), 8);
+
+  // One stage (or a bad pp, for validation to name): the section stays as written, so that
+  // a field written there is the user's, for validation to refuse.
+  for (const int32_t stages : {1, 0, -2}) {
+    JobSpec other;
+    other.mutable_parallelism()->mutable_mesh()->set_pp(stages);
+    ApplyJobSpecDefaults(&other);
+    EXPECT_FALSE(other.parallelism().has_pipeline()) << stages;
+    JobSpec gpipe;
+    gpipe.mutable_parallelism()->mutable_mesh()->set_pp(stages);
+    gpipe.mutable_parallelism()->mutable_pipeline()->set_schedule(PipelineSpec::SCHEDULE_GPIPE);
+    ApplyJobSpecDefaults(&gpipe);
+    EXPECT_FALSE(gpipe.parallelism().pipeline().has_micro_batches()) << stages;
+    EXPECT_FALSE(gpipe.parallelism().pipeline().has_virtual_stages()) << stages;
+  }
+
+  // A pp too large for 2 × pp micro-batches: the most an int32 holds (validation refuses the
+  // pp: more stages than any model's blocks).
+  JobSpec huge;
+  huge.mutable_parallelism()->mutable_mesh()->set_pp(std::numeric_limits<int32_t>::max());
+  ApplyJobSpecDefaults(&huge);
+  EXPECT_EQ(huge.parallelism().pipeline().micro_batches(), std::numeric_limits<int32_t>::max());
+}
+
 TEST(ApplyJobSpecDefaultsTest, ReducePrecisionForZeroStages2And3Only) {
   for (const int stage : {2, 3}) {
     JobSpec spec;
@@ -168,6 +236,10 @@ TEST(ApplyJobSpecDefaultsTest, ExplicitZerosAndFalsesAreKept) {
   spec.mutable_diagnostics()->set_fingerprint_every(0);
   spec.mutable_parallelism()->set_zero_stage(3);
   spec.mutable_parallelism()->mutable_fsdp()->set_reshard_after_forward(false);
+  spec.mutable_parallelism()->mutable_mesh()->set_tp(0);
+  spec.mutable_parallelism()->mutable_mesh()->set_pp(2);
+  spec.mutable_parallelism()->mutable_pipeline()->set_micro_batches(0);
+  spec.mutable_parallelism()->mutable_pipeline()->set_virtual_stages(0);
   ApplyJobSpecDefaults(&spec);
   EXPECT_FALSE(spec.parallelism().overlap());
   EXPECT_EQ(spec.parallelism().bucket_mb(), 0);
@@ -177,6 +249,9 @@ TEST(ApplyJobSpecDefaultsTest, ExplicitZerosAndFalsesAreKept) {
   EXPECT_EQ(spec.checkpoint().keep_last(), 0);
   EXPECT_EQ(spec.diagnostics().fingerprint_every(), 0);
   EXPECT_FALSE(spec.parallelism().fsdp().reshard_after_forward());
+  EXPECT_EQ(spec.parallelism().mesh().tp(), 0);
+  EXPECT_EQ(spec.parallelism().pipeline().micro_batches(), 0);
+  EXPECT_EQ(spec.parallelism().pipeline().virtual_stages(), 0);
 }
 
 TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
@@ -186,6 +261,7 @@ TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
   once.mutable_precision()->set_compute(PrecisionSpec::DTYPE_FP16);
   once.mutable_checkpoint()->set_dir("/ckpt");
   once.mutable_parallelism()->set_zero_stage(3);
+  once.mutable_parallelism()->mutable_mesh()->set_pp(2);
   ApplyJobSpecDefaults(&once);
   JobSpec twice = once;
   ApplyJobSpecDefaults(&twice);

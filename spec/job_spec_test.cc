@@ -280,6 +280,43 @@ TEST(JobSpecToYamlTest, ShowsZeroStage3sEffectiveOptions) {
   EXPECT_THAT(JobSpecToYaml(*LoadJobSpecText(kMinimal)), Not(HasSubstr("reduce")));
 }
 
+TEST(JobSpecToYamlTest, ShowsTheMeshAndThePipelineAndReadsThemBack) {
+  constexpr char kGpt[] = R"(steps: 10
+model: {gpt: {layers: 4}}
+data: {text: {path: corpus.txt}}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+parallelism:
+  mesh: {tp: 2, pp: 2}
+  pipeline: {micro_batches: 6}
+)";
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(kGpt);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string yaml = JobSpecToYaml(*spec);
+  EXPECT_THAT(yaml, HasSubstr("  mesh:\n    tp: 2\n    pp: 2\n"
+                              "  pipeline:\n    schedule: 1f1b\n    micro_batches: 6\n"
+                              "    virtual_stages: 1\n"));
+  const absl::StatusOr<JobSpec> back = LoadJobSpecText(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, *spec)) << yaml;
+  // Every schedule's YAML name reads back as itself, "1f1b" (a name starting with a digit)
+  // included.
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}) {
+    const absl::StatusOr<JobSpec> with =
+        LoadJobSpecText(kGpt, {absl::StrCat("parallelism.pipeline.schedule=", schedule)});
+    ASSERT_TRUE(with.ok()) << with.status();
+    const std::string written = JobSpecToYaml(*with);
+    EXPECT_THAT(written, HasSubstr(absl::StrCat("    schedule: ", schedule, "\n")));
+    const absl::StatusOr<JobSpec> read = LoadJobSpecText(written);
+    ASSERT_TRUE(read.ok()) << read.status() << "\n" << written;
+    EXPECT_TRUE(MessageDifferencer::Equals(*read, *with)) << written;
+  }
+  // Without a mesh: the default one, and no pipeline.
+  const std::string plain = JobSpecToYaml(*LoadJobSpecText(kMinimal));
+  EXPECT_THAT(plain, HasSubstr("  mesh:\n    tp: 1\n    pp: 1\n"));
+  EXPECT_THAT(plain, Not(HasSubstr("pipeline")));
+}
+
 TEST(JobSpecToJsonTest, UsesTheYamlFieldNames) {
   const absl::StatusOr<std::string> json = JobSpecToJson(*LoadJobSpecFile(kExamples[0]));
   ASSERT_TRUE(json.ok()) << json.status();
@@ -294,11 +331,12 @@ TEST(JobSpecHashTest, StableAndSensitive) {
   // xxh3 of the serialization, computed here independently.
   EXPECT_EQ(JobSpecHash(spec), XXH3_64bits(spec.SerializeAsString().data(), spec.ByteSizeLong()));
   // Pinned: the hash must not change between runs, machines or builds (only when the
-  // effective spec itself changes: the default `device: auto` moved it last).
+  // effective spec itself changes: the default `parallelism.mesh: {tp: 1, pp: 1}` moved it
+  // last).
   const JobSpec pinned = *LoadJobSpecText(
       "name: pinned\nsteps: 1\nmodel: {mlp: {}}\ndata: {fashion_mnist: {}}\n"
       "optimizer: {sgd: {}, lr: 0.1}\nbatch: {global: 1}\n");
-  EXPECT_EQ(JobSpecHash(pinned), 13860185250993798418u);
+  EXPECT_EQ(JobSpecHash(pinned), 6257357430873576842u);
   EXPECT_NE(JobSpecHash(spec), JobSpecHash(*LoadJobSpecText(kMinimal, {"optimizer.lr=0.2"})));
   EXPECT_NE(JobSpecHash(spec), JobSpecHash(*LoadJobSpecText(kMinimal, {"seed=1"})));
 }
@@ -343,6 +381,15 @@ TEST(TrainingSpecHashTest, AnyZeroStageFsdpOptionOrReducePrecisionResumes) {
                                   "parallelism.fsdp.reshard_after_forward=false"}),
       *LoadJobSpecText(kMinimal, {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=model",
                                   "parallelism.fsdp.prefetch=forward"}),
+      // Another mesh (set after loading: validation would want model.gpt for it, and only
+      // the hashes are tested here).
+      [] {
+        JobSpec meshed = *LoadJobSpecText(kMinimal);
+        meshed.mutable_parallelism()->mutable_mesh()->set_pp(2);
+        meshed.mutable_parallelism()->mutable_mesh()->set_tp(2);
+        meshed.mutable_parallelism()->mutable_pipeline()->set_micro_batches(4);
+        return meshed;
+      }(),
   };
   for (const JobSpec& other : others) {
     EXPECT_NE(JobSpecHash(stage0), JobSpecHash(other)) << other.parallelism().DebugString();

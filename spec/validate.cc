@@ -151,6 +151,12 @@ void CheckModel(const JobSpec& spec, Checker* check) {
   }
 }
 
+// The chosen model's field name ("mlp", "cnn", "gpt"); the model must be set.
+const std::string& ModelName(const ModelSpec& model) {
+  // A oneof's case is its member's field number.
+  return ModelSpec::descriptor()->FindFieldByNumber(model.kind_case())->name();
+}
+
 void CheckData(const JobSpec& spec, Checker* check) {
   const DataSpec& data = spec.data();
   switch (data.source_case()) {
@@ -169,8 +175,7 @@ void CheckData(const JobSpec& spec, Checker* check) {
   if (model == ModelSpec::KIND_NOT_SET) return;
   const bool wants_text = model == ModelSpec::kGpt;
   if (wants_text != data.has_text()) {
-    // A oneof's case is its member's field number.
-    const std::string& model_name = ModelSpec::descriptor()->FindFieldByNumber(model)->name();
+    const std::string& model_name = ModelName(spec.model());
     const std::string& data_name =
         DataSpec::descriptor()->FindFieldByNumber(data.source_case())->name();
     check->Fail("data",
@@ -279,19 +284,27 @@ void CheckPrecision(const JobSpec& spec, Checker* check) {
                 backoff);
 }
 
+// A section written where it does not apply: `why` for each field written in it (at its
+// path, so that the loader names where it was written), or for the section when it is empty.
+void FailEveryWrittenField(const std::string& path, const google::protobuf::Message& section,
+                           const std::string& why, Checker* check) {
+  std::vector<const google::protobuf::FieldDescriptor*> written;
+  section.GetReflection()->ListFields(section, &written);
+  if (written.empty()) check->Fail(path, why);
+  for (const google::protobuf::FieldDescriptor* field : written) {
+    check->Fail(absl::StrCat(path, ".", field->name()), why);
+  }
+}
+
 // parallelism.fsdp: ZeRO-3's units and prefetch; under another stage, not written at all.
 void CheckFsdp(const ParallelismSpec& parallelism, Checker* check) {
   const FsdpSpec& fsdp = parallelism.fsdp();
   if (parallelism.zero_stage() != 3) {
     if (!parallelism.has_fsdp()) return;
-    const std::string why = absl::StrCat(
-        "applies to parallelism.zero_stage: 3 only, got zero_stage ", parallelism.zero_stage());
-    std::vector<const google::protobuf::FieldDescriptor*> written;
-    fsdp.GetReflection()->ListFields(fsdp, &written);
-    if (written.empty()) check->Fail("parallelism.fsdp", why);
-    for (const google::protobuf::FieldDescriptor* field : written) {
-      check->Fail(absl::StrCat("parallelism.fsdp.", field->name()), why);
-    }
+    FailEveryWrittenField("parallelism.fsdp", fsdp,
+                          absl::StrCat("applies to parallelism.zero_stage: 3 only, got zero_stage ",
+                                       parallelism.zero_stage()),
+                          check);
     return;
   }
   if (fsdp.wrap() == FsdpSpec::WRAP_UNSPECIFIED) check->Fail("parallelism.fsdp.wrap", "required");
@@ -303,12 +316,122 @@ void CheckFsdp(const ParallelismSpec& parallelism, Checker* check) {
                 absl::StrCat("in [1, ", kMaxFsdpPrefetchLimit, "] (all-gathers in flight)"), limit);
 }
 
+// parallelism.pipeline: how mesh.pp > 1 runs; with pp 1, not written at all.
+void CheckPipeline(const JobSpec& spec, Checker* check) {
+  const ParallelismSpec& parallelism = spec.parallelism();
+  const int32_t pp = parallelism.mesh().pp();
+  if (pp < 1) return;  // mesh.pp's own error
+  const PipelineSpec& pipeline = parallelism.pipeline();
+  if (pp == 1) {
+    if (!parallelism.has_pipeline()) return;
+    FailEveryWrittenField("parallelism.pipeline", pipeline,
+                          "needs parallelism.mesh.pp > 1 (pipeline stages), got mesh.pp 1; set "
+                          "mesh.pp or remove parallelism.pipeline",
+                          check);
+    return;
+  }
+  const PipelineSpec::Schedule schedule = pipeline.schedule();
+  if (schedule == PipelineSpec::SCHEDULE_UNSPECIFIED) {
+    check->Fail("parallelism.pipeline.schedule", "required");
+  }
+  const int32_t micro_batches = pipeline.micro_batches();
+  check->Expect(micro_batches >= 1, "parallelism.pipeline.micro_batches", ">= 1", micro_batches);
+  const int64_t global = spec.batch().global();
+  if (micro_batches >= 1 && global > 0) {
+    check->Expect(micro_batches <= global, "parallelism.pipeline.micro_batches",
+                  absl::StrCat("<= batch.global (", global,
+                               ") (each micro-batch holds at least one sample)"),
+                  micro_batches);
+  }
+  const int32_t virtual_stages = pipeline.virtual_stages();
+  check->Expect(virtual_stages >= 1, "parallelism.pipeline.virtual_stages",
+                ">= 1 (1: one model chunk per rank)", virtual_stages);
+  const bool interleaved = schedule == PipelineSpec::SCHEDULE_INTERLEAVED_1F1B;
+  if (virtual_stages > 1 && !interleaved && schedule != PipelineSpec::SCHEDULE_UNSPECIFIED) {
+    check->Fail("parallelism.pipeline.virtual_stages",
+                absl::StrCat("> 1 applies to schedule interleaved_1f1b only, got ", virtual_stages,
+                             " with schedule ",
+                             EnumValueYamlName(*PipelineSpec::Schedule_descriptor()
+                                                    ->FindValueByNumber(schedule)),
+                             "; use schedule interleaved_1f1b or virtual_stages 1"));
+  }
+  if (interleaved && micro_batches >= 1) {
+    check->Expect(micro_batches % pp == 0, "parallelism.pipeline.micro_batches",
+                  absl::StrCat("a multiple of parallelism.mesh.pp (", pp,
+                               ") under schedule interleaved_1f1b"),
+                  micro_batches);
+  }
+}
+
+// parallelism.mesh: the checks that need no world size (the world a multiple of tp · pp is
+// the coordinator's and the trainer's check).
+void CheckMesh(const JobSpec& spec, Checker* check) {
+  const ParallelismSpec& parallelism = spec.parallelism();
+  const int32_t tp = parallelism.mesh().tp();
+  const int32_t pp = parallelism.mesh().pp();
+  check->Expect(tp >= 1, "parallelism.mesh.tp", ">= 1 (1: no tensor parallelism)", tp);
+  check->Expect(pp >= 1, "parallelism.mesh.pp", ">= 1 (1: no pipeline parallelism)", pp);
+  CheckPipeline(spec, check);
+  if (tp <= 1 && pp <= 1) return;
+
+  const int32_t zero_stage = parallelism.zero_stage();
+  if (zero_stage == 2 || zero_stage == 3) {
+    check->Fail("parallelism.zero_stage",
+                absl::StrCat("ZeRO-", zero_stage,
+                             " composes with data parallelism only in this version, got mesh "
+                             "tp ",
+                             tp, ", pp ", pp, "; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"));
+  }
+  const ModelSpec& model = spec.model();
+  if (model.kind_case() == ModelSpec::KIND_NOT_SET) return;  // model's own error
+  if (!model.has_gpt()) {
+    const std::string got = absl::StrCat("got model.", ModelName(model));
+    if (tp > 1) {
+      check->Fail("parallelism.mesh.tp",
+                  absl::StrCat("tensor parallelism (tp ", tp, ") applies to model.gpt only, ",
+                               got, "; use tp 1 or model.gpt"));
+    }
+    if (pp > 1) {
+      check->Fail("parallelism.mesh.pp",
+                  absl::StrCat("pipeline parallelism (pp ", pp, ") applies to model.gpt only, ",
+                               got, "; use pp 1 or model.gpt"));
+    }
+    return;
+  }
+  const GptSpec& gpt = model.gpt();
+  if (tp > 1 && gpt.heads() > 0) {
+    check->Expect(gpt.heads() % tp == 0, "parallelism.mesh.tp",
+                  absl::StrCat("a divisor of model.gpt.heads (", gpt.heads(),
+                               ") (each rank computes whole heads)"),
+                  tp);
+  }
+  if (pp > 1 && gpt.layers() > 0) {
+    // Each model stage (pp ranks × virtual_stages chunks each) holds at least one block.
+    const int64_t virtual_stages = std::max(parallelism.pipeline().virtual_stages(), 1);
+    const int64_t stages = int64_t{pp} * virtual_stages;
+    if (stages <= gpt.layers()) return;
+    if (virtual_stages == 1) {
+      check->Expect(false, "parallelism.mesh.pp",
+                    absl::StrCat("<= model.gpt.layers (", gpt.layers(),
+                                 ") (each stage holds at least one block)"),
+                    pp);
+    } else {
+      check->Fail("parallelism.pipeline.virtual_stages",
+                  absl::StrCat("mesh.pp × virtual_stages must be <= model.gpt.layers (",
+                               gpt.layers(), ") (each stage holds at least one block), got ", pp,
+                               " × ", virtual_stages, " = ", stages,
+                               "; use fewer virtual stages or more layers"));
+    }
+  }
+}
+
 void CheckParallelism(const JobSpec& spec, Checker* check) {
   const ParallelismSpec& parallelism = spec.parallelism();
   const int32_t zero_stage = parallelism.zero_stage();
   check->Expect(zero_stage >= 0 && zero_stage <= 3, "parallelism.zero_stage", "0, 1, 2 or 3",
                 zero_stage);
   CheckFsdp(parallelism, check);
+  CheckMesh(spec, check);
   check->Positive("parallelism.bucket_mb", parallelism.bucket_mb());
   check->NonNegative("parallelism.threads", parallelism.threads());
   const int32_t every = parallelism.activation_checkpointing_every();

@@ -1,5 +1,6 @@
 #include "spec/validate.h"
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -89,6 +90,15 @@ FsdpSpec* ZeroStage3(JobSpec* spec) {
   spec->mutable_parallelism()->set_zero_stage(3);
   ApplyJobSpecDefaults(spec);
   return spec->mutable_parallelism()->mutable_fsdp();
+}
+
+// Sets `spec`'s mesh and fills the defaults that follow; returns the pipeline's options for
+// pp > 1, else null.
+PipelineSpec* Mesh(JobSpec* spec, int32_t tp, int32_t pp) {
+  spec->mutable_parallelism()->mutable_mesh()->set_tp(tp);
+  spec->mutable_parallelism()->mutable_mesh()->set_pp(pp);
+  ApplyJobSpecDefaults(spec);
+  return pp > 1 ? spec->mutable_parallelism()->mutable_pipeline() : nullptr;
 }
 
 struct RangeCase {
@@ -261,6 +271,136 @@ TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
     c.mutate(&spec);
     EXPECT_THAT(Errors(spec), ElementsAre(c.error)) << spec.DebugString();
   }
+}
+
+TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
+  const std::vector<RangeCase> cases = {
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 0, 1); },
+       "parallelism.mesh.tp: must be >= 1 (1: no tensor parallelism), got 0"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, -1); },
+       "parallelism.mesh.pp: must be >= 1 (1: no pipeline parallelism), got -1"},
+      {kMinimalGpt,
+       [](JobSpec* s) { s->mutable_parallelism()->mutable_pipeline()->set_micro_batches(4); },
+       "parallelism.pipeline.micro_batches: needs parallelism.mesh.pp > 1 (pipeline stages), "
+       "got mesh.pp 1; set mesh.pp or remove parallelism.pipeline"},
+      {kMinimalGpt, [](JobSpec* s) { s->mutable_parallelism()->mutable_pipeline(); },
+       "parallelism.pipeline: needs parallelism.mesh.pp > 1 (pipeline stages), got mesh.pp 1; "
+       "set mesh.pp or remove parallelism.pipeline"},
+      {kMinimalGpt,
+       [](JobSpec* s) { Mesh(s, 1, 2)->set_schedule(PipelineSpec::SCHEDULE_UNSPECIFIED); },
+       "parallelism.pipeline.schedule: required"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_micro_batches(0); },
+       "parallelism.pipeline.micro_batches: must be >= 1, got 0"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_micro_batches(9); },
+       "parallelism.pipeline.micro_batches: must be <= batch.global (8) (each micro-batch holds "
+       "at least one sample), got 9"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_virtual_stages(0); },
+       "parallelism.pipeline.virtual_stages: must be >= 1 (1: one model chunk per rank), got 0"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_virtual_stages(2); },
+       "parallelism.pipeline.virtual_stages: > 1 applies to schedule interleaved_1f1b only, got "
+       "2 with schedule 1f1b; use schedule interleaved_1f1b or virtual_stages 1"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         PipelineSpec* pipeline = Mesh(s, 1, 2);
+         pipeline->set_schedule(PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+         pipeline->set_micro_batches(3);
+       },
+       "parallelism.pipeline.micro_batches: must be a multiple of parallelism.mesh.pp (2) under "
+       "schedule interleaved_1f1b, got 3"},
+      {kMinimalMlp, [](JobSpec* s) { Mesh(s, 1, 2); },
+       "parallelism.mesh.pp: pipeline parallelism (pp 2) applies to model.gpt only, got "
+       "model.mlp; use pp 1 or model.gpt"},
+      {kMinimalMlp, [](JobSpec* s) { Mesh(s, 2, 1); },
+       "parallelism.mesh.tp: tensor parallelism (tp 2) applies to model.gpt only, got model.mlp; "
+       "use tp 1 or model.gpt"},
+      {kMinimalGpt, [](JobSpec* s) { Mesh(s, 3, 1); },
+       "parallelism.mesh.tp: must be a divisor of model.gpt.heads (4) (each rank computes whole "
+       "heads), got 3"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_batch()->set_global(64);
+         Mesh(s, 1, 5);
+       },
+       "parallelism.mesh.pp: must be <= model.gpt.layers (4) (each stage holds at least one "
+       "block), got 5"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         PipelineSpec* pipeline = Mesh(s, 1, 2);
+         pipeline->set_schedule(PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+         pipeline->set_virtual_stages(3);
+       },
+       "parallelism.pipeline.virtual_stages: mesh.pp × virtual_stages must be <= "
+       "model.gpt.layers (4) (each stage holds at least one block), got 2 × 3 = 6; use fewer "
+       "virtual stages or more layers"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(2);
+         Mesh(s, 2, 1);
+       },
+       "parallelism.zero_stage: ZeRO-2 composes with data parallelism only in this version, got "
+       "mesh tp 2, pp 1; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(3);
+         Mesh(s, 1, 2);
+       },
+       "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
+       "mesh tp 1, pp 2; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"},
+  };
+  for (const RangeCase& c : cases) {
+    JobSpec spec = Effective(c.base);
+    c.mutate(&spec);
+    EXPECT_THAT(Errors(spec), ElementsAre(c.error)) << spec.parallelism().DebugString();
+  }
+}
+
+TEST(ValidateJobSpecTest, MeshesAndPipelinesWithinTheRulesAreValid) {
+  // Every schedule on two stages, with its defaults.
+  for (const PipelineSpec::Schedule schedule :
+       {PipelineSpec::SCHEDULE_GPIPE, PipelineSpec::SCHEDULE_1F1B,
+        PipelineSpec::SCHEDULE_INTERLEAVED_1F1B, PipelineSpec::SCHEDULE_ZERO_BUBBLE}) {
+    JobSpec spec = Effective(kMinimalGpt);
+    Mesh(&spec, 1, 2)->set_schedule(schedule);
+    EXPECT_THAT(Errors(spec), IsEmpty()) << schedule;
+  }
+  // At the limits: pp × virtual_stages = layers, m = batch.global a multiple of pp, tp =
+  // heads, ZeRO-1 (and 0) with a mesh.
+  JobSpec interleaved = Effective(kMinimalGpt);
+  PipelineSpec* pipeline = Mesh(&interleaved, 1, 2);
+  pipeline->set_schedule(PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+  pipeline->set_virtual_stages(2);
+  pipeline->set_micro_batches(8);
+  EXPECT_THAT(Errors(interleaved), IsEmpty());
+  JobSpec deep = Effective(kMinimalGpt);
+  Mesh(&deep, 4, 4)->set_micro_batches(1);
+  deep.mutable_parallelism()->set_zero_stage(1);
+  EXPECT_THAT(Errors(deep), IsEmpty());
+  // A mesh of 1 × 1 is plain data parallelism, for any model and ZeRO stage.
+  JobSpec mlp = Effective(kMinimalMlp);
+  mlp.mutable_parallelism()->set_zero_stage(3);
+  Mesh(&mlp, 1, 1);
+  EXPECT_THAT(Errors(mlp), IsEmpty());
+}
+
+TEST(ValidateJobSpecTest, APipelineWrittenWithoutStagesIsNamedWhereItWasWritten) {
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(
+      absl::StrCat(kMinimalGpt, "parallelism:\n  mesh: {tp: 2}\n  pipeline:\n",
+                   "    schedule: gpipe\n"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "10:15: parallelism.pipeline.schedule: needs parallelism.mesh.pp > 1 (pipeline "
+            "stages), got mesh.pp 1; set mesh.pp or remove parallelism.pipeline");
+}
+
+TEST(ValidateJobSpecTest, AnUnknownScheduleListsTheSchedules) {
+  const absl::Status status =
+      LoadJobSpecText(kMinimalGpt, {"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=1b1f"})
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("parallelism.pipeline.schedule: expected one of gpipe, 1f1b, "
+                        "interleaved_1f1b, zero_bubble, got \"1b1f\""));
 }
 
 TEST(ValidateJobSpecTest, FixedLossScaleNeedsOnlyItsInitialValue) {

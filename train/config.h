@@ -103,6 +103,28 @@ inline const char* PrefetchName(FsdpConfig::Prefetch p) {
   return "both";
 }
 
+// parallelism.mesh: the model-parallel degrees of the rank mesh pp × dp × tp (tp innermost,
+// pp outermost; ARCHITECTURE.md "Parallelism"); data parallelism takes the rest, dp = world
+// size ÷ (tp · pp), which the trainer checks divides.
+struct MeshConfig {
+  int tp = 1;  // tensor parallelism: each GPT block's heads and MLP hidden units split tp ways
+  int pp = 1;  // pipeline parallelism: the GPT's blocks cut into pp stages of contiguous blocks
+};
+
+// parallelism.pipeline.schedule: gpipe, 1f1b, interleaved_1f1b, zero_bubble. The trainer maps
+// it onto train/pipeline/schedule.h's ScheduleKind (this header does not depend on it).
+enum class PipelineScheduleKind { kGPipe, kOneFOneB, kInterleaved1F1B, kZeroBubble };
+
+// parallelism.pipeline: how a mesh with pp > 1 runs a step (unused when pp is 1).
+struct PipelineConfig {
+  PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
+  // m: micro-batches a data-parallel replica's share of the global batch is cut into (>= 1).
+  int micro_batches = 1;
+  // v: model chunks per rank (>= 1; > 1 with kInterleaved1F1B only, whose m is a multiple
+  // of pp).
+  int virtual_stages = 1;
+};
+
 struct TrainConfig {
   std::string name;  // the job's name (checkpoints live in <checkpoint.dir>/<name>)
   uint64_t seed = 0;
@@ -128,6 +150,8 @@ struct TrainConfig {
   Precision reduce_precision = Precision::kFloat32;
   int zero_stage = 0;
   FsdpConfig fsdp;
+  MeshConfig mesh;          // tp × pp; data parallelism over the rest of the world
+  PipelineConfig pipeline;  // mesh.pp > 1 only
   double bucket_mb = 25;
   bool overlap = true;
   int threads = 0;  // BLAS threads per rank; 0: the host's cores shared among its ranks
