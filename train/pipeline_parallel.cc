@@ -123,7 +123,8 @@ absl::Status PipelineParallel::WholeParameters(absl::Span<float> params, absl::S
 absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micro_batches,
                                                     absl::Span<const float> params,
                                                     absl::Span<float> grads,
-                                                    const ForwardBackwardOptions& options) {
+                                                    const ForwardBackwardOptions& options,
+                                                    const std::vector<bool>& discarded) {
   if (static_cast<int>(micro_batches.size()) != options_.schedule.micro_batches) {
     return absl::InvalidArgumentError(
         absl::StrCat("PipelineParallel::RunStep: ", micro_batches.size(),
@@ -136,7 +137,7 @@ absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micr
   eo.op_timeout = options_.dp.op_timeout;
   for (Stage& s : stages_) {
     RM_RETURN_IF_ERROR(s.stage->BeginStep(micro_batches, params.subspan(s.base, s.elements),
-                                          grads.subspan(s.base, s.elements), options));
+                                          grads.subspan(s.base, s.elements), options, discarded));
     eo.stages[s.index] = s.stage.get();
   }
   // The padding after the stages is reduced with the rest: zero.

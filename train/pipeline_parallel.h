@@ -92,10 +92,12 @@ class PipelineParallel final : public ParallelStrategy {
   // One step's forward and backward over this rank's micro-batches (the data-parallel
   // replica's share of the global batch, m of them) through the pipeline: the stages'
   // gradients into `grads` (every one final when it returns; GradientsReady(0) is called).
-  // The loss is the last stage's (zeros on the other ranks).
+  // The loss is the last stage's (zeros on the other ranks). `discarded` as
+  // pipeline::GptStage::BeginStep's: stand-ins that count for nothing.
   absl::StatusOr<StepStats> RunStep(absl::Span<const Batch> micro_batches,
                                     absl::Span<const float> params, absl::Span<float> grads,
-                                    const ForwardBackwardOptions& options);
+                                    const ForwardBackwardOptions& options,
+                                    const std::vector<bool>& discarded = {});
   // A forward-only pass of `batch` through the pipeline (every rank of the pipeline group
   // calls it with the same batch): the loss on the rank of the last stage, zeros elsewhere.
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,

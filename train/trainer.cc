@@ -37,6 +37,7 @@
 #include "train/process_memory.h"
 #include "train/rank_memory.h"
 #include "train/step_reporter.h"
+#include "train/trainer_mesh.h"
 
 namespace ringmaster::train {
 namespace {
@@ -54,11 +55,19 @@ absl::Status Diverged(const TrainConfig& config, int64_t step, absl::string_view
 // `device: cuda` gets a GPU or the error that says why not, naming the field. The device's
 // step buffers hold `elements` floats each (the whole padded flat space, or a shard).
 absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& config,
-                                                             const Model& model,
-                                                             int64_t elements, int gpu,
-                                                             std::string* why_cpu) {
+                                                             const Model& model, int64_t elements,
+                                                             int gpu, std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
+  if (config.mesh.pp > 1) {
+    if (required) {
+      return absl::UnimplementedError(absl::StrCat(
+          "device: cuda with parallelism.mesh.pp ", config.mesh.pp,
+          ": pipeline parallelism runs on the CPU in this version; set device: cpu or auto"));
+    }
+    *why_cpu = "pipeline parallelism runs on the CPU in this version";
+    return nullptr;
+  }
   if (!required && !CudaDeviceAvailable()) {
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
     return nullptr;
@@ -88,8 +97,8 @@ Sent BytesSent(const comm::Communicator& comm) {
   Sent sent;
   for (const comm::OpCounters& op : c.ops) sent.all += op.bytes_sent;
   sent.gathered = c.of(comm::OpKind::kAllGather).bytes_sent;
-  sent.reduced = c.of(comm::OpKind::kReduceScatter).bytes_sent +
-                 c.of(comm::OpKind::kAllReduce).bytes_sent;
+  sent.reduced =
+      c.of(comm::OpKind::kReduceScatter).bytes_sent + c.of(comm::OpKind::kAllReduce).bytes_sent;
   return sent;
 }
 
@@ -107,6 +116,10 @@ struct Trainer::State {
   comm::Communicator* hcomm = nullptr;  // host-memory collectives
   int rank = 0, world = 1;
   bool leader = false;
+  // parallelism.mesh: the pipeline and data-parallel groups (the data-parallel group is the
+  // whole job without a mesh); `pipeline` is the strategy's when pp > 1.
+  MeshGroups groups;
+  PipelineParallel* pipeline = nullptr;
   std::string allocating = "the trainer's state";  // for an out-of-memory error
 
   JobData data;
@@ -139,6 +152,7 @@ struct Trainer::State {
   uint64_t step_bytes_sent = 0, step_bytes_gathered = 0, step_bytes_reduced = 0;
   state::SamplerState sampler_state;
   Batch batch;
+  std::vector<Batch> micro_batches;  // a pipeline step's
   int64_t first_step = 0, step = 0;
   bool finished = false;
   absl::Status error;  // the error that ended the run
@@ -159,6 +173,7 @@ struct Trainer::State {
   }
 
   absl::Status CheckOptions();
+  absl::Status BuildMesh();
   absl::Status LoadModel();
   absl::Status ChooseGradientComm();
   absl::Status BuildState();
@@ -182,9 +197,9 @@ absl::Status Trainer::State::CheckOptions() {
   // host_comm when the gradients' communicator takes device memory only (NCCL).
   hcomm = options.host_comm != nullptr ? options.host_comm : comm;
   if (hcomm->rank() != comm->rank() || hcomm->size() != comm->size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TrainerOptions.host_comm is rank ", hcomm->rank(), " of ", hcomm->size(),
-        " but comm is rank ", comm->rank(), " of ", comm->size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.host_comm is rank ", hcomm->rank(), " of ", hcomm->size(),
+                     " but comm is rank ", comm->rank(), " of ", comm->size()));
   }
   rank = comm->rank();
   world = comm->size();
@@ -192,11 +207,17 @@ absl::Status Trainer::State::CheckOptions() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::State::BuildMesh() {
+  RM_ASSIGN_OR_RETURN(groups, BuildMeshGroups(config, *hcomm, options.op_timeout));
+  return absl::OkStatus();
+}
+
 // The data, the model, and the device the step runs on (its memory holds the flat buffers).
 absl::Status Trainer::State::LoadModel() {
   // Threads: the config's, or this host's cores shared among its ranks.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, options.local_ranks));
+  threads =
+      config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, options.local_ranks));
   kernels::SetBlasThreads(threads);
   if (options.train_data != nullptr) {
     data.train = options.train_data;
@@ -209,8 +230,7 @@ absl::Status Trainer::State::LoadModel() {
   // The step buffers' elements: data parallelism's padded flat space, or a rank's pieces.
   int64_t elements = PaddedElements(model->table().total_elements(), world);
   if (UsesShardedStrategy(config)) {
-    RM_ASSIGN_OR_RETURN(FsdpLayout layout,
-                        ShardedLayout(ShardedOptionsFor(config, *model), world));
+    RM_ASSIGN_OR_RETURN(FsdpLayout layout, ShardedLayout(ShardedOptionsFor(config, *model), world));
     elements = layout.local_elements;
   }
   allocating = "the model's state on its device";
@@ -266,7 +286,11 @@ absl::Status Trainer::State::BuildState() {
   const state::TensorTable& table = model->table();
   const bool sharded = UsesShardedStrategy(config);
   VectorOps* comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
-  if (sharded) {
+  if (groups.mesh) {
+    RM_ASSIGN_OR_RETURN(strategy,
+                        CreatePipelineStrategy(config, *model, groups, *hcomm, options.op_timeout));
+    pipeline = strategy->pipeline();
+  } else if (sharded) {
     ShardedOptions so = ShardedOptionsFor(config, *model);
     so.op_timeout = options.op_timeout;
     so.ops = ops;
@@ -287,12 +311,19 @@ absl::Status Trainer::State::BuildState() {
       {&config, model.get(), strategy.get(), world, /*state_on_host=*/device == nullptr}));
   const int64_t local = strategy->local_elements();
   allocating = absl::StrFormat("the %s parameters and gradients (%d floats each, %.4g GiB)",
-                               sharded ? "sharded" : "flat", local, local * 4.0 / (1 << 30));
+                               pipeline != nullptr ? "pipeline stages'"
+                               : sharded           ? "sharded"
+                                                   : "flat",
+                               local, local * 4.0 / (1 << 30));
   params = state::FlatBuffer(local);
   grads = state::FlatBuffer(device != nullptr ? 0 : local);
   step_params = device != nullptr ? device->params() : params.span();
   step_grads = device != nullptr ? device->grads() : grads.span();
-  if (sharded) {
+  if (pipeline != nullptr) {
+    // Each rank holds its stages' tensors: it fills them from the common seed.
+    params.Zero();
+    model->InitPieces(config.seed, pipeline->held_pieces(), params.span());
+  } else if (sharded) {
     // Each rank holds other pieces: it fills its own from the common seed.
     params.Zero();
     model->InitPieces(config.seed, strategy->update_pieces(), params.span());
@@ -316,7 +347,11 @@ absl::Status Trainer::State::BuildState() {
 absl::Status Trainer::State::BuildSchedule() {
   RM_ASSIGN_OR_RETURN(sampler,
                       data::GlobalBatchSampler::Create(data.train->size(), {config.seed, false}));
-  RM_ASSIGN_OR_RETURN(plan, PlanRankBatches(config, world));
+  if (pipeline != nullptr) {
+    RM_ASSIGN_OR_RETURN(plan, PlanPipelineBatches(config, groups.dp_size));
+  } else {
+    RM_ASSIGN_OR_RETURN(plan, PlanRankBatches(config, world));
+  }
   steps_per_epoch = sampler->BatchesPerEpoch(config.global_batch);
   total_steps = config.steps > 0 ? config.steps : config.epochs * steps_per_epoch;
   LrScheduleOptions lo = config.schedule;
@@ -341,6 +376,12 @@ void Trainer::State::SayStart() const {
                    " BLAS thread(s) per rank"));
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
+  if (groups.mesh) Say(absl::StrCat("mesh: ", groups.mesh->ToString()));
+  if (config.fingerprint_every > 0 && pipeline != nullptr) {
+    Say("fingerprints: none compared (diagnostics.fingerprint_every): under pipeline "
+        "parallelism each rank holds other tensors; their replicas across data-parallel "
+        "groups are not compared in this version");
+  }
   if (config.fingerprint_every > 0 && strategy->store() != nullptr &&
       strategy->replicated_parameters() == nullptr) {
     Say("fingerprints: none compared (diagnostics.fingerprint_every): under ZeRO-3 each "
@@ -350,8 +391,8 @@ void Trainer::State::SayStart() const {
   if (comm->backend() == "tcp") gradient_notes.push_back("staged through host memory");
   if (!why_backend.empty()) gradient_notes.push_back(why_backend);
   Say(device != nullptr
-          ? absl::StrCat("device: ", device->Describe(), "; gradients over ", comm->backend(),
-                         " (", absl::StrJoin(gradient_notes, "; "), ")")
+          ? absl::StrCat("device: ", device->Describe(), "; gradients over ", comm->backend(), " (",
+                         absl::StrJoin(gradient_notes, "; "), ")")
           : absl::StrCat("device: cpu", why_cpu.empty() ? "" : absl::StrCat(" (", why_cpu, ")")));
 }
 
@@ -373,6 +414,7 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   ro.resident = options.resident;
   ro.whole_state = strategy->whole_state_on_every_rank();
   if (strategy->store() != nullptr) ro.param_pieces = strategy->saved_pieces();
+  if (pipeline != nullptr) ro.param_pieces = pipeline->held_pieces();
   ro.total_steps = total_steps;
   ro.schedule = &*schedule;
   ro.say = [this](const std::string& line) { Say(line); };
@@ -411,13 +453,12 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
           const state::FlatRange part{std::max(b.range.begin, p.range.begin),
                                       std::min(b.range.end, p.range.end)};
           if (part.begin >= part.end) continue;
-          req.buffers.push_back({b.name, total, part,
-                                 b.data.subspan(part.begin - b.range.begin, part.size())});
+          req.buffers.push_back(
+              {b.name, total, part, b.data.subspan(part.begin - b.range.begin, part.size())});
         }
-        const bool named = std::any_of(req.buffers.begin(), req.buffers.end(),
-                                       [&](const checkpoint::BufferShard& x) {
-                                         return x.name == b.name;
-                                       });
+        const bool named =
+            std::any_of(req.buffers.begin(), req.buffers.end(),
+                        [&](const checkpoint::BufferShard& x) { return x.name == b.name; });
         if (!named) req.buffers.push_back({b.name, total, {0, 0}, {}});
       }
       req.state.step = done;
@@ -452,8 +493,10 @@ absl::Status Trainer::State::Evaluate() {
   if (data.test == nullptr) return absl::OkStatus();
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
   const int64_t eval_batch = std::max<int64_t>(256, plan.max_micro_batch);
-  const std::vector<data::Range> mine =
-      data::EvaluationBatches(data.test->size(), eval_batch, world, rank);
+  // Under pipeline parallelism the ranks of a data-parallel replica evaluate its share
+  // together, the loss on its last stage's rank.
+  const std::vector<data::Range> mine = data::EvaluationBatches(
+      data.test->size(), eval_batch, groups.dp_size, pipeline != nullptr ? groups.dp_rank : rank);
   ParameterStore* store = strategy->store();
   // With a store the ranks gather units together: every rank runs as many batches as the
   // rank with the most, the extra ones on a stand-in sample whose result is dropped.
@@ -470,7 +513,9 @@ absl::Status Trainer::State::Evaluate() {
     const std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
     RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
     absl::StatusOr<StepStats> s;
-    if (store != nullptr) {
+    if (pipeline != nullptr) {
+      s = pipeline->Evaluate(batch, step_params, config.precision);
+    } else if (store != nullptr) {
       RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
       strategy->BeginPass(ParallelStrategy::Pass::kEvaluate);
       s = model->Evaluate(batch, params, config.precision, store);
@@ -493,7 +538,8 @@ absl::Status Trainer::State::Evaluate() {
 
 // This rank's share of the global batch in micro-batches; the last one's gradients are
 // handed to the strategy as backward finishes them. `stats`: loss sum, terms, correct.
-absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool measure, double stats[3]) {
+absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool measure,
+                                             double stats[3]) {
   const int64_t count = static_cast<int64_t>(gb.indices.size());
   ForwardBackwardOptions fb;
   fb.loss_divisor = static_cast<double>(count * model->LossTermsPerSample());
@@ -501,6 +547,20 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
   fb.precision = config.precision;
   RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
   strategy->BeginGradients(step_grads.data(), measure);
+  if (pipeline != nullptr) {
+    std::vector<bool> discarded;
+    RM_RETURN_IF_ERROR(GatherPipelineMicroBatches(plan, gb, groups.dp_rank, *data.train,
+                                                  &micro_batches, &discarded));
+    RM_ASSIGN_OR_RETURN(StepStats s,
+                        pipeline->RunStep(micro_batches, step_params, step_grads, fb, discarded));
+    stats[0] += s.loss_sum;
+    stats[1] += static_cast<double>(s.loss_terms);
+    stats[2] += static_cast<double>(s.correct);
+    RM_RETURN_IF_ERROR(strategy->ReduceGradients());
+    comm_time += strategy->last_step().comm_time;
+    exposed_comm += strategy->last_step().exposed_wait;
+    return absl::OkStatus();
+  }
   ParameterStore* store = strategy->store();
   fb.store = store;
   bool ran = false;
@@ -556,11 +616,11 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
     // gradient that is not finite means the run diverged. The norm is global: every rank
     // stops here alike.
     if (!apply && !scaler) {
-      return Diverged(config, step + 1,
-                      absl::StrCat("the gradient norm is ", norm.norm, " and ",
-                                   PrecisionName(config.precision),
-                                   " has no loss scaler to skip such a step"),
-                      result.skipped_steps());
+      return Diverged(
+          config, step + 1,
+          absl::StrCat("the gradient norm is ", norm.norm, " and ", PrecisionName(config.precision),
+                       " has no loss scaler to skip such a step"),
+          result.skipped_steps());
     }
   }
   // The optimizer writes the parameters and moments that a save begun after the last step
@@ -582,8 +642,9 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
 // save now, and their own failed saves: signals and clocks differ between ranks; the sum
 // makes every rank decide alike), then the saves, fingerprints, evaluation and reports the
 // step triggers.
-absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double stats[3], bool applied,
-                              const GradNorm& norm, double lr, absl::Time step_start) {
+absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double stats[3],
+                                       bool applied, const GradNorm& norm, double lr,
+                                       absl::Time step_start) {
   const int64_t done = step + 1;
   const bool last_step = done == total_steps;
   const bool drain_vote = (options.drain_requested != nullptr && options.drain_requested->load()) ||
@@ -610,19 +671,21 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
   }
   // The replicas the ranks compute with: the parameters, or ZeRO-2's compute copy (ZeRO-3
   // keeps none; SayStart said so).
-  const float* replicas =
-      strategy->store() == nullptr ? params.data() : strategy->replicated_parameters();
+  const float* replicas = pipeline != nullptr            ? nullptr
+                          : strategy->store() == nullptr ? params.data()
+                                                         : strategy->replicated_parameters();
   if (config.fingerprint_every > 0 && replicas != nullptr &&
       (done % config.fingerprint_every == 0 || last_step)) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
     state::FlatBuffer copy;  // ZeRO-2's compute copy on a GPU, read on the host
     if (replicas != params.data() && ops->device_memory()) {
       copy = state::FlatBuffer(model->table().total_elements());
-      RM_RETURN_IF_ERROR(ops->CopyToHost({replicas, static_cast<size_t>(copy.size())}, copy.data()));
+      RM_RETURN_IF_ERROR(
+          ops->CopyToHost({replicas, static_cast<size_t>(copy.size())}, copy.data()));
       replicas = copy.data();
     }
-    RM_RETURN_IF_ERROR(CheckFingerprints(*hcomm, model->table(), replicas, result.final_loss(),
-                                         done, Deadline()));
+    RM_RETURN_IF_ERROR(
+        CheckFingerprints(*hcomm, model->table(), replicas, result.final_loss(), done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
   if (epoch_end && config.data.eval_every_epoch) RM_RETURN_IF_ERROR(Evaluate());
@@ -692,15 +755,16 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   if (data.train->info().context > 0) {
     result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
   }
-  const int64_t activations = device != nullptr ? device->activation_bytes()
-                                                : model->memory().activation_bytes_peak;
+  const int64_t activations = device != nullptr     ? device->activation_bytes()
+                              : pipeline != nullptr ? pipeline->activation_bytes()
+                                                    : model->memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
   // Memory held by this rank against the plan (train/memory_plan.h; `ringctl estimate
   // memory` prints it before a job runs).
   constexpr double kMiB = 1 << 20;
   std::string planned;
   if (auto p = PlanRankState(config, *model, world, config.zero_stage, config.fsdp.wrap);
-      p.ok() && device == nullptr) {
+      p.ok() && device == nullptr && pipeline == nullptr) {
     planned = absl::StrFormat(
         "; planned for rank 0: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
         "unit buffers at most %.2f MiB",
@@ -709,9 +773,10 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   }
   const int64_t copy_bytes = device != nullptr ? device->parameter_copy_bytes() : 0;
   const int64_t units = strategy->unit_buffer_bytes_peak();
-  const int64_t replica = strategy->store() != nullptr && strategy->replicated_parameters() != nullptr
-                              ? model->table().total_elements() * 4
-                              : 0;
+  const int64_t replica =
+      strategy->store() != nullptr && strategy->replicated_parameters() != nullptr
+          ? model->table().total_elements() * 4
+          : 0;
   result.set_parameter_bytes(static_cast<double>(step_params.size() * 4 + replica));
   result.set_gradient_bytes(static_cast<double>(step_grads.size() * 4));
   result.set_unit_buffer_bytes(static_cast<double>(units));
@@ -733,7 +798,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       result.peak_rss_bytes() / kMiB, planned));
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
-    if (strategy->store() == nullptr) {
+    if (strategy->store() == nullptr && pipeline == nullptr) {
       options.on_finish(model->table(), params);
     } else {  // this rank holds pieces: the whole model, gathered
       state::FlatBuffer whole(model->table().total_elements());
@@ -772,6 +837,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   t.options = options;
   try {
     RM_RETURN_IF_ERROR(t.CheckOptions());
+    RM_RETURN_IF_ERROR(t.BuildMesh());
     RM_RETURN_IF_ERROR(t.LoadModel());
     RM_RETURN_IF_ERROR(t.ChooseGradientComm());
     RM_RETURN_IF_ERROR(t.BuildState());
@@ -835,7 +901,8 @@ absl::Status Trainer::StepOnce() {
     t.consistent_sampler = t.sampler_state;
     if (t.scaler) t.consistent_scaler = t.scaler->state();
     t.reporter->Count(static_cast<int64_t>(gb.indices.size()), t.strategy->last_step());
-    absl::Status after = t.AfterStep(gb, stats, applied, norm, t.schedule->LrAt(t.step), step_start);
+    absl::Status after =
+        t.AfterStep(gb, stats, applied, norm, t.schedule->LrAt(t.step), step_start);
     ++t.step;
     if (t.step >= t.total_steps) t.finished = true;
     return after;

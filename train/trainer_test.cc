@@ -30,11 +30,11 @@
 #include "common/file_util.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "config/train_config.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/text_dataset.h"
@@ -43,12 +43,12 @@
 namespace ringmaster::train {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
 using comm::TcpCommunicator;
 using comm::testing::MultiProcOptions;
 using comm::testing::RankResult;
 using comm::testing::RunRanks;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The trainer's options for a validated spec with its defaults.
 TrainConfig Config(const JobSpec& spec) {
@@ -156,7 +156,9 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     if (!spec.ok()) return spec.status();
     std::unique_ptr<data::Dataset> train_data = DataFor(*spec);
     std::unique_ptr<data::Dataset> test_data;
-    if (evaluate) test_data = Synthetic(513);
+    if (evaluate) {
+      test_data = spec->model().has_gpt() ? SyntheticText() : Synthetic(513);
+    }
     TrainerOptions o;
     o.config = Config(*spec);
     o.comm = &comm;
@@ -185,21 +187,22 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     if (!result.ok()) return result.status();
     if (reports.empty() || reports.back().step != result->steps() ||
         reports.back().loss != result->final_loss()) {
-      return absl::InternalError(absl::StrCat("on_step: ", reports.size(), " reports for ",
-                                              result->steps(), " steps"));
+      return absl::InternalError(
+          absl::StrCat("on_step: ", reports.size(), " reports for ", result->steps(), " steps"));
     }
     for (size_t i = 1; i < reports.size(); ++i) {
-      if (reports[i].step != reports[i - 1].step + 1 || reports[i].step_time <= absl::ZeroDuration()) {
-        return absl::InternalError(absl::StrCat("on_step: report ", i, " is step ",
-                                                reports[i].step));
+      if (reports[i].step != reports[i - 1].step + 1 ||
+          reports[i].step_time <= absl::ZeroDuration()) {
+        return absl::InternalError(
+            absl::StrCat("on_step: report ", i, " is step ", reports[i].step));
       }
     }
     const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
     absl::Status s = WriteFileAtomically(
         prefix + ".txt",
         absl::StrCat(result->optimizer_state_bytes(), " ", result->skipped_steps(), " ",
-                     result->final_loss(), " ", result->resumed_from_step(), " ", result->steps(), " ",
-                     result->gradient_backend(), " ", result->parameter_bytes(), " ",
+                     result->final_loss(), " ", result->resumed_from_step(), " ", result->steps(),
+                     " ", result->gradient_backend(), " ", result->parameter_bytes(), " ",
                      result->gradient_bytes(), " ", result->unit_buffer_bytes(), " ",
                      result->has_eval_accuracy() ? result->eval_accuracy() : -1.0, " ",
                      result->has_eval_loss() ? result->eval_loss() : -1.0));
@@ -238,8 +241,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
 
 // Same parameters up to float summation order: |a - b| <= 2e-5 + 1e-4 |b|.
 // |a - b| <= absolute + relative |b| for every parameter.
-void ExpectCloseParameters(const RunResult& a, const RunResult& b, double absolute,
-                           double relative, const std::string& what) {
+void ExpectCloseParameters(const RunResult& a, const RunResult& b, double absolute, double relative,
+                           const std::string& what) {
   ASSERT_EQ(a.params.size(), b.params.size()) << what;
   ASSERT_FALSE(a.params.empty()) << what;
   int bad = 0;
@@ -292,8 +295,8 @@ TEST_F(TrainerTest, StepByStepThenRunIsRunTraining) {
     RM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o));
     if (trainer->steps_done() != 0 || trainer->total_steps() != reference_->steps ||
         trainer->finished()) {
-      return absl::InternalError(absl::StrCat("at start: ", trainer->steps_done(), " of ",
-                                              trainer->total_steps()));
+      return absl::InternalError(
+          absl::StrCat("at start: ", trainer->steps_done(), " of ", trainer->total_steps()));
     }
     RM_RETURN_IF_ERROR(trainer->Step());
     RM_RETURN_IF_ERROR(trainer->Step());
@@ -303,8 +306,8 @@ TEST_F(TrainerTest, StepByStepThenRunIsRunTraining) {
     RM_ASSIGN_OR_RETURN(TrainResult result, trainer->Run());
     if (!trainer->finished() || result.steps() != reference_->steps ||
         std::fabs(result.final_loss() - reference_->final_loss) > 1e-5) {
-      return absl::InternalError(absl::StrCat("run: ", result.steps(), " steps, loss ",
-                                              result.final_loss()));
+      return absl::InternalError(
+          absl::StrCat("run: ", result.steps(), " steps, loss ", result.final_loss()));
     }
     absl::Status again = trainer->Step();
     if (!absl::IsFailedPrecondition(again)) {
@@ -346,8 +349,9 @@ TEST_F(TrainerTest, ZeroStagesMatchPlainDataParallelismWithAShareOfTheState) {
       {3, {}},  // wrap: block, prefetch: both
       {3, {"parallelism.fsdp.wrap=layer", "parallelism.fsdp.prefetch=none"}},
       {3, {"parallelism.fsdp.wrap=model", "parallelism.fsdp.reshard_after_forward=false"}},
-      {3, {"parallelism.fsdp.wrap=layer", "parallelism.fsdp.prefetch=forward",
-           "parallelism.fsdp.prefetch_limit=2", "batch.accumulation=2"}},
+      {3,
+       {"parallelism.fsdp.wrap=layer", "parallelism.fsdp.prefetch=forward",
+        "parallelism.fsdp.prefetch_limit=2", "batch.accumulation=2"}},
   };
   for (const Case& c : cases) {
     for (int world : {2, 3}) {
@@ -465,14 +469,138 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
       Train(3, {"parallelism.zero_stage=1", "parallelism.activation_checkpointing_every=1"},
             kGptSpec),
       one, "gpt world 3, ZeRO-1, checkpointing every block");
-  ExpectSameParameters(Train(2, {"parallelism.zero_stage=3"}, kGptSpec), one, "gpt world 2, ZeRO-3");
-  ExpectSameParameters(Train(3,
-                             {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
-                              "parallelism.activation_checkpointing_every=1",
-                              "batch.accumulation=2"},
-                             kGptSpec),
-                       one, "gpt world 3, ZeRO-3 by layer, checkpointing, accumulation");
-  ExpectSameParameters(Train(2, {"parallelism.zero_stage=2"}, kGptSpec), one, "gpt world 2, ZeRO-2");
+  ExpectSameParameters(Train(2, {"parallelism.zero_stage=3"}, kGptSpec), one,
+                       "gpt world 2, ZeRO-3");
+  ExpectSameParameters(
+      Train(3,
+            {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
+             "parallelism.activation_checkpointing_every=1", "batch.accumulation=2"},
+            kGptSpec),
+      one, "gpt world 3, ZeRO-3 by layer, checkpointing, accumulation");
+  ExpectSameParameters(Train(2, {"parallelism.zero_stage=2"}, kGptSpec), one,
+                       "gpt world 2, ZeRO-2");
+}
+
+// Pipeline parallelism (parallelism.mesh.pp, train/pipeline_parallel.h): every schedule, with
+// and without data parallelism across the pipelines (ZeRO-0 and 1), activation checkpointing
+// and bf16, trains the GPT to the parameters of one rank with the same global batch, and
+// evaluates it to the same loss.
+// kGptSpec's job with 4 blocks (up to 4 stages), and `overrides`.
+std::vector<std::string> Pipelined(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), "model.gpt.layers=4");
+  return overrides;
+}
+
+TEST(GptTraining, PipelineLayoutsMatchOneRank) {
+  const RunResult one = Train(1, Pipelined({}), kGptSpec, 0, Gradients::kTcp, /*evaluate=*/true);
+  ASSERT_FALSE(one.params.empty());
+  ASSERT_GT(one.eval_loss, 0);
+  struct Case {
+    int world;
+    std::vector<std::string> overrides;
+  };
+  const std::vector<Case> cases = {
+      {2, {"parallelism.mesh.pp=2"}},
+      {4,
+       {"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=gpipe",
+        "parallelism.pipeline.micro_batches=3"}},
+      {4, {"parallelism.mesh.pp=4", "parallelism.pipeline.schedule=zero_bubble"}},
+      {2,
+       {"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=interleaved_1f1b",
+        "parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.micro_batches=4"}},
+      {4,
+       {"parallelism.mesh.pp=2", "parallelism.zero_stage=1",
+        "parallelism.activation_checkpointing_every=1", "parallelism.pipeline.micro_batches=6"}},
+  };
+  for (const Case& c : cases) {
+    const std::string what = absl::StrCat("world ", c.world, " ", absl::StrJoin(c.overrides, " "));
+    const RunResult run =
+        Train(c.world, Pipelined(c.overrides), kGptSpec, 0, Gradients::kTcp, true);
+    ExpectSameParameters(run, one, what);
+    EXPECT_NEAR(run.final_loss, one.final_loss, 1e-5 * std::abs(one.final_loss)) << what;
+    EXPECT_NEAR(run.eval_loss, one.eval_loss, 1e-5 * std::abs(one.eval_loss)) << what;
+  }
+  // bf16: the stages round where the whole model rounds, each micro-batch's gradients as
+  // one rank's accumulation of the same micro-batches (pp 2's default is 4 of them).
+  const RunResult bf16 =
+      Train(1, Pipelined({"precision.compute=bf16", "batch.accumulation=4"}), kGptSpec);
+  ExpectSameParameters(
+      Train(2, Pipelined({"parallelism.mesh.pp=2", "precision.compute=bf16"}), kGptSpec), bf16,
+      "pp 2 in bf16");
+}
+
+// A checkpoint saved under one mesh resumes under another (the stages save their tensors in
+// the whole model's coordinates): pp 2 x dp 2 -> dp 3 -> pp 2 x dp 2 with ZeRO-1 -> pp 4, and
+// dp 2 with ZeRO-1 -> pp 2 (interleaved).
+TEST(GptTraining, CheckpointsMoveBetweenMeshes) {
+  const RunResult one = Train(1, Pipelined({"steps=6"}), kGptSpec);
+  ASSERT_FALSE(one.params.empty());
+  struct Leg {
+    int world;
+    std::vector<std::string> overrides;
+    int64_t stop_at;
+  };
+  const std::vector<std::vector<Leg>> journeys = {
+      {{4, {"parallelism.mesh.pp=2"}, 2},
+       {3, {}, 3},
+       {4, {"parallelism.mesh.pp=2", "parallelism.zero_stage=1"}, 5},
+       {4, {"parallelism.mesh.pp=4"}, 0}},
+      {{2, {"parallelism.zero_stage=1"}, 3},
+       {2,
+        {"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=interleaved_1f1b",
+         "parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.micro_batches=2"},
+        0}},
+  };
+  for (const std::vector<Leg>& journey : journeys) {
+    const std::string dir = comm::testing::FreshStoreDir() + "-checkpoints";
+    RunResult last;
+    std::string what;
+    for (const Leg& leg : journey) {
+      std::vector<std::string> o = leg.overrides;
+      o.push_back("steps=6");
+      o.push_back("checkpoint.dir=" + dir);
+      absl::StrAppend(&what, what.empty() ? "" : " -> ", "world ", leg.world, " ",
+                      absl::StrJoin(leg.overrides, " "));
+      last = Train(leg.world, Pipelined(o), kGptSpec, leg.stop_at);
+      ASSERT_FALSE(last.params.empty()) << what;
+      EXPECT_EQ(last.steps, leg.stop_at > 0 ? leg.stop_at : 6) << what;
+    }
+    ExpectSameParameters(last, one, what);
+  }
+}
+
+// What a pipeline job cannot be run as is refused naming the field.
+TEST(GptTraining, PipelineMisfitsAreNamed) {
+  auto run = [](int world, std::vector<std::string> overrides) {
+    absl::Status status;
+    MultiProcOptions mp;
+    mp.world_size = world;
+    auto results = RunRanks(mp, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+      auto spec = spec::LoadJobSpecText(kGptSpec, Pipelined(overrides));
+      if (!spec.ok()) return spec.status();
+      std::unique_ptr<data::Dataset> data = SyntheticText();
+      TrainerOptions o;
+      o.config = Config(*spec);
+      o.comm = &comm;
+      o.op_timeout = absl::Seconds(30);
+      o.train_data = data.get();
+      return RunTraining(o).status();
+    });
+    return results[0].status;
+  };
+  absl::Status s = run(3, {"parallelism.mesh.pp=2"});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("parallelism.mesh")) << s;
+  EXPECT_THAT(s.message(), HasSubstr("multiple of 2")) << s;
+  s = run(2, {"parallelism.mesh.pp=2", "batch.accumulation=2"});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("batch.accumulation")) << s;
+  s = run(2, {"parallelism.mesh.pp=2", "device=cuda"});
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("device: cuda")) << s;
+  s = run(2, {"parallelism.mesh.tp=2"});
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("parallelism.mesh.tp")) << s;
 }
 
 // The GPU path (train/device.h). The same GPT job trained on the CPU and on the GPU: one
@@ -616,9 +744,9 @@ TEST(TrainerOnGpu, Fp16LossScalingSkipsOverflowsAndBacksOff) {
     return more;
   };
   const RunResult cpu = Train(1, with({"device=cpu"}), kGpuSpec);
-  const RunResult safe = Train(
-      1, with({"device=cuda", "precision.compute=fp16", "precision.loss_scale.initial=1024"}),
-      kGpuSpec);
+  const RunResult safe =
+      Train(1, with({"device=cuda", "precision.compute=fp16", "precision.loss_scale.initial=1024"}),
+            kGpuSpec);
   EXPECT_EQ(safe.skipped_steps, 0);
   ExpectCloseParameters(safe, cpu, 1e-3, 1e-2, "gpu fp16 vs cpu fp32");
 
@@ -660,8 +788,8 @@ TEST(TrainerOnGpu, ShardedMatchesTheCpu) {
   const std::vector<std::vector<std::string>> cases = {
       {"parallelism.zero_stage=2"},
       {"parallelism.zero_stage=3"},  // wrap block, prefetch both
-      {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
-       "parallelism.fsdp.prefetch=none", "batch.accumulation=2"},
+      {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer", "parallelism.fsdp.prefetch=none",
+       "batch.accumulation=2"},
       {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=model",
        "parallelism.fsdp.reshard_after_forward=false",
        "parallelism.activation_checkpointing_every=1"},
@@ -681,8 +809,8 @@ TEST(TrainerOnGpu, ShardedMatchesTheCpu) {
 
   const std::vector<std::string> bf16 = {"model.gpt.width=64", "model.gpt.heads=1",
                                          "precision.compute=bf16"};
-  const RunResult cpu32 = Train(1, {"device=cpu", "model.gpt.width=64", "model.gpt.heads=1"},
-                                kGpuSpec);
+  const RunResult cpu32 =
+      Train(1, {"device=cpu", "model.gpt.width=64", "model.gpt.heads=1"}, kGpuSpec);
   std::vector<std::string> set = bf16;
   set.insert(set.end(), {"device=cuda", "parallelism.zero_stage=3", "precision.reduce=bf16"});
   ExpectCloseParameters(Train(2, set, kGpuSpec), cpu32, 1e-3, 1e-2, "gpu ZeRO-3 bf16, 2 ranks");
@@ -725,9 +853,11 @@ TEST(TrainerBackend, NcclNeedsEveryRankOnItsOwnGpu) {
     o.nccl_prefix = "nccl";
     absl::Status s = RunTraining(o).status();
     if (s.code() != absl::StatusCode::kFailedPrecondition ||
-        !absl::StrContains(s.message(), "backend: nccl needs every rank on its own GPU, but "
-                                        "rank 0 trains on the CPU")) {
-      return absl::InternalError(absl::StrCat("want FAILED_PRECONDITION naming backend: ", s.ToString()));
+        !absl::StrContains(s.message(),
+                           "backend: nccl needs every rank on its own GPU, but "
+                           "rank 0 trains on the CPU")) {
+      return absl::InternalError(
+          absl::StrCat("want FAILED_PRECONDITION naming backend: ", s.ToString()));
     }
     // Without a Store the trainer cannot bootstrap NCCL at all, and says so.
     o.nccl_store = nullptr;
@@ -765,9 +895,8 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
   const std::string store_dir = comm::testing::FreshStoreDir() + "-epoch2";
   const std::string out_dir = comm::testing::FreshStoreDir() + "-out";
   ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
-  const std::vector<std::string> overrides = {
-      "steps=10", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=4",
-      "resume=auto"};
+  const std::vector<std::string> overrides = {"steps=10", absl::StrCat("checkpoint.dir=", root),
+                                              "checkpoint.every_steps=4", "resume=auto"};
   MultiProcOptions options;
   options.world_size = 3;
   auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
@@ -784,8 +913,8 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     auto first = RunTraining(o);
     if (first.ok()) return absl::InternalError("epoch 1 should have failed");
     if (resident.step != 6) {
-      return absl::InternalError(absl::StrCat("epoch 1 kept step ", resident.step, ": ",
-                                              first.status().ToString()));
+      return absl::InternalError(
+          absl::StrCat("epoch 1 kept step ", resident.step, ": ", first.status().ToString()));
     }
     // Epoch 2: rank 0 is a replacement with nothing in memory.
     if (comm.rank() == 0) resident.Clear();
@@ -811,12 +940,13 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
     if (second->resumed_from_step() != 6 || second->resumed_from_memory_of() != 1 ||
         second->steps() != 10) {
       return absl::InternalError(absl::StrCat("resumed from step ", second->resumed_from_step(),
-                                              " of rank ", second->resumed_from_memory_of(),
-                                              ", ", second->steps(), " steps"));
+                                              " of rank ", second->resumed_from_memory_of(), ", ",
+                                              second->steps(), " steps"));
     }
     return WriteFileAtomically(absl::StrCat(out_dir, "/rank", comm.rank(), ".params"), params);
   });
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   // The checkpoint at step 4 was there and was not the one used.
   EXPECT_EQ(checkpoint::ReadLatest(Env::Default(), root + "/trainer_test").value_or(-1), 10);
   RunResult reference = Train(1, {"steps=10"});
@@ -825,7 +955,8 @@ TEST_F(TrainerTest, SurvivorsRestoreFromMemoryAndLoseNoStep) {
   ASSERT_TRUE(params.ok()) << params.status();
   restored.params.resize(params->size() / 4);
   memcpy(restored.params.data(), params->data(), params->size());
-  ExpectSameParameters(restored, reference, "3 ranks, a failure after step 6, restored from memory");
+  ExpectSameParameters(restored, reference,
+                       "3 ranks, a failure after step 6, restored from memory");
 }
 
 TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
@@ -833,12 +964,13 @@ TEST(TrainerDiskFull, TrainingGoesOnAndNoPartialCheckpointIsVisible) {
   MultiProcOptions options;
   options.world_size = 1;
   auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-    auto spec = spec::LoadJobSpecText(
-        kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root), "checkpoint.every_steps=2",
-                "checkpoint.keep_last=10"});
+    auto spec =
+        spec::LoadJobSpecText(kSpec, {"steps=8", absl::StrCat("checkpoint.dir=", root),
+                                      "checkpoint.every_steps=2", "checkpoint.keep_last=10"});
     if (!spec.ok()) return spec.status();
     FaultInjectionEnv env(Env::Default(), [](const FileOp& op) -> absl::Status {
-      const bool full = absl::StrContains(op.path, "step-4") || absl::StrContains(op.path, "step-6");
+      const bool full =
+          absl::StrContains(op.path, "step-4") || absl::StrContains(op.path, "step-6");
       if (op.kind != FileOp::Kind::kPWrite || !full) return absl::OkStatus();
       return ::ringmaster::ErrnoToStatus(ENOSPC, absl::StrCat("pwrite of ", op.path));
     });
@@ -1105,9 +1237,8 @@ TEST(TrainResultJson, IsOneLineOfJsonWithoutWhatIsNotFinite) {
   EXPECT_EQ(json["parameters"], 7e9) << "a number, not protobuf's string for an int64";
   for (const char* key :
        {"samples_per_second", "tokens_per_second", "world_size", "parameters", "comm_seconds",
-        "exposed_comm_seconds", "elapsed_seconds", "activation_bytes_peak",
-        "optimizer_state_bytes", "resumed_from_step", "checkpoints_saved",
-        "checkpoint_failures"}) {
+        "exposed_comm_seconds", "elapsed_seconds", "activation_bytes_peak", "optimizer_state_bytes",
+        "resumed_from_step", "checkpoints_saved", "checkpoint_failures"}) {
     EXPECT_TRUE(json.contains(key)) << key;
     EXPECT_TRUE(json[key].is_number()) << key;
   }
@@ -1197,15 +1328,16 @@ TEST(TrainerExtend, ALongerJobResumesAtItsLastStepWhenAskedAndNamesWhatDiffers) 
     MultiProcOptions options;
     options.world_size = 1;
     overrides.push_back("checkpoint.dir=" + dir);
-    return RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
-             RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, overrides));
-             auto train_data = Synthetic();
-             TrainerOptions o = ForkedRankOptions(spec, comm, train_data.get());
-             std::vector<std::string> lines;
-             o.progress = [&](const std::string& line) { lines.push_back(line); };
-             RM_ASSIGN_OR_RETURN(TrainResult result, RunTraining(o));
-             return check(result, lines);
-           })[0]
+    return RunRanks(options,
+                    [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+                      RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, overrides));
+                      auto train_data = Synthetic();
+                      TrainerOptions o = ForkedRankOptions(spec, comm, train_data.get());
+                      std::vector<std::string> lines;
+                      o.progress = [&](const std::string& line) { lines.push_back(line); };
+                      RM_ASSIGN_OR_RETURN(TrainResult result, RunTraining(o));
+                      return check(result, lines);
+                    })[0]
         .status;
   };
   auto ok = [](const TrainResult&, const std::vector<std::string>&) { return absl::OkStatus(); };

@@ -698,8 +698,8 @@ absl::StatusOr<StepStats> GptModel::SliceLoss() {
 absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
                                                   const ForwardBackwardOptions& options,
                                                   absl::Span<const float> output_grad,
-                                                  absl::Span<float> input_grad,
-                                                  bool defer_weights) {
+                                                  absl::Span<float> input_grad, bool defer_weights,
+                                                  bool discard) {
   RM_RETURN_IF_ERROR(CheckLossOptions(options));
   if (options.store != nullptr) {
     return absl::InvalidArgumentError("SliceBackward: a ParameterStore (not for pipeline stages)");
@@ -741,9 +741,13 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
                     IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
   StepStats stats;
   if (has_head()) {
-    const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
-    stats = loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dbig_.data());
-    RoundToPrecision(pass.precision, dbig_.data(), rows * options_.vocab);
+    if (discard) {
+      std::fill_n(dbig_.data(), rows * options_.vocab, 0.0f);
+    } else {
+      const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+      stats = loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dbig_.data());
+      RoundToPrecision(pass.precision, dbig_.data(), rows * options_.vocab);
+    }
     HeadBackward(pass, writer);
   } else {
     std::copy(output_grad.begin(), output_grad.end(), dresidual_.data());

@@ -149,11 +149,14 @@ class GptModel final : public Model {
   // options.store must be null, on_grads_ready is not called). With defer_weights the linear
   // layers' weight and bias gradients are left for SliceBackwardWeights (their inputs' and
   // outputs' gradients kept until then; LayerNorms and embeddings are done here): the
-  // zero-bubble schedule's split. StepStats: the loss on the last stage, zeros elsewhere.
+  // zero-bubble schedule's split. With discard (the last stage: a stand-in micro-batch that
+  // does not count) the loss's gradient is zero, so every gradient it adds is zero, and the
+  // StepStats are zeros. StepStats: the loss on the last stage, zeros elsewhere.
   absl::StatusOr<StepStats> SliceBackward(absl::Span<float> grads,
                                           const ForwardBackwardOptions& options,
                                           absl::Span<const float> output_grad,
-                                          absl::Span<float> input_grad, bool defer_weights);
+                                          absl::Span<float> input_grad, bool defer_weights,
+                                          bool discard = false);
   // The deferred weight gradients of the last SliceBackward (FAILED_PRECONDITION if none are
   // pending); the sums are the ones SliceBackward without defer_weights adds, bit for bit.
   absl::Status SliceBackwardWeights(absl::Span<float> grads, const ForwardBackwardOptions& options);

@@ -38,7 +38,8 @@ GptStage::GptStage(std::unique_ptr<nn::GptModel> first) : slice_(first->options(
 
 absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
                                  absl::Span<const float> params, absl::Span<float> grads,
-                                 const ForwardBackwardOptions& options) {
+                                 const ForwardBackwardOptions& options,
+                                 std::vector<bool> discarded) {
   const int64_t need = model().table().total_elements();
   if (static_cast<int64_t>(params.size()) < need || static_cast<int64_t>(grads.size()) < need) {
     return absl::InvalidArgumentError(
@@ -49,6 +50,13 @@ absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
     return absl::InvalidArgumentError(
         "GptStage::BeginStep: a ParameterStore (not for pipeline stages)");
   }
+  if (!discarded.empty() && discarded.size() != micro_batches.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GptStage::BeginStep: ", discarded.size(),
+                                                   " discard marks for ", micro_batches.size(),
+                                                   " micro-batches"));
+  }
+  discarded.resize(micro_batches.size(), false);
+  discarded_ = std::move(discarded);
   // A failed step can leave micro-batches in flight: that step is lost, its models free.
   while (!in_flight_.empty()) Release(in_flight_.begin()->first);
   micro_batches_ = micro_batches;
@@ -134,8 +142,9 @@ absl::StatusOr<nn::GptModel*> GptStage::InFlight(int micro) const {
 absl::Status GptStage::BackwardOf(int micro, absl::Span<const float> output_grad,
                                   absl::Span<float> input_grad, bool defer_weights) {
   RM_ASSIGN_OR_RETURN(nn::GptModel * model, InFlight(micro));
-  RM_ASSIGN_OR_RETURN(const StepStats stats, model->SliceBackward(grads_, options_, output_grad,
-                                                                  input_grad, defer_weights));
+  RM_ASSIGN_OR_RETURN(const StepStats stats,
+                      model->SliceBackward(grads_, options_, output_grad, input_grad, defer_weights,
+                                           discarded_[micro]));
   stats_.loss_sum += stats.loss_sum;
   stats_.loss_terms += stats.loss_terms;
   stats_.correct += stats.correct;

@@ -57,10 +57,14 @@ class GptStage final : public PipelineStage {
   // others only their sizes), the stage's parameters (unchanged until the step ends) and its
   // gradients (zeroed here; the step adds to them), and the loss scale, divisor and precision
   // (`options.store`, `accumulate` and `on_grads_ready` do not apply). All must outlive the
-  // step. INVALID_ARGUMENT for buffers smaller than the slice's table or a store. What a
-  // failed step left in flight is dropped.
+  // step. `discarded` (empty: none) marks stand-in micro-batches that do not count (a
+  // replica with fewer samples than micro-batches in a short global batch): they run, so that
+  // every stage exchanges the schedule's messages, but add nothing to the gradients or the
+  // loss. INVALID_ARGUMENT for buffers smaller than the slice's table, a store, or
+  // `discarded` of another length. What a failed step left in flight is dropped.
   absl::Status BeginStep(absl::Span<const Batch> micro_batches, absl::Span<const float> params,
-                         absl::Span<float> grads, const ForwardBackwardOptions& options);
+                         absl::Span<float> grads, const ForwardBackwardOptions& options,
+                         std::vector<bool> discarded = {});
   // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
   const StepStats& stats() const { return stats_; }
   // The most micro-batches in flight at once since Create, and the activation bytes their
@@ -103,6 +107,7 @@ class GptStage final : public PipelineStage {
   absl::Span<const float> params_;
   absl::Span<float> grads_;
   ForwardBackwardOptions options_;
+  std::vector<bool> discarded_;
   StepStats stats_;
 };
 

@@ -63,7 +63,10 @@ Reference RunWhole(const std::vector<Batch>& batches, const ForwardBackwardOptio
 }
 
 // Runs `o` on P forked ranks, each comparing its stages with the reference.
-void ExpectMatchesTheWholeModel(const ScheduleOptions& o, Precision precision) {
+// `discarded`: micro-batches that run as stand-ins and count for nothing (the reference
+// leaves them out).
+void ExpectMatchesTheWholeModel(const ScheduleOptions& o, Precision precision,
+                                const std::vector<bool>& discarded = {}) {
   const std::vector<Batch> batches = MicroBatches(o.micro_batches);
   ForwardBackwardOptions fb;
   fb.precision = precision;
@@ -90,11 +93,16 @@ void ExpectMatchesTheWholeModel(const ScheduleOptions& o, Precision precision) {
           m.grads = state::FlatBuffer(n);
           m.stage->model().Init(9, m.params);
           for (float& g : m.grads.span()) g = 77;  // BeginStep zeroes them
-          RM_RETURN_IF_ERROR(m.stage->BeginStep(batches, m.params.span(), m.grads.span(), fb));
+          RM_RETURN_IF_ERROR(
+              m.stage->BeginStep(batches, m.params.span(), m.grads.span(), fb, discarded));
           eo.stages[st] = m.stage.get();
         }
         RM_ASSIGN_OR_RETURN(PipelineRunStats stats, RunPipeline(eo));
-        const Reference ref = RunWhole(batches, fb);
+        std::vector<Batch> counted;
+        for (size_t i = 0; i < batches.size(); ++i) {
+          if (discarded.empty() || !discarded[i]) counted.push_back(batches[i]);
+        }
+        const Reference ref = RunWhole(counted, fb);
         for (const auto& [st, m] : mine) {
           for (const state::TensorSpec& t : m.stage->model().table().tensors()) {
             const std::vector<float>& want = ref.grads.at(t.name);
@@ -121,6 +129,15 @@ TEST(GptStage, EveryScheduleGivesTheWholeModelsGradientsBitForBit) {
   testing::ForEachLayout({1, 2, 4}, {1, 2, 4}, Whole().layers, [](const ScheduleOptions& o) {
     ExpectMatchesTheWholeModel(o, Precision::kFloat32);
   });
+}
+
+// A stand-in micro-batch (a replica short of samples) runs through every stage and adds
+// nothing: the gradients and the loss are those of the others alone, bit for bit.
+TEST(GptStage, DiscardedMicroBatchesCountForNothing) {
+  ExpectMatchesTheWholeModel({ScheduleKind::kOneFOneB, 2, 3, 1}, Precision::kFloat32,
+                             {false, true, false});
+  ExpectMatchesTheWholeModel({ScheduleKind::kZeroBubble, 2, 3, 1}, Precision::kBFloat16,
+                             {false, false, true});
 }
 
 TEST(GptStage, HalfPrecisionStagesToo) {

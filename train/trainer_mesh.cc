@@ -1,0 +1,125 @@
+#include "train/trainer_mesh.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "train/nn/gpt.h"
+#include "train/pipeline/schedule.h"
+
+namespace ringmaster::train {
+namespace {
+
+pipeline::ScheduleKind KindOf(PipelineScheduleKind kind) {
+  switch (kind) {
+    case PipelineScheduleKind::kGPipe:
+      return pipeline::ScheduleKind::kGPipe;
+    case PipelineScheduleKind::kOneFOneB:
+      return pipeline::ScheduleKind::kOneFOneB;
+    case PipelineScheduleKind::kInterleaved1F1B:
+      return pipeline::ScheduleKind::kInterleaved1F1B;
+    case PipelineScheduleKind::kZeroBubble:
+      return pipeline::ScheduleKind::kZeroBubble;
+  }
+  return pipeline::ScheduleKind::kOneFOneB;
+}
+
+}  // namespace
+
+absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Communicator& world,
+                                           absl::Duration op_timeout) {
+  MeshGroups g;
+  g.dp_rank = world.rank();
+  g.dp_size = world.size();
+  if (config.mesh.tp > 1) {
+    return absl::UnimplementedError(
+        absl::StrCat("parallelism.mesh.tp is ", config.mesh.tp,
+                     ": the trainer does not split the GPT's blocks over tensor-parallel ranks yet "
+                     "(train/tp has the column- and row-parallel layers); set mesh.tp: 1"));
+  }
+  if (config.mesh.pp <= 1) return g;
+  const int unit = config.mesh.pp * config.mesh.tp;
+  if (world.size() % unit != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.mesh: tp ", config.mesh.tp, " x pp ", config.mesh.pp, " = ", unit,
+        " ranks per data-parallel replica, but the job has ", world.size(),
+        " ranks; run it on a multiple of ", unit, " ranks (data parallelism takes the rest)"));
+  }
+  RM_ASSIGN_OR_RETURN(comm::Mesh mesh,
+                      comm::Mesh::Create(world.size(), {{"pp", config.mesh.pp}, {"dp", -1}}));
+  const absl::Time deadline = absl::Now() + op_timeout;
+  RM_ASSIGN_OR_RETURN(g.pp, mesh.Group(world, comm::MeshDim::kPp, deadline));
+  RM_ASSIGN_OR_RETURN(g.dp, mesh.Group(world, comm::MeshDim::kDp, deadline));
+  g.dp_rank = mesh.Coordinates(world.rank())[static_cast<int>(comm::MeshDim::kDp)];
+  g.dp_size = mesh.size(comm::MeshDim::kDp);
+  g.mesh = std::move(mesh);
+  return g;
+}
+
+absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
+    const TrainConfig& config, const Model& model, const MeshGroups& groups,
+    comm::Communicator& world, absl::Duration op_timeout) {
+  const auto* gpt = dynamic_cast<const nn::GptModel*>(&model);
+  if (gpt == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism.mesh.pp is ", config.mesh.pp, ", but model '", model.Describe(),
+                     "' is not a GPT: pipeline parallelism cuts a GPT's blocks into stages"));
+  }
+  PipelineParallelOptions o;
+  o.gpt = gpt->options();
+  o.whole_table = &model.table();
+  o.schedule = {KindOf(config.pipeline.schedule), config.mesh.pp, config.pipeline.micro_batches,
+                config.pipeline.virtual_stages};
+  o.pp_comm = groups.pp.get();
+  o.dp_comm = groups.dp.get();
+  o.world_comm = &world;
+  o.dp.zero_stage = config.zero_stage;
+  o.dp.bucket_mb = config.bucket_mb;
+  o.dp.overlap = config.overlap;
+  o.dp.op_timeout = op_timeout;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<PipelineParallel> p, PipelineParallel::Create(o));
+  return std::unique_ptr<ParallelStrategy>(std::move(p));
+}
+
+absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size) {
+  if (config.accumulation > 0 || config.micro_max > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.accumulation > 0 ? "batch.accumulation" : "batch.micro_max",
+        " is set, but with parallelism.mesh.pp > 1 parallelism.pipeline.micro_batches (",
+        config.pipeline.micro_batches, ") cuts each replica's share of the batch; remove it"));
+  }
+  const int64_t share = config.global_batch / dp_size;  // the smallest replica's share
+  if (share < config.pipeline.micro_batches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism.pipeline.micro_batches is ", config.pipeline.micro_batches,
+                     ", but batch.global ", config.global_batch, " over ", dp_size,
+                     " data-parallel replicas leaves ", share,
+                     " samples to some replica; lower micro_batches or raise batch.global"));
+  }
+  data::BatchPlanOptions po;
+  po.global_batch = config.global_batch;
+  po.world_size = dp_size;
+  po.accumulation_steps = config.pipeline.micro_batches;
+  return data::PlanBatches(po);
+}
+
+absl::Status GatherPipelineMicroBatches(const data::BatchPlan& plan, const data::GlobalBatch& gb,
+                                        int dp_rank, const data::Dataset& dataset,
+                                        std::vector<Batch>* micro_batches,
+                                        std::vector<bool>* discarded) {
+  const int64_t count = static_cast<int64_t>(gb.indices.size());
+  micro_batches->resize(plan.accumulation_steps);
+  discarded->assign(plan.accumulation_steps, false);
+  for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
+    const data::Range r = plan.MicroBatch(count, dp_rank, micro);
+    (*discarded)[micro] = r.empty();
+    const absl::Span<const int64_t> indices =
+        r.empty() ? absl::MakeConstSpan(gb.indices).subspan(0, 1)
+                  : absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size());
+    RM_RETURN_IF_ERROR(dataset.Gather(indices, &(*micro_batches)[micro]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringmaster::train

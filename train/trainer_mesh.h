@@ -1,0 +1,67 @@
+// The trainer's mesh (parallelism.mesh): the communicators of a rank's pipeline and
+// data-parallel groups, and pipeline parallelism's strategy and micro-batches. Kept apart
+// from train/trainer.cc, which calls these at its phases.
+#ifndef RINGMASTER_TRAIN_TRAINER_MESH_H_
+#define RINGMASTER_TRAIN_TRAINER_MESH_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "comm/mesh.h"
+#include "train/batch.h"
+#include "train/config.h"
+#include "train/data/dataset.h"
+#include "train/data/partition.h"
+#include "train/data/sampler.h"
+#include "train/model.h"
+#include "train/parallel_strategy.h"
+#include "train/pipeline_parallel.h"
+
+namespace ringmaster::train {
+
+// A rank's place on the job's mesh. Without model parallelism (pp = tp = 1) there is no mesh
+// and the data-parallel group is the whole job.
+struct MeshGroups {
+  std::optional<comm::Mesh> mesh;
+  std::unique_ptr<comm::Communicator> pp, dp;  // host-memory groups (null without a mesh)
+  int dp_rank = 0;
+  int dp_size = 1;
+};
+
+// The mesh of `config` over `world` (host-memory collectives, every rank calls it):
+// INVALID_ARGUMENT naming parallelism.mesh when the world is not a multiple of tp · pp,
+// UNIMPLEMENTED for tp > 1 (tensor parallelism of the GPT is not in the trainer yet).
+absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Communicator& world,
+                                           absl::Duration op_timeout);
+
+// Pipeline parallelism's strategy for `config` (mesh.pp > 1) over the groups; `model` is the
+// whole GPT (its table is the checkpoints' and the optimizer's flat space).
+absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const TrainConfig& config,
+                                                                         const Model& model,
+                                                                         const MeshGroups& groups,
+                                                                         comm::Communicator& world,
+                                                                         absl::Duration op_timeout);
+
+// The batch plan of a pipeline job: each data-parallel replica's share of the global batch
+// cut into parallelism.pipeline.micro_batches micro-batches. INVALID_ARGUMENT naming the
+// fields when batch.accumulation or batch.micro_max is set (the pipeline's micro-batches
+// replace them) or a replica's share of a full global batch has fewer samples than
+// micro-batches.
+absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size);
+
+// The micro-batches of data-parallel replica `dp_rank` for global batch `gb` (the plan's
+// count of them), gathered from `dataset`; an empty one (a short global batch) is a stand-in
+// (the batch's first sample) marked in `discarded`.
+absl::Status GatherPipelineMicroBatches(const data::BatchPlan& plan, const data::GlobalBatch& gb,
+                                        int dp_rank, const data::Dataset& dataset,
+                                        std::vector<Batch>* micro_batches,
+                                        std::vector<bool>* discarded);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_TRAINER_MESH_H_
