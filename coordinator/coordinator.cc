@@ -180,12 +180,22 @@ void ToProto(const JobState& state, Job* job) {
   }
 }
 
+// The ranks of one data-parallel replica of the spec's model-parallel layout: every world is
+// a multiple of it.
+int RankMultiple(const JobSpec& spec) {
+  const MeshSpec& mesh = spec.parallelism().mesh();
+  return std::max(1, mesh.tp()) * std::max(1, mesh.pp());
+}
+
 JobState FromProto(const Job& job) {
   JobState state;
   state.request.id = job.id();
   state.request.min_ranks = job.min_ranks();
   state.request.max_ranks = job.max_ranks();
   state.request.restart_budget = job.restart_budget();
+  // What the stored spec says (applied at submission): a restarted coordinator keeps them.
+  state.request.memory_per_rank = job.spec().resources().memory_per_rank_mib() << 20;
+  state.request.rank_multiple = RankMultiple(job.spec());
   state.phase = PhaseFromProto(job.phase());
   state.reason = job.reason();
   state.epoch = job.epoch();
@@ -508,6 +518,7 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
   request.max_ranks = spec.elastic().max_ranks() > 0 ? spec.elastic().max_ranks() : kNoUpperLimit;
   request.restart_budget = spec.elastic().restart_budget();
   request.memory_per_rank = spec.resources().memory_per_rank_mib() << 20;
+  request.rank_multiple = RankMultiple(spec);
   Completions completions;
   Job result;
   {

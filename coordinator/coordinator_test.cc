@@ -610,6 +610,35 @@ TEST_F(CoordinatorTest, RestartFromTheDatabaseKnowsEveryJobAndEpoch) {
   EXPECT_EQ(job.phase(), JOB_PHASE_FORMING);
 }
 
+// A job whose mesh puts 2 ranks in each data-parallel replica (parallelism.mesh.pp 2) forms
+// worlds of whole replicas only: 3 free slots give 2 ranks; and so after a restart of the
+// coordinator, which reads the rule back from the stored spec. A mesh no world can hold is
+// refused at submission, naming the field.
+TEST_F(CoordinatorTest, AMeshJobFormsWorldsOfWholeReplicasAcrossARestart) {
+  auto gpt = spec::LoadJobSpecFile("examples/tiny_gpt.yaml", {"parallelism.mesh.pp=2"});
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  JobSpec spec = *gpt;
+  spec.set_name("mlp");  // the fixture's helpers speak for job "mlp"
+  spec.mutable_elastic()->set_min_ranks(1);
+  spec.mutable_elastic()->set_max_ranks(1);
+  absl::Status s = coordinator_->Submit(spec).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("elastic.max_ranks"), std::string::npos) << s;
+
+  spec.mutable_elastic()->set_max_ranks(4);
+  Register("a", 3);
+  auto job = coordinator_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->members_size(), 2) << "3 slots hold one replica of 2";
+  Reopen();
+  Register("a", 3);
+  Register("b", 1);
+  // One of the two (still forming) dies: a/2 and b/0 are free, 3 slots in all: 2 of them.
+  ASSERT_TRUE(coordinator_->TrainerExited(Exited("a", 1, -9)).ok());
+  const Job after = *coordinator_->Get("mlp");
+  EXPECT_EQ(after.members_size(), 2) << "after a restart too, whole replicas only";
+}
+
 // A node cut off past its lease is declared gone and the job goes on without it; when it
 // comes back its old trainers are stale: the heartbeat tells the agent to stop them.
 TEST_F(CoordinatorTest, ANodeBackFromAPartitionStopsItsStaleTrainers) {

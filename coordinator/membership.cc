@@ -246,6 +246,12 @@ void Membership::Release(const JobState& job, const SlotRef& slot, bool backoff,
   if (backoff) node->backoff_until[slot.slot] = now + options_.slot_backoff;
 }
 
+int Membership::WorldFor(const JobState& job, int64_t available) {
+  const int k = std::max(1, job.request.rank_multiple);
+  const int64_t world = std::min<int64_t>(available, job.request.max_ranks) / k * k;
+  return world >= std::max(job.request.min_ranks, k) ? static_cast<int>(world) : 0;
+}
+
 void Membership::TrainerGone(NodeState& node, int slot, const std::string& job) {
   auto it = node.exiting.find(slot);
   if (it != node.exiting.end() && it->second.job == job) node.exiting.erase(it);
@@ -273,13 +279,17 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
 
   const std::vector<SlotRef> free = FreeSlotsFor(job, now);
   const int have = static_cast<int>(job.members.size());
-  if (have + static_cast<int>(free.size()) < job.request.min_ranks) {
+  const int world = WorldFor(job, have + static_cast<int64_t>(free.size()));
+  const int k = std::max(1, job.request.rank_multiple);
+  if (world == 0) {
     if (job.phase != JobPhase::kPending) job.below_min_since = now;
     job.phase = JobPhase::kPending;
     job.phase_since = now;
     job.reason = absl::StrCat(
         job.ever_started ? "below" : "waiting for", " min_ranks: ", have + free.size(), " of ",
         job.request.min_ranks, " slots available",
+        k > 1 ? absl::StrCat(" (worlds of a multiple of ", k, " ranks: parallelism.mesh tp x pp)")
+              : "",
         job.request.memory_per_rank > 0
             ? absl::StrCat(" with ", job.request.memory_per_rank >> 20, " MiB of memory each")
             : "",
@@ -291,9 +301,17 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
     return;
   }
 
+  // Survivors beyond the world (the slots left are not a whole multiple of rank_multiple):
+  // the last ones leave it; their trainers are stopped.
+  std::vector<SlotRef> surplus;
+  while (static_cast<int>(job.members.size()) > world) {
+    surplus.push_back(job.members.back().slot);
+    job.members.pop_back();
+  }
+  for (const SlotRef& s : surplus) Release(job, s, /*backoff=*/false, /*trainer_gone=*/false, now);
   std::vector<SlotRef> added;
   for (const SlotRef& s : free) {
-    if (static_cast<int>(job.members.size()) >= job.request.max_ranks) break;
+    if (static_cast<int>(job.members.size()) >= world) break;
     nodes_[s.node].assigned[s.slot] = job.request.id;
     Member m;
     m.slot = s;
@@ -314,6 +332,12 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
   for (const SlotRef& s : added) {
     nodes_[s.node].started[s.slot] = job.epoch;
     actions->push_back(StartTrainer{s, job.request.id, job.epoch});
+  }
+  for (const SlotRef& s : surplus) {
+    actions->push_back(
+        StopTrainer{s, job.request.id,
+                    absl::StrCat("the world is ", world, " ranks, a multiple of ", k,
+                                 " (parallelism.mesh tp x pp); this slot is not in it")});
   }
   MaybeCommit(job, now, actions);
 }
@@ -363,7 +387,8 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
             absl::StrCat("restart budget of ", job.request.restart_budget,
                          " exhausted; last failure: ", loss.reason),
             now, actions);
-      } else if (static_cast<int>(job.members.size()) < job.request.min_ranks) {
+      } else if (static_cast<int>(job.members.size()) < job.request.min_ranks ||
+                 job.members.size() % std::max(1, job.request.rank_multiple) != 0) {
         Reform(job, loss.cause, {}, loss.reason, now, actions);
       } else {
         actions->push_back(PersistJob{job});
@@ -406,9 +431,9 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
   for (const std::string& id : order_) {
     JobState& job = jobs_[id];
     if (job.phase != JobPhase::kPending) continue;
-    const int available =
-        static_cast<int>(job.members.size() + FreeSlotsFor(job, now).size());
-    if (available >= job.request.min_ranks) {
+    const int64_t available =
+        static_cast<int64_t>(job.members.size() + FreeSlotsFor(job, now).size());
+    if (WorldFor(job, available) > 0) {
       Reform(job, job.ever_started ? EpochCause::kFailure : EpochCause::kStart, {}, "", now,
              actions);
     }
@@ -416,9 +441,11 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
   for (const std::string& id : order_) {
     JobState& job = jobs_[id];
     const size_t free = FreeSlotsFor(job, now).size();
+    // Growth only when the free slots make a larger world (a whole multiple more).
     if (job.phase != JobPhase::kRunning || job.finishing_epoch == job.epoch ||
-        static_cast<int>(job.members.size()) >= job.request.max_ranks ||
-        now - job.phase_since < options_.grow_after || free == 0) {
+        now - job.phase_since < options_.grow_after ||
+        WorldFor(job, static_cast<int64_t>(job.members.size() + free)) <=
+            static_cast<int>(job.members.size())) {
       continue;
     }
     Reform(job, EpochCause::kGrow, {},
@@ -691,6 +718,12 @@ absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
   if (request.restart_budget < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("restart_budget must be >= 0, got ", request.restart_budget));
+  }
+  if (request.rank_multiple < 1 || request.rank_multiple > request.max_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job's worlds are multiples of ", request.rank_multiple,
+                     " ranks (parallelism.mesh tp x pp), but max_ranks is ", request.max_ranks,
+                     ": no world fits; raise elastic.max_ranks or shrink the mesh"));
   }
   if (const JobState* old = FindJob(request.id); old != nullptr) {
     if (!IsTerminal(old->phase)) {

@@ -108,6 +108,10 @@ struct JobRequest {
   // Host memory one rank needs (the spec's resources.memory_per_rank_mib); 0: not stated.
   // A rank is placed only on a node with that much memory not yet taken by other ranks.
   int64_t memory_per_rank = 0;
+  // Every world is a multiple of this many ranks (parallelism.mesh's tp × pp: one
+  // data-parallel replica of the model-parallel layout): an epoch takes the largest multiple
+  // the slots allow (up to max_ranks), at least min_ranks; a survivor beyond it is stopped.
+  int rank_multiple = 1;
 };
 
 enum class JobPhase {
@@ -361,6 +365,9 @@ class Membership {
   // The free slots the job may be placed on, all together: not on its excluded nodes, and on
   // each node only as many as its memory not taken by other ranks holds.
   std::vector<SlotRef> FreeSlotsFor(const JobState& job, absl::Time now) const;
+  // The world an epoch of `job` forms from `available` ranks: at most max_ranks, a multiple
+  // of rank_multiple; 0 when that is below min_ranks.
+  static int WorldFor(const JobState& job, int64_t available);
   int64_t MemoryPerRank(const std::string& job) const;
 
   // How members were lost.

@@ -8,7 +8,7 @@
 //           rendezvous_timeout=300s slot_backoff=10s grow_after=5s restore_grace=10s
 //                                  (first, optional)
 //   register NODE slots=N [memory_mib=N]    heartbeat NODE... [running=SLOT:JOB,...]     drain NODE
-//   exited NODE/SLOT JOB code=N [stopped=1] [epoch=N] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N]    cancel JOB
+//   exited NODE/SLOT JOB code=N [stopped=1] [epoch=N] [DETAIL...]    submit JOB min=N max=N [budget=N] [memory_mib=N] [multiple=N]    cancel JOB
 //   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
@@ -20,7 +20,8 @@
 //
 // To write the expected outputs of a new script, run with RINGMASTER_REWRITE set to the
 // source directory of the scripts (bazel test --test_env=RINGMASTER_REWRITE=$PWD/coordinator/testdata)
-// and read every line of the result before committing it.
+// and read every line of the result before committing it (with --strategy=TestRunner=standalone:
+// the sandbox does not let the test write the source tree).
 #include "coordinator/membership.h"
 
 #include <dirent.h>
@@ -173,6 +174,7 @@ class Scenario {
       r.max_ranks = IntArg(kv, "max", r.min_ranks);
       r.restart_budget = IntArg(kv, "budget", 3);
       r.memory_per_rank = int64_t{IntArg(kv, "memory_mib", 0)} << 20;
+      r.rank_multiple = IntArg(kv, "multiple", 1);
       check(machine_->SubmitJob(r, now_, &actions));
     } else if (verb == "cancel") {
       check(machine_->CancelJob(pos.at(0), now_, &actions));
