@@ -334,6 +334,12 @@ void CheckPipeline(const JobSpec& spec, Checker* check) {
   if (schedule == PipelineSpec::SCHEDULE_UNSPECIFIED) {
     check->Fail("parallelism.pipeline.schedule", "required");
   }
+  if (spec.batch().accumulation() > 0) {
+    check->Fail("batch.accumulation",
+                absl::StrCat("does not apply with parallelism.mesh.pp ", pp,
+                             ": parallelism.pipeline.micro_batches cuts each data-parallel "
+                             "replica's share of the batch; remove batch.accumulation"));
+  }
   const int32_t micro_batches = pipeline.micro_batches();
   check->Expect(micro_batches >= 1, "parallelism.pipeline.micro_batches", ">= 1", micro_batches);
   const int64_t global = spec.batch().global();

@@ -289,6 +289,14 @@ TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
       {kMinimalGpt,
        [](JobSpec* s) { Mesh(s, 1, 2)->set_schedule(PipelineSpec::SCHEDULE_UNSPECIFIED); },
        "parallelism.pipeline.schedule: required"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         Mesh(s, 1, 2);
+         s->mutable_batch()->set_accumulation(2);
+       },
+       "batch.accumulation: does not apply with parallelism.mesh.pp 2: "
+       "parallelism.pipeline.micro_batches cuts each data-parallel replica's share of the batch; "
+       "remove batch.accumulation"},
       {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_micro_batches(0); },
        "parallelism.pipeline.micro_batches: must be >= 1, got 0"},
       {kMinimalGpt, [](JobSpec* s) { Mesh(s, 1, 2)->set_micro_batches(9); },

@@ -83,25 +83,38 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
 }
 
 absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size) {
-  if (config.accumulation > 0 || config.micro_max > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config.accumulation > 0 ? "batch.accumulation" : "batch.micro_max",
-        " is set, but with parallelism.mesh.pp > 1 parallelism.pipeline.micro_batches (",
-        config.pipeline.micro_batches, ") cuts each replica's share of the batch; remove it"));
+  // The job cannot run this way on this world: it fails at once with the reason, rather than
+  // spend its restarts.
+  const int m = config.pipeline.micro_batches;
+  if (config.accumulation > 0) {
+    return MarkPermanent(absl::InvalidArgumentError(
+        absl::StrCat("batch.accumulation is set, but with parallelism.mesh.pp > 1 "
+                     "parallelism.pipeline.micro_batches (",
+                     m, ") cuts each replica's share of the batch; remove batch.accumulation")));
   }
   const int64_t share = config.global_batch / dp_size;  // the smallest replica's share
-  if (share < config.pipeline.micro_batches) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallelism.pipeline.micro_batches is ", config.pipeline.micro_batches,
-                     ", but batch.global ", config.global_batch, " over ", dp_size,
-                     " data-parallel replicas leaves ", share,
-                     " samples to some replica; lower micro_batches or raise batch.global"));
+  if (share < m) {
+    return MarkPermanent(absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.pipeline.micro_batches is ", m, ", but batch.global ", config.global_batch,
+        " over ", dp_size, " data-parallel replicas leaves ", share,
+        " samples to some replica; lower micro_batches or raise batch.global")));
   }
   data::BatchPlanOptions po;
   po.global_batch = config.global_batch;
   po.world_size = dp_size;
-  po.accumulation_steps = config.pipeline.micro_batches;
-  return data::PlanBatches(po);
+  po.accumulation_steps = m;
+  RM_ASSIGN_OR_RETURN(data::BatchPlan plan, data::PlanBatches(po));
+  // batch.micro_max bounds the micro-batch (memory): the pipeline's must fit under it.
+  if (config.micro_max > 0 && plan.max_micro_batch > config.micro_max) {
+    return MarkPermanent(absl::InvalidArgumentError(absl::StrCat(
+        "batch.micro_max is ", config.micro_max, ", but batch.global ", config.global_batch,
+        " over ", dp_size, " data-parallel replicas in ", m,
+        " micro-batches (parallelism.pipeline.micro_batches) makes micro-batches of up to ",
+        plan.max_micro_batch, " samples; raise micro_batches to ",
+        (plan.max_rank_share + config.micro_max - 1) / config.micro_max,
+        " or more, or raise micro_max")));
+  }
+  return plan;
 }
 
 absl::Status GatherPipelineMicroBatches(const data::BatchPlan& plan, const data::GlobalBatch& gb,

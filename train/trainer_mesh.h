@@ -48,10 +48,10 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const T
                                                                          absl::Duration op_timeout);
 
 // The batch plan of a pipeline job: each data-parallel replica's share of the global batch
-// cut into parallelism.pipeline.micro_batches micro-batches. INVALID_ARGUMENT naming the
-// fields when batch.accumulation or batch.micro_max is set (the pipeline's micro-batches
-// replace them) or a replica's share of a full global batch has fewer samples than
-// micro-batches.
+// cut into parallelism.pipeline.micro_batches micro-batches. INVALID_ARGUMENT (permanent)
+// naming the fields when batch.accumulation is set (the pipeline's micro-batches replace
+// it), a replica's share of a full global batch has fewer samples than micro-batches, or a
+// micro-batch would be larger than batch.micro_max.
 absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size);
 
 // The micro-batches of data-parallel replica `dp_rank` for global batch `gb` (the plan's

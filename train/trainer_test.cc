@@ -592,9 +592,9 @@ TEST(GptTraining, PipelineMisfitsAreNamed) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("parallelism.mesh")) << s;
   EXPECT_THAT(s.message(), HasSubstr("multiple of 2")) << s;
-  s = run(2, {"parallelism.mesh.pp=2", "batch.accumulation=2"});
+  s = run(2, {"parallelism.mesh.pp=2", "batch.micro_max=2"});
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
-  EXPECT_THAT(s.message(), HasSubstr("batch.accumulation")) << s;
+  EXPECT_THAT(s.message(), HasSubstr("raise micro_batches to 6")) << s;
   s = run(2, {"parallelism.mesh.pp=2", "device=cuda"});
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("device: cuda")) << s;
