@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/out_of_memory.h"
@@ -389,7 +390,10 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
             now, actions);
       } else if (static_cast<int>(job.members.size()) < job.request.min_ranks ||
                  job.members.size() % std::max(1, job.request.rank_multiple) != 0) {
-        Reform(job, loss.cause, {}, loss.reason, now, actions);
+        // The epoch being formed takes fewer members; its reason keeps what it says (the
+        // survivors' report with this culprit named first, once BlameCulprit merged them).
+        const bool merged = absl::StrContains(job.reason, loss.reason);
+        Reform(job, loss.cause, {}, merged ? job.reason : loss.reason, now, actions);
       } else {
         actions->push_back(PersistJob{job});
         MaybeCommit(job, now, actions);

@@ -13,6 +13,10 @@
 #   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
 #     the drain save of the step the ring reached); two jobs at once on separate slots; the
 #     drain again under ZeRO-3 (fully sharded: the survivors resume from the drain's save).
+#   mesh: the GPT with pipeline parallelism (parallelism.mesh.pp 2) on 4 ranks (pp 2 x dp 2):
+#     SIGKILL one trainer: the pipeline and data-parallel groups break within the trainers'
+#     op timeout, the next world is one whole replica (2 ranks: the survivor beyond it is
+#     stopped, not blamed), restored from the last checkpoint, and the job completes.
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
 #     checkpoints lists them, the last step's included); a diverged run (optimizer.lr=1e6)
 #     fails at once, its reason naming the step, with no restart.
@@ -257,6 +261,36 @@ drain)
   [ -n "$drained_at" ] || fail "drain3: rank 0 did not drain: $(grep -v "^I20" "$log" | tail -5)"
   [ "$drained_at" = "$resumed_at" ] ||
     fail "drain3: drained after step $drained_at but resumed from step $resumed_at (steps lost)"
+  ;;
+
+mesh)
+  start_coordinator
+  start_agent a 2
+  start_agent b 2
+  ctl submit "$BIN/examples/tiny_gpt.yaml" --set name=pipe --set steps=80 \
+    --set schedule.warmup_steps=5 --set model.gpt.width=64 --set model.gpt.context=64 \
+    --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
+    --set elastic.min_ranks=2 --set elastic.max_ranks=4 --set parallelism.mesh.pp=2 \
+    >>"$WORK/ctl.log" 2>&1 || fail "submit pipe: $(tail -3 "$WORK/ctl.log")"
+  wait_until pipe 'j["phase"]=="JOB_PHASE_RUNNING" and len(j.get("members",[]))==4 and int(j.get("step",0))>=15' 90
+  grep -q "mesh: pp=2 x dp=2 x tp=1" "$WORK"/node-a/pipe/slot-0.log ||
+    fail "epoch 1 did not run on the mesh: $(grep -h "mesh\|batch:" "$WORK"/node-a/pipe/slot-0.log | head -3)"
+  victim="$(trainer_pid pipe b 1)"
+  [ -n "$victim" ] || fail "no trainer of job pipe on b/1"
+  kill -KILL "$victim"
+  # 3 slots left: the world is the largest multiple of tp x pp = 2, one replica.
+  wait_until pipe 'int(j["epoch"])>=2 and len(j.get("members",[]))==2' 30
+  wait_until pipe 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 180
+  [ "$(field pipe 'len(j["recoveries"])==1 and j["recoveries"][0]["cause"]=="failure"')" = True ] ||
+    fail "recoveries: $(ctl status pipe | head -12)"
+  # The killed trainer is named; the survivor stopped as beyond the world is not blamed.
+  [ "$(field pipe '"trainer on b/1 was killed" in j["recoveries"][0]["reason"] and "trainer on b/0" not in j["recoveries"][0]["reason"]')" = True ] ||
+    fail "the recovery blames the wrong rank: $(field pipe 'j["recoveries"][0]["reason"]')"
+  [ "$(field pipe 'int(j.get("restarts",0))')" = 1 ] || fail "restarts: $(ctl status pipe | head -5)"
+  grep -q "mesh: pp=2 x dp=1 x tp=1" "$WORK"/node-a/pipe/slot-0.log ||
+    fail "epoch 2 did not run on one replica: $(grep -h "mesh" "$WORK"/node-a/pipe/slot-0.log)"
+  grep -q "resumed from .*step-" "$WORK"/node-a/pipe/slot-0.log ||
+    fail "epoch 2 did not resume from a checkpoint: $(grep -h "resum\|restor" "$WORK"/node-a/pipe/slot-0.log)"
   ;;
 
 reports)
