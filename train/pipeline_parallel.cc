@@ -143,6 +143,8 @@ absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micr
   // The padding after the stages is reduced with the rest: zero.
   std::fill(grads.begin() + stages_elements_, grads.end(), 0.0f);
   RM_ASSIGN_OR_RETURN(last_run_, pipeline::RunPipeline(eo));
+  compute_sum_ += last_run_.compute;
+  total_sum_ += last_run_.total;
   StepStats stats;
   for (const Stage& s : stages_) {
     stats.loss_sum += s.stage->stats().loss_sum;
@@ -197,6 +199,21 @@ absl::StatusOr<StepStats> PipelineParallel::Evaluate(const Batch& batch,
     }
   }
   return stats;
+}
+
+double PipelineParallel::measured_bubble() const {
+  if (total_sum_ <= absl::ZeroDuration()) return 0;
+  return std::max(0.0, 1.0 - absl::FDivDuration(compute_sum_, total_sum_));
+}
+
+double PipelineParallel::formula_bubble() const {
+  return pipeline::FormulaBubble(options_.schedule);
+}
+
+int PipelineParallel::peak_in_flight() const {
+  int peak = 0;
+  for (const Stage& s : stages_) peak = std::max(peak, s.stage->peak_in_flight());
+  return peak;
 }
 
 int64_t PipelineParallel::activation_bytes() const {

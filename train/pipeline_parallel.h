@@ -105,6 +105,13 @@ class PipelineParallel final : public ParallelStrategy {
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   const pipeline::PipelineRunStats& last_run() const { return last_run_; }
+  // Over every RunStep so far: 1 − (time in this rank's stage computations) ÷ (time in the
+  // pipeline), the bubble as this rank saw it (0 before the first step); and the schedule's
+  // formula for it (pipeline::FormulaBubble).
+  double measured_bubble() const;
+  double formula_bubble() const;
+  // The most micro-batches any of this rank's stages held in flight at once.
+  int peak_in_flight() const;
   // The stages' activation memory (every micro-batch in flight at once).
   int64_t activation_bytes() const;
   int pp_rank() const { return options_.pp_comm->rank(); }
@@ -138,6 +145,7 @@ class PipelineParallel final : public ParallelStrategy {
   std::unique_ptr<ParallelStrategy> dp_;
   SumAcrossRanks sum_;
   pipeline::PipelineRunStats last_run_;
+  absl::Duration compute_sum_, total_sum_;  // over the steps run
 };
 
 }  // namespace ringmaster::train

@@ -151,6 +151,19 @@ void ExpectTrainsLikeTheWholeModel(const Layout& l) {
             }
           }
         }
+        // The bubble as this rank saw it: some (P > 1 ranks wait), never all; the formula
+        // is the schedule's; the micro-batches in flight as the schedule keeps them.
+        if (!(s->measured_bubble() > 0 && s->measured_bubble() < 1)) {
+          return absl::InternalError(absl::StrCat("measured bubble ", s->measured_bubble()));
+        }
+        if (s->formula_bubble() != pipeline::FormulaBubble(s->schedule().options)) {
+          return absl::InternalError("formula_bubble is not the schedule's");
+        }
+        const int in_flight_bound = l.kind == pipeline::ScheduleKind::kGPipe ? l.m : l.m * l.v;
+        if (s->peak_in_flight() < 1 || s->peak_in_flight() > in_flight_bound ||
+            (l.kind == pipeline::ScheduleKind::kGPipe && s->peak_in_flight() != l.m)) {
+          return absl::InternalError(absl::StrCat("peak in flight ", s->peak_in_flight()));
+        }
         // The whole parameters, gathered, and a forward-only pass.
         state::FlatBuffer gathered(whole->table().total_elements());
         RM_RETURN_IF_ERROR(s->WholeParameters(params.span(), gathered.span()));

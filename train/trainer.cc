@@ -759,6 +759,22 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
                               : pipeline != nullptr ? pipeline->activation_bytes()
                                                     : model->memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
+  if (pipeline != nullptr) {
+    result.set_pipeline_bubble(pipeline->measured_bubble());
+    result.set_pipeline_bubble_formula(pipeline->formula_bubble());
+    result.set_pipeline_peak_in_flight(pipeline->peak_in_flight());
+    const std::string line = absl::StrFormat(
+        "pipeline on rank %d (stage-rank %d of %d): bubble %.1f %% measured (the schedule's "
+        "formula %.1f %%), at most %d micro-batch(es) of activations in flight (%.2f MiB)",
+        rank, pipeline->pp_rank(), config.mesh.pp, 100 * pipeline->measured_bubble(),
+        100 * pipeline->formula_bubble(), pipeline->peak_in_flight(),
+        static_cast<double>(activations) / (1 << 20));
+    if (leader) {
+      Say(line);
+    } else {
+      LOG(INFO) << line;
+    }
+  }
   // Memory held by this rank against the plan (train/memory_plan.h; `ringctl estimate
   // memory` prints it before a job runs).
   constexpr double kMiB = 1 << 20;
