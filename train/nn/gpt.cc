@@ -165,6 +165,15 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptOptions& o) 
     return absl::InvalidArgumentError(absl::StrCat("gpt.checkpoint_every is ", o.checkpoint_every,
                                                    "; want >= 0 (0 = no checkpointing)"));
   }
+  if (o.tp_size < 1 || o.heads % o.tp_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt tp_size is ", o.tp_size, "; want a divisor of gpt.heads (", o.heads,
+                     "): each tensor-parallel rank computes whole heads"));
+  }
+  if (o.tp_rank < 0 || o.tp_rank >= o.tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt tp_rank is ", o.tp_rank, "; want 0 <= tp_rank < tp_size (", o.tp_size, ")"));
+  }
   const int64_t end = o.end_block == -1 ? o.layers : o.end_block;
   if (o.first_block < 0 || o.first_block >= o.layers || end <= o.first_block || end > o.layers) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -199,8 +208,38 @@ GptModel::GptModel(const GptOptions& o)
 
   const int64_t c = o.width;
   const float residual_std = kInitStd / std::sqrt(2.0f * static_cast<float>(o.layers));
+  const int64_t t = o.tp_size, r = o.tp_rank;
+  attn_width_ = c / t;
+  heads_local_ = o.heads / t;
+  hidden_ = 4 * c / t;
+  if (t > 1) {
+    absl::StrAppend(&description_, ", tensor-parallel rank ", r, " of ", t);
+  }
   auto linear = [&](const std::string& name, int64_t in, int64_t out, float std) {
     AddTensor(name + ".weight", {out, in}, std, 0);
+    AddTensor(name + ".bias", {out}, 0, 0);
+  };
+  // The tensor-parallel shards: rows [lo, hi) of each of `blocks` equal row blocks of a
+  // [rows, cols] tensor, or its columns [lo, hi).
+  auto rows_of = [&](int64_t rows, int64_t cols, int64_t blocks) {
+    TensorShard sh{{}, 0, cols, rows, cols};
+    const int64_t per = rows / blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      sh.row_ranges.push_back({b * per + r * per / t, b * per + (r + 1) * per / t});
+    }
+    return sh;
+  };
+  auto cols_of = [&](int64_t rows, int64_t cols) {
+    return TensorShard{{{0, rows}}, r * cols / t, (r + 1) * cols / t, rows, cols};
+  };
+  // Column-parallel (rows of W and b, in `blocks` row blocks: Q, K, V) and row-parallel
+  // (columns of W, the bias whole) linear layers.
+  auto column_parallel = [&](const std::string& name, int64_t in, int64_t out, int64_t blocks) {
+    AddTensor(name + ".weight", {out, in}, kInitStd, 0, rows_of(out, in, blocks));
+    AddTensor(name + ".bias", {out}, 0, 0, rows_of(out, 1, blocks));
+  };
+  auto row_parallel = [&](const std::string& name, int64_t in, int64_t out) {
+    AddTensor(name + ".weight", {out, in}, residual_std, 0, cols_of(out, in));
     AddTensor(name + ".bias", {out}, 0, 0);
   };
   auto layer_norm = [&](const std::string& name) {
@@ -216,11 +255,11 @@ GptModel::GptModel(const GptOptions& o)
     const std::string h = absl::StrCat("h", l, ".");
     if (keep_) blocks_.push_back(table_.size());
     layer_norm(h + "ln1");
-    linear(h + "attn.qkv", c, 3 * c, kInitStd);
-    linear(h + "attn.proj", c, c, residual_std);
+    column_parallel(h + "attn.qkv", c, 3 * c, 3);
+    row_parallel(h + "attn.proj", c, c);
     layer_norm(h + "ln2");
-    linear(h + "mlp.fc", c, 4 * c, kInitStd);
-    linear(h + "mlp.proj", 4 * c, c, residual_std);
+    column_parallel(h + "mlp.fc", c, 4 * c, 1);
+    row_parallel(h + "mlp.proj", 4 * c, c);
     if (keep_) CHECK_EQ(table_.size() - blocks_.back(), kBlockTensors);
   }
   keep_ = has_head();
@@ -270,11 +309,21 @@ GptModel::GptModel(const GptOptions& o)
   streams_.resize(segments_ + segment_);
 }
 
-int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, float std,
-                        float value) {
+int GptModel::AddTensor(const std::string& name, std::vector<int64_t> shape, float std, float value,
+                        std::optional<TensorShard> shard) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
-  const int index = keep_ ? table_.Add(name, std::move(shape)) : -1;
+  const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+  if (!shard) shard = TensorShard{{{0, rows}}, 0, cols, rows, cols};
+  std::vector<int64_t> local = shape;
+  if (!shard->whole()) {
+    int64_t local_rows = 0;
+    for (const auto& [lo, hi] : shard->row_ranges) local_rows += hi - lo;
+    local[0] = local_rows;
+    if (local.size() > 1) local[1] = shard->col_end - shard->col_begin;
+  }
+  const int index = keep_ ? table_.Add(name, std::move(local)) : -1;
+  if (index >= 0) shards_.push_back(*shard);
   init_.push_back({numel, {std, value}, index});
   return index;
 }
@@ -298,7 +347,19 @@ void GptModel::InitTensors(uint64_t seed, const TensorSink& sink) const {
     } else {
       std::fill(values.begin(), values.end(), e.rule.value);
     }
-    sink(e.tensor, values);
+    const TensorShard& sh = shards_[e.tensor];
+    if (sh.whole()) {
+      sink(e.tensor, values);
+      continue;
+    }
+    std::vector<float> part;  // this tensor-parallel rank's rows and columns of it
+    for (const auto& [lo, hi] : sh.row_ranges) {
+      for (int64_t row = lo; row < hi; ++row) {
+        const float* from = values.data() + row * sh.whole_cols;
+        part.insert(part.end(), from + sh.col_begin, from + sh.col_end);
+      }
+    }
+    sink(e.tensor, part);
   }
 }
 
@@ -359,10 +420,9 @@ absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, absl::Span<
 
 void GptModel::PlaceActivations(int64_t batch) {
   const int64_t rows = batch * options_.context, c = options_.width;
-  const int64_t stats =
-      options_.memory_efficient_attention
-          ? kernels::AttentionLseFloats(batch, options_.context, options_.heads)
-          : kernels::AttentionProbsFloats(batch, options_.context, options_.heads);
+  const int64_t stats = options_.memory_efficient_attention
+                            ? kernels::AttentionLseFloats(batch, options_.context, heads_local_)
+                            : kernels::AttentionProbsFloats(batch, options_.context, heads_local_);
   float* base = nullptr;
   int64_t used = 0;
   // Measures the layout (base null), then assigns it.
@@ -377,15 +437,15 @@ void GptModel::PlaceActivations(int64_t batch) {
       a = {.ln1 = take(rows * c),
            .ln1_mean = take(rows),
            .ln1_rstd = take(rows),
-           .qkv = take(rows * 3 * c),
-           .attention = take(rows * c),
+           .qkv = take(rows * 3 * attn_width_),
+           .attention = take(rows * attn_width_),
            .attention_stats = take(stats),
            .residual = take(rows * c),
            .ln2 = take(rows * c),
            .ln2_mean = take(rows),
            .ln2_rstd = take(rows),
-           .fc = take(rows * 4 * c),
-           .gelu = take(rows * 4 * c)};
+           .fc = take(rows * hidden_),
+           .gelu = take(rows * hidden_)};
     }
     if (has_head()) {
       lnf_out_ = take(rows * c);
@@ -446,27 +506,28 @@ void GptModel::BlockForward(const Pass& pass, int64_t block) {
 
   kernels::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias), rows, c);
   RoundToPrecision(precision, a.ln1, rows * c);
-  kernels::LinearForward(a.ln1, w(kQkvWeight), w(kQkvBias), a.qkv, rows, c, 3 * c);
-  RoundToPrecision(precision, a.qkv, rows * 3 * c);
+  const int64_t ca = attn_width_;  // this tensor-parallel rank's heads' width
+  kernels::LinearForward(a.ln1, w(kQkvWeight), w(kQkvBias), a.qkv, rows, c, 3 * ca);
+  RoundToPrecision(precision, a.qkv, rows * 3 * ca);
   if (options_.memory_efficient_attention) {
     kernels::AttentionForwardLse(a.attention, a.attention_stats, a.qkv, attention_scratch_.data(),
-                                 pass.batch, options_.context, c, options_.heads);
+                                 pass.batch, options_.context, ca, heads_local_);
   } else {
     kernels::AttentionForward(a.attention, a.attention_stats, a.qkv, pass.batch, options_.context,
-                              c, options_.heads);
+                              ca, heads_local_);
   }
-  RoundToPrecision(precision, a.attention, rows * c);
-  kernels::LinearForward(a.attention, w(kProjWeight), w(kProjBias), a.residual, rows, c, c);
+  RoundToPrecision(precision, a.attention, rows * ca);
+  RowParallelForward(a.attention, w(kProjWeight), w(kProjBias), a.residual, rows, ca, c);
   RoundToPrecision(precision, a.residual, rows * c);
   kernels::ResidualForward(a.residual, a.residual, x, rows * c);
   RoundToPrecision(precision, a.residual, rows * c);
   kernels::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, w(kLn2Weight), w(kLn2Bias),
                             rows, c);
   RoundToPrecision(precision, a.ln2, rows * c);
-  kernels::LinearForward(a.ln2, w(kFcWeight), w(kFcBias), a.fc, rows, c, 4 * c);
-  RoundToPrecision(precision, a.fc, rows * 4 * c);
-  kernels::GeluForward(a.gelu, a.fc, rows * 4 * c);
-  RoundToPrecision(precision, a.gelu, rows * 4 * c);
+  kernels::LinearForward(a.ln2, w(kFcWeight), w(kFcBias), a.fc, rows, c, hidden_);
+  RoundToPrecision(precision, a.fc, rows * hidden_);
+  kernels::GeluForward(a.gelu, a.fc, rows * hidden_);
+  RoundToPrecision(precision, a.gelu, rows * hidden_);
 }
 
 void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
@@ -474,8 +535,8 @@ void GptModel::BlockOutputForward(const Pass& pass, int64_t block) {
   const int first = blocks_[block];
   const BlockActivations& a = Slot(block);
   float* out = Stream(block + 1);
-  kernels::LinearForward(a.gelu, Tensor(pass, first + kFcProjWeight),
-                         Tensor(pass, first + kFcProjBias), out, rows, 4 * c, c);
+  RowParallelForward(a.gelu, Tensor(pass, first + kFcProjWeight), Tensor(pass, first + kFcProjBias),
+                     out, rows, hidden_, c);
   RoundToPrecision(pass.precision, out, rows * c);
   kernels::ResidualForward(out, out, a.residual, rows * c);
   RoundToPrecision(pass.precision, out, rows * c);
@@ -486,6 +547,7 @@ absl::StatusOr<StepStats> GptModel::Evaluate(const Batch& batch, const state::Fl
   RM_RETURN_IF_ERROR(CheckWhole(*this));
   RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params.span(), precision, store));
   Forward(pass);
+  RM_RETURN_IF_ERROR(TakeTensorParallelError());
   return loss_.Forward(logits_, tokens_.data() + pass.rows, pass.rows);
 }
 
@@ -508,7 +570,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
   const int64_t rows = pass.rows, c = options_.width;
   dresidual_.Reserve(rows * c);
   dsmall_.Reserve(rows * c);
-  float* dlogits = dbig_.Reserve(rows * std::max(4 * c, options_.vocab));
+  float* dlogits = dbig_.Reserve(rows * std::max({hidden_, 3 * attn_width_, options_.vocab}));
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   const StepStats stats =
       loss_.ForwardBackward(logits_, tokens_.data() + rows, rows, scale, dlogits);
@@ -518,6 +580,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
                         ? staged_grads_.Reserve(largest_group_)
                         : nullptr);
   Backward(pass, writer);
+  RM_RETURN_IF_ERROR(TakeTensorParallelError());
   return stats;
 }
 
@@ -583,14 +646,15 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
 
   // Each layer's gradients are finished after the last read of its parameters.
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-  LinearWeights(writer, first + kFcProjWeight, true, a.gelu, dx, rows, 4 * c, c);
-  kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, 4 * c, c);
-  RoundToPrecision(precision, dbig, rows * 4 * c);
+  LinearWeights(writer, first + kFcProjWeight, true, a.gelu, dx, rows, hidden_, c);
+  kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, hidden_, c);
+  RoundToPrecision(precision, dbig, rows * hidden_);
   FinishLinear(writer);
-  kernels::GeluBackward(dbig, a.fc, dbig, rows * 4 * c);
-  RoundToPrecision(precision, dbig, rows * 4 * c);
-  LinearWeights(writer, first + kFcWeight, true, a.ln2, dbig, rows, c, 4 * c);
-  kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, 4 * c);
+  kernels::GeluBackward(dbig, a.fc, dbig, rows * hidden_);
+  RoundToPrecision(precision, dbig, rows * hidden_);
+  LinearWeights(writer, first + kFcWeight, true, a.ln2, dbig, rows, c, hidden_);
+  kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, hidden_);
+  TensorParallelReduce(dsmall, rows * c);  // the column-parallel layer's input gradient
   RoundToPrecision(precision, dsmall, rows * c);
   FinishLinear(writer);
   writer.Begin(first + kLn2Weight, first + kLn2Bias + 1);
@@ -600,21 +664,23 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   writer.Finish();
 
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-  LinearWeights(writer, first + kProjWeight, true, a.attention, dx, rows, c, c);
-  kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, c, c);
-  RoundToPrecision(precision, dsmall, rows * c);
+  const int64_t ca = attn_width_;
+  LinearWeights(writer, first + kProjWeight, true, a.attention, dx, rows, ca, c);
+  kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, ca, c);
+  RoundToPrecision(precision, dsmall, rows * ca);
   FinishLinear(writer);
   float* dqkv = dbig;
   if (options_.memory_efficient_attention) {
     kernels::AttentionBackwardLse(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
-                                  pass.batch, options_.context, c, options_.heads);
+                                  pass.batch, options_.context, ca, heads_local_);
   } else {
     kernels::AttentionBackward(dqkv, dsmall, a.qkv, a.attention_stats, attention_scratch_.data(),
-                               pass.batch, options_.context, c, options_.heads);
+                               pass.batch, options_.context, ca, heads_local_);
   }
-  RoundToPrecision(precision, dqkv, rows * 3 * c);
-  LinearWeights(writer, first + kQkvWeight, true, a.ln1, dqkv, rows, c, 3 * c);
-  kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * c);
+  RoundToPrecision(precision, dqkv, rows * 3 * ca);
+  LinearWeights(writer, first + kQkvWeight, true, a.ln1, dqkv, rows, c, 3 * ca);
+  kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * ca);
+  TensorParallelReduce(dsmall, rows * c);  // the column-parallel layer's input gradient
   RoundToPrecision(precision, dsmall, rows * c);
   FinishLinear(writer);
   writer.Begin(first + kLn1Weight, first + kLn1Bias + 1);
@@ -622,6 +688,38 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
                              w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c);
   RoundToPrecision(precision, dx, rows * c);
   writer.Finish();
+}
+
+void GptModel::RowParallelForward(const float* in, const float* weight, const float* bias,
+                                  float* out, int64_t rows, int64_t in_features,
+                                  int64_t out_features) {
+  if (options_.tp_size == 1) {
+    kernels::LinearForward(in, weight, bias, out, rows, in_features, out_features);
+    return;
+  }
+  // The rank's partial product, summed over the group, then the replicated bias once.
+  kernels::LinearForward(in, weight, nullptr, out, rows, in_features, out_features);
+  TensorParallelReduce(out, rows * out_features);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = out + r * out_features;
+    for (int64_t j = 0; j < out_features; ++j) row[j] += bias[j];
+  }
+}
+
+void GptModel::TensorParallelReduce(float* data, int64_t n) {
+  if (options_.tp_size == 1 || !tp_error_.ok()) return;
+  if (!tp_sum_) {
+    tp_error_ = absl::FailedPreconditionError(
+        absl::StrCat("'", description_, "' has no tensor-parallel sum (set_tensor_parallel_sum)"));
+    return;
+  }
+  tp_error_ = tp_sum_(absl::MakeSpan(data, static_cast<size_t>(n)));
+}
+
+absl::Status GptModel::TakeTensorParallelError() {
+  absl::Status s = std::move(tp_error_);
+  tp_error_ = absl::OkStatus();
+  return s;
 }
 
 void GptModel::LinearWeights(GradWriter& writer, int weight, bool has_bias, const float* in,
@@ -682,7 +780,7 @@ absl::Status GptModel::SliceForward(const Batch& batch, absl::Span<const float> 
   }
   slice_pass_ = pass;
   deferred_.clear();
-  return absl::OkStatus();
+  return TakeTensorParallelError();
 }
 
 absl::StatusOr<StepStats> GptModel::SliceLoss() {
@@ -727,13 +825,14 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
   o.on_grads_ready = nullptr;
   dresidual_.Reserve(rows * c);
   dsmall_.Reserve(rows * c);
-  dbig_.Reserve(rows * std::max(4 * c, options_.vocab));
+  dbig_.Reserve(rows * std::max({hidden_, 3 * attn_width_, options_.vocab}));
   deferring_ = defer_weights;
   deferred_.clear();
   deferred_used_ = 0;
   if (defer_weights) {
     // Each linear layer's output gradient, and with checkpointing its input too.
-    int64_t per_row = static_cast<int64_t>(blocks_.size()) * (9 * c + (segments_ > 1 ? 7 * c : 0));
+    const int64_t outs = c + hidden_ + c + 3 * attn_width_, ins = hidden_ + c + attn_width_ + c;
+    int64_t per_row = static_cast<int64_t>(blocks_.size()) * (outs + (segments_ > 1 ? ins : 0));
     if (has_head()) per_row += options_.vocab + (segments_ > 1 ? c : 0);
     deferred_buffers_.Reserve(rows * per_row);
   }
@@ -760,6 +859,7 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
   }
   deferring_ = false;
   if (!defer_weights) slice_pass_.reset();
+  RM_RETURN_IF_ERROR(TakeTensorParallelError());
   return stats;
 }
 

@@ -53,9 +53,11 @@
 #define RINGMASTER_TRAIN_NN_GPT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -89,6 +91,31 @@ struct GptOptions {
   // slice that is not the whole model trains through the Slice* calls only.
   int64_t first_block = 0;
   int64_t end_block = -1;
+  // Tensor parallelism (Megatron): rank tp_rank of tp_size computes heads / tp_size of each
+  // block's attention heads (its rows of the fused Q/K/V projection: the same heads' q, k and
+  // v rows; its columns of the output projection) and 4 width / tp_size of the MLP's hidden
+  // units (its rows of mlp.fc, its columns of mlp.proj). LayerNorms, the two projections'
+  // biases, the embeddings and the LM head are replicated (every rank computes them whole,
+  // on the same values). Each block sums the partial outputs of its two row-parallel
+  // projections over the group in forward, and the partial input gradients of its two
+  // column-parallel ones in backward: 2 + 2 sums a block (set_tensor_parallel_sum). The
+  // table holds the rank's shards under the whole model's names (shard() says which part of
+  // the whole tensor each is); InitTensors gives them the whole model's values.
+  int64_t tp_size = 1;
+  int64_t tp_rank = 0;
+};
+
+// Which part of a whole-model tensor, viewed as a matrix [rows, cols] (a vector as [n, 1]),
+// a tensor-parallel rank's tensor holds: the rows of `row_ranges` in order, each cut to the
+// columns [col_begin, col_end). A replicated tensor holds all of it.
+struct TensorShard {
+  std::vector<std::pair<int64_t, int64_t>> row_ranges;
+  int64_t col_begin = 0, col_end = 0;
+  int64_t whole_rows = 0, whole_cols = 0;
+  bool whole() const {
+    return row_ranges.size() == 1 && row_ranges[0].first == 0 &&
+           row_ranges[0].second == whole_rows && col_begin == 0 && col_end == whole_cols;
+  }
 };
 
 class GptModel final : public Model {
@@ -169,6 +196,16 @@ class GptModel final : public Model {
   bool is_whole() const { return has_embeddings() && has_head(); }
 
   const GptOptions& options() const { return options_; }
+
+  // Tensor parallelism (GptOptions::tp_size > 1): the group's in-place sum, called 2 times
+  // per block in a forward and 2 in a backward (the same calls in the same order on every
+  // rank of the group). Its first error ends the call that met it (ForwardBackward,
+  // Evaluate, the Slice* calls return it; the results are garbage). Required before the
+  // first call when tp_size > 1 (FAILED_PRECONDITION otherwise).
+  using TensorParallelSum = std::function<absl::Status(absl::Span<float>)>;
+  void set_tensor_parallel_sum(TensorParallelSum sum) { tp_sum_ = std::move(sum); }
+  // The part of its whole-model tensor that table().tensor(i) holds.
+  const TensorShard& shard(int tensor) const { return shards_[tensor]; }
   // The batch checks of ForwardBackward (INVALID_ARGUMENT naming the field, as above), for
   // twins of this model that take the same batches (train/nn/gpt_cuda.h).
   absl::Status CheckBatch(const Batch& batch) const;
@@ -210,9 +247,10 @@ class GptModel final : public Model {
   };
 
   explicit GptModel(const GptOptions& options);
-  // Adds a tensor to the table with its initial distribution: normal(0, std) for std > 0,
-  // else the constant `value`.
-  int AddTensor(const std::string& name, std::vector<int64_t> shape, float std, float value);
+  // Adds a whole-model tensor of `shape` with its initial distribution: normal(0, std) for
+  // std > 0, else the constant `value`; this rank's table gets `shard` of it (whole: all).
+  int AddTensor(const std::string& name, std::vector<int64_t> shape, float std, float value,
+                std::optional<TensorShard> shard = std::nullopt);
   const float* Tensor(const Pass& pass, int index) const {
     const float* base =
         pass.store != nullptr ? pass.store->Parameters(group_of_tensor_[index]) : pass.params;
@@ -251,6 +289,10 @@ class GptModel final : public Model {
                      const float* dout, int64_t rows, int64_t in_features, int64_t out_features);
   // Finishes the group LinearWeights began (nothing while deferring).
   void FinishLinear(GradWriter& writer);
+  // A row-parallel projection (attn.proj, mlp.proj): out = in · weightᵀ + bias, the partial
+  // products summed over the tensor-parallel group before the (replicated) bias is added.
+  void RowParallelForward(const float* in, const float* weight, const float* bias, float* out,
+                          int64_t rows, int64_t in_features, int64_t out_features);
   // Given the gradient of the block's output in dresidual_, leaves its input's there.
   void BlockBackward(const Pass& pass, int64_t block, GradWriter& writer);
 
@@ -268,12 +310,20 @@ class GptModel final : public Model {
   // The whole model's tensors in InitTensors' order (a slice's own among them, at their
   // index in table_, the others -1), so that a slice draws the whole model's stream.
   struct InitEntry {
-    int64_t numel;
+    int64_t numel;  // the whole tensor's
     InitRule rule;
     int tensor;
   };
   std::vector<InitEntry> init_;
   bool keep_ = true;  // during construction: whether AddTensor's tensor is this slice's
+  std::vector<TensorShard> shards_;  // per tensor of table_
+  // Per tensor-parallel rank: attention width (heads_local × head size), heads, MLP hidden.
+  int64_t attn_width_ = 0, heads_local_ = 0, hidden_ = 0;
+  TensorParallelSum tp_sum_;
+  absl::Status tp_error_;  // the first failed sum of the current call
+  // Sums `n` floats at `data` over the tensor-parallel group (nothing with tp_size 1).
+  void TensorParallelReduce(float* data, int64_t n);
+  absl::Status TakeTensorParallelError();
   int wte_ = 0;
   int wpe_ = 0;
   std::vector<int> blocks_;  // each block's first tensor
