@@ -103,6 +103,9 @@ class ParallelStrategy {
   // Bytes of unit buffers (gathered parameters, unreduced gradients, staging) this strategy
   // holds now and at most so far; 0 for data parallelism.
   virtual int64_t unit_buffer_bytes_peak() const { return 0; }
+  // Ranges of the update window (offsets from its start) whose gradients this rank holds
+  // but another rank counts in the gradients' norm (tensor parallelism's replicated tensors).
+  virtual std::vector<state::FlatRange> duplicate_ranges() const { return {}; }
   // Pipeline parallelism's step, which runs the model's stages itself (RunStep instead of
   // the model's ForwardBackward per micro-batch); null for the other strategies.
   virtual PipelineParallel* pipeline() { return nullptr; }

@@ -35,24 +35,62 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   RM_ASSIGN_OR_RETURN(auto blocks, pipeline::SplitBlocks(o.gpt.layers, schedule.stages()));
   std::unique_ptr<PipelineParallel> p(new PipelineParallel(o, std::move(schedule)));
   const int rank = o.pp_comm->rank();
+  const int tp = p->tp_size();
+  nn::GptModel::TensorParallelSum tp_sum;
+  if (tp > 1) {
+    comm::Communicator* group = o.tp_comm;
+    const absl::Duration timeout = o.dp.op_timeout;
+    tp_sum = [group, timeout](absl::Span<float> x) {
+      return group->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32,
+                              comm::ReduceOp::kSum, absl::Now() + timeout);
+    };
+  }
   for (int st = rank; st < p->schedule_.stages(); st += o.schedule.ranks) {
     nn::GptOptions slice = o.gpt;
     slice.first_block = blocks[st].first;
     slice.end_block = blocks[st].second;
+    slice.tp_size = tp;
+    slice.tp_rank = p->tp_rank();
     Stage s;
     s.index = st;
     RM_ASSIGN_OR_RETURN(s.stage, pipeline::GptStage::Create(slice));
-    const state::TensorTable& table = s.stage->model().table();
+    if (tp > 1) s.stage->set_tensor_parallel_sum(tp_sum);
+    const nn::GptModel& model = s.stage->model();
+    const state::TensorTable& table = model.table();
     s.base = p->stages_elements_;
     s.elements = table.total_elements();
-    for (const state::TensorSpec& t : table.tensors()) {
+    for (int i = 0; i < table.size(); ++i) {
+      const state::TensorSpec& t = table.tensor(i);
+      const nn::TensorShard& shard = model.shard(i);
       absl::StatusOr<int> index = o.whole_table->Find(t.name);
-      if (!index.ok() || o.whole_table->tensor(*index).numel != t.numel) {
-        return absl::InternalError(
-            absl::StrCat("stage ", st, "'s tensor ", t.name, " is not the whole model's"));
+      if (!index.ok() ||
+          o.whole_table->tensor(*index).numel != shard.whole_rows * shard.whole_cols) {
+        return absl::InternalError(absl::StrCat("stage ", st, "'s tensor ", t.name,
+                                                " is not a part of the whole model's"));
       }
       const state::TensorSpec& whole = o.whole_table->tensor(*index);
-      p->places_.push_back({{whole.offset, whole.offset + whole.numel}, s.base + t.offset});
+      if (shard.whole()) {
+        p->places_.push_back(
+            {{whole.offset, whole.offset + whole.numel}, s.base + t.offset, tp > 1});
+        continue;
+      }
+      // A tensor-parallel shard: each of its rows of the whole tensor, cut to its columns,
+      // is a run (consecutive whole rows make one).
+      int64_t local = s.base + t.offset;
+      const int64_t width = shard.col_end - shard.col_begin;
+      for (const auto& [lo, hi] : shard.row_ranges) {
+        for (int64_t row = lo; row < hi; ++row) {
+          const int64_t begin = whole.offset + row * shard.whole_cols + shard.col_begin;
+          TensorPlace* last = p->places_.empty() ? nullptr : &p->places_.back();
+          if (last != nullptr && !last->replicated && last->whole.end == begin &&
+              last->local + last->whole.size() == local) {
+            last->whole.end += width;
+          } else {
+            p->places_.push_back({{begin, begin + width}, local, false});
+          }
+          local += width;
+        }
+      }
     }
     p->stages_elements_ += s.elements;
     p->stages_.push_back(std::move(s));
@@ -61,13 +99,21 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   dp.elements = p->stages_elements_;
   RM_ASSIGN_OR_RETURN(p->dp_, CreateDataParallel(o.dp_comm, o.dp_comm, dp));
   // The update's partial sums (clipping's norm, LAMB's trust ratios, the overflow vote): each
-  // tensor is on one stage, so the pipeline group adds up; under ZeRO-1 each data-parallel
-  // replica also holds only its shard, so the whole job does.
-  comm::Communicator* sums = o.dp.zero_stage == 0 ? o.pp_comm : o.world_comm;
+  // tensor is on one stage and each tensor-parallel shard on one rank of its group (a
+  // replicated tensor is counted on the group's rank 0: duplicate_ranges()), so the
+  // pipeline and tensor-parallel groups add up; under ZeRO-1 each data-parallel replica also
+  // holds only its shard, so the whole job does.
+  std::vector<comm::Communicator*> sums = {o.world_comm};
+  if (o.dp.zero_stage == 0) sums = {o.pp_comm, o.tp_comm};
   const absl::Duration timeout = o.dp.op_timeout;
   p->sum_ = [sums, timeout](absl::Span<double> values) {
-    return sums->AllReduce(values.data(), values.data(), values.size(), DataType::kFloat64,
-                           comm::ReduceOp::kSum, absl::Now() + timeout);
+    for (comm::Communicator* group : sums) {
+      if (group == nullptr || group->size() == 1) continue;
+      RM_RETURN_IF_ERROR(group->AllReduce(values.data(), values.data(), values.size(),
+                                          DataType::kFloat64, comm::ReduceOp::kSum,
+                                          absl::Now() + timeout));
+    }
+    return absl::OkStatus();
   };
   return p;
 }
@@ -83,10 +129,11 @@ std::string PipelineParallel::Describe() const {
                       dp_->Describe());
 }
 
-std::vector<state::PlacedRange> PipelineParallel::Map(state::FlatRange local,
-                                                      int64_t origin) const {
+std::vector<state::PlacedRange> PipelineParallel::Map(state::FlatRange local, int64_t origin,
+                                                      bool replicas) const {
   std::vector<state::PlacedRange> out;
   for (const TensorPlace& t : places_) {
+    if (t.replicated && !replicas && tp_rank() != 0) continue;
     const int64_t lo = std::max(local.begin, t.local);
     const int64_t hi = std::min(local.end, t.local + t.whole.size());
     if (lo >= hi) continue;
@@ -98,7 +145,7 @@ std::vector<state::PlacedRange> PipelineParallel::Map(state::FlatRange local,
 
 std::vector<state::PlacedRange> PipelineParallel::update_pieces() const {
   const state::FlatRange window = dp_->update_window();
-  return Map(window, window.begin);
+  return Map(window, window.begin, /*replicas=*/true);
 }
 
 std::vector<state::PlacedRange> PipelineParallel::saved_pieces() const {
@@ -106,7 +153,9 @@ std::vector<state::PlacedRange> PipelineParallel::saved_pieces() const {
   // replicas split the save N ways), in the whole model's coordinates.
   std::vector<state::PlacedRange> out;
   for (const state::PlacedRange& p : dp_->saved_pieces()) {
-    for (const state::PlacedRange& q : Map({p.at, p.at + p.range.size()}, 0)) out.push_back(q);
+    for (const state::PlacedRange& q : Map({p.at, p.at + p.range.size()}, 0, false)) {
+      out.push_back(q);
+    }
   }
   return out;
 }
@@ -114,10 +163,29 @@ std::vector<state::PlacedRange> PipelineParallel::saved_pieces() const {
 absl::Status PipelineParallel::WholeParameters(absl::Span<float> params, absl::Span<float> whole) {
   std::fill(whole.begin(), whole.end(), 0.0f);
   for (const TensorPlace& t : places_) {
+    if (t.replicated && tp_rank() != 0) continue;
     std::copy_n(params.data() + t.local, t.whole.size(), whole.data() + t.whole.begin);
   }
-  return options_.pp_comm->AllReduce(whole.data(), whole.data(), whole.size(), DataType::kFloat32,
-                                     comm::ReduceOp::kSum, absl::Now() + options_.dp.op_timeout);
+  for (comm::Communicator* group : {options_.pp_comm, options_.tp_comm}) {
+    if (group == nullptr || group->size() == 1) continue;
+    RM_RETURN_IF_ERROR(group->AllReduce(whole.data(), whole.data(), whole.size(),
+                                        DataType::kFloat32, comm::ReduceOp::kSum,
+                                        absl::Now() + options_.dp.op_timeout));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<state::FlatRange> PipelineParallel::duplicate_ranges() const {
+  std::vector<state::FlatRange> out;
+  if (tp_rank() == 0) return out;
+  const state::FlatRange window = dp_->update_window();
+  for (const TensorPlace& t : places_) {
+    if (!t.replicated) continue;
+    const int64_t lo = std::max(window.begin, t.local);
+    const int64_t hi = std::min(window.end, t.local + t.whole.size());
+    if (lo < hi) out.push_back({lo - window.begin, hi - window.begin});
+  }
+  return out;
 }
 
 absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micro_batches,

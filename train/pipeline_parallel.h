@@ -52,6 +52,9 @@ struct PipelineParallelOptions {
   comm::Communicator* pp_comm = nullptr;
   comm::Communicator* dp_comm = nullptr;
   comm::Communicator* world_comm = nullptr;
+  // The tensor-parallel group (mesh tp): each stage's blocks split over it (nn::GptOptions
+  // tp_size, this rank at its tp coordinate). Null: no tensor parallelism.
+  comm::Communicator* tp_comm = nullptr;
   // zero_stage (0 or 1), buckets, overlap and the timeout of the data-parallel reduction;
   // `elements` is filled in (this rank's stages).
   DataParallelOptions dp;
@@ -81,13 +84,20 @@ class PipelineParallel final : public ParallelStrategy {
   absl::Status AfterOptimizerStep(absl::Span<float> params) override {
     return dp_->AfterOptimizerStep(params);
   }
-  // Each rank writes its stages' tensors into `whole`, the pipeline group sums them.
+  // Each rank writes its stages' tensors into `whole` (a replicated one from tensor-parallel
+  // rank 0 only), the pipeline and tensor-parallel groups sum them.
   absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) override;
   PipelineParallel* pipeline() override { return this; }
 
   // Every tensor of this rank's stages: where it is in the step's buffers (the restore reads
   // them all; each data-parallel replica saves only its part, saved_pieces()).
-  std::vector<state::PlacedRange> held_pieces() const { return Map({0, stages_elements_}, 0); }
+  std::vector<state::PlacedRange> held_pieces() const {
+    return Map({0, stages_elements_}, 0, /*replicas=*/true);
+  }
+  // Under tensor parallelism, on tensor-parallel ranks other than 0: the replicated tensors'
+  // ranges of the update window (offsets from its start), which rank 0 counts in the
+  // gradients' norm (ClipGradNorm's duplicates); empty otherwise.
+  std::vector<state::FlatRange> duplicate_ranges() const override;
 
   // One step's forward and backward over this rank's micro-batches (the data-parallel
   // replica's share of the global batch, m of them) through the pipeline: the stages'
@@ -124,16 +134,23 @@ class PipelineParallel final : public ParallelStrategy {
     int64_t elements = 0;
   };
   // A tensor of this rank's stages: its range in the whole flat space and its local offset.
+  // A run of a tensor of this rank's stages: its range in the whole flat space and its local
+  // offset (a tensor-parallel shard is one run per row of the whole tensor it holds).
   struct TensorPlace {
     state::FlatRange whole;
     int64_t local = 0;
+    bool replicated = false;  // held whole by every tensor-parallel rank
   };
 
   PipelineParallel(const PipelineParallelOptions& options, pipeline::Schedule schedule)
       : options_(options), schedule_(std::move(schedule)) {}
   // The pieces of the whole flat space inside `local` (step-buffer offsets), `at` counted
   // from `origin`.
-  std::vector<state::PlacedRange> Map(state::FlatRange local, int64_t origin) const;
+  // With replicas false, a replicated tensor's runs count on tensor-parallel rank 0 only.
+  std::vector<state::PlacedRange> Map(state::FlatRange local, int64_t origin,
+                                      bool replicas) const;
+  int tp_rank() const { return options_.tp_comm != nullptr ? options_.tp_comm->rank() : 0; }
+  int tp_size() const { return options_.tp_comm != nullptr ? options_.tp_comm->size() : 1; }
   // One message to or from `peer` of the pipeline group.
   absl::Status Message(comm::PointToPoint::Kind kind, int peer, absl::Span<float> data);
 

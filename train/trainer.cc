@@ -59,13 +59,13 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
                                                              int gpu, std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
-  if (config.mesh.pp > 1) {
+  if (config.mesh.pp > 1 || config.mesh.tp > 1) {
     if (required) {
       return absl::UnimplementedError(absl::StrCat(
-          "device: cuda with parallelism.mesh.pp ", config.mesh.pp,
-          ": pipeline parallelism runs on the CPU in this version; set device: cpu or auto"));
+          "device: cuda with parallelism.mesh tp ", config.mesh.tp, " x pp ", config.mesh.pp,
+          ": model parallelism runs on the CPU in this version; set device: cpu or auto"));
     }
-    *why_cpu = "pipeline parallelism runs on the CPU in this version";
+    *why_cpu = "model parallelism (parallelism.mesh) runs on the CPU in this version";
     return nullptr;
   }
   if (!required && !CudaDeviceAvailable()) {
@@ -610,7 +610,8 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
     apply = v == StepVerdict::kApply;
   }
   if (apply) {
-    RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {config.clip_grad_norm}, strategy->sum(), ops));
+    RM_ASSIGN_OR_RETURN(norm, ClipGradNorm(g, {config.clip_grad_norm}, strategy->sum(), ops,
+                                           strategy->duplicate_ranges()));
     apply = norm.finite();
     // Only fp16's loss scaler skips steps on purpose (and lowers its scale); elsewhere a
     // gradient that is not finite means the run diverged. The norm is global: every rank

@@ -1,10 +1,12 @@
 #include "train/trainer_mesh.h"
 
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "train/memory_plan.h"
 #include "train/nn/gpt.h"
 #include "train/pipeline/schedule.h"
 
@@ -32,25 +34,21 @@ absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Comm
   MeshGroups g;
   g.dp_rank = world.rank();
   g.dp_size = world.size();
-  if (config.mesh.tp > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("parallelism.mesh.tp is ", config.mesh.tp,
-                     ": the trainer does not split the GPT's blocks over tensor-parallel ranks yet "
-                     "(train/tp has the column- and row-parallel layers); set mesh.tp: 1"));
-  }
-  if (config.mesh.pp <= 1) return g;
-  const int unit = config.mesh.pp * config.mesh.tp;
+  const int pp = config.mesh.pp, tp = config.mesh.tp;
+  if (pp <= 1 && tp <= 1) return g;
+  const int unit = pp * tp;
   if (world.size() % unit != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parallelism.mesh: tp ", config.mesh.tp, " x pp ", config.mesh.pp, " = ", unit,
+        "parallelism.mesh: tp ", tp, " x pp ", pp, " = ", unit,
         " ranks per data-parallel replica, but the job has ", world.size(),
         " ranks; run it on a multiple of ", unit, " ranks (data parallelism takes the rest)"));
   }
   RM_ASSIGN_OR_RETURN(comm::Mesh mesh,
-                      comm::Mesh::Create(world.size(), {{"pp", config.mesh.pp}, {"dp", -1}}));
+                      comm::Mesh::Create(world.size(), {{"pp", pp}, {"dp", -1}, {"tp", tp}}));
   const absl::Time deadline = absl::Now() + op_timeout;
   RM_ASSIGN_OR_RETURN(g.pp, mesh.Group(world, comm::MeshDim::kPp, deadline));
   RM_ASSIGN_OR_RETURN(g.dp, mesh.Group(world, comm::MeshDim::kDp, deadline));
+  RM_ASSIGN_OR_RETURN(g.tp, mesh.Group(world, comm::MeshDim::kTp, deadline));
   g.dp_rank = mesh.Coordinates(world.rank())[static_cast<int>(comm::MeshDim::kDp)];
   g.dp_size = mesh.size(comm::MeshDim::kDp);
   g.mesh = std::move(mesh);
@@ -62,17 +60,29 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
     comm::Communicator& world, absl::Duration op_timeout) {
   const auto* gpt = dynamic_cast<const nn::GptModel*>(&model);
   if (gpt == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.mesh is tp ", config.mesh.tp, " x pp ", config.mesh.pp, ", but model '",
+        model.Describe(), "' is not a GPT: model parallelism splits a GPT's blocks"));
+  }
+  if (config.mesh.tp > 1 && std::holds_alternative<LambOptions>(config.optimizer)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("parallelism.mesh.pp is ", config.mesh.pp, ", but model '", model.Describe(),
-                     "' is not a GPT: pipeline parallelism cuts a GPT's blocks into stages"));
+        "optimizer.lamb with parallelism.mesh.tp > 1: LAMB's per-tensor trust ratios over "
+        "tensor-parallel shards are not in this version; use adamw or sgd, or mesh.tp 1");
   }
   PipelineParallelOptions o;
   o.gpt = gpt->options();
   o.whole_table = &model.table();
-  o.schedule = {KindOf(config.pipeline.schedule), config.mesh.pp, config.pipeline.micro_batches,
-                config.pipeline.virtual_stages};
+  if (config.mesh.pp > 1) {
+    o.schedule = {KindOf(config.pipeline.schedule), config.mesh.pp, config.pipeline.micro_batches,
+                  config.pipeline.virtual_stages};
+  } else {
+    // One stage: the micro-batches of data parallelism's plan, one after the other.
+    RM_ASSIGN_OR_RETURN(data::BatchPlan plan, PlanPipelineBatches(config, groups.dp_size));
+    o.schedule = {pipeline::ScheduleKind::kGPipe, 1, plan.accumulation_steps, 1};
+  }
   o.pp_comm = groups.pp.get();
   o.dp_comm = groups.dp.get();
+  o.tp_comm = groups.tp.get();
   o.world_comm = &world;
   o.dp.zero_stage = config.zero_stage;
   o.dp.bucket_mb = config.bucket_mb;
@@ -83,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
 }
 
 absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size) {
+  if (config.mesh.pp <= 1) return PlanRankBatches(config, dp_size);
   // The job cannot run this way on this world: it fails at once with the reason, rather than
   // spend its restarts.
   const int m = config.pipeline.micro_batches;

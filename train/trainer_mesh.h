@@ -28,30 +28,34 @@ namespace ringmaster::train {
 // and the data-parallel group is the whole job.
 struct MeshGroups {
   std::optional<comm::Mesh> mesh;
-  std::unique_ptr<comm::Communicator> pp, dp;  // host-memory groups (null without a mesh)
+  std::unique_ptr<comm::Communicator> pp, dp, tp;  // host-memory groups (null without a mesh)
   int dp_rank = 0;
   int dp_size = 1;
 };
 
-// The mesh of `config` over `world` (host-memory collectives, every rank calls it):
-// INVALID_ARGUMENT naming parallelism.mesh when the world is not a multiple of tp · pp,
-// UNIMPLEMENTED for tp > 1 (tensor parallelism of the GPT is not in the trainer yet).
+// The mesh of `config` over `world` (host-memory collectives, every rank calls it): pp
+// outermost, tp innermost (a tensor-parallel group is consecutive ranks: one host's).
+// INVALID_ARGUMENT naming parallelism.mesh when the world is not a multiple of tp · pp.
 absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Communicator& world,
                                            absl::Duration op_timeout);
 
-// Pipeline parallelism's strategy for `config` (mesh.pp > 1) over the groups; `model` is the
-// whole GPT (its table is the checkpoints' and the optimizer's flat space).
+// The strategy of a job with a mesh (mesh.pp or mesh.tp > 1; train/pipeline_parallel.h:
+// with pp 1, one stage of the whole model per tensor-parallel rank, its micro-batches run one
+// after the other) over the groups; `model` is the whole GPT (its table is the checkpoints'
+// and the optimizer's flat space). INVALID_ARGUMENT naming the field for what the mesh does
+// not run: a model other than the GPT, optimizer.lamb with tensor parallelism.
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const TrainConfig& config,
                                                                          const Model& model,
                                                                          const MeshGroups& groups,
                                                                          comm::Communicator& world,
                                                                          absl::Duration op_timeout);
 
-// The batch plan of a pipeline job: each data-parallel replica's share of the global batch
-// cut into parallelism.pipeline.micro_batches micro-batches. INVALID_ARGUMENT (permanent)
-// naming the fields when batch.accumulation is set (the pipeline's micro-batches replace
-// it), a replica's share of a full global batch has fewer samples than micro-batches, or a
-// micro-batch would be larger than batch.micro_max.
+// The batch plan of a job with a mesh: with pp > 1, each data-parallel replica's share of
+// the global batch cut into parallelism.pipeline.micro_batches micro-batches; with pp 1
+// (tensor parallelism alone), the plan of data parallelism over the replicas. INVALID_ARGUMENT
+// (permanent) naming the fields when, with pp > 1, batch.accumulation is set (the pipeline's
+// micro-batches replace it), a replica's share of a full global batch has fewer samples than
+// micro-batches, or a micro-batch would be larger than batch.micro_max.
 absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size);
 
 // The micro-batches of data-parallel replica `dp_rank` for global batch `gb` (the plan's

@@ -43,8 +43,13 @@ struct GradNorm {
 //
 // INVALID_ARGUMENT for a negative, infinite or NaN max_norm; otherwise the error of `sum`
 // (or the ops' INTERNAL). On an error of `sum` the gradients are untouched.
+//
+// `duplicates`: ranges of `grads` (offsets into it, increasing, disjoint) that this rank
+// holds but another rank counts (a tensor-parallel rank's replicated tensors, counted by
+// tensor-parallel rank 0): left out of this rank's sum, and still clipped.
 absl::StatusOr<GradNorm> ClipGradNorm(absl::Span<float> grads, const ClipOptions& options,
-                                      const SumAcrossRanks& sum, VectorOps* ops = HostVectorOps());
+                                      const SumAcrossRanks& sum, VectorOps* ops = HostVectorOps(),
+                                      absl::Span<const state::FlatRange> duplicates = {});
 
 }  // namespace ringmaster::train
 

@@ -1,5 +1,6 @@
 #include "train/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -65,6 +66,28 @@ TEST_F(ClipTest, MaxNormZeroOnlyMeasures) {
   EXPECT_NEAR(result->norm, ReferenceNorm(original_), 1e-12 * result->norm);
   EXPECT_EQ(result->scale, 1);
   EXPECT_TRUE(SameBits(grads_, original_));
+}
+
+// Duplicates (held here, counted elsewhere) are left out of the norm and still scaled.
+TEST_F(ClipTest, DuplicatesAreNotCountedButAreClipped) {
+  const int64_t n = grads_.size();
+  const std::vector<state::FlatRange> dups = {{0, 10}, {40, 41}, {n - 7, n}};
+  double counted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool dup = std::any_of(dups.begin(), dups.end(), [&](const state::FlatRange& r) {
+      return i >= r.begin && i < r.end;
+    });
+    if (!dup) counted += double{grads_.data()[i]} * grads_.data()[i];
+  }
+  auto result = ClipGradNorm(grads_.span(), {.max_norm = 1}, SumOnOneRank, HostVectorOps(), dups);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NEAR(result->norm, std::sqrt(counted), 1e-9 * std::sqrt(counted));
+  EXPECT_LT(result->norm, ReferenceNorm(original_));
+  for (const state::FlatRange& r : dups) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      ASSERT_FLOAT_EQ(grads_.data()[i], original_.data()[i] * result->scale) << i;
+    }
+  }
 }
 
 TEST_F(ClipTest, NonFiniteNormIsReportedAndNothingIsScaled) {

@@ -71,6 +71,11 @@ absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
   return absl::OkStatus();
 }
 
+void GptStage::set_tensor_parallel_sum(nn::GptModel::TensorParallelSum sum) {
+  tp_sum_ = std::move(sum);
+  for (const auto& m : pool_) m->set_tensor_parallel_sum(tp_sum_);
+}
+
 int64_t GptStage::activation_bytes() const {
   int64_t bytes = 0;
   for (const auto& m : pool_) bytes += m->memory().activation_bytes_peak;
@@ -107,6 +112,7 @@ absl::Status GptStage::Forward(int micro, absl::Span<const float> input, absl::S
   }
   if (free_.empty()) {
     RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptModel> model, nn::GptModel::Create(slice_));
+    model->set_tensor_parallel_sum(tp_sum_);
     free_.push_back(model.get());
     pool_.push_back(std::move(model));
   }

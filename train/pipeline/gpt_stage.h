@@ -52,6 +52,9 @@ class GptStage final : public PipelineStage {
   // The slice's model: its table (the stage's tensors, under the whole model's names), its
   // parameter groups, InitTensors.
   const nn::GptModel& model() const { return *pool_.front(); }
+  // With tensor parallelism (GptOptions::tp_size > 1): the group's sum, for every model of
+  // the stage (nn::GptModel::set_tensor_parallel_sum).
+  void set_tensor_parallel_sum(nn::GptModel::TensorParallelSum sum);
 
   // Before each step: its micro-batches (the first and last stages read their tokens, the
   // others only their sizes), the stage's parameters (unchanged until the step ends) and its
@@ -99,6 +102,7 @@ class GptStage final : public PipelineStage {
   void Release(int micro);
 
   const nn::GptOptions slice_;
+  nn::GptModel::TensorParallelSum tp_sum_;
   std::vector<std::unique_ptr<nn::GptModel>> pool_;  // every model made; pool_[0] always
   std::vector<nn::GptModel*> free_;
   std::map<int, nn::GptModel*> in_flight_;  // by micro-batch
