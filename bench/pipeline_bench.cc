@@ -1,5 +1,7 @@
 #include "bench/pipeline_bench.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -46,6 +48,7 @@ class TimedStage final : public PipelineStage {
  public:
   struct Sum {
     absl::Duration time;
+    absl::Duration cpu;  // the thread's CPU time
     int calls = 0;
     double mean_ms() const { return calls == 0 ? 0 : absl::ToDoubleMilliseconds(time) / calls; }
   };
@@ -81,10 +84,18 @@ class TimedStage final : public PipelineStage {
   template <typename F>
   static absl::Status Timed(Sum* sum, const F& call) {
     const absl::Time start = absl::Now();
+    const absl::Duration cpu_start = ThreadCpuTime();
     absl::Status s = call();
+    sum->cpu += ThreadCpuTime() - cpu_start;
     sum->time += absl::Now() - start;
     ++sum->calls;
     return s;
+  }
+
+  static absl::Duration ThreadCpuTime() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return absl::DurationFromTimespec(t);
   }
 
   PipelineStage* inner_;
@@ -174,6 +185,15 @@ absl::StatusOr<PipelineRankMeasure> MeasureRank(comm::Communicator& group,
     total += s.total;
     r.peak_buffer_bytes = std::max(r.peak_buffer_bytes, s.peak_buffer_bytes);
   }
+  absl::Duration cpu, wall;
+  for (const auto& [st, h] : held) {
+    for (const TimedStage::Sum* sum : {&h.timed->forward(), &h.timed->backward(),
+                                       &h.timed->backward_input(), &h.timed->backward_weight()}) {
+      cpu += sum->cpu;
+      wall += sum->time;
+    }
+  }
+  r.cpu_share = wall > absl::ZeroDuration() ? absl::FDivDuration(cpu, wall) : 0;
   const double total_ms = absl::ToDoubleMilliseconds(total);
   r.bubble = total_ms > 0 ? 1 - absl::ToDoubleMilliseconds(compute) / total_ms : 0;
   r.step_ms = total_ms / o.steps;
@@ -203,7 +223,7 @@ void Pack(const PipelineRankMeasure& r, double* out) {
                                     static_cast<double>(r.activation_bytes),
                                     static_cast<double>(r.peak_buffer_bytes),
                                     r.in_flight,
-                                    0};
+                                    r.cpu_share};
   std::copy(v, v + kMeasureFields, out);
 }
 
@@ -218,6 +238,7 @@ PipelineRankMeasure Unpack(const double* v) {
   r.activation_bytes = static_cast<int64_t>(v[6]);
   r.peak_buffer_bytes = static_cast<int64_t>(v[7]);
   r.in_flight = v[8];
+  r.cpu_share = v[9];
   return r;
 }
 
@@ -390,10 +411,10 @@ std::string PipelineResultToText(const PipelineBenchResult& result) {
                           c.micro_batches, c.virtual_stages, c.formula_simple, c.formula,
                           c.simulated, sim.empty() ? "-" : absl::StrJoin(sim, ","));
     for (const PipelineRankMeasure& r : c.ranks) {
-      absl::StrAppendFormat(&text, "rank %.17g %.17g %.17g %.17g %.17g %.17g %d %d %.17g\n",
+      absl::StrAppendFormat(&text, "rank %.17g %.17g %.17g %.17g %.17g %.17g %d %d %.17g %.17g\n",
                             r.bubble, r.step_ms, r.tokens_per_s, r.forward_ms,
                             r.backward_input_ms, r.backward_weight_ms, r.activation_bytes,
-                            r.peak_buffer_bytes, r.in_flight);
+                            r.peak_buffer_bytes, r.in_flight, r.cpu_share);
     }
   }
   return text;
@@ -427,7 +448,7 @@ absl::StatusOr<PipelineBenchResult> PipelineResultFromText(absl::string_view tex
         }
       }
       result.cases.push_back(std::move(c));
-    } else if (f[0] == "rank" && f.size() == 10 && !result.cases.empty() &&
+    } else if (f[0] == "rank" && f.size() == 11 && !result.cases.empty() &&
                result.cases.back().skipped.empty()) {
       PipelineRankMeasure r;
       ok = absl::SimpleAtod(f[1], &r.bubble) && absl::SimpleAtod(f[2], &r.step_ms) &&
@@ -435,7 +456,8 @@ absl::StatusOr<PipelineBenchResult> PipelineResultFromText(absl::string_view tex
            absl::SimpleAtod(f[5], &r.backward_input_ms) &&
            absl::SimpleAtod(f[6], &r.backward_weight_ms) &&
            absl::SimpleAtoi(f[7], &r.activation_bytes) &&
-           absl::SimpleAtoi(f[8], &r.peak_buffer_bytes) && absl::SimpleAtod(f[9], &r.in_flight);
+           absl::SimpleAtoi(f[8], &r.peak_buffer_bytes) && absl::SimpleAtod(f[9], &r.in_flight) &&
+           absl::SimpleAtod(f[10], &r.cpu_share);
       result.cases.back().ranks.push_back(r);
     }
     if (!ok) {
@@ -518,12 +540,13 @@ std::string FormatPipelineTable(const PipelineBenchOptions& o, const PipelineBen
       "bubble: 1 - compute / time in the executor, per rank over the timed steps (mean and max "
       "over ranks); formula (P-1)/(m+P-1) for gpipe and 1f1b; FormulaBubble and Simulate with "
       "the F/B/W costs measured in the row (ms per micro-batch and P-stage, mean over ranks; "
-      "B is the whole backward unless W is split out)\n\n",
+      "B is the whole backward unless W is split out); cpu: CPU time / wall time inside the "
+      "stages' calls (below ~95%%: the core was shared while computing)\n\n",
       o.layers, o.width, o.heads, o.context, o.vocab, o.batch, r.ranks, kPipelineWarmupSteps,
       r.steps);
-  absl::StrAppendFormat(&t, "%-17s %3s %2s %7s %7s %9s %9s %9s %9s %9s %7s %7s %7s\n", "schedule",
-                        "m", "v", "bubble", "max", "(P-1)/", "formula", "simulated", "step ms",
-                        "tokens/s", "F ms", "B ms", "W ms");
+  absl::StrAppendFormat(&t, "%-17s %3s %2s %7s %7s %9s %9s %9s %9s %9s %7s %7s %7s %5s\n",
+                        "schedule", "m", "v", "bubble", "max", "(P-1)/", "formula", "simulated",
+                        "step ms", "tokens/s", "F ms", "B ms", "W ms", "cpu");
   absl::StrAppendFormat(&t, "%-17s %3s %2s %7s %7s %9s %9s %9s\n", "", "", "", "mean", "",
                         "(m+P-1)", "(costs)", "(costs)");
   std::vector<std::string> skipped;
@@ -533,33 +556,37 @@ std::string FormatPipelineTable(const PipelineBenchOptions& o, const PipelineBen
                                         c.skipped));
       continue;
     }
-    double step = 0, tokens = 0, f = 0, b = 0, w = 0;
+    double step = 0, tokens = 0, f = 0, b = 0, w = 0, cpu = 0;
     for (const PipelineRankMeasure& m : c.ranks) {
       step = std::max(step, m.step_ms);
       tokens += m.tokens_per_s / c.ranks.size();
       f += m.forward_ms / c.ranks.size();
       b += m.backward_input_ms / c.ranks.size();
       w += m.backward_weight_ms / c.ranks.size();
+      cpu += m.cpu_share / c.ranks.size();
     }
-    absl::StrAppendFormat(&t, "%-17s %3d %2d %7s %7s %9s %9s %9s %9.1f %9.0f %7.2f %7.2f %7.2f\n",
+    absl::StrAppendFormat(&t,
+                          "%-17s %3d %2d %7s %7s %9s %9s %9s %9.1f %9.0f %7.2f %7.2f %7.2f %5.0f%%\n",
                           ScheduleName(c.kind), c.micro_batches, c.virtual_stages,
                           Percent(c.mean_bubble()), Percent(c.max_bubble()),
                           c.formula_simple < 0 ? "-" : Percent(c.formula_simple),
-                          Percent(c.formula), Percent(c.simulated), step, tokens, f, b, w);
+                          Percent(c.formula), Percent(c.simulated), step, tokens, f, b, w,
+                          100 * cpu);
   }
-  absl::StrAppendFormat(&t, "\nper rank%s\n%-17s %3s %4s %7s %9s %9s %11s %11s %9s %9s\n",
+  absl::StrAppendFormat(&t, "\nper rank%s\n%-17s %3s %4s %7s %9s %9s %11s %11s %9s %9s %5s\n",
                         " (activations: GptStage::activation_bytes; in flight: micro-batches "
                         "held at once, chunks as 1/v; sim: Simulate's peak)",
                         "schedule", "m", "rank", "bubble", "step ms", "tokens/s", "act MiB",
-                        "msg buf KiB", "in flight", "sim");
+                        "msg buf KiB", "in flight", "sim", "cpu");
   for (const PipelineCase& c : r.cases) {
     for (size_t i = 0; i < c.ranks.size(); ++i) {
       const PipelineRankMeasure& m = c.ranks[i];
       absl::StrAppendFormat(
-          &t, "%-17s %3d %4d %7s %9.1f %9.0f %11.2f %11.1f %9.2f %9.2f\n", ScheduleName(c.kind),
+          &t, "%-17s %3d %4d %7s %9.1f %9.0f %11.2f %11.1f %9.2f %9.2f %4.0f%%\n",
+          ScheduleName(c.kind),
           c.micro_batches, i, Percent(m.bubble), m.step_ms, m.tokens_per_s,
           m.activation_bytes / 1048576.0, m.peak_buffer_bytes / 1024.0, m.in_flight,
-          i < c.simulated_in_flight.size() ? c.simulated_in_flight[i] : 0.0);
+          i < c.simulated_in_flight.size() ? c.simulated_in_flight[i] : 0.0, 100 * m.cpu_share);
     }
   }
   if (!skipped.empty()) absl::StrAppend(&t, "\nskipped:\n", absl::StrJoin(skipped, "\n"), "\n");

@@ -67,6 +67,10 @@ struct PipelineRankMeasure {
   // GptStage::peak_in_flight() summed over this rank's stages ÷ v (a chunk is 1/v of a
   // micro-batch, as Simulate counts it; with v > 1 the chunks' peaks may not coincide).
   double in_flight = 0;
+  // CPU time of this rank's thread inside the stages' calls ÷ their wall time: about 1 when
+  // the rank had its core to itself while computing, lower when another process shared it
+  // (compute then stretches while waiting does not, and the measured bubble shrinks).
+  double cpu_share = 0;
 };
 
 struct PipelineCase {

@@ -76,6 +76,8 @@ TEST(PipelineBenchTest, EverySchedulesFiguresAreFilledAndSane) {
       EXPECT_GT(m.activation_bytes, 0);
       EXPECT_GT(m.peak_buffer_bytes, 0);
       EXPECT_GT(m.in_flight, 0);
+      EXPECT_GT(m.cpu_share, 0);
+      EXPECT_LE(m.cpu_share, 1.05);  // CPU time cannot much exceed wall time on one thread
       EXPECT_LE(m.in_flight, kM);
       EXPECT_GT(c.simulated_in_flight[rank], 0);
       EXPECT_LE(c.simulated_in_flight[rank], kM);
@@ -135,6 +137,7 @@ PipelineBenchResult Made(double worst_gap, double zero_bubble_bubble) {
       a.activation_bytes = 1 << 20;
       a.peak_buffer_bytes = 4096;
       a.in_flight = 2;
+      a.cpu_share = 0.97;
       PipelineRankMeasure b = a;
       b.bubble = bubble - 0.5 * worst_gap;
       c.ranks = {a, b};
@@ -192,12 +195,13 @@ TEST(PipelineBenchTest, ResultSurvivesTheTextForm) {
       EXPECT_EQ(a.ranks[k].activation_bytes, b.ranks[k].activation_bytes);
       EXPECT_EQ(a.ranks[k].peak_buffer_bytes, b.ranks[k].peak_buffer_bytes);
       EXPECT_EQ(a.ranks[k].in_flight, b.ranks[k].in_flight);
+      EXPECT_EQ(a.ranks[k].cpu_share, b.ranks[k].cpu_share);
     }
   }
   EXPECT_EQ(back->cases.back().skipped, "needs m a multiple of P (2)");
   EXPECT_FALSE(PipelineResultFromText("case gpipe 2").ok());
   EXPECT_FALSE(PipelineResultFromText("case nope 2 1 0 0 0 -").ok());
-  EXPECT_FALSE(PipelineResultFromText("rank 1 2 3 4 5 6 7 8 9").ok());  // no case before it
+  EXPECT_FALSE(PipelineResultFromText("rank 1 2 3 4 5 6 7 8 9 1").ok());  // no case before it
 }
 
 TEST(PipelineBenchTest, BadOptionsNameTheFlag) {
