@@ -7,6 +7,16 @@
 // gradient, the all-reduces and bytes per forward and backward, and the step times; exits 0
 // when within tolerance, 1 otherwise, 2 for bad flags (bench/tp_bench.h).
 //
+//   ringbench pipeline --ranks 2 [--schedules gpipe,1f1b,zero_bubble,interleaved_1f1b]
+//       [--micro_batches 1,2,4,8] [--layers L --width W --heads H --context T --vocab V
+//       --batch B --steps K]
+//
+// The pipeline schedules on --ranks local processes, a GPT cut into their stages: prints each
+// schedule × m's measured bubble beside its formula and its simulation under the measured
+// costs, step time, tokens/s, activation and message memory and micro-batches in flight per
+// rank, and the goal lines (PASS or MISS); exits 0 when the run worked (a missed goal
+// is reported, not a failure), 1 when a rank failed, 2 for bad flags (bench/pipeline_bench.h).
+//
 //   ringbench comm --ranks 4 --ops all_reduce,all_gather,reduce_scatter,broadcast
 //       --sizes 1K,4K,...,1G --csv comm.csv --plot comm.svg [--peers gloo,mpi] [--tune]
 //
@@ -28,7 +38,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +49,7 @@
 #include "bench/comm_bench.h"
 #include "bench/local_ranks.h"
 #include "bench/loopback.h"
+#include "bench/pipeline_bench.h"
 #include "bench/peers.h"
 #include "bench/plot.h"
 #include "bench/tp_bench.h"
@@ -82,13 +95,27 @@ ABSL_FLAG(int64_t, small_message_bytes,
           static_cast<int64_t>(ringmaster::comm::kDefaultSmallMessageBytes),
           "all-reduce/broadcast sizes at or below this use the latency-optimised algorithms");
 
-ABSL_FLAG(int64_t, batch, 16, "ringbench tp: rows of the input");
+ABSL_FLAG(int64_t, batch, 16,
+          "ringbench tp: rows of the input; ringbench pipeline: samples per micro-batch "
+          "(default 4 there)");
 ABSL_FLAG(int64_t, in, 256, "ringbench tp: input features of the column-parallel layer");
 ABSL_FLAG(int64_t, hidden, 1024,
           "ringbench tp: hidden features (the column layer's output, the row layer's input; "
           "split across the ranks, so a multiple of --ranks)");
 ABSL_FLAG(int64_t, out, 256, "ringbench tp: output features of the row-parallel layer");
 ABSL_FLAG(int, iters, 50, "ringbench tp: timed steps (after 5 warm-up steps)");
+
+ABSL_FLAG(std::string, schedules, "gpipe,1f1b,zero_bubble,interleaved_1f1b",
+          "ringbench pipeline: the schedules to measure (comma-separated)");
+ABSL_FLAG(std::string, micro_batches, "1,2,4,8",
+          "ringbench pipeline: the numbers of micro-batches m to measure (comma-separated)");
+ABSL_FLAG(int64_t, layers, 8, "ringbench pipeline: the GPT's blocks");
+ABSL_FLAG(int64_t, width, 256, "ringbench pipeline: the GPT's width");
+ABSL_FLAG(int64_t, heads, 4, "ringbench pipeline: attention heads (must divide --width)");
+ABSL_FLAG(int64_t, context, 128, "ringbench pipeline: tokens per sample");
+ABSL_FLAG(int64_t, vocab, 256, "ringbench pipeline: vocabulary size");
+ABSL_FLAG(int, steps, 5,
+          "ringbench pipeline: timed steps per schedule and m (after 2 warm-up steps)");
 
 namespace ringmaster::bench {
 namespace {
@@ -378,6 +405,22 @@ int CommMain() {
   return 0;
 }
 
+// Runs `run` on `ranks` local ranks; rank 0's result comes back through its text form.
+template <typename Result, typename Run>
+absl::StatusOr<Result> RunBenchOnLocalRanks(
+    int ranks, const comm::TcpCommunicatorOptions& base, const Run& run,
+    std::string (*to_text)(const Result&),
+    absl::StatusOr<Result> (*from_text)(absl::string_view)) {
+  absl::StatusOr<std::string> text = RunLocalRanks(
+      ranks, base, [&run, to_text](comm::TcpCommunicator& comm) -> absl::StatusOr<std::string> {
+        absl::StatusOr<Result> result = run(comm);
+        if (!result.ok()) return result.status();
+        return to_text(*result);
+      });
+  if (!text.ok()) return text.status();
+  return from_text(*text);
+}
+
 int TpMain() {
   const int ranks = RanksFlag("tp");
   if (ranks == 0) return 2;
@@ -394,14 +437,10 @@ int TpMain() {
             std::string((!valid.ok() ? valid : base.status()).message()).c_str());
     return 2;
   }
-  absl::StatusOr<std::string> text =
-      RunLocalRanks(ranks, *base, [&options](comm::TcpCommunicator& comm) {
-        absl::StatusOr<TpBenchResult> result = RunTpBench(comm, options);
-        if (!result.ok()) return absl::StatusOr<std::string>(result.status());
-        return absl::StatusOr<std::string>(TpResultToText(*result));
-      });
-  absl::StatusOr<TpBenchResult> result =
-      text.ok() ? TpResultFromText(*text) : absl::StatusOr<TpBenchResult>(text.status());
+  absl::StatusOr<TpBenchResult> result = RunBenchOnLocalRanks<TpBenchResult>(
+      ranks, *base,
+      [&options](comm::TcpCommunicator& comm) { return RunTpBench(comm, options); },
+      TpResultToText, TpResultFromText);
   if (!result.ok()) {
     fprintf(stderr, "ringbench tp: %s\n", result.status().ToString().c_str());
     return 1;
@@ -416,14 +455,72 @@ int TpMain() {
   return 0;
 }
 
+// Whether the command line sets flag `name` ("--name", "-name", "--name=..."), before a "--".
+bool FlagGiven(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
+    if (arg == name || absl::StartsWith(arg, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
+// `batch_given`: whether the command line sets --batch, which `ringbench tp` shares (rows of
+// its input there, default 16): the pipeline's default is its own.
+int PipelineMain(bool batch_given) {
+  const int ranks = RanksFlag("pipeline");
+  if (ranks == 0) return 2;
+  PipelineBenchOptions options;
+  if (batch_given) {
+    options.batch = absl::GetFlag(FLAGS_batch);
+  }
+  options.layers = absl::GetFlag(FLAGS_layers);
+  options.width = absl::GetFlag(FLAGS_width);
+  options.heads = absl::GetFlag(FLAGS_heads);
+  options.context = absl::GetFlag(FLAGS_context);
+  options.vocab = absl::GetFlag(FLAGS_vocab);
+  options.steps = absl::GetFlag(FLAGS_steps);
+  absl::StatusOr<std::vector<train::pipeline::ScheduleKind>> schedules =
+      ParsePipelineSchedules(absl::GetFlag(FLAGS_schedules));
+  absl::StatusOr<std::vector<int>> micro_batches =
+      ParseMicroBatchCounts(absl::GetFlag(FLAGS_micro_batches));
+  absl::Status valid = schedules.ok() ? micro_batches.status() : schedules.status();
+  if (valid.ok()) {
+    options.schedules = *schedules;
+    options.micro_batches = *micro_batches;
+    valid = ValidatePipelineBench(options, ranks);
+  }
+  absl::StatusOr<comm::TcpCommunicatorOptions> base = TcpOptionsFromFlags();
+  if (!valid.ok() || !base.ok()) {
+    fprintf(stderr, "ringbench pipeline: %s\n",
+            std::string((!valid.ok() ? valid : base.status()).message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<PipelineBenchResult> result = RunBenchOnLocalRanks<PipelineBenchResult>(
+      ranks, *base,
+      [&options](comm::TcpCommunicator& comm) { return RunPipelineBench(comm, options); },
+      PipelineResultToText, PipelineResultFromText);
+  if (!result.ok()) {
+    fprintf(stderr, "ringbench pipeline: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  printf("%s", FormatPipelineTable(options, *result).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace ringmaster::bench
 
 int main(int argc, char** argv) {
+  const bool batch_given = ringmaster::bench::FlagGiven(argc, argv, "batch");
   absl::SetProgramUsageMessage(
       "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
       "[--csv FILE] [--plot FILE.svg] [--peers gloo,mpi] [--tune]\n"
-      "  ringbench tp [--ranks N] [--batch B] [--in I] [--hidden H] [--out O] [--iters K]");
+      "  ringbench tp [--ranks N] [--batch B] [--in I] [--hidden H] [--out O] [--iters K]\n"
+      "  ringbench pipeline [--ranks P] [--schedules gpipe,1f1b,zero_bubble,interleaved_1f1b] "
+      "[--micro_batches 1,2,4,8] [--layers L] [--width W] [--heads H] [--context T] "
+      "[--vocab V] [--batch B] [--steps K]");
   std::vector<char*> args = ringmaster::ParseFlagsWithUsage(argc, argv, "ringbench");
   ringmaster::LoggingOptions logging;
   logging.program_name = argv[0];
@@ -431,13 +528,14 @@ int main(int argc, char** argv) {
   ringmaster::InitLogging(logging);
   signal(SIGPIPE, SIG_IGN);
   if (args.size() < 2) {
-    fprintf(stderr, "usage: ringbench comm|tp [flags]  (ringbench --help for the flags)\n");
+    fprintf(stderr, "usage: ringbench comm|tp|pipeline [flags]  (ringbench --help for the flags)\n");
     return 2;
   }
   std::string command = args[1];
   if (command == "comm") return ringmaster::bench::CommMain();
   if (command == "tp") return ringmaster::bench::TpMain();
-  fprintf(stderr, "ringbench: unknown command \"%s\"; the commands are: comm, tp\n",
+  if (command == "pipeline") return ringmaster::bench::PipelineMain(batch_given);
+  fprintf(stderr, "ringbench: unknown command \"%s\"; the commands are: comm, tp, pipeline\n",
           command.c_str());
   return 2;
 }
