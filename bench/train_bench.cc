@@ -170,6 +170,12 @@ diagnostics:
   log_every: 10
 )";
 
+// The gpt section's AdamW, on both sides (ringmaster's spec and the PyTorch peer's flags).
+constexpr double kGptBeta1 = 0.9;
+constexpr double kGptBeta2 = 0.95;
+constexpr double kGptWeightDecay = 0.1;
+constexpr double kGptClipGradNorm = 1.0;
+
 // "; buckets N (" in the trainer's start-up line.
 int BucketsFromLog(const std::string& log_path) {
   auto text = ReadFile(log_path);
@@ -186,6 +192,24 @@ int BucketsFromLog(const std::string& log_path) {
 std::string Optional(double v, const absl::FormatSpec<double>& format) {
   return v < 0 ? std::string() : absl::StrFormat(format, v);
 }
+
+// The `parameters` of a run's summary.json (rank 0's TrainResult), or -1 without one.
+double SummaryParameters(const std::string& summary_path) {
+  auto text = ReadFile(summary_path);
+  train::TrainResult result;
+  if (!text.ok() || !FromJson(*text, &result, summary_path).ok()) return -1;
+  return result.parameters();
+}
+
+// N of " parameters=N" in the peer's line, or -1.
+double PeerParameters(absl::string_view peer_line) {
+  for (absl::string_view field : absl::StrSplit(peer_line, ' ', absl::SkipEmpty())) {
+    double n = -1;
+    if (absl::ConsumePrefix(&field, "parameters=") && absl::SimpleAtod(field, &n)) return n;
+  }
+  return -1;
+}
+
 
 }  // namespace
 
@@ -257,6 +281,72 @@ std::string DescribeMlp(const std::vector<int64_t>& hidden) {
   return absl::StrCat("784-", absl::StrJoin(hidden, "-"), "-10");
 }
 
+absl::Status FlagError(absl::string_view flag, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", problem));
+}
+
+std::string DescribeModel(const TrainConfig& config) {
+  if (!config.gpt) return DescribeMlp(config.hidden);
+  const GptShape& g = *config.gpt;
+  return absl::StrCat("gpt-", g.layers, "x", g.width, "-", g.heads, "h-ctx", g.context);
+}
+
+absl::Status CheckGptFlags(const GptShape& shape, int64_t batch_per_rank, int64_t steps,
+                           int64_t warmup_steps, int64_t log_every, int max_world) {
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"gpt_layers", shape.layers},
+        {"gpt_width", shape.width},
+        {"gpt_heads", shape.heads},
+        {"gpt_context", shape.context},
+        {"gpt_batch", batch_per_rank}}) {
+    if (value < 1) return FlagError(flag, absl::StrCat(value, " is less than 1"));
+  }
+  if (shape.width % shape.heads != 0) {
+    return FlagError("gpt_heads", absl::StrCat(shape.heads, " does not divide --gpt_width ",
+                                                  shape.width, "; pick a divisor"));
+  }
+  if (steps < warmup_steps + log_every) {
+    return FlagError("gpt_steps", absl::StrCat(steps, " is less than the ", warmup_steps,
+                                                  " warm-up steps + one window of ", log_every));
+  }
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(shape.text, ec);
+  if (ec || access(shape.text.c_str(), R_OK) != 0) {
+    return FlagError("gpt_text", absl::StrCat(shape.text, " is not a readable file",
+                                                 ec ? absl::StrCat(": ", ec.message()) : ""));
+  }
+  const int64_t windows = bytes > 0 ? (static_cast<int64_t>(bytes) - 1) / shape.context : 0;
+  const int64_t needed = batch_per_rank * std::max(1, max_world);
+  if (windows < needed) {
+    return FlagError(
+        "gpt_text", absl::StrCat(shape.text, " holds ", windows, " windows of ", shape.context + 1,
+                                 " bytes, fewer than the global batch of ", needed,
+                                 " (--gpt_batch x world); use a larger file or a smaller "
+                                 "--gpt_context or --gpt_batch"));
+  }
+  return absl::OkStatus();
+}
+
+std::string GptGoalLine(const GptGoal& goal) {
+  const std::string what =
+      absl::StrCat("goal: >= ", goal.target, "x PyTorch", goal.world > 1 ? " DDP" : "",
+                   " at world ", goal.world, ": ");
+  if (goal.ours_tokens_per_second <= 0 || goal.torch_tokens_per_second <= 0) {
+    return absl::StrCat(what, "not checked (", goal.ours_tokens_per_second <= 0 ? "ours" : "PyTorch",
+                        " not measured at world ", goal.world, ")");
+  }
+  if (goal.ours_parameters != goal.torch_parameters) {
+    return absl::StrCat(what,
+                        absl::StrFormat("not checked (ringmaster has %.0f parameters, PyTorch "
+                                        "%.0f: not the same model)",
+                                        goal.ours_parameters, goal.torch_parameters));
+  }
+  const double ratio = goal.ours_tokens_per_second / goal.torch_tokens_per_second;
+  return absl::StrCat(what, ratio >= goal.target ? "PASS" : "MISS",
+                      absl::StrFormat(" (%.2fx: %.0f vs %.0f tokens/s)", ratio,
+                                      goal.ours_tokens_per_second, goal.torch_tokens_per_second));
+}
+
 int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
 
 absl::StatusOr<LocalJobRun> RunLocalJob(const RingmasterOptions& options,
@@ -293,35 +383,88 @@ absl::StatusOr<LocalJobRun> RunLocalJob(const RingmasterOptions& options,
   return run;
 }
 
-absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
-                                            const TrainConfig& config) {
+LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfig& config) {
   LocalJobOptions job;
   job.run_name = absl::StrCat(RunName("ringmaster", config), config.overlap ? "-overlap" : "",
                               "-bucket", config.bucket_mb);
   job.job_name = "trainbench";
+  // The GPT's run is the same spec with the model, data and optimizer oneofs switched by
+  // its overrides (precision stays fp32, eval off).
   job.spec_yaml = kJobSpec;
   job.world = config.world;
   job.overrides = {absl::StrCat("steps=", config.steps),
                    absl::StrCat("batch.global=", config.batch_per_rank * config.world),
-                   absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
                    absl::StrCat("optimizer.lr=", config.lr),
                    absl::StrCat("parallelism.threads=", config.threads),
                    absl::StrCat("parallelism.overlap=", config.overlap ? "true" : "false"),
                    absl::StrCat("parallelism.bucket_mb=", config.bucket_mb),
-                   absl::StrCat("diagnostics.log_every=", config.log_every),
-                   absl::StrCat("data.fashion_mnist.dir=", options.data_dir)};
-  RM_ASSIGN_OR_RETURN(LocalJobRun local, RunLocalJob(options, job));
+                   absl::StrCat("diagnostics.log_every=", config.log_every)};
+  if (config.gpt) {
+    const GptShape& g = *config.gpt;
+    job.overrides.insert(job.overrides.end(),
+                         {absl::StrCat("model.gpt.layers=", g.layers),
+                          absl::StrCat("model.gpt.width=", g.width),
+                          absl::StrCat("model.gpt.heads=", g.heads),
+                          absl::StrCat("model.gpt.context=", g.context),
+                          absl::StrCat("data.text.path=", g.text),
+                          absl::StrCat("optimizer.adamw.beta1=", kGptBeta1),
+                          absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
+                          absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
+                          absl::StrCat("optimizer.clip_grad_norm=", kGptClipGradNorm)});
+  } else {
+    job.overrides.insert(
+        job.overrides.end(),
+        {absl::StrCat("model.mlp.hidden=[", absl::StrJoin(config.hidden, ", "), "]"),
+         absl::StrCat("data.fashion_mnist.dir=", options.data_dir)});
+  }
+  return job;
+}
+
+absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
+                                            const TrainConfig& config) {
+  RM_ASSIGN_OR_RETURN(LocalJobRun local, RunLocalJob(options, RingmasterJob(options, config)));
   RingmasterRun run;
   run.windows = std::move(local.windows);
   run.buckets = BucketsFromLog(local.log_path);
+  run.parameters = SummaryParameters(local.job_dir + "/summary.json");
   return run;
 }
 
+std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainConfig& config,
+                                      const std::string& dir) {
+  std::vector<std::string> argv = {config.gpt ? options.gpt_script : options.script,
+                                   absl::StrCat("--world=", config.world),
+                                   absl::StrCat("--batch=", config.batch_per_rank),
+                                   absl::StrCat("--steps=", config.steps),
+                                   absl::StrCat("--log_every=", config.log_every),
+                                   absl::StrCat("--threads=", config.threads),
+                                   absl::StrCat("--lr=", config.lr)};
+  if (config.gpt) {
+    const GptShape& g = *config.gpt;
+    argv.insert(argv.end(), {absl::StrCat("--layers=", g.layers),
+                             absl::StrCat("--width=", g.width),
+                             absl::StrCat("--heads=", g.heads),
+                             absl::StrCat("--context=", g.context),
+                             "--text=" + g.text,
+                             absl::StrCat("--beta1=", kGptBeta1),
+                             absl::StrCat("--beta2=", kGptBeta2),
+                             absl::StrCat("--weight_decay=", kGptWeightDecay),
+                             absl::StrCat("--clip_grad_norm=", kGptClipGradNorm)});
+  } else {
+    argv.insert(argv.end(), {absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
+                             "--data=" + options.data, "--data_dir=" + options.data_dir});
+  }
+  argv.insert(argv.end(), {"--store=" + dir + "/store", "--metrics=" + dir + "/metrics.jsonl"});
+  return argv;
+}
+
 absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config) {
-  if (access(options.script.c_str(), R_OK) != 0) {
+  const std::string& script = config.gpt ? options.gpt_script : options.script;
+  if (access(script.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the PyTorch peer script is not at ", options.script,
-                     "; build //bench:trainbench, which carries it (or pass --torch_script)"));
+        absl::StrCat("the PyTorch peer script is not at ", script,
+                     "; build //bench:trainbench, which carries it (or pass --torch_script / "
+                     "--torch_gpt_script)"));
   }
   if (access(options.python.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
@@ -329,19 +472,8 @@ absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig
   }
   RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(options.work_dir, RunName("pytorch", config)));
   ProcessOptions p;
-  p.argv = {options.python,
-            options.script,
-            absl::StrCat("--world=", config.world),
-            absl::StrCat("--batch=", config.batch_per_rank),
-            absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
-            absl::StrCat("--steps=", config.steps),
-            absl::StrCat("--log_every=", config.log_every),
-            absl::StrCat("--threads=", config.threads),
-            absl::StrCat("--lr=", config.lr),
-            "--data=" + options.data,
-            "--data_dir=" + options.data_dir,
-            "--store=" + dir + "/store",
-            "--metrics=" + dir + "/metrics.jsonl"};
+  p.argv = {options.python};
+  for (std::string& arg : TorchCommand(options, config, dir)) p.argv.push_back(std::move(arg));
   p.extra_env = {"LD_LIBRARY_PATH=" + options.blas_dir,
                  absl::StrCat("OPENBLAS_NUM_THREADS=", config.threads),
                  absl::StrCat("OMP_NUM_THREADS=", config.threads)};
@@ -367,6 +499,7 @@ absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     if (absl::StartsWith(line, "peer ")) run.peer_line = std::string(line.substr(5));
   }
+  run.parameters = PeerParameters(run.peer_line);
   return run;
 }
 
@@ -382,7 +515,7 @@ std::string BenchRowsToCsv(const std::vector<BenchRow>& rows) {
     absl::StrAppend(&out,
                     absl::StrJoin({r.section,
                                    r.impl,
-                                   DescribeMlp(c.hidden),
+                                   DescribeModel(c),
                                    absl::StrCat(c.world),
                                    absl::StrCat(c.threads),
                                    absl::StrCat(c.batch_per_rank),

@@ -15,9 +15,11 @@
 #define RINGMASTER_BENCH_TRAIN_BENCH_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -60,10 +62,35 @@ struct TrainStats {
 absl::StatusOr<TrainStats> SummarizeWindows(const std::vector<TrainWindow>& windows,
                                             int64_t warmup_steps);
 
+// The GPT of train/nn/gpt.h (byte vocabulary) over the bytes of a text file: the model of
+// the gpt section, on both sides (bench/peers/torch_gpt.py mirrors it).
+struct GptShape {
+  int64_t layers = 6;
+  int64_t width = 256;
+  int64_t heads = 4;  // must divide width
+  int64_t context = 256;
+  std::string text = "/usr/share/common-licenses/GPL-3";
+};
+
+// INVALID_ARGUMENT "--<flag>: <problem>".
+absl::Status FlagError(absl::string_view flag, absl::string_view problem);
+
+// What the section's model and data need, with the flag each comes from: INVALID_ARGUMENT
+// naming --gpt_layers, --gpt_width, --gpt_heads (at least 1, dividing the width),
+// --gpt_context, --gpt_batch (at least 1), --gpt_steps (at least warm-up + one window) or
+// --gpt_text (a readable file holding at least batch_per_rank x max_world windows of
+// context + 1 bytes, as train/data/text_dataset.h cuts them).
+absl::Status CheckGptFlags(const GptShape& shape, int64_t batch_per_rank, int64_t steps,
+                           int64_t warmup_steps, int64_t log_every, int max_world);
+
 // What one training run is.
 struct TrainConfig {
   std::string model = "mlp";  // a label for tables and the CSV
   std::vector<int64_t> hidden = {512, 512};
+  // Set: the run trains this GPT with AdamW (betas 0.9, 0.95, weight decay 0.1, gradients
+  // clipped to norm 1, constant `lr`) on batch_per_rank sequences of `context` tokens per
+  // rank, instead of the MLP (`hidden` unused).
+  std::optional<GptShape> gpt;
   int world = 1;                 // local ranks (processes)
   int threads = 1;               // BLAS (and torch) threads per rank
   int64_t batch_per_rank = 128;  // global batch = batch_per_rank x world
@@ -77,6 +104,10 @@ struct TrainConfig {
 
 // "784-512-512-10".
 std::string DescribeMlp(const std::vector<int64_t>& hidden);
+
+// The model of a run (no commas: a CSV field): DescribeMlp(config.hidden), or for the GPT
+// "gpt-6x256-4h-ctx256" (layers x width, heads, context).
+std::string DescribeModel(const TrainConfig& config);
 
 // max(1, cores / world): the per-rank thread count both sides use.
 int ThreadsPerRank(int cores, int world);
@@ -116,10 +147,16 @@ absl::StatusOr<LocalJobRun> RunLocalJob(const RingmasterOptions& options,
 struct RingmasterRun {
   std::vector<TrainWindow> windows;  // rank 0's metrics.jsonl
   int buckets = -1;  // gradient buckets the trainer reported; -1: not found in its log
+  double parameters = -1;  // the trainer's summary `parameters`; -1: no summary
 };
 
-// Runs `ringctl local --workers W` once on a job spec written for `config` (Fashion-MNIST,
-// eval off, fingerprints off, metrics.jsonl on) and returns its windows.
+// The `ringctl local` run of `config`: a job spec (Fashion-MNIST and the MLP, or with
+// config.gpt the GPT on its text; eval off, fingerprints off, fp32) and the overrides that
+// set what the configuration varies.
+LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfig& config);
+
+// Runs `ringctl local --workers W` once on RingmasterJob(options, config), with metrics.jsonl
+// on, and returns its windows and the trainer's parameter count.
 // Errors: FAILED_PRECONDITION when ringctl is missing; INTERNAL when the run fails (with the
 // tail of its log); DEADLINE_EXCEEDED when it outlives the timeout.
 absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
@@ -127,7 +164,8 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
 
 struct TorchOptions {
   std::string python = "/usr/bin/python3";
-  std::string script;                                                   // bench/peers/torch_ddp.py
+  std::string script;      // bench/peers/torch_ddp.py (the MLP)
+  std::string gpt_script;  // bench/peers/torch_gpt.py (TrainConfig::gpt)
   std::string blas_dir = "/usr/lib/x86_64-linux-gnu/openblas-pthread";  // LD_LIBRARY_PATH
   std::string data = "fashion_mnist";                                   // or "random"
   std::string data_dir;
@@ -138,13 +176,19 @@ struct TorchOptions {
 struct TorchRun {
   std::vector<TrainWindow> windows;  // rank 0's records
   std::string peer_line;             // what the peer printed about itself: torch, BLAS, threads
+  double parameters = -1;            // the GPT peer's "parameters=N"; -1: not printed
 };
+
+// The peer's command line for `config` (its script, then its flags), writing into `dir`.
+std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainConfig& config,
+                                      const std::string& dir);
 
 // The command that installs what the PyTorch peer needs.
 inline constexpr char kTorchInstallCommand[] = "apt-get install -y python3-torch";
 
-// Runs the PyTorch peer once for `config` (world 1: plain PyTorch; more: DDP over Gloo)
-// with OpenBLAS and config.threads threads per rank, and returns its windows.
+// Runs the PyTorch peer once for `config` (world 1: plain PyTorch; more: DDP over Gloo; the
+// GPT's script when config.gpt is set) with OpenBLAS and config.threads threads per rank,
+// and returns its windows.
 // Errors: FAILED_PRECONDITION when PyTorch is not installed (naming kTorchInstallCommand),
 // when torch loaded another BLAS than OpenBLAS, or when the data is missing; INTERNAL when
 // a rank fails; DEADLINE_EXCEEDED on timeout.
@@ -177,18 +221,33 @@ absl::Status FailedRun(const std::string& what, int exit_code, const std::string
 
 // One line of the results: one configuration of one implementation.
 struct BenchRow {
-  std::string section;  // "throughput" or "overlap"
+  std::string section;  // "throughput", "gpt" or "overlap"
   std::string impl;     // "ringmaster" or "pytorch"
   TrainConfig config;
   TrainStats stats;
   int buckets = -1;
-  double ratio = -1;       // throughput: ours / PyTorch at this world; overlap: step time
+  double ratio = -1;       // throughput and gpt: ours / PyTorch at this world (gpt: only when
+                           // both have the same parameter count); overlap: step time
                            // with overlap off / this one. -1: none
   double efficiency = -1;  // samples/s at world W / (W x samples/s at world 1); -1: none
   double efficiency_one_thread = -1;  // the same against world 1 with one thread
   double load_min = -1;  // lowest and highest 1-minute load average seen before and after
   double load_max = -1;  // its runs
 };
+
+// The gpt section's goal at one world size (issue 20): ours at least `target` x PyTorch in
+// tokens/s, e.g. "goal: >= 2x PyTorch DDP at world 2: PASS (2.31x: 4,100 vs 1,775 tokens/s)".
+// "PyTorch" at world 1, "PyTorch DDP" above. Not checked, and says why, when a side was not
+// measured (tokens/s <= 0) or the two sides' parameter counts differ (not the same model).
+struct GptGoal {
+  int world = 1;
+  double target = 2;
+  double ours_tokens_per_second = -1;
+  double torch_tokens_per_second = -1;
+  double ours_parameters = -1;
+  double torch_parameters = -1;
+};
+std::string GptGoalLine(const GptGoal& goal);
 
 // CSV with a header line; -1 values are left empty.
 std::string BenchRowsToCsv(const std::vector<BenchRow>& rows);

@@ -1,8 +1,10 @@
 // trainbench: training throughput of ringmaster against PyTorch on this machine, and the
 // effect of overlapping the gradient all-reduce with backward.
 //
-//   trainbench [--sections throughput,overlap] [--worlds 1,2,4] [--overlap_worlds 2,4]
-//       [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80] [--csv FILE]
+//   trainbench [--sections throughput,overlap,gpt] [--worlds 1,2,4] [--overlap_worlds 2,4]
+//       [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80] [--gpt_worlds 1,2]
+//       [--gpt_layers 6 --gpt_width 256 --gpt_heads 4 --gpt_context 256 --gpt_batch 8
+//        --gpt_steps 30] [--csv FILE]
 //
 // throughput: the Fashion-MNIST MLP 784-512-512-10, 128 samples per rank, SGD with
 //   momentum, fp32, at each world size: ringmaster (`ringctl local`) and PyTorch (world 1
@@ -15,6 +17,13 @@
 //   backward) and on for each --bucket_mb, for the MLP and a deeper one (--deep_hidden),
 //   with the communication time and the exposed part (the step waited for it) as
 //   fractions of the step, from the trainer's metrics.
+// gpt (issue 20; not in the default --sections): the GPT of train/nn/gpt.h (byte
+//   vocabulary, fp32, AdamW) on --gpt_text at each --gpt_worlds size: ringmaster, then
+//   PyTorch (bench/peers/torch_gpt.py: the same model in eager PyTorch, world 1 plain, more
+//   ranks DDP over Gloo), cores ÷ world threads per rank on both sides. Prints tokens/s, the
+//   ratio ours/PyTorch (only when both report the same parameter count) and the goal lines
+//   ">= 2x PyTorch at world 1" and ">= 2x PyTorch DDP at world 2" (PASS or MISS; a MISS does
+//   not fail the benchmark).
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,7 +47,8 @@
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, sections, "throughput,overlap",
-          "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets)");
+          "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets), "
+          "gpt (the GPT, ours vs PyTorch)");
 ABSL_FLAG(std::string, worlds, "1,2,4", "throughput: world sizes (local ranks)");
 ABSL_FLAG(bool, one_thread_baseline, true,
           "throughput: also run world 1 with one thread on both sides (PyTorch's two-thread "
@@ -71,6 +81,21 @@ ABSL_FLAG(std::string, work_dir, "",
 ABSL_FLAG(bool, keep_work_dir, false,
           "keep the /tmp/trainbench-* work directory after a successful run (a --work_dir is "
           "always kept)");
+ABSL_FLAG(std::string, gpt_worlds, "1,2", "gpt: world sizes (local ranks)");
+ABSL_FLAG(int64_t, gpt_layers, 6, "gpt: transformer blocks");
+ABSL_FLAG(int64_t, gpt_width, 256, "gpt: model width");
+ABSL_FLAG(int64_t, gpt_heads, 4, "gpt: attention heads (divides --gpt_width)");
+ABSL_FLAG(int64_t, gpt_context, 256, "gpt: tokens a sequence predicts");
+ABSL_FLAG(std::string, gpt_text, "/usr/share/common-licenses/GPL-3",
+          "gpt: the byte file both sides train on");
+ABSL_FLAG(int64_t, gpt_batch, 8, "gpt: sequences per rank per step (global = this x world)");
+ABSL_FLAG(int64_t, gpt_steps, 30, "gpt: steps per run");
+ABSL_FLAG(int64_t, gpt_log_every, 5, "gpt: steps per timed window");
+ABSL_FLAG(int64_t, gpt_warmup_steps, 5, "gpt: steps at the start of a run that are not counted");
+ABSL_FLAG(double, gpt_lr, 3e-4, "gpt: AdamW's learning rate (constant) on both sides");
+ABSL_FLAG(std::string, torch_gpt_script, "",
+          "the PyTorch peer of the gpt section; empty = bench/peers/torch_gpt.py in the "
+          "runfiles");
 ABSL_FLAG(std::string, csv, "", "also write every result as CSV to this file");
 ABSL_FLAG(int, timeout_s, 300, "limit of each run in seconds");
 
@@ -124,9 +149,11 @@ std::string Percent(double fraction) {
 
 std::string Ratio(double r) { return r < 0 ? "-" : absl::StrFormat("%.2f", r); }
 
-std::string Spread(const TrainStats& s) {
-  return absl::StrCat(Thousands(s.samples_per_second), " (", Thousands(s.min_samples_per_second),
-                      "-", Thousands(s.max_samples_per_second), ")");
+// Median (min-max) of samples/s, times `scale` (a GPT sample's tokens).
+std::string Spread(const TrainStats& s, double scale = 1) {
+  return absl::StrCat(Thousands(scale * s.samples_per_second), " (",
+                      Thousands(scale * s.min_samples_per_second), "-",
+                      Thousands(scale * s.max_samples_per_second), ")");
 }
 
 // One configuration of one implementation; its windows pooled over the rounds.
@@ -134,10 +161,11 @@ struct Item {
   BenchRow row;
   std::vector<TrainWindow> windows;
   std::string peer_line;
+  double parameters = -1;  // as the run reported it (the gpt section compares them)
 };
 
 std::string Label(const BenchRow& r) {
-  std::string label = absl::StrCat(r.impl, " ", DescribeMlp(r.config.hidden), " at world ",
+  std::string label = absl::StrCat(r.impl, " ", DescribeModel(r.config), " at world ",
                                    r.config.world, ", ", r.config.threads, " thread(s) per rank");
   if (r.impl == "ringmaster" && r.section == "overlap") {
     absl::StrAppend(&label, ", overlap ", r.config.overlap ? "on" : "off", ", ", r.config.bucket_mb,
@@ -188,11 +216,13 @@ struct Bench {
         if (!run.ok()) return run.status();
         item.windows.insert(item.windows.end(), run->windows.begin(), run->windows.end());
         item.row.buckets = run->buckets;
+        item.parameters = run->parameters;
       } else {
         absl::StatusOr<TorchRun> run = RunTorch(torch, item.row.config);
         if (!run.ok()) return run.status();
         item.windows.insert(item.windows.end(), run->windows.begin(), run->windows.end());
         item.peer_line = run->peer_line;
+        item.parameters = run->parameters;
       }
       for (double load : {before, LoadAverage()}) {
         if (load < 0) continue;
@@ -204,11 +234,12 @@ struct Bench {
     return absl::OkStatus();
   }
 
-  // Summarises each item's windows, then the ratios: throughput ours / PyTorch and
+  // Summarises each item's windows, then the ratios: throughput and gpt ours / PyTorch and
   // scaling efficiency per world; overlap: step time with overlap off / this one.
   absl::Status Summarize() {
     // samples/s by (section, impl, world, threads)
     std::map<std::tuple<std::string, std::string, int, int>, double> sps;
+    std::map<std::tuple<std::string, std::string, int, int>, double> parameters;
     std::map<std::pair<std::string, int>, double> off_ms;  // model, world
     for (Item& item : items) {
       BenchRow& r = item.row;
@@ -219,6 +250,7 @@ struct Bench {
       }
       r.stats = *stats;
       sps[{r.section, r.impl, r.config.world, r.config.threads}] = r.stats.samples_per_second;
+      parameters[{r.section, r.impl, r.config.world, r.config.threads}] = item.parameters;
       if (r.section == "overlap" && !r.config.overlap) {
         off_ms[{r.config.model, r.config.world}] = r.stats.step_ms;
       }
@@ -227,7 +259,7 @@ struct Bench {
     for (Item& item : items) {
       BenchRow& r = item.row;
       const TrainConfig& c = r.config;
-      if (r.section == "throughput") {
+      if (r.section != "overlap") {
         const double per_rank = r.stats.samples_per_second / c.world;
         auto one = sps.find({r.section, r.impl, 1, world1_threads});
         if (one != sps.end() && (c.world > 1 || c.threads == world1_threads)) {
@@ -236,7 +268,10 @@ struct Bench {
         auto one_thread = sps.find({r.section, r.impl, 1, 1});
         if (one_thread != sps.end()) r.efficiency_one_thread = per_rank / one_thread->second;
         auto peer = sps.find({r.section, "pytorch", c.world, c.threads});
-        if (r.impl == "ringmaster" && peer != sps.end()) {
+        // The GPT's sides must be the same model: a ratio only for equal parameter counts.
+        const bool same_model = r.section != "gpt" || parameters[{r.section, "pytorch", c.world,
+                                                                 c.threads}] == item.parameters;
+        if (r.impl == "ringmaster" && peer != sps.end() && same_model) {
           r.ratio = r.stats.samples_per_second / peer->second;
         }
       } else {
@@ -310,6 +345,78 @@ void PrintThroughput(const Bench& bench, int repeats) {
   }
 }
 
+// The ringmaster and PyTorch items of the gpt section at one world size (null: not run).
+std::pair<const Item*, const Item*> GptPair(const std::vector<const Item*>& items, int world) {
+  std::pair<const Item*, const Item*> pair = {nullptr, nullptr};
+  for (const Item* item : items) {
+    if (item->row.config.world != world) continue;
+    (item->row.impl == "ringmaster" ? pair.first : pair.second) = item;
+  }
+  return pair;
+}
+
+void PrintGpt(const Bench& bench, int repeats) {
+  const std::vector<const Item*> items = bench.Section("gpt");
+  if (items.empty()) return;
+  const TrainConfig& c = items.front()->row.config;
+  const GptShape& g = *c.gpt;
+  printf(
+      "\nGPT: %lld blocks x %lld wide, %lld heads, context %lld, byte vocabulary; %lld "
+      "sequences per rank, AdamW, fp32, %s\n",
+      static_cast<long long>(g.layers), static_cast<long long>(g.width),
+      static_cast<long long>(g.heads), static_cast<long long>(g.context),
+      static_cast<long long>(c.batch_per_rank), g.text.c_str());
+  printf(
+      "tokens/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
+      "steps; %lld steps a run, %d run(s) each\n",
+      static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
+      static_cast<long long>(c.steps), repeats);
+  printf("%5s %7s | %-24s %5s %9s | %-24s %5s %9s | %7s\n", "world", "threads",
+         "ringmaster tokens/s", "eff", "step ms", "PyTorch tokens/s", "eff", "step ms", "ours/PT");
+  const double tokens = static_cast<double>(g.context);
+  std::vector<int> worlds;
+  for (const Item* item : items) {
+    if (std::find(worlds.begin(), worlds.end(), item->row.config.world) == worlds.end()) {
+      worlds.push_back(item->row.config.world);
+    }
+  }
+  for (int world : worlds) {
+    const auto [ours, peer] = GptPair(items, world);
+    auto side = [&](const Item* item, const char* format) {
+      return item == nullptr ? absl::StrFormat(format, "-", "-", "-")
+                             : absl::StrFormat(format, Spread(item->row.stats, tokens),
+                                               Ratio(item->row.efficiency),
+                                               absl::StrFormat("%.0f", item->row.stats.step_ms));
+    };
+    printf("%5d %7d | %s | %s | %7s\n", world, (ours ? ours : peer)->row.config.threads,
+           side(ours, "%-24s %5s %9s").c_str(), side(peer, "%-24s %5s %9s").c_str(),
+           ours ? Ratio(ours->row.ratio).c_str() : "-");
+  }
+  printf("eff = tokens/s at world W / (W x tokens/s at world 1)\n");
+  for (const Item* item : items) {
+    if (item->parameters >= 0) {
+      printf("%s parameters at world %d: %.0f\n", item->row.impl.c_str(), item->row.config.world,
+             item->parameters);
+    }
+    if (!item->peer_line.empty()) printf("PyTorch peer: %s\n", item->peer_line.c_str());
+  }
+  // The goals of issue 20.
+  for (int world : {1, 2}) {
+    const auto [ours, peer] = GptPair(items, world);
+    GptGoal goal;
+    goal.world = world;
+    if (ours != nullptr) {
+      goal.ours_tokens_per_second = tokens * ours->row.stats.samples_per_second;
+      goal.ours_parameters = ours->parameters;
+    }
+    if (peer != nullptr) {
+      goal.torch_tokens_per_second = tokens * peer->row.stats.samples_per_second;
+      goal.torch_parameters = peer->parameters;
+    }
+    printf("%s\n", GptGoalLine(goal).c_str());
+  }
+}
+
 void PrintOverlap(const Bench& bench) {
   const std::vector<const Item*> items = bench.Section("overlap");
   if (items.empty()) return;
@@ -334,10 +441,6 @@ void PrintOverlap(const Bench& bench) {
       "configuration's (> 1: faster)\n");
 }
 
-absl::Status FlagError(const std::string& flag, const std::string& problem) {
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", problem));
-}
-
 // A list flag: its values, each at least `min`; INVALID_ARGUMENT naming the flag.
 template <typename T>
 absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::string& text, T min,
@@ -351,19 +454,21 @@ absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::stri
 // Reads and checks the flags and fills `bench` with the configurations to measure.
 // INVALID_ARGUMENT naming the flag when one is wrong.
 absl::Status Plan(Bench* bench) {
-  bool throughput = false, overlap = false;
+  bool throughput = false, overlap = false, gpt = false;
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace())) {
     if (s == "throughput") {
       throughput = true;
     } else if (s == "overlap") {
       overlap = true;
+    } else if (s == "gpt") {
+      gpt = true;
     } else {
-      return FlagError("sections",
-                       absl::StrCat("unknown section \"", s, "\"; use throughput and/or overlap"));
+      return FlagError("sections", absl::StrCat("unknown section \"", s,
+                                                "\"; use throughput, overlap and/or gpt"));
     }
   }
-  if (!throughput && !overlap) return FlagError("sections", "name at least one section");
+  if (!throughput && !overlap && !gpt) return FlagError("sections", "name at least one section");
   RM_ASSIGN_OR_RETURN(std::vector<int> worlds,
                       ListFlag<int>("worlds", absl::GetFlag(FLAGS_worlds), 1, !throughput));
   RM_ASSIGN_OR_RETURN(
@@ -372,6 +477,27 @@ absl::Status Plan(Bench* bench) {
   RM_ASSIGN_OR_RETURN(
       std::vector<double> buckets,
       ListFlag<double>("bucket_mb", absl::GetFlag(FLAGS_bucket_mb), 0.001, !overlap));
+  RM_ASSIGN_OR_RETURN(std::vector<int> gpt_worlds,
+                      ListFlag<int>("gpt_worlds", absl::GetFlag(FLAGS_gpt_worlds), 1, !gpt));
+  GptShape shape;
+  shape.layers = absl::GetFlag(FLAGS_gpt_layers);
+  shape.width = absl::GetFlag(FLAGS_gpt_width);
+  shape.heads = absl::GetFlag(FLAGS_gpt_heads);
+  shape.context = absl::GetFlag(FLAGS_gpt_context);
+  shape.text = absl::GetFlag(FLAGS_gpt_text);
+  if (gpt) {
+    for (const auto& [name, value, min] :
+         {std::tuple<const char*, int64_t, int64_t>{"gpt_log_every",
+                                                    absl::GetFlag(FLAGS_gpt_log_every), 1},
+          {"gpt_warmup_steps", absl::GetFlag(FLAGS_gpt_warmup_steps), 0}}) {
+      if (value < min) return FlagError(name, absl::StrCat(value, " is less than ", min));
+    }
+    if (!(absl::GetFlag(FLAGS_gpt_lr) > 0)) return FlagError("gpt_lr", "must be positive");
+    RM_RETURN_IF_ERROR(CheckGptFlags(
+        shape, absl::GetFlag(FLAGS_gpt_batch), absl::GetFlag(FLAGS_gpt_steps),
+        absl::GetFlag(FLAGS_gpt_warmup_steps), absl::GetFlag(FLAGS_gpt_log_every),
+        *std::max_element(gpt_worlds.begin(), gpt_worlds.end())));
+  }
   RM_ASSIGN_OR_RETURN(std::vector<int64_t> deep_hidden,
                       ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));
   for (const auto& [name, value, min] :
@@ -429,6 +555,19 @@ absl::Status Plan(Bench* bench) {
       }
     }
   }
+  if (gpt) {
+    // Ours and the peer one after the other at each world size, as throughput.
+    for (int world : gpt_worlds) {
+      TrainConfig c = bench->Config({}, "gpt", world, absl::GetFlag(FLAGS_gpt_steps));
+      c.gpt = shape;
+      c.batch_per_rank = absl::GetFlag(FLAGS_gpt_batch);
+      c.log_every = absl::GetFlag(FLAGS_gpt_log_every);
+      c.warmup_steps = absl::GetFlag(FLAGS_gpt_warmup_steps);
+      c.lr = absl::GetFlag(FLAGS_gpt_lr);
+      bench->Add("gpt", "ringmaster", c);
+      bench->Add("gpt", "pytorch", c);
+    }
+  }
   if (overlap) {
     std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> models = {
         {"mlp", {512, 512}, steps}};
@@ -476,6 +615,11 @@ int Main() {
           ? FirstExisting({self_dir + "/trainbench.runfiles/ringmaster/bench/peers/torch_ddp.py",
                            self_dir + "/peers/torch_ddp.py"})
           : absl::GetFlag(FLAGS_torch_script);
+  bench.torch.gpt_script =
+      absl::GetFlag(FLAGS_torch_gpt_script).empty()
+          ? FirstExisting({self_dir + "/trainbench.runfiles/ringmaster/bench/peers/torch_gpt.py",
+                           self_dir + "/peers/torch_gpt.py"})
+          : absl::GetFlag(FLAGS_torch_gpt_script);
   bench.torch.blas_dir = absl::GetFlag(FLAGS_blas_dir);
   bench.torch.data_dir = absl::GetFlag(FLAGS_data_dir);
   bench.torch.work_dir = work_dir;
@@ -498,6 +642,7 @@ int Main() {
     return 1;
   }
   PrintThroughput(bench, repeats);
+  PrintGpt(bench, repeats);
   PrintOverlap(bench);
   std::vector<BenchRow> rows;
   for (const Item& item : bench.items) rows.push_back(item.row);
@@ -528,8 +673,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "training throughput of ringmaster vs PyTorch DDP, and overlap on/off.\n"
-      "  trainbench [--sections throughput,overlap] [--worlds 1,2,4] [--csv FILE] ...");
+      "training throughput of ringmaster vs PyTorch DDP (MLP and GPT), and overlap on/off.\n"
+      "  trainbench [--sections throughput,overlap,gpt] [--worlds 1,2,4] [--csv FILE] ...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);

@@ -2,9 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <string>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "spec/job_spec.h"
 
 namespace ringmaster::bench {
 namespace {
@@ -176,6 +181,152 @@ TEST(RunTorch, MissingPythonNamesTheInstallCommand) {
   auto r = RunTorch(o, TrainConfig{});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(r.status().message(), kTorchInstallCommand));
+}
+
+// A file of `bytes` bytes in the test's temporary directory.
+std::string TextFile(const std::string& name, size_t bytes) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  FILE* f = fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f == nullptr) return path;
+  fwrite(std::string(bytes, 'a').data(), 1, bytes, f);
+  fclose(f);
+  return path;
+}
+
+TEST(CheckGptFlags, NamesTheFlagThatIsWrong) {
+  GptShape shape;
+  shape.text = TextFile("gpt_text", 4097);  // 16 windows of 257 bytes at context 256
+  EXPECT_TRUE(CheckGptFlags(shape, 8, 30, 5, 5, 2).ok());
+  struct Case {
+    const char* flag;
+    GptShape shape;
+    int64_t batch = 8, steps = 30;
+    int max_world = 2;
+  };
+  std::vector<Case> cases;
+  for (const char* flag : {"gpt_layers", "gpt_width", "gpt_heads", "gpt_context"}) {
+    Case c{flag, shape};
+    if (std::string(flag) == "gpt_layers") c.shape.layers = 0;
+    if (std::string(flag) == "gpt_width") c.shape.width = -1;
+    if (std::string(flag) == "gpt_heads") c.shape.heads = 0;
+    if (std::string(flag) == "gpt_context") c.shape.context = 0;
+    cases.push_back(c);
+  }
+  Case heads{"gpt_heads", shape};
+  heads.shape.heads = 3;  // does not divide 256
+  cases.push_back(heads);
+  cases.push_back(Case{"gpt_batch", shape, 0});
+  cases.push_back(Case{"gpt_steps", shape, 8, 9});  // 5 warm-up + 5 a window = 10
+  Case missing{"gpt_text", shape};
+  missing.shape.text = "/nonexistent/text";
+  cases.push_back(missing);
+  cases.push_back(Case{"gpt_text", shape, 8, 30, 3});  // 24 windows needed, 16 there
+  for (const Case& c : cases) {
+    absl::Status s = CheckGptFlags(c.shape, c.batch, c.steps, 5, 5, c.max_world);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.flag;
+    EXPECT_TRUE(absl::StartsWith(s.message(), std::string("--") + c.flag + ":")) << s;
+  }
+}
+
+TEST(RingmasterJob, TheGptSpecHasTheSectionsModelDataAndOptimizer) {
+  RingmasterOptions o;
+  TrainConfig c;
+  c.model = "gpt";
+  c.gpt = GptShape{3, 96, 6, 64, "/some/text"};
+  c.world = 2;
+  c.threads = 1;
+  c.batch_per_rank = 5;
+  c.steps = 17;
+  c.log_every = 4;
+  c.lr = 0.002;
+  LocalJobOptions job = RingmasterJob(o, c);
+  EXPECT_EQ(job.world, 2);
+  auto spec = spec::LoadJobSpecText(job.spec_yaml, job.overrides);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->model().has_gpt()) << job.spec_yaml;
+  ASSERT_TRUE(spec->data().has_text());
+  EXPECT_EQ(spec->model().gpt().layers(), 3);
+  EXPECT_EQ(spec->model().gpt().width(), 96);
+  EXPECT_EQ(spec->model().gpt().heads(), 6);
+  EXPECT_EQ(spec->model().gpt().context(), 64);
+  EXPECT_EQ(spec->model().gpt().vocab(), 256);
+  EXPECT_EQ(spec->data().text().path(), "/some/text");
+  EXPECT_EQ(spec->batch().global(), 10);
+  EXPECT_EQ(spec->steps(), 17);
+  EXPECT_EQ(spec->parallelism().threads(), 1);
+  EXPECT_EQ(spec->diagnostics().log_every(), 4);
+  ASSERT_TRUE(spec->optimizer().has_adamw());
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.002);
+  EXPECT_DOUBLE_EQ(spec->optimizer().adamw().beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0.1);
+  EXPECT_DOUBLE_EQ(spec->optimizer().clip_grad_norm(), 1.0);
+  EXPECT_EQ(spec->precision().compute(), PrecisionSpec::DTYPE_FP32);
+
+  // The MLP's job is still the MLP on Fashion-MNIST.
+  TrainConfig mlp;
+  auto mlp_spec = spec::LoadJobSpecText(RingmasterJob(o, mlp).spec_yaml,
+                                        RingmasterJob(o, mlp).overrides);
+  ASSERT_TRUE(mlp_spec.ok()) << mlp_spec.status();
+  EXPECT_TRUE(mlp_spec->model().has_mlp());
+  EXPECT_TRUE(mlp_spec->data().has_fashion_mnist());
+}
+
+TEST(TorchCommand, TheGptPeerGetsTheSameModelAndOptimizer) {
+  TorchOptions o;
+  o.script = "mlp.py";
+  o.gpt_script = "gpt.py";
+  TrainConfig c;
+  c.gpt = GptShape{3, 96, 6, 64, "/some/text"};
+  c.world = 2;
+  c.batch_per_rank = 5;
+  c.lr = 0.002;
+  const std::vector<std::string> argv = TorchCommand(o, c, "/d");
+  ASSERT_FALSE(argv.empty());
+  EXPECT_EQ(argv[0], "gpt.py");
+  const std::string line = absl::StrJoin(argv, " ");
+  for (const char* arg : {"--world=2", "--batch=5", "--layers=3", "--width=96", "--heads=6",
+                          "--context=64", "--text=/some/text", "--lr=0.002", "--beta1=0.9",
+                          "--beta2=0.95", "--weight_decay=0.1", "--clip_grad_norm=1",
+                          "--metrics=/d/metrics.jsonl"}) {
+    EXPECT_TRUE(absl::StrContains(line, arg)) << arg << " not in " << line;
+  }
+  EXPECT_FALSE(absl::StrContains(line, "--hidden")) << line;
+  c.gpt.reset();
+  EXPECT_EQ(TorchCommand(o, c, "/d")[0], "mlp.py");
+}
+
+TEST(DescribeModel, MlpOrGptWithoutCommas) {
+  TrainConfig c;
+  EXPECT_EQ(DescribeModel(c), "784-512-512-10");
+  c.gpt = GptShape{};
+  EXPECT_EQ(DescribeModel(c), "gpt-6x256-4h-ctx256");
+}
+
+TEST(GptGoalLine, PassMissAndWhyNotChecked) {
+  GptGoal goal;
+  goal.world = 1;
+  goal.ours_tokens_per_second = 5000;
+  goal.torch_tokens_per_second = 2400;
+  goal.ours_parameters = goal.torch_parameters = 4935680;
+  EXPECT_EQ(GptGoalLine(goal),
+            "goal: >= 2x PyTorch at world 1: PASS (2.08x: 5000 vs 2400 tokens/s)");
+  goal.world = 2;
+  goal.torch_tokens_per_second = 2600;
+  EXPECT_EQ(GptGoalLine(goal),
+            "goal: >= 2x PyTorch DDP at world 2: MISS (1.92x: 5000 vs 2600 tokens/s)");
+  goal.torch_tokens_per_second = 2500;  // exactly 2x passes
+  EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), ": PASS (2.00x")) << GptGoalLine(goal);
+  goal.torch_parameters = 4935681;
+  EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), "not checked (ringmaster has 4935680 "
+                                                   "parameters, PyTorch 4935681"))
+      << GptGoalLine(goal);
+  goal.torch_tokens_per_second = -1;
+  EXPECT_EQ(GptGoalLine(goal),
+            "goal: >= 2x PyTorch DDP at world 2: not checked (PyTorch not measured at world 2)");
+  goal.ours_tokens_per_second = -1;
+  EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), "(ours not measured")) << GptGoalLine(goal);
 }
 
 }  // namespace

@@ -34,23 +34,28 @@ OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
 INSTALL_HINT = "apt-get install -y python3-torch"
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_run_args(p):
+    """The flags of start_rank, open_metrics and launch (torch_gpt.py's too)."""
     p.add_argument("--world", type=int, default=1, help="number of ranks (processes)")
-    p.add_argument("--batch", type=int, default=128, help="samples per rank per step")
-    p.add_argument("--hidden", default="512,512", help="hidden layer widths, comma-separated")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
-    p.add_argument("--log_every", type=int, default=10, help="steps per timed window")
     p.add_argument("--threads", type=int, required=True,
                    help="BLAS and torch threads per rank (must equal OPENBLAS_NUM_THREADS)")
-    p.add_argument("--data", choices=["fashion_mnist", "random"], default="fashion_mnist")
-    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--store", required=True,
                    help="rendezvous file for world > 1 (must not exist yet)")
     p.add_argument("--metrics", required=True, help="JSONL file rank 0 writes")
     p.add_argument("--seed", type=int, default=1)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_run_args(p)
+    p.add_argument("--batch", type=int, default=128, help="samples per rank per step")
+    p.add_argument("--hidden", default="512,512", help="hidden layer widths, comma-separated")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--log_every", type=int, default=10, help="steps per timed window")
+    p.add_argument("--data", choices=["fashion_mnist", "random"], default="fashion_mnist")
+    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
     a = p.parse_args(argv)
     for name in ("world", "batch", "steps", "log_every", "threads"):
         if getattr(a, name) < 1:
@@ -64,10 +69,10 @@ def parse_args(argv):
     return a
 
 
-def check_thread_environment(threads):
+def check_thread_environment(threads, program="torch_ddp"):
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         if os.environ.get(var) != str(threads):
-            sys.stderr.write(f"torch_ddp: {var} must be {threads} (--threads) before Python "
+            sys.stderr.write(f"{program}: {var} must be {threads} (--threads) before Python "
                              f"starts; it is {os.environ.get(var)!r}\n")
             sys.exit(3)
 
@@ -133,18 +138,80 @@ def build_model(torch, hidden):
     return torch.nn.Sequential(*layers)
 
 
-def train(rank, args):
-    import torch
-    import torch.nn.functional as F
+# The parts of a rank that torch_gpt.py shares: start_rank, open_metrics, run_steps, launch.
+
+
+def start_rank(torch, rank, args):
+    """This rank's thread count and seed; with --world > 1 it joins the gloo group."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    distributed = args.world > 1
-    if distributed:
+    if args.world > 1:
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank,
                                 world_size=args.world)
+
+
+def open_metrics(torch, args, fields, program="torch_ddp"):
+    """Rank 0: stops with exit status 3 unless torch loaded OpenBLAS, prints the peer line
+    (its BLAS and thread counts, then `fields`) and opens --metrics."""
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # make sure the BLAS is loaded
+    blas = loaded_blas()
+    if not blas or not all("openblas" in b for b in blas):
+        sys.stderr.write(f"{program}: torch loaded {blas or 'no BLAS library'}, not "
+                         f"OpenBLAS; run with LD_LIBRARY_PATH={OPENBLAS_DIR}\n")
+        sys.exit(3)
+    print(f"peer torch={torch.__version__} blas={','.join(blas)} "
+          f"blas_threads={openblas_threads(blas)} torch_threads={torch.get_num_threads()} "
+          f"{fields}", flush=True)
+    return open(args.metrics, "w")
+
+
+def run_steps(args, global_batch, metrics, step):
+    """Runs step(i) for i = 1..--steps (it returns the step's loss tensor), writing a window to
+    `metrics` (None on ranks other than 0) after step 1, every --log_every steps and the last;
+    then closes it and, with --world > 1, leaves the group."""
+    window_start, window_steps = time.perf_counter(), 0
+    for i in range(1, args.steps + 1):
+        loss = step(i)
+        window_steps += 1
+        if i % args.log_every == 0 or i == args.steps or i == 1:
+            loss_value = loss.item()
+            now = time.perf_counter()
+            seconds = now - window_start
+            if metrics is not None:
+                metrics.write(f'{{"step":{i},"loss":{loss_value:.6g},'
+                              f'"samples_per_second":{window_steps * global_batch / seconds:.6g},'
+                              f'"window_seconds":{seconds:.6g}}}\n')
+                metrics.flush()
+            window_start, window_steps = time.perf_counter(), 0
+    if metrics is not None:
+        metrics.close()
+    if args.world > 1:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def launch(train, args, program="torch_ddp"):
+    """train(0, args) in this process at world 1, else --world spawned processes; the exit
+    status (2 when --store already exists)."""
+    import torch.multiprocessing as mp
+    if args.world == 1:
+        train(0, args)
+        return 0
+    if os.path.exists(args.store):
+        sys.stderr.write(f"{program}: --store {args.store} already exists\n")
+        return 2
+    mp.spawn(train, args=(args,), nprocs=args.world, join=True)
+    return 0
+
+
+def train(rank, args):
+    import torch
+    import torch.nn.functional as F
+    start_rank(torch, rank, args)
     model = build_model(torch, args.hidden)
-    if distributed:
+    if args.world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     x_all, y_all = load_data(args, torch)
@@ -153,24 +220,15 @@ def train(rank, args):
     if global_batch > n:
         raise ValueError(f"global batch {global_batch} exceeds the {n} training samples")
 
-    blas = []
     metrics = None
     if rank == 0:
-        torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # make sure the BLAS is loaded
-        blas = loaded_blas()
-        if not blas or not all("openblas" in b for b in blas):
-            sys.stderr.write(f"torch_ddp: torch loaded {blas or 'no BLAS library'}, not "
-                             f"OpenBLAS; run with LD_LIBRARY_PATH={OPENBLAS_DIR}\n")
-            sys.exit(3)
-        print(f"peer torch={torch.__version__} blas={','.join(blas)} "
-              f"blas_threads={openblas_threads(blas)} torch_threads={torch.get_num_threads()} "
-              f"data={args.data} world={args.world}", flush=True)
-        metrics = open(args.metrics, "w")
+        metrics = open_metrics(torch, args, f"data={args.data} world={args.world}")
 
     epoch, cursor = 0, 0
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed))
-    window_start, window_steps = time.perf_counter(), 0
-    for step in range(1, args.steps + 1):
+
+    def step(_):
+        nonlocal epoch, cursor, perm
         if cursor + global_batch > n:
             epoch += 1
             cursor = 0
@@ -182,30 +240,17 @@ def train(rank, args):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
-        window_steps += 1
-        if step % args.log_every == 0 or step == args.steps or step == 1:
-            loss_value = loss.item()
-            now = time.perf_counter()
-            seconds = now - window_start
-            if metrics is not None:
-                metrics.write(f'{{"step":{step},"loss":{loss_value:.6g},'
-                              f'"samples_per_second":{window_steps * global_batch / seconds:.6g},'
-                              f'"window_seconds":{seconds:.6g}}}\n')
-                metrics.flush()
-            window_start, window_steps = time.perf_counter(), 0
-    if metrics is not None:
-        metrics.close()
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+        return loss
+
+    run_steps(args, global_batch, metrics, step)
 
 
 def main(argv):
     args = parse_args(argv)
     check_thread_environment(args.threads)
     try:
-        import torch
-        import torch.multiprocessing as mp
+        import torch  # noqa: F401
+        import torch.multiprocessing  # noqa: F401
     except ImportError as e:
         sys.stderr.write(f"torch_ddp: PyTorch is not installed ({e}); install it: "
                          f"{INSTALL_HINT}\n")
@@ -214,14 +259,7 @@ def main(argv):
         sys.stderr.write(f"torch_ddp: --data_dir {args.data_dir} does not exist (Debian's "
                          "dataset-fashion-mnist), or use --data random\n")
         return 4
-    if args.world == 1:
-        train(0, args)
-    else:
-        if os.path.exists(args.store):
-            sys.stderr.write(f"torch_ddp: --store {args.store} already exists\n")
-            return 2
-        mp.spawn(train, args=(args,), nprocs=args.world, join=True)
-    return 0
+    return launch(train, args)
 
 
 if __name__ == "__main__":
