@@ -371,7 +371,7 @@ void PrintGpt(const Bench& bench, int repeats) {
       "steps; %lld steps a run, %d run(s) each\n",
       static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
       static_cast<long long>(c.steps), repeats);
-  printf("%5s %7s | %-24s %5s %9s | %-24s %5s %9s | %7s\n", "world", "threads",
+  printf("%5s %7s | %-26s %5s %8s | %-26s %5s %8s | %7s\n", "world", "threads",
          "ringmaster tokens/s", "eff", "step ms", "PyTorch tokens/s", "eff", "step ms", "ours/PT");
   const double tokens = static_cast<double>(g.context);
   std::vector<int> worlds;
@@ -389,16 +389,23 @@ void PrintGpt(const Bench& bench, int repeats) {
                                                absl::StrFormat("%.0f", item->row.stats.step_ms));
     };
     printf("%5d %7d | %s | %s | %7s\n", world, (ours ? ours : peer)->row.config.threads,
-           side(ours, "%-24s %5s %9s").c_str(), side(peer, "%-24s %5s %9s").c_str(),
+           side(ours, "%-26s %5s %8s").c_str(), side(peer, "%-26s %5s %8s").c_str(),
            ours ? Ratio(ours->row.ratio).c_str() : "-");
   }
-  printf("eff = tokens/s at world W / (W x tokens/s at world 1)\n");
-  for (const Item* item : items) {
-    if (item->parameters >= 0) {
-      printf("%s parameters at world %d: %.0f\n", item->row.impl.c_str(), item->row.config.world,
-             item->parameters);
+  printf(
+      "eff = tokens/s at world W / (W x tokens/s at world 1); ours/PT only where both report "
+      "the same parameter count\n");
+  for (int world : worlds) {
+    const auto [ours, peer] = GptPair(items, world);
+    auto count = [](const Item* item) {
+      return item == nullptr || item->parameters < 0 ? std::string("-")
+                                                     : Thousands(item->parameters);
+    };
+    printf("parameters at world %d: ringmaster %s, PyTorch %s\n", world, count(ours).c_str(),
+           count(peer).c_str());
+    if (peer != nullptr && !peer->peer_line.empty()) {
+      printf("PyTorch peer: %s\n", peer->peer_line.c_str());
     }
-    if (!item->peer_line.empty()) printf("PyTorch peer: %s\n", item->peer_line.c_str());
   }
   // The goals of issue 20.
   for (int world : {1, 2}) {
