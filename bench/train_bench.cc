@@ -210,7 +210,6 @@ double PeerParameters(absl::string_view peer_line) {
   return -1;
 }
 
-
 }  // namespace
 
 absl::StatusOr<std::vector<TrainWindow>> ParseTrainMetrics(absl::string_view jsonl) {
@@ -293,36 +292,35 @@ std::string DescribeModel(const TrainConfig& config) {
 
 absl::Status CheckGptFlags(const GptShape& shape, int64_t batch_per_rank, int64_t steps,
                            int64_t warmup_steps, int64_t log_every, int max_world) {
-  for (const auto& [flag, value] :
-       {std::pair<const char*, int64_t>{"gpt_layers", shape.layers},
-        {"gpt_width", shape.width},
-        {"gpt_heads", shape.heads},
-        {"gpt_context", shape.context},
-        {"gpt_batch", batch_per_rank}}) {
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"gpt_layers", shape.layers},
+                                    {"gpt_width", shape.width},
+                                    {"gpt_heads", shape.heads},
+                                    {"gpt_context", shape.context},
+                                    {"gpt_batch", batch_per_rank}}) {
     if (value < 1) return FlagError(flag, absl::StrCat(value, " is less than 1"));
   }
   if (shape.width % shape.heads != 0) {
     return FlagError("gpt_heads", absl::StrCat(shape.heads, " does not divide --gpt_width ",
-                                                  shape.width, "; pick a divisor"));
+                                               shape.width, "; pick a divisor"));
   }
   if (steps < warmup_steps + log_every) {
     return FlagError("gpt_steps", absl::StrCat(steps, " is less than the ", warmup_steps,
-                                                  " warm-up steps + one window of ", log_every));
+                                               " warm-up steps + one window of ", log_every));
   }
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(shape.text, ec);
   if (ec || access(shape.text.c_str(), R_OK) != 0) {
     return FlagError("gpt_text", absl::StrCat(shape.text, " is not a readable file",
-                                                 ec ? absl::StrCat(": ", ec.message()) : ""));
+                                              ec ? absl::StrCat(": ", ec.message()) : ""));
   }
   const int64_t windows = bytes > 0 ? (static_cast<int64_t>(bytes) - 1) / shape.context : 0;
   const int64_t needed = batch_per_rank * std::max(1, max_world);
   if (windows < needed) {
-    return FlagError(
-        "gpt_text", absl::StrCat(shape.text, " holds ", windows, " windows of ", shape.context + 1,
-                                 " bytes, fewer than the global batch of ", needed,
-                                 " (--gpt_batch x world); use a larger file or a smaller "
-                                 "--gpt_context or --gpt_batch"));
+    return FlagError("gpt_text",
+                     absl::StrCat(shape.text, " holds ", windows, " windows of ", shape.context + 1,
+                                  " bytes, fewer than the global batch of ", needed,
+                                  " (--gpt_batch x world); use a larger file or a smaller "
+                                  "--gpt_context or --gpt_batch"));
   }
   return absl::OkStatus();
 }
@@ -332,7 +330,8 @@ std::string GptGoalLine(const GptGoal& goal) {
       absl::StrCat("goal: >= ", goal.target, "x PyTorch", goal.world > 1 ? " DDP" : "",
                    " at world ", goal.world, ": ");
   if (goal.ours_tokens_per_second <= 0 || goal.torch_tokens_per_second <= 0) {
-    return absl::StrCat(what, "not checked (", goal.ours_tokens_per_second <= 0 ? "ours" : "PyTorch",
+    return absl::StrCat(what, "not checked (",
+                        goal.ours_tokens_per_second <= 0 ? "ours" : "PyTorch",
                         " not measured at world ", goal.world, ")");
   }
   if (goal.ours_parameters != goal.torch_parameters) {
@@ -401,16 +400,14 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
                    absl::StrCat("diagnostics.log_every=", config.log_every)};
   if (config.gpt) {
     const GptShape& g = *config.gpt;
-    job.overrides.insert(job.overrides.end(),
-                         {absl::StrCat("model.gpt.layers=", g.layers),
-                          absl::StrCat("model.gpt.width=", g.width),
-                          absl::StrCat("model.gpt.heads=", g.heads),
-                          absl::StrCat("model.gpt.context=", g.context),
-                          absl::StrCat("data.text.path=", g.text),
-                          absl::StrCat("optimizer.adamw.beta1=", kGptBeta1),
-                          absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
-                          absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
-                          absl::StrCat("optimizer.clip_grad_norm=", kGptClipGradNorm)});
+    job.overrides.insert(
+        job.overrides.end(),
+        {absl::StrCat("model.gpt.layers=", g.layers), absl::StrCat("model.gpt.width=", g.width),
+         absl::StrCat("model.gpt.heads=", g.heads), absl::StrCat("model.gpt.context=", g.context),
+         absl::StrCat("data.text.path=", g.text), absl::StrCat("optimizer.adamw.beta1=", kGptBeta1),
+         absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
+         absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
+         absl::StrCat("optimizer.clip_grad_norm=", kGptClipGradNorm)});
   } else {
     job.overrides.insert(
         job.overrides.end(),
@@ -441,15 +438,13 @@ std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainCo
                                    absl::StrCat("--lr=", config.lr)};
   if (config.gpt) {
     const GptShape& g = *config.gpt;
-    argv.insert(argv.end(), {absl::StrCat("--layers=", g.layers),
-                             absl::StrCat("--width=", g.width),
-                             absl::StrCat("--heads=", g.heads),
-                             absl::StrCat("--context=", g.context),
-                             "--text=" + g.text,
-                             absl::StrCat("--beta1=", kGptBeta1),
-                             absl::StrCat("--beta2=", kGptBeta2),
-                             absl::StrCat("--weight_decay=", kGptWeightDecay),
-                             absl::StrCat("--clip_grad_norm=", kGptClipGradNorm)});
+    argv.insert(
+        argv.end(),
+        {absl::StrCat("--layers=", g.layers), absl::StrCat("--width=", g.width),
+         absl::StrCat("--heads=", g.heads), absl::StrCat("--context=", g.context),
+         "--text=" + g.text, absl::StrCat("--beta1=", kGptBeta1),
+         absl::StrCat("--beta2=", kGptBeta2), absl::StrCat("--weight_decay=", kGptWeightDecay),
+         absl::StrCat("--clip_grad_norm=", kGptClipGradNorm)});
   } else {
     argv.insert(argv.end(), {absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
                              "--data=" + options.data, "--data_dir=" + options.data_dir});

@@ -269,8 +269,9 @@ struct Bench {
         if (one_thread != sps.end()) r.efficiency_one_thread = per_rank / one_thread->second;
         auto peer = sps.find({r.section, "pytorch", c.world, c.threads});
         // The GPT's sides must be the same model: a ratio only for equal parameter counts.
-        const bool same_model = r.section != "gpt" || parameters[{r.section, "pytorch", c.world,
-                                                                 c.threads}] == item.parameters;
+        const bool same_model =
+            r.section != "gpt" ||
+            parameters[{r.section, "pytorch", c.world, c.threads}] == item.parameters;
         if (r.impl == "ringmaster" && peer != sps.end() && same_model) {
           r.ratio = r.stats.samples_per_second / peer->second;
         }
@@ -500,10 +501,10 @@ absl::Status Plan(Bench* bench) {
       if (value < min) return FlagError(name, absl::StrCat(value, " is less than ", min));
     }
     if (!(absl::GetFlag(FLAGS_gpt_lr) > 0)) return FlagError("gpt_lr", "must be positive");
-    RM_RETURN_IF_ERROR(CheckGptFlags(
-        shape, absl::GetFlag(FLAGS_gpt_batch), absl::GetFlag(FLAGS_gpt_steps),
-        absl::GetFlag(FLAGS_gpt_warmup_steps), absl::GetFlag(FLAGS_gpt_log_every),
-        *std::max_element(gpt_worlds.begin(), gpt_worlds.end())));
+    RM_RETURN_IF_ERROR(
+        CheckGptFlags(shape, absl::GetFlag(FLAGS_gpt_batch), absl::GetFlag(FLAGS_gpt_steps),
+                      absl::GetFlag(FLAGS_gpt_warmup_steps), absl::GetFlag(FLAGS_gpt_log_every),
+                      *std::max_element(gpt_worlds.begin(), gpt_worlds.end())));
   }
   RM_ASSIGN_OR_RETURN(std::vector<int64_t> deep_hidden,
                       ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));

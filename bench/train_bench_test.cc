@@ -266,8 +266,8 @@ TEST(RingmasterJob, TheGptSpecHasTheSectionsModelDataAndOptimizer) {
 
   // The MLP's job is still the MLP on Fashion-MNIST.
   TrainConfig mlp;
-  auto mlp_spec = spec::LoadJobSpecText(RingmasterJob(o, mlp).spec_yaml,
-                                        RingmasterJob(o, mlp).overrides);
+  auto mlp_spec =
+      spec::LoadJobSpecText(RingmasterJob(o, mlp).spec_yaml, RingmasterJob(o, mlp).overrides);
   ASSERT_TRUE(mlp_spec.ok()) << mlp_spec.status();
   EXPECT_TRUE(mlp_spec->model().has_mlp());
   EXPECT_TRUE(mlp_spec->data().has_fashion_mnist());
@@ -286,10 +286,10 @@ TEST(TorchCommand, TheGptPeerGetsTheSameModelAndOptimizer) {
   ASSERT_FALSE(argv.empty());
   EXPECT_EQ(argv[0], "gpt.py");
   const std::string line = absl::StrJoin(argv, " ");
-  for (const char* arg : {"--world=2", "--batch=5", "--layers=3", "--width=96", "--heads=6",
-                          "--context=64", "--text=/some/text", "--lr=0.002", "--beta1=0.9",
-                          "--beta2=0.95", "--weight_decay=0.1", "--clip_grad_norm=1",
-                          "--metrics=/d/metrics.jsonl"}) {
+  for (const char* arg :
+       {"--world=2", "--batch=5", "--layers=3", "--width=96", "--heads=6", "--context=64",
+        "--text=/some/text", "--lr=0.002", "--beta1=0.9", "--beta2=0.95", "--weight_decay=0.1",
+        "--clip_grad_norm=1", "--metrics=/d/metrics.jsonl"}) {
     EXPECT_TRUE(absl::StrContains(line, arg)) << arg << " not in " << line;
   }
   EXPECT_FALSE(absl::StrContains(line, "--hidden")) << line;
@@ -319,8 +319,9 @@ TEST(GptGoalLine, PassMissAndWhyNotChecked) {
   goal.torch_tokens_per_second = 2500;  // exactly 2x passes
   EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), ": PASS (2.00x")) << GptGoalLine(goal);
   goal.torch_parameters = 4935681;
-  EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), "not checked (ringmaster has 4935680 "
-                                                   "parameters, PyTorch 4935681"))
+  EXPECT_TRUE(absl::StrContains(GptGoalLine(goal),
+                                "not checked (ringmaster has 4935680 "
+                                "parameters, PyTorch 4935681"))
       << GptGoalLine(goal);
   goal.torch_tokens_per_second = -1;
   EXPECT_EQ(GptGoalLine(goal),
