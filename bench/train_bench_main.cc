@@ -383,15 +383,15 @@ void PrintGpt(const Bench& bench, int repeats) {
   }
   for (int world : worlds) {
     const auto [ours, peer] = GptPair(items, world);
-    auto side = [&](const Item* item, const char* format) {
-      return item == nullptr ? absl::StrFormat(format, "-", "-", "-")
-                             : absl::StrFormat(format, Spread(item->row.stats, tokens),
+    // One side's columns: tokens/s, efficiency, step time ("-" when it was not measured).
+    auto side = [&](const Item* item) {
+      return item == nullptr ? absl::StrFormat("%-26s %5s %8s", "-", "-", "-")
+                             : absl::StrFormat("%-26s %5s %8.0f", Spread(item->row.stats, tokens),
                                                Ratio(item->row.efficiency),
-                                               absl::StrFormat("%.0f", item->row.stats.step_ms));
+                                               item->row.stats.step_ms);
     };
     printf("%5d %7d | %s | %s | %7s\n", world, (ours ? ours : peer)->row.config.threads,
-           side(ours, "%-26s %5s %8s").c_str(), side(peer, "%-26s %5s %8s").c_str(),
-           ours ? Ratio(ours->row.ratio).c_str() : "-");
+           side(ours).c_str(), side(peer).c_str(), ours ? Ratio(ours->row.ratio).c_str() : "-");
   }
   printf(
       "eff = tokens/s at world W / (W x tokens/s at world 1); ours/PT only where both report "
