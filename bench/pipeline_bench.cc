@@ -155,9 +155,7 @@ absl::StatusOr<PipelineRankMeasure> MeasureRank(comm::Communicator& group,
   eo.comm = &group;
   eo.op_timeout = kTimeout;
   for (int st = rank; st < stages; st += ranks) {
-    train::nn::GptOptions slice = Gpt(o);
-    slice.first_block = blocks[st].first;
-    slice.end_block = blocks[st].second;
+    const train::nn::GptOptions slice = train::pipeline::StageOptions(Gpt(o), blocks, st);
     Held& h = held[st];
     RM_ASSIGN_OR_RETURN(h.stage, GptStage::Create(slice));
     const int64_t n = h.stage->model().table().total_elements();

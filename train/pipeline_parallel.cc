@@ -46,9 +46,7 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     };
   }
   for (int st = rank; st < p->schedule_.stages(); st += o.schedule.ranks) {
-    nn::GptOptions slice = o.gpt;
-    slice.first_block = blocks[st].first;
-    slice.end_block = blocks[st].second;
+    nn::GptOptions slice = pipeline::StageOptions(o.gpt, blocks, st);
     slice.tp_size = tp;
     slice.tp_rank = p->tp_rank();
     Stage s;

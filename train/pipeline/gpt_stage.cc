@@ -26,6 +26,14 @@ absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SplitBlocks(int64_t lay
   return out;
 }
 
+nn::GptOptions StageOptions(const nn::GptOptions& whole,
+                            const std::vector<std::pair<int64_t, int64_t>>& blocks, int stage) {
+  nn::GptOptions slice = whole;
+  slice.first_block = blocks[stage].first;
+  slice.end_block = blocks[stage].second;
+  return slice;
+}
+
 absl::StatusOr<std::unique_ptr<GptStage>> GptStage::Create(const nn::GptOptions& slice) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptModel> model, nn::GptModel::Create(slice));
   return absl::WrapUnique(new GptStage(std::move(model)));

@@ -43,6 +43,10 @@ namespace ringmaster::train::pipeline {
 // also holds the LM head). INVALID_ARGUMENT naming both when stages > layers or stages < 1.
 absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SplitBlocks(int64_t layers, int stages);
 
+// The options of stage `stage`'s slice: the whole model's with its blocks (SplitBlocks' entry).
+nn::GptOptions StageOptions(const nn::GptOptions& whole,
+                            const std::vector<std::pair<int64_t, int64_t>>& blocks, int stage);
+
 class GptStage final : public PipelineStage {
  public:
   // `slice`: the whole model's options with this stage's first_block / end_block.

@@ -83,9 +83,7 @@ void ExpectMatchesTheWholeModel(const ScheduleOptions& o, Precision precision,
         std::map<int, Mine> mine;
         PipelineExecutorOptions eo{&schedule, rank, &comm, {}, absl::Seconds(60)};
         for (int st = rank; st < stages; st += o.ranks) {
-          nn::GptOptions slice = Whole();
-          slice.first_block = blocks[st].first;
-          slice.end_block = blocks[st].second;
+          const nn::GptOptions slice = StageOptions(Whole(), blocks, st);
           Mine& m = mine[st];
           RM_ASSIGN_OR_RETURN(m.stage, GptStage::Create(slice));
           const int64_t n = m.stage->model().table().total_elements();
@@ -159,9 +157,7 @@ TEST(GptStage, InFlightMicroBatchesFollowTheSchedule) {
         mp, [&](comm::TcpCommunicator& comm, absl::Duration*) -> absl::Status {
           const int rank = comm.rank();
           RM_ASSIGN_OR_RETURN(auto blocks, SplitBlocks(Whole().layers, p));
-          nn::GptOptions slice = Whole();
-          slice.first_block = blocks[rank].first;
-          slice.end_block = blocks[rank].second;
+          const nn::GptOptions slice = StageOptions(Whole(), blocks, rank);
           RM_ASSIGN_OR_RETURN(std::unique_ptr<GptStage> stage, GptStage::Create(slice));
           state::FlatBuffer params(stage->model().table().total_elements());
           state::FlatBuffer grads(params.size());
