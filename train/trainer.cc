@@ -36,6 +36,7 @@
 #include "train/parallel_strategy.h"
 #include "train/process_memory.h"
 #include "train/rank_memory.h"
+#include "train/rank_report.h"
 #include "train/step_reporter.h"
 #include "train/trainer_mesh.h"
 
@@ -102,6 +103,13 @@ Sent BytesSent(const comm::Communicator& comm) {
   return sent;
 }
 
+// What a step sends: through the gradients' communicator and every group of the mesh (all),
+// and of it through the pipeline and tensor-parallel groups.
+struct StepSent {
+  Sent all;
+  uint64_t pipeline = 0, tensor_parallel = 0;
+};
+
 }  // namespace
 
 std::string TrainResultJson(const TrainResult& r) { return ToJsonLine(r) + "\n"; }
@@ -150,6 +158,8 @@ struct Trainer::State {
   absl::Duration comm_time, exposed_comm;  // inside gradient collectives, summed
   // Bytes this rank sent through `comm` inside the steps: all, all-gathers, reductions.
   uint64_t step_bytes_sent = 0, step_bytes_gathered = 0, step_bytes_reduced = 0;
+  // Of step_bytes_sent: through the mesh's pipeline and tensor-parallel groups.
+  uint64_t step_bytes_pipeline = 0, step_bytes_tensor_parallel = 0;
   state::SamplerState sampler_state;
   Batch batch;
   std::vector<Batch> micro_batches;  // a pipeline step's
@@ -167,6 +177,20 @@ struct Trainer::State {
   bool updating = false;
 
   absl::Time Deadline() const { return absl::Now() + options.op_timeout; }
+  StepSent BytesSentInSteps() const {
+    StepSent sent;
+    sent.all = BytesSent(*comm);
+    for (const auto* group : {&groups.pp, &groups.dp, &groups.tp}) {
+      if (*group == nullptr) continue;
+      const Sent g = BytesSent(**group);
+      sent.all.all += g.all;
+      sent.all.gathered += g.gathered;
+      sent.all.reduced += g.reduced;
+      if (group == &groups.pp) sent.pipeline = g.all;
+      if (group == &groups.tp) sent.tensor_parallel = g.all;
+    }
+    return sent;
+  }
   void Say(const std::string& line) const {
     LOG(INFO) << line;
     if (leader && options.progress) options.progress(line);
@@ -187,6 +211,8 @@ struct Trainer::State {
                          const GradNorm& norm, double lr, absl::Time step_start);
   void Report(int64_t step, bool applied, const GradNorm& norm, absl::Time step_start) const;
   absl::StatusOr<TrainResult> Finish();
+  // At the end of Finish: every rank's figures into rank 0's result.ranks.
+  absl::Status GatherRanks();
   void KeepResidentState();
 };
 
@@ -747,8 +773,17 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   result.set_exposed_comm_seconds(absl::ToDoubleSeconds(exposed_comm));
   const int64_t steps_run = step - first_step;
   if (steps_run > 0) {
-    result.set_comm_bytes_per_step(static_cast<double>(step_bytes_sent) /
-                                   static_cast<double>(steps_run));
+    const double steps = static_cast<double>(steps_run);
+    result.set_comm_bytes_per_step(static_cast<double>(step_bytes_sent) / steps);
+    result.set_pipeline_bytes_per_step(static_cast<double>(step_bytes_pipeline) / steps);
+    result.set_tensor_parallel_bytes_per_step(static_cast<double>(step_bytes_tensor_parallel) /
+                                              steps);
+  }
+  if (pipeline != nullptr) {
+    const std::vector<state::PlacedRange> held = pipeline->held_pieces();
+    result.set_block_parameters(static_cast<double>(BlockElements(model->table(), held)));
+  } else {
+    result.set_block_parameters(static_cast<double>(BlockElements(model->table())));
   }
   result.set_gathered_bytes(static_cast<double>(step_bytes_gathered));
   result.set_reduced_bytes(static_cast<double>(step_bytes_reduced));
@@ -813,6 +848,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       static_cast<double>(activations) / kMiB,
       units > 0 ? absl::StrFormat(", unit buffers peak %.2f MiB", units / kMiB) : std::string(),
       result.peak_rss_bytes() / kMiB, planned));
+  RM_RETURN_IF_ERROR(GatherRanks());
   if (options.on_finish) {
     RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
     if (strategy->store() == nullptr && pipeline == nullptr) {
@@ -825,6 +861,36 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   }
   nccl_finished = true;
   return result;
+}
+
+absl::Status Trainer::State::GatherRanks() {
+  RankResult mine;
+  mine.set_rank(rank);
+  if (groups.mesh) {
+    const comm::MeshCoordinates at = groups.mesh->Coordinates(rank);
+    mine.set_pp_rank(at[static_cast<int>(comm::MeshDim::kPp)]);
+    mine.set_dp_rank(at[static_cast<int>(comm::MeshDim::kDp)]);
+    mine.set_tp_rank(at[static_cast<int>(comm::MeshDim::kTp)]);
+  } else {
+    mine.set_dp_rank(rank);
+  }
+  mine.set_parameter_bytes(result.parameter_bytes());
+  mine.set_gradient_bytes(result.gradient_bytes());
+  mine.set_optimizer_state_bytes(result.optimizer_state_bytes());
+  mine.set_activation_bytes_peak(result.activation_bytes_peak());
+  mine.set_peak_rss_bytes(result.peak_rss_bytes());
+  mine.set_comm_bytes_per_step(result.comm_bytes_per_step());
+  mine.set_pipeline_bytes_per_step(result.pipeline_bytes_per_step());
+  mine.set_tensor_parallel_bytes_per_step(result.tensor_parallel_bytes_per_step());
+  mine.set_block_parameters(result.block_parameters());
+  mine.set_pipeline_bubble(result.pipeline_bubble());
+  mine.set_pipeline_peak_in_flight(result.pipeline_peak_in_flight());
+  RM_ASSIGN_OR_RETURN(std::vector<RankResult> all, GatherRankResults(mine, *hcomm, Deadline()));
+  result.clear_ranks();
+  if (leader) {
+    for (RankResult& r : all) *result.add_ranks() = std::move(r);
+  }
+  return absl::OkStatus();
 }
 
 void Trainer::State::KeepResidentState() {
@@ -902,14 +968,16 @@ absl::Status Trainer::StepOnce() {
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb,
                         t.sampler->NextGlobalBatch(t.sampler_state, t.config.global_batch));
     double stats[3] = {0, 0, 0};  // loss sum, terms, correct
-    const Sent sent_before = BytesSent(*t.comm);
+    const StepSent sent_before = t.BytesSentInSteps();
     RM_RETURN_IF_ERROR(t.ForwardBackward(gb, t.reporter->Logged(t.step), stats));
     GradNorm norm;
     RM_ASSIGN_OR_RETURN(bool applied, t.Update(t.step, norm));
-    const Sent sent_after = BytesSent(*t.comm);
-    t.step_bytes_sent += sent_after.all - sent_before.all;
-    t.step_bytes_gathered += sent_after.gathered - sent_before.gathered;
-    t.step_bytes_reduced += sent_after.reduced - sent_before.reduced;
+    const StepSent sent_after = t.BytesSentInSteps();
+    t.step_bytes_sent += sent_after.all.all - sent_before.all.all;
+    t.step_bytes_gathered += sent_after.all.gathered - sent_before.all.gathered;
+    t.step_bytes_reduced += sent_after.all.reduced - sent_before.all.reduced;
+    t.step_bytes_pipeline += sent_after.pipeline - sent_before.pipeline;
+    t.step_bytes_tensor_parallel += sent_after.tensor_parallel - sent_before.tensor_parallel;
     t.sampler_state = gb.next;
     t.result.set_steps(static_cast<int32_t>(t.step + 1));
     t.updating = false;

@@ -111,6 +111,7 @@ struct RunResult {
   // Each rank's memory as its result reports it (train/result.proto).
   std::vector<int64_t> parameter_bytes, gradient_bytes, unit_buffer_bytes;
   double eval_accuracy = -1, eval_loss = -1;  // rank 0's; -1: not evaluated
+  TrainResult summary;                        // rank 0's result
 };
 
 // Trains kSpec with `overrides` on `world` ranks.
@@ -207,6 +208,7 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
                      result->has_eval_accuracy() ? result->eval_accuracy() : -1.0, " ",
                      result->has_eval_loss() ? result->eval_loss() : -1.0));
     if (!s.ok()) return s;
+    RM_RETURN_IF_ERROR(WriteFileAtomically(prefix + ".json", TrainResultJson(*result)));
     return WriteFileAtomically(prefix + ".params", params);
   });
   RunResult run;
@@ -230,6 +232,9 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     run.parameter_bytes.push_back(parameter);
     run.gradient_bytes.push_back(gradient);
     run.unit_buffer_bytes.push_back(units);
+  }
+  if (auto json = ReadFile(absl::StrCat(dir, "/rank0.json")); json.ok()) {
+    EXPECT_TRUE(FromJson(*json, &run.summary, "summary").ok()) << *json;
   }
   auto params = ReadFile(absl::StrCat(dir, "/rank0.params"));
   if (params.ok()) {
@@ -533,6 +538,56 @@ TEST(GptTraining, PipelineLayoutsMatchOneRank) {
   ExpectSameParameters(
       Train(2, Pipelined({"parallelism.mesh.pp=2", "precision.compute=bf16"}), kGptSpec), bf16,
       "pp 2 in bf16");
+}
+
+// Rank 0's summary lists every rank's figures: under tp 2 x pp 2 each rank's coordinates,
+// its share of the blocks' parameters, and its traffic by group, the pipeline's exactly
+// (each micro-batch's activation or its gradient, rows x width floats, once a step).
+TEST(GptTraining, RanksReportTheirPartsAndTraffic) {
+  // 4 blocks of width 16; a block has 12 w^2 + 13 w parameters, of which the two
+  // LayerNorms (4 w) and the row-parallel projections' biases (2 w) are replicated under
+  // tensor parallelism.
+  constexpr int64_t kWidth = 16, kLayers = 4;  // Pipelined()'s
+  constexpr int64_t kBlocks = kLayers * (12 * kWidth * kWidth + 13 * kWidth);
+  const RunResult one = Train(1, Pipelined({}), kGptSpec);
+  ASSERT_EQ(one.summary.ranks_size(), 1);
+  EXPECT_EQ(one.summary.block_parameters(), kBlocks);
+  EXPECT_EQ(one.summary.ranks(0).block_parameters(), kBlocks);
+  EXPECT_EQ(one.summary.pipeline_bytes_per_step(), 0);
+  EXPECT_EQ(one.summary.tensor_parallel_bytes_per_step(), 0);
+
+  const RunResult mesh =
+      Train(4, Pipelined({"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}), kGptSpec);
+  ASSERT_EQ(mesh.summary.ranks_size(), 4);
+  // The default 2 x pp = 4 micro-batches of 12 / 4 = 3 sequences of 8 tokens, a [24, 16]
+  // float activation (stage 0) or its gradient (stage 1) each; 2 sums of [24, 16] a block in
+  // forward and 2 in backward, 2 blocks a stage (a sum over 2 ranks sends its size once).
+  // Both groups also carry the gradient norm's partial sum: one double a step.
+  constexpr double kRowBytes = (3 * 8) * kWidth * 4;
+  constexpr double kPipelineBytes = 4 * kRowBytes + 8;
+  constexpr double kTensorParallelBytes = 4 * 2 * 4 * kRowBytes + 8;
+  double blocks = 0;
+  for (int r = 0; r < 4; ++r) {
+    const ::ringmaster::train::RankResult& rr = mesh.summary.ranks(r);
+    const std::string what = absl::StrCat("rank ", r, ": ", rr.DebugString());
+    EXPECT_EQ(rr.rank(), r) << what;
+    EXPECT_EQ(rr.pp_rank(), r / 2) << what;  // pp outermost, tp innermost
+    EXPECT_EQ(rr.tp_rank(), r % 2) << what;
+    EXPECT_EQ(rr.dp_rank(), 0) << what;
+    EXPECT_EQ(rr.pipeline_bytes_per_step(), kPipelineBytes) << what;
+    EXPECT_EQ(rr.tensor_parallel_bytes_per_step(), kTensorParallelBytes) << what;
+    EXPECT_GE(rr.comm_bytes_per_step(),
+              rr.pipeline_bytes_per_step() + rr.tensor_parallel_bytes_per_step())
+        << what;
+    EXPECT_GT(rr.parameter_bytes(), 0) << what;
+    EXPECT_GT(rr.peak_rss_bytes(), 0) << what;
+    EXPECT_GT(rr.pipeline_peak_in_flight(), 0) << what;
+    // Two blocks a stage, half of them on each tensor-parallel rank but the replicated part.
+    EXPECT_EQ(rr.block_parameters(), (kBlocks / 2 + 2 * 6 * kWidth) / 2) << what;
+    blocks += rr.block_parameters();
+  }
+  EXPECT_EQ(blocks, kBlocks + kLayers * 6 * kWidth);
+  EXPECT_EQ(mesh.summary.block_parameters(), mesh.summary.ranks(0).block_parameters());
 }
 
 // A checkpoint saved under one mesh resumes under another (the stages save their tensors in
