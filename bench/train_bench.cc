@@ -597,4 +597,14 @@ double LoadAverage() {
   return load;
 }
 
+std::string Thousands(double v) {
+  const std::string digits = absl::StrFormat("%.0f", v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace ringmaster::bench

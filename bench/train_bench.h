@@ -249,6 +249,9 @@ struct GptGoal {
 };
 std::string GptGoalLine(const GptGoal& goal);
 
+// "1,234,567" (rounded to a whole number).
+std::string Thousands(double v);
+
 // CSV with a header line; -1 values are left empty.
 std::string BenchRowsToCsv(const std::vector<BenchRow>& rows);
 

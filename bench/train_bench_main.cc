@@ -1,10 +1,11 @@
 // trainbench: training throughput of ringmaster against PyTorch on this machine, and the
 // effect of overlapping the gradient all-reduce with backward.
 //
-//   trainbench [--sections throughput,overlap,gpt] [--worlds 1,2,4] [--overlap_worlds 2,4]
-//       [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80] [--gpt_worlds 1,2]
-//       [--gpt_layers 6 --gpt_width 256 --gpt_heads 4 --gpt_context 256 --gpt_batch 8
-//        --gpt_steps 30] [--csv FILE]
+//   trainbench [--sections throughput,overlap,gpt,parallel] [--worlds 1,2,4]
+//       [--overlap_worlds 2,4] [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80]
+//       [--gpt_worlds 1,2] [--gpt_layers 6 --gpt_width 256 --gpt_heads 4 --gpt_context 256
+//        --gpt_batch 8 --gpt_steps 30] [--parallel_world 4 --parallel_layouts dp,tp2,...]
+//       [--csv FILE]
 //
 // throughput: the Fashion-MNIST MLP 784-512-512-10, 128 samples per rank, SGD with
 //   momentum, fp32, at each world size: ringmaster (`ringctl local`) and PyTorch (world 1
@@ -24,6 +25,14 @@
 //   ratio ours/PyTorch (only when both report the same parameter count) and the goal lines
 //   ">= 2x PyTorch at world 1" and ">= 2x PyTorch DDP at world 2" (PASS or MISS; a MISS does
 //   not fail the benchmark).
+// parallel (issue 20; not in the default --sections): the GPT (--parallel_layers blocks,
+//   --gpt_width/--gpt_heads/--gpt_context) at --parallel_world ranks under each of
+//   --parallel_layouts (data, tensor and pipeline parallelism and their compositions; pipeline
+//   layouts with --parallel_micro_batches micro-batches and their schedule), one `ringctl
+//   local` job each (bench/parallel_bench.h): step time, tokens/s against data parallelism,
+//   the largest rank's memory, bytes sent per rank per step by group, block parameters per
+//   rank, the measured bubble beside the schedule's formula; and the goal line "TP2's block
+//   parameters per rank half of TP1's (+-2 %)".
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,13 +51,31 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/parallel_bench.h"
 #include "bench/train_bench.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, sections, "throughput,overlap",
           "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets), "
-          "gpt (the GPT, ours vs PyTorch)");
+          "gpt (the GPT, ours vs PyTorch), parallel (the GPT under mesh layouts)");
+ABSL_FLAG(int, parallel_world, 4, "parallel: ranks of every layout");
+ABSL_FLAG(std::string, parallel_layouts,
+          "dp,tp2,pp2,tp2.pp2,pp4@gpipe,pp4@1f1b,pp4@zero_bubble,pp4@interleaved_1f1b",
+          "parallel: the layouts, each tpN, ppN and dpN joined by '.' (dp takes the rest; "
+          "\"dp\": all data parallelism), with ppN > 1 optionally @gpipe, @1f1b, "
+          "@interleaved_1f1b (2 virtual stages) or @zero_bubble");
+ABSL_FLAG(std::string, parallel_schedule, "1f1b",
+          "parallel: the schedule of a pipeline layout without @schedule");
+ABSL_FLAG(int64_t, parallel_layers, 8,
+          "parallel: transformer blocks (pp x virtual stages at most this; width, heads and "
+          "context from --gpt_width, --gpt_heads, --gpt_context)");
+ABSL_FLAG(int64_t, parallel_batch, 16, "parallel: sequences a step over all ranks");
+ABSL_FLAG(int, parallel_micro_batches, 8, "parallel: micro-batches of a pipeline layout");
+ABSL_FLAG(int64_t, parallel_steps, 16, "parallel: steps per run");
+ABSL_FLAG(int64_t, parallel_log_every, 4, "parallel: steps per timed window");
+ABSL_FLAG(int64_t, parallel_warmup_steps, 4,
+          "parallel: steps at the start of a run that are not counted");
 ABSL_FLAG(std::string, worlds, "1,2,4", "throughput: world sizes (local ranks)");
 ABSL_FLAG(bool, one_thread_baseline, true,
           "throughput: also run world 1 with one thread on both sides (PyTorch's two-thread "
@@ -133,16 +160,6 @@ std::string FirstExisting(const std::vector<std::string>& candidates) {
   return candidates.front();
 }
 
-std::string Thousands(double v) {
-  const std::string digits = absl::StrFormat("%.0f", v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::string Percent(double fraction) {
   return fraction < 0 ? "-" : absl::StrFormat("%.1f", 100 * fraction);
 }
@@ -180,6 +197,20 @@ struct Bench {
   int cores = 1;
   int forced_threads = 0;
   std::vector<Item> items;
+  // The parallel section: its configuration, layouts and runs.
+  ParallelConfig parallel;
+  std::vector<ParallelLayout> layouts;
+  std::vector<ParallelRun> parallel_runs;
+
+  absl::Status RunParallel() {
+    for (const ParallelLayout& layout : layouts) {
+      printf("  ringmaster GPT at world %d, %s...\n", parallel.world, layout.Name().c_str());
+      fflush(stdout);
+      RM_ASSIGN_OR_RETURN(ParallelRun run, RunParallelLayout(ringmaster, parallel, layout));
+      parallel_runs.push_back(std::move(run));
+    }
+    return absl::OkStatus();
+  }
 
   TrainConfig Config(const std::vector<int64_t>& hidden, const std::string& model, int world,
                      int64_t steps) const {
@@ -462,7 +493,7 @@ absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::stri
 // Reads and checks the flags and fills `bench` with the configurations to measure.
 // INVALID_ARGUMENT naming the flag when one is wrong.
 absl::Status Plan(Bench* bench) {
-  bool throughput = false, overlap = false, gpt = false;
+  bool throughput = false, overlap = false, gpt = false, parallel = false;
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace())) {
     if (s == "throughput") {
@@ -471,12 +502,17 @@ absl::Status Plan(Bench* bench) {
       overlap = true;
     } else if (s == "gpt") {
       gpt = true;
+    } else if (s == "parallel") {
+      parallel = true;
     } else {
-      return FlagError("sections", absl::StrCat("unknown section \"", s,
-                                                "\"; use throughput, overlap and/or gpt"));
+      return FlagError("sections",
+                       absl::StrCat("unknown section \"", s,
+                                    "\"; use throughput, overlap, gpt and/or parallel"));
     }
   }
-  if (!throughput && !overlap && !gpt) return FlagError("sections", "name at least one section");
+  if (!throughput && !overlap && !gpt && !parallel) {
+    return FlagError("sections", "name at least one section");
+  }
   RM_ASSIGN_OR_RETURN(std::vector<int> worlds,
                       ListFlag<int>("worlds", absl::GetFlag(FLAGS_worlds), 1, !throughput));
   RM_ASSIGN_OR_RETURN(
@@ -505,6 +541,30 @@ absl::Status Plan(Bench* bench) {
         CheckGptFlags(shape, absl::GetFlag(FLAGS_gpt_batch), absl::GetFlag(FLAGS_gpt_steps),
                       absl::GetFlag(FLAGS_gpt_warmup_steps), absl::GetFlag(FLAGS_gpt_log_every),
                       *std::max_element(gpt_worlds.begin(), gpt_worlds.end())));
+  }
+  if (parallel) {
+    ParallelConfig& p = bench->parallel;
+    p.gpt = shape;
+    p.gpt.layers = absl::GetFlag(FLAGS_parallel_layers);
+    p.world = absl::GetFlag(FLAGS_parallel_world);
+    if (p.world < 1) return FlagError("parallel_world", "must be at least 1");
+    p.global_batch = absl::GetFlag(FLAGS_parallel_batch);
+    p.micro_batches = absl::GetFlag(FLAGS_parallel_micro_batches);
+    p.steps = absl::GetFlag(FLAGS_parallel_steps);
+    p.log_every = absl::GetFlag(FLAGS_parallel_log_every);
+    p.warmup_steps = absl::GetFlag(FLAGS_parallel_warmup_steps);
+    p.lr = absl::GetFlag(FLAGS_gpt_lr);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    p.threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                                                 : ThreadsPerRank(cores, p.world);
+    if (p.gpt.layers < 1) return FlagError("parallel_layers", "must be at least 1");
+    if (p.log_every < 1) return FlagError("parallel_log_every", "must be at least 1");
+    if (p.warmup_steps < 0) return FlagError("parallel_warmup_steps", "must be at least 0");
+    if (p.global_batch < 1) return FlagError("parallel_batch", "must be at least 1");
+    RM_ASSIGN_OR_RETURN(bench->layouts,
+                        ParseParallelLayouts(absl::GetFlag(FLAGS_parallel_layouts), p.world,
+                                             absl::GetFlag(FLAGS_parallel_schedule)));
+    RM_RETURN_IF_ERROR(CheckParallelConfig(p, bench->layouts));
   }
   RM_ASSIGN_OR_RETURN(std::vector<int64_t> deep_hidden,
                       ListFlag<int64_t>("deep_hidden", absl::GetFlag(FLAGS_deep_hidden), 1, true));
@@ -643,6 +703,7 @@ int Main() {
   for (int round = 0; round < repeats && status.ok(); ++round) {
     status = bench.RunRound(round, repeats);
   }
+  if (status.ok()) status = bench.RunParallel();
   if (status.ok()) status = bench.Summarize();
   if (!status.ok()) {
     fprintf(stderr, "%s: %s\n(runs kept in %s)\n", kProgram, status.ToString().c_str(),
@@ -652,6 +713,11 @@ int Main() {
   PrintThroughput(bench, repeats);
   PrintGpt(bench, repeats);
   PrintOverlap(bench);
+  if (!bench.parallel_runs.empty()) {
+    printf("\nParallel layouts at world %d\n%s%s\n", bench.parallel.world,
+           ParallelTable(bench.parallel_runs, bench.parallel).c_str(),
+           TensorParallelGoalLine(bench.parallel_runs).c_str());
+  }
   std::vector<BenchRow> rows;
   for (const Item& item : bench.items) rows.push_back(item.row);
   double lowest = 1e9, highest = -1;
@@ -662,8 +728,12 @@ int Main() {
       highest = std::max(highest, l);
     }
   }
-  printf("\nload average (1 min) during the runs: %.2f to %.2f on %d cores; now %.2f\n", lowest,
-         highest, bench.cores, LoadAverage());
+  if (highest >= 0) {
+    printf("\nload average (1 min) during the runs: %.2f to %.2f on %d cores; now %.2f\n", lowest,
+           highest, bench.cores, LoadAverage());
+  } else {
+    printf("\nload average (1 min) now %.2f on %d cores\n", LoadAverage(), bench.cores);
+  }
   if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty()) {
     absl::Status s = WriteFileAtomically(csv, BenchRowsToCsv(rows));
     if (!s.ok()) {
@@ -682,7 +752,8 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "training throughput of ringmaster vs PyTorch DDP (MLP and GPT), and overlap on/off.\n"
-      "  trainbench [--sections throughput,overlap,gpt] [--worlds 1,2,4] [--csv FILE] ...");
+      "  trainbench [--sections throughput,overlap,gpt,parallel] [--worlds 1,2,4] [--csv FILE] "
+      "...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);
