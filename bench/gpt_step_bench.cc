@@ -143,6 +143,8 @@ int Run() {
 }  // namespace ringmaster::train::nn
 
 int main(int argc, char** argv) {
+  const std::string blas = ringmaster::kernels::UseBestBlasKernels(argv);
   absl::ParseCommandLine(argc, argv);
+  if (!blas.empty()) printf("%s\n", blas.c_str());
   return ringmaster::train::nn::Run();
 }

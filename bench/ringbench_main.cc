@@ -40,17 +40,17 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/comm_bench.h"
 #include "bench/local_ranks.h"
 #include "bench/loopback.h"
-#include "bench/pipeline_bench.h"
 #include "bench/peers.h"
+#include "bench/pipeline_bench.h"
 #include "bench/plot.h"
 #include "bench/tp_bench.h"
 #include "comm/store.h"
@@ -59,6 +59,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/version.h"
+#include "kernels/matmul.h"
 
 ABSL_FLAG(int, ranks, 4, "number of local ranks (processes)");
 ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
@@ -513,6 +514,8 @@ int PipelineMain(bool batch_given) {
 }  // namespace ringmaster::bench
 
 int main(int argc, char** argv) {
+  // tp and pipeline compute on the CPU: OpenBLAS kernels this CPU runs (kernels/matmul.h).
+  const std::string blas = ringmaster::kernels::UseBestBlasKernels(argv);
   const bool batch_given = ringmaster::bench::FlagGiven(argc, argv, "batch");
   absl::SetProgramUsageMessage(
       "ringmaster benchmarks.\n  ringbench comm [--ranks N] [--ops ...] [--sizes ...] "
@@ -532,6 +535,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string command = args[1];
+  if (!blas.empty() && command != "comm") printf("%s\n", blas.c_str());
   if (command == "comm") return ringmaster::bench::CommMain();
   if (command == "tp") return ringmaster::bench::TpMain();
   if (command == "pipeline") return ringmaster::bench::PipelineMain(batch_given);

@@ -55,6 +55,7 @@
 #include "bench/train_bench.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "kernels/matmul.h"
 
 ABSL_FLAG(std::string, sections, "throughput,overlap",
           "what to measure: throughput (ours vs PyTorch), overlap (overlap on/off, buckets), "
@@ -750,6 +751,9 @@ int Main() {
 }  // namespace ringmaster::bench
 
 int main(int argc, char** argv) {
+  // OpenBLAS kernels this CPU runs, for every run: the environment (OPENBLAS_CORETYPE) passes
+  // to ringmaster's trainers and the PyTorch peers alike, so both sides run the same BLAS.
+  const std::string blas = ringmaster::kernels::UseBestBlasKernels(argv);
   absl::SetProgramUsageMessage(
       "training throughput of ringmaster vs PyTorch DDP (MLP and GPT), and overlap on/off.\n"
       "  trainbench [--sections throughput,overlap,gpt,parallel] [--worlds 1,2,4] [--csv FILE] "
@@ -759,5 +763,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);
     return 2;
   }
+  if (!blas.empty()) printf("%s\n", blas.c_str());
   return ringmaster::bench::Main();
 }

@@ -10,6 +10,7 @@
 #define RINGMASTER_KERNELS_MATMUL_H_
 
 #include <cstdint>
+#include <string>
 
 namespace ringmaster::kernels {
 
@@ -42,6 +43,29 @@ void LinearBackwardWeights(const float* x, const float* dy, float* dweight, floa
 // cores / local ranks.
 void SetBlasThreads(int threads);
 int BlasThreads();
+
+// OpenBLAS picks its kernels by the CPU's model when it loads. A release older than the CPU
+// (Debian 12's 0.3.21 on a Sapphire or Emerald Rapids Xeon) does not know the model and falls
+// back to its oldest x86-64 kernels (Prescott: SSE3), measured 5.8x slower for the GPT's
+// products on this project's machines. The environment variable OPENBLAS_CORETYPE, read as
+// the library loads, names the kernels instead.
+struct BlasKernels {
+  std::string chosen;  // the kernels the loaded library runs (openblas_get_corename())
+  // What this CPU can run better: "SkylakeX" (AVX-512 F, CD, BW, DQ and VL) or "Haswell"
+  // (AVX2 and FMA); empty when `chosen` is as good, or OPENBLAS_CORETYPE is set (the user's
+  // choice is kept), or `chosen` is a name this check does not know.
+  std::string suggested;
+};
+BlasKernels CheckBlasKernels();
+
+// For a program's main(), before it starts threads: when CheckBlasKernels() suggests kernels,
+// sets OPENBLAS_CORETYPE to them and re-executes the program (/proc/self/exe with the same
+// arguments: the same process, so a launcher's pid stays right), so that OpenBLAS loads with
+// them; the new image sees the variable and goes on. Returns when there is nothing to do,
+// or what the re-execution was (for the log: "OpenBLAS chose SkylakeX kernels (set by
+// OPENBLAS_CORETYPE=SkylakeX)"), or the error of execv (the program goes on with the slow
+// kernels).
+std::string UseBestBlasKernels(char** argv);
 
 }  // namespace ringmaster::kernels
 

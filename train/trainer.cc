@@ -114,6 +114,19 @@ struct StepSent {
 
 std::string TrainResultJson(const TrainResult& r) { return ToJsonLine(r) + "\n"; }
 
+namespace {
+// What UseBestCpuKernels found, for the start lines.
+std::string& BlasNote() {
+  static std::string* note = new std::string;
+  return *note;
+}
+}  // namespace
+
+std::string UseBestCpuKernels(char** argv) {
+  BlasNote() = kernels::UseBestBlasKernels(argv);
+  return BlasNote();
+}
+
 // The trainer's state: what Create builds and each Step uses. Members are destroyed in
 // reverse order, so the strategy (whose thread uses the gradients' communicator) goes before
 // the communicator, and the device last but the model and data.
@@ -400,6 +413,7 @@ void Trainer::State::SayStart() const {
                    total_steps, " steps (", steps_per_epoch, " per epoch); ",
                    PrecisionName(config.precision), "; ", strategy->Describe(), "; ", threads,
                    " BLAS thread(s) per rank"));
+  if (!BlasNote().empty()) Say(BlasNote());
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
   if (groups.mesh) Say(absl::StrCat("mesh: ", groups.mesh->ToString()));

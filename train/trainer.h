@@ -203,6 +203,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainerOptions& options);
 // measured or not finite (eval_accuracy without test data) is left out.
 std::string TrainResultJson(const TrainResult& result);
 
+// For a trainer program's main(), first thing (before flags and threads): the BLAS kernels
+// this CPU runs, re-executing the program when OpenBLAS did not recognise the CPU
+// (kernels::UseBestBlasKernels, kernels/matmul.h). Returns what it found or did, or "" when
+// there was nothing to say; the trainer's start lines repeat it.
+std::string UseBestCpuKernels(char** argv);
+
 }  // namespace ringmaster::train
 
 #endif  // RINGMASTER_TRAIN_TRAINER_H_

@@ -240,6 +240,9 @@ int Main() {
 }  // namespace ringmaster
 
 int main(int argc, char** argv) {
+  // First, before flags and threads: may re-execute the trainer with OpenBLAS kernels this
+  // CPU runs when the library did not recognise it (kernels/matmul.h).
+  ringmaster::train::UseBestCpuKernels(argv);
   absl::SetProgramUsageMessage("one rank of a ringmaster training job (started by ringctl)");
   ringmaster::ParseFlagsWithUsage(argc, argv, "ringtrainer");
   // Memory that runs out on a background thread: a named line and kExitCodePermanent, which

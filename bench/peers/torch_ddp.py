@@ -11,13 +11,15 @@ Rank 0 writes one JSON object per logged window to --metrics, in the fields of r
 metrics.jsonl that trainbench reads (step, samples_per_second over all ranks,
 window_seconds), and prints one line on stdout before training:
 
-  peer torch=<version> blas=<library torch loaded> blas_threads=<n> torch_threads=<n>
-       data=<fashion_mnist|random> world=<n>
+  peer torch=<version> blas=<library torch loaded> blas_core=<its kernels> blas_threads=<n>
+       torch_threads=<n> data=<fashion_mnist|random> world=<n>
 
 The BLAS must be OpenBLAS (the trainer's): run with
 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread so that torch's libblas.so.3 is
 OpenBLAS's whatever Debian's alternative says; the script stops with exit status 3 when
-another BLAS was loaded. The thread counts must be in OPENBLAS_NUM_THREADS and
+another BLAS was loaded. OpenBLAS picks its kernels when it loads: OPENBLAS_CORETYPE (which
+trainbench passes on, as it gives ringmaster's trainers) names them where the library does
+not know the CPU (blas_core says which ran). The thread counts must be in OPENBLAS_NUM_THREADS and
 OMP_NUM_THREADS before the interpreter starts (--threads checks them).
 
 Exit status: 0 done; 2 bad arguments; 3 wrong BLAS or thread environment; 4 missing data;
@@ -100,6 +102,20 @@ def openblas_threads(blas_paths):
     return -1
 
 
+def openblas_core(blas_paths):
+    """The kernels the loaded OpenBLAS runs (openblas_get_corename: e.g. Prescott when it did
+    not recognise the CPU, SkylakeX under OPENBLAS_CORETYPE=SkylakeX), or "?"."""
+    import ctypes
+    for path in blas_paths:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            continue
+    return "?"
+
+
 def read_idx(path, magic):
     with gzip.open(path, "rb") as f:
         data = f.read()
@@ -161,7 +177,8 @@ def open_metrics(torch, args, fields, program="torch_ddp"):
                          f"OpenBLAS; run with LD_LIBRARY_PATH={OPENBLAS_DIR}\n")
         sys.exit(3)
     print(f"peer torch={torch.__version__} blas={','.join(blas)} "
-          f"blas_threads={openblas_threads(blas)} torch_threads={torch.get_num_threads()} "
+          f"blas_core={openblas_core(blas)} blas_threads={openblas_threads(blas)} "
+          f"torch_threads={torch.get_num_threads()} "
           f"{fields}", flush=True)
     return open(args.metrics, "w")
 

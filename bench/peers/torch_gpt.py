@@ -23,7 +23,8 @@ metrics.jsonl that trainbench reads (step, samples_per_second over all ranks, a 
 being one sequence of context tokens, window_seconds), and prints one line on stdout
 before training:
 
-  peer torch=<version> blas=<library torch loaded> blas_threads=<n> torch_threads=<n>
+  peer torch=<version> blas=<library torch loaded> blas_core=<its kernels> blas_threads=<n>
+       torch_threads=<n>
        data=<text file> world=<n> parameters=<n>
 
 The BLAS and thread environment are checked by torch_ddp.py's code (OpenBLAS through
