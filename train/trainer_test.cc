@@ -522,6 +522,13 @@ TEST(GptTraining, PipelineLayoutsMatchOneRank) {
       {4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=1", "batch.accumulation=2"}},
       {4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2",
            "parallelism.pipeline.schedule=zero_bubble"}},
+      // 8 ranks: all three (tp 2 x pp 2 x dp 2, ZeRO-1 along dp), and pp 4 x dp 2.
+      {8,
+       {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2", "parallelism.zero_stage=1",
+        "parallelism.pipeline.micro_batches=3"}},
+      {8,
+       {"parallelism.mesh.pp=4", "parallelism.pipeline.schedule=gpipe",
+        "parallelism.pipeline.micro_batches=2"}},
   };
   for (const Case& c : cases) {
     const std::string what = absl::StrCat("world ", c.world, " ", absl::StrJoin(c.overrides, " "));
