@@ -376,6 +376,7 @@ absl::Status Trainer::State::BuildState() {
   allocating = absl::StrFormat("the optimizer state (%d elements per moment)", window.size());
   RM_ASSIGN_OR_RETURN(optimizer, CreateOptimizer(table, strategy->update_pieces(), window.size(),
                                                  config.optimizer, ops));
+  optimizer->set_duplicate_ranges(strategy->duplicate_ranges());
   allocating = "the trainer's working memory (batches, activations, buffers)";
   view = std::make_unique<HostView>(params, *optimizer, device.get());
   return absl::OkStatus();

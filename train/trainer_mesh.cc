@@ -64,11 +64,6 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
         "parallelism.mesh is tp ", config.mesh.tp, " x pp ", config.mesh.pp, ", but model '",
         model.Describe(), "' is not a GPT: model parallelism splits a GPT's blocks"));
   }
-  if (config.mesh.tp > 1 && std::holds_alternative<LambOptions>(config.optimizer)) {
-    return absl::InvalidArgumentError(
-        "optimizer.lamb with parallelism.mesh.tp > 1: LAMB's per-tensor trust ratios over "
-        "tensor-parallel shards are not in this version; use adamw or sgd, or mesh.tp 1");
-  }
   PipelineParallelOptions o;
   o.gpt = gpt->options();
   o.whole_table = &model.table();

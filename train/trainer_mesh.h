@@ -43,7 +43,7 @@ absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Comm
 // with pp 1, one stage of the whole model per tensor-parallel rank, its micro-batches run one
 // after the other) over the groups; `model` is the whole GPT (its table is the checkpoints'
 // and the optimizer's flat space). INVALID_ARGUMENT naming the field for what the mesh does
-// not run: a model other than the GPT, optimizer.lamb with tensor parallelism.
+// not run: a model other than the GPT.
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const TrainConfig& config,
                                                                          const Model& model,
                                                                          const MeshGroups& groups,

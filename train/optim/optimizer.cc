@@ -130,13 +130,15 @@ class Lamb final : public AdamFamily<LambOptions> {
                       absl::Span<const float> grads, const SumAcrossRanks& sum) override {
     const kernels::AdamMomentArgs args = MomentArgs(step);
     std::vector<double> squares(2 * num_tensors(), 0.0);
-    for (const Piece& p : pieces()) {
-      RM_ASSIGN_OR_RETURN(
-          const kernels::LambSquareSums s,
-          ops()->LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
-                             Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p)));
-      squares[2 * p.tensor] += s.params;
-      squares[2 * p.tensor + 1] += s.update;
+    for (const Piece& piece : pieces()) {
+      for (const Piece& p : Counted(piece)) {
+        RM_ASSIGN_OR_RETURN(
+            const kernels::LambSquareSums s,
+            ops()->LambSquares(args, p.weight_decay, Part(absl::Span<const float>(params), p),
+                               Part(grads, p), state(kExpAvg, p), state(kExpAvgSq, p)));
+        squares[2 * p.tensor] += s.params;
+        squares[2 * p.tensor + 1] += s.update;
+      }
     }
     RM_RETURN_IF_ERROR(sum(absl::MakeSpan(squares)));
     for (const Piece& p : pieces()) {
@@ -277,6 +279,20 @@ absl::Status Optimizer::RestoreStep(int64_t step) {
 std::string Optimizer::DecayString() const {
   return absl::StrCat("weight_decay=", weight_decay_, " on ", decayed_tensors_, " of ",
                       num_tensors_, " tensors");
+}
+
+std::vector<Optimizer::Piece> Optimizer::Counted(const Piece& piece) const {
+  std::vector<Piece> parts;
+  int64_t at = piece.offset;
+  const int64_t end = piece.offset + piece.size;
+  for (const state::FlatRange& d : duplicates_) {
+    if (d.end <= at) continue;
+    if (d.begin >= end) break;
+    if (d.begin > at) parts.push_back({piece.tensor, at, d.begin - at, piece.weight_decay});
+    at = std::max(at, d.end);
+  }
+  if (at < end) parts.push_back({piece.tensor, at, end - at, piece.weight_decay});
+  return parts;
 }
 
 absl::Span<float> Optimizer::state(int index, const Piece& piece) {

@@ -156,6 +156,15 @@ class Optimizer {
   // Sets the step count of restored state. INVALID_ARGUMENT when negative.
   absl::Status RestoreStep(int64_t step);
 
+  // Ranges of the local buffers (offsets, increasing and disjoint) whose tensors another rank
+  // also holds and counts in the per-tensor sums: tensor parallelism's replicated tensors on
+  // the group's ranks other than 0 (ParallelStrategy::duplicate_ranges). LAMB leaves them
+  // out of its norms, so that the ranks' sums count each tensor once; they are updated as
+  // every other part. SGD and AdamW have no per-tensor sums.
+  void set_duplicate_ranges(std::vector<state::FlatRange> ranges) {
+    duplicates_ = std::move(ranges);
+  }
+
  protected:
   // A tensor piece of the placement with the weight decay that applies to it.
   struct Piece {
@@ -186,6 +195,8 @@ class Optimizer {
   }
   // The part of state buffer `index` (in state_names order) under a piece.
   absl::Span<float> state(int index, const Piece& piece);
+  // The parts of `piece` outside the duplicate ranges (set_duplicate_ranges), in order.
+  std::vector<Piece> Counted(const Piece& piece) const;
 
  private:
   // Applies update number `step` (>= 1). Modifies nothing when it returns an error.
@@ -204,6 +215,7 @@ class Optimizer {
   double weight_decay_ = 0;
   int decayed_tensors_ = 0;
   std::vector<Piece> pieces_;
+  std::vector<state::FlatRange> duplicates_;
   std::vector<std::pair<std::string, OpsBuffer>> state_;
   int64_t step_ = 0;
 };

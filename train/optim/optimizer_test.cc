@@ -523,6 +523,45 @@ TEST(Lamb, FailedSumChangesNothing) {
   }
 }
 
+// A tensor-parallel rank other than 0 holds the replicated tensors too but leaves them out
+// of LAMB's per-tensor squares (set_duplicate_ranges), so that the group's sum counts them
+// once; a range that cuts a tensor leaves out only its part. They are still updated.
+TEST(Lamb, DuplicateRangesAreLeftOutOfTheNorms) {
+  const state::TensorTable table = testing::SmallModelTable();
+  ASSERT_GE(table.size(), 3);
+  state::FlatBuffer grads(table.total_elements());
+  testing::FillRandom(table, 5, 1.0f, grads);
+  auto squares_of = [&](std::vector<state::FlatRange> duplicates, state::FlatBuffer& params) {
+    auto opt = CreateOptimizer(table, state::FullRange(table), LambOptions{});
+    EXPECT_TRUE(opt.ok());
+    (*opt)->set_duplicate_ranges(std::move(duplicates));
+    std::vector<double> seen;
+    const SumAcrossRanks keep = [&](absl::Span<double> values) {
+      seen.assign(values.begin(), values.end());
+      return absl::OkStatus();
+    };
+    EXPECT_TRUE((*opt)->Step(0.1, params.span(), grads.span(), keep).ok());
+    return seen;
+  };
+  state::FlatBuffer whole_params = InitialParams(table), dup_params = InitialParams(table);
+  const std::vector<double> whole = squares_of({}, whole_params);
+  const state::TensorSpec& t0 = table.tensor(0);
+  const state::TensorSpec& t1 = table.tensor(1);
+  const std::vector<double> dup = squares_of(
+      {{t0.offset, t0.offset + t0.numel}, {t1.offset, t1.offset + t1.numel / 2}}, dup_params);
+  ASSERT_EQ(whole.size(), dup.size());
+  EXPECT_EQ(dup[0], 0);  // tensor 0: ||w||^2 and ||r||^2 left out
+  EXPECT_EQ(dup[1], 0);
+  for (int k : {2, 3}) {  // tensor 1: its second half only
+    EXPECT_GT(dup[k], 0) << k;
+    EXPECT_LT(dup[k], whole[k]) << k;
+  }
+  for (size_t k = 4; k < whole.size(); ++k) EXPECT_EQ(dup[k], whole[k]) << k;
+  // Tensor 0 was updated too (its trust ratio 1: no norms).
+  const state::FlatBuffer initial = InitialParams(table);
+  EXPECT_NE(dup_params.data()[t0.offset], initial.data()[t0.offset]);
+}
+
 TEST(SgdAndAdamW, NeverCallTheSum) {
   const state::TensorTable table = testing::SmallModelTable();
   state::FlatBuffer params = InitialParams(table), grads(table.total_elements());
