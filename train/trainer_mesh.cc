@@ -71,9 +71,12 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
     o.schedule = {KindOf(config.pipeline.schedule), config.mesh.pp, config.pipeline.micro_batches,
                   config.pipeline.virtual_stages};
   } else {
-    // One stage: the micro-batches of data parallelism's plan, one after the other.
+    // One stage: the micro-batches of data parallelism's plan, one after the other, each
+    // one's backward right after its forward (1F1B on one rank), so that one micro-batch's
+    // activations are held at a time as under data parallelism's accumulation (GPipe would
+    // hold them all).
     RM_ASSIGN_OR_RETURN(data::BatchPlan plan, PlanPipelineBatches(config, groups.dp_size));
-    o.schedule = {pipeline::ScheduleKind::kGPipe, 1, plan.accumulation_steps, 1};
+    o.schedule = {pipeline::ScheduleKind::kOneFOneB, 1, plan.accumulation_steps, 1};
   }
   o.pp_comm = groups.pp.get();
   o.dp_comm = groups.dp.get();

@@ -614,6 +614,16 @@ TEST(GptTraining, RanksReportTheirPartsAndTraffic) {
   }
   EXPECT_EQ(blocks, kBlocks + kLayers * 6 * kWidth);
   EXPECT_EQ(mesh.summary.block_parameters(), mesh.summary.ranks(0).block_parameters());
+
+  // Tensor parallelism alone runs its accumulation's micro-batches one at a time, as data
+  // parallelism does: one micro-batch's activations held at once.
+  const RunResult tp =
+      Train(2, Pipelined({"parallelism.mesh.tp=2", "batch.accumulation=3"}), kGptSpec);
+  ASSERT_EQ(tp.summary.ranks_size(), 2);
+  for (const auto& r : tp.summary.ranks()) {
+    EXPECT_EQ(r.pipeline_peak_in_flight(), 1) << r.DebugString();
+    EXPECT_EQ(r.pipeline_bytes_per_step(), 0) << r.DebugString();
+  }
 }
 
 // A checkpoint saved under one mesh resumes under another (the stages save their tensors in
