@@ -12,16 +12,30 @@ namespace ringmaster::train {
 
 absl::Status CompareFingerprints(const state::TensorTable& table,
                                  absl::Span<const uint64_t> gathered, int world, int64_t step) {
-  const size_t per_rank = static_cast<size_t>(table.size()) + 1;
-  CHECK_EQ(gathered.size(), per_rank * world);
-  for (int q = 1; q < world; ++q) {
+  return CompareGroupFingerprints(table, gathered, world, step, {});
+}
+
+absl::Status CompareGroupFingerprints(const state::TensorTable& table,
+                                      absl::Span<const uint64_t> gathered, int size, int64_t step,
+                                      const FingerprintGroup& group) {
+  std::vector<int> tensors = group.tensors;
+  if (tensors.empty()) {
+    for (int t = 0; t < table.size(); ++t) tensors.push_back(t);
+  }
+  const size_t per_rank = tensors.size() + 1;
+  CHECK_EQ(gathered.size(), per_rank * size);
+  auto job_rank = [&](int q) {
+    return static_cast<size_t>(q) < group.job_ranks.size() ? group.job_ranks[q] : q;
+  };
+  for (int q = 1; q < size; ++q) {
     for (size_t t = 0; t < per_rank; ++t) {
       if (gathered[q * per_rank + t] == gathered[t]) continue;
-      const std::string what = t < static_cast<size_t>(table.size())
-                                   ? absl::StrCat("parameter tensor ", table.tensor(t).name)
-                                   : std::string("the training loss");
+      const std::string what =
+          t < tensors.size() ? absl::StrCat("parameter tensor ", table.tensor(tensors[t]).name)
+                             : std::string("the training loss");
       return absl::InternalError(absl::StrCat(
-          "ranks diverged at step ", step, ": ", what, " differs between rank 0 and rank ", q,
+          "ranks diverged at step ", step, ": ", what, " differs between rank ", job_rank(0),
+          " and rank ", job_rank(q), group.what.empty() ? "" : absl::StrCat(" (", group.what, ")"),
           " (a non-deterministic kernel, a lost update, or memory corruption)"));
     }
   }
@@ -40,14 +54,36 @@ std::vector<uint64_t> TensorHashes(const state::TensorTable& table, const float*
 absl::Status CheckFingerprints(comm::Communicator& comm, const state::TensorTable& table,
                                const float* params, double loss, int64_t step,
                                absl::Time deadline) {
-  std::vector<uint64_t> mine = TensorHashes(table, params);
+  return CheckGroupFingerprints(comm, table, params, loss, step, {}, deadline);
+}
+
+absl::Status CheckGroupFingerprints(comm::Communicator& comm, const state::TensorTable& table,
+                                    const float* params, double loss, int64_t step,
+                                    const FingerprintGroup& group, absl::Time deadline) {
+  RM_ASSIGN_OR_RETURN(const std::vector<uint64_t> all,
+                      GatherGroupFingerprints(comm, table, params, loss, group, deadline));
+  return CompareGroupFingerprints(table, all, comm.size(), step, group);
+}
+
+absl::StatusOr<std::vector<uint64_t>> GatherGroupFingerprints(comm::Communicator& comm,
+                                                              const state::TensorTable& table,
+                                                              const float* params, double loss,
+                                                              const FingerprintGroup& group,
+                                                              absl::Time deadline) {
+  const std::vector<uint64_t> hashes = TensorHashes(table, params);
+  std::vector<uint64_t> mine;
+  if (group.tensors.empty()) {
+    mine = hashes;
+  } else {
+    for (int t : group.tensors) mine.push_back(hashes[t]);
+  }
   uint64_t loss_bits;
   std::memcpy(&loss_bits, &loss, sizeof(loss_bits));
   mine.push_back(loss_bits);
   std::vector<uint64_t> all(mine.size() * comm.size());
   RM_RETURN_IF_ERROR(
       comm.AllGather(mine.data(), all.data(), mine.size(), DataType::kInt64, deadline));
-  return CompareFingerprints(table, all, comm.size(), step);
+  return all;
 }
 
 }  // namespace ringmaster::train

@@ -26,6 +26,23 @@ TEST(CompareFingerprints, NamesTheFirstTensorThatDiffers) {
             std::string::npos);
 }
 
+TEST(CompareGroupFingerprints, ComparesTheGroupsTensorsAndNamesTheJobsRanks) {
+  state::TensorTable table;
+  table.Add("h0.attn.qkv.weight", {3});
+  table.Add("h0.ln1.weight", {2});
+  // 2 ranks x (tensor 1 only + loss): the group's ranks are 1 and 3 of the job.
+  const FingerprintGroup group{{1}, {1, 3}, "the tensor-parallel group of stage 0"};
+  std::vector<uint64_t> all = {7, 9, 7, 9};
+  EXPECT_TRUE(CompareGroupFingerprints(table, all, 2, 3, group).ok());
+  all[2] = 8;
+  const absl::Status s = CompareGroupFingerprints(table, all, 2, 3, group);
+  EXPECT_TRUE(absl::IsInternal(s));
+  EXPECT_NE(s.message().find("h0.ln1.weight differs between rank 1 and rank 3 (the "
+                             "tensor-parallel group of stage 0)"),
+            std::string::npos)
+      << s;
+}
+
 TEST(TensorHashes, ChangeWithAnyTensor) {
   state::TensorTable table;
   table.Add("a", {3});

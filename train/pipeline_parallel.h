@@ -126,6 +126,19 @@ class PipelineParallel final : public ParallelStrategy {
   int64_t activation_bytes() const;
   int pp_rank() const { return options_.pp_comm->rank(); }
 
+  // This rank's stages, for diagnostics (fingerprints): the global stage, its model (whose
+  // table lays the stage out in the step's buffers from `base`).
+  struct StageView {
+    int index = 0;
+    const nn::GptModel* model = nullptr;
+    int64_t base = 0;
+  };
+  std::vector<StageView> stage_views() const {
+    std::vector<StageView> views;
+    for (const Stage& s : stages_) views.push_back({s.index, &s.stage->model(), s.base});
+    return views;
+  }
+
  private:
   struct Stage {
     int index = 0;  // the global stage

@@ -418,11 +418,6 @@ void Trainer::State::SayStart() const {
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
   if (groups.mesh) Say(absl::StrCat("mesh: ", groups.mesh->ToString()));
-  if (config.fingerprint_every > 0 && pipeline != nullptr) {
-    Say("fingerprints: none compared (diagnostics.fingerprint_every): under pipeline "
-        "parallelism each rank holds other tensors; their replicas across data-parallel "
-        "groups are not compared in this version");
-  }
   if (config.fingerprint_every > 0 && strategy->store() != nullptr &&
       strategy->replicated_parameters() == nullptr) {
     Say("fingerprints: none compared (diagnostics.fingerprint_every): under ZeRO-3 each "
@@ -728,6 +723,11 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
     }
     RM_RETURN_IF_ERROR(
         CheckFingerprints(*hcomm, model->table(), replicas, result.final_loss(), done, Deadline()));
+  }
+  if (config.fingerprint_every > 0 && pipeline != nullptr &&
+      (done % config.fingerprint_every == 0 || last_step)) {
+    RM_RETURN_IF_ERROR(CheckMeshFingerprints(groups, *hcomm, *pipeline, step_params,
+                                             result.final_loss(), done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
   if (epoch_end && config.data.eval_every_epoch) RM_RETURN_IF_ERROR(Evaluate());

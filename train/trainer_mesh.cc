@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "train/fingerprint.h"
 #include "train/memory_plan.h"
 #include "train/nn/gpt.h"
 #include "train/pipeline/schedule.h"
@@ -88,6 +89,53 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
   o.dp.op_timeout = op_timeout;
   RM_ASSIGN_OR_RETURN(std::unique_ptr<PipelineParallel> p, PipelineParallel::Create(o));
   return std::unique_ptr<ParallelStrategy>(std::move(p));
+}
+
+absl::Status CheckMeshFingerprints(const MeshGroups& groups, comm::Communicator& world,
+                                   const PipelineParallel& pipeline, absl::Span<const float> params,
+                                   double loss, int64_t step, absl::Time deadline) {
+  if (!groups.mesh) return absl::OkStatus();
+  const int rank = world.rank();
+  absl::Status found;  // the first difference this rank's groups found
+  auto compare = [&](comm::Communicator& group, const state::TensorTable& table, const float* base,
+                     const FingerprintGroup& g) -> absl::Status {
+    RM_ASSIGN_OR_RETURN(const std::vector<uint64_t> all,
+                        GatherGroupFingerprints(group, table, base, loss, g, deadline));
+    if (found.ok()) found = CompareGroupFingerprints(table, all, group.size(), step, g);
+    return absl::OkStatus();
+  };
+  for (const PipelineParallel::StageView& stage : pipeline.stage_views()) {
+    const state::TensorTable& table = stage.model->table();
+    const float* base = params.data() + stage.base;
+    if (groups.dp != nullptr && groups.dp->size() > 1) {
+      FingerprintGroup g;
+      g.job_ranks = groups.mesh->GroupRanks(comm::MeshDim::kDp, rank);
+      g.what = absl::StrCat("the data-parallel replicas of pipeline stage ", stage.index);
+      RM_RETURN_IF_ERROR(compare(*groups.dp, table, base, g));
+    }
+    if (groups.tp != nullptr && groups.tp->size() > 1) {
+      FingerprintGroup g;
+      for (int t = 0; t < table.size(); ++t) {
+        if (stage.model->shard(t).whole()) g.tensors.push_back(t);
+      }
+      g.job_ranks = groups.mesh->GroupRanks(comm::MeshDim::kTp, rank);
+      g.what = absl::StrCat("the tensors the tensor-parallel group of pipeline stage ", stage.index,
+                            " replicates");
+      if (!g.tensors.empty()) RM_RETURN_IF_ERROR(compare(*groups.tp, table, base, g));
+    }
+  }
+  // Every rank stops alike: the lowest rank whose groups found a difference.
+  double first = found.ok() ? world.size() : rank;
+  RM_RETURN_IF_ERROR(
+      world.AllReduce(&first, &first, 1, DataType::kFloat64, comm::ReduceOp::kMin, deadline));
+  if (!found.ok()) return found;
+  if (first < world.size()) {
+    return absl::InternalError(absl::StrCat(
+        "ranks diverged at step ", step, ": rank ", static_cast<int>(first),
+        " found copies of a tensor that differ (its error names them); this rank's copies "
+        "agree with its groups'"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<data::BatchPlan> PlanPipelineBatches(const TrainConfig& config, int dp_size) {

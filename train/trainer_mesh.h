@@ -50,6 +50,17 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const T
                                                                          comm::Communicator& world,
                                                                          absl::Duration op_timeout);
 
+// diagnostics.fingerprint_every under a mesh, at `step` (every rank of `world` calls it):
+// the data-parallel replicas of each of this rank's stages compare all its tensors over the
+// dp group, and the tensor-parallel group compares the tensors it replicates (LayerNorms,
+// the row-parallel biases, embeddings and head; the shards differ by design); then the whole
+// job learns whether any group found a difference, so every rank stops alike. INTERNAL on
+// every rank when one did: naming the tensor, the two ranks of the job and the group where
+// this rank's groups found it, else the lowest rank that did. The collectives' errors.
+absl::Status CheckMeshFingerprints(const MeshGroups& groups, comm::Communicator& world,
+                                   const PipelineParallel& pipeline, absl::Span<const float> params,
+                                   double loss, int64_t step, absl::Time deadline);
+
 // The batch plan of a job with a mesh: with pp > 1, each data-parallel replica's share of
 // the global batch cut into parallelism.pipeline.micro_batches micro-batches; with pp 1
 // (tensor parallelism alone), the plan of data parallelism over the replicas. INVALID_ARGUMENT
