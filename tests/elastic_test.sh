@@ -17,6 +17,8 @@
 #     SIGKILL one trainer: the pipeline and data-parallel groups break within the trainers'
 #     op timeout, the next world is one whole replica (2 ranks: the survivor beyond it is
 #     stopped, not blamed), restored from the last checkpoint, and the job completes.
+#   mesh_tp: the same with tensor parallelism (parallelism.mesh.tp 2: tp 2 x dp 2): the
+#     killed trainer's tensor-parallel partner meets the broken group inside a block's sum.
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
 #     checkpoints lists them, the last step's included); a diverged run (optimizer.lr=1e6)
 #     fails at once, its reason naming the step, with no restart.
@@ -263,17 +265,24 @@ drain)
     fail "drain3: drained after step $drained_at but resumed from step $resumed_at (steps lost)"
   ;;
 
-mesh)
+mesh | mesh_tp)
+  # The mesh's pp and tp, and how its two worlds print.
+  if [ "$SCENARIO" = mesh ]; then
+    pp=2 tp=1 before="pp=2 x dp=2 x tp=1" after="pp=2 x dp=1 x tp=1"
+  else
+    pp=1 tp=2 before="pp=1 x dp=2 x tp=2" after="pp=1 x dp=1 x tp=2"
+  fi
   start_coordinator
   start_agent a 2
   start_agent b 2
   ctl submit "$BIN/examples/tiny_gpt.yaml" --set name=pipe --set steps=80 \
     --set schedule.warmup_steps=5 --set model.gpt.width=64 --set model.gpt.context=64 \
     --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
-    --set elastic.min_ranks=2 --set elastic.max_ranks=4 --set parallelism.mesh.pp=2 \
+    --set elastic.min_ranks=2 --set elastic.max_ranks=4 --set parallelism.mesh.pp=$pp \
+    --set parallelism.mesh.tp=$tp \
     >>"$WORK/ctl.log" 2>&1 || fail "submit pipe: $(tail -3 "$WORK/ctl.log")"
   wait_until pipe 'j["phase"]=="JOB_PHASE_RUNNING" and len(j.get("members",[]))==4 and int(j.get("step",0))>=15' 90
-  grep -q "mesh: pp=2 x dp=2 x tp=1" "$WORK"/node-a/pipe/slot-0.log ||
+  grep -q "mesh: $before" "$WORK"/node-a/pipe/slot-0.log ||
     fail "epoch 1 did not run on the mesh: $(grep -h "mesh\|batch:" "$WORK"/node-a/pipe/slot-0.log | head -3)"
   victim="$(trainer_pid pipe b 1)"
   [ -n "$victim" ] || fail "no trainer of job pipe on b/1"
@@ -287,7 +296,7 @@ mesh)
   [ "$(field pipe '"trainer on b/1 was killed" in j["recoveries"][0]["reason"] and "trainer on b/0" not in j["recoveries"][0]["reason"]')" = True ] ||
     fail "the recovery blames the wrong rank: $(field pipe 'j["recoveries"][0]["reason"]')"
   [ "$(field pipe 'int(j.get("restarts",0))')" = 1 ] || fail "restarts: $(ctl status pipe | head -5)"
-  grep -q "mesh: pp=2 x dp=1 x tp=1" "$WORK"/node-a/pipe/slot-0.log ||
+  grep -q "mesh: $after" "$WORK"/node-a/pipe/slot-0.log ||
     fail "epoch 2 did not run on one replica: $(grep -h "mesh" "$WORK"/node-a/pipe/slot-0.log)"
   grep -q "resumed from .*step-" "$WORK"/node-a/pipe/slot-0.log ||
     fail "epoch 2 did not resume from a checkpoint: $(grep -h "resum\|restor" "$WORK"/node-a/pipe/slot-0.log)"
