@@ -545,6 +545,15 @@ TEST(GptTraining, PipelineLayoutsMatchOneRank) {
   ExpectSameParameters(
       Train(2, Pipelined({"parallelism.mesh.pp=2", "precision.compute=bf16"}), kGptSpec), bf16,
       "pp 2 in bf16");
+  // Tensor parallelism in bf16 with activation checkpointing, against one rank's bf16.
+  const RunResult bf16_one = Train(
+      1, Pipelined({"precision.compute=bf16", "parallelism.activation_checkpointing_every=1"}),
+      kGptSpec);
+  ExpectSameParameters(Train(2,
+                             Pipelined({"parallelism.mesh.tp=2", "precision.compute=bf16",
+                                        "parallelism.activation_checkpointing_every=1"}),
+                             kGptSpec),
+                       bf16_one, "tp 2 in bf16 with checkpointing");
 }
 
 // LAMB's per-tensor norms over tensor-parallel shards: each shard's squares summed over its
