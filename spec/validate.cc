@@ -381,12 +381,18 @@ void CheckMesh(const JobSpec& spec, Checker* check) {
   if (tp <= 1 && pp <= 1) return;
 
   const int32_t zero_stage = parallelism.zero_stage();
-  if (zero_stage == 2 || zero_stage == 3) {
+  if (zero_stage == 3) {
     check->Fail("parallelism.zero_stage",
-                absl::StrCat("ZeRO-", zero_stage,
-                             " composes with data parallelism only in this version, got mesh "
-                             "tp ",
-                             tp, ", pp ", pp, "; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"));
+                absl::StrCat("ZeRO-3 composes with data parallelism only in this version, got "
+                             "mesh tp ",
+                             tp, ", pp ", pp,
+                             " (a rank's stages need their whole parameters through the "
+                             "pipeline's step); use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"));
+  }
+  if (zero_stage == 2 && spec.precision().reduce() == PrecisionSpec::DTYPE_BF16) {
+    check->Fail("precision.reduce",
+                absl::StrCat("bf16 applies to ZeRO-2/3 without a mesh, got mesh tp ", tp, ", pp ",
+                             pp, " (the mesh's reduce-scatter is in fp32); use fp32"));
   }
   const ModelSpec& model = spec.model();
   if (model.kind_case() == ModelSpec::KIND_NOT_SET) return;  // model's own error

@@ -343,17 +343,19 @@ TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
       {kMinimalGpt,
        [](JobSpec* s) {
          s->mutable_parallelism()->set_zero_stage(2);
+         s->mutable_precision()->set_reduce(PrecisionSpec::DTYPE_BF16);
          Mesh(s, 2, 1);
        },
-       "parallelism.zero_stage: ZeRO-2 composes with data parallelism only in this version, got "
-       "mesh tp 2, pp 1; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"},
+       "precision.reduce: bf16 applies to ZeRO-2/3 without a mesh, got mesh tp 2, pp 1 (the "
+       "mesh's reduce-scatter is in fp32); use fp32"},
       {kMinimalGpt,
        [](JobSpec* s) {
          s->mutable_parallelism()->set_zero_stage(3);
          Mesh(s, 1, 2);
        },
        "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
-       "mesh tp 1, pp 2; use zero_stage 0 or 1 (or mesh tp 1 and pp 1)"},
+       "mesh tp 1, pp 2 (a rank's stages need their whole parameters through the pipeline's "
+       "step); use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"},
   };
   for (const RangeCase& c : cases) {
     JobSpec spec = Effective(c.base);

@@ -148,6 +148,9 @@ struct TrainConfig {
   LossScalerOptions loss_scale;  // fp16 only
   // precision.reduce: the gradients' reduction under ZeRO-2/3 (kFloat32 or kBFloat16).
   Precision reduce_precision = Precision::kFloat32;
+  // 0-3 without a mesh; 0-2 with one (along dp: ZeRO-2 there reduce-scatters the stages'
+  // gradients and all-gathers the parameters, Megatron's distributed optimizer, while the
+  // gradient buffer stays whole: the micro-batches accumulate into it).
   int zero_stage = 0;
   FsdpConfig fsdp;
   MeshConfig mesh;          // tp × pp; data parallelism over the rest of the world
@@ -164,6 +167,10 @@ struct TrainConfig {
   int64_t fingerprint_every = 0;
   std::string metrics_jsonl;  // empty: no metrics file
 };
+
+// Whether `config` runs on a mesh (mesh.tp or mesh.pp > 1): the pipeline-parallel strategy
+// (train/pipeline_parallel.h) with data parallelism along dp.
+inline bool HasMesh(const TrainConfig& config) { return config.mesh.tp > 1 || config.mesh.pp > 1; }
 
 }  // namespace ringmaster::train
 

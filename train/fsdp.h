@@ -104,7 +104,9 @@ struct ShardedOptions {
 };
 
 // Whether a job of `config` trains with this strategy (ZeRO-2 and 3, on the CPU or a GPU).
-inline bool UsesShardedStrategy(const TrainConfig& config) { return config.zero_stage >= 2; }
+inline bool UsesShardedStrategy(const TrainConfig& config) {
+  return config.zero_stage >= 2 && !HasMesh(config);
+}
 
 // The options `config` asks for, over `model`'s table (not owned: it must outlive them) and
 // parameter groups.

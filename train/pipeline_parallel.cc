@@ -24,11 +24,10 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
         absl::StrCat("the pipeline schedule is for ", o.schedule.ranks,
                      " ranks; the pipeline group (mesh pp) has ", o.pp_comm->size()));
   }
-  if (o.dp.zero_stage < 0 || o.dp.zero_stage > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallelism.zero_stage is ", o.dp.zero_stage,
-        " with pipeline parallelism; want 0 or 1 (ZeRO-2/3 compose with data parallelism "
-        "alone in this version)"));
+  if (o.dp.zero_stage < 0 || o.dp.zero_stage > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism.zero_stage is ", o.dp.zero_stage,
+                     " with a mesh; want 0, 1 or 2 (ZeRO-3 composes with data parallelism alone)"));
   }
   RM_ASSIGN_OR_RETURN(pipeline::Schedule schedule, pipeline::MakeSchedule(o.schedule));
   RM_RETURN_IF_ERROR(pipeline::CheckSchedule(schedule));

@@ -7,7 +7,9 @@
 // the schedule (train/pipeline/schedule.h) over the rank's micro-batches with the executor
 // (train/pipeline/executor.h), then the stages' gradients are all-reduced over the
 // data-parallel group (the replicas of the same stages) as plain data parallelism does
-// (train/parallel_strategy.h: buckets; ZeRO-1 shards the optimizer state along dp).
+// (train/parallel_strategy.h: buckets; ZeRO-1 shards the optimizer state along dp, ZeRO-2
+// also reduce-scatters the gradients, Megatron's distributed optimizer: the gradient buffer
+// stays whole, the micro-batches accumulate into it).
 //
 // The step's buffers hold this rank's stages back to back, each in its slice's layout. The
 // trainer still sees the whole model's flat space: update_pieces(), saved_pieces() and
@@ -55,7 +57,7 @@ struct PipelineParallelOptions {
   // The tensor-parallel group (mesh tp): each stage's blocks split over it (nn::GptOptions
   // tp_size, this rank at its tp coordinate). Null: no tensor parallelism.
   comm::Communicator* tp_comm = nullptr;
-  // zero_stage (0 or 1), buckets, overlap and the timeout of the data-parallel reduction;
+  // zero_stage (0, 1 or 2), buckets, overlap and the timeout of the data-parallel reduction;
   // `elements` is filled in (this rank's stages).
   DataParallelOptions dp;
 };
@@ -63,7 +65,7 @@ struct PipelineParallelOptions {
 class PipelineParallel final : public ParallelStrategy {
  public:
   // INVALID_ARGUMENT naming what does not fit: a schedule the pipeline group's size does
-  // not match, more stages than blocks, a ZeRO stage other than 0 or 1, a null communicator.
+  // not match, more stages than blocks, a ZeRO stage other than 0, 1 or 2, a null communicator.
   static absl::StatusOr<std::unique_ptr<PipelineParallel>> Create(
       const PipelineParallelOptions& options);
 

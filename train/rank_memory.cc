@@ -13,12 +13,22 @@
 
 namespace ringmaster::train {
 
+namespace {
+
+// The stage whose memory a rank keeps: under a mesh ZeRO-2 keeps the whole gradient buffer
+// (the pipeline's micro-batches accumulate into it), as ZeRO-1.
+int MemoryZeroStage(const TrainConfig& config) {
+  return HasMesh(config) ? std::min(config.zero_stage, 1) : config.zero_stage;
+}
+
+}  // namespace
+
 MemoryEstimateOptions RankMemoryOptions(const TrainConfig& config, const state::TensorTable& table,
                                         int world) {
   MemoryEstimateOptions mo;
   mo.parameters = static_cast<double>(table.parameter_count());
   mo.world_size = world;
-  mo.zero_stage = config.zero_stage;
+  mo.zero_stage = MemoryZeroStage(config);
   mo.mixed_precision = false;
   mo.optimizer = std::holds_alternative<SgdOptions>(config.optimizer)
                      ? MemoryEstimateOptions::Optimizer::kSgdMomentum
@@ -68,9 +78,9 @@ absl::Status CheckHostMemory(const TrainConfig& config, const state::TensorTable
 
 absl::Status CheckHostMemory(const TrainConfig& config, const Model& model, int world,
                              bool gradients_on_host, int local_ranks) {
-  RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
-                      PlanRankState(config, model, std::max(1, world), config.zero_stage,
-                                    config.fsdp.wrap));
+  RM_ASSIGN_OR_RETURN(
+      const RankMemoryPlan plan,
+      PlanRankState(config, model, std::max(1, world), MemoryZeroStage(config), config.fsdp.wrap));
   HostState rank;
   rank.parameters = static_cast<double>(plan.parameter_bytes + plan.compute_copy_bytes);
   rank.gradients = gradients_on_host ? static_cast<double>(plan.gradient_bytes) : 0;

@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
                                                              int gpu, std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
-  if (config.mesh.pp > 1 || config.mesh.tp > 1) {
+  if (HasMesh(config)) {
     if (required) {
       return absl::UnimplementedError(absl::StrCat(
           "device: cuda with parallelism.mesh tp ", config.mesh.tp, " x pp ", config.mesh.pp,

@@ -520,8 +520,12 @@ TEST(GptTraining, PipelineLayoutsMatchOneRank) {
       // parallelism.
       {2, {"parallelism.mesh.tp=2"}},
       {4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=1", "batch.accumulation=2"}},
-      {4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2",
-           "parallelism.pipeline.schedule=zero_bubble"}},
+      {4,
+       {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2",
+        "parallelism.pipeline.schedule=zero_bubble"}},
+      // ZeRO-2 along dp (the stages' gradients reduce-scattered), with pp and with tp.
+      {4, {"parallelism.mesh.pp=2", "parallelism.zero_stage=2"}},
+      {4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=2", "batch.accumulation=2"}},
       // 8 ranks: all three (tp 2 x pp 2 x dp 2, ZeRO-1 along dp), and pp 4 x dp 2.
       {8,
        {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2", "parallelism.zero_stage=1",
@@ -624,6 +628,22 @@ TEST(GptTraining, RanksReportTheirPartsAndTraffic) {
   EXPECT_EQ(blocks, kBlocks + kLayers * 6 * kWidth);
   EXPECT_EQ(mesh.summary.block_parameters(), mesh.summary.ranks(0).block_parameters());
 
+  // ZeRO-2 along dp reduce-scatters the stages' gradients where ZeRO-1 all-reduces them (both
+  // all-gather the parameters after the update): two thirds of ZeRO-1's data-parallel bytes.
+  auto dp_bytes = [](const RunResult& run) {
+    double bytes = 0;
+    for (const auto& r : run.summary.ranks()) {
+      bytes += r.comm_bytes_per_step() - r.pipeline_bytes_per_step() -
+               r.tensor_parallel_bytes_per_step();
+    }
+    return bytes;
+  };
+  const double zero1 = dp_bytes(
+      Train(4, Pipelined({"parallelism.mesh.pp=2", "parallelism.zero_stage=1"}), kGptSpec));
+  const double zero2 = dp_bytes(
+      Train(4, Pipelined({"parallelism.mesh.pp=2", "parallelism.zero_stage=2"}), kGptSpec));
+  EXPECT_NEAR(zero2 / zero1, 2.0 / 3, 0.03) << zero2 << " vs " << zero1;
+
   // Tensor parallelism alone runs its accumulation's micro-batches one at a time, as data
   // parallelism does: one micro-batch's activations held at once.
   const RunResult tp =
@@ -647,8 +667,8 @@ TEST(GptTraining, CheckpointsMoveBetweenMeshes) {
     int64_t stop_at;
   };
   const std::vector<std::vector<Leg>> journeys = {
-      // The issue's: tp 2 x dp 2 -> pp 2 x dp 2 -> dp 3 -> tp 2 x pp 2.
-      {{4, {"parallelism.mesh.tp=2"}, 2},
+      // The issue's: tp 2 x dp 2 (ZeRO-2 along dp) -> pp 2 x dp 2 -> dp 3 -> tp 2 x pp 2.
+      {{4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=2"}, 2},
        {4, {"parallelism.mesh.pp=2"}, 3},
        {3, {}, 4},
        {4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}, 0}},
