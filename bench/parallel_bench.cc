@@ -198,8 +198,8 @@ ParallelFigures Figures(const ParallelRun& run, int64_t context) {
     f.block_parameters = std::max(f.block_parameters, r.block_parameters());
     f.pp_bytes_per_step += r.pipeline_bytes_per_step() / n;
     f.tp_bytes_per_step += r.tensor_parallel_bytes_per_step() / n;
-    f.dp_bytes_per_step += (r.comm_bytes_per_step() - r.pipeline_bytes_per_step() -
-                            r.tensor_parallel_bytes_per_step()) /
+    f.dp_bytes_per_step += std::max(0.0, r.comm_bytes_per_step() - r.pipeline_bytes_per_step() -
+                                             r.tensor_parallel_bytes_per_step()) /
                            n;
     bubble += r.pipeline_bubble() / n;
   }

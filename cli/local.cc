@@ -434,12 +434,43 @@ int LocalCommand(const LocalOptions& options) {
            job.recoveries_size() > 0
                ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
                : "");
+    const ParallelismSpec& parallelism = spec->parallelism();
+    if (result && (parallelism.mesh().tp() > 1 || parallelism.mesh().pp() > 1)) {
+      printf("%s", RanksTable(*result).c_str());
+    }
     return 0;
   }
   fprintf(stderr, "ringctl local: %s%s%s%s\n", status.c_str(), job.reason().empty() ? "" : ": ",
           job.reason().c_str(),
           outcome.run_dir_kept ? absl::StrCat(" (logs in ", run_dir, ")").c_str() : "");
   return status == "cancelled" ? 130 : 1;
+}
+
+std::string RanksTable(const train::TrainResult& result) {
+  if (result.ranks().empty()) return "";
+  constexpr double kMiB = 1 << 20;
+  std::string out =
+      absl::StrFormat("%4s %3s %3s %3s | %10s %10s %10s %10s %9s | %9s %9s %9s | %7s\n", "rank",
+                      "pp", "dp", "tp", "params MiB", "grads MiB", "optim MiB", "activ MiB",
+                      "RSS MiB", "sent pp", "tp", "other", "bubble");
+  for (const train::RankResult& r : result.ranks()) {
+    // Bytes of the whole less the two groups' (per-step means: clamped at 0 against rounding).
+    const double other = std::max(0.0, r.comm_bytes_per_step() - r.pipeline_bytes_per_step() -
+                                           r.tensor_parallel_bytes_per_step());
+    absl::StrAppendFormat(&out,
+                          "%4d %3d %3d %3d | %10.2f %10.2f %10.2f %10.2f %9.1f | %9.3f %9.3f "
+                          "%9.3f | %6.1f%%\n",
+                          r.rank(), r.pp_rank(), r.dp_rank(), r.tp_rank(),
+                          r.parameter_bytes() / kMiB, r.gradient_bytes() / kMiB,
+                          r.optimizer_state_bytes() / kMiB, r.activation_bytes_peak() / kMiB,
+                          r.peak_rss_bytes() / kMiB, r.pipeline_bytes_per_step() / kMiB,
+                          r.tensor_parallel_bytes_per_step() / kMiB, other / kMiB,
+                          100 * r.pipeline_bubble());
+  }
+  absl::StrAppend(&out,
+                  "(sent: MiB a step through the rank's pipeline group, its tensor-parallel "
+                  "group, and the rest: the data-parallel reduction and the small sums)\n");
+  return out;
 }
 
 LocalSummary MakeLocalSummary(const LocalOutcome& outcome, const train::TrainResult* trainer) {

@@ -68,6 +68,12 @@ struct LocalOutcome {
 // copied; error only when it did not succeed and the job has a reason.
 LocalSummary MakeLocalSummary(const LocalOutcome& outcome, const train::TrainResult* trainer);
 
+// Every rank's figures from rank 0's summary (TrainResult.ranks), one line each after a
+// header: its mesh coordinates, memory, bytes sent per step through its pipeline and
+// tensor-parallel groups and the rest, its bubble. Printed after a job with a mesh, whose
+// ranks hold different parts of the model. Empty when the summary lists no ranks.
+std::string RanksTable(const train::TrainResult& result);
+
 }  // namespace ringmaster::cli
 
 #endif  // RINGMASTER_CLI_LOCAL_H_

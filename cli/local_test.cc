@@ -3,10 +3,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "common/proto_json.h"
 #include "gmock/gmock.h"
-#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace ringmaster::cli {
 namespace {
@@ -76,6 +77,29 @@ TEST(LocalSummaryTest, TheKeysToolsAndBenchmarksRead) {
   EXPECT_EQ(s["run_dir_kept"], false);
   EXPECT_EQ(s.count("gradient_backend"), 0u);
   EXPECT_EQ(s.count("error"), 0u) << "only when it did not succeed";
+}
+
+TEST(RanksTableTest, OneLineARankWithItsCoordinatesAndTraffic) {
+  train::TrainResult result;
+  EXPECT_EQ(RanksTable(result), "");
+  for (int r = 0; r < 2; ++r) {
+    train::RankResult* rr = result.add_ranks();
+    rr->set_rank(r);
+    rr->set_pp_rank(r);
+    rr->set_tp_rank(1 - r);
+    rr->set_parameter_bytes(2 << 20);
+    rr->set_comm_bytes_per_step(3 << 20);
+    rr->set_pipeline_bytes_per_step(1 << 20);
+    rr->set_tensor_parallel_bytes_per_step(r << 19);
+    rr->set_pipeline_bubble(0.25);
+  }
+  const std::string table = RanksTable(result);
+  const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << table;
+  EXPECT_NE(lines[0].find("rank"), std::string::npos) << table;
+  // Rank 1: pp 1, dp 0, tp 0; 2 MiB of parameters; 1 MiB through pp, 0.5 through tp, 1.5 else.
+  EXPECT_NE(lines[2].find("   1   1   0   0 |       2.00"), std::string::npos) << table;
+  EXPECT_NE(lines[2].find("1.000     0.500     1.500 |   25.0%"), std::string::npos) << table;
 }
 
 TEST(LocalSummaryTest, FailedWithoutTrainerSummaryIsValidJsonWithTheError) {
