@@ -89,6 +89,13 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
     state.gradients = state.parameters;
     state.optimizer = inputs.strategy->update_window().size() * 4 * state.moments;
   }
+  if (!config.checkpoint.dir.empty()) {
+    int64_t saved = 0;
+    for (const state::PlacedRange& p : inputs.strategy->saved_pieces()) saved += p.range.size();
+    constexpr int64_t kPage = int64_t{2} << 20;
+    const int64_t snapshot = saved * 4 * (1 + state.moments);
+    state.checkpoint_staging = snapshot > 0 ? ((snapshot + kPage - 1) / kPage + 1) * kPage : 0;
+  }
   if (!UsesShardedStrategy(config)) return state;
   // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them.
   RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
@@ -116,22 +123,26 @@ absl::Status CheckRankStateFits(const RankStateBytes& state, int64_t in_use,
                             world);
   return MarkPermanent(absl::ResourceExhaustedError(absl::StrCat(
       "out of memory: this rank's training state does not fit its memory limit of ",
-      MiB(limit.bytes), " (", limit.source, "): it needs ", MiB(state.total()),
-      " (parameters ", MiB(state.parameters), ", gradients ", MiB(state.gradients),
-      ", optimizer state ", MiB(state.optimizer), " for ", state.moments,
-      " moment(s), unit buffers ", MiB(state.unit_buffers), ")",
-      state.compute_copy > 0 ? absl::StrCat(" besides ZeRO-2's compute copy of ",
-                                            MiB(state.compute_copy))
-                             : "",
+      MiB(limit.bytes), " (", limit.source, "): it needs ", MiB(state.total()), " (parameters ",
+      MiB(state.parameters), ", gradients ", MiB(state.gradients), ", optimizer state ",
+      MiB(state.optimizer), " for ", state.moments, " moment(s), unit buffers ",
+      MiB(state.unit_buffers),
+      state.checkpoint_staging > 0
+          ? absl::StrCat(", checkpoint staging ", MiB(state.checkpoint_staging))
+          : "",
+      ")",
+      state.compute_copy > 0
+          ? absl::StrCat(" besides ZeRO-2's compute copy of ", MiB(state.compute_copy))
+          : "",
       " on top of the ", MiB(in_use),
       " the process has mapped already (libraries, thread stacks, the BLAS library's workspace, "
       "the data and the model)",
-      blas_workspace > 0
-          ? absl::StrCat(" and the ", MiB(blas_workspace), " the BLAS library maps at its first "
-                         "product")
-          : "",
-      ": ", MiB(needed), " in all, and activations and batches come on top; ",
-      advice, ", or raise the limit")));
+      blas_workspace > 0 ? absl::StrCat(" and the ", MiB(blas_workspace),
+                                        " the BLAS library maps at its first "
+                                        "product")
+                         : "",
+      ": ", MiB(needed), " in all, and activations and batches come on top; ", advice,
+      ", or raise the limit")));
 }
 
 absl::Status CheckProcessMemoryLimit(const RankStateInputs& inputs) {

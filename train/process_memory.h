@@ -62,9 +62,15 @@ struct RankStateBytes {
   // ZeRO-2: every parameter, whole, on every rank. The strategy allocated it when it was
   // made, so the process's data size holds it already: shown, not added again.
   int64_t compute_copy = 0;
+  // With checkpoints (checkpoint.dir): the host memory a save maps to stage this rank's
+  // snapshot (its saved pieces' parameters and optimizer moments; checkpoint/writer.cc maps
+  // it at the first save, rounded up to 2 MiB pages, and one page more to align them).
+  int64_t checkpoint_staging = 0;
 
   // What is still to be allocated.
-  int64_t total() const { return parameters + gradients + optimizer + unit_buffers; }
+  int64_t total() const {
+    return parameters + gradients + optimizer + unit_buffers + checkpoint_staging;
+  }
 };
 
 struct RankStateInputs {

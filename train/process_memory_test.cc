@@ -150,6 +150,34 @@ TEST(PlanRankState, OnAGpuOnlyTheParametersAreOnTheHost) {
   });
 }
 
+// With checkpoints, a save's staging of the rank's snapshot: its saved pieces' parameters and
+// optimizer moments, in 2 MiB pages and one more (checkpoint/writer.cc); none without.
+TEST(PlanRankState, CheckpointsCountTheirStaging) {
+  ExpectOkOnRanks(4, [&](comm::TcpCommunicator& comm) -> absl::Status {
+    TrainConfig config = Mlp({300}, AdamWOptions{}, 0);
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        CreateModel(config.model, DescribeJobData(config)));
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelStrategy> strategy,
+                        StrategyFor(config, *model, comm));
+    RM_ASSIGN_OR_RETURN(RankStateBytes none,
+                        PlanRankState({&config, model.get(), strategy.get(), 4, true}));
+    config.checkpoint.dir = "/somewhere";
+    RM_ASSIGN_OR_RETURN(RankStateBytes with,
+                        PlanRankState({&config, model.get(), strategy.get(), 4, true}));
+    int64_t saved = 0;
+    for (const state::PlacedRange& p : strategy->saved_pieces()) saved += p.range.size();
+    const int64_t page = 2 << 20;
+    const int64_t expected = ((saved * 4 * 3 + page - 1) / page + 1) * page;
+    if (none.checkpoint_staging != 0 || with.checkpoint_staging != expected ||
+        with.total() != none.total() + expected || saved <= 0) {
+      return Fail(absl::StrCat("staging ", none.checkpoint_staging, " without, ",
+                               with.checkpoint_staging, " with checkpoints; expected ", expected,
+                               " for ", saved, " saved elements"));
+    }
+    return absl::OkStatus();
+  });
+}
+
 // AdamW's state for `parameter_mib` MiB of fp32 parameters.
 RankStateBytes AdamState(int64_t parameter_mib) {
   RankStateBytes state;
