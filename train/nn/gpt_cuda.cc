@@ -157,6 +157,10 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
         absl::StrCat("GptCuda: logits_row_alignment must be >= 1 (1: dense rows), got ",
                      cuda_options.logits_row_alignment));
   }
+  if (!cpu->is_whole()) {
+    return Unimplemented("a pipeline stage's slice (gpt first_block ", options.first_block,
+                         ", end_block ", options.end_block, ") is CPU-only");
+  }
   if (!options.memory_efficient_attention) {
     return Unimplemented("attention that keeps its probabilities is CPU-only; set "
                          "memory_efficient_attention");
@@ -209,6 +213,9 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       segments_((options_.layers + segment_ - 1) / segment_),
       logits_stride_((options_.vocab + cuda_options.logits_row_alignment - 1) /
                      cuda_options.logits_row_alignment * cuda_options.logits_row_alignment),
+      attn_width_(options_.width / options_.tp_size),
+      heads_local_(options_.heads / options_.tp_size),
+      hidden_(4 * options_.width / options_.tp_size),
       arena_(stream) {
   const state::TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
@@ -358,6 +365,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
   const int64_t t = options_.context, c = options_.width;
   const int64_t rows = batch * t;
   const int64_t act = half() ? 2 : 4;  // bytes of an activation
+  const int64_t ca = attn_width_;       // this tensor-parallel rank's heads' width
   auto place = [&](DeviceArena::Layout& layout) {
     auto take = [&](int64_t n) { return layout.Floats(n); };
     auto take_act = [&](int64_t n) { return layout.Take(n * act); };
@@ -371,15 +379,15 @@ absl::Status GptCuda::Reserve(int64_t batch) {
       a.ln1 = take_act(rows * c);
       a.ln1_mean = take(rows);
       a.ln1_rstd = take(rows);
-      a.qkv = take_act(rows * 3 * c);
-      a.attention = take_act(rows * c);
-      a.lse = take(batch * options_.heads * t);
+      a.qkv = take_act(rows * 3 * ca);
+      a.attention = take_act(rows * ca);
+      a.lse = take(batch * heads_local_ * t);
       a.residual = take_act(rows * c);
       a.ln2 = take_act(rows * c);
       a.ln2_mean = take(rows);
       a.ln2_rstd = take(rows);
-      a.fc = take_act(rows * 4 * c);
-      a.gelu = take_act(rows * 4 * c);
+      a.fc = take_act(rows * hidden_);
+      a.gelu = take_act(rows * hidden_);
     }
     lnf_out_ = take_act(rows * c);
     lnf_mean_ = take(rows);
@@ -388,18 +396,31 @@ absl::Status GptCuda::Reserve(int64_t batch) {
     loss_ = take(rows);
     dresidual_ = take_act(rows * c);
     dsmall_ = take_act(rows * c);
-    dbig_ = take_act(rows * std::max(4 * c, logits_stride_));  // the MLP's or the logits' gradient
-    attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, options_.heads));
+    // The MLP's, Q/K/V's or the logits' gradient.
+    dbig_ = take_act(rows * std::max({hidden_, 3 * ca, logits_stride_}));
+    attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, heads_local_));
     layernorm_scratch_ = take(kc::LayerNormBackwardScratchFloats(c));
     bias_scratch_ = take(kc::BiasGradientScratchFloats(4 * c));
     inputs_ = take_ints(rows);
     targets_ = take_ints(rows);
     predicted_ = take_ints(rows);
     index_ = take_ints(kernels::EmbeddingIndexInts(batch, t));
+    // Tensor parallelism (RowParallelForward, SumPartials): a column of ones and a bias for
+    // the rank-1 product that adds the replicated bias, and in 16-bit the fp32 partial sums.
+    if (options_.tp_size > 1) {
+      ones_ = take(rows);
+      tp_bias_ = take(c);
+      if (half()) tp_partials_ = take(rows * c);
+    }
   };
   capacity_ = 0;  // until Fit succeeds: its pointers are stale
   RM_RETURN_IF_ERROR(
       arena_.Fit(place, absl::StrCat("GptCuda: activations for ", batch, " samples")));
+  if (options_.tp_size > 1) {
+    const std::vector<float> ones(rows, 1.0f);  // pageable: copied out when the call returns
+    RM_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(ones_, ones.data(), rows * 4, cudaMemcpyHostToDevice, stream_));
+  }
   capacity_ = batch;
   return absl::OkStatus();
 }
@@ -429,6 +450,7 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
                                       "pointers and must not be null");
   }
   RM_RETURN_IF_ERROR(cpu_->CheckBatch(batch));
+  RM_RETURN_IF_ERROR(CheckTensorParallelSum());
   const int64_t t = options_.context;
   RM_RETURN_IF_ERROR(Reserve(batch.size));
   // Intervals left by a call that failed are not this call's.
@@ -546,18 +568,17 @@ absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t b
     return LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias), rows, c,
                      stream_);
   }));
+  const int64_t ca = attn_width_;  // this tensor-parallel rank's heads' width
   RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv, rows, c, 3 * c,
-                                  stream_);
+    return engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv, rows, c,
+                                  3 * ca, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("attention forward", [&] {
-    return kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c, options_.heads,
-                                   stream_);
+    return kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, ca,
+                                   heads_local_, stream_);
   }));
-  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.attention, mw(kProjWeight), mw(kProjBias), a.residual,
-                                  rows, c, c, stream_);
-  }));
+  RM_RETURN_IF_ERROR(
+      RowParallelForward(params, a.attention, first + kProjWeight, a.residual, rows, ca));
   RM_RETURN_IF_ERROR(Timed("residual add", [&] {
     return Residual(act(a.residual), act(a.residual), x, rows * c, stream_);
   }));
@@ -566,10 +587,11 @@ absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t b
                      w(kLn2Bias), rows, c, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows, c, 4 * c,
+    return engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows, c, hidden_,
                                   stream_);
   }));
-  return Timed("gelu forward", [&] { return Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_); });
+  return Timed("gelu forward",
+               [&] { return Gelu(act(a.gelu), act(a.fc), rows * hidden_, stream_); });
 }
 
 template <typename T>
@@ -579,13 +601,78 @@ absl::Status GptCuda::BlockOutputForward(const float* params, int64_t batch, int
   auto act = [](void* a) { return static_cast<T*>(a); };
   const BlockActivations& a = Slot(block);
   void* out = Stream(block + 1);
-  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(
-        cuda_options_.matmul, a.gelu, MatMulParam(params, first + kFcProjWeight),
-        MatMulParam(params, first + kFcProjBias), out, rows, 4 * c, c, stream_);
-  }));
+  RM_RETURN_IF_ERROR(RowParallelForward(params, a.gelu, first + kFcProjWeight, out, rows, hidden_));
   return Timed("residual add",
                [&] { return Residual(act(out), act(out), act(a.residual), rows * c, stream_); });
+}
+
+absl::Status GptCuda::RowParallelForward(const float* params, const void* in, int weight, void* out,
+                                         int64_t rows, int64_t in_features) {
+  const int64_t c = options_.width;
+  const kc::MatMulType type = cuda_options_.matmul;
+  if (options_.tp_size == 1) {
+    return Timed("matmul forward", [&] {
+      return engine_->LinearForward(type, in, MatMulParam(params, weight),
+                                    MatMulParam(params, weight + 1), out, rows, in_features, c,
+                                    stream_);
+    });
+  }
+  // The rank's partial product, summed over the group, then the replicated bias once: the
+  // value the products read (the fp32 parameter, or its 16-bit copy widened), added in fp32
+  // by a rank-1 product (a column of ones times the bias row, exact in fp32).
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(type, in, MatMulParam(params, weight), nullptr, out, rows,
+                                  in_features, c, stream_);
+  }));
+  RM_ASSIGN_OR_RETURN(float* sum, SumPartials(out, rows * c));
+  const float* bias = tp_bias_;
+  if (half()) {
+    const void* bias16 = MatMulParam(params, weight + 1);
+    RM_RETURN_IF_ERROR(Timed("tensor-parallel bias", [&] { return Widen(tp_bias_, bias16, c); }));
+  } else {
+    bias = Param(params, weight + 1);
+  }
+  RM_RETURN_IF_ERROR(Timed("tensor-parallel bias", [&] {
+    return engine_->MatMul(kc::MatMulType::kFloat32, kernels::Transpose::kNo,
+                           kernels::Transpose::kNo, rows, c, 1, ones_, bias, sum,
+                           OutputMode::kAccumulate, stream_);
+  }));
+  return NarrowSum(out, sum, rows * c);
+}
+
+absl::Status GptCuda::CheckTensorParallelSum() const {
+  if (options_.tp_size == 1 || tp_sum_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GptCuda '", cpu_->Describe(), "' has no tensor-parallel sum (set_tensor_parallel_sum)"));
+}
+
+absl::StatusOr<float*> GptCuda::SumPartials(void* data, int64_t n) {
+  RM_RETURN_IF_ERROR(CheckTensorParallelSum());
+  float* sum = half() ? tp_partials_ : static_cast<float*>(data);
+  if (half()) RM_RETURN_IF_ERROR(Timed("tensor-parallel sum", [&] { return Widen(sum, data, n); }));
+  RM_RETURN_IF_ERROR(Timed("tensor-parallel sum", [&] { return tp_sum_(sum, n, stream_); }));
+  return sum;
+}
+
+absl::Status GptCuda::SumInputGradient(void* data, int64_t n) {
+  if (options_.tp_size == 1) return absl::OkStatus();
+  RM_ASSIGN_OR_RETURN(float* sum, SumPartials(data, n));
+  return NarrowSum(data, sum, n);
+}
+
+absl::Status GptCuda::NarrowSum(void* data, const float* sum, int64_t n) {
+  if (!half()) return absl::OkStatus();
+  return Timed("tensor-parallel sum", [&] {
+    return precision_ == Precision::kBFloat16
+               ? kc::CastFloatToBf16(static_cast<bf16*>(data), sum, n, stream_)
+               : kc::CastFloatToF16(static_cast<f16*>(data), sum, n, stream_);
+  });
+}
+
+absl::Status GptCuda::Widen(float* out, const void* in, int64_t n) {
+  return precision_ == Precision::kBFloat16
+             ? kc::CastBf16ToFloat(out, static_cast<const bf16*>(in), n, stream_)
+             : kc::CastF16ToFloat(out, static_cast<const f16*>(in), n, stream_);
 }
 
 template <typename T>
@@ -673,28 +760,35 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   auto mw = [&](BlockTensor k) { return MatMulParam(params, first + k); };
   auto gw = [&](BlockTensor k) { return Grad(grads, first + k); };
   const BlockActivations& a = Slot(l);
+  const int64_t ca = attn_width_;  // this tensor-parallel rank's heads' width
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  // With tensor parallelism this rank holds hidden_ of the 4 width hidden units and ca of the
+  // width attention channels; the input gradients of mlp.fc and attn.qkv are partial sums.
   RM_RETURN_IF_ERROR(BeginGradients(first + kFcProjWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.gelu, dx, gw(kFcProjWeight),
-                                                     gw(kFcProjBias), rows, 4 * c, c, kAdd,
+                                                     gw(kFcProjBias), rows, hidden_, c, kAdd,
                                                      bias_scratch_, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_);
+    return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, hidden_, c,
+                                        stream_);
   }));
   EndGradients(first + kFcProjWeight);
   RM_RETURN_IF_ERROR(Timed(
-      "gelu backward", [&] { return GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_); }));
+      "gelu backward", [&] { return GeluBackward(dbig, act(a.fc), dbig, rows * hidden_, stream_); }));
   RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias),
-                                                     rows, c, 4 * c, kAdd, bias_scratch_, stream_);
+                                                     rows, c, hidden_, kAdd, bias_scratch_,
+                                                     stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_);
+    return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, hidden_,
+                                        stream_);
   }));
   EndGradients(first + kFcWeight);
+  RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn2Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual),
@@ -706,29 +800,30 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   RM_RETURN_IF_ERROR(BeginGradients(first + kProjWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.attention, dx, gw(kProjWeight),
-                                                     gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
-                                                     stream_);
+                                                     gw(kProjBias), rows, ca, c, kAdd,
+                                                     bias_scratch_, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_);
+    return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, ca, c, stream_);
   }));
   EndGradients(first + kProjWeight);
   T* dqkv = dbig;
   RM_RETURN_IF_ERROR(Timed("attention backward", [&] {
     return kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention), a.lse,
-                                    attention_scratch_, batch, t, c, options_.heads, stream_);
+                                    attention_scratch_, batch, t, ca, heads_local_, stream_);
   }));
   RM_RETURN_IF_ERROR(BeginGradients(first + kQkvWeight));
   RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
     return engine_->LinearBackwardWeightsFloatOutput(type, a.ln1, dqkv, gw(kQkvWeight),
-                                                     gw(kQkvBias), rows, c, 3 * c, kAdd,
+                                                     gw(kQkvBias), rows, c, 3 * ca, kAdd,
                                                      bias_scratch_, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c,
+    return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * ca,
                                         stream_);
   }));
   EndGradients(first + kQkvWeight);
+  RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn1Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)),

@@ -24,6 +24,11 @@
 // Activation checkpointing as GptModel's (options.checkpoint_every = k): only every k-th
 // block's input is kept, and backward recomputes each segment's activations before its
 // blocks' gradients (one extra forward of all but the last segment).
+// Tensor parallelism (GptOptions::tp_size > 1) as GptModel's (Megatron's split: this rank's
+// heads of attn.qkv and columns of attn.proj, its hidden units of mlp.fc and columns of
+// mlp.proj; the rest replicated): the flat parameters and gradients are the rank's table
+// (cpu_model().table(), cpu_model().shard(i)), and the group's sums go through
+// set_tensor_parallel_sum's callback on device memory (below).
 // Not here: attention that keeps its probabilities (memory_efficient_attention must be
 // true): UNIMPLEMENTED.
 //
@@ -143,6 +148,34 @@ class GptCuda {
   // The activations' precision: kFloat32, or kBFloat16 / kFloat16 with a 16-bit matmul.
   Precision precision() const { return precision_; }
 
+  // Tensor parallelism (GptOptions::tp_size > 1; the split and the shards as GptModel's,
+  // cpu_model().shard(i)): the group's in-place sum of `count` fp32 values at `device_data`,
+  // called 2 times per block in forward (the partial outputs of attn.proj and mlp.proj,
+  // before their replicated bias is added) and 2 in backward (the partial input gradients of
+  // mlp.fc and attn.qkv), plus once per recomputed row-parallel projection with activation
+  // checkpointing (as many as GptModel makes): the same calls, in the same order, with the
+  // same counts, on every rank of the group. The call comes once the partial values'
+  // kernels have been ENQUEUED on `stream` (stream()), not run; the callback must make work
+  // enqueued on `stream` after it returns see the sums in place: ncclAllReduce(data, data,
+  // count, ncclFloat32, ncclSum, comm, stream), or cudaStreamSynchronize(stream), a sum on
+  // the host and a copy back. `device_data` stays valid and untouched by the model until
+  // that work has run. A non-OK status ends the model's call with it (the parameters'
+  // gradients are then garbage). Required before the first ForwardBackward when tp_size > 1
+  // (FAILED_PRECONDITION otherwise).
+  //
+  // Precision of the sums: always fp32. In fp32/tf32 the partial products are fp32 and
+  // summed in place. In bf16/fp16 each rank's partial product comes out of the matrix
+  // product rounded once to 16 bits (as every product's output is), is widened exactly into
+  // an fp32 buffer, summed there in fp32, has the replicated bias added in fp32 (for the
+  // projections) and is rounded once to 16 bits. GptModel in bf16 keeps the partial
+  // products in fp32 before the sum: this adds one 16-bit rounding per partial (relative
+  // 2^-9 for bf16), which the tests bound (gpt_cuda_tp_test.cc). Megatron sums the 16-bit
+  // partials in 16 bits; fp32 sums keep the group's result independent of the group's size
+  // up to fp32 rounding.
+  using DeviceSum =
+      std::function<absl::Status(float* device_data, int64_t count, cudaStream_t stream)>;
+  void set_tensor_parallel_sum(DeviceSum sum) { tp_sum_ = std::move(sum); }
+
   // Device bytes held for activations, tokens and scratch (the largest batch so far).
   int64_t activation_bytes() const { return arena_.bytes(); }
   // Elements from one row of the logits to the next (vocab rounded up to
@@ -219,6 +252,21 @@ class GptCuda {
                                const std::function<void(int64_t)>& on_grads_ready);
   template <typename T>
   absl::Status BlockBackward(const float* params, float* grads, int64_t batch, int64_t block);
+  // attn.proj or mlp.proj (`weight`, its bias next): out [rows, width] = in · weightᵀ + bias;
+  // with tensor parallelism the partial product summed over the group, then the bias.
+  absl::Status RowParallelForward(const float* params, const void* in, int weight, void* out,
+                                  int64_t rows, int64_t in_features);
+  // With tensor parallelism: the partial input gradient of a column-parallel layer at `data`
+  // (n activations) summed over the group in place. Nothing with tp_size 1.
+  absl::Status SumInputGradient(void* data, int64_t n);
+  // The group's sum of the n activations at `data`, in fp32: in place (fp32), or widened into
+  // tp_partials_ (16-bit); NarrowSum then rounds such a sum back into `data` (nothing in fp32).
+  absl::StatusOr<float*> SumPartials(void* data, int64_t n);
+  absl::Status NarrowSum(void* data, const float* sum, int64_t n);
+  // out = in (n 16-bit activations) widened to fp32.
+  absl::Status Widen(float* out, const void* in, int64_t n);
+  // FAILED_PRECONDITION if tensor parallelism has no sum.
+  absl::Status CheckTensorParallelSum() const;
   // Runs `launch` (which enqueues work on stream_), between two events when profiling.
   template <typename Launch>
   absl::Status Timed(const char* what, Launch launch);
@@ -236,6 +284,10 @@ class GptCuda {
   const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
   const int64_t segments_;  // ceil(layers / segment_)
   const int64_t logits_stride_;  // elements from one row of the logits to the next
+  // Per tensor-parallel rank (the whole model's with tp_size 1): attention width (heads_local_
+  // heads), heads, MLP hidden units.
+  const int64_t attn_width_, heads_local_, hidden_;
+  DeviceSum tp_sum_;
   // 16-bit copy of the parameters (bf16 and fp16 only), copy_elements_ long: every flat
   // offset, or (without flat_parameters) the span of the group cast last, each group's at
   // copy_offset_[group] (see parameter_copy_bytes). The lm_head's padding rows follow its
@@ -264,6 +316,9 @@ class GptCuda {
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *loss_ = nullptr;
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
+  // Tensor parallelism only: [rows] ones and a [width] bias (fp32) for the bias after a
+  // row-parallel sum; in 16-bit the fp32 sums, [rows, width].
+  float *ones_ = nullptr, *tp_bias_ = nullptr, *tp_partials_ = nullptr;
   int64_t index_groups_ = 0;
 
   // Profiling: events recorded this call (what, start, end), and a pool of spare events.
