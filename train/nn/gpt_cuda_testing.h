@@ -1,20 +1,27 @@
 // Test helpers of the GPU GPT's tests (CUDA builds only): a tensor-parallel group of ranks
-// that are threads of one process, summing on the host in lockstep, and the whole-model
-// tensors cut to a rank's shards.
+// that are threads of one process, summing on the host in lockstep; the whole model's
+// tensors cut to a tensor-parallel rank's shards or a pipeline stage's slice; per-tensor
+// comparisons.
 #ifndef RINGMASTER_TRAIN_NN_GPT_CUDA_TESTING_H_
 #define RINGMASTER_TRAIN_NN_GPT_CUDA_TESTING_H_
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "state/tensor.h"
 #include "train/nn/gpt.h"
 
 namespace ringmaster::train::nn::testing {
@@ -30,6 +37,50 @@ inline std::vector<float> CutToShard(const float* values, const TensorShard& sha
     }
   }
   return out;
+}
+
+// The whole model's parameters, moved off GPT-2's initialisation.
+inline std::vector<float> WholeParams(const GptModel& whole) {
+  state::FlatBuffer p(whole.table().total_elements());
+  whole.Init(5, p);
+  std::vector<float> v(p.data(), p.data() + p.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.05f * std::sin(0.7f * static_cast<float>(i));
+  return v;
+}
+
+// A model's flat buffer holding, for each of its tensors, the whole model's values cut to
+// the tensor's shard.
+inline std::vector<float> CutFlat(const GptModel& part, const GptModel& whole,
+                                  const float* values) {
+  std::vector<float> out(part.table().total_elements(), 0.0f);
+  for (int i = 0; i < part.table().size(); ++i) {
+    const state::TensorSpec& t = part.table().tensor(i);
+    const state::TensorSpec& w = whole.table().tensor(*whole.table().Find(t.name));
+    const std::vector<float> cut = CutToShard(values + w.offset, part.shard(i));
+    EXPECT_EQ(static_cast<int64_t>(cut.size()), t.numel) << t.name;
+    std::copy(cut.begin(), cut.end(), out.begin() + t.offset);
+  }
+  return out;
+}
+
+// Per tensor of `table`: ||got - want|| <= tol ||want|| + 1e-12. Prints the largest ratio
+// ||got - want|| / ||want|| (the measured error).
+inline void ExpectClosePerTensor(const state::TensorTable& table, const std::vector<float>& got,
+                                 const std::vector<float>& want, double tol,
+                                 const std::string& what) {
+  double worst = 0;
+  for (const state::TensorSpec& t : table.tensors()) {
+    double diff = 0, ref = 0;
+    for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
+      diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+      ref += double{want[i]} * want[i];
+    }
+    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(ref) + 1e-12)
+        << what << " of " << t.name << " (norm " << std::sqrt(ref) << ")";
+    if (ref > 0) worst = std::max(worst, std::sqrt(diff / ref));
+  }
+  std::printf("%s: largest per-tensor relative error %.3g (bound %.3g)\n", what.c_str(), worst,
+              tol);
 }
 
 // The sum of a tensor-parallel group whose `size` ranks are threads of this process: each

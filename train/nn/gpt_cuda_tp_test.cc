@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,60 +42,18 @@ namespace {
 
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
-using testing::CutToShard;
+using testing::CutFlat;
+using testing::ExpectClosePerTensor;
 using testing::HostGroupSum;
+using testing::WholeParams;
 
 #define SKIP_WITHOUT_GPU() RM_SKIP_WITHOUT_GPU("the GPU GPT tests")
 
 // 4 heads of 8 channels: tp 2 and 4 (fp32 attention takes any head size up to 128).
-GptOptions SmallFp32() {
-  return {.layers = 2, .heads = 4, .width = 32, .context = 8, .vocab = 37};
-}
+GptOptions SmallFp32() { return {.layers = 2, .heads = 4, .width = 32, .context = 8, .vocab = 37}; }
 // 2 heads of 64 channels, a head size the 16-bit attention takes: tp 2.
 GptOptions SmallBf16() {
   return {.layers = 2, .heads = 2, .width = 128, .context = 16, .vocab = 37};
-}
-
-// The whole model's parameters, moved off GPT-2's initialisation.
-std::vector<float> WholeParams(const GptModel& whole) {
-  state::FlatBuffer p(whole.table().total_elements());
-  whole.Init(5, p);
-  std::vector<float> v(p.data(), p.data() + p.size());
-  for (size_t i = 0; i < v.size(); ++i) v[i] += 0.05f * std::sin(0.7f * static_cast<float>(i));
-  return v;
-}
-
-// A model's flat buffer holding, for each of its tensors, the whole model's values cut to
-// the tensor's shard.
-std::vector<float> CutFlat(const GptModel& part, const GptModel& whole, const float* values) {
-  std::vector<float> out(part.table().total_elements(), 0.0f);
-  for (int i = 0; i < part.table().size(); ++i) {
-    const state::TensorSpec& t = part.table().tensor(i);
-    const state::TensorSpec& w = whole.table().tensor(*whole.table().Find(t.name));
-    const std::vector<float> cut = CutToShard(values + w.offset, part.shard(i));
-    EXPECT_EQ(static_cast<int64_t>(cut.size()), t.numel) << t.name;
-    std::copy(cut.begin(), cut.end(), out.begin() + t.offset);
-  }
-  return out;
-}
-
-// Per tensor of `table`: ||got - want|| <= tol ||want|| + 1e-12. Prints the largest ratio
-// ||got - want|| / ||want|| (the measured error).
-void ExpectClosePerTensor(const state::TensorTable& table, const std::vector<float>& got,
-                          const std::vector<float>& want, double tol, const std::string& what) {
-  double worst = 0;
-  for (const state::TensorSpec& t : table.tensors()) {
-    double diff = 0, ref = 0;
-    for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
-      diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-      ref += double{want[i]} * want[i];
-    }
-    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(ref) + 1e-12)
-        << what << " of " << t.name << " (norm " << std::sqrt(ref) << ")";
-    if (ref > 0) worst = std::max(worst, std::sqrt(diff / ref));
-  }
-  std::printf("%s: largest per-tensor relative error %.3g (bound %.3g)\n", what.c_str(), worst,
-              tol);
 }
 
 struct RankRun {
@@ -137,7 +95,8 @@ std::vector<RankRun> RunRanks(const GptOptions& o, int tp, const std::vector<flo
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     {
-      absl::StatusOr<std::unique_ptr<GptCuda>> gpu = GptCuda::Create(mine, {.matmul = type}, stream);
+      absl::StatusOr<std::unique_ptr<GptCuda>> gpu =
+          GptCuda::Create(mine, {.matmul = type}, stream);
       ASSERT_TRUE(gpu.ok()) << gpu.status();
       (*gpu)->set_tensor_parallel_sum([&, r](float* data, int64_t n, cudaStream_t s) {
         return group.SumOnDevice(r, data, n, s);
@@ -177,8 +136,8 @@ void ExpectFp32RanksMatchTheWholeModel(const GptOptions& o, int tp) {
   const std::vector<RankRun> runs =
       RunRanks(o, tp, params, batch, MatMulType::kFloat32, /*cpu=*/false, Precision::kFloat32);
   for (int r = 0; r < tp; ++r) {
-    const std::string what = absl::StrCat("tp ", tp, " rank ", r, ", checkpoint_every ",
-                                          o.checkpoint_every);
+    const std::string what =
+        absl::StrCat("tp ", tp, " rank ", r, ", checkpoint_every ", o.checkpoint_every);
     ASSERT_TRUE(runs[r].status.ok()) << what << ": " << runs[r].status;
     ASSERT_TRUE(cpu_runs[r].status.ok()) << what << ": " << cpu_runs[r].status;
     EXPECT_NEAR(runs[r].stats.loss_sum, want->loss_sum, 1e-5 * std::fabs(want->loss_sum)) << what;
