@@ -11,10 +11,12 @@
 // gradients against GptModel's bf16 tensor-parallel rank of the same index (host sums):
 // loss within 1e-2 relative, per tensor 7.5e-2 (both round every activation to 8 bits, in
 // different orders, and GptCuda also rounds each partial product; the unsplit models differ
-// by up to 5e-2 already, see kBf16VsCpu), and against the unsplit bf16 GptCuda's gradients
-// cut to the shards, per tensor 3e-2.
-// In both, the number of sums per step equals GptModel's (2 + 2 a block, and the
-// recomputed projections with checkpointing).
+// by up to 5e-2 already, see kHalfVsCpu), and against the unsplit bf16 GptCuda's gradients
+// cut to the shards, per tensor 3e-2; fp16 (loss scaled by 1024) the same.
+// In all, the number of sums per step equals GptModel's (2 + 2 a block, and the
+// recomputed projections with checkpointing). With a ParameterStore (FSDP's calls, checked
+// by store_testing.h's DeviceStore) each rank's results are the flat buffers' bit for bit.
+// The same over NCCL in forked processes: gpt_cuda_nccl_test.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,13 +39,16 @@
 #include "train/nn/gpt_cuda.h"
 #include "train/nn/gpt_cuda_testing.h"
 #include "train/nn/gpt_testing.h"
+#include "train/nn/store_testing.h"
 
 namespace ringmaster::train::nn {
 namespace {
 
 using kernels::cuda::MatMulType;
 using kernels::cuda::testing::Device;
+using kernels::cuda::testing::ExpectSameBits;
 using testing::CutFlat;
+using testing::DeviceStore;
 using testing::ExpectClosePerTensor;
 using testing::HostGroupSum;
 using testing::WholeParams;
@@ -67,7 +73,8 @@ struct RankRun {
 // rank's shards: on the GPU (GptCuda of `type`, one stream each) or, with `cpu`, GptModel in
 // `precision`.
 std::vector<RankRun> RunRanks(const GptOptions& o, int tp, const std::vector<float>& whole_params,
-                              const Batch& batch, MatMulType type, bool cpu, Precision precision) {
+                              const Batch& batch, MatMulType type, bool cpu, Precision precision,
+                              float loss_scale = 1.0f, bool through_store = false) {
   std::unique_ptr<GptModel> whole = *GptModel::Create(o);
   HostGroupSum group(tp);
   std::vector<RankRun> runs(tp);
@@ -79,6 +86,7 @@ std::vector<RankRun> RunRanks(const GptOptions& o, int tp, const std::vector<flo
     ForwardBackwardOptions fb;
     fb.loss_divisor = batch.size * o.context;
     fb.precision = precision;
+    fb.loss_scale = loss_scale;
     if (cpu) {
       std::unique_ptr<GptModel> m = *GptModel::Create(mine);
       m->set_tensor_parallel_sum([&, r](absl::Span<float> x) { return group.Sum(r, x); });
@@ -102,11 +110,21 @@ std::vector<RankRun> RunRanks(const GptOptions& o, int tp, const std::vector<flo
         return group.SumOnDevice(r, data, n, s);
       });
       const std::vector<float> p = CutFlat((*gpu)->cpu_model(), *whole, whole_params.data());
-      Device<float> dparams(p), dgrads((*gpu)->total_elements());
-      absl::StatusOr<StepStats> s = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
+      absl::StatusOr<StepStats> s;
+      if (through_store) {  // each parameter group in a buffer of its own (FSDP's calls)
+        DeviceStore store((*gpu)->cpu_model().table(), (*gpu)->cpu_model().parameter_groups(), p,
+                          stream);
+        fb.store = &store;
+        s = (*gpu)->ForwardBackward(batch, nullptr, nullptr, fb);
+        store.EndPass();
+        run.grads = store.FlatGradients();
+      } else {
+        Device<float> dparams(p), dgrads((*gpu)->total_elements());
+        s = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
+        run.grads = dgrads.Host();
+      }
       run.status = s.status();
       if (s.ok()) run.stats = *s;
-      run.grads = dgrads.Host();
       run.sums = group.rounds(r);
     }
     EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
@@ -172,32 +190,33 @@ TEST(GptCudaTensorParallel, Fp32WithCheckpointingToo) {
 
 // bf16 GPU against bf16 CPU differs by up to 5e-2 per tensor on this model without any
 // split (measured 0.050 on h0.ln1.weight, a LayerNorm gain's gradient of small norm whose
-// terms cancel): kBf16VsCpu leaves room over that; the split adds nothing measurable
-// against the CPU's ranks (0.049). Against the unsplit GptCuda in bf16 (the same kernels;
-// only the partial products' rounding and the order of their sum differ): 3e-2 (measured
-// 0.011).
-constexpr double kBf16VsCpu = 7.5e-2;
+// terms cancel): kHalfVsCpu leaves room over that; the split adds nothing measurable
+// against the CPU's ranks (0.049). Against the unsplit GptCuda of the same type (the same
+// kernels; only the partial products' rounding and the order of their sum differ): 3e-2
+// (measured 0.011). fp16 (3 more mantissa bits, the loss scaled by 1024 as the trainer
+// would, the gradients compared scaled) is held to the same bounds.
+constexpr double kHalfVsCpu = 7.5e-2;
 
-TEST(GptCudaTensorParallel, Bf16RanksMatchGptModelsBf16Ranks) {
-  SKIP_WITHOUT_GPU();
+void ExpectHalfRanksMatch(MatMulType type, Precision precision, float loss_scale) {
   const GptOptions o = SmallBf16();
   const int tp = 2;
   std::unique_ptr<GptModel> whole = *GptModel::Create(o);
   const std::vector<float> params = WholeParams(*whole);
   const Batch batch = RandomTokens(2, o, 13);
+  const std::string name = MatMulTypeName(type);
   std::vector<float> whole_gpu_grads;
   const std::vector<RankRun> cpu_runs =
-      RunRanks(o, tp, params, batch, MatMulType::kBFloat16, /*cpu=*/true, Precision::kBFloat16);
+      RunRanks(o, tp, params, batch, type, /*cpu=*/true, precision, loss_scale);
   const std::vector<RankRun> runs =
-      RunRanks(o, tp, params, batch, MatMulType::kBFloat16, /*cpu=*/false, Precision::kBFloat16);
+      RunRanks(o, tp, params, batch, type, /*cpu=*/false, precision, loss_scale);
   {  // baselines: the unsplit models
-    absl::StatusOr<std::unique_ptr<GptCuda>> gpu =
-        GptCuda::Create(o, {.matmul = MatMulType::kBFloat16}, nullptr);
+    absl::StatusOr<std::unique_ptr<GptCuda>> gpu = GptCuda::Create(o, {.matmul = type}, nullptr);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     Device<float> dparams(params), dgrads(params.size());
     ForwardBackwardOptions fb;
     fb.loss_divisor = batch.size * o.context;
-    fb.precision = Precision::kBFloat16;
+    fb.precision = precision;
+    fb.loss_scale = loss_scale;
     absl::StatusOr<StepStats> got = (*gpu)->ForwardBackward(batch, dparams.get(), dgrads.get(), fb);
     ASSERT_TRUE(got.ok()) << got.status();
     whole_gpu_grads = dgrads.Host();
@@ -205,11 +224,11 @@ TEST(GptCudaTensorParallel, Bf16RanksMatchGptModelsBf16Ranks) {
     std::copy(params.begin(), params.end(), p.data());
     ASSERT_TRUE(whole->ForwardBackward(batch, p, g, fb).ok());
     std::vector<float> cg(g.data(), g.data() + g.size());
-    ExpectClosePerTensor(whole->table(), whole_gpu_grads, cg, kBf16VsCpu,
-                         "bf16 unsplit GptCuda against GptModel");
+    ExpectClosePerTensor(whole->table(), whole_gpu_grads, cg, kHalfVsCpu,
+                         name + " unsplit GptCuda against GptModel");
   }
   for (int r = 0; r < tp; ++r) {
-    const std::string what = absl::StrCat("bf16 tp ", tp, " rank ", r);
+    const std::string what = absl::StrCat(name, " tp ", tp, " rank ", r);
     ASSERT_TRUE(runs[r].status.ok()) << what << ": " << runs[r].status;
     ASSERT_TRUE(cpu_runs[r].status.ok()) << what << ": " << cpu_runs[r].status;
     const double want = cpu_runs[r].stats.loss_sum;
@@ -220,11 +239,48 @@ TEST(GptCudaTensorParallel, Bf16RanksMatchGptModelsBf16Ranks) {
     mine.tp_size = tp;
     mine.tp_rank = r;
     std::unique_ptr<GptModel> part = *GptModel::Create(mine);
-    ExpectClosePerTensor(part->table(), runs[r].grads, cpu_runs[r].grads, kBf16VsCpu,
+    ExpectClosePerTensor(part->table(), runs[r].grads, cpu_runs[r].grads, kHalfVsCpu,
                          what + " gradient against GptModel's rank");
     ExpectClosePerTensor(part->table(), runs[r].grads,
                          CutFlat(*part, *whole, whole_gpu_grads.data()), 3e-2,
                          what + " gradient against the unsplit GptCuda's");
+  }
+}
+
+TEST(GptCudaTensorParallel, Bf16RanksMatchGptModelsBf16Ranks) {
+  SKIP_WITHOUT_GPU();
+  ExpectHalfRanksMatch(MatMulType::kBFloat16, Precision::kBFloat16, 1.0f);
+}
+
+TEST(GptCudaTensorParallel, Fp16RanksMatchGptModelsFp16Ranks) {
+  SKIP_WITHOUT_GPU();
+  ExpectHalfRanksMatch(MatMulType::kFloat16, Precision::kFloat16, 1024.0f);
+}
+
+// A ParameterStore (fully sharded data parallelism along dp) gives each rank the flat
+// buffers' results bit for bit, fp32 and bf16 (the 16-bit copy cast group by group, the
+// row-parallel bias widened from it): the calls of the store's contract are checked by
+// DeviceStore, which poisons a group's parameters once the model may no longer read them.
+TEST(GptCudaTensorParallel, AParameterStoreGivesTheFlatResultsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const int tp = 2;
+  for (const auto& [o, type, precision] :
+       {std::tuple{SmallFp32(), MatMulType::kFloat32, Precision::kFloat32},
+        std::tuple{SmallBf16(), MatMulType::kBFloat16, Precision::kBFloat16}}) {
+    std::unique_ptr<GptModel> whole = *GptModel::Create(o);
+    const std::vector<float> params = WholeParams(*whole);
+    const Batch batch = RandomTokens(2, o, 19);
+    const std::vector<RankRun> flat = RunRanks(o, tp, params, batch, type, false, precision);
+    const std::vector<RankRun> stored =
+        RunRanks(o, tp, params, batch, type, false, precision, 1.0f, /*through_store=*/true);
+    for (int r = 0; r < tp; ++r) {
+      const std::string what = absl::StrCat(MatMulTypeName(type), " rank ", r, " with a store");
+      ASSERT_TRUE(flat[r].status.ok()) << what << ": " << flat[r].status;
+      ASSERT_TRUE(stored[r].status.ok()) << what << ": " << stored[r].status;
+      EXPECT_EQ(stored[r].stats.loss_sum, flat[r].stats.loss_sum) << what;
+      EXPECT_EQ(stored[r].sums, flat[r].sums) << what;
+      ExpectSameBits(stored[r].grads, flat[r].grads, what);
+    }
   }
 }
 
