@@ -158,7 +158,7 @@ class GptCuda {
   // mlp.fc and attn.qkv), plus once per recomputed row-parallel projection with activation
   // checkpointing (as many as GptModel makes): the same calls, in the same order, with the
   // same counts, on every rank of the group. The call comes once the partial values'
-  // kernels have been ENQUEUED on `stream` (stream()), not run; the callback must make work
+  // kernels have been ENQUEUED on `stream` (= stream()), not run; the callback must make work
   // enqueued on `stream` after it returns see the sums in place: ncclAllReduce(data, data,
   // count, ncclFloat32, ncclSum, comm, stream), or cudaStreamSynchronize(stream), a sum on
   // the host and a copy back. `device_data` stays valid and untouched by the model until
@@ -419,6 +419,7 @@ class GptCuda {
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *loss_ = nullptr;
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
+  int64_t index_groups_ = 0;
   // Tensor parallelism only: [rows] ones and a [width] bias (fp32) for the bias after a
   // row-parallel sum; in 16-bit the fp32 sums, [rows, width].
   float *ones_ = nullptr, *tp_bias_ = nullptr, *tp_partials_ = nullptr;
@@ -441,7 +442,6 @@ class GptCuda {
   DeviceArena deferred_arena_{stream_};
   char* deferred_base_ = nullptr;
   int64_t deferred_used_ = 0;  // bytes
-  int64_t index_groups_ = 0;
 
   // Profiling: events recorded this call (what, start, end), and a pool of spare events.
   struct TimedLaunch {
