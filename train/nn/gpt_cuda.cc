@@ -203,12 +203,16 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
       precision_(cuda_options.matmul == kc::MatMulType::kBFloat16  ? Precision::kBFloat16
                  : cuda_options.matmul == kc::MatMulType::kFloat16 ? Precision::kFloat16
                                                                    : Precision::kFloat32),
+      blocks_in_slice_(options_.end_block - options_.first_block),
       segment_(options_.checkpoint_every == 0
-                   ? options_.layers
-                   : std::min(options_.checkpoint_every, options_.layers)),
-      segments_((options_.layers + segment_ - 1) / segment_),
+                   ? blocks_in_slice_
+                   : std::min(options_.checkpoint_every, blocks_in_slice_)),
+      segments_((blocks_in_slice_ + segment_ - 1) / segment_),
       logits_stride_((options_.vocab + cuda_options.logits_row_alignment - 1) /
                      cuda_options.logits_row_alignment * cuda_options.logits_row_alignment),
+      attn_width_(options_.width / options_.tp_size),
+      heads_local_(options_.heads / options_.tp_size),
+      hidden_(4 * options_.width / options_.tp_size),
       arena_(stream) {
   const state::TensorTable& table = cpu_->table();
   auto find = [&](const std::string& name) {
@@ -216,16 +220,21 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
     CHECK(i.ok()) << "GptModel's table has no " << name;
     return *i;
   };
-  wte_ = find("wte");
-  wpe_ = find("wpe");
-  for (int64_t l = 0; l < options_.layers; ++l) {
+  // A slice's table has only its own tensors (the others stay -1).
+  if (cpu_->has_embeddings()) {
+    wte_ = find("wte");
+    wpe_ = find("wpe");
+  }
+  for (int64_t l = options_.first_block; l < options_.end_block; ++l) {
     blocks_.push_back(find(absl::StrCat("h", l, ".ln1.weight")));
     CHECK_EQ(find(absl::StrCat("h", l, ".mlp.proj.bias")), blocks_.back() + kFcProjBias);
   }
-  lnf_ = find("lnf.weight");
-  lm_head_ = find("lm_head.weight");
-  // Its padding rows follow it in the 16-bit copy.
-  CHECK_EQ(lm_head_ + 1, table.size()) << "lm_head.weight must be the table's last tensor";
+  if (cpu_->has_head()) {
+    lnf_ = find("lnf.weight");
+    lm_head_ = find("lm_head.weight");
+    // Its padding rows follow it in the 16-bit copy.
+    CHECK_EQ(lm_head_ + 1, table.size()) << "lm_head.weight must be the table's last tensor";
+  }
   groups_ = cpu_->parameter_groups();
   const int groups = static_cast<int>(groups_.size());
   group_of_tensor_.resize(table.size());
@@ -235,13 +244,17 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
   // The 16-bit copy's layout (parameter_copy_bytes): each group at its flat offset, or at its
   // phase; without flat_parameters lm_head's group then moves up by whole kCopyPhase steps
   // until it ends past every other group's copy, so that its padding rows do too.
-  const int head = group_of_tensor_[lm_head_];
+  const int head = cpu_->has_head() ? group_of_tensor_[lm_head_] : -1;
   copy_offset_.resize(groups);
   int64_t others_end = 0;
   for (int g = 0; g < groups; ++g) {
     const int64_t first = table.tensor(groups_[g].first_tensor).offset;
     copy_offset_[g] = cuda_options_.flat_parameters ? first : first % kCopyPhase;
     if (g != head) others_end = std::max(others_end, copy_offset_[g] + GroupSpan(g));
+  }
+  if (head < 0) {  // a pipeline stage without the head: no padding rows
+    copy_elements_ = others_end;
+    return;
   }
   const int64_t short_by = others_end - (copy_offset_[head] + GroupSpan(head));
   if (short_by > 0) copy_offset_[head] += (short_by + kCopyPhase - 1) / kCopyPhase * kCopyPhase;
@@ -329,7 +342,7 @@ void GptCuda::EndGradients(int tensor) {
 }
 
 void* GptCuda::Stream(int64_t block) const {
-  if (block == options_.layers) return streams_.back();
+  if (block == blocks_in_slice_) return streams_.back();
   if (block % segment_ == 0) return streams_[block / segment_];
   return streams_[segments_ + block % segment_ - 1];
 }
@@ -358,6 +371,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
   const int64_t t = options_.context, c = options_.width;
   const int64_t rows = batch * t;
   const int64_t act = half() ? 2 : 4;  // bytes of an activation
+  const int64_t ca = attn_width_;      // this tensor-parallel rank's heads' width
   auto place = [&](DeviceArena::Layout& layout) {
     auto take = [&](int64_t n) { return layout.Floats(n); };
     auto take_act = [&](int64_t n) { return layout.Take(n * act); };
@@ -371,42 +385,137 @@ absl::Status GptCuda::Reserve(int64_t batch) {
       a.ln1 = take_act(rows * c);
       a.ln1_mean = take(rows);
       a.ln1_rstd = take(rows);
-      a.qkv = take_act(rows * 3 * c);
-      a.attention = take_act(rows * c);
-      a.lse = take(batch * options_.heads * t);
+      a.qkv = take_act(rows * 3 * ca);
+      a.attention = take_act(rows * ca);
+      a.lse = take(batch * heads_local_ * t);
       a.residual = take_act(rows * c);
       a.ln2 = take_act(rows * c);
       a.ln2_mean = take(rows);
       a.ln2_rstd = take(rows);
-      a.fc = take_act(rows * 4 * c);
-      a.gelu = take_act(rows * 4 * c);
+      a.fc = take_act(rows * hidden_);
+      a.gelu = take_act(rows * hidden_);
     }
-    lnf_out_ = take_act(rows * c);
-    lnf_mean_ = take(rows);
-    lnf_rstd_ = take(rows);
-    logits_ = take_act(rows * logits_stride_);
+    const bool head = cpu_->has_head();  // a pipeline stage without it needs no logits
+    if (head) {
+      lnf_out_ = take_act(rows * c);
+      lnf_mean_ = take(rows);
+      lnf_rstd_ = take(rows);
+      logits_ = take_act(rows * logits_stride_);
+    }
     loss_ = take(rows);
     dresidual_ = take_act(rows * c);
     dsmall_ = take_act(rows * c);
-    dbig_ = take_act(rows * std::max(4 * c, logits_stride_));  // the MLP's or the logits' gradient
-    attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, options_.heads));
+    // The MLP's, Q/K/V's or the logits' gradient.
+    dbig_ = take_act(rows * std::max({hidden_, 3 * ca, head ? logits_stride_ : 0}));
+    attention_scratch_ = take(kc::AttentionCudaScratchFloats(batch, t, heads_local_));
     layernorm_scratch_ = take(kc::LayerNormBackwardScratchFloats(c));
     bias_scratch_ = take(kc::BiasGradientScratchFloats(4 * c));
     inputs_ = take_ints(rows);
     targets_ = take_ints(rows);
     predicted_ = take_ints(rows);
     index_ = take_ints(kernels::EmbeddingIndexInts(batch, t));
+    // Tensor parallelism (RowParallelForward, SumPartials): a column of ones and a bias for
+    // the rank-1 product that adds the replicated bias, and in 16-bit the fp32 partial sums.
+    if (options_.tp_size > 1) {
+      ones_ = take(rows);
+      tp_bias_ = take(c);
+      if (half()) tp_partials_ = take(rows * c);
+    }
   };
   capacity_ = 0;  // until Fit succeeds: its pointers are stale
   RM_RETURN_IF_ERROR(
       arena_.Fit(place, absl::StrCat("GptCuda: activations for ", batch, " samples")));
+  if (options_.tp_size > 1) {
+    const std::vector<float> ones(rows, 1.0f);  // pageable: copied out when the call returns
+    RM_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(ones_, ones.data(), rows * 4, cudaMemcpyHostToDevice, stream_));
+  }
   capacity_ = batch;
   return absl::OkStatus();
+}
+
+// The same check as GptModel's, for the whole-model call.
+absl::Status GptCuda::CheckWhole(const char* call) const {
+  if (cpu_->is_whole()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("GptCuda::", call, " of '", cpu_->Describe(),
+                   "': a pipeline stage's slice runs with SliceForward/SliceBackward"));
+}
+
+absl::Status GptCuda::PrepareCall(const Batch& batch) {
+  RM_RETURN_IF_ERROR(cpu_->CheckBatch(batch));
+  RM_RETURN_IF_ERROR(CheckTensorParallelSum());
+  const int64_t t = options_.context;
+  RM_RETURN_IF_ERROR(Reserve(batch.size));
+  // Intervals left by a call that failed are not this call's.
+  for (const TimedLaunch& l : timed_) spare_events_.insert(spare_events_.end(), {l.start, l.end});
+  timed_.clear();
+
+  const int64_t rows = batch.size * t;
+  std::vector<int32_t> inputs(rows);
+  targets_host_.resize(rows);
+  for (int64_t b = 0; b < batch.size; ++b) {
+    const int32_t* sample = batch.tokens.data() + b * (t + 1);
+    std::copy_n(sample, t, inputs.data() + b * t);
+    std::copy_n(sample + 1, t, targets_host_.data() + b * t);
+  }
+  RM_ASSIGN_OR_RETURN(kernels::EmbeddingIndex index,
+                      kernels::IndexTokens(inputs.data(), batch.size, t, options_.vocab));
+  index_groups_ = index.groups;
+  // Pageable host memory: each copy has left the host buffer when the call returns.
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(inputs_, inputs.data(), rows * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(targets_, targets_host_.data(), rows * 4, cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GptCuda::CastParameters(const float* params) {
+  // Every tensor up to lm_head's end, not its padding rows after it.
+  const int64_t cast = copy_elements_ - HeadPadding();
+  if (precision_ == Precision::kBFloat16) {
+    return Timed("16-bit parameter cast", [&] {
+      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, cast, stream_);
+    });
+  }
+  if (precision_ == Precision::kFloat16) {
+    return Timed("16-bit parameter cast", [&] {
+      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, cast, stream_);
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> GptCuda::ReadStats(int64_t rows) {
+  std::vector<float> loss(rows);
+  std::vector<int32_t> predicted(rows);
+  RM_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(loss.data(), loss_, rows * 4, cudaMemcpyDeviceToHost, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(predicted.data(), predicted_, rows * 4,
+                                          cudaMemcpyDeviceToHost, stream_));
+  RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  StepStats stats;
+  stats.loss_terms = rows;
+  for (int64_t i = 0; i < rows; ++i) {
+    stats.loss_sum += loss[i];
+    stats.correct += predicted[i] == targets_host_[i];
+  }
+  return stats;
+}
+
+template <typename F>
+absl::Status GptCuda::ByPrecision(F run) {
+  if (precision_ == Precision::kBFloat16) return run(bf16{});
+  if (precision_ == Precision::kFloat16) return run(f16{});
+  return run(float{});
 }
 
 absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const float* params,
                                                    float* grads,
                                                    const ForwardBackwardOptions& options) {
+  RM_RETURN_IF_ERROR(CheckWhole("ForwardBackward"));
   if (options.precision != precision()) {
     return absl::InvalidArgumentError(
         absl::StrCat("GptCuda::ForwardBackward: precision ", PrecisionName(options.precision),
@@ -425,49 +534,18 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
         "takes its parameters from a ParameterStore (ForwardBackwardOptions::store)");
   }
   if (!stored && (params == nullptr || grads == nullptr)) {
-    return absl::InvalidArgumentError("GptCuda::ForwardBackward: params and grads are device "
-                                      "pointers and must not be null");
+    return absl::InvalidArgumentError(
+        "GptCuda::ForwardBackward: params and grads are device "
+        "pointers and must not be null");
   }
-  RM_RETURN_IF_ERROR(cpu_->CheckBatch(batch));
-  const int64_t t = options_.context;
-  RM_RETURN_IF_ERROR(Reserve(batch.size));
-  // Intervals left by a call that failed are not this call's.
-  for (const TimedLaunch& l : timed_) spare_events_.insert(spare_events_.end(), {l.start, l.end});
-  timed_.clear();
-
-  const int64_t rows = batch.size * t;
-  std::vector<int32_t> inputs(rows), targets(rows);
-  for (int64_t b = 0; b < batch.size; ++b) {
-    const int32_t* sample = batch.tokens.data() + b * (t + 1);
-    std::copy_n(sample, t, inputs.data() + b * t);
-    std::copy_n(sample + 1, t, targets.data() + b * t);
-  }
-  RM_ASSIGN_OR_RETURN(kernels::EmbeddingIndex index,
-                      kernels::IndexTokens(inputs.data(), batch.size, t, options_.vocab));
-  index_groups_ = index.groups;
-  // Pageable host memory: each copy has left the host buffer when the call returns.
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(inputs_, inputs.data(), rows * 4,
-                                          cudaMemcpyHostToDevice, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(targets_, targets.data(), rows * 4,
-                                          cudaMemcpyHostToDevice, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(index_, index.ints.data(), index.ints.size() * 4,
-                                          cudaMemcpyHostToDevice, stream_));
+  RM_RETURN_IF_ERROR(PrepareCall(batch));
+  slice_batch_ = 0;  // a slice's pending micro-batch, if any, is gone
   // With a store the parameters are cast (MatMulParam) and the gradients zeroed
   // (BeginGradients) group by group instead.
   store_ = options.store;
   cast_group_ = -1;
   cast_status_ = absl::OkStatus();
-  // Every tensor up to lm_head's end, not its padding rows after it.
-  const int64_t cast = copy_elements_ - HeadPadding();
-  if (!stored && precision_ == Precision::kBFloat16) {
-    RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, cast, stream_);
-    }));
-  } else if (!stored && precision_ == Precision::kFloat16) {
-    RM_RETURN_IF_ERROR(Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, cast, stream_);
-    }));
-  }
+  if (!stored) RM_RETURN_IF_ERROR(CastParameters(params));
   if (!stored && !options.accumulate) {
     RM_RETURN_IF_ERROR(Timed("zero the gradients", [&] {
       return CudaToStatus(cudaMemsetAsync(grads, 0, total_elements() * sizeof(float), stream_),
@@ -475,55 +553,48 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
     }));
   }
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
-  if (precision_ == Precision::kBFloat16) {
-    RM_RETURN_IF_ERROR(Forward<bf16>(params, batch.size));
+  RM_RETURN_IF_ERROR(ByPrecision([&](auto zero) -> absl::Status {
+    using T = decltype(zero);
+    RM_RETURN_IF_ERROR(Forward<T>(params, batch.size));
     if (stored) options.store->BeginBackward();
-    RM_RETURN_IF_ERROR(
-        LossAndBackward<bf16>(params, grads, batch.size, scale, options.on_grads_ready));
-  } else if (precision_ == Precision::kFloat16) {
-    RM_RETURN_IF_ERROR(Forward<f16>(params, batch.size));
-    if (stored) options.store->BeginBackward();
-    RM_RETURN_IF_ERROR(
-        LossAndBackward<f16>(params, grads, batch.size, scale, options.on_grads_ready));
-  } else {
-    RM_RETURN_IF_ERROR(Forward<float>(params, batch.size));
-    if (stored) options.store->BeginBackward();
-    RM_RETURN_IF_ERROR(
-        LossAndBackward<float>(params, grads, batch.size, scale, options.on_grads_ready));
-  }
+    return LossAndBackward<T>(params, grads, batch.size, scale, options.on_grads_ready);
+  }));
   store_ = nullptr;
-
-  std::vector<float> loss(rows);
-  std::vector<int32_t> predicted(rows);
-  RM_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(loss.data(), loss_, rows * 4, cudaMemcpyDeviceToHost, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(predicted.data(), predicted_, rows * 4,
-                                          cudaMemcpyDeviceToHost, stream_));
-  RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  RM_ASSIGN_OR_RETURN(const StepStats stats, ReadStats(batch.size * options_.context));
   RM_RETURN_IF_ERROR(CollectProfile());
-  StepStats stats;
-  stats.loss_terms = rows;
-  for (int64_t i = 0; i < rows; ++i) {
-    stats.loss_sum += loss[i];
-    stats.correct += predicted[i] == targets[i];
-  }
   return stats;
 }
 
 template <typename T>
 absl::Status GptCuda::Forward(const float* params, int64_t batch) {
-  const int64_t t = options_.context, c = options_.width, rows = batch * t;
-  auto act = [](void* a) { return static_cast<T*>(a); };
-  RM_RETURN_IF_ERROR(Timed("embedding forward", [&] {
-    return Embed(act(Stream(0)), inputs_, Param(params, wte_), Param(params, wpe_), batch, t, c,
-                 options_.vocab, stream_);
-  }));
-  for (int64_t l = 0; l < options_.layers; ++l) {
+  RM_RETURN_IF_ERROR(EmbeddingsForward<T>(params, batch));
+  RM_RETURN_IF_ERROR(BlocksForward<T>(params, batch));
+  return HeadForward<T>(params, batch);
+}
+
+template <typename T>
+absl::Status GptCuda::EmbeddingsForward(const float* params, int64_t batch) {
+  return Timed("embedding forward", [&] {
+    return Embed(static_cast<T*>(Stream(0)), inputs_, Param(params, wte_), Param(params, wpe_),
+                 batch, options_.context, options_.width, options_.vocab, stream_);
+  });
+}
+
+template <typename T>
+absl::Status GptCuda::BlocksForward(const float* params, int64_t batch) {
+  for (int64_t l = 0; l < blocks_in_slice_; ++l) {
     RM_RETURN_IF_ERROR(BlockForward<T>(params, batch, l));
     RM_RETURN_IF_ERROR(BlockOutputForward<T>(params, batch, l));
   }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptCuda::HeadForward(const float* params, int64_t batch) {
+  const int64_t c = options_.width, rows = batch * options_.context;
+  auto act = [](void* a) { return static_cast<T*>(a); };
   RM_RETURN_IF_ERROR(Timed("layernorm forward", [&] {
-    return LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_, act(Stream(options_.layers)),
+    return LayerNorm(act(lnf_out_), lnf_mean_, lnf_rstd_, act(Stream(blocks_in_slice_)),
                      Param(params, lnf_), Param(params, lnf_ + 1), rows, c, stream_);
   }));
   return Timed("matmul forward", [&] {
@@ -546,18 +617,17 @@ absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t b
     return LayerNorm(act(a.ln1), a.ln1_mean, a.ln1_rstd, x, w(kLn1Weight), w(kLn1Bias), rows, c,
                      stream_);
   }));
+  const int64_t ca = attn_width_;  // this tensor-parallel rank's heads' width
   RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv, rows, c, 3 * c,
+    return engine_->LinearForward(type, a.ln1, mw(kQkvWeight), mw(kQkvBias), a.qkv, rows, c, 3 * ca,
                                   stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("attention forward", [&] {
-    return kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, c, options_.heads,
+    return kc::AttentionForwardLse(act(a.attention), a.lse, act(a.qkv), batch, t, ca, heads_local_,
                                    stream_);
   }));
-  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.attention, mw(kProjWeight), mw(kProjBias), a.residual,
-                                  rows, c, c, stream_);
-  }));
+  RM_RETURN_IF_ERROR(
+      RowParallelForward(params, a.attention, first + kProjWeight, a.residual, rows, ca));
   RM_RETURN_IF_ERROR(Timed("residual add", [&] {
     return Residual(act(a.residual), act(a.residual), x, rows * c, stream_);
   }));
@@ -566,10 +636,11 @@ absl::Status GptCuda::BlockForward(const float* params, int64_t batch, int64_t b
                      w(kLn2Bias), rows, c, stream_);
   }));
   RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows, c, 4 * c,
+    return engine_->LinearForward(type, a.ln2, mw(kFcWeight), mw(kFcBias), a.fc, rows, c, hidden_,
                                   stream_);
   }));
-  return Timed("gelu forward", [&] { return Gelu(act(a.gelu), act(a.fc), rows * 4 * c, stream_); });
+  return Timed("gelu forward",
+               [&] { return Gelu(act(a.gelu), act(a.fc), rows * hidden_, stream_); });
 }
 
 template <typename T>
@@ -579,48 +650,121 @@ absl::Status GptCuda::BlockOutputForward(const float* params, int64_t batch, int
   auto act = [](void* a) { return static_cast<T*>(a); };
   const BlockActivations& a = Slot(block);
   void* out = Stream(block + 1);
-  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
-    return engine_->LinearForward(
-        cuda_options_.matmul, a.gelu, MatMulParam(params, first + kFcProjWeight),
-        MatMulParam(params, first + kFcProjBias), out, rows, 4 * c, c, stream_);
-  }));
+  RM_RETURN_IF_ERROR(RowParallelForward(params, a.gelu, first + kFcProjWeight, out, rows, hidden_));
   return Timed("residual add",
                [&] { return Residual(act(out), act(out), act(a.residual), rows * c, stream_); });
 }
 
-template <typename T>
-absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t batch,
-                                      float scale,
-                                      const std::function<void(int64_t)>& on_grads_ready) {
-  const int64_t t = options_.context, c = options_.width, rows = batch * t;
-  const int64_t vocab = options_.vocab;
+absl::Status GptCuda::RowParallelForward(const float* params, const void* in, int weight, void* out,
+                                         int64_t rows, int64_t in_features) {
+  const int64_t c = options_.width;
   const kc::MatMulType type = cuda_options_.matmul;
-  constexpr OutputMode kAdd = OutputMode::kAccumulate;  // grads are zeroed or accumulated
-  auto p = [&](int tensor) { return Param(params, tensor); };
-  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
-  auto g = [&](int tensor) { return Grad(grads, tensor); };
-  auto act = [](void* a) { return static_cast<T*>(a); };
+  if (options_.tp_size == 1) {
+    return Timed("matmul forward", [&] {
+      return engine_->LinearForward(type, in, MatMulParam(params, weight),
+                                    MatMulParam(params, weight + 1), out, rows, in_features, c,
+                                    stream_);
+    });
+  }
+  // The rank's partial product, summed over the group, then the replicated bias once: the
+  // value the products read (the fp32 parameter, or its 16-bit copy widened), added in fp32
+  // by a rank-1 product (a column of ones times the bias row, exact in fp32).
+  RM_RETURN_IF_ERROR(Timed("matmul forward", [&] {
+    return engine_->LinearForward(type, in, MatMulParam(params, weight), nullptr, out, rows,
+                                  in_features, c, stream_);
+  }));
+  RM_ASSIGN_OR_RETURN(float* sum, SumPartials(out, rows * c));
+  const float* bias = tp_bias_;
+  if (half()) {
+    const void* bias16 = MatMulParam(params, weight + 1);
+    RM_RETURN_IF_ERROR(Timed("tensor-parallel bias", [&] { return Widen(tp_bias_, bias16, c); }));
+  } else {
+    bias = Param(params, weight + 1);
+  }
+  RM_RETURN_IF_ERROR(Timed("tensor-parallel bias", [&] {
+    return engine_->MatMul(kc::MatMulType::kFloat32, kernels::Transpose::kNo,
+                           kernels::Transpose::kNo, rows, c, 1, ones_, bias, sum,
+                           OutputMode::kAccumulate, stream_);
+  }));
+  return NarrowSum(out, sum, rows * c);
+}
+
+absl::Status GptCuda::CheckTensorParallelSum() const {
+  if (options_.tp_size == 1 || tp_sum_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GptCuda '", cpu_->Describe(), "' has no tensor-parallel sum (set_tensor_parallel_sum)"));
+}
+
+absl::StatusOr<float*> GptCuda::SumPartials(void* data, int64_t n) {
+  RM_RETURN_IF_ERROR(CheckTensorParallelSum());
+  float* sum = half() ? tp_partials_ : static_cast<float*>(data);
+  if (half()) RM_RETURN_IF_ERROR(Timed("tensor-parallel sum", [&] { return Widen(sum, data, n); }));
+  RM_RETURN_IF_ERROR(Timed("tensor-parallel sum", [&] { return tp_sum_(sum, n, stream_); }));
+  return sum;
+}
+
+absl::Status GptCuda::SumInputGradient(void* data, int64_t n) {
+  if (options_.tp_size == 1) return absl::OkStatus();
+  RM_ASSIGN_OR_RETURN(float* sum, SumPartials(data, n));
+  return NarrowSum(data, sum, n);
+}
+
+absl::Status GptCuda::NarrowSum(void* data, const float* sum, int64_t n) {
+  if (!half()) return absl::OkStatus();
+  return Timed("tensor-parallel sum", [&] { return Narrow(data, sum, n); });
+}
+
+absl::Status GptCuda::Narrow(void* out, const float* in, int64_t n) {
+  return precision_ == Precision::kBFloat16
+             ? kc::CastFloatToBf16(static_cast<bf16*>(out), in, n, stream_)
+             : kc::CastFloatToF16(static_cast<f16*>(out), in, n, stream_);
+}
+
+absl::Status GptCuda::Widen(float* out, const void* in, int64_t n) {
+  return precision_ == Precision::kBFloat16
+             ? kc::CastBf16ToFloat(out, static_cast<const bf16*>(in), n, stream_)
+             : kc::CastF16ToFloat(out, static_cast<const f16*>(in), n, stream_);
+}
+
+template <typename T>
+absl::Status GptCuda::Loss(int64_t rows, float scale) {
+  return Timed("softmax cross-entropy", [&] {
+    return CrossEntropy(static_cast<T*>(logits_), targets_, rows, options_.vocab, scale, loss_,
+                        predicted_, static_cast<T*>(dbig_), logits_stride_, stream_);
+  });
+}
+
+template <typename T>
+absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t batch, float scale,
+                                      const std::function<void(int64_t)>& on_grads_ready) {
   // Each group of tensors (lm_head, lnf, a block, the embeddings) is announced once its
   // gradient kernels are enqueued: the caller orders its reads after them (a CUDA event).
   auto ready = [&](int first_tensor) {
     if (on_grads_ready) on_grads_ready(cpu_->table().tensor(first_tensor).offset);
   };
+  RM_RETURN_IF_ERROR(Loss<T>(batch * options_.context, scale));
+  RM_RETURN_IF_ERROR(HeadBackward<T>(params, grads, batch, ready));
+  RM_RETURN_IF_ERROR(BlocksBackward<T>(params, grads, batch, ready));
+  return EmbeddingsBackward<T>(grads, batch, ready);
+}
+
+template <typename T>
+absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t batch,
+                                   const std::function<void(int)>& ready) {
+  const int64_t c = options_.width, rows = batch * options_.context;
+  const kc::MatMulType type = cuda_options_.matmul;
+  auto p = [&](int tensor) { return Param(params, tensor); };
+  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
+  auto g = [&](int tensor) { return Grad(grads, tensor); };
+  auto act = [](void* a) { return static_cast<T*>(a); };
   T* dlogits = act(dbig_);
   T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
   T* dsmall = act(dsmall_);
-
-  RM_RETURN_IF_ERROR(Timed("softmax cross-entropy", [&] {
-    return CrossEntropy(act(logits_), targets_, rows, vocab, scale, loss_, predicted_, dlogits,
-                        logits_stride_, stream_);
-  }));
   // With a store each group's gradients begin before its gradient kernels and end after the
   // last kernel that reads its parameters, in GptModel's order.
   RM_RETURN_IF_ERROR(BeginGradients(lm_head_));
-  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
-    return engine_->LinearBackwardWeightsFloatOutput(type, lnf_out_, dlogits, g(lm_head_), nullptr,
-                                                     rows, c, vocab, kAdd, nullptr, stream_,
-                                                     logits_stride_);
-  }));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, lnf_out_, dlogits, lm_head_, /*has_bias=*/false, rows, c,
+                                   options_.vocab, logits_stride_));
   ready(lm_head_);
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, HeadRows(),
@@ -630,14 +774,19 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
   RM_RETURN_IF_ERROR(BeginGradients(lnf_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
-    return LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall, act(Stream(options_.layers)),
+    return LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall, act(Stream(blocks_in_slice_)),
                              p(lnf_), lnf_mean_, lnf_rstd_, rows, c, layernorm_scratch_, stream_);
   }));
   EndGradients(lnf_);
   ready(lnf_);
+  return absl::OkStatus();
+}
 
+template <typename T>
+absl::Status GptCuda::BlocksBackward(const float* params, float* grads, int64_t batch,
+                                     const std::function<void(int)>& ready) {
   for (int64_t s = segments_ - 1; s >= 0; --s) {
-    const int64_t begin = s * segment_, end = std::min(begin + segment_, options_.layers);
+    const int64_t begin = s * segment_, end = std::min(begin + segment_, blocks_in_slice_);
     if (s != segments_ - 1) {  // the last segment's activations are still there from forward
       for (int64_t l = begin; l < end; ++l) {
         RM_RETURN_IF_ERROR(BlockForward<T>(params, batch, l));
@@ -649,12 +798,217 @@ absl::Status GptCuda::LossAndBackward(const float* params, float* grads, int64_t
       ready(blocks_[l]);
     }
   }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptCuda::EmbeddingsBackward(float* grads, int64_t batch,
+                                         const std::function<void(int)>& ready) {
   RM_RETURN_IF_ERROR(BeginGradients(wte_));
   RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
-    return EmbedBackward(g(wte_), g(wpe_), dx, index_, index_groups_, batch, t, c, vocab, stream_);
+    return EmbedBackward(Grad(grads, wte_), Grad(grads, wpe_), static_cast<T*>(dresidual_), index_,
+                         index_groups_, batch, options_.context, options_.width, options_.vocab,
+                         stream_);
   }));
   EndGradients(wte_);
   ready(wte_);
+  return absl::OkStatus();
+}
+
+absl::Status GptCuda::LinearWeights(float* grads, const void* x, const void* dy, int weight,
+                                    bool has_bias, int64_t rows, int64_t in, int64_t out,
+                                    int64_t dy_stride) {
+  if (deferring_) {
+    // The output gradient's buffer is reused by the next layer, and with checkpointing the
+    // input's by the next segment's recomputation: copies of both, for SliceBackwardWeights.
+    const int64_t act = half() ? 2 : 4;
+    RM_ASSIGN_OR_RETURN(const void* kept_dy,
+                        KeepForWeights(dy, rows * (dy_stride > 0 ? dy_stride : out) * act));
+    const void* kept_x = x;
+    if (segments_ > 1) {
+      RM_ASSIGN_OR_RETURN(kept_x, KeepForWeights(x, rows * in * act));
+    }
+    deferred_.push_back({weight, has_bias, kept_x, kept_dy, in, out, dy_stride});
+    return absl::OkStatus();
+  }
+  return Timed("matmul backward (weights, biases)", [&] {
+    return engine_->LinearBackwardWeightsFloatOutput(
+        cuda_options_.matmul, x, dy, Grad(grads, weight),
+        has_bias ? Grad(grads, weight + 1) : nullptr, rows, in, out, OutputMode::kAccumulate,
+        has_bias ? bias_scratch_ : nullptr, stream_, dy_stride);
+  });
+}
+
+absl::StatusOr<const void*> GptCuda::KeepForWeights(const void* from, int64_t bytes) {
+  char* to = deferred_base_ + deferred_used_;
+  deferred_used_ += (bytes + kDeferredAlign - 1) / kDeferredAlign * kDeferredAlign;
+  CHECK_LE(deferred_used_, deferred_arena_.bytes());
+  RM_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return to;
+}
+
+absl::Status GptCuda::ReserveDeferred(int64_t rows) {
+  const int64_t c = options_.width, act = half() ? 2 : 4;
+  const bool inputs = segments_ > 1;
+  // Per block: the output gradients of mlp.proj, mlp.fc, attn.proj and attn.qkv, and with
+  // checkpointing their inputs; the head: the logits' gradient (and lnf's output).
+  int64_t elements = blocks_in_slice_ * (c + hidden_ + c + 3 * attn_width_ +
+                                         (inputs ? hidden_ + c + attn_width_ + c : 0));
+  int64_t pieces = blocks_in_slice_ * (inputs ? 8 : 4);
+  if (cpu_->has_head()) {
+    elements += logits_stride_ + (inputs ? c : 0);
+    pieces += inputs ? 2 : 1;
+  }
+  const int64_t bytes = rows * elements * act + pieces * kDeferredAlign;
+  deferred_used_ = 0;
+  if (bytes <= deferred_arena_.bytes()) return absl::OkStatus();
+  return deferred_arena_.Fit(
+      [&](DeviceArena::Layout& layout) { deferred_base_ = static_cast<char*>(layout.Take(bytes)); },
+      absl::StrCat("GptCuda: deferred weight-gradient inputs for ", rows, " rows"));
+}
+
+absl::Status GptCuda::FromFloat(void* out, const float* in, int64_t n) {
+  if (half()) return Narrow(out, in, n);
+  return CudaToStatus(cudaMemcpyAsync(out, in, n * 4, cudaMemcpyDeviceToDevice, stream_),
+                      "cudaMemcpyAsync of a pipeline boundary");
+}
+
+absl::Status GptCuda::ToFloat(float* out, const void* in, int64_t n) {
+  if (half()) return Widen(out, in, n);
+  return CudaToStatus(cudaMemcpyAsync(out, in, n * 4, cudaMemcpyDeviceToDevice, stream_),
+                      "cudaMemcpyAsync of a pipeline boundary");
+}
+
+absl::Status GptCuda::CheckBoundary(const char* call, const char* what, const void* pointer,
+                                    bool wanted) const {
+  if ((pointer != nullptr) == wanted) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("GptCuda::", call, " of '", cpu_->Describe(), "': ", what,
+                   wanted ? " must be a device pointer of batch.size * context * width floats"
+                          : " must be null (this stage is an end of the pipeline)"));
+}
+
+absl::Status GptCuda::SliceForward(const Batch& batch, const float* params, const float* input,
+                                   float* output) {
+  if (!cuda_options_.flat_parameters || params == nullptr) {
+    return absl::InvalidArgumentError(
+        "GptCuda::SliceForward: params must be a device pointer of flat parameters "
+        "(GptCudaOptions::flat_parameters)");
+  }
+  RM_RETURN_IF_ERROR(CheckBoundary("SliceForward", "input", input, !cpu_->has_embeddings()));
+  RM_RETURN_IF_ERROR(CheckBoundary("SliceForward", "output", output, !cpu_->has_head()));
+  slice_batch_ = 0;
+  deferred_.clear();
+  RM_RETURN_IF_ERROR(PrepareCall(batch));
+  store_ = nullptr;
+  cast_group_ = -1;
+  cast_status_ = absl::OkStatus();
+  RM_RETURN_IF_ERROR(CastParameters(params));
+  const int64_t n = batch.size * options_.context * options_.width;
+  RM_RETURN_IF_ERROR(ByPrecision([&](auto zero) -> absl::Status {
+    using T = decltype(zero);
+    if (cpu_->has_embeddings()) {
+      RM_RETURN_IF_ERROR(EmbeddingsForward<T>(params, batch.size));
+    } else {
+      RM_RETURN_IF_ERROR(
+          Timed("pipeline boundary", [&] { return FromFloat(Stream(0), input, n); }));
+    }
+    RM_RETURN_IF_ERROR(BlocksForward<T>(params, batch.size));
+    if (cpu_->has_head()) return HeadForward<T>(params, batch.size);
+    return Timed("pipeline boundary", [&] { return ToFloat(output, Stream(blocks_in_slice_), n); });
+  }));
+  slice_params_ = params;
+  slice_batch_ = batch.size;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> GptCuda::SliceLoss() {
+  if (!cpu_->has_head() || slice_batch_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GptCuda::SliceLoss of '", cpu_->Describe(), "': only the last stage, after SliceForward"));
+  }
+  const int64_t rows = slice_batch_ * options_.context;
+  slice_batch_ = 0;
+  // The cross-entropy's gradient goes to dbig_, unread.
+  RM_RETURN_IF_ERROR(ByPrecision([&](auto zero) { return Loss<decltype(zero)>(rows, 1.0f); }));
+  return ReadStats(rows);
+}
+
+absl::StatusOr<StepStats> GptCuda::SliceBackward(float* grads,
+                                                 const ForwardBackwardOptions& options,
+                                                 const float* output_grad, float* input_grad,
+                                                 bool defer_weights, bool discard) {
+  RM_RETURN_IF_ERROR(CheckLossOptions(options));
+  if (options.store != nullptr) {
+    return absl::InvalidArgumentError(
+        "GptCuda::SliceBackward: a ParameterStore (not for "
+        "pipeline stages)");
+  }
+  if (slice_batch_ == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GptCuda::SliceBackward of '", cpu_->Describe(), "' before its SliceForward"));
+  }
+  if (options.precision != precision_ || grads == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptCuda::SliceBackward: want options.precision ", PrecisionName(precision_),
+                     " (the model's) and a device pointer for the gradients"));
+  }
+  RM_RETURN_IF_ERROR(CheckBoundary("SliceBackward", "output_grad", output_grad, !cpu_->has_head()));
+  RM_RETURN_IF_ERROR(
+      CheckBoundary("SliceBackward", "input_grad", input_grad, !cpu_->has_embeddings()));
+  const int64_t batch = slice_batch_, rows = batch * options_.context;
+  const int64_t n = rows * options_.width;
+  const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
+  deferred_.clear();
+  if (defer_weights) RM_RETURN_IF_ERROR(ReserveDeferred(rows));
+  const std::function<void(int)> no_announcements = [](int) {};
+  deferring_ = defer_weights;
+  absl::Status status = ByPrecision([&](auto zero) -> absl::Status {
+    using T = decltype(zero);
+    if (cpu_->has_head()) {
+      if (discard) {  // a stand-in micro-batch: the loss's gradient is zero
+        RM_RETURN_IF_CUDA_ERROR(
+            cudaMemsetAsync(dbig_, 0, rows * logits_stride_ * sizeof(T), stream_));
+      } else {
+        RM_RETURN_IF_ERROR(Loss<T>(rows, scale));
+      }
+      RM_RETURN_IF_ERROR(HeadBackward<T>(slice_params_, grads, batch, no_announcements));
+    } else {
+      RM_RETURN_IF_ERROR(
+          Timed("pipeline boundary", [&] { return FromFloat(dresidual_, output_grad, n); }));
+    }
+    RM_RETURN_IF_ERROR(BlocksBackward<T>(slice_params_, grads, batch, no_announcements));
+    if (cpu_->has_embeddings()) return EmbeddingsBackward<T>(grads, batch, no_announcements);
+    return Timed("pipeline boundary", [&] { return ToFloat(input_grad, dresidual_, n); });
+  });
+  deferring_ = false;
+  RM_RETURN_IF_ERROR(status);
+  StepStats stats;
+  if (cpu_->has_head() && !discard) {
+    RM_ASSIGN_OR_RETURN(stats, ReadStats(rows));
+  }
+  if (!defer_weights) slice_batch_ = 0;
+  return stats;
+}
+
+absl::Status GptCuda::SliceBackwardWeights(float* grads, const ForwardBackwardOptions& options) {
+  if (slice_batch_ == 0 || deferred_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("GptCuda::SliceBackwardWeights of '",
+                                                      cpu_->Describe(),
+                                                      "': no SliceBackward deferred its weights"));
+  }
+  if (options.precision != precision_ || grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptCuda::SliceBackwardWeights: want options.precision ", PrecisionName(precision_),
+        " (the model's) and a device pointer for the gradients"));
+  }
+  const int64_t rows = slice_batch_ * options_.context;
+  for (const DeferredWeights& d : deferred_) {
+    RM_RETURN_IF_ERROR(LinearWeights(grads, d.in, d.dout, d.weight, d.has_bias, rows, d.in_features,
+                                     d.out_features, d.dout_stride));
+  }
+  deferred_.clear();
+  slice_batch_ = 0;
   return absl::OkStatus();
 }
 
@@ -663,7 +1017,6 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
                                     int64_t l) {
   const int64_t t = options_.context, c = options_.width, rows = batch * t;
   const kc::MatMulType type = cuda_options_.matmul;
-  constexpr OutputMode kAdd = OutputMode::kAccumulate;  // grads are zeroed or accumulated
   auto act = [](void* a) { return static_cast<T*>(a); };
   T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
   T* dsmall = act(dsmall_);
@@ -673,28 +1026,29 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   auto mw = [&](BlockTensor k) { return MatMulParam(params, first + k); };
   auto gw = [&](BlockTensor k) { return Grad(grads, first + k); };
   const BlockActivations& a = Slot(l);
+  const int64_t ca = attn_width_;  // this tensor-parallel rank's heads' width
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
+  // With tensor parallelism this rank holds hidden_ of the 4 width hidden units and ca of the
+  // width attention channels; the input gradients of mlp.fc and attn.qkv are partial sums.
   RM_RETURN_IF_ERROR(BeginGradients(first + kFcProjWeight));
-  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
-    return engine_->LinearBackwardWeightsFloatOutput(type, a.gelu, dx, gw(kFcProjWeight),
-                                                     gw(kFcProjBias), rows, 4 * c, c, kAdd,
-                                                     bias_scratch_, stream_);
-  }));
+  RM_RETURN_IF_ERROR(
+      LinearWeights(grads, a.gelu, dx, first + kFcProjWeight, true, rows, hidden_, c));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, 4 * c, c, stream_);
+    return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, hidden_, c,
+                                        stream_);
   }));
   EndGradients(first + kFcProjWeight);
-  RM_RETURN_IF_ERROR(Timed(
-      "gelu backward", [&] { return GeluBackward(dbig, act(a.fc), dbig, rows * 4 * c, stream_); }));
-  RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
-  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
-    return engine_->LinearBackwardWeightsFloatOutput(type, a.ln2, dbig, gw(kFcWeight), gw(kFcBias),
-                                                     rows, c, 4 * c, kAdd, bias_scratch_, stream_);
+  RM_RETURN_IF_ERROR(Timed("gelu backward", [&] {
+    return GeluBackward(dbig, act(a.fc), dbig, rows * hidden_, stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln2, dbig, first + kFcWeight, true, rows, c, hidden_));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, 4 * c, stream_);
+    return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, hidden_,
+                                        stream_);
   }));
   EndGradients(first + kFcWeight);
+  RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn2Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual),
@@ -704,31 +1058,24 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   EndGradients(first + kLn2Weight);
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
   RM_RETURN_IF_ERROR(BeginGradients(first + kProjWeight));
-  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
-    return engine_->LinearBackwardWeightsFloatOutput(type, a.attention, dx, gw(kProjWeight),
-                                                     gw(kProjBias), rows, c, c, kAdd, bias_scratch_,
-                                                     stream_);
-  }));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.attention, dx, first + kProjWeight, true, rows, ca, c));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, c, c, stream_);
+    return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, ca, c, stream_);
   }));
   EndGradients(first + kProjWeight);
   T* dqkv = dbig;
   RM_RETURN_IF_ERROR(Timed("attention backward", [&] {
     return kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention), a.lse,
-                                    attention_scratch_, batch, t, c, options_.heads, stream_);
+                                    attention_scratch_, batch, t, ca, heads_local_, stream_);
   }));
   RM_RETURN_IF_ERROR(BeginGradients(first + kQkvWeight));
-  RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
-    return engine_->LinearBackwardWeightsFloatOutput(type, a.ln1, dqkv, gw(kQkvWeight),
-                                                     gw(kQkvBias), rows, c, 3 * c, kAdd,
-                                                     bias_scratch_, stream_);
-  }));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln1, dqkv, first + kQkvWeight, true, rows, c, 3 * ca));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * c,
+    return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * ca,
                                         stream_);
   }));
   EndGradients(first + kQkvWeight);
+  RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn1Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)),

@@ -24,6 +24,13 @@
 // Activation checkpointing as GptModel's (options.checkpoint_every = k): only every k-th
 // block's input is kept, and backward recomputes each segment's activations before its
 // blocks' gradients (one extra forward of all but the last segment).
+// Tensor parallelism (GptOptions::tp_size > 1) as GptModel's (Megatron's split: this rank's
+// heads of attn.qkv and columns of attn.proj, its hidden units of mlp.fc and columns of
+// mlp.proj; the rest replicated): the flat parameters and gradients are the rank's table
+// (cpu_model().table(), cpu_model().shard(i)), and the group's sums go through
+// set_tensor_parallel_sum's callback on device memory (below). Pipeline stages' slices
+// (GptOptions::first_block / end_block) run through the Slice* calls (below), on device
+// pointers; profile_ms() counts ForwardBackward's work only.
 // Not here: attention that keeps its probabilities (memory_efficient_attention must be
 // true): UNIMPLEMENTED.
 //
@@ -137,14 +144,91 @@ class GptCuda {
   // (an event recorded in the callback; GradientSync does this through its VectorOps).
   // With options.store (above) `params` and `grads` are not used (they may be null), and
   // options.accumulate is INVALID_ARGUMENT (the store sums micro-batches), as in GptModel.
+  // FAILED_PRECONDITION on a pipeline stage's slice (use the Slice* calls below).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const float* params,
                                             float* grads, const ForwardBackwardOptions& options);
 
   // The activations' precision: kFloat32, or kBFloat16 / kFloat16 with a 16-bit matmul.
   Precision precision() const { return precision_; }
 
+  // Tensor parallelism (GptOptions::tp_size > 1; the split and the shards as GptModel's,
+  // cpu_model().shard(i)): the group's in-place sum of `count` fp32 values at `device_data`,
+  // called 2 times per block in forward (the partial outputs of attn.proj and mlp.proj,
+  // before their replicated bias is added) and 2 in backward (the partial input gradients of
+  // mlp.fc and attn.qkv), plus once per recomputed row-parallel projection with activation
+  // checkpointing (as many as GptModel makes): the same calls, in the same order, with the
+  // same counts, on every rank of the group. The call comes once the partial values'
+  // kernels have been ENQUEUED on `stream` (= stream()), not run; the callback must make work
+  // enqueued on `stream` after it returns see the sums in place: ncclAllReduce(data, data,
+  // count, ncclFloat32, ncclSum, comm, stream), or cudaStreamSynchronize(stream), a sum on
+  // the host and a copy back. `device_data` stays valid and untouched by the model until
+  // that work has run. A non-OK status ends the model's call with it (the parameters'
+  // gradients are then garbage). Required before the first ForwardBackward when tp_size > 1
+  // (FAILED_PRECONDITION otherwise).
+  //
+  // Precision of the sums: always fp32. In fp32/tf32 the partial products are fp32 and
+  // summed in place. In bf16/fp16 each rank's partial product comes out of the matrix
+  // product rounded once to 16 bits (as every product's output is), is widened exactly into
+  // an fp32 buffer, summed there in fp32, has the replicated bias added in fp32 (for the
+  // projections) and is rounded once to 16 bits. GptModel in bf16 keeps the partial
+  // products in fp32 before the sum: this adds one 16-bit rounding per partial (relative
+  // 2^-9 for bf16), which the tests bound (gpt_cuda_tp_test.cc). Megatron sums the 16-bit
+  // partials in 16 bits; fp32 sums keep the group's result independent of the group's size
+  // up to fp32 rounding.
+  using DeviceSum =
+      std::function<absl::Status(float* device_data, int64_t count, cudaStream_t stream)>;
+  void set_tensor_parallel_sum(DeviceSum sum) { tp_sum_ = std::move(sum); }
+
+  // Pipeline stages (GptOptions::first_block / end_block: GptModel's slices, the flat
+  // parameters and gradients laid out by cpu_model().table(), which holds only the slice's
+  // tensors): one micro-batch through this slice in three calls, as GptModel's Slice* calls
+  // but on device pointers and the stream. The object keeps one micro-batch's activations (a
+  // stage with several in flight holds one GptCuda each). ForwardBackward on a slice that is
+  // not the whole model is FAILED_PRECONDITION.
+  //
+  // The boundary (the activation leaving a stage and entering the next, and its gradient) is
+  // fp32 on the device, [batch.size * context, width] row-major. In fp32/tf32 it is the
+  // residual stream itself; in bf16/fp16 it is the 16-bit residual stream widened exactly,
+  // and the next stage rounds it back exactly: chaining slices gives the whole model's
+  // arithmetic (the tests find the same gradients, within fp32 rounding of the products'
+  // orders). Twice the bytes of 16-bit values on the wire, which the pipeline executor may
+  // cast if it wants.
+  //
+  // SliceForward: `params` (device, total_elements() floats; GptCudaOptions::flat_parameters)
+  // must stay alive and unchanged until the micro-batch's backward is done. `input` is the
+  // previous stage's output (null on the first stage), `output` receives this slice's (null
+  // on the last stage); INVALID_ARGUMENT for a pointer given or missing against that, or a bad
+  // batch (as ForwardBackward). The batch's tokens are read by the first stage (inputs) and
+  // the last (targets). The work is ENQUEUED on stream(): `output` is ready for work enqueued
+  // on stream() after the call (another stream must wait for an event recorded on it).
+  absl::Status SliceForward(const Batch& batch, const float* params, const float* input,
+                            float* output);
+  // SliceBackward, after SliceForward: from the gradient of the slice's output (null on the
+  // last stage, which starts from its loss scaled by options.loss_scale / loss_divisor) to
+  // the gradient of its input (null on the first stage), ADDING the parameters' gradients to
+  // `grads` (device; zero them before a step's first micro-batch; options.accumulate and
+  // on_grads_ready are ignored, options.store must be null, options.precision must be
+  // precision()). With defer_weights the linear layers' weight and bias gradients are left for
+  // SliceBackwardWeights (their inputs' gradients, and with checkpointing their inputs, copied
+  // into device memory held until then: activation_bytes() counts it); LayerNorms and the
+  // embeddings are done here: the zero-bubble schedule's split. With discard (the last stage:
+  // a stand-in micro-batch that does not count) the loss's gradient is zero, so every
+  // gradient it adds is zero, and the StepStats are zeros. StepStats: the loss on the last
+  // stage (the call then waits for the stream), zeros elsewhere. FAILED_PRECONDITION without a
+  // SliceForward. With tensor parallelism the sums are those of ForwardBackward's backward.
+  absl::StatusOr<StepStats> SliceBackward(float* grads, const ForwardBackwardOptions& options,
+                                          const float* output_grad, float* input_grad,
+                                          bool defer_weights, bool discard = false);
+  // The deferred weight gradients of the last SliceBackward, added to `grads`
+  // (FAILED_PRECONDITION if none are pending): bit for bit what SliceBackward without
+  // defer_weights adds.
+  absl::Status SliceBackwardWeights(float* grads, const ForwardBackwardOptions& options);
+  // After SliceForward on the last stage: its micro-batch's loss, for a forward-only pass
+  // (waits for the stream); FAILED_PRECONDITION elsewhere or without a SliceForward.
+  absl::StatusOr<StepStats> SliceLoss();
+
   // Device bytes held for activations, tokens and scratch (the largest batch so far).
-  int64_t activation_bytes() const { return arena_.bytes(); }
+  int64_t activation_bytes() const { return arena_.bytes() + deferred_arena_.bytes(); }
   // Elements from one row of the logits to the next (vocab rounded up to
   // GptCudaOptions::logits_row_alignment).
   int64_t logits_stride() const { return logits_stride_; }
@@ -199,14 +283,64 @@ class GptCuda {
   // logits_stride_ with a 16-bit copy (its padding rows zero), vocab in fp32.
   int64_t HeadRows() const { return half() ? logits_stride_ : options_.vocab; }
   // Elements of the lm_head copy's padding rows: the last ones of params16_.
-  int64_t HeadPadding() const { return (logits_stride_ - options_.vocab) * options_.width; }
-  // The residual stream at `block`'s input (block == layers: the last block's output). With
-  // checkpointing only each segment's input is kept; the streams inside a segment share
-  // segment_ - 1 buffers, as in GptModel.
+  int64_t HeadPadding() const {
+    return cpu_->has_head() ? (logits_stride_ - options_.vocab) * options_.width : 0;
+  }
+  // The residual stream at `block`'s input (block == blocks_in_slice_: the last block's
+  // output). With checkpointing only each segment's input is kept; the streams inside a
+  // segment share segment_ - 1 buffers, as in GptModel.
   void* Stream(int64_t block) const;
   const BlockActivations& Slot(int64_t block) const { return slots_[block % segment_]; }
+  // The batch's checks (cpu_model().CheckBatch), activations for it, its tokens uploaded
+  // (their targets kept in targets_host_), this call's profile intervals begun.
+  absl::Status PrepareCall(const Batch& batch);
+  // FAILED_PRECONDITION naming `call` for a pipeline stage's slice.
+  absl::Status CheckWhole(const char* call) const;
+  // The 16-bit copy of the flat parameters (nothing in fp32).
+  absl::Status CastParameters(const float* params);
+  // Waits for the stream; the loss and accuracy of the last Loss over `rows`.
+  absl::StatusOr<StepStats> ReadStats(int64_t rows);
+  // run(T{}) with T the activations' type (float, __nv_bfloat16 or __half).
+  template <typename F>
+  absl::Status ByPrecision(F run);
+  // Forward: the embeddings (into Stream(0)), the blocks, lnf and the LM head (the logits).
   template <typename T>
   absl::Status Forward(const float* params, int64_t batch);
+  template <typename T>
+  absl::Status EmbeddingsForward(const float* params, int64_t batch);
+  template <typename T>
+  absl::Status BlocksForward(const float* params, int64_t batch);
+  template <typename T>
+  absl::Status HeadForward(const float* params, int64_t batch);
+  // The cross-entropy of the logits (loss_, predicted_) and its gradient × scale (dbig_).
+  template <typename T>
+  absl::Status Loss(int64_t rows, float scale);
+  // Backward from dbig_ (the logits' gradient): the LM head and lnf (leaving the gradient of
+  // the last block's output in dresidual_), the blocks, the embeddings; `ready` gets each
+  // parameter group's first tensor once its gradient kernels are enqueued.
+  template <typename T>
+  absl::Status HeadBackward(const float* params, float* grads, int64_t batch,
+                            const std::function<void(int)>& ready);
+  template <typename T>
+  absl::Status BlocksBackward(const float* params, float* grads, int64_t batch,
+                              const std::function<void(int)>& ready);
+  template <typename T>
+  absl::Status EmbeddingsBackward(float* grads, int64_t batch,
+                                  const std::function<void(int)>& ready);
+  // A linear layer's weight (and bias) gradient, added to `grads`, from its input x
+  // [rows, in] and output gradient dy [rows, out] (rows dy_stride apart; 0: out): now, or
+  // while deferring_ kept (copies) in deferred_ for SliceBackwardWeights.
+  absl::Status LinearWeights(float* grads, const void* x, const void* dy, int weight, bool has_bias,
+                             int64_t rows, int64_t in, int64_t out, int64_t dy_stride = 0);
+  // A copy of `bytes` at `from` in the deferred arena (laid out by ReserveDeferred).
+  absl::StatusOr<const void*> KeepForWeights(const void* from, int64_t bytes);
+  absl::Status ReserveDeferred(int64_t rows);
+  // A pipeline boundary's fp32 values into activations (rounded in 16-bit) and back (exact).
+  absl::Status FromFloat(void* out, const float* in, int64_t n);
+  absl::Status ToFloat(float* out, const void* in, int64_t n);
+  // INVALID_ARGUMENT naming `what` unless `pointer` is non-null exactly when `wanted`.
+  absl::Status CheckBoundary(const char* call, const char* what, const void* pointer,
+                             bool wanted) const;
   // A block up to its GELU (into its slot), and its output projection and residual (into
   // Stream(block + 1)): backward recomputes the first for every block of a segment and the
   // second for all but the segment's last.
@@ -219,6 +353,22 @@ class GptCuda {
                                const std::function<void(int64_t)>& on_grads_ready);
   template <typename T>
   absl::Status BlockBackward(const float* params, float* grads, int64_t batch, int64_t block);
+  // attn.proj or mlp.proj (`weight`, its bias next): out [rows, width] = in · weightᵀ + bias;
+  // with tensor parallelism the partial product summed over the group, then the bias.
+  absl::Status RowParallelForward(const float* params, const void* in, int weight, void* out,
+                                  int64_t rows, int64_t in_features);
+  // With tensor parallelism: the partial input gradient of a column-parallel layer at `data`
+  // (n activations) summed over the group in place. Nothing with tp_size 1.
+  absl::Status SumInputGradient(void* data, int64_t n);
+  // The group's sum of the n activations at `data`, in fp32: in place (fp32), or widened into
+  // tp_partials_ (16-bit); NarrowSum then rounds such a sum back into `data` (nothing in fp32).
+  absl::StatusOr<float*> SumPartials(void* data, int64_t n);
+  absl::Status NarrowSum(void* data, const float* sum, int64_t n);
+  // out = in (n 16-bit activations) widened to fp32, and back (rounded).
+  absl::Status Widen(float* out, const void* in, int64_t n);
+  absl::Status Narrow(void* out, const float* in, int64_t n);
+  // FAILED_PRECONDITION if tensor parallelism has no sum.
+  absl::Status CheckTensorParallelSum() const;
   // Runs `launch` (which enqueues work on stream_), between two events when profiling.
   template <typename Launch>
   absl::Status Timed(const char* what, Launch launch);
@@ -233,9 +383,14 @@ class GptCuda {
   bool half() const { return precision_ != Precision::kFloat32; }
 
   const Precision precision_;  // of the activations
-  const int64_t segment_;   // blocks per checkpointed segment; layers without checkpointing
-  const int64_t segments_;  // ceil(layers / segment_)
+  const int64_t blocks_in_slice_;  // layers, or a pipeline stage's blocks
+  const int64_t segment_;          // blocks per checkpointed segment; all without checkpointing
+  const int64_t segments_;         // ceil(blocks_in_slice_ / segment_)
   const int64_t logits_stride_;  // elements from one row of the logits to the next
+  // Per tensor-parallel rank (the whole model's with tp_size 1): attention width (heads_local_
+  // heads), heads, MLP hidden units.
+  const int64_t attn_width_, heads_local_, hidden_;
+  DeviceSum tp_sum_;
   // 16-bit copy of the parameters (bf16 and fp16 only), copy_elements_ long: every flat
   // offset, or (without flat_parameters) the span of the group cast last, each group's at
   // copy_offset_[group] (see parameter_copy_bytes). The lm_head's padding rows follow its
@@ -243,8 +398,8 @@ class GptCuda {
   void* params16_ = nullptr;
   std::vector<int64_t> copy_offset_;  // where each group's first tensor is in params16_
   int64_t copy_elements_ = 0;
-  int wte_ = 0, wpe_ = 0, lnf_ = 0, lm_head_ = 0;
-  std::vector<int> blocks_;  // each block's first tensor
+  int wte_ = -1, wpe_ = -1, lnf_ = -1, lm_head_ = -1;  // -1: not in this slice
+  std::vector<int> blocks_;             // each block's first tensor (the slice's blocks, from 0)
   std::vector<ParameterGroup> groups_;  // cpu_'s parameter groups
   std::vector<int> group_of_tensor_;
 
@@ -265,6 +420,28 @@ class GptCuda {
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *predicted_ = nullptr, *index_ = nullptr;
   int64_t index_groups_ = 0;
+  // Tensor parallelism only: [rows] ones and a [width] bias (fp32) for the bias after a
+  // row-parallel sum; in 16-bit the fp32 sums, [rows, width].
+  float *ones_ = nullptr, *tp_bias_ = nullptr, *tp_partials_ = nullptr;
+  std::vector<int32_t> targets_host_;  // the current call's targets
+
+  // Pipeline slices: the micro-batch of the last SliceForward (samples; 0: none pending),
+  // its parameters, and the weight gradients SliceBackward deferred.
+  int64_t slice_batch_ = 0;
+  const float* slice_params_ = nullptr;
+  struct DeferredWeights {
+    int weight;  // the tensor; its bias (if any) follows
+    bool has_bias;
+    const void* in;    // [rows, in_features] activations
+    const void* dout;  // [rows, out_features] activations, rows dout_stride apart (0: dense)
+    int64_t in_features, out_features, dout_stride;
+  };
+  bool deferring_ = false;
+  std::vector<DeferredWeights> deferred_;
+  static constexpr int64_t kDeferredAlign = 256;  // bytes; cuBLASLt wants 16
+  DeviceArena deferred_arena_{stream_};
+  char* deferred_base_ = nullptr;
+  int64_t deferred_used_ = 0;  // bytes
 
   // Profiling: events recorded this call (what, start, end), and a pool of spare events.
   struct TimedLaunch {
