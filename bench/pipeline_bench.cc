@@ -120,6 +120,7 @@ train::nn::GptOptions Gpt(const PipelineBenchOptions& o) {
   g.heads = o.heads;
   g.context = o.context;
   g.vocab = o.vocab;
+  g.memory_efficient_attention = !o.keep_probabilities;
   return g;
 }
 
@@ -533,15 +534,16 @@ std::vector<PipelineGoal> PipelineGoals(const PipelineBenchResult& result) {
 
 std::string FormatPipelineTable(const PipelineBenchOptions& o, const PipelineBenchResult& r) {
   std::string t = absl::StrFormat(
-      "GPT %d blocks x %d wide, %d heads, context %d, vocab %d; %d samples per micro-batch; "
+      "GPT %d blocks x %d wide, %d heads, context %d, vocab %d%s; %d samples per micro-batch; "
       "P = %d ranks (1 BLAS thread each); %d warm-up + %d timed steps per row\n"
       "bubble: 1 - compute / time in the executor, per rank over the timed steps (mean and max "
       "over ranks); formula (P-1)/(m+P-1) for gpipe and 1f1b; FormulaBubble and Simulate with "
       "the F/B/W costs measured in the row (ms per micro-batch and P-stage, mean over ranks; "
       "B is the whole backward unless W is split out); cpu: CPU time / wall time inside the "
       "stages' calls (below ~95%%: the core was shared while computing)\n\n",
-      o.layers, o.width, o.heads, o.context, o.vocab, o.batch, r.ranks, kPipelineWarmupSteps,
-      r.steps);
+      o.layers, o.width, o.heads, o.context, o.vocab,
+      o.keep_probabilities ? ", attention keeping probabilities" : "", o.batch, r.ranks,
+      kPipelineWarmupSteps, r.steps);
   absl::StrAppendFormat(&t, "%-17s %3s %2s %7s %7s %9s %9s %9s %9s %9s %7s %7s %7s %5s\n",
                         "schedule", "m", "v", "bubble", "max", "(P-1)/", "formula", "simulated",
                         "step ms", "tokens/s", "F ms", "B ms", "W ms", "cpu");

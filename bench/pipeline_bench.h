@@ -44,6 +44,10 @@ struct PipelineBenchOptions {
   int64_t context = 128;
   int64_t vocab = 256;
   int64_t batch = 4;  // samples per micro-batch
+  // The attention keeps its probabilities for backward instead of recomputing them from the
+  // log-sum-exps (nn::GptOptions::memory_efficient_attention false): a lighter backward's
+  // input-gradient part, more activation memory.
+  bool keep_probabilities = false;
   int steps = 5;      // timed steps per schedule × m, after kPipelineWarmupSteps
   uint64_t seed = 1;
 };

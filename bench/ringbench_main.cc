@@ -115,6 +115,9 @@ ABSL_FLAG(int64_t, width, 256, "ringbench pipeline: the GPT's width");
 ABSL_FLAG(int64_t, heads, 4, "ringbench pipeline: attention heads (must divide --width)");
 ABSL_FLAG(int64_t, context, 128, "ringbench pipeline: tokens per sample");
 ABSL_FLAG(int64_t, vocab, 256, "ringbench pipeline: vocabulary size");
+ABSL_FLAG(bool, keep_probabilities, false,
+          "ringbench pipeline: the attention keeps its probabilities for backward (a lighter "
+          "input-gradient pass, more activation memory) instead of recomputing them");
 ABSL_FLAG(int, steps, 5,
           "ringbench pipeline: timed steps per schedule and m (after 2 warm-up steps)");
 
@@ -481,6 +484,7 @@ int PipelineMain(bool batch_given) {
   options.heads = absl::GetFlag(FLAGS_heads);
   options.context = absl::GetFlag(FLAGS_context);
   options.vocab = absl::GetFlag(FLAGS_vocab);
+  options.keep_probabilities = absl::GetFlag(FLAGS_keep_probabilities);
   options.steps = absl::GetFlag(FLAGS_steps);
   absl::StatusOr<std::vector<train::pipeline::ScheduleKind>> schedules =
       ParsePipelineSchedules(absl::GetFlag(FLAGS_schedules));
