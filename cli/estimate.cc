@@ -10,6 +10,7 @@
 #include "config/train_config.h"
 #include "spec/job_spec.h"
 #include "train/model_factory.h"
+#include "train/trainer_mesh.h"
 
 namespace ringmaster::cli {
 namespace {
@@ -37,6 +38,19 @@ std::string Strategies(const train::TrainConfig& c) {
           ? absl::StrCat(", activation checkpointing every ", c.model.gpt.checkpoint_every)
           : std::string(),
       "; reduce in ", train::PrecisionName(c.reduce_precision));
+}
+
+// The heading's job, model and training lines (the batch and strategies are the caller's).
+EstimateHeading Heading(const JobSpec& spec, const train::TrainConfig& config,
+                        const train::Model& model, int world) {
+  EstimateHeading h;
+  h.job = spec.name();
+  h.model = model.Describe();
+  h.parameters = model.table().parameter_count();
+  h.world = world;
+  h.precision = train::PrecisionName(config.precision);
+  h.optimizer = OptimizerName(config.optimizer);
+  return h;
 }
 
 absl::Status InSpec(const std::string& file, const absl::Status& s) {
@@ -99,6 +113,47 @@ std::string FormatMemoryPlans(const EstimateHeading& h,
       "CPU ranks (a GPU's activations differ); train/memory_plan.h has the details.\n");
 }
 
+std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::MeshRankPlan>& plans,
+                            OutputFormat format) {
+  if (format == OutputFormat::kJson || format == OutputFormat::kYaml) {
+    nlohmann::ordered_json doc = MemoryPlansJson(h, {});
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const train::MeshRankPlan& p : plans) {
+      nlohmann::ordered_json row;
+      row["pp_rank"] = p.pp_rank;
+      row["tp_rank"] = p.tp_rank;
+      row["elements"] = p.elements;
+      row["block_elements"] = p.block_elements;
+      row["parameter_bytes"] = p.parameter_bytes;
+      row["compute_copy_bytes"] = p.compute_copy_bytes;
+      row["gradient_bytes"] = p.gradient_bytes;
+      row["optimizer_bytes"] = p.optimizer_bytes;
+      row["activation_bytes_per_micro_batch"] = p.activation_bytes_per_micro_batch;
+      row["peak_in_flight"] = p.peak_in_flight;
+      row["activation_bytes"] = p.activation_bytes;
+      row["total_bytes"] = p.total_bytes();
+      rows.push_back(std::move(row));
+    }
+    doc["per_rank"] = std::move(rows);
+    return FormatJsonValue(doc, format);
+  }
+  std::vector<std::vector<std::string>> rows = {{"PER RANK (MiB)", "PARAMETERS", "GRADIENTS",
+                                                 "OPTIMIZER", "ACTIVATIONS", "IN FLIGHT", "TOTAL"}};
+  for (const train::MeshRankPlan& p : plans) {
+    rows.push_back({absl::StrCat("pp ", p.pp_rank, " tp ", p.tp_rank),
+                    MiB(p.parameter_bytes + p.compute_copy_bytes), MiB(p.gradient_bytes),
+                    MiB(p.optimizer_bytes), MiB(p.activation_bytes),
+                    absl::StrFormat("%.2f", p.peak_in_flight), MiB(p.total_bytes())});
+  }
+  return absl::StrCat(
+      h.job, ": ", h.model, " (", h.parameters, " parameters) on ", h.world, " rank(s)\n",
+      h.precision, ", ", h.optimizer, "; ", h.batch, "\n", h.strategies, "\n", FormatTable(rows),
+      "A row per (pp, tp) coordinate; its data-parallel replicas hold the same. PARAMETERS:\n"
+      "the stages' fp32 buffer and, in bf16/fp16, each model in flight's rounded copy.\n"
+      "ACTIVATIONS: one micro-batch measured through the rank's stages, times the schedule's\n"
+      "peak of micro-batches in flight (IN FLIGHT, simulated). CPU ranks.\n");
+}
+
 absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,
                                                OutputFormat format) {
   const std::string& file = flags.spec_file;
@@ -110,18 +165,33 @@ absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,
   absl::StatusOr<std::unique_ptr<train::Model>> model =
       train::CreateModel(config->model, train::DescribeJobData(*config));
   if (!model.ok()) return InSpec(file, model.status());
+  if (train::HasMesh(*config)) {
+    absl::StatusOr<std::vector<train::MeshRankPlan>> plans = train::PlanMeshMemory(*config, world);
+    if (!plans.ok()) return InSpec(file, plans.status());
+    const train::MeshConfig& mesh = config->mesh;
+    const int dp = world / (mesh.tp * mesh.pp);
+    absl::StatusOr<train::data::BatchPlan> batches = train::PlanPipelineBatches(*config, dp);
+    if (!batches.ok()) return InSpec(file, batches.status());
+    EstimateHeading h = Heading(*spec, *config, **model, world);
+    h.batch = absl::StrCat(batches->DebugString(), " (W: the data-parallel replicas)");
+    absl::StatusOr<train::pipeline::ScheduleOptions> schedule = train::MeshSchedule(*config, dp);
+    if (!schedule.ok()) return InSpec(file, schedule.status());
+    h.strategies =
+        absl::StrCat("mesh pp ", mesh.pp, " x dp ", dp, " x tp ", mesh.tp, "; ",
+                     train::pipeline::ScheduleName(schedule->kind), " over ", schedule->ranks,
+                     " stage-rank(s), ", schedule->micro_batches, " micro-batches",
+                     schedule->virtual_stages > 1
+                         ? absl::StrCat(", ", schedule->virtual_stages, " virtual stages")
+                         : std::string(),
+                     "; ZeRO-", config->zero_stage, " along dp");
+    return FormatMeshPlans(h, *plans, format);
+  }
   absl::StatusOr<train::data::BatchPlan> batches = train::PlanRankBatches(*config, world);
   if (!batches.ok()) return InSpec(file, batches.status());
   absl::StatusOr<std::vector<train::RankMemoryPlan>> plans =
       train::PlanEveryConfiguration(*config, world);
   if (!plans.ok()) return InSpec(file, plans.status());
-  EstimateHeading h;
-  h.job = spec->name();
-  h.model = (*model)->Describe();
-  h.parameters = (*model)->table().parameter_count();
-  h.world = world;
-  h.precision = train::PrecisionName(config->precision);
-  h.optimizer = OptimizerName(config->optimizer);
+  EstimateHeading h = Heading(*spec, *config, **model, world);
   h.batch = batches->DebugString();
   h.strategies = Strategies(*config);
   return FormatMemoryPlans(h, *plans, format);

@@ -21,6 +21,7 @@
 #include "cli/output.h"
 #include "nlohmann/json.hpp"
 #include "train/memory_plan.h"
+#include "train/mesh_memory.h"
 
 namespace ringmaster::cli {
 
@@ -43,12 +44,19 @@ std::string FormatMemoryPlans(const EstimateHeading& heading,
 nlohmann::ordered_json MemoryPlansJson(const EstimateHeading& heading,
                                        const std::vector<train::RankMemoryPlan>& plans);
 
+// A job with a mesh (parallelism.mesh tp × pp): one row per (pp, tp) coordinate of
+// train::PlanMeshMemory, for the job's ZeRO stage along dp; `heading.batch` describes the
+// replicas' micro-batches and `heading.strategies` the mesh and schedule.
+std::string FormatMeshPlans(const EstimateHeading& heading,
+                            const std::vector<train::MeshRankPlan>& plans, OutputFormat format);
+
 // Loads the spec (with `flags.overrides`), plans every configuration for flags.world ranks
 // (the spec's elastic.min_ranks when 0) and formats them. Errors, each starting with
 // "--spec FILE: ": the spec loader's (NOT_FOUND for a missing file, INVALID_ARGUMENT listing
 // the YAML's problems by line), INVALID_ARGUMENT naming a field the engine cannot run or
 // the batch that does not fit the world, RESOURCE_EXHAUSTED when one micro-batch's
-// activations do not fit this machine.
+// activations do not fit this machine. A job with a mesh gets FormatMeshPlans's rows
+// instead (its ranks hold different parts; ZeRO-3 does not compose with a mesh).
 absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,
                                                OutputFormat format);
 

@@ -83,6 +83,37 @@ TEST(EstimateSpecMemory, TheTableForPeople) {
   EXPECT_THAT(*text, HasSubstr("fp32, sgd with momentum; B=512 W=2"));
 }
 
+// A job with a mesh: a row per (pp, tp) coordinate, each with its stages' share; the first
+// pipeline rank holds more micro-batches in flight under 1F1B than the last.
+TEST(EstimateSpecMemory, AMeshGetsARowPerCoordinate) {
+  const nlohmann::json doc = Document(
+      {.spec_file = "examples/tiny_gpt.yaml",
+       .overrides = {"parallelism.mesh.pp=2", "parallelism.mesh.tp=2", "precision.compute=fp32"},
+       .world = 4});
+  const nlohmann::json& rows = doc["per_rank"];
+  ASSERT_EQ(rows.size(), 4u) << doc.dump();
+  const nlohmann::json whole = Document(
+      {.spec_file = "examples/tiny_gpt.yaml", .overrides = {"precision.compute=fp32"}, .world = 1});
+  const double parameters = whole["per_rank"][0]["parameter_bytes"].get<double>();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(rows[r]["pp_rank"], r / 2);
+    EXPECT_EQ(rows[r]["tp_rank"], r % 2);
+    // A quarter of the model, and a little more: replicated LayerNorms, biases, embeddings.
+    EXPECT_GT(rows[r]["parameter_bytes"].get<double>(), parameters / 4);
+    EXPECT_LT(rows[r]["parameter_bytes"].get<double>(), parameters / 2);
+    EXPECT_GT(rows[r]["activation_bytes"].get<double>(), 0);
+  }
+  EXPECT_EQ(rows[0]["peak_in_flight"], 2);
+  EXPECT_EQ(rows[2]["peak_in_flight"], 1);
+  const absl::StatusOr<std::string> text = EstimateSpecMemory(
+      {.spec_file = "examples/tiny_gpt.yaml", .overrides = {"parallelism.mesh.pp=2"}, .world = 4},
+      OutputFormat::kTable);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("mesh pp 2 x dp 2 x tp 1; 1f1b over 2 stage-rank(s), 4 "
+                               "micro-batches; ZeRO-0 along dp"));
+  EXPECT_THAT(*text, HasSubstr("\npp 1 tp 0 "));
+}
+
 // Without --world, the spec's smallest world (elastic.min_ranks, 1 by default); --set
 // changes the spec as for submit.
 TEST(EstimateSpecMemory, DefaultWorldAndOverrides) {

@@ -68,17 +68,7 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
   PipelineParallelOptions o;
   o.gpt = gpt->options();
   o.whole_table = &model.table();
-  if (config.mesh.pp > 1) {
-    o.schedule = {KindOf(config.pipeline.schedule), config.mesh.pp, config.pipeline.micro_batches,
-                  config.pipeline.virtual_stages};
-  } else {
-    // One stage: the micro-batches of data parallelism's plan, one after the other, each
-    // one's backward right after its forward (1F1B on one rank), so that one micro-batch's
-    // activations are held at a time as under data parallelism's accumulation (GPipe would
-    // hold them all).
-    RM_ASSIGN_OR_RETURN(data::BatchPlan plan, PlanPipelineBatches(config, groups.dp_size));
-    o.schedule = {pipeline::ScheduleKind::kOneFOneB, 1, plan.accumulation_steps, 1};
-  }
+  RM_ASSIGN_OR_RETURN(o.schedule, MeshSchedule(config, groups.dp_size));
   o.pp_comm = groups.pp.get();
   o.dp_comm = groups.dp.get();
   o.tp_comm = groups.tp.get();
@@ -89,6 +79,20 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
   o.dp.op_timeout = op_timeout;
   RM_ASSIGN_OR_RETURN(std::unique_ptr<PipelineParallel> p, PipelineParallel::Create(o));
   return std::unique_ptr<ParallelStrategy>(std::move(p));
+}
+
+absl::StatusOr<pipeline::ScheduleOptions> MeshSchedule(const TrainConfig& config, int dp_size) {
+  if (config.mesh.pp > 1) {
+    return pipeline::ScheduleOptions{KindOf(config.pipeline.schedule), config.mesh.pp,
+                                     config.pipeline.micro_batches, config.pipeline.virtual_stages};
+  }
+  // One stage: the micro-batches of data parallelism's plan, one after the other, each one's
+  // backward right after its forward (1F1B on one rank), so that one micro-batch's
+  // activations are held at a time as under data parallelism's accumulation (GPipe would
+  // hold them all).
+  RM_ASSIGN_OR_RETURN(data::BatchPlan plan, PlanPipelineBatches(config, dp_size));
+  return pipeline::ScheduleOptions{pipeline::ScheduleKind::kOneFOneB, 1, plan.accumulation_steps,
+                                   1};
 }
 
 absl::Status CheckMeshFingerprints(const MeshGroups& groups, comm::Communicator& world,

@@ -20,6 +20,7 @@
 #include "train/data/sampler.h"
 #include "train/model.h"
 #include "train/parallel_strategy.h"
+#include "train/pipeline/schedule.h"
 #include "train/pipeline_parallel.h"
 
 namespace ringmaster::train {
@@ -49,6 +50,12 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const T
                                                                          const MeshGroups& groups,
                                                                          comm::Communicator& world,
                                                                          absl::Duration op_timeout);
+
+// The pipeline schedule a rank of `config`'s mesh runs with `dp_size` data-parallel replicas:
+// parallelism.pipeline's with pp > 1; with pp 1 (tensor parallelism alone) 1F1B over the one
+// stage with data parallelism's micro-batches (one micro-batch's activations at a time).
+// PlanPipelineBatches's errors.
+absl::StatusOr<pipeline::ScheduleOptions> MeshSchedule(const TrainConfig& config, int dp_size);
 
 // diagnostics.fingerprint_every under a mesh, at `step` (every rank of `world` calls it):
 // the data-parallel replicas of each of this rank's stages compare all its tensors over the

@@ -1,0 +1,52 @@
+// The memory each rank of a job with a mesh (parallelism.mesh tp × pp, data parallelism over
+// the rest) holds, planned without training it: `ringctl estimate memory --spec` for such a
+// job. The ranks of a mesh hold different parts of the model (pipeline stages, tensor-parallel
+// shards), so the plan is one row per (pp, tp) coordinate; the data-parallel replicas of a
+// coordinate hold the same.
+#ifndef RINGMASTER_TRAIN_MESH_MEMORY_H_
+#define RINGMASTER_TRAIN_MESH_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "train/config.h"
+
+namespace ringmaster::train {
+
+struct MeshRankPlan {
+  int pp_rank = 0;
+  int tp_rank = 0;
+  int64_t elements = 0;        // the rank's stages' tensors (its shards of them under tp)
+  int64_t block_elements = 0;  // of which the transformer blocks'
+  // fp32 parameters and gradients of those elements; the optimizer's moments over them,
+  // divided along dp under ZeRO-1/2.
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  // In bf16/fp16: each model in flight rounds the stage's parameters into a copy of its own.
+  int64_t compute_copy_bytes = 0;
+  // Measured: one micro-batch's activations through each of the rank's stages (summed), and
+  // the schedule's peak of micro-batches in flight on this rank (pipeline::Simulate; a
+  // chunk of an interleaved schedule counted as 1/v); activation_bytes is their product.
+  int64_t activation_bytes_per_micro_batch = 0;
+  double peak_in_flight = 0;
+  int64_t activation_bytes = 0;
+
+  int64_t total_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes + compute_copy_bytes +
+           activation_bytes;
+  }
+};
+
+// Every (pp, tp) coordinate's plan for `config` (HasMesh) on `world` ranks, pp-major. The
+// activations come from a fresh slice of each stage run forward and backward on one
+// synthetic micro-batch of the job's size. INVALID_ARGUMENT naming parallelism.mesh when
+// the world is not a multiple of tp × pp, or the batch fields the pipeline's plan refuses;
+// the model's errors; RESOURCE_EXHAUSTED when a micro-batch does not fit this machine.
+absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& config, int world);
+
+}  // namespace ringmaster::train
+
+#endif  // RINGMASTER_TRAIN_MESH_MEMORY_H_
