@@ -81,9 +81,13 @@ TEST(PipelineBenchTest, EverySchedulesFiguresAreFilledAndSane) {
       EXPECT_LE(m.in_flight, kM);
       EXPECT_GT(c.simulated_in_flight[rank], 0);
       EXPECT_LE(c.simulated_in_flight[rank], kM);
-      if (c.kind == ScheduleKind::kOneFOneB) EXPECT_LE(m.in_flight, kRanks - rank);
+      if (c.kind == ScheduleKind::kOneFOneB) {
+        EXPECT_LE(m.in_flight, kRanks - rank);
+      }
     }
-    if (c.kind == ScheduleKind::kGPipe) EXPECT_EQ(c.ranks[0].in_flight, kM);
+    if (c.kind == ScheduleKind::kGPipe) {
+      EXPECT_EQ(c.ranks[0].in_flight, kM);
+    }
     EXPECT_GE(c.max_bubble(), c.mean_bubble());
   }
   const std::string table = FormatPipelineTable(o, *r);

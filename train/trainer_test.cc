@@ -931,7 +931,9 @@ TEST(TrainerOnGpu, ShardedMatchesTheCpu) {
       ExpectSameParameters(run, cpu, what);
       ASSERT_EQ(run.gradient_bytes.size(), static_cast<size_t>(world)) << what;
       // A rank's gradients: its pieces of every unit, not the whole flat buffer.
-      if (world == 2) EXPECT_LT(run.gradient_bytes[0], cpu.gradient_bytes[0] * 0.6) << what;
+      if (world == 2) {
+        EXPECT_LT(run.gradient_bytes[0], cpu.gradient_bytes[0] * 0.6) << what;
+      }
     }
   }
 

@@ -215,10 +215,6 @@ GptModel::GptModel(const GptOptions& o)
   if (t > 1) {
     absl::StrAppend(&description_, ", tensor-parallel rank ", r, " of ", t);
   }
-  auto linear = [&](const std::string& name, int64_t in, int64_t out, float std) {
-    AddTensor(name + ".weight", {out, in}, std, 0);
-    AddTensor(name + ".bias", {out}, 0, 0);
-  };
   // The tensor-parallel shards: rows [lo, hi) of each of `blocks` equal row blocks of a
   // [rows, cols] tensor, or its columns [lo, hi).
   auto rows_of = [&](int64_t rows, int64_t cols, int64_t blocks) {
