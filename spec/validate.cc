@@ -386,8 +386,11 @@ void CheckMesh(const JobSpec& spec, Checker* check) {
                 absl::StrCat("ZeRO-3 composes with data parallelism only in this version, got "
                              "mesh tp ",
                              tp, ", pp ", pp,
-                             " (a rank's stages need their whole parameters through the "
-                             "pipeline's step); use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"));
+                             pp > 1 ? " (a rank's stages need their whole parameters through the "
+                                      "pipeline's step)"
+                                    : " (fully sharded tensor-parallel shards are not in this "
+                                      "version)",
+                             "; use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"));
   }
   if (zero_stage == 2 && spec.precision().reduce() == PrecisionSpec::DTYPE_BF16) {
     check->Fail("precision.reduce",

@@ -356,6 +356,14 @@ TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
        "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
        "mesh tp 1, pp 2 (a rank's stages need their whole parameters through the pipeline's "
        "step); use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"},
+      {kMinimalGpt,
+       [](JobSpec* s) {
+         s->mutable_parallelism()->set_zero_stage(3);
+         Mesh(s, 2, 1);
+       },
+       "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
+       "mesh tp 2, pp 1 (fully sharded tensor-parallel shards are not in this version); use "
+       "zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"},
   };
   for (const RangeCase& c : cases) {
     JobSpec spec = Effective(c.base);
