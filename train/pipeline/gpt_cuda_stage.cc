@@ -99,6 +99,25 @@ absl::Status GptCudaStage::Forward(int micro, absl::Span<const float> input,
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepStats> GptCudaStage::Evaluate(const Batch& batch, absl::Span<const float> params,
+                                                 absl::Span<const float> input,
+                                                 absl::Span<float> output) {
+  nn::GptCuda* model = models_.AnyFree();
+  if (model == nullptr) {
+    return absl::FailedPreconditionError(
+        "GptCudaStage::Evaluate: a step's micro-batches are in flight");
+  }
+  const bool first = model->cpu_model().has_embeddings(), last = model->cpu_model().has_head();
+  const int64_t boundary = batch.size * slice_.context * slice_.width;
+  RM_RETURN_IF_ERROR(CheckSize("Evaluate's input", input.size(), first ? 0 : boundary));
+  RM_RETURN_IF_ERROR(CheckSize("Evaluate's output", output.size(), last ? 0 : boundary));
+  RM_RETURN_IF_ERROR(model->SliceForward(batch, params.data(), first ? nullptr : input.data(),
+                                         last ? nullptr : output.data()));
+  if (last) return model->SliceLoss();  // waits for the stream
+  RM_RETURN_IF_ERROR(Synchronize());
+  return StepStats{};
+}
+
 absl::Status GptCudaStage::BackwardOf(int micro, absl::Span<const float> output_grad,
                                       absl::Span<float> input_grad, bool defer_weights) {
   RM_ASSIGN_OR_RETURN(nn::GptCuda * model, models_.InFlight(micro));

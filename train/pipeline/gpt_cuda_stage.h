@@ -89,6 +89,14 @@ class GptCudaStage final : public SplitBackwardStage {
   int peak_in_flight() const { return static_cast<int>(models_.pool().size()); }
   int64_t activation_bytes() const;
 
+  // A forward-only pass of `batch` outside a step (evaluation), as GptStage::Evaluate: `input`
+  // from the previous stage (empty on the first), `output` to the next (empty on the last,
+  // which returns the loss; the others return zeros), device spans; `params` as BeginStep's.
+  // Returns once the work has run. FAILED_PRECONDITION while a step's micro-batches are in
+  // flight; INVALID_ARGUMENT for spans of the wrong size.
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
+                                     absl::Span<const float> input, absl::Span<float> output);
+
   // The PipelineStage calls on device spans [rows, width] fp32 (nn::GptCuda's boundary);
   // INVALID_ARGUMENT for a span of another size than input_elements / output_elements.
   int64_t input_elements(int micro) const override;

@@ -1,7 +1,8 @@
 // GptCudaStages run by the pipeline executor on forked ranks, one GPU each (an emulated one
 // per process under --config=cudaemu), the messages in device memory (CudaVectorOps) moved
 // by NCCL send/receive over the pipeline group:
-//   - P = 2 (2 ranks), 1F1B and zero-bubble, m = 2, 3, 4 micro-batches of 1 or 2 samples;
+//   - P = 2 (2 ranks), 1F1B and zero-bubble, m = 2, 3, 4 micro-batches of 1 or 2 samples, and
+//     m = 3 with a discarded stand-in micro-batch (it runs and adds nothing);
 //   - P = 2 x tp 2 (4 ranks, rank = 2 pp + tp; ncclCommSplit makes each rank's tensor-parallel
 //     group and pipeline pair; the tensor-parallel sums are NCCL all-reduces), the same.
 // Each rank runs the steps one after another with the same stage (its models reused), and
@@ -192,62 +193,112 @@ absl::Status RunRank(comm::NcclCommunicator& world, int tp_size) {
   double worst = 0;
   int equal = 0, tensors = 0;
   uint64_t seed = 100;
+  // 1F1B and zero-bubble at m = 2, 3, 4; then m = 3 with a stand-in micro-batch (discarded:
+  // it runs, adds nothing; the reference leaves it out).
+  struct Step {
+    ScheduleKind kind;
+    int m;
+    std::vector<bool> discarded;
+  };
+  std::vector<Step> steps;
   for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubble}) {
-    for (int m = 2; m <= 4; ++m) {
-      const std::string what =
-          absl::StrCat(ScheduleName(kind), " m=", m, " tp=", tp_size, " rank ", rank);
-      const std::vector<Batch> batches = MicroBatches(m, seed += 10);
-      ForwardBackwardOptions fb;
-      for (const Batch& b : batches) fb.loss_divisor += static_cast<double>(b.size * b.context);
-      fb.loss_scale = 2;
+    for (int m = 2; m <= 4; ++m) steps.push_back({kind, m, {}});
+  }
+  steps.push_back({ScheduleKind::kOneFOneB, 3, {false, true, false}});
+  steps.push_back({ScheduleKind::kZeroBubble, 3, {false, false, true}});
+  for (const auto& [kind, m, discarded] : steps) {
+    const std::string what =
+        absl::StrCat(ScheduleName(kind), " m=", m, " tp=", tp_size,
+                     discarded.empty() ? "" : " (one discarded)", " rank ", rank);
+    const std::vector<Batch> batches = MicroBatches(m, seed += 10);
+    ForwardBackwardOptions fb;
+    for (const Batch& b : batches) fb.loss_divisor += static_cast<double>(b.size * b.context);
+    fb.loss_scale = 2;
 
-      // The reference: the whole model over the micro-batches with accumulation.
-      double want_loss = 0;
-      for (int i = 0; i < m; ++i) {
-        ForwardBackwardOptions acc = fb;
-        acc.accumulate = i > 0;
-        RM_ASSIGN_OR_RETURN(StepStats s, whole->ForwardBackward(batches[i], whole_params.data(),
-                                                                whole_grads.data(), acc));
-        want_loss += s.loss_sum;
-      }
-      RM_ASSIGN_OR_RETURN(std::vector<float> want_grads, Download(*ops, whole_grads));
+    // The reference: the whole model over the micro-batches with accumulation.
+    double want_loss = 0;
+    bool accumulate = false;
+    for (int i = 0; i < m; ++i) {
+      if (!discarded.empty() && discarded[i]) continue;
+      ForwardBackwardOptions acc = fb;
+      acc.accumulate = accumulate;
+      accumulate = true;
+      RM_ASSIGN_OR_RETURN(StepStats s, whole->ForwardBackward(batches[i], whole_params.data(),
+                                                              whole_grads.data(), acc));
+      want_loss += s.loss_sum;
+    }
+    RM_ASSIGN_OR_RETURN(std::vector<float> want_grads, Download(*ops, whole_grads));
 
-      // The pipeline.
-      RM_ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule({kind, kPp, m, 1}));
-      RM_RETURN_IF_ERROR(CheckSchedule(schedule));
-      RM_RETURN_IF_ERROR(stage->BeginStep(batches, my_params.span(), my_grads.span(), fb));
-      PipelineExecutorOptions eo{&schedule,         pp,       pp_group, {{pp, stage.get()}},
-                                 absl::Seconds(60), ops.get()};
-      const absl::Time start = absl::Now();
-      absl::StatusOr<PipelineRunStats> run = RunPipeline(eo);
-      if (!run.ok())
-        return absl::Status(run.status().code(), absl::StrCat(what, ": ", run.status().message()));
-      RM_RETURN_IF_ERROR(stage->Synchronize());
-      std::printf("%s: step %.0f ms, %d message batches, peak %lld message bytes\n", what.c_str(),
-                  absl::ToDoubleMilliseconds(absl::Now() - start), run->batches,
-                  static_cast<long long>(run->peak_buffer_bytes));
-      if (run->batches == 0 || run->peak_buffer_bytes == 0) {
-        return absl::InternalError(what + ": no message moved");
+    // The pipeline.
+    RM_ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule({kind, kPp, m, 1}));
+    RM_RETURN_IF_ERROR(CheckSchedule(schedule));
+    RM_RETURN_IF_ERROR(stage->BeginStep(batches, my_params.span(), my_grads.span(), fb, discarded));
+    PipelineExecutorOptions eo;
+    eo.schedule = &schedule;
+    eo.rank = pp;
+    eo.comm = pp_group;
+    eo.stages[pp] = stage.get();
+    eo.op_timeout = absl::Seconds(60);
+    eo.ops = ops.get();  // the messages in this GPU's memory
+    const absl::Time start = absl::Now();
+    absl::StatusOr<PipelineRunStats> run = RunPipeline(eo);
+    if (!run.ok())
+      return absl::Status(run.status().code(), absl::StrCat(what, ": ", run.status().message()));
+    RM_RETURN_IF_ERROR(stage->Synchronize());
+    std::printf("%s: step %.0f ms, %d message batches, peak %lld message bytes\n", what.c_str(),
+                absl::ToDoubleMilliseconds(absl::Now() - start), run->batches,
+                static_cast<long long>(run->peak_buffer_bytes));
+    if (run->batches == 0 || run->peak_buffer_bytes == 0) {
+      return absl::InternalError(what + ": no message moved");
+    }
+    RM_ASSIGN_OR_RETURN(std::vector<float> got, Download(*ops, my_grads));
+    RM_RETURN_IF_ERROR(CheckClose(part.table(), got,
+                                  nn::testing::CutFlat(part, *whole_cpu, want_grads.data()), tol,
+                                  what, worst, equal));
+    tensors += part.table().size();
+    const StepStats& got_stats = stage->stats();
+    if (pp == kPp - 1) {
+      if (std::abs(got_stats.loss_sum - want_loss) > loss_tol * std::abs(want_loss)) {
+        return absl::InternalError(
+            absl::StrCat(what, ": loss ", got_stats.loss_sum, "; the whole model's ", want_loss));
       }
-      RM_ASSIGN_OR_RETURN(std::vector<float> got, Download(*ops, my_grads));
-      RM_RETURN_IF_ERROR(CheckClose(part.table(), got,
-                                    nn::testing::CutFlat(part, *whole_cpu, want_grads.data()), tol,
-                                    what, worst, equal));
-      tensors += part.table().size();
-      const StepStats& got_stats = stage->stats();
-      if (pp == kPp - 1) {
-        if (std::abs(got_stats.loss_sum - want_loss) > loss_tol * std::abs(want_loss)) {
-          return absl::InternalError(
-              absl::StrCat(what, ": loss ", got_stats.loss_sum, "; the whole model's ", want_loss));
-        }
-      } else if (got_stats.loss_sum != 0) {
-        return absl::InternalError(what + ": a loss on the first stage");
-      }
-      if (stage->peak_in_flight() > 4 || stage->activation_bytes() <= 0) {
-        return absl::InternalError(absl::StrCat(what, ": ", stage->peak_in_flight(),
-                                                " micro-batches in flight, ",
-                                                stage->activation_bytes(), " activation bytes"));
-      }
+    } else if (got_stats.loss_sum != 0) {
+      return absl::InternalError(what + ": a loss on the first stage");
+    }
+    // After the 1F1B steps, stage s has held at most P - s micro-batches at once.
+    if (kind == ScheduleKind::kOneFOneB && m == 4 && stage->peak_in_flight() != kPp - pp) {
+      return absl::InternalError(absl::StrCat(what, ": ", stage->peak_in_flight(),
+                                              " micro-batches in flight at once; want ", kPp - pp));
+    }
+    if (stage->peak_in_flight() > 4 || stage->activation_bytes() <= 0) {
+      return absl::InternalError(absl::StrCat(what, ": ", stage->peak_in_flight(),
+                                              " micro-batches in flight, ",
+                                              stage->activation_bytes(), " activation bytes"));
+    }
+  }
+  // Evaluation outside a step: the stages' forward passes, the boundary sent by NCCL, give
+  // the last stage the whole model's loss.
+  {
+    const Batch batch = nn::RandomTokens(2, o, 999);
+    ForwardBackwardOptions fb;
+    fb.loss_divisor = static_cast<double>(batch.size * batch.context);
+    RM_ASSIGN_OR_RETURN(StepStats want,
+                        whole->ForwardBackward(batch, whole_params.data(), whole_grads.data(), fb));
+    RM_ASSIGN_OR_RETURN(OpsBuffer boundary, ops->Allocate(batch.size * o.context * o.width));
+    StepStats got;
+    if (pp == 0) {
+      RM_ASSIGN_OR_RETURN(got, stage->Evaluate(batch, my_params.span(), {}, boundary.span()));
+      RM_RETURN_IF_ERROR(pp_group->Send(boundary.data(), boundary.size(), DataType::kFloat32,
+                                        /*peer=*/1, Soon()));
+    } else {
+      RM_RETURN_IF_ERROR(pp_group->Recv(boundary.data(), boundary.size(), DataType::kFloat32,
+                                        /*peer=*/0, Soon()));
+      RM_ASSIGN_OR_RETURN(got, stage->Evaluate(batch, my_params.span(), boundary.span(), {}));
+    }
+    const double want_loss = pp == kPp - 1 ? want.loss_sum : 0;
+    if (std::abs(got.loss_sum - want_loss) > loss_tol * std::abs(want_loss)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", rank, ": Evaluate's loss ", got.loss_sum, "; want ", want_loss));
     }
   }
   std::printf(
