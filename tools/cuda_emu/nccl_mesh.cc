@@ -178,6 +178,8 @@ std::string Describe(const Header& h) {
       return Cat("Send of ", h.count, " elements of type ", int{h.type});
     case Kind::kAck:
       return "the acknowledgement of a Send";
+    case Kind::kEarly:
+      return "the notice of a Send kept for a later Recv";
     case Kind::kCollective:
       break;
   }
@@ -311,7 +313,17 @@ struct Channel {
   // The message being read.
   Header in_header;
   size_t in_done = 0;  // of sizeof(Header) + bytes
-  int in_match = -1;   // index into expected, once the header is in
+  int in_match = -1;   // index into expected, once the header is in (kKept: into Mesh::early_)
+  static constexpr int kKept = -2;
+  char* kept = nullptr;  // where a kept kData's payload goes
+
+  // Queues a payload-less answer to `of` (a kAck or a kEarly).
+  void Answer(const Header& of, Kind kind) {
+    Header h = of;
+    h.kind = kind;
+    h.bytes = 0;
+    out.push_back({h, nullptr});
+  }
 
   bool Waiting() const {
     for (bool t : taken) {
@@ -333,6 +345,26 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
   for (const Expect& e : expects) {
     channels[e.peer].expected.push_back(e);
     channels[e.peer].taken.push_back(false);
+  }
+  // Take kept kData in order: each peer's first kData Expects, one by one.
+  for (size_t p = 0; p < channels.size(); ++p) {
+    Channel& c = channels[p];
+    for (size_t e = 0; e < c.expected.size() && !early_[p].empty(); ++e) {
+      if (c.expected[e].header.kind != Kind::kData) continue;
+      Early& kept = early_[p].front();
+      if (std::memcmp(&kept.header, &c.expected[e].header, sizeof(Header)) != 0) {
+        *error = Cat("rank ", p, " sent ", Describe(kept.header), " where this rank ", rank_,
+                     " expected ", Describe(c.expected[e].header),
+                     " (the ranks called different operations: on a GPU they would hang)");
+        return ncclInvalidUsage;
+      }
+      if (!kept.payload.empty()) {
+        std::memcpy(c.expected[e].dest, kept.payload.data(), kept.payload.size());
+      }
+      c.taken[e] = true;
+      if (c.expected[e].ack) c.Answer(kept.header, Kind::kAck);
+      early_[p].pop_front();
+    }
   }
   std::vector<pollfd> polled;
   std::vector<int> peer_of;
@@ -389,7 +421,10 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
           to = reinterpret_cast<char*>(&c.in_header) + c.in_done;
           left = sizeof(Header) - c.in_done;
         } else {
-          to = static_cast<char*>(c.expected[c.in_match].dest) + (c.in_done - sizeof(Header));
+          char* dest = c.in_match == Channel::kKept
+                           ? c.kept
+                           : static_cast<char*>(c.expected[c.in_match].dest);
+          to = dest + (c.in_done - sizeof(Header));
           left = sizeof(Header) + c.in_header.bytes - c.in_done;
         }
         ssize_t r = left == 0 ? 0 : recv(c.fd, to, left, 0);
@@ -398,14 +433,38 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
           if (r <= 0) return Closed(peer, "while this rank waited for its data", error);
           c.in_done += static_cast<size_t>(r);
         }
-        if (c.in_done == sizeof(Header) && c.in_match < 0) {
+        if (c.in_done == sizeof(Header) && c.in_match == -1 && c.in_header.kind == Kind::kEarly) {
+          // The peer keeps our kData for a later Recv. If we keep one of its own while we
+          // wait for it to take ours, both ranks sent first.
+          c.in_done = 0;
+          bool waits_for_ack = false;
+          for (size_t e = 0; e < c.expected.size(); ++e) {
+            waits_for_ack |= !c.taken[e] && c.expected[e].header.kind == Kind::kAck;
+          }
+          if (waits_for_ack && !early_[peer].empty()) {
+            *error = Cat("rank ", peer, " sent ", Describe(early_[peer].front().header),
+                         " where this rank ", rank_,
+                         " expected the acknowledgement of a Send, and waits for this rank's "
+                         "Send in turn (both ranks send first: on a GPU they would hang)");
+            return ncclInvalidUsage;
+          }
+          continue;
+        }
+        if (c.in_done == sizeof(Header) && c.in_match == -1) {
           // The header is in: match it to the first open expectation of its kind.
           for (size_t e = 0; e < c.expected.size() && c.in_match < 0; ++e) {
             if (!c.taken[e] && c.expected[e].header.kind == c.in_header.kind) {
               c.in_match = static_cast<int>(e);
             }
           }
+          if (c.in_match < 0 && c.in_header.kind == Kind::kData) {
+            // No Recv of this peer's here yet: keep the data for a later Exchange's.
+            early_[peer].push_back({c.in_header, std::vector<char>(c.in_header.bytes)});
+            c.kept = early_[peer].back().payload.data();
+            c.in_match = Channel::kKept;
+          }
           const Header* want = c.in_match >= 0 ? &c.expected[c.in_match].header : nullptr;
+          if (c.in_match == Channel::kKept) want = &c.in_header;
           if (want == nullptr || std::memcmp(want, &c.in_header, sizeof(Header)) != 0) {
             std::string expected_text;
             for (size_t e = 0; e < c.expected.size(); ++e) {
@@ -420,15 +479,16 @@ ncclResult_t Mesh::Exchange(std::vector<Send> sends, std::vector<Expect> expects
             return ncclInvalidUsage;
           }
         }
+        if (c.in_match == Channel::kKept && c.in_done == sizeof(Header) + c.in_header.bytes) {
+          c.Answer(c.in_header, Kind::kEarly);
+          c.in_match = -1;
+          c.in_done = 0;
+          break;  // back through poll() to send the notice
+        }
         if (c.in_match >= 0 && c.in_done == sizeof(Header) + c.in_header.bytes) {
           const Expect& e = c.expected[c.in_match];
           c.taken[c.in_match] = true;
-          if (e.ack) {
-            Header ack = e.header;
-            ack.kind = Kind::kAck;
-            ack.bytes = 0;
-            c.out.push_back({ack, nullptr});
-          }
+          if (e.ack) c.Answer(e.header, Kind::kAck);
           c.in_match = -1;
           c.in_done = 0;
           // Come back through poll() for any ack to send.

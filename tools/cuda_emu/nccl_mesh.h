@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ enum class Kind : uint8_t {
   kCollective = 1,  // a rank's part of a collective
   kData = 2,        // ncclSend's payload
   kAck = 3,         // the receiver took a kData (ncclSend completes only then, as on a GPU)
+  kEarly = 4,       // the receiver keeps a kData that came before its ncclRecv (no payload)
 };
 
 // What a message is. A received header must equal the expected one (kind, collective,
@@ -100,7 +102,12 @@ class Mesh {
   };
   // Sends every Send (in order per peer) and receives every Expect, progressing all peers
   // at once so that no pair waits on the other. Messages of one peer match the Expects of
-  // that peer and kind in order. Returns ncclSuccess; ncclInvalidUsage when a peer sends
+  // that peer and kind in order. A kData that comes while this rank expects none of that
+  // peer (its ncclRecv is in a later call, as when the peer's group sends and receives while
+  // this rank's sends, computes, then receives: fine on a GPU) is kept, without its kAck,
+  // for the first kData Expect of a later Exchange, and the peer is told (kEarly): two ranks
+  // that each keep the other's kData while each waits for its own kAck both sent first,
+  // which would hang on a GPU. Returns ncclSuccess; ncclInvalidUsage when a peer sends
   // what was not expected (the ranks called different operations: a GPU would hang);
   // ncclRemoteError when a needed connection closes; ncclInternalError when the waker (or
   // `also`) fires.
@@ -108,11 +115,17 @@ class Mesh {
                         std::string* error, const Waker* also = nullptr);
 
  private:
-  explicit Mesh(int rank, int nranks) : rank_(rank), fds_(nranks, -1) {}
+  explicit Mesh(int rank, int nranks) : rank_(rank), fds_(nranks, -1), early_(nranks) {}
+
+  struct Early {
+    Header header;
+    std::vector<char> payload;
+  };
 
   const int rank_;
   int listener_ = -1;
-  std::vector<int> fds_;  // by peer rank; -1 at our own
+  std::vector<int> fds_;                  // by peer rank; -1 at our own
+  std::vector<std::deque<Early>> early_;  // by peer: kData kept for a later Expect, in order
 };
 
 // "AllReduce of 7 float32 (sum)", for messages.

@@ -485,6 +485,39 @@ TEST(NcclEmuMultiProcess, SendWaitsForTheMatchingRecv) {
   }));
 }
 
+// A group that sends and receives meets a peer that sends (a group of its own), computes,
+// then receives: fine on a GPU (the peer's send completes against the group's receive, the
+// group's send once the peer's later receive is posted). The emulation keeps the early data
+// for that receive; the first send completes only then.
+TEST(NcclEmuMultiProcess, DataThatComesBeforeItsRecvIsKeptForIt) {
+  ExpectAllPassed(RunConnected(2, [&](int rank, ncclComm_t comm) -> std::string {
+    cudaStream_t stream;
+    RANK_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    int32_t x = 10 + rank, y = -1;
+    if (rank == 0) {
+      RANK_CHECK_NCCL(ncclGroupStart());
+      RANK_CHECK_NCCL(ncclSend(&x, 1, ncclInt32, 1, comm, stream));
+      RANK_CHECK_NCCL(ncclRecv(&y, 1, ncclInt32, 1, comm, stream));
+      RANK_CHECK_NCCL(ncclGroupEnd());
+      RANK_CHECK_NCCL(Settle(comm, stream));
+      RANK_CHECK(y == 11);
+    } else {
+      RANK_CHECK_NCCL(ncclSend(&x, 1, ncclInt32, 0, comm, stream));
+      RANK_CHECK_NCCL(Settle(comm, stream));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // "computes"
+      RANK_CHECK_NCCL(ncclRecv(&y, 1, ncclInt32, 0, comm, stream));
+      RANK_CHECK_NCCL(Settle(comm, stream));
+      RANK_CHECK(y == 10);
+    }
+    // Then the communicator goes on as usual.
+    int32_t sum = rank;
+    RANK_CHECK_NCCL(ncclAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, comm, stream));
+    RANK_CHECK_NCCL(Settle(comm, stream));
+    RANK_CHECK(sum == 1);
+    return "";
+  }));
+}
+
 // ncclCommSplit: colors make groups, keys order them (ties by parent rank), NOCOLOR gets no
 // communicator; the groups' collectives see only their members; a group splits again.
 TEST(NcclEmuMultiProcess, SplitMakesGroupsOrderedByKey) {

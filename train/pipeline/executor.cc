@@ -53,6 +53,10 @@ class Run {
   absl::Status CheckOptions() const {
     if (o_.comm == nullptr)
       return absl::InvalidArgumentError("PipelineExecutorOptions.comm is null");
+    if (o_.ops == nullptr) {
+      return absl::InvalidArgumentError(
+          "PipelineExecutorOptions.ops is null (HostVectorOps() for host memory)");
+    }
     if (o_.comm->size() != s_.options.ranks || o_.comm->rank() != o_.rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the pipeline group's communicator is rank ", o_.comm->rank(), " of ", o_.comm->size(),
@@ -70,14 +74,15 @@ class Run {
 
   PipelineStage& StageAt(int stage) const { return *o_.stages.at(stage); }
 
-  std::vector<float>& Make(const BufferKey& key, int64_t elements) {
-    std::vector<float>& b = buffers_[key];
-    b.assign(static_cast<size_t>(elements), 0.0f);
+  // A zeroed buffer of `elements` floats in the ops' memory (empty for 0).
+  absl::StatusOr<absl::Span<float>> Make(const BufferKey& key, int64_t elements) {
+    RM_ASSIGN_OR_RETURN(OpsBuffer b, o_.ops->Allocate(elements));
+    OpsBuffer& held = buffers_[key] = std::move(b);
     held_ += elements * static_cast<int64_t>(sizeof(float));
     stats_.peak_buffer_bytes = std::max(stats_.peak_buffer_bytes, held_);
-    return b;
+    return held.span();
   }
-  absl::StatusOr<std::vector<float>*> Find(const BufferKey& key) {
+  absl::StatusOr<OpsBuffer*> Find(const BufferKey& key) {
     auto it = buffers_.find(key);
     if (it == buffers_.end()) {
       const auto& [payload, stage, micro] = key;
@@ -91,7 +96,7 @@ class Run {
   void Free(const BufferKey& key) {
     auto it = buffers_.find(key);
     if (it == buffers_.end()) return;
-    held_ -= static_cast<int64_t>(it->second.size() * sizeof(float));
+    held_ -= it->second.size() * static_cast<int64_t>(sizeof(float));
     buffers_.erase(it);
   }
 
@@ -103,12 +108,14 @@ class Run {
       absl::Span<const float> input;
       const BufferKey in{Payload::kActivation, st - 1, mb};
       if (st > 0) {
-        RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(in));
-        input = *b;
+        RM_ASSIGN_OR_RETURN(OpsBuffer * b, Find(in));
+        input = b->span();
       }
       absl::Span<float> output;
-      if (st < last)
-        output = absl::MakeSpan(Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
+      if (st < last) {
+        RM_ASSIGN_OR_RETURN(output,
+                            Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
+      }
       RM_RETURN_IF_ERROR(stage.Forward(mb, input, output));
       Free(in);
       return absl::OkStatus();
@@ -116,12 +123,13 @@ class Run {
     absl::Span<const float> output_grad;
     const BufferKey out{Payload::kGradient, st + 1, mb};
     if (st < last) {
-      RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(out));
-      output_grad = *b;
+      RM_ASSIGN_OR_RETURN(OpsBuffer * b, Find(out));
+      output_grad = b->span();
     }
     absl::Span<float> input_grad;
-    if (st > 0)
-      input_grad = absl::MakeSpan(Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
+    if (st > 0) {
+      RM_ASSIGN_OR_RETURN(input_grad, Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
+    }
     RM_RETURN_IF_ERROR(a.kind == ActionKind::kBackward
                            ? stage.Backward(mb, output_grad, input_grad)
                            : stage.BackwardInput(mb, output_grad, input_grad));
@@ -138,10 +146,10 @@ class Run {
       op.peer = a.peer;
       op.type = DataType::kFloat32;
       if (a.kind == ActionKind::kSend) {
-        RM_ASSIGN_OR_RETURN(std::vector<float> * b, Find(key));
+        RM_ASSIGN_OR_RETURN(OpsBuffer * b, Find(key));
         op.kind = comm::PointToPoint::Kind::kSend;
         op.send = b->data();
-        op.count = b->size();
+        op.count = static_cast<size_t>(b->size());
         sent.push_back(key);
       } else {
         // Sized by the stage here that takes it: the next stage's input, or the previous
@@ -150,8 +158,9 @@ class Run {
         const int64_t elements = activation ? StageAt(a.stage + 1).input_elements(a.micro_batch)
                                             : StageAt(a.stage - 1).output_elements(a.micro_batch);
         op.kind = comm::PointToPoint::Kind::kRecv;
-        op.recv = Make(key, elements).data();
-        op.count = static_cast<size_t>(elements);
+        RM_ASSIGN_OR_RETURN(absl::Span<float> recv, Make(key, elements));
+        op.recv = recv.data();
+        op.count = recv.size();
       }
       ops.push_back(op);
     }
@@ -162,7 +171,7 @@ class Run {
 
   const PipelineExecutorOptions& o_;
   const Schedule& s_;
-  std::map<BufferKey, std::vector<float>> buffers_;
+  std::map<BufferKey, OpsBuffer> buffers_;
   int64_t held_ = 0;
   PipelineRunStats stats_;
 };

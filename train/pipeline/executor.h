@@ -16,7 +16,21 @@
 //   PipelineExecutorOptions o{&schedule, rank, pp_group_comm, {{stage, &my_stage}, ...}};
 //   RM_ASSIGN_OR_RETURN(PipelineRunStats stats, RunPipeline(o));
 //
-// Thread-safety: RunPipeline uses the communicator and the stages from the calling thread only.
+// Memory: the messages live in the memory of PipelineExecutorOptions::ops (host memory by
+// default; a GPU's with a CudaVectorOps, train/optim/cuda_vector_ops.h), allocated zeroed by
+// its Allocate and freed through it. The stages' spans (input, output, gradients) and the
+// communicator's buffers are then of that memory: host memory for CPU stages and the TCP
+// communicator; device memory for GPU stages (pipeline::GptCudaStage) and an NCCL
+// communicator (comm/nccl/nccl_communicator.h). A message of zero elements is an empty span
+// (its data() may be null) and moves nothing. The executor sends a buffer, or frees it, right
+// after the stage call that wrote or read it returns, and the communicator does not wait for
+// the stages' own streams: so a stage call must return with its output complete and its
+// input no longer read (a GPU stage synchronizes its stream before returning). A received
+// buffer is complete when the batch that received it returns (as Communicator::SendRecv
+// promises), before the stage that reads it is called.
+//
+// Thread-safety: RunPipeline uses the communicator, the ops and the stages from the calling
+// thread only.
 #ifndef RINGMASTER_TRAIN_PIPELINE_EXECUTOR_H_
 #define RINGMASTER_TRAIN_PIPELINE_EXECUTOR_H_
 
@@ -27,6 +41,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
+#include "train/optim/vector_ops.h"
 #include "train/pipeline/schedule.h"
 
 namespace ringmaster::train::pipeline {
@@ -35,6 +50,8 @@ namespace ringmaster::train::pipeline {
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
+  // Every span below is of the executor's memory (PipelineExecutorOptions::ops; see above),
+  // and each call returns with its output complete and its input no longer read.
   // Floats of micro-batch `micro`'s activation entering this stage (0 for the first stage)
   // and leaving it (0 for the last): the previous stage's output and this one's.
   virtual int64_t input_elements(int micro) const = 0;
@@ -62,6 +79,8 @@ struct PipelineExecutorOptions {
   // The model stages this rank holds (schedule->RankOfStage(stage) == rank), every one of them.
   std::map<int, PipelineStage*> stages;
   absl::Duration op_timeout = absl::Seconds(120);
+  // Where the messages live (above): host memory by default; not owned, outlives the run.
+  VectorOps* ops = HostVectorOps();
 };
 
 struct PipelineRunStats {
@@ -73,8 +92,9 @@ struct PipelineRunStats {
 };
 
 // Runs rank `rank`'s list. INVALID_ARGUMENT for options that do not fit the schedule (a
-// missing stage, a communicator of another size); a stage's error or the communicator's
-// (the step is lost: every rank of the group fails its batch within the deadline).
+// missing stage, a communicator of another size, no ops); a stage's error, the
+// communicator's (the step is lost: every rank of the group fails its batch within the
+// deadline) or the ops' (RESOURCE_EXHAUSTED when a message does not fit in its memory).
 absl::StatusOr<PipelineRunStats> RunPipeline(const PipelineExecutorOptions& options);
 
 }  // namespace ringmaster::train::pipeline

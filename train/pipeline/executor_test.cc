@@ -170,6 +170,12 @@ TEST(PipelineExecutor, MessagesLargerThanTheTransportsBuffers) {
   ExpectMatchesTheReference({ScheduleKind::kZeroBubble, 3, 3, 1}, int64_t{1} << 20);
 }
 
+// Stages whose messages hold no elements (empty spans, no memory) still run every schedule.
+TEST(PipelineExecutor, ZeroElementMessages) {
+  ExpectMatchesTheReference({ScheduleKind::kOneFOneB, 2, 3, 1}, 0);
+  ExpectMatchesTheReference({ScheduleKind::kZeroBubble, 3, 3, 1}, 0);
+}
+
 TEST(PipelineExecutor, BadOptionsAreNamed) {
   const Schedule s = *MakeSchedule({ScheduleKind::kOneFOneB, 2, 2, 1});
   PipelineExecutorOptions o;
@@ -184,8 +190,15 @@ TEST(PipelineExecutor, BadOptionsAreNamed) {
         PipelineExecutorOptions eo;
         eo.schedule = &s;
         eo.rank = comm.rank();
-        eo.comm = &comm;  // but no stages
+        eo.comm = &comm;
+        eo.ops = nullptr;
         absl::Status st = RunPipeline(eo).status();
+        if (!absl::IsInvalidArgument(st) ||
+            st.message().find("PipelineExecutorOptions.ops") == absl::string_view::npos) {
+          return absl::InternalError(absl::StrCat("want the null ops named, got ", st.ToString()));
+        }
+        eo.ops = HostVectorOps();  // but no stages
+        st = RunPipeline(eo).status();
         if (!absl::IsInvalidArgument(st) ||
             st.message().find("was given no stage") == absl::string_view::npos) {
           return absl::InternalError(

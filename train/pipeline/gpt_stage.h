@@ -35,6 +35,7 @@
 #include "train/model.h"
 #include "train/nn/gpt.h"
 #include "train/pipeline/executor.h"
+#include "train/pipeline/micro_batch_models.h"
 
 namespace ringmaster::train::pipeline {
 
@@ -47,7 +48,7 @@ absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SplitBlocks(int64_t lay
 nn::GptOptions StageOptions(const nn::GptOptions& whole,
                             const std::vector<std::pair<int64_t, int64_t>>& blocks, int stage);
 
-class GptStage final : public PipelineStage {
+class GptStage final : public SplitBackwardStage {
  public:
   // `slice`: the whole model's options with this stage's first_block / end_block.
   // INVALID_ARGUMENT as nn::GptModel::Create.
@@ -55,7 +56,7 @@ class GptStage final : public PipelineStage {
 
   // The slice's model: its table (the stage's tensors, under the whole model's names), its
   // parameter groups, InitTensors.
-  const nn::GptModel& model() const { return *pool_.front(); }
+  const nn::GptModel& model() const { return models_.front(); }
   // With tensor parallelism (GptOptions::tp_size > 1): the group's sum, for every model of
   // the stage (nn::GptModel::set_tensor_parallel_sum).
   void set_tensor_parallel_sum(nn::GptModel::TensorParallelSum sum);
@@ -73,10 +74,10 @@ class GptStage final : public PipelineStage {
                          absl::Span<float> grads, const ForwardBackwardOptions& options,
                          std::vector<bool> discarded = {});
   // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
-  const StepStats& stats() const { return stats_; }
+  const StepStats& stats() const { return models_.stats(); }
   // The most micro-batches in flight at once since Create, and the activation bytes their
   // models hold (each model keeps its buffers for the next micro-batch).
-  int peak_in_flight() const { return static_cast<int>(pool_.size()); }
+  int peak_in_flight() const { return static_cast<int>(models_.pool().size()); }
   int64_t activation_bytes() const;
 
   // A forward-only pass of `batch` outside a step (evaluation): `input` from the previous
@@ -89,34 +90,16 @@ class GptStage final : public PipelineStage {
   int64_t input_elements(int micro) const override;
   int64_t output_elements(int micro) const override;
   absl::Status Forward(int micro, absl::Span<const float> input, absl::Span<float> output) override;
-  absl::Status Backward(int micro, absl::Span<const float> output_grad,
-                        absl::Span<float> input_grad) override;
-  absl::Status BackwardInput(int micro, absl::Span<const float> output_grad,
-                             absl::Span<float> input_grad) override;
   absl::Status BackwardWeight(int micro) override;
 
  private:
   explicit GptStage(std::unique_ptr<nn::GptModel> first);
-  absl::StatusOr<const Batch*> MicroBatch(int micro) const;
-  int64_t BoundaryElements(int micro) const;
-  // The model holding `micro`'s activations (FAILED_PRECONDITION when none does).
-  absl::StatusOr<nn::GptModel*> InFlight(int micro) const;
   absl::Status BackwardOf(int micro, absl::Span<const float> output_grad,
-                          absl::Span<float> input_grad, bool defer_weights);
-  void Release(int micro);
+                          absl::Span<float> input_grad, bool defer_weights) override;
 
   const nn::GptOptions slice_;
   nn::GptModel::TensorParallelSum tp_sum_;
-  std::vector<std::unique_ptr<nn::GptModel>> pool_;  // every model made; pool_[0] always
-  std::vector<nn::GptModel*> free_;
-  std::map<int, nn::GptModel*> in_flight_;  // by micro-batch
-  absl::Span<const Batch> micro_batches_;
-  bool started_ = false;
-  absl::Span<const float> params_;
-  absl::Span<float> grads_;
-  ForwardBackwardOptions options_;
-  std::vector<bool> discarded_;
-  StepStats stats_;
+  MicroBatchModels<nn::GptModel> models_;
 };
 
 }  // namespace ringmaster::train::pipeline
