@@ -149,7 +149,7 @@ std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::M
       h.job, ": ", h.model, " (", h.parameters, " parameters) on ", h.world, " rank(s)\n",
       h.precision, ", ", h.optimizer, "; ", h.batch, "\n", h.strategies, "\n", FormatTable(rows),
       "A row per (pp, tp) coordinate; its data-parallel replicas hold the same. PARAMETERS:\n"
-      "the stages' fp32 buffer and, in bf16/fp16, each model in flight's rounded copy.\n"
+      "the stages' fp32 buffer and, in bf16/fp16, their rounded copy.\n"
       "ACTIVATIONS: one micro-batch measured through the rank's stages, times the schedule's\n"
       "peak of micro-batches in flight (IN FLIGHT, simulated). CPU ranks.\n");
 }

@@ -96,9 +96,7 @@ absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& conf
         p.peak_in_flight = timeline.peak_activations[r];
         p.activation_bytes = static_cast<int64_t>(std::llround(
             static_cast<double>(p.activation_bytes_per_micro_batch) * p.peak_in_flight));
-        if (half) {
-          p.compute_copy_bytes = p.elements * 4 * static_cast<int64_t>(std::ceil(p.peak_in_flight));
-        }
+        if (half) p.compute_copy_bytes = p.elements * 4;
         plans.push_back(p);
       }
     }

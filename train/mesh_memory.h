@@ -25,7 +25,8 @@ struct MeshRankPlan {
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
-  // In bf16/fp16: each model in flight rounds the stage's parameters into a copy of its own.
+  // In bf16/fp16: the stages' parameters rounded once a step (pipeline::GptStage), shared by
+  // the models in flight.
   int64_t compute_copy_bytes = 0;
   // Measured: one micro-batch's activations through each of the rank's stages (summed), and
   // the schedule's peak of micro-batches in flight on this rank (pipeline::Simulate; a

@@ -80,7 +80,7 @@ TEST(PlanMeshMemory, ActivationsFollowTheSchedulesMicroBatchesInFlight) {
   for (const MeshRankPlan& p : *tp) EXPECT_EQ(p.peak_in_flight, 1);
 }
 
-TEST(PlanMeshMemory, ZeroOneShardsTheOptimizerAlongDpAndHalfPrecisionCopiesPerModel) {
+TEST(PlanMeshMemory, ZeroOneShardsTheOptimizerAlongDpAndHalfPrecisionCopiesOnce) {
   TrainConfig c = Gpt(1, 2);
   c.zero_stage = 1;
   c.precision = Precision::kBFloat16;
@@ -88,8 +88,7 @@ TEST(PlanMeshMemory, ZeroOneShardsTheOptimizerAlongDpAndHalfPrecisionCopiesPerMo
   ASSERT_TRUE(plans.ok()) << plans.status();
   for (const MeshRankPlan& p : *plans) {
     EXPECT_EQ(p.optimizer_bytes, p.elements * 4 * 2 / 2);
-    EXPECT_EQ(p.compute_copy_bytes,
-              p.elements * 4 * static_cast<int64_t>(std::ceil(p.peak_in_flight)));
+    EXPECT_EQ(p.compute_copy_bytes, p.elements * 4);  // one rounded copy a stage
   }
 }
 

@@ -387,7 +387,8 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
 }
 
 absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, absl::Span<const float> params,
-                                                 Precision precision, ParameterStore* store) {
+                                                 Precision precision, ParameterStore* store,
+                                                 bool rounded) {
   RM_RETURN_IF_ERROR(CheckBatch(batch));
   Pass pass{.params = store != nullptr ? nullptr : params.data(),
             .store = store,
@@ -396,7 +397,7 @@ absl::StatusOr<GptModel::Pass> GptModel::Prepare(const Batch& batch, absl::Span<
             .rows = batch.size * options_.context};
   const int64_t elements = static_cast<int64_t>(params.size());
   if (store == nullptr) CHECK_GE(elements, table_.total_elements());
-  if (store == nullptr && IsHalf(precision)) {
+  if (store == nullptr && IsHalf(precision) && !rounded) {
     if (compute_params_.size() != elements) compute_params_ = state::FlatBuffer(elements);
     kernels::RoundTo(HalfFormatOf(precision), params.data(), compute_params_.data(), elements);
     pass.params = compute_params_.data();
@@ -750,10 +751,21 @@ const float* GptModel::KeepForWeights(const float* from, int64_t n) {
   return to;
 }
 
+void GptModel::RoundParameters(Precision precision, absl::Span<const float> params,
+                               absl::Span<float> rounded) {
+  CHECK_EQ(params.size(), rounded.size());
+  if (IsHalf(precision)) {
+    kernels::RoundTo(HalfFormatOf(precision), params.data(), rounded.data(),
+                     static_cast<int64_t>(params.size()));
+  } else {
+    std::copy(params.begin(), params.end(), rounded.begin());
+  }
+}
+
 absl::Status GptModel::SliceForward(const Batch& batch, absl::Span<const float> params,
                                     Precision precision, absl::Span<const float> input,
-                                    absl::Span<float> output) {
-  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, nullptr));
+                                    absl::Span<float> output, bool params_rounded) {
+  RM_ASSIGN_OR_RETURN(const Pass pass, Prepare(batch, params, precision, nullptr, params_rounded));
   const int64_t n = pass.rows * options_.width;
   const int64_t want_in = has_embeddings() ? 0 : n, want_out = has_head() ? 0 : n;
   if (static_cast<int64_t>(input.size()) != want_in ||

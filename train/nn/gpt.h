@@ -165,9 +165,16 @@ class GptModel final : public Model {
   // (its targets; the others need only batch.size); `input` is the previous stage's output
   // ([batch.size * context, width] floats, empty on the first stage), `output` receives this
   // slice's (same shape; empty on the last). INVALID_ARGUMENT as ForwardBackward, or for a
-  // span of the wrong size.
+  // span of the wrong size. In bf16/fp16 the model rounds `params` into a copy of its own for
+  // the pass, unless `params_rounded` says they are rounded already (RoundParameters: a stage
+  // with several micro-batches in flight rounds once, for all its models).
   absl::Status SliceForward(const Batch& batch, absl::Span<const float> params, Precision precision,
-                            absl::Span<const float> input, absl::Span<float> output);
+                            absl::Span<const float> input, absl::Span<float> output,
+                            bool params_rounded = false);
+  // `params` rounded to `precision`'s format into `rounded` (as large), as SliceForward rounds
+  // them: pass the result with params_rounded. A copy without rounding in fp32.
+  static void RoundParameters(Precision precision, absl::Span<const float> params,
+                              absl::Span<float> rounded);
   // SliceBackward, after SliceForward (whose `params` must stay as they were, alive, until
   // the micro-batch's backward is done): from the gradient of the slice's output (empty on the
   // last stage, which starts from its loss scaled by options.loss_scale / loss_divisor) to the
@@ -259,8 +266,9 @@ class GptModel final : public Model {
 
   // Validates the batch, lays out the activations for it and splits its tokens into inputs
   // and targets.
+  // `rounded`: the parameters are in the compute format already (no private copy).
   absl::StatusOr<Pass> Prepare(const Batch& batch, absl::Span<const float> params,
-                               Precision precision, ParameterStore* store);
+                               Precision precision, ParameterStore* store, bool rounded = false);
   void PlaceActivations(int64_t batch);
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
   float* Stream(int64_t block) const;

@@ -53,8 +53,18 @@ absl::Status GptStage::BeginStep(absl::Span<const Batch> micro_batches,
         absl::StrCat("GptStage::BeginStep: the parameters and gradients of '", model().Describe(),
                      "' need ", need, " floats each"));
   }
+  // In bf16/fp16 the models read the parameters rounded: once here for all of them.
+  absl::Span<const float> step_params = params;
+  if (options.precision != Precision::kFloat32) {
+    if (rounded_.size() != static_cast<int64_t>(params.size())) {
+      rounded_ = state::FlatBuffer(static_cast<int64_t>(params.size()));
+    }
+    nn::GptModel::RoundParameters(options.precision, params, rounded_.span());
+    step_params = rounded_.span();
+  }
   // A failed step can leave micro-batches in flight: that step is lost, its models free.
-  RM_RETURN_IF_ERROR(models_.Begin(micro_batches, params, grads, options, std::move(discarded)));
+  RM_RETURN_IF_ERROR(
+      models_.Begin(micro_batches, step_params, grads, options, std::move(discarded)));
   std::fill(grads.begin(), grads.end(), 0.0f);
   return absl::OkStatus();
 }
@@ -87,7 +97,8 @@ absl::Status GptStage::Forward(int micro, absl::Span<const float> input, absl::S
         return m;
       }));
   RM_RETURN_IF_ERROR(model->SliceForward(**models_.MicroBatch(micro), models_.params(),
-                                         models_.options().precision, input, output));
+                                         models_.options().precision, input, output,
+                                         /*params_rounded=*/true));
   models_.Started(micro);
   return absl::OkStatus();
 }

@@ -100,6 +100,9 @@ class GptStage final : public SplitBackwardStage {
   const nn::GptOptions slice_;
   nn::GptModel::TensorParallelSum tp_sum_;
   MicroBatchModels<nn::GptModel> models_;
+  // In bf16/fp16: the step's parameters rounded once (BeginStep) for every model in flight,
+  // instead of a rounded copy in each.
+  state::FlatBuffer rounded_;
 };
 
 }  // namespace ringmaster::train::pipeline
