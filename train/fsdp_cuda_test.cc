@@ -211,22 +211,11 @@ void RunOnRanks(Precision precision) {
   if (!comm::testing::GpuPerRankAvailable(kRanks)) {
     GTEST_SKIP() << "fewer than 2 CUDA GPUs here (or run with --config=cudaemu)";
   }
-  const std::string dir = comm::testing::FreshStoreDir();
-  comm::testing::MultiProcOptions options;
-  options.world_size = kRanks;
-  const std::vector<comm::testing::RankResult> results = comm::testing::RunRanks(
-      options, [&](comm::TcpCommunicator& tcp, absl::Duration*) -> absl::Status {
-        const int device = comm::testing::UseOwnGpu(tcp.rank());
-        RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::FileStore> store,
-                            comm::FileStore::Create({dir}));
-        RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
-                            comm::NcclCommunicator::Create({.rank = tcp.rank(),
-                                                            .size = kRanks,
-                                                            .store = store.get(),
-                                                            .prefix = "fsdp_cuda/nccl",
-                                                            .device = device}));
-        return Check(precision, *nccl, tcp);
-      });
+  const std::vector<comm::testing::RankResult> results =
+      comm::testing::RunNcclRanks(kRanks, "fsdp_cuda/nccl", absl::Seconds(120),
+                                  [&](comm::NcclCommunicator& nccl, comm::TcpCommunicator& tcp) {
+                                    return Check(precision, nccl, tcp);
+                                  });
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_TRUE(results[r].reported) << "rank " << r << ": " << results[r].exit_detail;
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;

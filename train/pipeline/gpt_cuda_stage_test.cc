@@ -318,22 +318,9 @@ void RunMesh(int tp_size) {
     GTEST_SKIP() << "fewer than " << ranks
                  << " CUDA GPUs here: one per rank (or run with --config=cudaemu)";
   }
-  const std::string dir = comm::testing::FreshStoreDir();
-  comm::testing::MultiProcOptions options;
-  options.world_size = ranks;
-  options.timeout = absl::Seconds(600);
-  const std::vector<comm::testing::RankResult> results = comm::testing::RunRanks(
-      options, [&](comm::TcpCommunicator& tcp, absl::Duration*) -> absl::Status {
-        const int device = comm::testing::UseOwnGpu(tcp.rank());
-        RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::FileStore> store, comm::FileStore::Create({dir}));
-        RM_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
-                            comm::NcclCommunicator::Create({.rank = tcp.rank(),
-                                                            .size = ranks,
-                                                            .store = store.get(),
-                                                            .prefix = "gpt_cuda_stage/nccl",
-                                                            .device = device}));
-        return RunRank(*nccl, tp_size);
-      });
+  const std::vector<comm::testing::RankResult> results = comm::testing::RunNcclRanks(
+      ranks, "gpt_cuda_stage/nccl", absl::Seconds(600),
+      [&](comm::NcclCommunicator& nccl, comm::TcpCommunicator&) { return RunRank(nccl, tp_size); });
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_TRUE(results[r].reported) << "rank " << r << ": " << results[r].exit_detail;
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
