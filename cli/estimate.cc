@@ -59,8 +59,10 @@ absl::Status InSpec(const std::string& file, const absl::Status& s) {
 
 }  // namespace
 
-nlohmann::ordered_json MemoryPlansJson(const EstimateHeading& h,
-                                       const std::vector<train::RankMemoryPlan>& plans) {
+namespace {
+
+// The document's fields above its rows.
+nlohmann::ordered_json HeadingJson(const EstimateHeading& h) {
   nlohmann::ordered_json doc;
   doc["job"] = h.job;
   doc["model"] = h.model;
@@ -70,6 +72,14 @@ nlohmann::ordered_json MemoryPlansJson(const EstimateHeading& h,
   doc["optimizer"] = h.optimizer;
   doc["batch"] = h.batch;
   doc["strategies"] = h.strategies;
+  return doc;
+}
+
+}  // namespace
+
+nlohmann::ordered_json MemoryPlansJson(const EstimateHeading& h,
+                                       const std::vector<train::RankMemoryPlan>& plans) {
+  nlohmann::ordered_json doc = HeadingJson(h);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const train::RankMemoryPlan& p : plans) {
     nlohmann::ordered_json row;
@@ -116,7 +126,7 @@ std::string FormatMemoryPlans(const EstimateHeading& h,
 std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::MeshRankPlan>& plans,
                             OutputFormat format) {
   if (format == OutputFormat::kJson || format == OutputFormat::kYaml) {
-    nlohmann::ordered_json doc = MemoryPlansJson(h, {});
+    nlohmann::ordered_json doc = HeadingJson(h);
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const train::MeshRankPlan& p : plans) {
       nlohmann::ordered_json row;

@@ -60,20 +60,20 @@ absl::Status CheckFingerprints(comm::Communicator& comm, const state::TensorTabl
 absl::Status CheckGroupFingerprints(comm::Communicator& comm, const state::TensorTable& table,
                                     const float* params, double loss, int64_t step,
                                     const FingerprintGroup& group, absl::Time deadline) {
-  RM_ASSIGN_OR_RETURN(const std::vector<uint64_t> all,
-                      GatherGroupFingerprints(comm, table, params, loss, group, deadline));
+  RM_ASSIGN_OR_RETURN(
+      const std::vector<uint64_t> all,
+      GatherGroupFingerprints(comm, TensorHashes(table, params), loss, group, deadline));
   return CompareGroupFingerprints(table, all, comm.size(), step, group);
 }
 
 absl::StatusOr<std::vector<uint64_t>> GatherGroupFingerprints(comm::Communicator& comm,
-                                                              const state::TensorTable& table,
-                                                              const float* params, double loss,
+                                                              absl::Span<const uint64_t> hashes,
+                                                              double loss,
                                                               const FingerprintGroup& group,
                                                               absl::Time deadline) {
-  const std::vector<uint64_t> hashes = TensorHashes(table, params);
   std::vector<uint64_t> mine;
   if (group.tensors.empty()) {
-    mine = hashes;
+    mine.assign(hashes.begin(), hashes.end());
   } else {
     for (int t : group.tensors) mine.push_back(hashes[t]);
   }

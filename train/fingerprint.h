@@ -43,11 +43,11 @@ absl::Status CompareGroupFingerprints(const state::TensorTable& table,
                                       absl::Span<const uint64_t> gathered, int size, int64_t step,
                                       const FingerprintGroup& group);
 
-// The group's fingerprints (group.tensors' hashes of `params`, laid out by `table`, then the
-// loss's bits), every member's in rank order: one all-gather; its error.
+// The group's fingerprints (group.tensors' entries of `hashes`, TensorHashes of the
+// parameters, then the loss's bits), every member's in rank order: one all-gather; its error.
 absl::StatusOr<std::vector<uint64_t>> GatherGroupFingerprints(comm::Communicator& comm,
-                                                              const state::TensorTable& table,
-                                                              const float* params, double loss,
+                                                              absl::Span<const uint64_t> hashes,
+                                                              double loss,
                                                               const FingerprintGroup& group,
                                                               absl::Time deadline);
 

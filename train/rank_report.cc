@@ -1,68 +1,76 @@
 #include "train/rank_report.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 
 #include "common/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace ringmaster::train {
 namespace {
 
-// RankResult as a fixed row of doubles (exact for the int32 fields and any byte count below
-// 2^53).
-constexpr int kFields = 15;
-using Row = std::array<double, kFields>;
+using google::protobuf::FieldDescriptor;
 
-Row ToRow(const RankResult& r) {
-  return {static_cast<double>(r.rank()),
-          static_cast<double>(r.pp_rank()),
-          static_cast<double>(r.dp_rank()),
-          static_cast<double>(r.tp_rank()),
-          r.parameter_bytes(),
-          r.gradient_bytes(),
-          r.optimizer_state_bytes(),
-          r.activation_bytes_peak(),
-          r.peak_rss_bytes(),
-          r.comm_bytes_per_step(),
-          r.pipeline_bytes_per_step(),
-          r.tensor_parallel_bytes_per_step(),
-          r.block_parameters(),
-          r.pipeline_bubble(),
-          static_cast<double>(r.pipeline_peak_in_flight())};
+// RankResult's fields (each a double or an int32) as a row of doubles in field order: exact
+// for the int32s and any byte count below 2^53.
+std::vector<double> ToRow(const RankResult& r) {
+  const google::protobuf::Descriptor* d = r.GetDescriptor();
+  const google::protobuf::Reflection* refl = r.GetReflection();
+  std::vector<double> row;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    row.push_back(f->cpp_type() == FieldDescriptor::CPPTYPE_INT32 ? refl->GetInt32(r, f)
+                                                                  : refl->GetDouble(r, f));
+  }
+  return row;
 }
 
-RankResult FromRow(const double* v) {
+RankResult FromRow(const double* row) {
   RankResult r;
-  r.set_rank(static_cast<int32_t>(v[0]));
-  r.set_pp_rank(static_cast<int32_t>(v[1]));
-  r.set_dp_rank(static_cast<int32_t>(v[2]));
-  r.set_tp_rank(static_cast<int32_t>(v[3]));
-  r.set_parameter_bytes(v[4]);
-  r.set_gradient_bytes(v[5]);
-  r.set_optimizer_state_bytes(v[6]);
-  r.set_activation_bytes_peak(v[7]);
-  r.set_peak_rss_bytes(v[8]);
-  r.set_comm_bytes_per_step(v[9]);
-  r.set_pipeline_bytes_per_step(v[10]);
-  r.set_tensor_parallel_bytes_per_step(v[11]);
-  r.set_block_parameters(v[12]);
-  r.set_pipeline_bubble(v[13]);
-  r.set_pipeline_peak_in_flight(static_cast<int32_t>(v[14]));
+  const google::protobuf::Descriptor* d = r.GetDescriptor();
+  const google::protobuf::Reflection* refl = r.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+      refl->SetInt32(&r, f, static_cast<int32_t>(row[i]));
+    } else {
+      refl->SetDouble(&r, f, row[i]);
+    }
+  }
   return r;
 }
 
 }  // namespace
 
+RankResult RankFigures(const TrainResult& result) {
+  RankResult r;
+  const google::protobuf::Reflection* from = result.GetReflection();
+  const google::protobuf::Reflection* to = r.GetReflection();
+  const google::protobuf::Descriptor* d = r.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const FieldDescriptor* g = result.GetDescriptor()->FindFieldByName(f->name());
+    if (g == nullptr || g->cpp_type() != f->cpp_type() || g->is_repeated()) continue;
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+      to->SetInt32(&r, f, from->GetInt32(result, g));
+    } else {
+      to->SetDouble(&r, f, from->GetDouble(result, g));
+    }
+  }
+  return r;
+}
+
 absl::StatusOr<std::vector<RankResult>> GatherRankResults(const RankResult& mine,
                                                           comm::Communicator& comm,
                                                           absl::Time deadline) {
-  const Row row = ToRow(mine);
-  std::vector<double> all(static_cast<size_t>(kFields) * comm.size());
-  RM_RETURN_IF_ERROR(comm.AllGather(row.data(), all.data(), kFields, DataType::kFloat64, deadline));
+  const std::vector<double> row = ToRow(mine);
+  std::vector<double> all(row.size() * comm.size());
+  RM_RETURN_IF_ERROR(
+      comm.AllGather(row.data(), all.data(), row.size(), DataType::kFloat64, deadline));
   std::vector<RankResult> out;
   out.reserve(comm.size());
-  for (int r = 0; r < comm.size(); ++r) out.push_back(FromRow(all.data() + r * kFields));
+  for (int r = 0; r < comm.size(); ++r) out.push_back(FromRow(all.data() + r * row.size()));
   return out;
 }
 

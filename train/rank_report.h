@@ -23,6 +23,10 @@ absl::StatusOr<std::vector<RankResult>> GatherRankResults(const RankResult& mine
                                                           comm::Communicator& comm,
                                                           absl::Time deadline);
 
+// This rank's figures from its result: every RankResult field TrainResult has by the same
+// name (the rank and its mesh coordinates are the caller's to set).
+RankResult RankFigures(const TrainResult& result);
+
 // True for a tensor of a transformer block: a name "h<digits>.<...>" (train/nn/gpt.h).
 bool IsBlockTensor(const state::TensorSpec& tensor);
 

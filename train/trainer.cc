@@ -879,7 +879,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
 }
 
 absl::Status Trainer::State::GatherRanks() {
-  RankResult mine;
+  RankResult mine = RankFigures(result);
   mine.set_rank(rank);
   if (groups.mesh) {
     const comm::MeshCoordinates at = groups.mesh->Coordinates(rank);
@@ -889,17 +889,6 @@ absl::Status Trainer::State::GatherRanks() {
   } else {
     mine.set_dp_rank(rank);
   }
-  mine.set_parameter_bytes(result.parameter_bytes());
-  mine.set_gradient_bytes(result.gradient_bytes());
-  mine.set_optimizer_state_bytes(result.optimizer_state_bytes());
-  mine.set_activation_bytes_peak(result.activation_bytes_peak());
-  mine.set_peak_rss_bytes(result.peak_rss_bytes());
-  mine.set_comm_bytes_per_step(result.comm_bytes_per_step());
-  mine.set_pipeline_bytes_per_step(result.pipeline_bytes_per_step());
-  mine.set_tensor_parallel_bytes_per_step(result.tensor_parallel_bytes_per_step());
-  mine.set_block_parameters(result.block_parameters());
-  mine.set_pipeline_bubble(result.pipeline_bubble());
-  mine.set_pipeline_peak_in_flight(result.pipeline_peak_in_flight());
   RM_ASSIGN_OR_RETURN(std::vector<RankResult> all, GatherRankResults(mine, *hcomm, Deadline()));
   result.clear_ranks();
   if (leader) {

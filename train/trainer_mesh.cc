@@ -101,21 +101,22 @@ absl::Status CheckMeshFingerprints(const MeshGroups& groups, comm::Communicator&
   if (!groups.mesh) return absl::OkStatus();
   const int rank = world.rank();
   absl::Status found;  // the first difference this rank's groups found
-  auto compare = [&](comm::Communicator& group, const state::TensorTable& table, const float* base,
-                     const FingerprintGroup& g) -> absl::Status {
+  auto compare = [&](comm::Communicator& group, const state::TensorTable& table,
+                     absl::Span<const uint64_t> hashes, const FingerprintGroup& g) -> absl::Status {
     RM_ASSIGN_OR_RETURN(const std::vector<uint64_t> all,
-                        GatherGroupFingerprints(group, table, base, loss, g, deadline));
+                        GatherGroupFingerprints(group, hashes, loss, g, deadline));
     if (found.ok()) found = CompareGroupFingerprints(table, all, group.size(), step, g);
     return absl::OkStatus();
   };
   for (const PipelineParallel::StageView& stage : pipeline.stage_views()) {
     const state::TensorTable& table = stage.model->table();
-    const float* base = params.data() + stage.base;
+    // Hashed once: the data-parallel and the tensor-parallel comparisons both read them.
+    const std::vector<uint64_t> hashes = TensorHashes(table, params.data() + stage.base);
     if (groups.dp != nullptr && groups.dp->size() > 1) {
       FingerprintGroup g;
       g.job_ranks = groups.mesh->GroupRanks(comm::MeshDim::kDp, rank);
       g.what = absl::StrCat("the data-parallel replicas of pipeline stage ", stage.index);
-      RM_RETURN_IF_ERROR(compare(*groups.dp, table, base, g));
+      RM_RETURN_IF_ERROR(compare(*groups.dp, table, hashes, g));
     }
     if (groups.tp != nullptr && groups.tp->size() > 1) {
       FingerprintGroup g;
@@ -125,7 +126,7 @@ absl::Status CheckMeshFingerprints(const MeshGroups& groups, comm::Communicator&
       g.job_ranks = groups.mesh->GroupRanks(comm::MeshDim::kTp, rank);
       g.what = absl::StrCat("the tensors the tensor-parallel group of pipeline stage ", stage.index,
                             " replicates");
-      if (!g.tensors.empty()) RM_RETURN_IF_ERROR(compare(*groups.tp, table, base, g));
+      if (!g.tensors.empty()) RM_RETURN_IF_ERROR(compare(*groups.tp, table, hashes, g));
     }
   }
   // Every rank stops alike: the lowest rank whose groups found a difference.
