@@ -138,6 +138,7 @@ std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::M
       row["compute_copy_bytes"] = p.compute_copy_bytes;
       row["gradient_bytes"] = p.gradient_bytes;
       row["optimizer_bytes"] = p.optimizer_bytes;
+      row["unit_buffer_bytes"] = p.unit_buffer_bytes;
       row["activation_bytes_per_micro_batch"] = p.activation_bytes_per_micro_batch;
       row["peak_in_flight"] = p.peak_in_flight;
       row["activation_bytes"] = p.activation_bytes;
@@ -147,19 +148,32 @@ std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::M
     doc["per_rank"] = std::move(rows);
     return FormatJsonValue(doc, format);
   }
+  // ZeRO-3 over tensor-parallel shards gathers units: their column.
+  const bool units = std::any_of(plans.begin(), plans.end(), [](const train::MeshRankPlan& p) {
+    return p.unit_buffer_bytes > 0;
+  });
   std::vector<std::vector<std::string>> rows = {{"PER RANK (MiB)", "PARAMETERS", "GRADIENTS",
                                                  "OPTIMIZER", "ACTIVATIONS", "IN FLIGHT", "TOTAL"}};
+  if (units) rows[0].insert(rows[0].begin() + 4, "UNIT BUFFERS");
   for (const train::MeshRankPlan& p : plans) {
-    rows.push_back({absl::StrCat("pp ", p.pp_rank, " tp ", p.tp_rank),
-                    MiB(p.parameter_bytes + p.compute_copy_bytes), MiB(p.gradient_bytes),
-                    MiB(p.optimizer_bytes), MiB(p.activation_bytes),
-                    absl::StrFormat("%.2f", p.peak_in_flight), MiB(p.total_bytes())});
+    std::vector<std::string> row = {absl::StrCat("pp ", p.pp_rank, " tp ", p.tp_rank),
+                                    MiB(p.parameter_bytes + p.compute_copy_bytes),
+                                    MiB(p.gradient_bytes),
+                                    MiB(p.optimizer_bytes),
+                                    MiB(p.activation_bytes),
+                                    absl::StrFormat("%.2f", p.peak_in_flight),
+                                    MiB(p.total_bytes())};
+    if (units) row.insert(row.begin() + 4, MiB(p.unit_buffer_bytes));
+    rows.push_back(std::move(row));
   }
   return absl::StrCat(
       h.job, ": ", h.model, " (", h.parameters, " parameters) on ", h.world, " rank(s)\n",
       h.precision, ", ", h.optimizer, "; ", h.batch, "\n", h.strategies, "\n", FormatTable(rows),
       "A row per (pp, tp) coordinate; its data-parallel replicas hold the same. PARAMETERS:\n"
-      "the stages' fp32 buffer and, in bf16/fp16, their rounded copy.\n"
+      "the stages' fp32 buffer and, in bf16/fp16, their rounded copy.\n",
+      units ? "Under ZeRO-3 each rank holds 1/dp of its shard's state, and UNIT BUFFERS its\n"
+              "gathered units and unreduced gradients at most.\n"
+            : "",
       "ACTIVATIONS: one micro-batch measured through the rank's stages, times the schedule's\n"
       "peak of micro-batches in flight (IN FLIGHT, simulated). CPU ranks.\n");
 }

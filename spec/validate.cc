@@ -381,16 +381,14 @@ void CheckMesh(const JobSpec& spec, Checker* check) {
   if (tp <= 1 && pp <= 1) return;
 
   const int32_t zero_stage = parallelism.zero_stage();
-  if (zero_stage == 3) {
+  if (zero_stage == 3 && pp > 1) {
     check->Fail("parallelism.zero_stage",
-                absl::StrCat("ZeRO-3 composes with data parallelism only in this version, got "
-                             "mesh tp ",
+                absl::StrCat("ZeRO-3 composes with data and tensor parallelism only in this "
+                             "version, got mesh tp ",
                              tp, ", pp ", pp,
-                             pp > 1 ? " (a rank's stages need their whole parameters through the "
-                                      "pipeline's step)"
-                                    : " (fully sharded tensor-parallel shards are not in this "
-                                      "version)",
-                             "; use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"));
+                             " (a rank's stages keep their whole parameters through the "
+                             "pipeline's step, its micro-batches in flight); use zero_stage 0, 1 "
+                             "or 2, or ZeRO-3 with mesh pp 1"));
   }
   if (zero_stage == 2 && spec.precision().reduce() == PrecisionSpec::DTYPE_BF16) {
     check->Fail("precision.reduce",

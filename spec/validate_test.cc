@@ -353,17 +353,10 @@ TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
          s->mutable_parallelism()->set_zero_stage(3);
          Mesh(s, 1, 2);
        },
-       "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
-       "mesh tp 1, pp 2 (a rank's stages need their whole parameters through the pipeline's "
-       "step); use zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"},
-      {kMinimalGpt,
-       [](JobSpec* s) {
-         s->mutable_parallelism()->set_zero_stage(3);
-         Mesh(s, 2, 1);
-       },
-       "parallelism.zero_stage: ZeRO-3 composes with data parallelism only in this version, got "
-       "mesh tp 2, pp 1 (fully sharded tensor-parallel shards are not in this version); use "
-       "zero_stage 0, 1 or 2 (or mesh tp 1 and pp 1)"},
+       "parallelism.zero_stage: ZeRO-3 composes with data and tensor parallelism only in this "
+       "version, got mesh tp 1, pp 2 (a rank's stages keep their whole parameters through the "
+       "pipeline's step, its micro-batches in flight); use zero_stage 0, 1 or 2, or ZeRO-3 with "
+       "mesh pp 1"},
   };
   for (const RangeCase& c : cases) {
     JobSpec spec = Effective(c.base);
@@ -480,6 +473,9 @@ TEST(ValidateJobSpecTest, ZeroStage3WithItsOptionsIsValid) {
   fsdp->set_reshard_after_forward(false);
   spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_BF16);
   spec.mutable_precision()->set_reduce(PrecisionSpec::DTYPE_BF16);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  // Over tensor-parallel shards (mesh tp, pp 1): fully sharded along dp.
+  Mesh(&spec, 2, 1);
   EXPECT_THAT(Errors(spec), IsEmpty());
   // fp32 reduction is what stages 0 and 1 do anyway: writing it there is no error.
   JobSpec stage1 = Effective(kMinimalGpt);

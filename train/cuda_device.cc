@@ -12,6 +12,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
@@ -21,6 +22,7 @@
 #include "train/nn/sequential.h"
 #include "train/nn/sequential_cuda.h"
 #include "train/optim/cuda_vector_ops.h"
+#include "train/pipeline/gpt_cuda_stage.h"
 
 namespace ringmaster::train {
 namespace {
@@ -53,13 +55,18 @@ class CudaDevice final : public TrainingDevice {
     RM_RETURN_IF_CUDA_ERROR(cudaStreamCreate(&d->comm_.stream));
     RM_ASSIGN_OR_RETURN(d->ops_, CudaVectorOps::Create(d->compute_.stream));
     RM_ASSIGN_OR_RETURN(d->comm_ops_, CudaVectorOps::Create(d->comm_.stream));
-    RM_ASSIGN_OR_RETURN(d->params_, d->ops_->Allocate(padded));
-    RM_ASSIGN_OR_RETURN(d->grads_, d->ops_->Allocate(padded));
+    RM_RETURN_IF_ERROR(d->ResizeBuffers(padded));
+    d->stages_ = options.stages;
     if (const auto* gpt = dynamic_cast<const nn::GptModel*>(&model)) {
       nn::GptCudaOptions go;
       go.matmul = d->type_;
-      go.flat_parameters = options.flat_parameters;
+      go.flat_parameters = options.flat_parameters || options.stages;
       RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
+      // Stages: the whole model was made to check that it has a CUDA path; its slices run.
+      if (options.stages) d->gpt_.reset();
+    } else if (options.stages) {
+      return absl::UnimplementedError(absl::StrCat(
+          "model ", model.Describe(), " has no pipeline or tensor-parallel stages (a GPT has)"));
     } else {
       RM_ASSIGN_OR_RETURN(d->classifier_, nn::SequentialCuda::Create(
                                               dynamic_cast<const nn::SequentialClassifier&>(model),
@@ -78,7 +85,7 @@ class CudaDevice final : public TrainingDevice {
         sized ? absl::StrFormat(", %.1f GiB free", free_bytes / 1073741824.0) : std::string(),
         kc::MatMulTypeName(type_),
         kc::ElementBytes(type_) != 2 ? " products"
-        : gpt_ != nullptr            ? " activations and products"
+        : gpt_ != nullptr || stages_ ? " activations and products"
                                      : " values in fp32 storage, tf32 products (exact for them)");
   }
   VectorOps* ops() override { return ops_.get(); }
@@ -87,22 +94,65 @@ class CudaDevice final : public TrainingDevice {
   absl::Span<float> grads() override { return grads_.span(); }
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch,
                                             const ForwardBackwardOptions& options) override {
+    if (stages_) {
+      return absl::FailedPreconditionError(
+          "TrainingDevice::ForwardBackward on a device of pipeline stages (CreateStage)");
+    }
     if (gpt_ == nullptr) {
       return classifier_->ForwardBackward(batch, params_.data(), grads_.data(), options);
     }
     return gpt_->ForwardBackward(batch, params_.data(), grads_.data(), options);
   }
   int64_t activation_bytes() const override {
-    return gpt_ != nullptr ? gpt_->activation_bytes() : classifier_->activation_bytes();
+    return gpt_ != nullptr          ? gpt_->activation_bytes()
+           : classifier_ != nullptr ? classifier_->activation_bytes()
+                                    : 0;
   }
   int64_t parameter_copy_bytes() const override {
     return gpt_ != nullptr ? gpt_->parameter_copy_bytes() : 0;
+  }
+
+  absl::StatusOr<std::unique_ptr<pipeline::GptPipelineStage>> CreateStage(
+      const nn::GptOptions& slice, comm::Communicator* tp, absl::Duration op_timeout) override {
+    if (!stages_) {
+      return absl::FailedPreconditionError(
+          "TrainingDevice::CreateStage on a device made without CudaDeviceOptions::stages");
+    }
+    nn::GptCudaOptions go;
+    go.matmul = type_;
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::GptCudaStage> stage,
+                        pipeline::GptCudaStage::Create(slice, go, compute_.stream));
+    if (slice.tp_size > 1) {
+      if (tp == nullptr || tp->size() != slice.tp_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CreateStage: a tensor-parallel shard of ", slice.tp_size,
+                         " needs a tensor-parallel group of that size"));
+      }
+      stage->set_tensor_parallel_sum(
+          [tp, op_timeout](float* data, int64_t count, cudaStream_t stream) -> absl::Status {
+            // The group's stream (NCCL's own, or the TCP backend's staging copies) does not
+            // wait for the model's: the partial sums first.
+            RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+            return tp->AllReduce(data, data, count, DataType::kFloat32, comm::ReduceOp::kSum,
+                                 absl::Now() + op_timeout);
+          });
+    }
+    return std::unique_ptr<pipeline::GptPipelineStage>(std::move(stage));
+  }
+
+  absl::Status ResizeBuffers(int64_t elements) override {
+    params_ = OpsBuffer();
+    grads_ = OpsBuffer();
+    RM_ASSIGN_OR_RETURN(params_, ops_->Allocate(elements));
+    RM_ASSIGN_OR_RETURN(grads_, ops_->Allocate(elements));
+    return absl::OkStatus();
   }
 
  private:
   CudaDevice() = default;
 
   int gpu_ = 0;
+  bool stages_ = false;
   kc::MatMulType type_ = kc::MatMulType::kFloat32;
   // Destroyed in reverse: the model and buffers before the ops, the ops before the streams.
   Stream compute_, comm_;

@@ -12,6 +12,10 @@
 //   sync options: ops = device->ops(), comm_ops = device->comm_ops()
 //   device->ForwardBackward(batch, fb);   // on device->params(), into device->grads()
 //
+// Under pipeline or tensor parallelism (CudaDeviceOptions::stages) the device makes the GPT's
+// stages instead (CreateStage; train/pipeline_parallel.h runs them) and its step buffers are
+// sized by the strategy (ResizeBuffers).
+//
 // Not thread-safe except as VectorOps allows (GradientSync's comm thread uses comm_ops and
 // waits on ops' marks).
 #ifndef RINGMASTER_TRAIN_DEVICE_H_
@@ -22,13 +26,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "train/batch.h"
 #include "train/model.h"
+#include "train/nn/gpt.h"
 #include "train/optim/vector_ops.h"
+#include "train/pipeline/gpt_pipeline_stage.h"
 
 namespace ringmaster::train {
 
@@ -53,6 +60,24 @@ class TrainingDevice {
   virtual int64_t activation_bytes() const = 0;
   // Device bytes of the 16-bit copy of the parameters the products read (0 in fp32).
   virtual int64_t parameter_copy_bytes() const { return 0; }
+
+  // A device made with CudaDeviceOptions::stages: a stage of the GPT (`slice`: the whole
+  // model's options with the stage's blocks and tensor-parallel shard) on this device's
+  // compute stream and in its precision, for PipelineParallelOptions::make_stage; with
+  // slice.tp_size > 1 its tensor-parallel sums are all-reduces over `tp` (in device memory:
+  // NCCL's group, or a host group, which stages through the host), each within `op_timeout`.
+  // FAILED_PRECONDITION on a device made without `stages` (or that has none);
+  // nn::GptCuda::Create's errors.
+  virtual absl::StatusOr<std::unique_ptr<pipeline::GptPipelineStage>> CreateStage(
+      const nn::GptOptions& slice, comm::Communicator* tp, absl::Duration op_timeout) {
+    return absl::FailedPreconditionError(absl::StrCat(Describe(), " runs no pipeline stages"));
+  }
+  // Replaces params() and grads() by zeroed buffers of `elements` floats each (a mesh's step
+  // buffers: their size is the strategy's, known after the device is made).
+  // RESOURCE_EXHAUSTED when they do not fit; FAILED_PRECONDITION where the device cannot.
+  virtual absl::Status ResizeBuffers(int64_t elements) {
+    return absl::FailedPreconditionError(absl::StrCat(Describe(), " cannot resize its buffers"));
+  }
 };
 
 struct CudaDeviceOptions {
@@ -69,6 +94,11 @@ struct CudaDeviceOptions {
   // pieces). In bf16 and fp16 the GPT keeps a 16-bit copy of every parameter for the first,
   // of one parameter group for the second (train/nn/gpt_cuda.h).
   bool flat_parameters = true;
+  // The GPT runs as pipeline and tensor-parallel stages (CreateStage) rather than as one
+  // whole model: `model` must be a GPT (its CUDA path is checked here); ForwardBackward is
+  // then FAILED_PRECONDITION, and the buffers are sized by ResizeBuffers (padded_elements may
+  // be 0).
+  bool stages = false;
 };
 
 // The GPUs this process sees; 0 in a build without CUDA or on error (never fails).

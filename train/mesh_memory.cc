@@ -97,6 +97,20 @@ absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& conf
         p.activation_bytes = static_cast<int64_t>(std::llround(
             static_cast<double>(p.activation_bytes_per_micro_batch) * p.peak_in_flight));
         if (half) p.compute_copy_bytes = p.elements * 4;
+        if (config.zero_stage == 3 && pp == 1) {
+          // The shard (the one stage's model) fully sharded over the dp ranks.
+          nn::GptOptions shard = gpt->options();
+          shard.tp_size = tp;
+          shard.tp_rank = t;
+          RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptModel> model, nn::GptModel::Create(shard));
+          RM_ASSIGN_OR_RETURN(const RankMemoryPlan sharded,
+                              PlanRankState(config, *model, dp, 3, config.fsdp.wrap));
+          p.parameter_bytes = sharded.parameter_bytes;
+          p.compute_copy_bytes = sharded.compute_copy_bytes;
+          p.gradient_bytes = sharded.gradient_bytes;
+          p.optimizer_bytes = sharded.optimizer_bytes;
+          p.unit_buffer_bytes = sharded.unit_buffer_bytes;
+        }
         plans.push_back(p);
       }
     }

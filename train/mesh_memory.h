@@ -28,6 +28,10 @@ struct MeshRankPlan {
   // In bf16/fp16: the stages' parameters rounded once a step (pipeline::GptStage), shared by
   // the models in flight.
   int64_t compute_copy_bytes = 0;
+  // ZeRO-3 over tensor-parallel shards (pp 1): parameters, gradients and optimizer state are
+  // the rank's 1/dp pieces of its shard, and its units are gathered into unit buffers
+  // (PlanRankState's for the shard over dp ranks); 0 otherwise.
+  int64_t unit_buffer_bytes = 0;
   // Measured: one micro-batch's activations through each of the rank's stages (summed), and
   // the schedule's peak of micro-batches in flight on this rank (pipeline::Simulate; a
   // chunk of an interleaved schedule counted as 1/v); activation_bytes is their product.
@@ -37,7 +41,7 @@ struct MeshRankPlan {
 
   int64_t total_bytes() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + compute_copy_bytes +
-           activation_bytes;
+           unit_buffer_bytes + activation_bytes;
   }
 };
 

@@ -52,6 +52,34 @@ TEST(PlanMeshMemory, ARowPerCoordinateWithItsShareOfTheModel) {
   EXPECT_LT((*mesh)[0].elements, whole.elements / 2);
 }
 
+// ZeRO-3 over tensor-parallel shards: each rank's parameters, gradients and optimizer state
+// are its dp-th of its shard (as PlanRankState for the shard over dp ranks), plus the units it
+// gathers; against ZeRO-1 on the same mesh, whose parameters and gradients are whole.
+TEST(PlanMeshMemory, ZeroThreeOverTensorParallelShardsKeepsADpthOfTheShard) {
+  TrainConfig c = Gpt(2, 1);
+  c.zero_stage = 1;
+  auto zero1 = PlanMeshMemory(c, 4);  // tp 2 x dp 2
+  ASSERT_TRUE(zero1.ok()) << zero1.status();
+  c.zero_stage = 3;
+  auto zero3 = PlanMeshMemory(c, 4);
+  ASSERT_TRUE(zero3.ok()) << zero3.status();
+  ASSERT_EQ(zero3->size(), 2u);
+  for (int t = 0; t < 2; ++t) {
+    const MeshRankPlan& one = (*zero1)[t];
+    const MeshRankPlan& three = (*zero3)[t];
+    EXPECT_EQ(three.elements, one.elements);
+    EXPECT_EQ(one.unit_buffer_bytes, 0);
+    EXPECT_GT(three.unit_buffer_bytes, 0);
+    // Half the shard's parameters and gradients (up to the units' alignment padding).
+    EXPECT_NEAR(three.parameter_bytes, one.parameter_bytes / 2.0, 0.05 * one.parameter_bytes);
+    EXPECT_NEAR(three.gradient_bytes, one.gradient_bytes / 2.0, 0.05 * one.gradient_bytes);
+    EXPECT_NEAR(three.optimizer_bytes, one.optimizer_bytes, 0.05 * one.optimizer_bytes);
+    EXPECT_EQ(three.total_bytes(), three.parameter_bytes + three.gradient_bytes +
+                                       three.optimizer_bytes + three.unit_buffer_bytes +
+                                       three.activation_bytes);
+  }
+}
+
 TEST(PlanMeshMemory, ActivationsFollowTheSchedulesMicroBatchesInFlight) {
   TrainConfig c = Gpt(1, 2);
   c.pipeline.schedule = PipelineScheduleKind::kGPipe;

@@ -109,6 +109,13 @@ class ParallelStrategy {
   // Pipeline parallelism's step, which runs the model's stages itself (RunStep instead of
   // the model's ForwardBackward per micro-batch); null for the other strategies.
   virtual PipelineParallel* pipeline() { return nullptr; }
+  // The model the steps and evaluations run when it is not the job's whole model (a
+  // tensor-parallel shard, whose table lays out the store's units), else null.
+  virtual Model* step_model() { return nullptr; }
+  // The pieces of the flat space this rank's step buffer holds (`at` there), every one of
+  // which a restore fills: saved_pieces() where the ranks' pieces are disjoint; more where
+  // tensor-parallel ranks each hold a replicated tensor that only one of them saves.
+  virtual std::vector<state::PlacedRange> held_pieces() const { return saved_pieces(); }
 };
 
 struct DataParallelOptions {

@@ -35,13 +35,23 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   std::unique_ptr<PipelineParallel> p(new PipelineParallel(o, std::move(schedule)));
   const int rank = o.pp_comm->rank();
   const int tp = p->tp_size();
-  nn::GptModel::TensorParallelSum tp_sum;
-  if (tp > 1) {
-    comm::Communicator* group = o.tp_comm;
-    const absl::Duration timeout = o.dp.op_timeout;
-    tp_sum = [group, timeout](absl::Span<float> x) {
-      return group->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32,
-                              comm::ReduceOp::kSum, absl::Now() + timeout);
+  PipelineParallelOptions::StageFactory make_stage = o.make_stage;
+  if (!make_stage) {  // on the CPU
+    nn::GptModel::TensorParallelSum tp_sum;
+    if (tp > 1) {
+      comm::Communicator* group = o.tp_comm;
+      const absl::Duration timeout = o.dp.op_timeout;
+      tp_sum = [group, timeout](absl::Span<float> x) {
+        return group->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32,
+                                comm::ReduceOp::kSum, absl::Now() + timeout);
+      };
+    }
+    make_stage = [tp_sum](const nn::GptOptions& slice)
+        -> absl::StatusOr<std::unique_ptr<pipeline::GptPipelineStage>> {
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::GptStage> stage,
+                          pipeline::GptStage::Create(slice));
+      if (slice.tp_size > 1) stage->set_tensor_parallel_sum(tp_sum);
+      return std::unique_ptr<pipeline::GptPipelineStage>(std::move(stage));
     };
   }
   for (int st = rank; st < p->schedule_.stages(); st += o.schedule.ranks) {
@@ -50,51 +60,23 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     slice.tp_rank = p->tp_rank();
     Stage s;
     s.index = st;
-    RM_ASSIGN_OR_RETURN(s.stage, pipeline::GptStage::Create(slice));
-    if (tp > 1) s.stage->set_tensor_parallel_sum(tp_sum);
-    const nn::GptModel& model = s.stage->model();
-    const state::TensorTable& table = model.table();
+    RM_ASSIGN_OR_RETURN(s.stage, make_stage(slice));
+    const nn::GptModel& model = s.stage->layout();
     s.base = p->stages_elements_;
-    s.elements = table.total_elements();
-    for (int i = 0; i < table.size(); ++i) {
-      const state::TensorSpec& t = table.tensor(i);
-      const nn::TensorShard& shard = model.shard(i);
-      absl::StatusOr<int> index = o.whole_table->Find(t.name);
-      if (!index.ok() ||
-          o.whole_table->tensor(*index).numel != shard.whole_rows * shard.whole_cols) {
-        return absl::InternalError(absl::StrCat("stage ", st, "'s tensor ", t.name,
-                                                " is not a part of the whole model's"));
-      }
-      const state::TensorSpec& whole = o.whole_table->tensor(*index);
-      if (shard.whole()) {
-        p->places_.push_back(
-            {{whole.offset, whole.offset + whole.numel}, s.base + t.offset, tp > 1});
-        continue;
-      }
-      // A tensor-parallel shard: each of its rows of the whole tensor, cut to its columns,
-      // is a run (consecutive whole rows make one).
-      int64_t local = s.base + t.offset;
-      const int64_t width = shard.col_end - shard.col_begin;
-      for (const auto& [lo, hi] : shard.row_ranges) {
-        for (int64_t row = lo; row < hi; ++row) {
-          const int64_t begin = whole.offset + row * shard.whole_cols + shard.col_begin;
-          TensorPlace* last = p->places_.empty() ? nullptr : &p->places_.back();
-          if (last != nullptr && !last->replicated && last->whole.end == begin &&
-              last->local + last->whole.size() == local) {
-            last->whole.end += width;
-          } else {
-            p->places_.push_back({{begin, begin + width}, local, false});
-          }
-          local += width;
-        }
-      }
+    s.elements = model.table().total_elements();
+    if (absl::Status placed =
+            AppendTensorPlaces(model, *o.whole_table, s.base, tp > 1, &p->places_);
+        !placed.ok()) {
+      return absl::InternalError(absl::StrCat("stage ", st, ": ", placed.message()));
     }
     p->stages_elements_ += s.elements;
     p->stages_.push_back(std::move(s));
   }
   DataParallelOptions dp = o.dp;
   dp.elements = p->stages_elements_;
-  RM_ASSIGN_OR_RETURN(p->dp_, CreateDataParallel(o.dp_comm, o.dp_comm, dp));
+  RM_ASSIGN_OR_RETURN(
+      p->dp_,
+      CreateDataParallel(o.dp_gradients != nullptr ? o.dp_gradients : o.dp_comm, o.dp_comm, dp));
   // The update's partial sums (clipping's norm, LAMB's trust ratios, the overflow vote): each
   // tensor is on one stage and each tensor-parallel shard on one rank of its group (a
   // replicated tensor is counted on the group's rank 0: duplicate_ranges()), so the
@@ -124,20 +106,6 @@ std::string PipelineParallel::Describe() const {
                       " stages; this rank's: ", absl::StrJoin(mine, ","), "), ", s.micro_batches,
                       " micro-batches; data parallel over ", options_.dp_comm->size(), ": ",
                       dp_->Describe());
-}
-
-std::vector<state::PlacedRange> PipelineParallel::Map(state::FlatRange local, int64_t origin,
-                                                      bool replicas) const {
-  std::vector<state::PlacedRange> out;
-  for (const TensorPlace& t : places_) {
-    if (t.replicated && !replicas && tp_rank() != 0) continue;
-    const int64_t lo = std::max(local.begin, t.local);
-    const int64_t hi = std::min(local.end, t.local + t.whole.size());
-    if (lo >= hi) continue;
-    const int64_t shift = t.whole.begin - t.local;
-    out.push_back({{lo + shift, hi + shift}, lo - origin});
-  }
-  return out;
 }
 
 std::vector<state::PlacedRange> PipelineParallel::update_pieces() const {
@@ -173,16 +141,7 @@ absl::Status PipelineParallel::WholeParameters(absl::Span<float> params, absl::S
 }
 
 std::vector<state::FlatRange> PipelineParallel::duplicate_ranges() const {
-  std::vector<state::FlatRange> out;
-  if (tp_rank() == 0) return out;
-  const state::FlatRange window = dp_->update_window();
-  for (const TensorPlace& t : places_) {
-    if (!t.replicated) continue;
-    const int64_t lo = std::max(window.begin, t.local);
-    const int64_t hi = std::min(window.end, t.local + t.whole.size());
-    if (lo < hi) out.push_back({lo - window.begin, hi - window.begin});
-  }
-  return out;
+  return ReplicatedRanges(places_, dp_->update_window(), tp_rank());
 }
 
 absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micro_batches,
@@ -198,16 +157,19 @@ absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micr
   pipeline::PipelineExecutorOptions eo;
   eo.schedule = &schedule_;
   eo.rank = pp_rank();
-  eo.comm = options_.pp_comm;
+  eo.comm = messages();
   eo.op_timeout = options_.dp.op_timeout;
+  eo.ops = options_.ops;
+  eo.pool = &pool_;
   for (Stage& s : stages_) {
     RM_RETURN_IF_ERROR(s.stage->BeginStep(micro_batches, params.subspan(s.base, s.elements),
                                           grads.subspan(s.base, s.elements), options, discarded));
     eo.stages[s.index] = s.stage.get();
   }
   // The padding after the stages is reduced with the rest: zero.
-  std::fill(grads.begin() + stages_elements_, grads.end(), 0.0f);
+  RM_RETURN_IF_ERROR(options_.ops->Zero(grads.subspan(stages_elements_)));
   RM_ASSIGN_OR_RETURN(last_run_, pipeline::RunPipeline(eo));
+  for (Stage& s : stages_) RM_RETURN_IF_ERROR(s.stage->EndStep());
   compute_sum_ += last_run_.compute;
   total_sum_ += last_run_.total;
   StepStats stats;
@@ -232,7 +194,7 @@ absl::Status PipelineParallel::Message(comm::PointToPoint::Kind kind, int peer,
     op.recv = data.data();
   }
   op.count = data.size();
-  return options_.pp_comm->SendRecv(absl::MakeSpan(&op, 1), absl::Now() + options_.dp.op_timeout);
+  return messages()->SendRecv(absl::MakeSpan(&op, 1), absl::Now() + options_.dp.op_timeout);
 }
 
 absl::StatusOr<StepStats> PipelineParallel::Evaluate(const Batch& batch,
@@ -240,27 +202,28 @@ absl::StatusOr<StepStats> PipelineParallel::Evaluate(const Batch& batch,
                                                      Precision precision) {
   const int ranks = options_.schedule.ranks, me = pp_rank(), last = schedule_.stages() - 1;
   const int64_t elements = batch.size * options_.gpt.context * options_.gpt.width;
-  std::vector<float> in, out;
+  // The boundary activations, in the stages' memory (a GPU's on a device).
+  OpsBuffer in, out;
   StepStats stats;
   for (const Stage& s : stages_) {
     const int from = (s.index - 1) % ranks, to = (s.index + 1) % ranks;
     if (s.index > 0 && from != me) {
-      in.assign(elements, 0.0f);
-      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kRecv, from, absl::MakeSpan(in)));
+      RM_ASSIGN_OR_RETURN(in, options_.ops->Allocate(elements));
+      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kRecv, from, in.span()));
     }
-    out.assign(s.index < last ? elements : 0, 0.0f);
-    RM_ASSIGN_OR_RETURN(
-        StepStats st,
-        s.stage->Evaluate(batch, params.subspan(s.base, s.elements), precision,
-                          s.index > 0 ? absl::Span<const float>(in) : absl::Span<const float>(),
-                          absl::MakeSpan(out)));
+    RM_ASSIGN_OR_RETURN(out, options_.ops->Allocate(s.index < last ? elements : 0));
+    RM_ASSIGN_OR_RETURN(StepStats st,
+                        s.stage->Evaluate(batch, params.subspan(s.base, s.elements), precision,
+                                          s.index > 0 ? absl::Span<const float>(in.span())
+                                                      : absl::Span<const float>(),
+                                          out.span()));
     stats.loss_sum += st.loss_sum;
     stats.loss_terms += st.loss_terms;
     stats.correct += st.correct;
     if (s.index < last && to != me) {
-      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kSend, to, absl::MakeSpan(out)));
+      RM_RETURN_IF_ERROR(Message(comm::PointToPoint::Kind::kSend, to, out.span()));
     } else {
-      in.swap(out);  // the next stage is this rank's too
+      in = std::move(out);  // the next stage is this rank's too
     }
   }
   return stats;
@@ -279,6 +242,12 @@ int PipelineParallel::peak_in_flight() const {
   int peak = 0;
   for (const Stage& s : stages_) peak = std::max(peak, s.stage->peak_in_flight());
   return peak;
+}
+
+int64_t PipelineParallel::parameter_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const Stage& s : stages_) bytes += s.stage->parameter_copy_bytes();
+  return bytes;
 }
 
 int64_t PipelineParallel::activation_bytes() const {

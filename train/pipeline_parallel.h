@@ -17,11 +17,18 @@
 // the whole model's coordinates: any mesh loads them) and the initialisation (from the
 // common seed) work as for fully sharded data parallelism.
 //
+// On a GPU (TrainingDevice::CreateStage, train/device.h) the stages are GptCudaStages: the
+// step's buffers, the executor's messages (options.ops) and the data-parallel reduction are
+// in the device's memory, and the pipeline messages, tensor-parallel sums and gradient
+// reduction go over the device groups given (NCCL's, split from the job's), else over the
+// host groups, which stage device buffers through the host.
+//
 // Thread-safety: from the training thread only, as every strategy.
 #ifndef RINGMASTER_TRAIN_PIPELINE_PARALLEL_H_
 #define RINGMASTER_TRAIN_PIPELINE_PARALLEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,10 +41,13 @@
 #include "train/batch.h"
 #include "train/model.h"
 #include "train/nn/gpt.h"
+#include "train/optim/vector_ops.h"
 #include "train/parallel_strategy.h"
 #include "train/pipeline/executor.h"
+#include "train/pipeline/gpt_pipeline_stage.h"
 #include "train/pipeline/gpt_stage.h"
 #include "train/pipeline/schedule.h"
+#include "train/tensor_places.h"
 
 namespace ringmaster::train {
 
@@ -57,9 +67,21 @@ struct PipelineParallelOptions {
   // The tensor-parallel group (mesh tp): each stage's blocks split over it (nn::GptOptions
   // tp_size, this rank at its tp coordinate). Null: no tensor parallelism.
   comm::Communicator* tp_comm = nullptr;
-  // zero_stage (0, 1 or 2), buckets, overlap and the timeout of the data-parallel reduction;
-  // `elements` is filled in (this rank's stages).
+  // zero_stage (0, 1 or 2), buckets, overlap, the timeout and the memory (ops, comm_ops) of
+  // the data-parallel reduction; `elements` is filled in (this rank's stages).
   DataParallelOptions dp;
+  // Where the stages run. Null: on the CPU (pipeline::GptStage, the tensor-parallel sums over
+  // tp_comm). Else it makes the stage of a slice (a GPU's, with its tensor-parallel sums), and
+  // `ops` is that memory's (the executor's messages and evaluation's, zeroing the padding).
+  using StageFactory = std::function<absl::StatusOr<std::unique_ptr<pipeline::GptPipelineStage>>(
+      const nn::GptOptions& slice)>;
+  StageFactory make_stage;
+  VectorOps* ops = HostVectorOps();
+  // Groups that take the stages' memory, when it is a device's and the host groups above
+  // would stage it through the host: the pipeline messages' (pp_comm's ranks) and the
+  // gradients' reduction (dp_comm's). Null: pp_comm, dp_comm. Not owned.
+  comm::Communicator* pp_messages = nullptr;
+  comm::Communicator* dp_gradients = nullptr;
 };
 
 class PipelineParallel final : public ParallelStrategy {
@@ -93,7 +115,7 @@ class PipelineParallel final : public ParallelStrategy {
 
   // Every tensor of this rank's stages: where it is in the step's buffers (the restore reads
   // them all; each data-parallel replica saves only its part, saved_pieces()).
-  std::vector<state::PlacedRange> held_pieces() const {
+  std::vector<state::PlacedRange> held_pieces() const override {
     return Map({0, stages_elements_}, 0, /*replicas=*/true);
   }
   // Under tensor parallelism, on tensor-parallel ranks other than 0: the replicated tensors'
@@ -128,6 +150,9 @@ class PipelineParallel final : public ParallelStrategy {
   int64_t activation_bytes() const;
   int pp_rank() const { return options_.pp_comm->rank(); }
 
+  // The 16-bit parameter copies the stages' micro-batches keep (a GPU's stages in bf16/fp16).
+  int64_t parameter_copy_bytes() const;
+
   // This rank's stages, for diagnostics (fingerprints): the global stage, its model (whose
   // table lays the stage out in the step's buffers from `base`).
   struct StageView {
@@ -137,35 +162,31 @@ class PipelineParallel final : public ParallelStrategy {
   };
   std::vector<StageView> stage_views() const {
     std::vector<StageView> views;
-    for (const Stage& s : stages_) views.push_back({s.index, &s.stage->model(), s.base});
+    for (const Stage& s : stages_) views.push_back({s.index, &s.stage->layout(), s.base});
     return views;
   }
 
  private:
   struct Stage {
     int index = 0;  // the global stage
-    std::unique_ptr<pipeline::GptStage> stage;
+    std::unique_ptr<pipeline::GptPipelineStage> stage;
     int64_t base = 0;  // where its slice starts in the step's buffers
     int64_t elements = 0;
   };
-  // A tensor of this rank's stages: its range in the whole flat space and its local offset.
-  // A run of a tensor of this rank's stages: its range in the whole flat space and its local
-  // offset (a tensor-parallel shard is one run per row of the whole tensor it holds).
-  struct TensorPlace {
-    state::FlatRange whole;
-    int64_t local = 0;
-    bool replicated = false;  // held whole by every tensor-parallel rank
-  };
-
   PipelineParallel(const PipelineParallelOptions& options, pipeline::Schedule schedule)
       : options_(options), schedule_(std::move(schedule)) {}
   // The pieces of the whole flat space inside `local` (step-buffer offsets), `at` counted
-  // from `origin`.
-  // With replicas false, a replicated tensor's runs count on tensor-parallel rank 0 only.
-  std::vector<state::PlacedRange> Map(state::FlatRange local, int64_t origin,
-                                      bool replicas) const;
+  // from `origin`. With replicas false, a replicated tensor's runs count on tensor-parallel
+  // rank 0 only.
+  std::vector<state::PlacedRange> Map(state::FlatRange local, int64_t origin, bool replicas) const {
+    return MapTensorPlaces(places_, local, origin, replicas, tp_rank());
+  }
   int tp_rank() const { return options_.tp_comm != nullptr ? options_.tp_comm->rank() : 0; }
   int tp_size() const { return options_.tp_comm != nullptr ? options_.tp_comm->size() : 1; }
+  // The group the pipeline's messages go through.
+  comm::Communicator* messages() const {
+    return options_.pp_messages != nullptr ? options_.pp_messages : options_.pp_comm;
+  }
   // One message to or from `peer` of the pipeline group.
   absl::Status Message(comm::PointToPoint::Kind kind, int peer, absl::Span<float> data);
 
@@ -177,6 +198,7 @@ class PipelineParallel final : public ParallelStrategy {
   std::unique_ptr<ParallelStrategy> dp_;
   SumAcrossRanks sum_;
   pipeline::PipelineRunStats last_run_;
+  pipeline::MessagePool pool_;              // the executor's messages, kept from step to step
   absl::Duration compute_sum_, total_sum_;  // over the steps run
 };
 

@@ -54,19 +54,22 @@ absl::Status Diverged(const TrainConfig& config, int64_t step, absl::string_view
 // The GPU the config asks for (TrainerOptions::gpu), or null for the CPU: `device: cpu`, or
 // `auto` where this build, this machine or this job has no CUDA path (`why_cpu` says which).
 // `device: cuda` gets a GPU or the error that says why not, naming the field. The device's
-// step buffers hold `elements` floats each (the whole padded flat space, or a shard).
+// step buffers hold `elements` floats each (the whole padded flat space, or a shard; with a
+// mesh the device makes the GPT's stages and the strategy sizes its buffers later).
 absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& config,
                                                              const Model& model, int64_t elements,
                                                              int gpu, std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
-  if (HasMesh(config)) {
+  if (HasMesh(config) && config.zero_stage == 3) {
+    const std::string why =
+        "parallelism.zero_stage 3 with mesh tp (fully sharded tensor-parallel shards) runs on "
+        "the CPU in this version";
     if (required) {
-      return absl::UnimplementedError(absl::StrCat(
-          "device: cuda with parallelism.mesh tp ", config.mesh.tp, " x pp ", config.mesh.pp,
-          ": model parallelism runs on the CPU in this version; set device: cpu or auto"));
+      return absl::UnimplementedError(
+          absl::StrCat("device: cuda: ", why, "; set device: cpu or auto, or zero_stage 1 or 2"));
     }
-    *why_cpu = "model parallelism (parallelism.mesh) runs on the CPU in this version";
+    *why_cpu = why;
     return nullptr;
   }
   if (!required && !CudaDeviceAvailable()) {
@@ -78,6 +81,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
   o.tf32 = config.tf32;
   o.precision = config.precision;
   o.flat_parameters = !UsesShardedStrategy(config);
+  o.stages = HasMesh(config);
   absl::StatusOr<std::unique_ptr<TrainingDevice>> device = CreateCudaDevice(model, elements, o);
   if (device.ok()) return device;
   const absl::Status& why = device.status();
@@ -193,16 +197,22 @@ struct Trainer::State {
   StepSent BytesSentInSteps() const {
     StepSent sent;
     sent.all = BytesSent(*comm);
-    for (const auto* group : {&groups.pp, &groups.dp, &groups.tp}) {
+    for (const auto* group : {&groups.pp, &groups.dp, &groups.tp, &groups.pp_device,
+                              &groups.dp_device, &groups.tp_device}) {
       if (*group == nullptr) continue;
       const Sent g = BytesSent(**group);
       sent.all.all += g.all;
       sent.all.gathered += g.gathered;
       sent.all.reduced += g.reduced;
-      if (group == &groups.pp) sent.pipeline = g.all;
-      if (group == &groups.tp) sent.tensor_parallel = g.all;
+      if (group == &groups.pp || group == &groups.pp_device) sent.pipeline += g.all;
+      if (group == &groups.tp || group == &groups.tp_device) sent.tensor_parallel += g.all;
     }
     return sent;
+  }
+  // The model each step runs: the job's, or the strategy's own (a tensor-parallel shard).
+  Model& StepModel() const {
+    Model* own = strategy->step_model();
+    return own != nullptr ? *own : *model;
   }
   void Say(const std::string& line) const {
     LOG(INFO) << line;
@@ -272,6 +282,7 @@ absl::Status Trainer::State::LoadModel() {
     RM_ASSIGN_OR_RETURN(FsdpLayout layout, ShardedLayout(ShardedOptionsFor(config, *model), world));
     elements = layout.local_elements;
   }
+  if (HasMesh(config)) elements = 0;  // the stages' buffers: BuildState sizes them
   allocating = "the model's state on its device";
   RM_ASSIGN_OR_RETURN(device, ChooseDevice(config, *model, elements, options.gpu, &why_cpu));
   RM_RETURN_IF_ERROR(CheckHostMemory(config, *model, world,
@@ -326,9 +337,15 @@ absl::Status Trainer::State::BuildState() {
   const bool sharded = UsesShardedStrategy(config);
   VectorOps* comm_ops = device != nullptr ? device->comm_ops() : HostVectorOps();
   if (groups.mesh) {
-    RM_ASSIGN_OR_RETURN(strategy,
-                        CreatePipelineStrategy(config, *model, groups, *hcomm, options.op_timeout));
+    // On GPUs with NCCL the stages' groups are split from it; else the host groups serve
+    // (staging a device's memory through the host).
+    if (device != nullptr && nccl != nullptr) {
+      RM_RETURN_IF_ERROR(BuildDeviceMeshGroups(groups, *nccl, options.op_timeout));
+    }
+    RM_ASSIGN_OR_RETURN(strategy, CreatePipelineStrategy(config, *model, groups, *hcomm,
+                                                         options.op_timeout, device.get()));
     pipeline = strategy->pipeline();
+    if (device != nullptr) RM_RETURN_IF_ERROR(device->ResizeBuffers(strategy->local_elements()));
   } else if (sharded) {
     ShardedOptions so = ShardedOptionsFor(config, *model);
     so.op_timeout = options.op_timeout;
@@ -362,7 +379,7 @@ absl::Status Trainer::State::BuildState() {
     // Each rank holds its stages' tensors: it fills them from the common seed.
     params.Zero();
     model->InitPieces(config.seed, pipeline->held_pieces(), params.span());
-  } else if (sharded) {
+  } else if (strategy->store() != nullptr) {
     // Each rank holds other pieces: it fills its own from the common seed.
     params.Zero();
     model->InitPieces(config.seed, strategy->update_pieces(), params.span());
@@ -387,7 +404,7 @@ absl::Status Trainer::State::BuildState() {
 absl::Status Trainer::State::BuildSchedule() {
   RM_ASSIGN_OR_RETURN(sampler,
                       data::GlobalBatchSampler::Create(data.train->size(), {config.seed, false}));
-  if (pipeline != nullptr) {
+  if (groups.mesh) {
     RM_ASSIGN_OR_RETURN(plan, PlanPipelineBatches(config, groups.dp_size));
   } else {
     RM_ASSIGN_OR_RETURN(plan, PlanRankBatches(config, world));
@@ -449,8 +466,9 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   ro.scaler = scaler ? &*scaler : nullptr;
   ro.resident = options.resident;
   ro.whole_state = strategy->whole_state_on_every_rank();
-  if (strategy->store() != nullptr) ro.param_pieces = strategy->saved_pieces();
-  if (pipeline != nullptr) ro.param_pieces = pipeline->held_pieces();
+  if (strategy->store() != nullptr || pipeline != nullptr) {
+    ro.param_pieces = strategy->held_pieces();
+  }
   ro.total_steps = total_steps;
   ro.schedule = &*schedule;
   ro.say = [this](const std::string& line) { Say(line); };
@@ -529,18 +547,19 @@ absl::Status Trainer::State::Evaluate() {
   if (data.test == nullptr) return absl::OkStatus();
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
   const int64_t eval_batch = std::max<int64_t>(256, plan.max_micro_batch);
-  // Under pipeline parallelism the ranks of a data-parallel replica evaluate its share
-  // together, the loss on its last stage's rank.
-  const std::vector<data::Range> mine = data::EvaluationBatches(
-      data.test->size(), eval_batch, groups.dp_size, pipeline != nullptr ? groups.dp_rank : rank);
+  // Under a mesh the ranks of a data-parallel replica evaluate its share together (the loss
+  // on its last stage's ranks); without one dp is the whole job.
+  const std::vector<data::Range> mine =
+      data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, groups.dp_rank);
   ParameterStore* store = strategy->store();
   // With a store the ranks gather units together: every rank runs as many batches as the
   // rank with the most, the extra ones on a stand-in sample whose result is dropped.
   size_t batches = mine.size();
   if (store != nullptr) {
-    for (int r = 0; r < world; ++r) {
-      batches = std::max(batches,
-                         data::EvaluationBatches(data.test->size(), eval_batch, world, r).size());
+    for (int r = 0; r < groups.dp_size; ++r) {
+      batches = std::max(
+          batches,
+          data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, r).size());
     }
   }
   RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
@@ -554,10 +573,10 @@ absl::Status Trainer::State::Evaluate() {
     } else if (store != nullptr) {
       RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
       strategy->BeginPass(ParallelStrategy::Pass::kEvaluate);
-      s = model->Evaluate(batch, params, config.precision, store);
+      s = StepModel().Evaluate(batch, params, config.precision, store);
       RM_RETURN_IF_ERROR(strategy->EndEvaluation());
     } else {
-      s = model->Evaluate(batch, params, config.precision);
+      s = StepModel().Evaluate(batch, params, config.precision);
     }
     if (!s.ok()) return s.status();
     if (!real) continue;
@@ -601,7 +620,7 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
   fb.store = store;
   bool ran = false;
   for (int micro = 0; micro < plan.accumulation_steps; ++micro) {
-    const data::Range r = plan.MicroBatch(count, rank, micro);
+    const data::Range r = plan.MicroBatch(count, groups.dp_rank, micro);
     // A short batch leaves this rank without samples: it contributes zeros. With a store it
     // still runs the micro-batch (on a stand-in sample whose gradients are dropped), since
     // every rank takes part in every unit's gathers and reductions.
@@ -621,7 +640,7 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
                                   : ParallelStrategy::Pass::kTrain);
     RM_ASSIGN_OR_RETURN(StepStats s, device != nullptr
                                          ? device->ForwardBackward(batch, fb)
-                                         : model->ForwardBackward(batch, params, grads, fb));
+                                         : StepModel().ForwardBackward(batch, params, grads, fb));
     if (r.empty()) continue;
     ran = true;
     stats[0] += s.loss_sum;
@@ -726,7 +745,8 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
   }
   if (config.fingerprint_every > 0 && pipeline != nullptr &&
       (done % config.fingerprint_every == 0 || last_step)) {
-    RM_RETURN_IF_ERROR(CheckMeshFingerprints(groups, *hcomm, *pipeline, step_params,
+    RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
+    RM_RETURN_IF_ERROR(CheckMeshFingerprints(groups, *hcomm, *pipeline, params.span(),
                                              result.final_loss(), done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
@@ -798,7 +818,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
     const std::vector<state::PlacedRange> held = pipeline->held_pieces();
     result.set_block_parameters(static_cast<double>(BlockElements(model->table(), held)));
   } else {
-    result.set_block_parameters(static_cast<double>(BlockElements(model->table())));
+    result.set_block_parameters(static_cast<double>(BlockElements(StepModel().table())));
   }
   result.set_gathered_bytes(static_cast<double>(step_bytes_gathered));
   result.set_reduced_bytes(static_cast<double>(step_bytes_reduced));
@@ -806,9 +826,9 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   if (data.train->info().context > 0) {
     result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
   }
-  const int64_t activations = device != nullptr     ? device->activation_bytes()
-                              : pipeline != nullptr ? pipeline->activation_bytes()
-                                                    : model->memory().activation_bytes_peak;
+  const int64_t activations = pipeline != nullptr ? pipeline->activation_bytes()
+                              : device != nullptr ? device->activation_bytes()
+                                                  : StepModel().memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
   if (pipeline != nullptr) {
     result.set_pipeline_bubble(pipeline->measured_bubble());
@@ -831,14 +851,16 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   constexpr double kMiB = 1 << 20;
   std::string planned;
   if (auto p = PlanRankState(config, *model, world, config.zero_stage, config.fsdp.wrap);
-      p.ok() && device == nullptr && pipeline == nullptr) {
+      p.ok() && device == nullptr && !groups.mesh) {
     planned = absl::StrFormat(
         "; planned for rank 0: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
         "unit buffers at most %.2f MiB",
         p->parameter_bytes / kMiB, p->compute_copy_bytes / kMiB, p->gradient_bytes / kMiB,
         p->optimizer_bytes / kMiB, p->unit_buffer_bytes / kMiB);
   }
-  const int64_t copy_bytes = device != nullptr ? device->parameter_copy_bytes() : 0;
+  const int64_t copy_bytes = pipeline != nullptr ? pipeline->parameter_copy_bytes()
+                             : device != nullptr ? device->parameter_copy_bytes()
+                                                 : 0;
   const int64_t units = strategy->unit_buffer_bytes_peak();
   const int64_t replica =
       strategy->store() != nullptr && strategy->replicated_parameters() != nullptr
@@ -870,7 +892,9 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       options.on_finish(model->table(), params);
     } else {  // this rank holds pieces: the whole model, gathered
       state::FlatBuffer whole(model->table().total_elements());
-      RM_RETURN_IF_ERROR(strategy->WholeParameters(step_params, whole.span()));
+      // The pipeline's pieces are read on the host (pulled above).
+      RM_RETURN_IF_ERROR(strategy->WholeParameters(
+          pipeline != nullptr ? params.span() : step_params, whole.span()));
       options.on_finish(model->table(), whole);
     }
   }

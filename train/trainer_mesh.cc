@@ -10,6 +10,7 @@
 #include "train/memory_plan.h"
 #include "train/nn/gpt.h"
 #include "train/pipeline/schedule.h"
+#include "train/tensor_parallel_sharded.h"
 
 namespace ringmaster::train {
 namespace {
@@ -56,14 +57,41 @@ absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Comm
   return g;
 }
 
+absl::Status BuildDeviceMeshGroups(MeshGroups& groups, comm::Communicator& nccl,
+                                   absl::Duration op_timeout) {
+  if (!groups.mesh) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + op_timeout;
+  RM_ASSIGN_OR_RETURN(groups.pp_device, groups.mesh->Group(nccl, comm::MeshDim::kPp, deadline));
+  RM_ASSIGN_OR_RETURN(groups.dp_device, groups.mesh->Group(nccl, comm::MeshDim::kDp, deadline));
+  RM_ASSIGN_OR_RETURN(groups.tp_device, groups.mesh->Group(nccl, comm::MeshDim::kTp, deadline));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
     const TrainConfig& config, const Model& model, const MeshGroups& groups,
-    comm::Communicator& world, absl::Duration op_timeout) {
+    comm::Communicator& world, absl::Duration op_timeout, TrainingDevice* device) {
   const auto* gpt = dynamic_cast<const nn::GptModel*>(&model);
   if (gpt == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallelism.mesh is tp ", config.mesh.tp, " x pp ", config.mesh.pp, ", but model '",
         model.Describe(), "' is not a GPT: model parallelism splits a GPT's blocks"));
+  }
+  if (config.zero_stage == 3 && config.mesh.pp <= 1) {  // FSDP over tensor-parallel shards
+    if (device != nullptr) {
+      return absl::UnimplementedError(
+          "parallelism.zero_stage 3 with mesh tp runs on the CPU in this version; set device: "
+          "cpu, or zero_stage 1 or 2 on the GPU");
+    }
+    TensorParallelShardedOptions o;
+    o.gpt = gpt->options();
+    o.whole_table = &model.table();
+    o.tp_comm = groups.tp.get();
+    o.dp_comm = groups.dp.get();
+    o.world_comm = &world;
+    o.sharded = ShardedOptionsFor(config, model);
+    o.sharded.op_timeout = op_timeout;
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelSharded> s, TensorParallelSharded::Create(o));
+    return std::unique_ptr<ParallelStrategy>(std::move(s));
   }
   PipelineParallelOptions o;
   o.gpt = gpt->options();
@@ -77,6 +105,17 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
   o.dp.bucket_mb = config.bucket_mb;
   o.dp.overlap = config.overlap;
   o.dp.op_timeout = op_timeout;
+  if (device != nullptr) {
+    comm::Communicator* tp = groups.tp_device != nullptr ? groups.tp_device.get() : groups.tp.get();
+    o.make_stage = [device, tp, op_timeout](const nn::GptOptions& slice) {
+      return device->CreateStage(slice, tp, op_timeout);
+    };
+    o.ops = device->ops();
+    o.dp.ops = device->ops();
+    o.dp.comm_ops = device->comm_ops();
+    o.pp_messages = groups.pp_device.get();
+    o.dp_gradients = groups.dp_device.get();
+  }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<PipelineParallel> p, PipelineParallel::Create(o));
   return std::unique_ptr<ParallelStrategy>(std::move(p));
 }

@@ -18,6 +18,7 @@
 #include "train/data/dataset.h"
 #include "train/data/partition.h"
 #include "train/data/sampler.h"
+#include "train/device.h"
 #include "train/model.h"
 #include "train/parallel_strategy.h"
 #include "train/pipeline/schedule.h"
@@ -30,6 +31,10 @@ namespace ringmaster::train {
 struct MeshGroups {
   std::optional<comm::Mesh> mesh;
   std::unique_ptr<comm::Communicator> pp, dp, tp;  // host-memory groups (null without a mesh)
+  // The same groups split from the gradients' NCCL communicator (BuildDeviceMeshGroups): a
+  // GPU's stages exchange their messages, tensor-parallel sums and gradients through them.
+  // Null where there is no NCCL (the host groups then stage device memory through the host).
+  std::unique_ptr<comm::Communicator> pp_device, dp_device, tp_device;
   int dp_rank = 0;
   int dp_size = 1;
 };
@@ -40,16 +45,23 @@ struct MeshGroups {
 absl::StatusOr<MeshGroups> BuildMeshGroups(const TrainConfig& config, comm::Communicator& world,
                                            absl::Duration op_timeout);
 
+// The device groups of `groups` (a mesh's) split from `nccl` (the job's NCCL communicator,
+// ncclCommSplit; every rank calls it). The communicator's errors.
+absl::Status BuildDeviceMeshGroups(MeshGroups& groups, comm::Communicator& nccl,
+                                   absl::Duration op_timeout);
+
 // The strategy of a job with a mesh (mesh.pp or mesh.tp > 1; train/pipeline_parallel.h:
 // with pp 1, one stage of the whole model per tensor-parallel rank, its micro-batches run one
 // after the other) over the groups; `model` is the whole GPT (its table is the checkpoints'
-// and the optimizer's flat space). INVALID_ARGUMENT naming the field for what the mesh does
-// not run: a model other than the GPT.
-absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(const TrainConfig& config,
-                                                                         const Model& model,
-                                                                         const MeshGroups& groups,
-                                                                         comm::Communicator& world,
-                                                                         absl::Duration op_timeout);
+// and the optimizer's flat space). With `device` (made with CudaDeviceOptions::stages) the
+// stages, their messages and the gradients' reduction are in its memory, over the device
+// groups where there are some. With zero_stage 3 (pp 1) the strategy is ZeRO-3 along dp over
+// the tensor-parallel shards (train/tensor_parallel_sharded.h; CPU only: UNIMPLEMENTED with a
+// device). INVALID_ARGUMENT naming the field for what the mesh does not run: a model other
+// than the GPT.
+absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
+    const TrainConfig& config, const Model& model, const MeshGroups& groups,
+    comm::Communicator& world, absl::Duration op_timeout, TrainingDevice* device = nullptr);
 
 // The pipeline schedule a rank of `config`'s mesh runs with `dp_size` data-parallel replicas:
 // parallelism.pipeline's with pp > 1; with pp 1 (tensor parallelism alone) 1F1B over the one

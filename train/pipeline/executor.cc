@@ -74,9 +74,19 @@ class Run {
 
   PipelineStage& StageAt(int stage) const { return *o_.stages.at(stage); }
 
-  // A zeroed buffer of `elements` floats in the ops' memory (empty for 0).
-  absl::StatusOr<absl::Span<float>> Make(const BufferKey& key, int64_t elements) {
-    RM_ASSIGN_OR_RETURN(OpsBuffer b, o_.ops->Allocate(elements));
+  // A buffer of `elements` floats in the ops' memory (empty for 0), zeroed unless a receive
+  // will overwrite it (`zero` false): one the pool kept, else a new one.
+  absl::StatusOr<absl::Span<float>> Make(const BufferKey& key, int64_t elements, bool zero) {
+    OpsBuffer b;
+    if (o_.pool != nullptr) {
+      bool reused = false;
+      RM_ASSIGN_OR_RETURN(b, o_.pool->Take(*o_.ops, elements, &reused));
+      // On the ops' stream, before the stage's work that writes it (a receive writes it
+      // whole, on the communicator's stream, which would not wait for a memset).
+      if (reused && zero) RM_RETURN_IF_ERROR(o_.ops->Zero(b.span()));
+    } else {
+      RM_ASSIGN_OR_RETURN(b, o_.ops->Allocate(elements));
+    }
     OpsBuffer& held = buffers_[key] = std::move(b);
     held_ += elements * static_cast<int64_t>(sizeof(float));
     stats_.peak_buffer_bytes = std::max(stats_.peak_buffer_bytes, held_);
@@ -97,6 +107,7 @@ class Run {
     auto it = buffers_.find(key);
     if (it == buffers_.end()) return;
     held_ -= it->second.size() * static_cast<int64_t>(sizeof(float));
+    if (o_.pool != nullptr) o_.pool->Give(std::move(it->second));
     buffers_.erase(it);
   }
 
@@ -114,7 +125,7 @@ class Run {
       absl::Span<float> output;
       if (st < last) {
         RM_ASSIGN_OR_RETURN(output,
-                            Make({Payload::kActivation, st, mb}, stage.output_elements(mb)));
+                            Make({Payload::kActivation, st, mb}, stage.output_elements(mb), true));
       }
       RM_RETURN_IF_ERROR(stage.Forward(mb, input, output));
       Free(in);
@@ -128,7 +139,8 @@ class Run {
     }
     absl::Span<float> input_grad;
     if (st > 0) {
-      RM_ASSIGN_OR_RETURN(input_grad, Make({Payload::kGradient, st, mb}, stage.input_elements(mb)));
+      RM_ASSIGN_OR_RETURN(input_grad,
+                          Make({Payload::kGradient, st, mb}, stage.input_elements(mb), true));
     }
     RM_RETURN_IF_ERROR(a.kind == ActionKind::kBackward
                            ? stage.Backward(mb, output_grad, input_grad)
@@ -158,7 +170,7 @@ class Run {
         const int64_t elements = activation ? StageAt(a.stage + 1).input_elements(a.micro_batch)
                                             : StageAt(a.stage - 1).output_elements(a.micro_batch);
         op.kind = comm::PointToPoint::Kind::kRecv;
-        RM_ASSIGN_OR_RETURN(absl::Span<float> recv, Make(key, elements));
+        RM_ASSIGN_OR_RETURN(absl::Span<float> recv, Make(key, elements, /*zero=*/false));
         op.recv = recv.data();
         op.count = recv.size();
       }
@@ -177,6 +189,24 @@ class Run {
 };
 
 }  // namespace
+
+absl::StatusOr<OpsBuffer> MessagePool::Take(VectorOps& ops, int64_t elements, bool* reused) {
+  *reused = false;
+  if (elements == 0) return OpsBuffer();
+  auto it = free_.find(elements);
+  if (it == free_.end()) return ops.Allocate(elements);
+  OpsBuffer b = std::move(it->second);
+  free_.erase(it);
+  bytes_ -= elements * static_cast<int64_t>(sizeof(float));
+  *reused = true;
+  return b;
+}
+
+void MessagePool::Give(OpsBuffer buffer) {
+  if (buffer.size() == 0) return;
+  bytes_ += buffer.size() * static_cast<int64_t>(sizeof(float));
+  free_.emplace(buffer.size(), std::move(buffer));
+}
 
 absl::StatusOr<PipelineRunStats> RunPipeline(const PipelineExecutorOptions& options) {
   if (options.schedule == nullptr) {

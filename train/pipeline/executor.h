@@ -71,6 +71,24 @@ class PipelineStage {
   virtual absl::Status BackwardWeight(int micro) = 0;
 };
 
+// Message buffers a run freed, kept by size for later runs (PipelineExecutorOptions::pool): on
+// a GPU an allocation and a free (cudaMalloc, cudaFree) are slow and the free synchronizes the
+// device. It holds buffers of the ops they were taken with (use one pool with one VectorOps),
+// and frees them when it goes. Not thread-safe.
+class MessagePool {
+ public:
+  // A buffer of `elements` floats (empty for 0): one kept (`*reused` true; its contents are
+  // a former message's), else a new, zeroed one of `ops`' memory. The ops' errors.
+  absl::StatusOr<OpsBuffer> Take(VectorOps& ops, int64_t elements, bool* reused);
+  void Give(OpsBuffer buffer);
+  // The bytes kept.
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::multimap<int64_t, OpsBuffer> free_;
+  int64_t bytes_ = 0;
+};
+
 struct PipelineExecutorOptions {
   const Schedule* schedule = nullptr;  // checked (CheckSchedule); outlives the run
   int rank = 0;                        // this rank's index in the pipeline group
@@ -81,6 +99,9 @@ struct PipelineExecutorOptions {
   absl::Duration op_timeout = absl::Seconds(120);
   // Where the messages live (above): host memory by default; not owned, outlives the run.
   VectorOps* ops = HostVectorOps();
+  // Where freed messages are kept for reuse (of `ops`' memory), across runs; not owned. Null:
+  // each message is allocated and freed.
+  MessagePool* pool = nullptr;
 };
 
 struct PipelineRunStats {

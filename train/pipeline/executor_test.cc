@@ -128,31 +128,46 @@ std::vector<std::unique_ptr<ToyStage>> Reference(int stages, int m, int64_t widt
   return s;
 }
 
-// Runs `o` on P forked ranks, each comparing its stages' gradients with the reference.
-void ExpectMatchesTheReference(const ScheduleOptions& o, int64_t width) {
+// Runs `o` on P forked ranks, each comparing its stages' gradients with the reference. With
+// `pooled`, three runs (fresh stages each) share a MessagePool: the later ones take their
+// messages from what the earlier ones freed, former contents and all.
+void ExpectMatchesTheReference(const ScheduleOptions& o, int64_t width, bool pooled = false) {
   testing::RunOnRanks(
       o, [&](comm::TcpCommunicator& comm, const Schedule& schedule) -> absl::Status {
         const int rank = comm.rank(), stages = schedule.stages();
-        std::map<int, std::unique_ptr<ToyStage>> mine;
-        PipelineExecutorOptions eo;
-        eo.schedule = &schedule;
-        eo.rank = rank;
-        eo.comm = &comm;
-        eo.op_timeout = absl::Seconds(60);
-        for (int st = rank; st < stages; st += o.ranks) {
-          mine[st] = std::make_unique<ToyStage>(st, stages, width);
-          eo.stages[st] = mine[st].get();
-        }
-        absl::StatusOr<PipelineRunStats> stats = RunPipeline(eo);
-        if (!stats.ok()) return stats.status();
-        const std::vector<std::unique_ptr<ToyStage>> ref =
-            Reference(stages, o.micro_batches, width);
-        for (const auto& [st, stage] : mine) {
-          if (stage->da() != ref[st]->da() || stage->dc() != ref[st]->dc()) {
-            return absl::InternalError(absl::StrCat("stage ", st, "'s gradients differ"));
+        MessagePool pool;
+        for (int run = 0; run < (pooled ? 3 : 1); ++run) {
+          std::map<int, std::unique_ptr<ToyStage>> mine;
+          PipelineExecutorOptions eo;
+          eo.schedule = &schedule;
+          eo.rank = rank;
+          eo.comm = &comm;
+          eo.op_timeout = absl::Seconds(60);
+          if (pooled) eo.pool = &pool;
+          for (int st = rank; st < stages; st += o.ranks) {
+            mine[st] = std::make_unique<ToyStage>(st, stages, width);
+            eo.stages[st] = mine[st].get();
+          }
+          absl::StatusOr<PipelineRunStats> stats = RunPipeline(eo);
+          if (!stats.ok()) return stats.status();
+          const std::vector<std::unique_ptr<ToyStage>> ref =
+              Reference(stages, o.micro_batches, width);
+          for (const auto& [st, stage] : mine) {
+            if (stage->da() != ref[st]->da() || stage->dc() != ref[st]->dc()) {
+              return absl::InternalError(
+                  absl::StrCat("run ", run, ": stage ", st, "'s gradients differ"));
+            }
+          }
+          if (stats->batches == 0 && o.ranks > 1) {
+            return absl::InternalError("no message batch ran");
+          }
+          // Every message a run made went back to the pool: at least its peak is kept.
+          if (pooled && pool.bytes() < stats->peak_buffer_bytes) {
+            return absl::InternalError(absl::StrCat("run ", run, ": the pool keeps ", pool.bytes(),
+                                                    " bytes, the run held ",
+                                                    stats->peak_buffer_bytes, " at once"));
           }
         }
-        if (stats->batches == 0 && o.ranks > 1) return absl::InternalError("no message batch ran");
         return absl::OkStatus();
       });
 }
@@ -168,6 +183,15 @@ TEST(PipelineExecutor, MessagesLargerThanTheTransportsBuffers) {
   ExpectMatchesTheReference({ScheduleKind::kOneFOneB, 2, 4, 1}, int64_t{1} << 20);
   ExpectMatchesTheReference({ScheduleKind::kInterleaved1F1B, 2, 2, 2}, int64_t{1} << 20);
   ExpectMatchesTheReference({ScheduleKind::kZeroBubble, 3, 3, 1}, int64_t{1} << 20);
+}
+
+// Messages reused across runs through a MessagePool (a GPU's allocations are slow): the same
+// gradients every run.
+TEST(PipelineExecutor, PooledMessagesAcrossRuns) {
+  ExpectMatchesTheReference({ScheduleKind::kOneFOneB, 2, 4, 1}, 64, /*pooled=*/true);
+  ExpectMatchesTheReference({ScheduleKind::kInterleaved1F1B, 2, 4, 2}, 64, /*pooled=*/true);
+  ExpectMatchesTheReference({ScheduleKind::kZeroBubble, 3, 3, 1}, 64, /*pooled=*/true);
+  ExpectMatchesTheReference({ScheduleKind::kGPipe, 1, 3, 1}, 0, /*pooled=*/true);
 }
 
 // Stages whose messages hold no elements (empty spans, no memory) still run every schedule.

@@ -118,6 +118,23 @@ absl::StatusOr<StepStats> GptCudaStage::Evaluate(const Batch& batch, absl::Span<
   return StepStats{};
 }
 
+absl::StatusOr<StepStats> GptCudaStage::Evaluate(const Batch& batch, absl::Span<const float> params,
+                                                 Precision precision, absl::Span<const float> input,
+                                                 absl::Span<float> output) {
+  if (precision != model().precision()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptCudaStage::Evaluate in ", PrecisionName(precision),
+                     " on a stage made for ", PrecisionName(model().precision())));
+  }
+  return Evaluate(batch, params, input, output);
+}
+
+int64_t GptCudaStage::parameter_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& m : models_.pool()) bytes += m->parameter_copy_bytes();
+  return bytes;
+}
+
 absl::Status GptCudaStage::BackwardOf(int micro, absl::Span<const float> output_grad,
                                       absl::Span<float> input_grad, bool defer_weights) {
   RM_ASSIGN_OR_RETURN(nn::GptCuda * model, models_.InFlight(micro));

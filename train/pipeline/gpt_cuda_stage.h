@@ -47,11 +47,12 @@
 #include "train/nn/gpt.h"
 #include "train/nn/gpt_cuda.h"
 #include "train/pipeline/executor.h"
+#include "train/pipeline/gpt_pipeline_stage.h"
 #include "train/pipeline/micro_batch_models.h"
 
 namespace ringmaster::train::pipeline {
 
-class GptCudaStage final : public SplitBackwardStage {
+class GptCudaStage final : public GptPipelineStage {
  public:
   // `slice`: the whole model's options with this stage's blocks (StageOptions, gpt_stage.h),
   // and its tensor-parallel shard. Errors as nn::GptCuda::Create.
@@ -62,6 +63,7 @@ class GptCudaStage final : public SplitBackwardStage {
   // The slice's first model: cpu_model().table() is the layout of the stage's parameters and
   // gradients (the stage's tensors under the whole model's names), precision().
   const nn::GptCuda& model() const { return models_.front(); }
+  const nn::GptModel& layout() const override { return model().cpu_model(); }
   cudaStream_t stream() const { return stream_; }
   // With tensor parallelism (tp_size > 1): the group's sum, for every model of the stage
   // (nn::GptCuda::set_tensor_parallel_sum; called from the stage's calls, on RunPipeline's
@@ -78,16 +80,19 @@ class GptCudaStage final : public SplitBackwardStage {
   // length; INTERNAL for a CUDA error. What a failed step left in flight is dropped.
   absl::Status BeginStep(absl::Span<const Batch> micro_batches, absl::Span<const float> params,
                          absl::Span<float> grads, const ForwardBackwardOptions& options,
-                         std::vector<bool> discarded = {});
+                         std::vector<bool> discarded = {}) override;
   // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
-  const StepStats& stats() const { return models_.stats(); }
+  const StepStats& stats() const override { return models_.stats(); }
   // Waits for the stage's work (the gradients complete). INTERNAL for a CUDA error.
   absl::Status Synchronize();
+  absl::Status EndStep() override { return Synchronize(); }
   // The most micro-batches in flight at once since Create, and the device bytes their models
   // hold for activations (nn::GptCuda::activation_bytes; each keeps its memory for the next
   // micro-batch).
-  int peak_in_flight() const { return static_cast<int>(models_.pool().size()); }
-  int64_t activation_bytes() const;
+  int peak_in_flight() const override { return static_cast<int>(models_.pool().size()); }
+  int64_t activation_bytes() const override;
+  // The bytes of the 16-bit parameter copies the models in flight keep (0 in fp32).
+  int64_t parameter_copy_bytes() const override;
 
   // A forward-only pass of `batch` outside a step (evaluation), as GptStage::Evaluate: `input`
   // from the previous stage (empty on the first), `output` to the next (empty on the last,
@@ -96,6 +101,10 @@ class GptCudaStage final : public SplitBackwardStage {
   // flight; INVALID_ARGUMENT for spans of the wrong size.
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
                                      absl::Span<const float> input, absl::Span<float> output);
+  // The same, INVALID_ARGUMENT unless `precision` is model().precision().
+  absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
+                                     Precision precision, absl::Span<const float> input,
+                                     absl::Span<float> output) override;
 
   // The PipelineStage calls on device spans [rows, width] fp32 (nn::GptCuda's boundary);
   // INVALID_ARGUMENT for a span of another size than input_elements / output_elements.

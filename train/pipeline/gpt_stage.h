@@ -35,6 +35,7 @@
 #include "train/model.h"
 #include "train/nn/gpt.h"
 #include "train/pipeline/executor.h"
+#include "train/pipeline/gpt_pipeline_stage.h"
 #include "train/pipeline/micro_batch_models.h"
 
 namespace ringmaster::train::pipeline {
@@ -48,7 +49,7 @@ absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> SplitBlocks(int64_t lay
 nn::GptOptions StageOptions(const nn::GptOptions& whole,
                             const std::vector<std::pair<int64_t, int64_t>>& blocks, int stage);
 
-class GptStage final : public SplitBackwardStage {
+class GptStage final : public GptPipelineStage {
  public:
   // `slice`: the whole model's options with this stage's first_block / end_block.
   // INVALID_ARGUMENT as nn::GptModel::Create.
@@ -57,6 +58,7 @@ class GptStage final : public SplitBackwardStage {
   // The slice's model: its table (the stage's tensors, under the whole model's names), its
   // parameter groups, InitTensors.
   const nn::GptModel& model() const { return models_.front(); }
+  const nn::GptModel& layout() const override { return model(); }
   // With tensor parallelism (GptOptions::tp_size > 1): the group's sum, for every model of
   // the stage (nn::GptModel::set_tensor_parallel_sum).
   void set_tensor_parallel_sum(nn::GptModel::TensorParallelSum sum);
@@ -72,20 +74,22 @@ class GptStage final : public SplitBackwardStage {
   // `discarded` of another length. What a failed step left in flight is dropped.
   absl::Status BeginStep(absl::Span<const Batch> micro_batches, absl::Span<const float> params,
                          absl::Span<float> grads, const ForwardBackwardOptions& options,
-                         std::vector<bool> discarded = {});
+                         std::vector<bool> discarded = {}) override;
+  // Nothing to wait for: the gradients are complete when the step's last action returns.
+  absl::Status EndStep() override { return absl::OkStatus(); }
   // The step so far: on the last stage the loss of its micro-batches (zeros elsewhere).
-  const StepStats& stats() const { return models_.stats(); }
+  const StepStats& stats() const override { return models_.stats(); }
   // The most micro-batches in flight at once since Create, and the activation bytes their
   // models hold (each model keeps its buffers for the next micro-batch).
-  int peak_in_flight() const { return static_cast<int>(models_.pool().size()); }
-  int64_t activation_bytes() const;
+  int peak_in_flight() const override { return static_cast<int>(models_.pool().size()); }
+  int64_t activation_bytes() const override;
 
   // A forward-only pass of `batch` outside a step (evaluation): `input` from the previous
   // stage (empty on the first), `output` to the next (empty on the last, which returns the
   // loss; the others return zeros). `params` as BeginStep's.
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, absl::Span<const float> params,
                                      Precision precision, absl::Span<const float> input,
-                                     absl::Span<float> output);
+                                     absl::Span<float> output) override;
 
   int64_t input_elements(int micro) const override;
   int64_t output_elements(int micro) const override;
