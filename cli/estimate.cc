@@ -200,14 +200,19 @@ absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,
     h.batch = absl::StrCat(batches->DebugString(), " (W: the data-parallel replicas)");
     absl::StatusOr<train::pipeline::ScheduleOptions> schedule = train::MeshSchedule(*config, dp);
     if (!schedule.ok()) return InSpec(file, schedule.status());
+    // Under ZeRO-3 (tp only) each shard runs as a whole model, without a schedule.
     h.strategies =
-        absl::StrCat("mesh pp ", mesh.pp, " x dp ", dp, " x tp ", mesh.tp, "; ",
-                     train::pipeline::ScheduleName(schedule->kind), " over ", schedule->ranks,
-                     " stage-rank(s), ", schedule->micro_batches, " micro-batches",
-                     schedule->virtual_stages > 1
-                         ? absl::StrCat(", ", schedule->virtual_stages, " virtual stages")
-                         : std::string(),
-                     "; ZeRO-", config->zero_stage, " along dp");
+        config->zero_stage == 3
+            ? absl::StrCat("mesh pp ", mesh.pp, " x dp ", dp, " x tp ", mesh.tp,
+                           "; each tensor-parallel shard fully sharded along dp (ZeRO-3, wrap ",
+                           train::WrapName(config->fsdp.wrap), ")")
+            : absl::StrCat("mesh pp ", mesh.pp, " x dp ", dp, " x tp ", mesh.tp, "; ",
+                           train::pipeline::ScheduleName(schedule->kind), " over ", schedule->ranks,
+                           " stage-rank(s), ", schedule->micro_batches, " micro-batches",
+                           schedule->virtual_stages > 1
+                               ? absl::StrCat(", ", schedule->virtual_stages, " virtual stages")
+                               : std::string(),
+                           "; ZeRO-", config->zero_stage, " along dp");
     return FormatMeshPlans(h, *plans, format);
   }
   absl::StatusOr<train::data::BatchPlan> batches = train::PlanRankBatches(*config, world);

@@ -112,6 +112,16 @@ TEST(EstimateSpecMemory, AMeshGetsARowPerCoordinate) {
   EXPECT_THAT(*text, HasSubstr("mesh pp 2 x dp 2 x tp 1; 1f1b over 2 stage-rank(s), 4 "
                                "micro-batches; ZeRO-0 along dp"));
   EXPECT_THAT(*text, HasSubstr("\npp 1 tp 0 "));
+  // ZeRO-3 over tensor-parallel shards: the unit buffers' column, each rank a dp-th of its
+  // shard's parameters.
+  const absl::StatusOr<std::string> zero3 =
+      EstimateSpecMemory({.spec_file = "examples/tiny_gpt.yaml",
+                          .overrides = {"parallelism.mesh.tp=2", "parallelism.zero_stage=3"},
+                          .world = 4},
+                         OutputFormat::kTable);
+  ASSERT_TRUE(zero3.ok()) << zero3.status();
+  EXPECT_THAT(*zero3, HasSubstr("each tensor-parallel shard fully sharded along dp (ZeRO-3"));
+  EXPECT_THAT(*zero3, HasSubstr("UNIT BUFFERS"));
 }
 
 // Without --world, the spec's smallest world (elastic.min_ranks, 1 by default); --set
