@@ -2,7 +2,8 @@
 // gpt2_tokenizer_reference.js): the same token ids on texts that exercise every branch of
 // GPT-2's pre-tokenization pattern, on random mixtures of them, and on real text (the
 // license texts Debian ships); and decoding gives the text's bytes back on both sides.
-// Without node or the npm package this fails, saying to run tools/setup.sh.
+// Without node or the npm package this fails, saying to run tools/setup.sh. node runs
+// under `timeout` (4 minutes; it takes about a second).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -120,8 +121,8 @@ TEST(Gpt2TokenizerNodeTest, SameTokensAsGpt3EncodersJavaScript) {
   const std::string output = testing::TempDir() + "/ids.json";
   const std::string log = testing::TempDir() + "/node.log";
   std::ofstream(input) << nlohmann::json(texts).dump();
-  const std::string command =
-      absl::StrCat(kNode, " ", kScript, " ", package, " ", input, " ", output, " 2>", log);
+  const std::string command = absl::StrCat("timeout 240 ", kNode, " ", kScript, " ", package, " ",
+                                           input, " ", output, " 2>", log);
   const int status = std::system(command.c_str());
   std::stringstream node_log;
   node_log << std::ifstream(log).rdbuf();

@@ -22,18 +22,22 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-// GPT-2's files from tools/setup.sh; the tests fail (not skip) without them.
-const Gpt2Tokenizer& Gpt2() {
-  static const Gpt2Tokenizer* const tokenizer = [] {
-    absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> t = Gpt2Tokenizer::Create();
-    if (!t.ok()) {
-      ADD_FAILURE() << t.status();
-      std::abort();
+// GPT-2's files from tools/setup.sh, loaded once; the tests fail (not skip) without them.
+class Gpt2TokenizerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (loaded_ == nullptr) {
+      loaded_ = new absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>>(Gpt2Tokenizer::Create());
     }
-    return t->release();
-  }();
-  return *tokenizer;
-}
+  }
+  void SetUp() override { ASSERT_TRUE(loaded_->ok()) << loaded_->status(); }
+
+  static const Gpt2Tokenizer& Gpt2() { return ***loaded_; }
+
+ private:
+  static absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>>* loaded_;
+};
+absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>>* Gpt2TokenizerTest::loaded_ = nullptr;
 
 std::vector<std::string> Pieces(absl::string_view text) {
   std::vector<std::string> pieces;
@@ -94,7 +98,7 @@ TEST(Gpt2PreTokenizeTest, PiecesConcatenateToTheText) {
 }
 
 // Token ids published for GPT-2 (the same from OpenAI's encoder.py and gpt-3-encoder).
-TEST(Gpt2TokenizerTest, EncodesKnownStrings) {
+TEST_F(Gpt2TokenizerTest, EncodesKnownStrings) {
   const Gpt2Tokenizer& t = Gpt2();
   EXPECT_EQ(t.vocabulary_size(), kGpt2VocabularySize);
   EXPECT_THAT(t.Encode("Hello world"), ElementsAre(15496, 995));
@@ -114,7 +118,7 @@ TEST(Gpt2TokenizerTest, EncodesKnownStrings) {
   EXPECT_EQ(t.TokenBytes(995), " world");
 }
 
-TEST(Gpt2TokenizerTest, DecodeOfEncodeGivesTheBytesBack) {
+TEST_F(Gpt2TokenizerTest, DecodeOfEncodeGivesTheBytesBack) {
   const Gpt2Tokenizer& t = Gpt2();
   for (const std::string text :
        {"Hello world", "  leading and trailing  ", "tabs\tand\r\nnewlines\n\n\n",
@@ -134,14 +138,14 @@ TEST(Gpt2TokenizerTest, DecodeOfEncodeGivesTheBytesBack) {
   }
 }
 
-TEST(Gpt2TokenizerTest, InvalidUtf8BytesAreTheirOwnByteTokens) {
+TEST_F(Gpt2TokenizerTest, InvalidUtf8BytesAreTheirOwnByteTokens) {
   const Gpt2Tokenizer& t = Gpt2();
   const std::vector<int32_t> ids = t.Encode("\xff");
   ASSERT_EQ(ids.size(), 1);
   EXPECT_EQ(t.TokenBytes(ids[0]), "\xff");
 }
 
-TEST(Gpt2TokenizerTest, LongPiecesAndTheCacheGiveTheSameTokens) {
+TEST_F(Gpt2TokenizerTest, LongPiecesAndTheCacheGiveTheSameTokens) {
   Gpt2TokenizerOptions options;
   options.cache_entries = 0;
   absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> uncached = Gpt2Tokenizer::Create(options);
@@ -154,7 +158,7 @@ TEST(Gpt2TokenizerTest, LongPiecesAndTheCacheGiveTheSameTokens) {
   EXPECT_EQ(Gpt2().Decode(ids).value(), text);
 }
 
-TEST(Gpt2TokenizerTest, EncodesFromManyThreads) {
+TEST_F(Gpt2TokenizerTest, EncodesFromManyThreads) {
   const std::string text = "Many threads share one tokenizer and its cache. 1234 ";
   const std::vector<int32_t> expected = Gpt2().Encode(text);
   std::vector<std::thread> threads;
@@ -172,7 +176,7 @@ TEST(Gpt2TokenizerTest, EncodesFromManyThreads) {
   EXPECT_THAT(same, ElementsAre(true, true, true, true));
 }
 
-TEST(Gpt2TokenizerTest, DecodeRefusesUnknownIds) {
+TEST_F(Gpt2TokenizerTest, DecodeRefusesUnknownIds) {
   const absl::StatusOr<std::string> negative = Gpt2().Decode({15496, -1});
   EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(negative.status().message()), HasSubstr("token 1 is -1"));
@@ -181,7 +185,7 @@ TEST(Gpt2TokenizerTest, DecodeRefusesUnknownIds) {
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("50257"));
 }
 
-TEST(Gpt2TokenizerTest, MissingFilesSayToRunSetup) {
+TEST_F(Gpt2TokenizerTest, MissingFilesSayToRunSetup) {
   Gpt2TokenizerOptions options;
   options.directory = testing::TempDir() + "/no-such-directory";
   const absl::Status status = Gpt2Tokenizer::Create(options).status();
