@@ -162,7 +162,7 @@ TEST_F(Gpt2TokenizerTest, EncodesFromManyThreads) {
   const std::string text = "Many threads share one tokenizer and its cache. 1234 ";
   const std::vector<int32_t> expected = Gpt2().Encode(text);
   std::vector<std::thread> threads;
-  std::vector<bool> same(4);
+  std::vector<int> same(4);  // not vector<bool>: each thread writes its own element
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
       bool ok = true;
@@ -173,7 +173,7 @@ TEST_F(Gpt2TokenizerTest, EncodesFromManyThreads) {
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_THAT(same, ElementsAre(true, true, true, true));
+  EXPECT_THAT(same, ElementsAre(1, 1, 1, 1));
 }
 
 TEST_F(Gpt2TokenizerTest, DecodeRefusesUnknownIds) {
@@ -183,6 +183,14 @@ TEST_F(Gpt2TokenizerTest, DecodeRefusesUnknownIds) {
   const absl::StatusOr<std::string> too_big = Gpt2().Decode({kGpt2VocabularySize});
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("50257"));
+}
+
+TEST(Gpt2TokenizerOptionsTest, RefusesANegativeCacheSize) {
+  Gpt2TokenizerOptions options;
+  options.cache_entries = -1;
+  const absl::Status status = Gpt2Tokenizer::Create(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cache_entries is -1"));
 }
 
 TEST_F(Gpt2TokenizerTest, MissingFilesSayToRunSetup) {
