@@ -123,21 +123,31 @@ class CudaDevice final : public TrainingDevice {
     RM_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::GptCudaStage> stage,
                         pipeline::GptCudaStage::Create(slice, go, compute_.stream));
     if (slice.tp_size > 1) {
-      if (tp == nullptr || tp->size() != slice.tp_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CreateStage: a tensor-parallel shard of ", slice.tp_size,
-                         " needs a tensor-parallel group of that size"));
-      }
-      stage->set_tensor_parallel_sum(
-          [tp, op_timeout](float* data, int64_t count, cudaStream_t stream) -> absl::Status {
-            // The group's stream (NCCL's own, or the TCP backend's staging copies) does not
-            // wait for the model's: the partial sums first.
-            RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-            return tp->AllReduce(data, data, count, DataType::kFloat32, comm::ReduceOp::kSum,
-                                 absl::Now() + op_timeout);
-          });
+      RM_ASSIGN_OR_RETURN(nn::GptCuda::DeviceSum sum, TensorParallelSum(slice, tp, op_timeout));
+      stage->set_tensor_parallel_sum(std::move(sum));
     }
     return std::unique_ptr<pipeline::GptPipelineStage>(std::move(stage));
+  }
+
+  absl::Status RunTensorParallelShard(const nn::GptOptions& shard, comm::Communicator* tp,
+                                      absl::Duration op_timeout) override {
+    if (!stages_) {
+      return absl::FailedPreconditionError(
+          "TrainingDevice::RunTensorParallelShard on a device made without "
+          "CudaDeviceOptions::stages");
+    }
+    nn::GptCudaOptions go;
+    go.matmul = type_;
+    go.flat_parameters = false;  // from the fully sharded strategy's store
+    RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptCuda> model,
+                        nn::GptCuda::Create(shard, go, compute_.stream));
+    if (shard.tp_size > 1) {
+      RM_ASSIGN_OR_RETURN(nn::GptCuda::DeviceSum sum, TensorParallelSum(shard, tp, op_timeout));
+      model->set_tensor_parallel_sum(std::move(sum));
+    }
+    gpt_ = std::move(model);
+    stages_ = false;  // ForwardBackward runs the shard
+    return absl::OkStatus();
   }
 
   absl::Status ResizeBuffers(int64_t elements) override {
@@ -150,6 +160,26 @@ class CudaDevice final : public TrainingDevice {
 
  private:
   CudaDevice() = default;
+
+  // The tensor-parallel sum of a shard (`part`'s tp_size ranks) over `tp`: an all-reduce of
+  // device memory (NCCL's group, or a host group staging through the host).
+  static absl::StatusOr<nn::GptCuda::DeviceSum> TensorParallelSum(const nn::GptOptions& part,
+                                                                  comm::Communicator* tp,
+                                                                  absl::Duration op_timeout) {
+    if (tp == nullptr || tp->size() != part.tp_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a tensor-parallel shard of ", part.tp_size,
+                       " needs a tensor-parallel group of that size"));
+    }
+    return nn::GptCuda::DeviceSum(
+        [tp, op_timeout](float* data, int64_t count, cudaStream_t stream) -> absl::Status {
+          // The group's stream (NCCL's own, or the TCP backend's staging copies) does not
+          // wait for the model's: the partial sums first.
+          RM_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+          return tp->AllReduce(data, data, count, DataType::kFloat32, comm::ReduceOp::kSum,
+                               absl::Now() + op_timeout);
+        });
+  }
 
   int gpu_ = 0;
   bool stages_ = false;

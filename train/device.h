@@ -72,6 +72,17 @@ class TrainingDevice {
       const nn::GptOptions& slice, comm::Communicator* tp, absl::Duration op_timeout) {
     return absl::FailedPreconditionError(absl::StrCat(Describe(), " runs no pipeline stages"));
   }
+  // A device made with CudaDeviceOptions::stages, for ZeRO-3 over tensor-parallel shards
+  // (train/tensor_parallel_sharded.h): from now on ForwardBackward runs `shard` (the GPT's
+  // options with its tp_size and tp_rank) on this device, its parameters and gradients
+  // through the ParameterStore of ForwardBackwardOptions::store, its tensor-parallel sums as
+  // CreateStage's over `tp`. FAILED_PRECONDITION on a device made without `stages`;
+  // nn::GptCuda::Create's errors.
+  virtual absl::Status RunTensorParallelShard(const nn::GptOptions& shard, comm::Communicator* tp,
+                                              absl::Duration op_timeout) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), " runs no tensor-parallel shard"));
+  }
   // Replaces params() and grads() by zeroed buffers of `elements` floats each (a mesh's step
   // buffers: their size is the strategy's, known after the device is made).
   // RESOURCE_EXHAUSTED when they do not fit; FAILED_PRECONDITION where the device cannot.

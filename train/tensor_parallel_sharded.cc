@@ -41,7 +41,9 @@ absl::StatusOr<std::unique_ptr<TensorParallelSharded>> TensorParallelSharded::Cr
   ShardedOptions so = o.sharded;
   so.table = &p->shard_->table();
   so.groups = p->shard_->parameter_groups();
-  RM_ASSIGN_OR_RETURN(p->fsdp_, CreateShardedDataParallel(o.dp_comm, o.dp_comm, so));
+  RM_ASSIGN_OR_RETURN(
+      p->fsdp_, CreateShardedDataParallel(o.dp_gradients != nullptr ? o.dp_gradients : o.dp_comm,
+                                          o.dp_comm, so));
   // Each split tensor's dp piece is on one rank of the job, each replicated tensor's counted
   // on tp rank 0 (duplicate_ranges): the whole job adds the partial sums up.
   comm::Communicator* world = o.world_comm;

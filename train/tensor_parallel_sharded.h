@@ -19,7 +19,9 @@
 // The update's partial sums are over the whole job (each tensor-parallel shard and each dp
 // piece on one rank; a replicated tensor counted on tp rank 0: duplicate_ranges()).
 //
-// CPU only in this version (host memory); thread-safety as every strategy.
+// On a GPU the device runs the shard (TrainingDevice::RunTensorParallelShard) and the units
+// live in its memory (options.sharded.ops); evaluation runs the CPU shard on host copies of
+// the gathered units, as ZeRO-3 without a mesh does. Thread-safety as every strategy.
 #ifndef RINGMASTER_TRAIN_TENSOR_PARALLEL_SHARDED_H_
 #define RINGMASTER_TRAIN_TENSOR_PARALLEL_SHARDED_H_
 
@@ -52,9 +54,13 @@ struct TensorParallelShardedOptions {
   comm::Communicator* tp_comm = nullptr;
   comm::Communicator* dp_comm = nullptr;
   comm::Communicator* world_comm = nullptr;
-  // The fully sharded strategy's units, prefetch, resharding, precisions and timeout
+  // The fully sharded strategy's units, prefetch, resharding, precisions, timeout and memory
+  // (ops, comm_ops: a GPU's when the shard runs there, TrainingDevice::RunTensorParallelShard)
   // (zero_stage must be 3; `table` and `groups` are filled in: the shard's).
   ShardedOptions sharded;
+  // The dp group over device memory (NCCL's) for the gathers and reduce-scatters of a GPU's
+  // units; null: dp_comm (staging device memory through the host).
+  comm::Communicator* dp_gradients = nullptr;
 };
 
 class TensorParallelSharded final : public ParallelStrategy {

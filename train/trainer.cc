@@ -61,17 +61,6 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> ChooseDevice(const TrainConfig& 
                                                              int gpu, std::string* why_cpu) {
   if (config.device == TrainConfig::Device::kCpu) return nullptr;
   const bool required = config.device == TrainConfig::Device::kCuda;
-  if (HasMesh(config) && config.zero_stage == 3) {
-    const std::string why =
-        "parallelism.zero_stage 3 with mesh tp (fully sharded tensor-parallel shards) runs on "
-        "the CPU in this version";
-    if (required) {
-      return absl::UnimplementedError(
-          absl::StrCat("device: cuda: ", why, "; set device: cpu or auto, or zero_stage 1 or 2"));
-    }
-    *why_cpu = why;
-    return nullptr;
-  }
   if (!required && !CudaDeviceAvailable()) {
     *why_cpu = "no CUDA GPU here (or a build without --config=cuda)";
     return nullptr;

@@ -77,11 +77,6 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
         model.Describe(), "' is not a GPT: model parallelism splits a GPT's blocks"));
   }
   if (config.zero_stage == 3 && config.mesh.pp <= 1) {  // FSDP over tensor-parallel shards
-    if (device != nullptr) {
-      return absl::UnimplementedError(
-          "parallelism.zero_stage 3 with mesh tp runs on the CPU in this version; set device: "
-          "cpu, or zero_stage 1 or 2 on the GPU");
-    }
     TensorParallelShardedOptions o;
     o.gpt = gpt->options();
     o.whole_table = &model.table();
@@ -90,6 +85,17 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
     o.world_comm = &world;
     o.sharded = ShardedOptionsFor(config, model);
     o.sharded.op_timeout = op_timeout;
+    if (device != nullptr) {
+      nn::GptOptions shard = gpt->options();
+      shard.tp_size = groups.tp->size();
+      shard.tp_rank = groups.tp->rank();
+      comm::Communicator* tp =
+          groups.tp_device != nullptr ? groups.tp_device.get() : groups.tp.get();
+      RM_RETURN_IF_ERROR(device->RunTensorParallelShard(shard, tp, op_timeout));
+      o.sharded.ops = device->ops();
+      o.sharded.comm_ops = device->comm_ops();
+      o.dp_gradients = groups.dp_device.get();
+    }
     RM_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelSharded> s, TensorParallelSharded::Create(o));
     return std::unique_ptr<ParallelStrategy>(std::move(s));
   }

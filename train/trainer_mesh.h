@@ -56,8 +56,8 @@ absl::Status BuildDeviceMeshGroups(MeshGroups& groups, comm::Communicator& nccl,
 // and the optimizer's flat space). With `device` (made with CudaDeviceOptions::stages) the
 // stages, their messages and the gradients' reduction are in its memory, over the device
 // groups where there are some. With zero_stage 3 (pp 1) the strategy is ZeRO-3 along dp over
-// the tensor-parallel shards (train/tensor_parallel_sharded.h; CPU only: UNIMPLEMENTED with a
-// device). INVALID_ARGUMENT naming the field for what the mesh does not run: a model other
+// the tensor-parallel shards (train/tensor_parallel_sharded.h; with `device` the shard runs
+// there). INVALID_ARGUMENT naming the field for what the mesh does not run: a model other
 // than the GPT.
 absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
     const TrainConfig& config, const Model& model, const MeshGroups& groups,

@@ -11,6 +11,8 @@
 //   - A GPU per rank, backend: nccl: the groups are split from the job's NCCL communicator
 //     (ncclCommSplit): send/recv for the pipeline, all-reduces for the tensor-parallel sums,
 //     the data-parallel reduction over the dp group; 2 and 4 ranks.
+//   - ZeRO-3 over tensor-parallel shards (train/tensor_parallel_sharded.h): each rank's
+//     shard runs on its GPU, its units gathered and reduce-scattered in device memory.
 //   - bf16: tp 2 against one GPU rank in bf16 (the same kernels; the halves' partial products
 //     summed in another order), within a tenth of trainer_test's bf16-against-fp32 bound.
 // Under --config=cudaemu every forked rank has its own emulated GPU and NCCL is emulated;
@@ -189,6 +191,8 @@ TEST(TrainerMeshOnGpu, RanksSharingAGpuMatchTheCpu) {
                       {"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=zero_bubble",
                        "parallelism.activation_checkpointing_every=1"},
                       Gpus::kShared);
+  // ZeRO-3 over the tensor-parallel shards: the shard on the GPU, its units gathered there.
+  ExpectGpuMatchesCpu(2, {"parallelism.mesh.tp=2", "parallelism.zero_stage=3"}, Gpus::kShared);
   // bf16: two heads of 64 channels (one per tensor-parallel rank; the bf16 attention takes
   // 64), two steps of 4 samples (this model is 11 times the fp32 one's size, slow to emulate).
   const std::vector<std::string> bf16 = {
@@ -210,6 +214,11 @@ TEST(TrainerMeshOnGpu, NcclGroupsMatchTheCpu) {
                       Gpus::kOnePerRank);
   ExpectGpuMatchesCpu(4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}, Gpus::kOnePerRank);
   ExpectGpuMatchesCpu(4, {"parallelism.mesh.pp=2", "parallelism.zero_stage=1"}, Gpus::kOnePerRank);
+  // ZeRO-3 over tensor-parallel shards: units gathered and reduce-scattered over the NCCL dp
+  // group (tp 2 x dp 2), per layer.
+  ExpectGpuMatchesCpu(
+      4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer"},
+      Gpus::kOnePerRank);
 }
 
 }  // namespace

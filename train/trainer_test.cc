@@ -490,9 +490,11 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
 // and without data parallelism across the pipelines (ZeRO-0 and 1), activation checkpointing
 // and bf16, trains the GPT to the parameters of one rank with the same global batch, and
 // evaluates it to the same loss.
-// kGptSpec's job with 4 blocks (up to 4 stages), and `overrides`.
+// kGptSpec's job with 4 blocks (up to 4 stages), and `overrides`; on the CPU (device: auto
+// would take a GPU where there is one, under --config=cudaemu an emulated one per rank, many
+// times slower: trainer_mesh_gpu_test holds the layouts on GPUs to these CPU runs).
 std::vector<std::string> Pipelined(std::vector<std::string> overrides) {
-  overrides.insert(overrides.begin(), "model.gpt.layers=4");
+  overrides.insert(overrides.begin(), {"model.gpt.layers=4", "device=cpu"});
   return overrides;
 }
 

@@ -175,7 +175,15 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
   }
   RM_ASSIGN_OR_RETURN(std::unique_ptr<kc::MatMulEngine> engine, kc::MatMulEngine::Create());
   auto gpt = absl::WrapUnique(new GptCuda(std::move(cpu), cuda_options, stream, std::move(engine)));
-  if (bf16 || fp16) {
+  if (const GptCuda* owner = cuda_options.parameter_copy_of; owner != nullptr) {
+    if (!(bf16 || fp16) || !cuda_options.flat_parameters || owner->precision_ != gpt->precision_ ||
+        owner->copy_elements_ != gpt->copy_elements_ || !owner->cuda_options_.flat_parameters) {
+      return absl::InvalidArgumentError(
+          "GptCudaOptions::parameter_copy_of: a model shares the 16-bit copy of another of the "
+          "same options only, in bf16 or fp16 with flat parameters");
+    }
+    gpt->params16_ = owner->params16_;
+  } else if (bf16 || fp16) {
     const int64_t bytes = gpt->parameter_copy_bytes();
     RM_RETURN_IF_ERROR(CudaToStatus(
         cudaMalloc(&gpt->params16_, bytes),
@@ -262,7 +270,7 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
 }
 
 GptCuda::~GptCuda() {
-  if (params16_ != nullptr) cudaFree(params16_);
+  if (params16_ != nullptr && cuda_options_.parameter_copy_of == nullptr) cudaFree(params16_);
   for (const TimedLaunch& t : timed_) spare_events_.insert(spare_events_.end(), {t.start, t.end});
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
 }
@@ -903,7 +911,7 @@ absl::Status GptCuda::SliceForward(const Batch& batch, const float* params, cons
   store_ = nullptr;
   cast_group_ = -1;
   cast_status_ = absl::OkStatus();
-  RM_RETURN_IF_ERROR(CastParameters(params));
+  if (cuda_options_.cast_in_slices) RM_RETURN_IF_ERROR(CastParameters(params));
   const int64_t n = batch.size * options_.context * options_.width;
   RM_RETURN_IF_ERROR(ByPrecision([&](auto zero) -> absl::Status {
     using T = decltype(zero);

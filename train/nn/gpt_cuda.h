@@ -91,6 +91,8 @@
 
 namespace ringmaster::train::nn {
 
+class GptCuda;
+
 struct GptCudaOptions {
   // fp32 or tf32 (fp32 activations), bf16 or fp16 (16-bit activations); see above.
   kernels::cuda::MatMulType matmul = kernels::cuda::MatMulType::kFloat32;
@@ -116,6 +118,13 @@ struct GptCudaOptions {
   // (every call with a store: fully sharded data parallelism) holds only one parameter
   // group's copy, and a call without a store is INVALID_ARGUMENT.
   bool flat_parameters = true;
+  // bf16/fp16 with flat_parameters: another model of the same options whose 16-bit copy of
+  // the parameters this one reads instead of keeping its own (the micro-batches in flight of
+  // one pipeline stage share one); not owned, it outlives this model.
+  const GptCuda* parameter_copy_of = nullptr;
+  // Whether SliceForward casts its `params` into the 16-bit copy. False: the caller casts
+  // once a step (CastParameterCopy) for every model that shares the copy.
+  bool cast_in_slices = true;
 };
 
 class GptCuda {
@@ -246,7 +255,13 @@ class GptCuda {
   // copy and stay zero: at most the largest group, 2 (kCopyPhase - 1) elements and the
   // padding rows.
   static constexpr int64_t kCopyPhase = 128;
-  int64_t parameter_copy_bytes() const { return half() ? 2 * copy_elements_ : 0; }
+  // 0 for a model that reads another's copy (GptCudaOptions::parameter_copy_of).
+  int64_t parameter_copy_bytes() const {
+    return half() && cuda_options_.parameter_copy_of == nullptr ? 2 * copy_elements_ : 0;
+  }
+  // Casts the flat `params` (device, total_elements() floats) into the 16-bit copy this
+  // model reads (its own or the one it shares), on the stream; nothing in fp32 and tf32.
+  absl::Status CastParameterCopy(const float* params) { return CastParameters(params); }
 
   // With GptCudaOptions::profile: milliseconds of GPU time per kind of work ("matmul
   // forward", "attention backward", ...), summed over the ForwardBackward calls so far

@@ -12,8 +12,16 @@ namespace ringmaster::train::pipeline {
 absl::StatusOr<std::unique_ptr<GptCudaStage>> GptCudaStage::Create(const nn::GptOptions& slice,
                                                                    const nn::GptCudaOptions& cuda,
                                                                    cudaStream_t stream) {
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptCuda> model, nn::GptCuda::Create(slice, cuda, stream));
-  return absl::WrapUnique(new GptCudaStage(std::move(model), slice, cuda, stream));
+  // The first model keeps the stage's 16-bit copy of the parameters (bf16/fp16), cast once a
+  // step (BeginStep); the models made for more micro-batches in flight read it.
+  nn::GptCudaOptions first = cuda;
+  first.parameter_copy_of = nullptr;
+  first.cast_in_slices = false;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptCuda> model,
+                      nn::GptCuda::Create(slice, first, stream));
+  nn::GptCudaOptions others = first;
+  if (model->parameter_copy_bytes() > 0) others.parameter_copy_of = model.get();
+  return absl::WrapUnique(new GptCudaStage(std::move(model), slice, others, stream));
 }
 
 GptCudaStage::GptCudaStage(std::unique_ptr<nn::GptCuda> first, const nn::GptOptions& slice,
@@ -40,6 +48,8 @@ absl::Status GptCudaStage::BeginStep(absl::Span<const Batch> micro_batches,
   }
   // A failed step can leave micro-batches in flight: that step is lost, its models free.
   RM_RETURN_IF_ERROR(models_.Begin(micro_batches, params, grads, options, std::move(discarded)));
+  // The step's parameters in 16 bits, once, for every micro-batch (bf16/fp16).
+  RM_RETURN_IF_ERROR(models_.pool().front()->CastParameterCopy(params.data()));
   if (!grads.empty()) {
     RM_RETURN_IF_CUDA_ERROR(
         cudaMemsetAsync(grads.data(), 0, grads.size() * sizeof(float), stream_));
@@ -111,6 +121,7 @@ absl::StatusOr<StepStats> GptCudaStage::Evaluate(const Batch& batch, absl::Span<
   const int64_t boundary = batch.size * slice_.context * slice_.width;
   RM_RETURN_IF_ERROR(CheckSize("Evaluate's input", input.size(), first ? 0 : boundary));
   RM_RETURN_IF_ERROR(CheckSize("Evaluate's output", output.size(), last ? 0 : boundary));
+  RM_RETURN_IF_ERROR(model->CastParameterCopy(params.data()));  // the stage's copy is a step's
   RM_RETURN_IF_ERROR(model->SliceForward(batch, params.data(), first ? nullptr : input.data(),
                                          last ? nullptr : output.data()));
   if (last) return model->SliceLoss();  // waits for the stream

@@ -7,9 +7,10 @@
 //
 // As GptStage: each micro-batch in flight has its own GptCuda of the slice (its activations
 // from its forward until its backward or weight pass), all of them sharing the stage's device
-// parameters and gradients and the stage's stream; the same calls, the same semantics
-// (BeginStep zeroes the gradients, micro-batches add to them in micro-batch order, discarded
-// micro-batches add nothing, the last stage sums the loss).
+// parameters and gradients, in bf16/fp16 one 16-bit copy of the parameters (cast once a step,
+// by BeginStep; nn::GptCudaOptions::parameter_copy_of), and the stage's stream; the same calls, the
+// same semantics (BeginStep zeroes the gradients, micro-batches add to them in micro-batch order,
+// discarded micro-batches add nothing, the last stage sums the loss).
 //
 //   auto stage = *GptCudaStage::Create(slice_options, cuda_options, stream);
 //   stage->set_tensor_parallel_sum(sum);                     // with tp_size > 1

@@ -8,7 +8,8 @@
 // Each rank runs the steps one after another with the same stage (its models reused), and
 // compares its stage's gradients and, on the last stage, the step's loss, with one whole
 // GptCuda's ForwardBackward over the same micro-batches with accumulation, in its own process
-// on the same parameters (fp32). Tolerances, per tensor ||g_stage - g_whole|| <= tol ||g_whole||:
+// on the same parameters (fp32; and a bf16 case on one rank: the micro-batches in flight share
+// one 16-bit parameter copy). Tolerances, per tensor ||g_stage - g_whole|| <= tol ||g_whole||:
 // 1e-5 without tensor parallelism (gpt_cuda_slice_test's bound for slices against the whole
 // model; the products see other shapes, so their sums may round differently), 1e-4 with it
 // (the partial products are summed in another order: gpt_cuda_tp_test's bound); the loss
@@ -325,6 +326,108 @@ void RunMesh(int tp_size) {
     EXPECT_TRUE(results[r].reported) << "rank " << r << ": " << results[r].exit_detail;
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   }
+}
+
+// bf16 on one rank under GPipe (all m = 3 micro-batches in flight at once): the models in
+// flight read one 16-bit copy of the stage's parameters, cast once a step by BeginStep; a
+// second step on changed parameters (as after an optimizer step) and an evaluation read the
+// new values. Against the whole GptCuda in bf16 over the same micro-batches with
+// accumulation, which casts at every call: the same 16-bit values, so per tensor within 1e-3
+// relative (the slices' and the whole model's kernels may order sums differently) and the
+// loss within 1e-4.
+absl::Status RunBf16Rank(comm::NcclCommunicator& world) {
+  const nn::GptOptions o{.layers = 2, .heads = 2, .width = 128, .context = 8, .vocab = 37};
+  std::unique_ptr<nn::GptModel> cpu = *nn::GptModel::Create(o);
+  std::vector<float> params = nn::testing::WholeParams(*cpu);
+  cudaStream_t stream = nullptr, ops_stream = nullptr;
+  RM_RETURN_IF_ERROR(CudaCheck(cudaStreamCreate(&stream), "cudaStreamCreate"));
+  RM_RETURN_IF_ERROR(CudaCheck(cudaStreamCreate(&ops_stream), "cudaStreamCreate"));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<CudaVectorOps> ops, CudaVectorOps::Create(ops_stream));
+  nn::GptCudaOptions c;
+  c.matmul = kernels::cuda::MatMulType::kBFloat16;
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::GptCuda> whole, nn::GptCuda::Create(o, c, stream));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<GptCudaStage> stage, GptCudaStage::Create(o, c, stream));
+  RM_ASSIGN_OR_RETURN(OpsBuffer grads, ops->Allocate(whole->total_elements()));
+  RM_ASSIGN_OR_RETURN(OpsBuffer whole_grads, ops->Allocate(whole->total_elements()));
+  constexpr int kMicro = 3;
+  RM_ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule({ScheduleKind::kGPipe, 1, kMicro, 1}));
+  double worst = 0;
+  int equal = 0;
+  OpsBuffer device_params;
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) {
+      for (float& p : params) p *= 1.5f;
+    }
+    RM_ASSIGN_OR_RETURN(device_params, Upload(*ops, params));
+    std::vector<Batch> batches;
+    for (int i = 0; i < kMicro; ++i) batches.push_back(nn::RandomTokens(2, o, 40 + 10 * step + i));
+    ForwardBackwardOptions fb;
+    fb.precision = Precision::kBFloat16;
+    fb.loss_divisor = kMicro * 2.0 * o.context;
+    double want_loss = 0;
+    for (int i = 0; i < kMicro; ++i) {
+      ForwardBackwardOptions acc = fb;
+      acc.accumulate = i > 0;
+      RM_ASSIGN_OR_RETURN(StepStats st, whole->ForwardBackward(batches[i], device_params.data(),
+                                                               whole_grads.data(), acc));
+      want_loss += st.loss_sum;
+    }
+    RM_RETURN_IF_ERROR(stage->BeginStep(batches, device_params.span(), grads.span(), fb));
+    PipelineExecutorOptions eo;
+    eo.schedule = &schedule;
+    eo.comm = &world;
+    eo.stages[0] = stage.get();
+    eo.ops = ops.get();
+    RM_RETURN_IF_ERROR(RunPipeline(eo).status());
+    RM_RETURN_IF_ERROR(stage->Synchronize());
+    const std::string what = absl::StrCat("bf16 step ", step);
+    RM_ASSIGN_OR_RETURN(std::vector<float> got, Download(*ops, grads));
+    RM_ASSIGN_OR_RETURN(std::vector<float> want, Download(*ops, whole_grads));
+    RM_RETURN_IF_ERROR(CheckClose(cpu->table(), got, want, 1e-3, what, worst, equal));
+    if (std::abs(stage->stats().loss_sum - want_loss) > 1e-4 * std::abs(want_loss)) {
+      return absl::InternalError(absl::StrCat(what, ": loss ", stage->stats().loss_sum,
+                                              "; the whole model's ", want_loss));
+    }
+  }
+  // Three micro-batches in flight, one copy: the first model's.
+  if (stage->peak_in_flight() != kMicro || stage->model().parameter_copy_bytes() <= 0 ||
+      stage->parameter_copy_bytes() != stage->model().parameter_copy_bytes()) {
+    return absl::InternalError(absl::StrCat(
+        stage->peak_in_flight(), " micro-batches in flight hold ", stage->parameter_copy_bytes(),
+        " bytes of 16-bit parameters; one copy is ", stage->model().parameter_copy_bytes()));
+  }
+  const Batch batch = nn::RandomTokens(2, o, 999);
+  ForwardBackwardOptions fb;
+  fb.precision = Precision::kBFloat16;
+  fb.loss_divisor = 2.0 * o.context;
+  RM_ASSIGN_OR_RETURN(StepStats want,
+                      whole->ForwardBackward(batch, device_params.data(), whole_grads.data(), fb));
+  RM_ASSIGN_OR_RETURN(StepStats got,
+                      stage->Evaluate(batch, device_params.span(), Precision::kBFloat16, {}, {}));
+  if (std::abs(got.loss_sum - want.loss_sum) > 1e-4 * std::abs(want.loss_sum)) {
+    return absl::InternalError(
+        absl::StrCat("bf16 Evaluate's loss ", got.loss_sum, "; want ", want.loss_sum));
+  }
+  std::printf(
+      "bf16: largest per-tensor relative error %.3g, %d tensors bit-equal, %lld bytes "
+      "of 16-bit parameters for %d micro-batches in flight\n",
+      worst, equal, static_cast<long long>(stage->parameter_copy_bytes()), stage->peak_in_flight());
+  std::fflush(stdout);
+  stage.reset();
+  whole.reset();
+  return CudaCheck(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
+TEST(GptCudaStage, Bf16MicroBatchesInFlightShareOneParameterCopy) {
+  if (!comm::testing::GpuPerRankAvailable(1)) {
+    GTEST_SKIP() << "no CUDA GPU here (or run with --config=cudaemu)";
+  }
+  const std::vector<comm::testing::RankResult> results = comm::testing::RunNcclRanks(
+      1, "gpt_cuda_stage/bf16", absl::Seconds(600),
+      [&](comm::NcclCommunicator& nccl, comm::TcpCommunicator&) { return RunBf16Rank(nccl); });
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].reported) << results[0].exit_detail;
+  EXPECT_TRUE(results[0].status.ok()) << results[0].status;
 }
 
 TEST(GptCudaStage, PipelineOverNcclGivesTheWholeModelsGradients) { RunMesh(1); }
