@@ -60,10 +60,14 @@ class CudaDevice final : public TrainingDevice {
     if (const auto* gpt = dynamic_cast<const nn::GptModel*>(&model)) {
       nn::GptCudaOptions go;
       go.matmul = d->type_;
-      go.flat_parameters = options.flat_parameters || options.stages;
-      RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
-      // Stages: the whole model was made to check that it has a CUDA path; its slices run.
-      if (options.stages) d->gpt_.reset();
+      go.flat_parameters = options.flat_parameters;
+      if (options.stages) {
+        // Its slices or shards run (CreateStage, RunTensorParallelShard): no whole model
+        // here, which need not fit on this GPU; only whether it has a CUDA path.
+        RM_RETURN_IF_ERROR(nn::GptCuda::CheckSupported(gpt->options(), go));
+      } else {
+        RM_ASSIGN_OR_RETURN(d->gpt_, nn::GptCuda::Create(gpt->options(), go, d->compute_.stream));
+      }
     } else if (options.stages) {
       return absl::UnimplementedError(absl::StrCat(
           "model ", model.Describe(), " has no pipeline or tensor-parallel stages (a GPT has)"));

@@ -126,11 +126,15 @@ std::vector<state::PlacedRange> PipelineParallel::saved_pieces() const {
 }
 
 absl::Status PipelineParallel::WholeParameters(absl::Span<float> params, absl::Span<float> whole) {
-  std::fill(whole.begin(), whole.end(), 0.0f);
-  for (const TensorPlace& t : places_) {
-    if (t.replicated && tp_rank() != 0) continue;
-    std::copy_n(params.data() + t.local, t.whole.size(), whole.data() + t.whole.begin);
+  // The stages' buffer, read on the host (a GPU's copied there first).
+  std::vector<float> host;
+  const float* local = params.data();
+  if (options_.ops->device_memory()) {
+    host.resize(params.size());
+    RM_RETURN_IF_ERROR(options_.ops->CopyToHost(params, host.data()));
+    local = host.data();
   }
+  ScatterToWhole(places_, local, tp_rank(), whole);
   for (comm::Communicator* group : {options_.pp_comm, options_.tp_comm}) {
     if (group == nullptr || group->size() == 1) continue;
     RM_RETURN_IF_ERROR(group->AllReduce(whole.data(), whole.data(), whole.size(),

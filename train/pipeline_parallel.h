@@ -109,7 +109,8 @@ class PipelineParallel final : public ParallelStrategy {
     return dp_->AfterOptimizerStep(params);
   }
   // Each rank writes its stages' tensors into `whole` (a replicated one from tensor-parallel
-  // rank 0 only), the pipeline and tensor-parallel groups sum them.
+  // rank 0 only; `params` in the stages' memory, a GPU's copied to the host first), the
+  // pipeline and tensor-parallel groups sum them.
   absl::Status WholeParameters(absl::Span<float> params, absl::Span<float> whole) override;
   PipelineParallel* pipeline() override { return this; }
 

@@ -77,14 +77,11 @@ std::vector<state::PlacedRange> TensorParallelSharded::MapPieces(
 
 std::vector<state::FlatRange> TensorParallelSharded::duplicate_ranges() const {
   std::vector<state::FlatRange> out;
-  if (tp_rank() == 0) return out;
-  // The update pieces' `at` is counted from the window's start.
+  // Each update piece's replicated runs, moved to the piece's place (`at`, counted from the
+  // window's start).
   for (const state::PlacedRange& p : fsdp_->update_pieces()) {
-    for (const TensorPlace& t : places_) {
-      if (!t.replicated) continue;
-      const int64_t lo = std::max(p.range.begin, t.local);
-      const int64_t hi = std::min(p.range.end, t.local + t.whole.size());
-      if (lo < hi) out.push_back({p.at + lo - p.range.begin, p.at + hi - p.range.begin});
+    for (const state::FlatRange& r : ReplicatedRanges(places_, p.range, tp_rank())) {
+      out.push_back({p.at + r.begin, p.at + r.end});
     }
   }
   return out;
@@ -94,11 +91,7 @@ absl::Status TensorParallelSharded::WholeParameters(absl::Span<float> params,
                                                     absl::Span<float> whole) {
   state::FlatBuffer mine(shard_->table().total_elements());
   RM_RETURN_IF_ERROR(fsdp_->WholeParameters(params, mine.span()));
-  std::fill(whole.begin(), whole.end(), 0.0f);
-  for (const TensorPlace& t : places_) {
-    if (t.replicated && tp_rank() != 0) continue;
-    std::copy_n(mine.data() + t.local, t.whole.size(), whole.data() + t.whole.begin);
-  }
+  ScatterToWhole(places_, mine.data(), tp_rank(), whole);
   if (options_.tp_comm->size() == 1) return absl::OkStatus();
   return options_.tp_comm->AllReduce(whole.data(), whole.data(), whole.size(), DataType::kFloat32,
                                      comm::ReduceOp::kSum,

@@ -61,6 +61,15 @@ std::vector<state::PlacedRange> MapTensorPlaces(const std::vector<TensorPlace>& 
   return out;
 }
 
+void ScatterToWhole(const std::vector<TensorPlace>& places, const float* local, int tp_rank,
+                    absl::Span<float> whole) {
+  std::fill(whole.begin(), whole.end(), 0.0f);
+  for (const TensorPlace& t : places) {
+    if (t.replicated && tp_rank != 0) continue;
+    std::copy_n(local + t.local, t.whole.size(), whole.data() + t.whole.begin);
+  }
+}
+
 std::vector<state::FlatRange> ReplicatedRanges(const std::vector<TensorPlace>& places,
                                                state::FlatRange window, int tp_rank) {
   std::vector<state::FlatRange> out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "state/range.h"
 #include "state/tensor.h"
 #include "train/nn/gpt.h"
@@ -42,6 +43,12 @@ absl::Status AppendTensorPlaces(const nn::GptModel& part, const state::TensorTab
 std::vector<state::PlacedRange> MapTensorPlaces(const std::vector<TensorPlace>& places,
                                                 state::FlatRange local, int64_t origin,
                                                 bool replicas, int tp_rank);
+
+// `whole` (the whole model's flat space) zeroed, then every run copied from `local` (the
+// rank's buffer the places index), a replicated one on tensor-parallel rank 0 only: summed
+// over the groups that split the model, it is the whole model.
+void ScatterToWhole(const std::vector<TensorPlace>& places, const float* local, int tp_rank,
+                    absl::Span<float> whole);
 
 // On tensor-parallel ranks other than 0: the replicated runs inside `window` (buffer
 // offsets), as offsets from its start (the optimizer's duplicate ranges: counted on rank 0).

@@ -881,9 +881,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
       options.on_finish(model->table(), params);
     } else {  // this rank holds pieces: the whole model, gathered
       state::FlatBuffer whole(model->table().total_elements());
-      // The pipeline's pieces are read on the host (pulled above).
-      RM_RETURN_IF_ERROR(strategy->WholeParameters(
-          pipeline != nullptr ? params.span() : step_params, whole.span()));
+      RM_RETURN_IF_ERROR(strategy->WholeParameters(step_params, whole.span()));
       options.on_finish(model->table(), whole);
     }
   }

@@ -89,9 +89,7 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
       nn::GptOptions shard = gpt->options();
       shard.tp_size = groups.tp->size();
       shard.tp_rank = groups.tp->rank();
-      comm::Communicator* tp =
-          groups.tp_device != nullptr ? groups.tp_device.get() : groups.tp.get();
-      RM_RETURN_IF_ERROR(device->RunTensorParallelShard(shard, tp, op_timeout));
+      RM_RETURN_IF_ERROR(device->RunTensorParallelShard(shard, groups.tp_for_device(), op_timeout));
       o.sharded.ops = device->ops();
       o.sharded.comm_ops = device->comm_ops();
       o.dp_gradients = groups.dp_device.get();
@@ -112,7 +110,7 @@ absl::StatusOr<std::unique_ptr<ParallelStrategy>> CreatePipelineStrategy(
   o.dp.overlap = config.overlap;
   o.dp.op_timeout = op_timeout;
   if (device != nullptr) {
-    comm::Communicator* tp = groups.tp_device != nullptr ? groups.tp_device.get() : groups.tp.get();
+    comm::Communicator* tp = groups.tp_for_device();
     o.make_stage = [device, tp, op_timeout](const nn::GptOptions& slice) {
       return device->CreateStage(slice, tp, op_timeout);
     };

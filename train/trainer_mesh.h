@@ -35,6 +35,10 @@ struct MeshGroups {
   // GPU's stages exchange their messages, tensor-parallel sums and gradients through them.
   // Null where there is no NCCL (the host groups then stage device memory through the host).
   std::unique_ptr<comm::Communicator> pp_device, dp_device, tp_device;
+  // The tensor-parallel group for device memory: NCCL's where there is one, else the host's.
+  comm::Communicator* tp_for_device() const {
+    return tp_device != nullptr ? tp_device.get() : tp.get();
+  }
   int dp_rank = 0;
   int dp_size = 1;
 };

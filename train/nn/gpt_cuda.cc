@@ -148,10 +148,8 @@ absl::Status CrossEntropy(const f16* logits, const int32_t* labels, int64_t n, i
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& options,
-                                                         const GptCudaOptions& cuda_options,
-                                                         cudaStream_t stream) {
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> cpu, GptModel::Create(options));
+absl::Status GptCuda::CheckSupported(const GptOptions& options,
+                                     const GptCudaOptions& cuda_options) {
   if (cuda_options.logits_row_alignment < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("GptCuda: logits_row_alignment must be >= 1 (1: dense rows), got ",
@@ -173,6 +171,16 @@ absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& optio
                          " (model.gpt.width / model.gpt.heads)",
                          bf16 || fp16 ? "; 16-bit attention takes 64 or 128" : "");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GptCuda>> GptCuda::Create(const GptOptions& options,
+                                                         const GptCudaOptions& cuda_options,
+                                                         cudaStream_t stream) {
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> cpu, GptModel::Create(options));
+  RM_RETURN_IF_ERROR(CheckSupported(options, cuda_options));
+  const bool bf16 = cuda_options.matmul == kc::MatMulType::kBFloat16;
+  const bool fp16 = cuda_options.matmul == kc::MatMulType::kFloat16;
   RM_ASSIGN_OR_RETURN(std::unique_ptr<kc::MatMulEngine> engine, kc::MatMulEngine::Create());
   auto gpt = absl::WrapUnique(new GptCuda(std::move(cpu), cuda_options, stream, std::move(engine)));
   if (const GptCuda* owner = cuda_options.parameter_copy_of; owner != nullptr) {

@@ -134,6 +134,9 @@ class GptCuda {
   static absl::StatusOr<std::unique_ptr<GptCuda>> Create(const GptOptions& options,
                                                          const GptCudaOptions& cuda_options,
                                                          cudaStream_t stream);
+  // Create's UNIMPLEMENTED and INVALID_ARGUMENT for `cuda_options`, without making anything
+  // (`options` already valid for GptModel): whether this model has a CUDA path.
+  static absl::Status CheckSupported(const GptOptions& options, const GptCudaOptions& cuda_options);
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
