@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "spec/defaults.h"
 #include "spec/job_spec.h"
 
 namespace ringmaster::config {
@@ -145,16 +146,18 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
     c.kind = train::ModelConfig::Kind::kCnn;
     c.cnn_channels.assign(m.cnn().channels().begin(), m.cnn().channels().end());
     c.cnn_fc = m.cnn().fc();
-  } else if (m.has_gpt()) {
+  } else if (m.has_gpt() || m.has_gpt2()) {
+    const GptSpec& gpt = m.has_gpt() ? m.gpt() : m.gpt2();
     c.kind = train::ModelConfig::Kind::kGpt;
-    c.gpt.layers = m.gpt().layers();
-    c.gpt.heads = m.gpt().heads();
-    c.gpt.width = m.gpt().width();
-    c.gpt.context = m.gpt().context();
-    c.gpt.vocab = m.gpt().vocab();
+    c.gpt.layers = gpt.layers();
+    c.gpt.heads = gpt.heads();
+    c.gpt.width = gpt.width();
+    c.gpt.context = gpt.context();
+    c.gpt.vocab = m.has_gpt() ? gpt.vocab() : spec::kGpt2Vocab;
+    c.gpt.tied_head = m.has_gpt2() || gpt.tied_head();
     c.gpt.checkpoint_every = spec.parallelism().activation_checkpointing_every();
   } else {
-    return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
+    return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt or gpt2");
   }
   return c;
 }

@@ -28,6 +28,13 @@ void FillModel(ModelSpec* model) {
     if (!gpt->has_width()) gpt->set_width(kDefaultGptWidth);
     if (!gpt->has_context()) gpt->set_context(kDefaultGptContext);
     if (!gpt->has_vocab()) gpt->set_vocab(kDefaultGptVocab);
+  } else if (model->has_gpt2()) {
+    GptSpec* gpt = model->mutable_gpt2();
+    if (!gpt->has_layers()) gpt->set_layers(kDefaultGpt2Layers);
+    if (!gpt->has_heads()) gpt->set_heads(kDefaultGpt2Heads);
+    if (!gpt->has_width()) gpt->set_width(kDefaultGpt2Width);
+    if (!gpt->has_context()) gpt->set_context(kDefaultGpt2Context);
+    // vocab stays unset: GPT-2's is fixed (validate.cc refuses another).
   }
 }
 

@@ -29,6 +29,12 @@ inline constexpr int64_t kDefaultGptHeads = 4;
 inline constexpr int64_t kDefaultGptWidth = 128;
 inline constexpr int64_t kDefaultGptContext = 128;
 inline constexpr int64_t kDefaultGptVocab = 256;
+// model.gpt2: GPT-2 small.
+inline constexpr int64_t kDefaultGpt2Layers = 12;
+inline constexpr int64_t kDefaultGpt2Heads = 12;
+inline constexpr int64_t kDefaultGpt2Width = 768;
+inline constexpr int64_t kDefaultGpt2Context = 1024;
+inline constexpr int64_t kGpt2Vocab = 50257;
 
 // data (filled inside the chosen source only).
 inline constexpr absl::string_view kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";

@@ -11,6 +11,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/repeated_field.h"
+#include "spec/defaults.h"
 #include "spec/job_spec.h"
 
 namespace ringmaster::spec {
@@ -114,6 +115,25 @@ void CheckSizes(const std::string& path, const google::protobuf::RepeatedField<i
   }
 }
 
+// The GPT's fields of model.gpt or model.gpt2 (null for another model).
+const GptSpec* GptFieldsOf(const ModelSpec& model) {
+  if (model.has_gpt()) return &model.gpt();
+  if (model.has_gpt2()) return &model.gpt2();
+  return nullptr;
+}
+
+// The fields model.gpt and model.gpt2 share; `path` is "model.gpt" or "model.gpt2".
+void CheckGptShape(const std::string& path, const GptSpec& gpt, Checker* check) {
+  check->Positive(path + ".layers", gpt.layers());
+  check->Positive(path + ".heads", gpt.heads());
+  check->Positive(path + ".width", gpt.width());
+  check->Positive(path + ".context", gpt.context());
+  if (gpt.heads() > 0) {
+    check->Expect(gpt.width() % gpt.heads() == 0, path + ".width",
+                  absl::StrCat("divisible by ", path, ".heads (", gpt.heads(), ")"), gpt.width());
+  }
+}
+
 void CheckModel(const JobSpec& spec, Checker* check) {
   const ModelSpec& model = spec.model();
   switch (model.kind_case()) {
@@ -133,20 +153,28 @@ void CheckModel(const JobSpec& spec, Checker* check) {
     }
     case ModelSpec::kGpt: {
       const GptSpec& gpt = model.gpt();
-      check->Positive("model.gpt.layers", gpt.layers());
-      check->Positive("model.gpt.heads", gpt.heads());
-      check->Positive("model.gpt.width", gpt.width());
-      check->Positive("model.gpt.context", gpt.context());
-      if (gpt.heads() > 0) {
-        check->Expect(gpt.width() % gpt.heads() == 0, "model.gpt.width",
-                      absl::StrCat("divisible by model.gpt.heads (", gpt.heads(), ")"),
-                      gpt.width());
-      }
+      CheckGptShape("model.gpt", gpt, check);
       check->Expect(gpt.vocab() >= 256, "model.gpt.vocab", ">= 256 (byte-level text)", gpt.vocab());
       break;
     }
+    case ModelSpec::kGpt2: {
+      const GptSpec& gpt = model.gpt2();
+      CheckGptShape("model.gpt2", gpt, check);
+      if (gpt.has_tied_head() && !gpt.tied_head()) {
+        check->Fail("model.gpt2.tied_head",
+                    "GPT-2's LM head is tied to wte; leave it unset (or use model.gpt with "
+                    "tied_head false for an untied head)");
+      }
+      if (gpt.has_vocab()) {
+        check->Fail("model.gpt2.vocab",
+                    absl::StrCat("GPT-2's vocabulary is fixed at ", kGpt2Vocab,
+                                 " tokens; leave it unset (or use model.gpt for another), got ",
+                                 gpt.vocab()));
+      }
+      break;
+    }
     case ModelSpec::KIND_NOT_SET:
-      check->Fail("model", "required: one of mlp, cnn, gpt");
+      check->Fail("model", "required: one of mlp, cnn, gpt, gpt2");
       break;
   }
 }
@@ -173,7 +201,7 @@ void CheckData(const JobSpec& spec, Checker* check) {
   // The language model reads text; the classifiers read labelled images.
   const ModelSpec::KindCase model = spec.model().kind_case();
   if (model == ModelSpec::KIND_NOT_SET) return;
-  const bool wants_text = model == ModelSpec::kGpt;
+  const bool wants_text = model == ModelSpec::kGpt || model == ModelSpec::kGpt2;
   if (wants_text != data.has_text()) {
     const std::string& model_name = ModelName(spec.model());
     const std::string& data_name =
@@ -397,24 +425,28 @@ void CheckMesh(const JobSpec& spec, Checker* check) {
   }
   const ModelSpec& model = spec.model();
   if (model.kind_case() == ModelSpec::KIND_NOT_SET) return;  // model's own error
-  if (!model.has_gpt()) {
+  const GptSpec* fields = GptFieldsOf(model);
+  if (fields == nullptr) {
     const std::string got = absl::StrCat("got model.", ModelName(model));
     if (tp > 1) {
-      check->Fail("parallelism.mesh.tp",
-                  absl::StrCat("tensor parallelism (tp ", tp, ") applies to model.gpt only, ",
-                               got, "; use tp 1 or model.gpt"));
+      check->Fail(
+          "parallelism.mesh.tp",
+          absl::StrCat("tensor parallelism (tp ", tp,
+                       ") applies to model.gpt and model.gpt2 only, ", got, "; use tp 1 or a GPT"));
     }
     if (pp > 1) {
-      check->Fail("parallelism.mesh.pp",
-                  absl::StrCat("pipeline parallelism (pp ", pp, ") applies to model.gpt only, ",
-                               got, "; use pp 1 or model.gpt"));
+      check->Fail(
+          "parallelism.mesh.pp",
+          absl::StrCat("pipeline parallelism (pp ", pp,
+                       ") applies to model.gpt and model.gpt2 only, ", got, "; use pp 1 or a GPT"));
     }
     return;
   }
-  const GptSpec& gpt = model.gpt();
+  const GptSpec& gpt = *fields;
+  const std::string path = absl::StrCat("model.", ModelName(model));
   if (tp > 1 && gpt.heads() > 0) {
     check->Expect(gpt.heads() % tp == 0, "parallelism.mesh.tp",
-                  absl::StrCat("a divisor of model.gpt.heads (", gpt.heads(),
+                  absl::StrCat("a divisor of ", path, ".heads (", gpt.heads(),
                                ") (each rank computes whole heads)"),
                   tp);
   }
@@ -425,15 +457,15 @@ void CheckMesh(const JobSpec& spec, Checker* check) {
     if (stages <= gpt.layers()) return;
     if (virtual_stages == 1) {
       check->Expect(false, "parallelism.mesh.pp",
-                    absl::StrCat("<= model.gpt.layers (", gpt.layers(),
+                    absl::StrCat("<= ", path, ".layers (", gpt.layers(),
                                  ") (each stage holds at least one block)"),
                     pp);
     } else {
-      check->Fail("parallelism.pipeline.virtual_stages",
-                  absl::StrCat("mesh.pp × virtual_stages must be <= model.gpt.layers (",
-                               gpt.layers(), ") (each stage holds at least one block), got ", pp,
-                               " × ", virtual_stages, " = ", stages,
-                               "; use fewer virtual stages or more layers"));
+      check->Fail(
+          "parallelism.pipeline.virtual_stages",
+          absl::StrCat("mesh.pp × virtual_stages must be <= ", path, ".layers (", gpt.layers(),
+                       ") (each stage holds at least one block), got ", pp, " × ", virtual_stages,
+                       " = ", stages, "; use fewer virtual stages or more layers"));
     }
   }
 }
@@ -449,12 +481,14 @@ void CheckParallelism(const JobSpec& spec, Checker* check) {
   check->NonNegative("parallelism.threads", parallelism.threads());
   const int32_t every = parallelism.activation_checkpointing_every();
   check->NonNegative("parallelism.activation_checkpointing_every", every);
-  if (every > 0 && !spec.model().has_gpt()) {
-    check->Fail("parallelism.activation_checkpointing_every", "applies to model.gpt only");
+  const GptSpec* gpt = GptFieldsOf(spec.model());
+  if (every > 0 && gpt == nullptr) {
+    check->Fail("parallelism.activation_checkpointing_every",
+                "applies to model.gpt and model.gpt2 only");
   } else if (every > 0) {
-    const int64_t layers = spec.model().gpt().layers();
-    check->Expect(every <= layers, "parallelism.activation_checkpointing_every",
-                  absl::StrCat("<= model.gpt.layers (", layers, ")"), every);
+    check->Expect(
+        every <= gpt->layers(), "parallelism.activation_checkpointing_every",
+        absl::StrCat("<= model.", ModelName(spec.model()), ".layers (", gpt->layers(), ")"), every);
   }
 }
 

@@ -61,7 +61,7 @@ TEST(ValidateJobSpecTest, MissingRequiredPartsAreAllReported) {
   JobSpec spec;
   ApplyJobSpecDefaults(&spec);
   EXPECT_THAT(Errors(spec), ElementsAre("steps: required: set steps or epochs",
-                                        "model: required: one of mlp, cnn, gpt",
+                                        "model: required: one of mlp, cnn, gpt, gpt2",
                                         "data: required: one of fashion_mnist, text",
                                         "optimizer: required: one of sgd, adamw, lamb",
                                         "optimizer.lr: required: a learning rate > 0",
@@ -223,7 +223,7 @@ TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
        "parallelism.threads: must be >= 0, got -1"},
       {kMinimalMlp,
        [](JobSpec* s) { s->mutable_parallelism()->set_activation_checkpointing_every(1); },
-       "parallelism.activation_checkpointing_every: applies to model.gpt only"},
+       "parallelism.activation_checkpointing_every: applies to model.gpt and model.gpt2 only"},
       {kMinimalGpt,
        [](JobSpec* s) { s->mutable_parallelism()->set_activation_checkpointing_every(5); },
        "parallelism.activation_checkpointing_every: must be <= model.gpt.layers (4), got 5"},
@@ -316,11 +316,11 @@ TEST(ValidateJobSpecTest, EachBadMeshOrPipelineNamesItsFieldAndWhatToDo) {
        "parallelism.pipeline.micro_batches: must be a multiple of parallelism.mesh.pp (2) under "
        "schedule interleaved_1f1b, got 3"},
       {kMinimalMlp, [](JobSpec* s) { Mesh(s, 1, 2); },
-       "parallelism.mesh.pp: pipeline parallelism (pp 2) applies to model.gpt only, got "
-       "model.mlp; use pp 1 or model.gpt"},
+       "parallelism.mesh.pp: pipeline parallelism (pp 2) applies to model.gpt and model.gpt2 "
+       "only, got model.mlp; use pp 1 or a GPT"},
       {kMinimalMlp, [](JobSpec* s) { Mesh(s, 2, 1); },
-       "parallelism.mesh.tp: tensor parallelism (tp 2) applies to model.gpt only, got model.mlp; "
-       "use tp 1 or model.gpt"},
+       "parallelism.mesh.tp: tensor parallelism (tp 2) applies to model.gpt and model.gpt2 only, "
+       "got model.mlp; use tp 1 or a GPT"},
       {kMinimalGpt, [](JobSpec* s) { Mesh(s, 3, 1); },
        "parallelism.mesh.tp: must be a divisor of model.gpt.heads (4) (each rank computes whole "
        "heads), got 3"},
@@ -431,6 +431,53 @@ TEST(ValidateJobSpecTest, GptHeadsMustDivideWidth) {
                                         "(3), got 128",
                                         "model.gpt.vocab: must be >= 256 (byte-level text), got "
                                         "100"));
+}
+
+// model.gpt2: GPT-2 small's shape by default, the vocabulary fixed (vocab written is an
+// error), the shape checked as model.gpt's under its own name, tp and ZeRO-3 valid, pp
+// refused with the reason.
+TEST(ValidateJobSpecTest, Gpt2HasGpt2SmallsShapeAndAFixedVocabulary) {
+  JobSpec spec = Effective(R"(
+steps: 10
+model: {gpt2: {}}
+data: {text: {path: corpus.txt}}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+parallelism: {mesh: {tp: 2}, zero_stage: 3}
+)");
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  EXPECT_EQ(spec.model().gpt2().layers(), 12);
+  EXPECT_EQ(spec.model().gpt2().heads(), 12);
+  EXPECT_EQ(spec.model().gpt2().width(), 768);
+  EXPECT_EQ(spec.model().gpt2().context(), 1024);
+  EXPECT_FALSE(spec.model().gpt2().has_vocab());
+
+  JobSpec bad = spec;
+  bad.mutable_model()->mutable_gpt2()->set_vocab(50304);
+  bad.mutable_model()->mutable_gpt2()->set_heads(5);
+  bad.mutable_parallelism()->mutable_mesh()->set_tp(1);
+  EXPECT_THAT(Errors(bad),
+              ElementsAre("model.gpt2.width: must be divisible by model.gpt2.heads (5), got 768",
+                          "model.gpt2.vocab: GPT-2's vocabulary is fixed at 50257 tokens; leave it "
+                          "unset (or use model.gpt for another), got 50304"));
+
+  const absl::StatusOr<JobSpec> piped = LoadJobSpecText(R"(
+steps: 10
+model: {gpt2: {}}
+data: {text: {path: corpus.txt}}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+parallelism: {mesh: {pp: 13}}
+)");
+  EXPECT_THAT(piped.status().message(),
+              HasSubstr("parallelism.mesh.pp: must be <= model.gpt2.layers (12)"));
+  bad = spec;
+  bad.mutable_model()->mutable_gpt2()->set_tied_head(false);
+  EXPECT_THAT(Errors(bad), ElementsAre(HasSubstr("model.gpt2.tied_head: GPT-2's LM head is tied")));
+  JobSpec deep = spec;
+  deep.mutable_parallelism()->set_activation_checkpointing_every(13);
+  EXPECT_THAT(Errors(deep), ElementsAre("parallelism.activation_checkpointing_every: must be <= "
+                                        "model.gpt2.layers (12), got 13"));
 }
 
 TEST(ValidateJobSpecTest, ModelAndDataMustFit) {

@@ -205,8 +205,17 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const bool ahead = f.prefetch == FsdpConfig::Prefetch::kBoth ||
                        f.prefetch == (backward_ ? FsdpConfig::Prefetch::kBackward
                                                 : FsdpConfig::Prefetch::kForward);
+    const bool kept = layout_.units[u].kept_through_pass;
+    if (kept && units_[u].params != nullptr && u != current_) {
+      // The LM head reads a tied embedding again: it is still here, nothing moves.
+      Wait(units_[u].gather);
+      if (EvaluatingOnHost()) return HostUnit(u);
+      return units_[u].params - layout_.units[u].range.begin;
+    }
     if (!backward_ && u != current_) {
-      if (current_ >= 0 && f.reshard_after_forward) ReleaseParameters(current_);
+      if (current_ >= 0 && f.reshard_after_forward && !layout_.units[current_].kept_through_pass) {
+        ReleaseParameters(current_);
+      }
       current_ = u;
     }
     Request(u);

@@ -52,6 +52,7 @@ FsdpLayout Build(const state::TensorTable& table, const std::vector<ParameterGro
     for (int g = unit.first_group; g < unit.end_group; ++g) {
       layout.unit_of_group[g] = static_cast<int>(u);
       if (groups[g].backward_reads_parameters) unit.backward_reads_parameters = true;
+      if (groups[g].read_again_by_head) unit.kept_through_pass = true;
     }
     layout.units.push_back(std::move(unit));
   }
@@ -123,7 +124,9 @@ PassTraffic Zero3PassTraffic(const FsdpLayout& layout, bool reshard_after_forwar
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const int64_t moved = layout.units[u].shard * (layout.world - 1);
     const bool last = u + 1 == layout.units.size();
-    const bool again = reshard_after_forward && !last && layout.units[u].backward_reads_parameters;
+    const bool again = reshard_after_forward && !last &&
+                       layout.units[u].backward_reads_parameters &&
+                       !layout.units[u].kept_through_pass;
     t.all_gather_bytes += moved * gather_bytes * (again ? 2 : 1);
     t.reduce_scatter_bytes += moved * reduce_bytes;
   }

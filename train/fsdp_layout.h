@@ -35,6 +35,10 @@ struct FsdpUnit {
   // Whether backward reads its parameters (not for the embeddings, nor a network's first
   // layer: no input gradient), i.e. whether it is gathered for backward.
   bool backward_reads_parameters = true;
+  // Whether one of its groups is read again by the LM head (ParameterGroup::read_again_by_head):
+  // then it stays gathered from its first use in forward until its gradients are final (no
+  // second gather for backward).
+  bool kept_through_pass = false;
 
   // Rank r's piece of the flat space: [begin + r·shard, begin + (r+1)·shard) cut back to
   // `range` (empty for a rank whose piece is all padding).

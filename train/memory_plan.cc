@@ -59,7 +59,10 @@ int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
   const int64_t segment = config.model.kind == ModelConfig::Kind::kGpt
                               ? UnitsPerSegment(layout, groups, config.model.gpt.checkpoint_every)
                               : 1;
-  return segment + ahead + 2;
+  // A tied LM head's embeddings unit stays gathered through the pass (fsdp_layout.h).
+  const bool kept = std::any_of(layout.units.begin(), layout.units.end(),
+                                [](const FsdpUnit& u) { return u.kept_through_pass; });
+  return segment + ahead + 2 + (kept ? 1 : 0);
 }
 
 // The unit buffers and the strategy's staging (see memory_plan.h).

@@ -23,8 +23,9 @@
 //                  none): ZeRO-3 with reshard_after_forward (s + p + 2) × U, fsdp.h's
 //                  bound, s being the most units one segment of activation checkpointing
 //                  keeps gathered from its recomputation to its backward (1 without
-//                  checkpointing); ZeRO-3 without resharding (units + 2) × U (every unit
-//                  gathered from forward to backward, and the gradient buffers: the one
+//                  checkpointing; one more with a tied LM head, whose embeddings unit stays
+//                  gathered through the pass); ZeRO-3 without resharding (units + 2) × U (every
+//                  unit gathered from forward to backward, and the gradient buffers: the one
 //                  written and the one reduction the strategy lets queue); ZeRO-2 2 × U
 //                  (one bucket written while the one before is reduced, and one buffer for
 //                  the gathers after the optimizer step, which come later).

@@ -59,6 +59,10 @@ struct ParameterGroup {
   // Whether backward reads the group's parameters (an embedding's and a network's first
   // layer's do not: they make no input gradient).
   bool backward_reads_parameters = true;
+  // Whether the model reads the group's parameters again after later groups' in forward and
+  // before them in backward (a token embedding that is also the LM head): sharded data
+  // parallelism keeps its unit gathered from its first use until its gradients are final.
+  bool read_again_by_head = false;
 };
 
 // Where a model finds its parameters and puts its gradients when they are not whole flat

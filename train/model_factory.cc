@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& m,
       return std::unique_ptr<Model>(std::move(gpt));
     }
   }
-  return absl::InvalidArgumentError("model: set one of mlp, cnn or gpt");
+  return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt or gpt2");
 }
 
 }  // namespace ringmaster::train

@@ -72,6 +72,21 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
     p->stages_elements_ += s.elements;
     p->stages_.push_back(std::move(s));
   }
+  if (o.gpt.tied_head && o.schedule.ranks > 1) {
+    // wte on stage 0 (pipeline rank 0), its copy on the last stage (rank pp - 1).
+    const int last_rank = (p->schedule_.stages() - 1) % o.schedule.ranks;
+    RM_ASSIGN_OR_RETURN(const int wte_index, o.whole_table->Find("wte"));
+    const state::TensorSpec& wte = o.whole_table->tensor(wte_index);
+    for (const TensorPlace& t : p->places_) {
+      if (t.whole.begin != wte.offset || t.whole.size() != wte.numel) continue;
+      p->tied_run_ = {t.local, t.local + t.whole.size()};
+      p->tied_peer_ = t.tied_copy ? 0 : last_rank;
+    }
+    if (p->tied_peer_ == rank) {
+      return absl::InternalError(
+          absl::StrCat("pipeline rank ", rank, " holds both wte and its tied copy"));
+    }
+  }
   DataParallelOptions dp = o.dp;
   dp.elements = p->stages_elements_;
   RM_ASSIGN_OR_RETURN(
@@ -174,6 +189,7 @@ absl::StatusOr<StepStats> PipelineParallel::RunStep(absl::Span<const Batch> micr
   RM_RETURN_IF_ERROR(options_.ops->Zero(grads.subspan(stages_elements_)));
   RM_ASSIGN_OR_RETURN(last_run_, pipeline::RunPipeline(eo));
   for (Stage& s : stages_) RM_RETURN_IF_ERROR(s.stage->EndStep());
+  RM_RETURN_IF_ERROR(SumTiedGradients(grads));
   compute_sum_ += last_run_.compute;
   total_sum_ += last_run_.total;
   StepStats stats;
@@ -199,6 +215,28 @@ absl::Status PipelineParallel::Message(comm::PointToPoint::Kind kind, int peer,
   }
   op.count = data.size();
   return messages()->SendRecv(absl::MakeSpan(&op, 1), absl::Now() + options_.dp.op_timeout);
+}
+
+absl::Status PipelineParallel::SumTiedGradients(absl::Span<float> grads) {
+  if (tied_peer_ < 0) return absl::OkStatus();
+  const int64_t n = tied_run_.size();
+  if (tied_received_.size() != n) {
+    RM_ASSIGN_OR_RETURN(tied_received_, options_.ops->Allocate(n));
+  }
+  absl::Span<float> mine = grads.subspan(tied_run_.begin, n);
+  comm::PointToPoint ops[2];
+  ops[0].kind = comm::PointToPoint::Kind::kSend;
+  ops[0].send = mine.data();
+  ops[1].kind = comm::PointToPoint::Kind::kRecv;
+  ops[1].recv = tied_received_.data();
+  for (comm::PointToPoint& op : ops) {
+    op.peer = tied_peer_;
+    op.type = DataType::kFloat32;
+    op.count = n;
+  }
+  RM_RETURN_IF_ERROR(
+      messages()->SendRecv(absl::MakeSpan(ops, 2), absl::Now() + options_.dp.op_timeout));
+  return options_.ops->Add(tied_received_.span(), mine);
 }
 
 absl::StatusOr<StepStats> PipelineParallel::Evaluate(const Batch& batch,

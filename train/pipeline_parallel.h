@@ -190,11 +190,20 @@ class PipelineParallel final : public ParallelStrategy {
   }
   // One message to or from `peer` of the pipeline group.
   absl::Status Message(comm::PointToPoint::Kind kind, int peer, absl::Span<float> data);
+  // A tied LM head (nn::GptOptions::tied_head): the first stage's wte gradient and the last
+  // stage's copy's are exchanged and each replaced by their sum (a + b = b + a: the copies
+  // take the same steps and stay equal). Nothing on the other ranks.
+  absl::Status SumTiedGradients(absl::Span<float> grads);
 
   PipelineParallelOptions options_;
   pipeline::Schedule schedule_;
   std::vector<Stage> stages_;
   std::vector<TensorPlace> places_;  // in increasing local (and whole) order
+  // A tied head's wte on the first pipeline rank or its copy on the last: its run in the
+  // step's buffers and the other rank (-1: neither here).
+  state::FlatRange tied_run_;
+  int tied_peer_ = -1;
+  OpsBuffer tied_received_;
   int64_t stages_elements_ = 0;
   std::unique_ptr<ParallelStrategy> dp_;
   SumAcrossRanks sum_;

@@ -21,8 +21,11 @@ absl::Status AppendTensorPlaces(const nn::GptModel& part, const state::TensorTab
     }
     const state::TensorSpec& whole = whole_table.tensor(*index);
     if (shard.whole()) {
-      places->push_back(
-          {{whole.offset, whole.offset + whole.numel}, base + t.offset, tensor_parallel});
+      const bool tied_copy = part.options().tied_head && !part.has_embeddings() && t.name == "wte";
+      places->push_back({{whole.offset, whole.offset + whole.numel},
+                         base + t.offset,
+                         tensor_parallel,
+                         tied_copy});
       continue;
     }
     // Each of its rows of the whole tensor, cut to its columns, is a run (consecutive whole
@@ -51,7 +54,7 @@ std::vector<state::PlacedRange> MapTensorPlaces(const std::vector<TensorPlace>& 
                                                 bool replicas, int tp_rank) {
   std::vector<state::PlacedRange> out;
   for (const TensorPlace& t : places) {
-    if (t.replicated && !replicas && tp_rank != 0) continue;
+    if (!replicas && (t.tied_copy || (t.replicated && tp_rank != 0))) continue;
     const int64_t lo = std::max(local.begin, t.local);
     const int64_t hi = std::min(local.end, t.local + t.whole.size());
     if (lo >= hi) continue;
@@ -65,7 +68,7 @@ void ScatterToWhole(const std::vector<TensorPlace>& places, const float* local, 
                     absl::Span<float> whole) {
   std::fill(whole.begin(), whole.end(), 0.0f);
   for (const TensorPlace& t : places) {
-    if (t.replicated && tp_rank != 0) continue;
+    if (t.tied_copy || (t.replicated && tp_rank != 0)) continue;
     std::copy_n(local + t.local, t.whole.size(), whole.data() + t.whole.begin);
   }
 }
@@ -73,9 +76,8 @@ void ScatterToWhole(const std::vector<TensorPlace>& places, const float* local, 
 std::vector<state::FlatRange> ReplicatedRanges(const std::vector<TensorPlace>& places,
                                                state::FlatRange window, int tp_rank) {
   std::vector<state::FlatRange> out;
-  if (tp_rank == 0) return out;
   for (const TensorPlace& t : places) {
-    if (!t.replicated) continue;
+    if (!t.tied_copy && !(t.replicated && tp_rank != 0)) continue;
     const int64_t lo = std::max(window.begin, t.local);
     const int64_t hi = std::min(window.end, t.local + t.whole.size());
     if (lo < hi) out.push_back({lo - window.begin, hi - window.begin});

@@ -193,6 +193,9 @@ TEST(TrainerMeshOnGpu, RanksSharingAGpuMatchTheCpu) {
                       Gpus::kShared);
   // ZeRO-3 over the tensor-parallel shards: the shard on the GPU, its units gathered there.
   ExpectGpuMatchesCpu(2, {"parallelism.mesh.tp=2", "parallelism.zero_stage=3"}, Gpus::kShared);
+  // A tied LM head: the last stage's copy of wte, its gradient summed with the first stage's
+  // in device memory.
+  ExpectGpuMatchesCpu(2, {"parallelism.mesh.pp=2", "model.gpt.tied_head=true"}, Gpus::kShared);
   // bf16: two heads of 64 channels (one per tensor-parallel rank; the bf16 attention takes
   // 64), two steps of 4 samples (this model is 11 times the fp32 one's size, slow to emulate).
   const std::vector<std::string> bf16 = {
@@ -214,6 +217,7 @@ TEST(TrainerMeshOnGpu, NcclGroupsMatchTheCpu) {
                       Gpus::kOnePerRank);
   ExpectGpuMatchesCpu(4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}, Gpus::kOnePerRank);
   ExpectGpuMatchesCpu(4, {"parallelism.mesh.pp=2", "parallelism.zero_stage=1"}, Gpus::kOnePerRank);
+  ExpectGpuMatchesCpu(2, {"parallelism.mesh.pp=2", "model.gpt.tied_head=true"}, Gpus::kOnePerRank);
   // ZeRO-3 over tensor-parallel shards: units gathered and reduce-scattered over the NCCL dp
   // group (tp 2 x dp 2), per layer.
   ExpectGpuMatchesCpu(

@@ -15,12 +15,14 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/layout.h"
@@ -158,7 +160,8 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
     std::unique_ptr<data::Dataset> train_data = DataFor(*spec);
     std::unique_ptr<data::Dataset> test_data;
     if (evaluate) {
-      test_data = spec->model().has_gpt() ? SyntheticText() : Synthetic(513);
+      test_data =
+          spec->model().has_gpt() || spec->model().has_gpt2() ? SyntheticText() : Synthetic(513);
     }
     TrainerOptions o;
     o.config = Config(*spec);
@@ -486,6 +489,56 @@ TEST(GptTraining, WorldSizesZeroAndActivationCheckpointingAgree) {
                        "gpt world 2, ZeRO-2");
 }
 
+// model.gpt2 (GPT-2's vocabulary of 50,257 and the LM head tied to wte) trains to one rank's
+// parameters under data parallelism, ZeRO-1/2/3 (the embeddings' unit kept gathered for the
+// head: by block and by layer, with checkpointing and accumulation), tensor parallelism,
+// ZeRO-3 over tensor-parallel shards and pipelines; the table has no lm_head.
+// kGptSpec's job as model.gpt2, on the CPU (kept by the test binary for Train's spec_text).
+const char* Gpt2Spec() {
+  static const std::string* spec = new std::string(absl::StrReplaceAll(
+      kGptSpec, {{"model: {gpt:", "device: cpu\nmodel: {gpt2:"}, {"steps: 4", "steps: 3"}}));
+  return spec->c_str();
+}
+
+TEST(GptTraining, Gpt2WithItsTiedHeadMatchesOneRankUnderEveryDataAndTensorLayout) {
+  const RunResult one = Train(1, {}, Gpt2Spec(), 0, Gradients::kTcp, /*evaluate=*/true);
+  ASSERT_FALSE(one.params.empty());
+  // wte, wpe, 2 blocks of 12 w^2 + 13 w, lnf; no lm_head.
+  constexpr int64_t w = 16;
+  EXPECT_EQ(one.summary.parameters(), 50257 * w + 8 * w + 2 * (12 * w * w + 13 * w) + 2 * w);
+  const std::vector<std::pair<int, std::vector<std::string>>> cases = {
+      {2, {}},
+      {2, {"parallelism.zero_stage=1"}},
+      {2, {"parallelism.zero_stage=2"}},
+      {2, {"parallelism.zero_stage=3"}},
+      {3,
+       {"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
+        "parallelism.activation_checkpointing_every=1", "batch.accumulation=2"}},
+      {2, {"parallelism.zero_stage=3", "parallelism.fsdp.prefetch=forward"}},
+      {2, {"parallelism.mesh.tp=2"}},
+      {4, {"parallelism.mesh.tp=2", "parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer"}},
+      // Pipelines: the last stage's copy of wte summed with the first stage's gradient.
+      {2, {"parallelism.mesh.pp=2"}},
+      {4,
+       {"parallelism.mesh.pp=2", "parallelism.mesh.tp=2",
+        "parallelism.pipeline.schedule=zero_bubble"}},
+      {4, {"parallelism.mesh.pp=2", "parallelism.zero_stage=1"}},
+  };
+  for (const auto& [world, overrides] : cases) {
+    const std::string what = absl::StrCat("gpt2 world ", world, " ", absl::StrJoin(overrides, " "));
+    const RunResult run = Train(world, overrides, Gpt2Spec(), 0, Gradients::kTcp, true);
+    ExpectSameParameters(run, one, what);
+    EXPECT_NEAR(run.eval_loss, one.eval_loss, 1e-5 * std::abs(one.eval_loss)) << what;
+  }
+  // LAMB's per-tensor norms count wte once (the copy is a duplicate range); clipping's norm
+  // too (kGptSpec clips to 1).
+  const RunResult lamb = Train(1, {"optimizer.lamb.eps=1e-6"}, Gpt2Spec());
+  ExpectSameParameters(
+      Train(4, {"optimizer.lamb.eps=1e-6", "parallelism.mesh.pp=2", "parallelism.mesh.tp=2"},
+            Gpt2Spec()),
+      lamb, "gpt2 LAMB, tp 2 x pp 2");
+}
+
 // Pipeline parallelism (parallelism.mesh.pp, train/pipeline_parallel.h): every schedule, with
 // and without data parallelism across the pipelines (ZeRO-0 and 1), activation checkpointing
 // and bf16, trains the GPT to the parameters of one rank with the same global batch, and
@@ -715,6 +768,31 @@ TEST(GptTraining, CheckpointsMoveBetweenMeshes) {
   }
 }
 
+// A tied LM head's checkpoints hold wte once (the last stage's copy is not saved) and fill
+// the copy on restore: pp 2 -> dp 2 (ZeRO-3, the embeddings' unit kept) -> tp 2 x pp 2
+// trains as one rank.
+TEST(GptTraining, ATiedHeadsCheckpointsMoveBetweenMeshes) {
+  const std::vector<std::string> tied = {"steps=6", "model.gpt.tied_head=true"};
+  const RunResult one = Train(1, Pipelined(tied), kGptSpec);
+  ASSERT_FALSE(one.params.empty());
+  const std::string dir = comm::testing::FreshStoreDir() + "-checkpoints";
+  const std::vector<std::tuple<int, std::vector<std::string>, int64_t>> legs = {
+      {2, {"parallelism.mesh.pp=2"}, 2},
+      {2, {"parallelism.zero_stage=3"}, 4},
+      {4, {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}, 0}};
+  RunResult last;
+  std::string what = "tied head";
+  for (const auto& [world, overrides, stop_at] : legs) {
+    std::vector<std::string> o = tied;
+    o.insert(o.end(), overrides.begin(), overrides.end());
+    o.push_back("checkpoint.dir=" + dir);
+    absl::StrAppend(&what, " -> world ", world, " ", absl::StrJoin(overrides, " "));
+    last = Train(world, Pipelined(o), kGptSpec, stop_at);
+    ASSERT_FALSE(last.params.empty()) << what;
+  }
+  ExpectSameParameters(last, one, what);
+}
+
 // What a pipeline job cannot be run as is refused naming the field.
 TEST(GptTraining, PipelineMisfitsAreNamed) {
   auto run = [](int world, std::vector<std::string> overrides) {
@@ -790,6 +868,23 @@ TEST(TrainerOnGpu, MatchesTheCpu) {
   ExpectSameParameters(
       Train(1, {"device=cuda", "parallelism.activation_checkpointing_every=1"}, kGpuSpec), cpu,
       "gpu, activation checkpointing");
+}
+
+// A tied LM head on the GPU (model.gpt with tied_head: GPT-2's head on a vocabulary small
+// enough for the emulated GPU): one rank, and ZeRO-3 on two ranks sharing it (the
+// embeddings' unit kept gathered in device memory for the head), train as on the CPU.
+TEST(TrainerOnGpu, ATiedHeadMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> tied = {"model.gpt.tied_head=true"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), tied.begin(), tied.end());
+    return more;
+  };
+  const RunResult cpu = Train(1, with({"device=cpu"}), kGpuSpec);
+  ASSERT_FALSE(cpu.params.empty());
+  ExpectSameParameters(Train(1, with({"device=cuda"}), kGpuSpec), cpu, "tied head on the gpu");
+  ExpectSameParameters(Train(2, with({"device=cuda", "parallelism.zero_stage=3"}), kGpuSpec), cpu,
+                       "tied head on the gpu, 2 ranks, ZeRO-3");
 }
 
 // One rank of `spec` with `overrides` fails with `code` and a message holding `text`; the same

@@ -205,6 +205,10 @@ GptModel::GptModel(const GptOptions& o)
   if (!o.memory_efficient_attention) {
     absl::StrAppend(&description_, ", attention keeping probabilities");
   }
+  if (o.tied_head) {
+    absl::StrAppend(&description_, ", LM head tied to wte");
+    if (has_head() && !has_embeddings()) absl::StrAppend(&description_, " (a copy of it)");
+  }
 
   const int64_t c = o.width;
   const float residual_std = kInitStd / std::sqrt(2.0f * static_cast<float>(o.layers));
@@ -243,8 +247,10 @@ GptModel::GptModel(const GptOptions& o)
     AddTensor(name + ".bias", {c}, 0, 0);
   };
   // The whole model's tensors in order; a slice keeps its own (AddTensor with `keep_`).
-  keep_ = has_embeddings();
+  // A tied head's last stage keeps its own copy of wte, first in its table.
+  keep_ = has_embeddings() || (o.tied_head && has_head());
   wte_ = AddTensor("wte", {o.vocab, c}, kInitStd, 0);
+  keep_ = has_embeddings();
   wpe_ = AddTensor("wpe", {o.context, c}, kInitStd, 0);
   for (int64_t l = 0; l < o.layers; ++l) {
     keep_ = l >= first_block_ && l < end_block_;
@@ -261,16 +267,21 @@ GptModel::GptModel(const GptOptions& o)
   keep_ = has_head();
   lnf_ = table_.size();
   layer_norm("lnf");
-  lm_head_ = AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
+  lm_head_ = o.tied_head ? wte_ : AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
   keep_ = true;
 
   auto group = [&](const std::string& name, int first, int end, int block,
                    const std::string& block_name) {
     groups_.push_back({name, first, end, block, block_name});
   };
+  const int head_block = static_cast<int>(o.layers + 1);
   if (has_embeddings()) {
     group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
-    groups_.back().backward_reads_parameters = false;
+    // Only the tied head's backward reads wte (the embedding makes no input gradient).
+    groups_.back().backward_reads_parameters = o.tied_head && has_head();
+    groups_.back().read_again_by_head = o.tied_head && has_head();
+  } else if (o.tied_head && has_head()) {
+    group("wte (the tied head's copy)", wte_, wte_ + 1, head_block, "head");
   }
   static constexpr const char* kLayers[] = {"ln1", "attn.qkv", "attn.proj",
                                             "ln2", "mlp.fc",   "mlp.proj"};
@@ -283,9 +294,8 @@ GptModel::GptModel(const GptOptions& o)
     }
   }
   if (has_head()) {
-    const int head = static_cast<int>(o.layers + 1);
-    group("lnf", lnf_, lnf_ + 2, head, "head");
-    group("lm_head", lm_head_, lm_head_ + 1, head, "head");
+    group("lnf", lnf_, lnf_ + 2, head_block, "head");
+    if (!o.tied_head) group("lm_head", lm_head_, lm_head_ + 1, head_block, "head");
   }
   group_of_tensor_.resize(table_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -594,10 +604,18 @@ void GptModel::HeadBackward(const Pass& pass, GradWriter& writer) {
   float* dlnf = dsmall_.data();
   float* dx = dresidual_.data();
 
-  LinearWeights(writer, lm_head_, /*has_bias=*/false, lnf_out_, dlogits, rows, c, vocab);
-  kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
-  RoundToPrecision(precision, dlnf, rows * c);
-  FinishLinear(writer);
+  if (options_.tied_head && is_whole()) {
+    // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
+    kernels::LinearBackwardWeights(lnf_out_, dlogits, tied_grad_.Reserve(vocab * c), nullptr, rows,
+                                   c, vocab, OutputMode::kOverwrite);
+    kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
+    RoundToPrecision(precision, dlnf, rows * c);
+  } else {
+    LinearWeights(writer, lm_head_, /*has_bias=*/false, lnf_out_, dlogits, rows, c, vocab);
+    kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
+    RoundToPrecision(precision, dlnf, rows * c);
+    FinishLinear(writer);
+  }
 
   writer.Begin(lnf_, lnf_ + 2);
   std::fill_n(dx, rows * c, 0.0f);
@@ -624,9 +642,13 @@ void GptModel::BlocksBackward(const Pass& pass, GradWriter& writer) {
 
 void GptModel::EmbeddingsBackward(const Pass& pass, GradWriter& writer) {
   writer.Begin(wte_, wpe_ + 1);
-  kernels::EmbeddingBackward(writer.Summed(wte_), writer.Summed(wpe_), dresidual_.data(),
-                             tokens_.data(), pass.batch, options_.context, options_.width,
-                             options_.vocab);
+  float* dwte = writer.Summed(wte_);
+  if (options_.tied_head && is_whole()) {  // the head's part first, as GptCuda adds them
+    const int64_t n = options_.vocab * options_.width;
+    kernels::ResidualForward(dwte, dwte, tied_grad_.data(), n);
+  }
+  kernels::EmbeddingBackward(dwte, writer.Summed(wpe_), dresidual_.data(), tokens_.data(),
+                             pass.batch, options_.context, options_.width, options_.vocab);
   writer.Finish();
 }
 
@@ -896,7 +918,7 @@ absl::Status GptModel::SliceBackwardWeights(absl::Span<float> grads,
 MemoryStats GptModel::memory() const {
   return {.activation_bytes_peak = arena_.bytes() + tokens_.bytes() + attention_scratch_.bytes() +
                                    loss_.scratch_bytes() + dresidual_.bytes() + dsmall_.bytes() +
-                                   dbig_.bytes() + deferred_buffers_.bytes()};
+                                   dbig_.bytes() + deferred_buffers_.bytes() + tied_grad_.bytes()};
 }
 
 }  // namespace ringmaster::train::nn

@@ -7,8 +7,10 @@
 //   logits = lm_head(lnf(x)),  loss = softmax cross-entropy against the next token
 //
 // with causal multi-head self-attention, GELU in its tanh form, pre-LayerNorm blocks and an
-// untied LM head without bias. A batch holds `context + 1` tokens per sample (train/batch.h);
-// every one of the `context` positions is a loss term (LossTermsPerSample() == context).
+// LM head without bias: its own tensor, or (GptOptions::tied_head, GPT-2 as OpenAI released
+// it) the token embedding wte itself, logits = lnf(x) · wteᵀ. A batch holds `context + 1` tokens
+// per sample (train/batch.h); every one of the `context` positions is a loss term
+// (LossTermsPerSample() == context).
 //
 // Parameters, in forward order (so that backward finishes them from the highest offset down),
 // weights [out, in] as PyTorch's nn.Linear:
@@ -17,7 +19,7 @@
 //     h<l>.attn.qkv.bias [3 width], h<l>.attn.proj.weight [width, width], h<l>.attn.proj.bias,
 //     h<l>.ln2.weight, h<l>.ln2.bias, h<l>.mlp.fc.weight [4 width, width], h<l>.mlp.fc.bias,
 //     h<l>.mlp.proj.weight [width, 4 width], h<l>.mlp.proj.bias [width],
-//   lnf.weight, lnf.bias [width], lm_head.weight [vocab, width].
+//   lnf.weight, lnf.bias [width], lm_head.weight [vocab, width] (not with a tied head).
 // Initialisation as GPT-2: every weight and embedding normal(0, 0.02), the two residual
 // projections of each block (attn.proj, mlp.proj) normal(0, 0.02 / sqrt(2 layers)), biases 0,
 // LayerNorm gains 1.
@@ -32,6 +34,7 @@
 //   - lnf output and statistics, the logits, the per-token loss, prediction, input and target;
 //   - backward's gradients: the residual stream's, one of width and one of
 //     max(4 width, vocab) floats, reused by every block; attention's scratch.
+//   - with a tied head, the head's part of wte's gradient: vocab × width floats (not per token).
 // With activation checkpointing every k blocks, forward keeps the residual stream only at
 // the inputs of blocks 0, k, 2k, ... and per-block activations only for one segment of k
 // blocks; backward recomputes each segment from its input (the last one is still in memory
@@ -77,6 +80,14 @@ struct GptOptions {
   int64_t width = 128;
   int64_t context = 128;  // tokens a sample predicts (it holds context + 1)
   int64_t vocab = 256;    // bytes
+  // The LM head is wte (GPT-2): no lm_head.weight; wte's gradient is the embedding's plus
+  // the head's. Its parameter group ("embeddings") is read again by the head, in forward and
+  // at the start of backward (ParameterGroup::read_again_by_head). A pipeline stage's slice
+  // (first_block/end_block below) that has the head but not the embeddings holds its own copy
+  // of wte (first in its table, a group of its own, with the whole model's initial values)
+  // and uses it as an untied model uses lm_head: the pipeline sums the two copies' gradients
+  // (train/pipeline_parallel.h) so that they stay equal.
+  bool tied_head = false;
   // Activation checkpointing: keep only every k-th block's input and recompute the other
   // activations in backward, one segment of k blocks at a time. 0 = off (keep everything).
   int64_t checkpoint_every = 0;
@@ -142,10 +153,10 @@ class GptModel final : public Model {
   // and `grads` must have at least table().total_elements() floats (CHECK); gradient padding
   // between tensors is left untouched (with options.store, the store's buffers instead).
   // Announces on_grads_ready(offset) as soon as a parameter group's gradients are final (the
-  // offset of its first tensor: lm_head, lnf, then h<l>'s mlp.proj, mlp.fc, ln2, attn.proj,
-  // attn.qkv, ln1 for l = layers-1 down to 0, then 0 for wte and wpe). StepStats: loss_sum over the
-  // batch.size * context tokens, loss_terms = that count, correct = the tokens whose highest logit
-  // is the target (next- token accuracy; ties go to the lower id).
+  // offset of its first tensor: lm_head (untied), lnf, then h<l>'s mlp.proj, mlp.fc, ln2,
+  // attn.proj, attn.qkv, ln1 for l = layers-1 down to 0, then 0 for wte and wpe). StepStats:
+  // loss_sum over the batch.size * context tokens, loss_terms = that count, correct = the tokens
+  // whose highest logit is the target (next- token accuracy; ties go to the lower id).
   absl::StatusOr<StepStats> ForwardBackward(const Batch& batch, const state::FlatBuffer& params,
                                             state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
@@ -154,7 +165,8 @@ class GptModel final : public Model {
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                      Precision precision, ParameterStore* store) override;
   // embeddings (wte, wpe; block "embeddings"), per block h<l>: ln1, attn.qkv, attn.proj,
-  // ln2, mlp.fc, mlp.proj (block "h<l>"), then lnf and lm_head (block "head").
+  // ln2, mlp.fc, mlp.proj (block "h<l>"), then lnf and lm_head (block "head"; lnf only with a
+  // tied head).
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
 
@@ -369,6 +381,7 @@ class GptModel final : public Model {
   // Keeps `n` floats from `from` for SliceBackwardWeights.
   const float* KeepForWeights(const float* from, int64_t n);
   GrowBuffer<float> staged_grads_;  // one group's half-precision gradients, for accumulate
+  GrowBuffer<float> tied_grad_;     // tied head: the head's part of wte's gradient [vocab, width]
 };
 
 }  // namespace ringmaster::train::nn

@@ -247,9 +247,13 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
   }
   if (cpu_->has_head()) {
     lnf_ = find("lnf.weight");
-    lm_head_ = find("lm_head.weight");
-    // Its padding rows follow it in the 16-bit copy.
-    CHECK_EQ(lm_head_ + 1, table.size()) << "lm_head.weight must be the table's last tensor";
+    if (options_.tied_head) {
+      lm_head_ = find("wte");  // the embeddings', or a last stage's copy
+    } else {
+      lm_head_ = find("lm_head.weight");
+      // Its padding rows follow it in the 16-bit copy.
+      CHECK_EQ(lm_head_ + 1, table.size()) << "lm_head.weight must be the table's last tensor";
+    }
   }
   groups_ = cpu_->parameter_groups();
   const int groups = static_cast<int>(groups_.size());
@@ -260,7 +264,7 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
   // The 16-bit copy's layout (parameter_copy_bytes): each group at its flat offset, or at its
   // phase; without flat_parameters lm_head's group then moves up by whole kCopyPhase steps
   // until it ends past every other group's copy, so that its padding rows do too.
-  const int head = cpu_->has_head() ? group_of_tensor_[lm_head_] : -1;
+  const int head = cpu_->has_head() && !options_.tied_head ? group_of_tensor_[lm_head_] : -1;
   copy_offset_.resize(groups);
   int64_t others_end = 0;
   for (int g = 0; g < groups; ++g) {
@@ -268,13 +272,24 @@ GptCuda::GptCuda(std::unique_ptr<GptModel> cpu, const GptCudaOptions& cuda_optio
     copy_offset_[g] = cuda_options_.flat_parameters ? first : first % kCopyPhase;
     if (g != head) others_end = std::max(others_end, copy_offset_[g] + GroupSpan(g));
   }
-  if (head < 0) {  // a pipeline stage without the head: no padding rows
+  if (!cpu_->has_head()) {  // a pipeline stage without the head: no padding rows
     copy_elements_ = others_end;
+    groups_copy_end_ = others_end;
+    return;
+  }
+  if (options_.tied_head) {
+    // The head's own copy of wte (with the padding rows) after every group's: the
+    // embeddings group's copy has no room for padding rows after wte.
+    groups_copy_end_ = others_end;
+    head_copy_offset_ = (others_end + kCopyPhase - 1) / kCopyPhase * kCopyPhase;
+    copy_elements_ = head_copy_offset_ + options_.vocab * options_.width + HeadPadding();
     return;
   }
   const int64_t short_by = others_end - (copy_offset_[head] + GroupSpan(head));
   if (short_by > 0) copy_offset_[head] += (short_by + kCopyPhase - 1) / kCopyPhase * kCopyPhase;
+  head_copy_offset_ = copy_offset_[head];
   copy_elements_ = copy_offset_[head] + GroupSpan(head) + HeadPadding();
+  groups_copy_end_ = copy_elements_ - HeadPadding();
 }
 
 GptCuda::~GptCuda() {
@@ -363,6 +378,12 @@ void* GptCuda::Stream(int64_t block) const {
   return streams_[segments_ + block % segment_ - 1];
 }
 
+absl::Status GptCuda::CastTo16(void* out, const float* values, int64_t n) {
+  return precision_ == Precision::kBFloat16
+             ? kc::CastFloatToBf16(static_cast<bf16*>(out), values, n, stream_)
+             : kc::CastFloatToF16(static_cast<f16*>(out), values, n, stream_);
+}
+
 const void* GptCuda::MatMulParam(const float* params, int tensor) {
   if (!half()) return Param(params, tensor);
   const int64_t offset = cpu_->table().tensor(tensor).offset;
@@ -373,13 +394,24 @@ const void* GptCuda::MatMulParam(const float* params, int tensor) {
   uint16_t* out = static_cast<uint16_t*>(params16_) + copy_offset_[group];
   const float* values = store_->Parameters(group) + first;
   if (group != cast_group_ && cast_status_.ok()) {
-    cast_status_ =
-        precision_ == Precision::kBFloat16
-            ? kc::CastFloatToBf16(reinterpret_cast<bf16*>(out), values, GroupSpan(group), stream_)
-            : kc::CastFloatToF16(reinterpret_cast<f16*>(out), values, GroupSpan(group), stream_);
+    cast_status_ = CastTo16(out, values, GroupSpan(group));
     if (cast_status_.ok()) cast_group_ = group;
   }
   return out + (offset - first);
+}
+
+const void* GptCuda::HeadMatMulParam(const float* params) {
+  if (!half() || !options_.tied_head) return MatMulParam(params, lm_head_);
+  uint16_t* out = static_cast<uint16_t*>(params16_) + head_copy_offset_;
+  // With flat parameters CastParameters made it; with a store, cast once a pass (forward),
+  // the store asked each time as for any other group's use.
+  if (store_ == nullptr) return out;
+  const float* values = Param(params, lm_head_);
+  if (!head_cast_ && cast_status_.ok()) {
+    cast_status_ = CastTo16(out, values, options_.vocab * options_.width);
+    head_cast_ = cast_status_.ok();
+  }
+  return out;
 }
 
 absl::Status GptCuda::Reserve(int64_t batch) {
@@ -417,6 +449,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
       lnf_mean_ = take(rows);
       lnf_rstd_ = take(rows);
       logits_ = take_act(rows * logits_stride_);
+      if (options_.tied_head && cpu_->is_whole()) tied_grad_ = take(options_.vocab * c);
     }
     loss_ = take(rows);
     dresidual_ = take_act(rows * c);
@@ -489,19 +522,15 @@ absl::Status GptCuda::PrepareCall(const Batch& batch) {
 }
 
 absl::Status GptCuda::CastParameters(const float* params) {
-  // Every tensor up to lm_head's end, not its padding rows after it.
-  const int64_t cast = copy_elements_ - HeadPadding();
-  if (precision_ == Precision::kBFloat16) {
-    return Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToBf16(static_cast<bf16*>(params16_), params, cast, stream_);
-    });
-  }
-  if (precision_ == Precision::kFloat16) {
-    return Timed("16-bit parameter cast", [&] {
-      return kc::CastFloatToF16(static_cast<f16*>(params16_), params, cast, stream_);
-    });
-  }
-  return absl::OkStatus();
+  if (!half()) return absl::OkStatus();
+  return Timed("16-bit parameter cast", [&] {
+    // Every tensor up to the last group's end (lm_head's), not the padding rows after it.
+    RM_RETURN_IF_ERROR(CastTo16(params16_, params, groups_copy_end_));
+    if (!options_.tied_head || !cpu_->has_head()) return absl::OkStatus();
+    return CastTo16(static_cast<uint16_t*>(params16_) + head_copy_offset_,
+                    params + cpu_->table().tensor(lm_head_).offset,
+                    options_.vocab * options_.width);
+  });
 }
 
 absl::StatusOr<StepStats> GptCuda::ReadStats(int64_t rows) {
@@ -560,6 +589,7 @@ absl::StatusOr<StepStats> GptCuda::ForwardBackward(const Batch& batch, const flo
   // (BeginGradients) group by group instead.
   store_ = options.store;
   cast_group_ = -1;
+  head_cast_ = false;
   cast_status_ = absl::OkStatus();
   if (!stored) RM_RETURN_IF_ERROR(CastParameters(params));
   if (!stored && !options.accumulate) {
@@ -614,8 +644,8 @@ absl::Status GptCuda::HeadForward(const float* params, int64_t batch) {
                      Param(params, lnf_), Param(params, lnf_ + 1), rows, c, stream_);
   }));
   return Timed("matmul forward", [&] {
-    return engine_->LinearForward(cuda_options_.matmul, lnf_out_, MatMulParam(params, lm_head_),
-                                  nullptr, logits_, rows, c, HeadRows(), stream_, logits_stride_);
+    return engine_->LinearForward(cuda_options_.matmul, lnf_out_, HeadMatMulParam(params), nullptr,
+                                  logits_, rows, c, HeadRows(), stream_, logits_stride_);
   });
 }
 
@@ -770,7 +800,6 @@ absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t ba
   const int64_t c = options_.width, rows = batch * options_.context;
   const kc::MatMulType type = cuda_options_.matmul;
   auto p = [&](int tensor) { return Param(params, tensor); };
-  auto m = [&](int tensor) { return MatMulParam(params, tensor); };
   auto g = [&](int tensor) { return Grad(grads, tensor); };
   auto act = [](void* a) { return static_cast<T*>(a); };
   T* dlogits = act(dbig_);
@@ -778,15 +807,24 @@ absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t ba
   T* dsmall = act(dsmall_);
   // With a store each group's gradients begin before its gradient kernels and end after the
   // last kernel that reads its parameters, in GptModel's order.
-  RM_RETURN_IF_ERROR(BeginGradients(lm_head_));
-  RM_RETURN_IF_ERROR(LinearWeights(grads, lnf_out_, dlogits, lm_head_, /*has_bias=*/false, rows, c,
-                                   options_.vocab, logits_stride_));
-  ready(lm_head_);
+  if (options_.tied_head && cpu_->is_whole()) {
+    // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
+    RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
+      return engine_->LinearBackwardWeightsFloatOutput(
+          type, lnf_out_, dlogits, tied_grad_, nullptr, rows, c, options_.vocab,
+          OutputMode::kOverwrite, nullptr, stream_, logits_stride_);
+    }));
+  } else {
+    RM_RETURN_IF_ERROR(BeginGradients(lm_head_));
+    RM_RETURN_IF_ERROR(LinearWeights(grads, lnf_out_, dlogits, lm_head_, /*has_bias=*/false, rows,
+                                     c, options_.vocab, logits_stride_));
+    ready(lm_head_);
+  }
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dlogits, m(lm_head_), dsmall, rows, c, HeadRows(),
-                                        stream_, logits_stride_);
+    return engine_->LinearBackwardInput(type, dlogits, HeadMatMulParam(params), dsmall, rows, c,
+                                        HeadRows(), stream_, logits_stride_);
   }));
-  EndGradients(lm_head_);
+  if (!options_.tied_head) EndGradients(lm_head_);
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
   RM_RETURN_IF_ERROR(BeginGradients(lnf_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
@@ -821,6 +859,12 @@ template <typename T>
 absl::Status GptCuda::EmbeddingsBackward(float* grads, int64_t batch,
                                          const std::function<void(int)>& ready) {
   RM_RETURN_IF_ERROR(BeginGradients(wte_));
+  if (options_.tied_head && cpu_->is_whole()) {  // the head's part first, as GptModel adds them
+    float* dwte = Grad(grads, wte_);
+    RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
+      return Residual(dwte, dwte, tied_grad_, options_.vocab * options_.width, stream_);
+    }));
+  }
   RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
     return EmbedBackward(Grad(grads, wte_), Grad(grads, wpe_), static_cast<T*>(dresidual_), index_,
                          index_groups_, batch, options_.context, options_.width, options_.vocab,
@@ -918,6 +962,7 @@ absl::Status GptCuda::SliceForward(const Batch& batch, const float* params, cons
   RM_RETURN_IF_ERROR(PrepareCall(batch));
   store_ = nullptr;
   cast_group_ = -1;
+  head_cast_ = false;
   cast_status_ = absl::OkStatus();
   if (cuda_options_.cast_in_slices) RM_RETURN_IF_ERROR(CastParameters(params));
   const int64_t n = batch.size * options_.context * options_.width;

@@ -257,6 +257,11 @@ class GptCuda {
   // (at an offset of the same phase) so that its padding rows lie past every other group's
   // copy and stay zero: at most the largest group, 2 (kCopyPhase - 1) elements and the
   // padding rows.
+  // With a tied head (GptOptions::tied_head) the head reads its own 16-bit copy of wte, with
+  // the padding rows, placed after every group's copy (cast with them): vocab x width more
+  // elements (the 16-bit copy an untied lm_head has; a pipeline's last stage, whose copy of
+  // wte is its head, holds that copy in 16 bits twice: vocab x width elements more than it
+  // needs).
   static constexpr int64_t kCopyPhase = 128;
   // 0 for a model that reads another's copy (GptCudaOptions::parameter_copy_of).
   int64_t parameter_copy_bytes() const {
@@ -291,6 +296,10 @@ class GptCuda {
   // a store, cast from the store's group when it is not the group cast last; an error of the
   // cast is kept in cast_status_, which Timed returns).
   const void* MatMulParam(const float* params, int tensor);
+  // The LM head's weight for its 16-bit products: lm_head's, or with a tied head the head's
+  // own copy of wte (padded as lm_head's would be); in fp32 the fp32 parameters.
+  const void* HeadMatMulParam(const float* params);
+  absl::Status CastTo16(void* out, const float* values, int64_t n);
   // With a store: the backward of the group holding `tensor` begins (its gradient buffer
   // asked for, its tensors zeroed) and ends (GradientsDone). Nothing without a store.
   absl::Status BeginGradients(int tensor);
@@ -416,6 +425,11 @@ class GptCuda {
   void* params16_ = nullptr;
   std::vector<int64_t> copy_offset_;  // where each group's first tensor is in params16_
   int64_t copy_elements_ = 0;
+  // Where the LM head's 16-bit weight starts in params16_ (a tied head's copy of wte after
+  // every group's copy), and where the groups' copies end (CastParameters casts up to there).
+  int64_t head_copy_offset_ = 0;
+  int64_t groups_copy_end_ = 0;
+  bool head_cast_ = false;  // with a store: the tied head's copy was cast this pass
   int wte_ = -1, wpe_ = -1, lnf_ = -1, lm_head_ = -1;  // -1: not in this slice
   std::vector<int> blocks_;             // each block's first tensor (the slice's blocks, from 0)
   std::vector<ParameterGroup> groups_;  // cpu_'s parameter groups
@@ -433,6 +447,7 @@ class GptCuda {
   std::vector<void*> streams_;  // the residual stream at each block's input, and lnf's
   std::vector<BlockActivations> slots_;
   void *lnf_out_ = nullptr, *logits_ = nullptr;
+  float* tied_grad_ = nullptr;  // a tied head's part of wte's gradient [vocab, width]
   void *dresidual_ = nullptr, *dsmall_ = nullptr, *dbig_ = nullptr;
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *loss_ = nullptr;
   float *attention_scratch_ = nullptr, *layernorm_scratch_ = nullptr, *bias_scratch_ = nullptr;

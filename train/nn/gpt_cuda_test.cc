@@ -40,8 +40,7 @@ class GptCudaTestPeer {
   // products read its padding rows (after the stream has drained).
   static std::vector<uint16_t> HeadPaddingRows(const GptCuda& gpu) {
     std::vector<uint16_t> bits(gpu.HeadPadding());
-    const int64_t rows_end = gpu.copy_offset_[gpu.group_of_tensor_[gpu.lm_head_]] +
-                             gpu.options_.vocab * gpu.options_.width;
+    const int64_t rows_end = gpu.head_copy_offset_ + gpu.options_.vocab * gpu.options_.width;
     EXPECT_EQ(cudaStreamSynchronize(gpu.stream()), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(gpu.params16_) + rows_end,
                          bits.size() * 2, cudaMemcpyDeviceToHost),
@@ -435,6 +434,50 @@ TEST(GptCuda, AParameterStoreGivesTheFlatResultsBitForBit) {
       ExpectSamePass(RunPass(**sharded, batch, other, fb, &calls),
                      RunPass(**flat, batch, other, fb, nullptr), "one group's copy, second pass");
     }
+  }
+}
+
+// A tied head (GPT-2: the LM head is wte): the CPU model's loss and gradients in fp32 and
+// bf16, padded or dense logits; with a ParameterStore the flat results bit for bit (the
+// store's calls are the CPU model's: the head asks for the embeddings again, in forward and
+// backward), also with one group's 16-bit copy (the head's own copy of wte keeps its padding
+// rows zero) and over a second pass on other values.
+TEST(GptCuda, ATiedHeadMatchesTheCpuModelAndAStore) {
+  SKIP_WITHOUT_GPU();
+  GptOptions o = TinyOneHead();
+  o.tied_head = true;
+  CompareWithCpu(MatMulType::kFloat32, 1e-4, o);
+  CompareWithCpu(MatMulType::kFloat32, 1e-4, o, /*logits_alignment=*/1);
+  CompareWithCpu(MatMulType::kBFloat16, 5e-2, o);
+  CompareWithCpu(MatMulType::kBFloat16, 5e-2, o, /*logits_alignment=*/1);
+
+  const Batch batch = RandomBatch(o, 2, 19);
+  const CpuStorePass cpu = PassThroughAHostStore(o, batch);
+  ASSERT_GE(std::count(cpu.calls.begin(), cpu.calls.end(), "P0"), 3);  // embed, head, backward
+  ForwardBackwardOptions fb;
+  fb.loss_divisor = 2 * o.context;
+  const std::vector<uint16_t> zeros(31 * 64, 0);
+  for (MatMulType type : {MatMulType::kFloat32, MatMulType::kBFloat16}) {
+    const std::string what = MatMulTypeName(type);
+    auto flat = GptCuda::Create(o, {.matmul = type}, nullptr);
+    ASSERT_TRUE(flat.ok()) << flat.status();
+    fb.precision = (*flat)->precision();
+    const GpuPass want = RunPass(**flat, batch, cpu.params, fb, nullptr);
+    ExpectSamePass(RunPass(**flat, batch, cpu.params, fb, &cpu.calls), want, what);
+    if (type != MatMulType::kBFloat16) continue;
+    // 16-bit: the whole copy, then the head's copy of wte with its 31 padding rows.
+    const int64_t total = (*flat)->cpu_model().table().total_elements();
+    EXPECT_GE((*flat)->parameter_copy_bytes(), 2 * (total + 128 * 64));
+    EXPECT_LE((*flat)->parameter_copy_bytes(), 2 * (total + 127 + 128 * 64));
+    EXPECT_EQ(GptCudaTestPeer::HeadPaddingRows(**flat), zeros) << what;
+    auto sharded = GptCuda::Create(o, {.matmul = type, .flat_parameters = false}, nullptr);
+    ASSERT_TRUE(sharded.ok()) << sharded.status();
+    ExpectSamePass(RunPass(**sharded, batch, cpu.params, fb, &cpu.calls), want, "one group's copy");
+    EXPECT_EQ(GptCudaTestPeer::HeadPaddingRows(**sharded), zeros) << "one group's copy";
+    std::vector<float> other(cpu.params);
+    for (float& x : other) x *= 0.75f;
+    ExpectSamePass(RunPass(**sharded, batch, other, fb, &cpu.calls),
+                   RunPass(**flat, batch, other, fb, nullptr), "one group's copy, second pass");
   }
 }
 

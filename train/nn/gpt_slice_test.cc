@@ -188,6 +188,58 @@ TEST(GptSlice, ChainsOfSlicesGiveTheWholeModelsLossAndGradientsBitForBit) {
   }
 }
 
+// A tied LM head split into stages: the last stage holds a copy of wte (first in its table,
+// the whole model's initial values) as its head; the first stage's wte gradient plus the
+// copy's is the whole tied model's wte gradient (up to the order of the fp32 additions), and
+// every other gradient and the loss are the whole model's bit for bit.
+TEST(GptSlice, ATiedHeadsLastStageHoldsACopyOfWteWhoseGradientAddsToTheFirsts) {
+  GptOptions whole = Small();
+  whole.tied_head = true;
+  std::unique_ptr<GptModel> full = Build(whole);
+  state::FlatBuffer params(full->table().total_elements());
+  state::FlatBuffer grads(full->table().total_elements());
+  full->Init(3, params);
+  const auto initial = ByName(full->table(), params);
+  for (const auto& [first, end] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 3}, {3, 4}}) {
+    std::unique_ptr<GptModel> stage = Build(SliceOf(whole, first, end));
+    state::FlatBuffer p(stage->table().total_elements());
+    stage->Init(3, p);
+    const auto values = ByName(stage->table(), p);
+    EXPECT_EQ(values.count("wte"), first == 0 || end == 4 ? 1u : 0u) << first;
+    if (end == 4) {
+      EXPECT_EQ(stage->table().tensor(0).name, "wte");
+      EXPECT_TRUE(SameBits(values.at("wte"), initial.at("wte")));
+      EXPECT_NE(stage->Describe().find("LM head tied to wte (a copy of it)"), std::string::npos)
+          << stage->Describe();
+    }
+    if (first == 0) EXPECT_FALSE(stage->parameter_groups().front().read_again_by_head);
+  }
+
+  SplitMix64 rng(5);
+  for (float& x : params.span()) x += 0.3f * static_cast<float>(rng.Next() % 1000) / 1000;
+  Chain chain(whole, {1, 3}, ByName(full->table(), params));
+  ForwardBackwardOptions options;
+  options.loss_divisor = 2 * 5;
+  const Batch batch = RandomTokens(2, whole, 12);
+  absl::StatusOr<StepStats> stats = full->ForwardBackward(batch, params, grads, options);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(chain.Run(batch, options, /*defer=*/true).loss_sum, stats->loss_sum);
+  const auto want = ByName(full->table(), grads);
+  const auto first = ByName(chain.stages.front()->table(), chain.grads.front());
+  const auto last = ByName(chain.stages.back()->table(), chain.grads.back());
+  const std::vector<float>& wte = want.at("wte");
+  for (size_t k = 0; k < wte.size(); ++k) {
+    const float a = first.at("wte")[k], b = last.at("wte")[k];
+    EXPECT_NEAR(a + b, wte[k], 1e-6 * (std::abs(a) + std::abs(b)) + 1e-9) << "wte[" << k << "]";
+  }
+  for (size_t s = 0; s < chain.stages.size(); ++s) {
+    for (const auto& [name, values] : ByName(chain.stages[s]->table(), chain.grads[s])) {
+      if (name != "wte") EXPECT_TRUE(SameBits(values, want.at(name))) << name;
+    }
+  }
+}
+
 TEST(GptSlice, HalfPrecisionSlicesMatchTheWholeModel) {
   for (Precision precision : {Precision::kBFloat16, Precision::kFloat16}) {
     for (bool defer : {false, true}) {

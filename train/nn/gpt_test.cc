@@ -265,12 +265,17 @@ TEST(GptModel, LossAtInitIsLogVocabulary) {
 // fp32 rounding of the loss (about 1e-7 / 2h = 2e-5) plus h²·|f'''|/6 (measured: largest
 // error 6.4e-5; h = 1e-2 gives 4e-4, h = 1e-3 2.4e-4). Every tensor's largest gradient is
 // above 0.05 (up to 0.76), so the tolerance is a fraction of a percent of each.
-TEST(GptModel, GradientsMatchFiniteDifferences) {
+// Also with a tied head, whose wte gradient sums the embedding's and the head's.
+class GptGradientTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GptGradientTest, GradientsMatchFiniteDifferences) {
   constexpr float kStep = 3e-3f;
   constexpr double kTolerance = 2e-4;
-  Trial s(Tiny());
+  GptOptions o = Tiny();
+  o.tied_head = GetParam();
+  Trial s(o);
   s.Roughen(3);
-  const Batch batch = RandomTokens(2, Tiny(), 1);
+  const Batch batch = RandomTokens(2, o, 1);
   ForwardBackwardOptions options;
   options.loss_divisor = 2 * 5;
   s.Step(batch, options);
@@ -291,6 +296,108 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
     EXPECT_GT(largest, 20 * kTolerance) << t.name;
   }
   LOG(INFO) << "largest gradient error " << largest_error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Head, GptGradientTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Tied" : "Untied";
+                         });
+
+// A tied head (GPT-2) is the untied model whose lm_head holds wte's values: the same table
+// without lm_head.weight, the same logits and loss bit for bit, the same gradients of every
+// other tensor bit for bit, and for wte the sum of the untied model's wte and lm_head
+// gradients (up to the order of the fp32 additions; in bf16 the tied sum is rounded once, the
+// untied parts each); Init gives the tied model the untied one's values for the tensors they
+// share.
+TEST(GptModel, ATiedHeadIsTheUntiedModelWithWteAsItsHead) {
+  GptOptions untied_options = Tiny();
+  GptOptions tied_options = Tiny();
+  tied_options.tied_head = true;
+  Trial untied(untied_options), tied(tied_options);
+  const state::TensorTable& table = tied.model->table();
+  ASSERT_EQ(table.size() + 1, untied.model->table().size());
+  EXPECT_FALSE(table.Find("lm_head.weight").ok());
+  EXPECT_EQ(tied.model->table().parameter_count() + 11 * 8,
+            untied.model->table().parameter_count());
+  EXPECT_THAT(tied.model->Describe(), HasSubstr(", LM head tied to wte"));
+  const std::vector<ParameterGroup> groups = tied.model->parameter_groups();
+  ASSERT_EQ(groups.size() + 1, untied.model->parameter_groups().size());
+  EXPECT_EQ(groups.front().name, "embeddings");
+  EXPECT_TRUE(groups.front().read_again_by_head);
+  EXPECT_TRUE(groups.front().backward_reads_parameters);  // the head's backward reads wte
+  EXPECT_EQ(groups.back().name, "lnf");
+  EXPECT_FALSE(untied.model->parameter_groups().front().read_again_by_head);
+  // Init: the shared tensors' values (the untied one draws lm_head last).
+  for (int i = 0; i < table.size(); ++i) {
+    const state::TensorSpec& t = table.tensor(i);
+    ASSERT_EQ(t.offset, untied.model->table().tensor(i).offset) << t.name;
+    EXPECT_TRUE(std::equal(tied.params.tensor(t).begin(), tied.params.tensor(t).end(),
+                           untied.params.tensor(untied.model->table().tensor(i)).begin()))
+        << t.name;
+  }
+
+  tied.Roughen(5);
+  std::copy_n(tied.params.data(), table.total_elements(), untied.params.data());
+  const state::TensorSpec& wte = table.tensor(0);
+  const state::TensorSpec& head = untied.model->table().tensor(table.size());
+  std::copy_n(tied.params.data() + wte.offset, wte.numel, untied.params.data() + head.offset);
+  const Batch batch = RandomTokens(3, tied_options, 6);
+  for (Precision precision : {Precision::kFloat32, Precision::kBFloat16}) {
+    const std::string what = PrecisionName(precision);
+    ForwardBackwardOptions options;
+    options.loss_divisor = 3 * 5;
+    options.precision = precision;
+    const StepStats a = tied.Step(batch, options);
+    const StepStats b = untied.Step(batch, options);
+    EXPECT_EQ(a.loss_sum, b.loss_sum) << what;
+    EXPECT_EQ(a.correct, b.correct) << what;
+    EXPECT_EQ(tied.Loss(batch, precision), untied.Loss(batch, precision)) << what;
+    // bf16: each of the three roundings is within 2^-8 of its value.
+    const double relative = precision == Precision::kFloat32 ? 1e-5 : 3 * 0x1p-8;
+    for (int i = 0; i < table.size(); ++i) {
+      const state::TensorSpec& t = table.tensor(i);
+      for (int64_t k = 0; k < t.numel; ++k) {
+        const float got = tied.grads.data()[t.offset + k];
+        if (i == 0) {
+          const float embedding = untied.grads.data()[t.offset + k];
+          const float from_head = untied.grads.data()[head.offset + k];
+          const float want = embedding + from_head;
+          EXPECT_NEAR(got, want, 1e-7 + relative * (std::abs(embedding) + std::abs(from_head)))
+              << what << ", wte[" << k << "]";
+        } else {
+          ASSERT_EQ(got, untied.grads.data()[t.offset + k])
+              << what << ", " << t.name << "[" << k << "]";
+        }
+      }
+    }
+  }
+}
+
+// Half precision with accumulate stages each group's gradients before adding them: the tied
+// wte's sum (staged while every block's groups use the stage) is the one without accumulate,
+// added to what was there.
+TEST(GptModel, ATiedHeadAccumulatesItsWteGradient) {
+  GptOptions o = Tiny();
+  o.tied_head = true;
+  Trial s(o);
+  s.Roughen(8);
+  const Batch batch = RandomTokens(2, o, 9);
+  for (Precision precision : {Precision::kFloat32, Precision::kBFloat16}) {
+    ForwardBackwardOptions options;
+    options.loss_divisor = 2 * 5;
+    options.precision = precision;
+    s.Step(batch, options);
+    const std::vector<float> once(s.grads.data(), s.grads.data() + s.grads.size());
+    state::FlatBuffer twice(s.grads.size());
+    std::copy_n(once.data(), once.size(), twice.data());
+    options.accumulate = true;
+    s.Step(batch, twice, options);
+    for (int64_t k = 0; k < s.model->table().tensor(0).numel; ++k) {
+      const float want = once.data()[k] * 2;
+      ASSERT_NEAR(twice.data()[k], want, 1e-7 + 1e-6 * std::abs(want))
+          << PrecisionName(precision) << ", wte[" << k << "]";
+    }
+  }
 }
 
 // The loss convention: two halves of a batch, each with loss_divisor = the full count of

@@ -5,7 +5,9 @@
 // calls can be compared. Each store serves one pass (one ForwardBackward).
 //
 // The rules checked (a violation is a gtest failure that names the call):
-//   - forward asks for the groups in forward order (a group asked again is fine), all of them;
+//   - forward asks for the groups in forward order (a group asked again is fine, and a group
+//     read again by a tied LM head, ParameterGroup::read_again_by_head, at any time after its
+//     first), all of them;
 //   - BeginBackward once, after forward;
 //   - in backward the groups are done one at a time, from the last down to the first:
 //     Gradients(g) once, then GradientsDone(g) once, g being the last group not yet done;
@@ -54,9 +56,11 @@ class CheckedStore : public ParameterStore {
   const float* Parameters(int group) final {
     CheckGroup(group);
     if (!in_backward_) {
-      EXPECT_GE(group, last_forward_group_)
-          << "forward asked for " << Name(group) << " after " << Name(last_forward_group_);
-      last_forward_group_ = std::max(last_forward_group_, group);
+      if (!groups_[group].read_again_by_head || !asked_in_forward_[group]) {
+        EXPECT_GE(group, last_forward_group_)
+            << "forward asked for " << Name(group) << " after " << Name(last_forward_group_);
+        last_forward_group_ = std::max(last_forward_group_, group);
+      }
       asked_in_forward_[group] = true;
     } else {
       EXPECT_LE(group, next_done_) << "Parameters(" << Name(group) << ") after GradientsDone";
