@@ -129,7 +129,7 @@ struct Source {
 };
 
 absl::Status LoadFrom(const Source& source, const state::TensorTable& table,
-                      const WeightReceiver& receive) {
+                      const WeightReceiver& receive, std::vector<std::string>* notes) {
   std::set<std::string> used;
   std::vector<float> raw, values;
   std::optional<std::string> wte_source;
@@ -149,7 +149,15 @@ absl::Status LoadFrom(const Source& source, const state::TensorTable& table,
           absl::StrCat(source.what, " has no tensor ", where.name, " (ringmaster's ", t.name, " ",
                        Shape(t.shape), ", wanted as ", Shape(want), ")", hint));
     }
-    if (it->second != want) {
+    // Position embeddings for more positions than the model's context: the model uses the
+    // first ones, and computes for its positions what the longer one would (causal).
+    const bool fewer_positions = t.name == "wpe" && it->second.size() == 2 &&
+                                 it->second[1] == want[1] && it->second[0] > want[0];
+    if (fewer_positions) {
+      notes->push_back(absl::StrCat(where.name, ": the first ", want[0], " of its ", it->second[0],
+                                    " positions"));
+    }
+    if (it->second != want && !fewer_positions) {
       return absl::FailedPreconditionError(
           absl::StrCat(source.what, ": tensor ", where.name, " is ", Shape(it->second),
                        "; ringmaster's ", t.name, " ", Shape(t.shape), " needs ", Shape(want),
@@ -157,14 +165,14 @@ absl::Status LoadFrom(const Source& source, const state::TensorTable& table,
     }
     used.insert(where.name);
     if (t.name == "wte") wte_source = where.name;
-    raw.resize(t.numel);
+    raw.resize(fewer_positions ? it->second[0] * it->second[1] : t.numel);
     RM_RETURN_IF_ERROR(source.read(where.name, absl::MakeSpan(raw)));
     if (where.transposed) {
       values.resize(t.numel);
       Transpose(raw, t.shape[1], t.shape[0], absl::MakeSpan(values));
       RM_RETURN_IF_ERROR(receive(i, values));
     } else {
-      RM_RETURN_IF_ERROR(receive(i, raw));
+      RM_RETURN_IF_ERROR(receive(i, absl::MakeConstSpan(raw).first(t.numel)));
     }
   }
   std::vector<std::string> unknown;
@@ -239,12 +247,14 @@ absl::Status ReadSafetensors(const std::string& path, const state::TensorTable& 
     dtypes[name] = by_name.at(name)->dtype;
     return file->ReadFloats(*by_name.at(name), out);
   };
-  RM_RETURN_IF_ERROR(LoadFrom(source, table, receive));
+  std::vector<std::string> notes;
+  RM_RETURN_IF_ERROR(LoadFrom(source, table, receive, &notes));
   if (say) {
     std::set<std::string> kinds;
     for (const auto& [unused, dtype] : dtypes) kinds.insert(dtype);
-    say(absl::StrFormat("read %d tensors (%d parameters, %s) from %s", table.size(),
-                        table.parameter_count(), absl::StrJoin(kinds, "/"), path));
+    say(absl::StrFormat("read %d tensors (%d parameters, %s) from %s%s", table.size(),
+                        table.parameter_count(), absl::StrJoin(kinds, "/"), path,
+                        notes.empty() ? "" : absl::StrCat("; ", absl::StrJoin(notes, "; "))));
   }
   return absl::OkStatus();
 }
@@ -262,11 +272,14 @@ absl::Status ReadCheckpoint(const std::string& path, const state::TensorTable& t
   source.read = [&](const std::string& name, absl::Span<float> out) {
     return ReadParamsTensor(env, p, *p.table.Find(name), out);
   };
-  RM_RETURN_IF_ERROR(LoadFrom(source, table, receive));
+  std::vector<std::string> notes;
+  RM_RETURN_IF_ERROR(LoadFrom(source, table, receive, &notes));
   if (say) {
     say(absl::StrFormat(
-        "read %d tensors (%d parameters) from the checkpoint %s (step %d of job %s)", table.size(),
-        table.parameter_count(), p.opened.dir, p.opened.state.step, p.opened.manifest.job()));
+        "read %d tensors (%d parameters) from the checkpoint %s (step %d of job %s)%s",
+        table.size(), table.parameter_count(), p.opened.dir, p.opened.state.step,
+        p.opened.manifest.job(),
+        notes.empty() ? "" : absl::StrCat("; ", absl::StrJoin(notes, "; "))));
   }
   return absl::OkStatus();
 }

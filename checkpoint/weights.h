@@ -29,7 +29,10 @@
 // head). An untied model (model.gpt) needs the file's lm_head.weight.
 //
 // Every tensor of the table must be in the source with the same shape (in GPT-2's layout
-// for a safetensors file), and every tensor of the source must be used: a missing,
+// for a safetensors file), but for one exception: position embeddings (wpe) for more
+// positions than the model's context, of which the first `context` are taken (GPT-2's 1024
+// into a model with a shorter context, which computes the same for its positions; `say`
+// tells). Every tensor of the source must be used: a missing,
 // unexpected or misshapen tensor is FAILED_PRECONDITION naming the file, the tensor, and
 // for a shape both shapes. Errors of the files themselves as checkpoint/safetensors.h and
 // checkpoint/reader.h say (DATA_LOSS for a damaged file, NOT_FOUND for a missing one).

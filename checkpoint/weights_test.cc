@@ -21,11 +21,11 @@ using ::testing::HasSubstr;
 constexpr int64_t kLayers = 2, kWidth = 8, kVocab = 11, kContext = 5;
 
 // A GPT's table as train/nn/gpt.h lays it out; `head`: untied (model.gpt) or tied (gpt2).
-state::TensorTable GptTable(bool head, int64_t width = kWidth) {
+state::TensorTable GptTable(bool head, int64_t width = kWidth, int64_t context = kContext) {
   state::TensorTable t;
   const int64_t c = width;
   t.Add("wte", {kVocab, c});
-  t.Add("wpe", {kContext, c});
+  t.Add("wpe", {context, c});
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string h = absl::StrCat("h", l, ".");
     t.Add(h + "ln1.weight", {c});
@@ -288,6 +288,36 @@ TEST(Gpt2Weights, WrongShapesMissingAndUnknownTensorsAreNamed) {
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr(path), HasSubstr("tensor \"wte.weight\""), HasSubstr("truncated")));
+}
+
+// GPT-2's 1024 positions into a model with a shorter context: the first ones.
+TEST(Gpt2Weights, AShorterContextTakesTheFirstPositions) {
+  const std::string dir = testing::FreshDir("weights_context");
+  const state::TensorTable longer = GptTable(true, kWidth, 2 * kContext);
+  const std::vector<float> params = Pattern(longer);
+  ASSERT_TRUE(Export(longer, params, dir + "/m.safetensors").ok());
+  const state::TensorTable table = GptTable(true);
+  std::vector<float> out(table.total_elements(), 0.0f);
+  std::string said;
+  ASSERT_TRUE(ReadWeights(
+                  dir + "/m.safetensors", table,
+                  [&](int i, absl::Span<const float> v) {
+                    std::copy(v.begin(), v.end(), out.begin() + table.tensor(i).offset);
+                    return absl::OkStatus();
+                  },
+                  Env::Default(), [&](const std::string& line) { said = line; })
+                  .ok());
+  EXPECT_THAT(said, HasSubstr("wpe.weight: the first 5 of its 10 positions"));
+  for (const state::TensorSpec& t : table.tensors()) {
+    const state::TensorSpec& from = longer.tensor(*longer.Find(t.name));
+    EXPECT_TRUE(std::equal(out.begin() + t.offset, out.begin() + t.offset + t.numel,
+                           params.begin() + from.offset))
+        << t.name;
+  }
+  // Fewer positions than the context is a wrong shape.
+  auto s = Load(dir + "/m.safetensors", GptTable(true, kWidth, 3 * kContext)).status();
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("tensor wpe.weight is [10, 8]; ringmaster's wpe [15, 8] needs [15, 8]"));
 }
 
 TEST(Gpt2Weights, ReadsFloat16AndBfloat16Files) {

@@ -205,6 +205,22 @@ TEST_F(InitFromTest, ExportOfATwoRankZero3CheckpointHoldsTheTrainedWeights) {
   EXPECT_TRUE(BitEqual(WeightsIn(*weights_, (*model)->table()), pretrained_->params));
 }
 
+// A checkpoint holds whole-model tensors whatever the mesh: one saved by tensor-parallel and
+// pipeline ranks exports the same way.
+TEST_F(InitFromTest, ExportOfMeshCheckpointsHoldsTheTrainedWeights) {
+  auto model = nn::GptModel::Create(ModelOptions());
+  ASSERT_TRUE(model.ok());
+  for (const std::string& mesh : {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}) {
+    const std::string root = comm::testing::FreshStoreDir() + "-mesh";
+    const JobRun run = Train(2, kPretrain, {mesh, "checkpoint.dir=" + root});
+    ASSERT_TRUE(run.ok()) << mesh << ": " << run.errors();
+    const std::string out = root + "/model.safetensors";
+    auto report = checkpoint::ExportCheckpoint(checkpoint::JobDir(root, "pretrain"), out, {});
+    ASSERT_TRUE(report.ok()) << mesh << ": " << report.status();
+    EXPECT_TRUE(BitEqual(WeightsIn(out, (*model)->table()), run.params)) << mesh;
+  }
+}
+
 // A learning rate of 1e-30 moves no weight of this size by a float's rounding: the final
 // parameters are the loaded ones, bit for bit, whatever holds which piece of them.
 TEST_F(InitFromTest, LoadsExactlyUnderEveryLayout) {
@@ -250,6 +266,10 @@ TEST_F(InitFromTest, FineTunesUnderZero3AndTensorParallelism) {
   // step sees the pre-trained model's loss.
   EXPECT_LT(one.first_loss, fresh.first_loss - 0.5) << one.first_loss << " vs " << fresh.first_loss;
   EXPECT_NEAR(one.first_loss, pretrained_->final_loss, 0.5);
+  printf(
+      "pre-training's last loss %.4f; fine-tuning's first loss %.4f from its weights, %.4f "
+      "from the seed\n",
+      pretrained_->final_loss, one.first_loss, fresh.first_loss);
   for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
            {"parallelism.zero_stage=3"}, {"parallelism.mesh.tp=2"}}) {
     std::vector<std::string> o = layout;
