@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 #include "train/data/text_dataset.h"
+#include "train/device.h"
 #include "train/nn/gpt.h"
 #include "train/trainer.h"
 
@@ -252,6 +253,24 @@ TEST_F(InitFromTest, LoadsExactlyUnderEveryLayout) {
       EXPECT_THAT(run.progress, HasSubstr("init_from: read 29 tensors"));
       EXPECT_THAT(run.progress, HasSubstr(source)) << what;
     }
+  }
+}
+
+// On GPUs (one per rank, or emulated ones under --config=cudaemu): the weights go to the
+// device's buffers as they are.
+TEST_F(InitFromTest, LoadsExactlyOnGpus) {
+  if (comm::testing::RunInChild([] { return CudaDeviceCount(); }) <= 0) {
+    GTEST_SKIP() << "no CUDA GPU here (or a build without --config=cuda/cudaemu)";
+  }
+  ASSERT_TRUE(pretrained_->ok()) << pretrained_->errors();
+  for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
+           {}, {"parallelism.zero_stage=3"}, {"parallelism.mesh.tp=2"}}) {
+    std::vector<std::string> o = layout;
+    o.insert(o.end(), {"device=cuda", "optimizer.lr=1e-30", "optimizer.sgd.momentum=0",
+                       "init_from=" + *weights_});
+    const JobRun run = Train(layout.empty() ? 1 : 2, kFinetune, o);
+    ASSERT_TRUE(run.ok()) << absl::StrJoin(layout, " ") << ": " << run.errors();
+    EXPECT_TRUE(BitEqual(run.params, pretrained_->params)) << absl::StrJoin(layout, " ");
   }
 }
 
