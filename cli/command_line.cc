@@ -29,6 +29,7 @@ constexpr char kFooter[] =
     "  ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]\n"
     "  ringctl nodes [-o json|yaml|wide]\n"
     "  ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR\n"
+    "  ringctl export CHECKPOINT_DIR -o FILE.safetensors [--dtype f32|bf16]\n"
     "  ringctl estimate memory --params 7B [--world 8] [--zero 0|1|2|3]"
     " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
     "  ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...]"
@@ -245,6 +246,18 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                 "committed checkpoint of a job directory");
   checkpoint_verify->add_option("DIR", line.target, "JOB_DIR/step-<N>, or JOB_DIR")->required();
 
+  CLI::App* export_command = app.add_subcommand(
+      "export",
+      "write a GPT checkpoint's weights as a safetensors file in Hugging Face GPT-2's layout "
+      "(no coordinator needed)");
+  export_command
+      ->add_option("CHECKPOINT_DIR", line.target,
+                   "JOB_DIR/step-<N>, or JOB_DIR (its latest checkpoint); any world size")
+      ->required();
+  export_command->add_option("-o,--output", line.export_flags.out, "the file to write")->required();
+  export_command->add_option("--dtype", line.export_flags.dtype, "f32 (default) or bf16 (rounded)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+
   CLI::App* estimate = app.add_subcommand("estimate", "estimates");
   estimate->require_subcommand(1);
   CLI::App* memory = estimate->add_subcommand(
@@ -370,6 +383,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {checkpoint_verify, Command::kCheckpointVerify},
       {memory, Command::kEstimateMemory},
       {pipeline, Command::kEstimatePipeline},
+      {export_command, Command::kExport},
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;

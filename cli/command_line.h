@@ -13,6 +13,7 @@
 //   ringctl top JOB [-o json]
 //   ringctl checkpoints JOB [-o json|yaml]
 //   ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR
+//   ringctl export CHECKPOINT_DIR -o FILE.safetensors [--dtype f32|bf16]
 //   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
 //                           [--optimizer adam|sgd]
 //   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
@@ -54,6 +55,14 @@ enum class Command {
   kCheckpointVerify,
   kEstimateMemory,
   kEstimatePipeline,
+  kExport,
+};
+
+// `ringctl export`: a GPT checkpoint's weights as a GPT-2 safetensors file
+// (checkpoint/weights.h ExportCheckpoint).
+struct ExportFlags {
+  std::string out;            // -o FILE (required)
+  std::string dtype = "f32";  // --dtype f32|bf16
 };
 
 // `ringctl estimate memory --spec`: the job's buffers per rank for every ZeRO stage and
@@ -96,6 +105,7 @@ struct CommandLine {
   train::MemoryEstimateOptions estimate;  // estimate memory --params
   EstimateSpecFlags estimate_spec;        // estimate memory --spec
   EstimatePipelineFlags pipeline;         // estimate pipeline
+  ExportFlags export_flags;               // export
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

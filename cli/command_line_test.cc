@@ -110,6 +110,21 @@ TEST(CommandLineTest, Local) {
   EXPECT_THAT(p.err, HasSubstr("--coordinator"));
 }
 
+TEST(CommandLineTest, Export) {
+  CommandLine c = Ok("export /ck/job -o model.safetensors");
+  EXPECT_EQ(c.command, Command::kExport);
+  EXPECT_EQ(c.target, "/ck/job");
+  EXPECT_EQ(c.export_flags.out, "model.safetensors");
+  EXPECT_EQ(c.export_flags.dtype, "f32");
+  EXPECT_EQ(Ok("export --dtype bf16 /ck/job/step-4 --output m.st").export_flags.dtype, "bf16");
+  ParsedCommandLine p = Parse("export /ck/job");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--output"));
+  p = Parse("export /ck/job -o m.st --dtype f16");
+  EXPECT_EQ(p.exit_status, 2);
+  EXPECT_THAT(p.err, HasSubstr("--dtype"));
+}
+
 TEST(CommandLineTest, CheckpointAndEstimate) {
   CommandLine c = Ok("checkpoint verify /ck/job");
   EXPECT_EQ(c.command, Command::kCheckpointVerify);

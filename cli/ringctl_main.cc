@@ -4,6 +4,8 @@
 //   ringctl submit|list|status|cancel|top|checkpoints ...
 //                                                   talk to a coordinator (cli/jobs.h)
 //   ringctl checkpoint list|inspect|verify DIR      checkpoints on disk
+//   ringctl export CHECKPOINT_DIR -o FILE.safetensors
+//                                                   a GPT checkpoint's weights for PyTorch
 //   ringctl estimate memory --params 7B --world 8   per-rank memory by the ZeRO formula
 //   ringctl estimate memory --spec job.yaml --world 4
 //                                                   a job's buffers per rank, every ZeRO stage
@@ -21,6 +23,7 @@
 #include "checkpoint/inspect.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/weights.h"
 #include "cli/command_line.h"
 #include "cli/config.h"
 #include "cli/estimate.h"
@@ -123,6 +126,25 @@ int CheckpointInspect(const std::string& dir) {
   return 0;
 }
 
+// `ringctl export`: exit 0 with a line saying what was written, 1 with why not.
+int Export(const CommandLine& line) {
+  checkpoint::SafetensorsWriteOptions options;
+  if (line.export_flags.dtype == "bf16")
+    options.dtype = checkpoint::SafetensorsWriteOptions::Dtype::kBF16;
+  auto report = checkpoint::ExportCheckpoint(line.target, line.export_flags.out, options);
+  if (!report.ok()) {
+    fprintf(stderr, "ringctl export: %s\n", std::string(report.status().message()).c_str());
+    return 1;
+  }
+  printf("%s: %d tensors, %ld parameters (%s, GPT-2 names) from %s (step %ld%s): %ld bytes\n",
+         line.export_flags.out.c_str(), report->tensors, static_cast<long>(report->parameters),
+         line.export_flags.dtype.c_str(), report->checkpoint_dir.c_str(),
+         static_cast<long>(report->step),
+         report->model.empty() ? "" : absl::StrCat(", model.", report->model).c_str(),
+         static_cast<long>(report->bytes));
+  return 0;
+}
+
 int EstimateMemoryCommand(const CommandLine& line) {
   if (!line.estimate_spec.spec_file.empty()) {
     absl::StatusOr<std::string> text = EstimateSpecMemory(line.estimate_spec, line.output);
@@ -161,6 +183,8 @@ int Run(const CommandLine& line) {
       return CheckpointVerify(line.target);
     case Command::kEstimateMemory:
       return EstimateMemoryCommand(line);
+    case Command::kExport:
+      return Export(line);
     case Command::kEstimatePipeline: {
       absl::StatusOr<std::string> text = EstimatePipeline(line.pipeline);
       if (!text.ok()) {

@@ -218,6 +218,7 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   TrainConfig c;
   c.name = spec.name();
   c.seed = spec.seed();
+  c.init_from = spec.init_from();
   RM_ASSIGN_OR_RETURN(c.model, ModelOf(spec));
   RM_ASSIGN_OR_RETURN(c.data, DataOf(spec.data()));
   if (spec.length_case() == JobSpec::kSteps) {

@@ -141,5 +141,11 @@ TEST(TrainConfigFromSpecTest, MeshAndPipelineDefaultsAreTheSpecsDefaults) {
   EXPECT_EQ(staged.pipeline.virtual_stages, 1);
 }
 
+TEST(TrainConfigFromSpecTest, TakesInitFrom) {
+  EXPECT_EQ(ConfigOf({}).init_from, "");
+  EXPECT_EQ(ConfigOf({"init_from=/weights/gpt2.safetensors"}).init_from,
+            "/weights/gpt2.safetensors");
+}
+
 }  // namespace
 }  // namespace ringmaster::config

@@ -166,6 +166,10 @@ struct TrainConfig {
   int64_t log_every = 20;
   int64_t fingerprint_every = 0;
   std::string metrics_jsonl;  // empty: no metrics file
+  // Weights to start from (JobSpec.init_from): a GPT-2 safetensors file or a checkpoint
+  // directory (checkpoint/weights.h ReadWeights); read when no checkpoint of this job is
+  // resumed. Empty: the seed's initialisation.
+  std::string init_from;
 };
 
 // Whether `config` runs on a mesh (mesh.tp or mesh.pp > 1): the pipeline-parallel strategy

@@ -27,6 +27,7 @@
 #include "train/grad_sync.h"
 #include "train/gradient_backend.h"
 #include "train/host_view.h"
+#include "train/init_from.h"
 #include "train/memory_plan.h"
 #include "train/model_factory.h"
 #include "train/optim/clip.h"
@@ -462,6 +463,22 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   ro.schedule = &*schedule;
   ro.say = [this](const std::string& line) { Say(line); };
   RM_ASSIGN_OR_RETURN(Restored restored, RestoreTrainingState(ro));
+  if (!config.init_from.empty()) {
+    // A checkpoint of this job (its own progress) wins over the weights it started from.
+    if (restored.resumed_from_step >= 0) {
+      Say(absl::StrCat("init_from: ", config.init_from, " not read: this job resumed at step ",
+                       restored.resumed_from_step, " (a checkpoint of its own wins)"));
+    } else {
+      InitFromOptions io;
+      io.path = config.init_from;
+      io.table = &table;
+      io.params = &params;
+      io.pieces = ro.param_pieces;
+      io.env = env;
+      io.say = [this](const std::string& line) { Say(absl::StrCat("init_from: ", line)); };
+      RM_RETURN_IF_ERROR(LoadInitialWeights(io));
+    }
+  }
   first_step = step = restored.step;
   sampler_state = restored.sampler;
   result.set_resumed_from_step(static_cast<int32_t>(restored.resumed_from_step));
