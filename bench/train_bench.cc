@@ -287,7 +287,8 @@ absl::Status FlagError(absl::string_view flag, absl::string_view problem) {
 std::string DescribeModel(const TrainConfig& config) {
   if (!config.gpt) return DescribeMlp(config.hidden);
   const GptShape& g = *config.gpt;
-  return absl::StrCat("gpt-", g.layers, "x", g.width, "-", g.heads, "h-ctx", g.context);
+  return absl::StrCat(g.gpt2 ? "gpt2-" : "gpt-", g.layers, "x", g.width, "-", g.heads, "h-ctx",
+                      g.context);
 }
 
 absl::Status CheckGptFlags(const GptShape& shape, int64_t batch_per_rank, int64_t steps,
@@ -400,10 +401,11 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
                    absl::StrCat("diagnostics.log_every=", config.log_every)};
   if (config.gpt) {
     const GptShape& g = *config.gpt;
+    const std::string m = g.gpt2 ? "model.gpt2." : "model.gpt.";
     job.overrides.insert(
         job.overrides.end(),
-        {absl::StrCat("model.gpt.layers=", g.layers), absl::StrCat("model.gpt.width=", g.width),
-         absl::StrCat("model.gpt.heads=", g.heads), absl::StrCat("model.gpt.context=", g.context),
+        {absl::StrCat(m, "layers=", g.layers), absl::StrCat(m, "width=", g.width),
+         absl::StrCat(m, "heads=", g.heads), absl::StrCat(m, "context=", g.context),
          absl::StrCat("data.text.path=", g.text), absl::StrCat("optimizer.adamw.beta1=", kGptBeta1),
          absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
          absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
@@ -445,6 +447,7 @@ std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainCo
          "--text=" + g.text, absl::StrCat("--beta1=", kGptBeta1),
          absl::StrCat("--beta2=", kGptBeta2), absl::StrCat("--weight_decay=", kGptWeightDecay),
          absl::StrCat("--clip_grad_norm=", kGptClipGradNorm)});
+    if (g.gpt2) argv.insert(argv.end(), {"--vocab=50257", "--tied"});
   } else {
     argv.insert(argv.end(), {absl::StrCat("--hidden=", absl::StrJoin(config.hidden, ",")),
                              "--data=" + options.data, "--data_dir=" + options.data_dir});

@@ -70,6 +70,9 @@ struct GptShape {
   int64_t heads = 4;  // must divide width
   int64_t context = 256;
   std::string text = "/usr/share/common-licenses/GPL-3";
+  // GPT-2's shape instead (model.gpt2: vocabulary 50,257, the LM head tied to wte; the peer
+  // with --vocab 50257 --tied): the text's bytes are its token ids on both sides.
+  bool gpt2 = false;
 };
 
 // INVALID_ARGUMENT "--<flag>: <problem>".
@@ -106,7 +109,7 @@ struct TrainConfig {
 std::string DescribeMlp(const std::vector<int64_t>& hidden);
 
 // The model of a run (no commas: a CSV field): DescribeMlp(config.hidden), or for the GPT
-// "gpt-6x256-4h-ctx256" (layers x width, heads, context).
+// "gpt-6x256-4h-ctx256" (layers x width, heads, context; "gpt2-..." for GptShape::gpt2).
 std::string DescribeModel(const TrainConfig& config);
 
 // max(1, cores / world): the per-rank thread count both sides use.

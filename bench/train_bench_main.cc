@@ -114,6 +114,8 @@ ABSL_FLAG(int64_t, gpt_layers, 6, "gpt: transformer blocks");
 ABSL_FLAG(int64_t, gpt_width, 256, "gpt: model width");
 ABSL_FLAG(int64_t, gpt_heads, 4, "gpt: attention heads (divides --gpt_width)");
 ABSL_FLAG(int64_t, gpt_context, 256, "gpt: tokens a sequence predicts");
+ABSL_FLAG(bool, gpt2, false,
+          "gpt: GPT-2's shape (model.gpt2: vocabulary 50257, LM head tied to wte) on both sides");
 ABSL_FLAG(std::string, gpt_text, "/usr/share/common-licenses/GPL-3",
           "gpt: the byte file both sides train on");
 ABSL_FLAG(int64_t, gpt_batch, 8, "gpt: sequences per rank per step (global = this x world)");
@@ -530,6 +532,7 @@ absl::Status Plan(Bench* bench) {
   shape.heads = absl::GetFlag(FLAGS_gpt_heads);
   shape.context = absl::GetFlag(FLAGS_gpt_context);
   shape.text = absl::GetFlag(FLAGS_gpt_text);
+  shape.gpt2 = absl::GetFlag(FLAGS_gpt2);
   if (gpt) {
     for (const auto& [name, value, min] :
          {std::tuple<const char*, int64_t, int64_t>{"gpt_log_every",

@@ -8,6 +8,7 @@
 #   2. PyTorch writes a GPT-2 file of its own (GPT2LMHeadModel's names, attention-mask
 #      buffers); ringmaster loads it (the same check), and a job with init_from that file trains
 #      on 2 workers with another optimizer, its loss going down from the file's model's.
+#   3. A tied LM head (GPT-2's), pre-trained as a 2-stage pipeline, exported and checked as in 1.
 # Skips (exit 0, saying so) without PyTorch.
 set -uo pipefail
 
@@ -86,6 +87,23 @@ read -r first last <<<"$(losses "$WORK/finetune.jsonl")"
 echo "fine-tuning from PyTorch's GPT-2: loss $first at step 1, $last at step 20"
 "$PYTHON" -c 'import sys; sys.exit(0 if float(sys.argv[2]) < float(sys.argv[1]) - 0.5 else 1)' \
   "$first" "$last" || fail "the loss did not go down: $first -> $last"
+
+# 3. A tied LM head (GPT-2's: no lm_head tensor), pre-trained as a 2-stage pipeline (the last
+# stage's copy of wte is not exported): ringmaster -> PyTorch, which ties when the file has no
+# lm_head.
+spec tied 30 "optimizer: {adamw: {}, lr: 0.003}
+parallelism: {mesh: {pp: 2}}
+checkpoint: {dir: $WORK/ck, every_steps: 30}" | sed 's/vocab: 256}/vocab: 256, tied_head: true}/' \
+  >"$WORK/tied.yaml"
+"$RINGCTL" local --workers 2 "$WORK/tied.yaml" >"$WORK/tied.out" 2>&1 ||
+  fail "pre-training the tied model: $(tail -5 "$WORK/tied.out")"
+"$RINGCTL" export "$WORK/ck/tied" -o "$WORK/tied.safetensors" >"$WORK/tied_export.out" 2>&1 ||
+  fail "ringctl export (tied): $(cat "$WORK/tied_export.out")"
+grep -q "28 tensors" "$WORK/tied_export.out" || fail "tied export: $(cat "$WORK/tied_export.out")"
+"$EVAL" --weights "$WORK/tied.safetensors" "${MODEL[@]}" --tied 1 --tokens "$WORK/tokens.bin" \
+  --out "$WORK/tied.json" || fail "gpt_weights_eval on the tied export"
+"$PYTHON" "$PEER" check --weights "$WORK/tied.safetensors" --tokens "$WORK/tokens.bin" \
+  --ringmaster "$WORK/tied.json" --heads 2 || fail "PyTorch disagrees with the tied export"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s); the work is in $WORK" >&2

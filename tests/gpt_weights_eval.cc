@@ -98,11 +98,10 @@ absl::Status Evaluate(const Args& a) {
 
 int Main(int argc, char** argv) {
   Args a;
-  std::map<std::string, int64_t*> ints = {{"--layers", &a.gpt.layers},
-                                          {"--heads", &a.gpt.heads},
-                                          {"--width", &a.gpt.width},
-                                          {"--context", &a.gpt.context},
-                                          {"--vocab", &a.gpt.vocab}};
+  int64_t tied = 0;  // --tied 1: the LM head is wte (model.gpt2, or model.gpt's tied_head)
+  std::map<std::string, int64_t*> ints = {
+      {"--layers", &a.gpt.layers},   {"--heads", &a.gpt.heads}, {"--width", &a.gpt.width},
+      {"--context", &a.gpt.context}, {"--vocab", &a.gpt.vocab}, {"--tied", &tied}};
   std::map<std::string, std::string*> strings = {
       {"--weights", &a.weights}, {"--tokens", &a.tokens}, {"--out", &a.out}};
   for (int i = 1; i < argc; ++i) {
@@ -129,6 +128,7 @@ int Main(int argc, char** argv) {
     fprintf(stderr, "gpt_weights_eval: --weights, --tokens and --out are required\n");
     return 2;
   }
+  a.gpt.tied_head = tied != 0;
   if (absl::Status s = Evaluate(a); !s.ok()) {
     fprintf(stderr, "gpt_weights_eval: %s\n", s.ToString().c_str());
     return 1;

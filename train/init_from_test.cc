@@ -211,7 +211,7 @@ TEST_F(InitFromTest, ExportOfATwoRankZero3CheckpointHoldsTheTrainedWeights) {
 TEST_F(InitFromTest, ExportOfMeshCheckpointsHoldsTheTrainedWeights) {
   auto model = nn::GptModel::Create(ModelOptions());
   ASSERT_TRUE(model.ok());
-  for (const std::string& mesh : {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}) {
+  for (const char* mesh : {"parallelism.mesh.tp=2", "parallelism.mesh.pp=2"}) {
     const std::string root = comm::testing::FreshStoreDir() + "-mesh";
     const JobRun run = Train(2, kPretrain, {mesh, "checkpoint.dir=" + root});
     ASSERT_TRUE(run.ok()) << mesh << ": " << run.errors();

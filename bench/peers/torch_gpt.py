@@ -54,6 +54,8 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=4, help="must divide --width")
     p.add_argument("--context", type=int, default=256, help="tokens a sequence predicts")
     p.add_argument("--vocab", type=int, default=256, help="bytes")
+    p.add_argument("--tied", action="store_true",
+                   help="the LM head is wte (GPT-2's; ringmaster's model.gpt2)")
     p.add_argument("--steps", type=int, default=30, help="optimizer steps")
     p.add_argument("--log_every", type=int, default=5, help="steps per timed window")
     p.add_argument("--text", default="/usr/share/common-licenses/GPL-3",
@@ -73,15 +75,17 @@ def parse_args(argv):
     return a
 
 
-def expected_parameters(layers, width, context, vocab):
-    """train/nn/gpt.h's tensor table: wte, wpe, the blocks, lnf and the LM head."""
+def expected_parameters(layers, width, context, vocab, tied=False):
+    """train/nn/gpt.h's tensor table: wte, wpe, the blocks, lnf and the LM head (none when
+    tied)."""
     block = (2 * width                      # ln1
              + 3 * width * width + 3 * width  # attn.qkv
              + width * width + width          # attn.proj
              + 2 * width                      # ln2
              + 4 * width * width + 4 * width  # mlp.fc
              + 4 * width * width + width)     # mlp.proj
-    return vocab * width + context * width + layers * block + 2 * width + vocab * width
+    head = 0 if tied else vocab * width
+    return vocab * width + context * width + layers * block + 2 * width + head
 
 
 def build_model(torch, args):
@@ -119,6 +123,8 @@ def build_model(torch, args):
             self.blocks = nn.ModuleList([Block() for _ in range(args.layers)])
             self.lnf = nn.LayerNorm(args.width)
             self.lm_head = nn.Linear(args.width, args.vocab, bias=False)
+            if args.tied:
+                self.lm_head.weight = self.wte.weight
             # Above the diagonal: the future a position may not see. A plain attribute, not a
             # buffer: DDP's broadcast of buffers over gloo refuses bool tensors.
             self.mask = torch.ones(args.context, args.context, dtype=torch.bool).triu(1)
@@ -150,7 +156,7 @@ def train(rank, args):
     torch_ddp.start_rank(torch, rank, args)
     model = build_model(torch, args)
     parameters = sum(p.numel() for p in model.parameters())
-    expected = expected_parameters(args.layers, args.width, args.context, args.vocab)
+    expected = expected_parameters(args.layers, args.width, args.context, args.vocab, args.tied)
     if parameters != expected:
         raise RuntimeError(f"the model has {parameters} parameters, train/nn/gpt.h's formula "
                            f"{expected}: not the same model")
