@@ -16,6 +16,8 @@
 //   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
 //                           [--optimizer adam|sgd]
 //   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
+//   ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE
+//                        [--validation_fraction F]
 //   ringctl --version | --help | COMMAND --help
 // The commands that talk to a coordinator also take --coordinator, --token_file, --tls_ca,
 // --tls_client_cert, --tls_client_key and --config (cli/config.h); --json is -o json.
@@ -54,6 +56,16 @@ enum class Command {
   kCheckpointVerify,
   kEstimateMemory,
   kEstimatePipeline,
+  kDataPrepare,
+};
+
+// `ringctl data prepare`: text into token files (train/data/prepare.h).
+struct DataPrepareFlags {
+  std::string tokenizer = "gpt2";   // --tokenizer gpt2|bytes
+  std::string corpus;               // --corpus sotu: its documents before the INPUTs
+  std::vector<std::string> inputs;  // files and folders
+  std::string output;               // -o
+  double validation_fraction = 0;   // --validation_fraction
 };
 
 // `ringctl estimate memory --spec`: the job's buffers per rank for every ZeRO stage and
@@ -96,6 +108,7 @@ struct CommandLine {
   train::MemoryEstimateOptions estimate;  // estimate memory --params
   EstimateSpecFlags estimate_spec;        // estimate memory --spec
   EstimatePipelineFlags pipeline;         // estimate pipeline
+  DataPrepareFlags data_prepare;          // data prepare
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.
