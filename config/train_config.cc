@@ -163,6 +163,7 @@ absl::StatusOr<train::DataConfig> DataOf(const DataSpec& d) {
   train::DataConfig c;
   c.eval_every_epoch = d.eval_every_epoch();
   c.eval_every_steps = d.eval_every_steps();
+  c.eval_samples = d.eval_samples();
   if (d.has_fashion_mnist()) {
     c.kind = train::DataConfig::Kind::kFashionMnist;
     if (!d.fashion_mnist().dir().empty()) c.fashion_mnist_dir = d.fashion_mnist().dir();

@@ -180,6 +180,7 @@ void CheckData(const JobSpec& spec, Checker* check) {
       return;
   }
   check->NonNegative("data.eval_every_steps", data.eval_every_steps());
+  check->NonNegative("data.eval_samples", data.eval_samples());
   if (data.eval_every_steps() > 0) {
     if (data.has_text()) {
       check->Fail("data.eval_every_steps",

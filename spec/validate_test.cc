@@ -479,6 +479,9 @@ batch: {global: 8}
   JobSpec negative = tokens;
   negative.mutable_data()->set_eval_every_steps(-1);
   EXPECT_THAT(Errors(negative), ElementsAre("data.eval_every_steps: must be >= 0, got -1"));
+  negative.mutable_data()->set_eval_every_steps(1);
+  negative.mutable_data()->set_eval_samples(-2);
+  EXPECT_THAT(Errors(negative), ElementsAre("data.eval_samples: must be >= 0, got -2"));
 
   JobSpec text = Effective(kMinimalGpt);
   text.mutable_data()->set_eval_every_steps(10);

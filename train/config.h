@@ -47,6 +47,8 @@ struct DataConfig {
   bool eval_every_epoch = true;
   // Evaluate every this many steps too (and after the last step); 0: not by steps.
   int64_t eval_every_steps = 0;
+  // Evaluate on this many samples spread evenly over the evaluation data; 0: all of it.
+  int64_t eval_samples = 0;
 };
 
 // Where to resume from (checkpoint.resume).

@@ -537,25 +537,29 @@ absl::Status Trainer::State::Evaluate(int64_t done) {
   if (data.test == nullptr) return absl::OkStatus();
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
   const int64_t eval_batch = EvaluationBatchSamples(config, plan);
+  // data.eval_samples: n samples spread evenly over the data set (sample floor(i size / n)).
+  const int64_t size = data.test->size();
+  const int64_t n = config.data.eval_samples > 0 ? std::min(config.data.eval_samples, size) : size;
   // Under a mesh the ranks of a data-parallel replica evaluate its share together (the loss
   // on its last stage's ranks); without one dp is the whole job.
   const std::vector<data::Range> mine =
-      data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, groups.dp_rank);
+      data::EvaluationBatches(n, eval_batch, groups.dp_size, groups.dp_rank);
   ParameterStore* store = strategy->store();
   // With a store the ranks gather units together: every rank runs as many batches as the
   // rank with the most, the extra ones on a stand-in sample whose result is dropped.
   size_t batches = mine.size();
   if (store != nullptr) {
     for (int r = 0; r < groups.dp_size; ++r) {
-      batches = std::max(
-          batches,
-          data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, r).size());
+      batches = std::max(batches, data::EvaluationBatches(n, eval_batch, groups.dp_size, r).size());
     }
   }
   RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
   for (size_t i = 0; i < batches; ++i) {
     const bool real = i < mine.size();
-    const std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
+    std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
+    if (n < size) {
+      for (int64_t& k : idx) k = k * size / n;
+    }
     RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
     absl::StatusOr<StepStats> s;
     if (pipeline != nullptr) {

@@ -80,8 +80,9 @@ struct LmRun {
   TrainResult result;                 // rank 0's
   std::vector<std::string> metrics;   // rank 0's metrics.jsonl lines
   std::vector<std::string> progress;  // rank 0's progress lines
-  // The validation loss of rank 0's final parameters, evaluated here on every validation
-  // sample at once (not through the trainer's evaluation batches and ranks).
+  // The validation loss of rank 0's final parameters, evaluated here on the validation
+  // samples at once (all of them, or data.eval_samples N: samples floor(i size / N)), not
+  // through the trainer's evaluation batches and ranks.
   double independent_loss = -1;
 };
 
@@ -113,8 +114,10 @@ LmRun Train(int world, const std::vector<std::string>& extra = {}) {
         RM_ASSIGN_OR_RETURN(auto data, data::LoadTokenDataset(validation, config.model.gpt.context,
                                                               config.model.gpt.vocab));
         RM_ASSIGN_OR_RETURN(auto model, CreateModel(config.model, data->info()));
-        std::vector<int64_t> all(data->size());
-        for (int64_t i = 0; i < data->size(); ++i) all[i] = i;
+        const int64_t size = data->size();
+        const int64_t n = config.data.eval_samples > 0 ? config.data.eval_samples : size;
+        std::vector<int64_t> all(n);
+        for (int64_t i = 0; i < n; ++i) all[i] = i * size / n;
         Batch batch;
         RM_RETURN_IF_ERROR(data->Gather(all, &batch));
         RM_ASSIGN_OR_RETURN(StepStats s, model->Evaluate(batch, params, Precision::kFloat32));
@@ -212,6 +215,16 @@ TEST(TrainerTokensTest, WithoutEvalEveryStepsTheEndIsEvaluatedOnce) {
   EXPECT_EQ(run.result.eval_step(), 12);
   EXPECT_TRUE(Evaluations(run).empty());
   EXPECT_NEAR(run.result.eval_loss(), run.independent_loss, 1e-5 * run.independent_loss);
+}
+
+TEST(TrainerTokensTest, EvalSamplesSpreadOverTheValidationFile) {
+  // 6 of the 10 validation samples (0, 1, 3, 5, 6, 8), on 2 ranks.
+  const LmRun some = Train(2, {"data.eval_samples=6"});
+  const LmRun all = Train(2);
+  ASSERT_TRUE(some.result.has_eval_loss());
+  EXPECT_NEAR(some.result.eval_loss(), some.independent_loss, 1e-5 * some.independent_loss);
+  EXPECT_NE(some.result.eval_loss(), all.result.eval_loss());
+  EXPECT_NEAR(all.result.eval_loss(), all.independent_loss, 1e-5 * all.independent_loss);
 }
 
 TEST(TrainerTokensTest, VocabularyTheModelCannotReadNamesTheFile) {
