@@ -35,6 +35,7 @@ const char* const kExamples[] = {
     "examples/fashion_mnist_mlp.yaml",
     "examples/fashion_mnist_cnn.yaml",
     "examples/tiny_gpt.yaml",
+    "examples/sotu_bytes_gpt.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.
@@ -47,6 +48,16 @@ std::string WriteTemp(const std::string& name, const std::string& contents) {
 std::string ErrorOf(const absl::StatusOr<JobSpec>& spec) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(spec.status().message());
+}
+
+TEST(LoadJobSpecTest, TheTokenFilesExample) {
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecFile("examples/sotu_bytes_gpt.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().tokens().train(), "out/data/sotu_bytes_train.bin");
+  EXPECT_EQ(spec->data().tokens().validation(), "out/data/sotu_bytes_val.bin");
+  EXPECT_EQ(spec->data().eval_every_steps(), 100);
+  EXPECT_EQ(spec->data().eval_samples(), 1024);
+  EXPECT_EQ(spec->model().gpt().vocab(), 256);
 }
 
 TEST(LoadJobSpecTest, TheFashionMnistMlpExample) {
