@@ -218,6 +218,11 @@ struct Trainer::State {
   absl::Status RestoreAndCheckpoint();
   // Evaluates on data.test (when there is one) after `done` steps: result.eval_*.
   absl::Status Evaluate(int64_t done);
+  // The samples of data.test an evaluation reads (data.eval_samples, or all).
+  int64_t EvaluatedSamples() const {
+    const int64_t size = data.test->size();
+    return config.data.eval_samples > 0 ? std::min(config.data.eval_samples, size) : size;
+  }
   absl::Status ForwardBackward(const data::GlobalBatch& gb, bool measure, double stats[3]);
   absl::StatusOr<bool> Update(int64_t step, GradNorm& norm);
   absl::Status AfterStep(const data::GlobalBatch& gb, const double stats[3], bool applied,
@@ -421,6 +426,16 @@ void Trainer::State::SayStart() const {
                    total_steps, " steps (", steps_per_epoch, " per epoch); ",
                    PrecisionName(config.precision), "; ", strategy->Describe(), "; ", threads,
                    " BLAS thread(s) per rank"));
+  if (data.test != nullptr && (config.data.eval_every_steps > 0 || data.test->info().context > 0)) {
+    Say(absl::StrCat("evaluation: ", data.test->info().name, ", ", EvaluatedSamples(), " of its ",
+                     data.test->size(), " samples",
+                     config.data.eval_every_steps > 0
+                         ? absl::StrCat(" every ", config.data.eval_every_steps, " steps")
+                         : "",
+                     config.data.eval_every_epoch ? ", after every data epoch" : "",
+                     " and after the last step",
+                     data.test->info().context > 0 ? " (loss and perplexity)" : ""));
+  }
   if (!BlasNote().empty()) Say(BlasNote());
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
@@ -539,7 +554,7 @@ absl::Status Trainer::State::Evaluate(int64_t done) {
   const int64_t eval_batch = EvaluationBatchSamples(config, plan);
   // data.eval_samples: n samples spread evenly over the data set (sample floor(i size / n)).
   const int64_t size = data.test->size();
-  const int64_t n = config.data.eval_samples > 0 ? std::min(config.data.eval_samples, size) : size;
+  const int64_t n = EvaluatedSamples();
   // Under a mesh the ranks of a data-parallel replica evaluate its share together (the loss
   // on its last stage's ranks); without one dp is the whole job.
   const std::vector<data::Range> mine =

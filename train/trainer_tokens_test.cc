@@ -197,6 +197,9 @@ TEST(TrainerTokensTest, ValidationLossAndPerplexityEveryKStepsAndAtTheEnd) {
     }
   }
   EXPECT_EQ(lines, 4);
+  EXPECT_THAT(run.progress, ::testing::Contains(::testing::AllOf(
+                                ::testing::StartsWith("evaluation: "), HasSubstr("lm_val.bin"),
+                                HasSubstr("10 of its 10 samples every 4 steps"))));
 }
 
 TEST(TrainerTokensTest, SamePerplexityOnOneAndTwoRanks) {
