@@ -178,6 +178,15 @@ absl::StatusOr<PrepareResult> PrepareTokenFiles(const PrepareOptions& options) {
     if (static_cast<int64_t>(tokens.size()) > kTokenFileMaxTokens) return TooLarge(file.path);
     file.documents.push_back(documents[i]);
   }
+  // The output's folder, made when missing.
+  if (const fs::path parent = fs::path(result.train.path).parent_path(); !parent.empty()) {
+    std::error_code error;
+    fs::create_directories(parent, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("-o: cannot make the folder ", parent.string(), ": ", error.message()));
+    }
+  }
   result.train.tokens = static_cast<int64_t>(train_tokens.size());
   result.validation.tokens = static_cast<int64_t>(validation_tokens.size());
   RM_RETURN_IF_ERROR(WriteTokenFile(result.train.path, train_tokens));

@@ -89,12 +89,14 @@ struct PrepareResult {
   PreparedFile validation;  // path empty without a validation fraction
 };
 
-// Reads, tokenizes and writes (each file atomically). Errors: ListDocuments's; reading a
+// Reads, tokenizes and writes (each file atomically; the output's folder is made when
+// missing). Errors: ListDocuments's; reading a
 // document (naming it); the GPT-2 tokenizer's (FAILED_PRECONDITION saying to run
 // tools/setup.sh); INVALID_ARGUMENT naming --validation_fraction when it is outside [0, 1)
 // or leaves the training or the validation file without a document, naming -o when it is
-// empty, and when a file would hold more tokens than a token file can (2^31 - 1); I/O errors
-// naming the file written.
+// empty, and when a file would hold more tokens than a token file can (2^31 - 1);
+// FAILED_PRECONDITION when the output's folder cannot be made; I/O errors naming the file
+// written.
 absl::StatusOr<PrepareResult> PrepareTokenFiles(const PrepareOptions& options);
 
 }  // namespace ringmaster::train::data

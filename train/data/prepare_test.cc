@@ -126,7 +126,7 @@ TEST(SplitTest, OutputNames) {
 }
 
 TEST(PrepareTest, BytesWithoutSplitOneFileSeparatorFirst) {
-  const PrepareOptions o = BytesOf("bytes_one", "bytes_one.bin");
+  const PrepareOptions o = BytesOf("bytes_one", "new/folder/bytes_one.bin");
   auto result = PrepareTokenFiles(o);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->vocabulary, 256);
