@@ -821,9 +821,12 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
     result.set_checkpoint_failures(static_cast<int32_t>(totals.failed));
     result.set_checkpoints_skipped(static_cast<int32_t>(totals.skipped));
   }
-  // The last evaluation is of the final parameters with data.eval_every_steps (a drained run
-  // evaluates where it stopped).
-  const bool stale = config.data.eval_every_steps > 0 && result.eval_step() != step;
+  // The last evaluation is of the final parameters with data.eval_every_steps or for a
+  // language model (a drained run evaluates where it stopped); a classifier keeps its last
+  // epoch's.
+  const bool stale = data.test != nullptr &&
+                     (config.data.eval_every_steps > 0 || data.test->info().context > 0) &&
+                     result.eval_step() != step;
   if ((!result.has_eval_accuracy() || stale) && data.test != nullptr) {
     RM_RETURN_IF_ERROR(Evaluate(step));
   }

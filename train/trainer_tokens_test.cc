@@ -220,6 +220,17 @@ TEST(TrainerTokensTest, WithoutEvalEveryStepsTheEndIsEvaluatedOnce) {
   EXPECT_NEAR(run.result.eval_loss(), run.independent_loss, 1e-5 * run.independent_loss);
 }
 
+TEST(TrainerTokensTest, AnEpochsEvaluationIsFollowedByOneOfTheFinalParameters) {
+  // An evaluation at the end of the first epoch (step 6), then at the end the last step's
+  // (9), which is no epoch's end.
+  const LmRun run = Train(1, {"data.eval_every_steps=0", "steps=9"});
+  std::vector<int> steps;
+  for (const auto& [step, record] : Evaluations(run)) steps.push_back(step);
+  EXPECT_THAT(steps, ::testing::ElementsAre(6));
+  EXPECT_EQ(run.result.eval_step(), 9);
+  EXPECT_NEAR(run.result.eval_loss(), run.independent_loss, 1e-5 * run.independent_loss);
+}
+
 TEST(TrainerTokensTest, EvalSamplesSpreadOverTheValidationFile) {
   // 6 of the 10 validation samples (0, 1, 3, 5, 6, 8), on 2 ranks.
   const LmRun some = Train(2, {"data.eval_samples=6"});
