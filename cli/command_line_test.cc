@@ -149,6 +149,33 @@ TEST(CommandLineTest, CheckpointAndEstimate) {
   EXPECT_THAT(p.err, HasSubstr("--zero"));
 }
 
+TEST(CommandLineTest, DataPrepare) {
+  CommandLine c = Ok("data prepare a.txt docs/ -o out/x.bin --validation_fraction 0.1");
+  EXPECT_EQ(c.command, Command::kDataPrepare);
+  EXPECT_EQ(c.data_prepare.tokenizer, "gpt2");
+  EXPECT_THAT(c.data_prepare.inputs, ElementsAre("a.txt", "docs/"));
+  EXPECT_EQ(c.data_prepare.output, "out/x.bin");
+  EXPECT_DOUBLE_EQ(c.data_prepare.validation_fraction, 0.1);
+  EXPECT_TRUE(c.data_prepare.corpus.empty());
+
+  c = Ok("data prepare --tokenizer bytes --corpus sotu -o s.bin");
+  EXPECT_EQ(c.data_prepare.tokenizer, "bytes");
+  EXPECT_EQ(c.data_prepare.corpus, "sotu");
+  EXPECT_TRUE(c.data_prepare.inputs.empty());
+  EXPECT_EQ(c.data_prepare.validation_fraction, 0);
+
+  for (const char* bad :
+       {"data prepare a.txt", "data prepare -o x.bin",
+        "data prepare a.txt -o x.bin --tokenizer gpt3", "data prepare a.txt -o x.bin --corpus wiki",
+        "data prepare a.txt -o x.bin --validation_fraction 1"}) {
+    const ParsedCommandLine p = Parse(bad);
+    EXPECT_EQ(p.exit_status, 2) << bad;
+    EXPECT_FALSE(p.line.has_value()) << bad;
+    EXPECT_THAT(p.err, HasSubstr("data prepare")) << bad;
+  }
+  EXPECT_THAT(Parse("data prepare --help").out, HasSubstr("_train.bin"));
+}
+
 TEST(CommandLineTest, EstimateMemoryOfASpec) {
   CommandLine c = Ok("estimate memory --spec job.yaml --world 4 --set batch.global=64 -o json");
   EXPECT_EQ(c.command, Command::kEstimateMemory);

@@ -424,11 +424,17 @@ int LocalCommand(const LocalOptions& options) {
     auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {
       return has ? absl::StrFormat(format, v) : std::string("none");
     };
-    printf("ringctl local: succeeded: %s steps, final loss %s, test accuracy %s, %s samples/s "
-           "on %s workers%s\n",
+    // A language model's evaluation is its perplexity; a classifier's its accuracy.
+    const std::string evaluation =
+        summary.has_eval_perplexity()
+            ? absl::StrFormat("validation perplexity %.4g (loss %.4f)", summary.eval_perplexity(),
+                              summary.eval_loss())
+            : absl::StrCat("test accuracy ",
+                           number(summary.has_eval_accuracy(), summary.eval_accuracy(), "%.4f"));
+    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s workers%s\n",
            number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
            number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
-           number(summary.has_eval_accuracy(), summary.eval_accuracy(), "%.4f").c_str(),
+           evaluation.c_str(),
            number(summary.has_samples_per_second(), summary.samples_per_second(), "%.0f").c_str(),
            number(summary.has_world_size(), summary.world_size(), "%.0f").c_str(),
            job.recoveries_size() > 0

@@ -45,6 +45,20 @@ nlohmann::ordered_json Written(const LocalSummary& summary) {
   return nlohmann::ordered_json::parse(ToJsonLine(summary));
 }
 
+TEST(LocalSummaryTest, ALanguageModelsValidationLossAndPerplexity) {
+  train::TrainResult trainer;
+  trainer.set_eval_loss(2.5);
+  trainer.set_eval_perplexity(12.182493960703473);
+  trainer.set_eval_accuracy(0.4);
+  const nlohmann::ordered_json s = Written(MakeLocalSummary(Outcome("succeeded"), &trainer));
+  EXPECT_DOUBLE_EQ(s["eval_loss"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(s["eval_perplexity"].get<double>(), 12.182493960703473);
+  const nlohmann::ordered_json none =
+      Written(MakeLocalSummary(Outcome("succeeded"), &train::TrainResult::default_instance()));
+  EXPECT_EQ(none.count("eval_perplexity"), 0u) << "absent when not evaluated";
+  EXPECT_EQ(none.count("eval_loss"), 0u);
+}
+
 TEST(LocalSummaryTest, TheKeysToolsAndBenchmarksRead) {
   train::TrainResult trainer;
   trainer.set_world_size(2);

@@ -9,6 +9,8 @@
 //   ringctl estimate memory --params 7B --world 8   per-rank memory by the ZeRO formula
 //   ringctl estimate memory --spec job.yaml --world 4
 //                                                   a job's buffers per rank, every ZeRO stage
+//   ringctl data prepare --corpus sotu -o sotu.bin --validation_fraction 0.1
+//                                                   text into token files (train/data/prepare.h)
 //
 // Exit status: 0 done, 1 failed (the message says why), 2 bad usage, 130 a cancelled
 // `ringctl local`.
@@ -31,6 +33,7 @@
 #include "cli/jobs.h"
 #include "cli/local.h"
 #include "common/env.h"
+#include "train/data/prepare.h"
 #include "train/memory_estimate.h"
 
 namespace ringmaster::cli {
@@ -166,6 +169,42 @@ int EstimateMemoryCommand(const CommandLine& line) {
   return 0;
 }
 
+int DataPrepareCommand(const DataPrepareFlags& flags) {
+  namespace data = train::data;
+  auto fail = [](const absl::Status& s) {
+    fprintf(stderr, "ringctl data prepare: %s\n", std::string(s.message()).c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  };
+  data::PrepareOptions o;
+  absl::StatusOr<data::TokenizerKind> kind = data::ParseTokenizerKind(flags.tokenizer);
+  if (!kind.ok()) return fail(kind.status());
+  o.tokenizer = *kind;
+  if (!flags.corpus.empty()) {
+    absl::StatusOr<std::string> dir = data::CorpusDirectory(flags.corpus);
+    if (!dir.ok()) return fail(dir.status());
+    o.inputs.push_back(*dir);
+  }
+  o.inputs.insert(o.inputs.end(), flags.inputs.begin(), flags.inputs.end());
+  o.output = flags.output;
+  o.validation_fraction = flags.validation_fraction;
+  absl::StatusOr<data::PrepareResult> result = data::PrepareTokenFiles(o);
+  if (!result.ok()) return fail(result.status());
+  printf("wrote %s: %zu documents, %lld tokens (%s, vocabulary %d)\n", result->train.path.c_str(),
+         result->train.documents.size(), static_cast<long long>(result->train.tokens),
+         flags.tokenizer.c_str(), result->vocabulary);
+  if (!result->validation.path.empty()) {
+    printf("wrote %s: %zu documents, %lld tokens (validation)\n", result->validation.path.c_str(),
+           result->validation.documents.size(), static_cast<long long>(result->validation.tokens));
+    for (const std::string& d : result->validation.documents)
+      printf("  validation: %s\n", d.c_str());
+  }
+  printf(
+      "a job reads them with: model: {gpt: {vocab: %d, ...}} and data: {tokens: {train: %s%s%s}}\n",
+      result->vocabulary, result->train.path.c_str(),
+      result->validation.path.empty() ? "" : ", validation: ", result->validation.path.c_str());
+  return 0;
+}
+
 int Run(const CommandLine& line) {
   switch (line.command) {
     case Command::kLocal: {
@@ -185,6 +224,8 @@ int Run(const CommandLine& line) {
       return EstimateMemoryCommand(line);
     case Command::kExport:
       return Export(line);
+    case Command::kDataPrepare:
+      return DataPrepareCommand(line.data_prepare);
     case Command::kEstimatePipeline: {
       absl::StatusOr<std::string> text = EstimatePipeline(line.pipeline);
       if (!text.ok()) {

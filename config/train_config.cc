@@ -165,6 +165,8 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
 absl::StatusOr<train::DataConfig> DataOf(const DataSpec& d) {
   train::DataConfig c;
   c.eval_every_epoch = d.eval_every_epoch();
+  c.eval_every_steps = d.eval_every_steps();
+  c.eval_samples = d.eval_samples();
   if (d.has_fashion_mnist()) {
     c.kind = train::DataConfig::Kind::kFashionMnist;
     if (!d.fashion_mnist().dir().empty()) c.fashion_mnist_dir = d.fashion_mnist().dir();
@@ -172,8 +174,16 @@ absl::StatusOr<train::DataConfig> DataOf(const DataSpec& d) {
   } else if (d.has_text()) {
     c.kind = train::DataConfig::Kind::kText;
     c.text_path = d.text().path();
+  } else if (d.has_tokens()) {
+    c.kind = train::DataConfig::Kind::kTokens;
+    c.tokens_train_path = d.tokens().train();
+    c.tokens_validation_path = d.tokens().validation();
+  } else if (d.has_mnist()) {
+    c.kind = train::DataConfig::Kind::kMnist;
+    if (!d.mnist().dir().empty()) c.mnist_dir = d.mnist().dir();
+    c.normalize = !d.mnist().has_normalize() || d.mnist().normalize();
   } else {
-    return absl::InvalidArgumentError("data: set fashion_mnist or text");
+    return absl::InvalidArgumentError("data: set fashion_mnist, mnist, text or tokens");
   }
   return c;
 }

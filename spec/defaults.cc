@@ -44,6 +44,11 @@ void FillData(DataSpec* data) {
     if (mnist->dir().empty()) mnist->set_dir(std::string(kDefaultFashionMnistDir));
     if (!mnist->has_normalize()) mnist->set_normalize(kDefaultNormalize);
   }
+  if (data->has_mnist()) {
+    MnistSpec* mnist = data->mutable_mnist();
+    if (mnist->dir().empty()) mnist->set_dir(std::string(kDefaultMnistDir));
+    if (!mnist->has_normalize()) mnist->set_normalize(kDefaultNormalize);
+  }
   if (!data->has_eval_every_epoch()) data->set_eval_every_epoch(kDefaultEvalEveryEpoch);
 }
 

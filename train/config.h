@@ -35,12 +35,20 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  enum class Kind { kFashionMnist, kText };
+  enum class Kind { kFashionMnist, kText, kTokens, kMnist };
   Kind kind = Kind::kFashionMnist;
   std::string fashion_mnist_dir = data::kDefaultFashionMnistDir;
+  std::string mnist_dir = data::kDefaultMnistDir;  // kMnist
   bool normalize = true;  // standardise the pixels (false: scale to [0, 1] only)
   std::string text_path;  // kText: the corpus file; samples are gpt.context + 1 bytes
+  // kTokens: token files (train/data/token_file.h); samples are gpt.context + 1 tokens, each
+  // below gpt.vocab. An empty validation path: no evaluation.
+  std::string tokens_train_path, tokens_validation_path;
   bool eval_every_epoch = true;
+  // Evaluate every this many steps too (and after the last step); 0: not by steps.
+  int64_t eval_every_steps = 0;
+  // Evaluate on this many samples spread evenly over the evaluation data; 0: all of it.
+  int64_t eval_samples = 0;
 };
 
 // Where to resume from (checkpoint.resume).

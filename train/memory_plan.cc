@@ -134,7 +134,7 @@ absl::StatusOr<int64_t> Measure(const TrainConfig& config, int world, int64_t ev
       model->ForwardBackward(SyntheticBatch(info, plan.max_micro_batch), none, none, fb).status());
   if (evaluation_samples > 0) {
     int64_t largest = 0;
-    const int64_t batch = std::max(kEvaluationBatch, plan.max_micro_batch);
+    const int64_t batch = EvaluationBatchSamples(config, plan);
     for (const data::Range& r : data::EvaluationBatches(evaluation_samples, batch, world, 0)) {
       largest = std::max(largest, r.end - r.begin);
     }
@@ -229,7 +229,15 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
 }
 
 int64_t EvaluationSamples(const TrainConfig& config) {
-  return config.data.kind == DataConfig::Kind::kFashionMnist ? kFashionMnistTestSamples : 0;
+  return config.data.kind == DataConfig::Kind::kFashionMnist ||
+                 config.data.kind == DataConfig::Kind::kMnist
+             ? kFashionMnistTestSamples
+             : 0;
+}
+
+int64_t EvaluationBatchSamples(const TrainConfig& config, const data::BatchPlan& plan) {
+  if (config.model.kind == ModelConfig::Kind::kGpt) return plan.max_micro_batch;
+  return std::max(kEvaluationBatch, plan.max_micro_batch);
 }
 
 absl::StatusOr<int64_t> MeasureActivationBytes(const TrainConfig& config, int world,

@@ -95,15 +95,20 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
 // PlanBatches's, after the spec's batch field that made them ("batch.accumulation: ...").
 absl::StatusOr<data::BatchPlan> PlanRankBatches(const TrainConfig& config, int world);
 
-// Test samples the trainer evaluates for `config`'s data: Fashion-MNIST's test split (10000
-// samples as Debian installs it); 0 for text, which has no test set.
+// Test samples the trainer evaluates for `config`'s data: the test split of Fashion-MNIST or
+// MNIST (10000 samples); 0 for text, which has no test set, and for token files, whose
+// validation batches are no larger than a training micro-batch (EvaluationBatchSamples).
 int64_t EvaluationSamples(const TrainConfig& config);
+
+// The samples of one evaluation batch: a language model's micro-batch (its logits are
+// micro-batch x context x vocabulary floats), else max(256, micro-batch).
+int64_t EvaluationBatchSamples(const TrainConfig& config, const data::BatchPlan& plan);
 
 // The model's MemoryStats.activation_bytes_peak after what a CPU rank of `world` runs: one
 // forward and backward of the largest micro-batch (data::PlanBatches from config.global_batch,
 // accumulation, micro_max) in config.precision and, when `evaluation_samples` > 0, one
-// evaluation of the trainer's largest evaluation batch (max(256, micro-batch) samples, at most
-// rank 0's share). A fresh model of the job's shape on synthetic data; its parameters and
+// evaluation of the trainer's largest evaluation batch (EvaluationBatchSamples, at most rank
+// 0's share). A fresh model of the job's shape on synthetic data; its parameters and
 // gradients go through a ParameterStore with one buffer of the largest parameter group each,
 // so a model larger than this machine can be measured if one group and the activations fit.
 // Errors: the batch plan's (INVALID_ARGUMENT naming batch.*), the model's, RESOURCE_EXHAUSTED

@@ -27,10 +27,30 @@ absl::StatusOr<JobData> LoadOrThrow(const TrainConfig& config) {
                                                                data::FashionMnistSplit::kTest, fo));
       break;
     }
-    case DataConfig::Kind::kText:
+    case DataConfig::Kind::kMnist: {
+      data::MnistOptions mo;
+      if (!dc.normalize) mo.normalization = data::PixelNormalization{};
+      RM_ASSIGN_OR_RETURN(d.owned_train,
+                          data::LoadMnist(dc.mnist_dir, data::FashionMnistSplit::kTrain, mo));
+      RM_ASSIGN_OR_RETURN(d.owned_test,
+                          data::LoadMnist(dc.mnist_dir, data::FashionMnistSplit::kTest, mo));
+      break;
+    }
+    case DataConfig::Kind::kText: {
       RM_ASSIGN_OR_RETURN(d.owned_train,
                           data::LoadTextDataset(dc.text_path, config.model.gpt.context));
       break;
+    }
+    case DataConfig::Kind::kTokens: {
+      const nn::GptOptions& gpt = config.model.gpt;
+      RM_ASSIGN_OR_RETURN(d.owned_train,
+                          data::LoadTokenDataset(dc.tokens_train_path, gpt.context, gpt.vocab));
+      if (!dc.tokens_validation_path.empty()) {
+        RM_ASSIGN_OR_RETURN(d.owned_test, data::LoadTokenDataset(dc.tokens_validation_path,
+                                                                 gpt.context, gpt.vocab));
+      }
+      break;
+    }
   }
   d.train = d.owned_train.get();
   d.test = d.owned_test.get();
@@ -58,10 +78,12 @@ data::DatasetInfo DescribeJobData(const TrainConfig& config) {
   data::DatasetInfo shape;
   switch (config.data.kind) {
     case DataConfig::Kind::kFashionMnist:
+    case DataConfig::Kind::kMnist:
       shape.feature_dim = data::kFashionMnistRows * data::kFashionMnistCols;
       shape.num_classes = data::kFashionMnistClasses;
       break;
     case DataConfig::Kind::kText:
+    case DataConfig::Kind::kTokens:
       shape.context = config.model.gpt.context;
       shape.vocab_size = config.model.gpt.vocab;
       break;

@@ -109,6 +109,10 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
   absl::StrAppend(&line, " elapsed ", ShortDuration(elapsed), " eta ", ShortDuration(eta));
   if (l.loss_scale) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", *l.loss_scale));
   if (l.test_accuracy) absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", *l.test_accuracy));
+  if (l.test_perplexity) {
+    absl::StrAppend(&line, absl::StrFormat(" val_loss %.4f val_perplexity %.3f", *l.test_loss,
+                                           *l.test_perplexity));
+  }
   Say(line);
   if (metrics_.is_open()) {
     // One line of JSON (train/result.proto): a value that is not finite is left out.
@@ -127,6 +131,7 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
     record.set_skipped_steps(static_cast<int32_t>(l.skipped_steps));
     if (l.test_accuracy) record.set_test_accuracy(*l.test_accuracy);
     if (l.test_loss) record.set_test_loss(*l.test_loss);
+    if (l.test_perplexity) record.set_test_perplexity(*l.test_perplexity);
     metrics_ << ToJsonLine(record) << "\n";
     metrics_.flush();
   }

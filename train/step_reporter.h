@@ -41,8 +41,9 @@ struct StepLine {
   double local_grad_norm = 0;
   std::optional<double> loss_scale;  // fp16
   int64_t skipped_steps = 0;
-  // At an epoch end with an evaluation.
-  std::optional<double> test_accuracy, test_loss;
+  // After an evaluation (an epoch end, data.eval_every_steps): a classifier's accuracy, or a
+  // language model's perplexity; the loss of both.
+  std::optional<double> test_accuracy, test_loss, test_perplexity;
 };
 
 class StepReporter {

@@ -217,7 +217,13 @@ struct Trainer::State {
   absl::Status BuildSchedule();
   void SayStart() const;
   absl::Status RestoreAndCheckpoint();
-  absl::Status Evaluate();
+  // Evaluates on data.test (when there is one) after `done` steps: result.eval_*.
+  absl::Status Evaluate(int64_t done);
+  // The samples of data.test an evaluation reads (data.eval_samples, or all).
+  int64_t EvaluatedSamples() const {
+    const int64_t size = data.test->size();
+    return config.data.eval_samples > 0 ? std::min(config.data.eval_samples, size) : size;
+  }
   absl::Status ForwardBackward(const data::GlobalBatch& gb, bool measure, double stats[3]);
   absl::StatusOr<bool> Update(int64_t step, GradNorm& norm);
   absl::Status AfterStep(const data::GlobalBatch& gb, const double stats[3], bool applied,
@@ -421,6 +427,16 @@ void Trainer::State::SayStart() const {
                    total_steps, " steps (", steps_per_epoch, " per epoch); ",
                    PrecisionName(config.precision), "; ", strategy->Describe(), "; ", threads,
                    " BLAS thread(s) per rank"));
+  if (data.test != nullptr && (config.data.eval_every_steps > 0 || data.test->info().context > 0)) {
+    Say(absl::StrCat("evaluation: ", data.test->info().name, ", ", EvaluatedSamples(), " of its ",
+                     data.test->size(), " samples",
+                     config.data.eval_every_steps > 0
+                         ? absl::StrCat(" every ", config.data.eval_every_steps, " steps")
+                         : "",
+                     config.data.eval_every_epoch ? ", after every data epoch" : "",
+                     " and after the last step",
+                     data.test->info().context > 0 ? " (loss and perplexity)" : ""));
+  }
   if (!BlasNote().empty()) Say(BlasNote());
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
@@ -549,29 +565,33 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::State::Evaluate() {
+absl::Status Trainer::State::Evaluate(int64_t done) {
   if (data.test == nullptr) return absl::OkStatus();
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
-  const int64_t eval_batch = std::max<int64_t>(256, plan.max_micro_batch);
+  const int64_t eval_batch = EvaluationBatchSamples(config, plan);
+  // data.eval_samples: n samples spread evenly over the data set (sample floor(i size / n)).
+  const int64_t size = data.test->size();
+  const int64_t n = EvaluatedSamples();
   // Under a mesh the ranks of a data-parallel replica evaluate its share together (the loss
   // on its last stage's ranks); without one dp is the whole job.
   const std::vector<data::Range> mine =
-      data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, groups.dp_rank);
+      data::EvaluationBatches(n, eval_batch, groups.dp_size, groups.dp_rank);
   ParameterStore* store = strategy->store();
   // With a store the ranks gather units together: every rank runs as many batches as the
   // rank with the most, the extra ones on a stand-in sample whose result is dropped.
   size_t batches = mine.size();
   if (store != nullptr) {
     for (int r = 0; r < groups.dp_size; ++r) {
-      batches = std::max(
-          batches,
-          data::EvaluationBatches(data.test->size(), eval_batch, groups.dp_size, r).size());
+      batches = std::max(batches, data::EvaluationBatches(n, eval_batch, groups.dp_size, r).size());
     }
   }
   RM_RETURN_IF_ERROR(view->Pull(HostView::What::kParams));
   for (size_t i = 0; i < batches; ++i) {
     const bool real = i < mine.size();
-    const std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
+    std::vector<int64_t> idx = real ? data::RangeIndices(mine[i]) : std::vector<int64_t>{0};
+    if (n < size) {
+      for (int64_t& k : idx) k = k * size / n;
+    }
     RM_RETURN_IF_ERROR(data.test->Gather(idx, &batch));
     absl::StatusOr<StepStats> s;
     if (pipeline != nullptr) {
@@ -594,6 +614,9 @@ absl::Status Trainer::State::Evaluate() {
       hcomm->AllReduce(stats, stats, 3, DataType::kFloat64, comm::ReduceOp::kSum, Deadline()));
   result.set_eval_loss(stats[0] / std::max(1.0, stats[1]));
   result.set_eval_accuracy(stats[2] / std::max(1.0, stats[1]));
+  // A language model's perplexity: exp of the mean loss per token.
+  if (data.test->info().context > 0) result.set_eval_perplexity(std::exp(result.eval_loss()));
+  result.set_eval_step(static_cast<int32_t>(done));
   return absl::OkStatus();
 }
 
@@ -756,8 +779,12 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
                                              result.final_loss(), done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
-  if (epoch_end && config.data.eval_every_epoch) RM_RETURN_IF_ERROR(Evaluate());
-  if (reporter->Logged(step) || epoch_end) {
+  // data.eval_every_steps, and after the last step when it is set.
+  const bool eval_due =
+      config.data.eval_every_steps > 0 && (done % config.data.eval_every_steps == 0 || last_step);
+  const bool evaluated = (epoch_end && config.data.eval_every_epoch) || eval_due;
+  if (evaluated) RM_RETURN_IF_ERROR(Evaluate(done));
+  if (reporter->Logged(step) || epoch_end || eval_due) {
     StepLine line;
     line.step = done;
     line.epoch = gb.start.epoch;
@@ -767,9 +794,13 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
     line.local_grad_norm = strategy->last_step().local_grad_norm;
     if (scaler) line.loss_scale = scaler->scale();
     line.skipped_steps = result.skipped_steps();
-    if (epoch_end && result.has_eval_accuracy()) {
-      line.test_accuracy = result.eval_accuracy();
+    if (evaluated && result.has_eval_accuracy()) {
       line.test_loss = result.eval_loss();
+      if (result.has_eval_perplexity()) {
+        line.test_perplexity = result.eval_perplexity();
+      } else {
+        line.test_accuracy = result.eval_accuracy();
+      }
     }
     reporter->Log(line, strategy->last_step());
   }
@@ -807,7 +838,15 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
     result.set_checkpoint_failures(static_cast<int32_t>(totals.failed));
     result.set_checkpoints_skipped(static_cast<int32_t>(totals.skipped));
   }
-  if (!result.has_eval_accuracy() && data.test != nullptr) RM_RETURN_IF_ERROR(Evaluate());
+  // The last evaluation is of the final parameters with data.eval_every_steps or for a
+  // language model (a drained run evaluates where it stopped); a classifier keeps its last
+  // epoch's.
+  const bool stale = data.test != nullptr &&
+                     (config.data.eval_every_steps > 0 || data.test->info().context > 0) &&
+                     result.eval_step() != step;
+  if ((!result.has_eval_accuracy() || stale) && data.test != nullptr) {
+    RM_RETURN_IF_ERROR(Evaluate(step));
+  }
   const double secs = std::max(1e-9, absl::ToDoubleSeconds(reporter->elapsed()));
   result.set_elapsed_seconds(secs);
   result.set_comm_seconds(absl::ToDoubleSeconds(comm_time));

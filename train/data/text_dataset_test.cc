@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "train/data/test_files.h"
+#include "train/data/token_file.h"
 
 namespace ringmaster::train::data {
 namespace {
@@ -94,6 +95,60 @@ TEST(TextDatasetTest, ContextMustBePositive) {
   auto data = TextDataset::Create("synthetic", "abc", 0);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << data.status();
   EXPECT_THAT(data.status().message(), HasSubstr("context 0"));
+}
+
+// Token files are cut exactly as text: the same windows over the same sequence.
+TEST(TokenDatasetTest, WindowsMatchTheTextPath) {
+  const std::string text = "the quick brown fox jumps";
+  std::vector<int32_t> ids(text.begin(), text.end());
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/fox.bin");
+  ASSERT_TRUE(WriteTokenFile(path, ids).ok());
+  auto tokens = LoadTokenDataset(path, 4, 256);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  auto bytes = TextDataset::Create("fox", text, 4);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ((*tokens)->size(), (*bytes)->size());
+  EXPECT_EQ((*tokens)->info().context, 4);
+  EXPECT_EQ((*tokens)->info().vocab_size, 256);
+  EXPECT_EQ((*tokens)->info().name, path);
+  std::vector<int64_t> all;
+  for (int64_t i = (*bytes)->size() - 1; i >= 0; --i) all.push_back(i);
+  Batch a, b;
+  ASSERT_TRUE((*tokens)->Gather(all, &a).ok());
+  ASSERT_TRUE((*bytes)->Gather(all, &b).ok());
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.context, 4);
+}
+
+TEST(TokenDatasetTest, IdsAboveTheBytesReachTheBatch) {
+  auto data = TokenDataset::Create("gpt2", {50256, 464, 2068, 7586}, 3, 50257);
+  ASSERT_TRUE(data.ok()) << data.status();
+  Batch batch;
+  ASSERT_TRUE((*data)->Gather(std::vector<int64_t>{0}, &batch).ok());
+  EXPECT_EQ(batch.tokens, (std::vector<int32_t>{50256, 464, 2068, 7586}));
+}
+
+TEST(TokenDatasetTest, VocabularyMismatchNamesTheFile) {
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/gpt2.bin");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<int32_t>{50256, 464, 2068, 7586, 11}).ok());
+  auto data = LoadTokenDataset(path, 2, 256);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << data.status();
+  EXPECT_THAT(data.status().message(), HasSubstr(path));
+  EXPECT_THAT(data.status().message(), HasSubstr("token 50256 at position 0"));
+  EXPECT_TRUE(LoadTokenDataset(path, 2, 50257).ok());
+}
+
+TEST(TokenDatasetTest, TooFewTokensAndBadFilesNameTheFile) {
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/few.bin");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<int32_t>{1, 2, 3}).ok());
+  auto data = LoadTokenDataset(path, 3, 256);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << data.status();
+  EXPECT_THAT(data.status().message(), HasSubstr(path));
+  EXPECT_THAT(data.status().message(), HasSubstr("has 3 tokens"));
+  const std::string text = WriteTestFile("not_tokens.bin", "plain text", Compression::kNone);
+  EXPECT_EQ(LoadTokenDataset(text, 3, 256).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(TokenDataset::Create("x", {1, 2}, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
