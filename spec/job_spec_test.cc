@@ -36,6 +36,8 @@ const char* const kExamples[] = {
     "examples/fashion_mnist_cnn.yaml",
     "examples/tiny_gpt.yaml",
     "examples/sotu_bytes_gpt.yaml",
+    "examples/gpt2_sotu_pretrain.yaml",
+    "examples/gpt2_sotu_finetune.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.

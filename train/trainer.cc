@@ -172,6 +172,7 @@ struct Trainer::State {
   std::vector<Batch> micro_batches;  // a pipeline step's
   int64_t first_step = 0, step = 0;
   bool finished = false;
+  bool evaluated_start = false;  // init_from's weights evaluated before the first step
   absl::Status error;  // the error that ended the run
   // The state after the last completed step, kept for TrainerOptions::resident when the
   // trainer goes, after an error too (when every rank holds all of it). `updating` is set
@@ -1035,6 +1036,18 @@ absl::Status Trainer::Step() {
 absl::Status Trainer::StepOnce() {
   State& t = *s_;
   try {
+    if (t.step == 0 && !t.evaluated_start && !t.config.init_from.empty() &&
+        t.config.data.eval_every_steps > 0 && t.data.test != nullptr) {
+      // The model the job starts from, on its validation data: what fine-tuning improves on.
+      t.evaluated_start = true;
+      RM_RETURN_IF_ERROR(t.Evaluate(0));
+      t.Say(absl::StrCat(
+          "validation at step 0 (the weights of init_from): loss ",
+          absl::SixDigits(t.result.eval_loss()),
+          t.result.has_eval_perplexity()
+              ? absl::StrCat(" perplexity ", absl::SixDigits(t.result.eval_perplexity()))
+              : absl::StrCat(" accuracy ", absl::SixDigits(t.result.eval_accuracy()))));
+    }
     const absl::Time step_start = absl::Now();
     RM_ASSIGN_OR_RETURN(data::GlobalBatch gb,
                         t.sampler->NextGlobalBatch(t.sampler_state, t.config.global_batch));

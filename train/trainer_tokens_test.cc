@@ -4,6 +4,7 @@
 // ranks; a token file the model's vocabulary cannot read is refused, naming the file.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -13,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "comm/testing/multiproc.h"
 #include "common/file_util.h"
@@ -239,6 +241,26 @@ TEST(TrainerTokensTest, EvalSamplesSpreadOverTheValidationFile) {
   EXPECT_NEAR(some.result.eval_loss(), some.independent_loss, 1e-5 * some.independent_loss);
   EXPECT_NE(some.result.eval_loss(), all.result.eval_loss());
   EXPECT_NEAR(all.result.eval_loss(), all.independent_loss, 1e-5 * all.independent_loss);
+}
+
+// Fine-tuning from another job's checkpoint (init_from) evaluates the weights it starts from
+// before its first step: the line gives the pre-trained job's final validation loss, on 2
+// ranks under ZeRO-3 as on the 1 rank that trained it; a job without init_from says nothing.
+TEST(TrainerTokensTest, TheWeightsOfInitFromAreEvaluatedAtStepZero) {
+  const std::string root = comm::testing::FreshStoreDir() + "-pretrained";
+  const LmRun pre = Train(1, {"checkpoint.dir=" + root, "checkpoint.every_steps=12"});
+  ASSERT_GT(pre.result.eval_loss(), 0);
+  const std::string want = absl::StrCat("validation at step 0 (the weights of init_from): loss ",
+                                        absl::SixDigits(pre.result.eval_loss()), " perplexity ",
+                                        absl::SixDigits(pre.result.eval_perplexity()));
+  auto said = [](const LmRun& run, const std::string& line) {
+    return std::count(run.progress.begin(), run.progress.end(), line);
+  };
+  EXPECT_EQ(said(pre, want), 0);
+  const LmRun tuned = Train(2, {"init_from=" + root + "/tokens_test", "name=tuned",
+                                "parallelism.zero_stage=3", "steps=4"});
+  EXPECT_EQ(said(tuned, want), 1) << absl::StrJoin(tuned.progress, "\n");
+  EXPECT_EQ(tuned.result.eval_step(), 4);  // the evaluations after it as before
 }
 
 TEST(TrainerTokensTest, VocabularyTheModelCannotReadNamesTheFile) {
