@@ -252,7 +252,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          StridedConv2dShape{3, 3, 5, 8, 8, 1, 2, 0},
                                          StridedConv2dShape{70, 2, 3, 4, 4, 3, 1, 1},
                                          StridedConv2dShape{1, 2, 3, 32, 32, 3, 1, 1},
-                                         StridedConv2dShape{130, 2, 2, 4, 4, 1, 2, 0}));
+                                         StridedConv2dShape{130, 2, 2, 4, 4, 1, 2, 0},
+                                         StridedConv2dShape{4, 16, 16, 4, 4, 3, 1, 1},
+                                         StridedConv2dShape{4, 8, 16, 8, 8, 3, 2, 1}));
 
 TEST(GlobalAvgPoolTest, MeansAndSpreadsBack) {
   const std::vector<float> x = RandomFloats(3 * 5, 21);
