@@ -145,6 +145,10 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
     c.kind = train::ModelConfig::Kind::kCnn;
     c.cnn_channels.assign(m.cnn().channels().begin(), m.cnn().channels().end());
     c.cnn_fc = m.cnn().fc();
+  } else if (m.has_resnet18()) {
+    c.kind = train::ModelConfig::Kind::kResnet18;
+    c.resnet18_width = m.resnet18().width();
+    c.resnet18_sync_batchnorm = m.resnet18().sync_batchnorm();
   } else if (m.has_gpt()) {
     c.kind = train::ModelConfig::Kind::kGpt;
     c.gpt.layers = m.gpt().layers();

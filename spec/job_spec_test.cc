@@ -35,6 +35,7 @@ const char* const kExamples[] = {
     "examples/fashion_mnist_mlp.yaml",
     "examples/fashion_mnist_cnn.yaml",
     "examples/tiny_gpt.yaml",
+    "examples/fashion_mnist_resnet18.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.
