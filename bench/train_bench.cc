@@ -285,6 +285,10 @@ absl::Status FlagError(absl::string_view flag, absl::string_view problem) {
 }
 
 std::string DescribeModel(const TrainConfig& config) {
+  if (config.resnet) {
+    return absl::StrCat("resnet18-w", config.resnet->width,
+                        config.resnet->sync_batchnorm ? "-syncbn" : "");
+  }
   if (!config.gpt) return DescribeMlp(config.hidden);
   const GptShape& g = *config.gpt;
   return absl::StrCat("gpt-", g.layers, "x", g.width, "-", g.heads, "h-ctx", g.context);
@@ -341,9 +345,11 @@ std::string GptGoalLine(const GptGoal& goal) {
                                         goal.ours_parameters, goal.torch_parameters));
   }
   const double ratio = goal.ours_tokens_per_second / goal.torch_tokens_per_second;
-  return absl::StrCat(what, ratio >= goal.target ? "PASS" : "MISS",
-                      absl::StrFormat(" (%.2fx: %.0f vs %.0f tokens/s)", ratio,
-                                      goal.ours_tokens_per_second, goal.torch_tokens_per_second));
+  return absl::StrCat(
+      what, ratio >= goal.target ? "PASS" : "MISS",
+      absl::StrFormat(" (%.2fx: %.*f vs %.*f %s)", ratio, goal.ours_tokens_per_second < 100 ? 2 : 0,
+                      goal.ours_tokens_per_second, goal.torch_tokens_per_second < 100 ? 2 : 0,
+                      goal.torch_tokens_per_second, goal.unit));
 }
 
 int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
@@ -408,6 +414,12 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
          absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
          absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
          absl::StrCat("optimizer.clip_grad_norm=", kGptClipGradNorm)});
+  } else if (config.resnet) {
+    job.overrides.insert(job.overrides.end(),
+                         {absl::StrCat("model.resnet18.width=", config.resnet->width),
+                          absl::StrCat("model.resnet18.sync_batchnorm=",
+                                       config.resnet->sync_batchnorm ? "true" : "false"),
+                          absl::StrCat("data.fashion_mnist.dir=", options.data_dir)});
   } else {
     job.overrides.insert(
         job.overrides.end(),
@@ -427,16 +439,27 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
   return run;
 }
 
+namespace {
+
+// The peer script of a run: the GPT's, the ResNet's or the MLP's.
+const std::string& TorchScript(const TorchOptions& options, const TrainConfig& config) {
+  return config.gpt ? options.gpt_script : config.resnet ? options.resnet_script : options.script;
+}
+
+}  // namespace
+
 std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainConfig& config,
                                       const std::string& dir) {
-  std::vector<std::string> argv = {config.gpt ? options.gpt_script : options.script,
-                                   absl::StrCat("--world=", config.world),
-                                   absl::StrCat("--batch=", config.batch_per_rank),
-                                   absl::StrCat("--steps=", config.steps),
-                                   absl::StrCat("--log_every=", config.log_every),
-                                   absl::StrCat("--threads=", config.threads),
-                                   absl::StrCat("--lr=", config.lr)};
-  if (config.gpt) {
+  std::vector<std::string> argv = {TorchScript(options, config)};
+  if (config.resnet) argv.push_back("train");
+  argv.insert(
+      argv.end(),
+      {absl::StrCat("--world=", config.world), absl::StrCat("--batch=", config.batch_per_rank),
+       absl::StrCat("--steps=", config.steps), absl::StrCat("--log_every=", config.log_every),
+       absl::StrCat("--threads=", config.threads), absl::StrCat("--lr=", config.lr)});
+  if (config.resnet) {
+    argv.push_back(absl::StrCat("--width=", config.resnet->width));
+  } else if (config.gpt) {
     const GptShape& g = *config.gpt;
     argv.insert(
         argv.end(),
@@ -454,7 +477,7 @@ std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainCo
 }
 
 absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config) {
-  const std::string& script = config.gpt ? options.gpt_script : options.script;
+  const std::string& script = TorchScript(options, config);
   if (access(script.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the PyTorch peer script is not at ", script,

@@ -12,8 +12,12 @@ channel repeated to 3.
       when some ReLU input lies within 5e-6 of 0 (fp32 rounding may put it on the other side
       of the kink: the caller should dump another batch).
   torch_resnet.py train --world N --threads T --store F --metrics M [--batch B] [--steps S]
-      trains (SGD with momentum) on random images, plain at world 1, DDP over gloo beyond,
-      writing windows to --metrics as torch_ddp.py does (see its doc for the environment).
+      trains (SGD with momentum) on random images, plain at world 1, DDP over gloo beyond
+      (per-rank BatchNorm statistics, buffers broadcast from rank 0: DDP's defaults),
+      writing windows to --metrics as torch_ddp.py does (see its doc for the environment;
+      the peer line adds parameters=N, parameters and running statistics as ringmaster
+      counts them). Convolutions run through oneDNN (mkldnn), PyTorch's default on the CPU;
+      --mkldnn off runs its own im2col convolution over the BLAS.
 
 Exit status 5 when PyTorch is not installed (install it: apt-get install -y python3-torch).
 """
@@ -171,9 +175,12 @@ def train(rank, args):
     global_batch = args.batch * args.world
     metrics = None
     if rank == 0:
+        # Parameters and running statistics: what ringmaster's tensor table holds.
+        count = sum(p.numel() for p in model.parameters()) + sum(
+            b.numel() for n, b in model.named_buffers() if "running" in n)
         metrics = torch_ddp.open_metrics(
             torch, args, f"model=resnet18 width={args.width} mkldnn={args.mkldnn} "
-            f"world={args.world}", program="torch_resnet")
+            f"world={args.world} parameters={count}", program="torch_resnet")
 
     def step(_):
         optimizer.zero_grad(set_to_none=True)
