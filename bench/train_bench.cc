@@ -419,7 +419,9 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
                          {absl::StrCat("model.resnet18.width=", config.resnet->width),
                           absl::StrCat("model.resnet18.sync_batchnorm=",
                                        config.resnet->sync_batchnorm ? "true" : "false"),
-                          absl::StrCat("data.fashion_mnist.dir=", options.data_dir)});
+                          absl::StrCat("data.fashion_mnist.dir=", options.resnet_data_dir.empty()
+                                                                      ? options.data_dir
+                                                                      : options.resnet_data_dir)});
   } else {
     job.overrides.insert(
         job.overrides.end(),
@@ -427,6 +429,35 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
          absl::StrCat("data.fashion_mnist.dir=", options.data_dir)});
   }
   return job;
+}
+
+absl::StatusOr<std::string> MakeShortTestSplitDir(const std::string& data_dir,
+                                                  const std::string& work_dir, int test_images) {
+  RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(work_dir, "short-test-split"));
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+    const std::string target = absl::StrCat(data_dir, "/", name);
+    if (symlink(target.c_str(), absl::StrCat(dir, "/", name).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot link ", target, " into ", dir));
+    }
+  }
+  // IDX: magic, then the dimensions, big-endian; then the bytes.
+  auto header = [](uint32_t magic, std::vector<uint32_t> dims) {
+    std::string h;
+    dims.insert(dims.begin(), magic);
+    for (uint32_t v : dims) {
+      for (int shift = 24; shift >= 0; shift -= 8) h.push_back(static_cast<char>(v >> shift));
+    }
+    return h;
+  };
+  const uint32_t n = static_cast<uint32_t>(test_images);
+  RM_RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/t10k-images-idx3-ubyte.gz",
+      header(0x803, {n, 28, 28}) + std::string(static_cast<size_t>(n) * 784, '\0'),
+      {.durable = false}));
+  RM_RETURN_IF_ERROR(WriteFileAtomically(dir + "/t10k-labels-idx1-ubyte.gz",
+                                         header(0x801, {n}) + std::string(n, '\0'),
+                                         {.durable = false}));
+  return dir;
 }
 
 absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,

@@ -782,6 +782,15 @@ int Main() {
   bench.torch.work_dir = work_dir;
   bench.torch.timeout = timeout;
 
+  if (!bench.Section("resnet").empty()) {
+    absl::StatusOr<std::string> images =
+        MakeShortTestSplitDir(bench.ringmaster.data_dir, work_dir, 64);
+    if (!images.ok()) {
+      fprintf(stderr, "%s: %s\n", kProgram, images.status().ToString().c_str());
+      return 1;
+    }
+    bench.ringmaster.resnet_data_dir = *images;
+  }
   KillRunsOnSignals();
   const double load_start = LoadAverage();
   printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, bench.cores,

@@ -1,13 +1,17 @@
 #include "bench/train_bench.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 
@@ -331,6 +335,24 @@ TEST(TorchCommand, TheResnetPeerTrainsTheSameWidth) {
   for (const char* arg : {"--world=4", "--batch=3", "--width=16", "--store=/d/store"}) {
     EXPECT_TRUE(absl::StrContains(line, arg)) << arg << " not in " << line;
   }
+}
+
+TEST(MakeShortTestSplitDir, LinksTheTrainingSplitAndWritesSmallTestFiles) {
+  const std::string work = absl::StrCat(std::getenv("TEST_TMPDIR"), "/short");
+  ASSERT_EQ(mkdir(work.c_str(), 0755), 0);
+  absl::StatusOr<std::string> dir = MakeShortTestSplitDir("/the/data", work, 3);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  char target[64] = {};
+  ASSERT_GT(readlink((*dir + "/train-images-idx3-ubyte.gz").c_str(), target, sizeof(target) - 1),
+            0);
+  EXPECT_EQ(std::string(target), "/the/data/train-images-idx3-ubyte.gz");
+  absl::StatusOr<std::string> images = ReadFile(*dir + "/t10k-images-idx3-ubyte.gz");
+  ASSERT_TRUE(images.ok()) << images.status();
+  ASSERT_EQ(images->size(), 16u + 3 * 784);
+  EXPECT_EQ(images->substr(0, 16), std::string("\0\0\x08\x03\0\0\0\x03\0\0\0\x1c\0\0\0\x1c", 16));
+  absl::StatusOr<std::string> labels = ReadFile(*dir + "/t10k-labels-idx1-ubyte.gz");
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(*labels, std::string("\0\0\x08\x01\0\0\0\x03\0\0\0", 11));
 }
 
 TEST(DescribeModel, MlpOrGptWithoutCommas) {

@@ -19,6 +19,7 @@ using kernels::OutputMode;
 
 constexpr int64_t kSide = 32;  // the network's input images
 constexpr int64_t kChannels = 3;
+constexpr int64_t kEvaluationPiece = 32;  // samples per evaluation forward
 
 void Add(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
@@ -238,13 +239,13 @@ absl::Status ResNet18::CheckBatch(const Batch& batch, bool allow_empty) const {
                               options_.classes);
 }
 
-void ResNet18::PrepareInput(const Batch& batch) {
-  const int64_t n = batch.size, side = options_.image_side, offset = (kSide - side) / 2;
+void ResNet18::PrepareInput(const float* features, int64_t n) {
+  const int64_t side = options_.image_side, offset = (kSide - side) / 2;
   const int64_t plane = kSide * kSide;
   float* x = input_.Reserve(std::max<int64_t>(1, n) * kChannels * plane);
   std::memset(x, 0, n * kChannels * plane * sizeof(float));
   for (int64_t i = 0; i < n; ++i) {
-    const float* image = batch.features.data() + i * side * side;
+    const float* image = features + i * side * side;
     float* first = x + i * kChannels * plane;
     for (int64_t y = 0; y < side; ++y) {
       std::memcpy(first + (y + offset) * kSide + offset, image + y * side, side * sizeof(float));
@@ -367,7 +368,7 @@ absl::StatusOr<StepStats> ResNet18::ForwardBackward(const Batch& batch,
     if (options.on_grads_ready) options.on_grads_ready(0);
     return StepStats{};
   }
-  PrepareInput(batch);
+  PrepareInput(batch.features.data(), n);
   RM_RETURN_IF_ERROR(Forward(params.data(), n, /*training=*/true, options.sum_across_replicas));
   StepStats stats;
   float* dlogits = work_[2].Reserve(std::max<int64_t>(1, n) * largest_activation_);
@@ -387,9 +388,18 @@ absl::StatusOr<StepStats> ResNet18::Evaluate(const Batch& batch, const state::Fl
     return absl::InvalidArgumentError(
         "model.resnet18 evaluates in fp32 with whole flat buffers only (precision, store)");
   }
-  PrepareInput(batch);
-  RM_RETURN_IF_ERROR(Forward(params.data(), batch.size, /*training=*/false, nullptr));
-  return loss_.Forward(logits_.data(), batch.labels.data(), batch.size);
+  // In pieces, so that a large evaluation batch does not grow every activation buffer.
+  StepStats stats;
+  for (int64_t first = 0; first < batch.size; first += kEvaluationPiece) {
+    const int64_t n = std::min(kEvaluationPiece, batch.size - first);
+    PrepareInput(batch.features.data() + first * batch.feature_dim, n);
+    RM_RETURN_IF_ERROR(Forward(params.data(), n, /*training=*/false, nullptr));
+    const StepStats piece = loss_.Forward(logits_.data(), batch.labels.data() + first, n);
+    stats.loss_sum += piece.loss_sum;
+    stats.loss_terms += piece.loss_terms;
+    stats.correct += piece.correct;
+  }
+  return stats;
 }
 
 }  // namespace ringmaster::train::nn

@@ -76,7 +76,7 @@ class ResNet18 final : public Model {
                                             state::FlatBuffer& grads,
                                             const ForwardBackwardOptions& options) override;
   using Model::Evaluate;
-  // Normalises by the running statistics in `params`.
+  // Normalises by the running statistics in `params`; runs 32 samples at a time.
   absl::StatusOr<StepStats> Evaluate(const Batch& batch, const state::FlatBuffer& params,
                                      Precision precision, ParameterStore* store) override;
   // One group per convolution, BatchNorm and the linear layer; blocks: the stem, each
@@ -84,7 +84,7 @@ class ResNet18 final : public Model {
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
   state::FlatRange buffer_range() const override { return buffers_; }
-  // The last forward's logits, [batch.size, classes] (for comparisons with other
+  // The last ForwardBackward's logits, [batch.size, classes] (for comparisons with other
   // implementations).
   const float* logits() { return logits_.data(); }
   void UpdateBuffers(absl::Span<float> params) override;
@@ -95,8 +95,8 @@ class ResNet18 final : public Model {
   explicit ResNet18(const ResNetOptions& options);
 
   absl::Status CheckBatch(const Batch& batch, bool allow_empty) const;
-  // The padded, 3-channel input of the batch into input_.
-  void PrepareInput(const Batch& batch);
+  // The padded, 3-channel input of n images into input_.
+  void PrepareInput(const float* features, int64_t n);
   // The network up to the logits, training (batch statistics) or evaluation.
   absl::Status Forward(const float* params, int64_t n, bool training, const ReplicaSum& sum);
   absl::Status Backward(const float* params, int64_t n, float* grads,

@@ -256,6 +256,33 @@ TEST(ResNet18Test, EmptyBatchTakesPartInTheSums) {
   }
 }
 
+// Evaluation normalises each sample by the running statistics alone: a batch larger than
+// one evaluation piece gives the sum of its samples evaluated one by one.
+TEST(ResNet18Test, EvaluationIsPerSample) {
+  std::unique_ptr<ResNet18> m = Make(2);
+  state::FlatBuffer p(m->table().total_elements());
+  m->Init(6, p);
+  const Batch b = RandomBatch(40, 28, 8);
+  absl::StatusOr<StepStats> all = m->Evaluate(b, p, Precision::kFloat32);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->loss_terms, 40);
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    Batch one;
+    one.size = 1;
+    one.feature_dim = b.feature_dim;
+    one.features.assign(b.features.begin() + i * 784, b.features.begin() + (i + 1) * 784);
+    one.labels = {b.labels[i]};
+    absl::StatusOr<StepStats> s = m->Evaluate(one, p, Precision::kFloat32);
+    ASSERT_TRUE(s.ok()) << s.status();
+    loss += s->loss_sum;
+    correct += s->correct;
+  }
+  EXPECT_NEAR(all->loss_sum, loss, 1e-4);
+  EXPECT_EQ(all->correct, correct);
+}
+
 TEST(ResNet18Test, RefusesWhatItCannotRun) {
   EXPECT_EQ(ResNet18::Create({28, 0, 10}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ResNet18::Create({33, 4, 10}).status().message().find("resnet18.image_side"),
