@@ -490,6 +490,7 @@ std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainCo
        absl::StrCat("--threads=", config.threads), absl::StrCat("--lr=", config.lr)});
   if (config.resnet) {
     argv.push_back(absl::StrCat("--width=", config.resnet->width));
+    argv.push_back(absl::StrCat("--mkldnn=", config.resnet->torch_onednn ? "on" : "off"));
   } else if (config.gpt) {
     const GptShape& g = *config.gpt;
     argv.insert(

@@ -77,6 +77,9 @@ struct GptShape {
 struct ResnetShape {
   int64_t width = 64;
   bool sync_batchnorm = false;  // ringmaster's model.resnet18.sync_batchnorm (PyTorch: off)
+  // PyTorch's convolutions through oneDNN (its default on the CPU); false: its own im2col
+  // over the BLAS (OpenBLAS, as ours).
+  bool torch_onednn = true;
 };
 
 // INVALID_ARGUMENT "--<flag>: <problem>".

@@ -134,6 +134,9 @@ ABSL_FLAG(int64_t, resnet_width, 64, "resnet: channels of the first stage (64: R
 ABSL_FLAG(bool, resnet_sync_batchnorm, false,
           "resnet: ringmaster's model.resnet18.sync_batchnorm (the peer keeps per-rank "
           "statistics)");
+ABSL_FLAG(bool, resnet_torch_onednn, true,
+          "resnet: PyTorch's convolutions through oneDNN (its default); false: its own im2col "
+          "convolution over OpenBLAS, the BLAS ringmaster uses");
 ABSL_FLAG(int64_t, resnet_batch, 32, "resnet: images per rank per step (global = this x world)");
 ABSL_FLAG(int64_t, resnet_steps, 10, "resnet: steps per run");
 ABSL_FLAG(int64_t, resnet_log_every, 2, "resnet: steps per timed window");
@@ -496,9 +499,11 @@ void PrintResnet(const Bench& bench, int repeats) {
   const TrainConfig& c = items.front()->row.config;
   printf(
       "\nResNet-18: width %lld, 28x28 images padded to 32x32 x 3; %lld images per rank, SGD "
-      "momentum, fp32; BatchNorm statistics %s (PyTorch: per rank)\n",
+      "momentum, fp32; BatchNorm statistics %s (PyTorch: per rank); PyTorch's convolutions "
+      "%s\n",
       static_cast<long long>(c.resnet->width), static_cast<long long>(c.batch_per_rank),
-      c.resnet->sync_batchnorm ? "synchronized" : "per rank");
+      c.resnet->sync_batchnorm ? "synchronized" : "per rank",
+      c.resnet->torch_onednn ? "through oneDNN (its default)" : "its own im2col over OpenBLAS");
   printf(
       "samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
       "steps; %lld steps a run, %d run(s) each\n",
@@ -710,8 +715,9 @@ absl::Status Plan(Bench* bench) {
     // Ours and the peer one after the other at each world size, as throughput.
     for (int world : resnet_worlds) {
       TrainConfig c = bench->Config({}, "resnet18", world, absl::GetFlag(FLAGS_resnet_steps));
-      c.resnet = ResnetShape{absl::GetFlag(FLAGS_resnet_width),
-                             absl::GetFlag(FLAGS_resnet_sync_batchnorm)};
+      c.resnet =
+          ResnetShape{absl::GetFlag(FLAGS_resnet_width), absl::GetFlag(FLAGS_resnet_sync_batchnorm),
+                      absl::GetFlag(FLAGS_resnet_torch_onednn)};
       c.batch_per_rank = absl::GetFlag(FLAGS_resnet_batch);
       c.log_every = absl::GetFlag(FLAGS_resnet_log_every);
       c.warmup_steps = absl::GetFlag(FLAGS_resnet_warmup_steps);

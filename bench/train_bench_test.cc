@@ -332,7 +332,8 @@ TEST(TorchCommand, TheResnetPeerTrainsTheSameWidth) {
   EXPECT_EQ(argv[0], "resnet.py");
   EXPECT_EQ(argv[1], "train");
   const std::string line = absl::StrJoin(argv, " ");
-  for (const char* arg : {"--world=4", "--batch=3", "--width=16", "--store=/d/store"}) {
+  for (const char* arg :
+       {"--world=4", "--batch=3", "--width=16", "--mkldnn=on", "--store=/d/store"}) {
     EXPECT_TRUE(absl::StrContains(line, arg)) << arg << " not in " << line;
   }
 }

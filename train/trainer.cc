@@ -432,6 +432,10 @@ void Trainer::State::SayStart() const {
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
   if (groups.mesh) Say(absl::StrCat("mesh: ", groups.mesh->ToString()));
+  if (SyncsBatchNorm(config) && config.overlap) {
+    Say("parallelism.overlap: off, as model.resnet18.sync_batchnorm all-reduces BatchNorm sums "
+        "during backward");
+  }
   if (config.fingerprint_every > 0 && strategy->store() != nullptr &&
       strategy->replicated_parameters() == nullptr) {
     Say("fingerprints: none compared (diagnostics.fingerprint_every): under ZeRO-3 each "
