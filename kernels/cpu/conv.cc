@@ -121,6 +121,21 @@ int64_t ImagesPerProduct(const StridedConv2dShape& s) {
   return std::clamp<int64_t>(kTargetColumns / positions, 1, std::max<int64_t>(1, s.batch));
 }
 
+// What the strided convolution's three passes share: images per product, output positions,
+// unfolded rows, floats per input and output image, and where in the scratch the products
+// (or the grouped output gradients) go, after the unfolded images.
+struct StridedGeometry {
+  StridedGeometry(const StridedConv2dShape& s, float* scratch)
+      : per(ImagesPerProduct(s)),
+        ohw(s.out_height() * s.out_width()),
+        unfolded(s.in_channels * s.kernel_size * s.kernel_size),
+        in_image(s.in_channels * s.height * s.width),
+        out_image(s.out_channels * ohw),
+        products(scratch + unfolded * per * ohw) {}
+  int64_t per, ohw, unfolded, in_image, out_image;
+  float* products;
+};
+
 // Visits every (unfolded row, image, output row) of `images` images, as ForEachUnfoldedRow
 // does for one: `visit(col_at, in_at, begin, end, kx_shift)`, where col_at is the offset in
 // the unfolded images ([C·k·k, images·OH·OW]) of the output row's segment, in_at the offset
@@ -255,10 +270,10 @@ int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
                           float* y, float* scratch) {
-  const int64_t per = ImagesPerProduct(s), ohw = s.out_height() * s.out_width();
-  const int64_t unfolded = s.in_channels * s.kernel_size * s.kernel_size;
-  const int64_t in_image = s.in_channels * s.height * s.width, out_image = s.out_channels * ohw;
-  float* products = scratch + unfolded * per * ohw;
+  const StridedGeometry g(s, scratch);
+  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
+  const int64_t in_image = g.in_image, out_image = g.out_image;
+  float* products = g.products;
   for (int64_t b = 0; b < s.batch; b += per) {
     const int64_t count = std::min(per, s.batch - b);
     StridedIm2Col(s, x + b * in_image, count, scratch);
@@ -272,10 +287,10 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
-  const int64_t per = ImagesPerProduct(s), ohw = s.out_height() * s.out_width();
-  const int64_t unfolded = s.in_channels * s.kernel_size * s.kernel_size;
-  const int64_t in_image = s.in_channels * s.height * s.width, out_image = s.out_channels * ohw;
-  float* grouped = scratch + unfolded * per * ohw;
+  const StridedGeometry g(s, scratch);
+  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
+  const int64_t in_image = g.in_image, out_image = g.out_image;
+  float* grouped = g.products;
   if (mode == OutputMode::kOverwrite) {
     std::memset(dweight, 0, s.out_channels * unfolded * sizeof(float));
   }
@@ -294,10 +309,10 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch) {
-  const int64_t per = ImagesPerProduct(s), ohw = s.out_height() * s.out_width();
-  const int64_t unfolded = s.in_channels * s.kernel_size * s.kernel_size;
-  const int64_t in_image = s.in_channels * s.height * s.width, out_image = s.out_channels * ohw;
-  float* grouped = scratch + unfolded * per * ohw;
+  const StridedGeometry g(s, scratch);
+  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
+  const int64_t in_image = g.in_image, out_image = g.out_image;
+  float* grouped = g.products;
   std::memset(dx, 0, s.batch * in_image * sizeof(float));
   for (int64_t b = 0; b < s.batch; b += per) {
     const int64_t count = std::min(per, s.batch - b);
