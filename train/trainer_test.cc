@@ -503,6 +503,11 @@ TEST(ResnetTraining, SynchronizedBatchNormResumesAtAnotherWorldSize) {
   EXPECT_EQ(tiny.steps, 4);
   ExpectCloseParameters(tiny, Train(1, {"batch.global=2"}, kResnetSpec), 1e-5, 1e-4,
                         "global batch 2 on 3 ranks");
+  // Accumulation with uneven shares (4, 3 and 3 samples in micro-batches of at most 2): every
+  // rank takes part in every micro-batch's sums, an empty one included.
+  const RunResult accumulated = Train(3, {"batch.global=10", "batch.micro_max=2"}, kResnetSpec);
+  EXPECT_EQ(accumulated.steps, 4);
+  EXPECT_TRUE(std::isfinite(accumulated.final_loss));
 }
 
 // Per-rank statistics (PyTorch DDP's default): the ranks keep rank 0's running statistics
