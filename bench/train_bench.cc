@@ -285,6 +285,10 @@ absl::Status FlagError(absl::string_view flag, absl::string_view problem) {
 }
 
 std::string DescribeModel(const TrainConfig& config) {
+  if (config.resnet) {
+    return absl::StrCat("resnet18-w", config.resnet->width,
+                        config.resnet->sync_batchnorm ? "-syncbn" : "");
+  }
   if (!config.gpt) return DescribeMlp(config.hidden);
   const GptShape& g = *config.gpt;
   return absl::StrCat(g.gpt2 ? "gpt2-" : "gpt-", g.layers, "x", g.width, "-", g.heads, "h-ctx",
@@ -342,9 +346,11 @@ std::string GptGoalLine(const GptGoal& goal) {
                                         goal.ours_parameters, goal.torch_parameters));
   }
   const double ratio = goal.ours_tokens_per_second / goal.torch_tokens_per_second;
-  return absl::StrCat(what, ratio >= goal.target ? "PASS" : "MISS",
-                      absl::StrFormat(" (%.2fx: %.0f vs %.0f tokens/s)", ratio,
-                                      goal.ours_tokens_per_second, goal.torch_tokens_per_second));
+  return absl::StrCat(
+      what, ratio >= goal.target ? "PASS" : "MISS",
+      absl::StrFormat(" (%.2fx: %.*f vs %.*f %s)", ratio, goal.ours_tokens_per_second < 100 ? 2 : 0,
+                      goal.ours_tokens_per_second, goal.torch_tokens_per_second < 100 ? 2 : 0,
+                      goal.torch_tokens_per_second, goal.unit));
 }
 
 int ThreadsPerRank(int cores, int world) { return std::max(1, cores / std::max(1, world)); }
@@ -410,6 +416,14 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
          absl::StrCat("optimizer.adamw.beta2=", kGptBeta2),
          absl::StrCat("optimizer.weight_decay=", kGptWeightDecay),
          absl::StrCat("optimizer.clip_grad_norm=", kGptClipGradNorm)});
+  } else if (config.resnet) {
+    job.overrides.insert(job.overrides.end(),
+                         {absl::StrCat("model.resnet18.width=", config.resnet->width),
+                          absl::StrCat("model.resnet18.sync_batchnorm=",
+                                       config.resnet->sync_batchnorm ? "true" : "false"),
+                          absl::StrCat("data.fashion_mnist.dir=", options.resnet_data_dir.empty()
+                                                                      ? options.data_dir
+                                                                      : options.resnet_data_dir)});
   } else {
     job.overrides.insert(
         job.overrides.end(),
@@ -417,6 +431,35 @@ LocalJobOptions RingmasterJob(const RingmasterOptions& options, const TrainConfi
          absl::StrCat("data.fashion_mnist.dir=", options.data_dir)});
   }
   return job;
+}
+
+absl::StatusOr<std::string> MakeShortTestSplitDir(const std::string& data_dir,
+                                                  const std::string& work_dir, int test_images) {
+  RM_ASSIGN_OR_RETURN(std::string dir, MakeRunDir(work_dir, "short-test-split"));
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+    const std::string target = absl::StrCat(data_dir, "/", name);
+    if (symlink(target.c_str(), absl::StrCat(dir, "/", name).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot link ", target, " into ", dir));
+    }
+  }
+  // IDX: magic, then the dimensions, big-endian; then the bytes.
+  auto header = [](uint32_t magic, std::vector<uint32_t> dims) {
+    std::string h;
+    dims.insert(dims.begin(), magic);
+    for (uint32_t v : dims) {
+      for (int shift = 24; shift >= 0; shift -= 8) h.push_back(static_cast<char>(v >> shift));
+    }
+    return h;
+  };
+  const uint32_t n = static_cast<uint32_t>(test_images);
+  RM_RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/t10k-images-idx3-ubyte.gz",
+      header(0x803, {n, 28, 28}) + std::string(static_cast<size_t>(n) * 784, '\0'),
+      {.durable = false}));
+  RM_RETURN_IF_ERROR(WriteFileAtomically(dir + "/t10k-labels-idx1-ubyte.gz",
+                                         header(0x801, {n}) + std::string(n, '\0'),
+                                         {.durable = false}));
+  return dir;
 }
 
 absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
@@ -429,16 +472,28 @@ absl::StatusOr<RingmasterRun> RunRingmaster(const RingmasterOptions& options,
   return run;
 }
 
+namespace {
+
+// The peer script of a run: the GPT's, the ResNet's or the MLP's.
+const std::string& TorchScript(const TorchOptions& options, const TrainConfig& config) {
+  return config.gpt ? options.gpt_script : config.resnet ? options.resnet_script : options.script;
+}
+
+}  // namespace
+
 std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainConfig& config,
                                       const std::string& dir) {
-  std::vector<std::string> argv = {config.gpt ? options.gpt_script : options.script,
-                                   absl::StrCat("--world=", config.world),
-                                   absl::StrCat("--batch=", config.batch_per_rank),
-                                   absl::StrCat("--steps=", config.steps),
-                                   absl::StrCat("--log_every=", config.log_every),
-                                   absl::StrCat("--threads=", config.threads),
-                                   absl::StrCat("--lr=", config.lr)};
-  if (config.gpt) {
+  std::vector<std::string> argv = {TorchScript(options, config)};
+  if (config.resnet) argv.push_back("train");
+  argv.insert(
+      argv.end(),
+      {absl::StrCat("--world=", config.world), absl::StrCat("--batch=", config.batch_per_rank),
+       absl::StrCat("--steps=", config.steps), absl::StrCat("--log_every=", config.log_every),
+       absl::StrCat("--threads=", config.threads), absl::StrCat("--lr=", config.lr)});
+  if (config.resnet) {
+    argv.push_back(absl::StrCat("--width=", config.resnet->width));
+    argv.push_back(absl::StrCat("--mkldnn=", config.resnet->torch_onednn ? "on" : "off"));
+  } else if (config.gpt) {
     const GptShape& g = *config.gpt;
     argv.insert(
         argv.end(),
@@ -457,7 +512,7 @@ std::vector<std::string> TorchCommand(const TorchOptions& options, const TrainCo
 }
 
 absl::StatusOr<TorchRun> RunTorch(const TorchOptions& options, const TrainConfig& config) {
-  const std::string& script = config.gpt ? options.gpt_script : options.script;
+  const std::string& script = TorchScript(options, config);
   if (access(script.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the PyTorch peer script is not at ", script,

@@ -75,6 +75,16 @@ struct GptShape {
   bool gpt2 = false;
 };
 
+// ResNet-18 of train/nn/resnet.h on 28x28 images (the resnet section; bench/peers/
+// torch_resnet.py mirrors it, on random images of the same shape).
+struct ResnetShape {
+  int64_t width = 64;
+  bool sync_batchnorm = false;  // ringmaster's model.resnet18.sync_batchnorm (PyTorch: off)
+  // PyTorch's convolutions through oneDNN (its default on the CPU); false: its own im2col
+  // over the BLAS (OpenBLAS, as ours).
+  bool torch_onednn = true;
+};
+
 // INVALID_ARGUMENT "--<flag>: <problem>".
 absl::Status FlagError(absl::string_view flag, absl::string_view problem);
 
@@ -94,6 +104,9 @@ struct TrainConfig {
   // clipped to norm 1, constant `lr`) on batch_per_rank sequences of `context` tokens per
   // rank, instead of the MLP (`hidden` unused).
   std::optional<GptShape> gpt;
+  // Set: the run trains this ResNet-18 with SGD (momentum 0.9, constant `lr`) on
+  // batch_per_rank images per rank, instead of the MLP.
+  std::optional<ResnetShape> resnet;
   int world = 1;                 // local ranks (processes)
   int threads = 1;               // BLAS (and torch) threads per rank
   int64_t batch_per_rank = 128;  // global batch = batch_per_rank x world
@@ -108,8 +121,9 @@ struct TrainConfig {
 // "784-512-512-10".
 std::string DescribeMlp(const std::vector<int64_t>& hidden);
 
-// The model of a run (no commas: a CSV field): DescribeMlp(config.hidden), or for the GPT
-// "gpt-6x256-4h-ctx256" (layers x width, heads, context; "gpt2-..." for GptShape::gpt2).
+// The model of a run (no commas: a CSV field): DescribeMlp(config.hidden), for the GPT
+// "gpt-6x256-4h-ctx256" (layers x width, heads, context; "gpt2-..." for GptShape::gpt2), for
+// ResNet-18 "resnet18-w64" ("-syncbn" added with synchronized BatchNorm).
 std::string DescribeModel(const TrainConfig& config);
 
 // max(1, cores / world): the per-rank thread count both sides use.
@@ -118,6 +132,8 @@ int ThreadsPerRank(int cores, int world);
 struct RingmasterOptions {
   std::string ringctl;   // path of the ringctl binary (ringtrainer next to it)
   std::string data_dir;  // Fashion-MNIST IDX files
+  // The resnet section's images (MakeShortTestSplitDir); empty: data_dir.
+  std::string resnet_data_dir;
   std::string work_dir;  // each run gets a fresh subdirectory here
   absl::Duration timeout = absl::Minutes(5);
 };
@@ -169,6 +185,7 @@ struct TorchOptions {
   std::string python = "/usr/bin/python3";
   std::string script;      // bench/peers/torch_ddp.py (the MLP)
   std::string gpt_script;  // bench/peers/torch_gpt.py (TrainConfig::gpt)
+  std::string resnet_script;  // bench/peers/torch_resnet.py (TrainConfig::resnet)
   std::string blas_dir = "/usr/lib/x86_64-linux-gnu/openblas-pthread";  // LD_LIBRARY_PATH
   std::string data = "fashion_mnist";                                   // or "random"
   std::string data_dir;
@@ -179,7 +196,7 @@ struct TorchOptions {
 struct TorchRun {
   std::vector<TrainWindow> windows;  // rank 0's records
   std::string peer_line;             // what the peer printed about itself: torch, BLAS, threads
-  double parameters = -1;            // the GPT peer's "parameters=N"; -1: not printed
+  double parameters = -1;            // the GPT's or ResNet's peer's "parameters=N"; -1: not printed
 };
 
 // The peer's command line for `config` (its script, then its flags), writing into `dir`.
@@ -216,6 +233,14 @@ struct ProcessResult {
 // or dies by a signal.
 absl::StatusOr<ProcessResult> RunProcess(const ProcessOptions& options);
 
+// A directory under `work_dir` with data_dir's training split (symbolic links) and a test
+// split of `test_images` blank images (plain IDX under the .gz names, which the loader
+// reads): the trainer evaluates once at the end, which on Fashion-MNIST's 10,000 test
+// images would take a ResNet-18 on two cores minutes that the throughput does not count.
+// INTERNAL when it cannot be made.
+absl::StatusOr<std::string> MakeShortTestSplitDir(const std::string& data_dir,
+                                                  const std::string& work_dir, int test_images);
+
 // A fresh directory <work_dir>/<name>-XXXXXX for one run. INTERNAL when it cannot be made.
 absl::StatusOr<std::string> MakeRunDir(const std::string& work_dir, const std::string& name);
 
@@ -238,8 +263,9 @@ struct BenchRow {
   double load_max = -1;  // its runs
 };
 
-// The gpt section's goal at one world size (issue 20): ours at least `target` x PyTorch in
-// tokens/s, e.g. "goal: >= 2x PyTorch DDP at world 2: PASS (2.31x: 4,100 vs 1,775 tokens/s)".
+// The gpt (issue 20) and resnet (issue 21) sections' goal at one world size: ours at least
+// `target` x PyTorch in `unit`, e.g. "goal: >= 2x PyTorch DDP at world 2: PASS (2.31x: 4,100
+// vs 1,775 tokens/s)".
 // "PyTorch" at world 1, "PyTorch DDP" above. Not checked, and says why, when a side was not
 // measured (tokens/s <= 0) or the two sides' parameter counts differ (not the same model).
 struct GptGoal {
@@ -249,6 +275,7 @@ struct GptGoal {
   double torch_tokens_per_second = -1;
   double ours_parameters = -1;
   double torch_parameters = -1;
+  std::string unit = "tokens/s";
 };
 std::string GptGoalLine(const GptGoal& goal);
 

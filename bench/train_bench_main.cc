@@ -1,7 +1,7 @@
 // trainbench: training throughput of ringmaster against PyTorch on this machine, and the
 // effect of overlapping the gradient all-reduce with backward.
 //
-//   trainbench [--sections throughput,overlap,gpt,parallel] [--worlds 1,2,4]
+//   trainbench [--sections throughput,overlap,gpt,parallel,resnet] [--worlds 1,2,4]
 //       [--overlap_worlds 2,4] [--bucket_mb 0.25,1,25] [--steps 200] [--deep_steps 80]
 //       [--gpt_worlds 1,2] [--gpt_layers 6 --gpt_width 256 --gpt_heads 4 --gpt_context 256
 //        --gpt_batch 8 --gpt_steps 30] [--parallel_world 4 --parallel_layouts dp,tp2,...]
@@ -33,6 +33,14 @@
 //   the largest rank's memory, bytes sent per rank per step by group, block parameters per
 //   rank, the measured bubble beside the schedule's formula; and the goal line "TP2's block
 //   parameters per rank half of TP1's (+-2 %)".
+// resnet (issue 21; not in the default --sections): ResNet-18 (train/nn/resnet.h, width
+//   --resnet_width, fp32, SGD with momentum) at each --resnet_worlds size: ringmaster on
+//   Fashion-MNIST, then PyTorch (bench/peers/torch_resnet.py: the same network in eager
+//   PyTorch on random images of the same shape, world 1 plain, more ranks DDP over Gloo,
+//   convolutions through oneDNN as PyTorch does by default), cores / world threads per
+//   rank on both sides. Prints samples/s, scaling efficiency, the ratio ours/PyTorch (only
+//   when both report the same parameter count) and the goal lines ">= 1x PyTorch at world
+//   1" and ">= 1.3x PyTorch DDP at world 2".
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +131,23 @@ ABSL_FLAG(int64_t, gpt_steps, 30, "gpt: steps per run");
 ABSL_FLAG(int64_t, gpt_log_every, 5, "gpt: steps per timed window");
 ABSL_FLAG(int64_t, gpt_warmup_steps, 5, "gpt: steps at the start of a run that are not counted");
 ABSL_FLAG(double, gpt_lr, 3e-4, "gpt: AdamW's learning rate (constant) on both sides");
+ABSL_FLAG(std::string, resnet_worlds, "1,2,4", "resnet: world sizes (local ranks)");
+ABSL_FLAG(int64_t, resnet_width, 64, "resnet: channels of the first stage (64: ResNet-18)");
+ABSL_FLAG(bool, resnet_sync_batchnorm, false,
+          "resnet: ringmaster's model.resnet18.sync_batchnorm (the peer keeps per-rank "
+          "statistics)");
+ABSL_FLAG(bool, resnet_torch_onednn, true,
+          "resnet: PyTorch's convolutions through oneDNN (its default); false: its own im2col "
+          "convolution over OpenBLAS, the BLAS ringmaster uses");
+ABSL_FLAG(int64_t, resnet_batch, 32, "resnet: images per rank per step (global = this x world)");
+ABSL_FLAG(int64_t, resnet_steps, 10, "resnet: steps per run");
+ABSL_FLAG(int64_t, resnet_log_every, 2, "resnet: steps per timed window");
+ABSL_FLAG(int64_t, resnet_warmup_steps, 2,
+          "resnet: steps at the start of a run that are not counted");
+ABSL_FLAG(double, resnet_lr, 0.01, "resnet: SGD's learning rate (constant) on both sides");
+ABSL_FLAG(std::string, torch_resnet_script, "",
+          "the PyTorch peer of the resnet section; empty = bench/peers/torch_resnet.py in the "
+          "runfiles");
 ABSL_FLAG(std::string, torch_gpt_script, "",
           "the PyTorch peer of the gpt section; empty = bench/peers/torch_gpt.py in the "
           "runfiles");
@@ -304,7 +329,7 @@ struct Bench {
         auto peer = sps.find({r.section, "pytorch", c.world, c.threads});
         // The GPT's sides must be the same model: a ratio only for equal parameter counts.
         const bool same_model =
-            r.section != "gpt" ||
+            (r.section != "gpt" && r.section != "resnet") ||
             parameters[{r.section, "pytorch", c.world, c.threads}] == item.parameters;
         if (r.impl == "ringmaster" && peer != sps.end() && same_model) {
           r.ratio = r.stats.samples_per_second / peer->second;
@@ -390,6 +415,66 @@ std::pair<const Item*, const Item*> GptPair(const std::vector<const Item*>& item
   return pair;
 }
 
+// The table of a section that runs one model on both sides at several world sizes (gpt,
+// resnet): `unit` ("tokens/s", "samples/s") per world, `scale` of them per sample, then the
+// parameter counts, the peer lines and the goals: ours >= targets[w] x PyTorch at world w.
+void PrintSideBySide(const std::vector<const Item*>& items, const std::string& unit, double scale,
+                     const std::vector<std::pair<int, double>>& targets) {
+  printf("%5s %7s | %-26s %5s %8s | %-26s %5s %8s | %7s\n", "world", "threads",
+         absl::StrCat("ringmaster ", unit).c_str(), "eff", "step ms",
+         absl::StrCat("PyTorch ", unit).c_str(), "eff", "step ms", "ours/PT");
+  std::vector<int> worlds;
+  for (const Item* item : items) {
+    if (std::find(worlds.begin(), worlds.end(), item->row.config.world) == worlds.end()) {
+      worlds.push_back(item->row.config.world);
+    }
+  }
+  for (int world : worlds) {
+    const auto [ours, peer] = GptPair(items, world);
+    // One side's columns: the rate, efficiency, step time ("-" when it was not measured).
+    auto side = [&](const Item* item) {
+      return item == nullptr
+                 ? absl::StrFormat("%-26s %5s %8s", "-", "-", "-")
+                 : absl::StrFormat("%-26s %5s %8.0f", Spread(item->row.stats, scale),
+                                   Ratio(item->row.efficiency), item->row.stats.step_ms);
+    };
+    printf("%5d %7d | %s | %s | %7s\n", world, (ours ? ours : peer)->row.config.threads,
+           side(ours).c_str(), side(peer).c_str(), ours ? Ratio(ours->row.ratio).c_str() : "-");
+  }
+  printf(
+      "eff = %s at world W / (W x %s at world 1); ours/PT only where both report the same "
+      "parameter count\n",
+      unit.c_str(), unit.c_str());
+  for (int world : worlds) {
+    const auto [ours, peer] = GptPair(items, world);
+    auto count = [](const Item* item) {
+      return item == nullptr || item->parameters < 0 ? std::string("-")
+                                                     : Thousands(item->parameters);
+    };
+    printf("parameters at world %d: ringmaster %s, PyTorch %s\n", world, count(ours).c_str(),
+           count(peer).c_str());
+    if (peer != nullptr && !peer->peer_line.empty()) {
+      printf("PyTorch peer: %s\n", peer->peer_line.c_str());
+    }
+  }
+  for (const auto& [world, target] : targets) {
+    const auto [ours, peer] = GptPair(items, world);
+    GptGoal goal;
+    goal.world = world;
+    goal.target = target;
+    goal.unit = unit;
+    if (ours != nullptr) {
+      goal.ours_tokens_per_second = scale * ours->row.stats.samples_per_second;
+      goal.ours_parameters = ours->parameters;
+    }
+    if (peer != nullptr) {
+      goal.torch_tokens_per_second = scale * peer->row.stats.samples_per_second;
+      goal.torch_parameters = peer->parameters;
+    }
+    printf("%s\n", GptGoalLine(goal).c_str());
+  }
+}
+
 void PrintGpt(const Bench& bench, int repeats) {
   const std::vector<const Item*> items = bench.Section("gpt");
   if (items.empty()) return;
@@ -406,57 +491,28 @@ void PrintGpt(const Bench& bench, int repeats) {
       "steps; %lld steps a run, %d run(s) each\n",
       static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
       static_cast<long long>(c.steps), repeats);
-  printf("%5s %7s | %-26s %5s %8s | %-26s %5s %8s | %7s\n", "world", "threads",
-         "ringmaster tokens/s", "eff", "step ms", "PyTorch tokens/s", "eff", "step ms", "ours/PT");
-  const double tokens = static_cast<double>(g.context);
-  std::vector<int> worlds;
-  for (const Item* item : items) {
-    if (std::find(worlds.begin(), worlds.end(), item->row.config.world) == worlds.end()) {
-      worlds.push_back(item->row.config.world);
-    }
-  }
-  for (int world : worlds) {
-    const auto [ours, peer] = GptPair(items, world);
-    // One side's columns: tokens/s, efficiency, step time ("-" when it was not measured).
-    auto side = [&](const Item* item) {
-      return item == nullptr ? absl::StrFormat("%-26s %5s %8s", "-", "-", "-")
-                             : absl::StrFormat("%-26s %5s %8.0f", Spread(item->row.stats, tokens),
-                                               Ratio(item->row.efficiency),
-                                               item->row.stats.step_ms);
-    };
-    printf("%5d %7d | %s | %s | %7s\n", world, (ours ? ours : peer)->row.config.threads,
-           side(ours).c_str(), side(peer).c_str(), ours ? Ratio(ours->row.ratio).c_str() : "-");
-  }
-  printf(
-      "eff = tokens/s at world W / (W x tokens/s at world 1); ours/PT only where both report "
-      "the same parameter count\n");
-  for (int world : worlds) {
-    const auto [ours, peer] = GptPair(items, world);
-    auto count = [](const Item* item) {
-      return item == nullptr || item->parameters < 0 ? std::string("-")
-                                                     : Thousands(item->parameters);
-    };
-    printf("parameters at world %d: ringmaster %s, PyTorch %s\n", world, count(ours).c_str(),
-           count(peer).c_str());
-    if (peer != nullptr && !peer->peer_line.empty()) {
-      printf("PyTorch peer: %s\n", peer->peer_line.c_str());
-    }
-  }
   // The goals of issue 20.
-  for (int world : {1, 2}) {
-    const auto [ours, peer] = GptPair(items, world);
-    GptGoal goal;
-    goal.world = world;
-    if (ours != nullptr) {
-      goal.ours_tokens_per_second = tokens * ours->row.stats.samples_per_second;
-      goal.ours_parameters = ours->parameters;
-    }
-    if (peer != nullptr) {
-      goal.torch_tokens_per_second = tokens * peer->row.stats.samples_per_second;
-      goal.torch_parameters = peer->parameters;
-    }
-    printf("%s\n", GptGoalLine(goal).c_str());
-  }
+  PrintSideBySide(items, "tokens/s", static_cast<double>(g.context), {{1, 2.0}, {2, 2.0}});
+}
+
+void PrintResnet(const Bench& bench, int repeats) {
+  const std::vector<const Item*> items = bench.Section("resnet");
+  if (items.empty()) return;
+  const TrainConfig& c = items.front()->row.config;
+  printf(
+      "\nResNet-18: width %lld, 28x28 images padded to 32x32 x 3; %lld images per rank, SGD "
+      "momentum, fp32; BatchNorm statistics %s (PyTorch: per rank); PyTorch's convolutions "
+      "%s\n",
+      static_cast<long long>(c.resnet->width), static_cast<long long>(c.batch_per_rank),
+      c.resnet->sync_batchnorm ? "synchronized" : "per rank",
+      c.resnet->torch_onednn ? "through oneDNN (its default)" : "its own im2col over OpenBLAS");
+  printf(
+      "samples/s over all ranks: median (min-max) of %lld-step windows after %lld warm-up "
+      "steps; %lld steps a run, %d run(s) each\n",
+      static_cast<long long>(c.log_every), static_cast<long long>(c.warmup_steps),
+      static_cast<long long>(c.steps), repeats);
+  // The goals of issue 21.
+  PrintSideBySide(items, "samples/s", 1.0, {{1, 1.0}, {2, 1.3}});
 }
 
 void PrintOverlap(const Bench& bench) {
@@ -496,7 +552,7 @@ absl::StatusOr<std::vector<T>> ListFlag(const std::string& flag, const std::stri
 // Reads and checks the flags and fills `bench` with the configurations to measure.
 // INVALID_ARGUMENT naming the flag when one is wrong.
 absl::Status Plan(Bench* bench) {
-  bool throughput = false, overlap = false, gpt = false, parallel = false;
+  bool throughput = false, overlap = false, gpt = false, parallel = false, resnet = false;
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipWhitespace())) {
     if (s == "throughput") {
@@ -507,13 +563,15 @@ absl::Status Plan(Bench* bench) {
       gpt = true;
     } else if (s == "parallel") {
       parallel = true;
+    } else if (s == "resnet") {
+      resnet = true;
     } else {
       return FlagError("sections",
                        absl::StrCat("unknown section \"", s,
-                                    "\"; use throughput, overlap, gpt and/or parallel"));
+                                    "\"; use throughput, overlap, gpt, parallel and/or resnet"));
     }
   }
-  if (!throughput && !overlap && !gpt && !parallel) {
+  if (!throughput && !overlap && !gpt && !parallel && !resnet) {
     return FlagError("sections", "name at least one section");
   }
   RM_ASSIGN_OR_RETURN(std::vector<int> worlds,
@@ -545,6 +603,22 @@ absl::Status Plan(Bench* bench) {
         CheckGptFlags(shape, absl::GetFlag(FLAGS_gpt_batch), absl::GetFlag(FLAGS_gpt_steps),
                       absl::GetFlag(FLAGS_gpt_warmup_steps), absl::GetFlag(FLAGS_gpt_log_every),
                       *std::max_element(gpt_worlds.begin(), gpt_worlds.end())));
+  }
+  RM_ASSIGN_OR_RETURN(
+      std::vector<int> resnet_worlds,
+      ListFlag<int>("resnet_worlds", absl::GetFlag(FLAGS_resnet_worlds), 1, !resnet));
+  if (resnet) {
+    for (const auto& [name, value, min] :
+         {std::tuple<const char*, int64_t, int64_t>{"resnet_width",
+                                                    absl::GetFlag(FLAGS_resnet_width), 1},
+          {"resnet_batch", absl::GetFlag(FLAGS_resnet_batch), 2},
+          {"resnet_log_every", absl::GetFlag(FLAGS_resnet_log_every), 1},
+          {"resnet_warmup_steps", absl::GetFlag(FLAGS_resnet_warmup_steps), 0},
+          {"resnet_steps", absl::GetFlag(FLAGS_resnet_steps),
+           absl::GetFlag(FLAGS_resnet_warmup_steps) + absl::GetFlag(FLAGS_resnet_log_every)}}) {
+      if (value < min) return FlagError(name, absl::StrCat(value, " is less than ", min));
+    }
+    if (!(absl::GetFlag(FLAGS_resnet_lr) > 0)) return FlagError("resnet_lr", "must be positive");
   }
   if (parallel) {
     ParallelConfig& p = bench->parallel;
@@ -640,6 +714,21 @@ absl::Status Plan(Bench* bench) {
       bench->Add("gpt", "pytorch", c);
     }
   }
+  if (resnet) {
+    // Ours and the peer one after the other at each world size, as throughput.
+    for (int world : resnet_worlds) {
+      TrainConfig c = bench->Config({}, "resnet18", world, absl::GetFlag(FLAGS_resnet_steps));
+      c.resnet =
+          ResnetShape{absl::GetFlag(FLAGS_resnet_width), absl::GetFlag(FLAGS_resnet_sync_batchnorm),
+                      absl::GetFlag(FLAGS_resnet_torch_onednn)};
+      c.batch_per_rank = absl::GetFlag(FLAGS_resnet_batch);
+      c.log_every = absl::GetFlag(FLAGS_resnet_log_every);
+      c.warmup_steps = absl::GetFlag(FLAGS_resnet_warmup_steps);
+      c.lr = absl::GetFlag(FLAGS_resnet_lr);
+      bench->Add("resnet", "ringmaster", c);
+      if (peer == "torch") bench->Add("resnet", "pytorch", c);
+    }
+  }
   if (overlap) {
     std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> models = {
         {"mlp", {512, 512}, steps}};
@@ -692,11 +781,25 @@ int Main() {
           ? FirstExisting({self_dir + "/trainbench.runfiles/ringmaster/bench/peers/torch_gpt.py",
                            self_dir + "/peers/torch_gpt.py"})
           : absl::GetFlag(FLAGS_torch_gpt_script);
+  bench.torch.resnet_script =
+      absl::GetFlag(FLAGS_torch_resnet_script).empty()
+          ? FirstExisting({self_dir + "/trainbench.runfiles/ringmaster/bench/peers/torch_resnet.py",
+                           self_dir + "/peers/torch_resnet.py"})
+          : absl::GetFlag(FLAGS_torch_resnet_script);
   bench.torch.blas_dir = absl::GetFlag(FLAGS_blas_dir);
   bench.torch.data_dir = absl::GetFlag(FLAGS_data_dir);
   bench.torch.work_dir = work_dir;
   bench.torch.timeout = timeout;
 
+  if (!bench.Section("resnet").empty()) {
+    absl::StatusOr<std::string> images =
+        MakeShortTestSplitDir(bench.ringmaster.data_dir, work_dir, 64);
+    if (!images.ok()) {
+      fprintf(stderr, "%s: %s\n", kProgram, images.status().ToString().c_str());
+      return 1;
+    }
+    bench.ringmaster.resnet_data_dir = *images;
+  }
   KillRunsOnSignals();
   const double load_start = LoadAverage();
   printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, bench.cores,
@@ -716,6 +819,7 @@ int Main() {
   }
   PrintThroughput(bench, repeats);
   PrintGpt(bench, repeats);
+  PrintResnet(bench, repeats);
   PrintOverlap(bench);
   if (!bench.parallel_runs.empty()) {
     printf("\nParallel layouts at world %d\n%s%s\n", bench.parallel.world,
@@ -759,7 +863,8 @@ int main(int argc, char** argv) {
   const std::string blas = ringmaster::kernels::UseBestBlasKernels(argv);
   absl::SetProgramUsageMessage(
       "training throughput of ringmaster vs PyTorch DDP (MLP and GPT), and overlap on/off.\n"
-      "  trainbench [--sections throughput,overlap,gpt,parallel] [--worlds 1,2,4] [--csv FILE] "
+      "  trainbench [--sections throughput,overlap,gpt,parallel,resnet] [--worlds 1,2,4] [--csv "
+      "FILE] "
       "...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {

@@ -1,13 +1,17 @@
 #include "bench/train_bench.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 
@@ -297,6 +301,61 @@ TEST(TorchCommand, TheGptPeerGetsTheSameModelAndOptimizer) {
   EXPECT_EQ(TorchCommand(o, c, "/d")[0], "mlp.py");
 }
 
+TEST(RingmasterJob, TheResnetSpecHasTheSectionsModel) {
+  RingmasterOptions o;
+  o.data_dir = "/images";
+  TrainConfig c;
+  c.model = "resnet18";
+  c.resnet = ResnetShape{16, true};
+  c.world = 2;
+  c.batch_per_rank = 4;
+  auto spec = spec::LoadJobSpecText(RingmasterJob(o, c).spec_yaml, RingmasterJob(o, c).overrides);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->model().has_resnet18());
+  EXPECT_EQ(spec->model().resnet18().width(), 16);
+  EXPECT_TRUE(spec->model().resnet18().sync_batchnorm());
+  EXPECT_EQ(spec->data().fashion_mnist().dir(), "/images");
+  EXPECT_EQ(spec->batch().global(), 8);
+  EXPECT_EQ(DescribeModel(c), "resnet18-w16-syncbn");
+}
+
+TEST(TorchCommand, TheResnetPeerTrainsTheSameWidth) {
+  TorchOptions o;
+  o.script = "mlp.py";
+  o.resnet_script = "resnet.py";
+  TrainConfig c;
+  c.resnet = ResnetShape{16, false};
+  c.world = 4;
+  c.batch_per_rank = 3;
+  const std::vector<std::string> argv = TorchCommand(o, c, "/d");
+  ASSERT_GE(argv.size(), 2u);
+  EXPECT_EQ(argv[0], "resnet.py");
+  EXPECT_EQ(argv[1], "train");
+  const std::string line = absl::StrJoin(argv, " ");
+  for (const char* arg :
+       {"--world=4", "--batch=3", "--width=16", "--mkldnn=on", "--store=/d/store"}) {
+    EXPECT_TRUE(absl::StrContains(line, arg)) << arg << " not in " << line;
+  }
+}
+
+TEST(MakeShortTestSplitDir, LinksTheTrainingSplitAndWritesSmallTestFiles) {
+  const std::string work = absl::StrCat(std::getenv("TEST_TMPDIR"), "/short");
+  ASSERT_EQ(mkdir(work.c_str(), 0755), 0);
+  absl::StatusOr<std::string> dir = MakeShortTestSplitDir("/the/data", work, 3);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  char target[64] = {};
+  ASSERT_GT(readlink((*dir + "/train-images-idx3-ubyte.gz").c_str(), target, sizeof(target) - 1),
+            0);
+  EXPECT_EQ(std::string(target), "/the/data/train-images-idx3-ubyte.gz");
+  absl::StatusOr<std::string> images = ReadFile(*dir + "/t10k-images-idx3-ubyte.gz");
+  ASSERT_TRUE(images.ok()) << images.status();
+  ASSERT_EQ(images->size(), 16u + 3 * 784);
+  EXPECT_EQ(images->substr(0, 16), std::string("\0\0\x08\x03\0\0\0\x03\0\0\0\x1c\0\0\0\x1c", 16));
+  absl::StatusOr<std::string> labels = ReadFile(*dir + "/t10k-labels-idx1-ubyte.gz");
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(*labels, std::string("\0\0\x08\x01\0\0\0\x03\0\0\0", 11));
+}
+
 TEST(DescribeModel, MlpOrGptWithoutCommas) {
   TrainConfig c;
   EXPECT_EQ(DescribeModel(c), "784-512-512-10");
@@ -328,6 +387,14 @@ TEST(GptGoalLine, PassMissAndWhyNotChecked) {
             "goal: >= 2x PyTorch DDP at world 2: not checked (PyTorch not measured at world 2)");
   goal.ours_tokens_per_second = -1;
   EXPECT_TRUE(absl::StrContains(GptGoalLine(goal), "(ours not measured")) << GptGoalLine(goal);
+  // The resnet section's: samples/s, two decimals below 100.
+  goal.target = 1.3;
+  goal.unit = "samples/s";
+  goal.ours_tokens_per_second = 14.14;
+  goal.torch_tokens_per_second = 10;
+  goal.torch_parameters = goal.ours_parameters;
+  EXPECT_EQ(GptGoalLine(goal),
+            "goal: >= 1.3x PyTorch DDP at world 2: PASS (1.41x: 14.14 vs 10.00 samples/s)");
 }
 
 }  // namespace

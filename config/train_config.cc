@@ -146,6 +146,10 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
     c.kind = train::ModelConfig::Kind::kCnn;
     c.cnn_channels.assign(m.cnn().channels().begin(), m.cnn().channels().end());
     c.cnn_fc = m.cnn().fc();
+  } else if (m.has_resnet18()) {
+    c.kind = train::ModelConfig::Kind::kResnet18;
+    c.resnet18_width = m.resnet18().width();
+    c.resnet18_sync_batchnorm = m.resnet18().sync_batchnorm();
   } else if (m.has_gpt() || m.has_gpt2()) {
     const GptSpec& gpt = m.has_gpt() ? m.gpt() : m.gpt2();
     c.kind = train::ModelConfig::Kind::kGpt;
@@ -157,7 +161,7 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
     c.gpt.tied_head = m.has_gpt2() || gpt.tied_head();
     c.gpt.checkpoint_every = spec.parallelism().activation_checkpointing_every();
   } else {
-    return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt or gpt2");
+    return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt, gpt2 or resnet18");
   }
   return c;
 }

@@ -34,6 +34,21 @@ TrainConfig ConfigOf(const std::vector<std::string>& overrides) {
   return config.ok() ? *std::move(config) : TrainConfig{};
 }
 
+TEST(TrainConfigFromSpecTest, Resnet18TakesWidthAndSyncBatchnorm) {
+  absl::StatusOr<JobSpec> spec = spec::LoadJobSpecText(R"(steps: 10
+model: {resnet18: {width: 16, sync_batchnorm: true}}
+data: {fashion_mnist: {}}
+optimizer: {sgd: {momentum: 0.9}, lr: 0.1}
+batch: {global: 8}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<TrainConfig> c = TrainConfigFromSpec(*spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.kind, train::ModelConfig::Kind::kResnet18);
+  EXPECT_EQ(c->model.resnet18_width, 16);
+  EXPECT_TRUE(c->model.resnet18_sync_batchnorm);
+}
+
 TEST(TrainConfigFromSpecTest, ZeroStage3TakesEveryFsdpOption) {
   const TrainConfig c = ConfigOf({"parallelism.zero_stage=3", "parallelism.fsdp.wrap=layer",
                                   "parallelism.fsdp.prefetch=backward",

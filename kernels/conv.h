@@ -44,6 +44,41 @@ void Conv2dBackwardWeights(const Conv2dShape& shape, const float* x, const float
 void Conv2dBackwardInput(const Conv2dShape& shape, const float* weight, const float* dy, float* dx,
                          float* scratch);
 
+// Convolution with any stride and zero padding and no bias (ResNet's 3x3 and 1x1
+// convolutions): x [batch, in_channels, height, width], weight [out_channels, in_channels,
+// kernel_size, kernel_size], y [batch, out_channels, out_height, out_width] with
+// out = (size + 2 * padding - kernel_size) / stride + 1 (PyTorch's nn.Conv2d(bias=False)).
+// The CPU implementation unfolds several images at once (so that the products of small late
+// feature maps stay large) into `scratch`, StridedConv2dScratchElements floats.
+struct StridedConv2dShape {
+  int64_t batch = 0;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t kernel_size = 0;
+  int64_t stride = 1;
+  int64_t padding = 0;  // < kernel_size
+
+  int64_t out_height() const { return (height + 2 * padding - kernel_size) / stride + 1; }
+  int64_t out_width() const { return (width + 2 * padding - kernel_size) / stride + 1; }
+};
+
+// Floats of scratch each strided convolution call needs.
+int64_t StridedConv2dScratchElements(const StridedConv2dShape& shape);
+
+// y = conv(x, weight) (overwrites y).
+void StridedConv2dForward(const StridedConv2dShape& shape, const float* x, const float* weight,
+                          float* y, float* scratch);
+
+// dweight (+)= the weight gradient for output gradient dy and input x.
+void StridedConv2dBackwardWeights(const StridedConv2dShape& shape, const float* x, const float* dy,
+                                  float* dweight, OutputMode mode, float* scratch);
+
+// dx = the input gradient for output gradient dy (overwrites dx).
+void StridedConv2dBackwardInput(const StridedConv2dShape& shape, const float* weight,
+                                const float* dy, float* dx, float* scratch);
+
 // Max over non-overlapping 2x2 windows of `planes` planes of [height, width] (floor: an odd
 // last row or column is dropped, as in PyTorch): y is [planes, height / 2, width / 2], and
 // argmax[k] is the index within its input plane (row * width + column) of the element
@@ -56,6 +91,13 @@ void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes
 // [planes, height, width]).
 void MaxPool2x2Backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
                         int64_t height, int64_t width);
+
+// Mean over each plane of `planes` planes of `positions` values: y[p] = mean of x's plane p
+// (global average pooling of [batch · channels] feature maps).
+void GlobalAvgPoolForward(const float* x, float* y, int64_t planes, int64_t positions);
+
+// dx = dy[p] / positions over each plane (overwrites dx).
+void GlobalAvgPoolBackward(const float* dy, float* dx, int64_t planes, int64_t positions);
 
 }  // namespace ringmaster::kernels
 

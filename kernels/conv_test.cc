@@ -175,5 +175,101 @@ TEST(MaxPool2x2, MatchesTheDocumentedOrderOnSpecialValues) {
   }
 }
 
+// The direct definition of a strided, zero-padded convolution: f(y index, weight index,
+// x index) for every (output element, kernel tap) pair whose input lies inside the image.
+template <typename F>
+void ForEachStridedTap(const StridedConv2dShape& s, F f) {
+  const int64_t oh = s.out_height(), ow = s.out_width(), k = s.kernel_size;
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          for (int64_t c = 0; c < s.in_channels; ++c) {
+            for (int64_t ky = 0; ky < k; ++ky) {
+              for (int64_t kx = 0; kx < k; ++kx) {
+                const int64_t iy = y * s.stride + ky - s.padding;
+                const int64_t ix = x * s.stride + kx - s.padding;
+                if (iy < 0 || iy >= s.height || ix < 0 || ix >= s.width) continue;
+                f(((n * s.out_channels + o) * oh + y) * ow + x,
+                  ((o * s.in_channels + c) * k + ky) * k + kx,
+                  ((n * s.in_channels + c) * s.height + iy) * s.width + ix);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+class StridedConvTest : public testing::TestWithParam<StridedConv2dShape> {
+ protected:
+  const StridedConv2dShape s = GetParam();
+  const int64_t in_size = s.batch * s.in_channels * s.height * s.width;
+  const int64_t out_size = s.batch * s.out_channels * s.out_height() * s.out_width();
+  const int64_t w_size = s.out_channels * s.in_channels * s.kernel_size * s.kernel_size;
+  const std::vector<float> x = RandomFloats(in_size, 11);
+  const std::vector<float> w = RandomFloats(w_size, 12);
+  const std::vector<float> dy = RandomFloats(out_size, 13);
+  std::vector<float> scratch = std::vector<float>(StridedConv2dScratchElements(s), 7.0f);
+};
+
+TEST_P(StridedConvTest, ForwardMatchesDirectConvolution) {
+  std::vector<double> want(out_size, 0.0);
+  ForEachStridedTap(s,
+                    [&](int64_t yi, int64_t wi, int64_t xi) { want[yi] += double{w[wi]} * x[xi]; });
+  std::vector<float> y(out_size, 99.0f);
+  StridedConv2dForward(s, x.data(), w.data(), y.data(), scratch.data());
+  ExpectNear(y, want);
+}
+
+TEST_P(StridedConvTest, BackwardMatchesDirectConvolution) {
+  std::vector<double> want_dw(w_size, 0.0), want_dx(in_size, 0.0);
+  ForEachStridedTap(s, [&](int64_t yi, int64_t wi, int64_t xi) {
+    want_dw[wi] += double{dy[yi]} * x[xi];
+    want_dx[xi] += double{dy[yi]} * w[wi];
+  });
+  std::vector<float> dw(w_size, 99.0f), dx(in_size, 99.0f);
+  StridedConv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), OutputMode::kOverwrite,
+                               scratch.data());
+  ExpectNear(dw, want_dw);
+  StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data());
+  ExpectNear(dx, want_dx);
+  // Accumulate adds to what is there.
+  std::vector<float> twice = dw;
+  StridedConv2dBackwardWeights(s, x.data(), dy.data(), twice.data(), OutputMode::kAccumulate,
+                               scratch.data());
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(twice[i], 2 * dw[i], 1e-4) << i;
+}
+
+// ResNet's shapes in small: 3x3 stride 1 and 2 with padding 1, 1x1 stride 2 without; odd
+// sizes; batches of one and of more images than one product takes (late small maps are
+// unfolded several images at once).
+INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
+                         testing::Values(StridedConv2dShape{2, 3, 4, 8, 8, 3, 1, 1},
+                                         StridedConv2dShape{3, 4, 5, 8, 8, 3, 2, 1},
+                                         StridedConv2dShape{2, 4, 6, 7, 5, 3, 2, 1},
+                                         StridedConv2dShape{3, 3, 5, 8, 8, 1, 2, 0},
+                                         StridedConv2dShape{70, 2, 3, 4, 4, 3, 1, 1},
+                                         StridedConv2dShape{1, 2, 3, 32, 32, 3, 1, 1},
+                                         StridedConv2dShape{130, 2, 2, 4, 4, 1, 2, 0},
+                                         StridedConv2dShape{4, 16, 16, 4, 4, 3, 1, 1},
+                                         StridedConv2dShape{4, 8, 16, 8, 8, 3, 2, 1}));
+
+TEST(GlobalAvgPoolTest, MeansAndSpreadsBack) {
+  const std::vector<float> x = RandomFloats(3 * 5, 21);
+  std::vector<float> y(3);
+  GlobalAvgPoolForward(x.data(), y.data(), 3, 5);
+  for (int p = 0; p < 3; ++p) {
+    double want = 0;
+    for (int i = 0; i < 5; ++i) want += x[p * 5 + i];
+    EXPECT_NEAR(y[p], want / 5, 1e-6);
+  }
+  std::vector<float> dx(15, 99.0f);
+  const std::vector<float> dy = {1.0f, -2.0f, 0.5f};
+  GlobalAvgPoolBackward(dy.data(), dx.data(), 3, 5);
+  for (int i = 0; i < 15; ++i) EXPECT_FLOAT_EQ(dx[i], dy[i / 5] / 5) << i;
+}
+
 }  // namespace
 }  // namespace ringmaster::kernels

@@ -21,6 +21,9 @@ void FillModel(ModelSpec* model) {
       cnn->mutable_channels()->Add(kDefaultCnnChannels.begin(), kDefaultCnnChannels.end());
     }
     if (!cnn->has_fc()) cnn->set_fc(kDefaultCnnFc);
+  } else if (model->has_resnet18()) {
+    Resnet18Spec* resnet = model->mutable_resnet18();
+    if (!resnet->has_width()) resnet->set_width(kDefaultResnet18Width);
   } else if (model->has_gpt()) {
     GptSpec* gpt = model->mutable_gpt();
     if (!gpt->has_layers()) gpt->set_layers(kDefaultGptLayers);

@@ -24,6 +24,7 @@ inline constexpr std::array<int64_t, 2> kDefaultMlpHidden = {512, 512};  // when
 inline constexpr MlpSpec::Activation kDefaultMlpActivation = MlpSpec::ACTIVATION_RELU;
 inline constexpr std::array<int64_t, 2> kDefaultCnnChannels = {16, 32};  // when empty
 inline constexpr int64_t kDefaultCnnFc = 128;
+inline constexpr int64_t kDefaultResnet18Width = 64;
 inline constexpr int64_t kDefaultGptLayers = 4;
 inline constexpr int64_t kDefaultGptHeads = 4;
 inline constexpr int64_t kDefaultGptWidth = 128;

@@ -38,6 +38,7 @@ const char* const kExamples[] = {
     "examples/sotu_bytes_gpt.yaml",
     "examples/gpt2_sotu_pretrain.yaml",
     "examples/gpt2_sotu_finetune.yaml",
+    "examples/fashion_mnist_resnet18.yaml",
 };
 
 // Writes `contents` to a fresh file under the test's temporary directory.

@@ -173,8 +173,26 @@ void CheckModel(const JobSpec& spec, Checker* check) {
       }
       break;
     }
+    case ModelSpec::kResnet18: {
+      const int64_t width = model.resnet18().width();
+      check->Expect(width >= 1 && width <= 1024, "model.resnet18.width", "in [1, 1024]", width);
+      // Its BatchNorm running statistics are updated in every forward, in whole flat buffers,
+      // in fp32.
+      const int32_t zero = spec.parallelism().zero_stage();
+      if (zero >= 2) {
+        check->Fail("parallelism.zero_stage",
+                    absl::StrCat("model.resnet18 needs zero_stage 0 or 1 (its BatchNorm running "
+                                 "statistics live in whole flat buffers), got ",
+                                 zero));
+      }
+      if (spec.precision().compute() == PrecisionSpec::DTYPE_BF16 ||
+          spec.precision().compute() == PrecisionSpec::DTYPE_FP16) {
+        check->Fail("precision.compute", "model.resnet18 computes in fp32 only; use fp32");
+      }
+      break;
+    }
     case ModelSpec::KIND_NOT_SET:
-      check->Fail("model", "required: one of mlp, cnn, gpt, gpt2");
+      check->Fail("model", "required: one of mlp, cnn, gpt, gpt2, resnet18");
       break;
   }
 }

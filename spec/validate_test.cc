@@ -17,6 +17,7 @@
 namespace ringmaster::spec {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -61,7 +62,7 @@ TEST(ValidateJobSpecTest, MissingRequiredPartsAreAllReported) {
   JobSpec spec;
   ApplyJobSpecDefaults(&spec);
   EXPECT_THAT(Errors(spec), ElementsAre("steps: required: set steps or epochs",
-                                        "model: required: one of mlp, cnn, gpt, gpt2",
+                                        "model: required: one of mlp, cnn, gpt, gpt2, resnet18",
                                         "data: required: one of fashion_mnist, mnist, text, tokens",
                                         "optimizer: required: one of sgd, adamw, lamb",
                                         "optimizer.lr: required: a learning rate > 0",
@@ -421,6 +422,24 @@ TEST(ValidateJobSpecTest, FixedLossScaleNeedsOnlyItsInitialValue) {
   scale->set_mode(LossScaleSpec::MODE_FIXED);
   scale->set_initial(1024);
   EXPECT_THAT(Errors(spec), IsEmpty());
+}
+
+// model.resnet18: a width in range, zero_stage 0 or 1 and fp32 compute, each named.
+TEST(ValidateJobSpecTest, Resnet18NamesWhatItCannotRun) {
+  JobSpec spec = Effective(kMinimalMlp);
+  spec.mutable_model()->mutable_resnet18()->set_sync_batchnorm(true);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.model().resnet18().width(), 64);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  spec.mutable_model()->mutable_resnet18()->set_width(0);
+  spec.mutable_parallelism()->set_zero_stage(3);
+  spec.mutable_precision()->set_compute(PrecisionSpec::DTYPE_BF16);
+  const std::vector<std::string> errors = Errors(spec);
+  EXPECT_THAT(errors, Contains("model.resnet18.width: must be in [1, 1024], got 0"));
+  EXPECT_THAT(errors, Contains(HasSubstr("parallelism.zero_stage: model.resnet18 needs "
+                                         "zero_stage 0 or 1")));
+  EXPECT_THAT(errors, Contains("precision.compute: model.resnet18 computes in fp32 only; use "
+                               "fp32"));
 }
 
 TEST(ValidateJobSpecTest, GptHeadsMustDivideWidth) {

@@ -25,11 +25,15 @@ namespace ringmaster::train {
 // The model, described apart from the data it meets (the inputs and classes of an MLP come
 // from the data set; train/model_factory.h puts the two together).
 struct ModelConfig {
-  enum class Kind { kMlp, kCnn, kGpt };
+  enum class Kind { kMlp, kCnn, kGpt, kResnet18 };
   Kind kind = Kind::kMlp;
   std::vector<int64_t> mlp_hidden = {512, 512};
   std::vector<int64_t> cnn_channels = {16, 32};
   int64_t cnn_fc = 128;
+  int64_t resnet18_width = 64;
+  // BatchNorm statistics over every data-parallel rank's batch (the trainer passes the sums
+  // to the model and turns gradient overlap off).
+  bool resnet18_sync_batchnorm = false;
   // layers, heads, width, context, vocab and checkpoint_every (activation checkpointing).
   nn::GptOptions gpt;
 };

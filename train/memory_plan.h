@@ -110,7 +110,8 @@ int64_t EvaluationBatchSamples(const TrainConfig& config, const data::BatchPlan&
 // evaluation of the trainer's largest evaluation batch (EvaluationBatchSamples, at most rank
 // 0's share). A fresh model of the job's shape on synthetic data; its parameters and
 // gradients go through a ParameterStore with one buffer of the largest parameter group each,
-// so a model larger than this machine can be measured if one group and the activations fit.
+// so a model larger than this machine can be measured if one group and the activations fit
+// (a model with buffers, Model::buffer_range, gets whole flat buffers instead).
 // Errors: the batch plan's (INVALID_ARGUMENT naming batch.*), the model's, RESOURCE_EXHAUSTED
 // when the activations do not fit this machine.
 absl::StatusOr<int64_t> MeasureActivationBytes(const TrainConfig& config, int world,

@@ -369,9 +369,16 @@ TEST(MeasureActivationBytes, IsWhatTheTrainersCallsLeaveTheModelHolding) {
     cases.push_back({c, 2, 12, 1000, 256});
     cases.push_back({c, 8, 3, 1000, 125});  // rank 0's share of the test set: 125
   }
+  {
+    // ResNet-18 (running statistics: measured on whole flat buffers, not through a store).
+    TrainConfig c = Mlp();
+    c.model.kind = ModelConfig::Kind::kResnet18;
+    c.model.resnet18_width = 2;
+    c.global_batch = 8;
+    cases.push_back({c, 2, 4, 100, 50});
+  }
   for (const Case& c : cases) {
-    SCOPED_TRACE(absl::StrCat(c.config.model.kind == ModelConfig::Kind::kGpt ? "gpt" : "mlp",
-                              " world ", c.world));
+    SCOPED_TRACE(absl::StrCat(static_cast<int>(c.config.model.kind), " world ", c.world));
     absl::StatusOr<int64_t> measured =
         MeasureActivationBytes(c.config, c.world, c.evaluation_samples);
     ASSERT_TRUE(measured.ok()) << measured.status();

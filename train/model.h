@@ -101,6 +101,11 @@ struct ForwardBackwardOptions {
   // Not owned; null: the parameters and gradients are `params` and `grads` (whole flat
   // buffers, which may then be empty). With a store, `accumulate` must be false.
   ParameterStore* store = nullptr;
+  // For a model whose forward and backward need sums over the data-parallel replicas
+  // (synchronized BatchNorm: every replica's batch statistics): sums the values
+  // element-wise over the replicas in place, every replica calling it alike (a collective).
+  // Empty: this rank's batch alone.
+  std::function<absl::Status(absl::Span<double> values)> sum_across_replicas;
 };
 
 struct StepStats {
@@ -149,6 +154,16 @@ class Model {
   virtual std::vector<ParameterGroup> parameter_groups() const = 0;
 
   virtual MemoryStats memory() const = 0;
+
+  // Buffers: tensors of the table that are model state but not trained (BatchNorm's
+  // running statistics), all in this range of the flat space, after every trained tensor.
+  // Their gradients are always zero and they are one-dimensional, so no optimizer changes
+  // them (no weight decay by the default mask). ForwardBackward never writes `params`: it
+  // keeps the buffers' new values until UpdateBuffers. Empty for a model without buffers.
+  virtual state::FlatRange buffer_range() const { return {}; }
+  // Writes the buffers' values after the training forwards since the last call into their
+  // range of `params` (the whole flat space); leaves them when no forward ran since.
+  virtual void UpdateBuffers(absl::Span<float> params) {}
 };
 
 }  // namespace ringmaster::train

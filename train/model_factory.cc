@@ -10,6 +10,7 @@
 #include "train/data/text_dataset.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/gpt.h"
+#include "train/nn/resnet.h"
 
 namespace ringmaster::train {
 namespace {
@@ -113,6 +114,17 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& m,
       o.cnn.hidden = {m.cnn_fc};
       o.cnn.classes = data.num_classes;
       return nn::CreateModel(o);
+    case ModelConfig::Kind::kResnet18: {
+      if (data.feature_dim != data::kFashionMnistRows * data::kFashionMnistCols) {
+        return absl::InvalidArgumentError("model.resnet18 needs 28x28 images (data.fashion_mnist)");
+      }
+      nn::ResNetOptions ro;
+      ro.image_side = data::kFashionMnistRows;
+      ro.width = m.resnet18_width;
+      ro.classes = data.num_classes;
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<nn::ResNet18> resnet, nn::ResNet18::Create(ro));
+      return std::unique_ptr<Model>(std::move(resnet));
+    }
     case ModelConfig::Kind::kGpt: {
       if (data.context == 0) {
         return absl::InvalidArgumentError("model.gpt needs text data (data.text)");
@@ -121,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& m,
       return std::unique_ptr<Model>(std::move(gpt));
     }
   }
-  return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt or gpt2");
+  return absl::InvalidArgumentError("model: set one of mlp, cnn, gpt, gpt2 or resnet18");
 }
 
 }  // namespace ringmaster::train

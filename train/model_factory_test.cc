@@ -104,6 +104,23 @@ TEST(ModelFactory, CnnForImages) {
   EXPECT_EQ(t.tensor(t.size() - 1).shape, std::vector<int64_t>{10});
 }
 
+TEST(ModelFactory, Resnet18ForImages) {
+  data::DatasetInfo images;
+  images.feature_dim = kPixels;
+  images.num_classes = 10;
+  ModelConfig resnet;
+  resnet.kind = ModelConfig::Kind::kResnet18;
+  resnet.resnet18_width = 4;
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(resnet, images);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->Describe(), "resnet18 width 4 on 32x32 images (28x28 padded), 10 classes");
+  EXPECT_GT((*m)->buffer_range().size(), 0);
+  images.feature_dim = 100;
+  m = CreateModel(resnet, images);
+  EXPECT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_THAT(m.status().message(), HasSubstr("model.resnet18 needs 28x28 images"));
+}
+
 TEST(ModelFactory, GptForText) {
   const std::string path = data::WriteTestFile(
       "corpus.txt", std::string(1000, 'a') + "the quick brown fox", data::Compression::kNone);

@@ -52,6 +52,12 @@ absl::Status Diverged(const TrainConfig& config, int64_t step, absl::string_view
       step, what, skipped_steps, config.lr)));
 }
 
+// Whether the model's forward and backward sum BatchNorm statistics over the data-parallel
+// ranks (model.resnet18.sync_batchnorm).
+bool SyncsBatchNorm(const TrainConfig& config) {
+  return config.model.kind == ModelConfig::Kind::kResnet18 && config.model.resnet18_sync_batchnorm;
+}
+
 // The GPU the config asks for (TrainerOptions::gpu), or null for the CPU: `device: cpu`, or
 // `auto` where this build, this machine or this job has no CUDA path (`why_cpu` says which).
 // `device: cuda` gets a GPU or the error that says why not, naming the field. The device's
@@ -354,7 +360,9 @@ absl::Status Trainer::State::BuildState() {
     dp.elements = table.total_elements();
     dp.zero_stage = config.zero_stage;
     dp.bucket_mb = config.bucket_mb;
-    dp.overlap = config.overlap;
+    // Synchronized BatchNorm all-reduces on the training thread during backward, which must
+    // not run beside the communication thread's bucket reductions.
+    dp.overlap = config.overlap && !SyncsBatchNorm(config);
     dp.op_timeout = options.op_timeout;
     dp.ops = ops;
     dp.comm_ops = comm_ops;
@@ -442,6 +450,10 @@ void Trainer::State::SayStart() const {
   Say(absl::StrCat("optimizer: ", optimizer->Describe(), "; ", schedule->Describe(),
                    scaler ? absl::StrCat("; ", scaler->Describe()) : std::string()));
   if (groups.mesh) Say(absl::StrCat("mesh: ", groups.mesh->ToString()));
+  if (SyncsBatchNorm(config) && config.overlap) {
+    Say("parallelism.overlap: off, as model.resnet18.sync_batchnorm all-reduces BatchNorm sums "
+        "during backward");
+  }
   if (config.fingerprint_every > 0 && strategy->store() != nullptr &&
       strategy->replicated_parameters() == nullptr) {
     Say("fingerprints: none compared (diagnostics.fingerprint_every): under ZeRO-3 each "
@@ -630,6 +642,15 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
   fb.loss_divisor = static_cast<double>(count * model->LossTermsPerSample());
   fb.loss_scale = scaler ? scaler->scale() : 1.0f;
   fb.precision = config.precision;
+  const bool sync_batchnorm = SyncsBatchNorm(config);
+  if (sync_batchnorm) {
+    comm::Communicator* c = hcomm;
+    const absl::Duration timeout = options.op_timeout;
+    fb.sum_across_replicas = [c, timeout](absl::Span<double> values) {
+      return c->AllReduce(values.data(), values.data(), values.size(), DataType::kFloat64,
+                          comm::ReduceOp::kSum, absl::Now() + timeout);
+    };
+  }
   RM_RETURN_IF_ERROR(strategy->MaterializeParameters(step_params));
   strategy->BeginGradients(step_grads.data(), measure);
   if (pipeline != nullptr) {
@@ -654,9 +675,10 @@ absl::Status Trainer::State::ForwardBackward(const data::GlobalBatch& gb, bool m
     // A short batch leaves this rank without samples: it contributes zeros. With a store it
     // still runs the micro-batch (on a stand-in sample whose gradients are dropped), since
     // every rank takes part in every unit's gathers and reductions.
-    if (r.empty() && store == nullptr) continue;
+    // With synchronized BatchNorm it runs an empty batch: its sums are collectives.
+    if (r.empty() && store == nullptr && !sync_batchnorm) continue;
     const absl::Span<const int64_t> indices =
-        r.empty() ? absl::MakeConstSpan(gb.indices).subspan(0, 1)
+        r.empty() ? absl::MakeConstSpan(gb.indices).subspan(0, store != nullptr ? 1 : 0)
                   : absl::MakeConstSpan(gb.indices).subspan(r.begin, r.size());
     RM_RETURN_IF_ERROR(data.train->Gather(indices, &batch));
     fb.accumulate = ran && store == nullptr;
@@ -720,6 +742,16 @@ absl::StatusOr<bool> Trainer::State::Update(int64_t step, GradNorm& norm) {
     RM_RETURN_IF_ERROR(strategy->AfterOptimizerStep(step_params));
   } else {
     result.set_skipped_steps(result.skipped_steps() + 1);
+  }
+  // The model's buffers (BatchNorm running statistics) from this step's forwards; every
+  // rank takes rank 0's, as PyTorch DDP broadcasts its buffers from rank 0 (with
+  // synchronized statistics they are the same already).
+  const state::FlatRange buffers = model->buffer_range();
+  if (buffers.size() > 0 && device == nullptr) {
+    model->UpdateBuffers(params.span());
+    RM_RETURN_IF_ERROR(hcomm->Broadcast(params.data() + buffers.begin,
+                                        params.data() + buffers.begin, buffers.size(),
+                                        DataType::kFloat32, 0, Deadline()));
   }
   return apply;
 }

@@ -86,8 +86,8 @@ diagnostics: {fingerprint_every: 2, log_every: 1}
 )";
 
 // `kSamples` samples of 48 "pixels" whose class is readable from the data.
-std::unique_ptr<data::ImageClassificationDataset> Synthetic(int64_t kSamples = 250) {
-  constexpr int64_t kFeatures = 48;
+std::unique_ptr<data::ImageClassificationDataset> Synthetic(int64_t kSamples = 250,
+                                                            int64_t kFeatures = 48) {
   std::vector<uint8_t> pixels(kSamples * kFeatures), labels(kSamples);
   uint64_t x = 12345;
   for (int64_t i = 0; i < kSamples; ++i) {
@@ -142,6 +142,7 @@ enum class Gradients { kTcp, kNccl };
 // The synthetic data a spec's model reads: images for the classifiers, text for the GPT.
 std::unique_ptr<data::Dataset> DataFor(const JobSpec& spec) {
   if (spec.model().has_mlp() || spec.model().has_cnn()) return Synthetic();
+  if (spec.model().has_resnet18()) return Synthetic(60, 28 * 28);
   return SyntheticText();
 }
 
@@ -459,6 +460,83 @@ TEST_F(TrainerTest, ResumesAtAnotherWorldSizeAsIfNeverInterrupted) {
     EXPECT_EQ(resumed.steps, 6) << what;
     ExpectSameParameters(resumed, *reference_, what);
   }
+}
+
+constexpr char kResnetSpec[] = R"(
+name: trainer_test_resnet
+seed: 4
+steps: 4
+model: {resnet18: {width: 2, sync_batchnorm: true}}
+data: {fashion_mnist: {}, eval_every_epoch: false}
+optimizer: {sgd: {momentum: 0.9}, lr: 0.05, weight_decay: 0.01}
+batch: {global: 12}
+parallelism: {bucket_mb: 0.002}
+diagnostics: {fingerprint_every: 1, log_every: 1}
+)";
+
+// The BatchNorm running statistics (the table's last values: train/nn/resnet.h) that are
+// neither their initial 0 nor 1: they moved.
+int MovedRunningStatistics(const RunResult& run) {
+  constexpr size_t kBuffers = 2 * 4800 / 32;  // width 2: 150 channels, mean and variance
+  int moved = 0;
+  for (size_t i = run.params.size() - kBuffers; i < run.params.size(); ++i) {
+    moved += run.params[i] != 0.0f && run.params[i] != 1.0f;
+  }
+  return moved;
+}
+
+// Synchronized BatchNorm makes training independent of the world size (the statistics are
+// the global batch's), so a run checkpointed on N ranks and resumed on M ends where one rank
+// ends, running statistics included; the last micro-batch of 3 ranks with a global batch of
+// 2 is empty and still takes part in the sums.
+TEST(ResnetTraining, SynchronizedBatchNormResumesAtAnotherWorldSize) {
+  const RunResult reference = Train(1, {}, kResnetSpec);
+  ASSERT_FALSE(reference.params.empty());
+  EXPECT_GT(MovedRunningStatistics(reference), 250);
+  for (const auto& [from, to] : {std::pair{2, 3}, std::pair{3, 1}}) {
+    const std::string what = absl::StrCat(from, " ranks -> ", to, " ranks");
+    const std::string dir = comm::testing::FreshStoreDir() + "-checkpoints";
+    RunResult first = Train(from, {"checkpoint.dir=" + dir}, kResnetSpec, 2);
+    EXPECT_EQ(first.steps, 2) << what;
+    RunResult resumed = Train(to, {"checkpoint.dir=" + dir}, kResnetSpec);
+    EXPECT_EQ(resumed.resumed_from_step, 2) << what;
+    ExpectCloseParameters(resumed, reference, 1e-5, 1e-4, what);
+  }
+  const RunResult tiny = Train(3, {"batch.global=2"}, kResnetSpec);
+  EXPECT_EQ(tiny.steps, 4);
+  ExpectCloseParameters(tiny, Train(1, {"batch.global=2"}, kResnetSpec), 1e-5, 1e-4,
+                        "global batch 2 on 3 ranks");
+  // Accumulation with uneven shares (4, 3 and 3 samples in micro-batches of at most 2): every
+  // rank takes part in every micro-batch's sums, an empty one included.
+  const RunResult accumulated = Train(3, {"batch.global=10", "batch.micro_max=2"}, kResnetSpec);
+  EXPECT_EQ(accumulated.steps, 4);
+  EXPECT_TRUE(std::isfinite(accumulated.final_loss));
+}
+
+// Per-rank statistics (PyTorch DDP's default): the ranks keep rank 0's running statistics
+// (the fingerprints compare them every step), which a checkpoint keeps; a run differs from
+// the synchronized one.
+TEST(ResnetTraining, PerRankBatchNormKeepsRankZerosStatisticsThroughACheckpoint) {
+  const std::vector<std::string> per_rank = {"model.resnet18.sync_batchnorm=false"};
+  const RunResult whole = Train(2, per_rank, kResnetSpec);
+  ASSERT_FALSE(whole.params.empty());
+  EXPECT_GT(MovedRunningStatistics(whole), 250);
+  const std::string dir = comm::testing::FreshStoreDir() + "-checkpoints";
+  std::vector<std::string> saving = per_rank;
+  saving.push_back("checkpoint.dir=" + dir);
+  EXPECT_EQ(Train(2, saving, kResnetSpec, 2).steps, 2);
+  const RunResult resumed = Train(2, saving, kResnetSpec);
+  EXPECT_EQ(resumed.resumed_from_step, 2);
+  ExpectCloseParameters(resumed, whole, 0, 0, "resumed per-rank run");
+  // ZeRO-1 (each rank updates a shard, then the parameters are gathered) keeps them alike.
+  std::vector<std::string> zero1 = per_rank;
+  zero1.push_back("parallelism.zero_stage=1");
+  ExpectCloseParameters(Train(2, zero1, kResnetSpec), whole, 1e-6, 1e-5, "per-rank ZeRO-1");
+  const RunResult synchronized = Train(2, {}, kResnetSpec);
+  int differ = 0;
+  for (size_t i = 0; i < whole.params.size(); ++i)
+    differ += whole.params[i] != synchronized.params[i];
+  EXPECT_GT(differ, 1000);
 }
 
 TEST_F(TrainerTest, Fp16OverflowSkipsTheStepAndBacksOff) {

@@ -16,11 +16,14 @@
 #define RINGMASTER_TRAIN_NN_LAYERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/matmul.h"
 #include "state/tensor.h"
@@ -160,6 +163,102 @@ class MaxPool2d final : public Layer {
   int64_t height_;
   int64_t width_;
   GrowBuffer<int32_t> argmax_;
+};
+
+// Sums values over the data-parallel replicas (ForwardBackwardOptions::sum_across_replicas);
+// empty: one rank.
+using ReplicaSum = std::function<absl::Status(absl::Span<double> values)>;
+
+// A convolution of [in_channels, height, width] images with any stride and zero padding and
+// no bias: weight [out, in, k, k] ("<name>.weight"), uniform in ±1/sqrt(in·k·k). Owns its
+// im2col scratch.
+class StridedConv2d final : public Layer {
+ public:
+  StridedConv2d(state::TensorTable& table, absl::string_view name, int64_t in_channels,
+                int64_t out_channels, int64_t height, int64_t width, int64_t kernel_size,
+                int64_t stride, int64_t padding);
+  std::string Describe() const override;  // "conv 64->128 3x3/2 on 32x32"
+  void Forward(const float* params, const float* x, float* y, int64_t n) override;
+  void BackwardParams(const float* x, const float* dy, int64_t n, absl::Span<float* const> grads,
+                      kernels::OutputMode mode) override;
+  void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
+                     float* dx, int64_t n) override;
+  int64_t scratch_bytes() const override { return scratch_.bytes(); }
+  kernels::StridedConv2dShape Shape(int64_t n) const;
+
+ private:
+  kernels::StridedConv2dShape shape_;  // batch filled in per call
+  int64_t weight_;
+  GrowBuffer<float> scratch_;
+};
+
+// Mean over each channel's positions: [channels, positions] -> [channels].
+class GlobalAvgPool final : public Layer {
+ public:
+  GlobalAvgPool(int64_t channels, int64_t positions)
+      : Layer(channels * positions, channels, Aliasing::kSeparate), positions_(positions) {}
+  std::string Describe() const override { return "global average pool"; }
+  void Forward(const float* params, const float* x, float* y, int64_t n) override;
+  void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
+                     float* dx, int64_t n) override;
+
+ private:
+  int64_t positions_;
+};
+
+// BatchNorm2d over [channels, positions] maps: weight ("<name>.weight", 1) and bias
+// ("<name>.bias", 0) added by the constructor; the running statistics
+// ("<name>.running_mean", 0, and "<name>.running_var", 1) by AddRunningStatistics, which the
+// model calls once every trained tensor is in the table. Keeps the statistics of its last
+// training forward for the backward.
+class BatchNorm2d {
+ public:
+  static constexpr double kMomentum = 0.1;
+  static constexpr double kEps = 1e-5;
+
+  BatchNorm2d(state::TensorTable& table, absl::string_view name, int64_t channels,
+              int64_t positions);
+  void AddRunningStatistics(state::TensorTable& table);
+
+  int64_t channels() const { return channels_; }
+  int64_t size() const { return channels_ * positions_; }  // floats per sample
+  int weight_tensor() const { return weight_tensor_; }
+  // Flat offsets of the tensors.
+  int64_t weight_offset() const { return weight_; }
+  int64_t bias_offset() const { return bias_; }
+  int64_t running_mean_offset() const { return running_mean_; }
+  int64_t running_var_offset() const { return running_var_; }
+
+  // Training: y = the normalisation of x by its batch statistics (every replica's with
+  // `sum`), and running_mean / running_var (channels() floats each) moved towards them. y
+  // may be x. Errors: `sum`'s; INVALID_ARGUMENT when the statistics cover a single value
+  // per channel (the unbiased variance needs two).
+  absl::Status ForwardTrain(const float* params, const float* x, float* y, int64_t n,
+                            const ReplicaSum& sum, float* running_mean, float* running_var);
+  // Evaluation: normalises by the running statistics in `params`. y may be x.
+  void ForwardEval(const float* params, const float* x, float* y, int64_t n);
+  // After ForwardTrain on x: the weight and bias gradients into dweight and dbias (written
+  // or added, `mode`) and dx (overwritten; may be dy). Errors: `sum`'s.
+  absl::Status Backward(const float* params, const float* x, const float* dy, float* dx, int64_t n,
+                        const ReplicaSum& sum, float* dweight, float* dbias,
+                        kernels::OutputMode mode);
+
+ private:
+  kernels::BatchNormShape Shape(int64_t n) const { return {n, channels_, positions_}; }
+
+  std::string name_;
+  int64_t channels_;
+  int64_t positions_;
+  int weight_tensor_;
+  int64_t weight_ = 0;
+  int64_t bias_ = 0;
+  int64_t running_mean_ = 0;
+  int64_t running_var_ = 0;
+  // The last training forward's statistics and count (every replica's with a sum).
+  std::vector<float> mean_;
+  std::vector<float> invstd_;
+  double count_ = 0;
+  std::vector<double> sums_;  // 2·channels + 1 doubles for the sums' collectives
 };
 
 // Softmax cross-entropy of logits [n, classes] against labels in [0, classes) (the caller

@@ -6,6 +6,8 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -13,6 +15,7 @@
 #include "state/tensor.h"
 #include "train/nn/finite_difference.h"
 #include "train/nn/random.h"
+#include "train/nn/replica_sum_testing.h"
 
 namespace ringmaster::train::nn {
 namespace {
@@ -121,6 +124,170 @@ TEST(MaxPool2d, GradientsMatchFiniteDifferences) {
   std::shuffle(x.begin(), x.end(), std::mt19937(4));
   for (float& v : x) v = 0.05f * v - 2.0f;
   CheckLayer(layer, table, x, 2);
+}
+
+TEST(StridedConv2d, GradientsMatchFiniteDifferences) {
+  state::TensorTable table;
+  StridedConv2d layer(table, "conv", 2, 3, 5, 6, 3, 2, 1);
+  ASSERT_EQ(table.size(), 1);  // no bias
+  EXPECT_EQ(table.tensor(0).name, "conv.weight");
+  EXPECT_EQ(table.tensor(0).shape, (std::vector<int64_t>{3, 2, 3, 3}));
+  EXPECT_EQ(layer.output_size(), 3 * 3 * 3);
+  EXPECT_EQ(layer.Describe(), "conv 2->3 3x3/2 on 5x6");
+  CheckLayer(layer, table, RandomFloats(2 * 2 * 5 * 6, 8), 2);
+}
+
+TEST(StridedConv2d, ProjectionGradientsMatchFiniteDifferences) {
+  state::TensorTable table;
+  StridedConv2d layer(table, "shortcut", 3, 4, 4, 4, 1, 2, 0);
+  EXPECT_EQ(layer.output_size(), 4 * 2 * 2);
+  CheckLayer(layer, table, RandomFloats(3 * 3 * 4 * 4, 9), 3);
+}
+
+TEST(GlobalAvgPool, GradientsMatchFiniteDifferences) {
+  state::TensorTable table;
+  GlobalAvgPool layer(3, 4);
+  EXPECT_EQ(layer.output_size(), 3);
+  CheckLayer(layer, table, RandomFloats(2 * 3 * 4, 10), 2);
+}
+
+class BatchNorm2dTest : public testing::Test {
+ protected:
+  static constexpr int64_t kN = 3, kC = 2, kPositions = 5;
+  BatchNorm2dTest() : bn(table, "bn", kC, kPositions) {
+    bn.AddRunningStatistics(table);
+    params = state::FlatBuffer(table.total_elements());
+    SplitMix64 rng(11);
+    FillUniform(rng, 1.0f, params.span());
+    for (int64_t c = 0; c < kC; ++c) params.data()[bn.running_var_offset() + c] += 1.5f;
+  }
+  state::TensorTable table;
+  BatchNorm2d bn;
+  state::FlatBuffer params;
+  std::vector<float> x = RandomFloats(kN * kC * kPositions, 12, -1.0f, 2.0f);
+};
+
+TEST_F(BatchNorm2dTest, TrainingGradientsMatchFiniteDifferences) {
+  EXPECT_EQ(table.tensor(0).name, "bn.weight");
+  EXPECT_EQ(table.tensor(3).name, "bn.running_var");
+  const std::vector<float> r = RandomFloats(x.size(), 13);
+  std::vector<float> y(x.size()), rm(kC), rv(kC);
+  auto objective = [&] {
+    EXPECT_TRUE(
+        bn.ForwardTrain(params.data(), x.data(), y.data(), kN, nullptr, rm.data(), rv.data()).ok());
+    double f = 0;
+    for (size_t i = 0; i < y.size(); ++i) f += double{r[i]} * y[i];
+    return f;
+  };
+  objective();
+  std::vector<float> dx(x.size(), 99.0f), dw(kC, 99.0f), db(kC, 99.0f);
+  ASSERT_TRUE(bn.Backward(params.data(), x.data(), r.data(), dx.data(), kN, nullptr, dw.data(),
+                          db.data(), kernels::OutputMode::kOverwrite)
+                  .ok());
+  for (size_t i = 0; i < x.size(); ++i) ExpectGradient(dx[i], Derivative(x[i], objective), "x", i);
+  for (int64_t c = 0; c < kC; ++c) {
+    ExpectGradient(dw[c], Derivative(params.data()[bn.weight_offset() + c], objective), "w", c);
+    ExpectGradient(db[c], Derivative(params.data()[bn.bias_offset() + c], objective), "b", c);
+  }
+}
+
+TEST_F(BatchNorm2dTest, RunningStatisticsFollowPyTorch) {
+  std::vector<float> y(x.size());
+  std::vector<float> rm = {0.5f, -1.0f}, rv = {2.0f, 0.25f};
+  ASSERT_TRUE(
+      bn.ForwardTrain(params.data(), x.data(), y.data(), kN, nullptr, rm.data(), rv.data()).ok());
+  const double count = kN * kPositions;
+  for (int64_t c = 0; c < kC; ++c) {
+    double mean = 0, sq = 0;
+    for (int64_t n = 0; n < kN; ++n) {
+      for (int64_t i = 0; i < kPositions; ++i) mean += x[(n * kC + c) * kPositions + i];
+    }
+    mean /= count;
+    for (int64_t n = 0; n < kN; ++n) {
+      for (int64_t i = 0; i < kPositions; ++i) {
+        const double d = x[(n * kC + c) * kPositions + i] - mean;
+        sq += d * d;
+      }
+    }
+    const double before_mean = c == 0 ? 0.5 : -1.0, before_var = c == 0 ? 2.0 : 0.25;
+    EXPECT_NEAR(rm[c], 0.9 * before_mean + 0.1 * mean, 1e-6);
+    EXPECT_NEAR(rv[c], 0.9 * before_var + 0.1 * sq / (count - 1), 1e-6);  // unbiased
+    // Training normalises by the biased variance.
+    const float gamma = params.data()[bn.weight_offset() + c];
+    const float beta = params.data()[bn.bias_offset() + c];
+    const int64_t k = c * kPositions;
+    EXPECT_NEAR(y[k], gamma * (x[k] - mean) / std::sqrt(sq / count + 1e-5) + beta, 1e-5);
+  }
+  // Evaluation normalises by the running statistics in the parameters.
+  bn.ForwardEval(params.data(), x.data(), y.data(), kN);
+  for (int64_t c = 0; c < kC; ++c) {
+    const float* p = params.data();
+    const int64_t k = (kC + c) * kPositions + 1;  // sample 1
+    EXPECT_NEAR(y[k],
+                p[bn.weight_offset() + c] * (x[k] - p[bn.running_mean_offset() + c]) /
+                        std::sqrt(p[bn.running_var_offset() + c] + 1e-5) +
+                    p[bn.bias_offset() + c],
+                1e-5);
+  }
+}
+
+TEST_F(BatchNorm2dTest, OneValuePerChannelIsAnError) {
+  BatchNorm2d one(table, "single", 2, 1);
+  std::vector<float> y(2), rm(2), rv(2);
+  const absl::Status s =
+      one.ForwardTrain(params.data(), x.data(), y.data(), 1, nullptr, rm.data(), rv.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("single"), std::string::npos) << s;
+}
+
+// Two replicas with synchronized statistics, each with part of the batch, give what one
+// replica with the whole batch gives: outputs, running statistics, input gradients, and
+// parameter gradients that sum to the whole batch's.
+TEST_F(BatchNorm2dTest, SynchronizedReplicasMatchOneBatch) {
+  const std::vector<float> r = RandomFloats(x.size(), 14);
+  const int64_t sample = kC * kPositions;
+  std::vector<float> y(x.size()), dx(x.size()), dw(kC), db(kC), rm(kC, 0.0f), rv(kC, 1.0f);
+  ASSERT_TRUE(
+      bn.ForwardTrain(params.data(), x.data(), y.data(), kN, nullptr, rm.data(), rv.data()).ok());
+  ASSERT_TRUE(bn.Backward(params.data(), x.data(), r.data(), dx.data(), kN, nullptr, dw.data(),
+                          db.data(), kernels::OutputMode::kOverwrite)
+                  .ok());
+
+  ThreadReplicaSum sum(2);
+  const int64_t split[3] = {0, 1, kN};  // samples [0, 1) and [1, 3)
+  std::vector<float> ys(x.size()), dxs(x.size()), dws(2 * kC), dbs(2 * kC), rms(2 * kC, 0.0f),
+      rvs(2 * kC, 1.0f);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k) {
+    threads.emplace_back([&, k] {
+      state::TensorTable own;
+      BatchNorm2d replica(own, "bn", kC, kPositions);
+      ReplicaSum s = [&sum, k](absl::Span<double> v) { return sum.Sum(k, v); };
+      const int64_t at = split[k] * sample, n = split[k + 1] - split[k];
+      EXPECT_TRUE(replica
+                      .ForwardTrain(params.data(), x.data() + at, ys.data() + at, n, s,
+                                    rms.data() + k * kC, rvs.data() + k * kC)
+                      .ok());
+      EXPECT_TRUE(replica
+                      .Backward(params.data(), x.data() + at, r.data() + at, dxs.data() + at, n, s,
+                                dws.data() + k * kC, dbs.data() + k * kC,
+                                kernels::OutputMode::kOverwrite)
+                      .ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(ys[i], y[i], 1e-5) << i;
+    EXPECT_NEAR(dxs[i], dx[i], 1e-5) << i;
+  }
+  for (int64_t c = 0; c < kC; ++c) {
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_NEAR(rms[k * kC + c], rm[c], 1e-6);
+      EXPECT_NEAR(rvs[k * kC + c], rv[c], 1e-6);
+    }
+    EXPECT_NEAR(dws[c] + dws[kC + c], dw[c], 1e-5);
+    EXPECT_NEAR(dbs[c] + dbs[kC + c], db[c], 1e-5);
+  }
 }
 
 TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
