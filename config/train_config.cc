@@ -235,6 +235,7 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   c.init_from = spec.init_from();
   RM_ASSIGN_OR_RETURN(c.model, ModelOf(spec));
   RM_ASSIGN_OR_RETURN(c.data, DataOf(spec.data()));
+  c.data.text_as_gpt2_tokens = spec.model().has_gpt2();
   if (spec.length_case() == JobSpec::kSteps) {
     c.steps = spec.steps();
     c.epochs = 0;

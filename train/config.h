@@ -45,6 +45,9 @@ struct DataConfig {
   std::string mnist_dir = data::kDefaultMnistDir;  // kMnist
   bool normalize = true;  // standardise the pixels (false: scale to [0, 1] only)
   std::string text_path;  // kText: the corpus file; samples are gpt.context + 1 bytes
+  // kText with model.gpt2: the file is read as GPT-2's tokens (its byte-level BPE, after an
+  // <|endoftext|>, as `ringctl data prepare FILE` writes them), not as bytes.
+  bool text_as_gpt2_tokens = false;
   // kTokens: token files (train/data/token_file.h); samples are gpt.context + 1 tokens, each
   // below gpt.vocab. An empty validation path: no evaluation.
   std::string tokens_train_path, tokens_validation_path;

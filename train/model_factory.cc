@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "train/data/fashion_mnist.h"
+#include "train/data/gpt2_tokenizer.h"
+#include "train/data/prepare.h"
 #include "train/data/text_dataset.h"
 #include "train/nn/classifiers.h"
 #include "train/nn/gpt.h"
@@ -14,6 +16,24 @@
 
 namespace ringmaster::train {
 namespace {
+
+// data.text for model.gpt2: the file's text as GPT-2's tokens, <|endoftext|> first (what
+// `ringctl data prepare FILE` writes). Errors name the file; the tokenizer's say to run
+// tools/setup.sh when its files are missing.
+absl::StatusOr<std::unique_ptr<data::Dataset>> LoadTextAsGpt2Tokens(const std::string& path,
+                                                                    const nn::GptOptions& gpt) {
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<data::TextDataset> text,
+                      data::LoadTextDataset(path, /*context=*/1));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<data::Gpt2Tokenizer> tokenizer,
+                      data::Gpt2Tokenizer::Create());
+  const std::vector<int32_t> ids = tokenizer->Encode(text->bytes());
+  std::vector<uint16_t> tokens = {static_cast<uint16_t>(data::kGpt2EndOfText)};
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<data::TokenDataset> dataset,
+                      data::TokenDataset::Create(absl::StrCat(path, " (GPT-2 tokens)"),
+                                                 std::move(tokens), gpt.context, gpt.vocab));
+  return std::unique_ptr<data::Dataset>(std::move(dataset));
+}
 
 absl::StatusOr<JobData> LoadOrThrow(const TrainConfig& config) {
   JobData d;
@@ -38,8 +58,12 @@ absl::StatusOr<JobData> LoadOrThrow(const TrainConfig& config) {
       break;
     }
     case DataConfig::Kind::kText: {
-      RM_ASSIGN_OR_RETURN(d.owned_train,
-                          data::LoadTextDataset(dc.text_path, config.model.gpt.context));
+      if (dc.text_as_gpt2_tokens) {
+        RM_ASSIGN_OR_RETURN(d.owned_train, LoadTextAsGpt2Tokens(dc.text_path, config.model.gpt));
+      } else {
+        RM_ASSIGN_OR_RETURN(d.owned_train,
+                            data::LoadTextDataset(dc.text_path, config.model.gpt.context));
+      }
       break;
     }
     case DataConfig::Kind::kTokens: {

@@ -138,6 +138,29 @@ TEST(ModelFactory, GptForText) {
   EXPECT_THAT((*m)->Describe(), StartsWith("gpt 1 layers"));
 }
 
+// data.text for model.gpt2 is GPT-2's tokens of the text (after <|endoftext|>), not its
+// bytes: the ids GPT-2's tokenizer gives ("Hello world" is 15496, 995).
+TEST(ModelFactory, Gpt2ReadsTextAsGpt2Tokens) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Hello world. ";
+  const std::string path = data::WriteTestFile("gpt2_corpus.txt", text, data::Compression::kNone);
+  TrainConfig config = TextJob(path, 4);
+  config.model.gpt.vocab = 50257;
+  config.model.gpt.tied_head = true;
+  config.data.text_as_gpt2_tokens = true;
+  absl::StatusOr<JobData> d = LoadJobData(config);
+  if (!d.ok() && absl::IsFailedPrecondition(d.status())) {
+    GTEST_FAIL() << d.status() << " (run tools/setup.sh: GPT-2's tokenizer files)";
+  }
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->train->info().vocab_size, 50257);
+  Batch batch;
+  ASSERT_TRUE(d->train->Gather({0}, &batch).ok());
+  EXPECT_EQ(batch.tokens, (std::vector<int32_t>{50256, 15496, 995, 13, 18435}));
+  // 1 + 3 tokens per sentence after the first's ("Hello", " world", "."; then " Hello").
+  EXPECT_EQ(d->train->size(), (1 + 40 * 3 - 1) / 4);
+}
+
 TEST(ModelFactory, UnnormalizedPixelsAreScaledToOne) {
   TrainConfig config = ImageJob(MakeFashionMnist("raw", 2));
   for (bool normalize : {true, false}) {
