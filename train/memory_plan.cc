@@ -280,7 +280,11 @@ absl::StatusOr<std::vector<RankMemoryPlan>> PlanEveryConfiguration(const TrainCo
       {3, FsdpConfig::Wrap::kBlock}, {3, FsdpConfig::Wrap::kModel},
   };
   std::vector<RankMemoryPlan> plans;
+  // A model with buffers (BatchNorm's running statistics) keeps them in whole flat buffers:
+  // stages 0 and 1 only (spec/validate.cc refuses the others).
+  const bool buffers = model->buffer_range().size() > 0;
   for (const auto& [stage, wrap] : configurations) {
+    if (buffers && stage >= 2) continue;
     RM_ASSIGN_OR_RETURN(RankMemoryPlan plan, PlanRankState(config, *model, world, stage, wrap));
     plans.push_back(plan);
   }

@@ -122,7 +122,8 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const TrainConfig& config, int wor
                                               int zero_stage, FsdpConfig::Wrap wrap);
 
 // Every configuration `ringctl estimate memory` prints, in this order: stages 0, 1, 2, then
-// 3 with layer, block and model wrapping; the activations measured once.
+// 3 with layer, block and model wrapping (a model with buffers, model.resnet18: 0 and 1
+// only, the stages it can run); the activations measured once.
 absl::StatusOr<std::vector<RankMemoryPlan>> PlanEveryConfiguration(const TrainConfig& config,
                                                                    int world);
 

@@ -419,5 +419,19 @@ TEST(PlanEveryConfiguration, SixRowsWithTheActivationsOfOne) {
   EXPECT_EQ(one->total_bytes(), (*plans)[4].total_bytes());
 }
 
+// ResNet-18 keeps its BatchNorm running statistics in whole flat buffers: the stages it can
+// run (0 and 1), not rows for the ones its spec refuses.
+TEST(PlanEveryConfiguration, AModelWithBuffersGetsTheStagesItCanRun) {
+  TrainConfig config = Mlp();
+  config.model.kind = ModelConfig::Kind::kResnet18;
+  config.model.resnet18_width = 2;
+  config.global_batch = 8;
+  absl::StatusOr<std::vector<RankMemoryPlan>> plans = PlanEveryConfiguration(config, 2);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  std::vector<std::string> names;
+  for (const RankMemoryPlan& p : *plans) names.push_back(p.Name());
+  EXPECT_THAT(names, ::testing::ElementsAre("ZeRO-0", "ZeRO-1"));
+}
+
 }  // namespace
 }  // namespace ringmaster::train
