@@ -89,7 +89,11 @@ struct LmRun {
 };
 
 LmRun Train(int world, const std::vector<std::string>& extra = {}) {
-  const auto [train, validation] = TokenFiles();
+  // Named strings, not structured bindings: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  const std::pair<std::string, std::string> files = TokenFiles();
+  const std::string& train = files.first;
+  const std::string& validation = files.second;
   const std::string dir = comm::testing::FreshStoreDir();
   EXPECT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   std::vector<std::string> overrides = {absl::StrCat("data.tokens.train=", train),
