@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "train/data/fashion_mnist.h"
 #include "train/data/gpt2_tokenizer.h"
@@ -22,11 +23,10 @@ namespace {
 // tools/setup.sh when its files are missing.
 absl::StatusOr<std::unique_ptr<data::Dataset>> LoadTextAsGpt2Tokens(const std::string& path,
                                                                     const nn::GptOptions& gpt) {
-  RM_ASSIGN_OR_RETURN(std::unique_ptr<data::TextDataset> text,
-                      data::LoadTextDataset(path, /*context=*/1));
+  RM_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   RM_ASSIGN_OR_RETURN(std::unique_ptr<data::Gpt2Tokenizer> tokenizer,
                       data::Gpt2Tokenizer::Create());
-  const std::vector<int32_t> ids = tokenizer->Encode(text->bytes());
+  const std::vector<int32_t> ids = tokenizer->Encode(text);
   std::vector<uint16_t> tokens = {static_cast<uint16_t>(data::kGpt2EndOfText)};
   tokens.insert(tokens.end(), ids.begin(), ids.end());
   RM_ASSIGN_OR_RETURN(std::unique_ptr<data::TokenDataset> dataset,

@@ -278,8 +278,8 @@ GptModel::GptModel(const GptOptions& o)
   if (has_embeddings()) {
     group("embeddings", wte_, wpe_ + 1, 0, "embeddings");
     // Only the tied head's backward reads wte (the embedding makes no input gradient).
-    groups_.back().backward_reads_parameters = o.tied_head && has_head();
-    groups_.back().read_again_by_head = o.tied_head && has_head();
+    groups_.back().backward_reads_parameters = head_is_wte();
+    groups_.back().read_again_by_head = head_is_wte();
   } else if (o.tied_head && has_head()) {
     group("wte (the tied head's copy)", wte_, wte_ + 1, head_block, "head");
   }
@@ -604,18 +604,16 @@ void GptModel::HeadBackward(const Pass& pass, GradWriter& writer) {
   float* dlnf = dsmall_.data();
   float* dx = dresidual_.data();
 
-  if (options_.tied_head && is_whole()) {
+  if (head_is_wte()) {
     // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
     kernels::LinearBackwardWeights(lnf_out_, dlogits, tied_grad_.Reserve(vocab * c), nullptr, rows,
                                    c, vocab, OutputMode::kOverwrite);
-    kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
-    RoundToPrecision(precision, dlnf, rows * c);
   } else {
     LinearWeights(writer, lm_head_, /*has_bias=*/false, lnf_out_, dlogits, rows, c, vocab);
-    kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
-    RoundToPrecision(precision, dlnf, rows * c);
-    FinishLinear(writer);
   }
+  kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
+  RoundToPrecision(precision, dlnf, rows * c);
+  if (!head_is_wte()) FinishLinear(writer);
 
   writer.Begin(lnf_, lnf_ + 2);
   std::fill_n(dx, rows * c, 0.0f);
@@ -643,7 +641,7 @@ void GptModel::BlocksBackward(const Pass& pass, GradWriter& writer) {
 void GptModel::EmbeddingsBackward(const Pass& pass, GradWriter& writer) {
   writer.Begin(wte_, wpe_ + 1);
   float* dwte = writer.Summed(wte_);
-  if (options_.tied_head && is_whole()) {  // the head's part first, as GptCuda adds them
+  if (head_is_wte()) {  // the head's part first, as GptCuda adds them
     const int64_t n = options_.vocab * options_.width;
     kernels::ResidualForward(dwte, dwte, tied_grad_.data(), n);
   }

@@ -213,6 +213,9 @@ class GptModel final : public Model {
   bool has_embeddings() const { return first_block_ == 0; }
   bool has_head() const { return end_block_ == options_.layers; }
   bool is_whole() const { return has_embeddings() && has_head(); }
+  // A tied head reading this slice's own wte (the whole model): its weight gradient is added
+  // to the embedding's (a pipeline's last stage uses its copy of wte as an untied head).
+  bool head_is_wte() const { return options_.tied_head && is_whole(); }
 
   const GptOptions& options() const { return options_; }
 

@@ -449,7 +449,7 @@ absl::Status GptCuda::Reserve(int64_t batch) {
       lnf_mean_ = take(rows);
       lnf_rstd_ = take(rows);
       logits_ = take_act(rows * logits_stride_);
-      if (options_.tied_head && cpu_->is_whole()) tied_grad_ = take(options_.vocab * c);
+      if (cpu_->head_is_wte()) tied_grad_ = take(options_.vocab * c);
     }
     loss_ = take(rows);
     dresidual_ = take_act(rows * c);
@@ -807,7 +807,7 @@ absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t ba
   T* dsmall = act(dsmall_);
   // With a store each group's gradients begin before its gradient kernels and end after the
   // last kernel that reads its parameters, in GptModel's order.
-  if (options_.tied_head && cpu_->is_whole()) {
+  if (cpu_->head_is_wte()) {
     // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
     RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
       return engine_->LinearBackwardWeightsFloatOutput(
@@ -859,7 +859,7 @@ template <typename T>
 absl::Status GptCuda::EmbeddingsBackward(float* grads, int64_t batch,
                                          const std::function<void(int)>& ready) {
   RM_RETURN_IF_ERROR(BeginGradients(wte_));
-  if (options_.tied_head && cpu_->is_whole()) {  // the head's part first, as GptModel adds them
+  if (cpu_->head_is_wte()) {  // the head's part first, as GptModel adds them
     float* dwte = Grad(grads, wte_);
     RM_RETURN_IF_ERROR(Timed("embedding backward", [&] {
       return Residual(dwte, dwte, tied_grad_, options_.vocab * options_.width, stream_);
