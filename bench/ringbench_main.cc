@@ -51,7 +51,7 @@
 #include "bench/loopback.h"
 #include "bench/peers.h"
 #include "bench/pipeline_bench.h"
-#include "bench/plot.h"
+#include "plot/plot.h"
 #include "bench/tp_bench.h"
 #include "comm/store.h"
 #include "comm/tcp/tcp_communicator.h"
@@ -123,6 +123,11 @@ ABSL_FLAG(int, steps, 5,
 
 namespace ringmaster::bench {
 namespace {
+
+using plot::FormatBytes;
+using plot::PlotSpec;
+using plot::Series;
+using plot::WriteSvg;
 
 struct Outcome {
   std::vector<Row> rows;

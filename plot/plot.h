@@ -1,13 +1,16 @@
-// Bandwidth-vs-message-size plots as self-contained SVG text, with no plotting dependency.
+// Line plots as self-contained SVG text, with no plotting dependency: bandwidth against
+// message size (ringbench), training curves against steps (ringctl plot), live curves on the
+// coordinator's dashboard.
 //
-// The x axis is log2 (bytes), ticked at powers of two labelled by FormatBytes; the y axis is
-// linear from 0 to a rounded-up maximum, or log10 when PlotSpec::log_y. Points with a
-// non-finite coordinate or x <= 0 (and, with log_y, y <= 0) are skipped; an empty or
-// all-zero plot still renders axes and legend. Every label is XML-escaped.
+// The x axis is log2 (bytes), ticked at powers of two labelled by FormatBytes (the default),
+// or linear (PlotSpec::x_scale = XScale::kLinear, e.g. steps); the y axis is linear from 0 to
+// a rounded-up maximum, or log10 when PlotSpec::log_y. Points with a non-finite coordinate
+// (on the log2 x axis also x <= 0; with log_y also y <= 0) are skipped; an empty or all-zero
+// plot still renders axes and legend. Every label is XML-escaped.
 //
 // Thread-safety: all functions are pure or touch only their own file; call from any thread.
-#ifndef RINGMASTER_BENCH_PLOT_H_
-#define RINGMASTER_BENCH_PLOT_H_
+#ifndef RINGMASTER_PLOT_PLOT_H_
+#define RINGMASTER_PLOT_PLOT_H_
 
 #include <string>
 #include <utility>
@@ -15,11 +18,12 @@
 
 #include "absl/status/status.h"
 
-namespace ringmaster::bench {
+namespace ringmaster::plot {
 
 struct Series {
   std::string label;
-  std::vector<std::pair<double, double>> points;  // x = bytes, y = GB/s; drawn sorted by x.
+  // E.g. x = bytes, y = GB/s; or x = step, y = loss. Drawn sorted by x.
+  std::vector<std::pair<double, double>> points;
   std::string color;                              // Any SVG colour; empty picks from a palette.
   bool dashed = false;
 };
@@ -32,7 +36,7 @@ struct HorizontalLine {
   std::string color;  // Empty: grey.
 };
 
-// A band of x (bytes) shaded over the full plot height, label at the top, e.g.
+// A band of x (bytes, or x values on a linear axis) shaded over the full plot height, label at the top, e.g.
 // "latency-bound". Clamped to the data's x range (x_min <= 0 means from the left edge);
 // does not widen it.
 struct Region {
@@ -42,6 +46,9 @@ struct Region {
   std::string color;  // Drawn translucent. Empty: grey.
 };
 
+// How the x axis maps values: log2 of bytes (ticks at powers of two), or linear.
+enum class XScale { kLog2Bytes, kLinear };
+
 struct PlotSpec {
   std::string title;
   std::string x_label;
@@ -50,6 +57,7 @@ struct PlotSpec {
   std::vector<HorizontalLine> lines;
   std::vector<Region> regions;
   bool log_y = false;
+  XScale x_scale = XScale::kLog2Bytes;
   int width = 960;  // Pixels, >= 200.
   int height = 600;
 };
@@ -68,6 +76,6 @@ absl::Status WriteSvg(const PlotSpec& spec, const std::string& path);
 // 1536 -> "1.5K", 1048576 -> "1M", 1073741824 -> "1G" (then T, P).
 std::string FormatBytes(double bytes);
 
-}  // namespace ringmaster::bench
+}  // namespace ringmaster::plot
 
-#endif  // RINGMASTER_BENCH_PLOT_H_
+#endif  // RINGMASTER_PLOT_PLOT_H_

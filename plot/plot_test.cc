@@ -1,4 +1,4 @@
-#include "bench/plot.h"
+#include "plot/plot.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace ringmaster::bench {
+namespace ringmaster::plot {
 namespace {
 
 int Count(const std::string& haystack, const std::string& needle) {
@@ -123,6 +123,27 @@ TEST(RenderSvg, XIsLog2AndMonotonic) {
   double a = points[2].first - points[0].first, b = points[3].first - points[2].first;
   EXPECT_NEAR(a, b, 0.2);
   EXPECT_NEAR(points[4].first - points[3].first, 3 * a, 0.3);  // 16K -> 1M: six powers.
+}
+
+TEST(RenderSvg, LinearXIsProportionalAndKeepsZero) {
+  PlotSpec spec;
+  spec.x_scale = XScale::kLinear;
+  spec.title = "loss";
+  Series loss{"loss", {{0, 2.3}, {100, 1.1}, {200, 0.7}, {400, 0.5}}, "", false};
+  spec.series = {loss};
+  std::string svg = RenderSvg(spec);
+  ExpectWellFormed(svg);
+  std::vector<std::pair<double, double>> pts = Points(svg);
+  ASSERT_EQ(pts.size(), 4u);  // x = 0 is a point on a linear axis
+  // Equal steps of x are equal steps of pixels: 0 -> 100 -> 200 and 200 -> 400 is twice that.
+  const double unit = pts[1].first - pts[0].first;
+  EXPECT_GT(unit, 0);
+  EXPECT_NEAR(pts[2].first - pts[1].first, unit, 0.2);
+  EXPECT_NEAR(pts[3].first - pts[2].first, 2 * unit, 0.2);
+  EXPECT_LT(pts[1].second, pts[3].second + 1e9);  // drawn at all
+  EXPECT_GT(pts[3].second, pts[0].second);        // a smaller loss is lower
+  EXPECT_TRUE(absl::StrContains(svg, ">400<")) << "a tick at the last step";
+  EXPECT_FALSE(absl::StrContains(svg, ">1K<")) << "no byte labels on a linear axis";
 }
 
 TEST(RenderSvg, CrowdedXAxisSkipsPowers) {
@@ -241,4 +262,4 @@ TEST(WriteSvg, ErrorsNameThePath) {
 }
 
 }  // namespace
-}  // namespace ringmaster::bench
+}  // namespace ringmaster::plot

@@ -1,4 +1,4 @@
-#include "bench/plot.h"
+#include "plot/plot.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
-namespace ringmaster::bench {
+namespace ringmaster::plot {
 namespace {
 
 constexpr int kMinSize = 200;
@@ -69,12 +69,12 @@ Axis PowerAxis(double min_exp, double max_exp, int max_ticks, int base) {
   return a;
 }
 
-// [lo, hi] covering [vmin, vmax] and 0 with 5% headroom (so the maximum is not drawn on the
-// frame), rounded out to about five nice steps.
-Axis LinearAxis(double vmin, double vmax) {
+// [lo, hi] covering [vmin, vmax] and 0 with `headroom` (1.05: 5%, so that the maximum is not
+// drawn on the frame), rounded out to about five nice steps.
+Axis LinearAxis(double vmin, double vmax, double headroom = 1.05) {
   Axis a;
-  vmin = std::min(vmin * 1.05, 0.0);
-  vmax = std::max(vmax * 1.05, 0.0);
+  vmin = std::min(vmin * headroom, 0.0);
+  vmax = std::max(vmax * headroom, 0.0);
   if (vmax - vmin <= 0) vmax = 1;
   double step = NiceStep((vmax - vmin) / 5);
   a.lo = std::floor(vmin / step) * step;
@@ -101,9 +101,12 @@ std::string FormatBytes(double bytes) {
 
 std::string RenderSvg(const PlotSpec& spec) {
   const int width = std::max(spec.width, kMinSize), height = std::max(spec.height, kMinSize);
+  const bool log_x = spec.x_scale == XScale::kLog2Bytes;
   auto usable = [&](double x, double y) {
-    return std::isfinite(x) && std::isfinite(y) && x > 0 && (!spec.log_y || y > 0);
+    return std::isfinite(x) && std::isfinite(y) && (!log_x || x > 0) && (!spec.log_y || y > 0);
   };
+  // An x value in axis units: log2 bytes, or itself.
+  auto axis_x = [&](double x) { return log_x ? std::log2(x) : x; };
 
   // Data ranges: x over usable points, y over usable points and reference lines.
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -115,7 +118,7 @@ std::string RenderSvg(const PlotSpec& spec) {
       y_min = std::min(y_min, y), y_max = std::max(y_max, y);
     }
   }
-  if (x_min > x_max) x_min = 1, x_max = 1024;  // No data: show 1..1K.
+  if (x_min > x_max) x_min = 1, x_max = 1024;  // No data: show 1..1K (or 1..1024).
   for (const HorizontalLine& l : spec.lines) {
     if (usable(1, l.y)) y_min = std::min(y_min, l.y), y_max = std::max(y_max, l.y);
   }
@@ -129,7 +132,8 @@ std::string RenderSvg(const PlotSpec& spec) {
                top = (spec.title.empty() ? 20 : 44) + (spec.regions.empty() ? 0 : 16);
   const double pw = width - left - right, ph = height - top - bottom;
 
-  Axis xa = PowerAxis(std::log2(x_min), std::log2(x_max), static_cast<int>(pw / 44), 2);
+  Axis xa = log_x ? PowerAxis(std::log2(x_min), std::log2(x_max), static_cast<int>(pw / 44), 2)
+                  : LinearAxis(x_min, x_max, /*headroom=*/1.0);
   Axis ya;
   if (!spec.log_y) {
     ya = LinearAxis(y_min > y_max ? 0 : y_min, y_min > y_max ? 0 : y_max);
@@ -138,7 +142,9 @@ std::string RenderSvg(const PlotSpec& spec) {
   } else {
     ya = PowerAxis(std::log10(y_min), std::log10(y_max), static_cast<int>(ph / 24), 10);
   }
-  auto px_x = [&](double log2_x) { return left + (log2_x - xa.lo) / (xa.hi - xa.lo) * pw; };
+  auto px_x = [&](double axis_value) {
+    return left + (axis_value - xa.lo) / (xa.hi - xa.lo) * pw;
+  };
   auto px_y = [&](double axis_y) { return top + ph - (axis_y - ya.lo) / (ya.hi - ya.lo) * ph; };
   auto map_y = [&](double y) { return px_y(spec.log_y ? std::log10(y) : y); };
   auto text = [](double x, double y, absl::string_view anchor, absl::string_view fill,
@@ -161,8 +167,8 @@ std::string RenderSvg(const PlotSpec& spec) {
   absl::StrAppend(&out, "<g class=\"regions\">\n");
   for (const Region& r : spec.regions) {
     if (std::isnan(r.x_min) || std::isnan(r.x_max)) continue;
-    double a = std::clamp(r.x_min > 0 ? std::log2(r.x_min) : xa.lo, xa.lo, xa.hi);
-    double b = std::clamp(r.x_max > 0 ? std::log2(r.x_max) : xa.lo, xa.lo, xa.hi);
+    double a = std::clamp(r.x_min > 0 || !log_x ? axis_x(r.x_min) : xa.lo, xa.lo, xa.hi);
+    double b = std::clamp(r.x_max > 0 || !log_x ? axis_x(r.x_max) : xa.lo, xa.lo, xa.hi);
     if (b <= a) continue;
     std::string color = Escape(r.color.empty() ? "#888888" : r.color);
     absl::StrAppend(&out, "<rect x=\"", Px(px_x(a)), "\" y=\"", Px(top), "\" width=\"",
@@ -214,7 +220,7 @@ std::string RenderSvg(const PlotSpec& spec) {
     std::string dash = s.dashed ? " stroke-dasharray=\"7 4\"" : "";
     std::vector<std::pair<double, double>> pts;
     for (auto [x, y] : s.points) {
-      if (usable(x, y)) pts.emplace_back(px_x(std::log2(x)), map_y(y));
+      if (usable(x, y)) pts.emplace_back(px_x(axis_x(x)), map_y(y));
     }
     std::stable_sort(pts.begin(), pts.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -250,4 +256,4 @@ absl::Status WriteSvg(const PlotSpec& spec, const std::string& path) {
   return WriteFileAtomically(path, RenderSvg(spec));
 }
 
-}  // namespace ringmaster::bench
+}  // namespace ringmaster::plot
