@@ -303,6 +303,9 @@ for d in by_kind.get("DaemonSet", []):
         check(c.get("image") == gpu_image,
               f"DaemonSet: image {c.get('image')} is not Dockerfile.gpu's {gpu_image}")
         check(arg_value(args, "gpus") == "required", "DaemonSet: no --gpus=required")
+        gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        check(str(gpus) == arg_value(args, "slots"),
+              f"DaemonSet: --slots={arg_value(args, 'slots')} is not the pod's {gpus} GPUs")
         check(c.get("terminationMessagePolicy") == "FallbackToLogsOnError",
               "DaemonSet: a failed GPU check's message is not the termination message")
         notice = arg_value(args, "preemption_notice_file")
