@@ -24,7 +24,9 @@
   NetworkPolicy select the agents and name the log port they listen on.
 - The agent's GPU check: the bundled ringworker with --gpus=required and no usable GPU
   exits 3 naming the cause (a default bundle: built without CUDA; a CUDA bundle on a machine
-  without a driver or GPU: that); with a GPU, it says what it found. A bad --gpus exits 2.
+  without a driver or GPU: that); with a GPU, it says what it found. A CUDA bundle's is also
+  run with a fake driver (deploy/testing/fake_libcuda.cc, argv[2]) that is too old, and one
+  that finds no GPU. A bad --gpus exits 2.
 - A CUDA bundle (bazel build --config=cuda //deploy:bundle) carries the CUDA runtime,
   cuBLASLt and NCCL in lib/ and never the driver's libcuda.
 """
@@ -409,6 +411,21 @@ elif rc == 3:
           f"--gpus=required failed without naming a cause: {out}")
 else:
     check(re.search(r"\d+ GPU\(s\) for 1 slot\(s\)", out), f"--gpus=required passed silently: {rc} {out}")
+# ... and with a driver that is too old, or one that finds no GPU (deploy/testing/fake_libcuda.cc).
+fake_driver = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else ""
+if cuda_bundle and os.path.isfile(os.path.join(fake_driver, "libcuda.so.1")):
+    for version, init, cause in [("12080", "35", "the NVIDIA driver supports CUDA 12.8 but this "
+                                  "build's runtime is CUDA 13"),
+                                 ("13000", "100", "no GPU is visible to this process")]:
+        env = dict(os.environ, LD_LIBRARY_PATH=fake_driver, FAKE_CUDA_DRIVER_VERSION=version,
+                   FAKE_CUDA_INIT_RESULT=init)
+        r = run([ringworker, "--gpus=required", "--slots=1", "--coordinator=127.0.0.1:9",
+                 f"--work_dir={work}/gpu-check"], cwd=work, env=env, timeout=15)
+        check(r.returncode == 3 and cause in r.stderr,
+              f"--gpus=required with a driver for {version} whose cuInit gives {init}: "
+              f"{r.returncode} {r.stderr}")
+elif cuda_bundle:
+    print("SKIP: no fake driver given; the old-driver and no-GPU cases were not run")
 
 print(f"deploy_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

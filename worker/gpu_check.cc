@@ -80,9 +80,8 @@ std::string Problem(const GpuCheckOptions& options, const GpuProbe& probe, int* 
     }
     return text;
   }
-  std::string text =
-      absl::StrCat(*usable, " usable GPU(s) for --slots=", options.slots, " (one per trainer): ",
-                   DescribeAll(probe.devices), " visible");
+  std::string text = absl::StrCat(*usable, " usable GPU(s) for --slots=", options.slots,
+                                  " (one per trainer): ", DescribeAll(probe.devices), " visible");
   if (!too_old.empty()) {
     absl::StrAppend(&text, "; too old for this build's kernels, which need sm_",
                     options.min_compute_capability, " or newer: ", absl::StrJoin(too_old, ", "));
@@ -114,8 +113,8 @@ absl::StatusOr<std::string> CheckGpus(const GpuCheckOptions& options, const GpuP
   int usable = 0;
   const std::string problem = Problem(options, probe, &usable);
   if (problem.empty()) {
-    return absl::StrCat(usable, " GPU(s) for ", options.slots, " slot(s): ",
-                        DescribeAll(probe.devices), "; driver ",
+    return absl::StrCat(usable, " GPU(s) for ", options.slots,
+                        " slot(s): ", DescribeAll(probe.devices), "; driver ",
                         CudaVersionText(probe.driver_version), ", runtime ",
                         CudaVersionText(probe.runtime_version));
   }

@@ -11,6 +11,7 @@
 #ifndef RINGMASTER_WORKER_GPU_CHECK_H_
 #define RINGMASTER_WORKER_GPU_CHECK_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,7 @@ enum class GpuPolicy {
 absl::StatusOr<GpuPolicy> ParseGpuPolicy(absl::string_view text);
 
 struct GpuDevice {
-  std::string name;  // "NVIDIA H200"
+  std::string name;            // "NVIDIA H200"
   int compute_capability = 0;  // major * 10 + minor: 90 for sm_90
   int64_t memory_bytes = 0;
 };

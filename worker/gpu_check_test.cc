@@ -17,7 +17,9 @@ using ::testing::Not;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-GpuDevice H200() { return {.name = "NVIDIA H200", .compute_capability = 90, .memory_bytes = 141 * kGiB}; }
+GpuDevice H200() {
+  return {.name = "NVIDIA H200", .compute_capability = 90, .memory_bytes = 141 * kGiB};
+}
 GpuDevice T4() { return {.name = "Tesla T4", .compute_capability = 75, .memory_bytes = 15 * kGiB}; }
 
 // A CUDA 13.0 build on a machine whose driver is for CUDA 13.0, with `devices` visible.
@@ -59,7 +61,8 @@ TEST(ParseGpuPolicyTest, TheThreeWordsAndNothingElse) {
 }
 
 TEST(CheckGpusTest, EnoughGpusPassAndAreDescribed) {
-  absl::StatusOr<std::string> r = CheckGpus(Required(8), Healthy(std::vector<GpuDevice>(8, H200())));
+  absl::StatusOr<std::string> r =
+      CheckGpus(Required(8), Healthy(std::vector<GpuDevice>(8, H200())));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r,
             "8 GPU(s) for 8 slot(s): 8 x NVIDIA H200 (sm_90, 141 GiB); driver CUDA 13.0, "
@@ -78,17 +81,19 @@ TEST(CheckGpusTest, AMissingDriverIsNamed) {
   GpuProbe p = Healthy({});
   p.driver_loaded = false;
   p.driver_version = 0;
-  p.error = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
+  p.error =
+      "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
   const std::string why = Refusal(Required(8), p);
-  EXPECT_THAT(why, AllOf(HasSubstr("driver is missing"), HasSubstr("libcuda.so.1"),
-                         HasSubstr("cudaErrorInsufficientDriver"),
-                         HasSubstr("NVIDIA Container Toolkit")));
+  EXPECT_THAT(
+      why, AllOf(HasSubstr("driver is missing"), HasSubstr("libcuda.so.1"),
+                 HasSubstr("cudaErrorInsufficientDriver"), HasSubstr("NVIDIA Container Toolkit")));
 }
 
 TEST(CheckGpusTest, AnOldDriverIsNamedWithBothVersions) {
   GpuProbe p = Healthy({});
   p.driver_version = 12080;
-  p.error = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
+  p.error =
+      "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
   const std::string why = Refusal(Required(1), p);
   EXPECT_THAT(why, AllOf(HasSubstr("supports CUDA 12.8"), HasSubstr("runtime is CUDA 13.0"),
                          HasSubstr("update the host's driver")));
@@ -96,8 +101,8 @@ TEST(CheckGpusTest, AnOldDriverIsNamedWithBothVersions) {
   // compatibility): that is not the driver's fault.
   p.driver_version = 13000;
   p.runtime_version = 13020;
-  EXPECT_THAT(Refusal(Required(1), p), AllOf(HasSubstr("no GPU is visible"),
-                                             Not(HasSubstr("update the host's driver"))));
+  EXPECT_THAT(Refusal(Required(1), p),
+              AllOf(HasSubstr("no GPU is visible"), Not(HasSubstr("update the host's driver"))));
 }
 
 TEST(CheckGpusTest, NoVisibleGpuIsNamed) {
@@ -112,16 +117,17 @@ TEST(CheckGpusTest, NoVisibleGpuIsNamed) {
 
 TEST(CheckGpusTest, FewerGpusThanSlotsAreCounted) {
   const std::string why = Refusal(Required(8), Healthy(std::vector<GpuDevice>(4, H200())));
-  EXPECT_THAT(why, AllOf(HasSubstr("4 usable GPU(s) for --slots=8"),
-                         HasSubstr("4 x NVIDIA H200 (sm_90, 141 GiB) visible"),
-                         Not(HasSubstr("too old"))));
+  EXPECT_THAT(
+      why, AllOf(HasSubstr("4 usable GPU(s) for --slots=8"),
+                 HasSubstr("4 x NVIDIA H200 (sm_90, 141 GiB) visible"), Not(HasSubstr("too old"))));
 }
 
 TEST(CheckGpusTest, GpusOlderThanTheKernelsAreNotUsable) {
   const std::string why = Refusal(Required(2), Healthy({H200(), T4()}));
-  EXPECT_THAT(why, AllOf(HasSubstr("1 usable GPU(s) for --slots=2"),
-                         HasSubstr("1 x NVIDIA H200 (sm_90, 141 GiB), 1 x Tesla T4 (sm_75, 15 GiB)"),
-                         HasSubstr("need sm_80 or newer: GPU 1 Tesla T4")));
+  EXPECT_THAT(why,
+              AllOf(HasSubstr("1 usable GPU(s) for --slots=2"),
+                    HasSubstr("1 x NVIDIA H200 (sm_90, 141 GiB), 1 x Tesla T4 (sm_75, 15 GiB)"),
+                    HasSubstr("need sm_80 or newer: GPU 1 Tesla T4")));
 }
 
 TEST(CheckGpusTest, TheDevicesDecideWhateverTheDriverProbeSaid) {

@@ -31,8 +31,8 @@ GpuProbe ProbeGpus() {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop;
     if (const cudaError_t err = cudaGetDeviceProperties(&prop, i); err != cudaSuccess) {
-      probe.error = absl::StrCat("GPU ", i, ": ", cudaGetErrorName(err), ": ",
-                                 cudaGetErrorString(err));
+      probe.error =
+          absl::StrCat("GPU ", i, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
       cudaGetLastError();
       continue;
     }

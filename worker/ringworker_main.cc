@@ -122,8 +122,8 @@ int Main(int argc, char** argv) {
   gpu_check.policy = *gpu_policy;
   gpu_check.slots = absl::GetFlag(FLAGS_slots);
   absl::StatusOr<std::string> gpus = worker::CheckGpus(
-      gpu_check, gpu_check.policy == worker::GpuPolicy::kNone ? worker::GpuProbe{}
-                                                              : worker::ProbeGpus());
+      gpu_check,
+      gpu_check.policy == worker::GpuPolicy::kNone ? worker::GpuProbe{} : worker::ProbeGpus());
   if (!gpus.ok()) return Fail(3, std::string(gpus.status().message()));
   std::string node = absl::GetFlag(FLAGS_node);
   if (node.empty()) {
