@@ -9,7 +9,9 @@
 # ringmaster/bin/   the binaries, debug info stripped; their RUNPATH is $ORIGIN/../lib
 # ringmaster/lib/   every shared library they load (found with ldd, not listed by hand)
 #                   except glibc's, the C++ runtime and zlib, which every host has, and the
-#                   NVIDIA driver's
+#                   NVIDIA driver's; with --config=cuda that includes the CUDA runtime,
+#                   cuBLASLt and NCCL from /usr/local/cuda (the bundle's RPATH comes first,
+#                   so a host's other CUDA install is not used)
 # ringmaster/...    the other files: examples, systemd units, Kubernetes manifests, README
 set -euo pipefail
 

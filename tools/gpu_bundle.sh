@@ -7,7 +7,8 @@
 #
 # DIR (default devrun/) gets bin/<package>__<name> for each target (debug info stripped),
 # lib/ with every shared library the binaries load that is not part of glibc, the
-# compiler runtime or CUDA (those come from the GPU machine), and env.sh, which points
+# compiler runtime or CUDA (those come from the GPU machine; the release bundle,
+# `bazel build --config=cuda //deploy:bundle`, carries CUDA's instead), and env.sh, which points
 # LD_LIBRARY_PATH at lib/, CUDA's lib64 and wherever the machine keeps libnccl.so.2 (the
 # CUDA toolkit, or the nvidia-nccl wheel PyTorch ships). On the GPU machine:
 #

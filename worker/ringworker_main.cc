@@ -4,7 +4,7 @@
 //   ringworker --coordinator HOST:PORT --slots N [--node NAME] [--advertise_host ADDR]
 //              [--work_dir DIR] [--node_token_file F] [--preemption_notice_file F]
 //              [--tls_ca F [--tls_client_cert F --tls_client_key F]] [--log_listen HOST:PORT]
-//              [--trainer_memory_limit_mib N]
+//              [--trainer_memory_limit_mib N] [--gpus none|auto|required]
 // Its trainers reach the coordinator as it does (the same address, CA and client
 // certificate), each with its own membership token.
 //
@@ -14,8 +14,12 @@
 //
 // SIGTERM drains the node (the jobs on it shrink with no lost step; the agent exits when
 // its trainers have left); a second SIGTERM kills the trainers and exits at once.
+// --gpus=required (the GPU DaemonSet sets it) checks at start that this node has a usable
+// GPU per slot (worker/gpu_check.h) and otherwise exits at once naming the cause (a build
+// without CUDA, no driver, no GPU visible, fewer than --slots), rather than registering
+// slots whose trainers would train on the CPU.
 // Exit status: 0 after a drain or stop, 1 when the coordinator refuses the node, 2 for
-// bad flags.
+// bad flags, 3 when --gpus=required finds the GPUs unusable.
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +42,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "worker/agent.h"
+#include "worker/gpu_check.h"
 #include "client/grpc_coordinator_client.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator's host:port");
@@ -68,6 +73,10 @@ ABSL_FLAG(std::string, log_listen, "",
           "host:port where the coordinator reads the trainers' logs (ringctl logs); default "
           "the advertise host (127.0.0.1 without a node token), any free port; \"off\": "
           "serve none");
+ABSL_FLAG(std::string, gpus, "auto",
+          "what the node's GPUs must be: \"required\" (a usable GPU per slot, or exit 3 "
+          "naming the cause: no CUDA in this build, no driver, no GPU visible, too few), "
+          "\"auto\" (say what trainers will use), \"none\" (CPU slots; not probed)");
 
 namespace ringmaster {
 namespace {
@@ -107,6 +116,15 @@ int Main(int argc, char** argv) {
     return Fail(2, absl::StrCat("--trainer_memory_limit_mib: ", limit_mib,
                                 " is not a number of MiB in [0, 2^40] (0: no limit)"));
   }
+  auto gpu_policy = worker::ParseGpuPolicy(absl::GetFlag(FLAGS_gpus));
+  if (!gpu_policy.ok()) return Fail(2, std::string(gpu_policy.status().message()));
+  worker::GpuCheckOptions gpu_check;
+  gpu_check.policy = *gpu_policy;
+  gpu_check.slots = absl::GetFlag(FLAGS_slots);
+  absl::StatusOr<std::string> gpus = worker::CheckGpus(
+      gpu_check,
+      gpu_check.policy == worker::GpuPolicy::kNone ? worker::GpuProbe{} : worker::ProbeGpus());
+  if (!gpus.ok()) return Fail(3, std::string(gpus.status().message()));
   std::string node = absl::GetFlag(FLAGS_node);
   if (node.empty()) {
     char host[256] = {};
@@ -192,6 +210,7 @@ int Main(int argc, char** argv) {
     printf("ringworker %s: %s\n", node.c_str(), line.c_str());
     fflush(stdout);
   };
+  options.log(*gpus);
   worker::Agent agent(options);
   absl::Status s = agent.Run();
   if (!s.ok()) return Fail(absl::IsFailedPrecondition(s) ? 1 : 2, s.ToString());
