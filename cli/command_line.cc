@@ -39,6 +39,8 @@ constexpr char kFooter[] =
     "  ringctl estimate pipeline --sweep [--stages 4,8,16] [--schedule S] [-o FILE.svg]\n"
     "  ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE"
     " [--validation_fraction F]\n"
+    "  ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,lr,"
+    "throughput,grad_norm,loss_scale] [--x step|seconds]\n"
     "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
     "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
     "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
@@ -352,6 +354,34 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                    "(one file)")
       ->check(CLI::Range(0.0, 0.999999));
 
+  CLI::App* plot_command = app.add_subcommand(
+      "plot",
+      "training curves of one or more runs from their metrics files (metrics.jsonl) into one "
+      "SVG: a panel per quantity (loss and test loss, learning rate, throughput, gradient "
+      "norm, fp16's loss scale), the runs overlaid. A file holds a job's whole history: where "
+      "a resumed run repeated steps, its records replace the earlier ones. Panels without "
+      "data are left out (said on stderr). No coordinator needed");
+  plot_command->add_option("METRICS", line.plot.files, "metrics.jsonl files, one run each")
+      ->required();
+  plot_command->add_option("-o,--output", line.plot.out, "the SVG file to write")->required();
+  CLI::Option* labels_option =
+      plot_command
+          ->add_option("--labels", line.plot.labels,
+                       "the runs' names in the legends, one per file, comma-separated "
+                       "(default: the files' names)")
+          ->delimiter(',');
+  plot_command
+      ->add_option("--panels", line.plot.panels,
+                   absl::StrCat("the panels to draw, comma-separated, from ",
+                                absl::StrJoin(kPlotPanels, ","), " (default: all)"))
+      ->delimiter(',')
+      ->check(CLI::IsMember(std::vector<std::string>(kPlotPanels.begin(), kPlotPanels.end())));
+  plot_command
+      ->add_option("--x", line.plot.x,
+                   "the x axis: step (default) or seconds (training time, summed over the "
+                   "logged windows)")
+      ->check(CLI::IsMember(std::vector<std::string>(kPlotXAxes.begin(), kPlotXAxes.end())));
+
   app.footer(kFooter);  // after the subcommands, which would inherit it
 
   // An unknown command word (CLI11 would only say that a subcommand is required).
@@ -419,6 +449,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {pipeline, Command::kEstimatePipeline},
       {export_command, Command::kExport},
       {prepare, Command::kDataPrepare},
+      {plot_command, Command::kPlot},
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
@@ -476,6 +507,12 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   if (line.command == Command::kDataPrepare && line.data_prepare.inputs.empty() &&
       line.data_prepare.corpus.empty()) {
     return UsageError(path, "give INPUT files or folders, or --corpus sotu");
+  }
+  if (line.command == Command::kPlot && labels_option->count() > 0 &&
+      line.plot.labels.size() != line.plot.files.size()) {
+    return UsageError(path, absl::StrCat("--labels: ", line.plot.labels.size(),
+                                         " labels for ", line.plot.files.size(),
+                                         " metrics files; give one per file, in order"));
   }
   ParsedCommandLine result;
   result.line = std::move(line);

@@ -19,6 +19,8 @@
 //   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
 //   ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE
 //                        [--validation_fraction F]
+//   ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,lr,...]
+//                [--x step|seconds]
 //   ringctl --version | --help | COMMAND --help
 // The commands that talk to a coordinator also take --coordinator, --token_file, --tls_ca,
 // --tls_client_cert, --tls_client_key and --config (cli/config.h); --json is -o json.
@@ -28,6 +30,7 @@
 #ifndef RINGMASTER_CLI_COMMAND_LINE_H_
 #define RINGMASTER_CLI_COMMAND_LINE_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +62,7 @@ enum class Command {
   kEstimatePipeline,
   kExport,
   kDataPrepare,
+  kPlot,
 };
 
 // `ringctl export`: a GPT checkpoint's weights as a GPT-2 safetensors file
@@ -96,6 +100,21 @@ struct EstimatePipelineFlags {
   std::string svg;            // -o FILE: also draw it there
 };
 
+// `ringctl plot`: training curves from metrics files (cli/plot.h).
+inline constexpr std::array<const char*, 5> kPlotPanels = {"loss", "lr", "throughput",
+                                                           "grad_norm", "loss_scale"};
+// What the x axis counts: steps done, or training seconds (the sum of the records' windows:
+// the time spent training, without the gaps between a run and its resumption).
+inline constexpr std::array<const char*, 2> kPlotXAxes = {"step", "seconds"};
+
+struct PlotFlags {
+  std::vector<std::string> files;   // METRICS.jsonl..., at least one
+  std::string out;                  // -o FILE.svg (required)
+  std::vector<std::string> labels;  // --labels: one per file; empty: from the files' names
+  std::vector<std::string> panels;  // --panels: names of kPlotPanels; empty: all of them
+  std::string x = "step";           // --x: one of kPlotXAxes
+};
+
 struct CommandLine {
   Command command = Command::kList;
   // The positional argument: the spec file (submit), the job (status, cancel, delete,
@@ -119,6 +138,7 @@ struct CommandLine {
   EstimatePipelineFlags pipeline;         // estimate pipeline
   ExportFlags export_flags;               // export
   DataPrepareFlags data_prepare;          // data prepare
+  PlotFlags plot;                         // plot
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

@@ -11,6 +11,7 @@
 //                                                   a job's buffers per rank, every ZeRO stage
 //   ringctl data prepare --corpus sotu -o sotu.bin --validation_fraction 0.1
 //                                                   text into token files (train/data/prepare.h)
+//   ringctl plot a.jsonl b.jsonl -o curves.svg      training curves of runs (cli/plot.h)
 //
 // Exit status: 0 done, 1 failed (the message says why), 2 bad usage, 130 a cancelled
 // `ringctl local`.
@@ -32,6 +33,7 @@
 #include "cli/estimate_pipeline.h"
 #include "cli/jobs.h"
 #include "cli/local.h"
+#include "cli/plot.h"
 #include "common/env.h"
 #include "train/data/prepare.h"
 #include "train/memory_estimate.h"
@@ -205,6 +207,19 @@ int DataPrepareCommand(const DataPrepareFlags& flags) {
   return 0;
 }
 
+// `ringctl plot`: exit 0 with what was written (and the panels left out on stderr), 1 with
+// why not.
+int PlotCommand(const PlotFlags& flags) {
+  absl::StatusOr<PlotResult> result = PlotCurves(flags);
+  if (!result.ok()) {
+    fprintf(stderr, "ringctl plot: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  for (const std::string& note : result->notes) fprintf(stderr, "ringctl plot: %s\n", note.c_str());
+  fputs(result->summary.c_str(), stdout);
+  return 0;
+}
+
 int Run(const CommandLine& line) {
   switch (line.command) {
     case Command::kLocal: {
@@ -226,6 +241,8 @@ int Run(const CommandLine& line) {
       return Export(line);
     case Command::kDataPrepare:
       return DataPrepareCommand(line.data_prepare);
+    case Command::kPlot:
+      return PlotCommand(line.plot);
     case Command::kEstimatePipeline: {
       absl::StatusOr<std::string> text = EstimatePipeline(line.pipeline);
       if (!text.ok()) {

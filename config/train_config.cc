@@ -283,6 +283,7 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   c.log_every = spec.diagnostics().log_every();
   c.fingerprint_every = spec.diagnostics().fingerprint_every();
   c.metrics_jsonl = spec.metrics().jsonl();
+  c.metrics_tensorboard = spec.metrics().tensorboard();
   return c;
 }
 

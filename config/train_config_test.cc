@@ -179,5 +179,13 @@ TEST(TrainConfigFromSpecTest, TakesTokenFilesMnistAndEvalEverySteps) {
   EXPECT_FALSE(mnist.data.normalize);
 }
 
+TEST(TrainConfigFromSpecTest, TakesTheMetricsFileAndTensorBoardDirectory) {
+  const TrainConfig c =
+      ConfigOf({"metrics.jsonl=/runs/a.jsonl", "metrics.tensorboard=/runs/tb"});
+  EXPECT_EQ(c.metrics_jsonl, "/runs/a.jsonl");
+  EXPECT_EQ(c.metrics_tensorboard, "/runs/tb");
+  EXPECT_EQ(ConfigOf({}).metrics_tensorboard, "");
+}
+
 }  // namespace
 }  // namespace ringmaster::config

@@ -246,14 +246,67 @@ std::string RenderSvg(const PlotSpec& spec) {
   return out;
 }
 
-absl::Status WriteSvg(const PlotSpec& spec, const std::string& path) {
-  if (path.empty()) return absl::InvalidArgumentError("WriteSvg: path is empty");
+namespace {
+
+// INVALID_ARGUMENT when `path` is empty or `spec` is smaller than RenderSvg draws it.
+absl::Status CheckWritable(absl::string_view what, const PlotSpec& spec, const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": path is empty"));
   if (spec.width < kMinSize || spec.height < kMinSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteSvg ", path, ": PlotSpec.width and .height must be >= ", kMinSize,
-                     ", got ", spec.width, "x", spec.height));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", path, ": PlotSpec.width and .height must be >= ", kMinSize, ", got ",
+        spec.width, "x", spec.height, spec.title.empty() ? "" : " (panel \"", spec.title,
+        spec.title.empty() ? "" : "\")"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSvg(const PlotSpec& spec, const std::string& path) {
+  RM_RETURN_IF_ERROR(CheckWritable("WriteSvg", spec, path));
   return WriteFileAtomically(path, RenderSvg(spec));
 }
+
+std::string RenderPanels(const std::vector<PlotSpec>& panels, int columns) {
+  const size_t n = panels.size();
+  const size_t cols = std::clamp<size_t>(columns < 1 ? 1 : columns, 1, std::max<size_t>(n, 1));
+  const size_t rows = (n + cols - 1) / cols;
+  std::vector<int> col_w(cols, n == 0 ? kMinSize : 0), row_h(std::max<size_t>(rows, 1), 0);
+  if (n == 0) row_h[0] = kMinSize;
+  for (size_t i = 0; i < n; ++i) {
+    col_w[i % cols] = std::max(col_w[i % cols], std::max(panels[i].width, kMinSize));
+    row_h[i / cols] = std::max(row_h[i / cols], std::max(panels[i].height, kMinSize));
+  }
+  int width = 0, height = 0;
+  for (int w : col_w) width += w;
+  for (int h : row_h) height += h;
+  std::string out = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "viewBox=\"0 0 %d %d\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      width, height, width, height);
+  int y = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    int x = 0;
+    for (size_t c = 0; c < cols && r * cols + c < n; ++c) {
+      // RenderSvg's document starts "<svg xmlns=..."; a nested <svg> takes x and y.
+      std::string panel = RenderSvg(panels[r * cols + c]);
+      panel.insert(4, absl::StrFormat(" x=\"%d\" y=\"%d\"", x, y));
+      absl::StrAppend(&out, panel);
+      x += col_w[c];
+    }
+    y += row_h[r];
+  }
+  absl::StrAppend(&out, "</svg>\n");
+  return out;
+}
+
+absl::Status WritePanels(const std::vector<PlotSpec>& panels, int columns,
+                         const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("WritePanels: path is empty");
+  for (const PlotSpec& panel : panels) RM_RETURN_IF_ERROR(CheckWritable("WritePanels", panel, path));
+  return WriteFileAtomically(path, RenderPanels(panels, columns));
+}
+
+std::string PaletteColor(size_t i) { return kPalette[i % std::size(kPalette)]; }
 
 }  // namespace ringmaster::plot

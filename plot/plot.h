@@ -72,6 +72,23 @@ std::string RenderSvg(const PlotSpec& spec);
 // (NOT_FOUND, PERMISSION_DENIED, ...); every message names `path`.
 absl::Status WriteSvg(const PlotSpec& spec, const std::string& path);
 
+// Several plots in one SVG document: each panel is RenderSvg's document nested at its place
+// in a grid of `columns` columns (filled row by row; columns < 1 is 1, more columns than
+// panels is as many as panels). A column is as wide as its widest panel, a row as high as its
+// highest; the document is their sum, white. No panels: an empty white 200x200 document.
+// Never fails, like RenderSvg.
+std::string RenderPanels(const std::vector<PlotSpec>& panels, int columns);
+
+// RenderPanels written like WriteSvg (temporary file, fsync, rename). INVALID_ARGUMENT: a
+// panel's width or height < 200 (the message names the panel's title), or an empty path;
+// otherwise the errno's code; every message names `path`.
+absl::Status WritePanels(const std::vector<PlotSpec>& panels, int columns,
+                         const std::string& path);
+
+// The i-th colour of the palette RenderSvg gives series without one (i wraps around), for
+// callers that draw one quantity in the same colour across panels.
+std::string PaletteColor(size_t i);
+
 // Bytes with a binary suffix, up to 4 significant digits: 512 -> "512", 1024 -> "1K",
 // 1536 -> "1.5K", 1048576 -> "1M", 1073741824 -> "1G" (then T, P).
 std::string FormatBytes(double bytes);

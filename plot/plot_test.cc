@@ -261,5 +261,84 @@ TEST(WriteSvg, ErrorsNameThePath) {
   EXPECT_EQ(WriteSvg(Example(), "").code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The value of attribute `name` in the first tag of `svg` that starts with `tag`.
+double Attribute(const std::string& svg, const std::string& tag, const std::string& name) {
+  const size_t at = svg.find(tag);
+  EXPECT_NE(at, std::string::npos) << tag;
+  const size_t value = svg.find(absl::StrCat(" ", name, "=\""), at);
+  EXPECT_LT(value, svg.find('>', at)) << name << " in " << svg.substr(at, 120);
+  return std::strtod(svg.c_str() + value + name.size() + 3, nullptr);
+}
+
+PlotSpec Panel(const std::string& title, int width, int height, int points) {
+  PlotSpec spec;
+  spec.title = title;
+  spec.x_scale = XScale::kLinear;
+  spec.width = width;
+  spec.height = height;
+  Series s{title, {}, "", false};
+  for (int i = 0; i < points; ++i) s.points.emplace_back(i, 1.0 / (i + 1));
+  spec.series = {s};
+  return spec;
+}
+
+TEST(RenderPanels, NestsEachPanelAtItsPlaceInTheGrid) {
+  // Two columns: widths 300 | 500 (the widest of each column), heights 250 (row 0) + 400.
+  const std::vector<PlotSpec> panels = {Panel("a", 300, 250, 3), Panel("b", 500, 220, 4),
+                                        Panel("c", 260, 400, 5)};
+  const std::string svg = RenderPanels(panels, 2);
+  EXPECT_TRUE(absl::StartsWith(svg, "<svg ")) << svg.substr(0, 80);
+  EXPECT_TRUE(absl::EndsWith(svg, "</svg>\n"));
+  EXPECT_EQ(Count(svg, "<svg "), 4);  // the document and three panels
+  EXPECT_EQ(Count(svg, "</svg>"), 4);
+  EXPECT_EQ(Count(svg, "<g ") + Count(svg, "<g>"), Count(svg, "</g>"));
+  EXPECT_EQ(Attribute(svg, "<svg ", "width"), 800);
+  EXPECT_EQ(Attribute(svg, "<svg ", "height"), 650);
+  // Each panel is RenderSvg's document, placed by x and y.
+  const std::vector<std::pair<int, int>> places = {{0, 0}, {300, 0}, {0, 250}};
+  for (size_t i = 0; i < panels.size(); ++i) {
+    std::string alone = RenderSvg(panels[i]);
+    const std::string tag = absl::StrCat("<svg x=\"", places[i].first, "\" y=\"",
+                                         places[i].second, "\"", alone.substr(4));
+    EXPECT_TRUE(absl::StrContains(svg, tag)) << "panel " << panels[i].title;
+  }
+  EXPECT_EQ(Points(svg).size(), 3u + 4u + 5u);
+}
+
+TEST(RenderPanels, ColumnsAreClampedAndNoPanelsIsBlank) {
+  const std::vector<PlotSpec> panels = {Panel("a", 300, 250, 1), Panel("b", 300, 250, 1)};
+  // One column: stacked. Columns beyond the panels: one row. Zero columns: one column.
+  EXPECT_EQ(Attribute(RenderPanels(panels, 1), "<svg ", "height"), 500);
+  EXPECT_EQ(Attribute(RenderPanels(panels, 7), "<svg ", "width"), 600);
+  EXPECT_EQ(Attribute(RenderPanels(panels, 7), "<svg ", "height"), 250);
+  EXPECT_EQ(RenderPanels(panels, 0), RenderPanels(panels, 1));
+  const std::string blank = RenderPanels({}, 2);
+  EXPECT_EQ(Count(blank, "<svg "), 1);
+  EXPECT_EQ(Attribute(blank, "<svg ", "width"), 200);
+  EXPECT_EQ(Attribute(blank, "<svg ", "height"), 200);
+}
+
+TEST(WritePanels, WritesTheDocumentOrNamesTheSmallPanel) {
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/panels.svg");
+  std::vector<PlotSpec> panels = {Panel("loss", 300, 250, 2), Panel("lr", 300, 250, 2)};
+  ASSERT_TRUE(WritePanels(panels, 2, path).ok());
+  EXPECT_EQ(ReadFile(path), RenderPanels(panels, 2));
+  panels[1].width = 150;
+  const absl::Status s = WritePanels(panels, 2, path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "\"lr\"")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), path)) << s;
+  EXPECT_EQ(WritePanels(panels, 2, "").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PaletteColor, IsTheDefaultSeriesColourAndWraps) {
+  PlotSpec spec = Panel("x", 400, 300, 2);
+  spec.series.push_back(spec.series[0]);
+  const std::string svg = RenderSvg(spec);
+  EXPECT_TRUE(absl::StrContains(svg, absl::StrCat("<g fill=\"", PaletteColor(1), "\"")));
+  EXPECT_NE(PaletteColor(0), PaletteColor(1));
+  EXPECT_EQ(PaletteColor(0), PaletteColor(10));
+}
+
 }  // namespace
 }  // namespace ringmaster::plot

@@ -567,6 +567,14 @@ void CheckResume(const JobSpec& spec, Checker* check) {
   }
 }
 
+void CheckMetrics(const JobSpec& spec, Checker* check) {
+  const MetricsSpec& metrics = spec.metrics();
+  if (!metrics.tensorboard().empty() && metrics.tensorboard() == metrics.jsonl()) {
+    check->Fail("metrics.tensorboard",
+                "is metrics.jsonl's path; give the event files a directory of their own");
+  }
+}
+
 void CheckRest(const JobSpec& spec, Checker* check) {
   if (spec.backend() == JobSpec::BACKEND_UNSPECIFIED) check->Fail("backend", "required");
   if (spec.device() == JobSpec::DEVICE_UNSPECIFIED) check->Fail("device", "required");
@@ -611,6 +619,7 @@ std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {
   CheckCheckpoint(spec, &check);
   CheckResume(spec, &check);
   CheckRest(spec, &check);
+  CheckMetrics(spec, &check);
   return check.Take();
 }
 

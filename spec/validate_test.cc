@@ -643,5 +643,25 @@ TEST(ValidateJobSpecTest, AnUnknownFsdpChoiceNamesTheFieldAndListsTheChoices) {
               HasSubstr("precision.reduce: expected one of fp32, bf16, fp16, got \"fp8\""));
 }
 
+TEST(ValidateJobSpecTest, TensorBoardNeedsADirectoryOfItsOwn) {
+  JobSpec spec = Effective(kMinimalMlp);
+  spec.mutable_metrics()->set_jsonl("/runs/a.jsonl");
+  spec.mutable_metrics()->set_tensorboard("/runs/tb");
+  EXPECT_THAT(Errors(spec), IsEmpty());
+  spec.mutable_metrics()->set_tensorboard("/runs/a.jsonl");
+  EXPECT_THAT(Errors(spec),
+              ElementsAre("metrics.tensorboard: is metrics.jsonl's path; give the event files a "
+                          "directory of their own"));
+  EXPECT_THAT(Errors(Effective(R"(
+steps: 100
+model: {mlp: {hidden: [8]}}
+data: {fashion_mnist: {}}
+optimizer: {sgd: {momentum: 0.9}, lr: 0.1}
+batch: {global: 64}
+metrics: {tensorboard: /runs/tb}
+)")),
+              IsEmpty());
+}
+
 }  // namespace
 }  // namespace ringmaster::spec

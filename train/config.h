@@ -181,6 +181,8 @@ struct TrainConfig {
   int64_t log_every = 20;
   int64_t fingerprint_every = 0;
   std::string metrics_jsonl;  // empty: no metrics file
+  // TensorBoard event files of rank 0's metrics (train/tensorboard_writer.h); empty: none.
+  std::string metrics_tensorboard;
   // Weights to start from (JobSpec.init_from): a GPT-2 safetensors file or a checkpoint
   // directory (checkpoint/weights.h ReadWeights); read when no checkpoint of this job is
   // resumed. Empty: the seed's initialisation.

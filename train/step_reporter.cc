@@ -1,9 +1,11 @@
 #include "train/step_reporter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,6 +54,31 @@ absl::Status OpenMetrics(const std::string& path, std::ofstream* out) {
   return absl::OkStatus();
 }
 
+// The record's numbers, as TensorBoard scalars named as its fields (but step, the event's
+// own): those with presence only when set, and not-finite ones left out as in the JSON.
+std::vector<std::pair<std::string, double>> Scalars(const MetricsRecord& record) {
+  std::vector<std::pair<std::string, double>> out;
+  const google::protobuf::Descriptor* d = record.GetDescriptor();
+  const google::protobuf::Reflection* r = record.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->name() == "step" || (f->has_presence() && !r->HasField(record, f))) continue;
+    double value = 0;
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+        value = r->GetDouble(record, f);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+        value = r->GetInt32(record, f);
+        break;
+      default:
+        continue;
+    }
+    if (std::isfinite(value)) out.emplace_back(f->name(), value);
+  }
+  return out;
+}
+
 }  // namespace
 
 StepReporter::StepReporter(const StepReporterOptions& options)
@@ -65,6 +92,12 @@ absl::StatusOr<std::unique_ptr<StepReporter>> StepReporter::Create(
   std::unique_ptr<StepReporter> r(new StepReporter(options));
   if (options.rank == 0 && !options.config->metrics_jsonl.empty()) {
     RM_RETURN_IF_ERROR(OpenMetrics(options.config->metrics_jsonl, &r->metrics_));
+  }
+  if (options.rank == 0 && !options.config->metrics_tensorboard.empty()) {
+    TensorBoardWriterOptions tb;
+    tb.dir = options.config->metrics_tensorboard;
+    tb.start = absl::Now();
+    RM_ASSIGN_OR_RETURN(r->tensorboard_, TensorBoardWriter::Create(tb));
   }
   return r;
 }
@@ -114,7 +147,7 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
                                            *l.test_perplexity));
   }
   Say(line);
-  if (metrics_.is_open()) {
+  if (metrics_.is_open() || tensorboard_) {
     // One line of JSON (train/result.proto): a value that is not finite is left out.
     MetricsRecord record;
     record.set_step(static_cast<int32_t>(l.step));
@@ -124,6 +157,7 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
     record.set_grad_norm(l.grad_norm);
     record.set_local_grad_norm(l.local_grad_norm);
     record.set_samples_per_second(sps);
+    if (options_.context > 0) record.set_tokens_per_second(sps * options_.context);
     record.set_comm_seconds(comm_s);
     record.set_exposed_comm_seconds(absl::ToDoubleSeconds(window_exposed_));
     record.set_window_seconds(secs);
@@ -132,8 +166,17 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
     if (l.test_accuracy) record.set_test_accuracy(*l.test_accuracy);
     if (l.test_loss) record.set_test_loss(*l.test_loss);
     if (l.test_perplexity) record.set_test_perplexity(*l.test_perplexity);
-    metrics_ << ToJsonLine(record) << "\n";
-    metrics_.flush();
+    if (metrics_.is_open()) {
+      metrics_ << ToJsonLine(record) << "\n";
+      metrics_.flush();
+    }
+    if (tensorboard_) {
+      if (absl::Status s = tensorboard_->WriteScalars(l.step, absl::Now(), Scalars(record));
+          !s.ok()) {
+        LOG(WARNING) << s << "; no more TensorBoard events in this run";
+        tensorboard_.reset();
+      }
+    }
   }
   LOG(INFO) << "rank " << options_.rank << " step " << l.step << ": local gradient norm "
             << last.local_grad_norm << ", comm " << absl::FormatDuration(last.comm_time)

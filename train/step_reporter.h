@@ -2,7 +2,9 @@
 // start-up lines, a progress line every log_every steps and at epoch ends (loss, lr,
 // gradient norm, throughput, communication share, elapsed time and ETA), one JSON record
 // per logged step appended to the metrics file (the job's history: a resumed run appends,
-// each record carries its step), and the memory report at the end.
+// each record carries its step), the same records as scalars in TensorBoard event files
+// (metrics.tensorboard: a new file per run, train/tensorboard_writer.h), and the memory
+// report at the end.
 //
 // Thread-safety: from the training thread only.
 #ifndef RINGMASTER_TRAIN_STEP_REPORTER_H_
@@ -19,6 +21,7 @@
 #include "absl/time/time.h"
 #include "train/config.h"
 #include "train/grad_sync.h"
+#include "train/tensorboard_writer.h"
 
 namespace ringmaster::train {
 
@@ -48,7 +51,8 @@ struct StepLine {
 
 class StepReporter {
  public:
-  // Rank 0 opens metrics_jsonl (FAILED_PRECONDITION naming it when it cannot be written).
+  // Rank 0 opens metrics_jsonl and starts a file in metrics_tensorboard (FAILED_PRECONDITION
+  // naming the file or directory when it cannot be written).
   static absl::StatusOr<std::unique_ptr<StepReporter>> Create(const StepReporterOptions& options);
 
   // Logs the line on every rank; rank 0 also hands it to `progress`.
@@ -63,8 +67,10 @@ class StepReporter {
   // Every step: its samples and gradient collectives, for the window's rates.
   void Count(int64_t samples, const GradientSyncStats& stats);
 
-  // A logged step: the progress line, the metrics record (rank 0), a debug line with this
-  // rank's own gradient norm and communication; starts the next window.
+  // A logged step: the progress line, the metrics record (rank 0: a line of metrics_jsonl,
+  // and an event of scalars named as the record's fields, but step, in metrics_tensorboard),
+  // a debug line with this rank's own gradient norm and communication; starts the next
+  // window. A failed TensorBoard write is logged and ends the event file; training goes on.
   void Log(const StepLine& line, const GradientSyncStats& last);
 
   // The run's samples and wall time so far.
@@ -77,6 +83,7 @@ class StepReporter {
   StepReporterOptions options_;
   const int64_t log_every_;
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   int64_t first_step_ = 0;
   absl::Time start_;
   absl::Time window_start_;

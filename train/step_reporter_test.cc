@@ -1,0 +1,143 @@
+#include "train/step_reporter.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "train/tensorboard_test_reader.h"
+
+namespace ringmaster::train {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+// The event files of `dir`, sorted by name.
+std::vector<std::string> EventFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (absl::StrContains(entry.path().filename().string(), "tfevents")) {
+      out.push_back(entry.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Three logged steps: plain, fp16 with an evaluation, a language model's (tokens/s).
+void LogSteps(StepReporter& reporter) {
+  GradientSyncStats stats;
+  stats.comm_time = absl::Milliseconds(3);
+  reporter.StartAt(0);
+  reporter.Count(64, stats);
+  StepLine a;
+  a.step = 1;
+  a.loss = 2.5;
+  a.lr = 0.01;
+  a.grad_norm = 1.25;
+  reporter.Log(a, stats);
+  reporter.Count(64, stats);
+  StepLine b = a;
+  b.step = 2;
+  b.loss = 2.0;
+  b.loss_scale = 32768;
+  b.test_loss = 1.75;
+  b.test_accuracy = 0.5;
+  reporter.Log(b, stats);
+}
+
+TEST(StepReporter, TensorBoardEventsCarryTheJsonRecordsScalars) {
+  TrainConfig config;
+  config.log_every = 1;
+  config.metrics_jsonl = TempDir("same/metrics.jsonl");
+  config.metrics_tensorboard = TempDir("same/tb");
+  StepReporterOptions options;
+  options.config = &config;
+  options.total_steps = 2;
+  options.context = 16;  // a language model: tokens_per_second too
+  {
+    absl::StatusOr<std::unique_ptr<StepReporter>> reporter = StepReporter::Create(options);
+    ASSERT_TRUE(reporter.ok()) << reporter.status();
+    LogSteps(**reporter);
+  }
+  absl::StatusOr<std::string> jsonl = ReadFile(config.metrics_jsonl);
+  ASSERT_TRUE(jsonl.ok()) << jsonl.status();
+  std::vector<std::string> lines = absl::StrSplit(*jsonl, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u);
+  const std::vector<std::string> files = EventFiles(config.metrics_tensorboard);
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<tensorboard::Event> events = ReadEvents(files[0]);
+  ASSERT_EQ(events.size(), 3u);  // the version record, then one per logged step
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json record = nlohmann::json::parse(lines[i]);
+    const tensorboard::Event& event = events[i + 1];
+    EXPECT_EQ(event.step(), record["step"].get<int64_t>());
+    std::map<std::string, float> scalars;
+    for (const auto& v : event.summary().value()) scalars[v.tag()] = v.simple_value();
+    // Every number of the JSON record but its step, as a float; nothing else.
+    std::map<std::string, float> expected;
+    for (const auto& [key, value] : record.items()) {
+      if (key != "step") expected[key] = static_cast<float>(value.get<double>());
+    }
+    EXPECT_EQ(scalars, expected) << lines[i];
+  }
+  // MetricsRecord's 16 fields but step, and but test_perplexity (not evaluated here).
+  EXPECT_EQ(events[2].summary().value_size(), 14);
+  std::map<std::string, float> second;
+  for (const auto& v : events[2].summary().value()) second[v.tag()] = v.simple_value();
+  EXPECT_EQ(second["loss"], 2.0f);
+  EXPECT_EQ(second["loss_scale"], 32768.0f);
+  EXPECT_EQ(second["test_loss"], 1.75f);
+  EXPECT_EQ(second["test_accuracy"], 0.5f);
+  EXPECT_FLOAT_EQ(second["tokens_per_second"], 16 * second["samples_per_second"]);
+  EXPECT_EQ(second.count("test_perplexity"), 0u);
+}
+
+TEST(StepReporter, EveryRunStartsAFileAndOnlyRankZeroWrites) {
+  TrainConfig config;
+  config.log_every = 1;
+  config.metrics_tensorboard = TempDir("runs/tb");
+  StepReporterOptions options;
+  options.config = &config;
+  options.total_steps = 2;
+  for (int run = 0; run < 2; ++run) {  // a run and its resumption
+    auto reporter = StepReporter::Create(options);
+    ASSERT_TRUE(reporter.ok()) << reporter.status();
+    LogSteps(**reporter);
+  }
+  options.rank = 1;
+  auto other = StepReporter::Create(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  LogSteps(**other);
+  const std::vector<std::string> files = EventFiles(config.metrics_tensorboard);
+  ASSERT_EQ(files.size(), 2u);
+  for (const std::string& f : files) EXPECT_EQ(ReadEvents(f).size(), 3u) << f;
+}
+
+TEST(StepReporter, AnUnwritableTensorBoardDirectoryIsNamed) {
+  const std::string file = TempDir("not_a_dir");
+  ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
+  TrainConfig config;
+  config.metrics_tensorboard = file + "/tb";
+  StepReporterOptions options;
+  options.config = &config;
+  auto reporter = StepReporter::Create(options);
+  EXPECT_EQ(reporter.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(reporter.status().message(), config.metrics_tensorboard))
+      << reporter.status();
+}
+
+}  // namespace
+}  // namespace ringmaster::train
