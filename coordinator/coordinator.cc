@@ -237,6 +237,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     states.push_back(FromProto(job));
     c->version_ = std::max(c->version_, job.version());
     for (const ringmaster::Member& m : job.members()) c->world_[job.id()] += m.rank() >= 0;
+    if (job.rank_slots_size() > 0) {
+      JobHistory::Epoch epoch{job.epoch(), CauseFromName(job.epoch_cause()), c->Now(), {}};
+      for (const auto& slot : job.rank_slots()) epoch.ranks.push_back(FromProto(slot));
+      c->HistoryOf(job.id()).AddEpoch(std::move(epoch));
+    }
     c->jobs_[job.id()] = std::move(job);
   }
   if (absl::Status s = c->machine_.Restore(states, c->Now()); !s.ok()) {
@@ -364,6 +369,16 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       Job& job = jobs_[a->job];
       world_[a->job] = static_cast<int>(a->members.size());
       SetRankSlots(a->members, &job);
+      {
+        JobHistory::Epoch epoch{a->epoch, EpochCause::kStart, now, {}};
+        if (const JobState* state = machine_.job(a->job); state != nullptr) {
+          epoch.cause = state->cause;
+        }
+        for (const ringmaster::SlotRef& slot : job.rank_slots()) {
+          epoch.ranks.push_back(FromProto(slot));
+        }
+        HistoryOf(a->job).AddEpoch(std::move(epoch));
+      }
       job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
@@ -628,6 +643,7 @@ void Coordinator::ForgetJob(const std::string& id) {
   slow_reports_.erase(id);
   leaving_.erase(id);
   world_.erase(id);
+  history_.erase(id);
 }
 
 absl::StatusOr<DeleteJobResponse> Coordinator::Delete(const std::string& id) {
@@ -954,6 +970,30 @@ void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& rep
     if (reported.step_time_s() > 0) job.set_steps_per_s(1.0 / reported.step_time_s());
   }
   if (total_steps > 0) job.set_total_steps(total_steps);
+  if (reported.rank() == 0) {
+    HistoryOf(job.id()).AddPoint(JobHistory::Point{
+        Now(), job.epoch(), reported.step(), reported.loss(), reported.step_time_s(),
+        reported.samples_per_s(), reported.tokens_per_s(), reported.comm_fraction(),
+        reported.exposed_comm_fraction()});
+  }
+}
+
+JobHistory& Coordinator::HistoryOf(const std::string& job) {
+  return history_.try_emplace(job, options_.history).first->second;
+}
+
+Coordinator::Overview Coordinator::GetOverview(const std::set<std::string>& histories_of) {
+  absl::MutexLock lock(&mu_);
+  Overview overview;
+  for (const std::string& id : machine_.job_ids()) {
+    auto job = jobs_.find(id);
+    if (job == jobs_.end()) continue;
+    overview.jobs.push_back(EventOf(job->second));
+    if (auto h = history_.find(id); h != history_.end() && histories_of.count(id) > 0) {
+      overview.histories[id] = h->second.Snapshot();
+    }
+  }
+  return overview;
 }
 
 void Coordinator::UpdateStragglers(Job& job) {

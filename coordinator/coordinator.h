@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/job_history.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership.h"
 #include "proto/coordinator.pb.h"
@@ -47,6 +48,8 @@ struct CoordinatorOptions {
   int64_t max_store_keys = 1 << 16;
   // Time source; null means the real clock.
   Clock* clock = nullptr;
+  // What each job's history (its dashboard's curves and members per epoch) keeps.
+  JobHistoryOptions history;
 };
 
 class Coordinator {
@@ -111,6 +114,15 @@ class Coordinator {
 
   // Completes every waiting call with UNAVAILABLE (the server is going away).
   void FailWaiters();
+
+  // What the dashboard draws, copied under one lock: every job in submission order with its
+  // latest per-rank figures (as Watch sends them), and the history (job_history.h) of each
+  // job named in `histories_of` that exists.
+  struct Overview {
+    std::vector<JobEvent> jobs;
+    std::map<std::string, JobHistory::View> histories;
+  };
+  Overview GetOverview(const std::set<std::string>& histories_of);
 
   // The credential of a node's agent (given to it by RegisterNode).
   std::string NodeCredentialFor(const std::string& node) const;
@@ -198,6 +210,9 @@ class Coordinator {
     absl::Time last_seen = absl::InfinitePast();
   };
   std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
+  // Per job: rank 0's reports and the members of each epoch (GetOverview).
+  std::map<std::string, JobHistory> history_ ABSL_GUARDED_BY(mu_);
+  JobHistory& HistoryOf(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // Conversions between the state machine's JobState and the persisted Job proto.
