@@ -39,13 +39,11 @@ std::string PhaseName(ringmaster::JobPhase phase) {
 
 std::string PhaseBadge(ringmaster::JobPhase phase) {
   const std::string name = PhaseName(phase);
-  return absl::StrCat("<span class=\"phase ", absl::AsciiStrToLower(name), "\">", name,
-                      "</span>");
+  return absl::StrCat("<span class=\"phase ", absl::AsciiStrToLower(name), "\">", name, "</span>");
 }
 
 bool Finished(ringmaster::JobPhase phase) {
-  return phase == JOB_PHASE_SUCCEEDED || phase == JOB_PHASE_FAILED ||
-         phase == JOB_PHASE_CANCELLED;
+  return phase == JOB_PHASE_SUCCEEDED || phase == JOB_PHASE_FAILED || phase == JOB_PHASE_CANCELLED;
 }
 
 // A number with a thousands suffix: 1234.5 -> "1.23k".
@@ -56,6 +54,15 @@ std::string Short(double v) {
   if (a >= 1e6) return absl::StrFormat("%.3gM", v / 1e6);
   if (a >= 1e3) return absl::StrFormat("%.3gk", v / 1e3);
   return absl::StrFormat("%.3g", v);
+}
+
+std::string Bytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = bytes / 1024.0;
+  int unit = 0;
+  while (v >= 1024 && unit < 3) v /= 1024, ++unit;
+  return absl::StrFormat("%.1f %s", v, units[unit]);
 }
 
 std::string Loss(double loss, int64_t step) {
@@ -81,8 +88,7 @@ std::string Utc(int64_t unix_ms) {
 
 std::string Ago(absl::Time now, int64_t unix_ms) {
   if (unix_ms <= 0) return "–";
-  return absl::StrCat(Seconds(absl::ToDoubleSeconds(now - absl::FromUnixMillis(unix_ms))),
-                      " ago");
+  return absl::StrCat(Seconds(absl::ToDoubleSeconds(now - absl::FromUnixMillis(unix_ms))), " ago");
 }
 
 std::string Slot(const ringmaster::SlotRef& s) { return absl::StrCat(s.node(), "/", s.slot()); }
@@ -115,10 +121,9 @@ int World(const Job& job) {
 
 std::string StepText(const Job& job) {
   if (job.total_steps() <= 0) return absl::StrCat(job.step());
-  return absl::StrFormat(
-      "%d / %d<div class=\"bar\"><div style=\"width:%.1f%%\"></div></div>", job.step(),
-      job.total_steps(),
-      std::clamp(100.0 * job.step() / job.total_steps(), 0.0, 100.0));
+  return absl::StrFormat("%d / %d<div class=\"bar\"><div style=\"width:%.1f%%\"></div></div>",
+                         job.step(), job.total_steps(),
+                         std::clamp(100.0 * job.step() / job.total_steps(), 0.0, 100.0));
 }
 
 const char kStyle[] = R"css(
@@ -142,6 +147,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .straggler td{background:#fff1e6}
 .summary td:first-child{color:#555;width:170px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
+.charts circle.point{r:1.8px}
 .charts svg,.timeline svg{background:#fff;box-shadow:0 1px 2px #0001;max-width:100%;height:auto}
 .muted{color:#777}
 code{font-size:12px}
@@ -155,8 +161,8 @@ std::string Page(const std::string& title, const std::string& body, const Snapsh
           ? absl::StrCat("<meta http-equiv=\"refresh\" content=\"", options.refresh_s, "\">")
           : "",
       "<title>", Html(title), " · ringmaster</title><style>", kStyle,
-      "</style></head>\n<body><header><a href=\"/\">ringmaster</a><span>",
-      Html(title), "</span><span>", Utc(absl::ToUnixMillis(snapshot.now)),
+      "</style></head>\n<body><header><a href=\"/\">ringmaster</a><span>", Html(title),
+      "</span><span>", Utc(absl::ToUnixMillis(snapshot.now)),
       options.refresh_s > 0 ? absl::StrCat(" · reloads every ", options.refresh_s, " s") : "",
       "</span></header>\n<main>\n", body, "</main></body></html>\n");
 }
@@ -165,10 +171,10 @@ DashboardResponse NotFound(const std::string& what, const Snapshot& snapshot,
                            const DashboardOptions& options) {
   DashboardResponse response;
   response.status = 404;
-  response.body = Page("not found",
-                       absl::StrCat("<h1>Not found</h1><p>", Html(what),
-                                    "</p><p><a href=\"/\">All jobs</a></p>\n"),
-                       snapshot, DashboardOptions{0, options.clock});
+  response.body = Page(
+      "not found",
+      absl::StrCat("<h1>Not found</h1><p>", Html(what), "</p><p><a href=\"/\">All jobs</a></p>\n"),
+      snapshot, DashboardOptions{0, options.clock});
   return response;
 }
 
@@ -195,9 +201,12 @@ std::string JobsTable(const Snapshot& snapshot) {
         Loss(job.loss(), job.step()), "</td><td class=\"num\">", Throughput(event),
         "</td><td class=\"num\">", World(job), " <span class=\"muted\">(", job.min_ranks(), "–",
         job.max_ranks() >= 100000 ? "∞" : absl::StrCat(job.max_ranks()), ")</span>",
-        "</td><td class=\"num\">", job.epoch(), " <span class=\"muted\">", Html(job.epoch_cause()),
-        "</span></td><td class=\"num\">", job.restarts(), " / ", job.restart_budget(),
-        "</td><td>", checkpoints, "</td></tr>\n");
+        "</td><td class=\"num\">",
+        job.epoch() > 0 ? absl::StrCat(job.epoch(), " <span class=\"muted\">",
+                                       Html(job.epoch_cause()), "</span>")
+                        : "–",
+        "</td><td class=\"num\">", job.restarts(), " / ", job.restart_budget(), "</td><td>",
+        checkpoints, "</td></tr>\n");
   }
   return out + "</table>\n";
 }
@@ -237,8 +246,9 @@ std::string NodesTable(const ListNodesResponse& nodes) {
         node.slots_size(), "</td><td>",
         running.empty() ? "<span class=\"muted\">idle</span>" : absl::StrJoin(running, "<br>"),
         "</td><td class=\"num\">",
-        node.last_heartbeat_age_s() < 0 ? "–" : absl::StrCat(Seconds(node.last_heartbeat_age_s()),
-                                                             " ago"),
+        node.last_heartbeat_age_s() < 0
+            ? "–"
+            : absl::StrCat(Seconds(node.last_heartbeat_age_s()), " ago"),
         "</td><td class=\"num\">", Seconds(node.lease_left_s()), "</td><td>", state,
         "</td></tr>\n");
   }
@@ -255,9 +265,8 @@ DashboardResponse Index(const Snapshot& snapshot, const DashboardOptions& option
   response.body = Page(
       "jobs",
       absl::StrCat("<h1>Jobs</h1><p class=\"muted\">", snapshot.jobs.size(), " jobs: ", running,
-                   " running, ", finished, " ended. ", snapshot.nodes.nodes_size(),
-                   " nodes.</p>\n", JobsTable(snapshot), "<h2>Nodes</h2>\n",
-                   NodesTable(snapshot.nodes)),
+                   " running, ", finished, " ended. ", snapshot.nodes.nodes_size(), " nodes.</p>\n",
+                   JobsTable(snapshot), "<h2>Nodes</h2>\n", NodesTable(snapshot.nodes)),
       snapshot, options);
   return response;
 }
@@ -268,16 +277,15 @@ std::string Summary(const JobEvent& event) {
   const Job& job = event.job();
   std::vector<std::pair<std::string, std::string>> rows = {
       {"Phase", absl::StrCat(PhaseBadge(job.phase()),
-                             job.reason().empty()
-                                 ? ""
-                                 : absl::StrCat(" <span class=\"reason\">", Html(job.reason()),
-                                                "</span>"))},
+                             job.reason().empty() ? ""
+                                                  : absl::StrCat(" <span class=\"reason\">",
+                                                                 Html(job.reason()), "</span>"))},
       {"Step", StepText(job)},
       {"Loss", Loss(job.loss(), job.step())},
       {"Throughput", Throughput(event)},
-      {"World", absl::StrCat(World(job), " ranks (min ", job.min_ranks(), ", max ",
-                             job.max_ranks() >= 100000 ? "none" : absl::StrCat(job.max_ranks()),
-                             ")")},
+      {"World",
+       absl::StrCat(World(job), " ranks (min ", job.min_ranks(), ", max ",
+                    job.max_ranks() >= 100000 ? "none" : absl::StrCat(job.max_ranks()), ")")},
       {"Epoch", absl::StrCat(job.epoch(), " (", Html(job.epoch_cause()), ")")},
       {"Restarts", absl::StrCat(job.restarts(), " of a budget of ", job.restart_budget())},
       {"Submitted", Utc(job.submitted_ms())},
@@ -322,7 +330,7 @@ std::string Curves(const JobHistory::View& history) {
   plot::Series samples{"samples/s", {}, "#2ca02c"};
   plot::Series tokens{"tokens/s", {}, "#9467bd"};
   plot::Series comm{"in collectives", {}, "#ff7f0e"};
-  plot::Series exposed{"exposed (waited for)", {}, "#d62728", /*dashed=*/true};
+  plot::Series exposed{"exposed", {}, "#d62728", /*dashed=*/true};
   for (const JobHistory::Point& p : points) {
     const double step = static_cast<double>(p.step);
     loss.points.emplace_back(step, p.loss);
@@ -336,10 +344,9 @@ std::string Curves(const JobHistory::View& history) {
   for (size_t i = 1; i < points.size(); ++i) {
     if (points[i].epoch == points[i - 1].epoch) continue;
     if (!epochs.empty()) epochs.back().x_max = static_cast<double>(points[i - 1].step);
-    epochs.push_back(plot::Region{absl::StrCat("epoch ", points[i].epoch),
-                                  static_cast<double>(points[i].step),
-                                  static_cast<double>(points.back().step),
-                                  epochs.size() % 2 == 0 ? "#1f77b4" : "#888888"});
+    epochs.push_back(plot::Region{
+        absl::StrCat("epoch ", points[i].epoch), static_cast<double>(points[i].step),
+        static_cast<double>(points.back().step), epochs.size() % 2 == 0 ? "#1f77b4" : "#888888"});
   }
   if (epochs.size() > 12) epochs.clear();  // too many to label: the timeline shows them
   auto chart = [&](std::string title, std::string y_label, std::vector<plot::Series> series) {
@@ -350,15 +357,15 @@ std::string Curves(const JobHistory::View& history) {
     spec.series = std::move(series);
     spec.regions = epochs;
     spec.x_scale = plot::XScale::kLinear;
-    spec.width = 620;
-    spec.height = 330;
+    spec.width = 600;
+    spec.height = 320;
     return plot::RenderSvg(spec);
   };
   std::vector<plot::Series> speed;
   if (!samples.points.empty()) speed.push_back(samples);
   if (!tokens.points.empty()) speed.push_back(tokens);
-  std::string out = absl::StrCat("<div class=\"charts\" id=\"curves\">\n",
-                                 chart("Loss", "loss", {loss}));
+  std::string out =
+      absl::StrCat("<div class=\"charts\" id=\"curves\">\n", chart("Loss", "loss", {loss}));
   if (!speed.empty()) {
     absl::StrAppend(&out, chart("Throughput (all ranks)", "per second", std::move(speed)));
   } else {
@@ -368,13 +375,11 @@ std::string Curves(const JobHistory::View& history) {
     }
     absl::StrAppend(&out, chart("Throughput (rank 0)", "steps per second", std::move(steps)));
   }
-  absl::StrAppend(&out, chart("Communication share of the step", "% of step time",
-                              {comm, exposed}),
-                  "</div>\n<p class=\"muted\">Rank 0's reports: ", history.points.size(),
-                  " kept", points.size() < history.points.size()
-                               ? absl::StrCat(", ", points.size(), " drawn")
-                               : "",
-                  ".</p>\n");
+  absl::StrAppend(
+      &out, chart("Communication share of the step", "% of step time", {comm, exposed}),
+      "</div>\n<p class=\"muted\">Rank 0's reports: ", history.points.size(), " kept",
+      points.size() < history.points.size() ? absl::StrCat(", ", points.size(), " drawn") : "",
+      ".</p>\n");
   return out;
 }
 
@@ -433,17 +438,15 @@ std::string Timeline(const Job& job) {
                           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                           "stroke=\"#e4e4e4\"/><text x=\"%.1f\" y=\"%.1f\" "
                           "text-anchor=\"middle\" fill=\"#333\">%g</text>\n",
-                          px, top, px, top + rows * row_h, px, top + rows * row_h + 16,
-                          t * step);
+                          px, top, px, top + rows * row_h, px, top + rows * row_h + 16, t * step);
   }
   for (int i = first; i < job.recoveries_size(); ++i) {
     const Recovery& r = job.recoveries(i);
     const double y = top + (i - first) * row_h;
-    const std::string label =
-        absl::StrCat(absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(r.began_ms()),
-                                      absl::UTCTimeZone()),
-                     "  epoch ", r.epoch(), " ", r.cause(), "  world ", r.old_world(), "→",
-                     r.new_world() > 0 ? absl::StrCat(r.new_world()) : "?");
+    const std::string label = absl::StrCat(
+        absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(r.began_ms()), absl::UTCTimeZone()),
+        "  epoch ", r.epoch(), " ", r.cause(), "  world ", r.old_world(), "→",
+        r.new_world() > 0 ? absl::StrCat(r.new_world()) : "?");
     absl::StrAppendFormat(&svg,
                           "<g class=\"recovery\"><title>%s</title>\n<text x=\"12\" y=\"%.1f\" "
                           "fill=\"#222\">%s</text>\n",
@@ -459,12 +462,12 @@ std::string Timeline(const Job& job) {
                             p.name, s);
       at += s;
     }
-    absl::StrAppendFormat(
-        &svg, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#222\">%s</text></g>\n", width - right + 10,
-        y + 19,
-        r.lost_steps() < 0 ? "not running yet"
-                           : absl::StrCat(Seconds(at), ", lost ", r.lost_steps(),
-                                          r.lost_steps() == 1 ? " step" : " steps"));
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#222\">%s</text></g>\n",
+                          width - right + 10, y + 19,
+                          r.lost_steps() < 0
+                              ? "not running yet"
+                              : absl::StrCat(Seconds(at), ", lost ", r.lost_steps(),
+                                             r.lost_steps() == 1 ? " step" : " steps"));
   }
   svg += "</svg>\n";
 
@@ -474,12 +477,12 @@ std::string Timeline(const Job& job) {
       "<th>Reason</th></tr>\n";
   for (int i = job.recoveries_size() - 1; i >= first; --i) {
     const Recovery& r = job.recoveries(i);
-    absl::StrAppend(&table, "<tr><td>", Utc(r.began_ms()), "</td><td class=\"num\">",
-                    r.epoch(), "</td><td>", Html(r.cause()), "</td><td class=\"num\">",
-                    r.old_world(), " → ", r.new_world() > 0 ? absl::StrCat(r.new_world()) : "?",
-                    "</td><td class=\"num\">", Seconds(r.detect_s()), "</td><td class=\"num\">",
-                    Seconds(r.rendezvous_s()), "</td><td class=\"num\">", Seconds(r.restore_s()),
-                    "</td><td class=\"num\">", Seconds(r.first_step_s()),
+    absl::StrAppend(&table, "<tr><td>", Utc(r.began_ms()), "</td><td class=\"num\">", r.epoch(),
+                    "</td><td>", Html(r.cause()), "</td><td class=\"num\">", r.old_world(), " → ",
+                    r.new_world() > 0 ? absl::StrCat(r.new_world()) : "?",
+                    "</td><td class=\"num\">", r.detect_s() > 0 ? Seconds(r.detect_s()) : "–",
+                    "</td><td class=\"num\">", Seconds(r.rendezvous_s()), "</td><td class=\"num\">",
+                    Seconds(r.restore_s()), "</td><td class=\"num\">", Seconds(r.first_step_s()),
                     "</td><td class=\"num\">",
                     r.lost_steps() < 0 ? "–" : absl::StrCat(r.lost_steps()),
                     "</td><td class=\"reason\">", Html(r.reason()), "</td></tr>\n");
@@ -500,10 +503,9 @@ std::string Epochs(const JobHistory::View& history) {
     for (size_t r = 0; r < e.ranks.size(); ++r) {
       ranks.push_back(absl::StrCat(r, ": ", Html(ToString(e.ranks[r]))));
     }
-    absl::StrAppend(&out, "<tr><td class=\"num\">", e.epoch, "</td><td>",
-                    EpochCauseName(e.cause), "</td><td>", Utc(absl::ToUnixMillis(e.committed)),
-                    "</td><td class=\"num\">", e.ranks.size(), "</td><td>",
-                    absl::StrJoin(ranks, " · "), "</td></tr>\n");
+    absl::StrAppend(&out, "<tr><td class=\"num\">", e.epoch, "</td><td>", EpochCauseName(e.cause),
+                    "</td><td>", Utc(absl::ToUnixMillis(e.committed)), "</td><td class=\"num\">",
+                    e.ranks.size(), "</td><td>", absl::StrJoin(ranks, " · "), "</td></tr>\n");
   }
   return out + "</table>\n";
 }
@@ -536,7 +538,8 @@ std::string Members(const JobEvent& event, absl::Time now) {
                     "</td><td class=\"num\">", m->step() >= 0 ? absl::StrCat(m->step()) : "–",
                     "</td><td class=\"num\">", Ago(now, m->last_progress_ms()), "</td>");
     if (s == nullptr) {
-      absl::StrAppend(&out, "<td colspan=\"7\" class=\"muted\">no report in this epoch</td></tr>\n");
+      absl::StrAppend(&out,
+                      "<td colspan=\"7\" class=\"muted\">no report in this epoch</td></tr>\n");
       continue;
     }
     absl::StrAppend(
@@ -559,13 +562,12 @@ std::string Checkpoints(const Job& job) {
   for (int i = job.checkpoints_size() - 1; i >= std::max(0, job.checkpoints_size() - kMaxRows);
        --i) {
     const CheckpointInfo& c = job.checkpoints(i);
-    absl::StrAppend(&out, "<tr><td class=\"num\">", c.step(), "</td><td class=\"num\">",
-                    c.world_size(), "</td><td class=\"num\">", plot::FormatBytes(c.bytes()),
-                    "B</td><td>", Utc(c.committed_ms()), "</td><td class=\"num\">",
-                    c.save_seconds() > 0 ? Seconds(c.save_seconds()) : "–",
-                    "</td><td class=\"num\">",
-                    c.blocked_seconds() > 0 ? Seconds(c.blocked_seconds()) : "–",
-                    "</td><td><code>", Html(c.path()), "</code></td></tr>\n");
+    absl::StrAppend(
+        &out, "<tr><td class=\"num\">", c.step(), "</td><td class=\"num\">", c.world_size(),
+        "</td><td class=\"num\">", Bytes(c.bytes()), "</td><td>", Utc(c.committed_ms()),
+        "</td><td class=\"num\">", c.save_seconds() > 0 ? Seconds(c.save_seconds()) : "–",
+        "</td><td class=\"num\">", c.blocked_seconds() > 0 ? Seconds(c.blocked_seconds()) : "–",
+        "</td><td><code>", Html(c.path()), "</code></td></tr>\n");
   }
   return out + "</table>\n";
 }
@@ -574,14 +576,14 @@ DashboardResponse JobPage(const JobEvent& event, const JobHistory::View& history
                           const Snapshot& snapshot, const DashboardOptions& options) {
   const Job& job = event.job();
   DashboardResponse response;
-  response.body = Page(
-      absl::StrCat("job ", job.id()),
-      absl::StrCat("<h1 id=\"job\">", Html(job.id()), " ", PhaseBadge(job.phase()), "</h1>\n",
-                   Summary(event), "<h2>Curves</h2>\n", Curves(history),
-                   "<h2>Recoveries</h2>\n", Timeline(job), "<h2>Members per epoch</h2>\n",
-                   Epochs(history), "<h2>Ranks now</h2>\n", Members(event, snapshot.now),
-                   "<h2>Checkpoints</h2>\n", Checkpoints(job)),
-      snapshot, options);
+  response.body =
+      Page(absl::StrCat("job ", job.id()),
+           absl::StrCat("<h1 id=\"job\">", Html(job.id()), " ", PhaseBadge(job.phase()), "</h1>\n",
+                        Summary(event), "<h2>Curves</h2>\n", Curves(history),
+                        "<h2>Recoveries</h2>\n", Timeline(job), "<h2>Members per epoch</h2>\n",
+                        Epochs(history), "<h2>Ranks now</h2>\n", Members(event, snapshot.now),
+                        "<h2>Checkpoints</h2>\n", Checkpoints(job)),
+           snapshot, options);
   return response;
 }
 
@@ -604,12 +606,13 @@ DashboardResponse Render(const std::string& path, const Snapshot& snapshot,
   for (const JobEvent& event : snapshot.jobs) {
     if (event.job().id() != id) continue;
     auto history = snapshot.histories.find(id);
-    return JobPage(event, history == snapshot.histories.end() ? JobHistory::View{} : history->second,
+    return JobPage(event,
+                   history == snapshot.histories.end() ? JobHistory::View{} : history->second,
                    snapshot, options);
   }
-  return NotFound(absl::StrCat("The coordinator has no job \"", id,
-                               "\" (it may have been deleted)."),
-                  snapshot, options);
+  return NotFound(
+      absl::StrCat("The coordinator has no job \"", id, "\" (it may have been deleted)."), snapshot,
+      options);
 }
 
 DashboardResponse Serve(const std::string& path, Coordinator& coordinator,

@@ -102,10 +102,10 @@ JobHistory::View RunningHistory() {
     p.exposed_comm_fraction = 0.1;
     view.points.push_back(p);
   }
-  view.epochs.push_back({1, EpochCause::kStart, kNow - absl::Seconds(120),
-                         {{"a", 0}, {"a", 1}, {"b", 0}, {"b", 1}}});
-  view.epochs.push_back({2, EpochCause::kFailure, kNow - absl::Seconds(59),
-                         {{"a", 0}, {"a", 1}, {"b", 1}}});
+  view.epochs.push_back(
+      {1, EpochCause::kStart, kNow - absl::Seconds(120), {{"a", 0}, {"a", 1}, {"b", 0}, {"b", 1}}});
+  view.epochs.push_back(
+      {2, EpochCause::kFailure, kNow - absl::Seconds(59), {{"a", 0}, {"a", 1}, {"b", 1}}});
   return view;
 }
 
@@ -148,7 +148,7 @@ TEST(DashboardTest, TheIndexListsJobsWithTheirFiguresAndTheNodes) {
   EXPECT_TRUE(absl::StrContains(r.body, "180 / 300"));
   EXPECT_TRUE(absl::StrContains(r.body, "0.4321"));
   EXPECT_TRUE(absl::StrContains(r.body, "1.54k samples/s"));  // rank 0's, all ranks together
-  EXPECT_TRUE(absl::StrContains(r.body, "1 / 3"));             // restarts of the budget
+  EXPECT_TRUE(absl::StrContains(r.body, "1 / 3"));            // restarts of the budget
   EXPECT_TRUE(absl::StrContains(r.body, "1 (latest step 100)"));
   EXPECT_TRUE(absl::StrContains(r.body, "PENDING</span><div class=\"reason\">needs 8 slots"));
   // Nodes: a runs ranks 0 and 1, b rank 2 and has an idle slot.
@@ -173,7 +173,7 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(r.body, "2.60 s, lost 20 steps"));  // 0.8 + 1.5 + 0.3
   EXPECT_TRUE(absl::StrContains(r.body, "trainer b/0 exited with signal 9"));
   // Three curves against step, each with 180 points, epoch 2 shaded.
-  EXPECT_EQ(Count(r.body, "<svg"), 4);  // and the timeline
+  EXPECT_EQ(Count(r.body, "<svg"), 4);       // and the timeline
   EXPECT_EQ(Count(r.body, "<polyline"), 4);  // loss, samples/s, comm, exposed
   EXPECT_EQ(Count(r.body, "<circle class=\"point\""), 4 * 180);
   EXPECT_TRUE(absl::StrContains(r.body, ">epoch 2</text>"));
@@ -188,7 +188,7 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(r.body, "b/1 (rank 2, compute 1.9x the median)"));
   // The checkpoint.
   EXPECT_TRUE(absl::StrContains(r.body, "<code>/ckpt/mlp/step-100</code>"));
-  EXPECT_TRUE(absl::StrContains(r.body, "3MB"));
+  EXPECT_TRUE(absl::StrContains(r.body, "3.0 MiB"));
 
   EXPECT_EQ(Render("/jobs/mlp/", MakeSnapshot()).status, 200);
 }
@@ -227,8 +227,8 @@ TEST(DashboardTest, WhatUsersAndNodesWroteIsEscaped) {
   EXPECT_TRUE(absl::StrContains(Render("/", snapshot).body,
                                 "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"));
   EXPECT_TRUE(absl::StrContains(Render("/", snapshot).body, "a&lt;i&gt;"));
-  EXPECT_TRUE(absl::StrContains(Render("/jobs/mlp", snapshot).body,
-                                "&lt;img src=x onerror=alert(1)&gt;"));
+  EXPECT_TRUE(
+      absl::StrContains(Render("/jobs/mlp", snapshot).body, "&lt;img src=x onerror=alert(1)&gt;"));
 }
 
 TEST(DashboardTest, AnUnknownJobOrPageIsNotFound) {

@@ -76,8 +76,8 @@ class JobHistory {
   std::vector<Point> points_;
   std::vector<Epoch> epochs_;
   int64_t stride_ = 1;
-  int64_t skipped_ = 0;           // reports since the last kept point
-  std::optional<Point> latest_;   // the latest report, when it was not kept
+  int64_t skipped_ = 0;          // reports since the last kept point
+  std::optional<Point> latest_;  // the latest report, when it was not kept
 };
 
 }  // namespace ringmaster::coordinator
