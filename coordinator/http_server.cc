@@ -181,6 +181,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
                                                options.listen, " (in use, or not this host's)"));
   }
   server->port_ = port;
+  server->host_ = host;
   // The socket listens already (bind_to_port), so connections queue until this thread
   // accepts them.
   server->thread_ = std::thread([self] { self->server_->listen_after_bind(); });
@@ -188,6 +189,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   // right after Start() cannot miss it (the loop starts at once; no I/O before it).
   while (!server->server_->is_running()) absl::SleepFor(absl::Milliseconds(1));
   return server;
+}
+
+std::string HttpServer::Url(const std::string& path) const {
+  const bool v6 = absl::StrContains(host_, ':');
+  return absl::StrCat(scheme(), "://", v6 ? "[" : "", host_, v6 ? "]" : "", ":", port_, path);
 }
 
 void HttpServer::Shutdown() {

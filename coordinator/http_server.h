@@ -77,6 +77,8 @@ class HttpServer {
   int port() const { return port_; }
   // "http" or "https".
   const char* scheme() const { return tls_ ? "https" : "http"; }
+  // The address of `path` here: "http://127.0.0.1:9090/metrics" (the bound port).
+  std::string Url(const std::string& path) const;
   // Stops accepting connections and waits for the requests in flight. Idempotent; not to
   // be called from a handler.
   void Shutdown();
@@ -88,6 +90,7 @@ class HttpServer {
   std::thread thread_;
   std::vector<HttpRoute> routes_;
   std::string user_token_;
+  std::string host_;  // as `listen` named it, without brackets
   int port_ = 0;
   bool tls_ = false;
 };

@@ -58,6 +58,7 @@ TEST(HttpServer, RoutesExactAndPrefix) {
   ASSERT_NE(server, nullptr);
   EXPECT_GT(server->port(), 0);
   EXPECT_STREQ(server->scheme(), "http");
+  EXPECT_EQ(server->Url("/metrics"), absl::StrCat("http://127.0.0.1:", server->port(), "/metrics"));
   httplib::Client client("127.0.0.1", server->port());
 
   auto r = client.Get("/metrics?job=a%20b&x=1&x=2");
@@ -229,6 +230,7 @@ TEST(HttpServer, ServesHttpsWithCertificate) {
   auto server = StartOrDie(options);
   ASSERT_NE(server, nullptr);
   EXPECT_STREQ(server->scheme(), "https");
+  EXPECT_EQ(server->Url("/"), absl::StrCat("https://127.0.0.1:", server->port(), "/"));
 
   httplib::SSLClient tls("127.0.0.1", server->port());
   tls.enable_server_certificate_verification(false);  // self-signed
