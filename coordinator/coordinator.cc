@@ -725,6 +725,24 @@ ListNodesResponse Coordinator::ListNodes() {
   return response;
 }
 
+CoordinatorSnapshot Coordinator::Snapshot() {
+  CoordinatorSnapshot snapshot;
+  snapshot.nodes = ListNodes();
+  absl::MutexLock lock(&mu_);
+  snapshot.taken = Now();
+  for (const std::string& id : machine_.job_ids()) {
+    snapshot.jobs.push_back(jobs_[id]);
+    if (auto it = rank_stats_.find(id); it != rank_stats_.end()) {
+      std::vector<RankStats>& ranks = snapshot.ranks[id];
+      for (const auto& [rank, stats] : it->second) ranks.push_back(stats);
+    }
+  }
+  for (const auto& [node, agent] : agents_) {
+    if (agent.heartbeat_rtt_s > 0) snapshot.heartbeat_rtt_s[node] = agent.heartbeat_rtt_s;
+  }
+  return snapshot;
+}
+
 absl::StatusOr<Coordinator::LogSource> Coordinator::FindLog(const LogsRequest& r) {
   absl::MutexLock lock(&mu_);
   auto found = FindJob(r.job());
@@ -814,6 +832,9 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
       return s;
     }
     agents_[r.node()].last_seen = Now();
+    if (const double rtt = r.last_heartbeat_rtt_s(); rtt > 0 && rtt < 3600) {
+      agents_[r.node()].heartbeat_rtt_s = rtt;
+    }
     // Stops of stale trainers, and the placements that slots freed by this heartbeat allow.
     Apply(actions, &completions);
     auto it = commands_.find(r.node());

@@ -52,6 +52,18 @@ struct CoordinatorOptions {
   JobHistoryOptions history;
 };
 
+// What the HTTP port shows (metrics, dashboard): copies taken by Coordinator::Snapshot().
+struct CoordinatorSnapshot {
+  absl::Time taken;
+  std::vector<Job> jobs;  // every job, in submission order, ended ones included
+  // Per job id: the latest report of each rank of its current epoch, by rank.
+  std::map<std::string, std::vector<RankStats>> ranks;
+  ListNodesResponse nodes;
+  // Per node: the round trip of its agent's last heartbeat, seconds, as the agent measured
+  // it (HeartbeatRequest.last_heartbeat_rtt_s); absent until the agent has sent one.
+  std::map<std::string, double> heartbeat_rtt_s;
+};
+
 class Coordinator {
  public:
   template <typename T>
@@ -123,6 +135,11 @@ class Coordinator {
     std::map<std::string, JobHistory::View> histories;
   };
   Overview GetOverview(const std::set<std::string>& histories_of);
+
+  // Copies of the jobs, their ranks' figures, the nodes and the agents' heartbeat round
+  // trips (the nodes under one hold of the lock, the rest under another). Takes the lock
+  // for the copies only: fit for an HTTP handler's thread.
+  CoordinatorSnapshot Snapshot();
 
   // The credential of a node's agent (given to it by RegisterNode).
   std::string NodeCredentialFor(const std::string& node) const;
@@ -208,6 +225,7 @@ class Coordinator {
     std::string log_address;
     std::vector<std::string> gpus;
     absl::Time last_seen = absl::InfinitePast();
+    double heartbeat_rtt_s = 0;  // the agent's last measured heartbeat round trip (0: none)
   };
   std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
   // Per job: rank 0's reports and the members of each epoch (GetOverview).

@@ -24,6 +24,8 @@ install_debian_packages() (
     libgloo-dev openmpi-bin libopenmpi-dev
     # tools used by scripts and tests
     iproute2 procps python3
+    # the coordinator's HTTP port (metrics, dashboard) and the check of its exposition
+    libcpp-httplib-dev prometheus
     # the dashboard's tests load its pages in headless Chromium
     chromium
   )
