@@ -256,8 +256,13 @@ int LocalCommand(const LocalOptions& options) {
   printf("ringctl local: coordinator at %s (ringctl top %s --coordinator %s)\n",
          address.c_str(), spec->name().c_str(), address.c_str());
   if (const size_t url = first_line.find("metrics on "); url != std::string::npos) {
-    printf("ringctl local: metrics at %s\n",
-           first_line.substr(url + 11, first_line.find('\n', url) - url - 11).c_str());
+    const std::string metrics = first_line.substr(url + 11, first_line.find('\n', url) - url - 11);
+    printf("ringctl local: metrics at %s\n", metrics.c_str());
+    // The dashboard is served on the same port (coordinator/dashboard.h).
+    if (absl::EndsWith(metrics, "/metrics")) {
+      printf("ringctl local: dashboard at %s/jobs/%s\n",
+             metrics.substr(0, metrics.size() - 8).c_str(), spec->name().c_str());
+    }
   }
   fflush(stdout);
 

@@ -1003,18 +1003,10 @@ JobHistory& Coordinator::HistoryOf(const std::string& job) {
   return history_.try_emplace(job, options_.history).first->second;
 }
 
-Coordinator::Overview Coordinator::GetOverview(const std::set<std::string>& histories_of) {
+JobHistory::View Coordinator::History(const std::string& job) {
   absl::MutexLock lock(&mu_);
-  Overview overview;
-  for (const std::string& id : machine_.job_ids()) {
-    auto job = jobs_.find(id);
-    if (job == jobs_.end()) continue;
-    overview.jobs.push_back(EventOf(job->second));
-    if (auto h = history_.find(id); h != history_.end() && histories_of.count(id) > 0) {
-      overview.histories[id] = h->second.Snapshot();
-    }
-  }
-  return overview;
+  auto it = history_.find(job);
+  return it == history_.end() ? JobHistory::View{} : it->second.Snapshot();
 }
 
 void Coordinator::UpdateStragglers(Job& job) {

@@ -127,19 +127,13 @@ class Coordinator {
   // Completes every waiting call with UNAVAILABLE (the server is going away).
   void FailWaiters();
 
-  // What the dashboard draws, copied under one lock: every job in submission order with its
-  // latest per-rank figures (as Watch sends them), and the history (job_history.h) of each
-  // job named in `histories_of` that exists.
-  struct Overview {
-    std::vector<JobEvent> jobs;
-    std::map<std::string, JobHistory::View> histories;
-  };
-  Overview GetOverview(const std::set<std::string>& histories_of);
-
   // Copies of the jobs, their ranks' figures, the nodes and the agents' heartbeat round
   // trips (the nodes under one hold of the lock, the rest under another). Takes the lock
   // for the copies only: fit for an HTTP handler's thread.
   CoordinatorSnapshot Snapshot();
+  // A copy of a job's history (job_history.h): rank 0's reports and the members of each
+  // epoch since this process started; empty for a job it does not know.
+  JobHistory::View History(const std::string& job);
 
   // The credential of a node's agent (given to it by RegisterNode).
   std::string NodeCredentialFor(const std::string& node) const;
@@ -228,7 +222,7 @@ class Coordinator {
     double heartbeat_rtt_s = 0;  // the agent's last measured heartbeat round trip (0: none)
   };
   std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
-  // Per job: rank 0's reports and the members of each epoch (GetOverview).
+  // Per job: rank 0's reports and the members of each epoch (History).
   std::map<std::string, JobHistory> history_ ABSL_GUARDED_BY(mu_);
   JobHistory& HistoryOf(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

@@ -1040,7 +1040,7 @@ TEST_F(CoordinatorTest, FindLogMapsARankToItsSlotAndItsAgent) {
   EXPECT_EQ(after->slot.slot(), 1);
 }
 
-TEST_F(CoordinatorTest, TheOverviewKeepsRankZerosCurveAndTheMembersOfEachEpoch) {
+TEST_F(CoordinatorTest, TheHistoryKeepsRankZerosCurveAndTheMembersOfEachEpoch) {
   StartFourRanks();
   for (int step = 1; step <= 3; ++step) {
     clock_.Advance(absl::Seconds(1));
@@ -1058,12 +1058,7 @@ TEST_F(CoordinatorTest, TheOverviewKeepsRankZerosCurveAndTheMembersOfEachEpoch) 
   clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(Progress("a", 0, 2, 0, 3).ok());  // epoch 2 restored step 2
 
-  Coordinator::Overview overview = coordinator_->GetOverview({"mlp", "nosuchjob"});
-  ASSERT_EQ(overview.jobs.size(), 1u);
-  EXPECT_EQ(overview.jobs[0].job().id(), "mlp");
-  EXPECT_EQ(overview.jobs[0].ranks_size(), 1) << "epoch 2's ranks so far: rank 0";
-  ASSERT_EQ(overview.histories.size(), 1u);
-  const JobHistory::View& history = overview.histories["mlp"];
+  const JobHistory::View history = coordinator_->History("mlp");
   ASSERT_EQ(history.points.size(), 3u);
   EXPECT_EQ(history.points[1].step, 2);
   EXPECT_EQ(history.points[1].epoch, 1);
@@ -1076,17 +1071,16 @@ TEST_F(CoordinatorTest, TheOverviewKeepsRankZerosCurveAndTheMembersOfEachEpoch) 
   EXPECT_EQ(history.epochs[0].ranks.size(), 4u);
   EXPECT_EQ(history.epochs[1].epoch, 2);
   EXPECT_EQ(history.epochs[1].cause, EpochCause::kFailure);
-  EXPECT_EQ(history.epochs[1].ranks,
-            (std::vector<SlotRef>{{"a", 0}, {"a", 1}, {"b", 1}}));
-  EXPECT_TRUE(coordinator_->GetOverview({}).histories.empty());
+  EXPECT_EQ(history.epochs[1].ranks, (std::vector<SlotRef>{{"a", 0}, {"a", 1}, {"b", 1}}));
+  EXPECT_TRUE(coordinator_->History("nosuchjob").epochs.empty());
 
   // A restarted coordinator knows the current epoch's members; the curve starts again.
   Reopen();
-  overview = coordinator_->GetOverview({"mlp"});
-  ASSERT_EQ(overview.histories["mlp"].epochs.size(), 1u);
-  EXPECT_EQ(overview.histories["mlp"].epochs[0].epoch, 2);
-  EXPECT_EQ(overview.histories["mlp"].epochs[0].ranks.size(), 3u);
-  EXPECT_TRUE(overview.histories["mlp"].points.empty());
+  const JobHistory::View restarted = coordinator_->History("mlp");
+  ASSERT_EQ(restarted.epochs.size(), 1u);
+  EXPECT_EQ(restarted.epochs[0].epoch, 2);
+  EXPECT_EQ(restarted.epochs[0].ranks.size(), 3u);
+  EXPECT_TRUE(restarted.points.empty());
 }
 
 }  // namespace

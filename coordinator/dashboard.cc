@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -98,17 +100,17 @@ std::string JobLink(const std::string& id) {
 }
 
 // Throughput as rank 0 says it (all ranks together), else steps per second.
-std::string Throughput(const JobEvent& event) {
+std::string Throughput(const Job& job, const std::vector<RankStats>& ranks) {
   std::vector<std::string> parts;
-  for (const RankStats& r : event.ranks()) {
+  for (const RankStats& r : ranks) {
     if (r.rank() != 0) continue;
     if (r.tokens_per_s() > 0) parts.push_back(absl::StrCat(Short(r.tokens_per_s()), " tok/s"));
     if (r.samples_per_s() > 0) {
       parts.push_back(absl::StrCat(Short(r.samples_per_s()), " samples/s"));
     }
   }
-  if (event.job().steps_per_s() > 0) {
-    parts.push_back(absl::StrCat(Short(event.job().steps_per_s()), " steps/s"));
+  if (job.steps_per_s() > 0) {
+    parts.push_back(absl::StrCat(Short(job.steps_per_s()), " steps/s"));
   }
   return parts.empty() ? "–" : absl::StrJoin(parts, "<br>");
 }
@@ -137,7 +139,10 @@ h2{font-size:17px;margin:22px 0 8px;border-bottom:1px solid #d8dce2;padding-bott
 table{border-collapse:collapse;background:#fff;font-size:13px;box-shadow:0 1px 2px #0001}
 th,td{padding:5px 10px;border-bottom:1px solid #e6e8eb;text-align:left;vertical-align:top}
 th{background:#eef1f4;font-weight:600}
+td{white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.reason,td.wrap{white-space:normal}
+td.wrap code{word-break:break-all}
 .reason{color:#666;font-size:12px;max-width:460px}
 .phase{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;font-weight:bold;color:#fff;background:#888}
 .phase.running{background:#2a9d4b}.phase.forming,.phase.committed{background:#d98b00}
@@ -153,6 +158,13 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 code{font-size:12px}
 )css";
 
+HttpResponse HtmlResponse(int status) {
+  HttpResponse response;
+  response.status = status;
+  response.content_type = kHtmlContentType;
+  return response;
+}
+
 std::string Page(const std::string& title, const std::string& body, const Snapshot& snapshot,
                  const DashboardOptions& options) {
   return absl::StrCat(
@@ -162,51 +174,57 @@ std::string Page(const std::string& title, const std::string& body, const Snapsh
           : "",
       "<title>", Html(title), " · ringmaster</title><style>", kStyle,
       "</style></head>\n<body><header><a href=\"/\">ringmaster</a><span>", Html(title),
-      "</span><span>", Utc(absl::ToUnixMillis(snapshot.now)),
+      "</span><span>", Utc(absl::ToUnixMillis(snapshot.state.taken)),
       options.refresh_s > 0 ? absl::StrCat(" · reloads every ", options.refresh_s, " s") : "",
       "</span></header>\n<main>\n", body, "</main></body></html>\n");
 }
 
-DashboardResponse NotFound(const std::string& what, const Snapshot& snapshot,
-                           const DashboardOptions& options) {
-  DashboardResponse response;
-  response.status = 404;
+HttpResponse NotFound(const std::string& what, const Snapshot& snapshot,
+                      const DashboardOptions& options) {
+  HttpResponse response = HtmlResponse(404);
   response.body = Page(
       "not found",
       absl::StrCat("<h1>Not found</h1><p>", Html(what), "</p><p><a href=\"/\">All jobs</a></p>\n"),
-      snapshot, DashboardOptions{0, options.clock});
+      snapshot, DashboardOptions{.refresh_s = 0});
   return response;
+}
+
+// The latest figures of the ranks of `job`'s current epoch (none before its first report).
+const std::vector<RankStats>& RanksOf(const Snapshot& snapshot, const std::string& job) {
+  static const std::vector<RankStats>* const kNone = new std::vector<RankStats>();
+  auto it = snapshot.state.ranks.find(job);
+  return it == snapshot.state.ranks.end() ? *kNone : it->second;
 }
 
 // --- The index ---------------------------------------------------------------------------
 
 std::string JobsTable(const Snapshot& snapshot) {
-  if (snapshot.jobs.empty()) return "<p class=\"muted\">No jobs.</p>\n";
+  if (snapshot.state.jobs.empty()) return "<p class=\"muted\">No jobs.</p>\n";
   std::string out =
       "<table id=\"jobs\"><tr><th>Job</th><th>Phase</th><th>Step</th><th>Loss</th>"
       "<th>Throughput</th><th>World</th><th>Epoch</th><th>Restarts</th><th>Checkpoints</th>"
       "</tr>\n";
-  for (const JobEvent& event : snapshot.jobs) {
-    const Job& job = event.job();
+  for (const Job& job : snapshot.state.jobs) {
     std::string checkpoints = "–";
     if (job.checkpoints_size() > 0) {
       checkpoints = absl::StrCat(job.checkpoints_size(), " (latest step ",
                                  job.checkpoints(job.checkpoints_size() - 1).step(), ")");
     }
-    absl::StrAppend(
-        &out, "<tr><td>", JobLink(job.id()), "</td><td>", PhaseBadge(job.phase()),
-        job.reason().empty() ? ""
-                             : absl::StrCat("<div class=\"reason\">", Html(job.reason()), "</div>"),
-        "</td><td class=\"num\">", StepText(job), "</td><td class=\"num\">",
-        Loss(job.loss(), job.step()), "</td><td class=\"num\">", Throughput(event),
-        "</td><td class=\"num\">", World(job), " <span class=\"muted\">(", job.min_ranks(), "–",
-        job.max_ranks() >= 100000 ? "∞" : absl::StrCat(job.max_ranks()), ")</span>",
-        "</td><td class=\"num\">",
-        job.epoch() > 0 ? absl::StrCat(job.epoch(), " <span class=\"muted\">",
-                                       Html(job.epoch_cause()), "</span>")
-                        : "–",
-        "</td><td class=\"num\">", job.restarts(), " / ", job.restart_budget(), "</td><td>",
-        checkpoints, "</td></tr>\n");
+    absl::StrAppend(&out, "<tr><td>", JobLink(job.id()), "</td><td>", PhaseBadge(job.phase()),
+                    job.reason().empty()
+                        ? ""
+                        : absl::StrCat("<div class=\"reason\">", Html(job.reason()), "</div>"),
+                    "</td><td class=\"num\">", StepText(job), "</td><td class=\"num\">",
+                    Loss(job.loss(), job.step()), "</td><td class=\"num\">",
+                    Throughput(job, RanksOf(snapshot, job.id())), "</td><td class=\"num\">",
+                    World(job), " <span class=\"muted\">(", job.min_ranks(), "–",
+                    job.max_ranks() >= 100000 ? "∞" : absl::StrCat(job.max_ranks()), ")</span>",
+                    "</td><td class=\"num\">",
+                    job.epoch() > 0 ? absl::StrCat(job.epoch(), " <span class=\"muted\">",
+                                                   Html(job.epoch_cause()), "</span>")
+                                    : "–",
+                    "</td><td class=\"num\">", job.restarts(), " / ", job.restart_budget(),
+                    "</td><td>", checkpoints, "</td></tr>\n");
   }
   return out + "</table>\n";
 }
@@ -255,26 +273,26 @@ std::string NodesTable(const ListNodesResponse& nodes) {
   return out + "</table>\n";
 }
 
-DashboardResponse Index(const Snapshot& snapshot, const DashboardOptions& options) {
+HttpResponse Index(const Snapshot& snapshot, const DashboardOptions& options) {
   int running = 0, finished = 0;
-  for (const JobEvent& e : snapshot.jobs) {
-    running += e.job().phase() == JOB_PHASE_RUNNING;
-    finished += Finished(e.job().phase());
+  for (const Job& job : snapshot.state.jobs) {
+    running += job.phase() == JOB_PHASE_RUNNING;
+    finished += Finished(job.phase());
   }
-  DashboardResponse response;
-  response.body = Page(
-      "jobs",
-      absl::StrCat("<h1>Jobs</h1><p class=\"muted\">", snapshot.jobs.size(), " jobs: ", running,
-                   " running, ", finished, " ended. ", snapshot.nodes.nodes_size(), " nodes.</p>\n",
-                   JobsTable(snapshot), "<h2>Nodes</h2>\n", NodesTable(snapshot.nodes)),
-      snapshot, options);
+  HttpResponse response = HtmlResponse(200);
+  response.body =
+      Page("jobs",
+           absl::StrCat("<h1>Jobs</h1><p class=\"muted\">", snapshot.state.jobs.size(),
+                        " jobs: ", running, " running, ", finished, " ended. ",
+                        snapshot.state.nodes.nodes_size(), " nodes.</p>\n", JobsTable(snapshot),
+                        "<h2>Nodes</h2>\n", NodesTable(snapshot.state.nodes)),
+           snapshot, options);
   return response;
 }
 
 // --- A job's page --------------------------------------------------------------------------
 
-std::string Summary(const JobEvent& event) {
-  const Job& job = event.job();
+std::string Summary(const Job& job, const std::vector<RankStats>& ranks) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"Phase", absl::StrCat(PhaseBadge(job.phase()),
                              job.reason().empty() ? ""
@@ -282,7 +300,7 @@ std::string Summary(const JobEvent& event) {
                                                                  Html(job.reason()), "</span>"))},
       {"Step", StepText(job)},
       {"Loss", Loss(job.loss(), job.step())},
-      {"Throughput", Throughput(event)},
+      {"Throughput", Throughput(job, ranks)},
       {"World",
        absl::StrCat(World(job), " ranks (min ", job.min_ranks(), ", max ",
                     job.max_ranks() >= 100000 ? "none" : absl::StrCat(job.max_ranks()), ")")},
@@ -320,25 +338,44 @@ std::vector<JobHistory::Point> Thin(const std::vector<JobHistory::Point>& points
   return out;
 }
 
+// A figure of a report, or nothing where it was not measured.
+using Figure = std::function<std::optional<double>(const JobHistory::Point&)>;
+
+// One step's figures are noisy: a curve is drawn as the mean of the `window` reports around
+// each one (within its epoch: a recovery changes the world and so the speed), over the
+// reports themselves in a paler `raw_color` (not drawn when it is empty or window is 1).
+std::vector<plot::Series> Curve(const std::vector<JobHistory::Point>& points, size_t window,
+                                const std::string& label, const Figure& figure,
+                                const std::string& color, const std::string& raw_color,
+                                bool dashed = false) {
+  std::vector<std::optional<double>> values;
+  for (const JobHistory::Point& p : points) values.push_back(figure(p));
+  plot::Series raw{label, {}, raw_color};
+  plot::Series mean{
+      window > 1 ? absl::StrCat(label, ", mean of ", window) : label, {}, color, dashed};
+  const size_t half = window / 2;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (!values[i].has_value()) continue;
+    const double step = static_cast<double>(points[i].step);
+    raw.points.emplace_back(step, *values[i]);
+    double sum = 0;
+    int n = 0;
+    for (size_t j = i > half ? i - half : 0; j < std::min(points.size(), i + window - half); ++j) {
+      if (values[j].has_value() && points[j].epoch == points[i].epoch) sum += *values[j], ++n;
+    }
+    mean.points.emplace_back(step, sum / n);
+  }
+  if (window <= 1 || raw_color.empty()) return {mean};
+  return {raw, mean};
+}
+
 std::string Curves(const JobHistory::View& history) {
   const std::vector<JobHistory::Point> points = Thin(history.points, kMaxPlottedPoints);
   if (points.empty()) {
     return "<p class=\"muted\">No steps reported yet: the curves start with rank 0's first "
            "report.</p>\n";
   }
-  plot::Series loss{"loss", {}, "#1f77b4"};
-  plot::Series samples{"samples/s", {}, "#2ca02c"};
-  plot::Series tokens{"tokens/s", {}, "#9467bd"};
-  plot::Series comm{"in collectives", {}, "#ff7f0e"};
-  plot::Series exposed{"exposed", {}, "#d62728", /*dashed=*/true};
-  for (const JobHistory::Point& p : points) {
-    const double step = static_cast<double>(p.step);
-    loss.points.emplace_back(step, p.loss);
-    if (p.samples_per_s > 0) samples.points.emplace_back(step, p.samples_per_s);
-    if (p.tokens_per_s > 0) tokens.points.emplace_back(step, p.tokens_per_s);
-    comm.points.emplace_back(step, 100 * p.comm_fraction);
-    exposed.points.emplace_back(step, 100 * p.exposed_comm_fraction);
-  }
+  const size_t window = std::max<size_t>(1, points.size() / 25);
   // The epochs after the first, shaded in turn, so that a recovery shows on every curve.
   std::vector<plot::Region> epochs;
   for (size_t i = 1; i < points.size(); ++i) {
@@ -361,24 +398,52 @@ std::string Curves(const JobHistory::View& history) {
     spec.height = 320;
     return plot::RenderSvg(spec);
   };
-  std::vector<plot::Series> speed;
-  if (!samples.points.empty()) speed.push_back(samples);
-  if (!tokens.points.empty()) speed.push_back(tokens);
-  std::string out =
-      absl::StrCat("<div class=\"charts\" id=\"curves\">\n", chart("Loss", "loss", {loss}));
+  auto positive = [](double JobHistory::Point::*field) {
+    return [field](const JobHistory::Point& p) -> std::optional<double> {
+      if (p.*field > 0) return p.*field;
+      return std::nullopt;
+    };
+  };
+  auto percent = [](double JobHistory::Point::*field) {
+    return [field](const JobHistory::Point& p) -> std::optional<double> { return 100 * p.*field; };
+  };
+  std::string out = absl::StrCat(
+      "<div class=\"charts\" id=\"curves\">\n",
+      chart("Loss", "loss",
+            Curve(
+                points, window, "loss",
+                [](const JobHistory::Point& p) -> std::optional<double> { return p.loss; },
+                "#1f77b4", "#aec7e8")));
+  std::vector<plot::Series> speed =
+      Curve(points, window, "samples/s", positive(&JobHistory::Point::samples_per_s), "#2ca02c",
+            "#98df8a");
+  for (plot::Series& s : Curve(points, window, "tokens/s",
+                               positive(&JobHistory::Point::tokens_per_s), "#9467bd", "#c5b0d5")) {
+    speed.push_back(std::move(s));
+  }
+  std::erase_if(speed, [](const plot::Series& s) { return s.points.empty(); });
   if (!speed.empty()) {
     absl::StrAppend(&out, chart("Throughput (all ranks)", "per second", std::move(speed)));
   } else {
-    std::vector<plot::Series> steps{{"steps/s", {}, "#2ca02c"}};
-    for (const JobHistory::Point& p : points) {
-      if (p.step_time_s > 0) steps[0].points.emplace_back(p.step, 1 / p.step_time_s);
-    }
-    absl::StrAppend(&out, chart("Throughput (rank 0)", "steps per second", std::move(steps)));
+    absl::StrAppend(&out, chart("Throughput (rank 0)", "steps per second",
+                                Curve(
+                                    points, window, "steps/s",
+                                    [](const JobHistory::Point& p) -> std::optional<double> {
+                                      if (p.step_time_s > 0) return 1 / p.step_time_s;
+                                      return std::nullopt;
+                                    },
+                                    "#2ca02c", "#98df8a")));
   }
+  std::vector<plot::Series> comm = Curve(points, window, "in collectives",
+                                         percent(&JobHistory::Point::comm_fraction), "#ff7f0e", "");
+  comm.push_back(Curve(points, window, "exposed",
+                       percent(&JobHistory::Point::exposed_comm_fraction), "#d62728", "",
+                       /*dashed=*/true)[0]);
   absl::StrAppend(
-      &out, chart("Communication share of the step", "% of step time", {comm, exposed}),
+      &out, chart("Communication share of the step", "% of step time", std::move(comm)),
       "</div>\n<p class=\"muted\">Rank 0's reports: ", history.points.size(), " kept",
       points.size() < history.points.size() ? absl::StrCat(", ", points.size(), " drawn") : "",
+      window > 1 ? absl::StrCat("; the bold curves are means of ", window, " reports") : "",
       ".</p>\n");
   return out;
 }
@@ -505,17 +570,17 @@ std::string Epochs(const JobHistory::View& history) {
     }
     absl::StrAppend(&out, "<tr><td class=\"num\">", e.epoch, "</td><td>", EpochCauseName(e.cause),
                     "</td><td>", Utc(absl::ToUnixMillis(e.committed)), "</td><td class=\"num\">",
-                    e.ranks.size(), "</td><td>", absl::StrJoin(ranks, " · "), "</td></tr>\n");
+                    e.ranks.size(), "</td><td class=\"wrap\">", absl::StrJoin(ranks, " · "),
+                    "</td></tr>\n");
   }
   return out + "</table>\n";
 }
 
 // The current members, each with its latest figures.
-std::string Members(const JobEvent& event, absl::Time now) {
-  const Job& job = event.job();
+std::string Members(const Job& job, const std::vector<RankStats>& ranks, absl::Time now) {
   if (job.members().empty()) return "<p class=\"muted\">No members now.</p>\n";
   std::map<int, const RankStats*> stats;
-  for (const RankStats& r : event.ranks()) stats[r.rank()] = &r;
+  for (const RankStats& r : ranks) stats[r.rank()] = &r;
   std::vector<const ringmaster::Member*> members;
   for (const ringmaster::Member& m : job.members()) members.push_back(&m);
   std::stable_sort(members.begin(), members.end(), [](const auto* a, const auto* b) {
@@ -567,23 +632,23 @@ std::string Checkpoints(const Job& job) {
         "</td><td class=\"num\">", Bytes(c.bytes()), "</td><td>", Utc(c.committed_ms()),
         "</td><td class=\"num\">", c.save_seconds() > 0 ? Seconds(c.save_seconds()) : "–",
         "</td><td class=\"num\">", c.blocked_seconds() > 0 ? Seconds(c.blocked_seconds()) : "–",
-        "</td><td><code>", Html(c.path()), "</code></td></tr>\n");
+        "</td><td class=\"wrap\"><code>", Html(c.path()), "</code></td></tr>\n");
   }
   return out + "</table>\n";
 }
 
-DashboardResponse JobPage(const JobEvent& event, const JobHistory::View& history,
-                          const Snapshot& snapshot, const DashboardOptions& options) {
-  const Job& job = event.job();
-  DashboardResponse response;
-  response.body =
-      Page(absl::StrCat("job ", job.id()),
-           absl::StrCat("<h1 id=\"job\">", Html(job.id()), " ", PhaseBadge(job.phase()), "</h1>\n",
-                        Summary(event), "<h2>Curves</h2>\n", Curves(history),
-                        "<h2>Recoveries</h2>\n", Timeline(job), "<h2>Members per epoch</h2>\n",
-                        Epochs(history), "<h2>Ranks now</h2>\n", Members(event, snapshot.now),
-                        "<h2>Checkpoints</h2>\n", Checkpoints(job)),
-           snapshot, options);
+HttpResponse JobPage(const Job& job, const JobHistory::View& history, const Snapshot& snapshot,
+                     const DashboardOptions& options) {
+  const std::vector<RankStats>& ranks = RanksOf(snapshot, job.id());
+  HttpResponse response = HtmlResponse(200);
+  response.body = Page(
+      absl::StrCat("job ", job.id()),
+      absl::StrCat(
+          "<h1 id=\"job\">", Html(job.id()), " ", PhaseBadge(job.phase()), "</h1>\n",
+          Summary(job, ranks), "<h2>Curves</h2>\n", Curves(history), "<h2>Recoveries</h2>\n",
+          Timeline(job), "<h2>Members per epoch</h2>\n", Epochs(history), "<h2>Ranks now</h2>\n",
+          Members(job, ranks, snapshot.state.taken), "<h2>Checkpoints</h2>\n", Checkpoints(job)),
+      snapshot, options);
   return response;
 }
 
@@ -596,18 +661,17 @@ std::string JobOfPath(const std::string& path) {
   return std::string(rest);
 }
 
-DashboardResponse Render(const std::string& path, const Snapshot& snapshot,
-                         const DashboardOptions& options) {
+HttpResponse Render(const std::string& path, const Snapshot& snapshot,
+                    const DashboardOptions& options) {
   if (path == "/" || path.empty()) return Index(snapshot, options);
   const std::string id = JobOfPath(path);
   if (id.empty() || absl::StrContains(id, '/')) {
     return NotFound(absl::StrCat("There is no page ", path, " here."), snapshot, options);
   }
-  for (const JobEvent& event : snapshot.jobs) {
-    if (event.job().id() != id) continue;
+  for (const Job& job : snapshot.state.jobs) {
+    if (job.id() != id) continue;
     auto history = snapshot.histories.find(id);
-    return JobPage(event,
-                   history == snapshot.histories.end() ? JobHistory::View{} : history->second,
+    return JobPage(job, history == snapshot.histories.end() ? JobHistory::View{} : history->second,
                    snapshot, options);
   }
   return NotFound(
@@ -615,17 +679,23 @@ DashboardResponse Render(const std::string& path, const Snapshot& snapshot,
       options);
 }
 
-DashboardResponse Serve(const std::string& path, Coordinator& coordinator,
-                        const DashboardOptions& options) {
+HttpResponse Serve(const std::string& path, Coordinator& coordinator,
+                   const DashboardOptions& options) {
   Snapshot snapshot;
-  snapshot.now = (options.clock != nullptr ? options.clock : Clock::Real())->Now();
-  const std::string job = JobOfPath(path);
-  Coordinator::Overview overview =
-      coordinator.GetOverview(job.empty() ? std::set<std::string>{} : std::set{job});
-  snapshot.jobs = std::move(overview.jobs);
-  snapshot.histories = std::move(overview.histories);
-  if (path == "/" || path.empty()) snapshot.nodes = coordinator.ListNodes();
+  snapshot.state = coordinator.Snapshot();
+  if (const std::string job = JobOfPath(path); !job.empty()) {
+    snapshot.histories[job] = coordinator.History(job);
+  }
   return Render(path, snapshot, options);
+}
+
+std::vector<HttpRoute> DashboardRoutes(Coordinator* coordinator, const DashboardOptions& options) {
+  HttpHandler handler = [coordinator, options](const HttpRequest& request) {
+    return Serve(request.path, *coordinator, options);
+  };
+  return {HttpRoute{"/", /*prefix=*/false, handler},
+          HttpRoute{std::string(kJobsPrefix.substr(0, kJobsPrefix.size() - 1)), /*prefix=*/true,
+                    handler}};
 }
 
 }  // namespace ringmaster::coordinator::dashboard

@@ -13,8 +13,8 @@
 // comes from users, nodes or trainers (job names, reasons, paths, node names) is
 // HTML-escaped.
 //
-// Thread-safety: Render is pure; Serve takes the coordinator's lock briefly (twice: jobs,
-// then nodes) and renders outside it. Both may be called from any thread.
+// Thread-safety: Render is pure; Serve takes the coordinator's lock briefly (for its
+// Snapshot and History) and renders outside it. Both may be called from any thread.
 #ifndef RINGMASTER_COORDINATOR_DASHBOARD_H_
 #define RINGMASTER_COORDINATOR_DASHBOARD_H_
 
@@ -22,47 +22,44 @@
 #include <string>
 #include <vector>
 
-#include "absl/time/time.h"
-#include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/http_server.h"
 #include "coordinator/job_history.h"
 #include "proto/coordinator.pb.h"
 
 namespace ringmaster::coordinator::dashboard {
 
+inline constexpr char kHtmlContentType[] = "text/html; charset=utf-8";
+
 struct DashboardOptions {
   // How often an open page reloads itself (seconds); 0: never.
   int refresh_s = 5;
-  // The time "ages" and "ago" are measured against; null means the real clock.
-  Clock* clock = nullptr;
 };
 
-// What the pages draw: the coordinator's state at one moment.
+// What the pages draw: the coordinator's state at one moment (`state.taken` is "now").
 struct Snapshot {
-  absl::Time now;
-  std::vector<JobEvent> jobs;  // in submission order, with their latest per-rank figures
+  CoordinatorSnapshot state;
   // The history of the job a page shows (JobOfPath); others may be absent.
   std::map<std::string, JobHistory::View> histories;
-  ListNodesResponse nodes;
 };
 
-// An HTTP answer: 200 with HTML, or 404 with an HTML page that says what is not there.
-struct DashboardResponse {
-  int status = 200;
-  std::string content_type = "text/html; charset=utf-8";
-  std::string body;
-};
-
-// The page at `path` (the URL's path, without query) for `snapshot`.
-DashboardResponse Render(const std::string& path, const Snapshot& snapshot,
-                         const DashboardOptions& options = {});
+// The page at `path` (the URL's path, without query) for `snapshot`: 200 with HTML, or 404
+// with an HTML page that says what is not there.
+HttpResponse Render(const std::string& path, const Snapshot& snapshot,
+                    const DashboardOptions& options = {});
 
 // The job the page at `path` shows ("" for none): "/jobs/mlp" -> "mlp".
 std::string JobOfPath(const std::string& path);
 
-// Render over a snapshot taken from `coordinator` now (with the history of JobOfPath(path)).
-DashboardResponse Serve(const std::string& path, Coordinator& coordinator,
-                        const DashboardOptions& options = {});
+// Render over a snapshot taken from `coordinator` now (Coordinator::Snapshot, and the
+// History of JobOfPath(path)).
+HttpResponse Serve(const std::string& path, Coordinator& coordinator,
+                   const DashboardOptions& options = {});
+
+// The HTTP port's routes for the dashboard: "/" and everything under "/jobs", served by
+// Serve. `coordinator` must outlive the server that serves them.
+std::vector<HttpRoute> DashboardRoutes(Coordinator* coordinator,
+                                       const DashboardOptions& options = {});
 
 }  // namespace ringmaster::coordinator::dashboard
 

@@ -1,7 +1,7 @@
 // The dashboard in a real browser: a coordinator is driven as two agents and their four
 // trainers would drive it (a fake clock; a trainer killed at step 130, the job going on with
-// three ranks from its checkpoint of step 100, one of them slow), its pages are served
-// (dashboard::Serve) into files, and headless Chromium (Debian's `chromium`) loads them:
+// three ranks from its checkpoint of step 100, one of them slow), its dashboard is served on
+// an HTTP port (DashboardRoutes), and headless Chromium (Debian's `chromium`) loads it:
 // the DOM it built must show the job's name, its phase RUNNING, the members per epoch, the
 // recovery and the curves' points, and keep text that trainers sent as text. Screenshots of
 // both pages go to the test's undeclared outputs (TEST_UNDECLARED_OUTPUTS_DIR), for a person
@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
+#include "coordinator/http_server.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
 
@@ -170,31 +171,35 @@ class DashboardBrowserTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_->ReportCheckpoint(r).ok());
   }
 
-  // Serves `path` into dir_/`file`.
-  std::string ServeToFile(const std::string& path, const std::string& file) {
-    dashboard::DashboardOptions options;
-    options.clock = &clock_;
-    const dashboard::DashboardResponse response = dashboard::Serve(path, *coordinator_, options);
-    EXPECT_EQ(response.status, 200) << path;
-    const std::string out = absl::StrCat(dir_, "/", file);
-    EXPECT_TRUE(WriteFileAtomically(out, response.body).ok());
-    return out;
-  }
-
-  // Runs chromium headless with `args` on file `page`; its stdout, or the error.
+  // Runs chromium headless with `args` on `url`; its stdout (EXPECTs that it succeeded).
   std::string Chromium(const std::string& chromium, const std::string& args,
-                       const std::string& page) {
-    const std::string out = absl::StrCat(page, ".out");
+                       const std::string& url) {
+    const std::string out = absl::StrCat(dir_, "/chromium.out");
     const std::string command = absl::StrCat(
-        "HOME=", dir_, " timeout 120 ", chromium,
+        "TMPDIR=", ChromiumTemp(), " HOME=", dir_, " timeout 120 ", chromium,
         " --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=", dir_,
-        "/profile ", args, " file://", page, " >", out, " 2>", out, ".err");
+        "/profile ", args, " ", url, " >", out, " 2>", out, ".err");
     const int rc = std::system(command.c_str());
     EXPECT_EQ(rc, 0) << command << "\n" << ReadFile(out + ".err").value_or("");
     return ReadFile(out).value_or("");
   }
 
+  // A directory for Chromium's own temporary files: its socket's path must stay under 108
+  // bytes, which a directory under TEST_TMPDIR may not.
+  const std::string& ChromiumTemp() {
+    if (chromium_tmp_.empty()) {
+      char name[] = "/tmp/ringmaster-chromium.XXXXXX";
+      EXPECT_NE(mkdtemp(name), nullptr);
+      chromium_tmp_ = name;
+    }
+    return chromium_tmp_;
+  }
+  void TearDown() override {
+    if (!chromium_tmp_.empty()) std::filesystem::remove_all(chromium_tmp_);
+  }
+
   std::string dir_;
+  std::string chromium_tmp_;
   FakeClock clock_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::pair<ringmaster::SlotRef, int>> ranks_;  // slot, rank
@@ -232,8 +237,13 @@ TEST_F(DashboardBrowserTest, ChromiumShowsARunningJobWithItsRecoveryCurvesAndMem
   spec->mutable_elastic()->set_min_ranks(4);
   ASSERT_TRUE(coordinator_->Submit(*spec).ok());
 
-  const std::string job_page = ServeToFile(absl::StrCat("/jobs/", kJob), "job.html");
-  const std::string index_page = ServeToFile("/", "index.html");
+  // The dashboard on an HTTP port, as ringmaster --metrics_listen serves it.
+  HttpServerOptions http;
+  http.listen = "127.0.0.1:0";
+  auto server = HttpServer::Start(http, dashboard::DashboardRoutes(coordinator_.get()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string job_page = (*server)->Url(absl::StrCat("/jobs/", kJob));
+  const std::string index_page = (*server)->Url("/");
 
   const std::string dom = Chromium(*chromium, "--dump-dom", job_page);
   ASSERT_TRUE(absl::StrContains(dom, "</html>")) << dom.substr(0, 2000);
@@ -253,8 +263,8 @@ TEST_F(DashboardBrowserTest, ChromiumShowsARunningJobWithItsRecoveryCurvesAndMem
   EXPECT_TRUE(absl::StrContains(dom, "world 4→3"));
   EXPECT_TRUE(absl::StrContains(dom, "lost 30 steps"));
   // The curves: 215 points of rank 0 (130 of epoch 1 less the 30 done again, 115 of epoch 2)
-  // on each of the loss, throughput, and the two communication curves.
-  EXPECT_EQ(Count(dom, "<circle class=\"point\""), 4 * 215);
+  // on each of the loss and the throughput, their means, and the two communication means.
+  EXPECT_EQ(Count(dom, "<circle class=\"point\""), 6 * 215);
   EXPECT_TRUE(absl::StrContains(dom, "<polyline"));
   // Ranks now: rank 2 is the straggler.
   EXPECT_EQ(Count(dom, "<tr class=\"straggler\">"), 1);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::coordinator::dashboard {
@@ -111,16 +112,18 @@ JobHistory::View RunningHistory() {
 
 Snapshot MakeSnapshot() {
   Snapshot snapshot;
-  snapshot.now = kNow;
-  snapshot.jobs.push_back(RunningJob());
-  JobEvent pending;
-  pending.mutable_job()->set_id("waiting");
-  pending.mutable_job()->set_phase(JOB_PHASE_PENDING);
-  pending.mutable_job()->set_reason("needs 8 slots, 1 free");
-  snapshot.jobs.push_back(pending);
+  snapshot.state.taken = kNow;
+  const JobEvent running = RunningJob();
+  snapshot.state.jobs.push_back(running.job());
+  snapshot.state.ranks["mlp"].assign(running.ranks().begin(), running.ranks().end());
+  Job pending;
+  pending.set_id("waiting");
+  pending.set_phase(JOB_PHASE_PENDING);
+  pending.set_reason("needs 8 slots, 1 free");
+  snapshot.state.jobs.push_back(pending);
   snapshot.histories["mlp"] = RunningHistory();
   for (const char* name : {"a", "b"}) {
-    NodeInfo* node = snapshot.nodes.add_nodes();
+    NodeInfo* node = snapshot.state.nodes.add_nodes();
     node->set_node(name);
     node->set_last_heartbeat_age_s(0.4);
     node->set_lease_left_s(2.6);
@@ -138,7 +141,7 @@ Snapshot MakeSnapshot() {
 }
 
 TEST(DashboardTest, TheIndexListsJobsWithTheirFiguresAndTheNodes) {
-  const DashboardResponse r = Render("/", MakeSnapshot());
+  const HttpResponse r = Render("/", MakeSnapshot());
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
   EXPECT_TRUE(absl::StartsWith(r.body, "<!DOCTYPE html>"));
@@ -162,7 +165,7 @@ TEST(DashboardTest, TheIndexListsJobsWithTheirFiguresAndTheNodes) {
 }
 
 TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
-  const DashboardResponse r = Render("/jobs/mlp", MakeSnapshot());
+  const HttpResponse r = Render("/jobs/mlp", MakeSnapshot());
   ASSERT_EQ(r.status, 200);
   EXPECT_TRUE(absl::StrContains(r.body, "<h1 id=\"job\">mlp <span class=\"phase running\">"));
   // The recovery: a timeline row with its bars, and the table.
@@ -172,10 +175,14 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(r.body, "<title>restore 1.500 s</title>"));
   EXPECT_TRUE(absl::StrContains(r.body, "2.60 s, lost 20 steps"));  // 0.8 + 1.5 + 0.3
   EXPECT_TRUE(absl::StrContains(r.body, "trainer b/0 exited with signal 9"));
-  // Three curves against step, each with 180 points, epoch 2 shaded.
-  EXPECT_EQ(Count(r.body, "<svg"), 4);       // and the timeline
-  EXPECT_EQ(Count(r.body, "<polyline"), 4);  // loss, samples/s, comm, exposed
-  EXPECT_EQ(Count(r.body, "<circle class=\"point\""), 4 * 180);
+  // Three charts against step, epoch 2 shaded: the loss and the throughput each as the reports
+  // and their mean over 180 / 25 = 7 reports, the communication shares as means.
+  EXPECT_EQ(Count(r.body, "<svg"), 4);  // and the timeline
+  EXPECT_EQ(Count(r.body, "<polyline"), 6);
+  EXPECT_EQ(Count(r.body, "<circle class=\"point\""), 6 * 180);
+  EXPECT_TRUE(absl::StrContains(r.body, ">loss, mean of 7</text>"));
+  EXPECT_TRUE(absl::StrContains(r.body, ">samples/s, mean of 7</text>"));
+  EXPECT_TRUE(absl::StrContains(r.body, ">exposed, mean of 7</text>"));
   EXPECT_TRUE(absl::StrContains(r.body, ">epoch 2</text>"));
   // Members per epoch, newest first.
   const size_t epochs = r.body.find("<table id=\"epochs\">");
@@ -198,7 +205,7 @@ TEST(DashboardTest, ALongSeriesIsDrawnThinnedAndAJobWithoutHistorySaysSo) {
   JobHistory::View& history = snapshot.histories["mlp"];
   history.points.insert(history.points.begin(), 1000, history.points.front());
   std::string body = Render("/jobs/mlp", snapshot).body;
-  EXPECT_EQ(Count(body, "<circle class=\"point\""), 4 * 240);
+  EXPECT_EQ(Count(body, "<circle class=\"point\""), 6 * 240);
   EXPECT_TRUE(absl::StrContains(body, "1180 kept, 240 drawn"));
 
   snapshot.histories.clear();
@@ -208,14 +215,43 @@ TEST(DashboardTest, ALongSeriesIsDrawnThinnedAndAJobWithoutHistorySaysSo) {
   EXPECT_TRUE(absl::StrContains(body, "<g class=\"recovery\">")) << "from the job itself";
 }
 
+TEST(DashboardTest, TheBoldCurveIsTheMeanOfTheReportsAroundEachWithinItsEpoch) {
+  // 50 reports of a loss alternating 1, 3, 1, 3, ...: a mean of 50 / 25 = 2 reports is 2
+  // everywhere but at the first report (alone) and at the first of epoch 2 (step 31, as the
+  // epoch's first it is alone again).
+  Snapshot snapshot = MakeSnapshot();
+  JobHistory::View& history = snapshot.histories["mlp"];
+  history.points.resize(50);
+  for (int i = 0; i < 50; ++i) {
+    history.points[i].step = i + 1;
+    history.points[i].epoch = i < 30 ? 1 : 2;
+    history.points[i].loss = i % 2 == 0 ? 1 : 3;
+  }
+  const std::string body = Render("/jobs/mlp", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(body, ">loss, mean of 2</text>"));
+  // The loss chart's second polyline is the mean: its y pixels.
+  size_t at = body.find("<polyline");
+  at = body.find("<polyline", at + 1);
+  ASSERT_NE(at, std::string::npos);
+  const size_t from = body.find("points=\"", at) + 8;
+  std::vector<std::string> ys;
+  for (absl::string_view xy : absl::StrSplit(body.substr(from, body.find('"', from) - from), ' ')) {
+    if (!xy.empty()) ys.emplace_back(xy.substr(xy.find(',') + 1));
+  }
+  ASSERT_EQ(ys.size(), 50u);
+  EXPECT_NE(ys[0], ys[1]);   // 1 alone
+  EXPECT_NE(ys[30], ys[1]);  // step 31 (loss 1) alone: epoch 2's first
+  for (int i : {1, 2, 17, 29, 31, 49}) EXPECT_EQ(ys[i], ys[1]) << "report " << i;
+}
+
 TEST(DashboardTest, WhatUsersAndNodesWroteIsEscaped) {
   Snapshot snapshot = MakeSnapshot();
-  Job* job = snapshot.jobs[0].mutable_job();
+  Job* job = &snapshot.state.jobs[0];
   job->set_reason("<script>alert('x')</script> & more");
   job->mutable_recoveries(0)->set_reason("<img src=x onerror=alert(1)>");
   job->mutable_checkpoints(0)->set_path("/ckpt/\"><b>bold</b>");
-  snapshot.nodes.mutable_nodes(0)->set_node("a<i>");
-  snapshot.nodes.mutable_nodes(0)->mutable_slots(0)->set_gpu("H200 <x>");
+  snapshot.state.nodes.mutable_nodes(0)->set_node("a<i>");
+  snapshot.state.nodes.mutable_nodes(0)->mutable_slots(0)->set_gpu("H200 <x>");
   for (const char* page : {"/", "/jobs/mlp"}) {
     const std::string body = Render(page, snapshot).body;
     EXPECT_FALSE(absl::StrContains(body, "<script>")) << page;
@@ -232,7 +268,7 @@ TEST(DashboardTest, WhatUsersAndNodesWroteIsEscaped) {
 }
 
 TEST(DashboardTest, AnUnknownJobOrPageIsNotFound) {
-  DashboardResponse r = Render("/jobs/nosuchjob", MakeSnapshot());
+  HttpResponse r = Render("/jobs/nosuchjob", MakeSnapshot());
   EXPECT_EQ(r.status, 404);
   EXPECT_TRUE(absl::StrContains(r.body, "no job &quot;nosuchjob&quot;")) << r.body;
   EXPECT_FALSE(absl::StrContains(r.body, "refresh")) << "a missing page does not reload";

@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "coordinator/auth.h"
 #include "common/version.h"
+#include "coordinator/dashboard.h"
 #include "coordinator/grpc_service.h"
 #include "coordinator/http_server.h"
 #include "coordinator/metrics.h"
@@ -48,7 +49,8 @@ ABSL_FLAG(double, restore_grace_s, 10,
           "after a restart, agents have this long (or the lease) to register again");
 ABSL_FLAG(int, verbosity, 0, "glog verbosity (1: every decision)");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "host:port of the HTTP port serving /metrics (Prometheus) and /healthz; empty: "
+          "host:port of the HTTP port serving /metrics (Prometheus), /healthz and the "
+          "dashboard (/, /jobs/JOB); empty: "
           "off. Same rules as --listen: the user token and TLS flags apply, loopback only "
           "without a user token");
 
@@ -162,8 +164,13 @@ int Main(int argc, char** argv) {
     http_options.user_token = server_options.user_token;
     http_options.tls_cert = server_options.tls_cert;
     http_options.tls_key = server_options.tls_key;
-    auto started = coordinator::HttpServer::Start(
-        http_options, coordinator::MonitoringRoutes(coordinator->get()));
+    std::vector<coordinator::HttpRoute> routes =
+        coordinator::MonitoringRoutes(coordinator->get());
+    for (coordinator::HttpRoute& route :
+         coordinator::dashboard::DashboardRoutes(coordinator->get())) {
+      routes.push_back(std::move(route));
+    }
+    auto started = coordinator::HttpServer::Start(http_options, std::move(routes));
     if (!started.ok()) {
       return Fail(started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
                   std::string(started.status().message()));
