@@ -4,7 +4,6 @@
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -693,9 +692,7 @@ std::vector<HttpRoute> DashboardRoutes(Coordinator* coordinator, const Dashboard
   HttpHandler handler = [coordinator, options](const HttpRequest& request) {
     return Serve(request.path, *coordinator, options);
   };
-  return {HttpRoute{"/", /*prefix=*/false, handler},
-          HttpRoute{std::string(kJobsPrefix.substr(0, kJobsPrefix.size() - 1)), /*prefix=*/true,
-                    handler}};
+  return {HttpRoute{"/", /*prefix=*/false, handler}, HttpRoute{"/jobs", /*prefix=*/true, handler}};
 }
 
 }  // namespace ringmaster::coordinator::dashboard
