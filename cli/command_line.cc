@@ -166,6 +166,9 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   local->add_option("--rank_memory_limit", rank_memory_limit,
                     "each rank's memory limit (its heap: RLIMIT_DATA), e.g. 200M or 1.5G; a "
                     "rank whose training state does not fit fails with RESOURCE_EXHAUSTED");
+  local->add_option("--metrics_listen", line.local.metrics_listen,
+                    "serve the coordinator's Prometheus metrics on this loopback host:port "
+                    "(port 0 picks one; the URL is printed)");
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job to a coordinator");
   submit->add_option("JOB_SPEC", line.target, "the job spec (YAML, or JSON as -o json prints)")

@@ -221,14 +221,19 @@ int LocalCommand(const LocalOptions& options) {
   if (pipe2(port_pipe, O_CLOEXEC) != 0) return 1;
   const int master_log =
       open((run_dir + "/ringmaster.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const pid_t master = Spawn({ringmaster, "--listen=127.0.0.1:0",
-                              "--db=" + run_dir + "/ringmaster.db", "--heartbeat_s=0.5",
-                              "--lease_s=3", "--slot_backoff_s=2", "--grow_after_s=2"},
-                             port_pipe[1], master_log);
+  std::vector<std::string> master_args = {ringmaster, "--listen=127.0.0.1:0",
+                                          "--db=" + run_dir + "/ringmaster.db",
+                                          "--heartbeat_s=0.5", "--lease_s=3",
+                                          "--slot_backoff_s=2", "--grow_after_s=2"};
+  // With a metrics port, ringmaster prints its URL on a second line.
+  const size_t lines = options.metrics_listen.empty() ? 1 : 2;
+  if (lines == 2) master_args.push_back("--metrics_listen=" + options.metrics_listen);
+  const pid_t master = Spawn(master_args, port_pipe[1], master_log);
   close(port_pipe[1]);
   std::string first_line;
   const absl::Time started = absl::Now();
-  while (first_line.find('\n') == std::string::npos && absl::Now() - started < absl::Seconds(20)) {
+  while (static_cast<size_t>(std::count(first_line.begin(), first_line.end(), '\n')) < lines &&
+         absl::Now() - started < absl::Seconds(20)) {
     pollfd p{port_pipe[0], POLLIN, 0};
     if (poll(&p, 1, 100) > 0) {
       char buf[256];
@@ -250,6 +255,15 @@ int LocalCommand(const LocalOptions& options) {
   const std::string address = absl::StrCat("127.0.0.1:", port);
   printf("ringctl local: coordinator at %s (ringctl top %s --coordinator %s)\n",
          address.c_str(), spec->name().c_str(), address.c_str());
+  if (const size_t url = first_line.find("metrics on "); url != std::string::npos) {
+    const std::string metrics = first_line.substr(url + 11, first_line.find('\n', url) - url - 11);
+    printf("ringctl local: metrics at %s\n", metrics.c_str());
+    // The dashboard is served on the same port (coordinator/dashboard.h).
+    if (absl::EndsWith(metrics, "/metrics")) {
+      printf("ringctl local: dashboard at %s/jobs/%s\n",
+             metrics.substr(0, metrics.size() - 8).c_str(), spec->name().c_str());
+    }
+  }
   fflush(stdout);
 
   // One agent with N slots.

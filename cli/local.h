@@ -47,6 +47,9 @@ struct LocalOptions {
   bool keep_run_dir = false;
   // --rank_memory_limit, MiB: each trainer's RLIMIT_DATA; 0: none.
   int64_t rank_memory_limit_mib = 0;
+  // --metrics_listen: the coordinator's HTTP port (/metrics, /healthz), a loopback
+  // host:port (port 0 picks one; the URL is printed); empty: none.
+  std::string metrics_listen;
   // Where the temporary run directory is made when run_dir is empty ($TMPDIR, or /tmp).
   std::string temp_dir = "/tmp";
 };

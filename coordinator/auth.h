@@ -43,6 +43,9 @@ absl::Status CheckNodeCredential(absl::string_view secret, absl::string_view nod
 absl::Status CheckBearer(absl::string_view header, absl::string_view expected,
                          absl::string_view what);
 
+// True for 127.0.0.0/8, ::1 and "localhost" (with a port).
+bool IsLoopbackAddress(const std::string& host_port);
+
 // 32 random bytes from the OS, hex-encoded.
 std::string NewSecret();
 

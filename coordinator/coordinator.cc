@@ -237,6 +237,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     states.push_back(FromProto(job));
     c->version_ = std::max(c->version_, job.version());
     for (const ringmaster::Member& m : job.members()) c->world_[job.id()] += m.rank() >= 0;
+    if (job.rank_slots_size() > 0) {
+      JobHistory::Epoch epoch{job.epoch(), CauseFromName(job.epoch_cause()), c->Now(), {}};
+      for (const auto& slot : job.rank_slots()) epoch.ranks.push_back(FromProto(slot));
+      c->HistoryOf(job.id()).AddEpoch(std::move(epoch));
+    }
     c->jobs_[job.id()] = std::move(job);
   }
   if (absl::Status s = c->machine_.Restore(states, c->Now()); !s.ok()) {
@@ -364,6 +369,16 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       Job& job = jobs_[a->job];
       world_[a->job] = static_cast<int>(a->members.size());
       SetRankSlots(a->members, &job);
+      {
+        JobHistory::Epoch epoch{a->epoch, EpochCause::kStart, now, {}};
+        if (const JobState* state = machine_.job(a->job); state != nullptr) {
+          epoch.cause = state->cause;
+        }
+        for (const ringmaster::SlotRef& slot : job.rank_slots()) {
+          epoch.ranks.push_back(FromProto(slot));
+        }
+        HistoryOf(a->job).AddEpoch(std::move(epoch));
+      }
       job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
@@ -628,6 +643,7 @@ void Coordinator::ForgetJob(const std::string& id) {
   slow_reports_.erase(id);
   leaving_.erase(id);
   world_.erase(id);
+  history_.erase(id);
 }
 
 absl::StatusOr<DeleteJobResponse> Coordinator::Delete(const std::string& id) {
@@ -707,6 +723,24 @@ ListNodesResponse Coordinator::ListNodes() {
     }
   }
   return response;
+}
+
+CoordinatorSnapshot Coordinator::Snapshot() {
+  CoordinatorSnapshot snapshot;
+  snapshot.nodes = ListNodes();
+  absl::MutexLock lock(&mu_);
+  snapshot.taken = Now();
+  for (const std::string& id : machine_.job_ids()) {
+    snapshot.jobs.push_back(jobs_[id]);
+    if (auto it = rank_stats_.find(id); it != rank_stats_.end()) {
+      std::vector<RankStats>& ranks = snapshot.ranks[id];
+      for (const auto& [rank, stats] : it->second) ranks.push_back(stats);
+    }
+  }
+  for (const auto& [node, agent] : agents_) {
+    if (agent.heartbeat_rtt_s > 0) snapshot.heartbeat_rtt_s[node] = agent.heartbeat_rtt_s;
+  }
+  return snapshot;
 }
 
 absl::StatusOr<Coordinator::LogSource> Coordinator::FindLog(const LogsRequest& r) {
@@ -798,6 +832,9 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
       return s;
     }
     agents_[r.node()].last_seen = Now();
+    if (const double rtt = r.last_heartbeat_rtt_s(); rtt > 0 && rtt < 3600) {
+      agents_[r.node()].heartbeat_rtt_s = rtt;
+    }
     // Stops of stale trainers, and the placements that slots freed by this heartbeat allow.
     Apply(actions, &completions);
     auto it = commands_.find(r.node());
@@ -954,6 +991,22 @@ void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& rep
     if (reported.step_time_s() > 0) job.set_steps_per_s(1.0 / reported.step_time_s());
   }
   if (total_steps > 0) job.set_total_steps(total_steps);
+  if (reported.rank() == 0) {
+    HistoryOf(job.id()).AddPoint(JobHistory::Point{
+        Now(), job.epoch(), reported.step(), reported.loss(), reported.step_time_s(),
+        reported.samples_per_s(), reported.tokens_per_s(), reported.comm_fraction(),
+        reported.exposed_comm_fraction()});
+  }
+}
+
+JobHistory& Coordinator::HistoryOf(const std::string& job) {
+  return history_.try_emplace(job, options_.history).first->second;
+}
+
+JobHistory::View Coordinator::History(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = history_.find(job);
+  return it == history_.end() ? JobHistory::View{} : it->second.Snapshot();
 }
 
 void Coordinator::UpdateStragglers(Job& job) {

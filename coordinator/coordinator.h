@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/job_history.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership.h"
 #include "proto/coordinator.pb.h"
@@ -47,6 +48,20 @@ struct CoordinatorOptions {
   int64_t max_store_keys = 1 << 16;
   // Time source; null means the real clock.
   Clock* clock = nullptr;
+  // What each job's history (its dashboard's curves and members per epoch) keeps.
+  JobHistoryOptions history;
+};
+
+// What the HTTP port shows (metrics, dashboard): copies taken by Coordinator::Snapshot().
+struct CoordinatorSnapshot {
+  absl::Time taken;
+  std::vector<Job> jobs;  // every job, in submission order, ended ones included
+  // Per job id: the latest report of each rank of its current epoch, by rank.
+  std::map<std::string, std::vector<RankStats>> ranks;
+  ListNodesResponse nodes;
+  // Per node: the round trip of its agent's last heartbeat, seconds, as the agent measured
+  // it (HeartbeatRequest.last_heartbeat_rtt_s); absent until the agent has sent one.
+  std::map<std::string, double> heartbeat_rtt_s;
 };
 
 class Coordinator {
@@ -111,6 +126,14 @@ class Coordinator {
 
   // Completes every waiting call with UNAVAILABLE (the server is going away).
   void FailWaiters();
+
+  // Copies of the jobs, their ranks' figures, the nodes and the agents' heartbeat round
+  // trips (the nodes under one hold of the lock, the rest under another). Takes the lock
+  // for the copies only: fit for an HTTP handler's thread.
+  CoordinatorSnapshot Snapshot();
+  // A copy of a job's history (job_history.h): rank 0's reports and the members of each
+  // epoch since this process started; empty for a job it does not know.
+  JobHistory::View History(const std::string& job);
 
   // The credential of a node's agent (given to it by RegisterNode).
   std::string NodeCredentialFor(const std::string& node) const;
@@ -196,8 +219,12 @@ class Coordinator {
     std::string log_address;
     std::vector<std::string> gpus;
     absl::Time last_seen = absl::InfinitePast();
+    double heartbeat_rtt_s = 0;  // the agent's last measured heartbeat round trip (0: none)
   };
   std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
+  // Per job: rank 0's reports and the members of each epoch (History).
+  std::map<std::string, JobHistory> history_ ABSL_GUARDED_BY(mu_);
+  JobHistory& HistoryOf(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // Conversions between the state machine's JobState and the persisted Job proto.

@@ -1040,5 +1040,48 @@ TEST_F(CoordinatorTest, FindLogMapsARankToItsSlotAndItsAgent) {
   EXPECT_EQ(after->slot.slot(), 1);
 }
 
+TEST_F(CoordinatorTest, TheHistoryKeepsRankZerosCurveAndTheMembersOfEachEpoch) {
+  StartFourRanks();
+  for (int step = 1; step <= 3; ++step) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(Progress("a", 0, 1, 0, step).ok());
+    ASSERT_TRUE(Progress("a", 1, 1, 1, step).ok()) << "rank 1's reports are not the curve";
+  }
+  ASSERT_TRUE(coordinator_->TrainerExited(Exited("b", 0, -9)).ok());
+  Result<JoinResponse> joins[3];
+  Join("a", 0, 2, &joins[0]);
+  Join("a", 1, 2, &joins[1]);
+  Join("b", 1, 2, &joins[2]);
+  for (auto [node, slot] : {std::pair{"a", 0}, std::pair{"a", 1}, std::pair{"b", 1}}) {
+    ASSERT_TRUE(Ready(node, slot, 2).ok());
+  }
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Progress("a", 0, 2, 0, 3).ok());  // epoch 2 restored step 2
+
+  const JobHistory::View history = coordinator_->History("mlp");
+  ASSERT_EQ(history.points.size(), 3u);
+  EXPECT_EQ(history.points[1].step, 2);
+  EXPECT_EQ(history.points[1].epoch, 1);
+  EXPECT_EQ(history.points[2].step, 3);
+  EXPECT_EQ(history.points[2].epoch, 2) << "step 3 again, in epoch 2";
+  EXPECT_EQ(history.points[2].step_time_s, 0.25);
+  EXPECT_EQ(history.points[1].time - history.points[0].time, absl::Seconds(1));
+  ASSERT_EQ(history.epochs.size(), 2u);
+  EXPECT_EQ(history.epochs[0].cause, EpochCause::kStart);
+  EXPECT_EQ(history.epochs[0].ranks.size(), 4u);
+  EXPECT_EQ(history.epochs[1].epoch, 2);
+  EXPECT_EQ(history.epochs[1].cause, EpochCause::kFailure);
+  EXPECT_EQ(history.epochs[1].ranks, (std::vector<SlotRef>{{"a", 0}, {"a", 1}, {"b", 1}}));
+  EXPECT_TRUE(coordinator_->History("nosuchjob").epochs.empty());
+
+  // A restarted coordinator knows the current epoch's members; the curve starts again.
+  Reopen();
+  const JobHistory::View restarted = coordinator_->History("mlp");
+  ASSERT_EQ(restarted.epochs.size(), 1u);
+  EXPECT_EQ(restarted.epochs[0].epoch, 2);
+  EXPECT_EQ(restarted.epochs[0].ranks.size(), 3u);
+  EXPECT_TRUE(restarted.points.empty());
+}
+
 }  // namespace
 }  // namespace ringmaster::coordinator

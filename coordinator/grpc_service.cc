@@ -506,16 +506,6 @@ class MalformedRequestInterceptorFactory final
 
 }  // namespace
 
-bool IsLoopbackAddress(const std::string& host_port) {
-  std::string host = host_port;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
                                                       Coordinator* coordinator) {
   if ((options.user_token.empty() || options.node_token.empty()) &&

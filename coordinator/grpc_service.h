@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/auth.h"  // IsLoopbackAddress
 #include "coordinator/coordinator.h"
 #include "coordinator/log_proxy.h"
 #include "grpcpp/grpcpp.h"
@@ -67,9 +68,6 @@ class Server {
   absl::Notification stop_;
   int port_ = 0;
 };
-
-// True for 127.0.0.0/8, ::1 and "localhost" (with a port).
-bool IsLoopbackAddress(const std::string& host_port);
 
 }  // namespace ringmaster::coordinator
 

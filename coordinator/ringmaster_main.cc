@@ -3,7 +3,7 @@
 //
 //   ringmaster --listen 127.0.0.1:7070 --db /var/lib/ringmaster/jobs.db
 //   ringmaster --listen 0.0.0.0:7070 --db ... --user_token_file F --node_token_file F
-//              [--tls_cert F --tls_key F [--tls_client_ca F]]
+//              [--tls_cert F --tls_key F [--tls_client_ca F]] [--metrics_listen HOST:PORT]
 //
 // Without tokens it listens on loopback only, and says so. SIGTERM or SIGINT stops it
 // gracefully; after kill -9 a new one on the same --db resumes every job.
@@ -24,7 +24,10 @@
 #include "common/logging.h"
 #include "coordinator/auth.h"
 #include "common/version.h"
+#include "coordinator/dashboard.h"
 #include "coordinator/grpc_service.h"
+#include "coordinator/http_server.h"
+#include "coordinator/metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on (host:port)");
 ABSL_FLAG(std::string, db, "ringmaster.db", "the SQLite job database (created when missing)");
@@ -45,6 +48,11 @@ ABSL_FLAG(double, grow_after_s, 5, "a running job grows into free slots after ru
 ABSL_FLAG(double, restore_grace_s, 10,
           "after a restart, agents have this long (or the lease) to register again");
 ABSL_FLAG(int, verbosity, 0, "glog verbosity (1: every decision)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port of the HTTP port serving /metrics (Prometheus), /healthz and the "
+          "dashboard (/, /jobs/JOB); empty: "
+          "off. Same rules as --listen: the user token and TLS flags apply, loopback only "
+          "without a user token");
 
 namespace ringmaster {
 namespace {
@@ -149,6 +157,26 @@ int Main(int argc, char** argv) {
   }
   auto coordinator = coordinator::Coordinator::Create(options);
   if (!coordinator.ok()) return Fail(1, std::string(coordinator.status().message()));
+  std::unique_ptr<coordinator::HttpServer> http;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); !listen.empty()) {
+    coordinator::HttpServerOptions http_options;
+    http_options.listen = listen;
+    http_options.user_token = server_options.user_token;
+    http_options.tls_cert = server_options.tls_cert;
+    http_options.tls_key = server_options.tls_key;
+    std::vector<coordinator::HttpRoute> routes =
+        coordinator::MonitoringRoutes(coordinator->get());
+    for (coordinator::HttpRoute& route :
+         coordinator::dashboard::DashboardRoutes(coordinator->get())) {
+      routes.push_back(std::move(route));
+    }
+    auto started = coordinator::HttpServer::Start(http_options, std::move(routes));
+    if (!started.ok()) {
+      return Fail(started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
+                  std::string(started.status().message()));
+    }
+    http = std::move(*started);
+  }
   auto server = coordinator::Server::Start(server_options, coordinator->get());
   if (!server.ok()) {
     return Fail(server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1,
@@ -157,11 +185,13 @@ int Main(int argc, char** argv) {
   printf("ringmaster: serving on %s (port %d), jobs in %s%s\n", server_options.listen.c_str(),
          (*server)->port(), options.database.c_str(),
          open ? "" : "; no tokens configured: loopback only");
+  if (http != nullptr) printf("ringmaster: metrics on %s\n", http->Url("/metrics").c_str());
   fflush(stdout);
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   printf("ringmaster: %s, stopping\n", strsignal(signal_number));
+  if (http != nullptr) http->Shutdown();
   (*server)->Shutdown();
   return 0;
 }

@@ -26,6 +26,10 @@ install_debian_packages() (
     iproute2 procps python3
     # CRC-32C of TensorBoard's event files (train/tensorboard_writer)
     libisal-dev
+    # the coordinator's HTTP port (metrics, dashboard) and the check of its exposition
+    libcpp-httplib-dev prometheus
+    # the dashboard's tests load its pages in headless Chromium
+    chromium
   )
 
   # Wanted, not required: Debian's clang 14 (bookworm), for tools/test.sh's build with
