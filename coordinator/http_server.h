@@ -5,7 +5,8 @@
 //     "WWW-Authenticate: Bearer" when it is missing or not a bearer token, 403 when the token
 //     is wrong (compared in constant time, CheckBearer);
 //   - without a user token the port must be a loopback address (Start says INVALID_ARGUMENT);
-//   - with a certificate and key it serves HTTPS only.
+//   - with a certificate and key it serves HTTPS only; with a client CA as well, only to
+//     clients with a certificate that CA signed.
 // Routes are matched on the path (exact, or with `prefix` every path below it); an unknown
 // path gets 404, a method other than GET or HEAD 405.
 //
@@ -56,9 +57,11 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:0";
   // Empty: no token is asked for, and `listen` must be a loopback address.
   std::string user_token;
-  // PEM contents; both empty: plain HTTP.
+  // PEM contents; both empty: plain HTTP. client_ca set: clients must present a
+  // certificate it signed (mutual TLS), as on the gRPC port.
   std::string tls_cert;
   std::string tls_key;
+  std::string tls_client_ca;
   // Requests served at once.
   int threads = 4;
 };
