@@ -7,6 +7,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -155,6 +156,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  server->server_->set_keep_alive_timeout(
+      std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));
   const int threads = options.threads;
   server->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace httplib {
 class Server;
@@ -62,8 +63,10 @@ struct HttpServerOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
-  // Requests served at once.
-  int threads = 4;
+  // Connections served at once (a browser opens several; an idle kept-alive one holds a
+  // thread for up to keep_alive).
+  int threads = 8;
+  absl::Duration keep_alive = absl::Seconds(2);
 };
 
 class HttpServer {
