@@ -378,6 +378,7 @@ absl::StatusOr<SaveOutcome> CheckpointWriter::BeginSave(const SaveRequest& reque
   Job job;
   job.step = request.step;
   job.save = next_save_++;
+  job.begun = start;
   RM_RETURN_IF_ERROR(Plan(request, &job));
   std::shared_ptr<SnapshotCopy> copy = PlanCopy(request, job);
   if (copy_on == CopyOn::kCaller) {
@@ -558,7 +559,8 @@ void CheckpointWriter::Finish(const Job& job, absl::Status status, absl::Duratio
     if (options_.rank == 0) {
       stats_.last_committed_step = job.step;
       std::vector<CommittedSave>& recent = stats_.recent_commits;
-      recent.push_back({job.step, stats_.last_committed_bytes, stats_.last_committed_time});
+      recent.push_back({job.step, stats_.last_committed_bytes, stats_.last_committed_time,
+                        options_.clock->Now() - job.begun, stats_.last_blocked_time});
       if (recent.size() > static_cast<size_t>(kRecentCommits)) recent.erase(recent.begin());
     }
   } else if (status.GetPayload(kSkippedPayload).has_value()) {

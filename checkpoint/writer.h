@@ -201,6 +201,10 @@ struct CommittedSave {
   int64_t step = -1;
   int64_t bytes = 0;  // its shard files together
   absl::Time time;    // as its manifest records it
+  // From BeginSave (waiting for the previous save included) to the commit, and how long
+  // the caller was blocked by it (WriterStats::last_blocked_time).
+  absl::Duration save_time;
+  absl::Duration blocked_time;
 };
 
 struct WriterStats {
@@ -346,6 +350,7 @@ class CheckpointWriter {
     std::shared_ptr<SnapshotCopy> copy;  // BeginSave's, still to copy; null once copied
     int64_t bytes = 0;
     TrainingState state;
+    absl::Time begun;  // BeginSave was called
   };
   struct Staging {  // unmaps the staging area (see EnsureStaging)
     void operator()(char* p) const;

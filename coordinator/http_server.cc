@@ -7,6 +7,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -52,9 +53,12 @@ BioPtr Bio(const std::string& pem) {
   return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
 }
 
-// Puts the certificate (with any chain after it) and its key into `ctx`. The material was
-// checked by CheckTlsMaterial already; false only if OpenSSL refuses it after all.
-bool UseTlsMaterial(const std::string& cert, const std::string& key, SSL_CTX& ctx) {
+// Puts the certificate (with any chain after it) and its key into `ctx`, and with a client CA
+// asks every client for a certificate it signed. The material was checked by
+// CheckTlsMaterial already; false only if OpenSSL refuses it after all.
+bool UseTlsMaterial(const HttpServerOptions& options, SSL_CTX& ctx) {
+  const std::string& cert = options.tls_cert;
+  const std::string& key = options.tls_key;
   SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
   SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
   auto certs = Bio(cert);
@@ -70,8 +74,20 @@ bool UseTlsMaterial(const std::string& cert, const std::string& key, SSL_CTX& ct
   ERR_clear_error();  // the end of the chain reads as an error
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(
       PEM_read_bio_PrivateKey(Bio(key).get(), nullptr, nullptr, nullptr), &EVP_PKEY_free);
-  return pkey != nullptr && SSL_CTX_use_PrivateKey(&ctx, pkey.get()) == 1 &&
-         SSL_CTX_check_private_key(&ctx) == 1;
+  if (pkey == nullptr || SSL_CTX_use_PrivateKey(&ctx, pkey.get()) != 1 ||
+      SSL_CTX_check_private_key(&ctx) != 1) {
+    return false;
+  }
+  if (options.tls_client_ca.empty()) return true;
+  auto cas = Bio(options.tls_client_ca);
+  int added = 0;
+  while (X509* ca = PEM_read_bio_X509(cas.get(), nullptr, nullptr, nullptr)) {
+    added += X509_STORE_add_cert(SSL_CTX_get_cert_store(&ctx), ca) == 1 ? 1 : 0;
+    X509_free(ca);  // the store holds its own reference
+  }
+  ERR_clear_error();
+  SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return added > 0;
 }
 
 // The route serving `path`: an exact one first, else the longest prefix route.
@@ -109,7 +125,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
   }
-  RM_RETURN_IF_ERROR(CheckTlsMaterial(options.tls_cert, options.tls_key, ""));
+  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
+    return absl::InvalidArgumentError("mutual TLS (--tls_client_ca) needs --tls_cert");
+  }
+  RM_RETURN_IF_ERROR(
+      CheckTlsMaterial(options.tls_cert, options.tls_key, options.tls_client_ca));
   if (options.threads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("HttpServerOptions.threads must be at least 1, got ", options.threads));
@@ -121,9 +141,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   server->tls_ = !options.tls_cert.empty();
   if (server->tls_) {
     server->server_ = std::make_unique<httplib::SSLServer>(
-        [cert = options.tls_cert, key = options.tls_key](SSL_CTX& ctx) {
-          return UseTlsMaterial(cert, key, ctx);
-        });
+        [options](SSL_CTX& ctx) { return UseTlsMaterial(options, ctx); });
   } else {
     server->server_ = std::make_unique<httplib::Server>();
   }
@@ -138,6 +156,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  server->server_->set_keep_alive_timeout(
+      std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));
   const int threads = options.threads;
   server->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 

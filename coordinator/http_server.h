@@ -5,7 +5,8 @@
 //     "WWW-Authenticate: Bearer" when it is missing or not a bearer token, 403 when the token
 //     is wrong (compared in constant time, CheckBearer);
 //   - without a user token the port must be a loopback address (Start says INVALID_ARGUMENT);
-//   - with a certificate and key it serves HTTPS only.
+//   - with a certificate and key it serves HTTPS only; with a client CA as well, only to
+//     clients with a certificate that CA signed.
 // Routes are matched on the path (exact, or with `prefix` every path below it); an unknown
 // path gets 404, a method other than GET or HEAD 405.
 //
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace httplib {
 class Server;
@@ -56,11 +58,15 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:0";
   // Empty: no token is asked for, and `listen` must be a loopback address.
   std::string user_token;
-  // PEM contents; both empty: plain HTTP.
+  // PEM contents; both empty: plain HTTP. client_ca set: clients must present a
+  // certificate it signed (mutual TLS), as on the gRPC port.
   std::string tls_cert;
   std::string tls_key;
-  // Requests served at once.
-  int threads = 4;
+  std::string tls_client_ca;
+  // Connections served at once (a browser opens several; an idle kept-alive one holds a
+  // thread for up to keep_alive).
+  int threads = 8;
+  absl::Duration keep_alive = absl::Seconds(2);
 };
 
 class HttpServer {

@@ -3,7 +3,10 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -192,20 +195,45 @@ TEST(HttpServer, ShutdownIsPromptAndIdempotent) {
   EXPECT_FALSE(client.Get("/metrics")) << "still serving after Shutdown";
 }
 
-// A self-signed certificate for 127.0.0.1 and its key, PEM.
-std::pair<std::string, std::string> SelfSigned() {
+// A certificate and its key, PEM: self-signed, or signed by `issuer` (a certificate and key
+// this made).
+struct Pem {
+  std::string cert, key;
+};
+
+Pem Certificate(const std::string& name, const Pem* issuer = nullptr) {
+  const auto read_bio = [](const std::string& pem) {
+    return BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  };
   EVP_PKEY* key = EVP_EC_gen("P-256");
   X509* cert = X509_new();
   X509_set_version(cert, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), issuer == nullptr ? 1 : 2);
   X509_gmtime_adj(X509_getm_notBefore(cert), -60);
   X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
-  X509_NAME* name = X509_get_subject_name(cert);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
-  X509_set_issuer_name(cert, name);
+  X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
   X509_set_pubkey(cert, key);
-  X509_sign(cert, key, EVP_sha256());
+  if (issuer == nullptr) {
+    // Self-signed ones may sign others (the test's CA).
+    X509_EXTENSION* ca =
+        X509V3_EXT_conf_nid(nullptr, nullptr, NID_basic_constraints, "critical,CA:TRUE");
+    X509_add_ext(cert, ca, -1);
+    X509_EXTENSION_free(ca);
+    X509_set_issuer_name(cert, X509_get_subject_name(cert));
+    X509_sign(cert, key, EVP_sha256());
+  } else {
+    BIO* cert_bio = read_bio(issuer->cert);
+    BIO* key_bio = read_bio(issuer->key);
+    X509* issuer_cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    EVP_PKEY* issuer_key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    X509_set_issuer_name(cert, X509_get_subject_name(issuer_cert));
+    X509_sign(cert, issuer_key, EVP_sha256());
+    X509_free(issuer_cert);
+    EVP_PKEY_free(issuer_key);
+    BIO_free(cert_bio);
+    BIO_free(key_bio);
+  }
   const auto pem = [](auto write) {
     BIO* bio = BIO_new(BIO_s_mem());
     write(bio);
@@ -215,17 +243,20 @@ std::pair<std::string, std::string> SelfSigned() {
     BIO_free(bio);
     return text;
   };
-  std::string cert_pem = pem([&](BIO* b) { PEM_write_bio_X509(b, cert); });
-  std::string key_pem = pem(
+  Pem out;
+  out.cert = pem([&](BIO* b) { PEM_write_bio_X509(b, cert); });
+  out.key = pem(
       [&](BIO* b) { PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr); });
   X509_free(cert);
   EVP_PKEY_free(key);
-  return {cert_pem, key_pem};
+  return out;
 }
 
 TEST(HttpServer, ServesHttpsWithCertificate) {
   HttpServerOptions options;
-  std::tie(options.tls_cert, options.tls_key) = SelfSigned();
+  const Pem server_pem = Certificate("127.0.0.1");
+  options.tls_cert = server_pem.cert;
+  options.tls_key = server_pem.key;
   options.user_token = kToken;
   auto server = StartOrDie(options);
   ASSERT_NE(server, nullptr);
@@ -247,16 +278,55 @@ TEST(HttpServer, ServesHttpsWithCertificate) {
 
 TEST(HttpServer, BadTlsMaterialIsNamed) {
   HttpServerOptions options;
-  options.tls_cert = SelfSigned().first;
+  options.tls_cert = Certificate("127.0.0.1").cert;
   auto server = HttpServer::Start(options, Routes());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   options.tls_key = "not a key";
   server = HttpServer::Start(options, Routes());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("--tls_key"), std::string::npos) << server.status();
-  options.tls_key = SelfSigned().second;  // another certificate's key
+  options.tls_key = Certificate("127.0.0.1").key;  // another certificate's key
   server = HttpServer::Start(options, Routes());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+}
+
+// With a client CA, only clients with a certificate it signed are served (mutual TLS).
+TEST(HttpServer, MutualTlsWantsAClientCertificate) {
+  const Pem ca = Certificate("test CA");
+  const Pem client = Certificate("a user", &ca);
+  const Pem stranger = Certificate("someone");  // self-signed
+  const Pem server_pem = Certificate("127.0.0.1");
+  HttpServerOptions options;
+  options.tls_cert = server_pem.cert;
+  options.tls_key = server_pem.key;
+  options.tls_client_ca = ca.cert;
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const auto client_with = [&](const Pem& pem, const std::string& name) {
+    std::ofstream(dir + "/" + name + ".pem") << pem.cert;
+    std::ofstream(dir + "/" + name + ".key") << pem.key;
+    auto c = std::make_unique<httplib::SSLClient>("127.0.0.1", server->port(),
+                                                  dir + "/" + name + ".pem",
+                                                  dir + "/" + name + ".key");
+    c->enable_server_certificate_verification(false);
+    return c;
+  };
+  auto r = client_with(client, "client")->Get("/metrics");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_FALSE(client_with(stranger, "stranger")->Get("/metrics"))
+      << "served a certificate the CA did not sign";
+  httplib::SSLClient anonymous("127.0.0.1", server->port());
+  anonymous.enable_server_certificate_verification(false);
+  EXPECT_FALSE(anonymous.Get("/metrics")) << "served a client without a certificate";
+
+  options.tls_cert.clear();
+  options.tls_key.clear();
+  EXPECT_EQ(HttpServer::Start(options, Routes()).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a client CA without a server certificate";
 }
 
 }  // namespace

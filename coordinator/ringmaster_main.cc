@@ -50,9 +50,8 @@ ABSL_FLAG(double, restore_grace_s, 10,
 ABSL_FLAG(int, verbosity, 0, "glog verbosity (1: every decision)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port of the HTTP port serving /metrics (Prometheus), /healthz and the "
-          "dashboard (/, /jobs/JOB); empty: "
-          "off. Same rules as --listen: the user token and TLS flags apply, loopback only "
-          "without a user token");
+          "dashboard (/, /jobs/JOB); empty: off. Same rules as --listen: the user token and "
+          "TLS flags (mutual TLS included) apply, loopback only without a user token");
 
 namespace ringmaster {
 namespace {
@@ -164,6 +163,7 @@ int Main(int argc, char** argv) {
     http_options.user_token = server_options.user_token;
     http_options.tls_cert = server_options.tls_cert;
     http_options.tls_key = server_options.tls_key;
+    http_options.tls_client_ca = server_options.tls_client_ca;
     std::vector<coordinator::HttpRoute> routes =
         coordinator::MonitoringRoutes(coordinator->get());
     for (coordinator::HttpRoute& route :

@@ -7,6 +7,8 @@
 #   - mutual TLS: with --tls_client_ca, a client without a certificate is refused and one
 #     with a certificate signed by that CA gets through;
 #   - listening beyond loopback without tokens is refused with a message naming the flags;
+#   - the metrics port (--metrics_listen) under the same rules: HTTPS, the user token (401
+#     without, 403 wrong), mutual TLS, loopback only without a user token;
 #   - a job trains end to end under TLS and tokens: the agent's trainers reach the
 #     coordinator as their agent does (its CA), each with its membership token;
 #   - secrets: a token or key file others can read, a short token, the same token for users
@@ -86,6 +88,46 @@ M="--coordinator 127.0.0.1:$PORT"
 "$RINGCTL" list $M --token_file user.token --tls_ca ca.pem --tls_client_cert client.pem \
   --tls_client_key client.key >mtls.out 2>&1 || fail "mutual TLS refused a good client: $(cat mtls.out)"
 
+# The metrics port (--metrics_listen) under the same rules: HTTPS with the server's
+# certificate, the user token (401 without, 403 wrong), and mutual TLS when asked.
+# get URL CA TOKEN [CERT KEY]: the HTTP status, or "error ..." when no answer came.
+get() {
+  python3 - "$@" <<'PY'
+import ssl, sys, urllib.error, urllib.request
+url, ca, token = sys.argv[1:4]
+ctx = ssl.create_default_context(cafile=ca) if ca else None
+if ctx and len(sys.argv) > 5:
+    ctx.load_cert_chain(sys.argv[4], sys.argv[5])
+req = urllib.request.Request(url)
+if token:
+    req.add_header("Authorization", "Bearer " + token)
+try:
+    print(urllib.request.urlopen(req, context=ctx, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception as e:
+    print("error", e)
+PY
+}
+start metrics --metrics_listen 127.0.0.1:0
+url="$(grep -o "metrics on https://127.0.0.1:[0-9]*/metrics" ringmaster-metrics.log | cut -d' ' -f3)"
+[ -n "$url" ] || fail "no HTTPS metrics URL: $(cat ringmaster-metrics.log)"
+[ "$(get "$url" ca.pem "$(cat user.token)")" = 200 ] || fail "metrics with the CA and token: $(get "$url" ca.pem "$(cat user.token)")"
+[ "$(get "$url" ca.pem "")" = 401 ] || fail "metrics without a token: $(get "$url" ca.pem "")"
+[ "$(get "$url" ca.pem "$(cat wrong.token)")" = 403 ] || fail "metrics with a wrong token"
+case "$(get "${url/https/http}" "" "$(cat user.token)")" in
+  error*) ;;
+  *) fail "plain HTTP answered on the HTTPS metrics port" ;;
+esac
+start metrics-mtls --metrics_listen 127.0.0.1:0 --tls_client_ca ca.pem
+url="$(grep -o "metrics on https://127.0.0.1:[0-9]*/metrics" ringmaster-metrics-mtls.log | cut -d' ' -f3)"
+case "$(get "$url" ca.pem "$(cat user.token)")" in
+  error*) ;;
+  *) fail "the mutual-TLS metrics port served a client without a certificate" ;;
+esac
+[ "$(get "$url" ca.pem "$(cat user.token)" client.pem client.key)" = 200 ] ||
+  fail "the mutual-TLS metrics port refused a good client"
+
 # Beyond loopback without tokens: refused before serving.
 "$RINGMASTER" --listen 0.0.0.0:0 --db "$WORK/open.db" >open.out 2>&1
 [ $? -eq 2 ] || fail "listening on 0.0.0.0 without tokens was not refused"
@@ -119,6 +161,8 @@ refused --user_token_file user.token --node_token_file node.token --tls_cert ca.
   --tls_key server.key -- "--tls_cert does not hold a PEM certificate" "a key given as a certificate"
 refused --user_token_file user.token --node_token_file node.token --tls_cert server.pem \
   --tls_key client.key -- "not the private key" "the key of another certificate"
+refused --metrics_listen 0.0.0.0:0 -- "--metrics_listen 0.0.0.0:0 is not a loopback" \
+  "a metrics port beyond loopback without a user token"
 mode="$(stat -c %a "$WORK/db-tls.db")"
 [ "$mode" = 600 ] || fail "the job database is mode $mode, not 600"
 

@@ -44,11 +44,13 @@ absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Create(
   return p;
 }
 
-void CheckpointPolicy::Committed(int64_t step, int world_size, int64_t bytes, absl::Time when) {
+void CheckpointPolicy::Committed(int64_t step, int world_size, int64_t bytes, absl::Time when,
+                                 absl::Duration save_time, absl::Duration blocked_time) {
   if (!options_.on_checkpoint || step <= commit_reported_) return;
   commit_reported_ = step;
   options_.on_checkpoint(CommittedCheckpoint{
-      step, JoinPath(writer_->job_dir(), checkpoint::StepDirName(step)), world_size, bytes, when});
+      step, JoinPath(writer_->job_dir(), checkpoint::StepDirName(step)), world_size, bytes, when,
+      save_time, blocked_time});
 }
 
 void CheckpointPolicy::ReportLatestCommitted() {
@@ -75,7 +77,7 @@ void CheckpointPolicy::ReportSaves() {
                               ws.last_failure.ToString(absl::StatusToStringMode::kWithNoExtraData)));
   }
   for (const checkpoint::CommittedSave& c : ws.recent_commits) {
-    Committed(c.step, options_.comm->size(), c.bytes, c.time);
+    Committed(c.step, options_.comm->size(), c.bytes, c.time, c.save_time, c.blocked_time);
   }
 }
 

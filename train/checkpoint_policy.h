@@ -31,6 +31,11 @@ struct CommittedCheckpoint {
   int world_size = 0;  // the ranks that saved it
   int64_t bytes = 0;   // its shard files together
   absl::Time committed;
+  // This run's saves: from the step it snapshots to its commit, and how long the training
+  // loop was blocked by it (checkpoint::CommittedSave). Zero: not measured (a checkpoint
+  // found at the start).
+  absl::Duration save_time;
+  absl::Duration blocked_time;
 };
 
 struct CheckpointPolicyOptions {
@@ -100,7 +105,9 @@ class CheckpointPolicy {
   absl::Status ExchangeFailures();
   absl::StatusOr<bool> Settle(absl::Time until);
   void ReportSaves();
-  void Committed(int64_t step, int world_size, int64_t bytes, absl::Time when);
+  void Committed(int64_t step, int world_size, int64_t bytes, absl::Time when,
+                 absl::Duration save_time = absl::ZeroDuration(),
+                 absl::Duration blocked_time = absl::ZeroDuration());
   absl::Time Deadline() const { return absl::Now() + options_.op_timeout; }
 
   const CheckpointPolicyOptions options_;

@@ -153,8 +153,11 @@ TEST_P(CheckpointPolicyTest, SavesEveryStepsAndTheLastStepSynchronously) {
       return Fail(absl::StrCat("committed ", absl::StrJoin(rank.committed_steps(), ", ")));
     }
     for (const CommittedCheckpoint& c : rank.commits()) {
+      // How long it took is measured, and the training loop was blocked for part of it.
       if (c.world_size != world || c.bytes <= 0 ||
-          c.path != absl::StrCat(config.checkpoint.dir, "/job/step-", c.step)) {
+          c.path != absl::StrCat(config.checkpoint.dir, "/job/step-", c.step) ||
+          c.save_time <= absl::ZeroDuration() || c.blocked_time < absl::ZeroDuration() ||
+          c.blocked_time > c.save_time) {
         return Fail(absl::StrCat("commit of step ", c.step, ": ", c.path, ", ", c.world_size,
                                  " ranks, ", c.bytes, " bytes"));
       }

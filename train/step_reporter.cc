@@ -135,6 +135,8 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
       "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
       l.step, options_.total_steps, l.epoch, l.loss, l.lr, l.grad_norm, rate,
       100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed_) / secs);
+  last_window_ = {sps, options_.context > 0 ? sps * options_.context : 0, comm_s / secs,
+                  absl::ToDoubleSeconds(window_exposed_) / secs};
   // This run's pace so far, for the steps left.
   const absl::Duration elapsed = absl::Now() - start_;
   const absl::Duration eta = elapsed / static_cast<double>(l.step - first_step_) *

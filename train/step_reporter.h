@@ -75,6 +75,16 @@ class StepReporter {
 
   // The run's samples and wall time so far.
   int64_t total_samples() const { return total_samples_; }
+  // The figures of the last logged window (the progress line's): samples and tokens per
+  // second, all ranks together (tokens: language models; else 0), and the share of the
+  // window this rank spent in collectives and waited for them. Zeros before the first.
+  struct Window {
+    double samples_per_s = 0;
+    double tokens_per_s = 0;
+    double comm_fraction = 0;
+    double exposed_comm_fraction = 0;
+  };
+  const Window& last_window() const { return last_window_; }
   absl::Duration elapsed() const { return absl::Now() - start_; }
 
  private:
@@ -89,6 +99,7 @@ class StepReporter {
   absl::Time window_start_;
   int64_t window_samples_ = 0, total_samples_ = 0;
   absl::Duration window_comm_, window_exposed_;
+  Window last_window_;
 };
 
 // "42s", "3m05s", "1h02m": a duration for a progress line.

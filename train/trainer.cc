@@ -235,7 +235,8 @@ struct Trainer::State {
   absl::StatusOr<bool> Update(int64_t step, GradNorm& norm);
   absl::Status AfterStep(const data::GlobalBatch& gb, const double stats[3], bool applied,
                          const GradNorm& norm, double lr, absl::Time step_start);
-  void Report(int64_t step, bool applied, const GradNorm& norm, absl::Time step_start) const;
+  void Report(int64_t step, bool applied, const GradNorm& norm, double lr,
+              absl::Time step_start) const;
   absl::StatusOr<TrainResult> Finish();
   // At the end of Finish: every rank's figures into rank 0's result.ranks.
   absl::Status GatherRanks();
@@ -837,7 +838,7 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
     }
     reporter->Log(line, strategy->last_step());
   }
-  Report(step, applied, norm, step_start);
+  Report(step, applied, norm, lr, step_start);
   if (drain) {
     result.set_drained(true);
     finished = true;
@@ -847,7 +848,7 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
 }
 
 // TrainerOptions::on_step.
-void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm,
+void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm, double lr,
                             absl::Time step_start) const {
   if (!options.on_step) return;
   StepReport report;
@@ -857,6 +858,12 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm,
   report.grad_norm = applied ? norm.norm : 0;
   report.step_time = absl::Now() - step_start;
   report.comm_time = strategy->last_step().comm_time;
+  const StepReporter::Window& window = reporter->last_window();
+  report.samples_per_s = window.samples_per_s;
+  report.tokens_per_s = window.tokens_per_s;
+  report.exposed_comm_fraction = window.exposed_comm_fraction;
+  report.lr = lr;
+  report.loss_scale = scaler ? scaler->scale() : 0;
   if (leader && checkpoints != nullptr) {
     report.checkpoint_error_step = checkpoints->last_failed_step();
     report.checkpoint_error = checkpoints->last_failure();

@@ -86,6 +86,15 @@ struct StepReport {
   double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
   absl::Duration step_time;   // wall time of this step on this rank
   absl::Duration comm_time;   // inside the step's gradient collectives
+  // Over the last logging window (the progress line's figures, StepReporter::Window):
+  // samples and tokens per second of all ranks together (tokens: language models, else 0),
+  // and the share of the window this rank's training thread waited for collectives. 0
+  // before the first window ends.
+  double samples_per_s = 0;
+  double tokens_per_s = 0;
+  double exposed_comm_fraction = 0;
+  double lr = 0;          // the step's learning rate
+  double loss_scale = 0;  // fp16's loss scale after the step; 0 without a loss scaler
   // Rank 0: the last checkpoint save that failed so far (its error names the cause and the
   // path); -1 and empty while none has.
   int64_t checkpoint_error_step = -1;

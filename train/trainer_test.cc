@@ -202,6 +202,20 @@ RunResult Train(int world, std::vector<std::string> overrides, const char* spec_
             absl::StrCat("on_step: report ", i, " is step ", reports[i].step));
       }
     }
+    // The first step is logged, so every report has a window's throughput; a share is a
+    // share; the learning rate is the schedule's (positive somewhere).
+    bool some_lr = false;
+    for (const StepReport& r : reports) {
+      some_lr = some_lr || r.lr > 0;
+      if (!(r.samples_per_s > 0) || r.tokens_per_s < 0 || !(r.exposed_comm_fraction >= 0) ||
+          r.exposed_comm_fraction > 1 || !(r.lr >= 0) || r.loss_scale < 0) {
+        return absl::InternalError(absl::StrCat(
+            "on_step: step ", r.step, ": ", r.samples_per_s, " samples/s, ", r.tokens_per_s,
+            " tokens/s, exposed ", r.exposed_comm_fraction, ", lr ", r.lr, ", loss scale ",
+            r.loss_scale));
+      }
+    }
+    if (!some_lr) return absl::InternalError("on_step: no report has a learning rate");
     const std::string prefix = absl::StrCat(dir, "/rank", comm.rank());
     absl::Status s = WriteFileAtomically(
         prefix + ".txt",

@@ -288,7 +288,10 @@ absl::Status Agent::Heartbeat() {
     running->set_slot(slot);
     running->set_job(t.job);
   }
+  request.set_last_heartbeat_rtt_s(absl::ToDoubleSeconds(last_heartbeat_rtt_));
+  const absl::Time sent = clock_->Now();
   auto response = options_.client->Heartbeat(request);
+  if (response.ok()) last_heartbeat_rtt_ = clock_->Now() - sent;
   if (absl::IsNotFound(response.status())) {
     Log("the coordinator does not know this node (restarted, or the lease lapsed): "
         "registering again");

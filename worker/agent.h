@@ -137,6 +137,8 @@ class Agent {
   Reconciler reconciler_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   absl::Time next_heartbeat_ = absl::InfinitePast();
+  // The round trip of the last heartbeat answered (on clock_), sent with the next one.
+  absl::Duration last_heartbeat_rtt_ = absl::ZeroDuration();
   // This node's credential (RegisterNodeResponse), carried by every call for the node; kept
   // in <work_dir>/node.credential (0600) so that a restarted agent may register the node
   // again while its lease is still live.

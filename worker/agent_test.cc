@@ -166,6 +166,32 @@ TEST_F(AgentTest, RegistersAndHeartbeatsAtTheIntervalWithTheCredential) {
   EXPECT_EQ(fake_.heartbeat.requests()[1].node_credential(), "cred-1");
 }
 
+// Each heartbeat carries the round trip of the one before (0 for the first), as the agent's
+// clock measured it: the coordinator shows it in its metrics.
+TEST_F(AgentTest, HeartbeatsCarryThePreviousRoundTrip) {
+  Agent agent(Options());
+  ASSERT_TRUE(agent.Connect().ok());
+  fake_.heartbeat.ThenCall([this](const HeartbeatRequest&) {
+    clock_.Advance(absl::Milliseconds(30));
+    return HeartbeatResponse();
+  });
+  fake_.heartbeat.ThenCall([this](const HeartbeatRequest&) {
+    clock_.Advance(absl::Milliseconds(5));
+    return HeartbeatResponse();
+  });
+  fake_.heartbeat.Then(absl::UnavailableError("coordinator away"));
+  StepOn(agent);
+  NextHeartbeat(agent);
+  NextHeartbeat(agent);
+  NextHeartbeat(agent);
+  const std::vector<HeartbeatRequest> beats = fake_.heartbeat.requests();
+  ASSERT_EQ(beats.size(), 4u);
+  EXPECT_EQ(beats[0].last_heartbeat_rtt_s(), 0);
+  EXPECT_DOUBLE_EQ(beats[1].last_heartbeat_rtt_s(), 0.030);
+  EXPECT_DOUBLE_EQ(beats[2].last_heartbeat_rtt_s(), 0.005);
+  EXPECT_DOUBLE_EQ(beats[3].last_heartbeat_rtt_s(), 0.005) << "a failed call measures nothing";
+}
+
 TEST_F(AgentTest, ARestartedAgentRegistersWithTheCredentialItKept) {
   { Agent(Options()).Connect().IgnoreError(); }
   Agent again(Options());

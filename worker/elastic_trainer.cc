@@ -58,6 +58,8 @@ class ProgressReporter {
     info->set_world_size(c.world_size);
     info->set_bytes(c.bytes);
     info->set_committed_ms(absl::ToUnixMillis(c.committed));
+    info->set_save_seconds(absl::ToDoubleSeconds(c.save_time));
+    info->set_blocked_seconds(absl::ToDoubleSeconds(c.blocked_time));
     absl::MutexLock lock(&mu_);
     checkpoints_.push_back(std::move(request));
   }
@@ -110,6 +112,11 @@ class ProgressReporter {
         const double step_s = absl::ToDoubleSeconds(report->step_time);
         stats->set_comm_fraction(step_s > 0 ? absl::ToDoubleSeconds(report->comm_time) / step_s
                                             : 0);
+        stats->set_samples_per_s(report->samples_per_s);
+        stats->set_tokens_per_s(report->tokens_per_s);
+        stats->set_exposed_comm_fraction(report->exposed_comm_fraction);
+        stats->set_lr(report->lr);
+        stats->set_loss_scale(report->loss_scale);
         request.set_total_steps(report->total_steps);
         if (!report->checkpoint_error.empty()) {
           request.set_checkpoint_error_step(report->checkpoint_error_step);

@@ -213,6 +213,58 @@ TEST_F(ElasticTrainerTest, AFailedEpochIsReportedAndTheNextOneResumes) {
   EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
 }
 
+// A step report's and a committed checkpoint's figures reach the coordinator as they were
+// (RankStats, CheckpointInfo): what its metrics show.
+TEST_F(ElasticTrainerTest, ProgressAndCheckpointsCarryTheTrainersFigures) {
+  fake_.join.Then(Joined(1));
+  train::StepReport report;
+  report.step = 7;
+  report.total_steps = 100;
+  report.step_time = absl::Milliseconds(100);
+  report.comm_time = absl::Milliseconds(25);
+  report.samples_per_s = 640;
+  report.tokens_per_s = 81920;
+  report.exposed_comm_fraction = 0.125;
+  report.lr = 0.003;
+  report.loss_scale = 1024;
+  train::CommittedCheckpoint checkpoint;
+  checkpoint.step = 5;
+  checkpoint.path = "/ckpt/job-a/step-5";
+  checkpoint.world_size = 1;
+  checkpoint.save_time = absl::Milliseconds(1500);
+  checkpoint.blocked_time = absl::Milliseconds(250);
+  const auto stepped = [this] {
+    for (const ProgressRequest& r : fake_.progress.requests()) {
+      if (r.stats().step() == 7) return true;  // (keep-alives, step -1, may come first)
+    }
+    return false;
+  };
+  epochs_.push_back([&](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    to.on_checkpoint(checkpoint);
+    to.on_step(report);
+    if (!Eventually([&] { return stepped() && fake_.report_checkpoint.calls() > 0; })) {
+      return absl::InternalError("the step and the checkpoint were not reported");
+    }
+    return Trained(100);
+  });
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+  RankStats stats;
+  for (const ProgressRequest& r : fake_.progress.requests()) {
+    if (r.stats().step() == 7) stats = r.stats();
+  }
+  EXPECT_DOUBLE_EQ(stats.comm_fraction(), 0.25);
+  EXPECT_DOUBLE_EQ(stats.samples_per_s(), 640);
+  EXPECT_DOUBLE_EQ(stats.tokens_per_s(), 81920);
+  EXPECT_DOUBLE_EQ(stats.exposed_comm_fraction(), 0.125);
+  EXPECT_DOUBLE_EQ(stats.lr(), 0.003);
+  EXPECT_DOUBLE_EQ(stats.loss_scale(), 1024);
+  const CheckpointInfo info = fake_.report_checkpoint.requests().at(0).checkpoint();
+  EXPECT_EQ(info.step(), 5);
+  EXPECT_DOUBLE_EQ(info.save_seconds(), 1.5);
+  EXPECT_DOUBLE_EQ(info.blocked_seconds(), 0.25);
+}
+
 TEST_F(ElasticTrainerTest, AMembershipChangeDrainsTheEpochAndRejoins) {
   fake_.join.Then(Joined(1)).Then(Joined(2));
   // The first step's report is answered with epoch 2 and a save: the ring is whole.
