@@ -109,6 +109,7 @@ absl::Status SpecWork(const EstimateCostFlags& flags, CostInputs* in) {
 std::string Hours(double h) {
   if (std::isinf(h)) return "never";
   if (h < 1) return absl::StrFormat("%.1f min", h * 60);
+  if (h < 10) return absl::StrFormat("%.2f h", h);
   if (h < 48) return absl::StrFormat("%.1f h", h);
   return absl::StrFormat("%.1f h (%.1f days)", h, h / 24);
 }
@@ -125,6 +126,12 @@ std::string Number(double n, int decimals = 1) {
 std::string Dollars(double d) { return std::isinf(d) ? "never ends" : "$" + Number(d, 2); }
 
 std::string Count(double n) { return Number(n); }
+
+// A price per GPU-hour: cents, or tenths of a cent where it has them ($1.225).
+std::string Price(double d) {
+  const double cents = d * 100;
+  return absl::StrFormat(std::abs(cents - std::round(cents)) > 1e-6 ? "$%.3f" : "$%.2f", d);
+}
 
 // JSON has no infinity: a run that never ends is null.
 nlohmann::ordered_json Finite(double v) {
@@ -351,7 +358,7 @@ std::string FormatCost(const CostInputs& in, const CostEstimate& e, OutputFormat
       "GPUs: %d x %s (%s, %g GB): %g TFLOP/s peak x %.3g MFU = %.4g TFLOP/s each\n"
       "prices per GPU-hour: %s on demand, %s spot\n",
       in.work.empty() ? "" : in.work + " = ", in.flops, in.gpus, k.name, k.description, k.memory_gb, k.peak_tflops, in.mfu,
-      e.gpu_flops_per_second / 1e12, Dollars(k.price), Dollars(k.spot_price));
+      e.gpu_flops_per_second / 1e12, Price(k.price), Price(k.spot_price));
   std::vector<std::vector<std::string>> rows = {{"RUN", "GPU-HOURS", "WALL TIME", "COST"}};
   rows.push_back({"on demand", Count(e.gpu_hours), Hours(e.wall_hours),
                   Dollars(e.on_demand_dollars)});

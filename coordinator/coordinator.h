@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership.h"
+#include "coordinator/preemption_rate.h"
 #include "proto/coordinator.pb.h"
 
 namespace ringmaster::coordinator {
@@ -198,6 +199,8 @@ class Coordinator {
     absl::Time last_seen = absl::InfinitePast();
   };
   std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
+  // Drains on a preemption notice, for ProgressResponse.preemption_rate_per_hour.
+  PreemptionRate preemptions_ ABSL_GUARDED_BY(mu_);
 };
 
 // Conversions between the state machine's JobState and the persisted Job proto.
