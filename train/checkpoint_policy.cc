@@ -25,6 +25,16 @@ absl::Duration YoungDalyInterval(absl::Duration save_cost, double preemptions_pe
   return std::min(most, absl::Seconds(seconds));
 }
 
+namespace {
+
+// "2m", "4.472s", "1.3ms": whole seconds from a minute up, else to a tenth of a millisecond.
+std::string Readable(absl::Duration d) {
+  return absl::FormatDuration(
+      absl::Trunc(d, d >= absl::Minutes(1) ? absl::Seconds(1) : absl::Microseconds(100)));
+}
+
+}  // namespace
+
 CheckpointPolicy::CheckpointPolicy(const CheckpointPolicyOptions& options)
     : options_(options),
       cs_(options.config->checkpoint),
@@ -34,7 +44,7 @@ CheckpointPolicy::CheckpointPolicy(const CheckpointPolicyOptions& options)
 }
 
 // Rank 0's interval under every: auto, said when it is first set, when λ changes and when it
-// moves by more than a quarter.
+// halves or doubles since last said (the measured costs vary from save to save).
 void CheckpointPolicy::UpdateAutoInterval() {
   if (!cs_.every_auto || !leader_) return;
   const double configured = cs_.preemption_rate_per_hour;
@@ -46,14 +56,14 @@ void CheckpointPolicy::UpdateAutoInterval() {
       cs_.every_seconds > 0 ? absl::Seconds(cs_.every_seconds) : kAutoMaxInterval;
   auto_interval_ = YoungDalyInterval(save_cost_, rate, most);
   const bool moved = said_interval_ == absl::ZeroDuration() ||
-                     absl::AbsDuration(auto_interval_ - said_interval_) > said_interval_ / 4;
+                     auto_interval_ <= said_interval_ / 2 || auto_interval_ >= said_interval_ * 2;
   if (rate == said_rate_ && !moved) return;
   const bool first = said_rate_ < 0;
   said_rate_ = rate;
   said_interval_ = auto_interval_;
   const std::string cost =
       absl::StrCat(save_cost_measured_ ? "measured save cost " : "assumed save cost ",
-                   absl::FormatDuration(absl::Trunc(save_cost_, absl::Milliseconds(1))));
+                   Readable(save_cost_));
   std::string why;
   if (rate <= 0) {
     why = absl::StrCat("no preemptions expected: the longest interval, ", cost);
@@ -67,7 +77,7 @@ void CheckpointPolicy::UpdateAutoInterval() {
   }
   const std::string line =
       absl::StrCat(first ? "checkpoint interval " : "checkpoint interval now ",
-                   absl::FormatDuration(absl::Trunc(auto_interval_, absl::Seconds(1))), " (",
+                   Readable(auto_interval_), " (",
                    why, ")");
   LOG(INFO) << line;
   if (options_.say) options_.say(line);

@@ -15,7 +15,7 @@
 //      agents' preemption notices).
 // The interval is at most checkpoint.every_seconds when set, else kAutoMaxInterval (also the
 // interval while λ is 0). Rank 0 says the interval when it is first set and whenever λ
-// changes or the interval moves by more than a quarter, with its reasons.
+// changes or the interval halves or doubles, with its reasons.
 //
 // Thread-safety: from the training thread only.
 #ifndef RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_
