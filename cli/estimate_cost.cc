@@ -130,7 +130,8 @@ std::string Count(double n) { return Number(n); }
 // A price per GPU-hour: cents, or tenths of a cent where it has them ($1.225).
 std::string Price(double d) {
   const double cents = d * 100;
-  return absl::StrFormat(std::abs(cents - std::round(cents)) > 1e-6 ? "$%.3f" : "$%.2f", d);
+  const int decimals = std::abs(cents - std::round(cents)) > 1e-6 ? 3 : 2;
+  return absl::StrFormat("$%.*f", decimals, d);
 }
 
 // JSON has no infinity: a run that never ends is null.
