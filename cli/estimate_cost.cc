@@ -108,15 +108,17 @@ absl::Status SpecWork(const EstimateCostFlags& flags, CostInputs* in) {
 
 std::string Hours(double h) {
   if (std::isinf(h)) return "never";
+  if (h < 1.0 / 60) return absl::StrFormat("%.3g s", h * 3600);
   if (h < 1) return absl::StrFormat("%.1f min", h * 60);
   if (h < 10) return absl::StrFormat("%.2f h", h);
   if (h < 48) return absl::StrFormat("%.1f h", h);
   return absl::StrFormat("%.1f h (%.1f days)", h, h / 24);
 }
 
-// Up to 1000 with one decimal (`decimals` for dollars), else whole with thousands separators:
-// 116,334.
+// Below 0.1 with two significant digits, up to 1000 with one decimal (`decimals` for
+// dollars), else whole with thousands separators: 116,334.
 std::string Number(double n, int decimals = 1) {
+  if (n > 0 && n < 0.1) return absl::StrFormat("%.2g", n);  // a tiny job's
   if (n < 1000) return absl::StrFormat("%.*f", decimals, n);
   std::string digits = absl::StrFormat("%.0f", n);
   for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");

@@ -244,7 +244,8 @@ int Run(const CommandLine& line) {
       if (!text.ok()) {
         fprintf(stderr, "ringctl estimate cost: %s\n",
                 std::string(text.status().message()).c_str());
-        return absl::IsInvalidArgument(text.status()) ? 2 : 1;
+        // Flags, or a spec that cannot be read, are bad usage; a model that does not fit is not.
+        return absl::IsResourceExhausted(text.status()) ? 1 : 2;
       }
       fputs(text->c_str(), stdout);
       return 0;
