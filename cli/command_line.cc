@@ -37,6 +37,8 @@ constexpr char kFooter[] =
     "  ringctl estimate pipeline --stages P --micro-batches M [--schedule gpipe|1f1b|"
     "interleaved_1f1b|zero_bubble] [--virtual-stages V] [-o FILE.svg]\n"
     "  ringctl estimate pipeline --sweep [--stages 4,8,16] [--schedule S] [-o FILE.svg]\n"
+    "  ringctl estimate cost --params 7B --tokens 1.4T | --flops F | --gpu_hours H | --spec"
+    " JOB.yaml  [--gpu a100] [--gpus N] [--mfu F] [spot and preemption flags] [-o json|yaml]\n"
     "  ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE"
     " [--validation_fraction F]\n"
     "  ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,lr,"
@@ -325,6 +327,67 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       ->check(CLI::Range(1, 64));
   pipeline->add_option("-o,--svg", line.pipeline.svg, "also draw it into this SVG file");
 
+  CLI::App* cost = estimate->add_subcommand(
+      "cost",
+      "GPU-hours, wall time and dollars of a training run (6·N·D FLOPs), on demand and on "
+      "spot with preemptions: the lost work, the break-even preemption rate and the "
+      "Young/Daly checkpoint interval (cli/estimate_cost.h has the model)");
+  EstimateCostFlags& cf = line.cost;
+  CLI::Option* cost_spec = cost->add_option(
+      "--spec", cf.spec_file,
+      "a job spec: its model's parameters and steps x batch.global x model.gpt.context tokens");
+  cost->add_option("--set", cf.overrides, "override a spec field: path=value")
+      ->allow_extra_args(false)
+      ->needs(cost_spec);
+  CLI::Option* cost_params =
+      cost->add_option("--params", cf.params, "parameters N: 7B, 1.5M, 13e9")->excludes(cost_spec);
+  CLI::Option* cost_tokens =
+      cost->add_option("--tokens", cf.tokens, "training tokens D: 1.4T, 300B, 2e12");
+  CLI::Option* cost_flops = cost->add_option("--flops", cf.flops, "the work in FLOPs: 1e21, 5.9e22")
+                                ->excludes(cost_spec)
+                                ->excludes(cost_params)
+                                ->excludes(cost_tokens);
+  // The optional numbers: into locals, copied when given.
+  struct {
+    const char* name;
+    std::optional<double>* into;
+    const char* help;
+    double value = 0;
+    CLI::Option* option = nullptr;
+  } cost_numbers[] = {
+      {"--gpu_hours", &cf.gpu_hours,
+       "the work as GPU-hours measured on --gpu (e.g. 8 GPUs for 24 h: 192)"},
+      {"--peak_tflops", &cf.peak_tflops, "peak dense bf16 TFLOP/s per GPU (default: the table's)"},
+      {"--price", &cf.price, "on-demand dollars per GPU-hour (default: the table's)"},
+      {"--spot_price", &cf.spot_price, "spot dollars per GPU-hour (default: the table's)"},
+      {"--spot_discount", &cf.spot_discount,
+       "spot price as a discount off --price, in [0, 1): 0.65 is 65 % off"},
+      {"--preemptions_per_day", &cf.preemptions_per_day,
+       "spot preemptions of the job (any of its machines) per day of wall time"},
+      {"--budget", &cf.budget, "dollars: the FLOPs they buy on demand and on spot"},
+  };
+  for (auto& n : cost_numbers) n.option = cost->add_option(n.name, n.value, n.help);
+  cost_numbers[0].option->excludes(cost_spec)->excludes(cost_params)->excludes(cost_tokens)
+      ->excludes(cost_flops);
+  cost_numbers[3].option->excludes(cost_numbers[4].option);
+  cost->add_option("--gpu", cf.gpu, "GPU kind: a100 (80GB), a100-40gb, h100, h200, a10g, v100, "
+                                    "l4 (default a100)");
+  cost->add_option("--gpus", cf.gpus, "GPUs the run uses (default 1)")
+      ->check(CLI::Range(1, 1 << 24));
+  cost->add_option("--mfu", cf.mfu, "model FLOPs utilisation in (0, 1] (default 0.4)");
+  CLI::Option* cost_mtbf = cost->add_option(
+      "--mtbf", cf.mtbf, "mean time between the job's preemptions (12h): another --preemptions_per_day");
+  cost_mtbf->excludes(cost_numbers[5].option);
+  cost->add_option("--checkpoint_interval", cf.checkpoint_interval,
+                   "time between checkpoints, e.g. 1h or 30m");
+  cost->add_option("--checkpoint_save", cf.checkpoint_save,
+                   "what a save costs the training, e.g. 2m (for Young/Daly)");
+  cost->add_option("--restart", cf.restart, "time from a preemption to training again, e.g. 10m");
+  cost->add_option("--lost_per_preemption", cf.lost_per_preemption,
+                   "the work one preemption loses, e.g. 30m (default: half the checkpoint "
+                   "interval plus the restart)");
+  AddOutputFlags(cost, {"json", "yaml"}, &output);
+
   CLI::App* data = app.add_subcommand("data", "data sets");
   data->require_subcommand(1);
   CLI::App* prepare = data->add_subcommand(
@@ -453,6 +516,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {export_command, Command::kExport},
       {prepare, Command::kDataPrepare},
       {plot_command, Command::kPlot},
+      {cost, Command::kEstimateCost},
   };
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
@@ -506,6 +570,16 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       return UsageError(path, "--stages: one count without --sweep");
     }
     if (p.virtual_stages == 0) p.virtual_stages = p.schedule == "interleaved_1f1b" ? 2 : 1;
+  }
+  if (line.command == Command::kEstimateCost) {
+    for (auto& n : cost_numbers) {
+      if (n.option->count() > 0) *n.into = n.value;
+    }
+    if (cost_spec->count() + cost_params->count() + cost_flops->count() +
+            cost_numbers[0].option->count() == 0) {
+      return UsageError(path, "give the work: --params N --tokens D, --flops F, --gpu_hours H "
+                              "or --spec JOB.yaml");
+    }
   }
   if (line.command == Command::kDataPrepare && line.data_prepare.inputs.empty() &&
       line.data_prepare.corpus.empty()) {

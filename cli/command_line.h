@@ -17,6 +17,12 @@
 //   ringctl estimate memory --params 7B [--world 8] [--zero 0..3] [--precision mixed|fp32]
 //                           [--optimizer adam|sgd]
 //   ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...] [-o json|yaml]
+//   ringctl estimate cost --params 7B --tokens 1.4T | --flops 1e21 | --gpu_hours H |
+//                         --spec JOB.yaml [--set ...] [--tokens T]  [--gpu a100] [--gpus N]
+//                         [--mfu F] [--peak_tflops X] [--price $] [--spot_price $ |
+//                         --spot_discount F] [--preemptions_per_day R | --mtbf 12h]
+//                         [--checkpoint_interval 1h] [--checkpoint_save 2m] [--restart 10m]
+//                         [--lost_per_preemption 30m] [--budget $] [-o json|yaml]
 //   ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE
 //                        [--validation_fraction F]
 //   ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,lr,...]
@@ -63,6 +69,7 @@ enum class Command {
   kExport,
   kDataPrepare,
   kPlot,
+  kEstimateCost,
 };
 
 // `ringctl export`: a GPT checkpoint's weights as a GPT-2 safetensors file
@@ -115,6 +122,25 @@ struct PlotFlags {
   std::string x = "step";           // --x: one of kPlotXAxes
 };
 
+// `ringctl estimate cost` (cli/estimate_cost.h): sizes and durations as given, parsed there
+// so that their errors name the flag; nullopt: not given.
+struct EstimateCostFlags {
+  std::string params;                  // --params 7B
+  std::string tokens;                  // --tokens 1.4T
+  std::string flops;                   // --flops 1e21
+  std::optional<double> gpu_hours;     // --gpu_hours: the work measured on --gpu at --mfu
+  std::string spec_file;               // --spec
+  std::vector<std::string> overrides;  // --set, in order
+  std::string gpu = "a100";            // --gpu
+  int gpus = 1;                        // --gpus
+  double mfu = 0.4;                    // --mfu
+  std::optional<double> peak_tflops, price, spot_price, spot_discount;
+  std::optional<double> preemptions_per_day;  // --preemptions_per_day
+  std::string mtbf;                           // --mtbf 12h
+  std::string checkpoint_interval, checkpoint_save, restart, lost_per_preemption;
+  std::optional<double> budget;  // --budget dollars
+};
+
 struct CommandLine {
   Command command = Command::kList;
   // The positional argument: the spec file (submit), the job (status, cancel, delete,
@@ -139,6 +165,7 @@ struct CommandLine {
   ExportFlags export_flags;               // export
   DataPrepareFlags data_prepare;          // data prepare
   PlotFlags plot;                         // plot
+  EstimateCostFlags cost;                 // estimate cost
 };
 
 // What ParseCommandLine decided: a command to run, or an exit status with what to print.

@@ -9,6 +9,8 @@
 //   ringctl estimate memory --params 7B --world 8   per-rank memory by the ZeRO formula
 //   ringctl estimate memory --spec job.yaml --world 4
 //                                                   a job's buffers per rank, every ZeRO stage
+//   ringctl estimate cost --params 7B --tokens 1.4T --gpu a100 --gpus 256 --mfu 0.45
+//                                                   GPU-hours, wall time, dollars (on spot too)
 //   ringctl data prepare --corpus sotu -o sotu.bin --validation_fraction 0.1
 //                                                   text into token files (train/data/prepare.h)
 //   ringctl plot a.jsonl b.jsonl -o curves.svg      training curves of runs (cli/plot.h)
@@ -30,6 +32,7 @@
 #include "cli/command_line.h"
 #include "cli/config.h"
 #include "cli/estimate.h"
+#include "cli/estimate_cost.h"
 #include "cli/estimate_pipeline.h"
 #include "cli/jobs.h"
 #include "cli/local.h"
@@ -249,6 +252,17 @@ int Run(const CommandLine& line) {
         fprintf(stderr, "ringctl estimate pipeline: %s\n",
                 std::string(text.status().message()).c_str());
         return absl::IsInvalidArgument(text.status()) ? 2 : 1;
+      }
+      fputs(text->c_str(), stdout);
+      return 0;
+    }
+    case Command::kEstimateCost: {
+      absl::StatusOr<std::string> text = EstimateCostText(line.cost, line.output);
+      if (!text.ok()) {
+        fprintf(stderr, "ringctl estimate cost: %s\n",
+                std::string(text.status().message()).c_str());
+        // Flags, or a spec that cannot be read, are bad usage; a model that does not fit is not.
+        return absl::IsResourceExhausted(text.status()) ? 1 : 2;
       }
       fputs(text->c_str(), stdout);
       return 0;

@@ -198,6 +198,8 @@ absl::StatusOr<train::CheckpointConfig> CheckpointOf(const JobSpec& spec) {
   c.dir = cs.dir();
   c.every_steps = cs.every_steps();
   c.every_seconds = cs.every_seconds();
+  c.every_auto = cs.every() == "auto";
+  c.preemption_rate_per_hour = cs.preemption_rate_per_hour();
   c.keep_last = cs.keep_last();
   c.keep_every = cs.keep_every();
   c.skip_when_busy = cs.on_busy() == CheckpointSpec::ON_BUSY_SKIP;

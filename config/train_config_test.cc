@@ -162,6 +162,16 @@ TEST(TrainConfigFromSpecTest, TakesInitFrom) {
             "/weights/gpt2.safetensors");
 }
 
+TEST(TrainConfigFromSpecTest, TakesCheckpointEveryAuto) {
+  const TrainConfig adaptive =
+      ConfigOf({"checkpoint.dir=/c", "checkpoint.every=auto",
+                "checkpoint.preemption_rate_per_hour=0.25", "checkpoint.every_seconds=600"});
+  EXPECT_TRUE(adaptive.checkpoint.every_auto);
+  EXPECT_EQ(adaptive.checkpoint.preemption_rate_per_hour, 0.25);
+  EXPECT_EQ(adaptive.checkpoint.every_seconds, 600);
+  EXPECT_FALSE(ConfigOf({"checkpoint.dir=/c"}).checkpoint.every_auto);
+}
+
 TEST(TrainConfigFromSpecTest, TakesTokenFilesMnistAndEvalEverySteps) {
   const TrainConfig tokens =
       ConfigOf({"data.tokens.train=t_train.bin", "data.tokens.validation=t_val.bin",

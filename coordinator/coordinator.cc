@@ -858,6 +858,7 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
 absl::Status Coordinator::DrainNode(const DrainNodeRequest& r) {
   RM_RETURN_IF_ERROR(CheckNodeCredential(secret_, r.node(), r.node_credential()));
   return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (r.preemption_notice()) preemptions_.Record(Now());
     return machine_.DrainNode(r.node(), Now(), actions);
   });
 }
@@ -939,6 +940,14 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
                                            absl::Seconds(std::max(0.0, r.stats().step_time_s()))));
     }
     response.set_epoch(state->epoch);
+    {
+      // The cluster's preemptions per node-hour, times the nodes this job runs on.
+      std::set<std::string> nodes;
+      for (const ringmaster::Member& m : jobs_[r.job()].members()) nodes.insert(m.slot().node());
+      response.set_preemption_rate_per_hour(
+          preemptions_.PerNodeHour(Now(), static_cast<int>(agents_.size())) *
+          static_cast<double>(std::max<size_t>(1, nodes.size())));
+    }
     if (stale) {
       // A newer epoch forms: leavers save and exit; the others save when newcomers need
       // the current state (drain, growth) and their ring is still whole.

@@ -33,6 +33,7 @@
 #include "coordinator/job_history.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership.h"
+#include "coordinator/preemption_rate.h"
 #include "proto/coordinator.pb.h"
 
 namespace ringmaster::coordinator {
@@ -225,6 +226,8 @@ class Coordinator {
   // Per job: rank 0's reports and the members of each epoch (History).
   std::map<std::string, JobHistory> history_ ABSL_GUARDED_BY(mu_);
   JobHistory& HistoryOf(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drains on a preemption notice, for ProgressResponse.preemption_rate_per_hour.
+  PreemptionRate preemptions_ ABSL_GUARDED_BY(mu_);
 };
 
 // Conversions between the state machine's JobState and the persisted Job proto.

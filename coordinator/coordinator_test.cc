@@ -541,6 +541,33 @@ TEST_F(CoordinatorTest, DrainTellsLeaversToSaveAndLeave) {
   EXPECT_EQ(coordinator_->Get("mlp")->restarts(), 0);
 }
 
+// Drains on a preemption notice make the cluster's rate (per node-hour over 6 hours), which
+// each trainer hears for its job's nodes; a drain asked for otherwise does not count.
+TEST_F(CoordinatorTest, ProgressTellsTheJobThePreemptionRateOfTheCluster) {
+  StartFourRanks();  // on a and b
+  for (const char* node : {"c", "d", "e"}) Register(node, 1);
+  auto before = Progress("a", 0, 1, 0, 5);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->preemption_rate_per_hour(), 0);
+  auto drain = [&](const std::string& node, bool notice) {
+    DrainNodeRequest r;
+    r.set_node(node);
+    r.set_node_credential(coordinator_->NodeCredentialFor(node));
+    r.set_preemption_notice(notice);
+    ASSERT_TRUE(coordinator_->DrainNode(r).ok());
+  };
+  drain("c", true);
+  // 1 notice / 6 h / 5 nodes, on the job's 2 nodes: 1/15 an hour.
+  auto one = Progress("a", 0, 1, 0, 6);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_DOUBLE_EQ(one->preemption_rate_per_hour(), 1.0 / 6 / 5 * 2);
+  drain("d", false);
+  EXPECT_DOUBLE_EQ(Progress("b", 1, 1, 3, 6)->preemption_rate_per_hour(), 1.0 / 6 / 5 * 2);
+  clock_.Advance(absl::Seconds(1));
+  drain("e", true);
+  EXPECT_DOUBLE_EQ(Progress("a", 1, 1, 1, 7)->preemption_rate_per_hour(), 2.0 / 6 / 5 * 2);
+}
+
 // A finished job's last step, length and loss are in its record and survive a
 // coordinator restart (issue 17, point 14: a short job showed "step 0/0, loss 0": it
 // finished before its progress thread's first report, and later reports are refused).

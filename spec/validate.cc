@@ -538,10 +538,25 @@ void CheckCheckpoint(const JobSpec& spec, Checker* check) {
   check->NonNegative("checkpoint.every_steps", checkpoint.every_steps());
   check->NonNegative("checkpoint.every_seconds", checkpoint.every_seconds());
   check->NonNegative("checkpoint.keep_every", checkpoint.keep_every());
+  check->NonNegative("checkpoint.preemption_rate_per_hour", checkpoint.preemption_rate_per_hour());
+  if (!checkpoint.every().empty() && checkpoint.every() != "auto") {
+    check->Fail("checkpoint.every",
+                absl::StrCat("must be auto (an interval from the measured save cost and the "
+                             "preemption rate), got \"", checkpoint.every(),
+                             "\"; for a fixed interval set checkpoint.every_steps or "
+                             "checkpoint.every_seconds"));
+  }
+  if (checkpoint.preemption_rate_per_hour() > 0 && checkpoint.every() != "auto") {
+    check->Fail("checkpoint.preemption_rate_per_hour",
+                "goes with checkpoint.every: auto (the rate that sets its interval)");
+  }
   if (checkpoint.dir().empty()) {
-    if (checkpoint.every_steps() > 0 || checkpoint.every_seconds() > 0) {
+    if (checkpoint.every_steps() > 0 || checkpoint.every_seconds() > 0 ||
+        !checkpoint.every().empty()) {
       check->Fail("checkpoint.dir",
-                  "required when checkpoint.every_steps or checkpoint.every_seconds is set");
+                  checkpoint.every().empty()
+                      ? "required when checkpoint.every_steps or checkpoint.every_seconds is set"
+                      : "required when checkpoint.every is set");
     }
     return;
   }

@@ -230,6 +230,33 @@ TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
        "parallelism.activation_checkpointing_every: must be <= model.gpt.layers (4), got 5"},
       {kMinimalMlp, [](JobSpec* s) { s->mutable_checkpoint()->set_every_steps(100); },
        "checkpoint.dir: required when checkpoint.every_steps or checkpoint.every_seconds is set"},
+      {kMinimalMlp, [](JobSpec* s) { s->mutable_checkpoint()->set_every("auto"); },
+       "checkpoint.dir: required when checkpoint.every is set"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/tmp/c");
+         ApplyJobSpecDefaults(s);
+         s->mutable_checkpoint()->set_every("5m");
+       },
+       "checkpoint.every: must be auto (an interval from the measured save cost and the "
+       "preemption rate), got \"5m\"; for a fixed interval set checkpoint.every_steps or "
+       "checkpoint.every_seconds"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/tmp/c");
+         ApplyJobSpecDefaults(s);
+         s->mutable_checkpoint()->set_preemption_rate_per_hour(0.5);
+       },
+       "checkpoint.preemption_rate_per_hour: goes with checkpoint.every: auto (the rate that "
+       "sets its interval)"},
+      {kMinimalMlp,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/tmp/c");
+         ApplyJobSpecDefaults(s);
+         s->mutable_checkpoint()->set_every("auto");
+         s->mutable_checkpoint()->set_preemption_rate_per_hour(-1);
+       },
+       "checkpoint.preemption_rate_per_hour: must be >= 0, got -1"},
       {kMinimalMlp,
        [](JobSpec* s) {
          s->mutable_checkpoint()->set_dir("/tmp/c");

@@ -22,6 +22,9 @@
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
 #     checkpoints lists them, the last step's included); a diverged run (optimizer.lr=1e6)
 #     fails at once, its reason naming the step, with no restart.
+#   preemption: checkpoint.every: auto hears the cluster: an agent's preemption notice file
+#     appears, the agent drains, the coordinator counts it and a running job's rank 0 sets
+#     its interval from the cluster's rate (Young/Daly), saying so.
 set -uo pipefail
 
 SCENARIO="${1:?scenario}"
@@ -73,11 +76,11 @@ start_coordinator() {
   fail "the coordinator did not start: $(tail -3 "$WORK/coordinator.log")"
   exit 1
 }
-# start_agent NODE SLOTS: sets AGENT_PID.
+# start_agent NODE SLOTS [FLAG...]: sets AGENT_PID.
 start_agent() {
   "$RINGWORKER" --coordinator "$COORD" --node "$1" --slots "$2" --work_dir "$WORK/node-$1" \
     --trainer "$RINGTRAINER" --trainer_flags=--op_timeout_s=5,--connect_timeout_s=10 \
-    --drain_grace_s 30 >>"$WORK/agent-$1.log" 2>&1 &
+    --drain_grace_s 30 "${@:3}" >>"$WORK/agent-$1.log" 2>&1 &
   AGENT_PID=$!
   pids+=("$AGENT_PID")
   local registered
@@ -325,6 +328,29 @@ PY
   [ "$(field diverge '"training diverged at step" in j["reason"]')" = True ] ||
     fail "the diverged job's reason: $(ctl status diverge)"
   [ "$(field diverge 'int(j.get("restarts",0))')" = 0 ] || fail "a diverged run was restarted"
+  ;;
+
+preemption)
+  start_coordinator
+  start_agent a 2
+  submit spot 3 --set elastic.max_ranks=2 --set checkpoint.every=auto \
+    --set checkpoint.every_steps=0
+  wait_until spot 'j["phase"]=="JOB_PHASE_RUNNING" and int(j.get("step",0))>=5' 60
+  log="$(ls "$WORK"/node-a/spot/slot-0.log)"
+  grep -q "checkpoint interval 1h (no preemptions expected" "$log" ||
+    fail "no first interval: $(grep "checkpoint interval" "$log")"
+  # A spot node (no work on it) gets its notice: 1 drain in 6 hours over 2 nodes, times the
+  # job's 1 node, is 1/12 an hour: sqrt(2 x 10 s x 3600 x 12) = 929.5 s.
+  start_agent c 1 --preemption_notice_file "$WORK/notice-c"
+  agent_c=$AGENT_PID
+  echo spot >"$WORK/notice-c"
+  for _ in $(seq 1 100); do kill -0 $agent_c 2>/dev/null || break; sleep 0.1; done
+  grep -q "preemption notice $WORK/notice-c found" "$WORK/agent-c.log" ||
+    fail "agent c: $(tail -3 "$WORK/agent-c.log")"
+  want="checkpoint interval now 15m29s (Young/Daly sqrt(2 x assumed save cost 10s / 0.0833 preemptions/h), the cluster's preemption rate (configured 0))"
+  for _ in $(seq 1 200); do grep -qF "$want" "$log" && break; sleep 0.1; done
+  grep -qF "$want" "$log" || fail "rank 0 did not hear the rate: $(grep "checkpoint interval" "$log")"
+  wait_until spot 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   ;;
 
 *)

@@ -1,11 +1,13 @@
 #include "train/checkpoint_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
@@ -15,11 +17,76 @@
 
 namespace ringmaster::train {
 
+absl::Duration YoungDalyInterval(absl::Duration save_cost, double preemptions_per_hour,
+                                 absl::Duration most) {
+  if (!(preemptions_per_hour > 0)) return most;
+  const double seconds =
+      std::sqrt(2 * absl::ToDoubleSeconds(save_cost) * 3600 / preemptions_per_hour);
+  return std::min(most, absl::Seconds(seconds));
+}
+
+namespace {
+
+// "2m", "4.472s", "1.3ms": whole seconds from a minute up, else to a tenth of a millisecond.
+std::string Readable(absl::Duration d) {
+  return absl::FormatDuration(
+      absl::Trunc(d, d >= absl::Minutes(1) ? absl::Seconds(1) : absl::Microseconds(100)));
+}
+
+}  // namespace
+
 CheckpointPolicy::CheckpointPolicy(const CheckpointPolicyOptions& options)
     : options_(options),
       cs_(options.config->checkpoint),
       leader_(options.comm->rank() == 0),
-      last_save_time_(options.clock->Now()) {}
+      last_save_time_(options.clock->Now()) {
+  if (cs_.every_auto) UpdateAutoInterval();
+}
+
+// Rank 0's interval under every: auto, said when it is first set, when λ changes and when it
+// halves or doubles since last said (the measured costs vary from save to save).
+void CheckpointPolicy::UpdateAutoInterval() {
+  if (!cs_.every_auto || !leader_) return;
+  const double configured = cs_.preemption_rate_per_hour;
+  const double signalled = options_.signalled_preemption_rate != nullptr
+                               ? options_.signalled_preemption_rate->load()
+                               : 0.0;
+  const double rate = std::max(configured, signalled);
+  const absl::Duration most =
+      cs_.every_seconds > 0 ? absl::Seconds(cs_.every_seconds) : kAutoMaxInterval;
+  auto_interval_ = YoungDalyInterval(save_cost_, rate, most);
+  const bool moved = said_interval_ == absl::ZeroDuration() ||
+                     auto_interval_ <= said_interval_ / 2 || auto_interval_ >= said_interval_ * 2;
+  if (rate == said_rate_ && !moved) return;
+  const bool first = said_rate_ < 0;
+  said_rate_ = rate;
+  said_interval_ = auto_interval_;
+  const std::string cost =
+      absl::StrCat(save_cost_measured_ ? "measured save cost " : "assumed save cost ",
+                   Readable(save_cost_));
+  std::string why;
+  if (rate <= 0) {
+    why = absl::StrCat("no preemptions expected: the longest interval, ", cost);
+  } else {
+    why = absl::StrFormat("Young/Daly sqrt(2 x %s / %.3g preemptions/h), %s", cost, rate,
+                          signalled > configured
+                              ? absl::StrFormat("the cluster's preemption rate (configured %.3g)",
+                                                configured)
+                              : std::string("the configured preemption rate"));
+    if (auto_interval_ == most) absl::StrAppend(&why, "; capped at ", absl::FormatDuration(most));
+  }
+  const std::string line =
+      absl::StrCat(first ? "checkpoint interval " : "checkpoint interval now ",
+                   Readable(auto_interval_), " (",
+                   why, ")");
+  LOG(INFO) << line;
+  if (options_.say) options_.say(line);
+}
+
+void CheckpointPolicy::MeasuredSave(absl::Duration cost) {
+  save_cost_ = save_cost_measured_ ? (save_cost_ + cost) / 2 : cost;
+  save_cost_measured_ = true;
+}
 
 absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Create(
     const CheckpointPolicyOptions& options) {
@@ -82,8 +149,10 @@ void CheckpointPolicy::ReportSaves() {
 }
 
 bool CheckpointPolicy::TimeToSave() const {
-  return leader_ && cs_.every_seconds > 0 &&
-         options_.clock->Now() - last_save_time_ >= absl::Seconds(cs_.every_seconds);
+  if (!leader_) return false;
+  const absl::Duration since = options_.clock->Now() - last_save_time_;
+  if (cs_.every_auto) return since >= auto_interval_;
+  return cs_.every_seconds > 0 && since >= absl::Seconds(cs_.every_seconds);
 }
 
 double CheckpointPolicy::own_failures() const {
@@ -178,7 +247,12 @@ absl::StatusOr<bool> CheckpointPolicy::Settle(absl::Time until) {
 }
 
 void CheckpointPolicy::FinishSnapshot() {
-  if (snapshot_pending_) writer_->FinishSnapshot();
+  if (snapshot_pending_) {
+    // The optimizer's wait for the snapshot copy is part of what the save cost the loop.
+    const absl::Time start = options_.clock->Now();
+    writer_->FinishSnapshot();
+    MeasuredSave(unfinished_save_cost_ + (options_.clock->Now() - start));
+  }
   snapshot_pending_ = false;
 }
 
@@ -186,6 +260,7 @@ absl::Status CheckpointPolicy::AfterStep(int64_t done, bool drain, bool last_ste
                                          double save_votes, double failures) {
   if (failures != agreed_failures_) RM_RETURN_IF_ERROR(ExchangeFailures());
   ReportSaves();
+  UpdateAutoInterval();
   if (drain || last_step) {
     // The drain save (and the last one) is synchronous: the job may end right after.
     const absl::Time limit =
@@ -218,6 +293,7 @@ absl::Status CheckpointPolicy::AfterStep(int64_t done, bool drain, bool last_ste
     return absl::OkStatus();
   }
   FinishSnapshot();
+  const absl::Time save_start = options_.clock->Now();
   RM_RETURN_IF_ERROR(options_.pull());
   // Waiting for the previous save must not wait for a rank that failed it.
   bool done_everywhere = true;
@@ -231,6 +307,11 @@ absl::Status CheckpointPolicy::AfterStep(int64_t done, bool drain, bool last_ste
                         writer_->BeginSave(options_.request(done)));
     snapshot_pending_ = outcome == checkpoint::SaveOutcome::kStarted;
     if (outcome == checkpoint::SaveOutcome::kSkipped) ++skipped_;
+    // What the loop paid so far; a pending snapshot's copy is added when it is waited for.
+    unfinished_save_cost_ = options_.clock->Now() - save_start;
+    if (outcome != checkpoint::SaveOutcome::kSkipped && !snapshot_pending_) {
+      MeasuredSave(unfinished_save_cost_);
+    }
   } else {
     ++skipped_;
     options_.say(absl::StrCat("checkpoint of step ", done, " skipped: ", unfinished_));

@@ -1,11 +1,27 @@
 // When and how a rank's training state is saved (checkpoint.*): the writer, the triggers
-// (every_steps, every_seconds, SIGUSR1, the drain and the last step), and the ranks'
-// agreement on how saves went (see trainer.h, "Checkpoints").
+// (every_steps, every_seconds, every: auto, SIGUSR1, the drain and the last step), and the
+// ranks' agreement on how saves went (see trainer.h, "Checkpoints").
+//
+// checkpoint.every: auto (seed exercise 26.22a): rank 0 asks for a save when the interval
+// that loses the least to saves and preemptions has passed, Young (1974) / Daly (2006)'s
+// sqrt(2·C/λ), from
+//   C  what a save costs the training loop, measured on rank 0's periodic saves: from the
+//      step boundary through the snapshot's start, plus the optimizer's wait for the
+//      snapshot copy (asynchronous saves); the mean of the last save and those before (an
+//      exponential average, weight 1/2). Until a save is measured, kAssumedSaveCost.
+//   λ  preemptions per hour expected to strike the job: the larger of
+//      checkpoint.preemption_rate_per_hour and the rate the cluster signals
+//      (CheckpointPolicyOptions::signalled_preemption_rate: the coordinator's, from its
+//      agents' preemption notices).
+// The interval is at most checkpoint.every_seconds when set, else kAutoMaxInterval (also the
+// interval while λ is 0). Rank 0 says the interval when it is first set and whenever λ
+// changes or the interval halves or doubles, with its reasons.
 //
 // Thread-safety: from the training thread only.
 #ifndef RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_
 #define RINGMASTER_TRAIN_CHECKPOINT_POLICY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +54,14 @@ struct CommittedCheckpoint {
   absl::Duration blocked_time;
 };
 
+// Young/Daly's interval sqrt(2·save_cost/λ), λ per hour, capped at `most` (also the
+// interval for λ <= 0).
+absl::Duration YoungDalyInterval(absl::Duration save_cost, double preemptions_per_hour,
+                                 absl::Duration most);
+
+inline constexpr absl::Duration kAssumedSaveCost = absl::Seconds(10);
+inline constexpr absl::Duration kAutoMaxInterval = absl::Hours(1);
+
 struct CheckpointPolicyOptions {
   const TrainConfig* config = nullptr;  // checkpoint.dir is set
   // Host-memory collectives of the job's ranks (the agreement on failures). Not owned.
@@ -57,6 +81,10 @@ struct CheckpointPolicyOptions {
   // Rank 0's lines for the user; every committed checkpoint (rank 0).
   std::function<void(const std::string&)> say;
   std::function<void(const CommittedCheckpoint&)> on_checkpoint;
+  // checkpoint.every: auto: the job's preemptions per hour as the cluster signals them (the
+  // coordinator's ProgressResponse.preemption_rate_per_hour), read at each step. Not owned;
+  // may be null (the configured rate only).
+  const std::atomic<double>* signalled_preemption_rate = nullptr;
 };
 
 // What became of the saves of a run.
@@ -77,7 +105,8 @@ class CheckpointPolicy {
   void ReportLatestCommitted();
 
   // This rank's votes for the step's control all-reduce: a save now (rank 0, when
-  // every_seconds have passed) and the saves it failed itself.
+  // every_seconds, or under every: auto the current interval, have passed) and the saves it
+  // failed itself.
   bool TimeToSave() const;
   double own_failures() const;
 
@@ -100,6 +129,11 @@ class CheckpointPolicy {
 
   const std::string& job_dir() const { return writer_->job_dir(); }
 
+  // checkpoint.every: auto: the interval TimeToSave uses now, and the save cost it rests on
+  // (kAssumedSaveCost until a save was measured). Rank 0's; updated at each AfterStep.
+  absl::Duration auto_interval() const { return auto_interval_; }
+  absl::Duration save_cost() const { return save_cost_; }
+
  private:
   explicit CheckpointPolicy(const CheckpointPolicyOptions& options);
   absl::Status ExchangeFailures();
@@ -109,6 +143,8 @@ class CheckpointPolicy {
                  absl::Duration save_time = absl::ZeroDuration(),
                  absl::Duration blocked_time = absl::ZeroDuration());
   absl::Time Deadline() const { return absl::Now() + options_.op_timeout; }
+  void UpdateAutoInterval();
+  void MeasuredSave(absl::Duration cost);
 
   const CheckpointPolicyOptions options_;
   const CheckpointConfig& cs_;
@@ -122,6 +158,13 @@ class CheckpointPolicy {
   absl::Time last_save_time_;
   bool snapshot_pending_ = false;
   int64_t skipped_ = 0;
+  // checkpoint.every: auto (rank 0).
+  absl::Duration save_cost_ = kAssumedSaveCost;
+  bool save_cost_measured_ = false;
+  absl::Duration unfinished_save_cost_;  // of a save whose snapshot copy is still pending
+  absl::Duration auto_interval_;
+  absl::Duration said_interval_;  // zero: none said yet
+  double said_rate_ = -1;
 };
 
 }  // namespace ringmaster::train

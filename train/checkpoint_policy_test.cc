@@ -1,5 +1,7 @@
 #include "train/checkpoint_policy.h"
 
+#include <atomic>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +66,18 @@ class Rank {
     };
     options_.say = [this](const std::string& line) { said_.push_back(line); };
     options_.on_checkpoint = [this](const CommittedCheckpoint& c) { commits_.push_back(c); };
+  }
+
+  // Each save's pull takes `cost` on `clock` (what the save costs the training loop).
+  void CostEachPull(FakeClock* clock, absl::Duration cost) {
+    options_.pull = [this, clock, cost] {
+      ++pulls_;
+      clock->Advance(cost);
+      return absl::OkStatus();
+    };
+  }
+  void SignalPreemptionRate(const std::atomic<double>* rate) {
+    options_.signalled_preemption_rate = rate;
   }
 
   absl::Status Create() {
@@ -308,6 +322,85 @@ TEST_P(CheckpointPolicyTest, EverySecondsAsksRankZeroForASave) {
     return absl::OkStatus();
   });
   ExpectCheckpointOf(config, 2);
+}
+
+TEST(YoungDalyIntervalTest, SquareRootOfTwiceTheSaveCostOverTheRate) {
+  // 2 s saves, one preemption an hour: sqrt(2 x 2 x 3600) = 120 s.
+  EXPECT_EQ(YoungDalyInterval(absl::Seconds(2), 1, absl::Hours(1)), absl::Seconds(120));
+  // Four times the rate halves it; the cap and a zero rate give the cap.
+  EXPECT_EQ(YoungDalyInterval(absl::Seconds(2), 4, absl::Hours(1)), absl::Seconds(60));
+  EXPECT_EQ(YoungDalyInterval(absl::Seconds(2), 1, absl::Seconds(100)), absl::Seconds(100));
+  EXPECT_EQ(YoungDalyInterval(absl::Seconds(2), 0, absl::Hours(1)), absl::Hours(1));
+}
+
+// checkpoint.every: auto: rank 0's interval starts from the assumed save cost, follows the
+// measured one, and shortens when the cluster signals more preemptions than configured.
+TEST_P(CheckpointPolicyTest, EveryAutoFollowsTheSaveCostAndThePreemptionRate) {
+  const int world = GetParam();
+  TrainConfig config = CheckpointedJob(absl::StrCat("auto_", world));
+  config.checkpoint.every_auto = true;
+  config.checkpoint.preemption_rate_per_hour = 1;
+  ExpectOkOnRanks(world, [&](TcpCommunicator& comm) -> absl::Status {
+    FakeClock clock;
+    std::atomic<double> signalled{0};
+    Rank rank(comm, config, /*env=*/nullptr, &clock);
+    rank.CostEachPull(&clock, absl::Seconds(2));
+    rank.SignalPreemptionRate(&signalled);
+    RM_RETURN_IF_ERROR(rank.Create());
+    auto expect = [&](absl::Duration want, bool vote, const char* when) -> absl::Status {
+      if (!rank.leader()) return absl::OkStatus();
+      if (absl::AbsDuration(rank.policy().auto_interval() - want) > absl::Milliseconds(1) ||
+          rank.policy().TimeToSave() != vote) {
+        return Fail(absl::StrCat(when, ": interval ",
+                                 absl::FormatDuration(rank.policy().auto_interval()), ", vote ",
+                                 rank.policy().TimeToSave(), "\n", rank.said()));
+      }
+      return absl::OkStatus();
+    };
+    // Before a save: the assumed 10 s, sqrt(2 x 10 x 3600) = 268.33 s.
+    const absl::Duration assumed = absl::Seconds(std::sqrt(2.0 * 10 * 3600));
+    RM_RETURN_IF_ERROR(expect(assumed, false, "at start"));
+    clock.Advance(assumed - absl::Seconds(1));
+    RM_RETURN_IF_ERROR(rank.Step(1));  // no save yet
+    RM_RETURN_IF_ERROR(expect(assumed, false, "before the interval"));
+    clock.Advance(absl::Seconds(1));
+    RM_RETURN_IF_ERROR(expect(assumed, true, "after the interval"));
+    RM_RETURN_IF_ERROR(rank.Step(2));  // the save: 2 s in the loop
+    // Measured once the optimizer waited for its snapshot (the next step): 2 s, 120 s.
+    RM_RETURN_IF_ERROR(rank.Step(3));
+    RM_RETURN_IF_ERROR(expect(absl::Seconds(120), false, "after a 2 s save"));
+    if (rank.leader() &&
+        !absl::StrContains(rank.said(), "checkpoint interval now 2m (Young/Daly sqrt(2 x "
+                                        "measured save cost 2s / 1 preemptions/h), the "
+                                        "configured preemption rate)")) {
+      return Fail(rank.said());
+    }
+    // The cluster sees spot notices: 4 an hour, above the configured 1: 60 s.
+    signalled.store(4);
+    RM_RETURN_IF_ERROR(rank.Step(4));
+    RM_RETURN_IF_ERROR(expect(absl::Seconds(60), false, "at 4 preemptions/h"));
+    if (rank.leader() &&
+        !absl::StrContains(rank.said(), "checkpoint interval now 1m (Young/Daly sqrt(2 x "
+                                        "measured save cost 2s / 4 preemptions/h), the "
+                                        "cluster's preemption rate (configured 1))")) {
+      return Fail(rank.said());
+    }
+    clock.Advance(absl::Seconds(59));
+    RM_RETURN_IF_ERROR(expect(absl::Seconds(60), false, "59 s after the save"));
+    clock.Advance(absl::Seconds(1));
+    RM_RETURN_IF_ERROR(expect(absl::Seconds(60), true, "60 s after the save"));
+    RM_RETURN_IF_ERROR(rank.Step(5));
+    // A signal below the configured rate leaves the configured one.
+    signalled.store(0.5);
+    RM_RETURN_IF_ERROR(rank.Step(6));
+    // The second save cost 2 s too: the average stays; the rate is back to 1: 120 s.
+    RM_RETURN_IF_ERROR(expect(absl::Seconds(120), false, "at the configured rate again"));
+    const CheckpointTotals totals = rank.policy().Finish();
+    if (totals.saved != 2 || rank.pulls() != 2) {
+      return Fail(absl::StrCat("saved ", totals.saved, ", pulled ", rank.pulls()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CheckpointPolicyTest, ::testing::Values(1, 2),

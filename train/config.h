@@ -70,6 +70,12 @@ struct CheckpointConfig {
   std::string dir;  // empty: no checkpoints
   int64_t every_steps = 0;
   double every_seconds = 0;
+  // checkpoint.every: auto: rank 0 saves when Young/Daly's interval sqrt(2·C/λ) has passed
+  // (C: what a save measured costs the training loop; λ: the larger of
+  // preemption_rate_per_hour and the rate the coordinator signals), at most every_seconds
+  // when set, else an hour (train/checkpoint_policy.h).
+  bool every_auto = false;
+  double preemption_rate_per_hour = 0;
   int keep_last = 3;
   int64_t keep_every = 0;
   bool skip_when_busy = false;  // on_busy: skip (else wait)

@@ -519,6 +519,7 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
     co.comm = hcomm;
     co.op_timeout = options.op_timeout;
     co.env = options.checkpoint_env;
+    co.signalled_preemption_rate = options.preemption_rate_per_hour;
     co.table = &table;
     co.zero_stage = config.zero_stage;
     // The staging copy for a save: this rank's pieces of the parameters and each moment,

@@ -140,6 +140,10 @@ struct TrainerOptions {
   // step and, when the job checkpoints, save synchronously within
   // checkpoint.drain_grace_seconds first. Not owned; may be null.
   const std::atomic<bool>* drain_requested = nullptr;
+  // checkpoint.every: auto: the job's preemptions per hour as the cluster signals them (the
+  // elastic trainer stores the coordinator's ProgressResponse.preemption_rate_per_hour).
+  // Not owned; may be null (the configured rate only).
+  const std::atomic<double>* preemption_rate_per_hour = nullptr;
   // Set (e.g. from a SIGUSR1 handler) to save a checkpoint after the current step (on
   // demand); cleared when taken. Not owned; may be null.
   std::atomic<bool>* save_requested = nullptr;

@@ -246,7 +246,7 @@ void Agent::KillAll(int signal) {
   for (const auto& [slot, t] : reconciler_.trainers()) launcher_->Signal(t.pid, signal);
 }
 
-void Agent::Drain() {
+void Agent::Drain(DrainCause cause) {
   reconciler_.Drain();
   drain_deadline_ = clock_->Now() + options_.drain_grace;
   Log(absl::StrCat("draining node ", options_.node, " (", reconciler_.trainers().size(),
@@ -254,7 +254,9 @@ void Agent::Drain() {
   DrainNodeRequest request;
   request.set_node(options_.node);
   request.set_node_credential(credential_);
-  request.set_reason("agent asked to drain");
+  const bool notice = cause == DrainCause::kPreemptionNotice;
+  request.set_reason(notice ? "preemption notice" : "agent asked to drain");
+  request.set_preemption_notice(notice);
   absl::Status s = options_.client->DrainNode(request);
   if (!s.ok()) LOG(WARNING) << "DrainNode failed (the trainers are drained anyway): " << s;
   // Each trainer takes part in the job's drain save, then leaves.
@@ -331,7 +333,7 @@ absl::StatusOr<bool> Agent::Step() {
   if (!reconciler_.draining() &&
       ((options_.drain_requested != nullptr && options_.drain_requested->load()) || notice)) {
     if (notice) Log("preemption notice " + options_.preemption_notice_file + " found");
-    Drain();
+    Drain(notice ? DrainCause::kPreemptionNotice : DrainCause::kAsked);
   }
   if (reconciler_.draining()) {
     if (reconciler_.trainers().empty()) {

@@ -126,7 +126,10 @@ class Agent {
   // An exit report the coordinator has not taken yet (it was down): sent again each loop.
   void ReportExits();
   absl::Status Heartbeat();
-  void Drain();
+  // Why the node drains: the agent was asked (SIGTERM), or the preemption notice file
+  // appeared (the coordinator counts it in the cluster's preemption rate).
+  enum class DrainCause { kAsked, kPreemptionNotice };
+  void Drain(DrainCause cause);
   void KillAll(int signal);
   void Log(const std::string& line);
 

@@ -431,6 +431,7 @@ TEST_F(AgentTest, DrainTellsTheCoordinatorTerminatesTheTrainersAndEndsWhenTheyAr
   StepOn(agent);
   ASSERT_EQ(fake_.drain_node.calls(), 1);
   EXPECT_EQ(fake_.drain_node.requests()[0].node_credential(), "cred-1");
+  EXPECT_FALSE(fake_.drain_node.requests()[0].preemption_notice());
   ASSERT_EQ(launcher_.signals.size(), 1u);
   EXPECT_EQ(launcher_.signals[0], std::make_pair(int64_t{1000}, SIGTERM));
   EXPECT_EQ(launcher_.launched.size(), 1u) << "a draining node takes no work";
@@ -469,7 +470,9 @@ TEST_F(AgentTest, APreemptionNoticeDrains) {
   absl::StatusOr<bool> done = agent.Step();
   ASSERT_TRUE(done.ok());
   EXPECT_TRUE(*done) << "nothing runs: drained at once";
-  EXPECT_EQ(fake_.drain_node.calls(), 1);
+  ASSERT_EQ(fake_.drain_node.calls(), 1);
+  // The coordinator counts it in the cluster's preemption rate.
+  EXPECT_TRUE(fake_.drain_node.requests()[0].preemption_notice());
 }
 
 TEST_F(AgentTest, StopKillsEveryTrainerAndLeavesOnceTheyAreReaped) {

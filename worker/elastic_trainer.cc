@@ -25,10 +25,12 @@ bool JobIsOver(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
 // the answers for a new epoch.
 class ProgressReporter {
  public:
+  // `preemption_rate`: where the coordinator's ProgressResponse.preemption_rate_per_hour
+  // goes (the checkpoint policy's signal under checkpoint.every: auto).
   ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
-                   std::atomic<bool>* drain)
+                   std::atomic<bool>* drain, std::atomic<double>* preemption_rate)
       : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
-        thread_([this] { Loop(); }) {}
+        preemption_rate_(preemption_rate), thread_([this] { Loop(); }) {}
 
   // Reports the checkpoints still queued (so that they are known before the job can
   // finish), then stops.
@@ -130,6 +132,7 @@ class ProgressReporter {
         LOG(WARNING) << "progress report failed: " << response.status();
         continue;
       }
+      preemption_rate_->store(response->preemption_rate_per_hour());
       if (response->epoch() > epoch_) {
         absl::MutexLock lock(&mu_);
         announced_ = response->epoch();
@@ -165,6 +168,7 @@ class ProgressReporter {
   const int64_t epoch_;
   const int rank_;
   std::atomic<bool>* const drain_;
+  std::atomic<double>* const preemption_rate_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
@@ -226,6 +230,9 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
   // The state after this trainer's last completed step, across epochs: after a failure the
   // survivors restore from it (TrainerOptions::resident) instead of the checkpoint.
   train::ResidentState resident;
+  // The cluster's preemption rate for this job as the coordinator last told it, across
+  // epochs (checkpoint.every: auto).
+  std::atomic<double> preemption_rate{0};
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -308,6 +315,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     to.op_timeout = o.op_timeout;
     if (rank == 0) to.progress = o.progress;
     to.drain_requested = &drain;
+    to.preemption_rate_per_hour = &preemption_rate;
     to.resident = &resident;
     // Ready once the state is restored (checkpoint read, data loaded): the coordinator's
     // restore phase ends here.
@@ -325,7 +333,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     int64_t announced = 0;
     bool leave = false;
     {
-      ProgressReporter reporter(o, epoch, rank, &drain);
+      ProgressReporter reporter(o, epoch, rank, &drain, &preemption_rate);
       to.on_step = [&reporter](const train::StepReport& r) { reporter.Report(r); };
       to.on_checkpoint = [&reporter](const train::CommittedCheckpoint& c) {
         reporter.ReportCheckpoint(c);

@@ -291,6 +291,25 @@ TEST_F(ElasticTrainerTest, AMembershipChangeDrainsTheEpochAndRejoins) {
   EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
 }
 
+// The coordinator's preemption rate for the job reaches the trainer's checkpoint policy
+// (checkpoint.every: auto).
+TEST_F(ElasticTrainerTest, TheClustersPreemptionRateReachesTheTrainer) {
+  fake_.join.Then(Joined(1));
+  ProgressResponse rate = AtEpoch(1);
+  rate.set_preemption_rate_per_hour(0.75);
+  fake_.progress.Always(rate);
+  epochs_.push_back([](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    if (to.preemption_rate_per_hour == nullptr) return absl::InternalError("no rate signal");
+    to.on_step(train::StepReport{.step = 1, .total_steps = 10, .loss = 1.5});
+    if (!Eventually([&] { return to.preemption_rate_per_hour->load() == 0.75; })) {
+      return absl::InternalError("the coordinator's rate did not arrive");
+    }
+    return Trained(10);
+  });
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+}
+
 TEST_F(ElasticTrainerTest, ATrainerToldToLeaveLeavesAfterTheDrain) {
   fake_.join.Then(Joined(1));
   ProgressResponse leave = AtEpoch(2);
