@@ -13,6 +13,7 @@
 #include "config/train_config.h"
 #include "glog/logging.h"
 #include "train/model_factory.h"
+#include "worker/comm_report.h"
 #include "client/coordinator_store.h"
 
 namespace ringmaster::worker {
@@ -26,8 +27,8 @@ bool JobIsOver(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
 class ProgressReporter {
  public:
   ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
-                   std::atomic<bool>* drain)
-      : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
+                   std::atomic<bool>* drain, const ProcessCommStats* comm_stats)
+      : options_(options), epoch_(epoch), rank_(rank), drain_(drain), comm_stats_(comm_stats),
         thread_([this] { Loop(); }) {}
 
   // Reports the checkpoints still queued (so that they are known before the job can
@@ -111,6 +112,7 @@ class ProgressReporter {
         stats->set_comm_fraction(step_s > 0 ? absl::ToDoubleSeconds(report->comm_time) / step_s
                                             : 0);
         request.set_total_steps(report->total_steps);
+        comm_stats_->Fill(stats);
         if (!report->checkpoint_error.empty()) {
           request.set_checkpoint_error_step(report->checkpoint_error_step);
           request.set_checkpoint_error(report->checkpoint_error);
@@ -158,6 +160,7 @@ class ProgressReporter {
   const int64_t epoch_;
   const int rank_;
   std::atomic<bool>* const drain_;
+  const ProcessCommStats* const comm_stats_;  // this process's communication (not owned)
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
@@ -219,6 +222,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
   // The state after this trainer's last completed step, across epochs: after a failure the
   // survivors restore from it (TrainerOptions::resident) instead of the checkpoint.
   train::ResidentState resident;
+  ProcessCommStats comm_stats;  // RankStats.comm_ops, buckets, process_steps
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -318,8 +322,11 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     int64_t announced = 0;
     bool leave = false;
     {
-      ProgressReporter reporter(o, epoch, rank, &drain);
-      to.on_step = [&reporter](const train::StepReport& r) { reporter.Report(r); };
+      ProgressReporter reporter(o, epoch, rank, &drain, &comm_stats);
+      to.on_step = [&reporter, &comm_stats](const train::StepReport& r) {
+        comm_stats.Update(r);
+        reporter.Report(r);
+      };
       to.on_checkpoint = [&reporter](const train::CommittedCheckpoint& c) {
         reporter.ReportCheckpoint(c);
       };
@@ -327,6 +334,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       announced = reporter.announced_epoch();
       leave = reporter.leave();
     }
+    comm_stats.EndEpoch();
     leave = leave || (o.leave_requested != nullptr && o.leave_requested->load());
     if (!trained.ok() && ready_refused && JobIsOver(trained.status())) return trained.status();
     if (!trained.ok()) {
