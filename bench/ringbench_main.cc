@@ -151,8 +151,8 @@ Outcome RunLocalSweep(int ranks, const SweepOptions& sweep,
         std::string text = absl::StrCat("transport ", TransportName(comm), "\n");
         for (const Row& r : rows) {
           absl::StrAppend(&text, static_cast<int>(r.op), " ", r.ranks, " ", r.bytes, " ",
-                          absl::StrFormat("%.6f %.6f %.6f %.3f %.3f", r.time_us, r.p90_us,
-                                          r.max_us, r.sent_bytes, r.formula_bytes),
+                          absl::StrFormat("%.6f %.6f %.6f %.3f %.3f", r.time_us, r.p90_us, r.max_us,
+                                          r.sent_bytes, r.formula_bytes),
                           "\n");
         }
         return text;
@@ -341,8 +341,7 @@ int CommMain() {
     printf("%-15s %5d %8s %11s %11s %11s %11.3f %11.3f %10s %10s %6s",
            std::string(CollectiveName(r.op)).c_str(), r.ranks, FormatBytes(r.bytes).c_str(),
            Time(r.time_us).c_str(), Time(r.p90_us).c_str(), Time(r.max_us).c_str(), r.algbw_gbps,
-           r.busbw_gbps, FormatBytes(r.sent_bytes).c_str(),
-           FormatBytes(r.formula_bytes).c_str(),
+           r.busbw_gbps, FormatBytes(r.sent_bytes).c_str(), FormatBytes(r.formula_bytes).c_str(),
            r.formula_bytes > 0 ? absl::StrFormat("%.3f", r.sent_bytes / r.formula_bytes).c_str()
                                : "-");
     if (!peer_rows.empty()) {
@@ -363,8 +362,9 @@ int CommMain() {
   if (!peer_rows.empty()) {
     printf("ratio = best peer's median time / ours (> 1: ringmaster is faster)\n");
   }
-  printf("sent/rank: bytes one rank sent per call (the ranks' mean, measured by the "
-         "communicator);\nformula: the chosen algorithm's, e.g. ring all-reduce 2(N-1)/N x size\n");
+  printf(
+      "sent/rank: bytes one rank sent per call (the ranks' mean, measured by the "
+      "communicator);\nformula: the chosen algorithm's, e.g. ring all-reduce 2(N-1)/N x size\n");
 
   // CSV.
   if (!absl::GetFlag(FLAGS_csv).empty()) {

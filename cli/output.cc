@@ -478,8 +478,8 @@ std::string Ratio(int64_t measured, int64_t formula) {
 }  // namespace
 
 std::string CommTable(const JobEvent& event, std::optional<int> rank) {
-  std::vector<std::vector<std::string>> rows = {{"RANK", "GROUP", "OP", "CALLS/STEP", "MB/STEP",
-                                                 "FORMULA_MB", "RATIO", "TIME/STEP"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "GROUP", "OP", "CALLS/STEP", "MB/STEP", "FORMULA_MB", "RATIO", "TIME/STEP"}};
   const RankStats* selected = nullptr;
   for (const RankStats& r : event.ranks()) {
     if (rank && r.rank() != *rank) continue;
@@ -495,10 +495,9 @@ std::string CommTable(const JobEvent& event, std::optional<int> rank) {
     }
   }
   if (rows.size() == 1) return "";
-  std::string out = absl::StrCat("communication per step (",
-                                 rank ? absl::StrCat("rank ", *rank) : "every rank",
-                                 "; FORMULA_MB: the algorithm's, e.g. ring 2(N-1)/N x B)\n",
-                                 Indent(FormatTable(rows), "  "));
+  std::string out = absl::StrCat(
+      "communication per step (", rank ? absl::StrCat("rank ", *rank) : "every rank",
+      "; FORMULA_MB: the algorithm's, e.g. ring 2(N-1)/N x B)\n", Indent(FormatTable(rows), "  "));
   if (!rank || selected->buckets().empty()) return out;
   std::vector<std::vector<std::string>> buckets = {
       {"BUCKET", "MB", "CALLS/STEP", "MB/STEP", "FORMULA_MB", "RATIO", "TIME/STEP"}};

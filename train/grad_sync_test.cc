@@ -41,22 +41,22 @@ absl::Status CheckBucketCounters(const GradientSync& sync, GradientReduction red
     const BucketCounters& c = buckets[b];
     payload += c.payload_bytes;
     const uint64_t per_call = static_cast<uint64_t>(c.payload_bytes);
-    const uint64_t expected =
-        n == 1 ? 0
-        : reduction == GradientReduction::kReduceScatter ? per_call * (n - 1) / n
-        : n == 3 && r == 1                               ? 2 * per_call
-                                                         : per_call;
+    const uint64_t expected = n == 1 ? 0
+                              : reduction == GradientReduction::kReduceScatter
+                                  ? per_call * (n - 1) / n
+                              : n == 3 && r == 1 ? 2 * per_call
+                                                 : per_call;
     if (c.calls != static_cast<uint64_t>(steps) || c.bytes_sent != steps * expected ||
         c.formula_bytes_sent != c.bytes_sent || (n > 1 && c.time <= absl::ZeroDuration())) {
-      return absl::InternalError(absl::StrCat(
-          "bucket ", b, ": ", c.calls, " calls, ", c.bytes_sent, " bytes sent, formula ",
-          c.formula_bytes_sent, ", payload ", c.payload_bytes, "; expected ", steps, " calls, ",
-          steps * expected, " bytes"));
+      return absl::InternalError(absl::StrCat("bucket ", b, ": ", c.calls, " calls, ", c.bytes_sent,
+                                              " bytes sent, formula ", c.formula_bytes_sent,
+                                              ", payload ", c.payload_bytes, "; expected ", steps,
+                                              " calls, ", steps * expected, " bytes"));
     }
   }
   if (payload != buffer_bytes) {
-    return absl::InternalError(absl::StrCat("buckets' payloads sum to ", payload, ", not ",
-                                            buffer_bytes));
+    return absl::InternalError(
+        absl::StrCat("buckets' payloads sum to ", payload, ", not ", buffer_bytes));
   }
   return absl::OkStatus();
 }

@@ -126,7 +126,6 @@ bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 const char* At(const void* base, size_t offset) { return static_cast<const char*>(base) + offset; }
 
-
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout,

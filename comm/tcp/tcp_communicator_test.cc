@@ -436,8 +436,8 @@ absl::StatusOr<std::array<uint64_t, 3>> Sent(TcpCommunicator& comm, OpKind kind,
 // The sum over the ranks of `mine`.
 absl::StatusOr<int64_t> SumOverRanks(TcpCommunicator& comm, uint64_t mine) {
   int64_t v = static_cast<int64_t>(mine);
-  absl::Status s = comm.AllReduce(&v, &v, 1, DataType::kInt64, ReduceOp::kSum,
-                                  absl::Now() + absl::Seconds(30));
+  absl::Status s =
+      comm.AllReduce(&v, &v, 1, DataType::kInt64, ReduceOp::kSum, absl::Now() + absl::Seconds(30));
   if (!s.ok()) return s;
   return v;
 }
@@ -456,8 +456,8 @@ absl::Status CheckFormulas(TcpCommunicator& comm) {
     std::vector<float> buf(count, 1.0f);
     const double payload = 4.0 * count, ideal = 2.0 * (n - 1) / n * payload;
     auto got = Sent(comm, OpKind::kAllReduce, [&] {
-      return comm.AllReduceWith(TcpCommunicator::AllReduceAlgorithm::kRing, buf.data(),
-                                buf.data(), count, DataType::kFloat32, ReduceOp::kSum, deadline);
+      return comm.AllReduceWith(TcpCommunicator::AllReduceAlgorithm::kRing, buf.data(), buf.data(),
+                                count, DataType::kFloat32, ReduceOp::kSum, deadline);
     });
     if (!got.ok()) return got.status();
     const auto& g = *got;
@@ -526,8 +526,9 @@ absl::Status CheckFormulas(TcpCommunicator& comm) {
 
 TEST_P(FormulaBytes, MeasuredBytesMatchTheAlgorithmsFormula) {
   const auto [world_size, transport] = GetParam();
-  auto results = RunRanks(OptionsFor(world_size, transport),
-                          [](TcpCommunicator& comm, absl::Duration*) { return CheckFormulas(comm); });
+  auto results =
+      RunRanks(OptionsFor(world_size, transport),
+               [](TcpCommunicator& comm, absl::Duration*) { return CheckFormulas(comm); });
   for (int r = 0; r < world_size; ++r) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
   }
