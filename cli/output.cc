@@ -465,9 +465,10 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
 
 namespace {
 
-// A per-step figure: "-" before the first step.
-std::string PerStep(double total, int64_t steps, const char* format, double scale = 1) {
-  return steps > 0 ? absl::StrFormat(format, scale * total / steps) : "-";
+// A per-step figure, scaled, with `decimals` and `unit`: "-" before the first step.
+std::string PerStep(double total, int64_t steps, int decimals, double scale = 1,
+                    absl::string_view unit = "") {
+  return steps > 0 ? absl::StrFormat("%.*f%s", decimals, scale * total / steps, unit) : "-";
 }
 
 // Measured over formula, "-" where no formula applies.
@@ -487,11 +488,11 @@ std::string CommTable(const JobEvent& event, std::optional<int> rank) {
     const int64_t steps = r.process_steps();
     for (const CommOpStats& op : r.comm_ops()) {
       rows.push_back({absl::StrCat(r.rank()), absl::StrCat(op.group(), "(", op.group_size(), ")"),
-                      op.op(), PerStep(op.calls(), steps, "%.1f"),
-                      PerStep(op.bytes_sent(), steps, "%.3f", 1e-6),
-                      PerStep(op.formula_bytes_sent(), steps, "%.3f", 1e-6),
+                      op.op(), PerStep(op.calls(), steps, 1),
+                      PerStep(op.bytes_sent(), steps, 3, 1e-6),
+                      PerStep(op.formula_bytes_sent(), steps, 3, 1e-6),
                       Ratio(op.bytes_sent(), op.formula_bytes_sent()),
-                      PerStep(op.seconds(), steps, "%.2fms", 1e3)});
+                      PerStep(op.seconds(), steps, 2, 1e3, "ms")});
     }
   }
   if (rows.size() == 1) return "";
@@ -504,11 +505,10 @@ std::string CommTable(const JobEvent& event, std::optional<int> rank) {
   const int64_t steps = selected->process_steps();
   for (const BucketStats& b : selected->buckets()) {
     buckets.push_back({absl::StrCat(b.bucket()), absl::StrFormat("%.3f", 1e-6 * b.bytes()),
-                       PerStep(b.calls(), steps, "%.1f"),
-                       PerStep(b.bytes_sent(), steps, "%.3f", 1e-6),
-                       PerStep(b.formula_bytes_sent(), steps, "%.3f", 1e-6),
+                       PerStep(b.calls(), steps, 1), PerStep(b.bytes_sent(), steps, 3, 1e-6),
+                       PerStep(b.formula_bytes_sent(), steps, 3, 1e-6),
                        Ratio(b.bytes_sent(), b.formula_bytes_sent()),
-                       PerStep(b.seconds(), steps, "%.2fms", 1e3)});
+                       PerStep(b.seconds(), steps, 2, 1e3, "ms")});
   }
   absl::StrAppend(&out, "gradient buckets of rank ", *rank, "\n",
                   Indent(FormatTable(buckets), "  "));

@@ -81,9 +81,9 @@ namespace ringmaster::train {
 
 // One of the trainer's communicators and its counters (RankStats.comm_ops).
 struct CommGroupCounters {
-  // "world" (the job's; the host collectives'), the gradients' own communicator when it is
-  // another by its backend ("nccl": the GPUs'),
-  // a mesh group "dp", "tp", "pp", or its NCCL split "dp/nccl", "tp/nccl", "pp/nccl".
+  // "world" (the job's: the host collectives'); the gradients' communicator, when it is
+  // another, by its backend ("nccl": the GPUs'); a mesh group "dp", "tp", "pp"; or a mesh
+  // group's NCCL split "dp/nccl", "tp/nccl", "pp/nccl".
   std::string group;
   int size = 0;
   comm::Counters counters;
@@ -102,7 +102,8 @@ struct StepReport {
   int64_t checkpoint_error_step = -1;
   std::string checkpoint_error;
   // This trainer's communication since it started, per communicator (counters only grow),
-  // and per gradient bucket (ParallelStrategy::bucket_counters); the steps it ran.
+  // and per gradient bucket (ParallelStrategy::bucket_counters); the steps it ran (not the
+  // job's: those since this trainer restored its state).
   std::vector<CommGroupCounters> comm;
   std::vector<BucketCounters> buckets;
   int64_t steps_run = 0;
