@@ -13,6 +13,23 @@
 #include "common/status_macros.h"
 
 namespace ringmaster::bench {
+namespace {
+
+comm::OpKind KindOf(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return comm::OpKind::kAllReduce;
+    case CollectiveOp::kAllGather:
+      return comm::OpKind::kAllGather;
+    case CollectiveOp::kReduceScatter:
+      return comm::OpKind::kReduceScatter;
+    case CollectiveOp::kBroadcast:
+      return comm::OpKind::kBroadcast;
+  }
+  return comm::OpKind::kAllReduce;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
                                           const SweepOptions& options) {
@@ -94,12 +111,19 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
       const int warmup = std::max(options.warmup, iters / 2);
       for (int i = 0; i < warmup; ++i) RM_RETURN_IF_ERROR(run_once());
       std::vector<double> times(iters);
+      const comm::OpCounters before = comm.counters().of(KindOf(op));
       for (int i = 0; i < iters; ++i) {
         RM_RETURN_IF_ERROR(comm.Barrier(absl::Now() + options.op_timeout));
         absl::Time t0 = absl::Now();
         RM_RETURN_IF_ERROR(run_once());
         times[i] = absl::ToDoubleMicroseconds(absl::Now() - t0);
       }
+      const comm::OpCounters after = comm.counters().of(KindOf(op));
+      double sent[2] = {
+          static_cast<double>(after.bytes_sent - before.bytes_sent) / iters / n,
+          static_cast<double>(after.formula_bytes_sent - before.formula_bytes_sent) / iters / n};
+      RM_RETURN_IF_ERROR(comm.AllReduce(sent, sent, 2, DataType::kFloat64, comm::ReduceOp::kSum,
+                                        absl::Now() + options.op_timeout));
       // An iteration lasts as long as its slowest rank.
       RM_RETURN_IF_ERROR(comm.AllReduce(times.data(), times.data(), times.size(),
                                         DataType::kFloat64, comm::ReduceOp::kMax,
@@ -114,6 +138,8 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
       row.max_us = times.back();
       row.algbw_gbps = bytes / (row.time_us * 1e-6) / 1e9;
       row.busbw_gbps = row.algbw_gbps * BusFactor(op, n);
+      row.sent_bytes = sent[0];
+      row.formula_bytes = sent[1];
       rows.push_back(row);
     }
   }
@@ -121,12 +147,36 @@ absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm,
 }
 
 std::string ToCsv(const std::vector<Row>& rows) {
-  std::string out = "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps\n";
+  std::string out = "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,sent_bytes,formula_bytes\n";
   for (const Row& r : rows) {
     absl::StrAppend(&out, CollectiveName(r.op), ",", r.ranks, ",", r.bytes, ",",
-                    absl::StrFormat("%.2f,%.4f,%.4f", r.time_us, r.algbw_gbps, r.busbw_gbps), "\n");
+                    absl::StrFormat("%.2f,%.4f,%.4f,%.1f,%.1f", r.time_us, r.algbw_gbps,
+                                    r.busbw_gbps, r.sent_bytes, r.formula_bytes),
+                    "\n");
   }
   return out;
+}
+
+std::string TransportName(const comm::TcpCommunicator& comm) {
+  const int shm = comm.shared_memory_peers();
+  if (shm == 0) return "TCP";
+  return shm == comm.size() - 1 ? "shared memory" : "shared memory and TCP";
+}
+
+double MeasureCopyGbps(size_t bytes, int reps) {
+  if (bytes == 0) return 0;
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  double best = 0;
+  volatile char seen = 0;  // reads each copy, so that none is optimized away
+  for (int i = 0; i < reps; ++i) {
+    const absl::Time t0 = absl::Now();
+    std::memcpy(to.data(), from.data(), bytes);
+    const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+    seen = to[bytes / 2];
+    if (s > 0) best = std::max(best, bytes / s / 1e9);
+  }
+  (void)seen;
+  return best;
 }
 
 }  // namespace ringmaster::bench

@@ -48,13 +48,26 @@ struct Row {
   double max_us = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
+  // Bytes one rank sent per call, the mean over the ranks and the timed calls: measured by
+  // the communicator, and by the formula of the algorithm it chose (comm/communicator.h
+  // OpCounters::formula_bytes_sent).
+  double sent_bytes = 0;
+  double formula_bytes = 0;
 };
+
+// What carried `comm`'s messages: "shared memory" (every peer through shared-memory
+// rings), "TCP" (none), or "shared memory and TCP" (some).
+std::string TransportName(const comm::TcpCommunicator& comm);
 
 // Runs the sweep on this rank (every rank calls it with the same options). Every rank
 // returns the same rows. Results are checked once per size; a wrong result is INTERNAL.
 absl::StatusOr<std::vector<Row>> RunSweep(comm::TcpCommunicator& comm, const SweepOptions& options);
 
-// CSV with the header "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps".
+// Memory bandwidth as one copy sees it (GB/s, best of `reps` memcpy of `bytes`): what a
+// shared-memory ring, which copies each message in and out, is bounded by.
+double MeasureCopyGbps(size_t bytes, int reps);
+
+// CSV with the header "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,sent_bytes,formula_bytes".
 std::string ToCsv(const std::vector<Row>& rows);
 
 }  // namespace ringmaster::bench

@@ -1,5 +1,6 @@
 #include "bench/comm_bench.h"
 
+#include "absl/strings/str_cat.h"
 #include "comm/testing/multiproc.h"
 #include "gtest/gtest.h"
 
@@ -54,10 +55,23 @@ TEST(RunSweep, EveryRankGetsConsistentRowsAndValidResults) {
               r.max_us < r.p90_us) {
             return absl::InternalError("implausible row");
           }
+          // Mean bytes per rank per call: the ranks' sum is exact, so the mean equals the
+          // formula's (N-1)/N x B for all-gather, reduce-scatter and broadcast.
+          if (r.sent_bytes != r.formula_bytes ||
+              (r.op != CollectiveOp::kAllReduce && r.sent_bytes != 2.0 / 3 * r.bytes)) {
+            return absl::InternalError(absl::StrCat(CollectiveName(r.op), " of ", r.bytes,
+                                                    ": sent ", r.sent_bytes, ", formula ",
+                                                    r.formula_bytes));
+          }
         }
         std::string csv = ToCsv(*rows);
-        if (csv.rfind("op,ranks,bytes,time_us,algbw_gbps,busbw_gbps\nall_reduce,3,1024,", 0) != 0) {
+        if (csv.rfind("op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,sent_bytes,formula_bytes\n"
+                      "all_reduce,3,1024,",
+                      0) != 0) {
           return absl::InternalError("CSV header or first row wrong: " + csv.substr(0, 80));
+        }
+        if (TransportName(comm) != "shared memory") {
+          return absl::InternalError("transport " + TransportName(comm));
         }
         return absl::OkStatus();
       });

@@ -21,7 +21,8 @@
 //       --sizes 1K,4K,...,1G --csv comm.csv --plot comm.svg [--peers gloo,mpi] [--tune]
 //
 // Starts --ranks local processes joined by the TCP backend over loopback, sweeps the
-// sizes, prints a table, writes the CSV and an SVG plot of bus bandwidth against size
+// sizes, prints a table (with the bytes each rank sent against the algorithm's formula),
+// writes the CSV and an SVG plot of bus bandwidth against size (and X.latency.svg)
 // with the loopback TCP limit measured in the same run. --peers runs Gloo (C++) and
 // OpenMPI over TCP with the same conventions and prints our ratio to the best of them.
 // --tune measures recursive doubling against the ring for all-reduce and prints the
@@ -67,7 +68,9 @@ ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,broadcast",
 ABSL_FLAG(std::string, sizes, "1K,4K,...,1G",
           "message sizes: K/M/G suffixes, a,b,...,c for a geometric range");
 ABSL_FLAG(std::string, csv, "", "write the results as CSV to this file");
-ABSL_FLAG(std::string, plot, "", "draw bus bandwidth against size into this SVG file");
+ABSL_FLAG(std::string, plot, "",
+          "draw bus bandwidth against size into this SVG file, and the small sizes' latency "
+          "(log scale) into X.latency.svg beside it");
 ABSL_FLAG(
     std::string, peers, "",
     "also measure these peers in the same run and print ratios: gloo, mpi (OpenMPI over TCP), "
@@ -129,8 +132,12 @@ using plot::PlotSpec;
 using plot::Series;
 using plot::WriteSvg;
 
+// `--plot`'s latency panel shows the sizes up to this (latency-bound ones).
+constexpr uint64_t kLatencyPlotMaxBytes = 1 << 20;
+
 struct Outcome {
   std::vector<Row> rows;
+  std::string transport;  // what carried the messages (TransportName)
   absl::Status status;
 };
 
@@ -141,10 +148,12 @@ Outcome RunLocalSweep(int ranks, const SweepOptions& sweep,
   absl::StatusOr<std::string> ran = RunLocalRanks(
       ranks, base, [&sweep](comm::TcpCommunicator& comm) -> absl::StatusOr<std::string> {
         RM_ASSIGN_OR_RETURN(std::vector<Row> rows, RunSweep(comm, sweep));
-        std::string text;
+        std::string text = absl::StrCat("transport ", TransportName(comm), "\n");
         for (const Row& r : rows) {
           absl::StrAppend(&text, static_cast<int>(r.op), " ", r.ranks, " ", r.bytes, " ",
-                          absl::StrFormat("%.6f %.6f %.6f", r.time_us, r.p90_us, r.max_us), "\n");
+                          absl::StrFormat("%.6f %.6f %.6f %.3f %.3f", r.time_us, r.p90_us, r.max_us,
+                                          r.sent_bytes, r.formula_bytes),
+                          "\n");
         }
         return text;
       });
@@ -154,12 +163,17 @@ Outcome RunLocalSweep(int ranks, const SweepOptions& sweep,
   }
   const std::string& text = *ran;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&line, "transport ")) {
+      outcome.transport = std::string(line);
+      continue;
+    }
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     Row r;
     int op = 0;
-    if (f.size() != 6 || !absl::SimpleAtoi(f[0], &op) || !absl::SimpleAtoi(f[1], &r.ranks) ||
+    if (f.size() != 8 || !absl::SimpleAtoi(f[0], &op) || !absl::SimpleAtoi(f[1], &r.ranks) ||
         !absl::SimpleAtoi(f[2], &r.bytes) || !absl::SimpleAtod(f[3], &r.time_us) ||
-        !absl::SimpleAtod(f[4], &r.p90_us) || !absl::SimpleAtod(f[5], &r.max_us)) {
+        !absl::SimpleAtod(f[4], &r.p90_us) || !absl::SimpleAtod(f[5], &r.max_us) ||
+        !absl::SimpleAtod(f[6], &r.sent_bytes) || !absl::SimpleAtod(f[7], &r.formula_bytes)) {
       continue;
     }
     r.op = static_cast<CollectiveOp>(op);
@@ -317,15 +331,19 @@ int CommMain() {
     }
   }
 
+  printf("transport measured: %s\n", ours.transport.c_str());
   // Table.
-  printf("\n%-15s %5s %8s %11s %11s %11s %11s %11s", "op", "ranks", "size", "time", "p90", "max",
-         "algbw GB/s", "busbw GB/s");
+  printf("\n%-15s %5s %8s %11s %11s %11s %11s %11s %10s %10s %6s", "op", "ranks", "size", "time",
+         "p90", "max", "algbw GB/s", "busbw GB/s", "sent/rank", "formula", "ratio");
   if (!peer_rows.empty()) printf(" %11s %-34s %7s", "best peer", "peer (impl)", "ratio");
   printf("\n");
   for (const Row& r : ours.rows) {
-    printf("%-15s %5d %8s %11s %11s %11s %11.3f %11.3f", std::string(CollectiveName(r.op)).c_str(),
-           r.ranks, FormatBytes(r.bytes).c_str(), Time(r.time_us).c_str(), Time(r.p90_us).c_str(),
-           Time(r.max_us).c_str(), r.algbw_gbps, r.busbw_gbps);
+    printf("%-15s %5d %8s %11s %11s %11s %11.3f %11.3f %10s %10s %6s",
+           std::string(CollectiveName(r.op)).c_str(), r.ranks, FormatBytes(r.bytes).c_str(),
+           Time(r.time_us).c_str(), Time(r.p90_us).c_str(), Time(r.max_us).c_str(), r.algbw_gbps,
+           r.busbw_gbps, FormatBytes(r.sent_bytes).c_str(), FormatBytes(r.formula_bytes).c_str(),
+           r.formula_bytes > 0 ? absl::StrFormat("%.3f", r.sent_bytes / r.formula_bytes).c_str()
+                               : "-");
     if (!peer_rows.empty()) {
       const PeerRow* best = BestPeer(peer_rows, CollectiveName(r.op), r.bytes);
       if (best != nullptr) {
@@ -344,6 +362,9 @@ int CommMain() {
   if (!peer_rows.empty()) {
     printf("ratio = best peer's median time / ours (> 1: ringmaster is faster)\n");
   }
+  printf(
+      "sent/rank: bytes one rank sent per call (the ranks' mean, measured by the "
+      "communicator);\nformula: the chosen algorithm's, e.g. ring all-reduce 2(N-1)/N x size\n");
 
   // CSV.
   if (!absl::GetFlag(FLAGS_csv).empty()) {
@@ -365,7 +386,8 @@ int CommMain() {
   // Plot.
   if (!absl::GetFlag(FLAGS_plot).empty()) {
     PlotSpec spec;
-    spec.title = absl::StrCat("ringmaster collectives, ", ranks, " ranks, TCP over loopback");
+    spec.title = absl::StrCat("ringmaster collectives, ", ranks, " ranks, ", ours.transport,
+                              ours.transport == "TCP" ? " over loopback" : " between local ranks");
     spec.x_label = "message size (bytes, nccl-tests convention)";
     spec.y_label = "bus bandwidth (GB/s)";
     std::map<std::string, Series> by_op;
@@ -385,7 +407,16 @@ int CommMain() {
       s.points.push_back({static_cast<double>(p.bytes), p.busbw_gbps});
     }
     for (auto& [name, s] : peer_series) spec.series.push_back(s);
-    if (loopback.ok()) {
+    // The limit of the transport that carried the run: a shared-memory ring copies each
+    // message in and out of the ring (so half of one copy's bandwidth), TCP is loopback's.
+    if (ours.transport != "TCP") {
+      const double copy = MeasureCopyGbps(64 << 20, 10);
+      spec.lines.push_back(
+          {absl::StrFormat("shared memory: one memcpy %.2f GB/s", copy), copy, ""});
+      spec.lines.push_back(
+          {absl::StrFormat("shared memory: copy in + out %.2f GB/s", copy / 2), copy / 2, ""});
+    }
+    if (loopback.ok() && ours.transport != "shared memory") {
       spec.lines.push_back(
           {absl::StrFormat("loopback TCP, both ways: %.2f GB/s", loopback->bidirectional_gbps),
            loopback->bidirectional_gbps, ""});
@@ -410,6 +441,31 @@ int CommMain() {
       return 1;
     }
     printf("wrote %s\n", absl::GetFlag(FLAGS_plot).c_str());
+
+    // The small sizes' latency on a log scale, beside the bandwidth plot: X.svg -> X.latency.svg.
+    PlotSpec latency;
+    latency.title = absl::StrCat("ringmaster collectives, ", ranks, " ranks, ", ours.transport,
+                                 ": latency of small messages");
+    latency.x_label = spec.x_label;
+    latency.y_label = "median time per call (us, log scale)";
+    latency.log_y = true;
+    std::map<std::string, Series> times;
+    for (const Row& r : ours.rows) {
+      if (r.bytes > kLatencyPlotMaxBytes) continue;
+      Series& t = times[std::string(CollectiveName(r.op))];
+      t.label = absl::StrCat("ringmaster ", CollectiveName(r.op));
+      t.points.push_back({static_cast<double>(r.bytes), r.time_us});
+    }
+    for (auto& [name, t] : times) latency.series.push_back(t);
+    std::string path = absl::GetFlag(FLAGS_plot);
+    if (absl::EndsWith(path, ".svg")) path.resize(path.size() - 4);
+    path += ".latency.svg";
+    s = WriteSvg(latency, path);
+    if (!s.ok()) {
+      fprintf(stderr, "ringbench comm: --plot: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    printf("wrote %s\n", path.c_str());
   }
   return 0;
 }

@@ -234,6 +234,8 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   top->add_option("JOB", line.target, "the job's name")->required();
   AddOutputFlags(top, {"json"}, &output);
   AddConnectionFlags(top, &line.connection);
+  top->add_option("--rank", rank, "the communication table of this rank only, with its buckets")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* checkpoints =
       app.add_subcommand("checkpoints", "the checkpoints the coordinator knows of a job");
@@ -521,6 +523,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   for (const auto& c : commands) {
     if (c.app->parsed()) line.command = c.command;
   }
+  if (line.command == Command::kTop && rank >= 0) line.rank = rank;
   if (line.command == Command::kLogs) {
     if (rank >= 0) line.rank = rank;
     if (!slot.empty()) {

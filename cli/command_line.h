@@ -10,7 +10,7 @@
 //   ringctl delete JOB [-o json|yaml]
 //   ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]
 //   ringctl nodes [-o json|yaml|wide]
-//   ringctl top JOB [-o json]
+//   ringctl top JOB [-o json] [--rank R]
 //   ringctl checkpoints JOB [-o json|yaml]
 //   ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR
 //   ringctl export CHECKPOINT_DIR -o FILE.safetensors [--dtype f32|bf16]
@@ -152,6 +152,7 @@ struct CommandLine {
   bool extend = false;                 // submit --extend: resume=extend after the --set ones
   bool all = false;                    // list --all
   // logs: -f, whose log (--rank, or --slot NODE/SLOT: at most one), --tail_bytes.
+  // top: --rank, whose communication table.
   bool follow = false;
   std::optional<int> rank;
   std::optional<std::pair<std::string, int>> slot;

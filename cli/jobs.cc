@@ -183,9 +183,9 @@ int Top(const CommandLine& line, UserCalls& client, const Io& io) {
       }
       fputs(text->c_str(), io.out);
     } else if (terminal) {
-      fputs(Redraw(TopFrame(e, absl::Now())).c_str(), io.out);
+      fputs(Redraw(TopFrame(e, absl::Now(), line.rank)).c_str(), io.out);
     } else {
-      fputs(TopFrame(e, absl::Now()).c_str(), io.out);
+      fputs(TopFrame(e, absl::Now(), line.rank).c_str(), io.out);
     }
     fflush(io.out);
     return true;

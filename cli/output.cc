@@ -463,7 +463,59 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
   return out;
 }
 
-std::string TopFrame(const JobEvent& event, absl::Time now) {
+namespace {
+
+// A per-step figure, scaled, with `decimals` and `unit`: "-" before the first step.
+std::string PerStep(double total, int64_t steps, int decimals, double scale = 1,
+                    absl::string_view unit = "") {
+  return steps > 0 ? absl::StrFormat("%.*f%s", decimals, scale * total / steps, unit) : "-";
+}
+
+// Measured over formula, "-" where no formula applies.
+std::string Ratio(int64_t measured, int64_t formula) {
+  return formula > 0 ? absl::StrFormat("%.3f", static_cast<double>(measured) / formula) : "-";
+}
+
+}  // namespace
+
+std::string CommTable(const JobEvent& event, std::optional<int> rank) {
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "GROUP", "OP", "CALLS/STEP", "MB/STEP", "FORMULA_MB", "RATIO", "TIME/STEP"}};
+  const RankStats* selected = nullptr;
+  for (const RankStats& r : event.ranks()) {
+    if (rank && r.rank() != *rank) continue;
+    selected = &r;
+    const int64_t steps = r.process_steps();
+    for (const CommOpStats& op : r.comm_ops()) {
+      rows.push_back({absl::StrCat(r.rank()), absl::StrCat(op.group(), "(", op.group_size(), ")"),
+                      op.op(), PerStep(op.calls(), steps, 1),
+                      PerStep(op.bytes_sent(), steps, 3, 1e-6),
+                      PerStep(op.formula_bytes_sent(), steps, 3, 1e-6),
+                      Ratio(op.bytes_sent(), op.formula_bytes_sent()),
+                      PerStep(op.seconds(), steps, 2, 1e3, "ms")});
+    }
+  }
+  if (rows.size() == 1) return "";
+  std::string out = absl::StrCat(
+      "communication per step (", rank ? absl::StrCat("rank ", *rank) : "every rank",
+      "; FORMULA_MB: the algorithm's, e.g. ring 2(N-1)/N x B)\n", Indent(FormatTable(rows), "  "));
+  if (!rank || selected->buckets().empty()) return out;
+  std::vector<std::vector<std::string>> buckets = {
+      {"BUCKET", "MB", "CALLS/STEP", "MB/STEP", "FORMULA_MB", "RATIO", "TIME/STEP"}};
+  const int64_t steps = selected->process_steps();
+  for (const BucketStats& b : selected->buckets()) {
+    buckets.push_back({absl::StrCat(b.bucket()), absl::StrFormat("%.3f", 1e-6 * b.bytes()),
+                       PerStep(b.calls(), steps, 1), PerStep(b.bytes_sent(), steps, 3, 1e-6),
+                       PerStep(b.formula_bytes_sent(), steps, 3, 1e-6),
+                       Ratio(b.bytes_sent(), b.formula_bytes_sent()),
+                       PerStep(b.seconds(), steps, 2, 1e3, "ms")});
+  }
+  absl::StrAppend(&out, "gradient buckets of rank ", *rank, "\n",
+                  Indent(FormatTable(buckets), "  "));
+  return out;
+}
+
+std::string TopFrame(const JobEvent& event, absl::Time now, std::optional<int> comm_rank) {
   std::string out = absl::StrCat(ProgressLine(event.job(), now), "\n");
   std::vector<std::vector<std::string>> rows = {
       {"RANK", "SLOT", "STEP", "STEP_TIME", "COMM", "LOSS", "GRAD_NORM", "SLOWDOWN"}};
@@ -476,7 +528,7 @@ std::string TopFrame(const JobEvent& event, absl::Time now) {
                                       : absl::StrFormat("%.1fx%s", r.slowdown(),
                                                         r.straggler() ? " straggler" : "")});
   }
-  absl::StrAppend(&out, Indent(FormatTable(rows), "  "));
+  absl::StrAppend(&out, Indent(FormatTable(rows), "  "), CommTable(event, comm_rank));
   return out;
 }
 

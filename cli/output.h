@@ -14,6 +14,7 @@
 #ifndef RINGMASTER_CLI_OUTPUT_H_
 #define RINGMASTER_CLI_OUTPUT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,8 +90,16 @@ std::string ProgressLine(const Job& job, absl::Time now);
 // The time left at the job's current rate: "" when not running or not known.
 std::string Eta(const Job& job);
 
-// `ringctl top`: the progress line and a table of the ranks' live figures.
-std::string TopFrame(const JobEvent& event, absl::Time now);
+// `ringctl top`: the progress line and a table of the ranks' live figures, then the
+// communication table (CommTable) of every rank, or of `comm_rank` only.
+std::string TopFrame(const JobEvent& event, absl::Time now,
+                     std::optional<int> comm_rank = std::nullopt);
+
+// The ranks' communication per step since their trainer processes started
+// (RankStats.comm_ops over process_steps), one row per rank, group and operation: calls,
+// MB sent measured and by the algorithm's formula, their ratio, time. With `rank`, that
+// rank's only, and its gradient buckets' table below. "" when no rank reported any.
+std::string CommTable(const JobEvent& event, std::optional<int> rank = std::nullopt);
 
 // The phase as people read it: "running".
 std::string PhaseName(JobPhase phase);

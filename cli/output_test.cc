@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -300,6 +301,70 @@ TEST(TopFrameTest, ProgressAndRankTable) {
   r->set_slowdown(2.4);
   r->set_straggler(true);
   EXPECT_THAT(TopFrame(event, kNow), HasSubstr("2.4x straggler"));
+}
+
+// Hand-made ranks: 10 steps; rank 0 all-reduced 100 MB a step (N = 4: the ring's
+// 2(N-1)/N = 1.5 x 100 MB) and sent 1.5 % more than the formula; rank 1 barriers only.
+JobEvent CommEvent() {
+  JobEvent event;
+  *event.mutable_job() = ExampleJob();
+  for (int rank : {0, 1}) {
+    RankStats* r = event.add_ranks();
+    r->set_rank(rank);
+    r->set_process_steps(10);
+    CommOpStats* op = r->add_comm_ops();
+    op->set_group("world");
+    op->set_group_size(4);
+    if (rank == 0) {
+      op->set_op("all_reduce");
+      op->set_calls(40);
+      op->set_payload_bytes(1000000000);
+      op->set_formula_bytes_sent(1500000000);
+      op->set_bytes_sent(1522500000);
+      op->set_seconds(0.5);
+      BucketStats* b = r->add_buckets();
+      b->set_bucket(0);
+      b->set_bytes(25000000);
+      b->set_calls(10);
+      b->set_bytes_sent(375000000);
+      b->set_formula_bytes_sent(375000000);
+      b->set_seconds(0.2);
+    } else {
+      op->set_op("barrier");
+      op->set_calls(5);
+    }
+  }
+  return event;
+}
+
+TEST(CommTableTest, PerStepFiguresAgainstTheFormula) {
+  const JobEvent event = CommEvent();
+  const std::string all = CommTable(event);
+  EXPECT_THAT(all, HasSubstr("RANK   GROUP      OP           CALLS/STEP   MB/STEP   FORMULA_MB   "
+                             "RATIO   TIME/STEP"));
+  // 40 calls / 10 steps; 152.25 MB against 150 MB a step; 50 ms a step.
+  EXPECT_THAT(all, HasSubstr("0      world(4)   all_reduce   4.0          152.250   150.000      "
+                             "1.015   50.00ms"));
+  EXPECT_THAT(all, HasSubstr("1      world(4)   barrier      0.5          0.000     0.000        "
+                             "-       0.00ms"));
+  EXPECT_THAT(all, Not(HasSubstr("BUCKET")));
+  for (absl::string_view line : absl::StrSplit(all, '\n')) EXPECT_LE(line.size(), 100u) << line;
+
+  const std::string one = CommTable(event, 0);
+  EXPECT_THAT(one, Not(HasSubstr("barrier")));
+  EXPECT_THAT(one, HasSubstr("gradient buckets of rank 0"));
+  EXPECT_THAT(one, HasSubstr("0        25.000   1.0          37.500    37.500       1.000   "
+                             "20.00ms"));
+  EXPECT_EQ(CommTable(event, 7), "");  // no such rank
+  EXPECT_THAT(TopFrame(event, kNow, 1), HasSubstr("barrier"));
+  EXPECT_THAT(TopFrame(event, kNow, 1), Not(HasSubstr("all_reduce")));
+}
+
+TEST(CommTableTest, BeforeTheFirstStepShowsTotalsAsDashes) {
+  JobEvent event = CommEvent();
+  event.mutable_ranks(0)->set_process_steps(0);
+  EXPECT_THAT(CommTable(event, 0), HasSubstr("0      world(4)   all_reduce   -            -    "));
+  EXPECT_EQ(CommTable(JobEvent()), "");
 }
 
 // What went wrong and who is slow, in `ringctl status` (issue 17, points 2, 11, 13).

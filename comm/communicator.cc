@@ -114,6 +114,14 @@ absl::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+uint64_t RingAllReduceBytes(uint64_t bytes, int n) {
+  return n <= 1 ? 0 : 2 * static_cast<uint64_t>(n - 1) * bytes / static_cast<uint64_t>(n);
+}
+
+uint64_t RingGatherBytes(uint64_t bytes, int n) {
+  return n <= 1 ? 0 : static_cast<uint64_t>(n - 1) * bytes / static_cast<uint64_t>(n);
+}
+
 absl::string_view OpKindName(OpKind kind) {
   switch (kind) {
     case OpKind::kAllReduce:

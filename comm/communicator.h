@@ -94,6 +94,15 @@ struct OpCounters {
   uint64_t bytes_sent = 0;      // payload bytes this rank sent (headers not counted)
   uint64_t bytes_received = 0;  // payload bytes this rank received
   absl::Duration time;          // wall time spent inside the operation
+  // The calls' buffers, B: count x element size for all-reduce, broadcast and the
+  // point-to-point calls; the whole buffer (count x size() x element size) for all-gather
+  // (its output) and reduce-scatter (its input). 0 for barriers.
+  uint64_t payload_bytes = 0;
+  // What this rank sends by the formula of the algorithm the backend chose for each call
+  // (the backend's header lists them, e.g. a ring all-reduce 2(N-1)/N x B, see
+  // RingAllReduceBytes), set where the algorithm is chosen, so that it sits beside the
+  // measured bytes_sent; 0 where no formula applies (point-to-point, barrier).
+  uint64_t formula_bytes_sent = 0;
 };
 
 // Per-rank counters, indexed by OpKind.
@@ -102,6 +111,15 @@ struct Counters {
   const OpCounters& of(OpKind kind) const { return ops[static_cast<int>(kind)]; }
   OpCounters& of(OpKind kind) { return ops[static_cast<int>(kind)]; }
 };
+
+// What one rank sends by the ring algorithms' formulas, for N = `n` ranks and B = `bytes`
+// (OpCounters::payload_bytes), rounded down to a whole byte. The ring moves B in N chunks;
+// when N does not divide B's elements the chunks differ by one element, so one rank's
+// measured bytes differ from these by less than two elements (the ranks' sum is exact).
+//   all-reduce (reduce-scatter then all-gather)    2(N-1)/N x B
+//   all-gather, reduce-scatter (B: the whole buffer)  (N-1)/N x B
+uint64_t RingAllReduceBytes(uint64_t bytes, int n);
+uint64_t RingGatherBytes(uint64_t bytes, int n);
 
 // The handle of a non-blocking operation. Copies share the operation.
 class Work {

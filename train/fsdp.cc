@@ -35,6 +35,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
         comm_ops_(options.comm_ops),
         on_host_(!options.ops->device_memory()),
         pool_(options.ops),
+        meter_(static_cast<int>(layout_.units.size())),
         units_(layout_.units.size()) {
     const absl::Duration timeout = options.op_timeout;
     sum_ = [host_comm, timeout](absl::Span<double> values) {
@@ -176,6 +177,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     return status;
   }
   const GradientSyncStats& last_step() const override { return stats_; }
+  std::vector<BucketCounters> bucket_counters() const override { return meter_.Snapshot(); }
 
   absl::Status EndEvaluation() override {
     absl::Status status = WaitAll();
@@ -510,15 +512,17 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
       const bool bf16 = options_.reduce == Precision::kBFloat16;
       RM_RETURN_IF_ERROR(comm_ops_->ToHalf(bf16, g, Wire(wire_unit_)));
       RM_RETURN_IF_ERROR(comm_ops_->Synchronize());
-      RM_RETURN_IF_ERROR(comm_->ReduceScatter(Wire(wire_unit_), Wire(wire_shard_), unit.shard,
-                                              WireType(options_.reduce), comm::ReduceOp::kSum,
-                                              deadline));
+      RM_RETURN_IF_ERROR(meter_.Measure(op.unit, *comm_, comm::OpKind::kReduceScatter, [&] {
+        return comm_->ReduceScatter(Wire(wire_unit_), Wire(wire_shard_), unit.shard,
+                                    WireType(options_.reduce), comm::ReduceOp::kSum, deadline);
+      }));
       RM_RETURN_IF_ERROR(comm_ops_->FromHalf(bf16, Wire(wire_shard_), reduced));
     } else {
       RM_RETURN_IF_ERROR(comm_ops_->Synchronize());  // the discard's zeros
-      RM_RETURN_IF_ERROR(comm_->ReduceScatter(g.data(), reduced.data(), unit.shard,
-                                              DataType::kFloat32, comm::ReduceOp::kSum,
-                                              deadline));
+      RM_RETURN_IF_ERROR(meter_.Measure(op.unit, *comm_, comm::OpKind::kReduceScatter, [&] {
+        return comm_->ReduceScatter(g.data(), reduced.data(), unit.shard, DataType::kFloat32,
+                                    comm::ReduceOp::kSum, deadline);
+      }));
     }
     if (op.accumulate) RM_RETURN_IF_ERROR(comm_ops_->Add(reduced, shard));
     return comm_ops_->Synchronize();
@@ -533,6 +537,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   const bool on_host_;
   SumAcrossRanks sum_;
   UnitBufferPool pool_;
+  BucketMeter meter_;  // each unit's reduce-scatters
   OpsBuffer full_;  // ZeRO-2: the compute copy of every parameter
 
   // The training thread's.

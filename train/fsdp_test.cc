@@ -209,6 +209,23 @@ absl::Status RunCase(TcpCommunicator& comm, const Case& c) {
                                c.micro * t.all_gather_bytes, " and ",
                                c.micro * t.reduce_scatter_bytes));
     }
+    // Per unit (bucket_counters): one reduce-scatter per micro-batch, the bytes its ring's
+    // formula says, adding up to the communicator's.
+    const std::vector<BucketCounters> units = s.bucket_counters();
+    uint64_t unit_sent = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      unit_sent += units[u].bytes_sent;
+      if (units[u].calls != static_cast<uint64_t>(c.micro) ||
+          units[u].formula_bytes_sent != units[u].bytes_sent) {
+        return Fail(absl::StrCat("unit ", u, ": ", units[u].calls, " reduce-scatters, ",
+                                 units[u].bytes_sent, " bytes sent, formula ",
+                                 units[u].formula_bytes_sent));
+      }
+    }
+    if (units.size() != layout->units.size() || unit_sent != reduced) {
+      return Fail(absl::StrCat(units.size(), " units counted sent ", unit_sent, " bytes; ",
+                               layout->units.size(), " units, ", reduced, " bytes"));
+    }
     // The unit buffers (fsdp.h): parameters in use and prefetched, gradients being written
     // and reduced, each at most the largest unit; and the staging of one unit.
     const int64_t unit_bytes = layout->largest_unit * 4;

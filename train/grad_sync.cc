@@ -17,6 +17,24 @@ int64_t PaddedElements(int64_t elements, int world_size) {
   return std::max<int64_t>(unit, (elements + unit - 1) / unit * unit);
 }
 
+std::vector<BucketCounters> BucketMeter::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return buckets_;
+}
+
+void BucketMeter::Add(int bucket, const comm::OpCounters& before, const comm::OpCounters& after,
+                      absl::Duration took) {
+  absl::MutexLock lock(&mu_);
+  BucketCounters& b = buckets_[bucket];
+  b.calls += after.calls - before.calls;
+  b.bytes_sent += after.bytes_sent - before.bytes_sent;
+  b.formula_bytes_sent += after.formula_bytes_sent - before.formula_bytes_sent;
+  if (after.payload_bytes > before.payload_bytes) {
+    b.payload_bytes = static_cast<int64_t>(after.payload_bytes - before.payload_bytes);
+  }
+  b.time += took;
+}
+
 absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
     comm::Communicator* comm, const GradientSyncOptions& options) {
   const int n = comm->size();
@@ -44,25 +62,34 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
 }
 
 GradientSync::GradientSync(comm::Communicator* comm, const GradientSyncOptions& options)
-    : comm_(comm), options_(options), shard_elements_(options.padded_elements / comm->size()) {
-  const int n = comm->size();
+    : comm_(comm),
+      options_(options),
+      shard_elements_(options.padded_elements / comm->size()),
+      buckets_(MakeBuckets(options, comm->size())),
+      meter_(static_cast<int>(buckets_.size())) {}
+
+std::vector<GradientSync::Bucket> GradientSync::MakeBuckets(const GradientSyncOptions& options,
+                                                            int n) {
+  std::vector<Bucket> buckets;
   const int64_t total = options.padded_elements;
   if (options.reduction == GradientReduction::kAllReduce) {
     const int64_t b = std::max<int64_t>(state::kAlignElements, options.bucket_elements);
     for (int64_t end = total; end > 0; end -= b) {
       const int64_t begin = std::max<int64_t>(0, end - b);
-      buckets_.push_back({begin, begin, end});
+      buckets.push_back({begin, begin, end});
     }
   } else {
     // Blocks of a stripe: bucket_elements / world, whole cache lines, at most a shard.
+    const int64_t shard = total / n;
     int64_t block = options.bucket_elements / n / state::kAlignElements * state::kAlignElements;
-    block = std::clamp<int64_t>(block, state::kAlignElements, shard_elements_);
-    const int64_t stripes = (shard_elements_ + block - 1) / block;
+    block = std::clamp<int64_t>(block, state::kAlignElements, shard);
+    const int64_t stripes = (shard + block - 1) / block;
     for (int64_t k = stripes - 1; k >= 0; --k) {
-      const int64_t begin = k * block, end = std::min(shard_elements_, begin + block);
-      buckets_.push_back({begin, begin, end});
+      const int64_t begin = k * block, end = std::min(shard, begin + block);
+      buckets.push_back({begin, begin, end});
     }
   }
+  return buckets;
 }
 
 GradientSync::~GradientSync() {
@@ -102,18 +129,18 @@ void GradientSync::Ready(int64_t offset) {
   queued_ = ready;
 }
 
-absl::Status GradientSync::Reduce(const Bucket& bucket) {
+absl::Status GradientSync::Reduce(int index) {
   const absl::Time start = absl::Now();
   double squares = 0;
-  absl::Status status = ReduceBucket(bucket, start + options_.op_timeout, &squares);
+  absl::Status status = ReduceBucket(index, start + options_.op_timeout, &squares);
   absl::MutexLock lock(&mu_);
   comm_time_ += absl::Now() - start;
   local_sum_squares_ += squares;
   return status;
 }
 
-absl::Status GradientSync::ReduceBucket(const Bucket& bucket, absl::Time deadline,
-                                        double* squares) {
+absl::Status GradientSync::ReduceBucket(int index, absl::Time deadline, double* squares) {
+  const Bucket& bucket = buckets_[index];
   const size_t len = static_cast<size_t>(bucket.end - bucket.begin);
   VectorOps* ops = options_.comm_ops;
   // The reduction may run only once the gradients it reads are complete.
@@ -123,7 +150,9 @@ absl::Status GradientSync::ReduceBucket(const Bucket& bucket, absl::Time deadlin
     if (measure_norm_) {
       RM_ASSIGN_OR_RETURN(*squares, ops->SumOfSquares({p, len}));
     }
-    return comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+    return meter_.Measure(index, *comm_, comm::OpKind::kAllReduce, [&] {
+      return comm_->AllReduce(p, p, len, DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+    });
   }
   const int n = comm_->size();
   for (int r = 0; r < n; ++r) {
@@ -135,9 +164,11 @@ absl::Status GradientSync::ReduceBucket(const Bucket& bucket, absl::Time deadlin
   if (measure_norm_) {
     RM_ASSIGN_OR_RETURN(*squares, ops->SumOfSquares({staging_.data(), len * n}));
   }
-  return comm_->ReduceScatter(staging_.data(),
-                              grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
-                              DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+  return meter_.Measure(index, *comm_, comm::OpKind::kReduceScatter, [&] {
+    return comm_->ReduceScatter(staging_.data(),
+                                grads_ + comm_->rank() * shard_elements_ + bucket.begin, len,
+                                DataType::kFloat32, comm::ReduceOp::kSum, deadline);
+  });
 }
 
 void GradientSync::Loop() {
@@ -163,7 +194,7 @@ void GradientSync::Loop() {
       absl::MutexLock lock(&mu_);
       status = error_;
     }
-    if (status.ok()) status = Reduce(buckets_[next]);
+    if (status.ok()) status = Reduce(next);
     absl::MutexLock lock(&mu_);
     if (!status.ok() && error_.ok()) error_ = status;
     ++done_;
@@ -183,8 +214,8 @@ absl::Status GradientSync::Finish() {
     status = error_;
     error_ = absl::OkStatus();
   } else {
-    for (const Bucket& bucket : buckets_) {
-      status = Reduce(bucket);
+    for (int b = 0; b < num_buckets(); ++b) {
+      status = Reduce(b);
       if (!status.ok()) break;
     }
   }

@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
 #include "state/range.h"
@@ -70,6 +71,44 @@ struct GradientSyncStats {
   double local_grad_norm = 0;
 };
 
+// One gradient bucket's reductions since it was made (RankStats.buckets): measured by its
+// communicator's counters around each call, with the formula of the algorithm that ran.
+struct BucketCounters {
+  int64_t payload_bytes = 0;  // of the last reduction (OpCounters::payload_bytes)
+  uint64_t calls = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t formula_bytes_sent = 0;
+  absl::Duration time;  // inside the collective
+};
+
+// Per-bucket counters for a strategy's reductions (GradientSync's buckets, ZeRO-3's units).
+// Thread-safety: any thread; one bucket's reductions come from one thread at a time, the
+// one that issues its communicator's operations (communicator.h), so the change of the
+// communicator's counters across Measure is that reduction's alone.
+class BucketMeter {
+ public:
+  explicit BucketMeter(int buckets) : buckets_(buckets) {}
+
+  // Runs `reduce` (one collective of `kind` on `comm`) and adds it to `bucket`.
+  template <typename Fn>
+  absl::Status Measure(int bucket, comm::Communicator& comm, comm::OpKind kind, Fn&& reduce) {
+    const comm::OpCounters before = comm.counters().of(kind);
+    const absl::Time start = absl::Now();
+    absl::Status status = reduce();
+    Add(bucket, before, comm.counters().of(kind), absl::Now() - start);
+    return status;
+  }
+  // A snapshot, in bucket order.
+  std::vector<BucketCounters> Snapshot() const;
+
+ private:
+  void Add(int bucket, const comm::OpCounters& before, const comm::OpCounters& after,
+           absl::Duration took);
+
+  mutable absl::Mutex mu_;
+  std::vector<BucketCounters> buckets_ ABSL_GUARDED_BY(mu_);
+};
+
 class GradientSync {
  public:
   // `comm` is not owned and must outlive this object. INVALID_ARGUMENT for bad options.
@@ -93,6 +132,9 @@ class GradientSync {
   // the communicator is broken; the step must not be applied.
   absl::Status Finish();
   const GradientSyncStats& last_step() const { return stats_; }
+  // Every bucket's reductions since Create, in launch order (bucket 0 the highest
+  // offsets). Any thread.
+  std::vector<BucketCounters> bucket_counters() const { return meter_.Snapshot(); }
 
  private:
   struct Bucket {
@@ -102,9 +144,10 @@ class GradientSync {
     int mark = 0;          // options.ops->Mark() when it became ready (this step)
   };
   GradientSync(comm::Communicator* comm, const GradientSyncOptions& options);
-  absl::Status Reduce(const Bucket& bucket);
+  static std::vector<Bucket> MakeBuckets(const GradientSyncOptions& options, int world_size);
+  absl::Status Reduce(int index);
   // The collective of one bucket; adds this rank's sum of squares when measuring.
-  absl::Status ReduceBucket(const Bucket& bucket, absl::Time deadline, double* squares);
+  absl::Status ReduceBucket(int index, absl::Time deadline, double* squares);
   void Loop();
 
   comm::Communicator* const comm_;
@@ -116,6 +159,7 @@ class GradientSync {
   bool measure_norm_ = false;
   int launched_ = 0;  // buckets handed over this step (training thread only)
   GradientSyncStats stats_;
+  BucketMeter meter_;
 
   absl::Mutex mu_;
   int queued_ ABSL_GUARDED_BY(mu_) = 0;  // buckets the thread may run

@@ -26,6 +26,41 @@ TEST(PaddedElements, RoundsUpToWholeLinesPerRank) {
   EXPECT_EQ(PaddedElements(0, 2), 32);
 }
 
+// Every bucket reduced once per step, its payload its share of the buffer, and the bytes
+// this rank sent those of the algorithm that ran, worked out here: all-reduces of these
+// small buckets use recursive doubling (B per rank at N = 2; at N = 3 rank 1 takes rank 0's
+// data and hands the result back, 2B, the others B); reduce-scatters the ring, (N-1)/N x B.
+absl::Status CheckBucketCounters(const GradientSync& sync, GradientReduction reduction, int r,
+                                 int n, int steps, int64_t buffer_bytes) {
+  const std::vector<BucketCounters> buckets = sync.bucket_counters();
+  if (static_cast<int>(buckets.size()) != sync.num_buckets()) {
+    return absl::InternalError(absl::StrCat(buckets.size(), " bucket counters"));
+  }
+  int64_t payload = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const BucketCounters& c = buckets[b];
+    payload += c.payload_bytes;
+    const uint64_t per_call = static_cast<uint64_t>(c.payload_bytes);
+    const uint64_t expected = n == 1 ? 0
+                              : reduction == GradientReduction::kReduceScatter
+                                  ? per_call * (n - 1) / n
+                              : n == 3 && r == 1 ? 2 * per_call
+                                                 : per_call;
+    if (c.calls != static_cast<uint64_t>(steps) || c.bytes_sent != steps * expected ||
+        c.formula_bytes_sent != c.bytes_sent || (n > 1 && c.time <= absl::ZeroDuration())) {
+      return absl::InternalError(absl::StrCat("bucket ", b, ": ", c.calls, " calls, ", c.bytes_sent,
+                                              " bytes sent, formula ", c.formula_bytes_sent,
+                                              ", payload ", c.payload_bytes, "; expected ", steps,
+                                              " calls, ", steps * expected, " bytes"));
+    }
+  }
+  if (payload != buffer_bytes) {
+    return absl::InternalError(
+        absl::StrCat("buckets' payloads sum to ", payload, ", not ", buffer_bytes));
+  }
+  return absl::OkStatus();
+}
+
 // world size, reduction, overlap
 class GradientSyncTest : public ::testing::TestWithParam<std::tuple<int, GradientReduction, bool>> {
 };
@@ -75,7 +110,8 @@ TEST_P(GradientSyncTest, SumsEveryBucketAsBackwardReleasesIt) {
                      return absl::InternalError("stats not recorded");
                    }
                  }
-                 return absl::OkStatus();
+                 return CheckBucketCounters(**sync, reduction, r, n, 3,
+                                            o.padded_elements * int64_t{sizeof(float)});
                });
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;

@@ -58,6 +58,7 @@ class DataParallel final : public ParallelStrategy {
   void GradientsReady(int64_t offset) override { sync_->Ready(offset); }
   absl::Status ReduceGradients() override { return sync_->Finish(); }
   const GradientSyncStats& last_step() const override { return sync_->last_step(); }
+  std::vector<BucketCounters> bucket_counters() const override { return sync_->bucket_counters(); }
 
   absl::Status AfterOptimizerStep(absl::Span<float> params) override {
     if (options_.zero_stage == 0) return absl::OkStatus();

@@ -86,6 +86,10 @@ class ParallelStrategy {
   // otherwise (the step must not be applied).
   virtual absl::Status ReduceGradients() = 0;
   virtual const GradientSyncStats& last_step() const = 0;
+  // Each gradient bucket's reductions since the strategy was made (data parallelism's
+  // buckets, ZeRO-2's stripes, ZeRO-3's units), in launch order; empty where none are
+  // counted. Any thread.
+  virtual std::vector<BucketCounters> bucket_counters() const { return {}; }
   // After the optimizer updated update_window() of `params` (the step's buffer), or after
   // a restore wrote it: every rank's parameters are current again.
   virtual absl::Status AfterOptimizerStep(absl::Span<float> params) = 0;

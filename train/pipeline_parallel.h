@@ -105,6 +105,7 @@ class PipelineParallel final : public ParallelStrategy {
   void GradientsReady(int64_t offset) override { dp_->GradientsReady(offset); }
   absl::Status ReduceGradients() override { return dp_->ReduceGradients(); }
   const GradientSyncStats& last_step() const override { return dp_->last_step(); }
+  std::vector<BucketCounters> bucket_counters() const override { return dp_->bucket_counters(); }
   absl::Status AfterOptimizerStep(absl::Span<float> params) override {
     return dp_->AfterOptimizerStep(params);
   }

@@ -96,6 +96,7 @@ class TensorParallelSharded final : public ParallelStrategy {
   void GradientsReady(int64_t offset) override { fsdp_->GradientsReady(offset); }
   absl::Status ReduceGradients() override { return fsdp_->ReduceGradients(); }
   const GradientSyncStats& last_step() const override { return fsdp_->last_step(); }
+  std::vector<BucketCounters> bucket_counters() const override { return fsdp_->bucket_counters(); }
   absl::Status AfterOptimizerStep(absl::Span<float> params) override {
     return fsdp_->AfterOptimizerStep(params);
   }

@@ -206,6 +206,22 @@ struct Trainer::State {
     }
     return sent;
   }
+  // Every communicator's counters, named as CommGroupCounters says.
+  std::vector<CommGroupCounters> CommCounters() const {
+    std::vector<CommGroupCounters> all;
+    auto add = [&all](const comm::Communicator* c, std::string group) {
+      if (c != nullptr) all.push_back({std::move(group), c->size(), c->counters()});
+    };
+    add(hcomm, "world");
+    if (comm != hcomm) add(comm, std::string(comm->backend()));  // "nccl"
+    add(groups.dp.get(), "dp");
+    add(groups.tp.get(), "tp");
+    add(groups.pp.get(), "pp");
+    add(groups.dp_device.get(), "dp/nccl");
+    add(groups.tp_device.get(), "tp/nccl");
+    add(groups.pp_device.get(), "pp/nccl");
+    return all;
+  }
   // The model each step runs: the job's, or the strategy's own (a tensor-parallel shard).
   Model& StepModel() const {
     Model* own = strategy->step_model();
@@ -865,6 +881,9 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm, do
   report.exposed_comm_fraction = window.exposed_comm_fraction;
   report.lr = lr;
   report.loss_scale = scaler ? scaler->scale() : 0;
+  report.comm = CommCounters();
+  report.buckets = strategy->bucket_counters();
+  report.steps_run = step + 1 - first_step;
   if (leader && checkpoints != nullptr) {
     report.checkpoint_error_step = checkpoints->last_failed_step();
     report.checkpoint_error = checkpoints->last_failure();

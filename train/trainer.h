@@ -72,11 +72,22 @@
 #include "train/checkpoint_policy.h"
 #include "train/config.h"
 #include "train/data/dataset.h"
+#include "train/grad_sync.h"
 #include "train/model.h"
 #include "train/restore.h"
 #include "train/result.pb.h"
 
 namespace ringmaster::train {
+
+// One of the trainer's communicators and its counters (RankStats.comm_ops).
+struct CommGroupCounters {
+  // "world" (the job's: the host collectives'); the gradients' communicator, when it is
+  // another, by its backend ("nccl": the GPUs'); a mesh group "dp", "tp", "pp"; or a mesh
+  // group's NCCL split "dp/nccl", "tp/nccl", "pp/nccl".
+  std::string group;
+  int size = 0;
+  comm::Counters counters;
+};
 
 // What a rank knows after each step (TrainerOptions::on_step).
 struct StepReport {
@@ -99,6 +110,12 @@ struct StepReport {
   // path); -1 and empty while none has.
   int64_t checkpoint_error_step = -1;
   std::string checkpoint_error;
+  // This trainer's communication since it started, per communicator (counters only grow),
+  // and per gradient bucket (ParallelStrategy::bucket_counters); the steps it ran (not the
+  // job's: those since this trainer restored its state).
+  std::vector<CommGroupCounters> comm;
+  std::vector<BucketCounters> buckets;
+  int64_t steps_run = 0;
 };
 
 struct TrainerOptions {

@@ -13,6 +13,7 @@
 #include "config/train_config.h"
 #include "glog/logging.h"
 #include "train/model_factory.h"
+#include "worker/comm_report.h"
 #include "client/coordinator_store.h"
 
 namespace ringmaster::worker {
@@ -28,9 +29,11 @@ class ProgressReporter {
   // `preemption_rate`: where the coordinator's ProgressResponse.preemption_rate_per_hour
   // goes (the checkpoint policy's signal under checkpoint.every: auto).
   ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
-                   std::atomic<bool>* drain, std::atomic<double>* preemption_rate)
+                   std::atomic<bool>* drain, std::atomic<double>* preemption_rate,
+                   const ProcessCommStats* comm_stats)
       : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
-        preemption_rate_(preemption_rate), thread_([this] { Loop(); }) {}
+        preemption_rate_(preemption_rate), comm_stats_(comm_stats),
+        thread_([this] { Loop(); }) {}
 
   // Reports the checkpoints still queued (so that they are known before the job can
   // finish), then stops.
@@ -120,6 +123,7 @@ class ProgressReporter {
         stats->set_lr(report->lr);
         stats->set_loss_scale(report->loss_scale);
         request.set_total_steps(report->total_steps);
+        comm_stats_->Fill(stats);
         if (!report->checkpoint_error.empty()) {
           request.set_checkpoint_error_step(report->checkpoint_error_step);
           request.set_checkpoint_error(report->checkpoint_error);
@@ -169,6 +173,7 @@ class ProgressReporter {
   const int rank_;
   std::atomic<bool>* const drain_;
   std::atomic<double>* const preemption_rate_;
+  const ProcessCommStats* const comm_stats_;  // this process's communication (not owned)
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
@@ -233,6 +238,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
   // The cluster's preemption rate for this job as the coordinator last told it, across
   // epochs (checkpoint.every: auto).
   std::atomic<double> preemption_rate{0};
+  ProcessCommStats comm_stats;  // RankStats.comm_ops, buckets, process_steps
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -333,8 +339,11 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     int64_t announced = 0;
     bool leave = false;
     {
-      ProgressReporter reporter(o, epoch, rank, &drain, &preemption_rate);
-      to.on_step = [&reporter](const train::StepReport& r) { reporter.Report(r); };
+      ProgressReporter reporter(o, epoch, rank, &drain, &preemption_rate, &comm_stats);
+      to.on_step = [&reporter, &comm_stats](const train::StepReport& r) {
+        comm_stats.Update(r);
+        reporter.Report(r);
+      };
       to.on_checkpoint = [&reporter](const train::CommittedCheckpoint& c) {
         reporter.ReportCheckpoint(c);
       };
@@ -342,6 +351,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       announced = reporter.announced_epoch();
       leave = reporter.leave();
     }
+    comm_stats.EndEpoch();
     leave = leave || (o.leave_requested != nullptr && o.leave_requested->load());
     if (!trained.ok() && ready_refused && JobIsOver(trained.status())) return trained.status();
     if (!trained.ok()) {

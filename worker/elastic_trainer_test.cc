@@ -310,6 +310,67 @@ TEST_F(ElasticTrainerTest, TheClustersPreemptionRateReachesTheTrainer) {
   ASSERT_TRUE(result.ok()) << result.status();
 }
 
+// A step report whose trainer has run `steps` steps and all-reduced `calls` times.
+train::StepReport WithComm(int64_t step, int64_t steps, uint64_t calls) {
+  train::StepReport r{.step = step, .total_steps = 100, .loss = 1.5};
+  train::CommGroupCounters world{"world", 1, {}};
+  comm::OpCounters& c = world.counters.of(comm::OpKind::kAllReduce);
+  c.calls = calls;
+  c.bytes_sent = 1000 * calls;
+  c.formula_bytes_sent = 1000 * calls;
+  c.payload_bytes = 2000 * calls;
+  r.comm.push_back(world);
+  r.buckets.push_back(
+      {/*payload_bytes=*/2000, calls, 1000 * calls, 1000 * calls, absl::Milliseconds(calls)});
+  r.steps_run = steps;
+  return r;
+}
+
+TEST_F(ElasticTrainerTest, CommunicationIsReportedSinceTheProcessStartedAcrossEpochs) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  ProgressResponse change = AtEpoch(2);
+  change.set_save_now(true);
+  fake_.progress.Then(change).Always(AtEpoch(2));
+  epochs_.push_back(StepThenDrain(WithComm(5, 5, 10)));
+  // The next epoch's trainer counts from zero again: 3 more steps, 6 more all-reduces.
+  epochs_.push_back([this](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    to.on_step(WithComm(8, 3, 6));
+    if (!Eventually([&] {
+          for (const ProgressRequest& r : fake_.progress.requests()) {
+            if (r.stats().step() == 8) return true;
+          }
+          return false;
+        })) {
+      return absl::InternalError("step 8 not reported");
+    }
+    return Trained(100);
+  });
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<ProgressRequest> sent = fake_.progress.requests();
+  const RankStats& first = sent.at(0).stats();
+  EXPECT_EQ(first.process_steps(), 5);
+  ASSERT_EQ(first.comm_ops_size(), 1);
+  EXPECT_EQ(first.comm_ops(0).calls(), 10);
+  // The report of step 8 (keep-alives, step -1, may follow it).
+  auto step8 = std::find_if(sent.begin(), sent.end(),
+                            [](const ProgressRequest& r) { return r.stats().step() == 8; });
+  ASSERT_NE(step8, sent.end());
+  const RankStats& last = step8->stats();
+  EXPECT_EQ(last.process_steps(), 8);
+  ASSERT_EQ(last.comm_ops_size(), 1);
+  EXPECT_EQ(last.comm_ops(0).group(), "world");
+  EXPECT_EQ(last.comm_ops(0).op(), "all_reduce");
+  EXPECT_EQ(last.comm_ops(0).calls(), 16);
+  EXPECT_EQ(last.comm_ops(0).bytes_sent(), 16000);
+  EXPECT_EQ(last.comm_ops(0).formula_bytes_sent(), 16000);
+  EXPECT_EQ(last.comm_ops(0).payload_bytes(), 32000);
+  ASSERT_EQ(last.buckets_size(), 1);
+  EXPECT_EQ(last.buckets(0).calls(), 16);
+  EXPECT_EQ(last.buckets(0).bytes(), 2000);
+  EXPECT_DOUBLE_EQ(last.buckets(0).seconds(), 0.016);
+}
+
 TEST_F(ElasticTrainerTest, ATrainerToldToLeaveLeavesAfterTheDrain) {
   fake_.join.Then(Joined(1));
   ProgressResponse leave = AtEpoch(2);

@@ -126,10 +126,6 @@ bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 const char* At(const void* base, size_t offset) { return static_cast<const char*>(base) + offset; }
 
-// Nominal per-rank volumes of the ring algorithms (see the header).
-uint64_t RingAllReduce(uint64_t bytes, int n) { return 2 * (n - 1) * bytes / n; }
-uint64_t RingGather(uint64_t bytes, int n) { return (n - 1) * bytes; }
-
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(int rank, int size, int device, absl::Duration finalize_timeout,
@@ -342,7 +338,8 @@ absl::Status NcclCommunicator::CheckHealthy() const {
 }
 
 absl::Status NcclCommunicator::Finish(OpKind kind, absl::Time start, absl::Status status,
-                                      uint64_t sent, uint64_t received) {
+                                      uint64_t sent, uint64_t received, uint64_t payload,
+                                      uint64_t formula) {
   {
     absl::MutexLock lock(&mu_);
     OpCounters& c = counters_.of(kind);
@@ -351,6 +348,8 @@ absl::Status NcclCommunicator::Finish(OpKind kind, absl::Time start, absl::Statu
     if (status.ok()) {
       c.bytes_sent += sent;
       c.bytes_received += received;
+      c.payload_bytes += payload;
+      c.formula_bytes_sent += formula;
       return status;
     }
     ++c.errors;
@@ -480,8 +479,8 @@ absl::Status NcclCommunicator::AllReduceNow(const void* send, void* recv, size_t
     });
   }();
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
-  return Finish(kKind, start, std::move(status), RingAllReduce(bytes, size_),
-                RingAllReduce(bytes, size_));
+  const uint64_t ring = RingAllReduceBytes(bytes, size_);
+  return Finish(kKind, start, std::move(status), ring, ring, bytes, ring);
 }
 
 absl::Status NcclCommunicator::AllGatherNow(const void* send, void* recv, size_t count, DataType type,
@@ -517,8 +516,8 @@ absl::Status NcclCommunicator::AllGatherNow(const void* send, void* recv, size_t
     });
   }();
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
-  return Finish(kKind, start, std::move(status), RingGather(bytes, size_),
-                RingGather(bytes, size_));
+  const uint64_t ring = RingGatherBytes(bytes * size_, size_);
+  return Finish(kKind, start, std::move(status), ring, ring, bytes * size_, ring);
 }
 
 absl::Status NcclCommunicator::ReduceScatterNow(const void* send, void* recv, size_t count,
@@ -557,8 +556,8 @@ absl::Status NcclCommunicator::ReduceScatterNow(const void* send, void* recv, si
     });
   }();
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
-  return Finish(kKind, start, std::move(status), RingGather(bytes, size_),
-                RingGather(bytes, size_));
+  const uint64_t ring = RingGatherBytes(bytes * size_, size_);
+  return Finish(kKind, start, std::move(status), ring, ring, bytes * size_, ring);
 }
 
 absl::Status NcclCommunicator::BroadcastNow(const void* send, void* recv, size_t count, DataType type,
@@ -590,8 +589,8 @@ absl::Status NcclCommunicator::BroadcastNow(const void* send, void* recv, size_t
   // Ring from the root: every rank but the root receives, every rank but the last sends.
   const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
   const int position = root >= 0 && root < size_ ? (rank_ - root + size_) % size_ : 0;
-  return Finish(kKind, start, std::move(status), position != size_ - 1 ? bytes : 0,
-                position != 0 ? bytes : 0);
+  const uint64_t sent = position != size_ - 1 ? bytes : 0;
+  return Finish(kKind, start, std::move(status), sent, position != 0 ? bytes : 0, bytes, sent);
 }
 
 absl::Status NcclCommunicator::SendNow(const void* buf, size_t count, DataType type, int peer,
@@ -613,7 +612,8 @@ absl::Status NcclCommunicator::SendNow(const void* buf, size_t count, DataType t
       return NcclToStatus(ncclSend(buf, count, nccl_type, peer, comm, stream_), "ncclSend");
     });
   }();
-  return Finish(kKind, start, std::move(status), uint64_t{count} * DataTypeSize(type), 0);
+  const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
+  return Finish(kKind, start, std::move(status), bytes, 0, bytes, 0);
 }
 
 absl::Status NcclCommunicator::RecvNow(void* buf, size_t count, DataType type, int peer,
@@ -635,7 +635,8 @@ absl::Status NcclCommunicator::RecvNow(void* buf, size_t count, DataType type, i
       return NcclToStatus(ncclRecv(buf, count, nccl_type, peer, comm, stream_), "ncclRecv");
     });
   }();
-  return Finish(kKind, start, std::move(status), 0, uint64_t{count} * DataTypeSize(type));
+  const uint64_t bytes = uint64_t{count} * DataTypeSize(type);
+  return Finish(kKind, start, std::move(status), 0, bytes, bytes, 0);
 }
 
 absl::Status NcclCommunicator::SendRecvNow(absl::Span<const PointToPoint> ops,
@@ -682,7 +683,7 @@ absl::Status NcclCommunicator::SendRecvNow(absl::Span<const PointToPoint> ops,
       return ended;
     });
   }();
-  return Finish(kKind, start, std::move(status), sent, received);
+  return Finish(kKind, start, std::move(status), sent, received, sent + received, 0);
 }
 
 absl::Status NcclCommunicator::BarrierNow(absl::Time deadline) {
@@ -697,7 +698,7 @@ absl::Status NcclCommunicator::BarrierNow(absl::Time deadline) {
           "ncclAllReduce");
     });
   }();
-  return Finish(kKind, start, std::move(status), 0, 0);
+  return Finish(kKind, start, std::move(status), 0, 0, 0, 0);
 }
 
 template <typename Fn>
@@ -707,7 +708,7 @@ absl::Status NcclCommunicator::InOrder(OpKind kind, absl::Time deadline, Fn&& fn
   if (!drained.ok()) {
     return Finish(kind, start,
                   absl::Status(drained.code(), absl::StrCat(OpName(kind), ": ", drained.message())),
-                  0, 0);
+                  0, 0, 0, 0);
   }
   return fn();
 }

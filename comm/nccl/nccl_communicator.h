@@ -42,6 +42,8 @@
 //   send / recv     B
 //   send_recv       the batch's sends' B sent, its receives' B received
 //   barrier         0 (no payload)
+// These are also the collectives' formula_bytes_sent (NCCL's documented ring volumes,
+// comm::RingAllReduceBytes and RingGatherBytes); payload_bytes as communicator.h says.
 //
 // Groups: Split() is ncclCommSplit (non-blocking config, polled against the deadline);
 // the group has its own NCCL communicator, stream and counters. Its family (the
@@ -208,8 +210,10 @@ class NcclCommunicator final : public Communicator {
   // but INVALID_ARGUMENT breaks the family and aborts NCCL before returning, so no
   // kernel still touches the caller's buffers. Returns the error that broke it, or
   // `status`.
+  // `payload` and `formula` are OpCounters::payload_bytes and formula_bytes_sent (the
+  // collectives' formula is their nominal `sent`; point-to-point has none).
   absl::Status Finish(OpKind kind, absl::Time start, absl::Status status, uint64_t sent,
-                      uint64_t received);
+                      uint64_t received, uint64_t payload, uint64_t formula);
   // INVALID_ARGUMENT unless `ptr` is device memory of this GPU or managed memory.
   absl::Status CheckDevicePointer(absl::string_view op, absl::string_view what,
                                   const void* ptr) const;

@@ -277,10 +277,18 @@ absl::Status AllCollectives(NcclCommunicator& comm) {
   RM_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::Create(4000));
   RM_RETURN_IF_ERROR(comm.AllReduce(buf->at(), buf->at(), 1000, DataType::kFloat32, ReduceOp::kSum,
                                     In(absl::Seconds(30))));
-  const uint64_t sent =
-      comm.counters().of(OpKind::kAllReduce).bytes_sent - before.of(OpKind::kAllReduce).bytes_sent;
+  const OpCounters after = comm.counters().of(OpKind::kAllReduce);
+  const uint64_t sent = after.bytes_sent - before.of(OpKind::kAllReduce).bytes_sent;
   const uint64_t want = 2 * (comm.size() - 1) * 4000 / comm.size();
-  return Check(sent == want, absl::StrCat("all_reduce bytes_sent ", sent, ", want ", want));
+  RM_RETURN_IF_ERROR(
+      Check(sent == want, absl::StrCat("all_reduce bytes_sent ", sent, ", want ", want)));
+  // The formula beside it is NCCL's ring volume too, and the payload the buffer.
+  const uint64_t formula =
+      after.formula_bytes_sent - before.of(OpKind::kAllReduce).formula_bytes_sent;
+  const uint64_t payload = after.payload_bytes - before.of(OpKind::kAllReduce).payload_bytes;
+  return Check(formula == want && payload == 4000,
+               absl::StrCat("all_reduce formula_bytes_sent ", formula, ", payload_bytes ", payload,
+                            ", want ", want, " and 4000"));
 }
 
 TEST(NcclMultiRank, CollectivesWithTwoRanksMatchTheReference) {

@@ -110,6 +110,26 @@ struct Chunks {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Recursive doubling all-reduce's formula for rank r (tcp_communicator.h).
+uint64_t RecursiveDoublingBytes(uint64_t bytes, int n, int r) {
+  int pow2 = 1, rounds = 0;
+  while (pow2 * 2 <= n) {
+    pow2 *= 2;
+    ++rounds;
+  }
+  const int extra = n - pow2;
+  if (r < 2 * extra) return r % 2 == 0 ? bytes : (rounds + 1) * bytes;
+  return rounds * bytes;
+}
+
+// The children of position `vr` in a binomial tree of n ranks rooted at position 0: vr + m
+// for every power of two m below vr's lowest set bit (below n for the root), if < n.
+int BinomialChildren(int vr, int n) {
+  int children = 0;
+  for (int m = 1; m < n && (vr == 0 || m < (vr & -vr)); m <<= 1) children += vr + m < n;
+  return children;
+}
+
 // The two streams of a ring: to the right neighbour and from the left one. Send transfer
 // t forwards what receive transfer t-1 completed, so the send is gated on the receive,
 // offset by the length of send transfer 0 (`first_send_bytes`).
@@ -604,6 +624,8 @@ absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
     return error;
   }
   op_traffic_ = tcp::Traffic{};
+  op_payload_bytes_ = 0;
+  op_formula_bytes_ = 0;
   const absl::Time start = absl::Now();
   absl::Status status = fn();
   const absl::Duration took = absl::Now() - start;
@@ -625,6 +647,8 @@ absl::Status TcpCommunicator::Guarded(OpKind kind, Fn&& fn) {
     ++c.calls;
     c.bytes_sent += op_traffic_.sent;
     c.bytes_received += op_traffic_.received;
+    c.payload_bytes += op_payload_bytes_;
+    c.formula_bytes_sent += op_formula_bytes_;
     c.time += took;
     if (!status.ok()) ++c.errors;
   }
@@ -771,6 +795,7 @@ auto TcpCommunicator::SendOp(const void* buf, size_t count, DataType type, int p
       RM_RETURN_IF_ERROR(ValidateType("Send", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Send", "peer", peer, rank_, size_, false));
       RM_RETURN_IF_ERROR(ValidateBuffer("Send", "buffer", s, count));
+      op_payload_bytes_ = bytes;
       SendStream stream{peer, {SendPiece{s, bytes}}};
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, &stream, 1, nullptr, 0, deadline);
     });
@@ -785,6 +810,7 @@ auto TcpCommunicator::RecvOp(void* buf, size_t count, DataType type, int peer,
       RM_RETURN_IF_ERROR(ValidateType("Recv", type));
       RM_RETURN_IF_ERROR(ValidatePeer("Recv", "peer", peer, rank_, size_, false));
       RM_RETURN_IF_ERROR(ValidateBuffer("Recv", "buffer", r, count));
+      op_payload_bytes_ = bytes;
       RecvStream stream{peer, {RecvPiece{r, bytes, nullptr}}};
       // Messages carry the sender's op kind: a Recv matches the peer's Send.
       return Run(OpKind::kSend, type, kernels::ReduceKind::kSum, nullptr, 0, &stream, 1, deadline);
@@ -795,6 +821,7 @@ auto TcpCommunicator::RecvOp(void* buf, size_t count, DataType type, int peer,
 auto TcpCommunicator::SendRecvOp(std::vector<PointToPoint> ops, absl::Time deadline) {
   return [ops = std::move(ops), deadline, this]() -> absl::Status {
     RM_RETURN_IF_ERROR(ValidateBatch(ops, rank_, size_));
+    for (const PointToPoint& op : ops) op_payload_bytes_ += op.count * DataTypeSize(op.type);
     // Device buffers go through host staging buffers of their own (the engine needs
     // every message's buffer at once); the receives are copied back once all are in.
     if (staging_batch_.size() < ops.size()) staging_batch_.resize(ops.size());
@@ -973,6 +1000,7 @@ absl::Status TcpCommunicator::AllReduceHost(AllReduceAlgorithm algorithm, const 
   RM_RETURN_IF_ERROR(ValidateOp("AllReduce", op));
   RM_RETURN_IF_ERROR(ValidateBuffers("AllReduce", send, recv, count));
   const size_t bytes = count * DataTypeSize(type);
+  op_payload_bytes_ = bytes;
   if (count == 0) return absl::OkStatus();
   if (size_ == 1) {
     if (send != recv) std::memcpy(recv, send, bytes);
@@ -982,6 +1010,9 @@ absl::Status TcpCommunicator::AllReduceHost(AllReduceAlgorithm algorithm, const 
     algorithm = bytes <= small_message_bytes_ ? AllReduceAlgorithm::kRecursiveDoubling
                                               : AllReduceAlgorithm::kRing;
   }
+  op_formula_bytes_ = algorithm == AllReduceAlgorithm::kRing
+                          ? RingAllReduceBytes(bytes, size_)
+                          : RecursiveDoublingBytes(bytes, size_, rank_);
   const kernels::ReduceKind kind = KindOf(op);
   RM_RETURN_IF_ERROR(algorithm == AllReduceAlgorithm::kRing
                          ? RingAllReduce(send, recv, count, type, kind, deadline)
@@ -1068,6 +1099,8 @@ absl::Status TcpCommunicator::AllGatherHost(const char* send, char* recv, size_t
   if (count == 0) return absl::OkStatus();
   const int n = size_, r = rank_;
   const size_t bytes = count * DataTypeSize(type);
+  op_payload_bytes_ = bytes * n;
+  op_formula_bytes_ = RingGatherBytes(bytes * n, n);  // recursive doubling's too
   if (send != recv + r * bytes) std::memcpy(recv + r * bytes, send, bytes);
   if (n == 1) return absl::OkStatus();
   const auto kind = kernels::ReduceKind::kSum;  // unused: nothing is reduced
@@ -1103,6 +1136,8 @@ absl::Status TcpCommunicator::ReduceScatterHost(const char* send, char* recv, si
   if (count == 0) return absl::OkStatus();
   const int n = size_, r = rank_;
   const size_t bytes = count * DataTypeSize(type);
+  op_payload_bytes_ = bytes * n;
+  op_formula_bytes_ = RingGatherBytes(bytes * n, n);
   if (n == 1) {
     if (send != recv) std::memcpy(recv, send, bytes);
   } else {
@@ -1132,11 +1167,14 @@ absl::Status TcpCommunicator::BroadcastHost(const char* send, char* recv, size_t
   if (count == 0) return absl::OkStatus();
   const int n = size_, r = rank_;
   const size_t bytes = count * DataTypeSize(type);
+  op_payload_bytes_ = bytes;
   if (r == root && send != recv) std::memcpy(recv, send, bytes);
   if (n == 1) return absl::OkStatus();
   const int vr = Mod(r - root, n);              // position relative to the root
   const auto kind = kernels::ReduceKind::kSum;  // unused: nothing is reduced
-  if (bytes > small_message_bytes_) {
+  const bool chain = bytes > small_message_bytes_;
+  op_formula_bytes_ = chain ? (vr != n - 1 ? bytes : 0) : BinomialChildren(vr, n) * bytes;
+  if (chain) {
     // Pipelined chain root -> root+1 -> ...: each rank forwards segments as they land.
     SendStream s{Mod(r + 1, n), {SendPiece{recv, bytes}}};
     RecvStream v{Mod(r - 1, n), {RecvPiece{recv, bytes, nullptr}}};

@@ -11,6 +11,17 @@
 //                  power of two and the gathered output ≤ small_message_bytes.
 //   Broadcast      ≤ small_message_bytes: binomial tree; larger: pipelined chain.
 //   Barrier        dissemination (header-only messages).
+// What each rank sends by these algorithms' formulas (OpCounters::formula_bytes_sent, B the
+// payload, N the size, log = log2 of the largest power of two <= N):
+//   AllReduce      ring 2(N-1)/N x B; recursive doubling log x B, and where N is not a
+//                  power of two the folded ranks: the first 2(N - 2^log) ranks, even ones
+//                  B (they hand over their data), odd ones (log + 1) x B (they hand back
+//                  the result);
+//   AllGather, ReduceScatter  (N-1)/N x B (B the whole buffer; recursive doubling's
+//                  rounds send 1, 2, 4, ... blocks, (N-1) blocks in all, as the ring);
+//   Broadcast      chain B, but 0 for the last rank of the chain; binomial tree B per
+//                  child of the rank in the tree;
+//   point-to-point and barrier: none (0).
 //   SendRecv       one engine run with a stream per op: every peer's messages progress
 //                  together; those on one link go in the batch's order (tcp/engine.h).
 //                  Its messages are Send's, so either side may use plain Send/Recv.
@@ -246,6 +257,10 @@ class TcpCommunicator final : public Communicator {
   std::vector<int> resources_;
   tcp::EngineOptions engine_options_;
   tcp::Traffic op_traffic_;    // payload moved by the operation in progress
+  // The operation in progress's OpCounters::payload_bytes and formula_bytes_sent, set where
+  // its algorithm is chosen.
+  uint64_t op_payload_bytes_ = 0;
+  uint64_t op_formula_bytes_ = 0;
   std::vector<char> scratch_;  // op-local scratch (grow-only)
   std::vector<char> segment_scratch_;
   std::vector<char> staging_send_, staging_recv_;  // host copies of device buffers

@@ -4,6 +4,7 @@
 // code with the backend's reductions.
 #include "comm/tcp/tcp_communicator.h"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/testing/multiproc.h"
@@ -410,6 +412,136 @@ TEST_P(RingBytes, RingAllReduceSendsTwoNMinusOneOverNOfTheBuffer) {
 INSTANTIATE_TEST_SUITE_P(Transports, RingBytes,
                          ::testing::Values(Transport::kSharedMemory, Transport::kTcp),
                          [](const auto& info) { return TransportName(info.param); });
+
+// Exercise 35.2: the bytes each rank measurably sends, against the formulas of the
+// algorithm that ran (tcp_communicator.h), summed over the ranks with an all-reduce.
+// Tolerance: none where the buffer splits into N equal chunks (and for all-gather,
+// reduce-scatter and broadcast, whose blocks are whole); for a ring all-reduce of a count N
+// does not divide, one rank sends two chunks' worth less than 2B, chunks that differ by an
+// element, so a rank is within two elements of 2(N-1)/N x B and the ranks' sum is exact.
+class FormulaBytes : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
+
+// The change of `kind`'s counters across fn(), as (measured, formula, payload).
+template <typename Fn>
+absl::StatusOr<std::array<uint64_t, 3>> Sent(TcpCommunicator& comm, OpKind kind, Fn fn) {
+  const OpCounters before = comm.counters().of(kind);
+  absl::Status s = fn();
+  if (!s.ok()) return s;
+  const OpCounters after = comm.counters().of(kind);
+  return std::array<uint64_t, 3>{after.bytes_sent - before.bytes_sent,
+                                 after.formula_bytes_sent - before.formula_bytes_sent,
+                                 after.payload_bytes - before.payload_bytes};
+}
+
+// The sum over the ranks of `mine`.
+absl::StatusOr<int64_t> SumOverRanks(TcpCommunicator& comm, uint64_t mine) {
+  int64_t v = static_cast<int64_t>(mine);
+  absl::Status s =
+      comm.AllReduce(&v, &v, 1, DataType::kInt64, ReduceOp::kSum, absl::Now() + absl::Seconds(30));
+  if (!s.ok()) return s;
+  return v;
+}
+
+absl::Status CheckFormulas(TcpCommunicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  auto fail = [&](absl::string_view what, const std::array<uint64_t, 3>& got, double expected) {
+    return absl::InternalError(absl::StrCat(what, " on rank ", r, " of ", n, ": measured ", got[0],
+                                            " bytes, formula ", got[1], ", payload ", got[2],
+                                            ", expected ", expected));
+  };
+  // Ring all-reduce: a count n divides (1 MiB of f32 per rank) and one it does not.
+  const size_t big = static_cast<size_t>(n) << 18;
+  for (size_t count : {big, big + 1}) {
+    std::vector<float> buf(count, 1.0f);
+    const double payload = 4.0 * count, ideal = 2.0 * (n - 1) / n * payload;
+    auto got = Sent(comm, OpKind::kAllReduce, [&] {
+      return comm.AllReduceWith(TcpCommunicator::AllReduceAlgorithm::kRing, buf.data(), buf.data(),
+                                count, DataType::kFloat32, ReduceOp::kSum, deadline);
+    });
+    if (!got.ok()) return got.status();
+    const auto& g = *got;
+    const bool divides = count % n == 0;
+    if (g[2] != payload || g[1] != std::floor(ideal)) return fail("ring formula", g, ideal);
+    if (divides ? g[0] != ideal : std::fabs(g[0] - ideal) >= 2 * 4) {
+      return fail("ring all-reduce", g, ideal);
+    }
+    auto total = SumOverRanks(comm, g[0]);
+    if (!total.ok()) return total.status();
+    if (*total != 2 * (n - 1) * payload) return fail("ring all-reduce, all ranks", g, ideal * n);
+  }
+  // Recursive doubling (the default for small buffers): log2(N) x B per rank at a power of
+  // two; otherwise 2(N - 2^k) folded ranks, even ones B, odd ones (k + 1) x B.
+  {
+    const size_t count = 1000;
+    std::vector<float> buf(count, 1.0f);
+    auto got = Sent(comm, OpKind::kAllReduce, [&] {
+      return comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                            deadline);
+    });
+    if (!got.ok()) return got.status();
+    const int k = n >= 4 ? 2 : 1, folded = 2 * (n - (1 << k));
+    const double b = 4.0 * count;
+    const double expected = r >= folded ? k * b : r % 2 == 0 ? b : (k + 1) * b;
+    if ((*got)[0] != expected || (*got)[1] != expected) {
+      return fail("recursive doubling all-reduce", *got, expected);
+    }
+  }
+  // All-gather and reduce-scatter, ring (large) and, at powers of two, recursive doubling
+  // (small): (N-1)/N of the whole buffer, N x count elements.
+  for (size_t count : {size_t{1}, size_t{1001}, size_t{(1 << 18) + 3}}) {
+    std::vector<float> whole(count * n, 1.0f), part(count, 1.0f);
+    const double payload = 4.0 * count * n, ideal = (n - 1) * 4.0 * count;
+    auto got = Sent(comm, OpKind::kAllGather, [&] {
+      return comm.AllGather(part.data(), whole.data(), count, DataType::kFloat32, deadline);
+    });
+    if (!got.ok()) return got.status();
+    if ((*got)[0] != ideal || (*got)[1] != ideal || (*got)[2] != payload) {
+      return fail(absl::StrCat("all-gather of ", count), *got, ideal);
+    }
+    got = Sent(comm, OpKind::kReduceScatter, [&] {
+      return comm.ReduceScatter(whole.data(), part.data(), count, DataType::kFloat32,
+                                ReduceOp::kSum, deadline);
+    });
+    if (!got.ok()) return got.status();
+    if ((*got)[0] != ideal || (*got)[1] != ideal || (*got)[2] != payload) {
+      return fail(absl::StrCat("reduce-scatter of ", count), *got, ideal);
+    }
+  }
+  // Broadcast, binomial tree (small) and chain (large), from rank 1 % N: what one rank
+  // sends depends on its place, the ranks' sum is (N-1) x B (every other rank gets B once).
+  for (size_t count : {size_t{100}, size_t{(1 << 18) + 3}}) {
+    std::vector<float> buf(count, 1.0f);
+    auto got = Sent(comm, OpKind::kBroadcast, [&] {
+      return comm.Broadcast(buf.data(), buf.data(), count, DataType::kFloat32, 1 % n, deadline);
+    });
+    if (!got.ok()) return got.status();
+    if ((*got)[0] != (*got)[1]) return fail("broadcast", *got, (*got)[1]);
+    auto total = SumOverRanks(comm, (*got)[0]);
+    if (!total.ok()) return total.status();
+    if (*total != (n - 1) * 4.0 * count) return fail("broadcast, all ranks", *got, *total);
+  }
+  return absl::OkStatus();
+}
+
+TEST_P(FormulaBytes, MeasuredBytesMatchTheAlgorithmsFormula) {
+  const auto [world_size, transport] = GetParam();
+  auto results =
+      RunRanks(OptionsFor(world_size, transport),
+               [](TcpCommunicator& comm, absl::Duration*) { return CheckFormulas(comm); });
+  for (int r = 0; r < world_size; ++r) {
+    EXPECT_TRUE(results[r].status.ok()) << "rank " << r << ": " << results[r].status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, FormulaBytes,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5),
+                                            ::testing::Values(Transport::kSharedMemory,
+                                                              Transport::kTcp)),
+                         [](const auto& info) {
+                           return absl::StrCat("world", std::get<0>(info.param), "_",
+                                               TransportName(std::get<1>(info.param)));
+                         });
 
 TEST(TcpCommunicator, BadArgumentsNameTheArgumentAndDoNotBreakTheCommunicator) {
   MultiProcOptions options;
