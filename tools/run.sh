@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs ringmaster's main job on this one machine, no cluster needed: trains the
 # Fashion-MNIST MLP example (examples/fashion_mnist_mlp.yaml) with 4 local trainer
-# processes (under an embedded coordinator and node agent) and prints the test accuracy. Installs what the build needs first
-# (tools/setup.sh). Extra arguments go to `ringctl local` (e.g. --set epochs=3).
+# processes (under an embedded coordinator and node agent) and prints the test accuracy. While
+# it trains, its dashboard is served on a free loopback port (the URL is printed); at the end
+# its curves are drawn into out/fashion_mnist_mlp.curves.svg. Installs what the build needs
+# first (tools/setup.sh). Extra arguments go to `ringctl local` (e.g. --set epochs=3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +14,8 @@ mkdir -p "$CACHE_DIR" out
 bazel build --disk_cache="$CACHE_DIR" //cli:ringctl //worker:ringtrainer
 bazel-bin/cli/ringctl local --workers 4 examples/fashion_mnist_mlp.yaml \
     --set metrics.jsonl="$PWD/out/fashion_mnist_mlp.metrics.jsonl" \
-    --summary out/fashion_mnist_mlp.json "$@"
+    --metrics_listen 127.0.0.1:0 --summary out/fashion_mnist_mlp.json "$@"
+bazel-bin/cli/ringctl plot out/fashion_mnist_mlp.metrics.jsonl -o out/fashion_mnist_mlp.curves.svg
 python3 - out/fashion_mnist_mlp.json <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
