@@ -33,9 +33,11 @@ install_debian_packages() (
   )
 
   # Wanted, not required: Debian's clang 14 (bookworm), for tools/test.sh's build with
-  # -Werror=thread-safety (--config=clang). Where it cannot be installed, this says so and
-  # tools/test.sh skips that build.
-  OPTIONAL_PACKAGES=(clang-14)
+  # -Werror=thread-safety (--config=clang), and PyTorch (python3-torch, CPU), the peer that
+  # tests/gpt2_peer_test and tests/resnet_torch_test compare with (and trainbench measures).
+  # Where they cannot be installed, this says so, and tools/test.sh skips the clang build and
+  # the peer checks skip, saying why.
+  OPTIONAL_PACKAGES=(clang-14 python3-torch)
 
   # The packages of "$@" that are not installed.
   not_installed() {
@@ -51,7 +53,7 @@ install_debian_packages() (
   if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
     exit 0
   fi
-  optional_note="tools/setup.sh: not installed: ${missing_optional[*]} (optional: tools/test.sh skips its clang build)"
+  optional_note="tools/setup.sh: not installed: ${missing_optional[*]} (optional: tools/test.sh skips its clang build or the PyTorch peer checks)"
 
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then
