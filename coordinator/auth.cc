@@ -157,6 +157,12 @@ absl::Status CheckTlsMaterial(absl::string_view cert, absl::string_view key,
           "--tls_client_ca does not hold a PEM certificate (", OpenSslReason(), ")"));
     }
   }
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
+  }
+  if (!client_ca.empty() && cert.empty()) {
+    return absl::InvalidArgumentError("mutual TLS (--tls_client_ca) needs --tls_cert");
+  }
   return absl::OkStatus();
 }
 

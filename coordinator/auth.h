@@ -60,7 +60,8 @@ absl::Status CheckConfiguredTokens(absl::string_view user_token, absl::string_vi
 
 // Checks TLS material before a server uses it, so that a bad file is named instead of
 // surfacing as "cannot listen": `cert` must hold a PEM certificate, `key` a PEM private key
-// that belongs to it, `client_ca` (optional) PEM certificates. INVALID_ARGUMENT naming the
+// that belongs to it, `client_ca` (optional) PEM certificates; a certificate comes with its
+// key, and a client CA with a certificate (all empty: plaintext). INVALID_ARGUMENT naming the
 // flag (--tls_cert, --tls_key, --tls_client_ca) and what is wrong.
 absl::Status CheckTlsMaterial(absl::string_view cert, absl::string_view key,
                               absl::string_view client_ca);

@@ -515,12 +515,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         " is not a loopback address: give --user_token_file and --node_token_file, or "
         "listen on 127.0.0.1"));
   }
-  if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return absl::InvalidArgumentError("TLS needs both a certificate and its key");
-  }
-  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
-    return absl::InvalidArgumentError("mutual TLS (a client CA) needs a server certificate");
-  }
   RM_RETURN_IF_ERROR(CheckTlsMaterial(options.tls_cert, options.tls_key, options.tls_client_ca));
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (options.tls_cert.empty()) {

@@ -122,12 +122,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
         " is not a loopback address: give --user_token_file (scrapers then send "
         "\"Authorization: Bearer <user token>\"), or listen on 127.0.0.1"));
   }
-  if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
-  }
-  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
-    return absl::InvalidArgumentError("mutual TLS (--tls_client_ca) needs --tls_cert");
-  }
   RM_RETURN_IF_ERROR(
       CheckTlsMaterial(options.tls_cert, options.tls_key, options.tls_client_ca));
   if (options.threads < 1) {
