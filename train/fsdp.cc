@@ -36,7 +36,8 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
         on_host_(!options.ops->device_memory()),
         pool_(options.ops),
         meter_(static_cast<int>(layout_.units.size())),
-        units_(layout_.units.size()) {
+        units_(layout_.units.size()),
+        gathered_(layout_.units.size(), nullptr) {
     const absl::Duration timeout = options.op_timeout;
     sum_ = [host_comm, timeout](absl::Span<double> values) {
       return host_comm->AllReduce(values.data(), values.data(), values.size(),
@@ -134,6 +135,12 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     backward_ = false;
     current_ = -1;
     for (UnitState& u : units_) {
+      // A backward that stopped before a unit's gradients were done (an error) leaves its
+      // gradient buffer: a separate one goes back to the pool (an in-place one went with
+      // the parameters above).
+      if (u.grads != nullptr && !u.grads_in_place) Check(pool_.Give(u.grads, ops_->Mark()));
+      u.grads = nullptr;
+      u.grads_in_place = false;
       u.groups_done = 0;
       u.reduced = false;
     }
@@ -208,11 +215,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
                        f.prefetch == (backward_ ? FsdpConfig::Prefetch::kBackward
                                                 : FsdpConfig::Prefetch::kForward);
     const bool kept = layout_.units[u].kept_through_pass;
-    if (kept && units_[u].params != nullptr && u != current_) {
+    if (kept && units_[u].requested && u != current_) {
       // The LM head reads a tied embedding again: it is still here, nothing moves.
-      Wait(units_[u].gather);
       if (EvaluatingOnHost()) return HostUnit(u);
-      return units_[u].params - layout_.units[u].range.begin;
+      return Gathered(u) - layout_.units[u].range.begin;
     }
     if (!backward_ && u != current_) {
       if (current_ >= 0 && f.reshard_after_forward && !layout_.units[current_].kept_through_pass) {
@@ -230,9 +236,8 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
         Request(next);
       }
     }
-    Wait(units_[u].gather);
     if (EvaluatingOnHost()) return HostUnit(u);
-    return units_[u].params - layout_.units[u].range.begin;
+    return Gathered(u) - layout_.units[u].range.begin;
   }
 
   void BeginBackward() override { backward_ = true; }
@@ -240,14 +245,26 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   float* Gradients(int group) override {
     const int u = layout_.unit_of_group[group];
     UnitState& s = units_[u];
-    if (s.grads == nullptr) {
+    const FsdpUnit& unit = layout_.units[u];
+    // Not in device memory: the GPU models' backward (gpt_cuda.h) makes no such promise.
+    if (s.grads == nullptr && options_.zero_stage == 3 && unit.gradients_in_place && on_host_ &&
+        s.requested) {
+      // Over the gathered parameters: each group's as the model asks for it (it reads them
+      // no more); the gaps between tensors are zeroed for the reduction.
+      s.grads = Gathered(u);
+      s.grads_in_place = true;
+      for (const state::FlatRange& gap : unit.gaps) {
+        Check(ops_->Zero(
+            {s.grads + (gap.begin - unit.range.begin), static_cast<size_t>(gap.size())}));
+      }
+    } else if (s.grads == nullptr) {
       WaitForReductions();
       // The buffer's last user was the model's stream (released parameters) or the
       // communication thread, done with it: the zeroing on the model's stream needs no wait.
-      s.grads = TakeBuffer(layout_.units[u].padded).data;
-      Check(ops_->Zero({s.grads, static_cast<size_t>(layout_.units[u].padded)}));
+      s.grads = TakeBuffer(unit.padded).data;
+      Check(ops_->Zero({s.grads, static_cast<size_t>(unit.padded)}));
     }
-    return s.grads - layout_.units[u].range.begin;
+    return s.grads - unit.range.begin;
   }
 
   void GradientsDone(int group) override {
@@ -262,7 +279,13 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     Enqueue(op);
     s.grads = nullptr;  // the communication thread gives it back
     s.reduced = true;
-    if (options_.zero_stage == 3) ReleaseParameters(u);
+    if (s.grads_in_place) {  // the parameters' buffer went with them
+      s.grads_in_place = false;
+      s.requested = false;
+      s.params = nullptr;
+    } else if (options_.zero_stage == 3) {
+      ReleaseParameters(u);
+    }
   }
 
  private:
@@ -270,9 +293,10 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     enum Kind { kGather, kGatherWhole, kReduceScatter };
     Kind kind = kGather;
     int unit = 0;
-    float* buffer = nullptr;  // the unit buffer gathered into or reduced from (given back
-                              // by the thread, but for kGather's)
-    // The model's stream's mark to wait for before the buffer is touched: kGather, the
+    float* buffer = nullptr;  // the unit buffer reduced from or gathered into (given back by
+                              // the thread; kGather's is taken by the thread and handed to
+                              // the training thread through gathered_)
+    // The model's stream's mark to wait for before the buffer is touched: kGatherWhole, the
     // buffer's last reader (UnitBufferPool's token); kReduceScatter, the gradients' writers.
     int token = UnitBufferPool::kNoToken;
     bool accumulate = false;  // kReduceScatter: add to the shard (else overwrite it)
@@ -283,9 +307,11 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   };
   // The training thread's view of a unit in the current pass.
   struct UnitState {
-    float* params = nullptr;  // gathered (or being gathered) parameters
-    int64_t gather = -1;      // its op's sequence number
+    bool requested = false;   // its gather is queued (or done) and its buffer not given back
+    int64_t gather = -1;      // that op's sequence number
+    float* params = nullptr;  // the gathered parameters, once Gathered() waited for them
     float* grads = nullptr;   // the gradient buffer being written
+    bool grads_in_place = false;  // grads is the parameters' buffer (gradients_in_place)
     int groups_done = 0;
     bool reduced = false;  // its reduce-scatter is queued
   };
@@ -317,7 +343,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     const FsdpUnit& unit = layout_.units[u];
     if (host_unit_of_ != u) {
       host_unit_.resize(layout_.largest_unit);
-      Check(ops_->CopyToHost({units_[u].params, static_cast<size_t>(unit.range.size())},
+      Check(ops_->CopyToHost({Gathered(u), static_cast<size_t>(unit.range.size())},
                              host_unit_.data()));
       host_unit_of_ = u;
     }
@@ -353,14 +379,30 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     if (op.kind == Op::kReduceScatter) ++reductions_queued_;
     return queued_++;
   }
+  // Queues unit u's gather unless it is queued or here. The communication thread takes its
+  // buffer from the pool when it gets to it, so a buffer the reductions queued before it give
+  // back serves it (in backward, a unit's reduce-scatter then its predecessor's gather share
+  // one buffer).
   void Request(int u) {
     UnitState& s = units_[u];
-    if (s.params != nullptr) return;
-    const UnitBufferPool::Taken buffer = TakeBuffer(layout_.units[u].padded);
-    s.params = buffer.data;
-    Op op{Op::kGather, u, s.params};
-    op.token = buffer.token;
-    s.gather = Enqueue(op);
+    if (s.requested) return;
+    s.requested = true;
+    s.params = nullptr;
+    s.gather = Enqueue(Op{Op::kGather, u});
+  }
+  // Unit u's gathered parameters (requested), once the gather is complete. Out of memory for
+  // its buffer throws std::bad_alloc, as TakeBuffer does.
+  float* Gathered(int u) {
+    UnitState& s = units_[u];
+    if (s.params != nullptr) return s.params;
+    Wait(s.gather);
+    {
+      absl::MutexLock lock(&mu_);
+      s.params = gathered_[u];
+      gathered_[u] = nullptr;
+    }
+    if (s.params == nullptr) throw std::bad_alloc();
+    return s.params;
   }
   // Blocks until op `seq` ran; the time counts as exposed communication.
   void Wait(int64_t seq) {
@@ -400,12 +442,19 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
   }
   void ReleaseParameters(int u) {
     UnitState& s = units_[u];
-    if (s.params == nullptr) return;
+    if (!s.requested) return;
+    s.requested = false;
     Wait(s.gather);  // the thread may still be writing it
-    // The model's work enqueued so far may still read it: its next writer waits for this.
-    Check(pool_.Give(s.params, ops_->Mark()));
+    float* params = s.params;
+    if (params == nullptr) {
+      absl::MutexLock lock(&mu_);
+      params = gathered_[u];
+      gathered_[u] = nullptr;
+    }
     s.params = nullptr;
     if (host_unit_of_ == u) host_unit_of_ = -1;
+    // The model's work enqueued so far may still read it: its next writer waits for this.
+    if (params != nullptr) Check(pool_.Give(params, ops_->Mark()));
   }
   void ReleaseAllParameters() {
     for (size_t u = 0; u < units_.size(); ++u) ReleaseParameters(static_cast<int>(u));
@@ -431,6 +480,18 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
         op = queue_.front();
         queue_.pop_front();
         status = error_;
+      }
+      // A gather's buffer, taken even after an error: the model reads it whatever it holds.
+      if (op.kind == Op::kGather) {
+        absl::StatusOr<UnitBufferPool::Taken> taken = pool_.Take(layout_.units[op.unit].padded);
+        if (taken.ok()) {
+          op.buffer = taken->data;
+          op.token = taken->token;
+          absl::MutexLock lock(&mu_);
+          gathered_[op.unit] = op.buffer;
+        } else if (status.ok()) {
+          status = taken.status();
+        }
       }
       // After an error the remaining ops are only counted (and their buffers given back):
       // the step is lost anyway.
@@ -570,6 +631,8 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
 
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  // Per unit: the buffer its last gather went into, until the training thread takes it.
+  std::vector<float*> gathered_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t waiting_for_ ABSL_GUARDED_BY(mu_) = 0;  // Wait's op

@@ -13,10 +13,13 @@
 //             this unit computes. Moving on to the next unit frees the previous one
 //             (reshard_after_forward; else every unit stays until its backward is done).
 //   backward  the unit is gathered again if it was freed (backward prefetch queues the
-//             units before it first); its gradients go to a zeroed unit gradient buffer;
-//             once the unit's last group is done, its gradients are reduce-scattered (in
-//             fp32, or bf16 with precision.reduce) and added to this rank's shard, and both
-//             unit buffers are freed.
+//             units before it first); its gradients go to a zeroed unit gradient buffer,
+//             or, when every group of the unit allows it (ParameterGroup::
+//             gradients_over_parameters: the GPT on the CPU) and the strategy is in host
+//             memory, over its gathered parameters, each group's as the model asks for it
+//             (the gaps between tensors zeroed); once the unit's last group is done, its
+//             gradients are reduce-scattered (in fp32, or bf16 with precision.reduce) and
+//             added to this rank's shard, and its buffers are freed.
 // So a micro-batch all-gathers every unit twice (once with reshard_after_forward: false)
 // and reduce-scatters it once; with gradient accumulation this happens per micro-batch and
 // the shard sums them (nothing unsharded is kept across micro-batches).
@@ -32,13 +35,20 @@
 // The collectives run on one communication thread, in the order the training thread asks
 // for them, which is the same on every rank (the same model, the same policy). The unit
 // buffers come from a pool that reuses freed buffers (train/unit_buffer_pool.h); it holds at
-// most as many as were in use at once, each at most the largest unit: for ZeRO-3
-// (1 + prefetch_limit) units of gathered parameters (the one in use and those prefetched)
-// and 2 of gradients (the one being written and the one being reduced: before it takes
-// another gradient buffer the training thread waits until at most one reduction is still
-// queued), so (prefetch_limit + 3) × the largest unit (3 without prefetch); more with
-// activation checkpointing (a segment's units stay gathered from its recomputation to its
-// backward) and with reshard_after_forward: false (every unit, from forward to backward).
+// most as many as were in use at once, each at most the largest unit. A gather's buffer is
+// taken by the communication thread when it gets to the gather, so the reductions queued
+// before it have given theirs back. For ZeRO-3:
+//   gradients over the parameters: the units in use and prefetched, (1 + prefetch_limit),
+//     the unit being reduced handing its buffer to the gather queued after it; a unit that
+//     backward does not gather (the embeddings) takes one for its gradients while at most
+//     one reduction is queued: max(1 + prefetch_limit, 2) × the largest unit (2 without
+//     prefetch);
+//   gradients apart: besides the parameters, 2 gradient buffers (the one being written and
+//     the one being reduced: before it takes another the training thread waits until at
+//     most one reduction is still queued), at most (prefetch_limit + 3) × the largest unit;
+// more with activation checkpointing (a segment's units stay gathered from its
+// recomputation to its backward) and with reshard_after_forward: false (every unit, from
+// forward to backward).
 // ZeRO-2 holds the same 2 gradient buffers of a bucket and, after the optimizer step, one
 // for the gathers. On top: with gradient accumulation the staging of one shard (fp32), and
 // with 16-bit gathers or reductions one unit and one shard in 16 bits.

@@ -49,11 +49,23 @@ FsdpLayout Build(const state::TensorTable& table, const std::vector<ParameterGro
     layout.local_elements += unit.shard;
     layout.largest_unit = std::max(layout.largest_unit, unit.padded);
     unit.backward_reads_parameters = false;
+    unit.gradients_in_place = true;
     for (int g = unit.first_group; g < unit.end_group; ++g) {
       layout.unit_of_group[g] = static_cast<int>(u);
       if (groups[g].backward_reads_parameters) unit.backward_reads_parameters = true;
       if (groups[g].read_again_by_head) unit.kept_through_pass = true;
+      if (!groups[g].gradients_over_parameters) unit.gradients_in_place = false;
     }
+    if (unit.kept_through_pass) unit.gradients_in_place = false;
+    int64_t covered = u == 0 ? 0 : unit.range.begin;
+    for (int t = groups[unit.first_group].first_tensor; t < groups[unit.end_group - 1].end_tensor;
+         ++t) {
+      const state::TensorSpec& spec = table.tensor(t);
+      if (spec.offset > covered) unit.gaps.push_back({covered, spec.offset});
+      covered = spec.offset + spec.numel;
+    }
+    const int64_t end = (u == 0 ? 0 : unit.range.begin) + unit.padded;
+    if (end > covered) unit.gaps.push_back({covered, end});
     layout.units.push_back(std::move(unit));
   }
   if (!layout.units.empty()) layout.units.front().range.begin = 0;

@@ -39,6 +39,13 @@ struct FsdpUnit {
   // then it stays gathered from its first use in forward until its gradients are final (no
   // second gather for backward).
   bool kept_through_pass = false;
+  // Whether its gradients are written over its gathered parameters in backward: every group
+  // has ParameterGroup::gradients_over_parameters and none is read again by the head.
+  bool gradients_in_place = false;
+  // The parts of [range.begin, range.begin + padded) that no tensor covers (the padding after
+  // tensors and the unit's tail): zero in the parameters, and zeroed in a gradient buffer
+  // that was the parameters' (they are reduced with the rest).
+  std::vector<state::FlatRange> gaps;
 
   // Rank r's piece of the flat space: [begin + r·shard, begin + (r+1)·shard) cut back to
   // `range` (empty for a rank whose piece is all padding).

@@ -37,6 +37,13 @@ struct Case {
   int64_t checkpoint_every = 0;  // the GPT's activation checkpointing
   enum class Net { kGpt, kMlp, kCnn };
   Net net = Net::kGpt;
+  // Gradient buffers apart from the parameters even where the model allows writing over them
+  // (ParameterGroup::gradients_over_parameters cleared).
+  bool apart = false;
+  // Where to put this rank's reduced gradient shard and the unit buffers' peak bytes after
+  // the step (null: nowhere).
+  std::vector<float>* grads_out = nullptr;
+  int64_t* unit_peak_out = nullptr;
 };
 
 std::string Name(const Case& c) {
@@ -142,6 +149,9 @@ absl::Status RunCase(TcpCommunicator& comm, const Case& c) {
   ShardedOptions so;
   so.table = &table;
   so.groups = model->parameter_groups();
+  if (c.apart) {
+    for (ParameterGroup& g : so.groups) g.gradients_over_parameters = false;
+  }
   so.zero_stage = c.zero_stage;
   so.fsdp = c.fsdp;
   so.bucket_mb = 0.002;  // stage 2: several buckets
@@ -183,6 +193,8 @@ absl::Status RunCase(TcpCommunicator& comm, const Case& c) {
   RM_RETURN_IF_ERROR(s.ReduceGradients());
   const comm::Counters after = comm.counters();
   if (s.last_step().local_grad_norm <= 0) return Fail("no local gradient norm");
+  if (c.grads_out != nullptr) c.grads_out->assign(grads.data(), grads.data() + grads.size());
+  if (c.unit_peak_out != nullptr) *c.unit_peak_out = s.unit_buffer_bytes_peak();
 
   // Each piece of the reduced gradient is the reference's.
   const double tolerance = c.reduce == Precision::kBFloat16 ? 2e-2 : 1e-5;
@@ -314,6 +326,49 @@ TEST(ShardedDataParallel, Zero3InHalfPrecision) {
                             .compute = Precision::kBFloat16,
                             .reduce = Precision::kBFloat16},
                            {2, 3});
+}
+
+// The GPT on the CPU writes each unit's gradients over its gathered parameters
+// (ParameterGroup::gradients_over_parameters): the same reduced gradients, bit for bit, as
+// with gradient buffers apart, in at most 2 unit buffers (+ the accumulation's staging shard)
+// with or without prefetch: the unit in use and the one prefetched, the one being reduced
+// handing its buffer to the next gather. Apart, prefetch holds 4.
+TEST(ShardedDataParallel, Zero3WritesGradientsOverTheParameters) {
+  for (Prefetch prefetch : {Prefetch::kNone, Prefetch::kBoth}) {
+    for (int micro : {1, 2}) {
+      Case c{.fsdp = Fsdp(Wrap::kBlock, prefetch), .micro = micro};
+      SCOPED_TRACE(Name(c));
+      ExpectOkOnRanks(2, [c](TcpCommunicator& comm) mutable {
+        std::vector<float> over, apart;
+        int64_t over_peak = 0, apart_peak = 0;
+        c.grads_out = &over;
+        c.unit_peak_out = &over_peak;
+        RM_RETURN_IF_ERROR(RunCase(comm, c));
+        c.apart = true;
+        c.grads_out = &apart;
+        c.unit_peak_out = &apart_peak;
+        RM_RETURN_IF_ERROR(RunCase(comm, c));
+        if (over != apart) return Fail("the gradients written over the parameters differ");
+        std::unique_ptr<Model> model = MakeModel(c);
+        ShardedOptions so;
+        so.table = &model->table();
+        so.groups = model->parameter_groups();
+        so.fsdp = c.fsdp;
+        RM_ASSIGN_OR_RETURN(const FsdpLayout layout, ShardedLayout(so, comm.size()));
+        const int64_t unit = 4 * layout.largest_unit;
+        const int64_t staging = c.micro > 1 ? 4 * layout.largest_unit / comm.size() : 0;
+        if (over_peak > 2 * unit + staging) {
+          return Fail(absl::StrCat("unit buffers peaked at ", over_peak, " bytes, above 2 units (",
+                                   2 * unit, ") + staging ", staging));
+        }
+        if (c.fsdp.prefetch == Prefetch::kBoth && apart_peak < 3 * unit) {
+          return Fail(absl::StrCat("apart, the unit buffers peaked at only ", apart_peak,
+                                   " bytes (a unit is ", unit, ")"));
+        }
+        return absl::OkStatus();
+      });
+    }
+  }
 }
 
 TEST(ShardedDataParallel, Zero2ShardsTheGradients) {

@@ -62,6 +62,18 @@ int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
   // A tied LM head's embeddings unit stays gathered through the pass (fsdp_layout.h).
   const bool kept = std::any_of(layout.units.begin(), layout.units.end(),
                                 [](const FsdpUnit& u) { return u.kept_through_pass; });
+  // On the CPU, when every unit backward gathers writes its gradients over its parameters
+  // (fsdp.h), no unit needs a second buffer for them: backward holds the units in use and
+  // those prefetched, the one being reduced giving its buffer to the next gather; a unit
+  // backward does not gather (the embeddings) takes one while the last reduction runs. A
+  // GPU (device: cuda, or auto, which may pick one) writes them apart, as does a tied head's
+  // embeddings unit (kept through the pass).
+  const bool in_place =
+      config.device == TrainConfig::Device::kCpu &&
+      std::all_of(layout.units.begin(), layout.units.end(), [](const FsdpUnit& u) {
+        return u.gradients_in_place || !u.backward_reads_parameters;
+      });
+  if (in_place) return std::max<int64_t>(segment + ahead, 2);
   return segment + ahead + 2 + (kept ? 1 : 0);
 }
 

@@ -20,11 +20,14 @@
 //                  local_elements (stages 2 and 3). Optimizer::state_bytes() of the real one.
 //   unit buffers   the most buffers the strategy's pool can hold at once, each at most the
 //                  largest unit U (train/fsdp.h), with p = prefetch_limit (0 with prefetch:
-//                  none): ZeRO-3 with reshard_after_forward (s + p + 2) × U, fsdp.h's
-//                  bound, s being the most units one segment of activation checkpointing
-//                  keeps gathered from its recomputation to its backward (1 without
-//                  checkpointing; one more with a tied LM head, whose embeddings unit stays
-//                  gathered through the pass); ZeRO-3 without resharding (units + 2) × U (every
+//                  none): ZeRO-3 with reshard_after_forward max(s + p, 2) × U when every
+//                  unit backward gathers writes its gradients over its parameters (the GPT
+//                  on the CPU: device: cpu; fsdp.h), else (s + p + 2) × U, fsdp.h's bound
+//                  (device auto or cuda, other models), s being the most units one segment
+//                  of activation checkpointing keeps gathered from its recomputation to its
+//                  backward (1 without checkpointing; one more with a tied LM head, whose
+//                  embeddings unit stays gathered through the pass); ZeRO-3 without
+//                  resharding (units + 2) × U (every
 //                  unit gathered from forward to backward, and the gradient buffers: the one
 //                  written and the one reduction the strategy lets queue); ZeRO-2 2 × U
 //                  (one bucket written while the one before is reduced, and one buffer for

@@ -44,6 +44,7 @@ TrainConfig Gpt(OptimizerOptions optimizer = AdamWOptions{}) {
   c.optimizer = std::move(optimizer);
   c.global_batch = 12;
   c.bucket_mb = 0.002;  // ZeRO-2: several buckets
+  c.device = TrainConfig::Device::kCpu;  // the strategies here are in host memory
   return c;
 }
 
@@ -188,11 +189,11 @@ absl::Status ShardedMatchesPlan(TcpCommunicator& comm, const TrainConfig& config
                              " bytes, above the planned ", plan.unit_buffer_bytes, " (",
                              layout.Describe(), ")"));
   }
-  // ZeRO-3 without prefetch holds a unit's parameters and its gradients at once, the
-  // largest's too (the GPT's lm_head; the MLP's largest is its first layer, which backward
-  // does not gather): 2 of the 3 buffers planned.
+  // The GPT on the CPU writes a unit's gradients over its parameters: ZeRO-3 holds the
+  // units in use and prefetched, the one being reduced handing its buffer to the next
+  // gather, and the embeddings' gradients beside the last reduction: 2 buffers planned, with
+  // prefetch or without, of which it uses more than one.
   const bool tight = stage == 3 && config.model.kind == ModelConfig::Kind::kGpt &&
-                    config.fsdp.prefetch == Prefetch::kNone &&
                     config.fsdp.reshard_after_forward && config.model.gpt.checkpoint_every == 0;
   const int64_t slack = layout.largest_unit * 4;
   if (tight && plan.unit_buffer_bytes > peak + slack) {

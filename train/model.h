@@ -63,6 +63,13 @@ struct ParameterGroup {
   // before them in backward (a token embedding that is also the LM head): sharded data
   // parallelism keeps its unit gathered from its first use until its gradients are final.
   bool read_again_by_head = false;
+  // Whether the model's backward reads none of the group's parameters once it has asked for
+  // the group's gradient buffer (ParameterStore::Gradients) and writes every element of its
+  // tensors' gradients there: a store may then hand it the group's gathered parameters as
+  // that buffer (ZeRO-3 writes a unit's gradients over its gathered parameters, holding one
+  // buffer for both). Set by models whose CPU backward promises it (GptModel, but for a tied
+  // embedding); the GPU models' backward does not (ZeRO-3 in device memory never does it).
+  bool gradients_over_parameters = false;
 };
 
 // Where a model finds its parameters and puts its gradients when they are not whole flat
@@ -84,7 +91,9 @@ class ParameterStore {
   // Forward is done; what follows is backward (recomputation included).
   virtual void BeginBackward() = 0;
   // Where the group's gradients go: the model overwrites them (never adds: the store sums
-  // micro-batches itself). Tensors' padding is zero and is left alone.
+  // micro-batches itself). Tensors' padding is zero and is left alone. For a group with
+  // gradients_over_parameters it may be the memory of the group's parameters (the model
+  // reads them no more).
   virtual float* Gradients(int group) = 0;
   // The group's gradients are final and its parameters no longer needed for this backward.
   virtual void GradientsDone(int group) = 0;

@@ -85,8 +85,7 @@ struct RankStateInputs {
 
 // The state the trainer allocates for `inputs`: the strategy's local_elements() of
 // parameters (and of gradients on the host), update_window() × the optimizer's moments,
-// and the unit buffers' bound (train/fsdp.h): for ZeRO-3 (2 × prefetch_limit + 3) of the
-// largest unit (3 without prefetch), for ZeRO-2 three of the largest bucket; ZeRO-2's
+// and the unit buffers' bound as train/memory_plan.h plans it (train/fsdp.h); ZeRO-2's
 // compute copy. INVALID_ARGUMENT for missing inputs; the
 // layout's errors.
 absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs);

@@ -270,9 +270,13 @@ GptModel::GptModel(const GptOptions& o)
   lm_head_ = o.tied_head ? wte_ : AddTensor("lm_head.weight", {o.vocab, c}, kInitStd, 0);
   keep_ = true;
 
+  // Backward reads no group's parameters once it has asked for its gradient buffer (the
+  // input gradient comes first; LayerNorm's sums wait in a scratch), and writes every
+  // gradient: gradients_over_parameters, but for a tied wte, which the head reads again.
   auto group = [&](const std::string& name, int first, int end, int block,
                    const std::string& block_name) {
     groups_.push_back({name, first, end, block, block_name});
+    groups_.back().gradients_over_parameters = true;
   };
   const int head_block = static_cast<int>(o.layers + 1);
   if (has_embeddings()) {
@@ -280,8 +284,10 @@ GptModel::GptModel(const GptOptions& o)
     // Only the tied head's backward reads wte (the embedding makes no input gradient).
     groups_.back().backward_reads_parameters = head_is_wte();
     groups_.back().read_again_by_head = head_is_wte();
+    groups_.back().gradients_over_parameters = !head_is_wte();
   } else if (o.tied_head && has_head()) {
     group("wte (the tied head's copy)", wte_, wte_ + 1, head_block, "head");
+    groups_.back().gradients_over_parameters = false;
   }
   static constexpr const char* kLayers[] = {"ln1", "attn.qkv", "attn.proj",
                                             "ln2", "mlp.fc",   "mlp.proj"};
@@ -577,6 +583,7 @@ absl::StatusOr<StepStats> GptModel::ForwardBackward(const Batch& batch,
   const int64_t rows = pass.rows, c = options_.width;
   dresidual_.Reserve(rows * c);
   dsmall_.Reserve(rows * c);
+  layer_norm_sums_.Reserve(2 * c);  // used with a store only; held alike with or without
   float* dlogits = dbig_.Reserve(rows * std::max({hidden_, 3 * attn_width_, options_.vocab}));
   const float scale = static_cast<float>(options.loss_scale / options.loss_divisor);
   const StepStats stats =
@@ -604,6 +611,8 @@ void GptModel::HeadBackward(const Pass& pass, GradWriter& writer) {
   float* dlnf = dsmall_.data();
   float* dx = dresidual_.data();
 
+  // Each layer's input gradient first, then its weights' (gradients_over_parameters).
+  kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
   if (head_is_wte()) {
     // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
     kernels::LinearBackwardWeights(lnf_out_, dlogits, tied_grad_.Reserve(vocab * c), nullptr, rows,
@@ -611,17 +620,34 @@ void GptModel::HeadBackward(const Pass& pass, GradWriter& writer) {
   } else {
     LinearWeights(writer, lm_head_, /*has_bias=*/false, lnf_out_, dlogits, rows, c, vocab);
   }
-  kernels::LinearBackwardInput(dlogits, Tensor(pass, lm_head_), dlnf, rows, c, vocab);
   RoundToPrecision(precision, dlnf, rows * c);
   if (!head_is_wte()) FinishLinear(writer);
 
-  writer.Begin(lnf_, lnf_ + 2);
   std::fill_n(dx, rows * c, 0.0f);
-  kernels::LayerNormBackward(dx, writer.Summed(lnf_), writer.Summed(lnf_ + 1), dlnf,
-                             Stream(blocks_.size()), Tensor(pass, lnf_), lnf_mean_, lnf_rstd_, rows,
-                             c);
+  LayerNormGradients(pass, writer, lnf_, dx, dlnf, Stream(blocks_.size()), lnf_mean_, lnf_rstd_,
+                     rows);
   RoundToPrecision(precision, dx, rows * c);
   writer.Finish();
+}
+
+void GptModel::LayerNormGradients(const Pass& pass, GradWriter& writer, int gain, float* dx,
+                                  const float* dy, const float* x, const float* mean,
+                                  const float* rstd, int64_t rows) {
+  const int64_t c = options_.width;
+  if (pass.store == nullptr) {
+    writer.Begin(gain, gain + 2);
+    kernels::LayerNormBackward(dx, writer.Summed(gain), writer.Summed(gain + 1), dy, x,
+                               Tensor(pass, gain), mean, rstd, rows, c);
+    return;
+  }
+  // The store's buffer may be the gain's own memory, which the kernel reads: sum into a
+  // scratch (as Summed's zeroed target would), then hand the sums over.
+  float* sums = layer_norm_sums_.Reserve(2 * c);
+  std::fill_n(sums, 2 * c, 0.0f);
+  kernels::LayerNormBackward(dx, sums, sums + c, dy, x, Tensor(pass, gain), mean, rstd, rows, c);
+  writer.Begin(gain, gain + 2);
+  std::copy_n(sums, c, writer[gain]);
+  std::copy_n(sums + c, c, writer[gain + 1]);
 }
 
 void GptModel::BlocksBackward(const Pass& pass, GradWriter& writer) {
@@ -654,36 +680,34 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
   const int64_t rows = pass.rows, c = options_.width;
   const int first = blocks_[block];
   auto w = [&](BlockTensor t) { return Tensor(pass, first + t); };
-  auto g_summed = [&](BlockTensor t) { return writer.Summed(first + t); };
   const BlockActivations& a = Slot(block);
   const Precision precision = pass.precision;
   float* dx = dresidual_.data();  // the gradient of the residual stream, added to in place
   float* dsmall = dsmall_.data();
   float* dbig = dbig_.data();
 
-  // Each layer's gradients are finished after the last read of its parameters.
+  // Each layer's input gradient first, then its weights' gradients (gradients_over_parameters).
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
-  LinearWeights(writer, first + kFcProjWeight, true, a.gelu, dx, rows, hidden_, c);
   kernels::LinearBackwardInput(dx, w(kFcProjWeight), dbig, rows, hidden_, c);
+  LinearWeights(writer, first + kFcProjWeight, true, a.gelu, dx, rows, hidden_, c);
   RoundToPrecision(precision, dbig, rows * hidden_);
   FinishLinear(writer);
   kernels::GeluBackward(dbig, a.fc, dbig, rows * hidden_);
   RoundToPrecision(precision, dbig, rows * hidden_);
-  LinearWeights(writer, first + kFcWeight, true, a.ln2, dbig, rows, c, hidden_);
   kernels::LinearBackwardInput(dbig, w(kFcWeight), dsmall, rows, c, hidden_);
+  LinearWeights(writer, first + kFcWeight, true, a.ln2, dbig, rows, c, hidden_);
   TensorParallelReduce(dsmall, rows * c);  // the column-parallel layer's input gradient
   RoundToPrecision(precision, dsmall, rows * c);
   FinishLinear(writer);
-  writer.Begin(first + kLn2Weight, first + kLn2Bias + 1);
-  kernels::LayerNormBackward(dx, g_summed(kLn2Weight), g_summed(kLn2Bias), dsmall, a.residual,
-                             w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c);
+  LayerNormGradients(pass, writer, first + kLn2Weight, dx, dsmall, a.residual, a.ln2_mean,
+                     a.ln2_rstd, rows);
   RoundToPrecision(precision, dx, rows * c);
   writer.Finish();
 
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
   const int64_t ca = attn_width_;
-  LinearWeights(writer, first + kProjWeight, true, a.attention, dx, rows, ca, c);
   kernels::LinearBackwardInput(dx, w(kProjWeight), dsmall, rows, ca, c);
+  LinearWeights(writer, first + kProjWeight, true, a.attention, dx, rows, ca, c);
   RoundToPrecision(precision, dsmall, rows * ca);
   FinishLinear(writer);
   float* dqkv = dbig;
@@ -695,14 +719,13 @@ void GptModel::BlockBackward(const Pass& pass, int64_t block, GradWriter& writer
                                pass.batch, options_.context, ca, heads_local_);
   }
   RoundToPrecision(precision, dqkv, rows * 3 * ca);
-  LinearWeights(writer, first + kQkvWeight, true, a.ln1, dqkv, rows, c, 3 * ca);
   kernels::LinearBackwardInput(dqkv, w(kQkvWeight), dsmall, rows, c, 3 * ca);
+  LinearWeights(writer, first + kQkvWeight, true, a.ln1, dqkv, rows, c, 3 * ca);
   TensorParallelReduce(dsmall, rows * c);  // the column-parallel layer's input gradient
   RoundToPrecision(precision, dsmall, rows * c);
   FinishLinear(writer);
-  writer.Begin(first + kLn1Weight, first + kLn1Bias + 1);
-  kernels::LayerNormBackward(dx, g_summed(kLn1Weight), g_summed(kLn1Bias), dsmall, Stream(block),
-                             w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c);
+  LayerNormGradients(pass, writer, first + kLn1Weight, dx, dsmall, Stream(block), a.ln1_mean,
+                     a.ln1_rstd, rows);
   RoundToPrecision(precision, dx, rows * c);
   writer.Finish();
 }
@@ -916,7 +939,8 @@ absl::Status GptModel::SliceBackwardWeights(absl::Span<float> grads,
 MemoryStats GptModel::memory() const {
   return {.activation_bytes_peak = arena_.bytes() + tokens_.bytes() + attention_scratch_.bytes() +
                                    loss_.scratch_bytes() + dresidual_.bytes() + dsmall_.bytes() +
-                                   dbig_.bytes() + deferred_buffers_.bytes() + tied_grad_.bytes()};
+                                   dbig_.bytes() + deferred_buffers_.bytes() + tied_grad_.bytes() +
+                                   layer_norm_sums_.bytes()};
 }
 
 }  // namespace ringmaster::train::nn

@@ -35,6 +35,8 @@
 //   - backward's gradients: the residual stream's, one of width and one of
 //     max(4 width, vocab) floats, reused by every block; attention's scratch.
 //   - with a tied head, the head's part of wte's gradient: vocab × width floats (not per token).
+//   - a LayerNorm's gain and bias gradients before they are handed to a store: 2 width floats
+//     (not per token).
 // With activation checkpointing every k blocks, forward keeps the residual stream only at
 // the inputs of blocks 0, k, 2k, ... and per-block activations only for one segment of k
 // blocks; backward recomputes each segment from its input (the last one is still in memory
@@ -312,6 +314,12 @@ class GptModel final : public Model {
                      const float* dout, int64_t rows, int64_t in_features, int64_t out_features);
   // Finishes the group LinearWeights began (nothing while deferring).
   void FinishLinear(GradWriter& writer);
+  // A LayerNorm's backward (gain tensor `gain`, its bias after it): adds its input gradient
+  // to dx and writes the gain's and bias's gradients, which with a store are summed in a
+  // scratch and written once the kernel is done reading the gain.
+  void LayerNormGradients(const Pass& pass, GradWriter& writer, int gain, float* dx,
+                          const float* dy, const float* x, const float* mean, const float* rstd,
+                          int64_t rows);
   // A row-parallel projection (attn.proj, mlp.proj): out = in · weightᵀ + bias, the partial
   // products summed over the tensor-parallel group before the (replicated) bias is added.
   void RowParallelForward(const float* in, const float* weight, const float* bias, float* out,
@@ -384,6 +392,7 @@ class GptModel final : public Model {
   // Keeps `n` floats from `from` for SliceBackwardWeights.
   const float* KeepForWeights(const float* from, int64_t n);
   GrowBuffer<float> staged_grads_;  // one group's half-precision gradients, for accumulate
+  GrowBuffer<float> layer_norm_sums_;  // a LayerNorm's gain and bias gradients [2, width]
   GrowBuffer<float> tied_grad_;     // tied head: the head's part of wte's gradient [vocab, width]
 };
 

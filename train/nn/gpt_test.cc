@@ -497,14 +497,15 @@ TEST(GptModel, CheckpointingGivesTheSameGradientsInLessMemory) {
 // rows): per row, `streams` residual-stream buffers of width floats, 15 width + 4 + heads
 // floats per block whose activations are kept, lnf (width + 2) and the logits (vocab), the
 // loss (1 float and 3 int32: loss, prediction, input, target), backward's gradients
-// (2 width + max(4 width, vocab)); and attention's scratch of 2 · min(context, 64) · context.
+// (2 width + max(4 width, vocab)); attention's scratch of 2 · min(context, 64) · context; and
+// a LayerNorm's gradient sums (2 width).
 TEST(GptModel, ActivationMemoryIsWhatTheHeaderLists) {
   const GptOptions base{.layers = 4, .heads = 2, .width = 16, .context = 8, .vocab = 32};
   auto documented = [&](int64_t streams, int64_t blocks) {
     const int64_t rows = 2 * 8, c = 16;
     const int64_t per_row = streams * c + blocks * (15 * c + 4 + 2) + (c + 2) + 32 + (1 + 3) +
                             (2 * c + std::max<int64_t>(4 * c, 32));
-    return 4 * (rows * per_row + 2 * 8 * 8);
+    return 4 * (rows * per_row + 2 * 8 * 8 + 2 * c);
   };
   const Batch batch = RandomTokens(2, base, 17);
   struct Case {
