@@ -1,9 +1,9 @@
 #include "bench/emulated_link.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
-#include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -45,9 +45,9 @@ std::string FindTool(const std::string& name) {
 absl::StatusOr<std::string> Tool(const std::string& name) {
   std::string path = FindTool(name);
   if (path.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the emulated link needs `", name,
-        "` (not in /usr/sbin, /sbin, /usr/bin or /bin): apt-get install iproute2"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the emulated link needs `", name,
+                     "` (not in /usr/sbin, /sbin, /usr/bin or /bin): apt-get install iproute2"));
   }
   return path;
 }
@@ -60,8 +60,9 @@ absl::StatusOr<std::string> RunTool(const std::string& tool, const std::vector<s
   RM_ASSIGN_OR_RETURN(const std::string path, Tool(tool));
   std::vector<std::string> words = {path};
   words.insert(words.end(), args.begin(), args.end());
-  const std::string command = absl::StrCat(
-      absl::StrJoin(words, " "), netns_pid > 0 ? absl::StrCat(" (in the namespace of pid ", netns_pid, ")") : "");
+  const std::string command =
+      absl::StrCat(absl::StrJoin(words, " "),
+                   netns_pid > 0 ? absl::StrCat(" (in the namespace of pid ", netns_pid, ")") : "");
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
@@ -121,11 +122,11 @@ absl::StatusOr<std::string> RunTool(const std::string& tool, const std::vector<s
         absl::StrCat(command, ": no answer within ", absl::FormatDuration(kToolTimeout)));
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat(
-        command, " failed (",
-        WIFEXITED(status) ? absl::StrCat("exit status ", WEXITSTATUS(status))
-                          : absl::StrCat("signal ", WTERMSIG(status)),
-        "): ", absl::StripTrailingAsciiWhitespace(output)));
+    return absl::InternalError(absl::StrCat(command, " failed (",
+                                            WIFEXITED(status)
+                                                ? absl::StrCat("exit status ", WEXITSTATUS(status))
+                                                : absl::StrCat("signal ", WTERMSIG(status)),
+                                            "): ", absl::StripTrailingAsciiWhitespace(output)));
   }
   return output;
 }
@@ -152,16 +153,9 @@ absl::Status EnterLinkHub() {
 // Moves this process (a rank, just forked) into a new network namespace of its own.
 absl::Status EnterRankNamespace() { return Unshare("a rank"); }
 
-// Joins the namespace of process `pid` to the hub's bridge (see RunRanksOnLink).
+// Joins the namespace of process `pid` to the hub's bridge (see RunRanksOnLink, which checks
+// the rank and the rate).
 absl::Status ConnectRank(pid_t pid, int rank, const EmulatedLinkOptions& options) {
-  if (rank < 0 || rank >= kMaxLinkRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is outside [0, ", kMaxLinkRanks, ") of the emulated link"));
-  }
-  if (!(options.gbit > 0) || !std::isfinite(options.gbit)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gbit: the link's rate must be positive, not ", options.gbit));
-  }
   const double bits_per_second = options.gbit * 1e9;
   const int64_t burst =
       options.burst_bytes > 0
@@ -172,11 +166,10 @@ absl::Status ConnectRank(pid_t pid, int rank, const EmulatedLinkOptions& options
                                     kLinkInterface, "netns", absl::StrCat(pid)})
                          .status());
   RM_RETURN_IF_ERROR(RunTool("ip", {"link", "set", hub_end, "master", kBridge, "up"}).status());
-  RM_RETURN_IF_ERROR(RunTool("ip",
-                             {"addr", "add", absl::StrCat(LinkAddress(rank), "/24"), "dev",
-                              kLinkInterface},
-                             pid)
-                         .status());
+  RM_RETURN_IF_ERROR(
+      RunTool("ip", {"addr", "add", absl::StrCat(LinkAddress(rank), "/24"), "dev", kLinkInterface},
+              pid)
+          .status());
   RM_RETURN_IF_ERROR(RunTool("ip", {"link", "set", kLinkInterface, "up"}, pid).status());
   // The queue holds 100 ms at the rate: TCP's own pacing keeps it short, and a drop (which
   // ReadLinkCounters reports) would cost a retransmission.
@@ -324,8 +317,8 @@ absl::Status CheckLinkSupport() {
 
 absl::Status RunRanksOnLink(int ranks, const EmulatedLinkOptions& options, const LinkRankFn& fn) {
   if (ranks < 1 || ranks > kMaxLinkRanks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ranks: ", ranks, " is outside [1, ", kMaxLinkRanks, "] for the emulated link"));
+    return absl::InvalidArgumentError(absl::StrCat("ranks: ", ranks, " is outside [1, ",
+                                                   kMaxLinkRanks, "] for the emulated link"));
   }
   if (!(options.gbit > 0) || !std::isfinite(options.gbit)) {
     return absl::InvalidArgumentError(
@@ -401,8 +394,8 @@ absl::StatusOr<LinkCounters> ReadLinkCounters(const std::string& interface) {
   // " Sent 54819202 bytes 36217 pkt (dropped 0, overlimits 2405 requeues 0)"
   const size_t at = qdisc.find("(dropped ");
   if (at == std::string::npos) {
-    return absl::InternalError(absl::StrCat("tc -s qdisc show dev ", interface,
-                                            ": no \"(dropped N\" in \"", qdisc, "\""));
+    return absl::InternalError(
+        absl::StrCat("tc -s qdisc show dev ", interface, ": no \"(dropped N\" in \"", qdisc, "\""));
   }
   absl::string_view rest = absl::string_view(qdisc).substr(at + 9);
   rest = rest.substr(0, rest.find(','));

@@ -4,9 +4,10 @@
 //
 // Layout: a hub process in a new network namespace with a bridge; every rank in a namespace
 // of its own, which the hub joins to the bridge by a veth pair. The rank's end,
-// kLinkInterface, carries LinkAddress(rank) and limits its egress with tc's token bucket filter (tbf) to the link's rate, so a rank sends
-// at most `gbit` Gbit/s (headers included), as through a NIC of that rate; what a rank
-// receives is limited by its senders' egress (in a ring, one neighbour's). No delay: this
+// kLinkInterface, carries LinkAddress(rank) and limits its egress with tc's token bucket
+// filter (tbf) to the link's rate, so a rank sends at most `gbit` Gbit/s (headers included),
+// as through a NIC of that rate; what a rank receives is limited by its senders' egress (in
+// a ring, one neighbour's). No delay: this
 // kernel has no netem (the rate is the point). The ranks' communicator must listen on
 // LinkAddress (TcpCommunicatorOptions::listen_host) with shared_memory off: the loopback of
 // a rank's namespace is down and nothing else leads to the other ranks.

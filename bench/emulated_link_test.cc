@@ -22,8 +22,8 @@ namespace {
 
 // Skips the test where this machine cannot make the link (not root, no iproute2), saying why;
 // tools/setup.sh installs iproute2 and CI runs as root.
-#define SKIP_WITHOUT_LINK()                                                   \
-  if (absl::Status support = CheckLinkSupport(); !support.ok()) {             \
+#define SKIP_WITHOUT_LINK()                                                    \
+  if (absl::Status support = CheckLinkSupport(); !support.ok()) {              \
     GTEST_SKIP() << "no emulated link on this machine: " << support.message(); \
   }
 
