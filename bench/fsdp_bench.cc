@@ -192,7 +192,10 @@ std::string ProbeTrafficLine(int rank, int64_t steps, const StepTraffic& t) {
   return absl::StrFormat("traffic rank=%d steps=%d all_gather=%.0f/%.0f reduce_scatter=%.0f/%.0f "
                          "all_reduce=%.0f/%.0f",
                          rank, steps, t.all_gather, t.all_gather_calls, t.reduce_scatter,
-                         t.reduce_scatter_calls, t.all_reduce, t.all_reduce_calls);
+                         t.reduce_scatter_calls, t.all_reduce, t.all_reduce_calls) +
+         (t.link_tx_bytes < 0 ? ""
+                              : absl::StrFormat(" link_tx=%.0f link_drops=%.0f", t.link_tx_bytes,
+                                                t.link_drops));
 }
 
 absl::StatusOr<std::vector<StepTraffic>> ParseProbeTraffic(absl::string_view output) {
@@ -214,7 +217,10 @@ absl::StatusOr<std::vector<StepTraffic>> ParseProbeTraffic(absl::string_view out
                     BytesAndCalls(kv["all_gather"], &t.all_gather, &t.all_gather_calls) &&
                     BytesAndCalls(kv["reduce_scatter"], &t.reduce_scatter,
                                   &t.reduce_scatter_calls) &&
-                    BytesAndCalls(kv["all_reduce"], &t.all_reduce, &t.all_reduce_calls);
+                    BytesAndCalls(kv["all_reduce"], &t.all_reduce, &t.all_reduce_calls) &&
+                    (kv.count("link_tx") == 0 ||
+                     (absl::SimpleAtod(kv["link_tx"], &t.link_tx_bytes) &&
+                      absl::SimpleAtod(kv["link_drops"], &t.link_drops)));
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
           "line ", line_number, ": not a traffic line (want \"traffic rank=R steps=K "
@@ -224,6 +230,10 @@ absl::StatusOr<std::vector<StepTraffic>> ParseProbeTraffic(absl::string_view out
     for (double* v : {&t.all_gather, &t.reduce_scatter, &t.all_reduce, &t.all_gather_calls,
                       &t.reduce_scatter_calls, &t.all_reduce_calls}) {
       *v /= k;
+    }
+    if (t.link_tx_bytes >= 0) {
+      t.link_tx_bytes /= k;
+      t.link_drops /= k;
     }
     by_rank[rank] = t;
   }

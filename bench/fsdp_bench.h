@@ -76,6 +76,11 @@ struct StepTraffic {
   double all_gather_calls = -1;
   double reduce_scatter_calls = -1;
   double all_reduce_calls = -1;
+  // Measured on an emulated link (fsdp_traffic --link_gbit): what the rank's interface sent
+  // (headers and TCP's acknowledgements included) and its token bucket dropped (packets).
+  // -1: not on a link.
+  double link_tx_bytes = -1;
+  double link_drops = -1;
   double total() const { return all_gather + reduce_scatter + all_reduce; }
 };
 
@@ -128,8 +133,8 @@ struct RankMemory {
 absl::StatusOr<std::vector<RankMemory>> ParseRankMemory(absl::string_view logs);
 
 // The traffic probe's output: one line per rank, "traffic rank=R steps=K all_gather=B/C
-// reduce_scatter=B/C all_reduce=B/C" (bytes/calls sent in the K counted steps). Returns the
-// lines by rank, per step. INVALID_ARGUMENT naming the line when one is malformed;
+// reduce_scatter=B/C all_reduce=B/C" (bytes/calls sent in the K counted steps), on an
+// emulated link followed by " link_tx=B link_drops=P". Returns the lines by rank, per step. INVALID_ARGUMENT naming the line when one is malformed;
 // NOT_FOUND when there is none.
 absl::StatusOr<std::vector<StepTraffic>> ParseProbeTraffic(absl::string_view output);
 // The line the probe prints for one rank (the inverse of the above).

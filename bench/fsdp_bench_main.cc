@@ -3,7 +3,7 @@
 //
 //   fsdpbench [--worlds 2,4] [--stages 0,1,2,3] [--wraps layer,block,model]
 //       [--prefetch none,both] [--precision_worlds 2] [--layers 8 --width 256 --context 256]
-//       [--batch 2] [--steps 12] [--probe_steps 3] [--no_probe]
+//       [--batch 2] [--steps 12] [--probe_steps 3] [--no_probe] [--link_gbit G [--link_only]]
 //
 // Per configuration: step time (median of the logged windows after the warm-up),
 // communication and exposed communication per step (rank 0's metrics), memory per rank (every
@@ -12,6 +12,10 @@
 // fsdp_traffic probe's communicator counters, or the trainer's own fields once it reports
 // them). Then the goals (PASS/MISS) and the seed exercises' tables: 35.13 (wrapping: memory
 // and communication) and 35.14 (ZeRO-3 with fp32 vs bf16 parameters: memory and throughput).
+// With --link_gbit, the goal configurations (world 2: DDP, ZeRO-3 block with prefetch none and
+// both) again, trained by the probe over shared memory and over an emulated network link of
+// that rate (bench/emulated_link.h), where communication costs wire time: step time,
+// communication and exposed communication, and the two timing goals on each.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +36,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/emulated_link.h"
 #include "bench/fsdp_bench.h"
 #include "bench/train_bench.h"
 #include "common/file_util.h"
@@ -69,6 +75,14 @@ ABSL_FLAG(std::string, work_dir, "",
           "where runs keep their specs, logs and metrics; empty = a new /tmp/fsdpbench-*");
 ABSL_FLAG(bool, keep_work_dir, false, "keep the /tmp/fsdpbench-* directory after the run");
 ABSL_FLAG(int, timeout_s, 300, "limit of each run in seconds");
+ABSL_FLAG(double, link_gbit, 0,
+          "> 0: also train the goal configurations (world 2: DDP, ZeRO-3 block with prefetch "
+          "none and both) on in-process ranks joined by an emulated network link of this rate "
+          "(Gbit/s per rank's egress: network namespaces, veth, tc tbf; TCP only; "
+          "fsdp_traffic --link_gbit), beside the same in-process runs over shared memory; "
+          "needs root and iproute2");
+ABSL_FLAG(bool, link_only, false,
+          "only the emulated link's section (needs --link_gbit): no ringctl runs");
 
 namespace ringmaster::bench {
 namespace {
@@ -109,6 +123,8 @@ struct Options {
   RingmasterOptions ringmaster;
   std::string probe_binary;
   bool probe = true;
+  double link_gbit = 0;  // > 0: the emulated link's section
+  bool link_only = false;
   GptBenchSize size;
   int cores = 1;
   int forced_threads = 0;
@@ -121,9 +137,18 @@ std::string RunName(const FsdpCase& c) {
   return name;
 }
 
-// Bytes by the probe: runs fsdp_traffic on the case's spec.
-absl::StatusOr<std::vector<StepTraffic>> Probe(const Options& o, const FsdpCase& c,
-                                               const std::string& dir, int threads) {
+// One run of the fsdp_traffic probe on the case's spec: `steps` steps, rank 0's metrics to
+// `metrics` (empty: none), over an emulated link of `link_gbit` (0: shared memory). Its
+// output goes to <dir>/<name>.log. Returns every rank's traffic per step.
+struct ProbeRun {
+  std::string name = "probe";
+  int64_t steps = 3;
+  std::string metrics;
+  double link_gbit = 0;
+};
+absl::StatusOr<std::vector<StepTraffic>> RunProbe(const Options& o, const FsdpCase& c,
+                                                  const std::string& dir, int threads,
+                                                  const ProbeRun& run) {
   if (access(o.probe_binary.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the traffic probe is not at ", o.probe_binary,
@@ -131,19 +156,36 @@ absl::StatusOr<std::vector<StepTraffic>> Probe(const Options& o, const FsdpCase&
                      "--noprobe)"));
   }
   RM_ASSIGN_OR_RETURN(std::string yaml, CaseSpecYaml(c, o.size, threads));
-  const std::string spec = dir + "/probe.yaml";
+  const std::string spec = dir + "/" + run.name + ".yaml";
   RM_RETURN_IF_ERROR(WriteFileAtomically(spec, yaml, {.durable = false}));
   ProcessOptions p;
   p.argv = {o.probe_binary, "--spec", spec, absl::StrCat("--world=", c.world),
-            absl::StrCat("--steps=", o.size.probe_steps)};
-  p.output_path = dir + "/probe.log";
+            absl::StrCat("--steps=", run.steps)};
+  if (!run.metrics.empty()) p.argv.push_back(absl::StrCat("--metrics=", run.metrics));
+  if (run.link_gbit > 0) p.argv.push_back(absl::StrCat("--link_gbit=", run.link_gbit));
+  p.output_path = dir + "/" + run.name + ".log";
   p.timeout = o.ringmaster.timeout;
   RM_ASSIGN_OR_RETURN(ProcessResult done, RunProcess(p));
+  if (done.exit_code == 3 && run.link_gbit > 0) {
+    RM_ASSIGN_OR_RETURN(std::string output, ReadFile(p.output_path));
+    return absl::FailedPreconditionError(absl::StripTrailingAsciiWhitespace(output));
+  }
   if (done.exit_code != 0) {
-    return FailedRun(absl::StrCat("fsdp_traffic --world ", c.world), done.exit_code, p.output_path);
+    return FailedRun(absl::StrCat("fsdp_traffic --world ", c.world,
+                                  run.link_gbit > 0 ? absl::StrCat(" --link_gbit ", run.link_gbit)
+                                                    : ""),
+                     done.exit_code, p.output_path);
   }
   RM_ASSIGN_OR_RETURN(std::string output, ReadFile(p.output_path));
   return ParseProbeTraffic(output);
+}
+
+// Bytes by the probe: a short run of the case's spec.
+absl::StatusOr<std::vector<StepTraffic>> Probe(const Options& o, const FsdpCase& c,
+                                               const std::string& dir, int threads) {
+  ProbeRun run;
+  run.steps = o.size.probe_steps;
+  return RunProbe(o, c, dir, threads, run);
 }
 
 // One run of r->c through ringctl local: its windows join r->windows. The first round also
@@ -383,6 +425,165 @@ void PrintGoals(const std::vector<Result>& results) {
   }
 }
 
+// The emulated link's section: the goal configurations at world 2 trained by the probe
+// (in-process ranks, rank 0's metrics) over shared memory and over the link, in interleaved
+// rounds.
+struct LinkRun {
+  FsdpCase c;
+  double link_gbit = 0;  // 0: shared memory
+  int threads = 1;
+  std::vector<TrainWindow> windows;  // rank 0's, pooled over the rounds
+  TrainStats stats;
+  double fastest_step_ms = 0, slowest_step_ms = 0;
+  std::vector<StepTraffic> ranks;  // per step, the first round's
+  double load_min = -1, load_max = -1;
+
+  std::string Transport() const {
+    return link_gbit > 0 ? absl::StrFormat("link %g Gbit/s", link_gbit) : "shared memory";
+  }
+};
+
+std::vector<LinkRun> LinkPlan(const Options& o) {
+  std::vector<LinkRun> runs;
+  FsdpCase ddp;
+  ddp.world = 2;
+  ddp.zero_stage = 0;
+  FsdpCase none = ddp;
+  none.zero_stage = 3;
+  none.wrap = "block";
+  none.prefetch = "none";
+  FsdpCase both = none;
+  both.prefetch = "both";
+  for (double gbit : {0.0, o.link_gbit}) {
+    for (const FsdpCase& c : {ddp, none, both}) {
+      LinkRun r;
+      r.c = c;
+      r.link_gbit = gbit;
+      r.threads = o.forced_threads > 0 ? o.forced_threads : ThreadsPerRank(o.cores, c.world);
+      runs.push_back(r);
+    }
+  }
+  return runs;
+}
+
+absl::Status RunOnLink(const Options& o, const std::string& work_dir, int round, LinkRun* r) {
+  RM_ASSIGN_OR_RETURN(
+      const std::string dir,
+      MakeRunDir(work_dir, absl::StrCat(r->link_gbit > 0 ? "link-" : "shm-", RunName(r->c))));
+  ProbeRun run;
+  run.name = "train";
+  run.steps = o.size.steps;
+  run.metrics = dir + "/metrics.jsonl";
+  run.link_gbit = r->link_gbit;
+  const double load_before = LoadAverage();
+  RM_ASSIGN_OR_RETURN(std::vector<StepTraffic> ranks, RunProbe(o, r->c, dir, r->threads, run));
+  for (double load : {load_before, LoadAverage()}) {
+    if (load < 0) continue;
+    r->load_min = r->load_min < 0 ? load : std::min(r->load_min, load);
+    r->load_max = std::max(r->load_max, load);
+  }
+  RM_ASSIGN_OR_RETURN(const std::string metrics, ReadFile(run.metrics));
+  RM_ASSIGN_OR_RETURN(std::vector<TrainWindow> windows, ParseTrainMetrics(metrics));
+  r->windows.insert(r->windows.end(), windows.begin(), windows.end());
+  if (round == 0) r->ranks = std::move(ranks);
+  return absl::OkStatus();
+}
+
+absl::Status SummarizeLinkRun(const GptBenchSize& size, LinkRun* r) {
+  absl::StatusOr<TrainStats> stats = SummarizeWindows(r->windows, size.warmup_steps);
+  if (!stats.ok()) {
+    return absl::Status(stats.status().code(),
+                        absl::StrCat(r->Transport(), ", ", CaseLabel(r->c), ": ",
+                                     stats.status().message()));
+  }
+  r->stats = *stats;
+  const double samples_per_step = static_cast<double>(size.batch_per_rank * r->c.world);
+  r->fastest_step_ms = 1000 * samples_per_step / r->stats.max_samples_per_second;
+  r->slowest_step_ms = 1000 * samples_per_step / r->stats.min_samples_per_second;
+  return absl::OkStatus();
+}
+
+const LinkRun* FindLinkRun(const std::vector<LinkRun>& runs, double gbit, int stage,
+                           const std::string& prefetch) {
+  for (const LinkRun& r : runs) {
+    if (r.link_gbit == gbit && r.c.zero_stage == stage &&
+        (stage != 3 || r.c.prefetch == prefetch)) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+void PrintLinkSection(const Options& o, const std::vector<LinkRun>& runs, int repeats) {
+  printf("\nEmulated link (issue 19's exposure goal where communication costs wire time): world "
+         "2, in-process ranks (fsdp_traffic), rank 0's metrics; %d round(s) of %lld steps, "
+         "median of %lld-step windows after %lld warm-up steps. Link: every rank in a network "
+         "namespace of its own, TCP only, its egress limited to %g Gbit/s by tc's tbf "
+         "(bench/emulated_link.h); shared memory: the same probe with shared-memory rings\n",
+         repeats, static_cast<long long>(o.size.steps), static_cast<long long>(o.size.log_every),
+         static_cast<long long>(o.size.warmup_steps), o.link_gbit);
+  // What a block costs on the wire against what it costs to compute.
+  absl::StatusOr<CaseFormula> f = FormulaFor(runs.back().c, o.size);
+  const LinkRun* shm_ddp = FindLinkRun(runs, 0, 0, "");
+  if (f.ok() && shm_ddp != nullptr && shm_ddp->stats.comm_ms >= 0) {
+    const double per_rank = f->largest_unit_bytes / 2;  // (N-1)/N of the unit, N = 2
+    printf("a block's all-gather sends %.2f MB per rank: %.1f ms at %g Gbit/s (payload only); a "
+           "block's compute (forward + backward) ~ %.1f ms = (shared-memory DDP step %.1f - "
+           "its comm %.1f ms) / %lld blocks\n",
+           per_rank / kMB, 1000 * per_rank * 8 / (o.link_gbit * 1e9), o.link_gbit,
+           (shm_ddp->stats.step_ms - shm_ddp->stats.comm_ms) / static_cast<double>(o.size.layers),
+           shm_ddp->stats.step_ms, shm_ddp->stats.comm_ms, static_cast<long long>(o.size.layers));
+  }
+  printf("%-20s %-30s %8s %15s %8s %9s %8s %10s %10s %8s %9s\n", "transport", "configuration",
+         "step ms", "(fastest-slow.)", "comm ms", "exposed", "exposed%", "MB/step", "link MB",
+         "drops", "load");
+  for (const LinkRun& r : runs) {
+    const StepTraffic* t = r.ranks.empty() ? nullptr : &r.ranks.front();
+    printf("%-20s %-30s %8.1f %15s %8.1f %9.1f %8.1f %10s %10s %8s %9s\n", r.Transport().c_str(),
+           CaseLabel(r.c).c_str(), r.stats.step_ms,
+           absl::StrFormat("(%.0f-%.0f)", r.fastest_step_ms, r.slowest_step_ms).c_str(),
+           r.stats.comm_ms, r.stats.exposed_comm_ms, 100 * r.stats.exposed_comm_fraction,
+           t ? MB(t->total()).c_str() : "-",
+           t && t->link_tx_bytes >= 0 ? MB(t->link_tx_bytes).c_str() : "-",
+           t && t->link_drops >= 0 ? absl::StrFormat("%.1f", t->link_drops).c_str() : "-",
+           absl::StrFormat("%.1f-%.1f", r.load_min, r.load_max).c_str());
+  }
+  printf("MB/step: the communicator's payload bytes sent by rank 0 per step (steps 2 on, first "
+         "round); link MB: what rank 0's link interface sent (headers, acknowledgements and "
+         "the probe's own connections included); drops: packets its token bucket dropped per "
+         "step\n");
+  for (double gbit : {o.link_gbit, 0.0}) {
+    const LinkRun* ddp = FindLinkRun(runs, gbit, 0, "");
+    const LinkRun* none = FindLinkRun(runs, gbit, 3, "none");
+    const LinkRun* both = FindLinkRun(runs, gbit, 3, "both");
+    if (ddp == nullptr || none == nullptr || both == nullptr) continue;
+    printf("Goals over %s:\n", both->Transport().c_str());
+    PrintGoal(StepTimeGoal(both->stats.step_ms, ddp->stats.step_ms));
+    PrintGoal(ExposedGoal(both->stats.exposed_comm_ms, none->stats.exposed_comm_ms));
+  }
+}
+
+// Runs the link's section (its rounds interleaved) and prints it. FAILED_PRECONDITION when
+// the link cannot be made here (the message says why).
+absl::Status LinkSection(const Options& o, const std::string& work_dir, int repeats) {
+  std::vector<LinkRun> runs = LinkPlan(o);
+  for (int round = 0; round < repeats; ++round) {
+    for (LinkRun& r : runs) {
+      printf("  %s%s, world %d, %s...\n",
+             repeats > 1 ? absl::StrCat("round ", round + 1, "/", repeats, ": ").c_str() : "",
+             r.Transport().c_str(), r.c.world, CaseLabel(r.c).c_str());
+      fflush(stdout);
+      if (absl::Status s = RunOnLink(o, work_dir, round, &r); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(r.Transport(), ", world ", r.c.world, ", ",
+                                                   CaseLabel(r.c), ": ", s.message()));
+      }
+    }
+  }
+  for (LinkRun& r : runs) RM_RETURN_IF_ERROR(SummarizeLinkRun(o.size, &r));
+  PrintLinkSection(o, runs, repeats);
+  return absl::OkStatus();
+}
+
 absl::Status FlagError(const std::string& flag, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", problem));
 }
@@ -445,6 +646,14 @@ absl::StatusOr<std::vector<FsdpCase>> Plan(Options* o) {
   }
   if (absl::GetFlag(FLAGS_width) % absl::GetFlag(FLAGS_heads) != 0) {
     return FlagError("heads", "must divide --width");
+  }
+  o->link_gbit = absl::GetFlag(FLAGS_link_gbit);
+  o->link_only = absl::GetFlag(FLAGS_link_only);
+  if (!(o->link_gbit >= 0) || !std::isfinite(o->link_gbit)) {
+    return FlagError("link_gbit", absl::StrCat(o->link_gbit, " is not a rate (0: no link)"));
+  }
+  if (o->link_only && o->link_gbit == 0) {
+    return FlagError("link_only", "give the link's rate with --link_gbit");
   }
   if (absl::GetFlag(FLAGS_steps) < absl::GetFlag(FLAGS_warmup_steps) + absl::GetFlag(FLAGS_log_every)) {
     return FlagError("steps", "must be at least --warmup_steps + --log_every (one timed window)");
@@ -519,6 +728,13 @@ int Main() {
   o.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.forced_threads = absl::GetFlag(FLAGS_threads);
 
+  if (o.link_gbit > 0) {
+    if (absl::Status link = CheckLinkSupport(); !link.ok()) {
+      fprintf(stderr, "%s: --link_gbit: %s\n", kProgram, std::string(link.message()).c_str());
+      CloseWorkDir(*opened, absl::GetFlag(FLAGS_keep_work_dir));
+      return 1;
+    }
+  }
   KillRunsOnSignals();
   const GptBenchSize& s = o.size;
   printf("%s: %d cores, load average %.2f at start; runs in %s\n", kProgram, o.cores,
@@ -530,8 +746,20 @@ int Main() {
          static_cast<long long>(s.heads), static_cast<long long>(s.context),
          static_cast<long long>(s.batch_per_rank), static_cast<long long>(s.steps),
          static_cast<long long>(s.log_every), static_cast<long long>(s.warmup_steps),
-         cases->size());
+         o.link_only ? 0 : cases->size());
   fflush(stdout);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (o.link_only) {
+    absl::Status link = LinkSection(o, work_dir, repeats);
+    printf("\nload average (1 min) now %.2f on %d cores\n", LoadAverage(), o.cores);
+    if (!link.ok()) {
+      fprintf(stderr, "%s: %s\n(runs kept in %s)\n", kProgram, link.ToString().c_str(),
+              work_dir.c_str());
+      return 1;
+    }
+    CloseWorkDir(*opened, absl::GetFlag(FLAGS_keep_work_dir));
+    return 0;
+  }
   std::vector<Result> results;
   for (const FsdpCase& c : *cases) {
     Result r;
@@ -539,7 +767,6 @@ int Main() {
     r.threads = o.forced_threads > 0 ? o.forced_threads : ThreadsPerRank(o.cores, c.world);
     results.push_back(r);
   }
-  const int repeats = absl::GetFlag(FLAGS_repeats);
   for (int round = 0; round < repeats; ++round) {
     for (Result& r : results) {
       printf("  %sworld %d, %s...\n",
@@ -578,6 +805,14 @@ int Main() {
   PrintGoals(results);
   printf("\nload average (1 min) around the runs: %.2f to %.2f on %d cores; now %.2f\n", load_min,
          load_max, o.cores, LoadAverage());
+  if (o.link_gbit > 0) {
+    if (absl::Status link = LinkSection(o, work_dir, repeats); !link.ok()) {
+      fprintf(stderr, "%s: %s\n(runs kept in %s)\n", kProgram, link.ToString().c_str(),
+              work_dir.c_str());
+      return 1;
+    }
+    printf("\nload average (1 min) now %.2f\n", LoadAverage());
+  }
   CloseWorkDir(*opened, absl::GetFlag(FLAGS_keep_work_dir));
   return 0;
 }

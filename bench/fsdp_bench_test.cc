@@ -224,7 +224,8 @@ TEST(ParseRankMemory, ReadsEveryRanksLineOnce) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 2")) << bad.status();
 }
 
-TEST(ParseProbeTraffic, PerStepByRankAndRoundTrips) {
+// What a rank sent over 3 steps: 1000 + 500 + 16 bytes a step in 10 + 5 + 1 calls.
+StepTraffic ThreeStepsOfTraffic() {
   StepTraffic totals;
   totals.all_gather = 3000;
   totals.all_gather_calls = 30;
@@ -232,6 +233,11 @@ TEST(ParseProbeTraffic, PerStepByRankAndRoundTrips) {
   totals.reduce_scatter_calls = 15;
   totals.all_reduce = 48;
   totals.all_reduce_calls = 3;
+  return totals;
+}
+
+TEST(ParseProbeTraffic, PerStepByRankAndRoundTrips) {
+  const StepTraffic totals = ThreeStepsOfTraffic();
   const std::string out = absl::StrCat("some log line\n", ProbeTrafficLine(1, 3, totals), "\n",
                                        ProbeTrafficLine(0, 3, totals), "\n");
   auto ranks = ParseProbeTraffic(out);
@@ -249,6 +255,25 @@ TEST(ParseProbeTraffic, PerStepByRankAndRoundTrips) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   auto missing = ParseProbeTraffic("traffic rank=0 steps=2 all_gather=1/1\n");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseProbeTraffic, TheLinksCountersWhenOnALink) {
+  StepTraffic totals = ThreeStepsOfTraffic();
+  totals.link_tx_bytes = 4800;
+  totals.link_drops = 6;
+  auto ranks = ParseProbeTraffic(ProbeTrafficLine(0, 3, totals));
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  EXPECT_DOUBLE_EQ((*ranks)[0].link_tx_bytes, 1600);
+  EXPECT_DOUBLE_EQ((*ranks)[0].link_drops, 2);
+  EXPECT_DOUBLE_EQ((*ranks)[0].total(), 1516);
+  // Without a link there are no link counters.
+  totals.link_tx_bytes = totals.link_drops = -1;
+  ranks = ParseProbeTraffic(ProbeTrafficLine(0, 3, totals));
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  EXPECT_LT((*ranks)[0].link_tx_bytes, 0);
+  auto bad = ParseProbeTraffic("traffic rank=0 steps=2 all_gather=1/1 reduce_scatter=1/1 "
+                               "all_reduce=1/1 link_tx=12\n");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TrafficFromSummary, OnlyWhenTheTrainerReportsIt) {
