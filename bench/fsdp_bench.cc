@@ -188,6 +188,19 @@ absl::StatusOr<std::vector<RankMemory>> ParseRankMemory(absl::string_view logs) 
   return ranks;
 }
 
+void UseExactBytes(const train::TrainResult& summary, std::vector<RankMemory>* ranks) {
+  for (const train::RankResult& exact : summary.ranks()) {
+    for (RankMemory& m : *ranks) {
+      if (m.rank != exact.rank()) continue;
+      if (m.compute_copy == 0) m.parameters = exact.parameter_bytes();
+      m.gradients = exact.gradient_bytes();
+      m.optimizer = exact.optimizer_state_bytes();
+      m.activations = exact.activation_bytes_peak();
+      m.unit_buffers = exact.unit_buffer_bytes();
+    }
+  }
+}
+
 std::string ProbeTrafficLine(int rank, int64_t steps, const StepTraffic& t) {
   return absl::StrFormat("traffic rank=%d steps=%d all_gather=%.0f/%.0f reduce_scatter=%.0f/%.0f "
                          "all_reduce=%.0f/%.0f",

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "bench/train_bench.h"
 #include "train/fsdp_layout.h"
+#include "train/result.pb.h"
 
 namespace ringmaster::bench {
 
@@ -131,6 +132,13 @@ struct RankMemory {
 // keeps its first line), sorted by rank. INVALID_ARGUMENT naming the line when one that starts
 // like a memory line cannot be read.
 absl::StatusOr<std::vector<RankMemory>> ParseRankMemory(absl::string_view logs);
+
+// Replaces the memory lines' figures (rounded to 0.01 MiB) by the exact bytes of the same
+// ranks in `summary` (rank 0's TrainResult: its `ranks`), which the goal's comparison needs
+// (ZeRO-3's state is DDP's ÷ N to the byte): gradients, optimizer state, activations, unit
+// buffers, and the parameters where the line shows no compute copy (the result counts
+// ZeRO-2's with them). Ranks the summary lacks keep the lines' figures.
+void UseExactBytes(const train::TrainResult& summary, std::vector<RankMemory>* ranks);
 
 // The traffic probe's output: one line per rank, "traffic rank=R steps=K all_gather=B/C
 // reduce_scatter=B/C all_reduce=B/C" (bytes/calls sent in the K counted steps), on an

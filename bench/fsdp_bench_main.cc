@@ -233,6 +233,7 @@ absl::Status RunCase(const Options& o, bool first_round, Result* r) {
   train::TrainResult summary;
   RM_RETURN_IF_ERROR(FromJson(summary_text, &summary, summary_path));
   r->rank0_peak_rss = summary.peak_rss_bytes();
+  UseExactBytes(summary, &r->ranks);
   if (std::optional<StepTraffic> t = TrafficFromSummary(summary_text)) {
     r->measured = t;
     r->measured_from = "trainer";

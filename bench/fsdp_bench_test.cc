@@ -224,6 +224,36 @@ TEST(ParseRankMemory, ReadsEveryRanksLineOnce) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 2")) << bad.status();
 }
 
+// The summary's per-rank bytes replace the lines' rounded MiB: all of rank 1's (no copy), and
+// rank 0's but its parameters, which the result counts with ZeRO-2's compute copy.
+TEST(UseExactBytes, TakesTheSummarysRanks) {
+  auto ranks = ParseRankMemory(kLogs);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  train::TrainResult summary;
+  for (int rank : {1, 0, 5}) {  // any order; rank 5 is not in the logs
+    train::RankResult* r = summary.add_ranks();
+    r->set_rank(rank);
+    r->set_parameter_bytes(1000 + rank);
+    r->set_gradient_bytes(2000 + rank);
+    r->set_optimizer_state_bytes(3000 + rank);
+    r->set_activation_bytes_peak(4000 + rank);
+    r->set_unit_buffer_bytes(5000 + rank);
+  }
+  UseExactBytes(summary, &*ranks);
+  ASSERT_EQ(ranks->size(), 2u);
+  const RankMemory& r0 = (*ranks)[0];
+  EXPECT_DOUBLE_EQ(r0.parameters, 1.5 * kMiB);
+  EXPECT_DOUBLE_EQ(r0.compute_copy, 3 * kMiB);
+  EXPECT_DOUBLE_EQ(r0.gradients, 2000);
+  EXPECT_DOUBLE_EQ(r0.unit_buffers, 5000);
+  const RankMemory& r1 = (*ranks)[1];
+  EXPECT_DOUBLE_EQ(r1.parameters, 1001);
+  EXPECT_DOUBLE_EQ(r1.optimizer, 3001);
+  EXPECT_DOUBLE_EQ(r1.activations, 4001);
+  EXPECT_DOUBLE_EQ(r1.unit_buffers, 5001);
+  EXPECT_DOUBLE_EQ(r1.peak(), 1001 + 2001 + 3001 + 4001 + 5001);
+}
+
 // What a rank sent over 3 steps: 1000 + 500 + 16 bytes a step in 10 + 5 + 1 calls.
 StepTraffic ThreeStepsOfTraffic() {
   StepTraffic totals;

@@ -97,9 +97,13 @@ absl::StatusOr<RankStateBytes> PlanRankState(const RankStateInputs& inputs) {
     state.checkpoint_staging = snapshot > 0 ? ((snapshot + kPage - 1) / kPage + 1) * kPage : 0;
   }
   if (!UsesShardedStrategy(config)) return state;
-  // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them.
+  // The unit buffers' bound and ZeRO-2's compute copy as train/memory_plan.h plans them, for
+  // where this rank trains (device auto resolved).
+  TrainConfig resolved = config;
+  resolved.device =
+      inputs.state_on_host ? TrainConfig::Device::kCpu : TrainConfig::Device::kCuda;
   RM_ASSIGN_OR_RETURN(const RankMemoryPlan plan,
-                      train::PlanRankState(config, *inputs.model, std::max(1, inputs.world),
+                      train::PlanRankState(resolved, *inputs.model, std::max(1, inputs.world),
                                            config.zero_stage, config.fsdp.wrap));
   state.unit_buffers = plan.unit_buffer_bytes;
   if (config.zero_stage == 2) state.compute_copy = plan.compute_copy_bytes;

@@ -955,7 +955,9 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   // memory` prints it before a job runs).
   constexpr double kMiB = 1 << 20;
   std::string planned;
-  if (auto p = PlanRankState(config, *model, world, config.zero_stage, config.fsdp.wrap);
+  TrainConfig on_cpu = config;  // the plan printed is a CPU rank's (device auto resolved)
+  on_cpu.device = TrainConfig::Device::kCpu;
+  if (auto p = PlanRankState(on_cpu, *model, world, config.zero_stage, config.fsdp.wrap);
       p.ok() && device == nullptr && !groups.mesh) {
     planned = absl::StrFormat(
         "; planned for rank 0: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
