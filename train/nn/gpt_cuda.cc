@@ -805,8 +805,13 @@ absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t ba
   T* dlogits = act(dbig_);
   T* dx = act(dresidual_);  // the residual stream's gradient, added to in place
   T* dsmall = act(dsmall_);
-  // With a store each group's gradients begin before its gradient kernels and end after the
-  // last kernel that reads its parameters, in GptModel's order.
+  // With a store each group's parameters are asked for before its gradients (each layer's
+  // input gradient is enqueued before its weights'), and its gradients end after the last
+  // kernel that reads its parameters, in GptModel's order.
+  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
+    return engine_->LinearBackwardInput(type, dlogits, HeadMatMulParam(params), dsmall, rows, c,
+                                        HeadRows(), stream_, logits_stride_);
+  }));
   if (cpu_->head_is_wte()) {
     // The head's part of wte's gradient, added to the embedding's by EmbeddingsBackward.
     RM_RETURN_IF_ERROR(Timed("matmul backward (weights, biases)", [&] {
@@ -820,16 +825,13 @@ absl::Status GptCuda::HeadBackward(const float* params, float* grads, int64_t ba
                                      c, options_.vocab, logits_stride_));
     ready(lm_head_);
   }
-  RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
-    return engine_->LinearBackwardInput(type, dlogits, HeadMatMulParam(params), dsmall, rows, c,
-                                        HeadRows(), stream_, logits_stride_);
-  }));
   if (!options_.tied_head) EndGradients(lm_head_);
   RM_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx, 0, rows * c * sizeof(T), stream_));
+  const float* lnf_gain = p(lnf_);
   RM_RETURN_IF_ERROR(BeginGradients(lnf_));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
     return LayerNormBackward(dx, g(lnf_), g(lnf_ + 1), dsmall, act(Stream(blocks_in_slice_)),
-                             p(lnf_), lnf_mean_, lnf_rstd_, rows, c, layernorm_scratch_, stream_);
+                             lnf_gain, lnf_mean_, lnf_rstd_, rows, c, layernorm_scratch_, stream_);
   }));
   EndGradients(lnf_);
   ready(lnf_);
@@ -1091,57 +1093,59 @@ absl::Status GptCuda::BlockBackward(const float* params, float* grads, int64_t b
   // MLP: out = residual + proj(gelu(fc(ln2(residual)))).
   // With tensor parallelism this rank holds hidden_ of the 4 width hidden units and ca of the
   // width attention channels; the input gradients of mlp.fc and attn.qkv are partial sums.
-  RM_RETURN_IF_ERROR(BeginGradients(first + kFcProjWeight));
-  RM_RETURN_IF_ERROR(
-      LinearWeights(grads, a.gelu, dx, first + kFcProjWeight, true, rows, hidden_, c));
+  // Each layer's input gradient first, then its weights' (its parameters asked for before its
+  // gradients, in GptModel's order).
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dx, mw(kFcProjWeight), dbig, rows, hidden_, c,
                                         stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kFcProjWeight));
+  RM_RETURN_IF_ERROR(
+      LinearWeights(grads, a.gelu, dx, first + kFcProjWeight, true, rows, hidden_, c));
   EndGradients(first + kFcProjWeight);
   RM_RETURN_IF_ERROR(Timed("gelu backward", [&] {
     return GeluBackward(dbig, act(a.fc), dbig, rows * hidden_, stream_);
   }));
-  RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
-  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln2, dbig, first + kFcWeight, true, rows, c, hidden_));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dbig, mw(kFcWeight), dsmall, rows, c, hidden_,
                                         stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kFcWeight));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln2, dbig, first + kFcWeight, true, rows, c, hidden_));
   EndGradients(first + kFcWeight);
   RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
+  const float* ln2_gain = w(kLn2Weight);
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn2Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
-    return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual),
-                             w(kLn2Weight), a.ln2_mean, a.ln2_rstd, rows, c, layernorm_scratch_,
-                             stream_);
+    return LayerNormBackward(dx, gw(kLn2Weight), gw(kLn2Bias), dsmall, act(a.residual), ln2_gain,
+                             a.ln2_mean, a.ln2_rstd, rows, c, layernorm_scratch_, stream_);
   }));
   EndGradients(first + kLn2Weight);
   // Attention: residual = x + proj(attention(qkv(ln1(x)))).
-  RM_RETURN_IF_ERROR(BeginGradients(first + kProjWeight));
-  RM_RETURN_IF_ERROR(LinearWeights(grads, a.attention, dx, first + kProjWeight, true, rows, ca, c));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dx, mw(kProjWeight), dsmall, rows, ca, c, stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kProjWeight));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.attention, dx, first + kProjWeight, true, rows, ca, c));
   EndGradients(first + kProjWeight);
   T* dqkv = dbig;
   RM_RETURN_IF_ERROR(Timed("attention backward", [&] {
     return kc::AttentionBackwardLse(dqkv, dsmall, act(a.qkv), act(a.attention), a.lse,
                                     attention_scratch_, batch, t, ca, heads_local_, stream_);
   }));
-  RM_RETURN_IF_ERROR(BeginGradients(first + kQkvWeight));
-  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln1, dqkv, first + kQkvWeight, true, rows, c, 3 * ca));
   RM_RETURN_IF_ERROR(Timed("matmul backward (inputs)", [&] {
     return engine_->LinearBackwardInput(type, dqkv, mw(kQkvWeight), dsmall, rows, c, 3 * ca,
                                         stream_);
   }));
+  RM_RETURN_IF_ERROR(BeginGradients(first + kQkvWeight));
+  RM_RETURN_IF_ERROR(LinearWeights(grads, a.ln1, dqkv, first + kQkvWeight, true, rows, c, 3 * ca));
   EndGradients(first + kQkvWeight);
   RM_RETURN_IF_ERROR(SumInputGradient(dsmall, rows * c));  // column-parallel: partial
+  const float* ln1_gain = w(kLn1Weight);
   RM_RETURN_IF_ERROR(BeginGradients(first + kLn1Weight));
   RM_RETURN_IF_ERROR(Timed("layernorm backward", [&] {
-    return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)),
-                             w(kLn1Weight), a.ln1_mean, a.ln1_rstd, rows, c, layernorm_scratch_,
-                             stream_);
+    return LayerNormBackward(dx, gw(kLn1Weight), gw(kLn1Bias), dsmall, act(Stream(l)), ln1_gain,
+                             a.ln1_mean, a.ln1_rstd, rows, c, layernorm_scratch_, stream_);
   }));
   EndGradients(first + kLn1Weight);
   return absl::OkStatus();
