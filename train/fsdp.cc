@@ -390,19 +390,23 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     s.params = nullptr;
     s.gather = Enqueue(Op{Op::kGather, u});
   }
-  // Unit u's gathered parameters (requested), once the gather is complete. Out of memory for
-  // its buffer throws std::bad_alloc, as TakeBuffer does.
-  float* Gathered(int u) {
+  // Unit u's buffer (requested), once its gather ran: null when the communication thread
+  // could not take one.
+  float* GatheredBuffer(int u) {
     UnitState& s = units_[u];
     if (s.params != nullptr) return s.params;
     Wait(s.gather);
-    {
-      absl::MutexLock lock(&mu_);
-      s.params = gathered_[u];
-      gathered_[u] = nullptr;
-    }
-    if (s.params == nullptr) throw std::bad_alloc();
+    absl::MutexLock lock(&mu_);
+    s.params = gathered_[u];
+    gathered_[u] = nullptr;
     return s.params;
+  }
+  // Unit u's gathered parameters (requested). Out of memory for its buffer throws
+  // std::bad_alloc, as TakeBuffer does.
+  float* Gathered(int u) {
+    float* params = GatheredBuffer(u);
+    if (params == nullptr) throw std::bad_alloc();
+    return params;
   }
   // Blocks until op `seq` ran; the time counts as exposed communication.
   void Wait(int64_t seq) {
@@ -444,13 +448,7 @@ class ShardedDataParallel final : public ParallelStrategy, public ParameterStore
     UnitState& s = units_[u];
     if (!s.requested) return;
     s.requested = false;
-    Wait(s.gather);  // the thread may still be writing it
-    float* params = s.params;
-    if (params == nullptr) {
-      absl::MutexLock lock(&mu_);
-      params = gathered_[u];
-      gathered_[u] = nullptr;
-    }
+    float* params = GatheredBuffer(u);  // the thread may still be writing it
     s.params = nullptr;
     if (host_unit_of_ == u) host_unit_of_ = -1;
     // The model's work enqueued so far may still read it: its next writer waits for this.
