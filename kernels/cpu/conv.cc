@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace ringmaster::kernels {
 namespace {
@@ -212,6 +213,439 @@ void RegroupImages(Regroup direction, const float* from, int64_t count, int64_t 
   }
 }
 
+
+// Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray 2016) for 3x3 convolutions with
+// stride 1 and padding 1, the bulk of ResNet's work: each 2x2 output tile is
+// Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A for the 4x4 input tile d around it, so that the products run over
+// the 16 transformed positions ξ (16 multiplications per tile instead of 36): per ξ,
+// M_ξ [out, tiles] = U_ξ [out, in] · V_ξ [in, tiles]. The backward passes are the exact
+// adjoints: with Z = A dy Aᵀ (a tile's 2x2 output gradient spread to 4x4), the weight
+// gradient is Gᵀ (Σ_tiles Z_ξ V_ξᵀ) G and the input gradient B (U_ξᵀ Z_ξ) Bᵀ folded back
+// onto the overlapping input tiles. Rounding differs from the unfolded product's by a few
+// units in the last place of the sums (the transforms add and halve).
+namespace winograd {
+
+constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
+// Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
+constexpr int64_t kTargetTiles = 256;
+// Smallest feature map (side) that runs Winograd: on smaller maps a row holds too few tiles
+// for the transforms to vectorise, and the weights' transform outweighs what it saves
+// (kernels/conv_bench measures both routes per ResNet stage).
+constexpr int64_t kMinSide = 16;
+
+// Used where the products are large enough to run BLAS near its peak.
+bool Applies(const StridedConv2dShape& s) {
+  return s.winograd && s.kernel_size == 3 && s.stride == 1 && s.padding == 1 &&
+         s.in_channels >= 16 && s.out_channels >= 16 && s.height >= kMinSide &&
+         s.width >= kMinSide;
+}
+
+struct Geometry {
+  explicit Geometry(const StridedConv2dShape& s)
+      : tile_rows((s.height + 1) / 2),
+        tile_cols((s.width + 1) / 2),
+        per_image(tile_rows * tile_cols),
+        images(std::clamp<int64_t>((kTargetTiles + per_image - 1) / per_image, 1,
+                                   std::max<int64_t>(1, s.batch))),
+        tiles(images * per_image),
+        work(std::max<int64_t>(9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2))) {}
+  int64_t tile_rows, tile_cols, per_image, images, tiles;
+  int64_t work;  // floats of the transforms' own rows
+};
+
+// The three passes share the scratch: U (or its gradient) [16, out, in], one chunk's V (or
+// the input's transformed gradient) [16, in, tiles] and M (or Z) [16, out, tiles], each dense
+// for the chunk's tiles, and the transforms' work rows.
+struct Buffers {
+  Buffers(const StridedConv2dShape& s, const Geometry& g, float* scratch)
+      : u(scratch),
+        v(u + kPositions * s.out_channels * s.in_channels),
+        m(v + kPositions * s.in_channels * g.tiles),
+        work(m + kPositions * s.out_channels * g.tiles) {}
+  float* u;
+  float* v;
+  float* m;
+  float* work;
+};
+
+int64_t ScratchElements(const StridedConv2dShape& s) {
+  const Geometry g(s);
+  return kPositions * (s.out_channels * s.in_channels +
+                       g.tiles * (s.in_channels + s.out_channels)) +
+         g.work;
+}
+
+// U_ξ[o][c] = (G g Gᵀ)_ξ for every filter g = weight[o][c] (3x3), G = [1 0 0; ½ ½ ½;
+// ½ -½ ½; 0 0 1]. The taps are first gathered tap-major into `work` ([9, out·in]) so that
+// both passes run over unit-stride rows.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
+    const StridedConv2dShape& s, const float* weight, float* u, float* work) {
+  const int64_t oc = s.out_channels * s.in_channels;
+  #pragma GCC ivdep
+  for (int64_t f = 0; f < oc; ++f) {
+    for (int k = 0; k < 9; ++k) work[k * oc + f] = weight[f * 9 + k];
+  }
+  for (int i = 0; i < 4; ++i) {
+    #pragma GCC ivdep
+    for (int64_t f = 0; f < oc; ++f) {
+      float t[3];  // row i of G g
+      for (int j = 0; j < 3; ++j) {
+        const float g0 = work[j * oc + f], g1 = work[(3 + j) * oc + f],
+                    g2 = work[(6 + j) * oc + f];
+        t[j] = i == 0 ? g0 : i == 1 ? 0.5f * (g0 + g1 + g2) : i == 2 ? 0.5f * (g0 - g1 + g2) : g2;
+      }
+      u[(i * 4 + 0) * oc + f] = t[0];
+      u[(i * 4 + 1) * oc + f] = 0.5f * (t[0] + t[1] + t[2]);
+      u[(i * 4 + 2) * oc + f] = 0.5f * (t[0] - t[1] + t[2]);
+      u[(i * 4 + 3) * oc + f] = t[2];
+    }
+  }
+}
+
+// weight[o][c] (+)= Gᵀ dU_ξ G, the weights' gradient from U's.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradientsFromTransformed(
+    const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, float* work) {
+  const int64_t oc = s.out_channels * s.in_channels;
+  for (int i = 0; i < 3; ++i) {  // work[i·3 + j] = (Gᵀ dU G)[i][j], tap-major
+    #pragma GCC ivdep
+    for (int64_t f = 0; f < oc; ++f) {
+      float t[4];  // row i of Gᵀ dU
+      for (int j = 0; j < 4; ++j) {
+        const float u0 = du[(0 * 4 + j) * oc + f], u1 = du[(1 * 4 + j) * oc + f];
+        const float u2 = du[(2 * 4 + j) * oc + f], u3 = du[(3 * 4 + j) * oc + f];
+        t[j] = i == 0 ? u0 + 0.5f * (u1 + u2) : i == 1 ? 0.5f * (u1 - u2) : 0.5f * (u1 + u2) + u3;
+      }
+      work[(i * 3 + 0) * oc + f] = t[0] + 0.5f * (t[1] + t[2]);
+      work[(i * 3 + 1) * oc + f] = 0.5f * (t[1] - t[2]);
+      work[(i * 3 + 2) * oc + f] = 0.5f * (t[1] + t[2]) + t[3];
+    }
+  }
+  #pragma GCC ivdep
+  for (int64_t f = 0; f < oc; ++f) {
+    float* g = dweight + f * 9;
+    for (int k = 0; k < 9; ++k) {
+      g[k] = mode == OutputMode::kOverwrite ? work[k * oc + f] : g[k] + work[k * oc + f];
+    }
+  }
+}
+
+// Row iy of a plane, zero-padded by one column on the left (and zeros past its end, or all
+// zeros outside the plane), split into its even and odd padded columns: even[k] = column
+// 2k - 1, odd[k] = column 2k, for k in [0, n).
+inline void SplitPaddedRow(const float* plane, int64_t height, int64_t width, int64_t iy,
+                           int64_t n, float* __restrict__ even, float* __restrict__ odd) {
+  if (iy < 0 || iy >= height) {
+    std::fill_n(even, n, 0.0f);
+    std::fill_n(odd, n, 0.0f);
+    return;
+  }
+  const float* __restrict__ row = plane + iy * width;
+  // Pairs (2k - 1, 2k) inside the row: k in [1, width / 2]; n = ceil(width / 2) + 1.
+  const int64_t pairs = width / 2;
+  even[0] = 0.0f;
+  odd[0] = row[0];
+  for (int64_t k = 1; k <= pairs - (width % 2 == 0 ? 1 : 0); ++k) {
+    even[k] = row[2 * k - 1];
+    odd[k] = row[2 * k];
+  }
+  for (int64_t k = std::max<int64_t>(1, pairs + (width % 2 == 0 ? 0 : 1)); k < n; ++k) {
+    const int64_t xe = 2 * k - 1;
+    even[k] = xe < width ? row[xe] : 0.0f;
+    odd[k] = 0.0f;
+  }
+}
+
+// V_ξ[c][t] = (Bᵀ d B)_ξ for `count` images' tiles (t = image · per_image + ty · tile_cols +
+// tx), Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. Tile (ty, tx) reads padded rows
+// 2ty .. 2ty + 3 and padded columns 2tx .. 2tx + 3: even[tx], odd[tx], even[tx + 1],
+// odd[tx + 1] of each row, so that every loop runs over unit-stride rows of tiles.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput(
+    const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
+    float* v, float* work) {
+  const int64_t cols = g.tile_cols, n = cols + 1, tiles = count * g.per_image;
+  const int64_t plane_size = s.height * s.width, ct = s.in_channels * tiles;
+  float* even = work;        // [4][n]: the tile row's four padded rows
+  float* odd = even + 4 * n;  // [4][n]
+  float* te = odd + 4 * n;    // [4][n]: Bᵀ over the rows, even and odd columns
+  float* to = te + 4 * n;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t c = 0; c < s.in_channels; ++c) {
+      const float* plane = images + (i * s.in_channels + c) * plane_size;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
+        // Padded rows 2ty and 2ty + 1 were the last tile row's third and fourth.
+        if (ty > 0) {
+          std::copy_n(even + 2 * n, 2 * n, even);
+          std::copy_n(odd + 2 * n, 2 * n, odd);
+        }
+        for (int r = ty > 0 ? 2 : 0; r < 4; ++r) {
+          SplitPaddedRow(plane, s.height, s.width, 2 * ty - 1 + r, n, even + r * n, odd + r * n);
+        }
+        #pragma GCC ivdep
+        for (int64_t k = 0; k < n; ++k) {
+          const float e0 = even[k], e1 = even[n + k], e2 = even[2 * n + k], e3 = even[3 * n + k];
+          te[k] = e0 - e2;
+          te[n + k] = e1 + e2;
+          te[2 * n + k] = e2 - e1;
+          te[3 * n + k] = e1 - e3;
+          const float o0 = odd[k], o1 = odd[n + k], o2 = odd[2 * n + k], o3 = odd[3 * n + k];
+          to[k] = o0 - o2;
+          to[n + k] = o1 + o2;
+          to[2 * n + k] = o2 - o1;
+          to[3 * n + k] = o1 - o3;
+        }
+        float* out = v + c * tiles + i * g.per_image + ty * cols;
+        for (int a = 0; a < 4; ++a) {
+          const float* re = te + a * n;
+          const float* ro = to + a * n;
+          float* v0 = out + (a * 4 + 0) * ct;
+          float* v1 = out + (a * 4 + 1) * ct;
+          float* v2 = out + (a * 4 + 2) * ct;
+          float* v3 = out + (a * 4 + 3) * ct;
+          #pragma GCC ivdep
+          for (int64_t tx = 0; tx < cols; ++tx) {
+            const float d0 = re[tx], d1 = ro[tx], d2 = re[tx + 1], d3 = ro[tx + 1];
+            v0[tx] = d0 - d2;
+            v1[tx] = d1 + d2;
+            v2[tx] = d2 - d1;
+            v3[tx] = d1 - d3;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Z_ξ[o][t] = (A dy Aᵀ)_ξ, A = [1 0; 1 1; 1 -1; 0 -1]: each tile's 2x2 output gradient (zeros
+// past the edges) spread to 4x4.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradient(
+    const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
+    float* work) {
+  const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
+  const int64_t tiles = count * g.per_image, ot = s.out_channels * tiles;
+  float* e = work;  // [2][cols]: the tile row's two rows, even and odd columns
+  float* o = e + 2 * cols;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t oc = 0; oc < s.out_channels; ++oc) {
+      const float* plane = dy + (i * s.out_channels + oc) * plane_size;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
+        for (int r = 0; r < 2; ++r) {
+          // Columns 2tx and 2tx + 1 of row 2ty + r: SplitPaddedRow's odd and (one column on)
+          // even halves.
+          const int64_t y = 2 * ty + r;
+          float* er = e + r * cols;
+          float* orow = o + r * cols;
+          if (y >= s.height) {
+            std::fill_n(er, cols, 0.0f);
+            std::fill_n(orow, cols, 0.0f);
+            continue;
+          }
+          const float* row = plane + y * s.width;
+          #pragma GCC ivdep
+          for (int64_t tx = 0; tx < cols; ++tx) {
+            er[tx] = row[2 * tx];
+            orow[tx] = 2 * tx + 1 < s.width ? row[2 * tx + 1] : 0.0f;
+          }
+        }
+        float* out = z + oc * tiles + i * g.per_image + ty * cols;
+        #pragma GCC ivdep
+        for (int64_t tx = 0; tx < cols; ++tx) {
+          const float a00 = e[tx], a01 = o[tx], a10 = e[cols + tx], a11 = o[cols + tx];
+          const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
+                                 {-a10, -a11}};
+          for (int k = 0; k < 4; ++k) {
+            out[(k * 4 + 0) * ot + tx] = r[k][0];
+            out[(k * 4 + 1) * ot + tx] = r[k][0] + r[k][1];
+            out[(k * 4 + 2) * ot + tx] = r[k][0] - r[k][1];
+            out[(k * 4 + 3) * ot + tx] = -r[k][1];
+          }
+        }
+      }
+    }
+  }
+}
+
+// y's tiles = Aᵀ M_ξ A (the 2x2 inside the image).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutput(
+    const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
+    float* work) {
+  const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
+  const int64_t tiles = count * g.per_image, ot = s.out_channels * tiles;
+  float* y00 = work;  // [cols] each: the tiles' four outputs
+  float* y01 = y00 + cols;
+  float* y10 = y01 + cols;
+  float* y11 = y10 + cols;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t oc = 0; oc < s.out_channels; ++oc) {
+      float* plane = y + (i * s.out_channels + oc) * plane_size;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
+        const float* in = m + oc * tiles + i * g.per_image + ty * cols;
+        #pragma GCC ivdep
+        for (int64_t tx = 0; tx < cols; ++tx) {
+          float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
+          for (int j = 0; j < 4; ++j) {
+            const float m0 = in[(0 * 4 + j) * ot + tx], m1 = in[(1 * 4 + j) * ot + tx];
+            const float m2 = in[(2 * 4 + j) * ot + tx], m3 = in[(3 * 4 + j) * ot + tx];
+            r[0][j] = m0 + m1 + m2;
+            r[1][j] = m1 - m2 - m3;
+          }
+          y00[tx] = r[0][0] + r[0][1] + r[0][2];
+          y01[tx] = r[0][1] - r[0][2] - r[0][3];
+          y10[tx] = r[1][0] + r[1][1] + r[1][2];
+          y11[tx] = r[1][1] - r[1][2] - r[1][3];
+        }
+        float* row0 = plane + 2 * ty * s.width;
+        #pragma GCC ivdep
+        for (int64_t x = 0; x < s.width; ++x) row0[x] = (x & 1) ? y01[x >> 1] : y00[x >> 1];
+        if (2 * ty + 1 < s.height) {
+          float* row1 = row0 + s.width;
+          #pragma GCC ivdep
+          for (int64_t x = 0; x < s.width; ++x) row1[x] = (x & 1) ? y11[x >> 1] : y10[x >> 1];
+        }
+      }
+    }
+  }
+}
+
+// dx += B dV_ξ Bᵀ folded back onto the overlapping input tiles (inside the image), the
+// adjoint of TransformInput: B's rows are Bᵀ's columns, [1 0 0 0; 0 1 -1 1; -1 1 1 0;
+// 0 0 0 -1] applied to (x0, x1, x2, x3). Sums go into padded rows split into even and odd
+// columns (as TransformInput reads them); a tile row shares two rows with the next.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradient(
+    const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count, float* dx,
+    float* work) {
+  const int64_t cols = g.tile_cols, n = cols + 1, plane_size = s.height * s.width;
+  const int64_t tiles = count * g.per_image, ct = s.in_channels * tiles;
+  float* even = work;          // [4][n]: padded rows 2ty .. 2ty + 3, even columns
+  float* odd = even + 4 * n;   // [4][n]
+  float* te = odd + 4 * n;     // [4][n]: per row a of the tile, B over its columns
+  float* to = te + 4 * n;
+  // Adds padded row `r` (padded row index pr) of the accumulators into dx's row pr - 1.
+  auto flush = [&](float* plane, int64_t pr, const float* e, const float* o) {
+    const int64_t iy = pr - 1;
+    if (iy < 0 || iy >= s.height) return;
+    float* row = plane + iy * s.width;
+    #pragma GCC ivdep
+    for (int64_t x = 0; x < s.width; ++x) {
+      // Column x is padded column x + 1: odd[(x + 1) / 2] for even x, even[(x + 1) / 2] for odd.
+      row[x] += (x & 1) ? e[(x + 1) >> 1] : o[x >> 1];
+    }
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t c = 0; c < s.in_channels; ++c) {
+      float* plane = dx + (i * s.in_channels + c) * plane_size;
+      std::fill_n(even, 8 * n, 0.0f);  // even and odd
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
+        const float* in = dv + c * tiles + i * g.per_image + ty * cols;
+        std::fill_n(te, 8 * n, 0.0f);  // te and to
+        for (int a = 0; a < 4; ++a) {  // B over the columns of the tile's row a
+          const float* v0 = in + (a * 4 + 0) * ct;
+          const float* v1 = in + (a * 4 + 1) * ct;
+          const float* v2 = in + (a * 4 + 2) * ct;
+          const float* v3 = in + (a * 4 + 3) * ct;
+          float* re = te + a * n;
+          float* ro = to + a * n;
+          #pragma GCC ivdep
+          for (int64_t tx = 0; tx < cols; ++tx) {  // columns 0 and 1 of the tile
+            re[tx] += v0[tx];
+            ro[tx] += v1[tx] - v2[tx] + v3[tx];
+          }
+          #pragma GCC ivdep
+          for (int64_t tx = 0; tx < cols; ++tx) {  // columns 2 and 3: one tile on
+            re[tx + 1] += v1[tx] + v2[tx] - v0[tx];
+            ro[tx + 1] -= v3[tx];
+          }
+        }
+        #pragma GCC ivdep
+        for (int64_t k = 0; k < n; ++k) {  // then B over the rows
+          const float e0 = te[k], e1 = te[n + k], e2 = te[2 * n + k], e3 = te[3 * n + k];
+          even[k] += e0;
+          even[n + k] += e1 - e2 + e3;
+          even[2 * n + k] += e1 + e2 - e0;
+          even[3 * n + k] -= e3;
+          const float o0 = to[k], o1 = to[n + k], o2 = to[2 * n + k], o3 = to[3 * n + k];
+          odd[k] += o0;
+          odd[n + k] += o1 - o2 + o3;
+          odd[2 * n + k] += o1 + o2 - o0;
+          odd[3 * n + k] -= o3;
+        }
+        // Padded rows 2ty and 2ty + 1 are complete; the next tile row starts at 2ty + 2.
+        flush(plane, 2 * ty, even, odd);
+        flush(plane, 2 * ty + 1, even + n, odd + n);
+        std::copy_n(even + 2 * n, 2 * n, even);
+        std::copy_n(odd + 2 * n, 2 * n, odd);
+        std::fill_n(even + 2 * n, 2 * n, 0.0f);
+        std::fill_n(odd + 2 * n, 2 * n, 0.0f);
+      }
+      flush(plane, 2 * g.tile_rows, even, odd);
+      flush(plane, 2 * g.tile_rows + 1, even + n, odd + n);
+    }
+  }
+}
+
+// Calls pass(first image, images, tiles) for each chunk of the batch.
+template <typename Pass>
+void ForEachChunk(const StridedConv2dShape& s, const Geometry& g, Pass pass) {
+  for (int64_t b = 0; b < s.batch; b += g.images) {
+    const int64_t count = std::min(g.images, s.batch - b);
+    pass(b, count, count * g.per_image);
+  }
+}
+
+void Forward(const StridedConv2dShape& s, const float* x, const float* weight, float* y,
+             float* scratch) {
+  const Geometry g(s);
+  const Buffers buf(s, g, scratch);
+  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
+  TransformWeights(s, weight, buf.u, buf.work);
+  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    for (int xi = 0; xi < kPositions; ++xi) {  // M_ξ = U_ξ V_ξ
+      MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels,
+             buf.u + xi * oc, buf.v + xi * s.in_channels * tiles,
+             buf.m + xi * s.out_channels * tiles, OutputMode::kOverwrite);
+    }
+    TransformOutput(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
+  });
+}
+
+void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
+                     float* dweight, OutputMode mode, float* scratch) {
+  const Geometry g(s);
+  const Buffers buf(s, g, scratch);
+  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
+  if (s.batch == 0) std::memset(buf.u, 0, kPositions * oc * sizeof(float));
+  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    for (int xi = 0; xi < kPositions; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
+      MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
+             buf.m + xi * s.out_channels * tiles, buf.v + xi * s.in_channels * tiles,
+             buf.u + xi * oc, b == 0 ? OutputMode::kOverwrite : OutputMode::kAccumulate);
+    }
+  });
+  WeightGradientsFromTransformed(s, buf.u, dweight, mode, buf.work);
+}
+
+void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy, float* dx,
+                   float* scratch) {
+  const Geometry g(s);
+  const Buffers buf(s, g, scratch);
+  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
+  TransformWeights(s, weight, buf.u, buf.work);
+  std::memset(dx, 0, s.batch * s.in_channels * plane * sizeof(float));
+  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    for (int xi = 0; xi < kPositions; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
+      MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
+             buf.u + xi * oc, buf.m + xi * s.out_channels * tiles,
+             buf.v + xi * s.in_channels * tiles, OutputMode::kOverwrite);
+    }
+    FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
+  });
+}
+
+}  // namespace winograd
+
 }  // namespace
 
 int64_t Conv2dScratchElements(const Conv2dShape& s) {
@@ -263,6 +697,7 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 }
 
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
+  if (winograd::Applies(s)) return winograd::ScratchElements(s);
   const int64_t images = ImagesPerProduct(s), columns = images * s.out_height() * s.out_width();
   const int64_t unfolded = s.in_channels * s.kernel_size * s.kernel_size;
   return unfolded * columns + (images > 1 ? s.out_channels * columns : 0);
@@ -270,6 +705,7 @@ int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
                           float* y, float* scratch) {
+  if (winograd::Applies(s)) return winograd::Forward(s, x, weight, y, scratch);
   const StridedGeometry g(s, scratch);
   const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
   const int64_t in_image = g.in_image, out_image = g.out_image;
@@ -287,6 +723,7 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
+  if (winograd::Applies(s)) return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
   const StridedGeometry g(s, scratch);
   const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
   const int64_t in_image = g.in_image, out_image = g.out_image;
@@ -309,6 +746,7 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch) {
+  if (winograd::Applies(s)) return winograd::BackwardInput(s, weight, dy, dx, scratch);
   const StridedGeometry g(s, scratch);
   const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
   const int64_t in_image = g.in_image, out_image = g.out_image;
