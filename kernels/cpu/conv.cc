@@ -225,6 +225,15 @@ void RegroupImages(Regroup direction, const float* from, int64_t count, int64_t 
 // units in the last place of the sums (the transforms add and halve).
 namespace winograd {
 
+// "No loop-carried dependences": the transforms' rows never overlap, which GCC cannot prove
+// through the many pointers (clang, which builds this only for its thread-safety analysis,
+// gets nothing).
+#if defined(__clang__)
+#define RINGMASTER_IVDEP
+#else
+#define RINGMASTER_IVDEP _Pragma("GCC ivdep")
+#endif
+
 constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
 // Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
 constexpr int64_t kTargetTiles = 256;
@@ -281,12 +290,12 @@ int64_t ScratchElements(const StridedConv2dShape& s) {
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
     const StridedConv2dShape& s, const float* weight, float* u, float* work) {
   const int64_t oc = s.out_channels * s.in_channels;
-  #pragma GCC ivdep
+  RINGMASTER_IVDEP
   for (int64_t f = 0; f < oc; ++f) {
     for (int k = 0; k < 9; ++k) work[k * oc + f] = weight[f * 9 + k];
   }
   for (int i = 0; i < 4; ++i) {
-    #pragma GCC ivdep
+    RINGMASTER_IVDEP
     for (int64_t f = 0; f < oc; ++f) {
       float t[3];  // row i of G g
       for (int j = 0; j < 3; ++j) {
@@ -307,7 +316,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
     const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, float* work) {
   const int64_t oc = s.out_channels * s.in_channels;
   for (int i = 0; i < 3; ++i) {  // work[i·3 + j] = (Gᵀ dU G)[i][j], tap-major
-    #pragma GCC ivdep
+    RINGMASTER_IVDEP
     for (int64_t f = 0; f < oc; ++f) {
       float t[4];  // row i of Gᵀ dU
       for (int j = 0; j < 4; ++j) {
@@ -320,7 +329,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
       work[(i * 3 + 2) * oc + f] = 0.5f * (t[1] + t[2]) + t[3];
     }
   }
-  #pragma GCC ivdep
+  RINGMASTER_IVDEP
   for (int64_t f = 0; f < oc; ++f) {
     float* g = dweight + f * 9;
     for (int k = 0; k < 9; ++k) {
@@ -380,7 +389,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
         for (int r = ty > 0 ? 2 : 0; r < 4; ++r) {
           SplitPaddedRow(plane, s.height, s.width, 2 * ty - 1 + r, n, even + r * n, odd + r * n);
         }
-        #pragma GCC ivdep
+        RINGMASTER_IVDEP
         for (int64_t k = 0; k < n; ++k) {
           const float e0 = even[k], e1 = even[n + k], e2 = even[2 * n + k], e3 = even[3 * n + k];
           te[k] = e0 - e2;
@@ -401,7 +410,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
           float* v1 = out + (a * 4 + 1) * ct;
           float* v2 = out + (a * 4 + 2) * ct;
           float* v3 = out + (a * 4 + 3) * ct;
-          #pragma GCC ivdep
+          RINGMASTER_IVDEP
           for (int64_t tx = 0; tx < cols; ++tx) {
             const float d0 = re[tx], d1 = ro[tx], d2 = re[tx + 1], d3 = ro[tx + 1];
             v0[tx] = d0 - d2;
@@ -440,14 +449,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
             continue;
           }
           const float* row = plane + y * s.width;
-          #pragma GCC ivdep
+          RINGMASTER_IVDEP
           for (int64_t tx = 0; tx < cols; ++tx) {
             er[tx] = row[2 * tx];
             orow[tx] = 2 * tx + 1 < s.width ? row[2 * tx + 1] : 0.0f;
           }
         }
         float* out = z + oc * tiles + i * g.per_image + ty * cols;
-        #pragma GCC ivdep
+        RINGMASTER_IVDEP
         for (int64_t tx = 0; tx < cols; ++tx) {
           const float a00 = e[tx], a01 = o[tx], a10 = e[cols + tx], a11 = o[cols + tx];
           const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
@@ -479,7 +488,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
       float* plane = y + (i * s.out_channels + oc) * plane_size;
       for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
         const float* in = m + oc * tiles + i * g.per_image + ty * cols;
-        #pragma GCC ivdep
+        RINGMASTER_IVDEP
         for (int64_t tx = 0; tx < cols; ++tx) {
           float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
           for (int j = 0; j < 4; ++j) {
@@ -494,11 +503,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
           y11[tx] = r[1][1] - r[1][2] - r[1][3];
         }
         float* row0 = plane + 2 * ty * s.width;
-        #pragma GCC ivdep
+        RINGMASTER_IVDEP
         for (int64_t x = 0; x < s.width; ++x) row0[x] = (x & 1) ? y01[x >> 1] : y00[x >> 1];
         if (2 * ty + 1 < s.height) {
           float* row1 = row0 + s.width;
-          #pragma GCC ivdep
+          RINGMASTER_IVDEP
           for (int64_t x = 0; x < s.width; ++x) row1[x] = (x & 1) ? y11[x >> 1] : y10[x >> 1];
         }
       }
@@ -524,7 +533,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
     const int64_t iy = pr - 1;
     if (iy < 0 || iy >= s.height) return;
     float* row = plane + iy * s.width;
-    #pragma GCC ivdep
+    RINGMASTER_IVDEP
     for (int64_t x = 0; x < s.width; ++x) {
       // Column x is padded column x + 1: odd[(x + 1) / 2] for even x, even[(x + 1) / 2] for odd.
       row[x] += (x & 1) ? e[(x + 1) >> 1] : o[x >> 1];
@@ -544,18 +553,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
           const float* v3 = in + (a * 4 + 3) * ct;
           float* re = te + a * n;
           float* ro = to + a * n;
-          #pragma GCC ivdep
+          RINGMASTER_IVDEP
           for (int64_t tx = 0; tx < cols; ++tx) {  // columns 0 and 1 of the tile
             re[tx] += v0[tx];
             ro[tx] += v1[tx] - v2[tx] + v3[tx];
           }
-          #pragma GCC ivdep
+          RINGMASTER_IVDEP
           for (int64_t tx = 0; tx < cols; ++tx) {  // columns 2 and 3: one tile on
             re[tx + 1] += v1[tx] + v2[tx] - v0[tx];
             ro[tx + 1] -= v3[tx];
           }
         }
-        #pragma GCC ivdep
+        RINGMASTER_IVDEP
         for (int64_t k = 0; k < n; ++k) {  // then B over the rows
           const float e0 = te[k], e1 = te[n + k], e2 = te[2 * n + k], e3 = te[3 * n + k];
           even[k] += e0;
@@ -643,6 +652,8 @@ void BackwardInput(const StridedConv2dShape& s, const float* weight, const float
     FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
   });
 }
+
+#undef RINGMASTER_IVDEP
 
 }  // namespace winograd
 
