@@ -120,9 +120,13 @@ std::string Hours(double h) {
 std::string Number(double n, int decimals = 1) {
   if (n > 0 && n < 0.1) return absl::StrFormat("%.2g", n);  // a tiny job's
   if (n < 1000) return absl::StrFormat("%.*f", decimals, n);
-  std::string digits = absl::StrFormat("%.0f", n);
-  for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");
-  return digits;
+  const std::string digits = absl::StrFormat("%.0f", n);
+  std::string grouped;  // built forwards: GCC 12 warns (-Wrestrict, wrongly) on inserts
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  return grouped;
 }
 
 std::string Dollars(double d) { return std::isinf(d) ? "never ends" : "$" + Number(d, 2); }
