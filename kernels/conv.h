@@ -65,6 +65,10 @@ struct StridedConv2dShape {
   // from the unfolded product's by rounding) unless this is false: the unfolded product, for
   // comparisons (kernels/conv_bench).
   bool winograd = true;
+  // Threads the passes run on at once (kernels/parallel.h: OpenBLAS on one thread meanwhile),
+  // each taking whole chunks of images; the scratch grows with them. 1: the calling thread
+  // alone, OpenBLAS threading the products as it is set to.
+  int64_t threads = 1;
 
   int64_t out_height() const { return (height + 2 * padding - kernel_size) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel_size) / stride + 1; }

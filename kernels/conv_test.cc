@@ -262,7 +262,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1},
                                          StridedConv2dShape{2, 24, 16, 16, 17, 3, 1, 1},
                                          StridedConv2dShape{2, 16, 16, 17, 16, 3, 1, 1},
-                                         StridedConv2dShape{9, 16, 16, 16, 16, 3, 1, 1}));
+                                         StridedConv2dShape{9, 16, 16, 16, 16, 3, 1, 1},
+                                         // Two threads (kernels/parallel.h): Winograd, the
+                                         // unfolded product with one image a product and with
+                                         // several, and an odd number of chunks.
+                                         StridedConv2dShape{9, 16, 16, 16, 16, 3, 1, 1, true, 2},
+                                         StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1, true, 2},
+                                         StridedConv2dShape{5, 4, 6, 32, 32, 3, 1, 1, true, 2},
+                                         StridedConv2dShape{7, 8, 16, 8, 8, 3, 2, 1, true, 2},
+                                         StridedConv2dShape{130, 2, 2, 4, 4, 1, 2, 0, true, 2}));
 
 TEST(GlobalAvgPoolTest, MeansAndSpreadsBack) {
   const std::vector<float> x = RandomFloats(3 * 5, 21);

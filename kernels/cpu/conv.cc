@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/parallel.h"
+
 namespace ringmaster::kernels {
 namespace {
 
@@ -112,29 +114,59 @@ inline void TakeIfGreater(float v, int32_t at, PoolBest& best) {
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 int64_t CeilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
+// Threads the strided convolution's parts run on, and the images each takes at most.
+int64_t Threads(const StridedConv2dShape& s) { return std::max<int64_t>(1, s.threads); }
+int64_t ImagesPerThread(const StridedConv2dShape& s) {
+  return std::max<int64_t>(1, (s.batch + Threads(s) - 1) / Threads(s));
+}
+
+// Runs part(thread, first image, images) for every chunk of `per` images of the batch, chunk c
+// on thread c mod Threads(s), the threads at once (kernels/parallel.h).
+template <typename Part>
+void ForEachChunkOnThreads(const StridedConv2dShape& s, int64_t per, Part part) {
+  const int64_t threads = Threads(s);
+  ParallelRun(static_cast<int>(threads), [&](int t) {
+    for (int64_t b = t * per; b < s.batch; b += threads * per) {
+      part(t, b, std::min(per, s.batch - b));
+    }
+  });
+}
+
 // Output columns per product the strided convolution aims for: a product of the kernel
 // matrix with fewer columns than this runs BLAS far below its peak.
 constexpr int64_t kTargetColumns = 1024;
 
 // Images unfolded together: enough for kTargetColumns output positions, at most the batch.
+// With several threads, at most the batch's share of one thread (each takes whole products).
 int64_t ImagesPerProduct(const StridedConv2dShape& s) {
   const int64_t positions = s.out_height() * s.out_width();
-  return std::clamp<int64_t>(kTargetColumns / positions, 1, std::max<int64_t>(1, s.batch));
+  return std::clamp<int64_t>(kTargetColumns / positions, 1, ImagesPerThread(s));
 }
 
 // What the strided convolution's three passes share: images per product, output positions,
 // unfolded rows, floats per input and output image, and where in the scratch the products
 // (or the grouped output gradients) go, after the unfolded images.
 struct StridedGeometry {
-  StridedGeometry(const StridedConv2dShape& s, float* scratch)
+  explicit StridedGeometry(const StridedConv2dShape& s)
       : per(ImagesPerProduct(s)),
         ohw(s.out_height() * s.out_width()),
         unfolded(s.in_channels * s.kernel_size * s.kernel_size),
         in_image(s.in_channels * s.height * s.width),
         out_image(s.out_channels * ohw),
-        products(scratch + unfolded * per * ohw) {}
+        columns(unfolded * per * ohw),
+        products(per > 1 ? s.out_channels * per * ohw : 0),
+        weight_sum(Threads(s) > 1 ? s.out_channels * unfolded : 0) {}
   int64_t per, ohw, unfolded, in_image, out_image;
-  float* products;
+  // Scratch floats per thread: its unfolded images, its products (or grouped output
+  // gradients), and with several threads a weight-gradient sum of its own.
+  int64_t columns, products, weight_sum;
+
+  int64_t per_thread() const { return columns + products + weight_sum; }
+  float* columns_at(float* scratch, int t) const { return scratch + t * per_thread(); }
+  float* products_at(float* scratch, int t) const { return columns_at(scratch, t) + columns; }
+  float* weight_sum_at(float* scratch, int t) const {
+    return products_at(scratch, t) + products;
+  }
 };
 
 // Visits every (unfolded row, image, output row) of `images` images, as ForEachUnfoldedRow
@@ -255,22 +287,28 @@ struct Geometry {
         tile_cols((s.width + 1) / 2),
         per_image(tile_rows * tile_cols),
         images(std::clamp<int64_t>((kTargetTiles + per_image - 1) / per_image, 1,
-                                   std::max<int64_t>(1, s.batch))),
+                                   ImagesPerThread(s))),
         tiles(images * per_image),
         work(std::max<int64_t>(9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2))) {}
   int64_t tile_rows, tile_cols, per_image, images, tiles;
   int64_t work;  // floats of the transforms' own rows
 };
 
-// The three passes share the scratch: U (or its gradient) [16, out, in], one chunk's V (or
-// the input's transformed gradient) [16, in, tiles] and M (or Z) [16, out, tiles], each dense
-// for the chunk's tiles, and the transforms' work rows.
+// Each thread's part of the scratch: U (or its gradient) [16, out, in] (thread 0's is the
+// transformed weights all threads read), one chunk's V (or the input's transformed gradient)
+// [16, in, tiles] and M (or Z) [16, out, tiles], each dense for the chunk's tiles, and the
+// transforms' work rows.
 struct Buffers {
-  Buffers(const StridedConv2dShape& s, const Geometry& g, float* scratch)
-      : u(scratch),
+  Buffers(const StridedConv2dShape& s, const Geometry& g, float* scratch, int thread)
+      : u(scratch + thread * PerThread(s, g)),
         v(u + kPositions * s.out_channels * s.in_channels),
         m(v + kPositions * s.in_channels * g.tiles),
         work(m + kPositions * s.out_channels * g.tiles) {}
+  static int64_t PerThread(const StridedConv2dShape& s, const Geometry& g) {
+    return kPositions * (s.out_channels * s.in_channels +
+                         g.tiles * (s.in_channels + s.out_channels)) +
+           g.work;
+  }
   float* u;
   float* v;
   float* m;
@@ -278,10 +316,7 @@ struct Buffers {
 };
 
 int64_t ScratchElements(const StridedConv2dShape& s) {
-  const Geometry g(s);
-  return kPositions * (s.out_channels * s.in_channels +
-                       g.tiles * (s.in_channels + s.out_channels)) +
-         g.work;
+  return Threads(s) * Buffers::PerThread(s, Geometry(s));
 }
 
 // U_ξ[o][c] = (G g Gᵀ)_ξ for every filter g = weight[o][c] (3x3), G = [1 0 0; ½ ½ ½;
@@ -591,27 +626,21 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
   }
 }
 
-// Calls pass(first image, images, tiles) for each chunk of the batch.
-template <typename Pass>
-void ForEachChunk(const StridedConv2dShape& s, const Geometry& g, Pass pass) {
-  for (int64_t b = 0; b < s.batch; b += g.images) {
-    const int64_t count = std::min(g.images, s.batch - b);
-    pass(b, count, count * g.per_image);
-  }
-}
-
 void Forward(const StridedConv2dShape& s, const float* x, const float* weight, float* y,
              float* scratch) {
   const Geometry g(s);
-  const Buffers buf(s, g, scratch);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
-  TransformWeights(s, weight, buf.u, buf.work);
-  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+  const Buffers first(s, g, scratch, 0);
+  TransformWeights(s, weight, first.u, first.work);
+  const float* u = first.u;
+  ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
+    const Buffers buf(s, g, scratch, t);
+    const int64_t tiles = count * g.per_image;
     TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // M_ξ = U_ξ V_ξ
-      MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels,
-             buf.u + xi * oc, buf.v + xi * s.in_channels * tiles,
-             buf.m + xi * s.out_channels * tiles, OutputMode::kOverwrite);
+      MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * oc,
+             buf.v + xi * s.in_channels * tiles, buf.m + xi * s.out_channels * tiles,
+             OutputMode::kOverwrite);
     }
     TransformOutput(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
   });
@@ -620,36 +649,48 @@ void Forward(const StridedConv2dShape& s, const float* x, const float* weight, f
 void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                      float* dweight, OutputMode mode, float* scratch) {
   const Geometry g(s);
-  const Buffers buf(s, g, scratch);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
-  if (s.batch == 0) std::memset(buf.u, 0, kPositions * oc * sizeof(float));
-  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+  // Each thread sums its chunks' dU in its own U, zero where it takes none.
+  for (int t = 0; t < Threads(s); ++t) {
+    std::memset(Buffers(s, g, scratch, t).u, 0, kPositions * oc * sizeof(float));
+  }
+  ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
+    const Buffers buf(s, g, scratch, t);
+    const int64_t tiles = count * g.per_image;
     TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
       MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
              buf.m + xi * s.out_channels * tiles, buf.v + xi * s.in_channels * tiles,
-             buf.u + xi * oc, b == 0 ? OutputMode::kOverwrite : OutputMode::kAccumulate);
+             buf.u + xi * oc, OutputMode::kAccumulate);
     }
   });
-  WeightGradientsFromTransformed(s, buf.u, dweight, mode, buf.work);
+  const Buffers first(s, g, scratch, 0);
+  for (int t = 1; t < Threads(s); ++t) {
+    const float* du = Buffers(s, g, scratch, t).u;
+    for (int64_t i = 0; i < kPositions * oc; ++i) first.u[i] += du[i];
+  }
+  WeightGradientsFromTransformed(s, first.u, dweight, mode, first.work);
 }
 
 void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy, float* dx,
                    float* scratch) {
   const Geometry g(s);
-  const Buffers buf(s, g, scratch);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
-  TransformWeights(s, weight, buf.u, buf.work);
-  std::memset(dx, 0, s.batch * s.in_channels * plane * sizeof(float));
-  ForEachChunk(s, g, [&](int64_t b, int64_t count, int64_t tiles) {
+  const Buffers first(s, g, scratch, 0);
+  TransformWeights(s, weight, first.u, first.work);
+  ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
+    const Buffers buf(s, g, scratch, t);
+    const int64_t tiles = count * g.per_image;
     TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
       MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
-             buf.u + xi * oc, buf.m + xi * s.out_channels * tiles,
+             first.u + xi * oc, buf.m + xi * s.out_channels * tiles,
              buf.v + xi * s.in_channels * tiles, OutputMode::kOverwrite);
     }
-    FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
+    float* images = dx + b * s.in_channels * plane;
+    std::memset(images, 0, count * s.in_channels * plane * sizeof(float));
+    FoldInputGradient(s, g, buf.v, count, images, buf.work);
   });
 }
 
@@ -709,71 +750,72 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
   if (winograd::Applies(s)) return winograd::ScratchElements(s);
-  const int64_t images = ImagesPerProduct(s), columns = images * s.out_height() * s.out_width();
-  const int64_t unfolded = s.in_channels * s.kernel_size * s.kernel_size;
-  return unfolded * columns + (images > 1 ? s.out_channels * columns : 0);
+  return Threads(s) * StridedGeometry(s).per_thread();
 }
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
                           float* y, float* scratch) {
   if (winograd::Applies(s)) return winograd::Forward(s, x, weight, y, scratch);
-  const StridedGeometry g(s, scratch);
-  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
-  const int64_t in_image = g.in_image, out_image = g.out_image;
-  float* products = g.products;
-  for (int64_t b = 0; b < s.batch; b += per) {
-    const int64_t count = std::min(per, s.batch - b);
-    StridedIm2Col(s, x + b * in_image, count, scratch);
-    float* out = per == 1 ? y + b * out_image : products;
-    MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, count * ohw, unfolded, weight, scratch,
-           out, OutputMode::kOverwrite);
-    if (per > 1)
-      RegroupImages(Regroup::kToNchw, products, count, s.out_channels, ohw, y + b * out_image);
-  }
+  const StridedGeometry g(s);
+  ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
+    float* columns = g.columns_at(scratch, t);
+    float* products = g.products_at(scratch, t);
+    StridedIm2Col(s, x + b * g.in_image, count, columns);
+    float* out = g.per == 1 ? y + b * g.out_image : products;
+    MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, count * g.ohw, g.unfolded, weight,
+           columns, out, OutputMode::kOverwrite);
+    if (g.per > 1) {
+      RegroupImages(Regroup::kToNchw, products, count, s.out_channels, g.ohw,
+                    y + b * g.out_image);
+    }
+  });
 }
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
   if (winograd::Applies(s)) return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
-  const StridedGeometry g(s, scratch);
-  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
-  const int64_t in_image = g.in_image, out_image = g.out_image;
-  float* grouped = g.products;
-  if (mode == OutputMode::kOverwrite) {
-    std::memset(dweight, 0, s.out_channels * unfolded * sizeof(float));
+  const StridedGeometry g(s);
+  const int64_t weights = s.out_channels * g.unfolded;
+  if (mode == OutputMode::kOverwrite) std::memset(dweight, 0, weights * sizeof(float));
+  // Thread 0 adds into dweight; the others into sums of their own, added to it after.
+  for (int t = 1; t < Threads(s); ++t) {
+    std::memset(g.weight_sum_at(scratch, t), 0, weights * sizeof(float));
   }
-  for (int64_t b = 0; b < s.batch; b += per) {
-    const int64_t count = std::min(per, s.batch - b);
-    StridedIm2Col(s, x + b * in_image, count, scratch);
-    const float* grad = dy + b * out_image;
-    if (per > 1) {
-      RegroupImages(Regroup::kToGrouped, grad, count, s.out_channels, ohw, grouped);
+  ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
+    float* columns = g.columns_at(scratch, t);
+    StridedIm2Col(s, x + b * g.in_image, count, columns);
+    const float* grad = dy + b * g.out_image;
+    if (g.per > 1) {
+      float* grouped = g.products_at(scratch, t);
+      RegroupImages(Regroup::kToGrouped, grad, count, s.out_channels, g.ohw, grouped);
       grad = grouped;
     }
-    MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, unfolded, count * ohw, grad, scratch,
-           dweight, OutputMode::kAccumulate);
+    MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, g.unfolded, count * g.ohw, grad,
+           columns, t == 0 ? dweight : g.weight_sum_at(scratch, t), OutputMode::kAccumulate);
+  });
+  for (int t = 1; t < Threads(s); ++t) {
+    const float* sum = g.weight_sum_at(scratch, t);
+    for (int64_t i = 0; i < weights; ++i) dweight[i] += sum[i];
   }
 }
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch) {
   if (winograd::Applies(s)) return winograd::BackwardInput(s, weight, dy, dx, scratch);
-  const StridedGeometry g(s, scratch);
-  const int64_t per = g.per, ohw = g.ohw, unfolded = g.unfolded;
-  const int64_t in_image = g.in_image, out_image = g.out_image;
-  float* grouped = g.products;
-  std::memset(dx, 0, s.batch * in_image * sizeof(float));
-  for (int64_t b = 0; b < s.batch; b += per) {
-    const int64_t count = std::min(per, s.batch - b);
-    const float* grad = dy + b * out_image;
-    if (per > 1) {
-      RegroupImages(Regroup::kToGrouped, grad, count, s.out_channels, ohw, grouped);
+  const StridedGeometry g(s);
+  ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
+    float* columns = g.columns_at(scratch, t);
+    const float* grad = dy + b * g.out_image;
+    if (g.per > 1) {
+      float* grouped = g.products_at(scratch, t);
+      RegroupImages(Regroup::kToGrouped, grad, count, s.out_channels, g.ohw, grouped);
       grad = grouped;
     }
-    MatMul(Transpose::kYes, Transpose::kNo, unfolded, count * ohw, s.out_channels, weight, grad,
-           scratch, OutputMode::kOverwrite);
-    StridedCol2ImAdd(s, scratch, count, dx + b * in_image);
-  }
+    MatMul(Transpose::kYes, Transpose::kNo, g.unfolded, count * g.ohw, s.out_channels, weight,
+           grad, columns, OutputMode::kOverwrite);
+    std::memset(dx + b * g.in_image, 0, count * g.in_image * sizeof(float));
+    StridedCol2ImAdd(s, columns, count, dx + b * g.in_image);
+  });
 }
 
 void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t height,

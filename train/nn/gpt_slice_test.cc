@@ -213,7 +213,9 @@ TEST(GptSlice, ATiedHeadsLastStageHoldsACopyOfWteWhoseGradientAddsToTheFirsts) {
       EXPECT_NE(stage->Describe().find("LM head tied to wte (a copy of it)"), std::string::npos)
           << stage->Describe();
     }
-    if (first == 0) EXPECT_FALSE(stage->parameter_groups().front().read_again_by_head);
+    if (first == 0) {
+      EXPECT_FALSE(stage->parameter_groups().front().read_again_by_head);
+    }
   }
 
   SplitMix64 rng(5);
@@ -235,7 +237,9 @@ TEST(GptSlice, ATiedHeadsLastStageHoldsACopyOfWteWhoseGradientAddsToTheFirsts) {
   }
   for (size_t s = 0; s < chain.stages.size(); ++s) {
     for (const auto& [name, values] : ByName(chain.stages[s]->table(), chain.grads[s])) {
-      if (name != "wte") EXPECT_TRUE(SameBits(values, want.at(name))) << name;
+      if (name != "wte") {
+        EXPECT_TRUE(SameBits(values, want.at(name))) << name;
+      }
     }
   }
 }

@@ -139,6 +139,7 @@ std::string StridedConv2d::Describe() const {
 kernels::StridedConv2dShape StridedConv2d::Shape(int64_t n) const {
   kernels::StridedConv2dShape shape = shape_;
   shape.batch = n;
+  shape.threads = kernels::BlasThreads();  // the rank's compute threads
   return shape;
 }
 

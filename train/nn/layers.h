@@ -171,7 +171,8 @@ using ReplicaSum = std::function<absl::Status(absl::Span<double> values)>;
 
 // A convolution of [in_channels, height, width] images with any stride and zero padding and
 // no bias: weight [out, in, k, k] ("<name>.weight"), uniform in ±1/sqrt(in·k·k). Owns its
-// im2col scratch.
+// im2col scratch. Runs on kernels::BlasThreads() threads (the rank's compute threads), each
+// taking whole chunks of images (kernels/conv.h).
 class StridedConv2d final : public Layer {
  public:
   StridedConv2d(state::TensorTable& table, absl::string_view name, int64_t in_channels,
