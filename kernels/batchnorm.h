@@ -4,7 +4,8 @@
 // caller computes them from BatchNormChannelSums (training: the batch's, possibly summed
 // over several ranks first, as SyncBatchNorm does) or takes the running ones (evaluation).
 //
-// Sums are accumulated in double so that E[x²] - mean² keeps its precision. Tensors are
+// Sums are accumulated in double so that E[x²] - mean² keeps its precision (float partial sums
+// of a plane's values in 16 interleaved lanes first). Tensors are
 // [batch, channels, positions]; outputs overlap no input except where said. Thread-compatible.
 #ifndef RINGMASTER_KERNELS_BATCHNORM_H_
 #define RINGMASTER_KERNELS_BATCHNORM_H_
@@ -17,6 +18,8 @@ struct BatchNormShape {
   int64_t batch = 0;
   int64_t channels = 0;
   int64_t positions = 0;  // height · width
+  // Threads the channels are split over (kernels/parallel.h); 1: the calling thread.
+  int64_t threads = 1;
 };
 
 // sum[c] = Σ x, sum_sq[c] = Σ x² over channel c (overwrites both, `channels` doubles each).

@@ -10,10 +10,10 @@
 namespace ringmaster::kernels {
 namespace {
 
-constexpr BatchNormShape kShape{3, 4, 5};
+class BatchNormTest : public testing::TestWithParam<BatchNormShape> {};
 
-TEST(BatchNormTest, SumsForwardAndBackwardMatchTheDefinition) {
-  const BatchNormShape s = kShape;
+TEST_P(BatchNormTest, SumsForwardAndBackwardMatchTheDefinition) {
+  const BatchNormShape s = GetParam();
   const int64_t size = s.batch * s.channels * s.positions;
   const std::vector<float> x = RandomFloats(size, 1, -2.0f, 3.0f);
   const std::vector<float> dy = RandomFloats(size, 2);
@@ -75,6 +75,13 @@ TEST(BatchNormTest, SumsForwardAndBackwardMatchTheDefinition) {
                          sum_dy.data(), sum_dy_xhat.data(), count, inplace.data());
   EXPECT_EQ(inplace, dx);
 }
+
+// Planes shorter than the sums' 16 lanes, longer (with a remainder), and the channels split
+// over 2 and 3 threads (kernels/parallel.h), unevenly.
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
+                         testing::Values(BatchNormShape{3, 4, 5}, BatchNormShape{3, 5, 37},
+                                         BatchNormShape{3, 5, 37, 2},
+                                         BatchNormShape{2, 4, 64, 3}));
 
 }  // namespace
 }  // namespace ringmaster::kernels

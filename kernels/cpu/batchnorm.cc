@@ -1,77 +1,137 @@
 #include "kernels/batchnorm.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/parallel.h"
+
 namespace ringmaster::kernels {
+namespace {
+
+// Runs body(first channel, end channel) over shape.threads contiguous ranges at once.
+template <typename Body>
+void ForChannelRanges(const BatchNormShape& s, Body body) {
+  const int64_t threads = std::clamp<int64_t>(s.threads, 1, std::max<int64_t>(1, s.channels));
+  const int64_t per = (s.channels + threads - 1) / threads;
+  ParallelRun(static_cast<int>(threads), [&](int t) {
+    const int64_t begin = t * per, end = std::min(s.channels, begin + per);
+    if (begin < end) body(begin, end);
+  });
+}
+
+constexpr int kLanes = 16;
+
+// Σ a[i] and Σ a[i]² over one plane, in kLanes interleaved float partial sums (so that the
+// loop vectorises without reassociating), then added in double.
+void PlaneSums(const float* a, int64_t n, double& sum, double& squares) {
+  float t[kLanes] = {}, q[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      t[l] += a[i + l];
+      q[l] += a[i + l] * a[i + l];
+    }
+  }
+  double total = 0, sq = 0;
+  for (; i < n; ++i) {
+    total += a[i];
+    sq += static_cast<double>(a[i]) * a[i];
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    total += t[l];
+    sq += q[l];
+  }
+  sum += total;
+  squares += sq;
+}
+
+// Σ dy[i] and Σ dy[i] · (x[i] - m) over one plane, as PlaneSums.
+void PlaneBackwardSums(const float* dy, const float* x, float m, int64_t n, double& sum,
+                       double& dot) {
+  float t[kLanes] = {}, d[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      t[l] += dy[i + l];
+      d[l] += dy[i + l] * (x[i + l] - m);
+    }
+  }
+  double total = 0, dt = 0;
+  for (; i < n; ++i) {
+    total += dy[i];
+    dt += static_cast<double>(dy[i]) * (x[i] - m);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    total += t[l];
+    dt += d[l];
+  }
+  sum += total;
+  dot += dt;
+}
+
+}  // namespace
 
 void BatchNormChannelSums(const BatchNormShape& s, const float* x, double* sum, double* sum_sq) {
-  for (int64_t c = 0; c < s.channels; ++c) {
-    double total = 0, squares = 0;
-    for (int64_t n = 0; n < s.batch; ++n) {
-      const float* plane = x + (n * s.channels + c) * s.positions;
-      // Float partial sums per plane (at most a few thousand values), then double.
-      float t = 0, q = 0;
-      for (int64_t i = 0; i < s.positions; ++i) {
-        t += plane[i];
-        q += plane[i] * plane[i];
+  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double total = 0, squares = 0;
+      for (int64_t n = 0; n < s.batch; ++n) {
+        PlaneSums(x + (n * s.channels + c) * s.positions, s.positions, total, squares);
       }
-      total += t;
-      squares += q;
+      sum[c] = total;
+      sum_sq[c] = squares;
     }
-    sum[c] = total;
-    sum_sq[c] = squares;
-  }
+  });
 }
 
 void BatchNormForward(const BatchNormShape& s, const float* x, const float* mean,
                       const float* invstd, const float* gamma, const float* beta, float* y) {
-  for (int64_t n = 0; n < s.batch; ++n) {
-    for (int64_t c = 0; c < s.channels; ++c) {
-      const int64_t at = (n * s.channels + c) * s.positions;
-      const float scale = gamma[c] * invstd[c], shift = beta[c] - mean[c] * scale;
-      for (int64_t i = 0; i < s.positions; ++i) y[at + i] = x[at + i] * scale + shift;
+  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+    for (int64_t n = 0; n < s.batch; ++n) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t at = (n * s.channels + c) * s.positions;
+        const float scale = gamma[c] * invstd[c], shift = beta[c] - mean[c] * scale;
+        for (int64_t i = 0; i < s.positions; ++i) y[at + i] = x[at + i] * scale + shift;
+      }
     }
-  }
+  });
 }
 
 void BatchNormBackwardSums(const BatchNormShape& s, const float* x, const float* dy,
                            const float* mean, const float* invstd, double* sum_dy,
                            double* sum_dy_xhat) {
-  for (int64_t c = 0; c < s.channels; ++c) {
-    double total = 0, dot = 0;
-    const float m = mean[c];
-    for (int64_t n = 0; n < s.batch; ++n) {
-      const int64_t at = (n * s.channels + c) * s.positions;
-      float t = 0, d = 0;
-      for (int64_t i = 0; i < s.positions; ++i) {
-        t += dy[at + i];
-        d += dy[at + i] * (x[at + i] - m);
+  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double total = 0, dot = 0;
+      for (int64_t n = 0; n < s.batch; ++n) {
+        const int64_t at = (n * s.channels + c) * s.positions;
+        PlaneBackwardSums(dy + at, x + at, mean[c], s.positions, total, dot);
       }
-      total += t;
-      dot += d;
+      sum_dy[c] = total;
+      sum_dy_xhat[c] = dot * invstd[c];
     }
-    sum_dy[c] = total;
-    sum_dy_xhat[c] = dot * invstd[c];
-  }
+  });
 }
 
 void BatchNormBackwardInput(const BatchNormShape& s, const float* x, const float* dy,
                             const float* mean, const float* invstd, const float* gamma,
                             const double* sum_dy, const double* sum_dy_xhat, double count,
                             float* dx) {
-  for (int64_t c = 0; c < s.channels; ++c) {
-    const float scale = gamma[c] * invstd[c];
-    const float mean_dy = static_cast<float>(sum_dy[c] / count);
-    // dy - mean_dy - (x - mean) · invstd² · sum_dy_xhat / count, times gamma · invstd.
-    const float slope = static_cast<float>(sum_dy_xhat[c] / count) * invstd[c];
-    const float m = mean[c];
-    for (int64_t n = 0; n < s.batch; ++n) {
-      const int64_t at = (n * s.channels + c) * s.positions;
-      for (int64_t i = 0; i < s.positions; ++i) {
-        dx[at + i] = scale * (dy[at + i] - mean_dy - (x[at + i] - m) * slope);
+  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const float scale = gamma[c] * invstd[c];
+      const float mean_dy = static_cast<float>(sum_dy[c] / count);
+      // dy - mean_dy - (x - mean) · invstd² · sum_dy_xhat / count, times gamma · invstd.
+      const float slope = static_cast<float>(sum_dy_xhat[c] / count) * invstd[c];
+      const float m = mean[c];
+      for (int64_t n = 0; n < s.batch; ++n) {
+        const int64_t at = (n * s.channels + c) * s.positions;
+        for (int64_t i = 0; i < s.positions; ++i) {
+          dx[at + i] = scale * (dy[at + i] - mean_dy - (x[at + i] - m) * slope);
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace ringmaster::kernels

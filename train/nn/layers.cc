@@ -185,6 +185,10 @@ BatchNorm2d::BatchNorm2d(state::TensorTable& table, absl::string_view name, int6
   bias_ = table.tensor(table.Add(absl::StrCat(name, ".bias"), {channels})).offset;
 }
 
+kernels::BatchNormShape BatchNorm2d::Shape(int64_t n) const {
+  return {n, channels_, positions_, kernels::BlasThreads()};
+}
+
 void BatchNorm2d::AddRunningStatistics(state::TensorTable& table) {
   running_mean_ = table.tensor(table.Add(absl::StrCat(name_, ".running_mean"), {channels_})).offset;
   running_var_ = table.tensor(table.Add(absl::StrCat(name_, ".running_var"), {channels_})).offset;

@@ -245,7 +245,8 @@ class BatchNorm2d {
                         kernels::OutputMode mode);
 
  private:
-  kernels::BatchNormShape Shape(int64_t n) const { return {n, channels_, positions_}; }
+  // Split over the rank's compute threads (kernels::BlasThreads()).
+  kernels::BatchNormShape Shape(int64_t n) const;
 
   std::string name_;
   int64_t channels_;
