@@ -61,9 +61,9 @@ struct StridedConv2dShape {
   int64_t stride = 1;
   int64_t padding = 0;  // < kernel_size
   // 3x3 convolutions with stride 1 and padding 1, at least 16 channels in and out, on maps
-  // of 16x16 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
-  // from the unfolded product's by rounding) unless this is false: the unfolded product, for
-  // comparisons (kernels/conv_bench).
+  // of 7x7 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
+  // from the unfolded product's by rounding; the input gradient only on maps larger than
+  // 8x8) unless this is false: the unfolded product, for comparisons (kernels/conv_bench).
   bool winograd = true;
   // Threads the passes run on at once (kernels/parallel.h: OpenBLAS on one thread meanwhile),
   // each taking whole chunks of images; the scratch grows with them. 1: the calling thread

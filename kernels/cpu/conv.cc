@@ -269,16 +269,23 @@ namespace winograd {
 constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
 // Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
 constexpr int64_t kTargetTiles = 256;
-// Smallest feature map (side) that runs Winograd: on smaller maps a row holds too few tiles
-// for the transforms to vectorise, and the weights' transform outweighs what it saves
-// (kernels/conv_bench measures both routes per ResNet stage).
-constexpr int64_t kMinSide = 16;
+// Smallest feature map (side) that runs Winograd: below it the weights' transform outweighs
+// what the products save. On maps of at most kPlaneTiles tiles (8x8) the input gradient keeps
+// the unfolded product: there the scattered folding costs more than it saves. Both measured
+// per ResNet stage by kernels/conv_bench.
+constexpr int64_t kMinSide = 7;
+constexpr int64_t kPlaneTiles = 16;
+
+enum class Pass { kForward, kWeights, kInput };
 
 // Used where the products are large enough to run BLAS near its peak.
-bool Applies(const StridedConv2dShape& s) {
-  return s.winograd && s.kernel_size == 3 && s.stride == 1 && s.padding == 1 &&
-         s.in_channels >= 16 && s.out_channels >= 16 && s.height >= kMinSide &&
-         s.width >= kMinSide;
+bool Applies(const StridedConv2dShape& s, Pass pass) {
+  if (!s.winograd || s.kernel_size != 3 || s.stride != 1 || s.padding != 1 ||
+      s.in_channels < 16 || s.out_channels < 16 || s.height < kMinSide || s.width < kMinSide) {
+    return false;
+  }
+  const int64_t tiles = ((s.height + 1) / 2) * ((s.width + 1) / 2);
+  return pass != Pass::kInput || tiles > kPlaneTiles;
 }
 
 struct Geometry {
@@ -289,7 +296,10 @@ struct Geometry {
         images(std::clamp<int64_t>((kTargetTiles + per_image - 1) / per_image, 1,
                                    ImagesPerThread(s))),
         tiles(images * per_image),
-        work(std::max<int64_t>(9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2))) {}
+        work(std::max<int64_t>({9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2),
+                                 // the plane transforms': planes, corners, [16, tiles]
+                                 (2 * tile_rows + 2) * (2 * tile_cols + 2) +
+                                     4 * tile_rows * tile_cols + 18 * per_image})) {}
   int64_t tile_rows, tile_cols, per_image, images, tiles;
   int64_t work;  // floats of the transforms' own rows
 };
@@ -626,6 +636,180 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
   }
 }
 
+// Three of the transforms for small maps (kPlaneTiles tiles or fewer per image), a whole
+// plane at a time: each tile's 16 values are gathered from a zero-padded copy of the plane
+// through a table of the tiles' corners, so that every loop runs over the plane's tiles
+// (a row of tiles alone would be 2-4 long). `work` holds the padded plane, the corner
+// tables and [16, tiles] values.
+
+struct PlaneLayout {
+  explicit PlaneLayout(const Geometry& g)
+      : in_stride(2 * g.tile_cols + 2),
+        in_size((2 * g.tile_rows + 2) * in_stride),
+        out_stride(2 * g.tile_cols),
+        out_size(2 * g.tile_rows * out_stride) {}
+  int64_t in_stride, in_size;    // the input plane padded by one (and to whole tiles)
+  int64_t out_stride, out_size;  // the output plane to whole tiles
+};
+
+
+// The corners of the plane's tiles: in the padded input (in[t]) and in the whole-tile output
+// (out[t]).
+void TileCorners(const Geometry& g, const PlaneLayout& p, int32_t* in, int32_t* out) {
+  for (int64_t t = 0; t < g.per_image; ++t) {
+    const int64_t ty = t / g.tile_cols, tx = t % g.tile_cols;
+    in[t] = static_cast<int32_t>(2 * ty * p.in_stride + 2 * tx);
+    out[t] = static_cast<int32_t>(2 * ty * p.out_stride + 2 * tx);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInputPlanes(
+    const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
+    float* v, float* work) {
+  const PlaneLayout p(g);
+  const int64_t n = g.per_image, tiles = count * n, ct = s.in_channels * tiles;
+  float* pad = work;
+  int32_t* in_at = reinterpret_cast<int32_t*>(pad + p.in_size + p.out_size);
+  int32_t* out_at = in_at + n;
+  float* d = reinterpret_cast<float*>(out_at + n);  // [16][n]: (row r, column q) of each tile
+  TileCorners(g, p, in_at, out_at);
+  std::fill_n(pad, p.in_size, 0.0f);  // the border stays zero; the inside is each plane's
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t c = 0; c < s.in_channels; ++c) {
+      const float* plane = images + (i * s.in_channels + c) * s.height * s.width;
+      for (int64_t y = 0; y < s.height; ++y) {
+        std::memcpy(pad + (y + 1) * p.in_stride + 1, plane + y * s.width, s.width * sizeof(float));
+      }
+      for (int64_t rq = 0; rq < 16; ++rq) {
+        const int64_t off = (rq / 4) * p.in_stride + rq % 4;
+        RINGMASTER_IVDEP
+        for (int64_t t = 0; t < n; ++t) d[rq * n + t] = pad[in_at[t] + off];
+      }
+      float* out = v + c * tiles + i * n;
+      for (int q = 0; q < 4; ++q) {  // Bᵀ over the rows, column q: rows of d in place
+        float* d0 = d + (0 * 4 + q) * n;
+        float* d1 = d + (1 * 4 + q) * n;
+        float* d2 = d + (2 * 4 + q) * n;
+        float* d3 = d + (3 * 4 + q) * n;
+        RINGMASTER_IVDEP
+        for (int64_t t = 0; t < n; ++t) {
+          const float a0 = d0[t], a1 = d1[t], a2 = d2[t], a3 = d3[t];
+          d0[t] = a0 - a2;
+          d1[t] = a1 + a2;
+          d2[t] = a2 - a1;
+          d3[t] = a1 - a3;
+        }
+      }
+      for (int a = 0; a < 4; ++a) {  // then B over the columns, into V
+        const float* t0 = d + (a * 4 + 0) * n;
+        const float* t1 = d + (a * 4 + 1) * n;
+        const float* t2 = d + (a * 4 + 2) * n;
+        const float* t3 = d + (a * 4 + 3) * n;
+        float* v0 = out + (a * 4 + 0) * ct;
+        float* v1 = out + (a * 4 + 1) * ct;
+        float* v2 = out + (a * 4 + 2) * ct;
+        float* v3 = out + (a * 4 + 3) * ct;
+        RINGMASTER_IVDEP
+        for (int64_t t = 0; t < n; ++t) {
+          v0[t] = t0[t] - t2[t];
+          v1[t] = t1[t] + t2[t];
+          v2[t] = t2[t] - t1[t];
+          v3[t] = t1[t] - t3[t];
+        }
+      }
+    }
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradientPlanes(
+    const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
+    float* work) {
+  const PlaneLayout p(g);
+  const int64_t n = g.per_image, tiles = count * n, ot = s.out_channels * tiles;
+  float* whole = work + p.in_size;  // the gradient plane, zeros past its edges
+  int32_t* in_at = reinterpret_cast<int32_t*>(work + p.in_size + p.out_size);
+  int32_t* out_at = in_at + n;
+  TileCorners(g, p, in_at, out_at);
+  std::fill_n(whole, p.out_size, 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      const float* plane = dy + (i * s.out_channels + o) * s.height * s.width;
+      for (int64_t y = 0; y < s.height; ++y) {
+        std::memcpy(whole + y * p.out_stride, plane + y * s.width, s.width * sizeof(float));
+      }
+      float* out = z + o * tiles + i * n;
+      const int64_t row = p.out_stride;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        const float* e = whole + out_at[t];
+        const float a00 = e[0], a01 = e[1], a10 = e[row], a11 = e[row + 1];
+        const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
+                               {-a10, -a11}};
+        for (int k = 0; k < 4; ++k) {
+          out[(k * 4 + 0) * ot + t] = r[k][0];
+          out[(k * 4 + 1) * ot + t] = r[k][0] + r[k][1];
+          out[(k * 4 + 2) * ot + t] = r[k][0] - r[k][1];
+          out[(k * 4 + 3) * ot + t] = -r[k][1];
+        }
+      }
+    }
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputPlanes(
+    const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
+    float* work) {
+  const PlaneLayout p(g);
+  const int64_t n = g.per_image, tiles = count * n, ot = s.out_channels * tiles;
+  float* whole = work + p.in_size;
+  int32_t* in_at = reinterpret_cast<int32_t*>(work + p.in_size + p.out_size);
+  int32_t* out_at = in_at + n;
+  TileCorners(g, p, in_at, out_at);
+  const int64_t row = p.out_stride;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      const float* in = m + o * tiles + i * n;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
+        for (int j = 0; j < 4; ++j) {
+          const float m0 = in[(0 * 4 + j) * ot + t], m1 = in[(1 * 4 + j) * ot + t];
+          const float m2 = in[(2 * 4 + j) * ot + t], m3 = in[(3 * 4 + j) * ot + t];
+          r[0][j] = m0 + m1 + m2;
+          r[1][j] = m1 - m2 - m3;
+        }
+        float* e = whole + out_at[t];
+        e[0] = r[0][0] + r[0][1] + r[0][2];
+        e[1] = r[0][1] - r[0][2] - r[0][3];
+        e[row] = r[1][0] + r[1][1] + r[1][2];
+        e[row + 1] = r[1][1] - r[1][2] - r[1][3];
+      }
+      float* plane = y + (i * s.out_channels + o) * s.height * s.width;
+      for (int64_t yy = 0; yy < s.height; ++yy) {
+        std::memcpy(plane + yy * s.width, whole + yy * row, s.width * sizeof(float));
+      }
+    }
+  }
+}
+
+// Each transform by rows of tiles, or by whole planes for small maps (whose input gradient
+// the unfolded product computes: Applies).
+void Input(const StridedConv2dShape& s, const Geometry& g, const float* x, int64_t count,
+           float* v, float* work) {
+  if (g.per_image <= kPlaneTiles) return TransformInputPlanes(s, g, x, count, v, work);
+  TransformInput(s, g, x, count, v, work);
+}
+void OutputGradient(const StridedConv2dShape& s, const Geometry& g, const float* dy,
+                    int64_t count, float* z, float* work) {
+  if (g.per_image <= kPlaneTiles) return TransformOutputGradientPlanes(s, g, dy, count, z, work);
+  TransformOutputGradient(s, g, dy, count, z, work);
+}
+void Output(const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count,
+            float* y, float* work) {
+  if (g.per_image <= kPlaneTiles) return TransformOutputPlanes(s, g, m, count, y, work);
+  TransformOutput(s, g, m, count, y, work);
+}
+
 void Forward(const StridedConv2dShape& s, const float* x, const float* weight, float* y,
              float* scratch) {
   const Geometry g(s);
@@ -636,13 +820,13 @@ void Forward(const StridedConv2dShape& s, const float* x, const float* weight, f
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // M_ξ = U_ξ V_ξ
       MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * oc,
              buf.v + xi * s.in_channels * tiles, buf.m + xi * s.out_channels * tiles,
              OutputMode::kOverwrite);
     }
-    TransformOutput(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
+    Output(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
   });
 }
 
@@ -657,8 +841,8 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
-    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
       MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
              buf.m + xi * s.out_channels * tiles, buf.v + xi * s.in_channels * tiles,
@@ -682,7 +866,7 @@ void BackwardInput(const StridedConv2dShape& s, const float* weight, const float
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
       MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
              first.u + xi * oc, buf.m + xi * s.out_channels * tiles,
@@ -749,13 +933,20 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 }
 
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
-  if (winograd::Applies(s)) return winograd::ScratchElements(s);
-  return Threads(s) * StridedGeometry(s).per_thread();
+  // The larger of what the passes need: Winograd's and the unfolded product's.
+  const int64_t unfolded = Threads(s) * StridedGeometry(s).per_thread();
+  if (winograd::Applies(s, winograd::Pass::kForward)) {
+    return std::max(winograd::ScratchElements(s),
+                    winograd::Applies(s, winograd::Pass::kInput) ? 0 : unfolded);
+  }
+  return unfolded;
 }
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
                           float* y, float* scratch) {
-  if (winograd::Applies(s)) return winograd::Forward(s, x, weight, y, scratch);
+  if (winograd::Applies(s, winograd::Pass::kForward)) {
+    return winograd::Forward(s, x, weight, y, scratch);
+  }
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);
@@ -773,7 +964,9 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
-  if (winograd::Applies(s)) return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
+  if (winograd::Applies(s, winograd::Pass::kWeights)) {
+    return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
+  }
   const StridedGeometry g(s);
   const int64_t weights = s.out_channels * g.unfolded;
   if (mode == OutputMode::kOverwrite) std::memset(dweight, 0, weights * sizeof(float));
@@ -801,7 +994,9 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch) {
-  if (winograd::Applies(s)) return winograd::BackwardInput(s, weight, dy, dx, scratch);
+  if (winograd::Applies(s, winograd::Pass::kInput)) {
+    return winograd::BackwardInput(s, weight, dy, dx, scratch);
+  }
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);
