@@ -61,7 +61,7 @@ struct StridedConv2dShape {
   int64_t stride = 1;
   int64_t padding = 0;  // < kernel_size
   // 3x3 convolutions with stride 1 and padding 1, at least 16 channels in and out, on maps
-  // of 7x7 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
+  // of 4x4 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
   // from the unfolded product's by rounding; the input gradient only on maps larger than
   // 8x8) unless this is false: the unfolded product, for comparisons (kernels/conv_bench).
   bool winograd = true;

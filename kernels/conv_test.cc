@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          StridedConv2dShape{4, 16, 16, 4, 4, 3, 1, 1},
                                          StridedConv2dShape{4, 8, 16, 8, 8, 3, 2, 1},
                                          // Winograd's F(2x2, 3x3) (3x3, stride 1, padding 1, 16
-                                         // channels or more, maps of 7x7 or more): odd sizes
+                                         // channels or more, maps of 4x4 or more): odd sizes
                                          // (a partial last tile row or column), chunks of
                                          // images (256 tiles) with a short last.
                                          StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1},
@@ -266,6 +266,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          // Small maps, transformed a plane at a time: an odd
                                          // side, chunks with a short last.
                                          StridedConv2dShape{3, 16, 24, 7, 8, 3, 1, 1},
+                                         StridedConv2dShape{3, 16, 16, 5, 4, 3, 1, 1},
+                                         StridedConv2dShape{70, 16, 16, 4, 4, 3, 1, 1, true, 2},
                                          StridedConv2dShape{20, 16, 16, 8, 8, 3, 1, 1},
                                          StridedConv2dShape{20, 16, 16, 8, 8, 3, 1, 1, true, 2},
                                          // Two threads (kernels/parallel.h): Winograd, the

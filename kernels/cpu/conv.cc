@@ -269,11 +269,11 @@ namespace winograd {
 constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
 // Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
 constexpr int64_t kTargetTiles = 256;
-// Smallest feature map (side) that runs Winograd: below it the weights' transform outweighs
-// what the products save. On maps of at most kPlaneTiles tiles (8x8) the input gradient keeps
+// Smallest feature map (side) that runs Winograd (ResNet-18's 4x4 maps gain 1.2x; smaller
+// ones were not measured). On maps of at most kPlaneTiles tiles (8x8) the input gradient keeps
 // the unfolded product: there the scattered folding costs more than it saves. Both measured
 // per ResNet stage by kernels/conv_bench.
-constexpr int64_t kMinSide = 7;
+constexpr int64_t kMinSide = 4;
 constexpr int64_t kPlaneTiles = 16;
 
 enum class Pass { kForward, kWeights, kInput };
@@ -297,9 +297,9 @@ struct Geometry {
                                    ImagesPerThread(s))),
         tiles(images * per_image),
         work(std::max<int64_t>({9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2),
-                                 // the plane transforms': planes, corners, [16, tiles]
-                                 (2 * tile_rows + 2) * (2 * tile_cols + 2) +
-                                     4 * tile_rows * tile_cols + 18 * per_image})) {}
+                                 // the plane transforms' (PlaneWorkParts): planes, corners, values
+                                 images * ((2 * tile_rows + 2) * (2 * tile_cols + 2) +
+                                           4 * tile_rows * tile_cols + 18 * per_image)})) {}
   int64_t tile_rows, tile_cols, per_image, images, tiles;
   int64_t work;  // floats of the transforms' own rows
 };
@@ -636,86 +636,98 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
   }
 }
 
-// Three of the transforms for small maps (kPlaneTiles tiles or fewer per image), a whole
-// plane at a time: each tile's 16 values are gathered from a zero-padded copy of the plane
-// through a table of the tiles' corners, so that every loop runs over the plane's tiles
-// (a row of tiles alone would be 2-4 long). `work` holds the padded plane, the corner
-// tables and [16, tiles] values.
-
+// Three of the transforms for small maps (kPlaneTiles tiles or fewer per image), a channel's
+// planes of the whole chunk at a time: each tile's 16 values are gathered from zero-padded
+// copies of the planes through a table of the tiles' corners, so that every loop runs over
+// the chunk's tiles of one channel (contiguous in V, M and Z; a row of tiles alone would be
+// 2-4 long). `work` holds the padded planes, the corner tables and [16, tiles] values.
 struct PlaneLayout {
-  explicit PlaneLayout(const Geometry& g)
+  PlaneLayout(const Geometry& g, int64_t count)
       : in_stride(2 * g.tile_cols + 2),
         in_size((2 * g.tile_rows + 2) * in_stride),
         out_stride(2 * g.tile_cols),
-        out_size(2 * g.tile_rows * out_stride) {}
-  int64_t in_stride, in_size;    // the input plane padded by one (and to whole tiles)
-  int64_t out_stride, out_size;  // the output plane to whole tiles
+        out_size(2 * g.tile_rows * out_stride),
+        tiles(count * g.per_image) {}
+  int64_t in_stride, in_size;    // an input plane padded by one (and to whole tiles)
+  int64_t out_stride, out_size;  // an output plane to whole tiles
+  int64_t tiles;                 // the chunk's, per channel
 };
 
 
-// The corners of the plane's tiles: in the padded input (in[t]) and in the whole-tile output
-// (out[t]).
-void TileCorners(const Geometry& g, const PlaneLayout& p, int32_t* in, int32_t* out) {
-  for (int64_t t = 0; t < g.per_image; ++t) {
-    const int64_t ty = t / g.tile_cols, tx = t % g.tile_cols;
-    in[t] = static_cast<int32_t>(2 * ty * p.in_stride + 2 * tx);
-    out[t] = static_cast<int32_t>(2 * ty * p.out_stride + 2 * tx);
+// The work's parts: the padded input planes [count][in_size], the whole-tile output planes
+// [count][out_size], each tile's corner in both (image included), and [16][tiles] values.
+struct PlaneWorkParts {
+  PlaneWorkParts(const Geometry& g, const PlaneLayout& p, int64_t count, float* work)
+      : in(work),
+        out(in + count * p.in_size),
+        in_at(reinterpret_cast<int32_t*>(out + count * p.out_size)),
+        out_at(in_at + p.tiles),
+        values(reinterpret_cast<float*>(out_at + p.tiles)) {
+    for (int64_t t = 0; t < p.tiles; ++t) {
+      const int64_t image = t / g.per_image, tile = t % g.per_image;
+      const int64_t ty = tile / g.tile_cols, tx = tile % g.tile_cols;
+      in_at[t] = static_cast<int32_t>(image * p.in_size + 2 * ty * p.in_stride + 2 * tx);
+      out_at[t] = static_cast<int32_t>(image * p.out_size + 2 * ty * p.out_stride + 2 * tx);
+    }
   }
-}
+  float* in;
+  float* out;
+  int32_t* in_at;
+  int32_t* out_at;
+  float* values;
+};
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInputPlanes(
     const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
     float* v, float* work) {
-  const PlaneLayout p(g);
-  const int64_t n = g.per_image, tiles = count * n, ct = s.in_channels * tiles;
-  float* pad = work;
-  int32_t* in_at = reinterpret_cast<int32_t*>(pad + p.in_size + p.out_size);
-  int32_t* out_at = in_at + n;
-  float* d = reinterpret_cast<float*>(out_at + n);  // [16][n]: (row r, column q) of each tile
-  TileCorners(g, p, in_at, out_at);
-  std::fill_n(pad, p.in_size, 0.0f);  // the border stays zero; the inside is each plane's
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t c = 0; c < s.in_channels; ++c) {
-      const float* plane = images + (i * s.in_channels + c) * s.height * s.width;
+  const PlaneLayout p(g, count);
+  const PlaneWorkParts w(g, p, count, work);
+  const int64_t n = p.tiles, ct = s.in_channels * n, plane_size = s.height * s.width;
+  float* d = w.values;  // [16][n]: (row r, column q) of each tile
+  std::fill_n(w.in, count * p.in_size, 0.0f);  // borders stay zero; insides are each channel's
+  for (int64_t c = 0; c < s.in_channels; ++c) {
+    for (int64_t i = 0; i < count; ++i) {
+      const float* plane = images + (i * s.in_channels + c) * plane_size;
+      float* pad = w.in + i * p.in_size;
       for (int64_t y = 0; y < s.height; ++y) {
         std::memcpy(pad + (y + 1) * p.in_stride + 1, plane + y * s.width, s.width * sizeof(float));
       }
-      for (int64_t rq = 0; rq < 16; ++rq) {
-        const int64_t off = (rq / 4) * p.in_stride + rq % 4;
-        RINGMASTER_IVDEP
-        for (int64_t t = 0; t < n; ++t) d[rq * n + t] = pad[in_at[t] + off];
+    }
+    for (int64_t rq = 0; rq < 16; ++rq) {
+      const int64_t off = (rq / 4) * p.in_stride + rq % 4;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) d[rq * n + t] = w.in[w.in_at[t] + off];
+    }
+    for (int q = 0; q < 4; ++q) {  // Bᵀ over the rows, column q: rows of d in place
+      float* d0 = d + (0 * 4 + q) * n;
+      float* d1 = d + (1 * 4 + q) * n;
+      float* d2 = d + (2 * 4 + q) * n;
+      float* d3 = d + (3 * 4 + q) * n;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        const float a0 = d0[t], a1 = d1[t], a2 = d2[t], a3 = d3[t];
+        d0[t] = a0 - a2;
+        d1[t] = a1 + a2;
+        d2[t] = a2 - a1;
+        d3[t] = a1 - a3;
       }
-      float* out = v + c * tiles + i * n;
-      for (int q = 0; q < 4; ++q) {  // Bᵀ over the rows, column q: rows of d in place
-        float* d0 = d + (0 * 4 + q) * n;
-        float* d1 = d + (1 * 4 + q) * n;
-        float* d2 = d + (2 * 4 + q) * n;
-        float* d3 = d + (3 * 4 + q) * n;
-        RINGMASTER_IVDEP
-        for (int64_t t = 0; t < n; ++t) {
-          const float a0 = d0[t], a1 = d1[t], a2 = d2[t], a3 = d3[t];
-          d0[t] = a0 - a2;
-          d1[t] = a1 + a2;
-          d2[t] = a2 - a1;
-          d3[t] = a1 - a3;
-        }
-      }
-      for (int a = 0; a < 4; ++a) {  // then B over the columns, into V
-        const float* t0 = d + (a * 4 + 0) * n;
-        const float* t1 = d + (a * 4 + 1) * n;
-        const float* t2 = d + (a * 4 + 2) * n;
-        const float* t3 = d + (a * 4 + 3) * n;
-        float* v0 = out + (a * 4 + 0) * ct;
-        float* v1 = out + (a * 4 + 1) * ct;
-        float* v2 = out + (a * 4 + 2) * ct;
-        float* v3 = out + (a * 4 + 3) * ct;
-        RINGMASTER_IVDEP
-        for (int64_t t = 0; t < n; ++t) {
-          v0[t] = t0[t] - t2[t];
-          v1[t] = t1[t] + t2[t];
-          v2[t] = t2[t] - t1[t];
-          v3[t] = t1[t] - t3[t];
-        }
+    }
+    float* out = v + c * n;
+    for (int a = 0; a < 4; ++a) {  // then B over the columns, into V
+      const float* t0 = d + (a * 4 + 0) * n;
+      const float* t1 = d + (a * 4 + 1) * n;
+      const float* t2 = d + (a * 4 + 2) * n;
+      const float* t3 = d + (a * 4 + 3) * n;
+      float* v0 = out + (a * 4 + 0) * ct;
+      float* v1 = out + (a * 4 + 1) * ct;
+      float* v2 = out + (a * 4 + 2) * ct;
+      float* v3 = out + (a * 4 + 3) * ct;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        v0[t] = t0[t] - t2[t];
+        v1[t] = t1[t] + t2[t];
+        v2[t] = t2[t] - t1[t];
+        v3[t] = t1[t] - t3[t];
       }
     }
   }
@@ -724,33 +736,31 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradientPlanes(
     const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
     float* work) {
-  const PlaneLayout p(g);
-  const int64_t n = g.per_image, tiles = count * n, ot = s.out_channels * tiles;
-  float* whole = work + p.in_size;  // the gradient plane, zeros past its edges
-  int32_t* in_at = reinterpret_cast<int32_t*>(work + p.in_size + p.out_size);
-  int32_t* out_at = in_at + n;
-  TileCorners(g, p, in_at, out_at);
-  std::fill_n(whole, p.out_size, 0.0f);
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t o = 0; o < s.out_channels; ++o) {
-      const float* plane = dy + (i * s.out_channels + o) * s.height * s.width;
+  const PlaneLayout p(g, count);
+  const PlaneWorkParts w(g, p, count, work);
+  const int64_t n = p.tiles, ot = s.out_channels * n, plane_size = s.height * s.width;
+  const int64_t row = p.out_stride;
+  std::fill_n(w.out, count * p.out_size, 0.0f);  // zeros past the planes' edges
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    for (int64_t i = 0; i < count; ++i) {
+      const float* plane = dy + (i * s.out_channels + o) * plane_size;
+      float* whole = w.out + i * p.out_size;
       for (int64_t y = 0; y < s.height; ++y) {
-        std::memcpy(whole + y * p.out_stride, plane + y * s.width, s.width * sizeof(float));
+        std::memcpy(whole + y * row, plane + y * s.width, s.width * sizeof(float));
       }
-      float* out = z + o * tiles + i * n;
-      const int64_t row = p.out_stride;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        const float* e = whole + out_at[t];
-        const float a00 = e[0], a01 = e[1], a10 = e[row], a11 = e[row + 1];
-        const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
-                               {-a10, -a11}};
-        for (int k = 0; k < 4; ++k) {
-          out[(k * 4 + 0) * ot + t] = r[k][0];
-          out[(k * 4 + 1) * ot + t] = r[k][0] + r[k][1];
-          out[(k * 4 + 2) * ot + t] = r[k][0] - r[k][1];
-          out[(k * 4 + 3) * ot + t] = -r[k][1];
-        }
+    }
+    float* out = z + o * n;
+    RINGMASTER_IVDEP
+    for (int64_t t = 0; t < n; ++t) {
+      const float* e = w.out + w.out_at[t];
+      const float a00 = e[0], a01 = e[1], a10 = e[row], a11 = e[row + 1];
+      const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
+                             {-a10, -a11}};
+      for (int k = 0; k < 4; ++k) {
+        out[(k * 4 + 0) * ot + t] = r[k][0];
+        out[(k * 4 + 1) * ot + t] = r[k][0] + r[k][1];
+        out[(k * 4 + 2) * ot + t] = r[k][0] - r[k][1];
+        out[(k * 4 + 3) * ot + t] = -r[k][1];
       }
     }
   }
@@ -759,32 +769,30 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputPlanes(
     const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
     float* work) {
-  const PlaneLayout p(g);
-  const int64_t n = g.per_image, tiles = count * n, ot = s.out_channels * tiles;
-  float* whole = work + p.in_size;
-  int32_t* in_at = reinterpret_cast<int32_t*>(work + p.in_size + p.out_size);
-  int32_t* out_at = in_at + n;
-  TileCorners(g, p, in_at, out_at);
+  const PlaneLayout p(g, count);
+  const PlaneWorkParts w(g, p, count, work);
+  const int64_t n = p.tiles, ot = s.out_channels * n, plane_size = s.height * s.width;
   const int64_t row = p.out_stride;
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t o = 0; o < s.out_channels; ++o) {
-      const float* in = m + o * tiles + i * n;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
-        for (int j = 0; j < 4; ++j) {
-          const float m0 = in[(0 * 4 + j) * ot + t], m1 = in[(1 * 4 + j) * ot + t];
-          const float m2 = in[(2 * 4 + j) * ot + t], m3 = in[(3 * 4 + j) * ot + t];
-          r[0][j] = m0 + m1 + m2;
-          r[1][j] = m1 - m2 - m3;
-        }
-        float* e = whole + out_at[t];
-        e[0] = r[0][0] + r[0][1] + r[0][2];
-        e[1] = r[0][1] - r[0][2] - r[0][3];
-        e[row] = r[1][0] + r[1][1] + r[1][2];
-        e[row + 1] = r[1][1] - r[1][2] - r[1][3];
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    const float* in = m + o * n;
+    RINGMASTER_IVDEP
+    for (int64_t t = 0; t < n; ++t) {
+      float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
+      for (int j = 0; j < 4; ++j) {
+        const float m0 = in[(0 * 4 + j) * ot + t], m1 = in[(1 * 4 + j) * ot + t];
+        const float m2 = in[(2 * 4 + j) * ot + t], m3 = in[(3 * 4 + j) * ot + t];
+        r[0][j] = m0 + m1 + m2;
+        r[1][j] = m1 - m2 - m3;
       }
-      float* plane = y + (i * s.out_channels + o) * s.height * s.width;
+      float* e = w.out + w.out_at[t];
+      e[0] = r[0][0] + r[0][1] + r[0][2];
+      e[1] = r[0][1] - r[0][2] - r[0][3];
+      e[row] = r[1][0] + r[1][1] + r[1][2];
+      e[row + 1] = r[1][1] - r[1][2] - r[1][3];
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      float* plane = y + (i * s.out_channels + o) * plane_size;
+      const float* whole = w.out + i * p.out_size;
       for (int64_t yy = 0; yy < s.height; ++yy) {
         std::memcpy(plane + yy * s.width, whole + yy * row, s.width * sizeof(float));
       }
