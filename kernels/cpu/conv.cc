@@ -333,15 +333,16 @@ int64_t ScratchElements(const StridedConv2dShape& s) {
 // ½ -½ ½; 0 0 1]. The taps are first gathered tap-major into `work` ([9, out·in]) so that
 // both passes run over unit-stride rows.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
-    const StridedConv2dShape& s, const float* weight, float* u, float* work) {
+    const StridedConv2dShape& s, const float* weight, float* u, float* work, int64_t begin,
+    int64_t end) {
   const int64_t oc = s.out_channels * s.in_channels;
   RINGMASTER_IVDEP
-  for (int64_t f = 0; f < oc; ++f) {
+  for (int64_t f = begin; f < end; ++f) {
     for (int k = 0; k < 9; ++k) work[k * oc + f] = weight[f * 9 + k];
   }
   for (int i = 0; i < 4; ++i) {
     RINGMASTER_IVDEP
-    for (int64_t f = 0; f < oc; ++f) {
+    for (int64_t f = begin; f < end; ++f) {
       float t[3];  // row i of G g
       for (int j = 0; j < 3; ++j) {
         const float g0 = work[j * oc + f], g1 = work[(3 + j) * oc + f],
@@ -358,11 +359,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeigh
 
 // weight[o][c] (+)= Gᵀ dU_ξ G, the weights' gradient from U's.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradientsFromTransformed(
-    const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, float* work) {
+    const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, float* work,
+    int64_t begin, int64_t end) {
   const int64_t oc = s.out_channels * s.in_channels;
   for (int i = 0; i < 3; ++i) {  // work[i·3 + j] = (Gᵀ dU G)[i][j], tap-major
     RINGMASTER_IVDEP
-    for (int64_t f = 0; f < oc; ++f) {
+    for (int64_t f = begin; f < end; ++f) {
       float t[4];  // row i of Gᵀ dU
       for (int j = 0; j < 4; ++j) {
         const float u0 = du[(0 * 4 + j) * oc + f], u1 = du[(1 * 4 + j) * oc + f];
@@ -375,7 +377,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
     }
   }
   RINGMASTER_IVDEP
-  for (int64_t f = 0; f < oc; ++f) {
+  for (int64_t f = begin; f < end; ++f) {
     float* g = dweight + f * 9;
     for (int k = 0; k < 9; ++k) {
       g[k] = mode == OutputMode::kOverwrite ? work[k * oc + f] : g[k] + work[k * oc + f];
@@ -818,12 +820,29 @@ void Output(const StridedConv2dShape& s, const Geometry& g, const float* m, int6
   TransformOutput(s, g, m, count, y, work);
 }
 
+// Runs body(begin, end) over Threads(s) parts of [0, n) at once.
+template <typename Body>
+void SplitOnThreads(const StridedConv2dShape& s, int64_t n, Body body) {
+  const int64_t threads = Threads(s), per = (n + threads - 1) / threads;
+  ParallelRun(static_cast<int>(threads), [&](int t) {
+    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) body(begin, end);
+  });
+}
+
+// U from the weights, the filters split over the threads.
+void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u,
+                               float* work) {
+  SplitOnThreads(s, s.out_channels * s.in_channels,
+                 [&](int64_t begin, int64_t end) { TransformWeights(s, weight, u, work, begin, end); });
+}
+
 void Forward(const StridedConv2dShape& s, const float* x, const float* weight, float* y,
              float* scratch) {
   const Geometry g(s);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
   const Buffers first(s, g, scratch, 0);
-  TransformWeights(s, weight, first.u, first.work);
+  TransformWeightsOnThreads(s, weight, first.u, first.work);
   const float* u = first.u;
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
@@ -843,9 +862,9 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
   const Geometry g(s);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
   // Each thread sums its chunks' dU in its own U, zero where it takes none.
-  for (int t = 0; t < Threads(s); ++t) {
+  ParallelRun(static_cast<int>(Threads(s)), [&](int t) {
     std::memset(Buffers(s, g, scratch, t).u, 0, kPositions * oc * sizeof(float));
-  }
+  });
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
@@ -858,11 +877,15 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
     }
   });
   const Buffers first(s, g, scratch, 0);
-  for (int t = 1; t < Threads(s); ++t) {
-    const float* du = Buffers(s, g, scratch, t).u;
-    for (int64_t i = 0; i < kPositions * oc; ++i) first.u[i] += du[i];
-  }
-  WeightGradientsFromTransformed(s, first.u, dweight, mode, first.work);
+  SplitOnThreads(s, kPositions * oc, [&](int64_t begin, int64_t end) {
+    for (int t = 1; t < Threads(s); ++t) {
+      const float* du = Buffers(s, g, scratch, t).u;
+      for (int64_t i = begin; i < end; ++i) first.u[i] += du[i];
+    }
+  });
+  SplitOnThreads(s, oc, [&](int64_t begin, int64_t end) {
+    WeightGradientsFromTransformed(s, first.u, dweight, mode, first.work, begin, end);
+  });
 }
 
 void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy, float* dx,
@@ -870,7 +893,7 @@ void BackwardInput(const StridedConv2dShape& s, const float* weight, const float
   const Geometry g(s);
   const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
   const Buffers first(s, g, scratch, 0);
-  TransformWeights(s, weight, first.u, first.work);
+  TransformWeightsOnThreads(s, weight, first.u, first.work);
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;

@@ -9,6 +9,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/activation.h"
+#include "kernels/matmul.h"
+#include "kernels/parallel.h"
 #include "train/nn/random.h"
 #include "train/nn/sequential.h"
 
@@ -21,8 +23,45 @@ constexpr int64_t kSide = 32;  // the network's input images
 constexpr int64_t kChannels = 3;
 constexpr int64_t kEvaluationPiece = 32;  // samples per evaluation forward
 
+// Runs body(begin, end) over parts of [0, n), one for each of the rank's compute threads at
+// once (kernels/parallel.h): the memory-bound passes over the activations.
+template <typename Body>
+void OnThreads(int64_t n, Body body) {
+  const int threads = std::max(1, kernels::BlasThreads());
+  const int64_t per = (n + threads - 1) / threads;
+  kernels::ParallelRun(threads, [&](int t) {
+    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) body(begin, end);
+  });
+}
+
+void ReluInPlace(float* x, int64_t n) {
+  OnThreads(n, [&](int64_t b, int64_t e) { kernels::ReluForward(x + b, x + b, e - b); });
+}
+
+// y = relu(y + x), as kernels::ReluForward (a NaN passes through).
+void AddRelu(const float* x, float* y, int64_t n) {
+  OnThreads(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = y[i] + x[i];
+      y[i] = v < 0.0f ? 0.0f : v;
+    }
+  });
+}
+
+// g = g where y > 0, else 0 (y: the ReLU's output), and a copy of it into `copy` (if not
+// null).
+void ReluBackward(const float* y, float* g, float* copy, int64_t n) {
+  OnThreads(n, [&](int64_t b, int64_t e) {
+    kernels::ReluBackward(y + b, g + b, g + b, e - b);
+    if (copy != nullptr) std::copy(g + b, g + e, copy + b);
+  });
+}
+
 void Add(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  OnThreads(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  });
 }
 
 }  // namespace
@@ -262,22 +301,21 @@ absl::Status ResNet18::Forward(const float* params, int64_t n, bool training,
   const int64_t pb = buffers_.begin;
   float* x = stem_out_.Reserve(m * stem_->conv.output_size());
   RM_RETURN_IF_ERROR(stem_->Forward(params, input_.data(), x, n, training, sum, pending, pb));
-  kernels::ReluForward(x, x, n * stem_->conv.output_size());
+  ReluInPlace(x, n * stem_->conv.output_size());
   float* shortcut_out = work_[0].Reserve(m * largest_activation_);
   for (auto& b : blocks_) {
     float* mid = b->mid.Reserve(m * b->a->conv.output_size());
     RM_RETURN_IF_ERROR(b->a->Forward(params, x, mid, n, training, sum, pending, pb));
-    kernels::ReluForward(mid, mid, n * b->a->conv.output_size());
+    ReluInPlace(mid, n * b->a->conv.output_size());
     float* out = b->out.Reserve(m * b->out_size);
     RM_RETURN_IF_ERROR(b->b->Forward(params, mid, out, n, training, sum, pending, pb));
     if (b->shortcut) {
       RM_RETURN_IF_ERROR(
           b->shortcut->Forward(params, x, shortcut_out, n, training, sum, pending, pb));
-      Add(shortcut_out, out, n * b->out_size);
+      AddRelu(shortcut_out, out, n * b->out_size);
     } else {
-      Add(x, out, n * b->out_size);
+      AddRelu(x, out, n * b->out_size);
     }
-    kernels::ReluForward(out, out, n * b->out_size);
     x = out;
   }
   float* pooled = pooled_.Reserve(m * pool_->output_size());
@@ -315,21 +353,18 @@ absl::Status ResNet18::Backward(const float* params, int64_t n, float* grads,
   for (size_t i = blocks_.size(); i-- > 0;) {
     Block& b = *blocks_[i];
     const float* x = i == 0 ? stem_out_.data() : blocks_[i - 1]->out.data();
-    kernels::ReluBackward(b.out.data(), g, g, n * b.out_size);
+    ReluBackward(b.out.data(), g, b.shortcut ? t : d, n * b.out_size);
     if (b.shortcut) {
-      std::copy_n(g, n * b.out_size, t);
       RM_RETURN_IF_ERROR(b.shortcut->Backward(params, x, t, d, n, sum, grads, mode));
-    } else {
-      std::copy_n(g, n * b.out_size, d);
     }
     RM_RETURN_IF_ERROR(b.b->Backward(params, b.mid.data(), g, u, n, sum, grads, mode));
-    kernels::ReluBackward(b.mid.data(), u, u, n * b.a->conv.output_size());
+    ReluBackward(b.mid.data(), u, nullptr, n * b.a->conv.output_size());
     RM_RETURN_IF_ERROR(b.a->Backward(params, x, u, t, n, sum, grads, mode));
     Add(t, d, n * b.in_size);
     ready(table_.tensor(b.first_tensor).offset);
     std::swap(g, d);
   }
-  kernels::ReluBackward(stem_out_.data(), g, g, n * stem_->conv.output_size());
+  ReluBackward(stem_out_.data(), g, nullptr, n * stem_->conv.output_size());
   RM_RETURN_IF_ERROR(stem_->Backward(params, input_.data(), g, nullptr, n, sum, grads, mode));
   ready(0);
   return absl::OkStatus();
