@@ -50,7 +50,8 @@ void Conv2dBackwardInput(const Conv2dShape& shape, const float* weight, const fl
 // out = (size + 2 * padding - kernel_size) / stride + 1 (PyTorch's nn.Conv2d(bias=False)).
 // The CPU implementation unfolds several images at once (so that the products of small late
 // feature maps stay large) into `scratch`, StridedConv2dScratchElements floats, or for the
-// 3x3 stride-1 convolutions of large maps transforms them (Winograd, see `winograd` below).
+// 3x3 stride-1 convolutions transforms them (Winograd, see `winograd` below), on
+// `threads` threads.
 struct StridedConv2dShape {
   int64_t batch = 0;
   int64_t in_channels = 0;
