@@ -38,6 +38,17 @@ TEST(ParallelRunTest, BlasRunsOneThreadInsideAndIsRestoredAfter) {
   EXPECT_EQ(BlasThreads(), 2);
 }
 
+TEST(ParallelRunTest, ConcurrentCallsLeaveOpenBlasAsItWas) {
+  SetBlasThreads(2);
+  auto call = [] {
+    for (int k = 0; k < 200; ++k) ParallelRun(2, [](int) {});
+  };
+  std::thread a(call), b(call);
+  a.join();
+  b.join();
+  EXPECT_EQ(BlasThreads(), 2);
+}
+
 TEST(ParallelRunTest, CallsFromSeveralThreadsRunOneAfterTheOther) {
   std::atomic<int> inside{0}, most{0};
   auto call = [&] {

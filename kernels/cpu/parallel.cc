@@ -15,8 +15,12 @@ namespace {
 // Started on first use and kept, detached: they sleep between calls.
 class Pool {
  public:
+  // OpenBLAS's thread count is set to 1 and restored under call_mu_, so that concurrent
+  // calls cannot restore each other's 1.
   void Run(int parts, const std::function<void(int)>& part) {
     absl::MutexLock one_call(&call_mu_);
+    const int blas_threads = BlasThreads();
+    SetBlasThreads(1);
     {
       absl::MutexLock lock(&mu_);
       while (workers_ < parts - 1) {
@@ -32,6 +36,7 @@ class Pool {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &running_));
     part_ = nullptr;
+    SetBlasThreads(blas_threads);
   }
 
  private:
@@ -82,10 +87,7 @@ void ParallelRun(int parts, const std::function<void(int)>& part) {
     part(0);
     return;
   }
-  const int blas_threads = BlasThreads();
-  SetBlasThreads(1);
   ThePool().Run(parts, part);
-  SetBlasThreads(blas_threads);
 }
 
 }  // namespace ringmaster::kernels
