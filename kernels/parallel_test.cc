@@ -1,5 +1,8 @@
 #include "kernels/parallel.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <set>
 #include <thread>
@@ -47,6 +50,21 @@ TEST(ParallelRunTest, ConcurrentCallsLeaveOpenBlasAsItWas) {
   a.join();
   b.join();
   EXPECT_EQ(BlasThreads(), 2);
+}
+
+TEST(ParallelRunTest, AChildOfForkRunsItsOwnPool) {
+  ParallelRun(2, [](int) {});  // the parent's workers exist
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int> ran{0};
+    ParallelRun(3, [&](int) { ++ran; });  // with the parent's workers gone, this would hang
+    _exit(ran.load() == 3 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ParallelRunTest, CallsFromSeveralThreadsRunOneAfterTheOther) {

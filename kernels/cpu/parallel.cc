@@ -1,5 +1,7 @@
 #include "kernels/parallel.h"
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <thread>
 
@@ -74,9 +76,18 @@ class Pool {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The process's pool. A child of fork() has none of the parent's workers: it starts a fresh
+// pool (the parent's is left as it was in the child's copy, never used again).
+Pool* the_pool = nullptr;
+
 Pool& ThePool() {
-  static Pool* pool = new Pool();
-  return *pool;
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { the_pool = new Pool(); });
+    the_pool = new Pool();
+    return true;
+  }();
+  (void)registered;
+  return *the_pool;
 }
 
 }  // namespace
