@@ -9,6 +9,7 @@
 #ifndef RINGMASTER_KERNELS_PARALLEL_H_
 #define RINGMASTER_KERNELS_PARALLEL_H_
 
+#include <cstdint>
 #include <functional>
 
 namespace ringmaster::kernels {
@@ -17,6 +18,10 @@ namespace ringmaster::kernels {
 // part 0), and returns when every one has returned. parts <= 1 runs part(0) inline (nothing for
 // parts <= 0). Calls from several threads run one after the other.
 void ParallelRun(int parts, const std::function<void(int)>& part);
+
+// Splits [0, n) into min(threads, n) contiguous ranges of ceil(n / threads) and runs
+// body(begin, end) on each at once (ParallelRun).
+void ParallelFor(int64_t threads, int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
 }  // namespace ringmaster::kernels
 

@@ -1,6 +1,5 @@
 #include "kernels/batchnorm.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/parallel.h"
@@ -8,46 +7,12 @@
 namespace ringmaster::kernels {
 namespace {
 
-// Runs body(first channel, end channel) over shape.threads contiguous ranges at once.
-template <typename Body>
-void ForChannelRanges(const BatchNormShape& s, Body body) {
-  const int64_t threads = std::clamp<int64_t>(s.threads, 1, std::max<int64_t>(1, s.channels));
-  const int64_t per = (s.channels + threads - 1) / threads;
-  ParallelRun(static_cast<int>(threads), [&](int t) {
-    const int64_t begin = t * per, end = std::min(s.channels, begin + per);
-    if (begin < end) body(begin, end);
-  });
-}
-
 constexpr int kLanes = 16;
 
-// Σ a[i] and Σ a[i]² over one plane, in kLanes interleaved float partial sums (so that the
-// loop vectorises without reassociating), then added in double.
-void PlaneSums(const float* a, int64_t n, double& sum, double& squares) {
-  float t[kLanes] = {}, q[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      t[l] += a[i + l];
-      q[l] += a[i + l] * a[i + l];
-    }
-  }
-  double total = 0, sq = 0;
-  for (; i < n; ++i) {
-    total += a[i];
-    sq += static_cast<double>(a[i]) * a[i];
-  }
-  for (int l = 0; l < kLanes; ++l) {
-    total += t[l];
-    sq += q[l];
-  }
-  sum += total;
-  squares += sq;
-}
-
-// Σ dy[i] and Σ dy[i] · (x[i] - m) over one plane, as PlaneSums.
-void PlaneBackwardSums(const float* dy, const float* x, float m, int64_t n, double& sum,
-                       double& dot) {
+// Σ dy[i] and Σ dy[i] · (x[i] - m) over one plane (with dy = x and m = 0: Σ x and Σ x²), in
+// kLanes interleaved float partial sums (so that the loop vectorises without reassociating),
+// then added in double.
+void PlaneSums(const float* dy, const float* x, float m, int64_t n, double& sum, double& dot) {
   float t[kLanes] = {}, d[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -72,11 +37,12 @@ void PlaneBackwardSums(const float* dy, const float* x, float m, int64_t n, doub
 }  // namespace
 
 void BatchNormChannelSums(const BatchNormShape& s, const float* x, double* sum, double* sum_sq) {
-  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       double total = 0, squares = 0;
       for (int64_t n = 0; n < s.batch; ++n) {
-        PlaneSums(x + (n * s.channels + c) * s.positions, s.positions, total, squares);
+        const float* plane = x + (n * s.channels + c) * s.positions;
+        PlaneSums(plane, plane, 0.0f, s.positions, total, squares);
       }
       sum[c] = total;
       sum_sq[c] = squares;
@@ -86,7 +52,7 @@ void BatchNormChannelSums(const BatchNormShape& s, const float* x, double* sum, 
 
 void BatchNormForward(const BatchNormShape& s, const float* x, const float* mean,
                       const float* invstd, const float* gamma, const float* beta, float* y) {
-  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
     for (int64_t n = 0; n < s.batch; ++n) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t at = (n * s.channels + c) * s.positions;
@@ -100,12 +66,12 @@ void BatchNormForward(const BatchNormShape& s, const float* x, const float* mean
 void BatchNormBackwardSums(const BatchNormShape& s, const float* x, const float* dy,
                            const float* mean, const float* invstd, double* sum_dy,
                            double* sum_dy_xhat) {
-  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       double total = 0, dot = 0;
       for (int64_t n = 0; n < s.batch; ++n) {
         const int64_t at = (n * s.channels + c) * s.positions;
-        PlaneBackwardSums(dy + at, x + at, mean[c], s.positions, total, dot);
+        PlaneSums(dy + at, x + at, mean[c], s.positions, total, dot);
       }
       sum_dy[c] = total;
       sum_dy_xhat[c] = dot * invstd[c];
@@ -117,7 +83,7 @@ void BatchNormBackwardInput(const BatchNormShape& s, const float* x, const float
                             const float* mean, const float* invstd, const float* gamma,
                             const double* sum_dy, const double* sum_dy_xhat, double count,
                             float* dx) {
-  ForChannelRanges(s, [&](int64_t begin, int64_t end) {
+  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const float scale = gamma[c] * invstd[c];
       const float mean_dy = static_cast<float>(sum_dy[c] / count);

@@ -385,6 +385,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
   }
 }
 
+// Z = A dy Aᵀ for one tile, A = [1 0; 1 1; 1 -1; 0 -1]: its 2x2 output gradient (a00 a01;
+// a10 a11) spread to the 16 positions, out[ξ · stride].
+[[gnu::always_inline]] inline void SpreadTile(float a00, float a01, float a10, float a11,
+                                              float* out, int64_t stride) {
+  const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
+                         {-a10, -a11}};
+  for (int k = 0; k < 4; ++k) {
+    out[(k * 4 + 0) * stride] = r[k][0];
+    out[(k * 4 + 1) * stride] = r[k][0] + r[k][1];
+    out[(k * 4 + 2) * stride] = r[k][0] - r[k][1];
+    out[(k * 4 + 3) * stride] = -r[k][1];
+  }
+}
+
+// Y = Aᵀ M A for one tile: its 16 products in[ξ · stride] collapsed to the 2x2 output.
+[[gnu::always_inline]] inline void CollapseTile(const float* in, int64_t stride, float& y00,
+                                                float& y01, float& y10, float& y11) {
+  float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
+  for (int j = 0; j < 4; ++j) {
+    const float m0 = in[(0 * 4 + j) * stride], m1 = in[(1 * 4 + j) * stride];
+    const float m2 = in[(2 * 4 + j) * stride], m3 = in[(3 * 4 + j) * stride];
+    r[0][j] = m0 + m1 + m2;
+    r[1][j] = m1 - m2 - m3;
+  }
+  y00 = r[0][0] + r[0][1] + r[0][2];
+  y01 = r[0][1] - r[0][2] - r[0][3];
+  y10 = r[1][0] + r[1][1] + r[1][2];
+  y11 = r[1][1] - r[1][2] - r[1][3];
+}
+
 // Row iy of a plane, zero-padded by one column on the left (and zeros past its end, or all
 // zeros outside the plane), split into its even and odd padded columns: even[k] = column
 // 2k - 1, odd[k] = column 2k, for k in [0, n).
@@ -505,15 +535,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
         float* out = z + oc * tiles + i * g.per_image + ty * cols;
         RINGMASTER_IVDEP
         for (int64_t tx = 0; tx < cols; ++tx) {
-          const float a00 = e[tx], a01 = o[tx], a10 = e[cols + tx], a11 = o[cols + tx];
-          const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
-                                 {-a10, -a11}};
-          for (int k = 0; k < 4; ++k) {
-            out[(k * 4 + 0) * ot + tx] = r[k][0];
-            out[(k * 4 + 1) * ot + tx] = r[k][0] + r[k][1];
-            out[(k * 4 + 2) * ot + tx] = r[k][0] - r[k][1];
-            out[(k * 4 + 3) * ot + tx] = -r[k][1];
-          }
+          SpreadTile(e[tx], o[tx], e[cols + tx], o[cols + tx], out + tx, ot);
         }
       }
     }
@@ -537,17 +559,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
         const float* in = m + oc * tiles + i * g.per_image + ty * cols;
         RINGMASTER_IVDEP
         for (int64_t tx = 0; tx < cols; ++tx) {
-          float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
-          for (int j = 0; j < 4; ++j) {
-            const float m0 = in[(0 * 4 + j) * ot + tx], m1 = in[(1 * 4 + j) * ot + tx];
-            const float m2 = in[(2 * 4 + j) * ot + tx], m3 = in[(3 * 4 + j) * ot + tx];
-            r[0][j] = m0 + m1 + m2;
-            r[1][j] = m1 - m2 - m3;
-          }
-          y00[tx] = r[0][0] + r[0][1] + r[0][2];
-          y01[tx] = r[0][1] - r[0][2] - r[0][3];
-          y10[tx] = r[1][0] + r[1][1] + r[1][2];
-          y11[tx] = r[1][1] - r[1][2] - r[1][3];
+          CollapseTile(in + tx, ot, y00[tx], y01[tx], y10[tx], y11[tx]);
         }
         float* row0 = plane + 2 * ty * s.width;
         RINGMASTER_IVDEP
@@ -755,15 +767,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     RINGMASTER_IVDEP
     for (int64_t t = 0; t < n; ++t) {
       const float* e = w.out + w.out_at[t];
-      const float a00 = e[0], a01 = e[1], a10 = e[row], a11 = e[row + 1];
-      const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
-                             {-a10, -a11}};
-      for (int k = 0; k < 4; ++k) {
-        out[(k * 4 + 0) * ot + t] = r[k][0];
-        out[(k * 4 + 1) * ot + t] = r[k][0] + r[k][1];
-        out[(k * 4 + 2) * ot + t] = r[k][0] - r[k][1];
-        out[(k * 4 + 3) * ot + t] = -r[k][1];
-      }
+      SpreadTile(e[0], e[1], e[row], e[row + 1], out + t, ot);
     }
   }
 }
@@ -779,18 +783,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     const float* in = m + o * n;
     RINGMASTER_IVDEP
     for (int64_t t = 0; t < n; ++t) {
-      float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
-      for (int j = 0; j < 4; ++j) {
-        const float m0 = in[(0 * 4 + j) * ot + t], m1 = in[(1 * 4 + j) * ot + t];
-        const float m2 = in[(2 * 4 + j) * ot + t], m3 = in[(3 * 4 + j) * ot + t];
-        r[0][j] = m0 + m1 + m2;
-        r[1][j] = m1 - m2 - m3;
-      }
       float* e = w.out + w.out_at[t];
-      e[0] = r[0][0] + r[0][1] + r[0][2];
-      e[1] = r[0][1] - r[0][2] - r[0][3];
-      e[row] = r[1][0] + r[1][1] + r[1][2];
-      e[row + 1] = r[1][1] - r[1][2] - r[1][3];
+      CollapseTile(in + t, ot, e[0], e[1], e[row], e[row + 1]);
     }
     for (int64_t i = 0; i < count; ++i) {
       float* plane = y + (i * s.out_channels + o) * plane_size;
@@ -820,20 +814,10 @@ void Output(const StridedConv2dShape& s, const Geometry& g, const float* m, int6
   TransformOutput(s, g, m, count, y, work);
 }
 
-// Runs body(begin, end) over Threads(s) parts of [0, n) at once.
-template <typename Body>
-void SplitOnThreads(const StridedConv2dShape& s, int64_t n, Body body) {
-  const int64_t threads = Threads(s), per = (n + threads - 1) / threads;
-  ParallelRun(static_cast<int>(threads), [&](int t) {
-    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
-    if (begin < end) body(begin, end);
-  });
-}
-
 // U from the weights, the filters split over the threads.
 void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u,
                                float* work) {
-  SplitOnThreads(s, s.out_channels * s.in_channels,
+  ParallelFor(Threads(s), s.out_channels * s.in_channels,
                  [&](int64_t begin, int64_t end) { TransformWeights(s, weight, u, work, begin, end); });
 }
 
@@ -877,13 +861,13 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
     }
   });
   const Buffers first(s, g, scratch, 0);
-  SplitOnThreads(s, kPositions * oc, [&](int64_t begin, int64_t end) {
+  ParallelFor(Threads(s), kPositions * oc, [&](int64_t begin, int64_t end) {
     for (int t = 1; t < Threads(s); ++t) {
       const float* du = Buffers(s, g, scratch, t).u;
       for (int64_t i = begin; i < end; ++i) first.u[i] += du[i];
     }
   });
-  SplitOnThreads(s, oc, [&](int64_t begin, int64_t end) {
+  ParallelFor(Threads(s), oc, [&](int64_t begin, int64_t end) {
     WeightGradientsFromTransformed(s, first.u, dweight, mode, first.work, begin, end);
   });
 }

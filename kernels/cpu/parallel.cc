@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <thread>
 
@@ -99,6 +100,15 @@ void ParallelRun(int parts, const std::function<void(int)>& part) {
     return;
   }
   ThePool().Run(parts, part);
+}
+
+void ParallelFor(int64_t threads, int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  if (n <= 0) return;
+  const int64_t parts = std::clamp<int64_t>(threads, 1, n), per = (n + parts - 1) / parts;
+  ParallelRun(static_cast<int>(parts), [&](int t) {
+    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) body(begin, end);
+  });
 }
 
 }  // namespace ringmaster::kernels

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,16 +24,9 @@ constexpr int64_t kSide = 32;  // the network's input images
 constexpr int64_t kChannels = 3;
 constexpr int64_t kEvaluationPiece = 32;  // samples per evaluation forward
 
-// Runs body(begin, end) over parts of [0, n), one for each of the rank's compute threads at
-// once (kernels/parallel.h): the memory-bound passes over the activations.
-template <typename Body>
-void OnThreads(int64_t n, Body body) {
-  const int threads = std::max(1, kernels::BlasThreads());
-  const int64_t per = (n + threads - 1) / threads;
-  kernels::ParallelRun(threads, [&](int t) {
-    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
-    if (begin < end) body(begin, end);
-  });
+// The memory-bound passes over the activations run on the rank's compute threads.
+void OnThreads(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  kernels::ParallelFor(kernels::BlasThreads(), n, body);
 }
 
 void ReluInPlace(float* x, int64_t n) {
