@@ -63,8 +63,8 @@ struct StridedConv2dShape {
   int64_t padding = 0;  // < kernel_size
   // 3x3 convolutions with stride 1 and padding 1, at least 16 channels in and out, on maps
   // of 4x4 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
-  // from the unfolded product's by rounding; the input gradient only on maps larger than
-  // 8x8) unless this is false: the unfolded product, for comparisons (kernels/conv_bench).
+  // from the unfolded product's by rounding) unless this is false: the unfolded product, for
+  // comparisons (kernels/conv_bench).
   bool winograd = true;
   // Threads the passes run on at once (kernels/parallel.h: OpenBLAS on one thread meanwhile),
   // each taking whole chunks of images; the scratch grows with them. 1: the calling thread
@@ -78,17 +78,29 @@ struct StridedConv2dShape {
 // Floats of scratch each strided convolution call needs.
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& shape);
 
-// y = conv(x, weight) (overwrites y).
+// The weights as the forward and the input gradient use them (Winograd's transformed
+// filters), prepared once for both: a layer prepares them in its forward and hands them to
+// both calls, so that the input gradient does not transform the same weights again.
+// StridedConv2dPreparedWeightElements floats, 0 where the shape runs no Winograd (nothing to
+// prepare; `prepared` is then not read).
+int64_t StridedConv2dPreparedWeightElements(const StridedConv2dShape& shape);
+void StridedConv2dPrepareWeights(const StridedConv2dShape& shape, const float* weight,
+                                 float* prepared);
+
+// y = conv(x, weight) (overwrites y). `prepared`: StridedConv2dPrepareWeights' result for
+// these weights, or null (the call prepares them in its scratch).
 void StridedConv2dForward(const StridedConv2dShape& shape, const float* x, const float* weight,
-                          float* y, float* scratch);
+                          float* y, float* scratch, const float* prepared = nullptr);
 
 // dweight (+)= the weight gradient for output gradient dy and input x.
 void StridedConv2dBackwardWeights(const StridedConv2dShape& shape, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch);
 
-// dx = the input gradient for output gradient dy (overwrites dx).
+// dx = the input gradient for output gradient dy (overwrites dx). `prepared` as for the
+// forward.
 void StridedConv2dBackwardInput(const StridedConv2dShape& shape, const float* weight,
-                                const float* dy, float* dx, float* scratch);
+                                const float* dy, float* dx, float* scratch,
+                                const float* prepared = nullptr);
 
 // Max over non-overlapping 2x2 windows of `planes` planes of [height, width] (floor: an odd
 // last row or column is dropped, as in PyTorch): y is [planes, height / 2, width / 2], and

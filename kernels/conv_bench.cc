@@ -17,7 +17,8 @@
 namespace ringmaster::kernels {
 namespace {
 
-constexpr int kWarmup = 1, kReps = 5;
+constexpr int kWarmup = 1;
+int kReps = 5;
 
 template <typename F>
 double MedianMs(F f) {
@@ -42,11 +43,12 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
-void Run() {
+void Run(int only_stage) {
   std::printf("%-26s %9s %9s %9s | %9s %9s %9s | %6s\n", "shape (N,C,O,HxW)", "fwd ms", "dW ms",
               "dX ms", "im2col", "dW", "dX", "ratio");
   double total_w = 0, total_i = 0;
   for (int64_t stage = 0; stage < 4; ++stage) {
+    if (only_stage >= 0 && stage != only_stage) continue;
     StridedConv2dShape s{32, 64 << stage, 64 << stage, 32 >> stage, 32 >> stage, 3, 1, 1};
     const int64_t in = s.batch * s.in_channels * s.height * s.width;
     const int64_t out = s.batch * s.out_channels * s.height * s.width;
@@ -57,14 +59,20 @@ void Run() {
     for (int algo = 0; algo < 2; ++algo) {
       s.winograd = algo == 0;
       std::vector<float> scratch(StridedConv2dScratchElements(s));
-      ms[algo][0] = MedianMs(
-          [&] { StridedConv2dForward(s, x.data(), w.data(), y.data(), scratch.data()); });
+      // As a layer runs them: the forward prepares the weights, the input gradient reuses them.
+      std::vector<float> prepared(StridedConv2dPreparedWeightElements(s));
+      ms[algo][0] = MedianMs([&] {
+        StridedConv2dPrepareWeights(s, w.data(), prepared.data());
+        StridedConv2dForward(s, x.data(), w.data(), y.data(), scratch.data(), prepared.data());
+      });
       ms[algo][1] = MedianMs([&] {
         StridedConv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), OutputMode::kOverwrite,
                                      scratch.data());
       });
-      ms[algo][2] = MedianMs(
-          [&] { StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data()); });
+      ms[algo][2] = MedianMs([&] {
+        StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data(),
+                                   prepared.data());
+      });
     }
     const double wsum = ms[0][0] + ms[0][1] + ms[0][2], isum = ms[1][0] + ms[1][1] + ms[1][2];
     total_w += wsum;
@@ -83,11 +91,13 @@ void Run() {
 }  // namespace ringmaster::kernels
 
 int main(int argc, char** argv) {
-  int threads = 1;
+  int threads = 1, stage = -1;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--threads") threads = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--stage") stage = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--reps") ringmaster::kernels::kReps = std::atoi(argv[i + 1]);
   }
   ringmaster::kernels::SetBlasThreads(threads);
-  ringmaster::kernels::Run();
+  ringmaster::kernels::Run(stage);
   return 0;
 }

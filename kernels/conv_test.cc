@@ -242,6 +242,33 @@ TEST_P(StridedConvTest, BackwardMatchesDirectConvolution) {
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(twice[i], 2 * dw[i], 1e-4) << i;
 }
 
+// Weights prepared once, as a layer does, give the forward and the input gradient exactly what
+// the calls give preparing them themselves; and the calls use them: weights prepared from 2w
+// double both results. Shapes that run no Winograd prepare nothing.
+TEST_P(StridedConvTest, PreparedWeightsAreWhatTheCallsUse) {
+  std::vector<float> prepared(StridedConv2dPreparedWeightElements(s), 5.0f);
+  const bool winograd = s.kernel_size == 3 && s.stride == 1 && s.padding == 1 &&
+                        s.in_channels >= 16 && s.out_channels >= 16 && s.height >= 4 &&
+                        s.width >= 4;
+  ASSERT_EQ(prepared.empty(), !winograd);
+  std::vector<float> y(out_size), dx(in_size);
+  StridedConv2dForward(s, x.data(), w.data(), y.data(), scratch.data());
+  StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data());
+  for (float factor : {1.0f, 2.0f}) {
+    std::vector<float> scaled = w;
+    for (float& v : scaled) v *= factor;
+    StridedConv2dPrepareWeights(s, scaled.data(), prepared.data());
+    std::vector<float> y_prepared(out_size, 99.0f), dx_prepared(in_size, 99.0f);
+    StridedConv2dForward(s, x.data(), w.data(), y_prepared.data(), scratch.data(),
+                         prepared.data());
+    StridedConv2dBackwardInput(s, w.data(), dy.data(), dx_prepared.data(), scratch.data(),
+                               prepared.data());
+    const float scale = winograd ? factor : 1.0f;  // without Winograd nothing is prepared
+    for (int64_t i = 0; i < out_size; ++i) ASSERT_EQ(y_prepared[i], scale * y[i]) << i;
+    for (int64_t i = 0; i < in_size; ++i) ASSERT_EQ(dx_prepared[i], scale * dx[i]) << i;
+  }
+}
+
 // ResNet's shapes in small: 3x3 stride 1 and 2 with padding 1, 1x1 stride 2 without; odd
 // sizes; batches of one and of more images than one product takes (late small maps are
 // unfolded several images at once).

@@ -270,22 +270,29 @@ constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
 // Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
 constexpr int64_t kTargetTiles = 256;
 // Smallest feature map (side) that runs Winograd (ResNet-18's 4x4 maps gain 1.2x; smaller
-// ones were not measured). On maps of at most kPlaneTiles tiles (8x8) the input gradient keeps
-// the unfolded product: there the scattered folding costs more than it saves. Both measured
-// per ResNet stage by kernels/conv_bench.
+// ones were not measured; kernels/conv_bench). Maps of at most kPlaneTiles tiles (8x8) are
+// transformed a channel's planes of the chunk at a time, larger ones a row of tiles at a time.
 constexpr int64_t kMinSide = 4;
 constexpr int64_t kPlaneTiles = 16;
 
-enum class Pass { kForward, kWeights, kInput };
+// Floats from one transformed position ξ to the next in U ([16][out][in]), V, M and Z
+// ([16][channels][tiles]): the matrix and a cache line more. ResNet's channels·tiles are powers
+// of two, and the transforms read or write all 16 positions of a tile at once: 16 streams a
+// power of two apart fall into one set of the 12-way L1 cache and evict each other (without
+// the extra line, kernels/conv_bench's four stages took 1.2x as long).
+constexpr int64_t kStagger = 16;
+inline int64_t PositionStride(int64_t rows, int64_t cols) { return rows * cols + kStagger; }
 
 // Used where the products are large enough to run BLAS near its peak.
-bool Applies(const StridedConv2dShape& s, Pass pass) {
-  if (!s.winograd || s.kernel_size != 3 || s.stride != 1 || s.padding != 1 ||
-      s.in_channels < 16 || s.out_channels < 16 || s.height < kMinSide || s.width < kMinSide) {
-    return false;
-  }
-  const int64_t tiles = ((s.height + 1) / 2) * ((s.width + 1) / 2);
-  return pass != Pass::kInput || tiles > kPlaneTiles;
+bool Applies(const StridedConv2dShape& s) {
+  return s.winograd && s.kernel_size == 3 && s.stride == 1 && s.padding == 1 &&
+         s.in_channels >= 16 && s.out_channels >= 16 && s.height >= kMinSide &&
+         s.width >= kMinSide;
+}
+
+// Floats of U, the transformed weights.
+int64_t TransformedWeightElements(const StridedConv2dShape& s) {
+  return kPositions * PositionStride(s.out_channels, s.in_channels);
 }
 
 struct Geometry {
@@ -296,7 +303,7 @@ struct Geometry {
         images(std::clamp<int64_t>((kTargetTiles + per_image - 1) / per_image, 1,
                                    ImagesPerThread(s))),
         tiles(images * per_image),
-        work(std::max<int64_t>({9 * s.out_channels * s.in_channels, 64 * (tile_cols + 2),
+        work(std::max<int64_t>({64 * (tile_cols + 2),
                                  // the plane transforms' (PlaneWorkParts): planes, corners, values
                                  images * ((2 * tile_rows + 2) * (2 * tile_cols + 2) +
                                            4 * tile_rows * tile_cols + 18 * per_image)})) {}
@@ -311,12 +318,13 @@ struct Geometry {
 struct Buffers {
   Buffers(const StridedConv2dShape& s, const Geometry& g, float* scratch, int thread)
       : u(scratch + thread * PerThread(s, g)),
-        v(u + kPositions * s.out_channels * s.in_channels),
-        m(v + kPositions * s.in_channels * g.tiles),
-        work(m + kPositions * s.out_channels * g.tiles) {}
+        v(u + kPositions * PositionStride(s.out_channels, s.in_channels)),
+        m(v + kPositions * PositionStride(s.in_channels, g.tiles)),
+        work(m + kPositions * PositionStride(s.out_channels, g.tiles)) {}
   static int64_t PerThread(const StridedConv2dShape& s, const Geometry& g) {
-    return kPositions * (s.out_channels * s.in_channels +
-                         g.tiles * (s.in_channels + s.out_channels)) +
+    return kPositions * (PositionStride(s.out_channels, s.in_channels) +
+                         PositionStride(s.in_channels, g.tiles) +
+                         PositionStride(s.out_channels, g.tiles)) +
            g.work;
   }
   float* u;
@@ -329,58 +337,67 @@ int64_t ScratchElements(const StridedConv2dShape& s) {
   return Threads(s) * Buffers::PerThread(s, Geometry(s));
 }
 
-// U_ξ[o][c] = (G g Gᵀ)_ξ for every filter g = weight[o][c] (3x3), G = [1 0 0; ½ ½ ½;
-// ½ -½ ½; 0 0 1]. The taps are first gathered tap-major into `work` ([9, out·in]) so that
-// both passes run over unit-stride rows.
+// Filters the weight transforms take at once: their taps go tap-major into a block on the
+// stack, so that both passes run over unit-stride rows.
+constexpr int64_t kFilterBlock = 512;
+
+// U_ξ[o][c] = (G g Gᵀ)_ξ for the filters g = weight[o][c] (3x3) in [begin, end),
+// G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1].
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
-    const StridedConv2dShape& s, const float* weight, float* u, float* work, int64_t begin,
-    int64_t end) {
-  const int64_t oc = s.out_channels * s.in_channels;
-  RINGMASTER_IVDEP
-  for (int64_t f = begin; f < end; ++f) {
-    for (int k = 0; k < 9; ++k) work[k * oc + f] = weight[f * 9 + k];
-  }
-  for (int i = 0; i < 4; ++i) {
-    RINGMASTER_IVDEP
-    for (int64_t f = begin; f < end; ++f) {
-      float t[3];  // row i of G g
-      for (int j = 0; j < 3; ++j) {
-        const float g0 = work[j * oc + f], g1 = work[(3 + j) * oc + f],
-                    g2 = work[(6 + j) * oc + f];
-        t[j] = i == 0 ? g0 : i == 1 ? 0.5f * (g0 + g1 + g2) : i == 2 ? 0.5f * (g0 - g1 + g2) : g2;
+    const StridedConv2dShape& s, const float* weight, float* u, int64_t begin, int64_t end) {
+  const int64_t us = PositionStride(s.out_channels, s.in_channels);
+  alignas(64) float taps[9][kFilterBlock];
+  for (int64_t b = begin; b < end; b += kFilterBlock) {
+    const int64_t n = std::min(kFilterBlock, end - b);
+    for (int64_t f = 0; f < n; ++f) {
+      for (int k = 0; k < 9; ++k) taps[k][f] = weight[(b + f) * 9 + k];
+    }
+    for (int i = 0; i < 4; ++i) {
+      float* out = u + (i * 4) * us + b;
+      RINGMASTER_IVDEP
+      for (int64_t f = 0; f < n; ++f) {
+        float t[3];  // row i of G g
+        for (int j = 0; j < 3; ++j) {
+          const float g0 = taps[j][f], g1 = taps[3 + j][f], g2 = taps[6 + j][f];
+          t[j] = i == 0 ? g0 : i == 1 ? 0.5f * (g0 + g1 + g2) : i == 2 ? 0.5f * (g0 - g1 + g2) : g2;
+        }
+        out[f] = t[0];
+        out[us + f] = 0.5f * (t[0] + t[1] + t[2]);
+        out[2 * us + f] = 0.5f * (t[0] - t[1] + t[2]);
+        out[3 * us + f] = t[2];
       }
-      u[(i * 4 + 0) * oc + f] = t[0];
-      u[(i * 4 + 1) * oc + f] = 0.5f * (t[0] + t[1] + t[2]);
-      u[(i * 4 + 2) * oc + f] = 0.5f * (t[0] - t[1] + t[2]);
-      u[(i * 4 + 3) * oc + f] = t[2];
     }
   }
 }
 
-// weight[o][c] (+)= Gᵀ dU_ξ G, the weights' gradient from U's.
+// weight[o][c] (+)= Gᵀ dU_ξ G for the filters in [begin, end), the weights' gradient from U's.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradientsFromTransformed(
-    const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, float* work,
-    int64_t begin, int64_t end) {
-  const int64_t oc = s.out_channels * s.in_channels;
-  for (int i = 0; i < 3; ++i) {  // work[i·3 + j] = (Gᵀ dU G)[i][j], tap-major
-    RINGMASTER_IVDEP
-    for (int64_t f = begin; f < end; ++f) {
-      float t[4];  // row i of Gᵀ dU
-      for (int j = 0; j < 4; ++j) {
-        const float u0 = du[(0 * 4 + j) * oc + f], u1 = du[(1 * 4 + j) * oc + f];
-        const float u2 = du[(2 * 4 + j) * oc + f], u3 = du[(3 * 4 + j) * oc + f];
-        t[j] = i == 0 ? u0 + 0.5f * (u1 + u2) : i == 1 ? 0.5f * (u1 - u2) : 0.5f * (u1 + u2) + u3;
+    const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, int64_t begin,
+    int64_t end) {
+  const int64_t us = PositionStride(s.out_channels, s.in_channels);
+  alignas(64) float taps[9][kFilterBlock];  // (Gᵀ dU G)[i][j] at [i·3 + j]
+  for (int64_t b = begin; b < end; b += kFilterBlock) {
+    const int64_t n = std::min(kFilterBlock, end - b);
+    const float* in = du + b;
+    for (int i = 0; i < 3; ++i) {
+      RINGMASTER_IVDEP
+      for (int64_t f = 0; f < n; ++f) {
+        float t[4];  // row i of Gᵀ dU
+        for (int j = 0; j < 4; ++j) {
+          const float u0 = in[j * us + f], u1 = in[(4 + j) * us + f];
+          const float u2 = in[(8 + j) * us + f], u3 = in[(12 + j) * us + f];
+          t[j] = i == 0 ? u0 + 0.5f * (u1 + u2) : i == 1 ? 0.5f * (u1 - u2) : 0.5f * (u1 + u2) + u3;
+        }
+        taps[i * 3 + 0][f] = t[0] + 0.5f * (t[1] + t[2]);
+        taps[i * 3 + 1][f] = 0.5f * (t[1] - t[2]);
+        taps[i * 3 + 2][f] = 0.5f * (t[1] + t[2]) + t[3];
       }
-      work[(i * 3 + 0) * oc + f] = t[0] + 0.5f * (t[1] + t[2]);
-      work[(i * 3 + 1) * oc + f] = 0.5f * (t[1] - t[2]);
-      work[(i * 3 + 2) * oc + f] = 0.5f * (t[1] + t[2]) + t[3];
     }
-  }
-  RINGMASTER_IVDEP
-  for (int64_t f = begin; f < end; ++f) {
-    float* g = dweight + f * 9;
-    for (int k = 0; k < 9; ++k) {
-      g[k] = mode == OutputMode::kOverwrite ? work[k * oc + f] : g[k] + work[k * oc + f];
+    for (int64_t f = 0; f < n; ++f) {
+      float* g = dweight + (b + f) * 9;
+      for (int k = 0; k < 9; ++k) {
+        g[k] = mode == OutputMode::kOverwrite ? taps[k][f] : g[k] + taps[k][f];
+      }
     }
   }
 }
@@ -449,7 +466,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
     const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
     float* v, float* work) {
   const int64_t cols = g.tile_cols, n = cols + 1, tiles = count * g.per_image;
-  const int64_t plane_size = s.height * s.width, ct = s.in_channels * tiles;
+  const int64_t plane_size = s.height * s.width, ct = PositionStride(s.in_channels, tiles);
   float* even = work;        // [4][n]: the tile row's four padded rows
   float* odd = even + 4 * n;  // [4][n]
   float* te = odd + 4 * n;    // [4][n]: Bᵀ over the rows, even and odd columns
@@ -507,7 +524,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
     float* work) {
   const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ot = s.out_channels * tiles;
+  const int64_t tiles = count * g.per_image, ot = PositionStride(s.out_channels, tiles);
   float* e = work;  // [2][cols]: the tile row's two rows, even and odd columns
   float* o = e + 2 * cols;
   for (int64_t i = 0; i < count; ++i) {
@@ -547,7 +564,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
     float* work) {
   const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ot = s.out_channels * tiles;
+  const int64_t tiles = count * g.per_image, ot = PositionStride(s.out_channels, tiles);
   float* y00 = work;  // [cols] each: the tiles' four outputs
   float* y01 = y00 + cols;
   float* y10 = y01 + cols;
@@ -582,7 +599,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
     const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count, float* dx,
     float* work) {
   const int64_t cols = g.tile_cols, n = cols + 1, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ct = s.in_channels * tiles;
+  const int64_t tiles = count * g.per_image, ct = PositionStride(s.in_channels, tiles);
   float* even = work;          // [4][n]: padded rows 2ty .. 2ty + 3, even columns
   float* odd = even + 4 * n;   // [4][n]
   float* te = odd + 4 * n;     // [4][n]: per row a of the tile, B over its columns
@@ -650,7 +667,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradi
   }
 }
 
-// Three of the transforms for small maps (kPlaneTiles tiles or fewer per image), a channel's
+// The transforms for small maps (kPlaneTiles tiles or fewer per image), a channel's
 // planes of the whole chunk at a time: each tile's 16 values are gathered from zero-padded
 // copies of the planes through a table of the tiles' corners, so that every loop runs over
 // the chunk's tiles of one channel (contiguous in V, M and Z; a row of tiles alone would be
@@ -696,7 +713,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
     float* v, float* work) {
   const PlaneLayout p(g, count);
   const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ct = s.in_channels * n, plane_size = s.height * s.width;
+  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane_size = s.height * s.width;
   float* d = w.values;  // [16][n]: (row r, column q) of each tile
   std::fill_n(w.in, count * p.in_size, 0.0f);  // borders stay zero; insides are each channel's
   for (int64_t c = 0; c < s.in_channels; ++c) {
@@ -752,7 +769,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     float* work) {
   const PlaneLayout p(g, count);
   const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ot = s.out_channels * n, plane_size = s.height * s.width;
+  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane_size = s.height * s.width;
   const int64_t row = p.out_stride;
   std::fill_n(w.out, count * p.out_size, 0.0f);  // zeros past the planes' edges
   for (int64_t o = 0; o < s.out_channels; ++o) {
@@ -777,7 +794,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
     float* work) {
   const PlaneLayout p(g, count);
   const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ot = s.out_channels * n, plane_size = s.height * s.width;
+  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane_size = s.height * s.width;
   const int64_t row = p.out_stride;
   for (int64_t o = 0; o < s.out_channels; ++o) {
     const float* in = m + o * n;
@@ -796,8 +813,70 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
   }
 }
 
-// Each transform by rows of tiles, or by whole planes for small maps (whose input gradient
-// the unfolded product computes: Applies).
+// dx += B dV_ξ Bᵀ folded back onto the overlapping input tiles, the adjoint of
+// TransformInputPlanes: B over the columns, then over the rows ((g0, g1, g2, g3) ->
+// (g0, g1 - g2 + g3, g1 + g2 - g0, -g3)), then each tile's 16 values added into the padded
+// planes (tiles of one position never overlap), whose insides go to dx.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradientPlanes(
+    const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count, float* dx,
+    float* work) {
+  const PlaneLayout p(g, count);
+  const PlaneWorkParts w(g, p, count, work);
+  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane_size = s.height * s.width;
+  float* d = w.values;  // [16][n]
+  for (int64_t c = 0; c < s.in_channels; ++c) {
+    const float* in = dv + c * n;
+    for (int a = 0; a < 4; ++a) {  // B over the columns of the tiles' row a
+      const float* v0 = in + (a * 4 + 0) * ct;
+      const float* v1 = in + (a * 4 + 1) * ct;
+      const float* v2 = in + (a * 4 + 2) * ct;
+      const float* v3 = in + (a * 4 + 3) * ct;
+      float* t0 = d + (a * 4 + 0) * n;
+      float* t1 = d + (a * 4 + 1) * n;
+      float* t2 = d + (a * 4 + 2) * n;
+      float* t3 = d + (a * 4 + 3) * n;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        const float g0 = v0[t], g1 = v1[t], g2 = v2[t], g3 = v3[t];
+        t0[t] = g0;
+        t1[t] = g1 - g2 + g3;
+        t2[t] = g1 + g2 - g0;
+        t3[t] = -g3;
+      }
+    }
+    for (int q = 0; q < 4; ++q) {  // then over the rows, column q in place
+      float* d0 = d + (0 * 4 + q) * n;
+      float* d1 = d + (1 * 4 + q) * n;
+      float* d2 = d + (2 * 4 + q) * n;
+      float* d3 = d + (3 * 4 + q) * n;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) {
+        const float g0 = d0[t], g1 = d1[t], g2 = d2[t], g3 = d3[t];
+        d0[t] = g0;
+        d1[t] = g1 - g2 + g3;
+        d2[t] = g1 + g2 - g0;
+        d3[t] = -g3;
+      }
+    }
+    std::fill_n(w.in, count * p.in_size, 0.0f);
+    for (int64_t rq = 0; rq < 16; ++rq) {
+      const int64_t off = (rq / 4) * p.in_stride + rq % 4;
+      RINGMASTER_IVDEP
+      for (int64_t t = 0; t < n; ++t) w.in[w.in_at[t] + off] += d[rq * n + t];
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      float* plane = dx + (i * s.in_channels + c) * plane_size;
+      const float* pad = w.in + i * p.in_size;
+      for (int64_t y = 0; y < s.height; ++y) {
+        const float* from = pad + (y + 1) * p.in_stride + 1;
+        float* to = plane + y * s.width;
+        for (int64_t x = 0; x < s.width; ++x) to[x] += from[x];
+      }
+    }
+  }
+}
+
+// Each transform by rows of tiles, or by whole planes for small maps.
 void Input(const StridedConv2dShape& s, const Geometry& g, const float* x, int64_t count,
            float* v, float* work) {
   if (g.per_image <= kPlaneTiles) return TransformInputPlanes(s, g, x, count, v, work);
@@ -813,28 +892,35 @@ void Output(const StridedConv2dShape& s, const Geometry& g, const float* m, int6
   if (g.per_image <= kPlaneTiles) return TransformOutputPlanes(s, g, m, count, y, work);
   TransformOutput(s, g, m, count, y, work);
 }
-
-// U from the weights, the filters split over the threads.
-void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u,
-                               float* work) {
-  ParallelFor(Threads(s), s.out_channels * s.in_channels,
-                 [&](int64_t begin, int64_t end) { TransformWeights(s, weight, u, work, begin, end); });
+void FoldInput(const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count,
+               float* dx, float* work) {
+  if (g.per_image <= kPlaneTiles) return FoldInputGradientPlanes(s, g, dv, count, dx, work);
+  FoldInputGradient(s, g, dv, count, dx, work);
 }
 
-void Forward(const StridedConv2dShape& s, const float* x, const float* weight, float* y,
-             float* scratch) {
+// U from the weights, the filters split over the threads.
+void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u) {
+  ParallelFor(Threads(s), s.out_channels * s.in_channels,
+              [&](int64_t begin, int64_t end) { TransformWeights(s, weight, u, begin, end); });
+}
+
+// `u`: the transformed weights, or null to transform them here.
+void Forward(const StridedConv2dShape& s, const float* x, const float* weight, const float* u,
+             float* y, float* scratch) {
   const Geometry g(s);
-  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
-  const Buffers first(s, g, scratch, 0);
-  TransformWeightsOnThreads(s, weight, first.u, first.work);
-  const float* u = first.u;
+  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  if (u == nullptr) {
+    const Buffers first(s, g, scratch, 0);
+    TransformWeightsOnThreads(s, weight, first.u);
+    u = first.u;
+  }
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
     Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // M_ξ = U_ξ V_ξ
       MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * oc,
-             buf.v + xi * s.in_channels * tiles, buf.m + xi * s.out_channels * tiles,
+             buf.v + xi * PositionStride(s.in_channels, tiles), buf.m + xi * PositionStride(s.out_channels, tiles),
              OutputMode::kOverwrite);
     }
     Output(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
@@ -844,7 +930,7 @@ void Forward(const StridedConv2dShape& s, const float* x, const float* weight, f
 void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                      float* dweight, OutputMode mode, float* scratch) {
   const Geometry g(s);
-  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
+  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
   // Each thread sums its chunks' dU in its own U, zero where it takes none.
   ParallelRun(static_cast<int>(Threads(s)), [&](int t) {
     std::memset(Buffers(s, g, scratch, t).u, 0, kPositions * oc * sizeof(float));
@@ -856,7 +942,7 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
     OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
       MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
-             buf.m + xi * s.out_channels * tiles, buf.v + xi * s.in_channels * tiles,
+             buf.m + xi * PositionStride(s.out_channels, tiles), buf.v + xi * PositionStride(s.in_channels, tiles),
              buf.u + xi * oc, OutputMode::kAccumulate);
     }
   });
@@ -867,29 +953,32 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
       for (int64_t i = begin; i < end; ++i) first.u[i] += du[i];
     }
   });
-  ParallelFor(Threads(s), oc, [&](int64_t begin, int64_t end) {
-    WeightGradientsFromTransformed(s, first.u, dweight, mode, first.work, begin, end);
+  ParallelFor(Threads(s), s.out_channels * s.in_channels, [&](int64_t begin, int64_t end) {
+    WeightGradientsFromTransformed(s, first.u, dweight, mode, begin, end);
   });
 }
 
-void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy, float* dx,
-                   float* scratch) {
+void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* u,
+                   const float* dy, float* dx, float* scratch) {
   const Geometry g(s);
-  const int64_t oc = s.out_channels * s.in_channels, plane = s.height * s.width;
-  const Buffers first(s, g, scratch, 0);
-  TransformWeightsOnThreads(s, weight, first.u, first.work);
+  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  if (u == nullptr) {
+    const Buffers first(s, g, scratch, 0);
+    TransformWeightsOnThreads(s, weight, first.u);
+    u = first.u;
+  }
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
     OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     for (int xi = 0; xi < kPositions; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
       MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
-             first.u + xi * oc, buf.m + xi * s.out_channels * tiles,
-             buf.v + xi * s.in_channels * tiles, OutputMode::kOverwrite);
+             u + xi * oc, buf.m + xi * PositionStride(s.out_channels, tiles),
+             buf.v + xi * PositionStride(s.in_channels, tiles), OutputMode::kOverwrite);
     }
     float* images = dx + b * s.in_channels * plane;
     std::memset(images, 0, count * s.in_channels * plane * sizeof(float));
-    FoldInputGradient(s, g, buf.v, count, images, buf.work);
+    FoldInput(s, g, buf.v, count, images, buf.work);
   });
 }
 
@@ -948,20 +1037,22 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 }
 
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
-  // The larger of what the passes need: Winograd's and the unfolded product's.
-  const int64_t unfolded = Threads(s) * StridedGeometry(s).per_thread();
-  if (winograd::Applies(s, winograd::Pass::kForward)) {
-    return std::max(winograd::ScratchElements(s),
-                    winograd::Applies(s, winograd::Pass::kInput) ? 0 : unfolded);
-  }
-  return unfolded;
+  if (winograd::Applies(s)) return winograd::ScratchElements(s);
+  return Threads(s) * StridedGeometry(s).per_thread();
+}
+
+int64_t StridedConv2dPreparedWeightElements(const StridedConv2dShape& s) {
+  return winograd::Applies(s) ? winograd::TransformedWeightElements(s) : 0;
+}
+
+void StridedConv2dPrepareWeights(const StridedConv2dShape& s, const float* weight,
+                                 float* prepared) {
+  if (winograd::Applies(s)) winograd::TransformWeightsOnThreads(s, weight, prepared);
 }
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
-                          float* y, float* scratch) {
-  if (winograd::Applies(s, winograd::Pass::kForward)) {
-    return winograd::Forward(s, x, weight, y, scratch);
-  }
+                          float* y, float* scratch, const float* prepared) {
+  if (winograd::Applies(s)) return winograd::Forward(s, x, weight, prepared, y, scratch);
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);
@@ -979,7 +1070,7 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
-  if (winograd::Applies(s, winograd::Pass::kWeights)) {
+  if (winograd::Applies(s)) {
     return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
   }
   const StridedGeometry g(s);
@@ -1008,10 +1099,8 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 }
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
-                                float* dx, float* scratch) {
-  if (winograd::Applies(s, winograd::Pass::kInput)) {
-    return winograd::BackwardInput(s, weight, dy, dx, scratch);
-  }
+                                float* dx, float* scratch, const float* prepared) {
+  if (winograd::Applies(s)) return winograd::BackwardInput(s, weight, prepared, dy, dx, scratch);
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);

@@ -145,8 +145,16 @@ kernels::StridedConv2dShape StridedConv2d::Shape(int64_t n) const {
 
 void StridedConv2d::Forward(const float* params, const float* x, float* y, int64_t n) {
   const kernels::StridedConv2dShape s = Shape(n);
-  kernels::StridedConv2dForward(s, x, params + weight_, y,
-                                scratch_.Reserve(kernels::StridedConv2dScratchElements(s)));
+  const float* weight = params + weight_;
+  float* prepared = nullptr;
+  if (const int64_t elements = kernels::StridedConv2dPreparedWeightElements(s); elements > 0) {
+    prepared = prepared_.Reserve(elements);
+    kernels::StridedConv2dPrepareWeights(s, weight, prepared);
+    prepared_for_ = weight;
+  }
+  kernels::StridedConv2dForward(s, x, weight, y,
+                                scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                prepared);
 }
 
 void StridedConv2d::BackwardParams(const float* x, const float* dy, int64_t n,
@@ -159,8 +167,13 @@ void StridedConv2d::BackwardParams(const float* x, const float* dy, int64_t n,
 void StridedConv2d::BackwardInput(const float* params, const float* x, const float* y,
                                   const float* dy, float* dx, int64_t n) {
   const kernels::StridedConv2dShape s = Shape(n);
-  kernels::StridedConv2dBackwardInput(s, params + weight_, dy, dx,
-                                      scratch_.Reserve(kernels::StridedConv2dScratchElements(s)));
+  const float* weight = params + weight_;
+  // The backward follows its forward with the same parameters (as every layer's does), so
+  // the forward's prepared weights are these; a call on other weights prepares its own.
+  const float* prepared = prepared_for_ == weight ? prepared_.data() : nullptr;
+  kernels::StridedConv2dBackwardInput(s, weight, dy, dx,
+                                      scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                      prepared);
 }
 
 void GlobalAvgPool::Forward(const float* params, const float* x, float* y, int64_t n) {

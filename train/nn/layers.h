@@ -184,13 +184,18 @@ class StridedConv2d final : public Layer {
                       kernels::OutputMode mode) override;
   void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
                      float* dx, int64_t n) override;
-  int64_t scratch_bytes() const override { return scratch_.bytes(); }
+  int64_t scratch_bytes() const override { return scratch_.bytes() + prepared_.bytes(); }
   kernels::StridedConv2dShape Shape(int64_t n) const;
 
  private:
   kernels::StridedConv2dShape shape_;  // batch filled in per call
   int64_t weight_;
   GrowBuffer<float> scratch_;
+  // The weights as the last Forward prepared them (kernels::StridedConv2dPrepareWeights), for
+  // the input gradient of the same parameters; `prepared_for_` the weights they came from
+  // (null: none yet).
+  GrowBuffer<float> prepared_;
+  const float* prepared_for_ = nullptr;
 };
 
 // Mean over each channel's positions: [channels, positions] -> [channels].
