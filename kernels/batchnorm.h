@@ -26,9 +26,18 @@ struct BatchNormShape {
 void BatchNormChannelSums(const BatchNormShape& shape, const float* x, double* sum,
                           double* sum_sq);
 
-// y = gamma · (x - mean) · invstd + beta, per channel. y may be x.
+// What the forward does to the normalised values in the same pass, each part optional:
+// y = relu(bn(x) + residual) (ResNet's blocks: a ReLU after the first BatchNorm, the
+// shortcut added and a ReLU after the second), rounding as the separate passes would.
+struct BatchNormEpilogue {
+  const float* residual = nullptr;  // [batch, channels, positions], added; may be y
+  bool relu = false;                // max(0, v), a NaN passing through (kernels::ReluForward)
+};
+
+// y = gamma · (x - mean) · invstd + beta, per channel, then `then`. y may be x.
 void BatchNormForward(const BatchNormShape& shape, const float* x, const float* mean,
-                      const float* invstd, const float* gamma, const float* beta, float* y);
+                      const float* invstd, const float* gamma, const float* beta, float* y,
+                      const BatchNormEpilogue& then = {});
 
 // Per channel, with xhat = (x - mean) · invstd: sum_dy[c] = Σ dy and sum_dy_xhat[c] = Σ dy ·
 // xhat (overwrites both). They are beta's and gamma's gradients, and (summed over the ranks

@@ -1,5 +1,6 @@
 #include "kernels/batchnorm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -69,6 +70,24 @@ TEST_P(BatchNormTest, SumsForwardAndBackwardMatchTheDefinition) {
       }
     }
   }
+  // The epilogue rounds as the separate passes would: relu(y + residual), each part alone,
+  // and in place over the residual.
+  for (const bool relu : {false, true}) {
+    for (const bool residual : {false, true}) {
+      std::vector<float> fused(size, 99.0f);
+      BatchNormForward(s, x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(),
+                       fused.data(), {residual ? dy.data() : nullptr, relu});
+      for (int64_t k = 0; k < size; ++k) {
+        float want = residual ? y[k] + dy[k] : y[k];
+        if (relu && want < 0.0f) want = 0.0f;
+        ASSERT_EQ(fused[k], want) << k << " relu " << relu << " residual " << residual;
+      }
+    }
+  }
+  std::vector<float> over = dy;
+  BatchNormForward(s, x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(),
+                   over.data(), {over.data(), true});
+  for (int64_t k = 0; k < size; ++k) ASSERT_EQ(over[k], std::max(0.0f, y[k] + dy[k])) << k;
   // In place: dx over dy gives the same.
   std::vector<float> inplace = dy;
   BatchNormBackwardInput(s, x.data(), inplace.data(), mean.data(), invstd.data(), gamma.data(),

@@ -34,6 +34,27 @@ void PlaneSums(const float* dy, const float* x, float m, int64_t n, double& sum,
   dot += dt;
 }
 
+// BatchNormForward with its epilogue's parts chosen at compile time, so that each loop
+// vectorises without branches.
+template <bool kResidual, bool kRelu>
+void Normalize(const BatchNormShape& s, const float* x, const float* mean, const float* invstd,
+               const float* gamma, const float* beta, const float* residual, float* y) {
+  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
+    for (int64_t n = 0; n < s.batch; ++n) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t at = (n * s.channels + c) * s.positions;
+        const float scale = gamma[c] * invstd[c], shift = beta[c] - mean[c] * scale;
+        for (int64_t i = 0; i < s.positions; ++i) {
+          float v = x[at + i] * scale + shift;
+          if constexpr (kResidual) v += residual[at + i];
+          if constexpr (kRelu) v = v < 0.0f ? 0.0f : v;
+          y[at + i] = v;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void BatchNormChannelSums(const BatchNormShape& s, const float* x, double* sum, double* sum_sq) {
@@ -51,16 +72,14 @@ void BatchNormChannelSums(const BatchNormShape& s, const float* x, double* sum, 
 }
 
 void BatchNormForward(const BatchNormShape& s, const float* x, const float* mean,
-                      const float* invstd, const float* gamma, const float* beta, float* y) {
-  ParallelFor(s.threads, s.channels, [&](int64_t begin, int64_t end) {
-    for (int64_t n = 0; n < s.batch; ++n) {
-      for (int64_t c = begin; c < end; ++c) {
-        const int64_t at = (n * s.channels + c) * s.positions;
-        const float scale = gamma[c] * invstd[c], shift = beta[c] - mean[c] * scale;
-        for (int64_t i = 0; i < s.positions; ++i) y[at + i] = x[at + i] * scale + shift;
-      }
-    }
-  });
+                      const float* invstd, const float* gamma, const float* beta, float* y,
+                      const BatchNormEpilogue& then) {
+  if (then.residual != nullptr) {
+    if (then.relu) return Normalize<true, true>(s, x, mean, invstd, gamma, beta, then.residual, y);
+    return Normalize<true, false>(s, x, mean, invstd, gamma, beta, then.residual, y);
+  }
+  if (then.relu) return Normalize<false, true>(s, x, mean, invstd, gamma, beta, nullptr, y);
+  Normalize<false, false>(s, x, mean, invstd, gamma, beta, nullptr, y);
 }
 
 void BatchNormBackwardSums(const BatchNormShape& s, const float* x, const float* dy,

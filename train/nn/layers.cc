@@ -209,7 +209,8 @@ void BatchNorm2d::AddRunningStatistics(state::TensorTable& table) {
 
 absl::Status BatchNorm2d::ForwardTrain(const float* params, const float* x, float* y, int64_t n,
                                        const ReplicaSum& sum, float* running_mean,
-                                       float* running_var) {
+                                       float* running_var,
+                                       const kernels::BatchNormEpilogue& then) {
   const int64_t c = channels_;
   kernels::BatchNormChannelSums(Shape(n), x, sums_.data(), sums_.data() + c);
   sums_[2 * c] = static_cast<double>(n * positions_);
@@ -230,17 +231,18 @@ absl::Status BatchNorm2d::ForwardTrain(const float* params, const float* x, floa
                                         kMomentum * var * count_ / (count_ - 1));
   }
   kernels::BatchNormForward(Shape(n), x, mean_.data(), invstd_.data(), params + weight_,
-                            params + bias_, y);
+                            params + bias_, y, then);
   return absl::OkStatus();
 }
 
-void BatchNorm2d::ForwardEval(const float* params, const float* x, float* y, int64_t n) {
+void BatchNorm2d::ForwardEval(const float* params, const float* x, float* y, int64_t n,
+                              const kernels::BatchNormEpilogue& then) {
   for (int64_t i = 0; i < channels_; ++i) {
     mean_[i] = params[running_mean_ + i];
     invstd_[i] = static_cast<float>(1.0 / std::sqrt(double{params[running_var_ + i]} + kEps));
   }
   kernels::BatchNormForward(Shape(n), x, mean_.data(), invstd_.data(), params + weight_,
-                            params + bias_, y);
+                            params + bias_, y, then);
 }
 
 absl::Status BatchNorm2d::Backward(const float* params, const float* x, const float* dy, float* dx,

@@ -236,13 +236,16 @@ class BatchNorm2d {
   int64_t running_var_offset() const { return running_var_; }
 
   // Training: y = the normalisation of x by its batch statistics (every replica's with
-  // `sum`), and running_mean / running_var (channels() floats each) moved towards them. y
-  // may be x. Errors: `sum`'s; INVALID_ARGUMENT when the statistics cover a single value
-  // per channel (the unbiased variance needs two).
+  // `sum`), then `then` (a residual added, a ReLU), and running_mean / running_var
+  // (channels() floats each) moved towards the statistics. y may be x. Errors: `sum`'s;
+  // INVALID_ARGUMENT when the statistics cover a single value per channel (the unbiased
+  // variance needs two).
   absl::Status ForwardTrain(const float* params, const float* x, float* y, int64_t n,
-                            const ReplicaSum& sum, float* running_mean, float* running_var);
-  // Evaluation: normalises by the running statistics in `params`. y may be x.
-  void ForwardEval(const float* params, const float* x, float* y, int64_t n);
+                            const ReplicaSum& sum, float* running_mean, float* running_var,
+                            const kernels::BatchNormEpilogue& then = {});
+  // Evaluation: normalises by the running statistics in `params`, then `then`. y may be x.
+  void ForwardEval(const float* params, const float* x, float* y, int64_t n,
+                   const kernels::BatchNormEpilogue& then = {});
   // After ForwardTrain on x: the weight and bias gradients into dweight and dbias (written
   // or added, `mode`) and dx (overwritten; may be dy). Errors: `sum`'s.
   absl::Status Backward(const float* params, const float* x, const float* dy, float* dx, int64_t n,

@@ -29,20 +29,6 @@ void OnThreads(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
   kernels::ParallelFor(kernels::BlasThreads(), n, body);
 }
 
-void ReluInPlace(float* x, int64_t n) {
-  OnThreads(n, [&](int64_t b, int64_t e) { kernels::ReluForward(x + b, x + b, e - b); });
-}
-
-// y = relu(y + x), as kernels::ReluForward (a NaN passes through).
-void AddRelu(const float* x, float* y, int64_t n) {
-  OnThreads(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float v = y[i] + x[i];
-      y[i] = v < 0.0f ? 0.0f : v;
-    }
-  });
-}
-
 // g = g where y > 0, else 0 (y: the ReLU's output), and a copy of it into `copy` (if not
 // null).
 void ReluBackward(const float* y, float* g, float* copy, int64_t n) {
@@ -73,17 +59,20 @@ struct ResNet18::ConvBn {
              kernel_size / 2),
         bn(table, bn_name, out_channels, conv.output_size() / out_channels) {}
 
+  // y = then(bn(conv(x))): the BatchNorm's epilogue adds a residual and applies a ReLU in
+  // its pass.
   absl::Status Forward(const float* params, const float* x, float* y, int64_t n, bool training,
-                       const ReplicaSum& sum, float* pending, int64_t pending_begin) {
+                       const ReplicaSum& sum, float* pending, int64_t pending_begin,
+                       const kernels::BatchNormEpilogue& then = {}) {
     float* out = conv_out.Reserve(n * conv.output_size());
     conv.Forward(params, x, out, n);
     if (!training) {
-      bn.ForwardEval(params, out, y, n);
+      bn.ForwardEval(params, out, y, n, then);
       return absl::OkStatus();
     }
     return bn.ForwardTrain(params, out, y, n, sum,
                            pending + bn.running_mean_offset() - pending_begin,
-                           pending + bn.running_var_offset() - pending_begin);
+                           pending + bn.running_var_offset() - pending_begin, then);
   }
 
   // dy is overwritten (it becomes the convolution's output gradient); dx may be null.
@@ -293,23 +282,23 @@ absl::Status ResNet18::Forward(const float* params, int64_t n, bool training,
   const int64_t m = std::max<int64_t>(1, n);
   float* pending = pending_.data();
   const int64_t pb = buffers_.begin;
+  const kernels::BatchNormEpilogue relu{nullptr, true};
   float* x = stem_out_.Reserve(m * stem_->conv.output_size());
-  RM_RETURN_IF_ERROR(stem_->Forward(params, input_.data(), x, n, training, sum, pending, pb));
-  ReluInPlace(x, n * stem_->conv.output_size());
+  RM_RETURN_IF_ERROR(
+      stem_->Forward(params, input_.data(), x, n, training, sum, pending, pb, relu));
   float* shortcut_out = work_[0].Reserve(m * largest_activation_);
   for (auto& b : blocks_) {
     float* mid = b->mid.Reserve(m * b->a->conv.output_size());
-    RM_RETURN_IF_ERROR(b->a->Forward(params, x, mid, n, training, sum, pending, pb));
-    ReluInPlace(mid, n * b->a->conv.output_size());
-    float* out = b->out.Reserve(m * b->out_size);
-    RM_RETURN_IF_ERROR(b->b->Forward(params, mid, out, n, training, sum, pending, pb));
+    RM_RETURN_IF_ERROR(b->a->Forward(params, x, mid, n, training, sum, pending, pb, relu));
+    const float* residual = x;
     if (b->shortcut) {
       RM_RETURN_IF_ERROR(
           b->shortcut->Forward(params, x, shortcut_out, n, training, sum, pending, pb));
-      AddRelu(shortcut_out, out, n * b->out_size);
-    } else {
-      AddRelu(x, out, n * b->out_size);
+      residual = shortcut_out;
     }
+    float* out = b->out.Reserve(m * b->out_size);
+    RM_RETURN_IF_ERROR(
+        b->b->Forward(params, mid, out, n, training, sum, pending, pb, {residual, true}));
     x = out;
   }
   float* pooled = pooled_.Reserve(m * pool_->output_size());
