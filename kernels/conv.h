@@ -62,14 +62,18 @@ struct StridedConv2dShape {
   int64_t stride = 1;
   int64_t padding = 0;  // < kernel_size
   // 3x3 convolutions with stride 1 and padding 1, at least 16 channels in and out, on maps
-  // of 4x4 or more run Winograd's F(2x2, 3x3) (2.25x fewer multiplications; results differ
-  // from the unfolded product's by rounding) unless this is false: the unfolded product, for
+  // of 4x4 or more run Winograd's minimal filtering (see winograd_tile; results differ from
+  // the unfolded product's by rounding) unless this is false: the unfolded product, for
   // comparisons (kernels/conv_bench).
   bool winograd = true;
   // Threads the passes run on at once (kernels/parallel.h: OpenBLAS on one thread meanwhile),
   // each taking whole chunks of images; the scratch grows with them. 1: the calling thread
   // alone, OpenBLAS threading the products as it is set to.
   int64_t threads = 1;
+  // Winograd's output tile: 0 chooses by the map, F(4x4, 3x3) (4x fewer multiplications) on
+  // maps of 8x8 or more and F(2x2, 3x3) on smaller ones; 2 or 4 runs that one wherever
+  // Winograd runs (kernels/conv_bench compares them).
+  int64_t winograd_tile = 0;
 
   int64_t out_height() const { return (height + 2 * padding - kernel_size) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel_size) / stride + 1; }

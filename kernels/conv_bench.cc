@@ -1,8 +1,10 @@
 // Times the strided convolution's three passes (forward, weight gradient, input gradient) on
-// ResNet-18's 3x3 stride-1 shapes for 32x32 images (batch 32, width 64), with Winograd's
-// F(2x2, 3x3) and with the unfolded product (im2col + sgemm), on --threads BLAS threads
-// (default 1). Prints the median wall-clock milliseconds of each and
-// the ratio.
+// ResNet-18's 3x3 stride-1 shapes for 32x32 images (batch 32, width 64), with Winograd (the
+// forward preparing the weights, the input gradient reusing them, as a layer runs them) and
+// with the unfolded product (im2col + sgemm), on --threads BLAS threads (default 1). Prints
+// the median wall-clock milliseconds of each and the ratio. --tile 2|4 runs Winograd's
+// F(2x2, 3x3) or F(4x4, 3x3) on every stage (default: chosen by the map), --stage 0..3 one
+// stage only, --reps N timed repetitions (default 5).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -43,7 +45,7 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
-void Run(int only_stage) {
+void Run(int only_stage, int tile) {
   std::printf("%-26s %9s %9s %9s | %9s %9s %9s | %6s\n", "shape (N,C,O,HxW)", "fwd ms", "dW ms",
               "dX ms", "im2col", "dW", "dX", "ratio");
   double total_w = 0, total_i = 0;
@@ -58,6 +60,7 @@ void Run(int only_stage) {
     double ms[2][3];
     for (int algo = 0; algo < 2; ++algo) {
       s.winograd = algo == 0;
+      s.winograd_tile = tile;
       std::vector<float> scratch(StridedConv2dScratchElements(s));
       // As a layer runs them: the forward prepares the weights, the input gradient reuses them.
       std::vector<float> prepared(StridedConv2dPreparedWeightElements(s));
@@ -91,13 +94,14 @@ void Run(int only_stage) {
 }  // namespace ringmaster::kernels
 
 int main(int argc, char** argv) {
-  int threads = 1, stage = -1;
+  int threads = 1, stage = -1, tile = 0;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--threads") threads = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--stage") stage = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--tile") tile = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--reps") ringmaster::kernels::kReps = std::atoi(argv[i + 1]);
   }
   ringmaster::kernels::SetBlasThreads(threads);
-  ringmaster::kernels::Run(stage);
+  ringmaster::kernels::Run(stage, tile);
   return 0;
 }

@@ -45,6 +45,18 @@ void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) 
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
+// As ExpectNear, with the rounding of Winograd's transforms allowed for: each sum may be off
+// by 1e-6 of the sum of its terms' magnitudes (`magnitude`) more. F(4x4, 3x3)'s coefficients
+// (up to 8, and 1/6, 1/24) round so in single precision; a wrong coefficient or sign is off by
+// far more.
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want,
+                const std::vector<double>& magnitude) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-6 * magnitude[i]) << i;
+  }
+}
+
 class ConvTest : public testing::TestWithParam<Conv2dShape> {
  protected:
   const Conv2dShape s = GetParam();
@@ -215,26 +227,31 @@ class StridedConvTest : public testing::TestWithParam<StridedConv2dShape> {
 };
 
 TEST_P(StridedConvTest, ForwardMatchesDirectConvolution) {
-  std::vector<double> want(out_size, 0.0);
-  ForEachStridedTap(s,
-                    [&](int64_t yi, int64_t wi, int64_t xi) { want[yi] += double{w[wi]} * x[xi]; });
+  std::vector<double> want(out_size, 0.0), magnitude(out_size, 0.0);
+  ForEachStridedTap(s, [&](int64_t yi, int64_t wi, int64_t xi) {
+    want[yi] += double{w[wi]} * x[xi];
+    magnitude[yi] += std::abs(double{w[wi]} * x[xi]);
+  });
   std::vector<float> y(out_size, 99.0f);
   StridedConv2dForward(s, x.data(), w.data(), y.data(), scratch.data());
-  ExpectNear(y, want);
+  ExpectNear(y, want, magnitude);
 }
 
 TEST_P(StridedConvTest, BackwardMatchesDirectConvolution) {
   std::vector<double> want_dw(w_size, 0.0), want_dx(in_size, 0.0);
+  std::vector<double> magnitude_dw(w_size, 0.0), magnitude_dx(in_size, 0.0);
   ForEachStridedTap(s, [&](int64_t yi, int64_t wi, int64_t xi) {
     want_dw[wi] += double{dy[yi]} * x[xi];
     want_dx[xi] += double{dy[yi]} * w[wi];
+    magnitude_dw[wi] += std::abs(double{dy[yi]} * x[xi]);
+    magnitude_dx[xi] += std::abs(double{dy[yi]} * w[wi]);
   });
   std::vector<float> dw(w_size, 99.0f), dx(in_size, 99.0f);
   StridedConv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), OutputMode::kOverwrite,
                                scratch.data());
-  ExpectNear(dw, want_dw);
+  ExpectNear(dw, want_dw, magnitude_dw);
   StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data());
-  ExpectNear(dx, want_dx);
+  ExpectNear(dx, want_dx, magnitude_dx);
   // Accumulate adds to what is there.
   std::vector<float> twice = dw;
   StridedConv2dBackwardWeights(s, x.data(), dy.data(), twice.data(), OutputMode::kAccumulate,
@@ -282,21 +299,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          StridedConv2dShape{130, 2, 2, 4, 4, 1, 2, 0},
                                          StridedConv2dShape{4, 16, 16, 4, 4, 3, 1, 1},
                                          StridedConv2dShape{4, 8, 16, 8, 8, 3, 2, 1},
-                                         // Winograd's F(2x2, 3x3) (3x3, stride 1, padding 1, 16
-                                         // channels or more, maps of 4x4 or more): odd sizes
-                                         // (a partial last tile row or column), chunks of
-                                         // images (256 tiles) with a short last.
+                                         // Winograd (3x3, stride 1, padding 1, 16 channels or
+                                         // more, maps of 4x4 or more). F(4x4, 3x3) on maps of
+                                         // 8x8 or more: odd sizes (partial last tile rows and
+                                         // columns), chunks of images (128 tiles) with a short
+                                         // last.
                                          StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1},
                                          StridedConv2dShape{2, 24, 16, 16, 17, 3, 1, 1},
                                          StridedConv2dShape{2, 16, 16, 17, 16, 3, 1, 1},
                                          StridedConv2dShape{9, 16, 16, 16, 16, 3, 1, 1},
-                                         // Small maps, transformed a plane at a time: an odd
-                                         // side, chunks with a short last.
-                                         StridedConv2dShape{3, 16, 24, 7, 8, 3, 1, 1},
+                                         StridedConv2dShape{20, 16, 16, 9, 10, 3, 1, 1},
+                                         StridedConv2dShape{40, 16, 16, 8, 8, 3, 1, 1},
+                                         StridedConv2dShape{40, 16, 16, 8, 8, 3, 1, 1, true, 2},
+                                         // F(2x2, 3x3) on smaller maps: an odd side, chunks
+                                         // with a short last.
+                                         StridedConv2dShape{10, 16, 24, 7, 8, 3, 1, 1},
                                          StridedConv2dShape{3, 16, 16, 5, 4, 3, 1, 1},
                                          StridedConv2dShape{70, 16, 16, 4, 4, 3, 1, 1, true, 2},
-                                         StridedConv2dShape{20, 16, 16, 8, 8, 3, 1, 1},
-                                         StridedConv2dShape{20, 16, 16, 8, 8, 3, 1, 1, true, 2},
+                                         // Each tile where the other would run.
+                                         StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1, true, 1,
+                                                            2},
+                                         StridedConv2dShape{40, 16, 16, 4, 4, 3, 1, 1, true, 1,
+                                                            4},
                                          // Two threads (kernels/parallel.h): Winograd, the
                                          // unfolded product with one image a product and with
                                          // several, and an odd number of chunks.

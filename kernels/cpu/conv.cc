@@ -246,15 +246,21 @@ void RegroupImages(Regroup direction, const float* from, int64_t count, int64_t 
 }
 
 
-// Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray 2016) for 3x3 convolutions with
-// stride 1 and padding 1, the bulk of ResNet's work: each 2x2 output tile is
-// Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A for the 4x4 input tile d around it, so that the products run over
-// the 16 transformed positions ξ (16 multiplications per tile instead of 36): per ξ,
-// M_ξ [out, tiles] = U_ξ [out, in] · V_ξ [in, tiles]. The backward passes are the exact
-// adjoints: with Z = A dy Aᵀ (a tile's 2x2 output gradient spread to 4x4), the weight
-// gradient is Gᵀ (Σ_tiles Z_ξ V_ξᵀ) G and the input gradient B (U_ξᵀ Z_ξ) Bᵀ folded back
-// onto the overlapping input tiles. Rounding differs from the unfolded product's by a few
-// units in the last place of the sums (the transforms add and halve).
+// Winograd's minimal filtering F(m x m, 3x3) (Lavin and Gray 2016) for 3x3 convolutions with
+// stride 1 and padding 1, the bulk of ResNet's work: each m x m output tile is
+// Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A for the (m + 2)² input tile d around it, so that the products
+// run over the (m + 2)² transformed positions ξ: per ξ, M_ξ [out, tiles] = U_ξ [out, in] ·
+// V_ξ [in, tiles]. The backward passes are the exact adjoints: with Z = A dy Aᵀ (a tile's
+// output gradient spread to (m + 2)²), the weight gradient is Gᵀ (Σ_tiles Z_ξ V_ξᵀ) G and the
+// input gradient B (U_ξᵀ Z_ξ) Bᵀ folded back onto the overlapping input tiles.
+//
+// Two tile sizes, each a struct of its three matrices as 1-D transforms (and their adjoints):
+// F(4x4, 3x3), 36 multiplications for 16 outputs (4x fewer than the direct convolution), on
+// maps of 8x8 or more; F(2x2, 3x3), 16 for 4 (2.25x), on smaller ones, where F(4x4)'s tiles
+// would be mostly padding and its 36 transformed filters outweigh the few tiles. F(2x2)'s
+// coefficients are 0, ±1 and ½, so its results differ from the unfolded product's by a few
+// units in the last place; F(4x4)'s (up to 8, and 1/6, 1/24) round more (conv_test bounds
+// both by the sum of the terms' magnitudes).
 namespace winograd {
 
 // "No loop-carried dependences": the transforms' rows never overlap, which GCC cannot prove
@@ -266,65 +272,222 @@ namespace winograd {
 #define RINGMASTER_IVDEP _Pragma("GCC ivdep")
 #endif
 
-constexpr int kPositions = 16;  // ξ: the 4x4 transformed tile
-// Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
-constexpr int64_t kTargetTiles = 256;
-// Smallest feature map (side) that runs Winograd (ResNet-18's 4x4 maps gain 1.2x; smaller
-// ones were not measured; kernels/conv_bench). Maps of at most kPlaneTiles tiles (8x8) are
-// transformed a channel's planes of the chunk at a time, larger ones a row of tiles at a time.
-constexpr int64_t kMinSide = 4;
-constexpr int64_t kPlaneTiles = 16;
+// F(2x2, 3x3): Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1],
+// Aᵀ = [1 1 1 0; 0 1 -1 -1].
+struct F2 {
+  static constexpr int kOut = 2;  // output tile side m
+  static constexpr int kIn = 4;   // input tile side m + 2
+  // v = Bᵀ d
+  [[gnu::always_inline]] static void Input(const float* d, float* v) {
+    v[0] = d[0] - d[2];
+    v[1] = d[1] + d[2];
+    v[2] = d[2] - d[1];
+    v[3] = d[1] - d[3];
+  }
+  // d = B g
+  [[gnu::always_inline]] static void InputAdjoint(const float* g, float* d) {
+    d[0] = g[0];
+    d[1] = g[1] - g[2] + g[3];
+    d[2] = g[1] + g[2] - g[0];
+    d[3] = -g[3];
+  }
+  // u = G g
+  [[gnu::always_inline]] static void Filter(const float* g, float* u) {
+    u[0] = g[0];
+    u[1] = 0.5f * (g[0] + g[1] + g[2]);
+    u[2] = 0.5f * (g[0] - g[1] + g[2]);
+    u[3] = g[2];
+  }
+  // g = Gᵀ u
+  [[gnu::always_inline]] static void FilterAdjoint(const float* u, float* g) {
+    g[0] = u[0] + 0.5f * (u[1] + u[2]);
+    g[1] = 0.5f * (u[1] - u[2]);
+    g[2] = 0.5f * (u[1] + u[2]) + u[3];
+  }
+  // y = Aᵀ m
+  [[gnu::always_inline]] static void Output(const float* m, float* y) {
+    y[0] = m[0] + m[1] + m[2];
+    y[1] = m[1] - m[2] - m[3];
+  }
+  // z = A a
+  [[gnu::always_inline]] static void OutputAdjoint(const float* a, float* z) {
+    z[0] = a[0];
+    z[1] = a[0] + a[1];
+    z[2] = a[0] - a[1];
+    z[3] = -a[1];
+  }
+};
 
-// Floats from one transformed position ξ to the next in U ([16][out][in]), V, M and Z
-// ([16][channels][tiles]): the matrix and a cache line more. ResNet's channels·tiles are powers
-// of two, and the transforms read or write all 16 positions of a tile at once: 16 streams a
-// power of two apart fall into one set of the 12-way L1 cache and evict each other (without
+// F(4x4, 3x3): Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
+// 0 2 -1 -2 1 0; 0 4 0 -5 0 1], G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙;
+// 0 0 1], Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+struct F4 {
+  static constexpr int kOut = 4;
+  static constexpr int kIn = 6;
+  [[gnu::always_inline]] static void Input(const float* d, float* v) {
+    const float a = d[4] - 4.0f * d[2], b = d[3] - 4.0f * d[1];
+    const float c = d[4] - d[2], e = 2.0f * (d[3] - d[1]);
+    v[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+    v[1] = a + b;
+    v[2] = a - b;
+    v[3] = c + e;
+    v[4] = c - e;
+    v[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+  }
+  [[gnu::always_inline]] static void InputAdjoint(const float* g, float* d) {
+    const float s12 = g[1] + g[2], d12 = g[1] - g[2], s34 = g[3] + g[4], d34 = g[3] - g[4];
+    d[0] = 4.0f * g[0];
+    d[1] = 4.0f * (g[5] - d12) - 2.0f * d34;
+    d[2] = -5.0f * g[0] - 4.0f * s12 - s34;
+    d[3] = d12 + 2.0f * d34 - 5.0f * g[5];
+    d[4] = g[0] + s12 + s34;
+    d[5] = g[5];
+  }
+  [[gnu::always_inline]] static void Filter(const float* g, float* u) {
+    const float outer = g[0] + g[2], quarter = g[0] * (1.0f / 24) + g[2] * (1.0f / 6);
+    const float middle = g[1] * (1.0f / 12);
+    u[0] = g[0] * 0.25f;
+    u[1] = -(outer + g[1]) * (1.0f / 6);
+    u[2] = -(outer - g[1]) * (1.0f / 6);
+    u[3] = quarter + middle;
+    u[4] = quarter - middle;
+    u[5] = g[2];
+  }
+  [[gnu::always_inline]] static void FilterAdjoint(const float* u, float* g) {
+    const float s12 = u[1] + u[2], d12 = u[1] - u[2], s34 = u[3] + u[4], d34 = u[3] - u[4];
+    g[0] = u[0] * 0.25f - s12 * (1.0f / 6) + s34 * (1.0f / 24);
+    g[1] = -d12 * (1.0f / 6) + d34 * (1.0f / 12);
+    g[2] = (s34 - s12) * (1.0f / 6) + u[5];
+  }
+  [[gnu::always_inline]] static void Output(const float* m, float* y) {
+    const float s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+    y[0] = m[0] + s12 + s34;
+    y[1] = d12 + 2.0f * d34;
+    y[2] = s12 + 4.0f * s34;
+    y[3] = d12 + 8.0f * d34 + m[5];
+  }
+  [[gnu::always_inline]] static void OutputAdjoint(const float* a, float* z) {
+    const float even = a[0] + a[2], odd = a[1] + a[3];
+    const float even4 = a[0] + 4.0f * a[2], odd4 = 2.0f * a[1] + 8.0f * a[3];
+    z[0] = a[0];
+    z[1] = even + odd;
+    z[2] = even - odd;
+    z[3] = even4 + odd4;
+    z[4] = even4 - odd4;
+    z[5] = a[3];
+  }
+};
+
+// out = T x Tᵀ for a tile x [kRows][kRows] (T: kApply, kRows values to kCols): kApply down
+// each column, then along each row. x is read through at(k, q), out written through
+// put(i, j, value).
+template <int kRows, int kCols, void (*kApply)(const float*, float*), typename At, typename Put>
+[[gnu::always_inline]] inline void Transform2d(At at, Put put) {
+  float half[kCols][kRows];  // T over the columns: half[i][q]
+  for (int q = 0; q < kRows; ++q) {
+    float column[kRows], out[kCols];
+    for (int k = 0; k < kRows; ++k) column[k] = at(k, q);
+    kApply(column, out);
+    for (int i = 0; i < kCols; ++i) half[i][q] = out[i];
+  }
+  for (int i = 0; i < kCols; ++i) {
+    float out[kCols];
+    kApply(half[i], out);
+    for (int j = 0; j < kCols; ++j) put(i, j, out[j]);
+  }
+}
+
+// Tiles per product the chunks aim for (as kTargetColumns for the unfolded route).
+constexpr int64_t kTargetTiles = 128;
+// Smallest feature map (side) that runs Winograd (ResNet-18's 4x4 maps gain 1.2x; smaller
+// ones were not measured), and the smallest that runs F(4x4, 3x3); kernels/conv_bench
+// compares the tiles per ResNet stage.
+constexpr int64_t kMinSide = 4;
+constexpr int64_t kMinSide4 = 8;
+
+// Floats from one transformed position ξ to the next in U ([ξ][out][in]), V, M and Z
+// ([ξ][channels][tiles]): the matrix and a cache line more. ResNet's channels·tiles are powers
+// of two, and the transforms read or write all positions of a tile at once: 16 or 36 streams
+// a power of two apart fall into one set of the 12-way L1 cache and evict each other (without
 // the extra line, kernels/conv_bench's four stages took 1.2x as long).
 constexpr int64_t kStagger = 16;
 inline int64_t PositionStride(int64_t rows, int64_t cols) { return rows * cols + kStagger; }
 
-// Used where the products are large enough to run BLAS near its peak.
-bool Applies(const StridedConv2dShape& s) {
-  return s.winograd && s.kernel_size == 3 && s.stride == 1 && s.padding == 1 &&
-         s.in_channels >= 16 && s.out_channels >= 16 && s.height >= kMinSide &&
-         s.width >= kMinSide;
+// The output tile side Winograd runs with for this shape: 4, 2, or 0 (none: the unfolded
+// product).
+int64_t TileFor(const StridedConv2dShape& s) {
+  if (!s.winograd || s.kernel_size != 3 || s.stride != 1 || s.padding != 1 ||
+      s.in_channels < 16 || s.out_channels < 16 || s.height < kMinSide || s.width < kMinSide) {
+    return 0;
+  }
+  if (s.winograd_tile == F2::kOut || s.winograd_tile == F4::kOut) return s.winograd_tile;
+  return std::min(s.height, s.width) >= kMinSide4 ? F4::kOut : F2::kOut;
 }
+
+// Calls run(W{}) with the tile this shape runs Winograd with; false where it runs none.
+template <typename Run>
+bool Dispatch(const StridedConv2dShape& s, Run run) {
+  switch (TileFor(s)) {
+    case F4::kOut:
+      run(F4{});
+      return true;
+    case F2::kOut:
+      run(F2{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <class W>
+constexpr int kPositions = W::kIn * W::kIn;  // ξ
 
 // Floats of U, the transformed weights.
+template <class W>
 int64_t TransformedWeightElements(const StridedConv2dShape& s) {
-  return kPositions * PositionStride(s.out_channels, s.in_channels);
+  return kPositions<W> * PositionStride(s.out_channels, s.in_channels);
 }
 
+// The tiles of a chunk of images and the planes the transforms go through: each image's
+// input planes zero-padded by one (and to whole tiles), its output planes to whole tiles, and
+// every tile's corner in both (image included), so that each transform runs over a channel's
+// tiles of the whole chunk at once (a row of tiles alone would be 1-8 long).
+template <class W>
 struct Geometry {
   explicit Geometry(const StridedConv2dShape& s)
-      : tile_rows((s.height + 1) / 2),
-        tile_cols((s.width + 1) / 2),
+      : tile_rows((s.height + W::kOut - 1) / W::kOut),
+        tile_cols((s.width + W::kOut - 1) / W::kOut),
         per_image(tile_rows * tile_cols),
         images(std::clamp<int64_t>((kTargetTiles + per_image - 1) / per_image, 1,
                                    ImagesPerThread(s))),
         tiles(images * per_image),
-        work(std::max<int64_t>({64 * (tile_cols + 2),
-                                 // the plane transforms' (PlaneWorkParts): planes, corners, values
-                                 images * ((2 * tile_rows + 2) * (2 * tile_cols + 2) +
-                                           4 * tile_rows * tile_cols + 18 * per_image)})) {}
+        in_stride(W::kOut * tile_cols + 2),
+        in_size((W::kOut * tile_rows + 2) * in_stride),
+        out_stride(W::kOut * tile_cols),
+        out_size(W::kOut * tile_rows * out_stride),
+        // padded and output planes, two corner tables, [ξ][tiles] values
+        work(images * (in_size + out_size) + tiles * (2 + kPositions<W>)) {}
   int64_t tile_rows, tile_cols, per_image, images, tiles;
-  int64_t work;  // floats of the transforms' own rows
+  int64_t in_stride, in_size;    // an input plane padded by one (and to whole tiles)
+  int64_t out_stride, out_size;  // an output plane to whole tiles
+  int64_t work;                  // floats of the transforms' own
 };
 
-// Each thread's part of the scratch: U (or its gradient) [16, out, in] (thread 0's is the
-// transformed weights all threads read), one chunk's V (or the input's transformed gradient)
-// [16, in, tiles] and M (or Z) [16, out, tiles], each dense for the chunk's tiles, and the
-// transforms' work rows.
+// Each thread's part of the scratch: U (or its gradient) [ξ][out][in] (thread 0's is the
+// transformed weights all threads read, unless they were prepared), one chunk's V (or the
+// input's transformed gradient) [ξ][in][tiles] and M (or Z) [ξ][out][tiles], and the
+// transforms' work.
+template <class W>
 struct Buffers {
-  Buffers(const StridedConv2dShape& s, const Geometry& g, float* scratch, int thread)
+  Buffers(const StridedConv2dShape& s, const Geometry<W>& g, float* scratch, int thread)
       : u(scratch + thread * PerThread(s, g)),
-        v(u + kPositions * PositionStride(s.out_channels, s.in_channels)),
-        m(v + kPositions * PositionStride(s.in_channels, g.tiles)),
-        work(m + kPositions * PositionStride(s.out_channels, g.tiles)) {}
-  static int64_t PerThread(const StridedConv2dShape& s, const Geometry& g) {
-    return kPositions * (PositionStride(s.out_channels, s.in_channels) +
-                         PositionStride(s.in_channels, g.tiles) +
-                         PositionStride(s.out_channels, g.tiles)) +
+        v(u + TransformedWeightElements<W>(s)),
+        m(v + kPositions<W> * PositionStride(s.in_channels, g.tiles)),
+        work(m + kPositions<W> * PositionStride(s.out_channels, g.tiles)) {}
+  static int64_t PerThread(const StridedConv2dShape& s, const Geometry<W>& g) {
+    return TransformedWeightElements<W>(s) +
+           kPositions<W> * (PositionStride(s.in_channels, g.tiles) +
+                            PositionStride(s.out_channels, g.tiles)) +
            g.work;
   }
   float* u;
@@ -333,16 +496,46 @@ struct Buffers {
   float* work;
 };
 
+template <class W>
 int64_t ScratchElements(const StridedConv2dShape& s) {
-  return Threads(s) * Buffers::PerThread(s, Geometry(s));
+  return Threads(s) * Buffers<W>::PerThread(s, Geometry<W>(s));
 }
 
+// The work's parts for a chunk of `count` images: the padded input planes [count][in_size],
+// the whole-tile output planes [count][out_size], each tile's corner in both, and [ξ][tiles]
+// values.
+template <class W>
+struct Planes {
+  Planes(const Geometry<W>& g, int64_t count, float* work)
+      : tiles(count * g.per_image),
+        in(work),
+        out(in + count * g.in_size),
+        in_at(reinterpret_cast<int32_t*>(out + count * g.out_size)),
+        out_at(in_at + tiles),
+        values(reinterpret_cast<float*>(out_at + tiles)) {
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t image = t / g.per_image, tile = t % g.per_image;
+      const int64_t ty = tile / g.tile_cols, tx = tile % g.tile_cols;
+      in_at[t] =
+          static_cast<int32_t>(image * g.in_size + W::kOut * (ty * g.in_stride + tx));
+      out_at[t] =
+          static_cast<int32_t>(image * g.out_size + W::kOut * (ty * g.out_stride + tx));
+    }
+  }
+  int64_t tiles;
+  float* in;
+  float* out;
+  int32_t* in_at;
+  int32_t* out_at;
+  float* values;
+};
+
 // Filters the weight transforms take at once: their taps go tap-major into a block on the
-// stack, so that both passes run over unit-stride rows.
+// stack, so that the transforms run over unit-stride rows of filters.
 constexpr int64_t kFilterBlock = 512;
 
-// U_ξ[o][c] = (G g Gᵀ)_ξ for the filters g = weight[o][c] (3x3) in [begin, end),
-// G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1].
+// U_ξ[o][c] = (G g Gᵀ)_ξ for the filters g = weight[o][c] (3x3) in [begin, end).
+template <class W>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
     const StridedConv2dShape& s, const float* weight, float* u, int64_t begin, int64_t end) {
   const int64_t us = PositionStride(s.out_channels, s.in_channels);
@@ -352,46 +545,31 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeigh
     for (int64_t f = 0; f < n; ++f) {
       for (int k = 0; k < 9; ++k) taps[k][f] = weight[(b + f) * 9 + k];
     }
-    for (int i = 0; i < 4; ++i) {
-      float* out = u + (i * 4) * us + b;
-      RINGMASTER_IVDEP
-      for (int64_t f = 0; f < n; ++f) {
-        float t[3];  // row i of G g
-        for (int j = 0; j < 3; ++j) {
-          const float g0 = taps[j][f], g1 = taps[3 + j][f], g2 = taps[6 + j][f];
-          t[j] = i == 0 ? g0 : i == 1 ? 0.5f * (g0 + g1 + g2) : i == 2 ? 0.5f * (g0 - g1 + g2) : g2;
-        }
-        out[f] = t[0];
-        out[us + f] = 0.5f * (t[0] + t[1] + t[2]);
-        out[2 * us + f] = 0.5f * (t[0] - t[1] + t[2]);
-        out[3 * us + f] = t[2];
-      }
+    float* out = u + b;
+    RINGMASTER_IVDEP
+    for (int64_t f = 0; f < n; ++f) {
+      Transform2d<3, W::kIn, W::Filter>(
+          [&](int k, int q) { return taps[k * 3 + q][f]; },
+          [&](int i, int j, float v) { out[(i * W::kIn + j) * us + f] = v; });
     }
   }
 }
 
 // weight[o][c] (+)= Gᵀ dU_ξ G for the filters in [begin, end), the weights' gradient from U's.
+template <class W>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradientsFromTransformed(
     const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, int64_t begin,
     int64_t end) {
   const int64_t us = PositionStride(s.out_channels, s.in_channels);
-  alignas(64) float taps[9][kFilterBlock];  // (Gᵀ dU G)[i][j] at [i·3 + j]
+  alignas(64) float taps[9][kFilterBlock];
   for (int64_t b = begin; b < end; b += kFilterBlock) {
     const int64_t n = std::min(kFilterBlock, end - b);
     const float* in = du + b;
-    for (int i = 0; i < 3; ++i) {
-      RINGMASTER_IVDEP
-      for (int64_t f = 0; f < n; ++f) {
-        float t[4];  // row i of Gᵀ dU
-        for (int j = 0; j < 4; ++j) {
-          const float u0 = in[j * us + f], u1 = in[(4 + j) * us + f];
-          const float u2 = in[(8 + j) * us + f], u3 = in[(12 + j) * us + f];
-          t[j] = i == 0 ? u0 + 0.5f * (u1 + u2) : i == 1 ? 0.5f * (u1 - u2) : 0.5f * (u1 + u2) + u3;
-        }
-        taps[i * 3 + 0][f] = t[0] + 0.5f * (t[1] + t[2]);
-        taps[i * 3 + 1][f] = 0.5f * (t[1] - t[2]);
-        taps[i * 3 + 2][f] = 0.5f * (t[1] + t[2]) + t[3];
-      }
+    RINGMASTER_IVDEP
+    for (int64_t f = 0; f < n; ++f) {
+      Transform2d<W::kIn, 3, W::FilterAdjoint>(
+          [&](int k, int q) { return in[(k * W::kIn + q) * us + f]; },
+          [&](int i, int j, float v) { taps[i * 3 + j][f] = v; });
     }
     for (int64_t f = 0; f < n; ++f) {
       float* g = dweight + (b + f) * 9;
@@ -402,583 +580,218 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
   }
 }
 
-// Z = A dy Aᵀ for one tile, A = [1 0; 1 1; 1 -1; 0 -1]: its 2x2 output gradient (a00 a01;
-// a10 a11) spread to the 16 positions, out[ξ · stride].
-[[gnu::always_inline]] inline void SpreadTile(float a00, float a01, float a10, float a11,
-                                              float* out, int64_t stride) {
-  const float r[4][2] = {{a00, a01}, {a00 + a10, a01 + a11}, {a00 - a10, a01 - a11},
-                         {-a10, -a11}};
-  for (int k = 0; k < 4; ++k) {
-    out[(k * 4 + 0) * stride] = r[k][0];
-    out[(k * 4 + 1) * stride] = r[k][0] + r[k][1];
-    out[(k * 4 + 2) * stride] = r[k][0] - r[k][1];
-    out[(k * 4 + 3) * stride] = -r[k][1];
-  }
-}
-
-// Y = Aᵀ M A for one tile: its 16 products in[ξ · stride] collapsed to the 2x2 output.
-[[gnu::always_inline]] inline void CollapseTile(const float* in, int64_t stride, float& y00,
-                                                float& y01, float& y10, float& y11) {
-  float r[2][4];  // Aᵀ over the rows: m0 + m1 + m2, m1 - m2 - m3
-  for (int j = 0; j < 4; ++j) {
-    const float m0 = in[(0 * 4 + j) * stride], m1 = in[(1 * 4 + j) * stride];
-    const float m2 = in[(2 * 4 + j) * stride], m3 = in[(3 * 4 + j) * stride];
-    r[0][j] = m0 + m1 + m2;
-    r[1][j] = m1 - m2 - m3;
-  }
-  y00 = r[0][0] + r[0][1] + r[0][2];
-  y01 = r[0][1] - r[0][2] - r[0][3];
-  y10 = r[1][0] + r[1][1] + r[1][2];
-  y11 = r[1][1] - r[1][2] - r[1][3];
-}
-
-// Row iy of a plane, zero-padded by one column on the left (and zeros past its end, or all
-// zeros outside the plane), split into its even and odd padded columns: even[k] = column
-// 2k - 1, odd[k] = column 2k, for k in [0, n).
-inline void SplitPaddedRow(const float* plane, int64_t height, int64_t width, int64_t iy,
-                           int64_t n, float* __restrict__ even, float* __restrict__ odd) {
-  if (iy < 0 || iy >= height) {
-    std::fill_n(even, n, 0.0f);
-    std::fill_n(odd, n, 0.0f);
-    return;
-  }
-  const float* __restrict__ row = plane + iy * width;
-  // Pairs (2k - 1, 2k) inside the row: k in [1, width / 2]; n = ceil(width / 2) + 1.
-  const int64_t pairs = width / 2;
-  even[0] = 0.0f;
-  odd[0] = row[0];
-  for (int64_t k = 1; k <= pairs - (width % 2 == 0 ? 1 : 0); ++k) {
-    even[k] = row[2 * k - 1];
-    odd[k] = row[2 * k];
-  }
-  for (int64_t k = std::max<int64_t>(1, pairs + (width % 2 == 0 ? 0 : 1)); k < n; ++k) {
-    const int64_t xe = 2 * k - 1;
-    even[k] = xe < width ? row[xe] : 0.0f;
-    odd[k] = 0.0f;
-  }
-}
-
-// V_ξ[c][t] = (Bᵀ d B)_ξ for `count` images' tiles (t = image · per_image + ty · tile_cols +
-// tx), Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. Tile (ty, tx) reads padded rows
-// 2ty .. 2ty + 3 and padded columns 2tx .. 2tx + 3: even[tx], odd[tx], even[tx + 1],
-// odd[tx + 1] of each row, so that every loop runs over unit-stride rows of tiles.
+// V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx).
+template <class W>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput(
-    const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* images, int64_t count,
     float* v, float* work) {
-  const int64_t cols = g.tile_cols, n = cols + 1, tiles = count * g.per_image;
-  const int64_t plane_size = s.height * s.width, ct = PositionStride(s.in_channels, tiles);
-  float* even = work;        // [4][n]: the tile row's four padded rows
-  float* odd = even + 4 * n;  // [4][n]
-  float* te = odd + 4 * n;    // [4][n]: Bᵀ over the rows, even and odd columns
-  float* to = te + 4 * n;
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t c = 0; c < s.in_channels; ++c) {
-      const float* plane = images + (i * s.in_channels + c) * plane_size;
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
-        // Padded rows 2ty and 2ty + 1 were the last tile row's third and fourth.
-        if (ty > 0) {
-          std::copy_n(even + 2 * n, 2 * n, even);
-          std::copy_n(odd + 2 * n, 2 * n, odd);
-        }
-        for (int r = ty > 0 ? 2 : 0; r < 4; ++r) {
-          SplitPaddedRow(plane, s.height, s.width, 2 * ty - 1 + r, n, even + r * n, odd + r * n);
-        }
-        RINGMASTER_IVDEP
-        for (int64_t k = 0; k < n; ++k) {
-          const float e0 = even[k], e1 = even[n + k], e2 = even[2 * n + k], e3 = even[3 * n + k];
-          te[k] = e0 - e2;
-          te[n + k] = e1 + e2;
-          te[2 * n + k] = e2 - e1;
-          te[3 * n + k] = e1 - e3;
-          const float o0 = odd[k], o1 = odd[n + k], o2 = odd[2 * n + k], o3 = odd[3 * n + k];
-          to[k] = o0 - o2;
-          to[n + k] = o1 + o2;
-          to[2 * n + k] = o2 - o1;
-          to[3 * n + k] = o1 - o3;
-        }
-        float* out = v + c * tiles + i * g.per_image + ty * cols;
-        for (int a = 0; a < 4; ++a) {
-          const float* re = te + a * n;
-          const float* ro = to + a * n;
-          float* v0 = out + (a * 4 + 0) * ct;
-          float* v1 = out + (a * 4 + 1) * ct;
-          float* v2 = out + (a * 4 + 2) * ct;
-          float* v3 = out + (a * 4 + 3) * ct;
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {
-            const float d0 = re[tx], d1 = ro[tx], d2 = re[tx + 1], d3 = ro[tx + 1];
-            v0[tx] = d0 - d2;
-            v1[tx] = d1 + d2;
-            v2[tx] = d2 - d1;
-            v3[tx] = d1 - d3;
-          }
-        }
-      }
-    }
-  }
-}
-
-// Z_ξ[o][t] = (A dy Aᵀ)_ξ, A = [1 0; 1 1; 1 -1; 0 -1]: each tile's 2x2 output gradient (zeros
-// past the edges) spread to 4x4.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradient(
-    const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
-    float* work) {
-  const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ot = PositionStride(s.out_channels, tiles);
-  float* e = work;  // [2][cols]: the tile row's two rows, even and odd columns
-  float* o = e + 2 * cols;
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t oc = 0; oc < s.out_channels; ++oc) {
-      const float* plane = dy + (i * s.out_channels + oc) * plane_size;
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
-        for (int r = 0; r < 2; ++r) {
-          // Columns 2tx and 2tx + 1 of row 2ty + r: SplitPaddedRow's odd and (one column on)
-          // even halves.
-          const int64_t y = 2 * ty + r;
-          float* er = e + r * cols;
-          float* orow = o + r * cols;
-          if (y >= s.height) {
-            std::fill_n(er, cols, 0.0f);
-            std::fill_n(orow, cols, 0.0f);
-            continue;
-          }
-          const float* row = plane + y * s.width;
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {
-            er[tx] = row[2 * tx];
-            orow[tx] = 2 * tx + 1 < s.width ? row[2 * tx + 1] : 0.0f;
-          }
-        }
-        float* out = z + oc * tiles + i * g.per_image + ty * cols;
-        RINGMASTER_IVDEP
-        for (int64_t tx = 0; tx < cols; ++tx) {
-          SpreadTile(e[tx], o[tx], e[cols + tx], o[cols + tx], out + tx, ot);
-        }
-      }
-    }
-  }
-}
-
-// y's tiles = Aᵀ M_ξ A (the 2x2 inside the image).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutput(
-    const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
-    float* work) {
-  const int64_t cols = g.tile_cols, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ot = PositionStride(s.out_channels, tiles);
-  float* y00 = work;  // [cols] each: the tiles' four outputs
-  float* y01 = y00 + cols;
-  float* y10 = y01 + cols;
-  float* y11 = y10 + cols;
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t oc = 0; oc < s.out_channels; ++oc) {
-      float* plane = y + (i * s.out_channels + oc) * plane_size;
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
-        const float* in = m + oc * tiles + i * g.per_image + ty * cols;
-        RINGMASTER_IVDEP
-        for (int64_t tx = 0; tx < cols; ++tx) {
-          CollapseTile(in + tx, ot, y00[tx], y01[tx], y10[tx], y11[tx]);
-        }
-        float* row0 = plane + 2 * ty * s.width;
-        RINGMASTER_IVDEP
-        for (int64_t x = 0; x < s.width; ++x) row0[x] = (x & 1) ? y01[x >> 1] : y00[x >> 1];
-        if (2 * ty + 1 < s.height) {
-          float* row1 = row0 + s.width;
-          RINGMASTER_IVDEP
-          for (int64_t x = 0; x < s.width; ++x) row1[x] = (x & 1) ? y11[x >> 1] : y10[x >> 1];
-        }
-      }
-    }
-  }
-}
-
-// dx += B dV_ξ Bᵀ folded back onto the overlapping input tiles (inside the image), the
-// adjoint of TransformInput: B's rows are Bᵀ's columns, [1 0 0 0; 0 1 -1 1; -1 1 1 0;
-// 0 0 0 -1] applied to (x0, x1, x2, x3). Sums go into padded rows split into even and odd
-// columns (as TransformInput reads them); a tile row shares two rows with the next.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradient(
-    const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count, float* dx,
-    float* work) {
-  const int64_t cols = g.tile_cols, n = cols + 1, plane_size = s.height * s.width;
-  const int64_t tiles = count * g.per_image, ct = PositionStride(s.in_channels, tiles);
-  float* even = work;          // [4][n]: padded rows 2ty .. 2ty + 3, even columns
-  float* odd = even + 4 * n;   // [4][n]
-  float* te = odd + 4 * n;     // [4][n]: per row a of the tile, B over its columns
-  float* to = te + 4 * n;
-  // Adds padded row `r` (padded row index pr) of the accumulators into dx's row pr - 1.
-  auto flush = [&](float* plane, int64_t pr, const float* e, const float* o) {
-    const int64_t iy = pr - 1;
-    if (iy < 0 || iy >= s.height) return;
-    float* row = plane + iy * s.width;
-    RINGMASTER_IVDEP
-    for (int64_t x = 0; x < s.width; ++x) {
-      // Column x is padded column x + 1: odd[(x + 1) / 2] for even x, even[(x + 1) / 2] for odd.
-      row[x] += (x & 1) ? e[(x + 1) >> 1] : o[x >> 1];
-    }
-  };
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t c = 0; c < s.in_channels; ++c) {
-      float* plane = dx + (i * s.in_channels + c) * plane_size;
-      std::fill_n(even, 8 * n, 0.0f);  // even and odd
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty) {
-        const float* in = dv + c * tiles + i * g.per_image + ty * cols;
-        std::fill_n(te, 8 * n, 0.0f);  // te and to
-        for (int a = 0; a < 4; ++a) {  // B over the columns of the tile's row a
-          const float* v0 = in + (a * 4 + 0) * ct;
-          const float* v1 = in + (a * 4 + 1) * ct;
-          const float* v2 = in + (a * 4 + 2) * ct;
-          const float* v3 = in + (a * 4 + 3) * ct;
-          float* re = te + a * n;
-          float* ro = to + a * n;
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {  // columns 0 and 1 of the tile
-            re[tx] += v0[tx];
-            ro[tx] += v1[tx] - v2[tx] + v3[tx];
-          }
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {  // columns 2 and 3: one tile on
-            re[tx + 1] += v1[tx] + v2[tx] - v0[tx];
-            ro[tx + 1] -= v3[tx];
-          }
-        }
-        RINGMASTER_IVDEP
-        for (int64_t k = 0; k < n; ++k) {  // then B over the rows
-          const float e0 = te[k], e1 = te[n + k], e2 = te[2 * n + k], e3 = te[3 * n + k];
-          even[k] += e0;
-          even[n + k] += e1 - e2 + e3;
-          even[2 * n + k] += e1 + e2 - e0;
-          even[3 * n + k] -= e3;
-          const float o0 = to[k], o1 = to[n + k], o2 = to[2 * n + k], o3 = to[3 * n + k];
-          odd[k] += o0;
-          odd[n + k] += o1 - o2 + o3;
-          odd[2 * n + k] += o1 + o2 - o0;
-          odd[3 * n + k] -= o3;
-        }
-        // Padded rows 2ty and 2ty + 1 are complete; the next tile row starts at 2ty + 2.
-        flush(plane, 2 * ty, even, odd);
-        flush(plane, 2 * ty + 1, even + n, odd + n);
-        std::copy_n(even + 2 * n, 2 * n, even);
-        std::copy_n(odd + 2 * n, 2 * n, odd);
-        std::fill_n(even + 2 * n, 2 * n, 0.0f);
-        std::fill_n(odd + 2 * n, 2 * n, 0.0f);
-      }
-      flush(plane, 2 * g.tile_rows, even, odd);
-      flush(plane, 2 * g.tile_rows + 1, even + n, odd + n);
-    }
-  }
-}
-
-// The transforms for small maps (kPlaneTiles tiles or fewer per image), a channel's
-// planes of the whole chunk at a time: each tile's 16 values are gathered from zero-padded
-// copies of the planes through a table of the tiles' corners, so that every loop runs over
-// the chunk's tiles of one channel (contiguous in V, M and Z; a row of tiles alone would be
-// 2-4 long). `work` holds the padded planes, the corner tables and [16, tiles] values.
-struct PlaneLayout {
-  PlaneLayout(const Geometry& g, int64_t count)
-      : in_stride(2 * g.tile_cols + 2),
-        in_size((2 * g.tile_rows + 2) * in_stride),
-        out_stride(2 * g.tile_cols),
-        out_size(2 * g.tile_rows * out_stride),
-        tiles(count * g.per_image) {}
-  int64_t in_stride, in_size;    // an input plane padded by one (and to whole tiles)
-  int64_t out_stride, out_size;  // an output plane to whole tiles
-  int64_t tiles;                 // the chunk's, per channel
-};
-
-
-// The work's parts: the padded input planes [count][in_size], the whole-tile output planes
-// [count][out_size], each tile's corner in both (image included), and [16][tiles] values.
-struct PlaneWorkParts {
-  PlaneWorkParts(const Geometry& g, const PlaneLayout& p, int64_t count, float* work)
-      : in(work),
-        out(in + count * p.in_size),
-        in_at(reinterpret_cast<int32_t*>(out + count * p.out_size)),
-        out_at(in_at + p.tiles),
-        values(reinterpret_cast<float*>(out_at + p.tiles)) {
-    for (int64_t t = 0; t < p.tiles; ++t) {
-      const int64_t image = t / g.per_image, tile = t % g.per_image;
-      const int64_t ty = tile / g.tile_cols, tx = tile % g.tile_cols;
-      in_at[t] = static_cast<int32_t>(image * p.in_size + 2 * ty * p.in_stride + 2 * tx);
-      out_at[t] = static_cast<int32_t>(image * p.out_size + 2 * ty * p.out_stride + 2 * tx);
-    }
-  }
-  float* in;
-  float* out;
-  int32_t* in_at;
-  int32_t* out_at;
-  float* values;
-};
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInputPlanes(
-    const StridedConv2dShape& s, const Geometry& g, const float* images, int64_t count,
-    float* v, float* work) {
-  const PlaneLayout p(g, count);
-  const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane_size = s.height * s.width;
-  float* d = w.values;  // [16][n]: (row r, column q) of each tile
-  std::fill_n(w.in, count * p.in_size, 0.0f);  // borders stay zero; insides are each channel's
+  const Planes<W> p(g, count, work);
+  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane = s.height * s.width;
+  const int64_t row = g.in_stride;
+  std::fill_n(p.in, count * g.in_size, 0.0f);  // borders stay zero; insides are each channel's
   for (int64_t c = 0; c < s.in_channels; ++c) {
     for (int64_t i = 0; i < count; ++i) {
-      const float* plane = images + (i * s.in_channels + c) * plane_size;
-      float* pad = w.in + i * p.in_size;
+      const float* from = images + (i * s.in_channels + c) * plane;
+      float* pad = p.in + i * g.in_size;
       for (int64_t y = 0; y < s.height; ++y) {
-        std::memcpy(pad + (y + 1) * p.in_stride + 1, plane + y * s.width, s.width * sizeof(float));
-      }
-    }
-    for (int64_t rq = 0; rq < 16; ++rq) {
-      const int64_t off = (rq / 4) * p.in_stride + rq % 4;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) d[rq * n + t] = w.in[w.in_at[t] + off];
-    }
-    for (int q = 0; q < 4; ++q) {  // Bᵀ over the rows, column q: rows of d in place
-      float* d0 = d + (0 * 4 + q) * n;
-      float* d1 = d + (1 * 4 + q) * n;
-      float* d2 = d + (2 * 4 + q) * n;
-      float* d3 = d + (3 * 4 + q) * n;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        const float a0 = d0[t], a1 = d1[t], a2 = d2[t], a3 = d3[t];
-        d0[t] = a0 - a2;
-        d1[t] = a1 + a2;
-        d2[t] = a2 - a1;
-        d3[t] = a1 - a3;
+        std::memcpy(pad + (y + 1) * row + 1, from + y * s.width, s.width * sizeof(float));
       }
     }
     float* out = v + c * n;
-    for (int a = 0; a < 4; ++a) {  // then B over the columns, into V
-      const float* t0 = d + (a * 4 + 0) * n;
-      const float* t1 = d + (a * 4 + 1) * n;
-      const float* t2 = d + (a * 4 + 2) * n;
-      const float* t3 = d + (a * 4 + 3) * n;
-      float* v0 = out + (a * 4 + 0) * ct;
-      float* v1 = out + (a * 4 + 1) * ct;
-      float* v2 = out + (a * 4 + 2) * ct;
-      float* v3 = out + (a * 4 + 3) * ct;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        v0[t] = t0[t] - t2[t];
-        v1[t] = t1[t] + t2[t];
-        v2[t] = t2[t] - t1[t];
-        v3[t] = t1[t] - t3[t];
-      }
+    RINGMASTER_IVDEP
+    for (int64_t t = 0; t < n; ++t) {
+      const float* d = p.in + p.in_at[t];
+      Transform2d<W::kIn, W::kIn, W::Input>(
+          [&](int k, int q) { return d[k * row + q]; },
+          [&](int i, int j, float x) { out[(i * W::kIn + j) * ct + t] = x; });
     }
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradientPlanes(
-    const StridedConv2dShape& s, const Geometry& g, const float* dy, int64_t count, float* z,
+// Z_ξ[o][t] = (A dy Aᵀ)_ξ: each tile's output gradient (zeros past the edges) spread to the
+// positions.
+template <class W>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradient(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* dy, int64_t count, float* z,
     float* work) {
-  const PlaneLayout p(g, count);
-  const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane_size = s.height * s.width;
-  const int64_t row = p.out_stride;
-  std::fill_n(w.out, count * p.out_size, 0.0f);  // zeros past the planes' edges
+  const Planes<W> p(g, count, work);
+  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane = s.height * s.width;
+  const int64_t row = g.out_stride;
+  std::fill_n(p.out, count * g.out_size, 0.0f);  // zeros past the planes' edges
   for (int64_t o = 0; o < s.out_channels; ++o) {
     for (int64_t i = 0; i < count; ++i) {
-      const float* plane = dy + (i * s.out_channels + o) * plane_size;
-      float* whole = w.out + i * p.out_size;
+      const float* from = dy + (i * s.out_channels + o) * plane;
+      float* whole = p.out + i * g.out_size;
       for (int64_t y = 0; y < s.height; ++y) {
-        std::memcpy(whole + y * row, plane + y * s.width, s.width * sizeof(float));
+        std::memcpy(whole + y * row, from + y * s.width, s.width * sizeof(float));
       }
     }
     float* out = z + o * n;
     RINGMASTER_IVDEP
     for (int64_t t = 0; t < n; ++t) {
-      const float* e = w.out + w.out_at[t];
-      SpreadTile(e[0], e[1], e[row], e[row + 1], out + t, ot);
+      const float* a = p.out + p.out_at[t];
+      Transform2d<W::kOut, W::kIn, W::OutputAdjoint>(
+          [&](int k, int q) { return a[k * row + q]; },
+          [&](int i, int j, float x) { out[(i * W::kIn + j) * ot + t] = x; });
     }
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputPlanes(
-    const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count, float* y,
+// y's tiles = Aᵀ M_ξ A (the part inside the image).
+template <class W>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutput(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* m, int64_t count, float* y,
     float* work) {
-  const PlaneLayout p(g, count);
-  const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane_size = s.height * s.width;
-  const int64_t row = p.out_stride;
+  const Planes<W> p(g, count, work);
+  const int64_t n = p.tiles, ot = PositionStride(s.out_channels, n), plane = s.height * s.width;
+  const int64_t row = g.out_stride;
   for (int64_t o = 0; o < s.out_channels; ++o) {
     const float* in = m + o * n;
     RINGMASTER_IVDEP
     for (int64_t t = 0; t < n; ++t) {
-      float* e = w.out + w.out_at[t];
-      CollapseTile(in + t, ot, e[0], e[1], e[row], e[row + 1]);
+      float* e = p.out + p.out_at[t];
+      Transform2d<W::kIn, W::kOut, W::Output>(
+          [&](int k, int q) { return in[(k * W::kIn + q) * ot + t]; },
+          [&](int i, int j, float x) { e[i * row + j] = x; });
     }
     for (int64_t i = 0; i < count; ++i) {
-      float* plane = y + (i * s.out_channels + o) * plane_size;
-      const float* whole = w.out + i * p.out_size;
+      float* to = y + (i * s.out_channels + o) * plane;
+      const float* whole = p.out + i * g.out_size;
       for (int64_t yy = 0; yy < s.height; ++yy) {
-        std::memcpy(plane + yy * s.width, whole + yy * row, s.width * sizeof(float));
+        std::memcpy(to + yy * s.width, whole + yy * row, s.width * sizeof(float));
       }
     }
   }
 }
 
-// dx += B dV_ξ Bᵀ folded back onto the overlapping input tiles, the adjoint of
-// TransformInputPlanes: B over the columns, then over the rows ((g0, g1, g2, g3) ->
-// (g0, g1 - g2 + g3, g1 + g2 - g0, -g3)), then each tile's 16 values added into the padded
-// planes (tiles of one position never overlap), whose insides go to dx.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradientPlanes(
-    const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count, float* dx,
+// dx += B dV_ξ Bᵀ folded back onto the overlapping input tiles (the adjoint of
+// TransformInput): each tile's values, then added into the padded planes a position at a
+// time (the tiles of one position never overlap), whose insides go to dx.
+template <class W>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradient(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* dv, int64_t count, float* dx,
     float* work) {
-  const PlaneLayout p(g, count);
-  const PlaneWorkParts w(g, p, count, work);
-  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane_size = s.height * s.width;
-  float* d = w.values;  // [16][n]
+  const Planes<W> p(g, count, work);
+  const int64_t n = p.tiles, ct = PositionStride(s.in_channels, n), plane = s.height * s.width;
+  const int64_t row = g.in_stride;
+  float* values = p.values;  // [ξ][n]
   for (int64_t c = 0; c < s.in_channels; ++c) {
     const float* in = dv + c * n;
-    for (int a = 0; a < 4; ++a) {  // B over the columns of the tiles' row a
-      const float* v0 = in + (a * 4 + 0) * ct;
-      const float* v1 = in + (a * 4 + 1) * ct;
-      const float* v2 = in + (a * 4 + 2) * ct;
-      const float* v3 = in + (a * 4 + 3) * ct;
-      float* t0 = d + (a * 4 + 0) * n;
-      float* t1 = d + (a * 4 + 1) * n;
-      float* t2 = d + (a * 4 + 2) * n;
-      float* t3 = d + (a * 4 + 3) * n;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        const float g0 = v0[t], g1 = v1[t], g2 = v2[t], g3 = v3[t];
-        t0[t] = g0;
-        t1[t] = g1 - g2 + g3;
-        t2[t] = g1 + g2 - g0;
-        t3[t] = -g3;
-      }
+    RINGMASTER_IVDEP
+    for (int64_t t = 0; t < n; ++t) {
+      Transform2d<W::kIn, W::kIn, W::InputAdjoint>(
+          [&](int k, int q) { return in[(k * W::kIn + q) * ct + t]; },
+          [&](int i, int j, float x) { values[(i * W::kIn + j) * n + t] = x; });
     }
-    for (int q = 0; q < 4; ++q) {  // then over the rows, column q in place
-      float* d0 = d + (0 * 4 + q) * n;
-      float* d1 = d + (1 * 4 + q) * n;
-      float* d2 = d + (2 * 4 + q) * n;
-      float* d3 = d + (3 * 4 + q) * n;
+    std::fill_n(p.in, count * g.in_size, 0.0f);
+    for (int rq = 0; rq < kPositions<W>; ++rq) {
+      const int64_t off = (rq / W::kIn) * row + rq % W::kIn;
+      const float* from = values + rq * n;
       RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) {
-        const float g0 = d0[t], g1 = d1[t], g2 = d2[t], g3 = d3[t];
-        d0[t] = g0;
-        d1[t] = g1 - g2 + g3;
-        d2[t] = g1 + g2 - g0;
-        d3[t] = -g3;
-      }
-    }
-    std::fill_n(w.in, count * p.in_size, 0.0f);
-    for (int64_t rq = 0; rq < 16; ++rq) {
-      const int64_t off = (rq / 4) * p.in_stride + rq % 4;
-      RINGMASTER_IVDEP
-      for (int64_t t = 0; t < n; ++t) w.in[w.in_at[t] + off] += d[rq * n + t];
+      for (int64_t t = 0; t < n; ++t) p.in[p.in_at[t] + off] += from[t];
     }
     for (int64_t i = 0; i < count; ++i) {
-      float* plane = dx + (i * s.in_channels + c) * plane_size;
-      const float* pad = w.in + i * p.in_size;
+      float* to = dx + (i * s.in_channels + c) * plane;
+      const float* pad = p.in + i * g.in_size;
       for (int64_t y = 0; y < s.height; ++y) {
-        const float* from = pad + (y + 1) * p.in_stride + 1;
-        float* to = plane + y * s.width;
-        for (int64_t x = 0; x < s.width; ++x) to[x] += from[x];
+        const float* from = pad + (y + 1) * row + 1;
+        float* dst = to + y * s.width;
+        for (int64_t x = 0; x < s.width; ++x) dst[x] += from[x];
       }
     }
   }
-}
-
-// Each transform by rows of tiles, or by whole planes for small maps.
-void Input(const StridedConv2dShape& s, const Geometry& g, const float* x, int64_t count,
-           float* v, float* work) {
-  if (g.per_image <= kPlaneTiles) return TransformInputPlanes(s, g, x, count, v, work);
-  TransformInput(s, g, x, count, v, work);
-}
-void OutputGradient(const StridedConv2dShape& s, const Geometry& g, const float* dy,
-                    int64_t count, float* z, float* work) {
-  if (g.per_image <= kPlaneTiles) return TransformOutputGradientPlanes(s, g, dy, count, z, work);
-  TransformOutputGradient(s, g, dy, count, z, work);
-}
-void Output(const StridedConv2dShape& s, const Geometry& g, const float* m, int64_t count,
-            float* y, float* work) {
-  if (g.per_image <= kPlaneTiles) return TransformOutputPlanes(s, g, m, count, y, work);
-  TransformOutput(s, g, m, count, y, work);
-}
-void FoldInput(const StridedConv2dShape& s, const Geometry& g, const float* dv, int64_t count,
-               float* dx, float* work) {
-  if (g.per_image <= kPlaneTiles) return FoldInputGradientPlanes(s, g, dv, count, dx, work);
-  FoldInputGradient(s, g, dv, count, dx, work);
 }
 
 // U from the weights, the filters split over the threads.
+template <class W>
 void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u) {
   ParallelFor(Threads(s), s.out_channels * s.in_channels,
-              [&](int64_t begin, int64_t end) { TransformWeights(s, weight, u, begin, end); });
+              [&](int64_t begin, int64_t end) { TransformWeights<W>(s, weight, u, begin, end); });
 }
 
 // `u`: the transformed weights, or null to transform them here.
+template <class W>
 void Forward(const StridedConv2dShape& s, const float* x, const float* weight, const float* u,
              float* y, float* scratch) {
-  const Geometry g(s);
-  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  const Geometry<W> g(s);
+  const int64_t us = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
   if (u == nullptr) {
-    const Buffers first(s, g, scratch, 0);
-    TransformWeightsOnThreads(s, weight, first.u);
+    const Buffers<W> first(s, g, scratch, 0);
+    TransformWeightsOnThreads<W>(s, weight, first.u);
     u = first.u;
   }
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
-    const Buffers buf(s, g, scratch, t);
+    const Buffers<W> buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
-    for (int xi = 0; xi < kPositions; ++xi) {  // M_ξ = U_ξ V_ξ
-      MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * oc,
-             buf.v + xi * PositionStride(s.in_channels, tiles), buf.m + xi * PositionStride(s.out_channels, tiles),
-             OutputMode::kOverwrite);
+    const int64_t vs = PositionStride(s.in_channels, tiles);
+    const int64_t ms = PositionStride(s.out_channels, tiles);
+    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    for (int xi = 0; xi < kPositions<W>; ++xi) {  // M_ξ = U_ξ V_ξ
+      MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * us,
+             buf.v + xi * vs, buf.m + xi * ms, OutputMode::kOverwrite);
     }
-    Output(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
+    TransformOutput(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
   });
 }
 
+template <class W>
 void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                      float* dweight, OutputMode mode, float* scratch) {
-  const Geometry g(s);
-  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  const Geometry<W> g(s);
+  const int64_t us = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  const int64_t u_elements = TransformedWeightElements<W>(s);
   // Each thread sums its chunks' dU in its own U, zero where it takes none.
   ParallelRun(static_cast<int>(Threads(s)), [&](int t) {
-    std::memset(Buffers(s, g, scratch, t).u, 0, kPositions * oc * sizeof(float));
+    std::memset(Buffers<W>(s, g, scratch, t).u, 0, u_elements * sizeof(float));
   });
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
-    const Buffers buf(s, g, scratch, t);
+    const Buffers<W> buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
-    OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
-    for (int xi = 0; xi < kPositions; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
+    const int64_t vs = PositionStride(s.in_channels, tiles);
+    const int64_t zs = PositionStride(s.out_channels, tiles);
+    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    for (int xi = 0; xi < kPositions<W>; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
       MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
-             buf.m + xi * PositionStride(s.out_channels, tiles), buf.v + xi * PositionStride(s.in_channels, tiles),
-             buf.u + xi * oc, OutputMode::kAccumulate);
+             buf.m + xi * zs, buf.v + xi * vs, buf.u + xi * us, OutputMode::kAccumulate);
     }
   });
-  const Buffers first(s, g, scratch, 0);
-  ParallelFor(Threads(s), kPositions * oc, [&](int64_t begin, int64_t end) {
+  const Buffers<W> first(s, g, scratch, 0);
+  ParallelFor(Threads(s), u_elements, [&](int64_t begin, int64_t end) {
     for (int t = 1; t < Threads(s); ++t) {
-      const float* du = Buffers(s, g, scratch, t).u;
+      const float* du = Buffers<W>(s, g, scratch, t).u;
       for (int64_t i = begin; i < end; ++i) first.u[i] += du[i];
     }
   });
   ParallelFor(Threads(s), s.out_channels * s.in_channels, [&](int64_t begin, int64_t end) {
-    WeightGradientsFromTransformed(s, first.u, dweight, mode, begin, end);
+    WeightGradientsFromTransformed<W>(s, first.u, dweight, mode, begin, end);
   });
 }
 
+// `u` as for Forward.
+template <class W>
 void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* u,
                    const float* dy, float* dx, float* scratch) {
-  const Geometry g(s);
-  const int64_t oc = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
+  const Geometry<W> g(s);
+  const int64_t us = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
   if (u == nullptr) {
-    const Buffers first(s, g, scratch, 0);
-    TransformWeightsOnThreads(s, weight, first.u);
+    const Buffers<W> first(s, g, scratch, 0);
+    TransformWeightsOnThreads<W>(s, weight, first.u);
     u = first.u;
   }
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
-    const Buffers buf(s, g, scratch, t);
+    const Buffers<W> buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
-    OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
-    for (int xi = 0; xi < kPositions; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
+    const int64_t vs = PositionStride(s.in_channels, tiles);
+    const int64_t zs = PositionStride(s.out_channels, tiles);
+    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    for (int xi = 0; xi < kPositions<W>; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
       MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
-             u + xi * oc, buf.m + xi * PositionStride(s.out_channels, tiles),
-             buf.v + xi * PositionStride(s.in_channels, tiles), OutputMode::kOverwrite);
+             u + xi * us, buf.m + xi * zs, buf.v + xi * vs, OutputMode::kOverwrite);
     }
     float* images = dx + b * s.in_channels * plane;
     std::memset(images, 0, count * s.in_channels * plane * sizeof(float));
-    FoldInput(s, g, buf.v, count, images, buf.work);
+    FoldInputGradient(s, g, buf.v, count, images, buf.work);
   });
 }
 
@@ -1037,22 +850,36 @@ void Conv2dBackwardInput(const Conv2dShape& s, const float* weight, const float*
 }
 
 int64_t StridedConv2dScratchElements(const StridedConv2dShape& s) {
-  if (winograd::Applies(s)) return winograd::ScratchElements(s);
+  int64_t elements = 0;
+  if (winograd::Dispatch(s, [&](auto w) {
+        elements = winograd::ScratchElements<decltype(w)>(s);
+      })) {
+    return elements;
+  }
   return Threads(s) * StridedGeometry(s).per_thread();
 }
 
 int64_t StridedConv2dPreparedWeightElements(const StridedConv2dShape& s) {
-  return winograd::Applies(s) ? winograd::TransformedWeightElements(s) : 0;
+  int64_t elements = 0;
+  winograd::Dispatch(
+      s, [&](auto w) { elements = winograd::TransformedWeightElements<decltype(w)>(s); });
+  return elements;
 }
 
 void StridedConv2dPrepareWeights(const StridedConv2dShape& s, const float* weight,
                                  float* prepared) {
-  if (winograd::Applies(s)) winograd::TransformWeightsOnThreads(s, weight, prepared);
+  winograd::Dispatch(s, [&](auto w) {
+    winograd::TransformWeightsOnThreads<decltype(w)>(s, weight, prepared);
+  });
 }
 
 void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const float* weight,
                           float* y, float* scratch, const float* prepared) {
-  if (winograd::Applies(s)) return winograd::Forward(s, x, weight, prepared, y, scratch);
+  if (winograd::Dispatch(s, [&](auto w) {
+        winograd::Forward<decltype(w)>(s, x, weight, prepared, y, scratch);
+      })) {
+    return;
+  }
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);
@@ -1070,8 +897,10 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
-  if (winograd::Applies(s)) {
-    return winograd::BackwardWeights(s, x, dy, dweight, mode, scratch);
+  if (winograd::Dispatch(s, [&](auto w) {
+        winograd::BackwardWeights<decltype(w)>(s, x, dy, dweight, mode, scratch);
+      })) {
+    return;
   }
   const StridedGeometry g(s);
   const int64_t weights = s.out_channels * g.unfolded;
@@ -1100,7 +929,11 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch, const float* prepared) {
-  if (winograd::Applies(s)) return winograd::BackwardInput(s, weight, prepared, dy, dx, scratch);
+  if (winograd::Dispatch(s, [&](auto w) {
+        winograd::BackwardInput<decltype(w)>(s, weight, prepared, dy, dx, scratch);
+      })) {
+    return;
+  }
   const StridedGeometry g(s);
   ForEachChunkOnThreads(s, g.per, [&](int t, int64_t b, int64_t count) {
     float* columns = g.columns_at(scratch, t);
