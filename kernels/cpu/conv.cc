@@ -264,12 +264,15 @@ void RegroupImages(Regroup direction, const float* from, int64_t count, int64_t 
 namespace winograd {
 
 // "No loop-carried dependences": the transforms' rows never overlap, which GCC cannot prove
-// through the many pointers (clang, which builds this only for its thread-safety analysis,
-// gets nothing).
+// through the many pointers. And each transform compiled for AVX-512, AVX2 and the baseline,
+// the best picked when the program loads. Clang, which builds this only for its
+// thread-safety analysis, gets neither (it cannot clone templates).
 #if defined(__clang__)
 #define RINGMASTER_IVDEP
+#define RINGMASTER_CLONES
 #else
 #define RINGMASTER_IVDEP _Pragma("GCC ivdep")
+#define RINGMASTER_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 
 // F(2x2, 3x3): Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1],
@@ -536,7 +539,7 @@ constexpr int64_t kFilterBlock = 512;
 
 // U_ξ[o][c] = (G g Gᵀ)_ξ for the filters g = weight[o][c] (3x3) in [begin, end).
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeights(
+RINGMASTER_CLONES void TransformWeights(
     const StridedConv2dShape& s, const float* weight, float* u, int64_t begin, int64_t end) {
   const int64_t us = PositionStride(s.out_channels, s.in_channels);
   alignas(64) float taps[9][kFilterBlock];
@@ -557,7 +560,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformWeigh
 
 // weight[o][c] (+)= Gᵀ dU_ξ G for the filters in [begin, end), the weights' gradient from U's.
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradientsFromTransformed(
+RINGMASTER_CLONES void WeightGradientsFromTransformed(
     const StridedConv2dShape& s, const float* du, float* dweight, OutputMode mode, int64_t begin,
     int64_t end) {
   const int64_t us = PositionStride(s.out_channels, s.in_channels);
@@ -582,7 +585,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WeightGradient
 
 // V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx).
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput(
+RINGMASTER_CLONES void TransformInput(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* images, int64_t count,
     float* v, float* work) {
   const Planes<W> p(g, count, work);
@@ -611,7 +614,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformInput
 // Z_ξ[o][t] = (A dy Aᵀ)_ξ: each tile's output gradient (zeros past the edges) spread to the
 // positions.
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutputGradient(
+RINGMASTER_CLONES void TransformOutputGradient(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* dy, int64_t count, float* z,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -639,7 +642,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
 
 // y's tiles = Aᵀ M_ξ A (the part inside the image).
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutput(
+RINGMASTER_CLONES void TransformOutput(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* m, int64_t count, float* y,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -668,7 +671,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TransformOutpu
 // TransformInput): each tile's values, then added into the padded planes a position at a
 // time (the tiles of one position never overlap), whose insides go to dx.
 template <class W>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldInputGradient(
+RINGMASTER_CLONES void FoldInputGradient(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* dv, int64_t count, float* dx,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -796,6 +799,7 @@ void BackwardInput(const StridedConv2dShape& s, const float* weight, const float
 }
 
 #undef RINGMASTER_IVDEP
+#undef RINGMASTER_CLONES
 
 }  // namespace winograd
 
