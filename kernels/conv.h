@@ -106,6 +106,13 @@ void StridedConv2dBackwardInput(const StridedConv2dShape& shape, const float* we
                                 const float* dy, float* dx, float* scratch,
                                 const float* prepared = nullptr);
 
+// Both: dweight (+)= the weight gradient and dx = the input gradient, as the two calls above
+// would give them. With `prepared` weights, Winograd transforms each chunk's output gradient
+// once for both.
+void StridedConv2dBackward(const StridedConv2dShape& shape, const float* x, const float* weight,
+                           const float* dy, float* dweight, OutputMode mode, float* dx,
+                           float* scratch, const float* prepared = nullptr);
+
 // Max over non-overlapping 2x2 windows of `planes` planes of [height, width] (floor: an odd
 // last row or column is dropped, as in PyTorch): y is [planes, height / 2, width / 2], and
 // argmax[k] is the index within its input plane (row * width + column) of the element

@@ -286,6 +286,29 @@ TEST_P(StridedConvTest, PreparedWeightsAreWhatTheCallsUse) {
   }
 }
 
+// Both gradients in one call give exactly what the two calls give, with the weights prepared
+// (Winograd then transforms dy once for both) and without; kAccumulate adds.
+TEST_P(StridedConvTest, BothGradientsAtOnceAreTheSeparateCalls) {
+  std::vector<float> dw(w_size), dx(in_size);
+  StridedConv2dBackwardWeights(s, x.data(), dy.data(), dw.data(), OutputMode::kOverwrite,
+                               scratch.data());
+  StridedConv2dBackwardInput(s, w.data(), dy.data(), dx.data(), scratch.data());
+  std::vector<float> prepared(StridedConv2dPreparedWeightElements(s));
+  StridedConv2dPrepareWeights(s, w.data(), prepared.data());
+  for (const float* p : {static_cast<const float*>(prepared.data()),
+                         static_cast<const float*>(nullptr)}) {
+    std::vector<float> both_dw(w_size, 99.0f), both_dx(in_size, 99.0f);
+    StridedConv2dBackward(s, x.data(), w.data(), dy.data(), both_dw.data(),
+                          OutputMode::kOverwrite, both_dx.data(), scratch.data(), p);
+    EXPECT_EQ(both_dw, dw) << (p == nullptr ? "unprepared" : "prepared");
+    EXPECT_EQ(both_dx, dx) << (p == nullptr ? "unprepared" : "prepared");
+    StridedConv2dBackward(s, x.data(), w.data(), dy.data(), both_dw.data(),
+                          OutputMode::kAccumulate, both_dx.data(), scratch.data(), p);
+    for (int64_t i = 0; i < w_size; ++i) EXPECT_NEAR(both_dw[i], 2 * dw[i], 1e-4) << i;
+    EXPECT_EQ(both_dx, dx);
+  }
+}
+
 // ResNet's shapes in small: 3x3 stride 1 and 2 with padding 1, 1x1 stride 2 without; odd
 // sizes; batches of one and of more images than one product takes (late small maps are
 // unfolded several images at once).

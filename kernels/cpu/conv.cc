@@ -737,28 +737,49 @@ void Forward(const StridedConv2dShape& s, const float* x, const float* weight, c
   });
 }
 
+// The weight gradient (dweight, unless null; from x and dy) and the input gradient (dx,
+// unless null; from U = `u`, or from `weight` transformed here), in one pass over the chunks:
+// each chunk's output gradient is transformed once for both. Both at once need `u`: each
+// thread's U in the scratch holds its dU then.
 template <class W>
-void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
-                     float* dweight, OutputMode mode, float* scratch) {
+void Backward(const StridedConv2dShape& s, const float* x, const float* weight, const float* u,
+              const float* dy, float* dweight, OutputMode mode, float* dx, float* scratch) {
   const Geometry<W> g(s);
   const int64_t us = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
   const int64_t u_elements = TransformedWeightElements<W>(s);
-  // Each thread sums its chunks' dU in its own U, zero where it takes none.
-  ParallelRun(static_cast<int>(Threads(s)), [&](int t) {
-    std::memset(Buffers<W>(s, g, scratch, t).u, 0, u_elements * sizeof(float));
-  });
+  if (dx != nullptr && u == nullptr) {  // dweight is null
+    const Buffers<W> first(s, g, scratch, 0);
+    TransformWeightsOnThreads<W>(s, weight, first.u);
+    u = first.u;
+  }
+  if (dweight != nullptr) {
+    // Each thread sums its chunks' dU in its own U, zero where it takes none.
+    ParallelRun(static_cast<int>(Threads(s)), [&](int t) {
+      std::memset(Buffers<W>(s, g, scratch, t).u, 0, u_elements * sizeof(float));
+    });
+  }
   ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
     const Buffers<W> buf(s, g, scratch, t);
     const int64_t tiles = count * g.per_image;
     const int64_t vs = PositionStride(s.in_channels, tiles);
     const int64_t zs = PositionStride(s.out_channels, tiles);
-    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
-    for (int xi = 0; xi < kPositions<W>; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
-      MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
-             buf.m + xi * zs, buf.v + xi * vs, buf.u + xi * us, OutputMode::kAccumulate);
+    if (dweight != nullptr) {
+      TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+      for (int xi = 0; xi < kPositions<W>; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
+        MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
+               buf.m + xi * zs, buf.v + xi * vs, buf.u + xi * us, OutputMode::kAccumulate);
+      }
+    }
+    if (dx != nullptr) {
+      for (int xi = 0; xi < kPositions<W>; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ, over V
+        MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
+               u + xi * us, buf.m + xi * zs, buf.v + xi * vs, OutputMode::kOverwrite);
+      }
+      FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
     }
   });
+  if (dweight == nullptr) return;
   const Buffers<W> first(s, g, scratch, 0);
   ParallelFor(Threads(s), u_elements, [&](int64_t begin, int64_t end) {
     for (int t = 1; t < Threads(s); ++t) {
@@ -768,31 +789,6 @@ void BackwardWeights(const StridedConv2dShape& s, const float* x, const float* d
   });
   ParallelFor(Threads(s), s.out_channels * s.in_channels, [&](int64_t begin, int64_t end) {
     WeightGradientsFromTransformed<W>(s, first.u, dweight, mode, begin, end);
-  });
-}
-
-// `u` as for Forward.
-template <class W>
-void BackwardInput(const StridedConv2dShape& s, const float* weight, const float* u,
-                   const float* dy, float* dx, float* scratch) {
-  const Geometry<W> g(s);
-  const int64_t us = PositionStride(s.out_channels, s.in_channels), plane = s.height * s.width;
-  if (u == nullptr) {
-    const Buffers<W> first(s, g, scratch, 0);
-    TransformWeightsOnThreads<W>(s, weight, first.u);
-    u = first.u;
-  }
-  ForEachChunkOnThreads(s, g.images, [&](int t, int64_t b, int64_t count) {
-    const Buffers<W> buf(s, g, scratch, t);
-    const int64_t tiles = count * g.per_image;
-    const int64_t vs = PositionStride(s.in_channels, tiles);
-    const int64_t zs = PositionStride(s.out_channels, tiles);
-    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
-    for (int xi = 0; xi < kPositions<W>; ++xi) {  // dV_ξ = U_ξᵀ Z_ξ
-      MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
-             u + xi * us, buf.m + xi * zs, buf.v + xi * vs, OutputMode::kOverwrite);
-    }
-    FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
   });
 }
 
@@ -900,7 +896,8 @@ void StridedConv2dForward(const StridedConv2dShape& s, const float* x, const flo
 void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, const float* dy,
                                   float* dweight, OutputMode mode, float* scratch) {
   if (winograd::Dispatch(s, [&](auto w) {
-        winograd::BackwardWeights<decltype(w)>(s, x, dy, dweight, mode, scratch);
+        winograd::Backward<decltype(w)>(s, x, nullptr, nullptr, dy, dweight, mode, nullptr,
+                                        scratch);
       })) {
     return;
   }
@@ -932,7 +929,8 @@ void StridedConv2dBackwardWeights(const StridedConv2dShape& s, const float* x, c
 void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight, const float* dy,
                                 float* dx, float* scratch, const float* prepared) {
   if (winograd::Dispatch(s, [&](auto w) {
-        winograd::BackwardInput<decltype(w)>(s, weight, prepared, dy, dx, scratch);
+        winograd::Backward<decltype(w)>(s, nullptr, weight, prepared, dy, nullptr,
+                                        OutputMode::kOverwrite, dx, scratch);
       })) {
     return;
   }
@@ -950,6 +948,18 @@ void StridedConv2dBackwardInput(const StridedConv2dShape& s, const float* weight
     std::memset(dx + b * g.in_image, 0, count * g.in_image * sizeof(float));
     StridedCol2ImAdd(s, columns, count, dx + b * g.in_image);
   });
+}
+
+void StridedConv2dBackward(const StridedConv2dShape& s, const float* x, const float* weight,
+                           const float* dy, float* dweight, OutputMode mode, float* dx,
+                           float* scratch, const float* prepared) {
+  if (prepared != nullptr && winograd::Dispatch(s, [&](auto w) {
+        winograd::Backward<decltype(w)>(s, x, weight, prepared, dy, dweight, mode, dx, scratch);
+      })) {
+    return;
+  }
+  StridedConv2dBackwardWeights(s, x, dy, dweight, mode, scratch);
+  StridedConv2dBackwardInput(s, weight, dy, dx, scratch, prepared);
 }
 
 void MaxPool2x2Forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t height,

@@ -168,12 +168,26 @@ void StridedConv2d::BackwardInput(const float* params, const float* x, const flo
                                   const float* dy, float* dx, int64_t n) {
   const kernels::StridedConv2dShape s = Shape(n);
   const float* weight = params + weight_;
-  // The backward follows its forward with the same parameters (as every layer's does), so
-  // the forward's prepared weights are these; a call on other weights prepares its own.
-  const float* prepared = prepared_for_ == weight ? prepared_.data() : nullptr;
   kernels::StridedConv2dBackwardInput(s, weight, dy, dx,
                                       scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
-                                      prepared);
+                                      PreparedFor(weight));
+}
+
+void StridedConv2d::Backward(const float* params, const float* x, const float* dy, int64_t n,
+                             absl::Span<float* const> grads, kernels::OutputMode mode,
+                             float* dx) {
+  if (dx == nullptr) return BackwardParams(x, dy, n, grads, mode);
+  const kernels::StridedConv2dShape s = Shape(n);
+  const float* weight = params + weight_;
+  kernels::StridedConv2dBackward(s, x, weight, dy, grads[0], mode, dx,
+                                 scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                 PreparedFor(weight));
+}
+
+const float* StridedConv2d::PreparedFor(const float* weight) {
+  // The backward follows its forward with the same parameters (as every layer's does), so
+  // the forward's prepared weights are these; a call on other weights prepares its own.
+  return prepared_for_ == weight ? prepared_.data() : nullptr;
 }
 
 void GlobalAvgPool::Forward(const float* params, const float* x, float* y, int64_t n) {

@@ -184,6 +184,10 @@ class StridedConv2d final : public Layer {
                       kernels::OutputMode mode) override;
   void BackwardInput(const float* params, const float* x, const float* y, const float* dy,
                      float* dx, int64_t n) override;
+  // BackwardParams, then BackwardInput unless dx is null, in one call: Winograd transforms
+  // the output gradient once for both (kernels::StridedConv2dBackward).
+  void Backward(const float* params, const float* x, const float* dy, int64_t n,
+                absl::Span<float* const> grads, kernels::OutputMode mode, float* dx);
   int64_t scratch_bytes() const override { return scratch_.bytes() + prepared_.bytes(); }
   kernels::StridedConv2dShape Shape(int64_t n) const;
 
@@ -196,6 +200,8 @@ class StridedConv2d final : public Layer {
   // (null: none yet).
   GrowBuffer<float> prepared_;
   const float* prepared_for_ = nullptr;
+  // prepared_ if it was prepared from `weight`, else null.
+  const float* PreparedFor(const float* weight);
 };
 
 // Mean over each channel's positions: [channels, positions] -> [channels].

@@ -81,8 +81,7 @@ struct ResNet18::ConvBn {
     RM_RETURN_IF_ERROR(bn.Backward(params, conv_out.data(), dy, dy, n, sum,
                                    grads + bn.weight_offset(), grads + bn.bias_offset(), mode));
     float* const dweight[] = {grads + conv.parameters()[0].offset};
-    conv.BackwardParams(x, dy, n, dweight, mode);
-    if (dx != nullptr) conv.BackwardInput(params, x, nullptr, dy, dx, n);
+    conv.Backward(params, x, dy, n, dweight, mode, dx);
     return absl::OkStatus();
   }
 };
