@@ -323,10 +323,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StridedConvTest,
                                          StridedConv2dShape{4, 16, 16, 4, 4, 3, 1, 1},
                                          StridedConv2dShape{4, 8, 16, 8, 8, 3, 2, 1},
                                          // Winograd (3x3, stride 1, padding 1, 16 channels or
-                                         // more, maps of 4x4 or more). F(4x4, 3x3) on maps of
-                                         // 8x8 or more: odd sizes (partial last tile rows and
-                                         // columns), chunks of images (128 tiles) with a short
-                                         // last.
+                                         // more, maps of 4x4 or more; transforms by rows of 4
+                                         // tiles or more, a tile at a time on shorter rows).
+                                         // F(4x4, 3x3) on maps of 8x8 or more: odd sizes
+                                         // (partial last tile rows and columns), chunks of
+                                         // images (128 tiles) with a short last.
                                          StridedConv2dShape{3, 16, 24, 19, 21, 3, 1, 1},
                                          StridedConv2dShape{2, 24, 16, 16, 17, 3, 1, 1},
                                          StridedConv2dShape{2, 16, 16, 17, 16, 3, 1, 1},

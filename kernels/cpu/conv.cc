@@ -453,10 +453,8 @@ int64_t TransformedWeightElements(const StridedConv2dShape& s) {
   return kPositions<W> * PositionStride(s.out_channels, s.in_channels);
 }
 
-// The tiles of a chunk of images and the planes the transforms go through: each image's
-// input planes zero-padded by one (and to whole tiles), its output planes to whole tiles, and
-// every tile's corner in both (image included), so that each transform runs over a channel's
-// tiles of the whole chunk at once (a row of tiles alone would be 1-8 long).
+// The tiles of a chunk of images and the planes the transforms go through: an input plane
+// zero-padded by one (and to whole tiles) and an output plane to whole tiles.
 template <class W>
 struct Geometry {
   explicit Geometry(const StridedConv2dShape& s)
@@ -470,8 +468,9 @@ struct Geometry {
         in_size((W::kOut * tile_rows + 2) * in_stride),
         out_stride(W::kOut * tile_cols),
         out_size(W::kOut * tile_rows * out_stride),
-        // padded and output planes, two corner tables, [ξ][tiles] values
-        work(images * (in_size + out_size) + tiles * (2 + kPositions<W>)) {}
+        // the larger of PlaneWork and Planes
+        work(std::max(in_size + out_size + W::kIn * in_stride,
+                      images * (in_size + out_size) + tiles * (2 + kPositions<W>))) {}
   int64_t tile_rows, tile_cols, per_image, images, tiles;
   int64_t in_stride, in_size;    // an input plane padded by one (and to whole tiles)
   int64_t out_stride, out_size;  // an output plane to whole tiles
@@ -597,9 +596,185 @@ RINGMASTER_CLONES void WeightGradientsFromTransformed(
   }
 }
 
-// V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx).
+// The four transforms of the images' tiles below are separable: the 1-D transform runs down
+// the columns of a whole row of tiles at once (unit-stride rows, which vectorise; the tiles
+// of a row share their overlapping columns), then along each tile's rows. A plane at a time,
+// through `work`: a padded input plane, a whole-tile output plane and [kIn] rows of the
+// column pass (Geometry::work).
+template <class W>
+struct PlaneWork {
+  PlaneWork(const Geometry<W>& g, float* work)
+      : pad(work), whole(pad + g.in_size), half(whole + g.out_size) {}
+  float* pad;    // [in_size]: an input plane padded by one, zeros past the image
+  float* whole;  // [out_size]: an output plane to whole tiles, zeros past the image
+  float* half;   // [kIn][in_stride]: the column pass of a row of tiles
+};
+
+// V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx):
+// Bᵀ down the columns of a row of tiles' kIn padded rows, then B along each tile's rows.
 template <class W>
 RINGMASTER_CLONES void TransformInput(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* images, int64_t count,
+    float* v, float* work) {
+  const PlaneWork<W> w(g, work);
+  const int64_t n = count * g.per_image, ct = PositionStride(s.in_channels, n);
+  const int64_t plane = s.height * s.width, row = g.in_stride, cols = g.tile_cols;
+  std::fill_n(w.pad, g.in_size, 0.0f);  // borders stay zero; insides are each plane's
+  for (int64_t c = 0; c < s.in_channels; ++c) {
+    for (int64_t i = 0; i < count; ++i) {
+      CopyRows(images + (i * s.in_channels + c) * plane, s.width, w.pad + row + 1, row,
+               s.height, s.width);
+      float* out = v + c * n + i * g.per_image;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty, out += cols) {
+        const float* top = w.pad + W::kOut * ty * row;
+        RINGMASTER_IVDEP
+        for (int64_t x = 0; x < row; ++x) {
+          float d[W::kIn], o[W::kIn];
+          for (int k = 0; k < W::kIn; ++k) d[k] = top[k * row + x];
+          W::Input(d, o);
+          for (int a = 0; a < W::kIn; ++a) w.half[a * row + x] = o[a];
+        }
+        for (int a = 0; a < W::kIn; ++a) {
+          const float* h = w.half + a * row;
+          float* to = out + a * W::kIn * ct;
+          RINGMASTER_IVDEP
+          for (int64_t tx = 0; tx < cols; ++tx) {
+            float d[W::kIn], o[W::kIn];
+            for (int q = 0; q < W::kIn; ++q) d[q] = h[W::kOut * tx + q];
+            W::Input(d, o);
+            for (int j = 0; j < W::kIn; ++j) to[j * ct + tx] = o[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Z_ξ[o][t] = (A dy Aᵀ)_ξ: each tile's output gradient (zeros past the edges) spread to the
+// positions; A down the columns of a row of tiles, then along each tile's rows.
+template <class W>
+RINGMASTER_CLONES void TransformOutputGradient(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* dy, int64_t count, float* z,
+    float* work) {
+  const PlaneWork<W> w(g, work);
+  const int64_t n = count * g.per_image, ot = PositionStride(s.out_channels, n);
+  const int64_t plane = s.height * s.width, row = g.out_stride, cols = g.tile_cols;
+  std::fill_n(w.whole, g.out_size, 0.0f);  // zeros past the image
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    for (int64_t i = 0; i < count; ++i) {
+      CopyRows(dy + (i * s.out_channels + o) * plane, s.width, w.whole, row, s.height, s.width);
+      float* out = z + o * n + i * g.per_image;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty, out += cols) {
+        const float* top = w.whole + W::kOut * ty * row;
+        RINGMASTER_IVDEP
+        for (int64_t x = 0; x < row; ++x) {
+          float a[W::kOut], spread[W::kIn];
+          for (int k = 0; k < W::kOut; ++k) a[k] = top[k * row + x];
+          W::OutputAdjoint(a, spread);
+          for (int r = 0; r < W::kIn; ++r) w.half[r * row + x] = spread[r];
+        }
+        for (int r = 0; r < W::kIn; ++r) {
+          const float* h = w.half + r * row;
+          float* to = out + r * W::kIn * ot;
+          RINGMASTER_IVDEP
+          for (int64_t tx = 0; tx < cols; ++tx) {
+            float a[W::kOut], spread[W::kIn];
+            for (int b = 0; b < W::kOut; ++b) a[b] = h[W::kOut * tx + b];
+            W::OutputAdjoint(a, spread);
+            for (int j = 0; j < W::kIn; ++j) to[j * ot + tx] = spread[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+// y's tiles = Aᵀ M_ξ A (the part inside the image): Aᵀ along each tile's rows of M, then
+// down the columns of the row of tiles.
+template <class W>
+RINGMASTER_CLONES void TransformOutput(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* m, int64_t count, float* y,
+    float* work) {
+  const PlaneWork<W> w(g, work);
+  const int64_t n = count * g.per_image, ot = PositionStride(s.out_channels, n);
+  const int64_t plane = s.height * s.width, row = g.out_stride, cols = g.tile_cols;
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    for (int64_t i = 0; i < count; ++i) {
+      const float* in = m + o * n + i * g.per_image;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty, in += cols) {
+        for (int r = 0; r < W::kIn; ++r) {
+          const float* from = in + r * W::kIn * ot;
+          float* h = w.half + r * row;
+          RINGMASTER_IVDEP
+          for (int64_t tx = 0; tx < cols; ++tx) {
+            float mr[W::kIn], yr[W::kOut];
+            for (int q = 0; q < W::kIn; ++q) mr[q] = from[q * ot + tx];
+            W::Output(mr, yr);
+            for (int b = 0; b < W::kOut; ++b) h[W::kOut * tx + b] = yr[b];
+          }
+        }
+        float* top = w.whole + W::kOut * ty * row;
+        RINGMASTER_IVDEP
+        for (int64_t x = 0; x < row; ++x) {
+          float mc[W::kIn], yc[W::kOut];
+          for (int r = 0; r < W::kIn; ++r) mc[r] = w.half[r * row + x];
+          W::Output(mc, yc);
+          for (int k = 0; k < W::kOut; ++k) top[k * row + x] = yc[k];
+        }
+      }
+      CopyRows(w.whole, row, y + (i * s.out_channels + o) * plane, s.width, s.height, s.width);
+    }
+  }
+}
+
+// dx = B dV_ξ Bᵀ folded back onto the overlapping input tiles, the adjoint of TransformInput:
+// B along each tile's rows, added into the row of tiles' columns (neighbours overlap), then B
+// down the columns, added into the padded plane (rows of tiles overlap), whose inside is dx.
+template <class W>
+RINGMASTER_CLONES void FoldInputGradient(
+    const StridedConv2dShape& s, const Geometry<W>& g, const float* dv, int64_t count, float* dx,
+    float* work) {
+  const PlaneWork<W> w(g, work);
+  const int64_t n = count * g.per_image, ct = PositionStride(s.in_channels, n);
+  const int64_t plane = s.height * s.width, row = g.in_stride, cols = g.tile_cols;
+  for (int64_t c = 0; c < s.in_channels; ++c) {
+    for (int64_t i = 0; i < count; ++i) {
+      std::fill_n(w.pad, g.in_size, 0.0f);
+      const float* in = dv + c * n + i * g.per_image;
+      for (int64_t ty = 0; ty < g.tile_rows; ++ty, in += cols) {
+        std::fill_n(w.half, W::kIn * row, 0.0f);
+        for (int a = 0; a < W::kIn; ++a) {
+          const float* from = in + a * W::kIn * ct;
+          float* h = w.half + a * row;
+          for (int64_t tx = 0; tx < cols; ++tx) {  // neighbours overlap: no IVDEP
+            float gr[W::kIn], d[W::kIn];
+            for (int j = 0; j < W::kIn; ++j) gr[j] = from[j * ct + tx];
+            W::InputAdjoint(gr, d);
+            for (int q = 0; q < W::kIn; ++q) h[W::kOut * tx + q] += d[q];
+          }
+        }
+        float* top = w.pad + W::kOut * ty * row;
+        RINGMASTER_IVDEP
+        for (int64_t x = 0; x < row; ++x) {
+          float gc[W::kIn], d[W::kIn];
+          for (int a = 0; a < W::kIn; ++a) gc[a] = w.half[a * row + x];
+          W::InputAdjoint(gc, d);
+          for (int k = 0; k < W::kIn; ++k) top[k * row + x] += d[k];
+        }
+      }
+      CopyRows(w.pad + row + 1, row, dx + (i * s.in_channels + c) * plane, s.width, s.height,
+               s.width);
+    }
+  }
+}
+
+// The same four transforms for maps of few tiles a row, a tile at a time over a channel's
+// tiles of the whole chunk, through tables of their corners in the chunk's planes (Planes):
+// there a row of tiles is too short for the column pass to gain.
+//
+// V_ξ[c][t] = (Bᵀ d B)_ξ.
+template <class W>
+RINGMASTER_CLONES void TransformInputTiles(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* images, int64_t count,
     float* v, float* work) {
   const Planes<W> p(g, count, work);
@@ -622,10 +797,9 @@ RINGMASTER_CLONES void TransformInput(
   }
 }
 
-// Z_ξ[o][t] = (A dy Aᵀ)_ξ: each tile's output gradient (zeros past the edges) spread to the
-// positions.
+// Z_ξ[o][t] = (A dy Aᵀ)_ξ.
 template <class W>
-RINGMASTER_CLONES void TransformOutputGradient(
+RINGMASTER_CLONES void TransformOutputGradientTiles(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* dy, int64_t count, float* z,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -648,9 +822,9 @@ RINGMASTER_CLONES void TransformOutputGradient(
   }
 }
 
-// y's tiles = Aᵀ M_ξ A (the part inside the image).
+// y's tiles = Aᵀ M_ξ A.
 template <class W>
-RINGMASTER_CLONES void TransformOutput(
+RINGMASTER_CLONES void TransformOutputTiles(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* m, int64_t count, float* y,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -672,11 +846,10 @@ RINGMASTER_CLONES void TransformOutput(
   }
 }
 
-// dx = B dV_ξ Bᵀ folded back onto the overlapping input tiles (the adjoint of
-// TransformInput): each tile's values, then added into the padded planes a position at a
-// time (the tiles of one position never overlap), whose insides are dx.
+// dx = B dV_ξ Bᵀ folded back: each tile's values, then added into the padded planes a
+// position at a time (the tiles of one position never overlap).
 template <class W>
-RINGMASTER_CLONES void FoldInputGradient(
+RINGMASTER_CLONES void FoldInputGradientTiles(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* dv, int64_t count, float* dx,
     float* work) {
   const Planes<W> p(g, count, work);
@@ -705,6 +878,33 @@ RINGMASTER_CLONES void FoldInputGradient(
   }
 }
 
+// Each transform by rows of tiles, or a tile at a time where the rows are short.
+constexpr int64_t kRowTiles = 4;
+template <class W>
+void Input(const StridedConv2dShape& s, const Geometry<W>& g, const float* x, int64_t count,
+           float* v, float* work) {
+  if (g.tile_cols < kRowTiles) return TransformInputTiles(s, g, x, count, v, work);
+  TransformInput(s, g, x, count, v, work);
+}
+template <class W>
+void OutputGradient(const StridedConv2dShape& s, const Geometry<W>& g, const float* dy,
+                    int64_t count, float* z, float* work) {
+  if (g.tile_cols < kRowTiles) return TransformOutputGradientTiles(s, g, dy, count, z, work);
+  TransformOutputGradient(s, g, dy, count, z, work);
+}
+template <class W>
+void Output(const StridedConv2dShape& s, const Geometry<W>& g, const float* m, int64_t count,
+            float* y, float* work) {
+  if (g.tile_cols < kRowTiles) return TransformOutputTiles(s, g, m, count, y, work);
+  TransformOutput(s, g, m, count, y, work);
+}
+template <class W>
+void Fold(const StridedConv2dShape& s, const Geometry<W>& g, const float* dv, int64_t count,
+          float* dx, float* work) {
+  if (g.tile_cols < kRowTiles) return FoldInputGradientTiles(s, g, dv, count, dx, work);
+  FoldInputGradient(s, g, dv, count, dx, work);
+}
+
 // U from the weights, the filters split over the threads.
 template <class W>
 void TransformWeightsOnThreads(const StridedConv2dShape& s, const float* weight, float* u) {
@@ -728,12 +928,12 @@ void Forward(const StridedConv2dShape& s, const float* x, const float* weight, c
     const int64_t tiles = count * g.per_image;
     const int64_t vs = PositionStride(s.in_channels, tiles);
     const int64_t ms = PositionStride(s.out_channels, tiles);
-    TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+    Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
     for (int xi = 0; xi < kPositions<W>; ++xi) {  // M_ξ = U_ξ V_ξ
       MatMul(Transpose::kNo, Transpose::kNo, s.out_channels, tiles, s.in_channels, u + xi * us,
              buf.v + xi * vs, buf.m + xi * ms, OutputMode::kOverwrite);
     }
-    TransformOutput(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
+    Output(s, g, buf.m, count, y + b * s.out_channels * plane, buf.work);
   });
 }
 
@@ -763,9 +963,9 @@ void Backward(const StridedConv2dShape& s, const float* x, const float* weight, 
     const int64_t tiles = count * g.per_image;
     const int64_t vs = PositionStride(s.in_channels, tiles);
     const int64_t zs = PositionStride(s.out_channels, tiles);
-    TransformOutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
+    OutputGradient(s, g, dy + b * s.out_channels * plane, count, buf.m, buf.work);
     if (dweight != nullptr) {
-      TransformInput(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
+      Input(s, g, x + b * s.in_channels * plane, count, buf.v, buf.work);
       for (int xi = 0; xi < kPositions<W>; ++xi) {  // dU_ξ += Z_ξ V_ξᵀ
         MatMul(Transpose::kNo, Transpose::kYes, s.out_channels, s.in_channels, tiles,
                buf.m + xi * zs, buf.v + xi * vs, buf.u + xi * us, OutputMode::kAccumulate);
@@ -776,7 +976,7 @@ void Backward(const StridedConv2dShape& s, const float* x, const float* weight, 
         MatMul(Transpose::kYes, Transpose::kNo, s.in_channels, tiles, s.out_channels,
                u + xi * us, buf.m + xi * zs, buf.v + xi * vs, OutputMode::kOverwrite);
       }
-      FoldInputGradient(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
+      Fold(s, g, buf.v, count, dx + b * s.in_channels * plane, buf.work);
     }
   });
   if (dweight == nullptr) return;
