@@ -101,6 +101,21 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--tile") tile = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--reps") ringmaster::kernels::kReps = std::atoi(argv[i + 1]);
   }
+  if (tile != 0 && tile != 2 && tile != 4) {
+    std::fprintf(stderr, "conv_bench: --tile is %d; want 2 (F(2x2, 3x3)), 4 (F(4x4, 3x3)) or 0 "
+                 "(chosen by the map)\n", tile);
+    return 2;
+  }
+  if (ringmaster::kernels::kReps < 1) {
+    std::fprintf(stderr, "conv_bench: --reps is %d; want 1 or more\n",
+                 ringmaster::kernels::kReps);
+    return 2;
+  }
+  if (stage < -1 || stage > 3) {
+    std::fprintf(stderr, "conv_bench: --stage is %d; want 0..3 (or leave it out: all four)\n",
+                 stage);
+    return 2;
+  }
   ringmaster::kernels::SetBlasThreads(threads);
   ringmaster::kernels::Run(stage, tile);
   return 0;
