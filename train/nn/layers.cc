@@ -153,7 +153,7 @@ void StridedConv2d::Forward(const float* params, const float* x, float* y, int64
     prepared_for_ = weight;
   }
   kernels::StridedConv2dForward(s, x, weight, y,
-                                scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                scratch_->Reserve(kernels::StridedConv2dScratchElements(s)),
                                 prepared);
 }
 
@@ -161,7 +161,7 @@ void StridedConv2d::BackwardParams(const float* x, const float* dy, int64_t n,
                                    absl::Span<float* const> grads, kernels::OutputMode mode) {
   const kernels::StridedConv2dShape s = Shape(n);
   kernels::StridedConv2dBackwardWeights(s, x, dy, grads[0], mode,
-                                        scratch_.Reserve(kernels::StridedConv2dScratchElements(s)));
+                                        scratch_->Reserve(kernels::StridedConv2dScratchElements(s)));
 }
 
 void StridedConv2d::BackwardInput(const float* params, const float* x, const float* y,
@@ -169,7 +169,7 @@ void StridedConv2d::BackwardInput(const float* params, const float* x, const flo
   const kernels::StridedConv2dShape s = Shape(n);
   const float* weight = params + weight_;
   kernels::StridedConv2dBackwardInput(s, weight, dy, dx,
-                                      scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                      scratch_->Reserve(kernels::StridedConv2dScratchElements(s)),
                                       PreparedFor(weight));
 }
 
@@ -180,7 +180,7 @@ void StridedConv2d::Backward(const float* params, const float* x, const float* d
   const kernels::StridedConv2dShape s = Shape(n);
   const float* weight = params + weight_;
   kernels::StridedConv2dBackward(s, x, weight, dy, grads[0], mode, dx,
-                                 scratch_.Reserve(kernels::StridedConv2dScratchElements(s)),
+                                 scratch_->Reserve(kernels::StridedConv2dScratchElements(s)),
                                  PreparedFor(weight));
 }
 

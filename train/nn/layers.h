@@ -188,13 +188,20 @@ class StridedConv2d final : public Layer {
   // the output gradient once for both (kernels::StridedConv2dBackward).
   void Backward(const float* params, const float* x, const float* dy, int64_t n,
                 absl::Span<float* const> grads, kernels::OutputMode mode, float* dx);
-  int64_t scratch_bytes() const override { return scratch_.bytes() + prepared_.bytes(); }
+  // Runs in `shared` rather than a scratch of its own: a model whose convolutions run one at
+  // a time gives them one (as large as the largest needs) instead of one each. `shared`
+  // outlives the layer; scratch_bytes() then counts the prepared weights only.
+  void ShareScratch(GrowBuffer<float>* shared) { scratch_ = shared; }
+  int64_t scratch_bytes() const override {
+    return (scratch_ == &own_scratch_ ? own_scratch_.bytes() : 0) + prepared_.bytes();
+  }
   kernels::StridedConv2dShape Shape(int64_t n) const;
 
  private:
   kernels::StridedConv2dShape shape_;  // batch filled in per call
   int64_t weight_;
-  GrowBuffer<float> scratch_;
+  GrowBuffer<float> own_scratch_;
+  GrowBuffer<float>* scratch_ = &own_scratch_;  // the calls' scratch: own_scratch_ or shared
   // The weights as the last Forward prepared them (kernels::StridedConv2dPrepareWeights), for
   // the input gradient of the same parameters; `prepared_for_` the weights they came from
   // (null: none yet).

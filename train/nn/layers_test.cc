@@ -144,6 +144,44 @@ TEST(StridedConv2d, ProjectionGradientsMatchFiniteDifferences) {
   CheckLayer(layer, table, RandomFloats(3 * 3 * 4 * 4, 9), 3);
 }
 
+// A convolution Winograd runs (16 channels, 8x8): the one-pass Backward gives exactly what
+// BackwardParams and BackwardInput give, and so does a layer running in a scratch it shares,
+// whose bytes it leaves to the scratch's owner.
+TEST(StridedConv2d, OnePassBackwardAndSharedScratchGiveTheSameGradients) {
+  state::TensorTable table;
+  StridedConv2d own(table, "own", 16, 16, 8, 8, 3, 1, 1);
+  StridedConv2d shared(table, "shared", 16, 16, 8, 8, 3, 1, 1);
+  GrowBuffer<float> scratch;
+  shared.ShareScratch(&scratch);
+  state::FlatBuffer params(table.total_elements());
+  SplitMix64 rng(7);
+  FillUniform(rng, 1.0f, params.span());
+  const Parameter& w_own = own.parameters()[0];
+  const Parameter& w_shared = shared.parameters()[0];
+  std::copy_n(params.data() + w_own.offset, w_own.numel, params.data() + w_shared.offset);
+  constexpr int64_t kN = 3;
+  const std::vector<float> x = RandomFloats(kN * own.input_size(), 8);
+  const std::vector<float> dy = RandomFloats(kN * own.output_size(), 9);
+  std::vector<float> y_own(dy.size()), y_shared(dy.size(), 99.0f);
+  std::vector<float> dx_own(x.size()), dx_shared(x.size(), 99.0f);
+  state::FlatBuffer grads(table.total_elements());
+  float* const g_own[] = {grads.data() + w_own.offset};
+  float* const g_shared[] = {grads.data() + w_shared.offset};
+
+  own.Forward(params.data(), x.data(), y_own.data(), kN);
+  own.BackwardParams(x.data(), dy.data(), kN, g_own, kernels::OutputMode::kOverwrite);
+  own.BackwardInput(params.data(), x.data(), y_own.data(), dy.data(), dx_own.data(), kN);
+  shared.Forward(params.data(), x.data(), y_shared.data(), kN);
+  shared.Backward(params.data(), x.data(), dy.data(), kN, g_shared,
+                  kernels::OutputMode::kOverwrite, dx_shared.data());
+
+  EXPECT_EQ(y_shared, y_own);
+  EXPECT_EQ(dx_shared, dx_own);
+  for (int64_t i = 0; i < w_own.numel; ++i) ASSERT_EQ(g_shared[0][i], g_own[0][i]) << i;
+  EXPECT_GT(scratch.bytes(), 0);
+  EXPECT_EQ(shared.scratch_bytes() + scratch.bytes(), own.scratch_bytes());
+}
+
 TEST(GlobalAvgPool, GradientsMatchFiniteDifferences) {
   state::TensorTable table;
   GlobalAvgPool layer(3, 4);

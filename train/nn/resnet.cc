@@ -136,6 +136,7 @@ std::unique_ptr<ResNet18::ConvBn> ResNet18::AddConvBn(absl::string_view conv_nam
   const int first = table_.size();
   auto cb = std::make_unique<ConvBn>(table_, conv_name, bn_name, in_channels, out_channels, side,
                                      kernel_size, stride);
+  cb->conv.ShareScratch(&conv_scratch_);
   AddGroup(cb->conv.Describe(), first, first + 1, block, block_name);
   AddGroup(absl::StrCat("batchnorm ", out_channels), first + 1, table_.size(), block, block_name);
   largest_activation_ =
@@ -235,7 +236,8 @@ void ResNet18::InitTensors(uint64_t seed, const TensorSink& sink) const {
 
 MemoryStats ResNet18::memory() const {
   int64_t bytes = input_.bytes() + stem_out_.bytes() + pooled_.bytes() + logits_.bytes() +
-                  stem_->conv_out.bytes() + stem_->conv.scratch_bytes() + loss_.scratch_bytes();
+                  stem_->conv_out.bytes() + stem_->conv.scratch_bytes() + loss_.scratch_bytes() +
+                  conv_scratch_.bytes();
   for (const GrowBuffer<float>& w : work_) bytes += w.bytes();
   for (const auto& b : blocks_) {
     bytes += b->mid.bytes() + b->out.bytes();

@@ -133,6 +133,8 @@ class ResNet18 final : public Model {
   GrowBuffer<float> pooled_;
   GrowBuffer<float> logits_;
   GrowBuffer<float> work_[4];  // backward's gradients and forward's temporaries
+  // Every convolution's scratch: they run one at a time.
+  GrowBuffer<float> conv_scratch_;
 };
 
 }  // namespace ringmaster::train::nn
