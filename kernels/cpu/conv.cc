@@ -610,81 +610,71 @@ struct PlaneWork {
   float* half;   // [kIn][in_stride]: the column pass of a row of tiles
 };
 
-// V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx):
-// Bᵀ down the columns of a row of tiles' kIn padded rows, then B along each tile's rows.
+// out[(a · kIn + j) · stride + ty · tile_cols + tx] = (T p Tᵀ)[a][j] for every tile of one
+// plane, T = kApply (kRows values to kIn): tile (ty, tx) is the kRows x kRows block of `plane`
+// (rows `row` floats apart) at (kOut · ty, kOut · tx). T runs down the columns of a whole row
+// of tiles into `half` ([kIn][row]), then along each tile's rows.
+template <class W, int kRows, void (*kApply)(const float*, float*)>
+[[gnu::always_inline]] inline void SpreadTiles(const Geometry<W>& g, const float* plane,
+                                               int64_t row, float* half, float* out,
+                                               int64_t stride) {
+  const int64_t cols = g.tile_cols;
+  for (int64_t ty = 0; ty < g.tile_rows; ++ty, out += cols) {
+    const float* top = plane + W::kOut * ty * row;
+    RINGMASTER_IVDEP
+    for (int64_t x = 0; x < row; ++x) {
+      float column[kRows], spread[W::kIn];
+      for (int k = 0; k < kRows; ++k) column[k] = top[k * row + x];
+      kApply(column, spread);
+      for (int a = 0; a < W::kIn; ++a) half[a * row + x] = spread[a];
+    }
+    for (int a = 0; a < W::kIn; ++a) {
+      const float* h = half + a * row;
+      float* to = out + a * W::kIn * stride;
+      RINGMASTER_IVDEP
+      for (int64_t tx = 0; tx < cols; ++tx) {
+        float values[kRows], spread[W::kIn];
+        for (int q = 0; q < kRows; ++q) values[q] = h[W::kOut * tx + q];
+        kApply(values, spread);
+        for (int j = 0; j < W::kIn; ++j) to[j * stride + tx] = spread[j];
+      }
+    }
+  }
+}
+
+// V_ξ[c][t] = (Bᵀ d B)_ξ for the chunk's tiles (t = image · per_image + ty · tile_cols + tx).
 template <class W>
 RINGMASTER_CLONES void TransformInput(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* images, int64_t count,
     float* v, float* work) {
   const PlaneWork<W> w(g, work);
   const int64_t n = count * g.per_image, ct = PositionStride(s.in_channels, n);
-  const int64_t plane = s.height * s.width, row = g.in_stride, cols = g.tile_cols;
+  const int64_t plane = s.height * s.width, row = g.in_stride;
   std::fill_n(w.pad, g.in_size, 0.0f);  // borders stay zero; insides are each plane's
   for (int64_t c = 0; c < s.in_channels; ++c) {
     for (int64_t i = 0; i < count; ++i) {
       CopyRows(images + (i * s.in_channels + c) * plane, s.width, w.pad + row + 1, row,
                s.height, s.width);
-      float* out = v + c * n + i * g.per_image;
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty, out += cols) {
-        const float* top = w.pad + W::kOut * ty * row;
-        RINGMASTER_IVDEP
-        for (int64_t x = 0; x < row; ++x) {
-          float d[W::kIn], o[W::kIn];
-          for (int k = 0; k < W::kIn; ++k) d[k] = top[k * row + x];
-          W::Input(d, o);
-          for (int a = 0; a < W::kIn; ++a) w.half[a * row + x] = o[a];
-        }
-        for (int a = 0; a < W::kIn; ++a) {
-          const float* h = w.half + a * row;
-          float* to = out + a * W::kIn * ct;
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {
-            float d[W::kIn], o[W::kIn];
-            for (int q = 0; q < W::kIn; ++q) d[q] = h[W::kOut * tx + q];
-            W::Input(d, o);
-            for (int j = 0; j < W::kIn; ++j) to[j * ct + tx] = o[j];
-          }
-        }
-      }
+      SpreadTiles<W, W::kIn, W::Input>(g, w.pad, row, w.half, v + c * n + i * g.per_image, ct);
     }
   }
 }
 
 // Z_ξ[o][t] = (A dy Aᵀ)_ξ: each tile's output gradient (zeros past the edges) spread to the
-// positions; A down the columns of a row of tiles, then along each tile's rows.
+// positions.
 template <class W>
 RINGMASTER_CLONES void TransformOutputGradient(
     const StridedConv2dShape& s, const Geometry<W>& g, const float* dy, int64_t count, float* z,
     float* work) {
   const PlaneWork<W> w(g, work);
   const int64_t n = count * g.per_image, ot = PositionStride(s.out_channels, n);
-  const int64_t plane = s.height * s.width, row = g.out_stride, cols = g.tile_cols;
+  const int64_t plane = s.height * s.width, row = g.out_stride;
   std::fill_n(w.whole, g.out_size, 0.0f);  // zeros past the image
   for (int64_t o = 0; o < s.out_channels; ++o) {
     for (int64_t i = 0; i < count; ++i) {
       CopyRows(dy + (i * s.out_channels + o) * plane, s.width, w.whole, row, s.height, s.width);
-      float* out = z + o * n + i * g.per_image;
-      for (int64_t ty = 0; ty < g.tile_rows; ++ty, out += cols) {
-        const float* top = w.whole + W::kOut * ty * row;
-        RINGMASTER_IVDEP
-        for (int64_t x = 0; x < row; ++x) {
-          float a[W::kOut], spread[W::kIn];
-          for (int k = 0; k < W::kOut; ++k) a[k] = top[k * row + x];
-          W::OutputAdjoint(a, spread);
-          for (int r = 0; r < W::kIn; ++r) w.half[r * row + x] = spread[r];
-        }
-        for (int r = 0; r < W::kIn; ++r) {
-          const float* h = w.half + r * row;
-          float* to = out + r * W::kIn * ot;
-          RINGMASTER_IVDEP
-          for (int64_t tx = 0; tx < cols; ++tx) {
-            float a[W::kOut], spread[W::kIn];
-            for (int b = 0; b < W::kOut; ++b) a[b] = h[W::kOut * tx + b];
-            W::OutputAdjoint(a, spread);
-            for (int j = 0; j < W::kIn; ++j) to[j * ot + tx] = spread[j];
-          }
-        }
-      }
+      SpreadTiles<W, W::kOut, W::OutputAdjoint>(g, w.whole, row, w.half,
+                                                z + o * n + i * g.per_image, ot);
     }
   }
 }
