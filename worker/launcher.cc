@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,11 @@ absl::StatusOr<int64_t> ProcessLauncher::Launch(const LaunchSpec& spec) {
   const std::string limit_failed =
       absl::StrCat("cannot set the memory limit (RLIMIT_DATA) of ", spec.argv[0], " to ",
                    spec.memory_limit_bytes, " bytes\n");
+  const std::string orphaned = absl::StrCat(
+      "not starting ", spec.argv[0], ": its launcher (pid ", getpid(), ") exited first\n");
+  const std::string no_death_signal =
+      absl::StrCat("cannot set the parent-death signal of ", spec.argv[0], "\n");
+  const pid_t launcher = getpid();
   const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", spec.log_path));
   const pid_t pid = fork();
@@ -54,6 +60,17 @@ absl::StatusOr<int64_t> ProcessLauncher::Launch(const LaunchSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (spec.parent_death_signal != 0) {
+      if (prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) {
+        (void)!write(STDERR_FILENO, no_death_signal.data(), no_death_signal.size());
+        _exit(127);
+      }
+      // The launcher may have died between fork and prctl: the signal would never come.
+      if (getppid() != launcher) {
+        (void)!write(STDERR_FILENO, orphaned.data(), orphaned.size());
+        _exit(127);
+      }
+    }
     if (limit_memory && setrlimit(RLIMIT_DATA, &data_limit) != 0) {
       (void)!write(STDERR_FILENO, limit_failed.data(), limit_failed.size());
       _exit(127);

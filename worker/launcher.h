@@ -5,6 +5,8 @@
 #ifndef RINGMASTER_WORKER_LAUNCHER_H_
 #define RINGMASTER_WORKER_LAUNCHER_H_
 
+#include <signal.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +24,13 @@ struct LaunchSpec {
   // files do not count against it (unlike RLIMIT_AS, which glibc's per-thread arenas fill
   // with reservations). A limit above the caller's own hard limit is lowered to it.
   int64_t memory_limit_bytes = 0;
+  // The signal the program gets when the thread that launched it ends (its parent's death:
+  // prctl PR_SET_PDEATHSIG, set in the child before exec, kept across exec), so that it
+  // never outlives its launcher unsupervised; a launcher that died before the child set it
+  // is seen at once (the child's parent is no longer the launcher) and the child exits 127
+  // instead of running. Launch from a thread that lives as long as the programs should
+  // (the agent's loop). 0: none.
+  int parent_death_signal = SIGKILL;
 };
 
 struct ProcessExit {
@@ -44,8 +53,9 @@ class Launcher {
   virtual int Wait(int64_t pid) = 0;
 };
 
-// fork/exec; the child's signal mask is cleared and its memory limit set (a child that
-// cannot set it writes why to its log and exits 127, as one that cannot exec). Reap() reaps every child of this process
+// fork/exec; the child's signal mask is cleared, its parent-death signal and memory limit
+// set (a child that cannot set them writes why to its log and exits 127, as one that
+// cannot exec). Reap() reaps every child of this process
 // (waitpid(-1)): the agent's children are its trainers.
 class ProcessLauncher final : public Launcher {
  public:

@@ -1,6 +1,7 @@
 #include "worker/launcher.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,52 @@ TEST(ProcessLauncherTest, AMemoryLimitAboveOurHardLimitIsLoweredToIt) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the child saw: " << ReadAll(TempPath("lowered.log"));
+}
+
+// The launcher (an agent) is killed -9: the program it launched dies with it instead of
+// running on unsupervised. The test adopts orphans (a child subreaper), so the program,
+// once its launcher is gone, is reaped here and the way it died is seen.
+TEST(ProcessLauncherTest, AProgramDoesNotOutliveItsLauncher) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string log = TempPath("orphan.log");
+  int launched[2];
+  ASSERT_EQ(pipe(launched), 0);
+  const pid_t agent = fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    ProcessLauncher launcher;
+    auto pid = launcher.Launch({{"/bin/sh", "-c", "echo started; exec sleep 600"}, log});
+    const int64_t program = pid.ok() ? *pid : -1;
+    (void)!write(launched[1], &program, sizeof(program));
+    while (true) pause();  // until killed
+  }
+  int64_t program = -1;
+  ASSERT_EQ(read(launched[0], &program, sizeof(program)), static_cast<ssize_t>(sizeof(program)));
+  ASSERT_GT(program, 0);
+  // Once it printed, it has exec'd: whatever the launcher set up before exec is in place.
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       ReadAll(log).empty() && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(ReadAll(log), "started\n");
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(agent, &status, 0), agent);
+  // Reparented here; it must die of SIGKILL within the deadline (without the parent-death
+  // signal it sleeps on for 600 s).
+  pid_t reaped = 0;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       reaped == 0 && absl::Now() < give_up;) {
+    reaped = waitpid(static_cast<pid_t>(program), &status, WNOHANG);
+    if (reaped == 0) absl::SleepFor(absl::Milliseconds(2));
+  }
+  if (reaped == 0) {
+    kill(static_cast<pid_t>(program), SIGKILL);
+    waitpid(static_cast<pid_t>(program), &status, 0);
+    FAIL() << "the program outlived its launcher by 10 s";
+  }
+  ASSERT_EQ(reaped, program);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
 }
 
 TEST(ProcessLauncherTest, AnUnopenableLogIsInternal) {
