@@ -26,7 +26,7 @@ constexpr char kFooter[] =
     "  ringctl list [--all] [-o json|yaml|wide]\n"
     "  ringctl status JOB [-o json|yaml|wide]\n"
     "  ringctl cancel JOB | delete JOB | top JOB | checkpoints JOB\n"
-    "  ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]\n"
+    "  ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail LINES | --tail_bytes N]\n"
     "  ringctl nodes [-o json|yaml|wide]\n"
     "  ringctl checkpoint list JOB_DIR | inspect STEP_DIR | verify STEP_DIR|JOB_DIR\n"
     "  ringctl export CHECKPOINT_DIR -o FILE.safetensors [--dtype f32|bf16]\n"
@@ -34,15 +34,15 @@ constexpr char kFooter[] =
     " [--precision mixed|fp32] [--optimizer adam|sgd]\n"
     "  ringctl estimate memory --spec JOB.yaml [--world 4] [--set key=value ...]"
     " [-o json|yaml]\n"
-    "  ringctl estimate pipeline --stages P --micro-batches M [--schedule gpipe|1f1b|"
-    "interleaved_1f1b|zero_bubble] [--virtual-stages V] [-o FILE.svg]\n"
+    "  ringctl estimate pipeline --stages P --micro_batches M [--schedule gpipe|1f1b|"
+    "interleaved_1f1b|zero_bubble] [--virtual_stages V] [-o FILE.svg]\n"
     "  ringctl estimate pipeline --sweep [--stages 4,8,16] [--schedule S] [-o FILE.svg]\n"
     "  ringctl estimate cost --params 7B --tokens 1.4T | --flops F | --gpu_hours H | --spec"
     " JOB.yaml  [--gpu a100] [--gpus N] [--mfu F] [spot and preemption flags] [-o json|yaml]\n"
     "  ringctl data prepare [--tokenizer gpt2|bytes] [--corpus sotu] [INPUT...] -o FILE"
     " [--validation_fraction F]\n"
-    "  ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,lr,"
-    "throughput,grad_norm,loss_scale] [--x step|seconds]\n"
+    "  ringctl plot METRICS.jsonl... -o FILE.svg [--labels a,b,...] [--panels loss,accuracy,"
+    "perplexity,lr,throughput,grad_norm,loss_scale] [--x step|seconds]\n"
     "The coordinator commands find the coordinator by --coordinator HOST:PORT, else\n"
     "$RINGMASTER_ADDRESS, else the config file (--config F, $RINGMASTER_CONFIG or\n"
     "~/.config/ringmaster/config.yaml: keys coordinator, token_file, tls_ca, tls_client_cert,\n"
@@ -187,6 +187,10 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   AddConnectionFlags(submit, &line.connection);
 
   CLI::App* list = app.add_subcommand("list", "list the jobs");
+  list->footer(
+      "-o wide: MEMBERSHIP-EPOCH is the job's rendezvous round (not a data epoch); STEPS/S and "
+      "ETA are rank 0's over the last 30 s of steps, the figures of its progress lines, "
+      "`status`, `top`, the dashboard and /metrics.");
   list->add_flag("--all", line.all, "include finished jobs");
   AddOutputFlags(list, {"json", "yaml", "wide"}, &output);
   AddConnectionFlags(list, &line.connection);
@@ -220,8 +224,15 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
           ->check(CLI::NonNegativeNumber);
   logs->add_option("--slot", slot, "whose log: the trainer that ran on this slot, NODE/SLOT")
       ->excludes(rank_option);
-  logs->add_option("--tail_bytes", line.tail_bytes, "start this many bytes before the end")
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* tail_bytes_option =
+      logs->add_option("--tail_bytes", line.tail_bytes,
+                       "start at the first line that begins within this many bytes of the end")
+          ->check(CLI::NonNegativeNumber);
+  int64_t tail_lines = -1;
+  CLI::Option* tail_option =
+      logs->add_option("--tail", tail_lines, "start this many lines before the end")
+          ->check(CLI::NonNegativeNumber)
+          ->excludes(tail_bytes_option);
   AddConnectionFlags(logs, &line.connection);
 
   CLI::App* nodes = app.add_subcommand(
@@ -318,13 +329,15 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       pipeline->add_flag("--sweep", line.pipeline.sweep,
                          "the bubble for m = 1, 2, 4, ... 256 and the smallest m below 10 %");
   CLI::Option* micro_option =
-      pipeline->add_option("--micro-batches", line.pipeline.micro_batches, "micro-batches m")
+      pipeline
+          ->add_option("--micro_batches,--micro-batches", line.pipeline.micro_batches,
+                       "micro-batches m")
           ->check(CLI::Range(1, 1 << 16))
           ->excludes(sweep_option);
   pipeline->add_option("--schedule", line.pipeline.schedule, "the schedule (default 1f1b)")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}));
   pipeline
-      ->add_option("--virtual-stages", line.pipeline.virtual_stages,
+      ->add_option("--virtual_stages,--virtual-stages", line.pipeline.virtual_stages,
                    "model chunks per rank for interleaved_1f1b (default 2)")
       ->check(CLI::Range(1, 64));
   pipeline->add_option("-o,--svg", line.pipeline.svg, "also draw it into this SVG file");
@@ -425,10 +438,12 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   CLI::App* plot_command = app.add_subcommand(
       "plot",
       "training curves of one or more runs from their metrics files (metrics.jsonl) into one "
-      "SVG: a panel per quantity (loss and test loss, learning rate, throughput, gradient "
-      "norm, fp16's loss scale), the runs overlaid. A file holds a job's whole history: where "
-      "a resumed run repeated steps, its records replace the earlier ones. Panels without "
-      "data are left out (said on stderr). No coordinator needed");
+      "SVG: a panel per quantity (loss and test loss, test accuracy, test perplexity, "
+      "learning rate, throughput, gradient norm, fp16's loss scale), the runs overlaid. A "
+      "file holds one run's history: where a resumed run repeated steps, its records replace "
+      "the earlier ones; records of another job or configuration, and lines that are not "
+      "metrics records, are left out. What is left out, panels without data and identical "
+      "curves are said on stderr. No coordinator needed");
   plot_command->add_option("METRICS", line.plot.files, "metrics.jsonl files, one run each")
       ->required();
   plot_command->add_option("-o,--output", line.plot.out, "the SVG file to write")->required();
@@ -469,6 +484,24 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
     }
     at = commands[found - names.begin()];
     words.push_back(word);
+  }
+  // An unknown flag, named as such (CLI11 would name whichever argument was left over: after
+  // `--nproc_per_node 2 spec.yaml`, the spec).
+  for (const std::string& word : args) {
+    if (word == "--") break;
+    if (word.size() <= 2 || !absl::StartsWith(word, "--")) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (at->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr) {
+      continue;
+    }
+    std::string hint;
+    if (at == local && (absl::StrContains(name, "proc") || absl::StrContains(name, "node") ||
+                        absl::StrContains(name, "rank") || absl::StrContains(name, "world") ||
+                        name == "--np" || name == "--gpus")) {
+      hint = "; ringctl local starts --workers N trainer processes (slots) on this machine";
+    }
+    return UsageError(absl::StrJoin(words, " "),
+                      absl::StrCat("unknown flag ", name, hint));
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them so
   try {
@@ -526,6 +559,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   if (line.command == Command::kTop && rank >= 0) line.rank = rank;
   if (line.command == Command::kLogs) {
     if (rank >= 0) line.rank = rank;
+    if (tail_option->count() > 0) line.tail_lines = tail_lines;
     if (!slot.empty()) {
       const size_t at = slot.rfind('/');
       int index = -1;
@@ -566,7 +600,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
     EstimatePipelineFlags& p = line.pipeline;
     if (p.sweep && p.stages.empty()) p.stages = {4, 8, 16};
     if (!p.sweep && (stages_option->count() == 0 || micro_option->count() == 0)) {
-      return UsageError(path, "give --stages P and --micro-batches M (a schedule's timeline), "
+      return UsageError(path, "give --stages P and --micro_batches M (a schedule's timeline), "
                               "or --sweep (the bubble against M)");
     }
     if (!p.sweep && p.stages.size() != 1) {

@@ -8,7 +8,7 @@
 //   ringctl status JOB [-o json|yaml|wide]
 //   ringctl cancel JOB [-o json|yaml]
 //   ringctl delete JOB [-o json|yaml]
-//   ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail_bytes N]
+//   ringctl logs JOB [-f] [--rank R | --slot NODE/SLOT] [--tail LINES | --tail_bytes N]
 //   ringctl nodes [-o json|yaml|wide]
 //   ringctl top JOB [-o json] [--rank R]
 //   ringctl checkpoints JOB [-o json|yaml]
@@ -100,16 +100,17 @@ struct EstimateSpecFlags {
 // bubble against the micro-batches (cli/estimate_pipeline.h).
 struct EstimatePipelineFlags {
   std::vector<int> stages;    // --stages: one count, or with --sweep a list (default 4,8,16)
-  int micro_batches = 0;      // --micro-batches (not with --sweep)
+  int micro_batches = 0;      // --micro_batches (or --micro-batches; not with --sweep)
   std::string schedule = "1f1b";
-  int virtual_stages = 0;     // --virtual-stages; 0: 2 for interleaved_1f1b, else 1
+  int virtual_stages = 0;     // --virtual_stages (or --virtual-stages); 0: 2 for
+                              // interleaved_1f1b, else 1
   bool sweep = false;
   std::string svg;            // -o FILE: also draw it there
 };
 
 // `ringctl plot`: training curves from metrics files (cli/plot.h).
-inline constexpr std::array<const char*, 5> kPlotPanels = {"loss", "lr", "throughput",
-                                                           "grad_norm", "loss_scale"};
+inline constexpr std::array<const char*, 7> kPlotPanels = {
+    "loss", "accuracy", "perplexity", "lr", "throughput", "grad_norm", "loss_scale"};
 // What the x axis counts: steps done, or training seconds (the sum of the records' windows:
 // the time spent training, without the gaps between a run and its resumption).
 inline constexpr std::array<const char*, 2> kPlotXAxes = {"step", "seconds"};
@@ -151,12 +152,15 @@ struct CommandLine {
   bool wait = false;                   // submit --wait
   bool extend = false;                 // submit --extend: resume=extend after the --set ones
   bool all = false;                    // list --all
-  // logs: -f, whose log (--rank, or --slot NODE/SLOT: at most one), --tail_bytes.
+  // logs: -f, whose log (--rank, or --slot NODE/SLOT: at most one), where it starts (--tail
+  // lines before the end, or --tail_bytes: the first line that begins within that many bytes
+  // of the end; at most one).
   // top: --rank, whose communication table.
   bool follow = false;
   std::optional<int> rank;
   std::optional<std::pair<std::string, int>> slot;
   int64_t tail_bytes = 0;
+  std::optional<int64_t> tail_lines;
   OutputFormat output = OutputFormat::kTable;
   ConnectionFlags connection;
   LocalOptions local;  // local's flags (its temp_dir is left at the default)

@@ -273,6 +273,12 @@ TEST(CommandLineTest, BadUsageExitsTwoNamingTheProblem) {
       {"logs j --rank -1", "--rank"},
       {"nodes extra", "not expected: extra"},
       {"nodes -o table2", "-o"},
+      // Issue 36 point 13: the unknown flag is named, not the spec after its value.
+      {"local --nproc_per_node 2 spec.yaml", "unknown flag --nproc_per_node; ringctl local "
+                                             "starts --workers N trainer processes"},
+      {"local spec.yaml --nproc_per_node=2", "unknown flag --nproc_per_node"},
+      {"submit job.yaml --workers 2", "unknown flag --workers"},
+      {"estimate pipeline --stages 2 --microbatches 4", "unknown flag --microbatches"},
   };
   for (const Case& c : cases) {
     const ParsedCommandLine p = Parse(c.line);

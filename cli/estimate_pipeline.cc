@@ -19,8 +19,8 @@ absl::Status AsFlags(const absl::Status& status) {
   if (status.ok() || !absl::IsInvalidArgument(status)) return status;
   std::string message(status.message());
   for (const auto& [field, flag] : {std::pair<const char*, const char*>{"ranks", "--stages"},
-                                    {"micro_batches", "--micro-batches"},
-                                    {"virtual_stages", "--virtual-stages"}}) {
+                                    {"micro_batches", "--micro_batches"},
+                                    {"virtual_stages", "--virtual_stages"}}) {
     if (absl::StartsWith(message, absl::StrCat(field, ": "))) {
       message = absl::StrCat(flag, message.substr(std::string(field).size()));
     }

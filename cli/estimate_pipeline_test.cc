@@ -78,10 +78,23 @@ TEST(EstimatePipeline, SweepAndSvg) {
   EXPECT_TRUE(absl::StrContains(*drawn, "P = 16")) << *drawn;
 }
 
+// Every other flag is spelt with underscores; the hyphenated spellings stay accepted.
+TEST(EstimatePipeline, TakesTheFlagsWithUnderscoresAndWithHyphens) {
+  for (const char* args : {"estimate pipeline --stages 4 --micro_batches 8 --schedule "
+                           "interleaved_1f1b --virtual_stages 3",
+                           "estimate pipeline --stages 4 --micro-batches 8 --schedule "
+                           "interleaved_1f1b --virtual-stages 3"}) {
+    ParsedCommandLine p = Parse(args);
+    ASSERT_TRUE(p.line.has_value()) << args << ": " << p.err;
+    EXPECT_EQ(p.line->pipeline.micro_batches, 8) << args;
+    EXPECT_EQ(p.line->pipeline.virtual_stages, 3) << args;
+  }
+}
+
 TEST(EstimatePipeline, BadUsageNamesTheFlag) {
   ParsedCommandLine p = Parse("estimate pipeline --stages 4");
   EXPECT_EQ(p.exit_status, 2);
-  EXPECT_TRUE(absl::StrContains(p.err, "--micro-batches")) << p.err;
+  EXPECT_TRUE(absl::StrContains(p.err, "--micro_batches")) << p.err;
   p = Parse("estimate pipeline --stages 4,8 --micro-batches 4");
   EXPECT_TRUE(absl::StrContains(p.err, "--stages: one count")) << p.err;
   p = Parse("estimate pipeline --stages 4 --micro-batches 4 --schedule zb");
@@ -90,10 +103,10 @@ TEST(EstimatePipeline, BadUsageNamesTheFlag) {
   absl::StatusOr<std::string> text =
       Estimate("estimate pipeline --schedule interleaved_1f1b --stages 4 --micro-batches 6");
   EXPECT_TRUE(absl::IsInvalidArgument(text.status()));
-  EXPECT_TRUE(absl::StartsWith(text.status().message(), "--micro-batches: 6 is not a multiple"))
+  EXPECT_TRUE(absl::StartsWith(text.status().message(), "--micro_batches: 6 is not a multiple"))
       << text.status();
   text = Estimate("estimate pipeline --stages 2 --micro-batches 2 --virtual-stages 2");
-  EXPECT_TRUE(absl::StartsWith(text.status().message(), "--virtual-stages")) << text.status();
+  EXPECT_TRUE(absl::StartsWith(text.status().message(), "--virtual_stages")) << text.status();
   text = Estimate("estimate pipeline --stages 2 --micro-batches 2 -o /nonexistent/dir/x.svg");
   EXPECT_FALSE(text.ok());
   EXPECT_TRUE(absl::StrContains(text.status().message(), "-o /nonexistent/dir/x.svg"))

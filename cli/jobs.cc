@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "cli/output.h"
 #include "cli/resources.h"
+#include "cli/run_name.h"
 #include "spec/job_spec.h"
 
 namespace ringmaster::cli {
@@ -66,6 +68,11 @@ int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
     return 2;
   }
   const std::string estimate = FillMemoryEstimate(&*spec);
+  // The agents place a relative metrics path: ringctl's directory is not theirs.
+  if (absl::StatusOr<std::string> metrics = NameRun(&*spec, absl::Now(), ""); !metrics.ok()) {
+    fprintf(io.err, "ringctl: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
   auto job = client.Submit(*spec);
   if (!job.ok()) return Refused(io, job.status());
   if (!estimate.empty() && !MachineFormat(line.output)) fprintf(io.out, "%s\n", estimate.c_str());
@@ -144,7 +151,7 @@ int Delete(const CommandLine& line, UserCalls& client, const Io& io) {
   return 0;
 }
 
-int Logs(const CommandLine& line, UserCalls& client, const Io& io) {
+LogsRequest LogsRequestOf(const CommandLine& line) {
   LogsRequest request;
   request.set_job(line.target);
   if (line.rank) request.set_rank(*line.rank);
@@ -152,13 +159,109 @@ int Logs(const CommandLine& line, UserCalls& client, const Io& io) {
     request.mutable_slot()->set_node(line.slot->first);
     request.mutable_slot()->set_slot(line.slot->second);
   }
-  request.set_follow(line.follow);
-  request.set_tail_bytes(line.tail_bytes);
-  absl::Status s = client.Logs(request, absl::InfiniteFuture(), [&io](const LogChunk& chunk) {
-    fwrite(chunk.data().data(), 1, chunk.data().size(), io.out);
-    fflush(io.out);
+  return request;
+}
+
+// Writes a log's chunks to `out` from `from` (an offset in the log) on; with `line_start`, from
+// the first line that starts there or after: a chunk stream that starts inside a line (a tail
+// in bytes) drops that line's end.
+class LogWriter {
+ public:
+  LogWriter(FILE* out, int64_t from, bool line_start)
+      : out_(out), from_(from), line_start_(line_start) {}
+
+  bool Write(const LogChunk& chunk) {
+    absl::string_view data = chunk.data();
+    const int64_t offset = chunk.offset();
+    if (offset + static_cast<int64_t>(data.size()) <= from_) return true;
+    if (offset < from_) data.remove_prefix(from_ - offset);
+    if (first_) {
+      first_ = false;
+      // A stream from the log's beginning starts a line.
+      skipping_ = line_start_ && std::max(offset, from_) > 0;
+    }
+    if (skipping_) {
+      const size_t end = data.find('\n');
+      if (end == absl::string_view::npos) return true;
+      data.remove_prefix(end + 1);
+      skipping_ = false;
+    }
+    fwrite(data.data(), 1, data.size(), out_);
+    fflush(out_);
     return true;
-  });
+  }
+
+ private:
+  FILE* const out_;
+  const int64_t from_;
+  const bool line_start_;
+  bool first_ = true;
+  bool skipping_ = false;
+};
+
+// Where the last `lines` lines of `text` start (a last line without its line break counts).
+// npos when `text` holds fewer lines whole.
+size_t LastLinesStart(absl::string_view text, int64_t lines) {
+  size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;
+  for (int64_t i = 0; i < lines; ++i) {
+    if (end == 0) return absl::string_view::npos;
+    const size_t brk = text.rfind('\n', end - 1);
+    if (brk == absl::string_view::npos) return absl::string_view::npos;
+    end = brk;
+  }
+  return lines == 0 ? text.size() : end + 1;
+}
+
+// `logs --tail N`: reads larger tails of the log until they hold N whole lines (or the whole
+// log), prints its last N lines, and with -f follows on from where that read ended.
+int LogsTailLines(const CommandLine& line, UserCalls& client, const Io& io) {
+  int64_t window = int64_t{64} << 10;
+  std::string text;
+  int64_t first = 0;  // the log's offset of text[0]
+  while (true) {
+    LogsRequest request = LogsRequestOf(line);
+    request.set_tail_bytes(window);
+    text.clear();
+    first = -1;
+    absl::Status s = client.Logs(request, absl::InfiniteFuture(), [&](const LogChunk& chunk) {
+      if (first < 0) first = chunk.offset();
+      text.append(chunk.data());
+      return true;
+    });
+    if (!s.ok()) return Refused(io, s);
+    if (first < 0) first = 0;  // an empty log
+    const size_t start = LastLinesStart(text, *line.tail_lines);
+    if (start != absl::string_view::npos || first == 0 || window >= (int64_t{1} << 40)) {
+      const size_t from = start == absl::string_view::npos ? 0 : start;
+      fwrite(text.data() + from, 1, text.size() - from, io.out);
+      fflush(io.out);
+      break;
+    }
+    window *= 4;
+  }
+  if (!line.follow) return 0;
+  // What was written since that read, and on: a tail that reaches back past it (the log grew
+  // little in between), of which the bytes already printed are skipped.
+  const int64_t end = first + static_cast<int64_t>(text.size());
+  LogsRequest request = LogsRequestOf(line);
+  request.set_follow(true);
+  request.set_tail_bytes(static_cast<int64_t>(text.size()) + (int64_t{1} << 20));
+  LogWriter writer(io.out, end, /*line_start=*/false);
+  absl::Status s = client.Logs(request, absl::InfiniteFuture(),
+                               [&writer](const LogChunk& chunk) { return writer.Write(chunk); });
+  return s.ok() ? 0 : Refused(io, s);
+}
+
+int Logs(const CommandLine& line, UserCalls& client, const Io& io) {
+  if (line.tail_lines) return LogsTailLines(line, client, io);
+  LogsRequest request = LogsRequestOf(line);
+  request.set_follow(line.follow);
+  // One byte more than asked: when it is a line break, the tail starts with a whole line.
+  request.set_tail_bytes(line.tail_bytes > 0 ? line.tail_bytes + 1 : 0);
+  LogWriter writer(io.out, 0, /*line_start=*/line.tail_bytes > 0);
+  absl::Status s = client.Logs(request, absl::InfiniteFuture(),
+                               [&writer](const LogChunk& chunk) { return writer.Write(chunk); });
   return s.ok() ? 0 : Refused(io, s);
 }
 

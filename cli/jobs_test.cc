@@ -159,7 +159,7 @@ TEST_F(JobsTest, LogsWritesTheBytesAsTheyComeAndPassesTheRequest) {
   EXPECT_TRUE(request.follow());
   EXPECT_EQ(request.slot().node(), "node-b");
   EXPECT_EQ(request.slot().slot(), 3);
-  EXPECT_EQ(request.tail_bytes(), 100);
+  EXPECT_EQ(request.tail_bytes(), 101) << "one byte more: a line break there starts a line";
 
   log.status = absl::UnavailableError("the agent of node-b cannot be reached");
   fake_.logs.Then(log);
@@ -168,6 +168,65 @@ TEST_F(JobsTest, LogsWritesTheBytesAsTheyComeAndPassesTheRequest) {
   EXPECT_EQ(broken.out, "step 1\nstep 2\n") << "what came before the error is kept";
   EXPECT_EQ(broken.err, "ringctl: the agent of node-b cannot be reached\n");
   EXPECT_EQ(fake_.logs.requests().at(1).rank(), 1);
+}
+
+LogChunk Chunk(int64_t offset, const std::string& data) {
+  LogChunk chunk;
+  chunk.set_offset(offset);
+  chunk.set_data(data);
+  return chunk;
+}
+
+// Issue 36 point 13: --tail_bytes started mid-line.
+TEST_F(JobsTest, LogsTailBytesStartsAtALineBoundary) {
+  Stream<LogChunk> cut;  // the tail starts inside "the end of a line\n"
+  cut.items = {Chunk(90, "d of a line\nstep 5\n"), Chunk(110, "step 6\n")};
+  fake_.logs.Then(cut);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail_bytes", "26"}).out, "step 5\nstep 6\n");
+  Stream<LogChunk> on_a_break;  // the byte asked for beyond the tail is a line break
+  on_a_break.items = {Chunk(99, "\nstep 7\n")};
+  fake_.logs.Then(on_a_break);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail_bytes", "7"}).out, "step 7\n");
+  Stream<LogChunk> across;  // the cut line ends in the second chunk
+  across.items = {Chunk(90, "abc"), Chunk(93, "def\nstep 8\n")};
+  fake_.logs.Then(across);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail_bytes", "12"}).out, "step 8\n");
+  Stream<LogChunk> whole;  // a log shorter than the tail: from its beginning
+  whole.items = {Chunk(0, "step 1\n")};
+  fake_.logs.Then(whole);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail_bytes", "100"}).out, "step 1\n");
+}
+
+// Issue 36 point 13: --tail N, lines; with -f, what follows them.
+TEST_F(JobsTest, LogsTailPrintsTheLastLinesThenFollows) {
+  std::string log;
+  for (int i = 1; i <= 5; ++i) log += "step " + std::to_string(i) + "\n";
+  Stream<LogChunk> short_tail;  // a tail of the first window holding one line whole
+  short_tail.items = {Chunk(static_cast<int64_t>(log.size()) - 9, log.substr(log.size() - 9))};
+  Stream<LogChunk> everything;
+  everything.items = {Chunk(0, log.substr(0, 10)), Chunk(10, log.substr(10))};
+  Stream<LogChunk> following;  // from before the end of what was printed, then new lines
+  following.items = {Chunk(14, log.substr(14)), Chunk(static_cast<int64_t>(log.size()), "step 6\n")};
+  fake_.logs.Then(short_tail).Then(everything).Then(following);
+  Ran ran = Run({"logs", "job-a", "--tail", "2", "-f", "--rank", "1"});
+  EXPECT_EQ(ran.status, 0) << ran.err;
+  EXPECT_EQ(ran.out, "step 4\nstep 5\nstep 6\n");
+  const auto& requests = fake_.logs.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_FALSE(requests[0].follow());
+  EXPECT_EQ(requests[0].tail_bytes(), 64 << 10);
+  EXPECT_EQ(requests[1].tail_bytes(), 256 << 10) << "a larger tail when one held too few lines";
+  EXPECT_TRUE(requests[2].follow());
+  EXPECT_EQ(requests[2].rank(), 1);
+
+  Stream<LogChunk> unterminated;  // the last line not ended yet counts
+  unterminated.items = {Chunk(0, "a\nb\nc")};
+  fake_.logs.Then(unterminated);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail", "2"}).out, "b\nc");
+  fake_.logs.Then(unterminated);
+  EXPECT_EQ(Run({"logs", "job-a", "--tail", "9"}).out, "a\nb\nc");
+  EXPECT_FALSE(ParseCommandLine({"logs", "job-a", "--tail", "2", "--tail_bytes", "9"}).line)
+      << "one of the two";
 }
 
 TEST_F(JobsTest, NodesPrintsTheTableOrTheMessage) {
