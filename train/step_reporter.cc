@@ -110,6 +110,7 @@ void StepReporter::Say(const std::string& line) const {
 void StepReporter::StartAt(int64_t first_step) {
   first_step_ = first_step;
   start_ = window_start_ = absl::Now();
+  excluded_ = absl::ZeroDuration();
 }
 
 bool StepReporter::Logged(int64_t step) const {

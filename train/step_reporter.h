@@ -73,6 +73,13 @@ class StepReporter {
   // window. A failed TensorBoard write is logged and ends the event file; training goes on.
   void Log(const StepLine& line, const GradientSyncStats& last);
 
+  // Time spent outside the training steps (an evaluation) just now: not counted in the
+  // window's rates nor in training_time().
+  void ExcludeFromRates(absl::Duration d) {
+    window_start_ += d;
+    excluded_ += d;
+  }
+
   // The run's samples and wall time so far.
   int64_t total_samples() const { return total_samples_; }
   // The figures of the last logged window (the progress line's): samples and tokens per
@@ -86,6 +93,8 @@ class StepReporter {
   };
   const Window& last_window() const { return last_window_; }
   absl::Duration elapsed() const { return absl::Now() - start_; }
+  // elapsed() less the time excluded from the rates (ExcludeFromRates).
+  absl::Duration training_time() const { return elapsed() - excluded_; }
 
  private:
   explicit StepReporter(const StepReporterOptions& options);
@@ -99,6 +108,7 @@ class StepReporter {
   absl::Time window_start_;
   int64_t window_samples_ = 0, total_samples_ = 0;
   absl::Duration window_comm_, window_exposed_;
+  absl::Duration excluded_;  // since StartAt
   Window last_window_;
 };
 

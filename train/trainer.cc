@@ -169,6 +169,9 @@ struct Trainer::State {
 
   TrainResult result;
   absl::Duration comm_time, exposed_comm;  // inside gradient collectives, summed
+  absl::Duration eval_time;                // in evaluations, summed
+  absl::Duration last_eval_time;           // the last evaluation's
+  int evaluations = 0;
   // Bytes this rank sent through `comm` inside the steps: all, all-gathers, reductions.
   uint64_t step_bytes_sent = 0, step_bytes_gathered = 0, step_bytes_reduced = 0;
   // Of step_bytes_sent: through the mesh's pipeline and tensor-parallel groups.
@@ -240,12 +243,32 @@ struct Trainer::State {
   absl::Status BuildSchedule();
   void SayStart() const;
   absl::Status RestoreAndCheckpoint();
-  // Evaluates on data.test (when there is one) after `done` steps: result.eval_*.
+  // Evaluates on data.test (when there is one) after `done` steps: result.eval_*. Timed
+  // into eval_time, and kept out of the training rates (StepReporter::ExcludeFromRates).
   absl::Status Evaluate(int64_t done);
+  absl::Status RunEvaluation(int64_t done);
+  // After the last step (Finish): the evaluation data.final_eval asks for, unless the last
+  // evaluation is of these parameters already (a classifier keeps its last epoch's without
+  // data.eval_every_steps); its own line, and result.final_eval_seconds.
+  absl::Status FinalEvaluation();
   // The samples of data.test an evaluation reads (data.eval_samples, or all).
   int64_t EvaluatedSamples() const {
     const int64_t size = data.test->size();
     return config.data.eval_samples > 0 ? std::min(config.data.eval_samples, size) : size;
+  }
+  // Whether an evaluation by steps (data.eval_every_steps) is due after `done` steps: every
+  // K steps, and after the last one with data.final_eval.
+  bool EvaluationDueBySteps(int64_t done) const {
+    if (config.data.eval_every_steps <= 0) return false;
+    return done % config.data.eval_every_steps == 0 ||
+           (done == total_steps && config.data.final_eval);
+  }
+  // Whether the step that reads `gb` (0-based `step`) writes a progress line and a metrics
+  // record: every diagnostics.log_every steps, at a data epoch's end, and after an
+  // evaluation by steps. Such a step measures this rank's own gradient norm for the record.
+  bool RecordsStep(const data::GlobalBatch& gb, int64_t step) const {
+    return reporter->Logged(step) || gb.next.epoch != gb.start.epoch ||
+           EvaluationDueBySteps(step + 1);
   }
   absl::Status ForwardBackward(const data::GlobalBatch& gb, bool measure, double stats[3]);
   absl::StatusOr<bool> Update(int64_t step, GradNorm& norm);
@@ -460,7 +483,8 @@ void Trainer::State::SayStart() const {
                          ? absl::StrCat(" every ", config.data.eval_every_steps, " steps")
                          : "",
                      config.data.eval_every_epoch ? ", after every data epoch" : "",
-                     " and after the last step",
+                     config.data.final_eval ? " and after the last step"
+                                            : " (data.final_eval: false: not after the last step)",
                      data.test->info().context > 0 ? " (loss and perplexity)" : ""));
   }
   if (!BlasNote().empty()) Say(BlasNote());
@@ -598,6 +622,34 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
 
 absl::Status Trainer::State::Evaluate(int64_t done) {
   if (data.test == nullptr) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  absl::Status s = RunEvaluation(done);
+  last_eval_time = absl::Now() - start;
+  eval_time += last_eval_time;
+  ++evaluations;
+  reporter->ExcludeFromRates(last_eval_time);
+  return s;
+}
+
+absl::Status Trainer::State::FinalEvaluation() {
+  if (data.test == nullptr || !config.data.final_eval) return absl::OkStatus();
+  const bool stale = (config.data.eval_every_steps > 0 || data.test->info().context > 0) &&
+                     result.eval_step() != step;
+  if (result.has_eval_accuracy() && !stale) return absl::OkStatus();
+  RM_RETURN_IF_ERROR(Evaluate(step));
+  const absl::Duration took = last_eval_time;
+  result.set_final_eval_seconds(absl::ToDoubleSeconds(took));
+  const bool language = data.test->info().context > 0;
+  Say(absl::StrFormat(
+      "evaluation after step %d: %s %.4f, loss %.4f (%d samples of %s, %.2f s, not counted in "
+      "the training throughput; data.final_eval: false skips it)",
+      step, language ? "perplexity" : "test accuracy",
+      language ? result.eval_perplexity() : result.eval_accuracy(), result.eval_loss(),
+      EvaluatedSamples(), data.test->info().name, absl::ToDoubleSeconds(took)));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::State::RunEvaluation(int64_t done) {
   double stats[3] = {0, 0, 0};  // loss sum, terms, correct
   const int64_t eval_batch = EvaluationBatchSamples(config, plan);
   // data.eval_samples: n samples spread evenly over the data set (sample floor(i size / n)).
@@ -830,12 +882,12 @@ absl::Status Trainer::State::AfterStep(const data::GlobalBatch& gb, const double
                                              result.final_loss(), done, Deadline()));
   }
   const bool epoch_end = gb.next.epoch != gb.start.epoch;
-  // data.eval_every_steps, and after the last step when it is set.
-  const bool eval_due =
-      config.data.eval_every_steps > 0 && (done % config.data.eval_every_steps == 0 || last_step);
-  const bool evaluated = (epoch_end && config.data.eval_every_epoch) || eval_due;
-  if (evaluated) RM_RETURN_IF_ERROR(Evaluate(done));
-  if (reporter->Logged(step) || epoch_end || eval_due) {
+  const bool evaluated = (epoch_end && config.data.eval_every_epoch) || EvaluationDueBySteps(done);
+  if (evaluated) {
+    RM_RETURN_IF_ERROR(Evaluate(done));
+    if (last_step) result.set_final_eval_seconds(absl::ToDoubleSeconds(last_eval_time));
+  }
+  if (RecordsStep(gb, step)) {
     StepLine line;
     line.step = done;
     line.epoch = gb.start.epoch;
@@ -892,6 +944,8 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm, do
 }
 
 absl::StatusOr<TrainResult> Trainer::State::Finish() {
+  // The steps' time ends here: not the last checkpoint's write, nor the final evaluation.
+  const double training = std::max(1e-9, absl::ToDoubleSeconds(reporter->training_time()));
   if (checkpoints != nullptr) {
     const CheckpointTotals totals = checkpoints->Finish();
     result.set_checkpoints_saved(static_cast<int32_t>(totals.saved));
@@ -901,14 +955,11 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   // The last evaluation is of the final parameters with data.eval_every_steps or for a
   // language model (a drained run evaluates where it stopped); a classifier keeps its last
   // epoch's.
-  const bool stale = data.test != nullptr &&
-                     (config.data.eval_every_steps > 0 || data.test->info().context > 0) &&
-                     result.eval_step() != step;
-  if ((!result.has_eval_accuracy() || stale) && data.test != nullptr) {
-    RM_RETURN_IF_ERROR(Evaluate(step));
-  }
-  const double secs = std::max(1e-9, absl::ToDoubleSeconds(reporter->elapsed()));
-  result.set_elapsed_seconds(secs);
+  RM_RETURN_IF_ERROR(FinalEvaluation());
+  result.set_elapsed_seconds(absl::ToDoubleSeconds(reporter->elapsed()));
+  result.set_training_seconds(training);
+  result.set_evaluations(evaluations);
+  result.set_eval_seconds(absl::ToDoubleSeconds(eval_time));
   result.set_comm_seconds(absl::ToDoubleSeconds(comm_time));
   result.set_exposed_comm_seconds(absl::ToDoubleSeconds(exposed_comm));
   const int64_t steps_run = step - first_step;
@@ -927,7 +978,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   }
   result.set_gathered_bytes(static_cast<double>(step_bytes_gathered));
   result.set_reduced_bytes(static_cast<double>(step_bytes_reduced));
-  result.set_samples_per_second(static_cast<double>(reporter->total_samples()) / secs);
+  result.set_samples_per_second(static_cast<double>(reporter->total_samples()) / training);
   if (data.train->info().context > 0) {
     result.set_tokens_per_second(result.samples_per_second() * data.train->info().context);
   }
@@ -1114,7 +1165,7 @@ absl::Status Trainer::StepOnce() {
                         t.sampler->NextGlobalBatch(t.sampler_state, t.config.global_batch));
     double stats[3] = {0, 0, 0};  // loss sum, terms, correct
     const StepSent sent_before = t.BytesSentInSteps();
-    RM_RETURN_IF_ERROR(t.ForwardBackward(gb, t.reporter->Logged(t.step), stats));
+    RM_RETURN_IF_ERROR(t.ForwardBackward(gb, t.RecordsStep(gb, t.step), stats));
     GradNorm norm;
     RM_ASSIGN_OR_RETURN(bool applied, t.Update(t.step, norm));
     const StepSent sent_after = t.BytesSentInSteps();

@@ -1620,6 +1620,127 @@ TEST(TrainerMetrics, AppendsToTheJobsHistoryAndShowsElapsedAndEta) {
   EXPECT_TRUE(absl::EndsWith(text, "\n"));
 }
 
+// Every metrics record carries rank 0's own gradient norm, the records of data epochs' ends
+// too (the step that ends an epoch is logged, so it measures the norm; it used to measure it
+// on log_every's steps only, and the epoch ends' records said 0). 250 samples and batches of
+// 60: epochs end after steps 5 and 10 (the last batch of an epoch is short).
+TEST(TrainerMetrics, EveryRecordHasTheLocalGradientNormEpochEndsToo) {
+  const std::string dir = comm::testing::FreshStoreDir() + "-local-norm";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/metrics.jsonl";
+  MultiProcOptions options;
+  options.world_size = 2;
+  auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+    RM_ASSIGN_OR_RETURN(JobSpec spec,
+                        spec::LoadJobSpecText(kSpec, {"steps=10", "diagnostics.log_every=100",
+                                                      "metrics.jsonl=" + path}));
+    auto train_data = Synthetic();
+    return RunTraining(ForkedRankOptions(spec, comm, train_data.get())).status();
+  });
+  for (const auto& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+  const std::string text = ReadFile(path).value_or("");
+  std::vector<int64_t> steps;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    steps.push_back(record["step"].get<int64_t>());
+    EXPECT_GT(record.value("local_grad_norm", 0.0), 0) << line;
+  }
+  // The first step, the epochs' ends (the second is the last step).
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 5, 10})) << text;
+}
+
+// The training throughput counts the training steps only: an evaluation after the last step
+// that takes far longer than the steps (a large test set) leaves samples_per_second as the
+// steps' pace, and is timed apart (eval_seconds, final_eval_seconds, a line of its own).
+// data.final_eval: false skips it; with data.eval_every_steps it skips only the evaluation
+// after the last step that no multiple of K asked for.
+TEST(TrainerEvaluation, ThroughputCountsTheTrainingStepsAndTheEvaluationIsTimedApart) {
+  struct Outcome {
+    TrainResult result;
+    double steps_seconds = 0;   // the Step() calls, timed here
+    double finish_seconds = 0;  // Run() after the last step: the final evaluation
+    bool evaluation_line = false;
+  };
+  auto run = [](std::vector<std::string> overrides, int64_t test_samples) {
+    const std::string dir = comm::testing::FreshStoreDir() + "-eval";
+    EXPECT_EQ(mkdir(dir.c_str(), 0755), 0);
+    MultiProcOptions options;
+    options.world_size = 1;
+    auto results = RunRanks(options, [&](TcpCommunicator& comm, absl::Duration*) -> absl::Status {
+      overrides.push_back("diagnostics.fingerprint_every=0");
+      RM_ASSIGN_OR_RETURN(JobSpec spec, spec::LoadJobSpecText(kSpec, overrides));
+      auto train_data = Synthetic();
+      auto test_data = Synthetic(test_samples);
+      TrainerOptions o = ForkedRankOptions(spec, comm, train_data.get());
+      o.test_data = test_data.get();
+      bool line = false;
+      o.progress = [&](const std::string& l) {
+        line = line || absl::StartsWith(l, "evaluation after step ");
+      };
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o));
+      const absl::Time start = absl::Now();
+      while (!trainer->finished()) RM_RETURN_IF_ERROR(trainer->Step());
+      const absl::Time steps_end = absl::Now();
+      RM_ASSIGN_OR_RETURN(TrainResult result, trainer->Run());
+      const std::string text = absl::StrCat(
+          TrainResultJson(result), absl::ToDoubleSeconds(steps_end - start), " ",
+          absl::ToDoubleSeconds(absl::Now() - steps_end), " ", line ? 1 : 0, "\n");
+      return WriteFileAtomically(dir + "/outcome", text);
+    });
+    EXPECT_TRUE(results[0].status.ok()) << results[0].status;
+    Outcome out;
+    const std::vector<std::string> lines =
+        absl::StrSplit(ReadFile(dir + "/outcome").value_or(""), '\n');
+    if (lines.size() < 2) return out;
+    EXPECT_TRUE(FromJson(lines[0], &out.result, "result").ok()) << lines[0];
+    int line = 0;
+    sscanf(lines[1].c_str(), "%lf %lf %d", &out.steps_seconds, &out.finish_seconds, &line);
+    out.evaluation_line = line != 0;
+    return out;
+  };
+  // 20 steps of a wider MLP (some 0.1 s); one evaluation, of 40,000 samples, after the last
+  // (some 10 times as long).
+  const Outcome final_eval = run({"steps=20", "model.mlp.hidden=[512, 512]"}, 40000);
+  const TrainResult& r = final_eval.result;
+  ASSERT_EQ(r.steps(), 20);
+  ASSERT_GT(final_eval.finish_seconds, 4 * final_eval.steps_seconds)
+      << "the evaluation should take far longer than the steps for this test to mean anything";
+  // 250 samples in batches of 60: an epoch is 4 full batches and one of 10; 20 steps are 4
+  // epochs.
+  const double samples = 4 * 250;
+  EXPECT_GE(r.samples_per_second(), 0.5 * samples / final_eval.steps_seconds)
+      << "the throughput counted the evaluation: " << TrainResultJson(r)
+      << "steps took " << final_eval.steps_seconds << " s, the end " << final_eval.finish_seconds
+      << " s";
+  EXPECT_NEAR(r.samples_per_second() * r.training_seconds(), samples, 1e-6 * samples);
+  EXPECT_LE(r.training_seconds(), 1.1 * final_eval.steps_seconds + 0.25);
+  EXPECT_EQ(r.evaluations(), 1);
+  EXPECT_EQ(r.eval_step(), 20);
+  EXPECT_TRUE(r.has_eval_accuracy());
+  EXPECT_GT(r.final_eval_seconds(), 0.5 * final_eval.finish_seconds);
+  EXPECT_LE(r.final_eval_seconds(), final_eval.finish_seconds);
+  EXPECT_DOUBLE_EQ(r.eval_seconds(), r.final_eval_seconds());
+  EXPECT_GE(r.elapsed_seconds(), r.training_seconds() + r.eval_seconds());
+  EXPECT_TRUE(final_eval.evaluation_line) << "no line for the evaluation after the last step";
+
+  const Outcome none = run({"data.final_eval=false"}, 513);
+  EXPECT_EQ(none.result.steps(), 6);
+  EXPECT_EQ(none.result.evaluations(), 0);
+  EXPECT_EQ(none.result.eval_seconds(), 0);
+  EXPECT_FALSE(none.result.has_eval_accuracy());
+  EXPECT_FALSE(none.evaluation_line);
+
+  // Every 4 steps of 6: after step 4, and after step 6 only with data.final_eval.
+  const Outcome by_steps = run({"data.eval_every_steps=4"}, 513);
+  EXPECT_EQ(by_steps.result.evaluations(), 2);
+  EXPECT_EQ(by_steps.result.eval_step(), 6);
+  EXPECT_GT(by_steps.result.final_eval_seconds(), 0);
+  const Outcome by_steps_only = run({"data.eval_every_steps=4", "data.final_eval=false"}, 513);
+  EXPECT_EQ(by_steps_only.result.evaluations(), 1);
+  EXPECT_EQ(by_steps_only.result.eval_step(), 4);
+  EXPECT_EQ(by_steps_only.result.final_eval_seconds(), 0);
+}
+
 // Runs one rank of kSpec, changed by `change`, with `on_restored`; the status it ends with,
 // INTERNAL when an error it returns is not marked permanent.
 absl::Status TrainOneRank(const std::function<void(JobSpec*)>& change,
