@@ -105,7 +105,9 @@ void FillPipeline(int32_t pp, PipelineSpec* pipeline) {
                           std::numeric_limits<int32_t>::max())));
   }
   if (!pipeline->has_virtual_stages()) {
-    pipeline->set_virtual_stages(kDefaultPipelineVirtualStages);
+    pipeline->set_virtual_stages(pipeline->schedule() == PipelineSpec::SCHEDULE_INTERLEAVED_1F1B
+                                     ? kDefaultInterleavedVirtualStages
+                                     : kDefaultPipelineVirtualStages);
   }
 }
 

@@ -82,6 +82,8 @@ inline constexpr PipelineSpec::Schedule kDefaultPipelineSchedule = PipelineSpec:
 // (pp − 1) ÷ (m + pp − 1) is then about a third.
 inline constexpr int32_t kDefaultPipelineMicroBatchesPerStage = 2;
 inline constexpr int32_t kDefaultPipelineVirtualStages = 1;
+// Under schedule interleaved_1f1b, which needs 2 or more (as `ringctl estimate pipeline`).
+inline constexpr int32_t kDefaultInterleavedVirtualStages = 2;
 
 // checkpoint: filled only when checkpoint.dir is set.
 inline constexpr int32_t kDefaultKeepLast = 3;

@@ -168,6 +168,15 @@ TEST(ApplyJobSpecDefaultsTest, PipelineForMoreThanOneStageOnly) {
   EXPECT_EQ(written.parallelism().pipeline().virtual_stages(), 2);
   EXPECT_EQ(written.parallelism().pipeline().micro_batches(), 8);
 
+  // Issue 36 point 10: interleaved_1f1b without virtual_stages got 1, which it cannot run;
+  // its default is 2, as `ringctl estimate pipeline`'s.
+  JobSpec interleaved;
+  interleaved.mutable_parallelism()->mutable_mesh()->set_pp(2);
+  interleaved.mutable_parallelism()->mutable_pipeline()->set_schedule(
+      PipelineSpec::SCHEDULE_INTERLEAVED_1F1B);
+  ApplyJobSpecDefaults(&interleaved);
+  EXPECT_EQ(interleaved.parallelism().pipeline().virtual_stages(), 2);
+
   // One stage (or a bad pp, for validation to name): the section stays as written, so that
   // a field written there is the user's, for validation to refuse.
   for (const int32_t stages : {1, 0, -2}) {

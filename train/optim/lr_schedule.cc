@@ -20,17 +20,19 @@ absl::StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleOptions& o) {
   }
   RM_RETURN_IF_ERROR(settings::CheckCount("total_steps", o.total_steps, 1));
   RM_RETURN_IF_ERROR(settings::CheckCount("warmup_steps", o.warmup_steps, 0));
-  if (o.warmup_steps > o.total_steps) {
-    return absl::InvalidArgumentError(absl::StrCat("warmup_steps (", o.warmup_steps,
-                                                   ") exceeds total_steps (", o.total_steps, ")"));
-  }
   RM_RETURN_IF_ERROR(settings::CheckFraction("warmup_start_ratio", o.warmup_start_ratio));
   RM_RETURN_IF_ERROR(settings::CheckFraction("min_lr_ratio", o.min_lr_ratio));
   double peak = o.base_lr;
   if (o.base_batch > 0) {
     peak = o.base_lr * static_cast<double>(o.global_batch) / static_cast<double>(o.base_batch);
   }
-  return LrSchedule(o, peak);
+  LrScheduleOptions clamped = o;
+  int64_t clamped_from = 0;
+  if (o.warmup_steps > o.total_steps) {
+    clamped_from = o.warmup_steps;
+    clamped.warmup_steps = o.total_steps;
+  }
+  return LrSchedule(clamped, peak, clamped_from);
 }
 
 double LrSchedule::LrAt(int64_t step) const {
@@ -65,6 +67,10 @@ std::string LrSchedule::Describe() const {
   if (o.warmup_steps > 0) {
     absl::StrAppend(&out, ", warm-up from ", o.warmup_start_ratio * peak_, " over ", o.warmup_steps,
                     " steps");
+    if (clamped_from_ > 0) {
+      absl::StrAppend(&out, " (schedule.warmup_steps ", clamped_from_, " clamped to the run's ",
+                      o.total_steps, " steps)");
+    }
   } else {
     absl::StrAppend(&out, ", no warm-up");
   }

@@ -31,7 +31,9 @@ struct LrScheduleOptions {
   // The linear scaling rule: > 0 scales base_lr by global_batch / base_batch; 0 leaves it.
   int64_t base_batch = 0;
   int64_t global_batch = 0;       // >= 1 when base_batch > 0
-  int64_t warmup_steps = 0;       // in [0, total_steps]
+  // >= 0; a warm-up longer than the run is clamped to total_steps (Describe says so): a short
+  // smoke run of a spec written for a long one warms up over all its steps.
+  int64_t warmup_steps = 0;
   double warmup_start_ratio = 0;  // in [0, 1]: warm-up starts at this fraction of the peak
   Decay decay = Decay::kCosine;
   double min_lr_ratio = 0;  // in [0, 1]: where the decay ends, as a fraction of the peak
@@ -40,8 +42,7 @@ struct LrScheduleOptions {
 
 class LrSchedule {
  public:
-  // INVALID_ARGUMENT naming the setting: "base_lr must be >= 0 and finite, got -1",
-  // "warmup_steps (2000) exceeds total_steps (1000)".
+  // INVALID_ARGUMENT naming the setting: "base_lr must be >= 0 and finite, got -1".
   static absl::StatusOr<LrSchedule> Create(const LrScheduleOptions& options);
 
   // The learning rate after the linear scaling rule, reached at the end of the warm-up.
@@ -50,14 +51,19 @@ class LrSchedule {
   double LrAt(int64_t step) const;
   // The effective values, for the trainer to print at start, e.g. "lr peak 0.4 (base_lr 0.1
   // x global_batch 512 / base_batch 128), warm-up from 0 over 500 steps, cosine decay to
-  // 0.004 at step 10000".
+  // 0.004 at step 10000"; a clamped warm-up "warm-up from 0 over 2 steps (schedule.warmup_steps
+  // 100 clamped to the run's 2 steps)".
   std::string Describe() const;
+  // The warm-up as asked, when it was longer than the run and clamped; else 0.
+  int64_t clamped_warmup_steps() const { return clamped_from_; }
 
  private:
-  LrSchedule(const LrScheduleOptions& options, double peak) : options_(options), peak_(peak) {}
+  LrSchedule(const LrScheduleOptions& options, double peak, int64_t clamped_from)
+      : options_(options), peak_(peak), clamped_from_(clamped_from) {}
 
-  LrScheduleOptions options_;
+  LrScheduleOptions options_;  // warmup_steps clamped to total_steps
   double peak_;
+  int64_t clamped_from_;
 };
 
 }  // namespace ringmaster::train
