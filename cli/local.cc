@@ -445,7 +445,16 @@ int LocalCommand(const LocalOptions& options) {
                               summary.eval_loss())
             : absl::StrCat("test accuracy ",
                            number(summary.has_eval_accuracy(), summary.eval_accuracy(), "%.4f"));
-    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s workers%s\n",
+    // The throughput is the training steps' (TrainResult.training_seconds); evaluations
+    // are timed apart.
+    const std::string timing =
+        summary.has_training_seconds()
+            ? absl::StrFormat("; %.1f s training, %.1f s in %d evaluation(s)%s",
+                              summary.training_seconds(), summary.eval_seconds(),
+                              summary.evaluations(),
+                              spec->data().final_eval() ? "" : " (data.final_eval: false)")
+            : std::string();
+    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s workers%s%s\n",
            number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
            number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
            evaluation.c_str(),
@@ -453,7 +462,8 @@ int LocalCommand(const LocalOptions& options) {
            number(summary.has_world_size(), summary.world_size(), "%.0f").c_str(),
            job.recoveries_size() > 0
                ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
-               : "");
+               : "",
+           timing.c_str());
     const ParallelismSpec& parallelism = spec->parallelism();
     if (result && (parallelism.mesh().tp() > 1 || parallelism.mesh().pp() > 1)) {
       printf("%s", RanksTable(*result).c_str());

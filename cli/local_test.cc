@@ -75,7 +75,10 @@ TEST(LocalSummaryTest, TheKeysToolsAndBenchmarksRead) {
                           "skipped_steps", "parameters", "comm_seconds", "exposed_comm_seconds",
                           "elapsed_seconds", "drained", "resumed_from_step", "checkpoints_saved",
                           "checkpoint_failures", "rendezvous_count", "restarts", "recoveries",
-                          "run_dir", "run_dir_kept"));
+                          "run_dir", "run_dir_kept", "parameter_bytes", "gradient_bytes",
+                          "optimizer_state_bytes", "unit_buffer_bytes", "activation_bytes_peak",
+                          "peak_rss_bytes", "comm_bytes_per_step", "training_seconds",
+                          "evaluations", "eval_seconds", "final_eval_seconds", "eval_step"));
   EXPECT_EQ(s["status"], "succeeded");
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["workers"], 2);
@@ -91,6 +94,39 @@ TEST(LocalSummaryTest, TheKeysToolsAndBenchmarksRead) {
   EXPECT_EQ(s["run_dir_kept"], false);
   EXPECT_EQ(s.count("gradient_backend"), 0u);
   EXPECT_EQ(s.count("error"), 0u) << "only when it did not succeed";
+}
+
+// The figures the README promises in the summary file: rank 0's memory and traffic, and
+// the training time apart from the evaluations', as the trainer told them.
+TEST(LocalSummaryTest, RankZerosMemoryTrafficAndTimesAsTheTrainerToldThem) {
+  train::TrainResult trainer;
+  trainer.set_parameter_bytes(2678824);
+  trainer.set_gradient_bytes(2678824);
+  trainer.set_optimizer_state_bytes(2678824);
+  trainer.set_unit_buffer_bytes(0);
+  trainer.set_activation_bytes_peak(1 << 20);
+  trainer.set_peak_rss_bytes(150e6);
+  trainer.set_comm_bytes_per_step(2678900);
+  trainer.set_training_seconds(4.5);
+  trainer.set_evaluations(2);
+  trainer.set_eval_seconds(1.25);
+  trainer.set_final_eval_seconds(0.75);
+  trainer.set_eval_step(120);
+  const nlohmann::ordered_json s = Written(MakeLocalSummary(Outcome("succeeded"), &trainer));
+  EXPECT_EQ(s["parameter_bytes"], 2678824);
+  EXPECT_EQ(s["gradient_bytes"], 2678824);
+  EXPECT_EQ(s["optimizer_state_bytes"], 2678824);
+  EXPECT_EQ(s["unit_buffer_bytes"], 0) << "told, if 0";
+  EXPECT_EQ(s["activation_bytes_peak"], 1 << 20);
+  EXPECT_EQ(s["peak_rss_bytes"], 150e6);
+  EXPECT_EQ(s["comm_bytes_per_step"], 2678900);
+  EXPECT_EQ(s["training_seconds"], 4.5);
+  EXPECT_EQ(s["evaluations"], 2);
+  EXPECT_EQ(s["eval_seconds"], 1.25);
+  EXPECT_EQ(s["final_eval_seconds"], 0.75);
+  EXPECT_EQ(s["eval_step"], 120);
+  const nlohmann::ordered_json failed = Written(MakeLocalSummary(Outcome("failed"), nullptr));
+  EXPECT_EQ(failed.count("parameter_bytes"), 0u) << "nothing the trainer did not tell";
 }
 
 TEST(RanksTableTest, OneLineARankWithItsCoordinatesAndTraffic) {

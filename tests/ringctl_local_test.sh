@@ -60,6 +60,45 @@ rc=$?
 python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["eval_accuracy"]; sys.exit(0 if a > 0.75 else 1)' \
   "$WORK/ok.json" || fail "test accuracy after 120 steps: $(cat "$WORK/ok.json")"
 grep -q "test_accuracy" "$WORK/ok.out" || fail "no progress line with the test accuracy"
+# The memory, traffic and times the README promises in the summary, against what this job
+# must have: the MLP 784-512-512-10's 669,706 parameters in fp32 (padded a little for the
+# world), gradients as many, SGD's momentum as many, no unit buffers (ZeRO-0); a ring
+# all-reduce on 2 ranks sends each rank's whole gradient once a step; the throughput is
+# 120 steps' samples (an epoch of 60,000 ends in a short batch) over the training time, the
+# evaluations timed apart.
+if ! python3 - "$WORK/ok.json" >"$WORK/ok.figures" 2>&1 <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+params = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+per_epoch = -(-60000 // 512)
+samples = sum(60000 - (i % per_epoch) * 512 if i % per_epoch == per_epoch - 1 else 512
+              for i in range(120))
+p = s.get("parameter_bytes", 0)
+checks = {
+    "parameters": s.get("parameters") == params,
+    "parameter_bytes": 4 * params <= p <= 4 * params + 4096,
+    "gradient_bytes": s.get("gradient_bytes") == p,
+    "optimizer_state_bytes": 4 * params <= s.get("optimizer_state_bytes", 0) <= p,
+    "unit_buffer_bytes": s.get("unit_buffer_bytes") == 0,
+    "activation_bytes_peak": s.get("activation_bytes_peak", 0) > 0,
+    "peak_rss_bytes": 3 * p < s.get("peak_rss_bytes", 0) < 4 << 30,
+    "comm_bytes_per_step": 0.99 * p <= s.get("comm_bytes_per_step", 0) <= 1.05 * p,
+    "samples_per_second": abs(s.get("samples_per_second", 0) * s.get("training_seconds", 0)
+                              - samples) < 1,
+    "evaluations": s.get("evaluations", 0) >= 1 and s.get("eval_seconds", 0) > 0,
+    "elapsed_seconds": s.get("training_seconds", 0) + s.get("eval_seconds", 0)
+                       <= s.get("elapsed_seconds", 0) * 1.001,
+}
+bad = [k for k, ok in checks.items() if not ok]
+if bad:
+    print("wrong or missing:", ", ".join(bad), json.dumps(s))
+    sys.exit(1)
+PY
+then
+  fail "the summary's figures: $(cat "$WORK/ok.figures")"
+fi
+grep -q "s training, .* s in 1 evaluation(s)" "$WORK/ok.out" ||
+  fail "the final line does not give the training and evaluation times: $(tail -2 "$WORK/ok.out")"
 [ -n "$(address_of "$WORK/ok.out")" ] || fail "no coordinator address: $(head -3 "$WORK/ok.out")"
 [ -f "$WORK/ok/job.yaml" ] && grep -q "kept the run directory $WORK/ok" "$WORK/ok.out" ||
   fail "the --run_dir was not kept: $(tail -3 "$WORK/ok.out")"
