@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/resources.h"
+#include "cli/run_name.h"
 #include "common/env.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
@@ -147,6 +148,10 @@ int LocalCommand(const LocalOptions& options) {
   }
   // The coordinator places ranks within the node's memory (the agent reports it).
   FillMemoryEstimate(&*spec);
+  char cwd[4096];
+  const absl::StatusOr<std::string> metrics_file =
+      NameRun(&*spec, absl::Now(), getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "");
+  if (!metrics_file.ok()) return Usage(std::string(metrics_file.status().message()));
   // This machine's N workers are the job's slots: elastic between min_ranks and N.
   ElasticSpec* elastic = spec->mutable_elastic();
   if (elastic->max_ranks() == 0 || elastic->max_ranks() > workers) elastic->set_max_ranks(workers);
@@ -208,6 +213,10 @@ int LocalCommand(const LocalOptions& options) {
          temporary && !options.keep_run_dir ? "; removed at the end, --keep_run_dir keeps it"
                                             : "",
          checkpoint_note.c_str());
+  if (!metrics_file->empty()) {
+    printf("ringctl local: metrics of run %s in %s\n", spec->metrics().run().c_str(),
+           metrics_file->c_str());
+  }
   fflush(stdout);
 
   struct sigaction sa;

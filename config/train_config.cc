@@ -3,9 +3,12 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "spec/defaults.h"
 #include "spec/job_spec.h"
+#include "spec/yaml_proto.h"
 
 namespace ringmaster::config {
 namespace {
@@ -231,6 +234,15 @@ absl::StatusOr<train::CheckpointConfig> CheckpointOf(const JobSpec& spec) {
 
 }  // namespace
 
+std::string ConfigFingerprint(const JobSpec& spec) {
+  JobSpec training = spec;
+  for (absl::string_view field : spec::kLengthFields) {
+    const absl::Status cleared = spec::ClearFieldAtPath(&training, field);
+    CHECK(cleared.ok()) << "kLengthFields names no field: " << cleared;
+  }
+  return absl::StrFormat("%016x", spec::TrainingSpecHash(training));
+}
+
 absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   TrainConfig c;
   c.name = spec.name();
@@ -286,6 +298,8 @@ absl::StatusOr<TrainConfig> TrainConfigFromSpec(const JobSpec& spec) {
   c.log_every = spec.diagnostics().log_every();
   c.fingerprint_every = spec.diagnostics().fingerprint_every();
   c.metrics_jsonl = spec.metrics().jsonl();
+  c.metrics_run = spec.metrics().run();
+  c.config_fingerprint = ConfigFingerprint(spec);
   c.metrics_tensorboard = spec.metrics().tensorboard();
   return c;
 }

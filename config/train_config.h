@@ -4,6 +4,8 @@
 #ifndef RINGMASTER_CONFIG_TRAIN_CONFIG_H_
 #define RINGMASTER_CONFIG_TRAIN_CONFIG_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "proto/job_spec.pb.h"
 #include "train/config.h"
@@ -15,6 +17,12 @@ namespace ringmaster::config {
 // model.mlp.activation: gelu) or a field left unset that the engine needs (no model, data or
 // optimizer kind).
 absl::StatusOr<train::TrainConfig> TrainConfigFromSpec(const JobSpec& spec);
+
+// The fingerprint a metrics record carries (TrainConfig::config_fingerprint): 16 hex digits
+// of spec::TrainingSpecHash with the length fields (spec::kLengthFields) cleared, so that a
+// run extended with `resume: extend` keeps it and a change to the model, data, optimizer,
+// schedule, batch, precision or seed gives another.
+std::string ConfigFingerprint(const JobSpec& spec);
 
 }  // namespace ringmaster::config
 

@@ -197,5 +197,22 @@ TEST(TrainConfigFromSpecTest, TakesTheMetricsFileAndTensorBoardDirectory) {
   EXPECT_EQ(ConfigOf({}).metrics_tensorboard, "");
 }
 
+TEST(TrainConfigFromSpecTest, MetricsRecordsNameTheRunAndTheConfiguration) {
+  const TrainConfig c = ConfigOf({"metrics.run=gpt-20261202-024500"});
+  EXPECT_EQ(c.metrics_run, "gpt-20261202-024500");
+  EXPECT_EQ(c.config_fingerprint.size(), 16u);
+  EXPECT_EQ(c.config_fingerprint.find_first_not_of("0123456789abcdef"), std::string::npos);
+  // The run's name, its length, where it logs and how it is spread do not change it...
+  for (const char* same : {"steps=500", "metrics.run=other", "metrics.jsonl=/runs/b.jsonl",
+                           "name=renamed", "parallelism.zero_stage=1"}) {
+    EXPECT_EQ(ConfigOf({same}).config_fingerprint, c.config_fingerprint) << same;
+  }
+  // ... what it computes does.
+  for (const char* other : {"optimizer.lr=0.002", "seed=8", "batch.global=16",
+                            "model.gpt.layers=3"}) {
+    EXPECT_NE(ConfigOf({other}).config_fingerprint, c.config_fingerprint) << other;
+  }
+}
+
 }  // namespace
 }  // namespace ringmaster::config

@@ -191,6 +191,10 @@ struct TrainConfig {
   int64_t log_every = 20;
   int64_t fingerprint_every = 0;
   std::string metrics_jsonl;  // empty: no metrics file
+  // Written in every metrics record, to tell runs apart: the run's name (metrics.run) and
+  // the configuration's fingerprint (16 hex digits; config/train_config.h).
+  std::string metrics_run;
+  std::string config_fingerprint;
   // TensorBoard event files of rank 0's metrics (train/tensorboard_writer.h); empty: none.
   std::string metrics_tensorboard;
   // Weights to start from (JobSpec.init_from): a GPT-2 safetensors file or a checkpoint

@@ -169,6 +169,9 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
     if (l.test_accuracy) record.set_test_accuracy(*l.test_accuracy);
     if (l.test_loss) record.set_test_loss(*l.test_loss);
     if (l.test_perplexity) record.set_test_perplexity(*l.test_perplexity);
+    record.set_job(options_.config->name);
+    record.set_run(options_.config->metrics_run);
+    record.set_config(options_.config->config_fingerprint);
     if (metrics_.is_open()) {
       metrics_ << ToJsonLine(record) << "\n";
       metrics_.flush();

@@ -62,6 +62,9 @@ TEST(StepReporter, TensorBoardEventsCarryTheJsonRecordsScalars) {
   config.log_every = 1;
   config.metrics_jsonl = TempDir("same/metrics.jsonl");
   config.metrics_tensorboard = TempDir("same/tb");
+  config.name = "gpt";
+  config.metrics_run = "gpt-20261202-024500";
+  config.config_fingerprint = "00112233aabbccdd";
   StepReporterOptions options;
   options.config = &config;
   options.total_steps = 2;
@@ -86,14 +89,18 @@ TEST(StepReporter, TensorBoardEventsCarryTheJsonRecordsScalars) {
     EXPECT_EQ(event.step(), record["step"].get<int64_t>());
     std::map<std::string, float> scalars;
     for (const auto& v : event.summary().value()) scalars[v.tag()] = v.simple_value();
+    // Every record names its run (strings, not scalars).
+    EXPECT_EQ(record["job"], "gpt");
+    EXPECT_EQ(record["run"], "gpt-20261202-024500");
+    EXPECT_EQ(record["config"], "00112233aabbccdd");
     // Every number of the JSON record but its step, as a float; nothing else.
     std::map<std::string, float> expected;
     for (const auto& [key, value] : record.items()) {
-      if (key != "step") expected[key] = static_cast<float>(value.get<double>());
+      if (key != "step" && value.is_number()) expected[key] = static_cast<float>(value.get<double>());
     }
     EXPECT_EQ(scalars, expected) << lines[i];
   }
-  // MetricsRecord's 16 fields but step, and but test_perplexity (not evaluated here).
+  // MetricsRecord's 16 numbers but step, and but test_perplexity (not evaluated here).
   EXPECT_EQ(events[2].summary().value_size(), 14);
   std::map<std::string, float> second;
   for (const auto& v : events[2].summary().value()) second[v.tag()] = v.simple_value();
