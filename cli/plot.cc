@@ -6,11 +6,13 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/plural.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 
@@ -23,6 +25,55 @@ using Value = std::function<std::optional<double>(const MetricsRecord&)>;
 
 constexpr int kColumns = 2;
 constexpr int kPanelWidth = 640, kPanelHeight = 360;
+
+// A parsed line of a metrics file.
+struct Line {
+  int number = 0;
+  MetricsRecord record;
+};
+
+struct BadLines {
+  std::vector<int> numbers;
+  std::string first_error;
+};
+
+// Records of run `of` replaced by later records of run `by` (the same run when equal).
+struct Replaced {
+  std::string of, by;
+  std::vector<Line> lines;
+};
+
+std::string Quoted(const std::string& s) { return s.empty() ? "none" : s; }
+
+std::string RunName(const MetricsRecord& r) {
+  return r.run().empty() ? "a run without a name (written before records named their runs)"
+                         : absl::StrCat("run ", r.run());
+}
+
+// "line 4" or "lines 2, 7, 9" (the first 5, then "and N more").
+std::string LineList(const std::vector<int>& numbers) {
+  std::vector<int> shown(numbers.begin(), numbers.begin() + std::min<size_t>(5, numbers.size()));
+  std::string out = absl::StrCat(numbers.size() == 1 ? "line " : "lines ", absl::StrJoin(shown, ", "));
+  if (numbers.size() > shown.size()) absl::StrAppend(&out, " and ", numbers.size() - shown.size(), " more");
+  return out;
+}
+
+// "lines 1-130, steps 1-1300" of records in file order.
+std::string LineRange(const std::vector<const Line*>& lines) {
+  int64_t low = lines.front()->record.step(), high = low;
+  int first = lines.front()->number, last = first;
+  for (const Line* l : lines) {
+    low = std::min<int64_t>(low, l->record.step());
+    high = std::max<int64_t>(high, l->record.step());
+    first = std::min(first, l->number);
+    last = std::max(last, l->number);
+  }
+  const auto span = [](int64_t a, int64_t b) {
+    return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b);
+  };
+  return absl::StrCat(first == last ? "line " : "lines ", span(first, last),
+                      low == high ? ", step " : ", steps ", span(low, high));
+}
 
 // The x of each record: its step, or the training seconds up to its end.
 std::vector<double> XValues(const std::vector<MetricsRecord>& records, const std::string& x) {
@@ -88,6 +139,17 @@ std::optional<std::string> DrawPanel(const std::string& name, const std::vector<
     add(if_set(&MetricsRecord::has_loss, &MetricsRecord::loss), "", false);
     add(if_set(&MetricsRecord::has_test_loss, &MetricsRecord::test_loss), " test", true);
     if (spec->series.empty()) return "no record has a loss or test_loss";
+  } else if (name == "accuracy") {
+    *spec = NewPanel("test accuracy", "accuracy", x);
+    add(if_set(&MetricsRecord::has_test_accuracy, &MetricsRecord::test_accuracy), "", false);
+    if (spec->series.empty()) return "no record has a test_accuracy (no evaluation of a classifier)";
+  } else if (name == "perplexity") {
+    *spec = NewPanel("test perplexity", "perplexity", x);
+    spec->log_y = true;
+    add(if_set(&MetricsRecord::has_test_perplexity, &MetricsRecord::test_perplexity), "", false);
+    if (spec->series.empty()) {
+      return "no record has a test_perplexity (no evaluation of a language model)";
+    }
   } else if (name == "lr") {
     *spec = NewPanel("learning rate", "learning rate", x);
     add([](const MetricsRecord& r) { return std::optional<double>(r.lr()); }, "", false);
@@ -131,29 +193,120 @@ std::optional<std::string> DrawPanel(const std::string& name, const std::vector<
   return std::nullopt;
 }
 
+// A series whose points equal an earlier one's is drawn exactly over it and would look
+// missing: its legend says so, and so does a note.
+void NoteIdenticalSeries(const std::string& name, plot::PlotSpec* spec,
+                         std::vector<std::string>* notes) {
+  std::vector<plot::Series>& series = spec->series;
+  for (size_t j = 1; j < series.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      if (series[i].points != series[j].points) continue;
+      notes->push_back(absl::StrCat("panel ", name, ": ", series[j].label, " is identical to ",
+                                    series[i].label, " (", series[j].points.size(),
+                                    " points; drawn over it)"));
+      absl::StrAppend(&series[j].label, " (identical to ", series[i].label, ")");
+      break;
+    }
+  }
+}
+
 }  // namespace
 
-absl::StatusOr<std::vector<MetricsRecord>> ParseMetricsHistory(absl::string_view jsonl,
-                                                               absl::string_view file) {
-  std::vector<MetricsRecord> history;
-  const std::vector<absl::string_view> lines = absl::StrSplit(jsonl, '\n');
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (absl::StripAsciiWhitespace(lines[i]).empty()) continue;
-    const std::string where = absl::StrCat(file, ":", i + 1);
+absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
+                                                   absl::string_view file) {
+  MetricsHistory history;
+  std::vector<Line> lines;
+  BadLines bad;
+  const std::vector<absl::string_view> pieces = absl::StrSplit(jsonl, '\n');
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (absl::StripAsciiWhitespace(pieces[i]).empty()) continue;
+    const int number = static_cast<int>(i) + 1;
+    const std::string where = absl::StrCat(file, ":", number);
     MetricsRecord record;
-    if (absl::Status parsed = FromJson(lines[i], &record, where); !parsed.ok()) {
-      // The last piece has no newline after it: a line still being written.
-      if (i + 1 == lines.size()) break;
-      return parsed;
+    absl::Status parsed = FromJson(pieces[i], &record, where);
+    // The last piece has no newline after it: a line still being written.
+    if (!parsed.ok() && i + 1 == pieces.size()) {
+      history.dropped.push_back(
+          absl::StrCat(where, ": left out the last line, cut short (a run still writing it)"));
+      break;
     }
-    if (!record.has_step()) {
-      return absl::InvalidArgumentError(
+    if (parsed.ok() && !record.has_step()) {
+      parsed = absl::InvalidArgumentError(
           absl::StrCat(where, ": no \"step\" (is this a ringmaster metrics.jsonl?)"));
     }
-    // A resumed run repeats steps: its records replace the earlier run's from there on.
-    while (!history.empty() && history.back().step() >= record.step()) history.pop_back();
-    history.push_back(std::move(record));
+    if (!parsed.ok()) {
+      if (bad.numbers.empty()) bad.first_error = std::string(parsed.message());
+      bad.numbers.push_back(number);
+      continue;
+    }
+    lines.push_back({number, std::move(record)});
   }
+  if (!bad.numbers.empty()) {
+    if (lines.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          bad.first_error, bad.numbers.size() > 1
+                               ? absl::StrCat(" (and ", bad.numbers.size() - 1,
+                                              " more lines that are not metrics records)")
+                               : ""));
+    }
+    history.dropped.push_back(absl::StrCat(file, ": left out ", Plural(bad.numbers.size(), "line"),
+                                           " that ", bad.numbers.size() == 1 ? "is" : "are",
+                                           " not a metrics record (", LineList(bad.numbers),
+                                           "); the first: ", bad.first_error));
+  }
+  if (lines.empty()) return history;
+  // The history drawn is that of the last record's job and configuration; the records of
+  // another are another experiment, left out.
+  const MetricsRecord& last = lines.back().record;
+  std::vector<Line> kept;
+  std::vector<std::pair<std::string, std::vector<const Line*>>> others;  // by run, in order
+  for (const Line& line : lines) {
+    if (line.record.job() == last.job() && line.record.config() == last.config()) {
+      kept.push_back(line);
+      continue;
+    }
+    const std::string key = RunName(line.record);
+    auto it = std::find_if(others.begin(), others.end(), [&](const auto& o) { return o.first == key; });
+    if (it == others.end()) it = others.insert(others.end(), {key, {}});
+    it->second.push_back(&line);
+  }
+  for (const auto& [run, group] : others) {
+    const MetricsRecord& first = group.front()->record;
+    history.dropped.push_back(absl::StrCat(
+        file, ": left out ", Plural(group.size(), "record"), " of ", run, " (",
+        LineRange(group), "), ",
+        first.job() != last.job()
+            ? absl::StrCat("another job (", Quoted(first.job()), ", drawn: ", Quoted(last.job()), ")")
+            : absl::StrCat("another configuration (config ", Quoted(first.config()),
+                           ", drawn: ", Quoted(last.config()), ")"),
+        ": the file mixes runs, and the last one's is drawn; give each run a file of its own "
+        "(metrics.jsonl: out/{run}.metrics.jsonl)"));
+  }
+  // A resumed run repeats steps: its records replace the earlier ones from there on.
+  std::vector<Line> out;
+  std::vector<Replaced> replaced;
+  for (Line& line : kept) {
+    while (!out.empty() && out.back().record.step() >= line.record.step()) {
+      const std::string by = RunName(line.record), of = RunName(out.back().record);
+      auto it = std::find_if(replaced.begin(), replaced.end(),
+                             [&](const Replaced& r) { return r.of == of && r.by == by; });
+      if (it == replaced.end()) it = replaced.insert(replaced.end(), Replaced{of, by, {}});
+      it->lines.push_back(out.back());
+      out.pop_back();
+    }
+    out.push_back(std::move(line));
+  }
+  for (const Replaced& r : replaced) {
+    std::vector<const Line*> group;
+    for (const Line& line : r.lines) group.push_back(&line);
+    history.dropped.push_back(absl::StrCat(
+        file, ": ", Plural(r.lines.size(), "record"), " (", LineRange(group), ") replaced by ",
+        r.of == r.by ? "a resumption of the same run, which trained those steps again"
+                     : absl::StrCat(r.by, "'s, which trained those steps again (", r.of,
+                                    " has the same job and configuration: a resumption, or "
+                                    "the same spec run again)")));
+  }
+  for (Line& line : out) history.records.push_back(std::move(line.record));
   return history;
 }
 
@@ -189,6 +342,7 @@ Curves DrawCurves(const std::vector<PlotRun>& runs, const PlotFlags& flags) {
     if (std::optional<std::string> why = DrawPanel(name, runs, xs, flags.x, &spec)) {
       curves.notes.push_back(absl::StrCat("panel ", name, " left out: ", *why));
     } else {
+      NoteIdenticalSeries(name, &spec, &curves.notes);
       curves.panels.push_back(std::move(spec));
     }
   }
@@ -199,16 +353,19 @@ absl::StatusOr<PlotResult> PlotCurves(const PlotFlags& flags) {
   const std::vector<std::string> labels =
       flags.labels.empty() ? DefaultLabels(flags.files) : flags.labels;
   std::vector<PlotRun> runs;
+  std::vector<std::string> dropped;  // what the files held that is not drawn
   for (size_t i = 0; i < flags.files.size(); ++i) {
     const std::string& file = flags.files[i];
     RM_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
     PlotRun run;
     run.label = i < labels.size() ? labels[i] : file;
-    RM_ASSIGN_OR_RETURN(run.records, ParseMetricsHistory(text, file));
-    if (run.records.empty()) {
+    RM_ASSIGN_OR_RETURN(MetricsHistory history, ParseMetricsHistory(text, file));
+    if (history.records.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           file, ": no metrics record (give the metrics.jsonl of a job that logged a step)"));
     }
+    run.records = std::move(history.records);
+    dropped.insert(dropped.end(), history.dropped.begin(), history.dropped.end());
     runs.push_back(std::move(run));
   }
   Curves curves = DrawCurves(runs, flags);
@@ -222,14 +379,18 @@ absl::StatusOr<PlotResult> PlotCurves(const PlotFlags& flags) {
   for (const plot::PlotSpec& p : curves.panels) drawn.push_back(p.title);
   std::vector<std::string> run_labels;
   for (const PlotRun& r : runs) {
-    run_labels.push_back(absl::StrCat(r.label, " (", r.records.size(), " records, steps ",
-                                      r.records.front().step(), "-", r.records.back().step(),
-                                      ")"));
+    const int64_t first = r.records.front().step(), last = r.records.back().step();
+    run_labels.push_back(absl::StrCat(
+        r.label, " (", Plural(r.records.size(), "record"),
+        first == last ? absl::StrCat(", step ", first) : absl::StrCat(", steps ", first, "-", last),
+        r.records.back().run().empty() ? "" : absl::StrCat(", run ", r.records.back().run()),
+        ")"));
   }
-  result.summary = absl::StrCat("wrote ", flags.out, ": ", runs.size(), " run",
-                                runs.size() == 1 ? "" : "s", " (", absl::StrJoin(run_labels, ", "),
+  result.summary = absl::StrCat("wrote ", flags.out, ": ", Plural(runs.size(), "run"), " (",
+                                absl::StrJoin(run_labels, ", "),
                                 "); panels: ", absl::StrJoin(drawn, ", "), "\n");
-  result.notes = std::move(curves.notes);
+  result.notes = std::move(dropped);
+  result.notes.insert(result.notes.end(), curves.notes.begin(), curves.notes.end());
   return result;
 }
 

@@ -5,11 +5,15 @@
 //
 // The panels, in this order (PlotFlags.panels picks some):
 //   loss        training loss, and dashed the test loss of the runs that evaluated
+//   accuracy    test accuracy (classifiers that evaluated)
+//   perplexity  test perplexity, log scale (language models that evaluated)
 //   lr          learning rate
 //   throughput  tokens/s when every record drawn knows it (language models), else samples/s
 //   grad_norm   global gradient norm (after unscaling)
 //   loss_scale  fp16's loss scale (log scale), drawn when some run's scale is not 1
-// A panel without data in any run is left out, and a note says so.
+// A panel without data in any run is left out, and a note says so. A run whose curve in a
+// panel is identical to another's (drawn exactly over it) is named so in the legend and in
+// a note.
 //
 // Thread-safety: pure functions, except PlotCurves, which reads and writes files.
 #ifndef RINGMASTER_CLI_PLOT_H_
@@ -26,15 +30,30 @@
 
 namespace ringmaster::cli {
 
-// A metrics file's text as the history of one job: one record per step, in step order. The
-// file holds every run of the job (a resumed run appends, and repeats the steps after its
-// checkpoint): a record for step s replaces every earlier record for s and after it, so the
-// last run's records win. Blank lines are skipped; a last line without its newline that is
-// not JSON (a writer still at it) is dropped. Keys a record does not have are left unset
-// (only "step" is required); keys it does not know are ignored.
-// INVALID_ARGUMENT "FILE:LINE: ..." for a line that is not a MetricsRecord or has no step.
-absl::StatusOr<std::vector<train::MetricsRecord>> ParseMetricsHistory(absl::string_view jsonl,
-                                                                      absl::string_view file);
+// A metrics file as the history of one run: one record per step, in step order, and what
+// was left out.
+struct MetricsHistory {
+  std::vector<train::MetricsRecord> records;
+  // One line per kind of thing left out, each starting with the file's name and saying
+  // how many, where (lines, steps) and why.
+  std::vector<std::string> dropped;
+};
+
+// A metrics file's text as the history of one run. A file may hold several runs (records
+// name their job, run and configuration: train/result.proto MetricsRecord):
+//  - the history is that of the last record's job and configuration; records of another
+//    job or configuration are left out (another experiment appended to the same file);
+//  - among the rest, a record for step s replaces every earlier record for s and after it
+//    (a resumed run appends, and repeats the steps after its checkpoint; the same spec run
+//    again starts over), so that the last run's records win;
+//  - a line that is not a MetricsRecord or has no step is left out, and so is a last line
+//    without its newline that is not JSON (a writer still at it).
+// Each of these is said in `dropped`. Blank lines are skipped; keys a record does not have
+// are left unset (only "step" is required); keys it does not know are ignored.
+// INVALID_ARGUMENT "FILE:LINE: ..." when no line is a metrics record and some line is not
+// (not a metrics file at all).
+absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
+                                                   absl::string_view file);
 
 struct PlotRun {
   std::string label;
@@ -43,7 +62,8 @@ struct PlotRun {
 
 struct Curves {
   std::vector<plot::PlotSpec> panels;  // the panels with data, in kPlotPanels order
-  std::vector<std::string> notes;      // one per panel left out, saying why
+  // One per panel left out, saying why, and one per curve identical to another.
+  std::vector<std::string> notes;
 };
 
 // The panels of `flags.panels` (all when empty) with `flags.x` as x axis: in each, one
@@ -57,14 +77,16 @@ Curves DrawCurves(const std::vector<PlotRun>& runs, const PlotFlags& flags);
 std::vector<std::string> DefaultLabels(const std::vector<std::string>& files);
 
 struct PlotResult {
-  std::string summary;             // for stdout: what was written
-  std::vector<std::string> notes;  // for stderr: the panels left out
+  std::string summary;  // for stdout: what was written
+  // For stderr: what the files held that is not drawn (MetricsHistory.dropped), then the
+  // panels left out and the identical curves (Curves.notes).
+  std::vector<std::string> notes;
 };
 
 // The whole command: reads flags.files, draws, writes flags.out (atomically).
 // NOT_FOUND and the like naming a file that cannot be read; INVALID_ARGUMENT "FILE:LINE: ..."
-// for a bad line; FAILED_PRECONDITION naming the file that holds no record, or when no
-// panel has data; the write's error naming flags.out.
+// for a file none of whose lines is a metrics record; FAILED_PRECONDITION naming the file
+// that holds no record, or when no panel has data; the write's error naming flags.out.
 absl::StatusOr<PlotResult> PlotCurves(const PlotFlags& flags);
 
 }  // namespace ringmaster::cli

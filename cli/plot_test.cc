@@ -57,13 +57,17 @@ TEST(ParseMetricsHistory, AResumedRunReplacesTheStepsItRepeated) {
                            Line(40, 1.25, 0.1, 90) + Line(60, 1.05, 0.1, 90) +
                            Line(80, 0.9, 0.1, 90) + "\n" + Line(100, 0.8, 0.1, 95) +
                            Line(100, 0.7, 0.1, 96);
-  absl::StatusOr<std::vector<MetricsRecord>> h = ParseMetricsHistory(text, "m.jsonl");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "m.jsonl");
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_THAT(Steps(*h), ElementsAre(1, 20, 40, 60, 80, 100));
-  EXPECT_DOUBLE_EQ((*h)[2].loss(), 1.25);
-  EXPECT_DOUBLE_EQ((*h)[3].loss(), 1.05);
-  EXPECT_DOUBLE_EQ((*h)[3].samples_per_second(), 90);
-  EXPECT_DOUBLE_EQ((*h)[5].loss(), 0.7);
+  EXPECT_THAT(Steps(h->records), ElementsAre(1, 20, 40, 60, 80, 100));
+  EXPECT_DOUBLE_EQ(h->records[2].loss(), 1.25);
+  EXPECT_DOUBLE_EQ(h->records[3].loss(), 1.05);
+  EXPECT_DOUBLE_EQ(h->records[3].samples_per_second(), 90);
+  EXPECT_DOUBLE_EQ(h->records[5].loss(), 0.7);
+  // What was replaced is said: lines 3, 4 (steps 40, 60) and line 9 (step 100).
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("m.jsonl: 3 records (lines 3-9, steps 40-100) replaced "
+                                       "by a resumption of the same run"));
 }
 
 TEST(ParseMetricsHistory, MissingFieldsStayUnsetAndUnknownKeysAreIgnored) {
@@ -71,38 +75,104 @@ TEST(ParseMetricsHistory, MissingFieldsStayUnsetAndUnknownKeysAreIgnored) {
   const std::string text =
       "{\"step\":10,\"loss\":2.5,\"samples_per_second\":50,\"window_seconds\":1}\n"
       "{\"step\":20,\"loss\":2.0,\"samples_per_second\":55,\"future_key\":[1,2]}\n";
-  absl::StatusOr<std::vector<MetricsRecord>> h = ParseMetricsHistory(text, "peer.jsonl");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "peer.jsonl");
   ASSERT_TRUE(h.ok()) << h.status();
-  ASSERT_EQ(h->size(), 2u);
-  EXPECT_FALSE((*h)[0].has_grad_norm());
-  EXPECT_FALSE((*h)[0].has_test_loss());
-  EXPECT_FALSE((*h)[1].has_window_seconds());
-  EXPECT_EQ((*h)[0].lr(), 0);
-  EXPECT_EQ((*h)[0].loss_scale(), 0);
+  ASSERT_EQ(h->records.size(), 2u);
+  EXPECT_FALSE(h->records[0].has_grad_norm());
+  EXPECT_FALSE(h->records[0].has_test_loss());
+  EXPECT_FALSE(h->records[1].has_window_seconds());
+  EXPECT_EQ(h->records[0].lr(), 0);
+  EXPECT_EQ(h->records[0].loss_scale(), 0);
+  EXPECT_TRUE(h->dropped.empty());
 }
 
-TEST(ParseMetricsHistory, ErrorsNameTheFileAndLine) {
-  absl::StatusOr<std::vector<MetricsRecord>> h =
-      ParseMetricsHistory(Line(1, 2, 0.1, 10) + "{\"step\": 2, \"loss\": \"x\"\n" + Line(3, 1, 0.1, 10),
-                          "runs/a.jsonl");
-  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(h.status().message(), HasSubstr("runs/a.jsonl:2"));
+TEST(ParseMetricsHistory, LinesThatAreNotRecordsAreLeftOutCountedAndNamed) {
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(
+      Line(1, 2, 0.1, 10) + "{\"step\": 2, \"loss\": \"x\"\n" + Line(3, 1, 0.1, 10) +
+          "not json\n" + Line(4, 1, 0.1, 10),
+      "runs/a.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_THAT(Steps(h->records), ElementsAre(1, 3, 4));
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("runs/a.jsonl: left out 2 lines that are not a metrics "
+                                       "record (lines 2, 4); the first: runs/a.jsonl:2"));
 
   h = ParseMetricsHistory(Line(1, 2, 0.1, 10) + "\n{\"loss\": 1.5}\n", "b.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("(line 3); the first: b.jsonl:3: no \"step\""));
+
+  // Not a metrics file at all: an error naming the file and line.
+  h = ParseMetricsHistory("a,b,c\n1,2,3\n", "c.csv");
   EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(h.status().message(), HasSubstr("b.jsonl:3: no \"step\""));
+  EXPECT_THAT(h.status().message(), HasSubstr("c.csv:1"));
+  EXPECT_THAT(h.status().message(), HasSubstr("1 more lines"));
+}
+
+// A record of `run` (job, run name, config fingerprint) at `step`.
+std::string RunLine(int step, double loss, const std::string& job, const std::string& run,
+                    const std::string& config) {
+  return Line(step, loss, 0.1, 10, 1,
+              absl::StrFormat(",\"job\":\"%s\",\"run\":\"%s\",\"config\":\"%s\"", job, run,
+                              config));
+}
+
+TEST(ParseMetricsHistory, RecordsOfAnotherConfigurationAreLeftOutAndSaidSo) {
+  // The issue's case: a run of 130 records, then a run with other --sets (another
+  // configuration) appended 5 to the same file. Before, the second silently replaced the
+  // first; now the last one is drawn and the other is said, with where and why.
+  std::string text;
+  for (int k = 1; k <= 130; ++k) text += RunLine(k * 10, 3 - k / 100.0, "tiny_gpt", "a", "c1");
+  for (int k = 1; k <= 5; ++k) text += RunLine(k * 10, 2, "tiny_gpt", "b", "c2");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "gpt.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_THAT(Steps(h->records), ElementsAre(10, 20, 30, 40, 50));
+  EXPECT_EQ(h->records[0].run(), "b");
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0],
+              HasSubstr("gpt.jsonl: left out 130 records of run a (lines 1-130, steps 10-1300), "
+                        "another configuration (config c1, drawn: c2)"));
+  EXPECT_THAT(h->dropped[0], HasSubstr("out/{run}.metrics.jsonl"));
+
+  // Another job: named as such; records of the last job before and after it are one history.
+  text = RunLine(1, 2, "mlp", "m1", "c") + RunLine(2, 1.9, "mlp", "m1", "c") +
+         RunLine(1, 5, "gpt", "g1", "c") + RunLine(3, 1.8, "mlp", "m1", "c");
+  h = ParseMetricsHistory(text, "x.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_THAT(Steps(h->records), ElementsAre(1, 2, 3));
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("1 record of run g1 (line 3, step 1), another job (gpt, "
+                                       "drawn: mlp)"));
+}
+
+TEST(ParseMetricsHistory, AnotherRunOfTheSameConfigurationReplacesWhatItRepeatsAndSaysSo) {
+  // The same spec run again from the start (another run name): its steps replace the first
+  // run's, and the note names both runs.
+  const std::string text = RunLine(10, 2, "j", "r1", "c") + RunLine(20, 1.5, "j", "r1", "c") +
+                           RunLine(30, 1.2, "j", "r1", "c") + RunLine(10, 2.1, "j", "r2", "c");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "j.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_THAT(Steps(h->records), ElementsAre(10));
+  EXPECT_DOUBLE_EQ(h->records[0].loss(), 2.1);
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("j.jsonl: 3 records (lines 1-3, steps 10-30) replaced by "
+                                       "run r2's, which trained those steps again (run r1 has "
+                                       "the same job and configuration"));
 }
 
 TEST(ParseMetricsHistory, DropsALastLineStillBeingWritten) {
   std::string text = Line(1, 2, 0.1, 10) + Line(2, 1.9, 0.1, 10) + "{\"step\":3,\"lo";
-  absl::StatusOr<std::vector<MetricsRecord>> h = ParseMetricsHistory(text, "live.jsonl");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "live.jsonl");
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_THAT(Steps(*h), ElementsAre(1, 2));
+  EXPECT_THAT(Steps(h->records), ElementsAre(1, 2));
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0], HasSubstr("live.jsonl:3: left out the last line, cut short"));
   // A whole last record without its newline counts.
   text = Line(1, 2, 0.1, 10) + "{\"step\":3,\"loss\":1}";
   h = ParseMetricsHistory(text, "live.jsonl");
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_THAT(Steps(*h), ElementsAre(1, 3));
+  EXPECT_THAT(Steps(h->records), ElementsAre(1, 3));
+  EXPECT_TRUE(h->dropped.empty());
 }
 
 // Runs with records at `steps`; fp16 ones with a loss scale of 2^(16 - k) at their k-th
@@ -115,7 +185,7 @@ PlotRun MakeRun(const std::string& label, const std::vector<int>& steps, bool fp
   }
   PlotRun run;
   run.label = label;
-  run.records = *ParseMetricsHistory(text, label);
+  run.records = ParseMetricsHistory(text, label)->records;
   return run;
 }
 
@@ -131,8 +201,16 @@ TEST(DrawCurves, OnePanelPerQuantityOneSeriesPerRun) {
                                      MakeRun("fp16", {1, 10, 20}, true, false)};
   PlotFlags flags;
   const Curves curves = DrawCurves(runs, flags);
-  EXPECT_TRUE(curves.notes.empty()) << curves.notes.front();
-  ASSERT_EQ(curves.panels.size(), 5u);
+  ASSERT_EQ(curves.notes.size(), 1u);
+  EXPECT_THAT(curves.notes[0], HasSubstr("panel perplexity left out: no record has a "
+                                         "test_perplexity"));
+  ASSERT_EQ(curves.panels.size(), 6u);
+  // Test accuracy: the run that evaluated.
+  const plot::PlotSpec* accuracy = Panel(curves, "test accuracy");
+  ASSERT_NE(accuracy, nullptr);
+  ASSERT_EQ(accuracy->series.size(), 1u);
+  EXPECT_EQ(accuracy->series[0].points,
+            (std::vector<std::pair<double, double>>{{10, 0.7}, {30, 0.7}}));
   // Loss: each run's training loss, and the evaluated run's test loss dashed.
   const plot::PlotSpec* loss = Panel(curves, "loss");
   ASSERT_NE(loss, nullptr);
@@ -168,30 +246,32 @@ TEST(DrawCurves, PanelsWithoutDataAreLeftOutAndSaidSo) {
   // No fp16 run, and a peer's file without a gradient norm or learning rate.
   PlotRun peer;
   peer.label = "pytorch";
-  peer.records = *ParseMetricsHistory(
-      "{\"step\":10,\"loss\":2.5,\"samples_per_second\":50}\n", "peer");
+  peer.records = ParseMetricsHistory(
+      "{\"step\":10,\"loss\":2.5,\"samples_per_second\":50}\n", "peer")->records;
   const Curves curves = DrawCurves({MakeRun("ringmaster", {10, 20}, false, false), peer}, PlotFlags{});
   std::vector<std::string> titles;
   for (const plot::PlotSpec& p : curves.panels) titles.push_back(p.title);
   EXPECT_THAT(titles, ElementsAre("loss", "learning rate", "throughput (all ranks)",
                                   "gradient norm (global)"));
-  ASSERT_EQ(curves.notes.size(), 1u);
-  EXPECT_THAT(curves.notes[0], HasSubstr("loss_scale left out"));
+  ASSERT_EQ(curves.notes.size(), 3u);
+  EXPECT_THAT(curves.notes[0], HasSubstr("accuracy left out"));
+  EXPECT_THAT(curves.notes[1], HasSubstr("perplexity left out"));
+  EXPECT_THAT(curves.notes[2], HasSubstr("loss_scale left out"));
   EXPECT_EQ(Panel(curves, "gradient norm (global)")->series.size(), 1u);  // the peer has none
   EXPECT_EQ(Panel(curves, "loss")->series.size(), 2u);
 
   const Curves only_peer = DrawCurves({peer}, PlotFlags{});
   EXPECT_EQ(only_peer.panels.size(), 2u);  // loss, throughput
-  EXPECT_EQ(only_peer.notes.size(), 3u);   // lr, grad_norm, loss_scale
+  EXPECT_EQ(only_peer.notes.size(), 5u);   // accuracy, perplexity, lr, grad_norm, loss_scale
 }
 
 TEST(DrawCurves, PanelsFlagPicksAndTokensWhenEveryRecordHasThem) {
   PlotRun lm;
   lm.label = "gpt";
-  lm.records = *ParseMetricsHistory(
+  lm.records = ParseMetricsHistory(
       Line(1, 5, 1e-3, 8, 1, ",\"tokens_per_second\":512") +
           Line(2, 4, 1e-3, 10, 1, ",\"tokens_per_second\":640"),
-      "gpt");
+      "gpt")->records;
   PlotFlags flags;
   flags.panels = {"throughput", "loss_scale"};
   Curves curves = DrawCurves({lm}, flags);
@@ -239,8 +319,8 @@ TEST(PlotCurves, WritesOneSvgWithAPanelPerQuantity) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_THAT(result->summary, HasSubstr("2 runs"));
   EXPECT_THAT(result->summary, HasSubstr("1 rank (3 records, steps 1-40)"));
-  ASSERT_EQ(result->notes.size(), 1u);
-  EXPECT_THAT(result->notes[0], HasSubstr("loss_scale"));
+  ASSERT_EQ(result->notes.size(), 3u);  // accuracy, perplexity, loss_scale
+  EXPECT_THAT(result->notes[2], HasSubstr("loss_scale"));
   absl::StatusOr<std::string> svg = ReadFile(out);
   ASSERT_TRUE(svg.ok()) << svg.status();
   EXPECT_EQ(Count(*svg, "<svg "), 1 + 4);  // the document and its 4 panels
@@ -272,7 +352,7 @@ TEST(PlotCurves, ErrorsNameTheFile) {
   EXPECT_THAT(result.status().message(), HasSubstr("empty.jsonl: no metrics record"));
 
   const std::string bad = TempPath("bad.jsonl");
-  ASSERT_TRUE(WriteFileAtomically(bad, Line(1, 2, 0.1, 10) + "not json\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(bad, "\nnot json\n").ok());
   flags.files = {bad};
   result = PlotCurves(flags);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
@@ -286,6 +366,67 @@ TEST(PlotCurves, ErrorsNameTheFile) {
   result = PlotCurves(flags);
   EXPECT_FALSE(result.ok());
   EXPECT_THAT(result.status().message(), HasSubstr("/proc/nonexistent/curves.svg"));
+}
+
+TEST(DrawCurves, PerplexityOfLanguageModelsOnALogScale) {
+  PlotRun lm;
+  lm.label = "gpt";
+  lm.records = ParseMetricsHistory(
+      Line(10, 5, 1e-3, 8, 1, ",\"test_loss\":5.5,\"test_perplexity\":244.7") +
+          Line(20, 4, 1e-3, 8) +
+          Line(30, 3, 1e-3, 8, 1, ",\"test_loss\":2.3,\"test_perplexity\":9.97"),
+      "gpt")->records;
+  PlotFlags flags;
+  flags.panels = {"accuracy", "perplexity"};
+  const Curves curves = DrawCurves({lm}, flags);
+  ASSERT_EQ(curves.panels.size(), 1u);
+  EXPECT_EQ(curves.panels[0].title, "test perplexity");
+  EXPECT_TRUE(curves.panels[0].log_y);
+  EXPECT_EQ(curves.panels[0].series[0].points,
+            (std::vector<std::pair<double, double>>{{10, 244.7}, {30, 9.97}}));
+  ASSERT_EQ(curves.notes.size(), 1u);
+  EXPECT_THAT(curves.notes[0], HasSubstr("panel accuracy left out: no record has a "
+                                         "test_accuracy"));
+}
+
+TEST(DrawCurves, IdenticalCurvesAreNamedInTheLegendAndANote) {
+  // Two runs whose losses are the same points (e.g. a --set that changed nothing), and a
+  // third that differs.
+  const PlotRun a = MakeRun("a", {1, 10, 20}, false, false);
+  PlotRun b = a;
+  b.label = "b";
+  PlotRun c = MakeRun("c", {1, 10, 20}, false, false);
+  c.records[1].set_loss(0.75);
+  PlotFlags flags;
+  flags.panels = {"loss"};
+  const Curves curves = DrawCurves({a, b, c}, flags);
+  ASSERT_EQ(curves.panels.size(), 1u);
+  const std::vector<plot::Series>& series = curves.panels[0].series;
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_EQ(series[0].label, "a");
+  EXPECT_EQ(series[1].label, "b (identical to a)");
+  EXPECT_EQ(series[2].label, "c");
+  ASSERT_EQ(curves.notes.size(), 1u);
+  EXPECT_EQ(curves.notes[0], "panel loss: b is identical to a (3 points; drawn over it)");
+}
+
+TEST(PlotCurves, SaysWhatTheFilesHeldThatIsNotDrawn) {
+  const std::string mixed = TempPath("mixed.jsonl"), out = TempPath("mixed.svg");
+  ASSERT_TRUE(WriteFileAtomically(mixed, RunLine(10, 2, "g", "r1", "c1") +
+                                             RunLine(20, 1.5, "g", "r1", "c1") + "garbage\n" +
+                                             RunLine(10, 2.2, "g", "r2", "c2"))
+                  .ok());
+  PlotFlags flags;
+  flags.files = {mixed};
+  flags.out = out;
+  flags.panels = {"loss"};
+  absl::StatusOr<PlotResult> result = PlotCurves(flags);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->summary, HasSubstr("mixed (1 record, step 10, run r2)"));
+  ASSERT_EQ(result->notes.size(), 2u);
+  EXPECT_THAT(result->notes[0], HasSubstr("mixed.jsonl: left out 1 line that is not a metrics "
+                                          "record (line 3)"));
+  EXPECT_THAT(result->notes[1], HasSubstr("mixed.jsonl: left out 2 records of run r1"));
 }
 
 TEST(PlotCommandLine, FlagsAndUsageErrors) {
@@ -310,7 +451,7 @@ TEST(PlotCommandLine, FlagsAndUsageErrors) {
     const char* names;
   } bad[] = {
       {{"plot", "a.jsonl", "b.jsonl", "-o", "c.svg", "--labels", "one"}, "--labels"},
-      {{"plot", "a.jsonl", "-o", "c.svg", "--panels", "loss,accuracy"}, "--panels"},
+      {{"plot", "a.jsonl", "-o", "c.svg", "--panels", "loss,bogus"}, "--panels"},
       {{"plot", "a.jsonl", "-o", "c.svg", "--x", "epoch"}, "--x"},
       {{"plot", "a.jsonl"}, "--output"},
       {{"plot", "-o", "c.svg"}, "METRICS"},
