@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "cli/resources.h"
 #include "cli/run_name.h"
+#include "common/plural.h"
 #include "common/env.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
@@ -201,9 +202,9 @@ int LocalCommand(const LocalOptions& options) {
   }
   unlink((run_dir + "/ringmaster.db").c_str());
   unlink((run_dir + "/ringmaster.db-wal").c_str());
-  printf("ringctl local: job %s on %d workers (a coordinator and one agent on this machine)%s; "
+  printf("ringctl local: job %s on %s (a coordinator and one agent on this machine)%s; "
          "run directory %s (effective spec, logs%s)%s\n",
-         spec->name().c_str(), workers,
+         spec->name().c_str(), Plural(workers, "worker").c_str(),
          options.rank_memory_limit_mib > 0
              ? absl::StrCat(", each rank limited to ", options.rank_memory_limit_mib,
                             " MiB of memory (RLIMIT_DATA)")
@@ -447,30 +448,26 @@ int LocalCommand(const LocalOptions& options) {
     auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {
       return has ? absl::StrFormat(format, v) : std::string("none");
     };
-    // A language model's evaluation is its perplexity; a classifier's its accuracy.
-    const std::string evaluation =
-        summary.has_eval_perplexity()
-            ? absl::StrFormat("validation perplexity %.4g (loss %.4f)", summary.eval_perplexity(),
-                              summary.eval_loss())
-            : absl::StrCat("test accuracy ",
-                           number(summary.has_eval_accuracy(), summary.eval_accuracy(), "%.4f"));
+    const std::string evaluation = EvaluationText(summary, *spec);
     // The throughput is the training steps' (TrainResult.training_seconds); evaluations
     // are timed apart.
     const std::string timing =
         summary.has_training_seconds()
-            ? absl::StrFormat("; %.1f s training, %.1f s in %d evaluation(s)%s",
+            ? absl::StrFormat("; %.1f s training, %.1f s in %s%s",
                               summary.training_seconds(), summary.eval_seconds(),
-                              summary.evaluations(),
+                              Plural(summary.evaluations(), "evaluation"),
                               spec->data().final_eval() ? "" : " (data.final_eval: false)")
             : std::string();
-    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s workers%s%s\n",
+    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s%s%s\n",
            number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
            number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
            evaluation.c_str(),
            number(summary.has_samples_per_second(), summary.samples_per_second(), "%.0f").c_str(),
-           number(summary.has_world_size(), summary.world_size(), "%.0f").c_str(),
+           summary.has_world_size() ? Plural(summary.world_size(), "worker").c_str()
+                                    : "an unknown number of workers",
            job.recoveries_size() > 0
-               ? absl::StrCat(" (", job.recoveries_size(), " recoveries)").c_str()
+               ? absl::StrCat(" (", Plural(job.recoveries_size(), "recovery", "recoveries"), ")")
+                     .c_str()
                : "",
            timing.c_str());
     const ParallelismSpec& parallelism = spec->parallelism();
@@ -483,6 +480,23 @@ int LocalCommand(const LocalOptions& options) {
           job.reason().c_str(),
           outcome.run_dir_kept ? absl::StrCat(" (logs in ", run_dir, ")").c_str() : "");
   return status == "cancelled" ? 130 : 1;
+}
+
+std::string EvaluationText(const LocalSummary& summary, const JobSpec& spec) {
+  // A language model's evaluation is its perplexity; a classifier's its accuracy.
+  if (summary.has_eval_perplexity()) {
+    return absl::StrFormat("validation perplexity %.4g (loss %.4f)", summary.eval_perplexity(),
+                           summary.eval_loss());
+  }
+  if (spec.model().has_gpt() || spec.model().has_gpt2()) {
+    return spec.data().has_tokens() && !spec.data().tokens().validation().empty()
+               ? "no validation perplexity (no evaluation ran)"
+               : "no validation (a language model is validated on data.tokens.validation)";
+  }
+  if (summary.has_eval_accuracy()) {
+    return absl::StrFormat("test accuracy %.4f", summary.eval_accuracy());
+  }
+  return "no test accuracy (not evaluated)";
 }
 
 std::string RanksTable(const train::TrainResult& result) {

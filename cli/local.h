@@ -71,6 +71,11 @@ struct LocalOutcome {
 // copied; error only when it did not succeed and the job has a reason.
 LocalSummary MakeLocalSummary(const LocalOutcome& outcome, const train::TrainResult* trainer);
 
+// What the final line says of the job's last evaluation: a language model's validation
+// perplexity, a classifier's test accuracy, or that there was none and why (a language
+// model without data.tokens.validation is not evaluated: no "test accuracy none").
+std::string EvaluationText(const LocalSummary& summary, const JobSpec& spec);
+
 // Every rank's figures from rank 0's summary (TrainResult.ranks), one line each after a
 // header: its mesh coordinates, memory, bytes sent per step through its pipeline and
 // tensor-parallel groups and the rest, its bubble. Printed after a job with a mesh, whose

@@ -164,5 +164,25 @@ TEST(LocalSummaryTest, FailedWithoutTrainerSummaryIsValidJsonWithTheError) {
   EXPECT_EQ(back.SerializeAsString(), summary.SerializeAsString());
 }
 
+TEST(EvaluationTextTest, NoTestAccuracyForALanguageModel) {
+  JobSpec gpt;
+  gpt.mutable_model()->mutable_gpt();
+  gpt.mutable_data()->mutable_text()->set_path("/usr/share/common-licenses/GPL-3");
+  LocalSummary summary;
+  // A byte-text GPT has no validation set: said so, with the field that gives one.
+  EXPECT_EQ(EvaluationText(summary, gpt),
+            "no validation (a language model is validated on data.tokens.validation)");
+  summary.set_eval_perplexity(26.447);
+  summary.set_eval_loss(3.2752);
+  EXPECT_EQ(EvaluationText(summary, gpt), "validation perplexity 26.45 (loss 3.2752)");
+
+  JobSpec mlp;
+  mlp.mutable_model()->mutable_mlp();
+  LocalSummary classified;
+  classified.set_eval_accuracy(0.8912);
+  EXPECT_EQ(EvaluationText(classified, mlp), "test accuracy 0.8912");
+  EXPECT_EQ(EvaluationText(LocalSummary(), mlp), "no test accuracy (not evaluated)");
+}
+
 }  // namespace
 }  // namespace ringmaster::cli

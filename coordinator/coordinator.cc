@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/plural.h"
 #include "common/status_macros.h"
 #include "coordinator/auth.h"
 #include "glog/logging.h"
@@ -248,7 +249,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return absl::DataLossError(
         absl::StrCat("the job database ", options.database, " is inconsistent: ", s.message()));
   }
-  LOG(INFO) << "coordinator: restored " << states.size() << " jobs from " << options.database;
+  LOG(INFO) << "coordinator: restored " << Plural(states.size(), "job") << " from "
+            << options.database;
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/plural.h"
 #include "plot/plot.h"
 
 namespace ringmaster::coordinator::dashboard {
@@ -281,9 +282,10 @@ HttpResponse Index(const Snapshot& snapshot, const DashboardOptions& options) {
   HttpResponse response = HtmlResponse(200);
   response.body =
       Page("jobs",
-           absl::StrCat("<h1>Jobs</h1><p class=\"muted\">", snapshot.state.jobs.size(),
-                        " jobs: ", running, " running, ", finished, " ended. ",
-                        snapshot.state.nodes.nodes_size(), " nodes.</p>\n", JobsTable(snapshot),
+           absl::StrCat("<h1>Jobs</h1><p class=\"muted\">",
+                        Plural(snapshot.state.jobs.size(), "job"), ": ", running, " running, ",
+                        finished, " ended. ", Plural(snapshot.state.nodes.nodes_size(), "node"),
+                        ".</p>\n", JobsTable(snapshot),
                         "<h2>Nodes</h2>\n", NodesTable(snapshot.state.nodes)),
            snapshot, options);
   return response;
@@ -301,7 +303,7 @@ std::string Summary(const Job& job, const std::vector<RankStats>& ranks) {
       {"Loss", Loss(job.loss(), job.step())},
       {"Throughput", Throughput(job, ranks)},
       {"World",
-       absl::StrCat(World(job), " ranks (min ", job.min_ranks(), ", max ",
+       absl::StrCat(World(job), " ", PluralNoun(World(job), "rank"), " (min ", job.min_ranks(), ", max ",
                     job.max_ranks() >= 100000 ? "none" : absl::StrCat(job.max_ranks()), ")")},
       {"Epoch", absl::StrCat(job.epoch(), " (", Html(job.epoch_cause()), ")")},
       {"Restarts", absl::StrCat(job.restarts(), " of a budget of ", job.restart_budget())},
@@ -413,16 +415,20 @@ std::string Curves(const JobHistory::View& history) {
                 points, window, "loss",
                 [](const JobHistory::Point& p) -> std::optional<double> { return p.loss; },
                 "#1f77b4", "#aec7e8")));
-  std::vector<plot::Series> speed =
-      Curve(points, window, "samples/s", positive(&JobHistory::Point::samples_per_s), "#2ca02c",
-            "#98df8a");
-  for (plot::Series& s : Curve(points, window, "tokens/s",
-                               positive(&JobHistory::Point::tokens_per_s), "#9467bd", "#c5b0d5")) {
-    speed.push_back(std::move(s));
-  }
+  // A language model's tokens/s (its samples/s times the context: ~100x more), else
+  // samples/s: one unit on the axis, as the two on one linear axis flattened the smaller.
+  std::vector<plot::Series> speed = Curve(
+      points, window, "tokens/s", positive(&JobHistory::Point::tokens_per_s), "#9467bd", "#c5b0d5");
   std::erase_if(speed, [](const plot::Series& s) { return s.points.empty(); });
+  std::string speed_unit = "tokens/s";
+  if (speed.empty()) {
+    speed = Curve(points, window, "samples/s", positive(&JobHistory::Point::samples_per_s),
+                  "#2ca02c", "#98df8a");
+    std::erase_if(speed, [](const plot::Series& s) { return s.points.empty(); });
+    speed_unit = "samples/s";
+  }
   if (!speed.empty()) {
-    absl::StrAppend(&out, chart("Throughput (all ranks)", "per second", std::move(speed)));
+    absl::StrAppend(&out, chart("Throughput (all ranks)", speed_unit, std::move(speed)));
   } else {
     absl::StrAppend(&out, chart("Throughput (rank 0)", "steps per second",
                                 Curve(

@@ -200,6 +200,40 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_EQ(Render("/jobs/mlp/", MakeSnapshot()).status, 200);
 }
 
+TEST(DashboardTest, CountsAreInTheirNounsNumber) {
+  Snapshot snapshot = MakeSnapshot();
+  std::string body = Render("/", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(body, "2 jobs: 1 running, 0 ended. 2 nodes."));
+  // One job on one node, of one rank.
+  snapshot.state.jobs.pop_back();
+  snapshot.state.nodes.mutable_nodes()->RemoveLast();
+  Job& job = snapshot.state.jobs[0];
+  while (job.members_size() > 1) job.mutable_members()->RemoveLast();
+  body = Render("/", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(body, "1 job: 1 running, 0 ended. 1 node.")) << body;
+  body = Render("/jobs/mlp", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(body, "1 rank (min 2, max 4)"));
+}
+
+TEST(DashboardTest, ALanguageModelsThroughputIsDrawnInTokensAlone) {
+  // tokens/s is samples/s times the context (here 128): on one linear axis with it, samples/s
+  // lay flat along the bottom. The chart draws tokens/s, with its unit on the axis.
+  Snapshot snapshot = MakeSnapshot();
+  for (JobHistory::Point& p : snapshot.histories["mlp"].points) {
+    p.samples_per_s = 75;
+    p.tokens_per_s = 75 * 128;
+  }
+  const std::string body = Render("/jobs/mlp", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(body, ">tokens/s, mean of 7</text>"));
+  EXPECT_FALSE(absl::StrContains(body, ">samples/s")) << "no samples/s series or axis";
+  EXPECT_EQ(Count(body, "<polyline"), 6);  // loss, tokens/s (reports and mean), 2 comm shares
+  // A classifier's in samples/s, the axis saying so.
+  const std::string mlp = Render("/jobs/mlp", MakeSnapshot()).body;
+  EXPECT_TRUE(absl::StrContains(mlp, ">samples/s, mean of 7</text>"));
+  EXPECT_FALSE(absl::StrContains(mlp, ">tokens/s"));
+  EXPECT_FALSE(absl::StrContains(mlp, ">per second<")) << "the axis names its unit";
+}
+
 TEST(DashboardTest, ALongSeriesIsDrawnThinnedAndAJobWithoutHistorySaysSo) {
   Snapshot snapshot = MakeSnapshot();
   JobHistory::View& history = snapshot.histories["mlp"];

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/plural.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -471,7 +472,7 @@ absl::Status Trainer::State::BuildSchedule() {
 void Trainer::State::SayStart() const {
   const state::TensorTable& table = model->table();
   Say(absl::StrCat("job ", config.name, ": ", model->Describe(), " (", table.parameter_count(),
-                   " parameters) on ", world, " ranks, ", data.train->info().name));
+                   " parameters) on ", Plural(world, "rank"), ", ", data.train->info().name));
   Say(absl::StrCat("batch: global ", config.global_batch, ", ", plan.DebugString(), "; ",
                    total_steps, " steps (", steps_per_epoch, " per epoch); ",
                    PrecisionName(config.precision), "; ", strategy->Describe(), "; ", threads,
