@@ -114,9 +114,18 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(
 
 // A resume error as the trainer returns it: FAILED_PRECONDITION from the checkpoint reader
 // means the checkpoint and this job disagree (another job's spec hash, other tensors, a
-// missing buffer, a newer format), which every restart would meet again, so it is marked
-// permanent (common/status_macros.h). Data loss and I/O errors are left restartable.
+// missing buffer, a newer format), and DATA_LOSS that the checkpoint is damaged (a checksum
+// mismatch, a truncated or missing shard): every restart would meet either again, so they are
+// marked permanent (common/status_macros.h), the damage named first. I/O errors are left
+// restartable.
 absl::Status UnlessRestartable(const absl::Status& status) {
+  if (absl::IsDataLoss(status)) {
+    return MarkPermanent(absl::DataLossError(absl::StrCat(
+        "the checkpoint to resume from is damaged: ", status.message(),
+        "; every restart would read it again: `ringctl checkpoint verify` names each damaged "
+        "file; resume from an earlier checkpoint (resume: its step) or start fresh "
+        "(resume: never)")));
+  }
   if (!absl::IsFailedPrecondition(status)) return status;
   return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
       status.message(),

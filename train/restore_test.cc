@@ -1,6 +1,7 @@
 #include "train/restore.h"
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@ namespace ringmaster::train {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 constexpr uint64_t kSpecHash = testing::kTestSpecHash;
 
@@ -267,6 +269,33 @@ TEST(Restore, AnotherJobsCheckpointIsPermanentlyRefused) {
   EXPECT_THAT(r.status().message(),
               HasSubstr("resuming cannot work until checkpoint.dir points elsewhere or resume "
                         "is set to never"));
+}
+
+// Issue 36 point 21: a corrupt shard was caught precisely, but restartable: every restart
+// read it again until the budget ran out, and the job's reason led with the budget.
+TEST(Restore, ADamagedCheckpointIsPermanentAndNamedFirst) {
+  const TrainConfig config = testing::CheckpointedJob("damaged");
+  SaveCheckpoint(config, 4);
+  const std::string shard = config.checkpoint.dir + "/job/step-4/shard-0-of-1.bin";
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.good()) << shard;
+    file.seekg(0, std::ios::end);
+    const std::streamoff middle = file.tellg() / 2;
+    char byte = 0;
+    file.seekg(middle);
+    file.get(byte);
+    file.seekp(middle);
+    file.put(static_cast<char>(byte ^ 0x5a));
+  }
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  EXPECT_TRUE(IsPermanent(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              StartsWith("the checkpoint to resume from is damaged: "));
+  EXPECT_THAT(r.status().message(), HasSubstr(shard));
 }
 
 TEST(Restore, KeepResidentKeepsTheTablesElementsAndTheState) {

@@ -53,6 +53,20 @@ absl::Status Diverged(const TrainConfig& config, int64_t step, absl::string_view
       step, what, skipped_steps, config.lr)));
 }
 
+// A setup error that says the job asks for what this build, machine or model cannot do
+// (INVALID_ARGUMENT, FAILED_PRECONDITION: device: cuda without CUDA, a schedule the mesh
+// cannot run): every restart would meet it again, so it is marked permanent and named a
+// configuration error; the coordinator fails the job at once instead of spending its restart
+// budget. Other codes (a peer lost while the communicators are built) pass as they are.
+absl::Status ConfigurationError(const absl::Status& status) {
+  if (!absl::IsInvalidArgument(status) && !absl::IsFailedPrecondition(status)) return status;
+  if (IsNodeLocal(status)) return status;  // another node may do it
+  absl::Status named(status.code(), absl::StrCat("configuration error: ", status.message()));
+  status.ForEachPayload(
+      [&named](absl::string_view url, const absl::Cord& payload) { named.SetPayload(url, payload); });
+  return MarkPermanent(named);
+}
+
 // Whether the model's forward and backward sum BatchNorm statistics over the data-parallel
 // ranks (model.resnet18.sync_batchnorm).
 bool SyncsBatchNorm(const TrainConfig& config) {
@@ -460,7 +474,7 @@ absl::Status Trainer::State::BuildSchedule() {
   LrScheduleOptions lo = config.schedule;
   lo.base_lr = config.lr;
   lo.global_batch = config.global_batch;
-  lo.warmup_steps = std::min(config.schedule.warmup_steps, total_steps);
+  lo.warmup_steps = config.schedule.warmup_steps;  // LrSchedule clamps it to the run, saying so
   lo.total_steps = std::max<int64_t>(1, total_steps);
   RM_ASSIGN_OR_RETURN(schedule, LrSchedule::Create(lo));
   if (config.precision == Precision::kFloat16) {
@@ -1104,19 +1118,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   State& t = *trainer->s_;
   t.options = options;
   try {
-    RM_RETURN_IF_ERROR(t.CheckOptions());
-    RM_RETURN_IF_ERROR(t.BuildMesh());
-    RM_RETURN_IF_ERROR(t.LoadModel());
-    RM_RETURN_IF_ERROR(t.ChooseGradientComm());
-    RM_RETURN_IF_ERROR(t.BuildState());
-    RM_RETURN_IF_ERROR(t.BuildSchedule());
-    StepReporterOptions ro;
-    ro.config = &t.config;
-    ro.rank = t.rank;
-    ro.total_steps = t.total_steps;
-    ro.context = t.data.train->info().context;
-    ro.progress = t.leader ? t.options.progress : nullptr;
-    RM_ASSIGN_OR_RETURN(t.reporter, StepReporter::Create(ro));
+    const absl::Status setup = [&t]() -> absl::Status {
+      RM_RETURN_IF_ERROR(t.CheckOptions());
+      RM_RETURN_IF_ERROR(t.BuildMesh());
+      RM_RETURN_IF_ERROR(t.LoadModel());
+      RM_RETURN_IF_ERROR(t.ChooseGradientComm());
+      RM_RETURN_IF_ERROR(t.BuildState());
+      RM_RETURN_IF_ERROR(t.BuildSchedule());
+      StepReporterOptions ro;
+      ro.config = &t.config;
+      ro.rank = t.rank;
+      ro.total_steps = t.total_steps;
+      ro.context = t.data.train->info().context;
+      ro.progress = t.leader ? t.options.progress : nullptr;
+      RM_ASSIGN_OR_RETURN(t.reporter, StepReporter::Create(ro));
+      return absl::OkStatus();
+    }();
+    if (!setup.ok()) return ConfigurationError(setup);
     t.SayStart();
     t.result.set_world_size(t.world);
     t.result.set_gradient_backend(std::string(t.comm->backend()));

@@ -51,6 +51,7 @@ using comm::testing::RankResult;
 using comm::testing::RunRanks;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 // The trainer's options for a validated spec with its defaults.
 TrainConfig Config(const JobSpec& spec) {
@@ -900,7 +901,11 @@ TEST(GptTraining, PipelineMisfitsAreNamed) {
       o.comm = &comm;
       o.op_timeout = absl::Seconds(30);
       o.train_data = data.get();
-      return RunTraining(o).status();
+      const absl::Status s = RunTraining(o).status();
+      // Whether it is marked permanent (a payload, which stays in this process) travels in
+      // the message.
+      return IsPermanent(s) ? absl::Status(s.code(), absl::StrCat("[permanent] ", s.message()))
+                            : s;
     });
     return results[0].status;
   };
@@ -908,9 +913,13 @@ TEST(GptTraining, PipelineMisfitsAreNamed) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("parallelism.mesh")) << s;
   EXPECT_THAT(s.message(), HasSubstr("multiple of 2")) << s;
+  // Issue 36 point 10: a configuration error at setup is permanent and named so (the
+  // coordinator fails the job at once instead of restarting it into the same error).
+  EXPECT_THAT(std::string(s.message()), StartsWith("[permanent] configuration error: ")) << s;
   s = run(2, {"parallelism.mesh.pp=2", "batch.micro_max=2"});
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("raise micro_batches to 6")) << s;
+  EXPECT_THAT(std::string(s.message()), StartsWith("[permanent] configuration error: ")) << s;
 }
 
 // The GPU path (train/device.h). The same GPT job trained on the CPU and on the GPU: one
