@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
+#include "common/progress_rate.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/job_spec.pb.h"
 #include "spec/job_spec.h"
@@ -302,9 +304,9 @@ std::string PhaseName(JobPhase phase) {
 }
 
 std::string Eta(const Job& job) {
-  if (!Running(job) || job.steps_per_s() <= 0 || job.total_steps() <= 0) return "";
-  const double left = static_cast<double>(job.total_steps() - std::max<int64_t>(0, job.step()));
-  return HumanDuration(absl::Seconds(std::max(0.0, left / job.steps_per_s())));
+  if (!Running(job)) return "";
+  const std::optional<double> eta = EtaSeconds(job.step(), job.total_steps(), job.steps_per_s());
+  return eta ? EtaText(*eta) : "";
 }
 
 std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, bool all) {
@@ -313,8 +315,8 @@ std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, b
   }
   std::vector<std::vector<std::string>> rows;
   if (wide) {
-    rows.push_back({"NAME", "PHASE", "STEP", "LOSS", "RANKS", "MIN-MAX", "EPOCH", "RESTARTS",
-                    "STEPS/S", "ETA", "AGE", "MEMBERS", "REASON"});
+    rows.push_back({"NAME", "PHASE", "STEP", "LOSS", "RANKS", "MIN-MAX", "MEMBERSHIP-EPOCH",
+                    "RESTARTS", "STEPS/S", "ETA", "AGE", "MEMBERS", "REASON"});
   } else {
     rows.push_back({"NAME", "PHASE", "STEP", "LOSS", "RANKS", "AGE"});
   }
@@ -384,7 +386,7 @@ std::string NodesTable(const ListNodesResponse& response, bool wide) {
 
 std::string ProgressLine(const Job& job, absl::Time now) {
   std::string line = absl::StrFormat(
-      "%-20s %-10s epoch %-3d ranks %-3d step %-12s loss %-8s restarts %d  elapsed %s",
+      "%-20s %-10s membership epoch %-3d ranks %-3d step %-12s loss %-8s restarts %d  elapsed %s",
       job.id(), PhaseName(job.phase()), job.epoch(), job.members_size(), StepText(job),
       LossText(job), job.restarts(), Age(job.submitted_ms(), now));
   if (const std::string eta = Eta(job); !eta.empty()) absl::StrAppend(&line, ", ETA ", eta);
@@ -397,12 +399,14 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
                                     PhaseName(job.phase()), Age(job.phase_since_ms(), now),
                                     Age(job.submitted_ms(), now));
   if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
-  absl::StrAppendFormat(&out, "  epoch %d (%s), %d members, min %d max %d, restarts %d of %d\n",
+  absl::StrAppendFormat(&out,
+                        "  membership epoch %d (%s), %d members, min %d max %d, restarts %d of "
+                        "%d\n",
                         job.epoch(), job.epoch_cause().empty() ? "-" : job.epoch_cause(),
                         job.members_size(), job.min_ranks(), job.max_ranks(), job.restarts(),
                         job.restart_budget());
-  absl::StrAppendFormat(&out, "  step %s, loss %s, %.2f steps/s", StepText(job), LossText(job),
-                        job.steps_per_s());
+  absl::StrAppendFormat(&out, "  step %s, loss %s, %.2f steps/s %s", StepText(job),
+                        LossText(job), job.steps_per_s(), RateWindowText());
   if (const std::string eta = Eta(job); !eta.empty()) absl::StrAppend(&out, ", ETA ", eta);
   out += "\n";
   if (!job.checkpoint_error().empty()) {
@@ -435,18 +439,24 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
     absl::StrAppend(&out, Indent(FormatTable(rows), "  "));
   }
   for (const Recovery& r : job.recoveries()) {
+    // Where the new epoch resumed from and what that cost, as its trainers said it.
+    const std::string lost =
+        !r.resumed_from().empty()
+            ? ResumeText(r.step_before(), r.resumed_from_step(), r.resumed_from(),
+                         r.lost_because())
+        : r.lost_steps() < 0
+            ? "steps lost: not known yet"
+            : absl::StrCat(r.lost_steps(), " steps lost",
+                           wide ? absl::StrCat(" (from step ", r.step_before(), ")") : "");
     absl::StrAppendFormat(
         &out,
-        "  recovery to epoch %d (%s): %d -> %d ranks; %srendezvous %.2fs, restore %.2fs, first "
-        "step %.2fs, %s%s — %s\n",
+        "  recovery to membership epoch %d (%s): %d -> %d ranks; %srendezvous %.2fs, restore "
+        "%.2fs, first step %.2fs, %s — %s\n",
         r.epoch(), r.cause(), r.old_world(), r.new_world(),
         wide ? absl::StrCat("began ", Age(r.began_ms(), now), " ago, detected in ",
                             Seconds(r.detect_s()), ", ")
              : "",
-        r.rendezvous_s(), r.restore_s(), r.first_step_s(),
-        r.lost_steps() < 0 ? "steps lost: not known yet"
-                           : absl::StrCat(r.lost_steps(), " steps lost"),
-        wide ? absl::StrCat(" (from step ", r.step_before(), ")") : "", r.reason());
+        r.rendezvous_s(), r.restore_s(), r.first_step_s(), lost, r.reason());
   }
   if (!wide) return out;
   if (job.checkpoints_size() > 0) {

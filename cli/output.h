@@ -66,9 +66,11 @@ std::string HumanDuration(absl::Duration d);
 // header. The last column is not padded.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
-// `ringctl list`: NAME PHASE STEP LOSS RANKS AGE; wide adds MIN-MAX (ranks) EPOCH
-// RESTARTS (of the budget) STEPS/S ETA MEMBERS REASON. AGE is since submission. A message instead of a table when `jobs` is
-// empty (`all`: whether finished jobs were asked for).
+// `ringctl list`: NAME PHASE STEP LOSS RANKS AGE; wide adds MIN-MAX (ranks)
+// MEMBERSHIP-EPOCH (the rendezvous round, not a data epoch) RESTARTS (of the budget)
+// STEPS/S ETA (common/progress_rate.h: over the last 30 s of steps) MEMBERS REASON. AGE is
+// since submission. A message instead of a table when `jobs` is empty (`all`: whether
+// finished jobs were asked for).
 std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, bool all);
 
 // `ringctl nodes`: a row per slot, the node's columns on its first: NODE STATUS (ready,
@@ -77,17 +79,19 @@ std::string JobsTable(const std::vector<Job>& jobs, absl::Time now, bool wide, b
 // A message instead of a table when there is no node.
 std::string NodesTable(const ListNodesResponse& nodes, bool wide);
 
-// `ringctl status JOB`: phase and how long, reason, membership, progress with elapsed time
-// and ETA, a table of the members, the recoveries. Wide adds the members' flags, the
-// recoveries' detection times, the checkpoints and the effective spec (YAML).
+// `ringctl status JOB`: phase and how long, reason, membership epoch, progress with its
+// rate (and its window) and ETA, a table of the members, the recoveries (each with where it
+// resumed from, the steps lost and why). Wide adds the members' flags, the recoveries'
+// detection times, the checkpoints and the effective spec (YAML).
 std::string JobDescription(const Job& job, absl::Time now, bool wide);
 
-// One line of progress (`ringctl submit --wait`): name, phase, epoch, ranks, step, loss,
-// restarts, the time since submission and, while it runs, the ETA from steps_per_s and
-// total_steps; the reason last.
+// One line of progress (`ringctl submit --wait`, `top`): name, phase, membership epoch,
+// ranks, step, loss, restarts, the time since submission and, while it runs, the ETA
+// (common/progress_rate.h's EtaSeconds of step, total_steps and steps_per_s); the reason
+// last.
 std::string ProgressLine(const Job& job, absl::Time now);
 
-// The time left at the job's current rate: "" when not running or not known.
+// The time left at the job's current rate (EtaSeconds): "" when not running or not known.
 std::string Eta(const Job& job);
 
 // `ringctl top`: the progress line and a table of the ranks' live figures, then the

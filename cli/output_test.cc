@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/progress_rate.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -197,7 +198,7 @@ TEST(JobsTableTest, HeadersAgesAndWideColumns) {
             "done    failed    -         -      0       3h\n");
 
   const std::string wide = JobsTable(jobs, kNow, /*wide=*/true, /*all=*/true);
-  EXPECT_THAT(wide, HasSubstr("EPOCH"));
+  EXPECT_THAT(wide, HasSubstr("MEMBERSHIP-EPOCH"));
   EXPECT_THAT(wide, HasSubstr("1-4"));  // min-max ranks
   EXPECT_THAT(wide, HasSubstr("RESTARTS"));
   EXPECT_THAT(wide, HasSubstr("MEMBERS"));
@@ -279,6 +280,69 @@ TEST(JobDescriptionTest, MembersTableAndWideExtras) {
   EXPECT_THAT(wide, HasSubstr("JOINED"));
   EXPECT_THAT(wide, HasSubstr("spec:"));
   EXPECT_THAT(wide, HasSubstr("decay: linear"));
+}
+
+// One rate and one ETA (common/progress_rate.h) in every view of the same job: the job's
+// steps_per_s as the trainer measured it, never a figure of its own (such as 1 / a rank's
+// last step time), and the ETA of EtaSeconds.
+TEST(RateAndEtaTest, EveryViewShowsTheJobsRateAndTheSameEta) {
+  Job job = ExampleJob();
+  job.set_step(265);
+  job.set_total_steps(1000);
+  job.set_steps_per_s(7.84);
+  JobEvent event;
+  *event.mutable_job() = job;
+  RankStats* r = event.add_ranks();
+  r->set_rank(0);
+  r->set_step(265);
+  r->set_step_time_s(0.82);  // one slow step: 1.22 steps/s were it the rate
+  r->set_steps_per_s(7.84);
+  const std::string eta = EtaText(*EtaSeconds(265, 1000, 7.84));  // 93.75 s
+  EXPECT_EQ(eta, "1m34s");
+  EXPECT_EQ(Eta(job), eta);
+  const std::string views[] = {JobsTable({job}, kNow, /*wide=*/true, /*all=*/false),
+                               ProgressLine(job, kNow), JobDescription(job, kNow, false),
+                               TopFrame(event, kNow)};
+  for (const std::string& view : views) {
+    EXPECT_THAT(view, HasSubstr(eta)) << view;
+    EXPECT_THAT(view, Not(HasSubstr("1.22"))) << view;
+  }
+  EXPECT_THAT(views[0], HasSubstr("7.84"));
+  EXPECT_THAT(views[2], HasSubstr("7.84 steps/s over the last 30 s of steps, ETA 1m34s"));
+}
+
+// The job's epoch is its membership epoch (a rendezvous round) wherever it is shown, never
+// a bare "epoch" that reads as a pass over the data.
+TEST(MembershipEpochTest, NamedAsSuch) {
+  Job job = ExampleJob();
+  Recovery* r = job.add_recoveries();
+  r->set_epoch(3);
+  r->set_cause("failure");
+  EXPECT_THAT(ProgressLine(job, kNow), HasSubstr("membership epoch 3"));
+  EXPECT_THAT(JobDescription(job, kNow, false), HasSubstr("  membership epoch 3 (-), 2 members"));
+  EXPECT_THAT(JobDescription(job, kNow, false), HasSubstr("recovery to membership epoch 3"));
+}
+
+// A recovery that resumed from a checkpoint older than the step the job had reached says
+// from where, the steps lost and why, as its trainers told the coordinator.
+TEST(JobDescriptionTest, ARecoverySaysTheStepsLostAndWhy) {
+  Job job = ExampleJob();
+  Recovery* r = job.add_recoveries();
+  r->set_epoch(3);
+  r->set_cause("failure");
+  r->set_reason("trainer on b/0 killed by signal 9");
+  r->set_step_before(265);
+  r->set_lost_steps(65);
+  r->set_resumed_from_step(200);
+  r->set_resumed_from("step 200's checkpoint");
+  r->set_lost_because("its state is sharded over the ranks (ZeRO-2)");
+  EXPECT_THAT(JobDescription(job, kNow, false),
+              HasSubstr("resumed from step 200's checkpoint: 65 steps lost (the job had reached "
+                        "step 265), because its state is sharded over the ranks (ZeRO-2) — "
+                        "trainer on b/0 killed by signal 9"));
+  // Before the trainers said it: the count alone.
+  r->clear_resumed_from();
+  EXPECT_THAT(JobDescription(job, kNow, false), HasSubstr("65 steps lost — trainer on b/0"));
 }
 
 TEST(TopFrameTest, ProgressAndRankTable) {

@@ -366,6 +366,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       r->set_began_ms(Ms(now));
       r->set_lost_steps(-1);
       r->set_step_before(job.step());
+      r->set_resumed_from_step(-1);
       Bump(job);
     } else if (const auto* a = std::get_if<CommitEpoch>(&action)) {
       Job& job = jobs_[a->job];
@@ -382,6 +383,7 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
         HistoryOf(a->job).AddEpoch(std::move(epoch));
       }
       job.set_step(0);  // the new epoch restarts from a checkpoint: steps may go back
+      job.set_steps_per_s(0);  // measured again in the new epoch
       kv_[a->job].clear();  // the previous epoch's bootstrap is void
       rank_stats_[a->job].clear();
       slow_reports_[a->job].clear();
@@ -453,6 +455,9 @@ void Coordinator::Resolve(Completions* completions) {
         const Job& job = jobs_[r.job()];
         if (job.checkpoints_size() > 0) {
           response.set_restore_step(job.checkpoints(job.checkpoints_size() - 1).step());
+        }
+        if (job.recoveries_size() > 0 && job.recoveries().rbegin()->epoch() == state->epoch) {
+          response.set_step_before(job.recoveries().rbegin()->step_before());
         }
         result = std::move(response);
       }
@@ -912,6 +917,7 @@ absl::Status Coordinator::Ready(const ReadyRequest& r) {
                            rec->rendezvous_s());
       }
     }
+    RecordRestore(job, r);
     Apply(actions, &completions);
   }
   Run(completions);
@@ -980,7 +986,10 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
                                 rec->rendezvous_s() - rec->restore_s());
           // The first step taken after restoring is step() (1-based): the epoch started
           // from step() - 1.
-          rec->set_lost_steps(std::max<int64_t>(0, rec->step_before() - (r.stats().step() - 1)));
+          if (rec->resumed_from().empty()) {  // the trainers did not say (RecordRestore)
+            rec->set_lost_steps(
+                std::max<int64_t>(0, rec->step_before() - (r.stats().step() - 1)));
+          }
         }
       }
       Bump(job);
@@ -991,6 +1000,18 @@ absl::StatusOr<ProgressResponse> Coordinator::Progress(const ProgressRequest& r)
   return response;
 }
 
+void Coordinator::RecordRestore(Job& job, const ReadyRequest& r) {
+  if (r.restored_from().empty() || job.recoveries_size() == 0) return;
+  Recovery* rec = job.mutable_recoveries(job.recoveries_size() - 1);
+  // The first trainer to say it (every rank restores the same step).
+  if (rec->epoch() != r.epoch() || !rec->resumed_from().empty()) return;
+  rec->set_resumed_from_step(r.restored_step());
+  rec->set_resumed_from(Bounded(r.restored_from()));
+  rec->set_lost_because(Bounded(r.restore_note()));
+  rec->set_lost_steps(std::max<int64_t>(0, rec->step_before() - r.restored_step()));
+  Bump(job);
+}
+
 void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& reported,
                              int64_t total_steps) {
   RankStats& stats = rank_stats_[job.id()][reported.rank()];
@@ -999,7 +1020,11 @@ void Coordinator::RecordStep(Job& job, const SlotRef& slot, const RankStats& rep
   if (reported.rank() == 0 || job.step() < reported.step()) {
     job.set_step(std::max(job.step(), reported.step()));
     job.set_loss(reported.loss());
-    if (reported.step_time_s() > 0) job.set_steps_per_s(1.0 / reported.step_time_s());
+  }
+  // Rank 0's rate as its progress line says it (common/progress_rate.h), so that every view
+  // of the job shows the same figure; its samples/s are this times the global batch.
+  if (reported.rank() == 0 && reported.steps_per_s() > 0) {
+    job.set_steps_per_s(reported.steps_per_s());
   }
   if (total_steps > 0) job.set_total_steps(total_steps);
   if (reported.rank() == 0) {

@@ -182,6 +182,9 @@ class Coordinator {
   // (the job ended) or ABORTED (a stale epoch).
   absl::Status CheckStoreCaller(const std::string& job, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a ready trainer restored into the job's latest recovery (where from, steps lost
+  // and why): the first to say it for the recovery's epoch.
+  void RecordRestore(Job& job, const ReadyRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank's step report into the job's figures (step, loss, speed, length).
   void RecordStep(Job& job, const SlotRef& slot, const RankStats& stats, int64_t total_steps)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

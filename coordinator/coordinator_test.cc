@@ -138,6 +138,7 @@ class CoordinatorTest : public ::testing::Test {
     r.mutable_stats()->set_step(step);
     r.mutable_stats()->set_loss(1.5);
     r.mutable_stats()->set_step_time_s(0.25);
+    r.mutable_stats()->set_steps_per_s(4);  // the trainer's window's (1 / step time here)
     return coordinator_->Progress(r);
   }
 
@@ -1108,6 +1109,75 @@ TEST_F(CoordinatorTest, TheHistoryKeepsRankZerosCurveAndTheMembersOfEachEpoch) {
   EXPECT_EQ(restarted.epochs[0].epoch, 2);
   EXPECT_EQ(restarted.epochs[0].ranks.size(), 3u);
   EXPECT_TRUE(restarted.points.empty());
+}
+
+// The job's rate is rank 0's as its progress line says it (common/progress_rate.h, over a
+// window of steps), the same figure every view shows: never 1 / the last report's step time,
+// nor another rank's.
+TEST_F(CoordinatorTest, TheJobsRateIsRankZerosWindowedRate) {
+  StartFourRanks();
+  ProgressRequest r;
+  r.set_job("mlp");
+  r.set_epoch(1);
+  *r.mutable_slot() = Slot("a", 0);
+  r.mutable_stats()->set_rank(0);
+  r.mutable_stats()->set_step(265);
+  r.mutable_stats()->set_step_time_s(0.82);  // one slow step
+  r.mutable_stats()->set_steps_per_s(7.84);
+  r.mutable_stats()->set_samples_per_s(7.84 * 128);
+  r.set_total_steps(1000);
+  ASSERT_TRUE(coordinator_->Progress(r).ok());
+  EXPECT_DOUBLE_EQ(coordinator_->Get("mlp")->steps_per_s(), 7.84);
+  // Rank 1 ahead by a step, with a rate of its own: the job's stays rank 0's.
+  *r.mutable_slot() = Slot("a", 1);
+  r.mutable_stats()->set_rank(1);
+  r.mutable_stats()->set_step(266);
+  r.mutable_stats()->set_steps_per_s(3);
+  ASSERT_TRUE(coordinator_->Progress(r).ok());
+  EXPECT_DOUBLE_EQ(coordinator_->Get("mlp")->steps_per_s(), 7.84);
+}
+
+// A recovery that restores an older step than the job had reached (a ZeRO-2 rank's shards
+// lost with it: back to the checkpoint): the new epoch's trainers learn the step the job had
+// reached, and their Ready says where they resumed from and why not from memory, so that the
+// recovery records the steps lost and why before the first step.
+TEST_F(CoordinatorTest, ARecoveryRecordsWhereItResumedTheStepsLostAndWhy) {
+  StartFourRanks();
+  ASSERT_TRUE(Progress("a", 0, 1, 0, 265).ok());
+  ASSERT_TRUE(coordinator_->TrainerExited(Exited("b", 0, -9)).ok());
+  ASSERT_EQ(coordinator_->Get("mlp")->recoveries(0).step_before(), 265);
+  EXPECT_EQ(coordinator_->Get("mlp")->recoveries(0).resumed_from_step(), -1);
+
+  Result<JoinResponse> joins[3];
+  Join("a", 0, 2, &joins[0]);
+  Join("a", 1, 2, &joins[1]);
+  Join("b", 1, 2, &joins[2]);
+  for (auto& j : joins) {
+    ASSERT_TRUE(j.value.has_value() && j.value->ok());
+    ASSERT_TRUE((*j.value)->has_step_before());
+    EXPECT_EQ((*j.value)->step_before(), 265);
+  }
+  for (auto [node, slot] : {std::pair{"a", 0}, std::pair{"a", 1}, std::pair{"b", 1}}) {
+    ReadyRequest ready;
+    ready.set_job("mlp");
+    ready.set_epoch(2);
+    *ready.mutable_slot() = Slot(node, slot);
+    ready.set_restored_step(200);
+    ready.set_restored_from("step 200's checkpoint");
+    ready.set_restore_note(slot == 0 ? "its state is sharded over the ranks (ZeRO-2)"
+                                     : "said second");
+    ASSERT_TRUE(coordinator_->Ready(ready).ok());
+  }
+  Recovery rec = coordinator_->Get("mlp")->recoveries(0);
+  EXPECT_EQ(rec.resumed_from_step(), 200);
+  EXPECT_EQ(rec.resumed_from(), "step 200's checkpoint");
+  EXPECT_EQ(rec.lost_because(), "its state is sharded over the ranks (ZeRO-2)");
+  EXPECT_EQ(rec.lost_steps(), 65) << "known once ready, before the first step";
+  // The first step (201) agrees; a late report of the old epoch changes nothing.
+  ASSERT_TRUE(Progress("a", 0, 2, 0, 201).ok());
+  rec = coordinator_->Get("mlp")->recoveries(0);
+  EXPECT_EQ(rec.lost_steps(), 65);
+  EXPECT_EQ(rec.resumed_from_step(), 200);
 }
 
 }  // namespace

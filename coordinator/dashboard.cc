@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/plural.h"
+#include "common/progress_rate.h"
 #include "plot/plot.h"
 
 namespace ringmaster::coordinator::dashboard {
@@ -99,7 +100,8 @@ std::string JobLink(const std::string& id) {
   return absl::StrCat("<a href=\"/jobs/", Html(id), "\">", Html(id), "</a>");
 }
 
-// Throughput as rank 0 says it (all ranks together), else steps per second.
+// Throughput as rank 0 says it (all ranks together), its steps per second and the ETA: the
+// figures of the progress line (common/progress_rate.h, over the last 30 s of steps).
 std::string Throughput(const Job& job, const std::vector<RankStats>& ranks) {
   std::vector<std::string> parts;
   for (const RankStats& r : ranks) {
@@ -111,6 +113,12 @@ std::string Throughput(const Job& job, const std::vector<RankStats>& ranks) {
   }
   if (job.steps_per_s() > 0) {
     parts.push_back(absl::StrCat(Short(job.steps_per_s()), " steps/s"));
+  }
+  if (job.phase() == ringmaster::JOB_PHASE_RUNNING) {
+    if (const std::optional<double> eta =
+            EtaSeconds(job.step(), job.total_steps(), job.steps_per_s())) {
+      parts.push_back(absl::StrCat("ETA ", EtaText(*eta)));
+    }
   }
   return parts.empty() ? "–" : absl::StrJoin(parts, "<br>");
 }
@@ -202,7 +210,8 @@ std::string JobsTable(const Snapshot& snapshot) {
   if (snapshot.state.jobs.empty()) return "<p class=\"muted\">No jobs.</p>\n";
   std::string out =
       "<table id=\"jobs\"><tr><th>Job</th><th>Phase</th><th>Step</th><th>Loss</th>"
-      "<th>Throughput</th><th>World</th><th>Epoch</th><th>Restarts</th><th>Checkpoints</th>"
+      "<th title=\"over the last 30 s of steps\">Throughput, ETA</th><th>World</th>"
+      "<th>Membership epoch</th><th>Restarts</th><th>Checkpoints</th>"
       "</tr>\n";
   for (const Job& job : snapshot.state.jobs) {
     std::string checkpoints = "–";
@@ -301,11 +310,12 @@ std::string Summary(const Job& job, const std::vector<RankStats>& ranks) {
                                                                  Html(job.reason()), "</span>"))},
       {"Step", StepText(job)},
       {"Loss", Loss(job.loss(), job.step())},
-      {"Throughput", Throughput(job, ranks)},
+      {absl::StrCat("Throughput, ETA <span class=\"muted\">(", RateWindowText(), ")</span>"),
+       Throughput(job, ranks)},
       {"World",
        absl::StrCat(World(job), " ", PluralNoun(World(job), "rank"), " (min ", job.min_ranks(), ", max ",
                     job.max_ranks() >= 100000 ? "none" : absl::StrCat(job.max_ranks()), ")")},
-      {"Epoch", absl::StrCat(job.epoch(), " (", Html(job.epoch_cause()), ")")},
+      {"Membership epoch", absl::StrCat(job.epoch(), " (", Html(job.epoch_cause()), ")")},
       {"Restarts", absl::StrCat(job.restarts(), " of a budget of ", job.restart_budget())},
       {"Submitted", Utc(job.submitted_ms())},
       {"In this phase since", Utc(job.phase_since_ms())},
@@ -377,13 +387,14 @@ std::string Curves(const JobHistory::View& history) {
            "report.</p>\n";
   }
   const size_t window = std::max<size_t>(1, points.size() / 25);
-  // The epochs after the first, shaded in turn, so that a recovery shows on every curve.
+  // The membership epochs after the first, shaded in turn, so that a recovery shows on
+  // every curve.
   std::vector<plot::Region> epochs;
   for (size_t i = 1; i < points.size(); ++i) {
     if (points[i].epoch == points[i - 1].epoch) continue;
     if (!epochs.empty()) epochs.back().x_max = static_cast<double>(points[i - 1].step);
     epochs.push_back(plot::Region{
-        absl::StrCat("epoch ", points[i].epoch), static_cast<double>(points[i].step),
+        absl::StrCat("membership epoch ", points[i].epoch), static_cast<double>(points[i].step),
         static_cast<double>(points.back().step), epochs.size() % 2 == 0 ? "#1f77b4" : "#888888"});
   }
   if (epochs.size() > 12) epochs.clear();  // too many to label: the timeline shows them
@@ -515,7 +526,7 @@ std::string Timeline(const Job& job) {
     const double y = top + (i - first) * row_h;
     const std::string label = absl::StrCat(
         absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(r.began_ms()), absl::UTCTimeZone()),
-        "  epoch ", r.epoch(), " ", r.cause(), "  world ", r.old_world(), "→",
+        "  membership epoch ", r.epoch(), " ", r.cause(), "  world ", r.old_world(), "→",
         r.new_world() > 0 ? absl::StrCat(r.new_world()) : "?");
     absl::StrAppendFormat(&svg,
                           "<g class=\"recovery\"><title>%s</title>\n<text x=\"12\" y=\"%.1f\" "
@@ -542,9 +553,9 @@ std::string Timeline(const Job& job) {
   svg += "</svg>\n";
 
   std::string table =
-      "<table id=\"recoveries\"><tr><th>Began</th><th>Epoch</th><th>Cause</th><th>World</th>"
-      "<th>Detect</th><th>Rendezvous</th><th>Restore</th><th>First step</th><th>Lost steps</th>"
-      "<th>Reason</th></tr>\n";
+      "<table id=\"recoveries\"><tr><th>Began</th><th>Membership epoch</th><th>Cause</th>"
+      "<th>World</th><th>Detect</th><th>Rendezvous</th><th>Restore</th><th>First step</th>"
+      "<th>Lost steps</th><th>Resumed from</th><th>Reason</th></tr>\n";
   for (int i = job.recoveries_size() - 1; i >= first; --i) {
     const Recovery& r = job.recoveries(i);
     absl::StrAppend(&table, "<tr><td>", Utc(r.began_ms()), "</td><td class=\"num\">", r.epoch(),
@@ -555,6 +566,11 @@ std::string Timeline(const Job& job) {
                     Seconds(r.restore_s()), "</td><td class=\"num\">", Seconds(r.first_step_s()),
                     "</td><td class=\"num\">",
                     r.lost_steps() < 0 ? "–" : absl::StrCat(r.lost_steps()),
+                    "</td><td class=\"reason\">",
+                    r.resumed_from().empty()
+                        ? "–"
+                        : Html(ResumeText(r.step_before(), r.resumed_from_step(),
+                                          r.resumed_from(), r.lost_because())),
                     "</td><td class=\"reason\">", Html(r.reason()), "</td></tr>\n");
   }
   return absl::StrCat("<div class=\"timeline\" id=\"timeline\">\n", svg, "</div>\n", table,
@@ -562,9 +578,12 @@ std::string Timeline(const Job& job) {
 }
 
 std::string Epochs(const JobHistory::View& history) {
-  if (history.epochs.empty()) return "<p class=\"muted\">No epoch committed yet.</p>\n";
+  if (history.epochs.empty()) {
+    return "<p class=\"muted\">No membership epoch committed yet.</p>\n";
+  }
   std::string out =
-      "<table id=\"epochs\"><tr><th>Epoch</th><th>Cause</th><th>Committed</th><th>World</th>"
+      "<table id=\"epochs\"><tr><th>Membership epoch</th><th>Cause</th><th>Committed</th>"
+      "<th>World</th>"
       "<th>Ranks (rank: node/slot)</th></tr>\n";
   const int n = static_cast<int>(history.epochs.size());
   for (int i = n - 1; i >= std::max(0, n - kMaxRows); --i) {
@@ -609,7 +628,8 @@ std::string Members(const Job& job, const std::vector<RankStats>& ranks, absl::T
                     "</td><td class=\"num\">", Ago(now, m->last_progress_ms()), "</td>");
     if (s == nullptr) {
       absl::StrAppend(&out,
-                      "<td colspan=\"7\" class=\"muted\">no report in this epoch</td></tr>\n");
+                      "<td colspan=\"7\" class=\"muted\">no report in this membership "
+                      "epoch</td></tr>\n");
       continue;
     }
     absl::StrAppend(
@@ -651,7 +671,8 @@ HttpResponse JobPage(const Job& job, const JobHistory::View& history, const Snap
       absl::StrCat(
           "<h1 id=\"job\">", Html(job.id()), " ", PhaseBadge(job.phase()), "</h1>\n",
           Summary(job, ranks), "<h2>Curves</h2>\n", Curves(history), "<h2>Recoveries</h2>\n",
-          Timeline(job), "<h2>Members per epoch</h2>\n", Epochs(history), "<h2>Ranks now</h2>\n",
+          Timeline(job), "<h2>Members per membership epoch</h2>\n", Epochs(history),
+          "<h2>Ranks now</h2>\n",
           Members(job, ranks, snapshot.state.taken), "<h2>Checkpoints</h2>\n", Checkpoints(job)),
       snapshot, options);
   return response;

@@ -80,6 +80,9 @@ JobEvent RunningJob() {
   r->set_first_step_s(0.3);
   r->set_lost_steps(20);
   r->set_step_before(120);
+  r->set_resumed_from_step(100);
+  r->set_resumed_from("step 100's checkpoint");
+  r->set_lost_because("its state is sharded over the ranks (ZeRO-2)");
   CheckpointInfo* c = job->add_checkpoints();
   c->set_step(100);
   c->set_path("/ckpt/mlp/step-100");
@@ -170,11 +173,21 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(r.body, "<h1 id=\"job\">mlp <span class=\"phase running\">"));
   // The recovery: a timeline row with its bars, and the table.
   EXPECT_EQ(Count(r.body, "<g class=\"recovery\">"), 1);
-  EXPECT_TRUE(absl::StrContains(r.body, "epoch 2 failure  world 4→3"));
+  EXPECT_TRUE(absl::StrContains(r.body, "  membership epoch 2 failure  world 4→3"));
   EXPECT_TRUE(absl::StrContains(r.body, "<title>rendezvous 0.800 s</title>"));
   EXPECT_TRUE(absl::StrContains(r.body, "<title>restore 1.500 s</title>"));
   EXPECT_TRUE(absl::StrContains(r.body, "2.60 s, lost 20 steps"));  // 0.8 + 1.5 + 0.3
   EXPECT_TRUE(absl::StrContains(r.body, "trainer b/0 exited with signal 9"));
+  // Where it resumed from, the steps lost and why, as the trainers said it.
+  EXPECT_TRUE(absl::StrContains(
+      r.body,
+      "resumed from step 100&#39;s checkpoint: 20 steps lost (the job had reached step 120), "
+      "because its state is sharded over the ranks (ZeRO-2)"))
+      << r.body.substr(r.body.find("<table id=\"recoveries\">"), 1500);
+  // The rate and the ETA of the progress line (common/progress_rate.h), its window named.
+  EXPECT_TRUE(absl::StrContains(r.body, "4 steps/s<br>ETA 30s"));  // 120 steps at 4 steps/s
+  EXPECT_TRUE(absl::StrContains(r.body, "over the last 30 s of steps"));
+  EXPECT_TRUE(absl::StrContains(r.body, "<td>Membership epoch</td>"));
   // Three charts against step, epoch 2 shaded: the loss and the throughput each as the reports
   // and their mean over 180 / 25 = 7 reports, the communication shares as means.
   EXPECT_EQ(Count(r.body, "<svg"), 4);  // and the timeline
@@ -183,7 +196,7 @@ TEST(DashboardTest, AJobPageShowsItsRecoveryCurvesEpochsRanksAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(r.body, ">loss, mean of 7</text>"));
   EXPECT_TRUE(absl::StrContains(r.body, ">samples/s, mean of 7</text>"));
   EXPECT_TRUE(absl::StrContains(r.body, ">exposed, mean of 7</text>"));
-  EXPECT_TRUE(absl::StrContains(r.body, ">epoch 2</text>"));
+  EXPECT_TRUE(absl::StrContains(r.body, ">membership epoch 2</text>"));
   // Members per epoch, newest first.
   const size_t epochs = r.body.find("<table id=\"epochs\">");
   ASSERT_NE(epochs, std::string::npos);
@@ -245,7 +258,7 @@ TEST(DashboardTest, ALongSeriesIsDrawnThinnedAndAJobWithoutHistorySaysSo) {
   snapshot.histories.clear();
   body = Render("/jobs/mlp", snapshot).body;
   EXPECT_TRUE(absl::StrContains(body, "No steps reported yet"));
-  EXPECT_TRUE(absl::StrContains(body, "No epoch committed yet"));
+  EXPECT_TRUE(absl::StrContains(body, "No membership epoch committed yet"));
   EXPECT_TRUE(absl::StrContains(body, "<g class=\"recovery\">")) << "from the job itself";
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/progress_rate.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -99,7 +100,9 @@ std::vector<JobFigure> JobFigures() {
   return {
       {"ringmaster_job_members", "gauge", "Trainers in the job's current epoch.",
        [](const JobView& v) { return std::optional<double>(v.job->members_size()); }},
-      {"ringmaster_job_epoch", "gauge", "The job's current epoch (grows with every re-formation).",
+      {"ringmaster_job_epoch", "gauge",
+       "The job's current membership epoch: its rendezvous round, grown with every "
+       "re-formation (not a pass over the data: the trainers' data_epoch).",
        [](const JobView& v) { return std::optional<double>(v.job->epoch()); }},
       {"ringmaster_job_restarts_total", "counter",
        "Restarts after failures the job has used of its restart budget.",
@@ -112,13 +115,24 @@ std::vector<JobFigure> JobFigures() {
        [](const JobView& v) {
          return v.job->step() > 0 ? std::optional<double>(v.job->loss()) : std::nullopt;
        }},
-      {"ringmaster_job_steps_per_second", "gauge", "Training steps per second (rank 0's).",
+      {"ringmaster_job_steps_per_second", "gauge",
+       "Training steps per second as rank 0's progress line says it, over the last 30 s of "
+       "steps (common/progress_rate.h; 0: not measured yet in this membership epoch).",
        [](const JobView& v) { return std::optional<double>(v.job->steps_per_s()); }},
+      {"ringmaster_job_eta_seconds", "gauge",
+       "Seconds until the last step at ringmaster_job_steps_per_second (running jobs whose "
+       "rate and length are known).",
+       [](const JobView& v) -> std::optional<double> {
+         if (v.job->phase() != ringmaster::JOB_PHASE_RUNNING) return std::nullopt;
+         return EtaSeconds(v.job->step(), v.job->total_steps(), v.job->steps_per_s());
+       }},
       {"ringmaster_job_samples_per_second", "gauge",
-       "Samples per second over the trainer's last logging window, all ranks together.",
+       "Samples per second, all ranks together: ringmaster_job_steps_per_second times the "
+       "global batch (rank 0's, from the same window).",
        [](const JobView& v) { return FromRank0(v, &R::samples_per_s); }},
       {"ringmaster_job_tokens_per_second", "gauge",
-       "Tokens per second, all ranks together (language models; 0 otherwise).",
+       "Tokens per second, all ranks together: samples per second times the context "
+       "(language models; 0 otherwise).",
        [](const JobView& v) { return FromRank0(v, &R::tokens_per_s); }},
       {"ringmaster_job_learning_rate", "gauge", "The learning rate of the last step (rank 0's).",
        [](const JobView& v) { return FromRank0(v, &R::lr); }},

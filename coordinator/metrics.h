@@ -6,8 +6,10 @@
 // Families (every name starts with ringmaster_; labels in braces):
 //   jobs{phase}                             jobs in each phase (every phase, 0 included)
 //   job_info{job,phase}                     1 per job
-//   job_members, job_epoch, job_step, job_total_steps, job_loss, job_steps_per_second,
-//   job_samples_per_second, job_tokens_per_second, job_learning_rate, job_loss_scale,
+//   job_members, job_epoch (the membership epoch), job_step, job_total_steps, job_loss,
+//   job_steps_per_second, job_eta_seconds (common/progress_rate.h: over the last 30 s of
+//   steps, as the progress line says them), job_samples_per_second (steps per second times
+//   the global batch), job_tokens_per_second, job_learning_rate, job_loss_scale,
 //   job_comm_fraction, job_exposed_comm_fraction (the ranks' mean)            {job}
 //   job_restarts_total, job_lost_steps_total, recoveries_total{job,cause}
 //   recovery_phase_seconds{job,cause,phase}  summary (_sum, _count) of the recoveries'

@@ -233,6 +233,7 @@ TEST(Metrics, HandMadeSnapshot) {
   expect(R"(ringmaster_job_total_steps{job="mlp"})", 1000);
   expect(R"(ringmaster_job_loss{job="mlp"})", 0.625);
   expect(R"(ringmaster_job_steps_per_second{job="mlp"})", 4);
+  expect(R"(ringmaster_job_eta_seconds{job="mlp"})", (1000 - 120) / 4.0);
   // Throughput, learning rate and loss scale are rank 0's; the fractions the ranks' mean.
   expect(R"(ringmaster_job_samples_per_second{job="mlp"})", 512);
   expect(R"(ringmaster_job_learning_rate{job="mlp"})", 0.001);

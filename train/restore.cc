@@ -33,6 +33,7 @@ bool ResidentFits(const ResidentState& resident, uint64_t spec_hash,
 // What the ranks agreed on at start (TrainerOptions::resident).
 struct MemoryRestore {
   int source = -1;              // the rank whose memory the state came from; -1: none
+  int64_t newest = -1;          // the newest step any rank kept; -1: none kept one
   int64_t checkpoint_step = -1;  // rank 0's latest checkpoint; -1: none seen
   int64_t step = 0;
   int64_t optimizer_step = 0;
@@ -64,6 +65,7 @@ absl::StatusOr<MemoryRestore> RestoreFromMemory(
       out.source = r;
     }
   }
+  out.newest = best;
   if (best < 0 || best < out.checkpoint_step) {
     out.source = -1;
     return out;
@@ -221,6 +223,7 @@ absl::StatusOr<Restored> RestoreTrainingState(const RestoreOptions& o) {
   const bool auto_resume =
       cs.resume.kind == ResumeConfig::Kind::kAuto || cs.resume.kind == ResumeConfig::Kind::kExtend;
   int64_t agreed_step = -1;  // rank 0's latest, when the ranks agreed on a checkpoint
+  std::string not_from_memory;  // Restored::not_from_memory
   if (o.resident != nullptr && auto_resume && o.whole_state) {
     int64_t latest = -1;
     if (checkpointing) {
@@ -248,14 +251,36 @@ absl::StatusOr<Restored> RestoreTrainingState(const RestoreOptions& o) {
       r.resumed_from_memory_of = m.source;
       return r;
     }
+    not_from_memory =
+        m.newest < 0
+            ? "no trainer of this epoch kept the state in memory (each one started anew)"
+            : absl::StrCat("the newest state kept in memory (step ", m.newest,
+                           ") is older than the latest checkpoint");
+  } else if (o.resident != nullptr && !o.whole_state) {
+    not_from_memory = absl::StrCat(
+        "its state is sharded over the ranks",
+        config.zero_stage > 0 ? absl::StrCat(" (ZeRO-", config.zero_stage, ")") : "",
+        ": a rank keeps only its own shards, and those of the ranks that left are gone");
   }
   // Not usable: the memory is not held twice while training.
   if (o.resident != nullptr) o.resident->Clear();
+  Restored out;
   if (checkpointing && cs.resume.kind != ResumeConfig::Kind::kNever) {
     RM_ASSIGN_OR_RETURN(std::optional<Restored> r, FromCheckpoint(o, agreed_step));
-    if (r) return *r;
+    if (r) out = *std::move(r);
   }
-  return Restored();
+  out.not_from_memory = std::move(not_from_memory);
+  return out;
+}
+
+std::string RestoredFromText(const Restored& r) {
+  if (r.resumed_from_memory_of >= 0) {
+    return absl::StrCat("rank ", r.resumed_from_memory_of, "'s memory");
+  }
+  if (r.resumed_from_step >= 0) {
+    return absl::StrCat("step ", r.resumed_from_step, "'s checkpoint");
+  }
+  return "scratch";
 }
 
 void KeepResident(ResidentState& r, int64_t step, uint64_t spec_hash,

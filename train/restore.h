@@ -93,7 +93,16 @@ struct Restored {
   state::SamplerState sampler;
   int64_t resumed_from_step = -1;  // -1: from scratch
   int resumed_from_memory_of = -1;  // the rank whose memory it came from; -1: none
+  // Why no survivor's memory was restored from, when trainers keep it (an elastic job's
+  // later epochs; `resident` given) and it was not: the state is sharded over the ranks, no
+  // trainer of this run kept one, or the one kept is older than the checkpoint. Empty
+  // otherwise.
+  std::string not_from_memory;
 };
+
+// Where `restored` came from, for people: "step 200's checkpoint", "rank 1's memory",
+// "scratch".
+std::string RestoredFromText(const Restored& restored);
 
 // The state to start from: a survivor's memory when some rank holds a step at least as
 // recent as rank 0's latest checkpoint (resume auto or extend, whole_state), else the

@@ -342,6 +342,18 @@ void RestoreOnTwoRanks(const std::string& name, int64_t kept, bool whole_state) 
       return absl::InternalError(absl::StrCat(m, " differs; ", what));
     }
     if (resident.step != -1) return absl::InternalError("the memory is still held");
+    // Where it came from, and why not from memory when not (Recovery.lost_because).
+    const std::string from = from_memory ? "rank 1's memory" : "step 4's checkpoint";
+    const std::string why =
+        from_memory   ? ""
+        : whole_state ? absl::StrCat("the newest state kept in memory (step ", kept,
+                                     ") is older than the latest checkpoint")
+                      : "its state is sharded over the ranks: a rank keeps only its own "
+                        "shards, and those of the ranks that left are gone";
+    if (RestoredFromText(r) != from || r.not_from_memory != why) {
+      return absl::InternalError(absl::StrCat("from \"", RestoredFromText(r), "\" because \"",
+                                              r.not_from_memory, "\"; ", what));
+    }
     const std::string line =
         from_memory ? absl::StrCat("restored step ", kept, " from the memory of rank 1 (",
                                    state::SamplerStateString(StateAfter(kept).sampler),
@@ -369,6 +381,26 @@ TEST(Restore, FromTheCheckpointWhenItIsNewerThanAnyMemory) {
 
 TEST(Restore, FromTheCheckpointWhenNoRankHoldsTheWholeState) {
   RestoreOnTwoRanks("memory_sharded", /*kept=*/6, /*whole_state=*/false);
+}
+
+// Every trainer of the epoch started anew (none kept a state): the checkpoint, and why.
+TEST(Restore, FromTheCheckpointWhenNoTrainerKeptAState) {
+  const TrainConfig config = testing::CheckpointedJob("memory_none");
+  SaveCheckpoint(config, 4);
+  testing::ExpectOkOnRanks(2, [&](comm::TcpCommunicator& comm) -> absl::Status {
+    RankState s;
+    ResidentState resident;
+    Said said;
+    RM_ASSIGN_OR_RETURN(Restored r,
+                        RestoreTrainingState(Options(config, s, said, &comm, &resident)));
+    if (r.step != 4 || RestoredFromText(r) != "step 4's checkpoint" ||
+        r.not_from_memory !=
+            "no trainer of this epoch kept the state in memory (each one started anew)") {
+      return absl::InternalError(absl::StrCat("restored step ", r.step, " from ",
+                                              RestoredFromText(r), ": ", r.not_from_memory));
+    }
+    return absl::OkStatus();
+  });
 }
 
 // ZeRO-3 on `world` ranks, one unit per tensor: rank r's piece of each unit (the unit

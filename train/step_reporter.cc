@@ -111,6 +111,15 @@ void StepReporter::StartAt(int64_t first_step) {
   first_step_ = first_step;
   start_ = window_start_ = absl::Now();
   excluded_ = absl::ZeroDuration();
+  counted_step_ = first_step;
+  rate_.Clear();
+  rate_.Add(start_, first_step);
+  // Once, so that each figure of the lines below is read as meant.
+  if (options_.rank == 0) {
+    Say(absl::StrCat("progress lines: samples/s (or tokens/s) and eta ", RateWindowText(),
+                     "; data_epoch counts passes over the training data (not the job's "
+                     "membership epoch)"));
+  }
 }
 
 bool StepReporter::Logged(int64_t step) const {
@@ -118,10 +127,20 @@ bool StepReporter::Logged(int64_t step) const {
 }
 
 void StepReporter::Count(int64_t samples, const GradientSyncStats& stats) {
+  rate_.Add(absl::Now(), ++counted_step_);
+  batch_ = samples;
   window_samples_ += samples;
   total_samples_ += samples;
   window_comm_ += stats.comm_time;
   window_exposed_ += stats.exposed_wait;
+}
+
+StepReporter::Rates StepReporter::rates() const {
+  Rates r;
+  r.steps_per_s = rate_.steps_per_s();
+  r.samples_per_s = r.steps_per_s * static_cast<double>(batch_);
+  r.tokens_per_s = r.samples_per_s * static_cast<double>(options_.context);
+  return r;
 }
 
 void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
@@ -129,20 +148,21 @@ void StepReporter::Log(const StepLine& l, const GradientSyncStats& last) {
   const double secs = std::max(1e-9, absl::ToDoubleSeconds(window));
   const double sps = static_cast<double>(window_samples_) / secs;
   const double comm_s = absl::ToDoubleSeconds(window_comm_);
+  // The line's rate and ETA are everyone's (common/progress_rate.h); the metrics record
+  // keeps the window since the previous record, which it states (window_seconds).
+  const Rates now = rates();
   const std::string rate = options_.context > 0
-                               ? absl::StrFormat("%.0f tokens/s", sps * options_.context)
-                               : absl::StrFormat("%.0f samples/s", sps);
+                               ? absl::StrFormat("%.0f tokens/s", now.tokens_per_s)
+                               : absl::StrFormat("%.0f samples/s", now.samples_per_s);
   std::string line = absl::StrFormat(
-      "step %d/%d epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
+      "step %d/%d data_epoch %d loss %.4f lr %.4g grad_norm %.3g %s comm %.1f%% (exposed %.1f%%)",
       l.step, options_.total_steps, l.epoch, l.loss, l.lr, l.grad_norm, rate,
       100 * comm_s / secs, 100 * absl::ToDoubleSeconds(window_exposed_) / secs);
   last_window_ = {sps, options_.context > 0 ? sps * options_.context : 0, comm_s / secs,
                   absl::ToDoubleSeconds(window_exposed_) / secs};
-  // This run's pace so far, for the steps left.
-  const absl::Duration elapsed = absl::Now() - start_;
-  const absl::Duration eta = elapsed / static_cast<double>(l.step - first_step_) *
-                             (options_.total_steps - l.step);
-  absl::StrAppend(&line, " elapsed ", ShortDuration(elapsed), " eta ", ShortDuration(eta));
+  const std::optional<double> eta = EtaSeconds(l.step, options_.total_steps, now.steps_per_s);
+  absl::StrAppend(&line, " elapsed ", ShortDuration(absl::Now() - start_), " eta ",
+                  eta ? EtaText(*eta) : "-");
   if (l.loss_scale) absl::StrAppend(&line, absl::StrFormat(" loss_scale %g", *l.loss_scale));
   if (l.test_accuracy) absl::StrAppend(&line, absl::StrFormat(" test_accuracy %.4f", *l.test_accuracy));
   if (l.test_perplexity) {

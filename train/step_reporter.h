@@ -1,6 +1,7 @@
 // What rank 0 tells about a run as it goes (diagnostics.log_every, metrics.jsonl): the
 // start-up lines, a progress line every log_every steps and at epoch ends (loss, lr,
-// gradient norm, throughput, communication share, elapsed time and ETA), one JSON record
+// gradient norm, throughput, communication share, elapsed time and ETA: the rate and ETA of
+// common/progress_rate.h, over the last 30 s of steps, as everywhere else), one JSON record
 // per logged step appended to the metrics file (the job's history: a resumed run appends,
 // each record carries its step), the same records as scalars in TensorBoard event files
 // (metrics.tensorboard: a new file per run, train/tensorboard_writer.h), and the memory
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/progress_rate.h"
 #include "train/config.h"
 #include "train/grad_sync.h"
 #include "train/tensorboard_writer.h"
@@ -37,7 +39,7 @@ struct StepReporterOptions {
 // One logged step, as the progress line and the metrics record show it.
 struct StepLine {
   int64_t step = 0;  // 1-based: steps done
-  uint64_t epoch = 0;
+  uint64_t epoch = 0;  // the data epoch (passes over the training data): "data_epoch"
   double loss = 0;
   double lr = 0;
   double grad_norm = 0;
@@ -58,13 +60,14 @@ class StepReporter {
   // Logs the line on every rank; rank 0 also hands it to `progress`.
   void Say(const std::string& line) const;
 
-  // The run's first step (after a restore): the clock and the ETA start here.
+  // The run's first step (after a restore): the clock, the rate's window and the ETA start
+  // here.
   void StartAt(int64_t first_step);
 
   // Whether step `step` (0-based) is logged (epoch ends are logged too).
   bool Logged(int64_t step) const;
 
-  // Every step: its samples and gradient collectives, for the window's rates.
+  // Every step: its samples (the global batch) and gradient collectives, for the rates.
   void Count(int64_t samples, const GradientSyncStats& stats);
 
   // A logged step: the progress line, the metrics record (rank 0: a line of metrics_jsonl,
@@ -78,13 +81,25 @@ class StepReporter {
   void ExcludeFromRates(absl::Duration d) {
     window_start_ += d;
     excluded_ += d;
+    rate_.Exclude(d);
   }
 
   // The run's samples and wall time so far.
   int64_t total_samples() const { return total_samples_; }
-  // The figures of the last logged window (the progress line's): samples and tokens per
-  // second, all ranks together (tokens: language models; else 0), and the share of the
-  // window this rank spent in collectives and waited for them. Zeros before the first.
+  // The rate now (common/progress_rate.h: over the last 30 s of steps), all ranks together:
+  // steps per second, samples per second (steps per second times the global batch) and
+  // tokens per second (times the context; 0 but for language models). Zeros before the
+  // first step.
+  struct Rates {
+    double steps_per_s = 0;
+    double samples_per_s = 0;
+    double tokens_per_s = 0;
+  };
+  Rates rates() const;
+  // The figures of the last logged window: samples and tokens per second over the window
+  // since the previous progress line (the metrics record's), all ranks together (tokens:
+  // language models; else 0), and the share of the window this rank spent in collectives and
+  // waited for them. Zeros before the first.
   struct Window {
     double samples_per_s = 0;
     double tokens_per_s = 0;
@@ -107,6 +122,9 @@ class StepReporter {
   absl::Time start_;
   absl::Time window_start_;
   int64_t window_samples_ = 0, total_samples_ = 0;
+  ProgressRate rate_;
+  int64_t counted_step_ = 0;  // steps done as of the last Count
+  int64_t batch_ = 0;         // the last step's samples
   absl::Duration window_comm_, window_exposed_;
   absl::Duration excluded_;  // since StartAt
   Window last_window_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "gtest/gtest.h"
@@ -144,6 +145,49 @@ TEST(StepReporter, AnUnwritableTensorBoardDirectoryIsNamed) {
   EXPECT_EQ(reporter.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(reporter.status().message(), config.metrics_tensorboard))
       << reporter.status();
+}
+
+// The progress line's throughput and ETA are the job's one rate (common/progress_rate.h, over
+// the last 30 s of steps), the figures the trainer reports to the coordinator (rates()):
+// samples/s = steps/s x the global batch, tokens/s that times the context. The first line
+// says the window, and that data_epoch is a pass over the data.
+TEST(StepReporter, TheLineSaysTheOneRateAndItsEta) {
+  TrainConfig config;
+  config.log_every = 1;
+  std::vector<std::string> lines;
+  StepReporterOptions options;
+  options.config = &config;
+  options.total_steps = 10;
+  options.context = 16;
+  options.progress = [&lines](const std::string& line) { lines.push_back(line); };
+  auto reporter = StepReporter::Create(options);
+  ASSERT_TRUE(reporter.ok()) << reporter.status();
+  StepReporter& r = **reporter;
+  EXPECT_EQ(r.rates().steps_per_s, 0);
+  r.StartAt(4);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "progress lines: samples/s (or tokens/s) and eta over the last 30 s of steps; "
+            "data_epoch counts passes over the training data (not the job's membership "
+            "epoch)");
+  GradientSyncStats stats;
+  for (int i = 0; i < 2; ++i) r.Count(64, stats);
+  const StepReporter::Rates rates = r.rates();
+  ASSERT_GT(rates.steps_per_s, 0);
+  EXPECT_DOUBLE_EQ(rates.samples_per_s, 64 * rates.steps_per_s);
+  EXPECT_DOUBLE_EQ(rates.tokens_per_s, 16 * rates.samples_per_s);
+  StepLine line;
+  line.step = 6;
+  line.epoch = 1;
+  r.Log(line, stats);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(lines[1], "step 6/10 data_epoch 1 loss")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[1], absl::StrFormat(" %.0f tokens/s ", rates.tokens_per_s)))
+      << lines[1];
+  EXPECT_TRUE(absl::StrContains(
+      lines[1],
+      absl::StrCat(" eta ", EtaText(*EtaSeconds(6, 10, rates.steps_per_s)))))
+      << lines[1];
 }
 
 }  // namespace

@@ -568,6 +568,7 @@ absl::Status Trainer::State::RestoreAndCheckpoint() {
   sampler_state = restored.sampler;
   result.set_resumed_from_step(static_cast<int32_t>(restored.resumed_from_step));
   result.set_resumed_from_memory_of(restored.resumed_from_memory_of);
+  if (options.on_resumed) options.on_resumed(restored);
   if (!config.checkpoint.dir.empty()) {
     CheckpointPolicyOptions co;
     co.config = &config;
@@ -942,10 +943,11 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm, do
   report.grad_norm = applied ? norm.norm : 0;
   report.step_time = absl::Now() - step_start;
   report.comm_time = strategy->last_step().comm_time;
-  const StepReporter::Window& window = reporter->last_window();
-  report.samples_per_s = window.samples_per_s;
-  report.tokens_per_s = window.tokens_per_s;
-  report.exposed_comm_fraction = window.exposed_comm_fraction;
+  const StepReporter::Rates rates = reporter->rates();
+  report.steps_per_s = rates.steps_per_s;
+  report.samples_per_s = rates.samples_per_s;
+  report.tokens_per_s = rates.tokens_per_s;
+  report.exposed_comm_fraction = reporter->last_window().exposed_comm_fraction;
   report.lr = lr;
   report.loss_scale = scaler ? scaler->scale() : 0;
   report.comm = CommCounters();

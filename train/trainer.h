@@ -97,12 +97,15 @@ struct StepReport {
   double grad_norm = 0;     // global, after unscaling; 0 for a skipped step
   absl::Duration step_time;   // wall time of this step on this rank
   absl::Duration comm_time;   // inside the step's gradient collectives
-  // Over the last logging window (the progress line's figures, StepReporter::Window):
-  // samples and tokens per second of all ranks together (tokens: language models, else 0),
-  // and the share of the window this rank's training thread waited for collectives. 0
-  // before the first window ends.
+  // The job's rate now, as the progress line says it (common/progress_rate.h: over the
+  // last 30 s of steps; StepReporter::rates): steps per second, and samples and tokens per
+  // second of all ranks together (steps/s times the global batch; tokens: language models,
+  // else 0). 0 before the first step.
+  double steps_per_s = 0;
   double samples_per_s = 0;
   double tokens_per_s = 0;
+  // Over the last logging window (StepReporter::Window): the share of the window this
+  // rank's training thread waited for collectives. 0 before the first window ends.
   double exposed_comm_fraction = 0;
   double lr = 0;          // the step's learning rate
   double loss_scale = 0;  // fp16's loss scale after the step; 0 without a loss scaler
@@ -172,6 +175,10 @@ struct TrainerOptions {
   // Called once on every rank when the model, data and optimizer state are ready (after a
   // resume), just before the first step, with that step's index. An error stops the run.
   std::function<absl::Status(int64_t first_step)> on_restored;
+  // Called once on every rank right after the state is restored, before on_restored: where
+  // it came from and, when a survivor's memory could not be used, why (the elastic trainer
+  // tells the coordinator, and says how many steps a recovery lost).
+  std::function<void(const Restored&)> on_resumed;
   // Called on every rank after each step (after its drain/save decision), on the training
   // thread: keep it short (e.g. hand the report to another thread).
   std::function<void(const StepReport&)> on_step;

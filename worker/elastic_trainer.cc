@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "comm/tcp/tcp_communicator.h"
+#include "common/progress_rate.h"
 #include "common/status_macros.h"
 #include "config/train_config.h"
 #include "glog/logging.h"
@@ -117,6 +118,7 @@ class ProgressReporter {
         const double step_s = absl::ToDoubleSeconds(report->step_time);
         stats->set_comm_fraction(step_s > 0 ? absl::ToDoubleSeconds(report->comm_time) / step_s
                                             : 0);
+        stats->set_steps_per_s(report->steps_per_s);
         stats->set_samples_per_s(report->samples_per_s);
         stats->set_tokens_per_s(report->tokens_per_s);
         stats->set_exposed_comm_fraction(report->exposed_comm_fraction);
@@ -254,7 +256,8 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     epoch = joined->epoch();
     const int rank = joined->rank(), world = joined->world_size();
     result.last_rank = rank;
-    LOG(INFO) << "job " << o.job << " epoch " << epoch << ": rank " << rank << " of " << world;
+    LOG(INFO) << "job " << o.job << " membership epoch " << epoch << ": rank " << rank << " of "
+              << world;
     if (!config) {
       // A spec the engine cannot run fails the same way on every node and every restart.
       absl::StatusOr<train::TrainConfig> c = config::TrainConfigFromSpec(o.spec);
@@ -326,11 +329,27 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     // Ready once the state is restored (checkpoint read, data loaded): the coordinator's
     // restore phase ends here.
     bool ready_refused = false;
+    // Where the state came from, for the coordinator's recovery record; rank 0 says it
+    // (and the steps lost, when the job had gone further) in its progress lines.
+    std::optional<train::Restored> restored;
+    to.on_resumed = [&](const train::Restored& r) {
+      restored = r;
+      if (!joined->has_step_before()) return;
+      const std::string line = ResumeText(joined->step_before(), r.step,
+                                          train::RestoredFromText(r), r.not_from_memory);
+      LOG(INFO) << "membership epoch " << epoch << ": " << line;
+      if (rank == 0 && o.progress) o.progress(line);
+    };
     to.on_restored = [&](int64_t) -> absl::Status {
       ReadyRequest ready;
       ready.set_job(o.job);
       ready.set_epoch(epoch);
       *ready.mutable_slot() = o.slot;
+      if (restored) {
+        ready.set_restored_step(restored->step);
+        ready.set_restored_from(train::RestoredFromText(*restored));
+        ready.set_restore_note(restored->not_from_memory);
+      }
       absl::Status s = o.client->Ready(ready);
       ready_refused = !s.ok();
       return s;

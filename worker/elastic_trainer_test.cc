@@ -222,6 +222,7 @@ TEST_F(ElasticTrainerTest, ProgressAndCheckpointsCarryTheTrainersFigures) {
   report.total_steps = 100;
   report.step_time = absl::Milliseconds(100);
   report.comm_time = absl::Milliseconds(25);
+  report.steps_per_s = 5;
   report.samples_per_s = 640;
   report.tokens_per_s = 81920;
   report.exposed_comm_fraction = 0.125;
@@ -254,6 +255,7 @@ TEST_F(ElasticTrainerTest, ProgressAndCheckpointsCarryTheTrainersFigures) {
     if (r.stats().step() == 7) stats = r.stats();
   }
   EXPECT_DOUBLE_EQ(stats.comm_fraction(), 0.25);
+  EXPECT_DOUBLE_EQ(stats.steps_per_s(), 5);
   EXPECT_DOUBLE_EQ(stats.samples_per_s(), 640);
   EXPECT_DOUBLE_EQ(stats.tokens_per_s(), 81920);
   EXPECT_DOUBLE_EQ(stats.exposed_comm_fraction(), 0.125);
@@ -453,6 +455,42 @@ TEST_F(ElasticTrainerTest, AJobThatIsOverWhenJoiningEndsTheTrainer) {
   auto result = RunElasticTrainer(Options());
   EXPECT_TRUE(absl::IsFailedPrecondition(result.status()));
   EXPECT_TRUE(seen_.empty());
+}
+
+// A recovery that resumes behind the step the job had reached (JoinResponse.step_before):
+// rank 0 says once, in its progress lines, where it resumed from, the steps lost and why,
+// and every rank's Ready tells the coordinator the same (Recovery.resumed_from and the rest).
+TEST_F(ElasticTrainerTest, AResumeBehindTheJobSaysTheStepsLostAndTellsTheCoordinator) {
+  JoinResponse join = Joined(2);
+  join.set_step_before(265);
+  fake_.join.Then(join);
+  ElasticTrainerOptions o = Options();
+  std::vector<std::string> said;
+  o.progress = [&said](const std::string& line) { said.push_back(line); };
+  o.train = [](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    train::Restored restored;
+    restored.step = 200;
+    restored.resumed_from_step = 200;
+    restored.not_from_memory = "its state is sharded over the ranks (ZeRO-2)";
+    to.on_resumed(restored);
+    RM_RETURN_IF_ERROR(to.on_restored(200));
+    return Trained(300);
+  };
+  ASSERT_TRUE(RunElasticTrainer(o).ok());
+  EXPECT_EQ(said, std::vector<std::string>{
+                      "resumed from step 200's checkpoint: 65 steps lost (the job had reached "
+                      "step 265), because its state is sharded over the ranks (ZeRO-2)"});
+  ASSERT_EQ(fake_.ready.requests().size(), 1u);
+  const ReadyRequest ready = fake_.ready.requests()[0];
+  EXPECT_EQ(ready.restored_step(), 200);
+  EXPECT_EQ(ready.restored_from(), "step 200's checkpoint");
+  EXPECT_EQ(ready.restore_note(), "its state is sharded over the ranks (ZeRO-2)");
+
+  // The job's first epoch (no step before): nothing said.
+  fake_.join.Then(Joined(1));
+  said.clear();
+  ASSERT_TRUE(RunElasticTrainer(o).ok());
+  EXPECT_TRUE(said.empty()) << said[0];
 }
 
 }  // namespace
