@@ -1,14 +1,19 @@
 #include "worker/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
@@ -44,7 +49,71 @@ Agent::Agent(AgentOptions options)
 
 Agent::~Agent() {
   KillAll(SIGKILL);
-  for (const auto& [slot, t] : reconciler_.trainers()) launcher_->Wait(t.pid);
+  for (const auto& [slot, t] : reconciler_.trainers()) {
+    launcher_->Wait(t.pid);
+    if (!options_.trainer_records_dir.empty()) ForgetTrainer(options_.trainer_records_dir, slot);
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+bool Agent::Asked() const {
+  return (options_.stop_requested != nullptr && options_.stop_requested->load()) ||
+         (options_.drain_requested != nullptr && options_.drain_requested->load());
+}
+
+bool Agent::WaitUnlessAsked(absl::Time deadline) {
+  while (!Asked()) {
+    const absl::Time now = clock_->Now();
+    if (now >= deadline) return true;
+    clock_->SleepUntil(std::min(deadline, now + absl::Milliseconds(50)));
+  }
+  return false;
+}
+
+absl::Status Agent::LockWorkDir() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.work_dir, ec);
+  const std::string path = absl::StrCat(options_.work_dir, "/@agent.lock");
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open ", path, " (is --work_dir ", options_.work_dir, " writable?): ",
+        strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    (void)!pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another ringworker (pid ", absl::StripAsciiWhitespace(holder),
+        ") uses the work directory ", options_.work_dir,
+        ": one agent per work directory; stop it, or give this one its own --work_dir"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    LOG(WARNING) << "cannot write this agent's pid into " << path;
+  }
+  lock_fd_ = fd;
+  return absl::OkStatus();
+}
+
+absl::Status Agent::EndLeftovers() {
+  if (options_.trainer_records_dir.empty()) return absl::OkStatus();
+  leftovers_ = EndRecordedTrainers(options_.trainer_records_dir, options_.end_leftovers);
+  for (const EndedTrainer& e : leftovers_) {
+    const TrainerRecord& r = e.record;
+    const std::string what = absl::StrCat("the trainer of job ", r.job, " epoch ", r.epoch,
+                                          " on slot ", r.slot, " (pid ", r.pid, ")");
+    if (e.survived) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ", left running by an earlier agent of this node, is still there after SIGKILL "
+          "(stuck in the kernel?): no trainer may start on its slot; end it, then start the "
+          "agent again"));
+    }
+    Log(absl::StrCat("ended ", what, ", left running by an earlier agent of this node, with ",
+                     e.signal == SIGKILL ? "SIGKILL (it outlived SIGTERM's grace)" : "SIGTERM"));
+  }
+  return absl::OkStatus();
 }
 
 void Agent::Log(const std::string& line) {
@@ -65,7 +134,16 @@ absl::Status Agent::Register() {
   request.set_memory_bytes(options_.memory_bytes);
   request.set_node_credential(credential_);
   request.set_log_address(log_address_);
-  while (true) {
+  absl::Status last = absl::OkStatus();
+  for (int attempt = 0;; ++attempt) {
+    if (Asked()) {
+      return absl::CancelledError(absl::StrCat(
+          "asked to ",
+          options_.stop_requested != nullptr && options_.stop_requested->load() ? "stop"
+                                                                                : "drain",
+          " before node ", options_.node, " registered, so there is nothing to drain",
+          last.ok() ? "" : absl::StrCat("; the last attempt: ", last.message())));
+    }
     auto response = options_.client->RegisterNode(request);
     if (response.ok()) {
       if (response->node_credential() != credential_) {
@@ -85,11 +163,15 @@ absl::Status Agent::Register() {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator refuses node ", options_.node, ": ", response.status().message()));
     }
-    if (options_.stop_requested != nullptr && options_.stop_requested->load()) {
-      return absl::CancelledError("stopped before registering");
+    // Said at once, and again when it changes or every minute: an agent that cannot
+    // register is of no use, and its operator must learn why.
+    if (attempt == 0 || response.status() != last || attempt % 60 == 0) {
+      Log(absl::StrCat("cannot register node ", options_.node, " with the coordinator at ",
+                       options_.coordinator_address, ": ", response.status().message(),
+                       "; retrying every second (SIGTERM to give up)"));
     }
-    LOG(WARNING) << "registering failed, retrying: " << response.status();
-    clock_->SleepUntil(clock_->Now() + absl::Seconds(1));
+    last = response.status();
+    WaitUnlessAsked(clock_->Now() + absl::Seconds(1));
   }
 }
 
@@ -132,6 +214,14 @@ absl::Status Agent::Start(const StartTrainerCommand& start) {
                       launcher_->Launch({std::move(args), log_path,
                                          options_.trainer_memory_limit_bytes}));
   reconciler_.Started(start, pid, log_path);
+  if (!options_.trainer_records_dir.empty()) {
+    if (absl::Status s =
+            RecordTrainer(options_.trainer_records_dir, slot, pid, start.epoch(), start.job());
+        !s.ok() && !absl::IsNotFound(s)) {
+      LOG(WARNING) << "cannot record the trainer on slot " << slot
+                   << " (an agent restarted after a crash would not find it): " << s;
+    }
+  }
   if (logs_ != nullptr) logs_->Add(start.job(), slot);
   Log(absl::StrCat("started trainer for job ", start.job(), " epoch ", start.epoch(), " on slot ",
                    slot, " (pid ", pid, ", log ", log_path,
@@ -173,6 +263,10 @@ void Agent::Exited(const ReportExit& exit) {
   exited.set_start_epoch(exit.start_epoch);
   unreported_.push_back(std::move(exited));
   if (logs_ != nullptr) logs_->SetRunning(exit.job, exit.slot, false);
+  // A trainer that ran (not a start dropped while its slot's trainer still runs).
+  if (!exit.log_path.empty() && !options_.trainer_records_dir.empty()) {
+    ForgetTrainer(options_.trainer_records_dir, exit.slot);
+  }
 }
 
 void Agent::Forget(const std::string& job) {
@@ -274,8 +368,29 @@ absl::Status Agent::Connect() {
                                                    options_.trainer_memory_limit_bytes,
                                                    " bytes); 0 means none"));
   }
+  RM_RETURN_IF_ERROR(LockWorkDir());
+  RM_RETURN_IF_ERROR(EndLeftovers());
   RM_RETURN_IF_ERROR(StartLogService());
-  return Register();
+  RM_RETURN_IF_ERROR(Register());
+  // The trainers an earlier agent left: the coordinator counts them gone now rather than
+  // when their ring's collectives time out (sent by the first Step, with the credential).
+  for (const EndedTrainer& e : std::exchange(leftovers_, {})) {
+    TrainerExitedRequest exited;
+    exited.set_node(options_.node);
+    exited.set_node_credential(credential_);
+    exited.set_slot(e.record.slot);
+    exited.set_job(e.record.job);
+    exited.set_exit_code(-e.signal);
+    exited.set_start_epoch(e.record.epoch);
+    exited.set_log_path(
+        absl::StrCat(options_.work_dir, "/", e.record.job, "/slot-", e.record.slot, ".log"));
+    exited.set_detail(absl::StrCat("left running by an earlier agent of node ", options_.node,
+                                   " (pid ", e.record.pid, "); ended by ",
+                                   e.signal == SIGKILL ? "SIGKILL" : "SIGTERM",
+                                   " when the agent started again"));
+    unreported_.push_back(std::move(exited));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Agent::Heartbeat() {

@@ -46,6 +46,7 @@
 #include "worker/launcher.h"
 #include "worker/log_service.h"
 #include "worker/reconciler.h"
+#include "worker/trainer_records.h"
 
 namespace ringmaster::worker {
 
@@ -87,6 +88,13 @@ struct AgentOptions {
   std::string node_token;
   // Line-oriented event log (stdout of ringworker).
   std::function<void(const std::string&)> log;
+  // Where the agent records each running trainer (worker/trainer_records.h), so that an
+  // agent restarted on this work directory ends what its predecessor left running before it
+  // registers (each such trainer is reported as exited); ringworker gives
+  // <work_dir>/@trainers. Empty: no records (a fake launcher's pids are no processes).
+  std::string trainer_records_dir;
+  // How a trainer left running by an earlier agent is ended (SIGTERM, then SIGKILL).
+  EndOptions end_leftovers;
   // Starts and watches the trainers. Not owned; null: a ProcessLauncher of the agent's own.
   Launcher* launcher = nullptr;
   // Times heartbeats, retries and the drain grace. Not owned.
@@ -102,10 +110,13 @@ class Agent {
   // Step.
   absl::Status Run();
 
-  // Checks the options (INVALID_ARGUMENT), starts the log service, and registers the node,
+  // Checks the options (INVALID_ARGUMENT), takes the work directory (<work_dir>/@agent.lock:
+  // FAILED_PRECONDITION when another agent holds it), ends the trainers an earlier agent
+  // left running (trainer_records_dir), starts the log service, and registers the node,
   // retrying every second until the coordinator answers. FAILED_PRECONDITION when the
-  // coordinator refuses the node (bad name or slot count: a person must fix the flags);
-  // CANCELLED when stopped first.
+  // coordinator refuses the node (bad name or slot count: a person must fix the flags), or
+  // when a trainer left running survives SIGKILL; CANCELLED when asked to drain or stop
+  // first (observed within 50 ms of the agent's clock between attempts).
   absl::Status Connect();
   // One pass of the loop at the clock's now: reaps and reports exits, carries out a stop or
   // drain request, and heartbeats when one is due (registering again when the coordinator
@@ -115,6 +126,15 @@ class Agent {
 
  private:
   absl::Status Register();
+  // Waits until `deadline`, in steps of 50 ms; false when a drain or stop was asked meanwhile.
+  bool WaitUnlessAsked(absl::Time deadline);
+  bool Asked() const;
+  // One agent per work directory: an flock on <work_dir>/@agent.lock, held until the
+  // agent is destroyed.
+  absl::Status LockWorkDir();
+  // Ends the trainers recorded in trainer_records_dir (an earlier agent's) and keeps their
+  // exit reports for after registration.
+  absl::Status EndLeftovers();
   // Starts the log service (AgentOptions::log_listen) and sets log_address_.
   absl::Status StartLogService();
   void Carry(std::vector<AgentAction> actions);
@@ -150,6 +170,9 @@ class Agent {
   std::unique_ptr<LogService> logs_;
   std::string log_address_;  // registered with the node
   absl::Time drain_deadline_;
+  int lock_fd_ = -1;  // <work_dir>/@agent.lock, flock'ed
+  // Trainers an earlier agent left running, ended by Connect: reported once registered.
+  std::vector<EndedTrainer> leftovers_;
   bool stopping_ = false;  // stop requested: the trainers were killed
 };
 

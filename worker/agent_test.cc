@@ -4,13 +4,17 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "gtest/gtest.h"
+#include "worker/trainer_records.h"
 
 namespace ringmaster::worker {
 namespace {
@@ -519,6 +524,150 @@ TEST_F(AgentTest, TheDestructorKillsAndReapsTheTrainersLeft) {
   ASSERT_EQ(launcher_.signals.size(), 1u);
   EXPECT_EQ(launcher_.signals[0].second, SIGKILL);
   EXPECT_TRUE(launcher_.running.empty());
+}
+
+// Issue 36: SIGTERM while the coordinator cannot be reached. The agent says why it cannot
+// register, and leaves at the first SIGTERM (a drain: nothing runs yet, nothing to drain)
+// instead of retrying on.
+TEST_F(AgentTest, ADrainBeforeRegisteringEndsTheRetriesAtOnceSayingWhy) {
+  FakeCoordinator away;
+  away.register_node.Always(absl::UnavailableError(
+      "the coordinator at coord:7070 cannot be reached: Connection refused"));
+  AgentOptions o = Options();
+  o.client = &away;
+  Agent agent(o);
+  absl::Status connected = absl::UnknownError("Connect did not return");
+  std::atomic<bool> done{false};
+  std::thread connecting([&] {
+    connected = agent.Connect();
+    done = true;
+  });
+  // Moves the agent's clock on while it waits, until `until` or 30 s of real time.
+  auto run_until = [&](const std::function<bool()>& until) {
+    for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+         !until() && absl::Now() < give_up;) {
+      if (clock_.sleepers() > 0) clock_.Advance(absl::Milliseconds(10));
+      std::this_thread::yield();
+    }
+  };
+  // Two attempts (retried on the agent's clock), then the SIGTERM.
+  run_until([&] { return away.register_node.calls() >= 2; });
+  ASSERT_GE(away.register_node.calls(), 2);
+  const int calls_before = away.register_node.calls();
+  drain_ = true;
+  run_until([&] { return done.load(); });
+  const bool left = done;
+  const int calls = away.register_node.calls();
+  if (!left) {
+    stop_ = true;  // the agent before the fix: end it, so the test fails instead of hanging
+    run_until([&] { return done.load(); });
+  }
+  connecting.join();
+  EXPECT_TRUE(left) << "still retrying 30 s after the SIGTERM";
+  EXPECT_TRUE(absl::IsCancelled(connected)) << connected;
+  EXPECT_TRUE(absl::StrContains(connected.message(), "asked to drain")) << connected;
+  EXPECT_TRUE(absl::StrContains(connected.message(), "Connection refused")) << connected;
+  EXPECT_LE(calls, calls_before + 1) << "it kept retrying after the SIGTERM";
+  EXPECT_TRUE(Logged("cannot register node node-a with the coordinator at coord:7070: "
+                     "the coordinator at coord:7070 cannot be reached: Connection refused"));
+}
+
+TEST_F(AgentTest, TwoAgentsCannotShareAWorkDirectory) {
+  Agent first(Options());
+  ASSERT_TRUE(first.Connect().ok());
+  absl::Status second = Agent(Options()).Connect();
+  EXPECT_TRUE(absl::IsFailedPrecondition(second)) << second;
+  EXPECT_TRUE(absl::StrContains(second.message(), absl::StrCat("(pid ", getpid(), ")")))
+      << second;
+  EXPECT_TRUE(absl::StrContains(second.message(), "--work_dir")) << second;
+  EXPECT_EQ(fake_.register_node.calls(), 1) << "the second one registered";
+}
+
+// Issue 36, point 15: an agent restarted on the same work directory (its predecessor was
+// killed -9) finds the trainer that one left running, ends it before it registers, and
+// reports it gone. The trainer is a real process (a child of the test, reaped here).
+TEST_F(AgentTest, ARestartedAgentEndsTheTrainersItsPredecessorLeftAndReportsThem) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t left = fork();
+  ASSERT_GE(left, 0);
+  if (left == 0) {
+    setpgid(0, 0);
+    dup2(ready[1], 3);
+    execl("/bin/sh", "sh", "-c", "echo >&3; exec sleep 600", nullptr);
+    _exit(127);
+  }
+  setpgid(left, left);
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  const std::string records = work_dir_ + "/@trainers";
+  ASSERT_TRUE(RecordTrainer(records, 1, left, 4, "job-a").ok());
+
+  AgentOptions o = Options();
+  o.trainer_records_dir = records;
+  o.end_leftovers = {.term_grace = absl::Seconds(20), .kill_wait = absl::Seconds(5)};
+  Agent agent(o);
+  fake_.register_node.ThenCall([&](const RegisterNodeRequest&) {
+    // Ended before the node registers: the coordinator never sees it with the new agent.
+    int status = 0;
+    EXPECT_EQ(waitpid(left, &status, WNOHANG), left) << "still running at registration";
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+    RegisterNodeResponse r;
+    r.set_heartbeat_interval_s(2);
+    r.set_node_credential("cred-1");
+    return r;
+  });
+  ASSERT_TRUE(agent.Connect().ok());
+  if (waitpid(left, nullptr, WNOHANG) == 0) {
+    kill(-left, SIGKILL);
+    waitpid(left, nullptr, 0);
+    FAIL() << "the trainer left running was not ended";
+  }
+  EXPECT_TRUE(ReadTrainerRecords(records).empty());
+  EXPECT_TRUE(Logged(absl::StrCat("ended the trainer of job job-a epoch 4 on slot 1 (pid ", left,
+                                  "), left running by an earlier agent of this node, with "
+                                  "SIGTERM")));
+  StepOn(agent);
+  ASSERT_EQ(fake_.trainer_exited.calls(), 1);
+  const TrainerExitedRequest exited = fake_.trainer_exited.requests()[0];
+  EXPECT_EQ(exited.slot(), 1);
+  EXPECT_EQ(exited.job(), "job-a");
+  EXPECT_EQ(exited.start_epoch(), 4);
+  EXPECT_EQ(exited.exit_code(), -SIGTERM);
+  EXPECT_FALSE(exited.stopped());
+  EXPECT_EQ(exited.node_credential(), "cred-1");
+  EXPECT_TRUE(absl::StrContains(exited.detail(), "left running by an earlier agent"))
+      << exited.detail();
+}
+
+// The records a restarted agent reads: written when a trainer starts (a real process here),
+// removed when it is gone.
+TEST_F(AgentTest, EachRunningTrainerIsRecordedUntilItIsGone) {
+  const std::string trainer = work_dir_ + "-trainer.sh";
+  {
+    std::ofstream(trainer) << "#!/bin/sh\nexec sleep 600\n";
+  }
+  ASSERT_EQ(chmod(trainer.c_str(), 0755), 0);
+  AgentOptions o = Options();
+  o.trainer_records_dir = work_dir_ + "/@trainers";
+  o.trainer_binary = trainer;
+  o.launcher = nullptr;  // real processes
+  {
+    Agent agent(o);
+    ASSERT_TRUE(agent.Connect().ok());
+    fake_.heartbeat.Then(Commands({Start(1, "job-a", 3)}));
+    StepOn(agent);
+    const std::vector<TrainerRecord> records = ReadTrainerRecords(o.trainer_records_dir);
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0].slot, 1);
+    EXPECT_EQ(records[0].job, "job-a");
+    EXPECT_EQ(records[0].epoch, 3);
+    auto start = ProcessStartTime(records[0].pid);
+    EXPECT_TRUE(start.ok()) << "the record names no running process: " << start.status();
+  }
+  EXPECT_TRUE(ReadTrainerRecords(o.trainer_records_dir).empty());
 }
 
 }  // namespace

@@ -13,7 +13,12 @@
 // for the node token.
 //
 // SIGTERM drains the node (the jobs on it shrink with no lost step; the agent exits when
-// its trainers have left); a second SIGTERM kills the trainers and exits at once.
+// its trainers have left); a second SIGTERM kills the trainers and exits at once. Before
+// the node has registered (the coordinator cannot be reached), SIGTERM exits at once.
+// Trainers die with their agent (a kill -9 of ringworker kills them too), and an agent
+// started again on the same --work_dir ends any trainer an earlier one left running
+// (recorded in <work_dir>/@trainers) before it registers; two agents cannot share a
+// --work_dir (<work_dir>/@agent.lock).
 // --gpus=required (the GPU DaemonSet sets it) checks at start that this node has a usable
 // GPU per slot (worker/gpu_check.h) and otherwise exits at once naming the cause (a build
 // without CUDA, no driver, no GPU visible, fewer than --slots), rather than registering
@@ -185,6 +190,7 @@ int Main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.trainer_binary = trainer;
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  options.trainer_records_dir = options.work_dir + "/@trainers";
   for (absl::string_view f :
        absl::StrSplit(absl::GetFlag(FLAGS_trainer_flags), ',', absl::SkipEmpty())) {
     options.trainer_flags.emplace_back(f);
@@ -213,6 +219,11 @@ int Main(int argc, char** argv) {
   options.log(*gpus);
   worker::Agent agent(options);
   absl::Status s = agent.Run();
+  if (absl::IsCancelled(s)) {
+    // SIGTERM before the node registered: nothing runs here, nothing to drain.
+    options.log(absl::StrCat("exiting: ", s.message()));
+    return 0;
+  }
   if (!s.ok()) return Fail(absl::IsFailedPrecondition(s) ? 1 : 2, s.ToString());
   return 0;
 }
