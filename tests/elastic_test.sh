@@ -16,7 +16,8 @@
 #   mesh: the GPT with pipeline parallelism (parallelism.mesh.pp 2) on 4 ranks (pp 2 x dp 2):
 #     SIGKILL one trainer: the pipeline and data-parallel groups break within the trainers'
 #     op timeout, the next world is one whole replica (2 ranks: the survivor beyond it is
-#     stopped, not blamed), restored from the last checkpoint, and the job completes.
+#     stopped, not blamed), restored from the last checkpoint, and the job completes; the
+#     recovery, `ringctl status` and rank 0's progress lines say the steps lost and why.
 #   mesh_tp: the same with tensor parallelism (parallelism.mesh.tp 2: tp 2 x dp 2): the
 #     killed trainer's tensor-parallel partner meets the broken group inside a block's sum.
 #   reports: what trainers tell the coordinator: every committed checkpoint (ringctl
@@ -303,6 +304,15 @@ mesh | mesh_tp)
     fail "epoch 2 did not run on one replica: $(grep -h "mesh" "$WORK"/node-a/pipe/slot-0.log)"
   grep -q "resumed from .*step-" "$WORK"/node-a/pipe/slot-0.log ||
     fail "epoch 2 did not resume from a checkpoint: $(grep -h "resum\|restor" "$WORK"/node-a/pipe/slot-0.log)"
+  # Where it resumed from, the steps lost and why (issue 36 point 8): in the recovery, in
+  # `ringctl status`, and once in rank 0's progress lines, the same words.
+  [ "$(field pipe '(r:=j["recoveries"][0])["resumed_from"]=="step %d\x27s checkpoint" % int(r["resumed_from_step"]) and int(r["lost_steps"])==int(r["step_before"])-int(r["resumed_from_step"]) and "sharded over the ranks" in r["lost_because"]')" = True ] ||
+    fail "the recovery does not say where it resumed from and why: $(ctl status pipe --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["recoveries"])')"
+  said="$(grep -h "^resumed from step [0-9]*'s checkpoint: " "$WORK"/node-a/pipe/slot-0.log)"
+  [ "$(printf '%s\n' "$said" | grep -c .)" = 1 ] ||
+    fail "rank 0 did not say the steps lost once: $(grep -h "resum" "$WORK"/node-a/pipe/slot-0.log)"
+  ctl status pipe | grep -qF "$said" ||
+    fail "status does not say what rank 0 said ($said): $(ctl status pipe | grep recovery)"
   ;;
 
 reports)
