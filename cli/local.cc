@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/local_checks.h"
 #include "cli/resources.h"
 #include "cli/run_name.h"
 #include "common/plural.h"
@@ -34,6 +35,7 @@
 #include "common/proto_json.h"
 #include "google/protobuf/descriptor.h"
 #include "spec/job_spec.h"
+#include "train/device.h"
 #include "client/grpc_coordinator_client.h"
 
 namespace ringmaster::cli {
@@ -159,6 +161,13 @@ int LocalCommand(const LocalOptions& options) {
   if (elastic->min_ranks() > workers) {
     return Usage(absl::StrCat("elastic.min_ranks is ", elastic->min_ranks(), " but --workers is ",
                               workers));
+  }
+  LocalChecks checks;
+  checks.workers = workers;
+  checks.summary = options.summary;
+  if (spec->device() == JobSpec::DEVICE_CUDA) checks.cuda_devices = train::CudaDeviceCount();
+  if (absl::Status s = CheckLocalRun(*spec, checks); !s.ok()) {
+    return Usage(std::string(s.message()));
   }
   const std::string ringmaster = FindBinary("coordinator", "ringmaster");
   const std::string ringworker = FindBinary("worker", "ringworker");
