@@ -43,6 +43,7 @@
 #include "common/file_util.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "train/result.pb.h"
 
 ABSL_FLAG(std::string, worlds, "2,4", "world sizes (local ranks)");
@@ -825,7 +826,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "a GPT under DDP, ZeRO-1/2/3 x wrapping x prefetch: step time, memory, traffic, goals\n"
       "  fsdpbench [--worlds 2,4] [--stages 0,1,2,3] [--wraps layer,block,model] ...");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // --help lists this program's flags (Abseil's own looks for a file named after the
+  // program, and found none: "No flags matched"); bad usage exits 2.
+  std::vector<char*> args = ringmaster::ParseFlagsWithUsage(argc, argv, "fsdpbench");
   if (args.size() > 1) {
     fprintf(stderr, "fsdpbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);
     return 2;

@@ -63,6 +63,7 @@
 #include "bench/train_bench.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "kernels/matmul.h"
 
 ABSL_FLAG(std::string, sections, "throughput,overlap",
@@ -869,7 +870,9 @@ int main(int argc, char** argv) {
       "  trainbench [--sections throughput,overlap,gpt,parallel,resnet] [--worlds 1,2,4] [--csv "
       "FILE] "
       "...");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // --help lists this program's flags (Abseil's own looks for a file named after the
+  // program, and found none: "No flags matched"); bad usage exits 2.
+  std::vector<char*> args = ringmaster::ParseFlagsWithUsage(argc, argv, "trainbench");
   if (args.size() > 1) {
     fprintf(stderr, "trainbench: unexpected argument \"%s\" (everything is a --flag)\n", args[1]);
     return 2;

@@ -1,6 +1,14 @@
 #include "client/grpc_coordinator_client.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -80,17 +88,74 @@ std::unique_ptr<grpc::ClientContext> GrpcCoordinatorClient::Context(absl::Time d
   return ctx;
 }
 
+namespace {
+
+enum class TcpProbe { kRefused, kAccepted, kNoAnswer, kUnknown };
+
+// A plain TCP connect to `address` (HOST:PORT or [V6]:PORT), within `timeout`: whether
+// something listens there. gRPC's message alone does not say: a call cut by its deadline while
+// the channel connects reads "tcp handshaker shutdown" whether or not anything listens.
+TcpProbe ProbeTcp(const std::string& address, absl::Duration timeout) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return TcpProbe::kUnknown;
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return TcpProbe::kUnknown;
+  }
+  TcpProbe result = TcpProbe::kUnknown;
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int rc = connect(fd, found->ai_addr, found->ai_addrlen);
+    int error = rc == 0 ? 0 : errno;
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p = {fd, POLLOUT, 0};
+      if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1) {
+        socklen_t len = sizeof(error);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      } else {
+        error = ETIMEDOUT;
+      }
+    }
+    result = error == 0              ? TcpProbe::kAccepted
+             : error == ECONNREFUSED ? TcpProbe::kRefused
+             : error == ETIMEDOUT    ? TcpProbe::kNoAnswer
+                                     : TcpProbe::kUnknown;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return result;
+}
+
+}  // namespace
+
 std::string GrpcCoordinatorClient::UnreachableHint(absl::string_view message) const {
   const bool tls = !options_.tls_ca.empty() || !options_.tls_client_cert.empty();
+  constexpr char kNothingListens[] =
+      " (nothing listens there: is ringmaster running, and is the address right?)";
+  if (absl::StrContains(message, "onnection refused")) return kNothingListens;
   if (absl::StrContains(message, "handshake")) {
+    switch (ProbeTcp(options_.address, absl::Seconds(1))) {
+      case TcpProbe::kRefused:
+        return kNothingListens;
+      case TcpProbe::kNoAnswer:
+        return " (no answer from there within 1 s: is the address right, and is no firewall in "
+               "the way?)";
+      case TcpProbe::kAccepted:
+      case TcpProbe::kUnknown:
+        break;
+    }
     // gRPC says only that the handshake was cut: a plaintext client on a TLS port, or a TLS
     // client on a plaintext one (or a certificate the CA did not sign).
     return tls ? " (the TLS handshake failed: does it serve TLS, with a certificate that "
                  "--tls_ca signed?)"
                : " (it may serve TLS: give its CA with --tls_ca)";
-  }
-  if (absl::StrContains(message, "onnection refused")) {
-    return " (nothing listens there: is ringmaster running, and is the address right?)";
   }
   return "";
 }

@@ -81,7 +81,8 @@ class GrpcCoordinatorClient final : public Coordinator {
                         std::shared_ptr<grpc::Channel> channel);
   std::unique_ptr<grpc::ClientContext> Context(absl::Time deadline) const;
   // What to check when the coordinator cannot be reached (TLS on one side only, nothing
-  // listening), from gRPC's message; empty when there is nothing to add.
+  // listening), from gRPC's message and, when that is ambiguous, a plain TCP connect to the
+  // address (up to 1 s); empty when there is nothing to add.
   std::string UnreachableHint(absl::string_view message) const;
   // One unary call with the UNAVAILABLE retries.
   template <typename Stub, typename Request, typename Response>

@@ -1,13 +1,17 @@
 #include "common/version.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/internal/parse.h"
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/internal/usage.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -38,6 +42,61 @@ std::string VersionLine(absl::string_view program) {
   return absl::StrCat(program, " ", kVersion, " (build ", build, ")");
 }
 
+namespace {
+
+// Abseil's own flags (usage, flag files), which its parse handles: not checked here.
+bool IsAbseilFlag(absl::string_view name) {
+  for (const char* own : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
+                          "version", "only_check_args", "flagfile", "fromenv", "tryfromenv"}) {
+    if (name == own) return true;
+  }
+  return false;
+}
+
+// What Abseil's parse would refuse with exit status 1 (an unknown flag, a flag without its
+// value, a value the flag cannot take), as a message naming the flag; nullopt when the line
+// is sound. Abseil's parse sets the flags afterwards (a value parsed here is set twice, to the
+// same). With --undefok on the line, unknown flags are Abseil's to judge: nothing is checked.
+std::optional<std::string> FlagUsageError(const std::vector<char*>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (absl::StartsWith(args[i], "--undefok")) return std::nullopt;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;  // a positional argument, or "-"
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    absl::string_view name = arg, value;
+    const size_t eq = arg.find('=');
+    const bool has_value = eq != absl::string_view::npos;
+    if (has_value) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    if (IsAbseilFlag(name)) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {  // --noFLAG of a boolean FLAG
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        if (has_value) return absl::StrCat("--", name, " takes no value, got \"", value, "\"");
+        continue;
+      }
+    }
+    if (flag == nullptr) return absl::StrCat("unknown flag --", name);
+    if (flag->IsRetired()) continue;
+    if (!has_value) {
+      if (flag->IsOfType<bool>()) continue;
+      if (i + 1 == args.size()) return absl::StrCat("--", name, " needs a value");
+      value = args[++i];
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) return absl::StrCat("--", name, ": ", error);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<char*> ParseFlagsWithUsage(int argc, char** argv, absl::string_view program) {
   absl::FlagsUsageConfig config;
   config.version_string = [name = std::string(program)] { return VersionLine(name) + "\n"; };
@@ -54,6 +113,12 @@ std::vector<char*> ParseFlagsWithUsage(int argc, char** argv, absl::string_view 
   std::vector<char*> args(argv, argv + argc);
   for (size_t i = 1; i < args.size() && strcmp(args[i], "--") != 0; ++i) {
     if (strcmp(args[i], "-h") == 0) args[i] = help;
+  }
+  // Bad usage exits 2, naming the flag (Abseil's parse would exit 1).
+  if (std::optional<std::string> error = FlagUsageError(args)) {
+    fprintf(stderr, "%s: %s\nRun `%s --help` for the flags.\n", std::string(program).c_str(),
+            error->c_str(), std::string(program).c_str());
+    std::exit(2);
   }
   std::vector<char*> positional = absl::flags_internal::ParseCommandLineImpl(
       static_cast<int>(args.size()), args.data(),

@@ -32,8 +32,9 @@ std::string VersionLine(absl::string_view program);
 //       print the usage (Abseil's text for those flags) on stdout and exit 0;
 //   --version
 //       prints VersionLine(program) on stdout and exits 0.
-// Anything else is absl::ParseCommandLine's: an unknown flag or a bad value exits 1 with
-// Abseil's message. Returns the positional arguments, argv[0] first.
+// Bad usage (an unknown flag, a flag without its value, a value the flag cannot take) prints
+// "<program>: <what is wrong, naming the flag>" and a pointer to --help on stderr and exits 2.
+// Anything else is absl::ParseCommandLine's. Returns the positional arguments, argv[0] first.
 std::vector<char*> ParseFlagsWithUsage(int argc, char** argv, absl::string_view program);
 
 }  // namespace ringmaster

@@ -2,7 +2,9 @@
 # The command lines' manners (issue 17, point 19), with the real binaries:
 #   1. every binary: --help and -h print the usage and exit 0, --version prints
 #      "<name> <version> (build ...)" and exits 0; ringctl's subcommands too;
-#   2. ringctl: bad usage exits 2 with a message naming the flag or argument;
+#   2. ringctl, and the Abseil-flag binaries, benchmarks too: bad usage exits 2 with a message
+#      naming the flag or argument; ringctl local refuses what it cannot run before it starts
+#      anything; an address where nothing listens is said so;
 #   3. against a live coordinator (no agent: the jobs stay pending, nothing trains): the
 #      address from $RINGMASTER_ADDRESS or a config file ($RINGMASTER_CONFIG), the flag
 #      winning over both; a bad config file is an error naming the file and the key;
@@ -63,6 +65,37 @@ expect 2 "$RINGCTL" frob
 grep -q 'unknown command "frob"' out.txt || fail "unknown command: $(cat out.txt)"
 expect 2 "$RINGCTL" local "$SPEC" --workers 0
 grep -q -- "--workers" out.txt || fail "--workers 0: $(cat out.txt)"
+# Issue 36 point 13: every binary exits 2 on bad usage, naming the flag (Abseil exited 1);
+# trainbench and fsdpbench list their flags (they printed "No flags matched.").
+for b in coordinator/ringmaster worker/ringworker worker/ringtrainer bench/ringbench \
+  bench/trainbench bench/fsdpbench; do
+  name="$(basename "$b")"
+  expect 2 "$BIN/$b" --no_such_flag
+  grep -q "^$name: unknown flag --no_such_flag" out.txt || fail "$name --no_such_flag: $(cat out.txt)"
+done
+expect 2 "$BIN/coordinator/ringmaster" --listen
+grep -q -- "--listen needs a value" out.txt || fail "ringmaster --listen: $(cat out.txt)"
+expect 2 "$BIN/bench/ringbench" comm --ranks=x
+grep -q -- "--ranks" out.txt || fail "ringbench --ranks=x: $(cat out.txt)"
+for b in trainbench fsdpbench; do
+  expect 0 "$BIN/bench/$b" --help
+  grep -q -- "--worlds" out.txt || fail "$b --help lists no flags: $(head -3 out.txt)"
+  grep -q "No flags matched" out.txt && fail "$b --help: $(head -3 out.txt)"
+done
+# ringctl local refuses before it starts anything: the unknown flag named (not the spec),
+# workers the mesh cannot all use, a --summary it could not write.
+expect 2 "$RINGCTL" local --nproc_per_node 2 "$SPEC"
+grep -q "unknown flag --nproc_per_node.*--workers" out.txt || fail "--nproc_per_node: $(cat out.txt)"
+expect 2 "$RINGCTL" local "$BIN/examples/tiny_gpt.yaml" --workers 3 --set parallelism.mesh.tp=2
+grep -q "^ringctl local: --workers 3 is not a multiple of parallelism.mesh.tp" out.txt ||
+  fail "--workers 3 with tp 2: $(cat out.txt)"
+expect 2 "$RINGCTL" local "$SPEC" --summary "$WORK/no/such/dir/summary.json"
+grep -q -- "--summary $WORK/no/such/dir/summary.json" out.txt || fail "--summary: $(cat out.txt)"
+# Nothing listens at the address: said so, not "it may serve TLS" (issue 36 point 13).
+FREE_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+expect 1 "$RINGCTL" list --coordinator "127.0.0.1:$FREE_PORT"
+grep -q "nothing listens there" out.txt || fail "list without a coordinator: $(cat out.txt)"
+grep -q "TLS" out.txt && fail "list without a coordinator suggests TLS: $(cat out.txt)"
 
 # 3. A coordinator on a port the kernel picks.
 "$BIN/coordinator/ringmaster" --listen 127.0.0.1:0 --db "$WORK/rm.db" >ringmaster.log 2>&1 &
