@@ -219,8 +219,8 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   int rank = -1;
   std::string slot;
   CLI::Option* rank_option =
-      logs->add_option("--rank", rank, "whose log: this rank of the job's (last) epoch; "
-                                       "default 0")
+      logs->add_option("--rank", rank, "whose log: this rank of the job's current (or last) "
+                                       "membership epoch; default 0")
           ->check(CLI::NonNegativeNumber);
   logs->add_option("--slot", slot, "whose log: the trainer that ran on this slot, NODE/SLOT")
       ->excludes(rank_option);
