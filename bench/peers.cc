@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -39,6 +40,12 @@ absl::StatusOr<std::string> FindLauncher() {
 
 }  // namespace
 
+std::string PeerTransport(absl::string_view peer) {
+  if (peer == "gloo" || peer == "mpi") return "TCP";
+  if (peer == "mpi_shm") return "shared memory";
+  return "";
+}
+
 absl::StatusOr<std::vector<PeerRow>> RunPeer(const std::string& peer, int ranks,
                                              const std::string& ops,
                                              const std::vector<uint64_t>& sizes,
@@ -72,28 +79,56 @@ absl::StatusOr<std::vector<PeerRow>> RunPeer(const std::string& peer, int ranks,
     }
     r.op = f[0];
     r.impl = f[6];
+    r.transport = PeerTransport(peer);
     rows.push_back(r);
   }
   if (rows.empty()) return absl::InternalError(absl::StrCat(peer, " printed no results"));
   return rows;
 }
 
-const PeerRow* BestPeer(const std::vector<PeerRow>& rows, absl::string_view op, uint64_t bytes) {
+const PeerRow* BestPeer(const std::vector<PeerRow>& rows, absl::string_view op, uint64_t bytes,
+                        absl::string_view transport) {
   const PeerRow* best = nullptr;
   for (const PeerRow& r : rows) {
-    if (r.op == op && r.bytes == bytes && (best == nullptr || r.time_us < best->time_us)) {
+    if (r.op == op && r.bytes == bytes && r.transport == transport &&
+        (best == nullptr || r.time_us < best->time_us)) {
       best = &r;
     }
   }
   return best;
 }
 
+std::string PeerTransportNote(const std::vector<PeerRow>& rows, absl::string_view ours) {
+  if (rows.empty()) return "";
+  // Each impl once, in the order measured, with its transport.
+  std::vector<std::string> impls;
+  bool same = false;
+  for (const PeerRow& r : rows) {
+    const std::string impl = absl::StrCat(r.impl, " (", r.transport.empty() ? "?" : r.transport, ")");
+    if (std::find(impls.begin(), impls.end(), impl) == impls.end()) impls.push_back(impl);
+    same = same || r.transport == ours;
+  }
+  std::string out = absl::StrCat("ours over ", ours, "; peers: ", absl::StrJoin(impls, ", "), "\n");
+  if (same) {
+    absl::StrAppend(&out, "ratios against the fastest peer over ", ours,
+                    " only (like with like); the others are in --peers_csv\n");
+  } else {
+    absl::StrAppend(&out, "no peer ran over ", ours, ", so no ratio: ",
+                    ours == "shared memory"
+                        ? "--peers mpi_shm compares with OpenMPI's shared memory (btl self,vader)"
+                        : "--peers gloo,mpi compare with TCP peers",
+                    ", or --transport ", ours == "shared memory" ? "tcp" : "shm",
+                    " measures ours over the peers' transport\n");
+  }
+  return out;
+}
+
 std::string PeersToCsv(const std::vector<PeerRow>& rows) {
-  std::string out = "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl\n";
+  std::string out = "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl,transport\n";
   for (const PeerRow& r : rows) {
     absl::StrAppend(&out, r.op, ",", r.ranks, ",", r.bytes, ",",
                     absl::StrFormat("%.2f,%.4f,%.4f", r.time_us, r.algbw_gbps, r.busbw_gbps), ",",
-                    r.impl, "\n");
+                    r.impl, ",", r.transport, "\n");
   }
   return out;
 }

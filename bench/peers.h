@@ -1,5 +1,6 @@
-// Runs the peer benchmarks of bench/peers (Gloo C++, OpenMPI over TCP) from ringbench, so
-// that ringmaster and its peers are measured in the same run on the same machine.
+// Runs the peer benchmarks of bench/peers (Gloo C++, OpenMPI over TCP or over its shared
+// memory) from ringbench, so that ringmaster and its peers are measured in the same run on
+// the same machine, and compared over the same transport.
 #ifndef RINGMASTER_BENCH_PEERS_H_
 #define RINGMASTER_BENCH_PEERS_H_
 
@@ -20,9 +21,17 @@ struct PeerRow {
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   std::string impl;  // e.g. "gloo:halving_doubling:busy_poll", "openmpi"
+  // What carried its messages: "TCP" or "shared memory" (PeerTransport of the peer run),
+  // as ringbench names its own (TransportName).
+  std::string transport;
 };
 
-// Runs `peer` ("gloo" or "mpi") with `ranks` processes over the given ops and sizes (the
+// What carries `peer`'s messages, as bench/peers/run_peer runs it: "TCP" for gloo (its TCP
+// device on loopback) and mpi (OpenMPI's btl tcp,self on lo), "shared memory" for mpi_shm
+// (OpenMPI's btl vader,self). Empty for another name.
+std::string PeerTransport(absl::string_view peer);
+
+// Runs `peer` ("gloo", "mpi" or "mpi_shm") with `ranks` processes over the given ops and sizes (the
 // peer programs take the same --ops names and byte sizes), adding `extra_flags` to the
 // peer program's command line. Blocks until it finishes.
 // Errors: NOT_FOUND when the peer programs are not next to this binary (build
@@ -32,10 +41,19 @@ absl::StatusOr<std::vector<PeerRow>> RunPeer(const std::string& peer, int ranks,
                                              const std::vector<uint64_t>& sizes,
                                              const std::string& extra_flags = "");
 
-// The fastest (lowest median time) peer row for this op and size, or null.
-const PeerRow* BestPeer(const std::vector<PeerRow>& rows, absl::string_view op, uint64_t bytes);
+// The fastest (lowest median time) peer row for this op and size among those over
+// `transport` (ours, so that like is compared with like: shared memory with OpenMPI's vader,
+// TCP with TCP), or null when no peer over it has one.
+const PeerRow* BestPeer(const std::vector<PeerRow>& rows, absl::string_view op, uint64_t bytes,
+                        absl::string_view transport);
 
-// CSV with the header "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl".
+// The lines ringbench prints before its table of ratios: our transport, each peer's (its
+// name and impl as measured, and what carried it), and which of them the ratios compare
+// with; when no peer ran over ours, a line saying so and how to get one (--peers mpi_shm
+// for shared memory, --transport tcp for the TCP peers). Empty without peer rows.
+std::string PeerTransportNote(const std::vector<PeerRow>& rows, absl::string_view ours);
+
+// CSV with the header "op,ranks,bytes,time_us,algbw_gbps,busbw_gbps,impl,transport".
 std::string PeersToCsv(const std::vector<PeerRow>& rows);
 
 }  // namespace ringmaster::bench

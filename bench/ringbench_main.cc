@@ -331,7 +331,8 @@ int CommMain() {
     }
   }
 
-  printf("transport measured: %s\n", ours.transport.c_str());
+  printf("transport measured: %s\n%s", ours.transport.c_str(),
+         PeerTransportNote(peer_rows, ours.transport).c_str());
   // Table.
   printf("\n%-15s %5s %8s %11s %11s %11s %11s %11s %10s %10s %6s", "op", "ranks", "size", "time",
          "p90", "max", "algbw GB/s", "busbw GB/s", "sent/rank", "formula", "ratio");
@@ -345,12 +346,12 @@ int CommMain() {
            r.formula_bytes > 0 ? absl::StrFormat("%.3f", r.sent_bytes / r.formula_bytes).c_str()
                                : "-");
     if (!peer_rows.empty()) {
-      const PeerRow* best = BestPeer(peer_rows, CollectiveName(r.op), r.bytes);
+      const PeerRow* best = BestPeer(peer_rows, CollectiveName(r.op), r.bytes, ours.transport);
       if (best != nullptr) {
         printf(" %11.3f %-34s %6.2fx", best->busbw_gbps, best->impl.c_str(),
                best->time_us / r.time_us);
       } else {
-        printf(" %11s %-34s %7s", "-", "(none)", "-");
+        printf(" %11s %-34s %7s", "-", absl::StrCat("(none over ", ours.transport, ")").c_str(), "-");
       }
     }
     printf("\n");
@@ -360,7 +361,9 @@ int CommMain() {
            loopback->one_way_gbps, loopback->bidirectional_gbps);
   }
   if (!peer_rows.empty()) {
-    printf("ratio = best peer's median time / ours (> 1: ringmaster is faster)\n");
+    printf("ratio = the fastest peer's median time over the same transport (%s) / ours (> 1: "
+           "ringmaster is faster)\n",
+           ours.transport.c_str());
   }
   printf(
       "sent/rank: bytes one rank sent per call (the ranks' mean, measured by the "
@@ -399,10 +402,10 @@ int CommMain() {
     for (auto& [name, s] : by_op) spec.series.push_back(s);
     std::map<std::string, Series> peer_series;
     for (const PeerRow& p : peer_rows) {
-      const PeerRow* best = BestPeer(peer_rows, p.op, p.bytes);
+      const PeerRow* best = BestPeer(peer_rows, p.op, p.bytes, ours.transport);
       if (best != &p) continue;
       Series& s = peer_series[p.op];
-      s.label = absl::StrCat("best peer ", p.op);
+      s.label = absl::StrCat("best peer ", p.op, " (", p.transport, ")");
       s.dashed = true;
       s.points.push_back({static_cast<double>(p.bytes), p.busbw_gbps});
     }
