@@ -399,6 +399,11 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
                                     PhaseName(job.phase()), Age(job.phase_since_ms(), now),
                                     Age(job.submitted_ms(), now));
   if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
+  if (!job.cannot_grow().empty() && job.members_size() < job.max_ranks() &&
+      job.phase() != JOB_PHASE_SUCCEEDED && job.phase() != JOB_PHASE_FAILED &&
+      job.phase() != JOB_PHASE_CANCELLED) {
+    absl::StrAppend(&out, "  ", job.cannot_grow(), "\n");
+  }
   absl::StrAppendFormat(&out,
                         "  membership epoch %d (%s), %d members, min %d max %d, restarts %d of "
                         "%d\n",

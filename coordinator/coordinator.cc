@@ -15,6 +15,7 @@
 #include "coordinator/auth.h"
 #include "glog/logging.h"
 #include "spec/defaults.h"
+#include "spec/job_spec.h"
 #include "spec/validate.h"
 
 namespace ringmaster::coordinator {
@@ -159,6 +160,7 @@ void ToProto(const JobState& state, Job* job) {
   job->set_restart_budget(state.request.restart_budget);
   job->set_phase(PhaseToProto(state.phase));
   job->set_reason(state.reason);
+  job->set_cannot_grow(state.request.cannot_grow);
   job->set_epoch(state.epoch);
   job->set_epoch_cause(EpochCauseName(state.cause));
   job->set_restarts(state.restarts);
@@ -188,6 +190,20 @@ int RankMultiple(const JobSpec& spec) {
   return std::max(1, mesh.tp()) * std::max(1, mesh.pp());
 }
 
+// Why a job with this spec cannot grow (JobRequest::cannot_grow): empty when it can.
+std::string CannotGrow(const JobSpec& spec) {
+  if (!spec.checkpoint().dir().empty() || spec::RanksHoldWholeState(spec)) return "";
+  const MeshSpec& mesh = spec.parallelism().mesh();
+  const std::string layout =
+      spec.parallelism().zero_stage() > 0
+          ? absl::StrCat("parallelism.zero_stage ", spec.parallelism().zero_stage())
+          : absl::StrCat("parallelism.mesh tp ", std::max(1, mesh.tp()), " x pp ",
+                         std::max(1, mesh.pp()));
+  return absl::StrCat("it does not grow into free slots: its state is sharded over its ranks (",
+                      layout, ") and it has no checkpoint.dir, so a new rank could not be "
+                      "given its part; set checkpoint.dir to let it grow");
+}
+
 JobState FromProto(const Job& job) {
   JobState state;
   state.request.id = job.id();
@@ -197,6 +213,7 @@ JobState FromProto(const Job& job) {
   // What the stored spec says (applied at submission): a restarted coordinator keeps them.
   state.request.memory_per_rank = job.spec().resources().memory_per_rank_mib() << 20;
   state.request.rank_multiple = RankMultiple(job.spec());
+  state.request.cannot_grow = CannotGrow(job.spec());
   state.phase = PhaseFromProto(job.phase());
   state.reason = job.reason();
   state.epoch = job.epoch();
@@ -452,6 +469,7 @@ void Coordinator::Resolve(Completions* completions) {
         }
         response.set_store_prefix(absl::StrCat("epoch-", state->epoch, "/"));
         response.set_restore_step(-1);
+        response.set_continues_run(state->cause != EpochCause::kStart);
         const Job& job = jobs_[r.job()];
         if (job.checkpoints_size() > 0) {
           response.set_restore_step(job.checkpoints(job.checkpoints_size() - 1).step());
@@ -541,6 +559,7 @@ absl::StatusOr<Job> Coordinator::Submit(const JobSpec& submitted) {
   request.restart_budget = spec.elastic().restart_budget();
   request.memory_per_rank = spec.resources().memory_per_rank_mib() << 20;
   request.rank_multiple = RankMultiple(spec);
+  request.cannot_grow = CannotGrow(spec);
   Completions completions;
   Job result;
   {

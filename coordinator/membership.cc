@@ -447,6 +447,7 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
     const size_t free = FreeSlotsFor(job, now).size();
     // Growth only when the free slots make a larger world (a whole multiple more).
     if (job.phase != JobPhase::kRunning || job.finishing_epoch == job.epoch ||
+        !job.request.cannot_grow.empty() ||
         now - job.phase_since < options_.grow_after ||
         WorldFor(job, static_cast<int64_t>(job.members.size() + free)) <=
             static_cast<int>(job.members.size())) {

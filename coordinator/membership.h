@@ -112,6 +112,10 @@ struct JobRequest {
   // data-parallel replica of the model-parallel layout): an epoch takes the largest multiple
   // the slots allow (up to max_ranks), at least min_ranks; a survivor beyond it is stopped.
   int rank_multiple = 1;
+  // Non-empty: why the job never grows into free slots (its new ranks could not be given
+  // the state: it is sharded over the ranks and there is no checkpoint to read it from). It
+  // still shrinks and restarts. Empty: it grows up to max_ranks.
+  std::string cannot_grow;
 };
 
 enum class JobPhase {

@@ -175,6 +175,7 @@ class Scenario {
       r.restart_budget = IntArg(kv, "budget", 3);
       r.memory_per_rank = int64_t{IntArg(kv, "memory_mib", 0)} << 20;
       r.rank_multiple = IntArg(kv, "multiple", 1);
+      if (IntArg(kv, "cannot_grow", 0) != 0) r.cannot_grow = "its state is sharded";
       check(machine_->SubmitJob(r, now_, &actions));
     } else if (verb == "cancel") {
       check(machine_->CancelJob(pos.at(0), now_, &actions));

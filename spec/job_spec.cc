@@ -1,5 +1,6 @@
 #include "spec/job_spec.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,12 @@ JobSpec TrainingPart(const JobSpec& spec) {
 }  // namespace
 
 uint64_t TrainingSpecHash(const JobSpec& spec) { return JobSpecHash(TrainingPart(spec)); }
+
+bool RanksHoldWholeState(const JobSpec& spec) {
+  const MeshSpec& mesh = spec.parallelism().mesh();
+  return spec.parallelism().zero_stage() == 0 && std::max(1, mesh.tp()) == 1 &&
+         std::max(1, mesh.pp()) == 1;
+}
 
 std::string TrainingSpecText(const JobSpec& spec) {
   return MessageToFieldLines(TrainingPart(spec));

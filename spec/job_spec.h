@@ -114,6 +114,13 @@ uint64_t TrainingSpecHash(const JobSpec& spec);
 // for another spec can name the fields that differ.
 std::string TrainingSpecText(const JobSpec& spec);
 
+// Whether every rank of the job holds its whole training state (parameters, gradients and
+// optimizer state): plain data parallelism, parallelism.zero_stage 0 with no tensor or
+// pipeline split of parallelism.mesh. Only then can a rank that joins a running job be given
+// the state from a survivor's memory; any other layout needs checkpoint.dir to change its
+// world.
+bool RanksHoldWholeState(const JobSpec& spec);
+
 // The fields that say how long a job trains. `resume: extend` resumes a checkpoint whose
 // spec differs from the job's in these only (a job trained longer).
 inline constexpr std::array<absl::string_view, 2> kLengthFields = {"steps", "epochs"};

@@ -460,5 +460,20 @@ TEST(ParseResumeTest, AStepWrittenAsAYamlIntegerIsAccepted) {
   EXPECT_EQ(ParseResume(spec->resume())->step, 300);
 }
 
+TEST(RanksHoldWholeStateTest, OnlyPlainDataParallelism) {
+  JobSpec spec;
+  EXPECT_TRUE(RanksHoldWholeState(spec));
+  spec.mutable_parallelism()->set_zero_stage(1);
+  EXPECT_FALSE(RanksHoldWholeState(spec)) << "ZeRO-1 shards the optimizer state";
+  spec.mutable_parallelism()->set_zero_stage(0);
+  spec.mutable_parallelism()->mutable_mesh()->set_tp(2);
+  EXPECT_FALSE(RanksHoldWholeState(spec));
+  spec.mutable_parallelism()->mutable_mesh()->set_tp(1);
+  spec.mutable_parallelism()->mutable_mesh()->set_pp(2);
+  EXPECT_FALSE(RanksHoldWholeState(spec));
+  spec.mutable_parallelism()->mutable_mesh()->set_pp(1);
+  EXPECT_TRUE(RanksHoldWholeState(spec));
+}
+
 }  // namespace
 }  // namespace ringmaster::spec

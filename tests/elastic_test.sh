@@ -8,7 +8,8 @@
 #     - SIGKILL a whole agent with its trainers: its lease expires, the job goes on;
 #     - SIGSTOP a trainer: after the hang timeout it is stopped and the job goes on.
 #   restart: kill -9 the coordinator mid-training and start it again on the same
-#     database: the job completes; a node that comes back makes the job grow again; a
+#     database: the job completes; a node that comes back makes the job grow again (also a
+#     job without checkpoint.dir, from the survivors' memory); a
 #     trainer's death while the coordinator is down is reported once it is back.
 #   drain: SIGTERM an agent: the job shrinks with no step lost (the survivors resume from
 #     the drain save of the step the ring reached); two jobs at once on separate slots; the
@@ -178,7 +179,7 @@ restart)
   wait_until survive 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   [ "$(field survive 'int(j["epoch"])')" = 1 ] ||
     fail "the coordinator's restart disturbed the running ring: $(ctl status survive)"
-  grep -q "restored 1 jobs" "$WORK/coordinator.log" || fail "the coordinator restored no job"
+  grep -qE "restored 1 jobs? " "$WORK/coordinator.log" || fail "the coordinator restored no job"
 
   # Growth: a job on one node grows when a second node registers.
   kill -KILL "$COORD_PID"
@@ -193,6 +194,22 @@ restart)
   wait_until grow 'len(j.get("members",[]))==4 and j["recoveries"][-1]["cause"]=="grow"' 30
   wait_until grow 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
   [ "$(field grow 'int(j.get("restarts",0))')" = 0 ] || fail "growth spent the restart budget"
+
+  # Growth without checkpoint.dir (as every example ships): the new ranks get the state from
+  # the survivors' memory (plain data parallelism: each survivor holds all of it), no step
+  # is lost and the job does not fail.
+  kill -TERM "$(pgrep -f "ringworker.*--node b ")"
+  sleep 2
+  submit frommemory 3 --set checkpoint.dir= --set checkpoint.every_steps=0
+  wait_until frommemory 'j["phase"]=="JOB_PHASE_RUNNING" and len(j.get("members",[]))==2 and int(j.get("step",0))>=10' 60
+  start_agent b 2
+  wait_until frommemory 'len(j.get("members",[]))==4 and j["recoveries"][-1]["cause"]=="grow"' 30
+  wait_until frommemory 'j["phase"]=="JOB_PHASE_SUCCEEDED"' 150
+  [ "$(field frommemory 'int(j.get("restarts",0))')" = 0 ] || fail "growth spent the restart budget: $(ctl status frommemory)"
+  [ "$(field frommemory 'int(j["recoveries"][-1].get("lost_steps",0))')" = 0 ] ||
+    fail "steps lost in the growth: $(ctl status frommemory)"
+  grep -q "from the memory of rank" "$WORK"/node-a/frommemory/slot-*.log ||
+    fail "the grown job did not restore from memory: $(grep -h "restored\|resumed\|checkpoint.dir" "$WORK"/node-*/frommemory/slot-*.log | head -3)"
 
   # A trainer dies while the coordinator is down: its agent keeps the exit report and sends
   # it once the coordinator is back, so the job's recovery names that death (it used to be

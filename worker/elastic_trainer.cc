@@ -12,6 +12,7 @@
 #include "common/progress_rate.h"
 #include "common/status_macros.h"
 #include "config/train_config.h"
+#include "spec/job_spec.h"
 #include "glog/logging.h"
 #include "train/model_factory.h"
 #include "worker/comm_report.h"
@@ -282,13 +283,20 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       }
       data = *std::move(loaded);
     }
-    if (result.epochs > 0 && !checkpointing) {
-      const absl::Status s = MarkPermanent(absl::FailedPreconditionError(
-          absl::StrCat("job ", o.job,
-                       " has no checkpoint.dir, so its ranks cannot resume after a "
-                       "membership change; set checkpoint.dir in the job spec")));
-      ReportCollectiveError(o, epoch, s);
-      return s;
+    // A later epoch of the run continues it. Without checkpoint.dir only a survivor's memory
+    // holds the state, and only a whole state (plain data parallelism) can be handed to
+    // every rank of another world from it.
+    if (joined->continues_run() && !checkpointing && !spec::RanksHoldWholeState(o.spec)) {
+      const std::string why = absl::StrCat(
+          "job ", o.job, " has no checkpoint.dir and its state is sharded over its ranks, so "
+          "no rank can restore it in another world; set checkpoint.dir in the job spec");
+      if (result.epochs > 0) {
+        // This trainer left its last epoch in order (a drain): the run would be thrown away.
+        const absl::Status s = MarkPermanent(absl::FailedPreconditionError(why));
+        ReportCollectiveError(o, epoch, s);
+        return s;
+      }
+      LOG(WARNING) << why << "; epoch " << epoch << " restarts the training from step 0";
     }
 
     client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
@@ -309,7 +317,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     std::atomic<bool> drain{false};
     train::TrainerOptions to;
     to.config = *config;
-    if (checkpointing && result.epochs > 0) {
+    if (joined->continues_run()) {
       to.config.checkpoint.resume = {train::ResumeConfig::Kind::kAuto, 0, "auto"};
     }
     to.comm = comm->get();

@@ -86,8 +86,11 @@ struct ElasticTrainerOptions {
   Clock* clock = Clock::Real();
 };
 
-// Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover
-// (no checkpoint.dir); an error marked permanent (out of memory, a diverged run, a failed
+// A later epoch of the run (JoinResponse.continues_run) resumes it: from a survivor's memory
+// (a whole state: the new ranks get it broadcast, so a job without checkpoint.dir grows and
+// shrinks), else the latest checkpoint.
+// Errors: FAILED_PRECONDITION when the job ended (cancelled, failed) or cannot recover (a
+// drained trainer of a job whose state is sharded and that has no checkpoint.dir); an error marked permanent (out of memory, a diverged run, a failed
 // save with checkpoint.on_failure: fail) is reported so, and the coordinator fails the job
 // without restarting it; the trainer exits non-zero.
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& options);

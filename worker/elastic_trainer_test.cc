@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,9 +24,12 @@ namespace {
 
 using client::testing::FakeCoordinator;
 
-JoinResponse Joined(int64_t epoch) {
+// A join of `epoch`; every epoch after the first continues the run (the coordinator's
+// JoinResponse.continues_run), unless `continues` says otherwise.
+JoinResponse Joined(int64_t epoch, std::optional<bool> continues = std::nullopt) {
   JoinResponse r;
   r.set_epoch(epoch);
+  r.set_continues_run(continues.value_or(epoch > 1));
   r.set_rank(0);
   r.set_world_size(1);
   r.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
@@ -398,17 +402,59 @@ TEST_F(ElasticTrainerTest, APermanentErrorIsReportedSoAndEndsTheTrainer) {
   EXPECT_EQ(fake_.join.calls(), 1) << "no restart";
 }
 
-TEST_F(ElasticTrainerTest, WithoutACheckpointDirAMembershipChangeFailsTheJob) {
+// Without checkpoint.dir a whole state (plain data parallelism) goes on after a membership
+// change from the survivors' memory (train::RestoreTrainingState broadcasts it to the new
+// ranks): the next epoch resumes, whatever spec.resume says.
+TEST_F(ElasticTrainerTest, WithoutACheckpointDirAWholeStateResumesAfterAMembershipChange) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  ProgressResponse change = AtEpoch(2);
+  change.set_save_now(true);
+  fake_.progress.Then(change).Always(AtEpoch(2));
+  ElasticTrainerOptions o = Options();
+  o.spec.mutable_checkpoint()->clear_dir();
+  o.spec.set_resume("never");
+  epochs_.push_back(StepThenDrain(train::StepReport{.step = 1}));
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(100); });
+  auto result = RunElasticTrainer(o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->epochs, 2);
+  EXPECT_EQ(fake_.report_error.calls(), 0) << "a growth is no failure";
+  ASSERT_EQ(seen_.size(), 2u);
+  EXPECT_EQ(seen_[0].checkpoint.resume.text, "never");
+  EXPECT_EQ(seen_[1].checkpoint.resume.text, "auto") << "epoch 2 continues the run";
+  EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
+}
+
+// A newcomer that joins a running job (its first epoch, but not the job's) resumes too, as
+// its peers do: every rank of an epoch restores the same way.
+TEST_F(ElasticTrainerTest, ANewcomerToARunningJobResumesAsItsPeersDo) {
+  fake_.join.Then(Joined(3));
+  fake_.progress.Always(AtEpoch(3));
+  ElasticTrainerOptions o = Options();
+  o.first_epoch = 3;
+  o.spec.set_resume("never");
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(100); });
+  ASSERT_TRUE(RunElasticTrainer(o).ok());
+  ASSERT_EQ(seen_.size(), 1u);
+  EXPECT_EQ(seen_[0].checkpoint.resume.text, "auto");
+}
+
+// A sharded state (ZeRO-1 here) cannot be handed to another world from memory: without
+// checkpoint.dir a drained trainer fails the job rather than throw the run away. (The
+// coordinator does not grow such a job: Job.cannot_grow.)
+TEST_F(ElasticTrainerTest, WithoutACheckpointDirAShardedStateFailsTheJobAfterADrain) {
   fake_.join.Then(Joined(1)).Then(Joined(2));
   ProgressResponse change = AtEpoch(2);
   change.set_save_now(true);
   fake_.progress.Always(change);
   ElasticTrainerOptions o = Options();
   o.spec.mutable_checkpoint()->clear_dir();
+  o.spec.mutable_parallelism()->set_zero_stage(1);
   epochs_.push_back(StepThenDrain(train::StepReport{.step = 1}));
   auto result = RunElasticTrainer(o);
   EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
   EXPECT_TRUE(absl::StrContains(result.status().message(), "checkpoint.dir"));
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "sharded"));
   ASSERT_EQ(fake_.report_error.calls(), 1);
   EXPECT_EQ(fake_.report_error.requests()[0].epoch(), 2);
   EXPECT_TRUE(fake_.report_error.requests()[0].permanent());
