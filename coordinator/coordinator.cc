@@ -240,7 +240,7 @@ JobState FromProto(const Job& job) {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options) {
-  auto store = JobStore::Open(options.database);
+  auto store = JobStore::Open(options.database, options.store);
   if (!store.ok()) return store.status();
   auto jobs = (*store)->LoadAll();
   if (!jobs.ok()) return jobs.status();

@@ -39,8 +39,10 @@
 namespace ringmaster::coordinator {
 
 struct CoordinatorOptions {
-  // The SQLite job database (created when missing).
+  // The SQLite job database (created when missing; an empty one, or one without
+  // ringmaster's tables, is refused unless store.start_fresh: job_store.h).
   std::string database;
+  JobStoreOptions store;
   MembershipOptions membership;
   // What agents are told to use; the lease above is what the coordinator enforces.
   absl::Duration heartbeat_interval = absl::Seconds(1);

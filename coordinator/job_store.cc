@@ -12,6 +12,8 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace ringmaster::coordinator {
 namespace {
@@ -31,11 +33,44 @@ absl::Status ExplainOpenError(sqlite3* db, const absl::Status& s, const std::str
     return absl::FailedPreconditionError(absl::StrCat(
         "the job database ", path, " is in use by another coordinator; stop it first"));
   }
-  if (code == SQLITE_NOTADB) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is not a ringmaster job database (not SQLite)"));
+  if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a ringmaster job database (", code == SQLITE_NOTADB ? "not SQLite" :
+        "SQLite reports it corrupt", "); restore it from a backup, or start a new cluster on "
+        "another --db path"));
   }
   return s;
+}
+
+// What is at `path` before SQLite touches it (SQLite deletes the WAL of an empty database
+// file, so this must come first).
+struct Found {
+  bool existed = false;  // the database file, or its WAL
+  std::string damage;    // empty, or what is wrong: an empty file, a WAL alone
+};
+
+Found Inspect(const std::string& path) {
+  struct stat db, wal;
+  const bool have_db = stat(path.c_str(), &db) == 0;
+  const bool have_wal = stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  Found found;
+  found.existed = have_db || have_wal;
+  if (have_db && db.st_size == 0) {
+    found.damage = absl::StrCat("is empty (0 bytes", have_wal ? ", with a WAL beside it" : "",
+                                "): truncated, or created by something else");
+  } else if (!have_db && have_wal) {
+    found.damage = absl::StrCat("is missing while its WAL ", path,
+                                "-wal is there: the database was removed");
+  }
+  return found;
+}
+
+absl::Status RefuseDamaged(const std::string& path, absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the job database ", path, " ", what,
+      ". Starting on it would forget every job and the membership secret (agents and "
+      "running trainers would be locked out). Restore it from a backup, or pass --fresh_db "
+      "to start a new cluster with no jobs on purpose"));
 }
 
 // Prepared statement, finalized on scope exit.
@@ -53,8 +88,15 @@ class Statement {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
+                                                         const JobStoreOptions& options) {
   if (path.empty()) return absl::InvalidArgumentError("the job database path is empty");
+  const Found inspected = Inspect(path);
+  if (!inspected.damage.empty()) {
+    if (!options.start_fresh) return RefuseDamaged(path, inspected.damage);
+    LOG(WARNING) << "the job database " << path << " " << inspected.damage
+                 << "; starting a fresh cluster on it as --fresh_db asks";
+  }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
@@ -96,8 +138,15 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   absl::MutexLock lock(&store->mu_);
   sqlite3_busy_timeout(db, 0);
   // Exclusive locking takes effect at the first write; the schema transaction below is one.
-  for (const char* pragma : {"PRAGMA locking_mode=EXCLUSIVE", "PRAGMA journal_mode=WAL",
-                             "PRAGMA synchronous=FULL"}) {
+  // An existing file's tables are checked before anything is written to it (the WAL pragma
+  // writes the header).
+  if (absl::Status s = store->Exec("PRAGMA locking_mode=EXCLUSIVE"); !s.ok()) {
+    return ExplainOpenError(db, s, path);
+  }
+  if (inspected.existed && inspected.damage.empty()) {
+    RM_RETURN_IF_ERROR(store->CheckTables(options));
+  }
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL"}) {
     absl::Status s = store->Exec(pragma);
     if (!s.ok()) {
       return ExplainOpenError(db, s, path);
@@ -125,6 +174,23 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         kSchemaVersion));
   }
   return store;
+}
+
+absl::Status JobStore::CheckTables(const JobStoreOptions& options) {
+  Statement tables(db_,
+                   "SELECT count(*) FROM sqlite_master "
+                   "WHERE type = 'table' AND name IN ('meta', 'jobs', 'settings')");
+  if (!tables.ok() || sqlite3_step(tables.get()) != SQLITE_ROW) {
+    return ExplainOpenError(db_, SqliteError(db_, "cannot read the tables", path_), path_);
+  }
+  const int found = sqlite3_column_int(tables.get(), 0);
+  if (found == 3) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("lacks ringmaster's tables (has ", found, " of meta, jobs, settings)");
+  if (!options.start_fresh) return RefuseDamaged(path_, what);
+  LOG(WARNING) << "the job database " << path_ << " " << what
+               << "; starting a fresh cluster on it as --fresh_db asks";
+  return absl::OkStatus();
 }
 
 JobStore::~JobStore() {

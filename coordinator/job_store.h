@@ -32,13 +32,24 @@ struct sqlite3;
 
 namespace ringmaster::coordinator {
 
+struct JobStoreOptions {
+  // Makes an existing file that is empty or lacks ringmaster's tables a new, empty job
+  // database (ringmaster --fresh_db) instead of refusing it. Every job it held and the
+  // membership secret are forgotten: running agents and trainers are locked out.
+  bool start_fresh = false;
+};
+
 class JobStore {
  public:
-  // Opens (creating when missing, with its directory) the database at `path`.
+  // Opens the database at `path`, creating it (and its directory) when no file is there.
+  // An existing file (or a WAL left without its database) that is empty, or lacks
+  // ringmaster's tables, is refused unless options.start_fresh: a truncated or replaced
+  // database must not silently become a fresh cluster with no jobs and a new secret.
   // Errors: INVALID_ARGUMENT for an empty path; FAILED_PRECONDITION when another process
-  // holds the database, or the file is not a ringmaster database (names the file);
-  // INTERNAL with SQLite's message otherwise.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // holds the database, or the file is not a ringmaster database, or is empty (names the
+  // file and --fresh_db); INTERNAL with SQLite's message otherwise.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(
+      const std::string& path, const JobStoreOptions& options = JobStoreOptions());
   ~JobStore();
 
   // Inserts or replaces the job (keyed by job.id(); a new id goes last in submission order).
@@ -58,6 +69,8 @@ class JobStore {
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when the database has ringmaster's tables, or options.start_fresh (saying so).
+  absl::Status CheckTables(const JobStoreOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

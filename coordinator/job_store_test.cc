@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <string>
 
+#include <sqlite3.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace ringmaster::coordinator {
@@ -184,6 +187,103 @@ TEST(JobStore, RejectsAFileThatIsNotADatabase) {
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status();
   EXPECT_EQ(JobStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A database truncated to 0 bytes (or replaced by one without ringmaster's tables) must not
+// start a fresh cluster silently: that would forget every job and the membership secret.
+void ExpectRefusedAsDamaged(const std::string& path) {
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok()) << "opened a damaged database " << path;
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  EXPECT_TRUE(absl::StrContains(store.status().message(), path)) << store.status();
+  EXPECT_TRUE(absl::StrContains(store.status().message(), "--fresh_db")) << store.status();
+}
+
+TEST(JobStore, AnEmptyDatabaseFileIsRefusedUnlessAFreshStartIsAsked) {
+  const std::string path = FreshPath("empty");
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob("j", 1)).ok());
+  }
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
+  ExpectRefusedAsDamaged(path);
+  ExpectRefusedAsDamaged(path);  // refusing leaves it as it was
+  JobStoreOptions fresh;
+  fresh.start_fresh = true;
+  auto store = JobStore::Open(path, fresh);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty());
+  ASSERT_TRUE((*store)->Put(MakeJob("k", 1)).ok());
+  store->reset();
+  // Started fresh on purpose, it is a database like any other from then on.
+  auto again = JobStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->Get("k").ok());
+}
+
+// The coordinator killed with its WAL beside the database, then the database truncated.
+TEST(JobStore, AnEmptyDatabaseWithItsWalBesideItIsRefused) {
+  const std::string path = FreshPath("empty-wal");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto store = JobStore::Open(path);
+    if (!store.ok()) _exit(2);
+    for (int i = 0; i < 20; ++i) {
+      if (!(*store)->Put(MakeJob(absl::StrCat("job", i), i)).ok()) _exit(3);
+    }
+    kill(getpid(), SIGKILL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+  const auto wal_size = std::filesystem::file_size(path + "-wal");
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
+  {
+    SCOPED_TRACE("truncated, its WAL beside it");
+    ExpectRefusedAsDamaged(path);
+  }
+  // Refusing left the WAL as it was (SQLite deletes the WAL of an empty database).
+  ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), wal_size);
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  // The WAL alone, the database file gone.
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  {
+    SCOPED_TRACE("the WAL alone");
+    ExpectRefusedAsDamaged(path);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(JobStore, ASqliteDatabaseWithoutRingmastersTablesIsRefused) {
+  const std::string path = FreshPath("foreign");
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE other (x INTEGER)", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const auto size = std::filesystem::file_size(path);
+  ExpectRefusedAsDamaged(path);
+  EXPECT_EQ(std::filesystem::file_size(path), size);
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+}
+
+TEST(JobStore, ANewPathCreatesTheDatabase) {
+  const std::string path = FreshPath("new");
+  ASSERT_FALSE(std::filesystem::exists(path));
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob("j", 1)).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->Get("j").ok());
 }
 
 }  // namespace

@@ -30,7 +30,13 @@
 #include "coordinator/metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on (host:port)");
-ABSL_FLAG(std::string, db, "ringmaster.db", "the SQLite job database (created when missing)");
+ABSL_FLAG(std::string, db, "ringmaster.db",
+          "the SQLite job database (created when missing; an existing one that is empty or "
+          "lacks ringmaster's tables is refused: see --fresh_db)");
+ABSL_FLAG(bool, fresh_db, false,
+          "start a new cluster on a --db file that is empty or lacks ringmaster's tables "
+          "(truncated, or made by something else) instead of refusing it: every job it held "
+          "and the membership secret are forgotten, so running agents must be restarted");
 ABSL_FLAG(std::string, user_token_file, "", "file holding the token users present");
 ABSL_FLAG(std::string, node_token_file, "", "file holding the token agents present");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (TLS when given)");
@@ -101,6 +107,7 @@ int Main(int argc, char** argv) {
   std::string error;
   coordinator::CoordinatorOptions options;
   options.database = absl::GetFlag(FLAGS_db);
+  options.store.start_fresh = absl::GetFlag(FLAGS_fresh_db);
   options.heartbeat_interval = Seconds(FLAGS_heartbeat_s, "heartbeat_s", &error);
   options.membership.lease = Seconds(FLAGS_lease_s, "lease_s", &error);
   options.membership.join_timeout = Seconds(FLAGS_join_timeout_s, "join_timeout_s", &error);
