@@ -18,9 +18,10 @@
 
 namespace ringmaster::coordinator {
 
-std::string MembershipToken(absl::string_view secret, absl::string_view job,
-                            absl::string_view node, int slot) {
-  const std::string message = absl::StrCat(job, "\n", node, "\n", slot);
+namespace {
+
+// Hex HMAC-SHA256 of `message` under `secret`.
+std::string Hmac(absl::string_view secret, absl::string_view message) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   CHECK(HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
@@ -30,8 +31,15 @@ std::string MembershipToken(absl::string_view secret, absl::string_view job,
       absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
+}  // namespace
+
+std::string MembershipToken(absl::string_view secret, absl::string_view job,
+                            absl::string_view node, int slot) {
+  return Hmac(secret, absl::StrCat(kMembershipTokenDomain, "\n", job, "\n", node, "\n", slot));
+}
+
 std::string NodeCredential(absl::string_view secret, absl::string_view node) {
-  return MembershipToken(secret, "node", node, 0);
+  return Hmac(secret, absl::StrCat(kNodeCredentialDomain, "\n", node));
 }
 
 absl::Status CheckNodeCredential(absl::string_view secret, absl::string_view node,

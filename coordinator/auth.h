@@ -22,13 +22,20 @@
 
 namespace ringmaster::coordinator {
 
-// Hex HMAC-SHA256 of "job\nnode\nslot" under `secret`.
+// The two kinds of credential derived from the secret have separate HMAC domains: the
+// input's first line is the kind's name, so the inputs of the two kinds differ whatever the
+// job and node names, and no token of one kind is valid as the other (before, a job named
+// "node" on a node's slot 0 got that node's credential as its membership token).
+inline constexpr absl::string_view kMembershipTokenDomain = "ringmaster membership token v2";
+inline constexpr absl::string_view kNodeCredentialDomain = "ringmaster node credential v2";
+
+// Hex HMAC-SHA256 of "<kMembershipTokenDomain>\njob\nnode\nslot" under `secret`.
 std::string MembershipToken(absl::string_view secret, absl::string_view job,
                             absl::string_view node, int slot);
 
-// Hex HMAC-SHA256 of "node\nNODE" under `secret`: the credential the coordinator gives a
-// node's agent when it registers. The node token says "some node"; this says which one.
-// Derived (not stored), so it survives a coordinator restart.
+// Hex HMAC-SHA256 of "<kNodeCredentialDomain>\nNODE" under `secret`: the credential the
+// coordinator gives a node's agent when it registers. The node token says "some node"; this
+// says which one. Derived (not stored), so it survives a coordinator restart.
 std::string NodeCredential(absl::string_view secret, absl::string_view node);
 
 // Checks the credential a call for `node` carries: PERMISSION_DENIED (naming the node)

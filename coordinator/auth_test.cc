@@ -16,11 +16,32 @@ TEST(Auth, MembershipTokenIsHmacSha256) {
   // cannot appear in ids (the state machine rejects it), so the encoding is unambiguous.
 }
 
-TEST(Auth, KnownVector) {
+TEST(Auth, KnownVectors) {
   // Computed independently with Python:
-  //   hmac.new(b"k", b"j\nn\n3", hashlib.sha256).hexdigest()
+  //   hmac.new(b"k", b"ringmaster membership token v2\nj\nn\n3", hashlib.sha256).hexdigest()
   EXPECT_EQ(MembershipToken("k", "j", "n", 3),
-            "ae841ebc595a5bc7181eafa6d83d328a413daec3e520bf375f975124fd0b2b3a");
+            "691a17c9c5e24e182cb4047f958078ece6eec5f1034b2d0970f9253a68ff0ea6");
+  //   hmac.new(b"k", b"ringmaster node credential v2\nn", hashlib.sha256).hexdigest()
+  EXPECT_EQ(NodeCredential("k", "n"),
+            "30ae84dbeb0bd095621925bd10e4a7ecd4aab3a0ce2d5295ba27194a4bafdfbb");
+}
+
+// Issue 36 point 20: a job named "node" on slot 0 of node n once had n's credential as its
+// membership token (both were HMAC("node\nn\n0")). Separate domains: no token of one kind
+// passes as the other, for any job name.
+TEST(Auth, NodeCredentialsAndMembershipTokensNeverCoincide) {
+  for (const char* job : {"node", "Node", "n", ""}) {
+    for (int slot : {0, 1}) {
+      const std::string token = MembershipToken("secret", job, "n", slot);
+      EXPECT_NE(token, NodeCredential("secret", "n")) << job << " slot " << slot;
+      EXPECT_FALSE(CheckNodeCredential("secret", "n", token).ok()) << job << " slot " << slot;
+    }
+  }
+  EXPECT_TRUE(CheckNodeCredential("secret", "n", NodeCredential("secret", "n")).ok());
+  // Nor does a node's credential pass as a trainer's membership token.
+  EXPECT_FALSE(CheckBearer("Bearer " + NodeCredential("secret", "n"),
+                           MembershipToken("secret", "node", "n", 0), "membership token")
+                   .ok());
 }
 
 TEST(Auth, CheckBearer) {

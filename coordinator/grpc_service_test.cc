@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -139,6 +141,69 @@ TEST_F(GrpcServiceTest, TokensAreRequiredAndChecked) {
   EXPECT_EQ(workers_->Ready(Context(starts[1].membership_token()).get(), ready, &ready_response)
                 .error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Issue 36 point 20: four kinds of credential (user token, node token, a node's credential,
+// a trainer's membership token) and four places that check one. None is accepted in
+// another's place, even for a job named "node" (whose membership token on slot 0 was a
+// node's credential when both were the same HMAC input).
+TEST_F(GrpcServiceTest, NoTokenOfOneKindIsValidAsAnother) {
+  spec_.set_name("node");
+  const std::vector<StartTrainerCommand> starts = Place();
+  ASSERT_EQ(starts.size(), 2u);
+  const StartTrainerCommand& start = starts[0].slot().slot() == 0 ? starts[0] : starts[1];
+  ASSERT_EQ(start.slot().slot(), 0);
+  ASSERT_EQ(start.job(), "node");
+  const std::map<std::string, std::string> kinds = {
+      {"user token", "user-secret"},
+      {"node token", "node-secret"},
+      {"node credential", coordinator_->NodeCredentialFor("a")},
+      {"membership token", start.membership_token()},
+  };
+  // Each place: whether a call carrying `token` in it gets through.
+  const std::map<std::string, std::function<bool(const std::string&)>> places = {
+      {"user token",
+       [&](const std::string& token) {
+         GetJobRequest get;
+         get.set_job("node");
+         Job job;
+         return jobs_->Get(Context(token).get(), get, &job).ok();
+       }},
+      {"node token",
+       [&](const std::string& token) {
+         HeartbeatRequest hb;
+         hb.set_node("a");
+         hb.set_node_credential(kinds.at("node credential"));
+         HeartbeatResponse response;
+         return workers_->Heartbeat(Context(token).get(), hb, &response).ok();
+       }},
+      {"node credential",
+       [&](const std::string& token) {
+         HeartbeatRequest hb;
+         hb.set_node("a");
+         hb.set_node_credential(token);
+         HeartbeatResponse response;
+         return workers_->Heartbeat(Context("node-secret").get(), hb, &response).ok();
+       }},
+      {"membership token",
+       [&](const std::string& token) {
+         StoreAddRequest add;
+         add.set_job("node");
+         *add.mutable_slot() = start.slot();
+         add.set_epoch(start.epoch());
+         add.set_key("k");
+         add.set_delta(1);
+         StoreAddResponse response;
+         return workers_->StoreAdd(Context(token).get(), add, &response).ok();
+       }},
+  };
+  for (const auto& [place, accepts] : places) {
+    for (const auto& [kind, token] : kinds) {
+      EXPECT_EQ(accepts(token), kind == place) << "the " << kind << " where the " << place
+                                               << " belongs";
+    }
+  }
+  EXPECT_NE(kinds.at("node credential"), kinds.at("membership token"));
 }
 
 TEST_F(GrpcServiceTest, BadInputNamesTheField) {
