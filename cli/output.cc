@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
+#include "common/plural.h"
 #include "common/progress_rate.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/job_spec.pb.h"
@@ -405,10 +406,10 @@ std::string JobDescription(const Job& job, absl::Time now, bool wide) {
     absl::StrAppend(&out, "  ", job.cannot_grow(), "\n");
   }
   absl::StrAppendFormat(&out,
-                        "  membership epoch %d (%s), %d members, min %d max %d, restarts %d of "
+                        "  membership epoch %d (%s), %s, min %d max %d, restarts %d of "
                         "%d\n",
                         job.epoch(), job.epoch_cause().empty() ? "-" : job.epoch_cause(),
-                        job.members_size(), job.min_ranks(), job.max_ranks(), job.restarts(),
+                        Plural(job.members_size(), "member"), job.min_ranks(), job.max_ranks(), job.restarts(),
                         job.restart_budget());
   absl::StrAppendFormat(&out, "  step %s, loss %s, %.2f steps/s %s", StepText(job),
                         LossText(job), job.steps_per_s(), RateWindowText());

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/out_of_memory.h"
+#include "common/plural.h"
 #include "common/status_macros.h"
 
 namespace ringmaster::coordinator {
@@ -487,7 +488,7 @@ absl::Status Membership::RegisterNode(const std::string& node_id, int slots, abs
     for (const SlotRef& s : lost) Release(job, s, false, /*trainer_gone=*/true, now);
     LoseMembers(job, lost,
                 Loss{.reason = absl::StrCat("node ", node_id, " registered again with only ",
-                                            slots, " slots")},
+                                            Plural(slots, "slot"))},
                 now, actions);
   }
   Schedule(now, actions);

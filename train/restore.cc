@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/reader.h"
+#include "common/plural.h"
 #include "common/status_macros.h"
 #include "state/range.h"
 
@@ -185,9 +186,10 @@ absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
   r.step = ts.step;
   r.resumed_from_step = ts.step;
   o.say(absl::StrFormat(
-      "resumed from %s (step %d, saved by %d ranks, ZeRO-%d; %s): read %.2f MiB for "
+      "resumed from %s (step %d, saved by %s, ZeRO-%d; %s): read %.2f MiB for "
       "%.2f MiB needed",
-      opened->dir, ts.step, opened->manifest.world_size(), opened->manifest.zero_stage(),
+      opened->dir, ts.step, Plural(opened->manifest.world_size(), "rank"),
+      opened->manifest.zero_stage(),
       state::SamplerStateString(ts.sampler), read.bytes_read / 1048576.0,
       read.bytes_needed / 1048576.0));
   if (!opened->spec_changes.empty()) {

@@ -191,7 +191,7 @@ TEST(Restore, FromTheLatestCheckpoint) {
   EXPECT_EQ(r->sampler, StateAfter(7).sampler);
   EXPECT_EQ(s.Mismatch(7), "");
   EXPECT_THAT(said.all(), HasSubstr(absl::StrCat("resumed from ", config.checkpoint.dir,
-                                                 "/job/step-7 (step 7, saved by 1 ranks")));
+                                                 "/job/step-7 (step 7, saved by 1 rank,")));
 }
 
 TEST(Restore, FromTheStepResumeNames) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/plural.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "spec/job_spec.h"
@@ -154,8 +155,9 @@ absl::Status Agent::Register() {
         if (!s.ok()) LOG(WARNING) << "cannot keep the node credential: " << s;
       }
       heartbeat_interval_ = absl::Seconds(response->heartbeat_interval_s());
-      Log(absl::StrCat("registered node ", options_.node, " with ", options_.slots,
-                       " slots; heartbeat every ", absl::FormatDuration(heartbeat_interval_)));
+      Log(absl::StrCat("registered node ", options_.node, " with ",
+                       Plural(options_.slots, "slot"), "; heartbeat every ",
+                       absl::FormatDuration(heartbeat_interval_)));
       return absl::OkStatus();
     }
     if (absl::IsInvalidArgument(response.status()) || absl::IsPermissionDenied(response.status()) ||
