@@ -97,7 +97,7 @@ PY
 then
   fail "the summary's figures: $(cat "$WORK/ok.figures")"
 fi
-grep -q "s training, .* s in 1 evaluation(s)" "$WORK/ok.out" ||
+grep -q "s training, .* s in 1 evaluation" "$WORK/ok.out" ||
   fail "the final line does not give the training and evaluation times: $(tail -2 "$WORK/ok.out")"
 [ -n "$(address_of "$WORK/ok.out")" ] || fail "no coordinator address: $(head -3 "$WORK/ok.out")"
 [ -f "$WORK/ok/job.yaml" ] && grep -q "kept the run directory $WORK/ok" "$WORK/ok.out" ||
