@@ -1707,16 +1707,17 @@ TEST(TrainerEvaluation, ThroughputCountsTheTrainingStepsAndTheEvaluationIsTimedA
     out.evaluation_line = line != 0;
     return out;
   };
-  // 20 steps of a wider MLP (some 0.1 s); one evaluation, of 40,000 samples, after the last
-  // (some 10 times as long).
-  const Outcome final_eval = run({"steps=20", "model.mlp.hidden=[512, 512]"}, 40000);
+  // 40 steps of a wider MLP (some 0.1 s); one evaluation, of 200,000 samples, after the last
+  // (some 8 times as long).
+  const Outcome final_eval =
+      run({"steps=40", "model.mlp.hidden=[512, 512]", "parallelism.bucket_mb=25"}, 200000);
   const TrainResult& r = final_eval.result;
-  ASSERT_EQ(r.steps(), 20);
+  ASSERT_EQ(r.steps(), 40);
   ASSERT_GT(final_eval.finish_seconds, 4 * final_eval.steps_seconds)
       << "the evaluation should take far longer than the steps for this test to mean anything";
-  // 250 samples in batches of 60: an epoch is 4 full batches and one of 10; 20 steps are 4
+  // 250 samples in batches of 60: an epoch is 4 full batches and one of 10; 40 steps are 8
   // epochs.
-  const double samples = 4 * 250;
+  const double samples = 8 * 250;
   EXPECT_GE(r.samples_per_second(), 0.5 * samples / final_eval.steps_seconds)
       << "the throughput counted the evaluation: " << TrainResultJson(r)
       << "steps took " << final_eval.steps_seconds << " s, the end " << final_eval.finish_seconds
@@ -1724,7 +1725,7 @@ TEST(TrainerEvaluation, ThroughputCountsTheTrainingStepsAndTheEvaluationIsTimedA
   EXPECT_NEAR(r.samples_per_second() * r.training_seconds(), samples, 1e-6 * samples);
   EXPECT_LE(r.training_seconds(), 1.1 * final_eval.steps_seconds + 0.25);
   EXPECT_EQ(r.evaluations(), 1);
-  EXPECT_EQ(r.eval_step(), 20);
+  EXPECT_EQ(r.eval_step(), 40);
   EXPECT_TRUE(r.has_eval_accuracy());
   EXPECT_GT(r.final_eval_seconds(), 0.5 * final_eval.finish_seconds);
   EXPECT_LE(r.final_eval_seconds(), final_eval.finish_seconds);
