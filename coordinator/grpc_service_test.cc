@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -222,6 +224,32 @@ TEST_F(GrpcServiceTest, BadInputNamesTheField) {
   submit.mutable_spec()->set_name(std::string(100 << 10, 'x'));
   EXPECT_EQ(jobs_->Submit(Context("user-secret").get(), submit, &job).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+// What ringctl's YAML loader refuses is refused when it comes over raw gRPC (issue 36 point
+// 21): the coordinator's Submit runs the same spec::ValidateJobSpec.
+TEST_F(GrpcServiceTest, ASubmitOverRawGrpcIsValidatedAsRingctlDoes) {
+  const std::vector<std::pair<std::function<void(JobSpec*)>, std::string>> cases = {
+      {[](JobSpec* s) { s->mutable_optimizer()->set_lr(std::numeric_limits<double>::infinity()); },
+       "optimizer.lr: must be a finite number"},
+      {[](JobSpec* s) { s->mutable_optimizer()->set_lr(std::nan("")); },
+       "optimizer.lr: must be a finite number"},
+      {[](JobSpec* s) { s->set_backend(static_cast<JobSpec::Backend>(99)); },
+       "backend: must be one of"},
+  };
+  for (const auto& [change, want] : cases) {
+    SubmitRequest submit;
+    *submit.mutable_spec() = spec_;
+    change(submit.mutable_spec());
+    Job job;
+    grpc::Status s = jobs_->Submit(Context("user-secret").get(), submit, &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << want;
+    EXPECT_NE(s.error_message().find(want), std::string::npos) << s.error_message();
+  }
+  ListJobsRequest list;
+  ListJobsResponse listed;
+  ASSERT_TRUE(jobs_->List(Context("user-secret").get(), list, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0) << "a refused spec left a job behind";
 }
 
 TEST_F(GrpcServiceTest, JoinBlocksUntilTheEpochCommitsThenStoreAndWatchWork) {

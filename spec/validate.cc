@@ -1,6 +1,7 @@
 #include "spec/validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/repeated_field.h"
@@ -614,6 +616,59 @@ void CheckRest(const JobSpec& spec, Checker* check) {
                 spec.resources().memory_per_rank_mib());
 }
 
+// What YAML cannot write but a raw RPC can: a float or double that is not finite (inf, NaN),
+// an enum number with no name (the wire keeps unknown values). Every field set anywhere in
+// the message, so a new field is covered without a line here.
+void CheckRepresentable(const google::protobuf::Message& message, const std::string& prefix,
+                        Checker* check) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string name = prefix.empty() ? field->name() : prefix + "." + field->name();
+    const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string path = field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
+      const bool repeated = field->is_repeated();
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+        case FieldDescriptor::CPPTYPE_FLOAT: {
+          const double value =
+              field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE
+                  ? (repeated ? reflection->GetRepeatedDouble(message, field, i)
+                              : reflection->GetDouble(message, field))
+                  : (repeated ? reflection->GetRepeatedFloat(message, field, i)
+                              : reflection->GetFloat(message, field));
+          check->Expect(std::isfinite(value), path, "a finite number", value);
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_ENUM: {
+          const int value = repeated ? reflection->GetRepeatedEnumValue(message, field, i)
+                                     : reflection->GetEnumValue(message, field);
+          if (field->enum_type()->FindValueByNumber(value) == nullptr) {
+            std::vector<std::string> names;
+            for (int v = 0; v < field->enum_type()->value_count(); ++v) {
+              const auto& known = *field->enum_type()->value(v);
+              if (known.number() != 0) names.push_back(EnumValueYamlName(known));
+            }
+            check->Fail(path, absl::StrCat("must be one of ", absl::StrJoin(names, ", "),
+                                           ", got the number ", value));
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          CheckRepresentable(repeated ? reflection->GetRepeatedMessage(message, field, i)
+                                      : reflection->GetMessage(message, field),
+                             path, check);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool IsValidJobName(absl::string_view name) {
@@ -625,6 +680,7 @@ bool IsValidJobName(absl::string_view name) {
 
 std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {
   Checker check;
+  CheckRepresentable(spec, "", &check);
   CheckName(spec, &check);
   CheckLength(spec, &check);
   CheckModel(spec, &check);

@@ -1,7 +1,9 @@
 #include "spec/validate.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -107,6 +109,24 @@ struct RangeCase {
   std::function<void(JobSpec*)> mutate;
   const char* error;
 };
+
+// What YAML cannot write but a raw RPC can (issue 36 point 21): the coordinator validates
+// with this same function, so a spec sent over gRPC is held to what ringctl's loader holds.
+TEST(ValidateJobSpecTest, NonFiniteNumbersAndUnnamedEnumNumbersAreRefusedAnywhere) {
+  JobSpec spec = Effective(kMinimalGpt);
+  spec.mutable_optimizer()->set_lr(std::numeric_limits<double>::infinity());
+  spec.set_backend(static_cast<JobSpec::Backend>(99));
+  spec.mutable_optimizer()->mutable_adamw()->set_beta2(std::nan(""));
+  const std::vector<std::string> errors = Errors(spec);
+  EXPECT_THAT(errors, Contains("optimizer.lr: must be a finite number, got inf"));
+  EXPECT_THAT(errors, Contains(HasSubstr("backend: must be one of ")));
+  EXPECT_THAT(errors, Contains(HasSubstr(", got the number 99")));
+  EXPECT_THAT(errors, Contains(HasSubstr("optimizer.adamw.beta2: must be a finite number")));
+  JobSpec mlp = Effective(kMinimalMlp);
+  EXPECT_THAT(Errors(mlp), IsEmpty());
+  mlp.mutable_optimizer()->set_lr(-std::numeric_limits<double>::infinity());
+  EXPECT_THAT(Errors(mlp), Contains("optimizer.lr: must be a finite number, got -inf"));
+}
 
 TEST(ValidateJobSpecTest, EachBadValueNamesItsPathAndTheRange) {
   const std::vector<RangeCase> cases = {
