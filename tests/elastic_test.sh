@@ -297,6 +297,7 @@ mesh | mesh_tp)
   start_agent a 2
   start_agent b 2
   ctl submit "$BIN/examples/tiny_gpt.yaml" --set name=pipe --set steps=80 \
+    --set metrics.jsonl="$WORK/pipe.metrics.jsonl" \
     --set schedule.warmup_steps=5 --set model.gpt.width=64 --set model.gpt.context=64 \
     --set checkpoint.dir="$WORK/ckpt" --set checkpoint.every_steps=10 \
     --set elastic.min_ranks=2 --set elastic.max_ranks=4 --set parallelism.mesh.pp=$pp \
