@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/progress_rate.h"
 #include "coordinator/http_server.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -400,6 +401,9 @@ class LiveMetricsTest : public ::testing::Test {
     s->set_step(step);
     s->set_loss(loss);
     s->set_step_time_s(0.125);
+    // The trainer's rate over its window (common/progress_rate.h), not 1 / the step time;
+    // samples/s are it times the global batch of 160.
+    s->set_steps_per_s(6.4);
     s->set_samples_per_s(1024);
     s->set_comm_fraction(0.25);
     s->set_exposed_comm_fraction(0.125);
@@ -490,6 +494,10 @@ TEST_F(LiveMetricsTest, AJobWithARecoveryScrapedAndChecked) {
   expect(R"(ringmaster_job_step{job="mlp"})", 11);  // the new epoch's
   expect(R"(ringmaster_job_total_steps{job="mlp"})", 500);
   expect(R"(ringmaster_job_samples_per_second{job="mlp"})", 1024);
+  // The rate and ETA every view shows: rank 0's, samples/s = steps/s x the global batch.
+  expect(R"(ringmaster_job_steps_per_second{job="mlp"})", 6.4);
+  expect(R"(ringmaster_job_samples_per_second{job="mlp"})", 6.4 * 160);
+  expect(R"(ringmaster_job_eta_seconds{job="mlp"})", *EtaSeconds(11, 500, 6.4));
   expect(R"(ringmaster_job_exposed_comm_fraction{job="mlp"})", 0.125);
   expect(R"(ringmaster_job_lost_steps_total{job="mlp"})", 2);
   expect(R"(ringmaster_recoveries_total{job="mlp",cause="failure"})", 1);
