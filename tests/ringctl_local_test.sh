@@ -7,7 +7,8 @@
 #   5. with checkpoints, SIGTERM drains (a checkpoint of the last step), the job resumes on
 #      another number of workers, and `ringctl checkpoint` lists, verifies and catches a
 #      flipped byte;
-#   6. the same checkpoint.dir under a changed spec fails at once, spending no restart;
+#   6. the same checkpoint.dir under a changed spec fails at once, spending no restart; so do
+#      a damaged checkpoint and a configuration error that only a trainer finds;
 #   7. `ringctl local` prints where its coordinator listens, and `ringctl status` and `top`
 #      work on it; its temporary run directory is removed at the end unless --keep_run_dir
 #      is given, --run_dir was given or the job failed, and it says so; `ringctl checkpoint
@@ -207,6 +208,41 @@ steps="$(ls -d "$CK"/fashion_mnist_mlp/step-* | wc -l)"
 [ "$(grep -c "verified" "$WORK/verify_job.out")" -eq "$steps" ] && [ "$steps" -gt 1 ] &&
   grep -q "$steps checkpoints, $steps sound, 0 damaged" "$WORK/verify_job.out" ||
   fail "verify of the job directory did not verify its $steps checkpoints: $(cat "$WORK/verify_job.out")"
+
+# 8b. Issue 36 point 21: the newest checkpoint damaged (a byte of a shard flipped, in a copy):
+#     every restart would read it again, so the job fails at once (no restart spent), the
+#     damage named first; before, it went through the restart budget and led with that.
+cp -r "$CK" "$WORK/damaged"
+damaged_step="$WORK/damaged/fashion_mnist_mlp/$(cat "$WORK/damaged/fashion_mnist_mlp/LATEST")"
+python3 - "$(ls "$damaged_step"/shard-0-of-*.bin | head -1)" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[len(data) // 2] ^= 0x5A
+open(path, "wb").write(bytes(data))
+PY
+"$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$WORK/damaged" \
+  --set checkpoint.every_steps=25 --set epochs=1 --summary "$WORK/damaged.json" \
+  >"$WORK/damaged.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a job resuming a damaged checkpoint exited with $rc, expected 1"
+grep -q "failed: error on local/[0-9] that no restart can fix: DATA_LOSS: the checkpoint to resume from is damaged: $damaged_step/shard-0-of-" \
+  "$WORK/damaged.out" || fail "the damage is not named first: $(tail -3 "$WORK/damaged.out")"
+[ "$(field "$WORK/damaged.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/damaged.json")"
+
+# 8c. Issue 36 point 10: a configuration error that only a trainer finds (pipeline micro-batches
+#     larger than batch.micro_max on this world) fails the job at once, named a configuration
+#     error, not a collective error after the restart budget.
+(cd "$WORK" && "$RINGCTL" local --workers 2 "$TEST_SRCDIR/ringmaster/examples/tiny_gpt.yaml" \
+  --set steps=4 --set parallelism.mesh.pp=2 --set batch.micro_max=2 \
+  --summary "$WORK/config.json" >"$WORK/config.out" 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || fail "a job a trainer cannot configure exited with $rc, expected 1"
+grep -q "failed: error on local/[0-9] that no restart can fix: INVALID_ARGUMENT: configuration error: batch.micro_max is 2" \
+  "$WORK/config.out" || fail "not a configuration error: $(tail -3 "$WORK/config.out")"
+grep -q "collective error\|restart budget" "$WORK/config.out" &&
+  fail "named a collective error: $(tail -3 "$WORK/config.out")"
+[ "$(field "$WORK/config.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/config.json")"
 
 # 9. A memory bomb: a rank this machine cannot hold is refused before anything runs, naming
 #    the field and the sizes (it used to die of an uncaught bad_alloc, restart after restart).
