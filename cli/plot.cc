@@ -275,7 +275,9 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
     history.dropped.push_back(absl::StrCat(
         file, ": left out ", Plural(group.size(), "record"), " of ", run, " (",
         LineRange(group), "), ",
-        first.job() != last.job()
+        first.job().empty() && first.config().empty()
+            ? std::string("which name no job or configuration")
+        : first.job() != last.job()
             ? absl::StrCat("another job (", Quoted(first.job()), ", drawn: ", Quoted(last.job()), ")")
             : absl::StrCat("another configuration (config ", Quoted(first.config()),
                            ", drawn: ", Quoted(last.config()), ")"),

@@ -145,6 +145,20 @@ TEST(ParseMetricsHistory, RecordsOfAnotherConfigurationAreLeftOutAndSaidSo) {
                                        "drawn: mlp)"));
 }
 
+TEST(ParseMetricsHistory, RecordsWrittenBeforeRunsWereNamedAreSaidAsSuch) {
+  // A file an older trainer appended to before this one's run: its records name nothing.
+  const std::string text =
+      Line(1, 2.3, 0.1, 100) + Line(20, 1.5, 0.1, 100) + RunLine(1, 2.2, "mlp", "mlp-1", "c");
+  absl::StatusOr<MetricsHistory> h = ParseMetricsHistory(text, "old.jsonl");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_THAT(Steps(h->records), ElementsAre(1));
+  ASSERT_EQ(h->dropped.size(), 1u);
+  EXPECT_THAT(h->dropped[0],
+              HasSubstr("old.jsonl: left out 2 records of a run without a name (written before "
+                        "records named their runs) (lines 1-2, steps 1-20), which name no job or "
+                        "configuration"));
+}
+
 TEST(ParseMetricsHistory, AnotherRunOfTheSameConfigurationReplacesWhatItRepeatsAndSaysSo) {
   // The same spec run again from the start (another run name): its steps replace the first
   // run's, and the note names both runs.
