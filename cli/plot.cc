@@ -210,11 +210,10 @@ void NoteIdenticalSeries(const std::string& name, plot::PlotSpec* spec,
   }
 }
 
-}  // namespace
-
-absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
-                                                   absl::string_view file) {
-  MetricsHistory history;
+// The lines of `jsonl` that are metrics records with a step, in file order; the others are
+// said in `dropped`. INVALID_ARGUMENT (the first bad line's error) when no line is one.
+absl::StatusOr<std::vector<Line>> ParseLines(absl::string_view jsonl, absl::string_view file,
+                                             std::vector<std::string>* dropped) {
   std::vector<Line> lines;
   BadLines bad;
   const std::vector<absl::string_view> pieces = absl::StrSplit(jsonl, '\n');
@@ -226,7 +225,7 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
     absl::Status parsed = FromJson(pieces[i], &record, where);
     // The last piece has no newline after it: a line still being written.
     if (!parsed.ok() && i + 1 == pieces.size()) {
-      history.dropped.push_back(
+      dropped->push_back(
           absl::StrCat(where, ": left out the last line, cut short (a run still writing it)"));
       break;
     }
@@ -241,22 +240,26 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
     }
     lines.push_back({number, std::move(record)});
   }
-  if (!bad.numbers.empty()) {
-    if (lines.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          bad.first_error, bad.numbers.size() > 1
-                               ? absl::StrCat(" (and ", bad.numbers.size() - 1,
-                                              " more lines that are not metrics records)")
-                               : ""));
-    }
-    history.dropped.push_back(absl::StrCat(file, ": left out ", Plural(bad.numbers.size(), "line"),
-                                           " that ", bad.numbers.size() == 1 ? "is" : "are",
-                                           " not a metrics record (", LineList(bad.numbers),
-                                           "); the first: ", bad.first_error));
+  if (bad.numbers.empty()) return lines;
+  if (lines.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        bad.first_error, bad.numbers.size() > 1
+                             ? absl::StrCat(" (and ", bad.numbers.size() - 1,
+                                            " more lines that are not metrics records)")
+                             : ""));
   }
-  if (lines.empty()) return history;
-  // The history drawn is that of the last record's job and configuration; the records of
-  // another are another experiment, left out.
+  dropped->push_back(absl::StrCat(file, ": left out ", Plural(bad.numbers.size(), "line"),
+                                  " that ", bad.numbers.size() == 1 ? "is" : "are",
+                                  " not a metrics record (", LineList(bad.numbers),
+                                  "); the first: ", bad.first_error));
+  return lines;
+}
+
+// The lines of the last record's job and configuration: the records of another are another
+// experiment, left out and said in `dropped`, one note per run.
+std::vector<Line> KeepTheLastJobAndConfig(const std::vector<Line>& lines, absl::string_view file,
+                                          std::vector<std::string>* dropped) {
+  if (lines.empty()) return {};
   const MetricsRecord& last = lines.back().record;
   std::vector<Line> kept;
   std::vector<std::pair<std::string, std::vector<const Line*>>> others;  // by run, in order
@@ -272,7 +275,7 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
   }
   for (const auto& [run, group] : others) {
     const MetricsRecord& first = group.front()->record;
-    history.dropped.push_back(absl::StrCat(
+    dropped->push_back(absl::StrCat(
         file, ": left out ", Plural(group.size(), "record"), " of ", run, " (",
         LineRange(group), "), ",
         first.job().empty() && first.config().empty()
@@ -284,7 +287,13 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
         ": the file mixes runs, and the last one's is drawn; give each run a file of its own "
         "(metrics.jsonl: out/{run}.metrics.jsonl)"));
   }
-  // A resumed run repeats steps: its records replace the earlier ones from there on.
+  return kept;
+}
+
+// One record per step: a resumed run repeats steps, and its records replace the earlier ones
+// from there on; what was replaced is said in `dropped`, one note per pair of runs.
+std::vector<Line> ReplaceRepeatedSteps(std::vector<Line> kept, absl::string_view file,
+                                       std::vector<std::string>* dropped) {
   std::vector<Line> out;
   std::vector<Replaced> replaced;
   for (Line& line : kept) {
@@ -301,14 +310,26 @@ absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
   for (const Replaced& r : replaced) {
     std::vector<const Line*> group;
     for (const Line& line : r.lines) group.push_back(&line);
-    history.dropped.push_back(absl::StrCat(
+    dropped->push_back(absl::StrCat(
         file, ": ", Plural(r.lines.size(), "record"), " (", LineRange(group), ") replaced by ",
         r.of == r.by ? "a resumption of the same run, which trained those steps again"
                      : absl::StrCat(r.by, "'s, which trained those steps again (", r.of,
                                     " has the same job and configuration: a resumption, or "
                                     "the same spec run again)")));
   }
-  for (Line& line : out) history.records.push_back(std::move(line.record));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<MetricsHistory> ParseMetricsHistory(absl::string_view jsonl,
+                                                   absl::string_view file) {
+  MetricsHistory history;
+  RM_ASSIGN_OR_RETURN(std::vector<Line> lines, ParseLines(jsonl, file, &history.dropped));
+  std::vector<Line> kept = KeepTheLastJobAndConfig(lines, file, &history.dropped);
+  for (Line& line : ReplaceRepeatedSteps(std::move(kept), file, &history.dropped)) {
+    history.records.push_back(std::move(line.record));
+  }
   return history;
 }
 
