@@ -646,6 +646,19 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
     node->assigned.erase(it);
     End(*job, JobPhase::kFailed,
         absl::StrCat(culprit, " (an error no restart can fix)"), now, actions);
+  } else if (exit_code == 0) {
+    // It left cleanly before the job's end: only SIGTERM does that (a trainer exits 0 when
+    // the job finished or when it left after its ring's drain save). Its agent drained
+    // without reaching the coordinator, or the signal was sent to it alone: nothing failed,
+    // so the job re-forms as for a drain and spends no restart. (The slot rests for the
+    // backoff: a draining agent would take no start there.)
+    LoseMembers(*job, {slot},
+                Loss{.cause = EpochCause::kDrain,
+                     .reason = absl::StrCat("trainer on ", ToString(slot),
+                                            " left after its drain save: it was sent SIGTERM"),
+                     .backoff = true,
+                     .trainer_gone = true},
+                now, actions);
   } else {
     LoseMembers(*job, {slot}, Loss{.reason = culprit, .backoff = true, .trainer_gone = true},
                 now, actions);
