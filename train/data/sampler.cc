@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "train/data/portable_random.h"
 
 namespace ringmaster::train::data {
@@ -46,10 +47,13 @@ absl::StatusOr<GlobalBatch> GlobalBatchSampler::NextGlobalBatch(const state::Sam
         dataset_size_, " samples of the data set (no full batch exists)"));
   }
   if (state.cursor < 0 || state.cursor > dataset_size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampler state ", state::SamplerStateString(state), ": cursor outside [0, ", dataset_size_,
-        "], the data set's size; the state belongs to another "
-        "data set or is corrupt"));
+    // The same state on the same data after every restart: permanent, the cause first.
+    return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
+        "data set mismatch: the sampler state ", state::SamplerStateString(state),
+        " (from a checkpoint or a rank's memory) has its cursor outside [0, ", dataset_size_,
+        "], the data set's size: the state belongs to another data set (was the data replaced "
+        "under the job?) or is corrupt; give the job the data it trained on, or start fresh "
+        "(resume: never)")));
   }
   const int64_t epoch_length = EpochLength(global_batch);
   GlobalBatch batch;

@@ -55,8 +55,10 @@ class GlobalBatchSampler {
   // The global batch of up to `global_batch` samples that starts at `state`, and the state
   // after it. A state whose cursor is at or past the epoch's end (e.g. saved with another
   // global batch size under drop_last) starts the next epoch.
-  // INVALID_ARGUMENT when global_batch < 1, state.cursor is outside [0, dataset_size], or
-  // drop_last is set and global_batch > dataset_size (no batch would ever be produced).
+  // INVALID_ARGUMENT when global_batch < 1, or drop_last is set and global_batch >
+  // dataset_size (no batch would ever be produced); FAILED_PRECONDITION marked permanent
+  // (common/status_macros.h), "data set mismatch: ...", when state.cursor is outside [0,
+  // dataset_size]: the state came from another data set.
   absl::StatusOr<GlobalBatch> NextGlobalBatch(const state::SamplerState& state,
                                               int64_t global_batch);
 

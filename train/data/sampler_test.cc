@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,6 +14,7 @@ namespace ringmaster::train::data {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 GlobalBatchSampler MakeSampler(int64_t n, const SamplerOptions& options) {
   auto sampler = GlobalBatchSampler::Create(n, options);
@@ -142,10 +144,10 @@ TEST(GlobalBatchSamplerTest, RejectsBadArguments) {
   GlobalBatchSampler sampler = MakeSampler(10, {.seed = 0});
   EXPECT_EQ(sampler.NextGlobalBatch({}, 0).status().code(), absl::StatusCode::kInvalidArgument);
   auto bad_cursor = sampler.NextGlobalBatch(state::SamplerState{2, 11}, 4);
-  EXPECT_EQ(bad_cursor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_cursor.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(bad_cursor.status().message(), HasSubstr("epoch 2 cursor 11"));
   EXPECT_EQ(sampler.NextGlobalBatch(state::SamplerState{0, -1}, 4).status().code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kFailedPrecondition);
   GlobalBatchSampler dropping = MakeSampler(10, {.seed = 0, .drop_last = true});
   EXPECT_EQ(dropping.NextGlobalBatch({}, 11).status().code(), absl::StatusCode::kInvalidArgument);
   // Without drop_last a batch larger than the data set is the whole epoch.
@@ -215,6 +217,19 @@ TEST(GlobalBatchSamplerTest, ShrinkingMidEpochLosesAndRepeatsNothing) {
   EXPECT_EQ(state, (state::SamplerState{1, 0}));  // 8 steps of 64 cover 500 samples exactly once
   ASSERT_EQ(seen.size(), static_cast<size_t>(kN));
   for (auto [sample, times] : seen) EXPECT_EQ(times, 1) << "sample " << sample;
+}
+
+// Issue 36 point 21: a job resumed on another (smaller) data set found it at its first step,
+// INVALID_ARGUMENT, and restarted into it until its budget was spent.
+TEST(GlobalBatchSamplerTest, AStateFromAnotherDataSetIsAPermanentMismatchNamedFirst) {
+  auto sampler = GlobalBatchSampler::Create(100, {.seed = 1});
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  absl::StatusOr<GlobalBatch> batch = sampler->NextGlobalBatch({0, 640}, 10);
+  EXPECT_TRUE(absl::IsFailedPrecondition(batch.status())) << batch.status();
+  EXPECT_TRUE(IsPermanent(batch.status())) << batch.status();
+  EXPECT_THAT(std::string(batch.status().message()), StartsWith("data set mismatch: "));
+  EXPECT_THAT(std::string(batch.status().message()), HasSubstr("[0, 100]"));
+  EXPECT_TRUE(sampler->NextGlobalBatch({0, 100}, 10).ok()) << "at the end: the next epoch";
 }
 
 }  // namespace
