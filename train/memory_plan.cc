@@ -1,6 +1,7 @@
 #include "train/memory_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <new>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "common/status_macros.h"
 #include "state/tensor.h"
 #include "train/data/partition.h"
+#include "train/device.h"
 #include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "train/model_factory.h"
@@ -45,17 +47,26 @@ int64_t UnitsPerSegment(const FsdpLayout& layout, const std::vector<ParameterGro
   return most;
 }
 
-// The most unit buffers the strategy's pool holds at once, each at most the largest unit
-// (see memory_plan.h for why).
-int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
-                    const std::vector<ParameterGroup>& groups, int zero_stage,
-                    int accumulation_steps) {
+// How many unit buffers the strategy's pool holds at once (see memory_plan.h for why): up to
+// `gathered` for gathered parameters (or ZeRO-2's buckets) and up to `gradients` for
+// gradients written apart from them.
+struct UnitBufferCount {
+  int64_t gathered = 0;
+  int64_t gradients = 0;
+  int64_t largest = 0;  // buffers of the largest unit's size, whichever unit they serve
+};
+
+UnitBufferCount UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
+                            const std::vector<ParameterGroup>& groups, int zero_stage) {
   const int64_t units = static_cast<int64_t>(layout.units.size());
-  // The gradient buffers: the one written and the reductions still queued (fsdp.h).
-  if (zero_stage == 2) return 2;
+  const int64_t two = std::min<int64_t>(units, 2);
+  // The gradient buffers: the one written and the reductions still queued (fsdp.h); the
+  // gathers of the whole model after the optimizer step take a buffer of the largest unit,
+  // which may then serve any bucket: each counts as the largest.
+  if (zero_stage == 2) return {0, 0, 2};
   const FsdpConfig& f = config.fsdp;
   const int64_t ahead = f.prefetch == FsdpConfig::Prefetch::kNone ? 0 : f.prefetch_limit;
-  if (!f.reshard_after_forward) return units + 2;
+  if (!f.reshard_after_forward) return {units, two};
   const int64_t segment = config.model.kind == ModelConfig::Kind::kGpt
                               ? UnitsPerSegment(layout, groups, config.model.gpt.checkpoint_every)
                               : 1;
@@ -66,15 +77,26 @@ int64_t UnitBuffers(const TrainConfig& config, const FsdpLayout& layout,
   // (fsdp.h), no unit needs a second buffer for them: backward holds the units in use and
   // those prefetched, the one being reduced giving its buffer to the next gather; a unit
   // backward does not gather (the embeddings) takes one while the last reduction runs. A
-  // GPU (device: cuda, or auto, which may pick one) writes them apart, as does a tied head's
-  // embeddings unit (kept through the pass).
+  // GPU (device: cuda, or auto with one) writes them apart, as does a tied head's
+  // embeddings unit (kept through the pass). Never more gathered buffers than units.
   const bool in_place =
-      config.device == TrainConfig::Device::kCpu &&
+      PlannedDevice(config) == TrainConfig::Device::kCpu &&
       std::all_of(layout.units.begin(), layout.units.end(), [](const FsdpUnit& u) {
         return u.gradients_in_place || !u.backward_reads_parameters;
       });
-  if (in_place) return std::max<int64_t>(segment + ahead, 2);
-  return segment + ahead + 2 + (kept ? 1 : 0);
+  if (in_place) return {std::min(units, std::max<int64_t>(segment + ahead, 2)), 0};
+  return {std::min(units, segment + ahead + (kept ? 1 : 0)), two};
+}
+
+// The elements of the `count` largest units (each unit's padded size, as the pool is asked
+// for it): a pool holding `count` buffers holds at most these.
+int64_t LargestUnits(const FsdpLayout& layout, int64_t count) {
+  std::vector<int64_t> sizes;
+  for (const FsdpUnit& u : layout.units) sizes.push_back(u.padded);
+  std::sort(sizes.begin(), sizes.end(), std::greater<int64_t>());
+  int64_t sum = 0;
+  for (int64_t i = 0; i < count && i < static_cast<int64_t>(sizes.size()); ++i) sum += sizes[i];
+  return sum;
 }
 
 // The unit buffers and the strategy's staging (see memory_plan.h).
@@ -87,7 +109,10 @@ int64_t UnitBufferBytes(const TrainConfig& config, const FsdpLayout& layout,
   if (IsHalf(config.precision) || IsHalf(config.reduce_precision)) {
     staging += kHalfBytes * (unit + shard);
   }
-  return UnitBuffers(config, layout, groups, zero_stage, accumulation_steps) * unit * kFloatBytes +
+  const UnitBufferCount count = UnitBuffers(config, layout, groups, zero_stage);
+  return (LargestUnits(layout, count.gathered) + LargestUnits(layout, count.gradients) +
+          count.largest * unit) *
+             kFloatBytes +
          staging;
 }
 
@@ -209,9 +234,25 @@ int OptimizerMoments(const OptimizerOptions& options) {
   return 2;  // AdamW, LAMB: exp_avg and exp_avg_sq
 }
 
+TrainConfig::Device PlannedDevice(const TrainConfig& config) {
+  if (config.device != TrainConfig::Device::kAuto) return config.device;
+  return CudaDeviceAvailable() ? TrainConfig::Device::kCuda : TrainConfig::Device::kCpu;
+}
+
 absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
                                              int world, int zero_stage, FsdpConfig::Wrap wrap) {
+  return PlanRankState(config, model, world, /*rank=*/0, zero_stage, wrap);
+}
+
+absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
+                                             int world, int rank, int zero_stage,
+                                             FsdpConfig::Wrap wrap) {
   RM_RETURN_IF_ERROR(CheckWorld(world));
+  if (rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " is not a rank of a world of ", world, " (0..", world - 1,
+                     ")"));
+  }
   if (zero_stage < 0 || zero_stage > 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallelism.zero_stage: ", zero_stage, " is not 0, 1, 2 or 3"));
@@ -223,6 +264,7 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
   const state::TensorTable& table = model.table();
   RankMemoryPlan plan;
   plan.world = world;
+  plan.rank = rank;
   plan.zero_stage = zero_stage;
   plan.wrap = wrap;
   const int64_t moments = OptimizerMoments(config.optimizer);
@@ -230,8 +272,13 @@ absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Mo
     const int64_t padded = PaddedElements(table.total_elements(), world);
     plan.parameter_bytes = plan.gradient_bytes = padded * kFloatBytes;
     if (IsHalf(config.precision)) plan.compute_copy_bytes = padded * kFloatBytes;
-    const int64_t kept = zero_stage == 0 ? table.total_elements()
-                                         : std::min(padded / world, table.total_elements());
+    // ZeRO-1: the rank's shard of the padded space cut back to the tensors (the last
+    // ranks' hold the padding, which has no state: parallel_strategy.cc).
+    const int64_t shard = padded / world;
+    const int64_t total = table.total_elements();
+    const int64_t kept = zero_stage == 0 ? total
+                                         : std::min((rank + 1) * shard, total) -
+                                               std::min(rank * shard, total);
     plan.optimizer_bytes = moments * kept * kFloatBytes;
     return plan;
   }

@@ -4,7 +4,7 @@
 // layout the strategy would use (train/fsdp.h ShardedLayout), not from the ZeRO paper's
 // formula (train/memory_estimate.h) — so padding, buckets and unit buffers are in it.
 //
-// The terms, for rank 0 (whose share is the largest), 4 bytes a float:
+// The terms, for rank 0 (whose share is the largest) unless a rank is given, 4 bytes a float:
 //   parameters     the step's fp32 parameter buffer: the whole padded flat space
 //                  (PaddedElements(total elements, world)) for stages 0 and 1, the rank's
 //                  piece of every unit (FsdpLayout::local_elements) for stages 2 and 3.
@@ -15,23 +15,30 @@
 //                  gathered units are the unit buffers.
 //   gradients      the step's gradient buffer: as the parameters, whole or the shard.
 //   optimizer      moments (SGD with momentum 1, without 0; AdamW and LAMB 2) × the elements
-//                  the optimizer keeps state for: the table's total elements (stage 0), rank
-//                  0's shard of the padded space cut back to the tensors (stage 1), or
+//                  the optimizer keeps state for: the table's total elements (stage 0), the
+//                  rank's shard of the padded space cut back to the tensors (stage 1), or
 //                  local_elements (stages 2 and 3). Optimizer::state_bytes() of the real one.
-//   unit buffers   the most buffers the strategy's pool can hold at once, each at most the
-//                  largest unit U (train/fsdp.h), with p = prefetch_limit (0 with prefetch:
-//                  none): ZeRO-3 with reshard_after_forward max(s + p, 2) × U when every
-//                  unit backward gathers writes its gradients over its parameters (the GPT
-//                  on the CPU: device: cpu; fsdp.h), else (s + p + 2) × U, fsdp.h's bound
-//                  (device auto or cuda, other models), s being the most units one segment
-//                  of activation checkpointing keeps gathered from its recomputation to its
-//                  backward (1 without checkpointing; one more with a tied LM head, whose
-//                  embeddings unit stays gathered through the pass); ZeRO-3 without
-//                  resharding (units + 2) × U (every
-//                  unit gathered from forward to backward, and the gradient buffers: the one
-//                  written and the one reduction the strategy lets queue); ZeRO-2 2 × U
-//                  (one bucket written while the one before is reduced, and one buffer for
-//                  the gathers after the optimizer step, which come later).
+//   unit buffers   the bytes of the most buffers the strategy's pool can hold at once
+//                  (train/unit_buffer_pool.h: each the size of a unit it served, no more
+//                  buffers than were in use at once): the sum of that many of the largest
+//                  padded units, "top(n)", U being the largest, p = prefetch_limit (0 with
+//                  prefetch: none), s the most units one segment of activation checkpointing
+//                  keeps gathered from its recomputation to its backward (1 without
+//                  checkpointing; one more with a tied LM head, whose embeddings unit stays
+//                  gathered through the pass). ZeRO-3 with reshard_after_forward:
+//                  top(min(units, max(s + p, 2))) when every unit backward gathers writes its
+//                  gradients over its parameters (the GPT on the CPU: device cpu, or auto
+//                  without a GPU, PlannedDevice; fsdp.h), else top(min(units, s + p)) for the
+//                  gathered units plus top(min(units, 2)) for the gradients, the one written
+//                  and the one reduction the strategy lets queue (fsdp.h's bound: on a GPU,
+//                  other models). ZeRO-3 without resharding top(units) + top(min(units, 2))
+//                  (every unit gathered from forward to backward). ZeRO-2 2 × U (one bucket
+//                  written while the one before is reduced; the gathers after the optimizer
+//                  step take a buffer of U that may then serve any bucket). The pool reaches
+//                  this figure with equal units (block wrapping, a GPT deep enough that a
+//                  recomputed segment prefetches past itself) and with one unit; with layer
+//                  wrapping it may hold a little less, depending on when the communication
+//                  thread gives buffers back (memory_plan_trainer_test).
 //                  On top the staging: with gradient accumulation one fp32 shard of U, and
 //                  with bf16/fp16 gathers or a bf16 reduction one unit and one shard in 16
 //                  bits. 0 for stages 0 and 1.
@@ -62,6 +69,7 @@ namespace ringmaster::train {
 
 struct RankMemoryPlan {
   int world = 1;
+  int rank = 0;  // the rank planned for (0: the largest share)
   int zero_stage = 0;
   FsdpConfig::Wrap wrap = FsdpConfig::Wrap::kBlock;  // stage 3's units; unused otherwise
   int64_t parameter_bytes = 0;
@@ -92,6 +100,18 @@ int OptimizerMoments(const OptimizerOptions& options);
 // for world < 1, a stage outside 0..3, parallelism.fsdp.prefetch_limit < 1.
 absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
                                              int world, int zero_stage, FsdpConfig::Wrap wrap);
+// The same for rank `rank` of `world` (0 <= rank < world, else INVALID_ARGUMENT naming it):
+// every term is rank 0's but ZeRO-1's optimizer state, smaller on the last ranks, whose
+// shards of the padded space hold the padding (no state) or nothing of the tensors.
+absl::StatusOr<RankMemoryPlan> PlanRankState(const TrainConfig& config, const Model& model,
+                                             int world, int rank, int zero_stage,
+                                             FsdpConfig::Wrap wrap);
+
+// Where the plan's ranks train, which decides how many unit buffers ZeRO-3 needs (below):
+// config.device, with `auto` resolved as the trainer resolves it (train/trainer.cc,
+// ChooseDevice): a CUDA GPU when this build and machine have one, else the CPU. (A trainer
+// whose model has no CUDA path falls back to the CPU; it plans with kCpu itself.)
+TrainConfig::Device PlannedDevice(const TrainConfig& config);
 
 // How each rank of `world` splits config.global_batch into micro-batches: the trainer's
 // plan (data::PlanBatches from batch.accumulation, else batch.micro_max, else one). Errors

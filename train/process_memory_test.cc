@@ -2,8 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -86,14 +88,24 @@ void ExpectPlanIsWhatIsAllocated(const TrainConfig& config, int world) {
                                          .groups = model->parameter_groups(),
                                          .fsdp = config.fsdp},
                                         world));
-      // The bound train/memory_plan.h plans (fsdp.h's: the units in use, prefetched and
-      // being reduced, at least 3 + prefetch_limit of the largest, and the staging).
+      // The bound train/memory_plan.h plans (fsdp.h's: the units in use and prefetched, the
+      // 1 + prefetch_limit largest, and the two largest gradient buffers being written and
+      // reduced; no staging in fp32).
       RM_ASSIGN_OR_RETURN(const RankMemoryPlan planned,
                           train::PlanRankState(config, *model, world, 3, config.fsdp.wrap));
       const int ahead =
           config.fsdp.prefetch == FsdpConfig::Prefetch::kNone ? 0 : config.fsdp.prefetch_limit;
-      if (plan.unit_buffers != planned.unit_buffer_bytes ||
-          plan.unit_buffers < (ahead + 3) * layout.largest_unit * 4 || plan.compute_copy != 0) {
+      std::vector<int64_t> sizes;
+      for (const FsdpUnit& u : layout.units) sizes.push_back(u.padded);
+      std::sort(sizes.rbegin(), sizes.rend());
+      auto largest = [&sizes](size_t n) {
+        int64_t sum = 0;
+        for (size_t i = 0; i < n && i < sizes.size(); ++i) sum += sizes[i];
+        return sum;
+      };
+      const int64_t bound = (largest(ahead + 1) + largest(2)) * 4;
+      if (plan.unit_buffers != planned.unit_buffer_bytes || plan.unit_buffers != bound ||
+          plan.compute_copy != 0) {
         return Fail(absl::StrCat(what, ": unit buffers ", plan.unit_buffers, " (planned ",
                                  planned.unit_buffer_bytes, ") for units of ",
                                  layout.largest_unit));

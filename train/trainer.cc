@@ -1025,13 +1025,13 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
   std::string planned;
   TrainConfig on_cpu = config;  // the plan printed is a CPU rank's (device auto resolved)
   on_cpu.device = TrainConfig::Device::kCpu;
-  if (auto p = PlanRankState(on_cpu, *model, world, config.zero_stage, config.fsdp.wrap);
+  if (auto p = PlanRankState(on_cpu, *model, world, rank, config.zero_stage, config.fsdp.wrap);
       p.ok() && device == nullptr && !groups.mesh) {
     planned = absl::StrFormat(
-        "; planned for rank 0: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
+        "; planned for rank %d: parameters %.2f (+ copy %.2f), gradients %.2f, optimizer %.2f, "
         "unit buffers at most %.2f MiB",
-        p->parameter_bytes / kMiB, p->compute_copy_bytes / kMiB, p->gradient_bytes / kMiB,
-        p->optimizer_bytes / kMiB, p->unit_buffer_bytes / kMiB);
+        p->rank, p->parameter_bytes / kMiB, p->compute_copy_bytes / kMiB,
+        p->gradient_bytes / kMiB, p->optimizer_bytes / kMiB, p->unit_buffer_bytes / kMiB);
   }
   const int64_t copy_bytes = pipeline != nullptr ? pipeline->parameter_copy_bytes()
                              : device != nullptr ? device->parameter_copy_bytes()
