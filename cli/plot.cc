@@ -406,7 +406,9 @@ absl::StatusOr<PlotResult> PlotCurves(const PlotFlags& flags) {
     run_labels.push_back(absl::StrCat(
         r.label, " (", Plural(r.records.size(), "record"),
         first == last ? absl::StrCat(", step ", first) : absl::StrCat(", steps ", first, "-", last),
-        r.records.back().run().empty() ? "" : absl::StrCat(", run ", r.records.back().run()),
+        r.records.back().run().empty() || r.records.back().run() == r.label
+            ? ""
+            : absl::StrCat(", run ", r.records.back().run()),
         ")"));
   }
   result.summary = absl::StrCat("wrote ", flags.out, ": ", Plural(runs.size(), "run"), " (",
