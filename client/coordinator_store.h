@@ -19,9 +19,10 @@ namespace ringmaster::client {
 class CoordinatorStore final : public comm::Store {
  public:
   // `client` is not owned and must carry the membership token of (job, slot). `epoch`: the
-  // caller's (its calls are ABORTED once the job has moved on); 0: not checked.
+  // membership epoch the caller joined (its calls are ABORTED once the job has moved on;
+  // the coordinator refuses one below 1 with INVALID_ARGUMENT).
   CoordinatorStore(TrainerCalls* client, std::string job, ringmaster::SlotRef slot,
-                   int64_t epoch = 0)
+                   int64_t epoch)
       : client_(client), job_(std::move(job)), slot_(std::move(slot)), epoch_(epoch) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;

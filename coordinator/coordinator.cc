@@ -1201,9 +1201,15 @@ void Coordinator::StoreGet(const StoreGetRequest& r, absl::Time deadline,
 }
 
 absl::Status Coordinator::CheckStoreCaller(const std::string& job, int64_t epoch) {
-  // Epoch 0: an older trainer that does not send it; only the job is checked.
-  const JobState* state = machine_.job(job);
-  return machine_.CheckLiveEpoch(job, epoch > 0 || state == nullptr ? epoch : state->epoch);
+  // Every trainer sends the epoch it joined, and epochs start at 1. Epoch 0 once meant "not
+  // checked" (for trainers older than the field): a caller from any epoch could write into
+  // the current one's bootstrap keys.
+  if (epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch ", epoch, " of job ", job, ": a store call must carry the membership epoch "
+        "its trainer joined (JoinResponse.epoch, 1 or more)"));
+  }
+  return machine_.CheckLiveEpoch(job, epoch);
 }
 
 absl::StatusOr<StoreAddResponse> Coordinator::StoreAdd(const StoreAddRequest& r) {

@@ -180,8 +180,8 @@ class Coordinator {
   void Bump(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobEvent EventOf(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A bootstrap-store call of a trainer of `job` at `epoch`: NOT_FOUND, FAILED_PRECONDITION
-  // (the job ended) or ABORTED (a stale epoch).
+  // A bootstrap-store call of a trainer of `job` at `epoch`: INVALID_ARGUMENT (no epoch, or
+  // one not formed yet), NOT_FOUND, FAILED_PRECONDITION (the job ended) or ABORTED (stale).
   absl::Status CheckStoreCaller(const std::string& job, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a ready trainer restored into the job's latest recovery (where from, steps lost

@@ -228,6 +228,7 @@ TEST_F(CoordinatorTest, WaitingCallsTimeOutOnTick) {
   Join("a", 0, 1, &join, absl::Seconds(1));
   StoreGetRequest get;
   get.set_job("mlp");
+  get.set_epoch(1);
   get.add_keys("nobody-sets-this");
   Result<StoreGetResponse> got;
   coordinator_->StoreGet(get, clock_.Now() + absl::Seconds(1), got.Callback());
@@ -249,12 +250,14 @@ TEST_F(CoordinatorTest, BootstrapStoreWakesWaitingReaders) {
   StartFourRanks();
   StoreGetRequest get;
   get.set_job("mlp");
+  get.set_epoch(1);
   get.add_keys("epoch-1/rank0");
   get.add_keys("epoch-1/rank1");
   Result<StoreGetResponse> got;
   coordinator_->StoreGet(get, clock_.Now() + absl::Seconds(10), got.Callback());
   StoreSetRequest set;
   set.set_job("mlp");
+  set.set_epoch(1);
   set.set_key("epoch-1/rank0");
   set.set_value("10.0.0.1:5000");
   ASSERT_TRUE(coordinator_->StoreSet(set).ok());
@@ -267,6 +270,7 @@ TEST_F(CoordinatorTest, BootstrapStoreWakesWaitingReaders) {
   EXPECT_EQ((*got.value)->values(1), "10.0.0.2:5000");
   StoreAddRequest add;
   add.set_job("mlp");
+  add.set_epoch(1);
   add.set_key("arrived");
   add.set_delta(2);
   EXPECT_EQ(coordinator_->StoreAdd(add)->value(), 2);
@@ -332,6 +336,43 @@ TEST_F(CoordinatorTest, StaleEpochStoreCallsAreAborted) {
   EXPECT_EQ(got.value->status().code(), absl::StatusCode::kAborted);
   set.set_epoch(2);
   EXPECT_TRUE(coordinator_->StoreSet(set).ok());
+}
+
+// Epoch 0 once skipped the stale-epoch check ("an older trainer"): a trainer of any epoch
+// could write the current epoch's bootstrap keys. Every store call must carry its epoch.
+TEST_F(CoordinatorTest, StoreCallsWithoutAnEpochAreRefused) {
+  StartFourRanks();
+  ASSERT_TRUE(coordinator_->TrainerExited(Exited("b", 1, -9)).ok());
+  ASSERT_EQ(coordinator_->Get("mlp")->epoch(), 2);
+  StoreSetRequest set;
+  set.set_job("mlp");
+  set.set_key("epoch-2/rank0");
+  set.set_value("from a trainer of epoch 1");
+  const absl::Status s = coordinator_->StoreSet(set);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("epoch"), std::string::npos) << s;
+  StoreAddRequest add;
+  add.set_job("mlp");
+  add.set_key("n");
+  EXPECT_EQ(coordinator_->StoreAdd(add).status().code(), absl::StatusCode::kInvalidArgument);
+  StoreGetRequest get;
+  get.set_job("mlp");
+  get.add_keys("epoch-2/rank0");
+  Result<StoreGetResponse> got;
+  coordinator_->StoreGet(get, clock_.Now() + absl::Seconds(10), got.Callback());
+  ASSERT_TRUE(got.value.has_value());
+  EXPECT_EQ(got.value->status().code(), absl::StatusCode::kInvalidArgument);
+  // The live epoch's calls pass, and nothing was written by the refused one.
+  get.set_epoch(2);
+  Result<StoreGetResponse> none;
+  coordinator_->StoreGet(get, clock_.Now() + absl::Seconds(1), none.Callback());
+  EXPECT_FALSE(none.value.has_value()) << "the key was written without an epoch";
+  set.set_epoch(2);
+  set.set_value("rank 0 of epoch 2");
+  ASSERT_TRUE(coordinator_->StoreSet(set).ok());
+  ASSERT_TRUE(none.value.has_value());
+  ASSERT_TRUE(none.value->ok()) << none.value->status();
+  EXPECT_EQ((*none.value)->values(0), "rank 0 of epoch 2");
 }
 
 TEST_F(CoordinatorTest, AnOversizedSpecIsRefusedAndListPages) {

@@ -283,12 +283,14 @@ TEST_F(GrpcServiceTest, JoinBlocksUntilTheEpochCommitsThenStoreAndWatchWork) {
   std::thread reader([&] {
     StoreGetRequest get;
     get.set_job("mlp");
+    get.set_epoch(first.epoch());
     *get.mutable_slot() = starts[1].slot();
     get.add_keys(first.store_prefix() + "addr0");
     get_status = workers_->StoreGet(Context(starts[1].membership_token()).get(), get, &got);
   });
   StoreSetRequest set;
   set.set_job("mlp");
+  set.set_epoch(second.epoch());
   *set.mutable_slot() = starts[0].slot();
   set.set_key(second.store_prefix() + "addr0");
   set.set_value("127.0.0.1:12345");
