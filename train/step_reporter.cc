@@ -110,7 +110,7 @@ void StepReporter::Say(const std::string& line) const {
 void StepReporter::StartAt(int64_t first_step) {
   first_step_ = first_step;
   start_ = window_start_ = absl::Now();
-  excluded_ = absl::ZeroDuration();
+  excluded_ = training_time_ = absl::ZeroDuration();
   counted_step_ = first_step;
   rate_.Clear();
   rate_.Add(start_, first_step);
@@ -127,7 +127,9 @@ bool StepReporter::Logged(int64_t step) const {
 }
 
 void StepReporter::Count(int64_t samples, const GradientSyncStats& stats) {
-  rate_.Add(absl::Now(), ++counted_step_);
+  const absl::Time now = absl::Now();
+  rate_.Add(now, ++counted_step_);
+  training_time_ = now - start_ - excluded_;
   batch_ = samples;
   window_samples_ += samples;
   total_samples_ += samples;

@@ -108,8 +108,10 @@ class StepReporter {
   };
   const Window& last_window() const { return last_window_; }
   absl::Duration elapsed() const { return absl::Now() - start_; }
-  // elapsed() less the time excluded from the rates (ExcludeFromRates).
-  absl::Duration training_time() const { return elapsed() - excluded_; }
+  // The steps' time: from StartAt to the end of the last step counted (Count), less the time
+  // excluded from the rates (ExcludeFromRates) before it; what follows the last step (its
+  // checkpoint, the final evaluation) is not in it, as it is in no rate. Zero before a step.
+  absl::Duration training_time() const { return training_time_; }
 
  private:
   explicit StepReporter(const StepReporterOptions& options);
@@ -126,7 +128,8 @@ class StepReporter {
   int64_t counted_step_ = 0;  // steps done as of the last Count
   int64_t batch_ = 0;         // the last step's samples
   absl::Duration window_comm_, window_exposed_;
-  absl::Duration excluded_;  // since StartAt
+  absl::Duration excluded_;       // since StartAt
+  absl::Duration training_time_;  // as of the last Count
   Window last_window_;
 };
 

@@ -190,5 +190,38 @@ TEST(StepReporter, TheLineSaysTheOneRateAndItsEta) {
       << lines[1];
 }
 
+// The training time is the steps': it stops at the last step counted (what follows, a
+// checkpoint or the final evaluation, is in no rate), and an evaluation between steps
+// (ExcludeFromRates) is not in it. The bounds hold whatever the pauses measure.
+TEST(StepReporter, TrainingTimeIsTheStepsLessEvaluations) {
+  TrainConfig config;
+  StepReporterOptions options;
+  options.config = &config;
+  options.total_steps = 10;
+  auto reporter = StepReporter::Create(options);
+  ASSERT_TRUE(reporter.ok()) << reporter.status();
+  StepReporter& r = **reporter;
+  GradientSyncStats stats;
+  const absl::Time before_start = absl::Now();
+  r.StartAt(0);
+  const absl::Time after_start = absl::Now();
+  EXPECT_EQ(r.training_time(), absl::ZeroDuration());
+  r.Count(64, stats);
+  const absl::Duration one_step = r.training_time();
+  EXPECT_GT(one_step, absl::ZeroDuration());
+  absl::SleepFor(absl::Milliseconds(20));  // after the step: not training
+  EXPECT_EQ(r.training_time(), one_step);
+  const absl::Time evaluation_start = absl::Now();
+  absl::SleepFor(absl::Milliseconds(20));  // an evaluation
+  const absl::Duration evaluation = absl::Now() - evaluation_start;
+  r.ExcludeFromRates(evaluation);
+  const absl::Time before_count = absl::Now();
+  r.Count(64, stats);
+  const absl::Time after_count = absl::Now();
+  EXPECT_GE(r.training_time(), before_count - after_start - evaluation);
+  EXPECT_LE(r.training_time(), after_count - before_start - evaluation);
+  EXPECT_EQ(r.total_samples(), 128);
+}
+
 }  // namespace
 }  // namespace ringmaster::train

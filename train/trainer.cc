@@ -961,7 +961,7 @@ void Trainer::State::Report(int64_t step, bool applied, const GradNorm& norm, do
 }
 
 absl::StatusOr<TrainResult> Trainer::State::Finish() {
-  // The steps' time ends here: not the last checkpoint's write, nor the final evaluation.
+  // The steps' time, to the end of the last one: not its checkpoint, nor the final evaluation.
   const double training = std::max(1e-9, absl::ToDoubleSeconds(reporter->training_time()));
   if (checkpoints != nullptr) {
     const CheckpointTotals totals = checkpoints->Finish();
