@@ -70,16 +70,6 @@ absl::Status CheckBearer(absl::string_view header, absl::string_view expected,
   return absl::OkStatus();
 }
 
-bool IsLoopbackAddress(const std::string& host_port) {
-  std::string host = host_port;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
 std::string NewSecret() {
   unsigned char bytes[32];
   CHECK_EQ(RAND_bytes(bytes, sizeof(bytes)), 1) << "no randomness from OpenSSL";

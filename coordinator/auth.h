@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/loopback.h"
 
 namespace ringmaster::coordinator {
 
@@ -50,8 +51,8 @@ absl::Status CheckNodeCredential(absl::string_view secret, absl::string_view nod
 absl::Status CheckBearer(absl::string_view header, absl::string_view expected,
                          absl::string_view what);
 
-// True for 127.0.0.0/8, ::1 and "localhost" (with a port).
-bool IsLoopbackAddress(const std::string& host_port);
+// common/loopback.h: 127.0.0.0/8, ::1 and "localhost" (with a port), parsed as addresses.
+using ::ringmaster::IsLoopbackAddress;
 
 // 32 random bytes from the OS, hex-encoded.
 std::string NewSecret();

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/loopback.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "spec/validate.h"
 
@@ -32,12 +33,6 @@ bool SameToken(const std::string& a, const std::string& b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
-}
-
-bool IsLoopback(const std::string& host_port) {
-  std::string host = host_port.substr(0, host_port.rfind(':'));
-  if (absl::StartsWith(host, "[")) host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 // Closes a descriptor on scope exit.
@@ -149,7 +144,7 @@ absl::StatusOr<std::unique_ptr<LogService>> LogService::Start(const LogServiceOp
   if (options.work_dir.empty()) {
     return absl::InvalidArgumentError("the log service needs the agent's work directory");
   }
-  if (options.node_token.empty() && !IsLoopback(options.listen)) {
+  if (options.node_token.empty() && !IsLoopbackAddress(options.listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--log_listen ", options.listen,
         " is not a loopback address: give --node_token_file (the coordinator presents the "
