@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "comm/tcp/tcp_communicator.h"
 #include "gtest/gtest.h"
@@ -188,6 +190,44 @@ TEST(PlanRankMemory, UnitBuffersAreWhatTheEstimateSaysAndThePoolHolds) {
                                  planned));
       }
       return absl::OkStatus();
+    });
+  }
+}
+
+// A mesh of tensor parallelism alone (pp 1) has no pipeline: the trainer's lines say
+// nothing of one (no schedule, stage-ranks or bubble), while pp 2 still does.
+TEST(TrainerLines, ATensorParallelMeshWithoutPipelineStagesSaysNoPipeline) {
+  for (const int pp : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("pp ", pp));
+    TrainConfig config = TinyGpt(2, 0, Precision::kFloat32, FsdpConfig::Wrap::kBlock);
+    config.zero_stage = 0;
+    config.mesh.tp = 3 - pp;  // tp 2 alone, or pp 2 alone: 2 ranks either way
+    config.mesh.pp = pp;
+    config.model.gpt.width = 32;
+    config.model.gpt.context = 16;
+    config.global_batch = 8;
+    config.micro_max = 0;
+    ExpectOkOnRanks(2, [&](TcpCommunicator& comm) -> absl::Status {  // forked ranks
+      std::vector<std::string> lines;
+      std::string text;
+      while (text.size() < 4000) text += "every rank holds a part of the state; ";
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<data::TextDataset> data,
+                          data::TextDataset::Create("text", text, config.model.gpt.context));
+      TrainerOptions o;
+      o.config = config;
+      o.comm = &comm;
+      o.local_ranks = 2;
+      o.op_timeout = absl::Seconds(30);
+      o.train_data = data.get();
+      o.progress = [&lines](const std::string& line) { lines.push_back(line); };
+      RM_RETURN_IF_ERROR(RunTraining(o).status());
+      if (comm.rank() != 0) return absl::OkStatus();  // rank 0 prints the lines
+      const bool said = std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+        return absl::StrContains(line, "pipeline") || absl::StrContains(line, "bubble");
+      });
+      if (said == (pp > 1)) return absl::OkStatus();
+      return Fail(absl::StrCat(said ? "a pipeline told of in:\n" : "no pipeline told of in:\n",
+                               absl::StrJoin(lines, "\n")));
     });
   }
 }

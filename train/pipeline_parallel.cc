@@ -114,6 +114,13 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
 
 std::string PipelineParallel::Describe() const {
   const pipeline::ScheduleOptions& s = options_.schedule;
+  // A mesh without pipeline stages (pp 1: tensor parallelism alone, or with data
+  // parallelism): one stage runs every micro-batch, and nothing of a pipeline is said.
+  if (s.ranks == 1 && schedule_.stages() == 1) {
+    return absl::StrCat("pp 1: every block on each rank, ", s.micro_batches,
+                        " micro-batch(es) a step; data parallel over ", options_.dp_comm->size(),
+                        ": ", dp_->Describe());
+  }
   std::vector<std::string> mine;
   for (const Stage& st : stages_) mine.push_back(absl::StrCat(st.index));
   return absl::StrCat("pipeline ", pipeline::ScheduleName(s.kind), " over ", s.ranks,

@@ -1003,7 +1003,7 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
                               : device != nullptr ? device->activation_bytes()
                                                   : StepModel().memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
-  if (pipeline != nullptr) {
+  if (pipeline != nullptr && config.mesh.pp > 1) {  // a tp-only mesh has no pipeline to tell of
     result.set_pipeline_bubble(pipeline->measured_bubble());
     result.set_pipeline_bubble_formula(pipeline->formula_bubble());
     result.set_pipeline_peak_in_flight(pipeline->peak_in_flight());
