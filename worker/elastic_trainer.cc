@@ -25,16 +25,20 @@ bool JobIsOver(const absl::Status& s) { return absl::IsFailedPrecondition(s); }
 
 // Sends the latest step report and the checkpoints committed to the coordinator from its
 // own thread, so that a slow or restarting coordinator never stalls training, and watches
-// the answers for a new epoch.
+// the answers for a new epoch. A ring the coordinator fenced out (it formed a later epoch
+// after a failure without asking this ring to save, or the job is over) is stopped at once
+// by aborting its communicator: it must not train on, nor write checkpoints, beside the
+// epoch that replaced it.
 class ProgressReporter {
  public:
   // `preemption_rate`: where the coordinator's ProgressResponse.preemption_rate_per_hour
-  // goes (the checkpoint policy's signal under checkpoint.every: auto).
+  // goes (the checkpoint policy's signal under checkpoint.every: auto). `comm`: this
+  // epoch's communicator, aborted when the ring is fenced out (not owned; outlives this).
   ProgressReporter(const ElasticTrainerOptions& options, int64_t epoch, int rank,
                    std::atomic<bool>* drain, std::atomic<double>* preemption_rate,
-                   const ProcessCommStats* comm_stats)
+                   const ProcessCommStats* comm_stats, comm::Communicator* comm)
       : options_(options), epoch_(epoch), rank_(rank), drain_(drain),
-        preemption_rate_(preemption_rate), comm_stats_(comm_stats),
+        preemption_rate_(preemption_rate), comm_stats_(comm_stats), comm_(comm),
         thread_([this] { Loop(); }) {}
 
   // Reports the checkpoints still queued (so that they are known before the job can
@@ -80,6 +84,8 @@ class ProgressReporter {
     absl::MutexLock lock(&mu_);
     return leave_;
   }
+  // Whether the ring was fenced out (its communicator aborted by this reporter).
+  bool fenced() const { return fenced_.load(); }
 
  private:
   // Whether Loop has something to do: stop, a step to report or checkpoints to send.
@@ -135,20 +141,40 @@ class ProgressReporter {
         stats->set_step(-1);  // a keep-alive between steps: nothing new to report
       }
       auto response = options_.client->Progress(request);
+      if (absl::IsFailedPrecondition(response.status())) {
+        Fence(absl::StrCat("the job is over: ", response.status().message()));
+        continue;
+      }
       if (!response.ok()) {
         LOG(WARNING) << "progress report failed: " << response.status();
         continue;
       }
       preemption_rate_->store(response->preemption_rate_per_hour());
       if (response->epoch() > epoch_) {
-        absl::MutexLock lock(&mu_);
-        announced_ = response->epoch();
-        leave_ = leave_ || response->leave();
-        // A whole ring saves and stops at the next step boundary; a broken one fails on
-        // its own.
-        if (response->save_now() || response->leave()) drain_->store(true);
+        const bool save = response->save_now() || response->leave();
+        {
+          absl::MutexLock lock(&mu_);
+          announced_ = response->epoch();
+          leave_ = leave_ || response->leave();
+        }
+        // A whole ring asked to save (drain, growth) stops at the next step boundary. Any
+        // other later epoch was formed without this ring (a failure: a member died, hung,
+        // or its node was cut off): the ring stops now, whole or not.
+        if (save) {
+          drain_->store(true);
+        } else {
+          Fence(absl::StrCat("the coordinator formed epoch ", response->epoch(),
+                             " after a failure"));
+        }
       }
     }
+  }
+
+  void Fence(const std::string& why) {
+    if (fenced_.exchange(true)) return;
+    LOG(WARNING) << "epoch " << epoch_ << " is over (" << why
+                 << "): aborting this ring's communicator";
+    comm_->Abort();
   }
 
   // A checkpoint reported after the epoch ended (a drain save) is refused as stale; the
@@ -177,6 +203,8 @@ class ProgressReporter {
   std::atomic<bool>* const drain_;
   std::atomic<double>* const preemption_rate_;
   const ProcessCommStats* const comm_stats_;  // this process's communication (not owned)
+  comm::Communicator* const comm_;
+  std::atomic<bool> fenced_{false};
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<train::StepReport> latest_ ABSL_GUARDED_BY(mu_);
@@ -365,8 +393,10 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     absl::StatusOr<train::TrainResult> trained;
     int64_t announced = 0;
     bool leave = false;
+    bool fenced = false;
     {
-      ProgressReporter reporter(o, epoch, rank, &drain, &preemption_rate, &comm_stats);
+      ProgressReporter reporter(o, epoch, rank, &drain, &preemption_rate, &comm_stats,
+                                comm->get());
       to.on_step = [&reporter, &comm_stats](const train::StepReport& r) {
         comm_stats.Update(r);
         reporter.Report(r);
@@ -377,6 +407,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
       trained = o.train ? o.train(to) : train::RunTraining(to);
       announced = reporter.announced_epoch();
       leave = reporter.leave();
+      fenced = reporter.fenced();
     }
     comm_stats.EndEpoch();
     leave = leave || (o.leave_requested != nullptr && o.leave_requested->load());
@@ -388,7 +419,11 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
         result.left = true;
         return result;
       }
-      ReportCollectiveError(o, epoch, trained.status());
+      // A ring stopped because the coordinator fenced it out has nothing to report: the
+      // coordinator has moved on.
+      if (!(fenced && absl::IsAborted(trained.status()))) {
+        ReportCollectiveError(o, epoch, trained.status());
+      }
       if (IsPermanent(trained.status())) return trained.status();  // the job has failed
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, std::max(epoch, announced - 1)));
       continue;

@@ -539,5 +539,47 @@ TEST_F(ElasticTrainerTest, AResumeBehindTheJobSaysTheStepsLostAndTellsTheCoordin
   EXPECT_TRUE(said.empty()) << said[0];
 }
 
+// An epoch that takes a step, then trains on (as a whole ring would) until its
+// communicator is aborted, and fails with that.
+Epoch StepUntilAborted() {
+  return [](const train::TrainerOptions& to) -> absl::StatusOr<train::TrainResult> {
+    to.on_step(train::StepReport{.step = 5, .total_steps = 100, .loss = 1.5});
+    if (!Eventually([&] { return absl::IsAborted(to.comm->GetAsyncError()); })) {
+      return absl::InternalError("the ring trained on for 30 s");
+    }
+    return to.comm->GetAsyncError();
+  };
+}
+
+// Issue 36: a ring the coordinator fenced out (it formed a later epoch after a failure and
+// did not ask this ring to save: the ring may be whole, e.g. its agent was killed or cut
+// off) stops at once instead of training on beside the new epoch: its communicator is
+// aborted, no collective error is reported for it, and the trainer joins the next epoch.
+TEST_F(ElasticTrainerTest, ARingFencedOutByALaterEpochStopsAtOnceAndJoinsIt) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
+  epochs_.push_back(StepUntilAborted());
+  epochs_.push_back([](const train::TrainerOptions&) { return Trained(100); });
+  auto result = RunElasticTrainer(Options());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(fake_.join.calls(), 2);
+  EXPECT_EQ(fake_.join.requests()[1].epoch(), 2);
+  EXPECT_EQ(fake_.report_error.calls(), 0) << "the coordinator has moved on: nothing to report";
+  EXPECT_EQ(fake_.finished.requests().at(0).epoch(), 2);
+}
+
+// The job ended (cancelled, failed) while the ring trains: it stops, and the trainer ends.
+TEST_F(ElasticTrainerTest, ARingWhoseJobIsOverStopsAtOnce) {
+  fake_.join.Then(Joined(1));
+  fake_.progress.Always(absl::FailedPreconditionError("job job-a is cancelled: stop"));
+  epochs_.push_back(StepUntilAborted());
+  const absl::Time began = absl::Now();
+  auto result = RunElasticTrainer(Options());
+  EXPECT_LT(absl::Now() - began, absl::Seconds(10)) << "the ring trained on";
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+  EXPECT_EQ(fake_.join.calls(), 1);
+  EXPECT_EQ(fake_.report_error.calls(), 0) << "the ring failed on its own, not stopped";
+}
+
 }  // namespace
 }  // namespace ringmaster::worker
