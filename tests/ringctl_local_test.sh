@@ -8,7 +8,8 @@
 #      another number of workers, and `ringctl checkpoint` lists, verifies and catches a
 #      flipped byte;
 #   6. the same checkpoint.dir under a changed spec fails at once, spending no restart; so do
-#      a damaged checkpoint and a configuration error that only a trainer finds;
+#      a damaged checkpoint with none before it (with one before it, the job resumes from
+#      that) and a configuration error that only a trainer finds;
 #   7. `ringctl local` prints where its coordinator listens, and `ringctl status` and `top`
 #      work on it; its temporary run directory is removed at the end unless --keep_run_dir
 #      is given, --run_dir was given or the job failed, and it says so; `ringctl checkpoint
@@ -209,23 +210,42 @@ steps="$(ls -d "$CK"/fashion_mnist_mlp/step-* | wc -l)"
   grep -q "$steps checkpoints, $steps sound, 0 damaged" "$WORK/verify_job.out" ||
   fail "verify of the job directory did not verify its $steps checkpoints: $(cat "$WORK/verify_job.out")"
 
-# 8b. Issue 36 point 21: the newest checkpoint damaged (a byte of a shard flipped, in a copy):
-#     every restart would read it again, so the job fails at once (no restart spent), the
-#     damage named first; before, it went through the restart budget and led with that.
-cp -r "$CK" "$WORK/damaged"
-damaged_step="$WORK/damaged/fashion_mnist_mlp/$(cat "$WORK/damaged/fashion_mnist_mlp/LATEST")"
-python3 - "$(ls "$damaged_step"/shard-0-of-*.bin | head -1)" <<'PY'
+# 8b. Issue 36 point 21: the newest checkpoint damaged (a byte of a shard flipped, in a copy).
+#     With checkpoints before it, the job resumes from the newest of those and says why; with
+#     none, every restart would read it again, so the job fails at once (no restart spent),
+#     the damage named first. Before, it went through the restart budget and led with that.
+damage_latest() {  # $1: a copy of the job directory's root; prints the damaged step directory
+  local step_dir
+  step_dir="$1/fashion_mnist_mlp/$(cat "$1/fashion_mnist_mlp/LATEST")"
+  python3 - "$(ls "$step_dir"/shard-0-of-*.bin | head -1)" <<'PY'
 import sys
 path = sys.argv[1]
 data = bytearray(open(path, "rb").read())
 data[len(data) // 2] ^= 0x5A
 open(path, "wb").write(bytes(data))
 PY
+  echo "$step_dir"
+}
+cp -r "$CK" "$WORK/damaged"
+damaged_step="$(damage_latest "$WORK/damaged")"
+previous="$(ls -d "$WORK"/damaged/fashion_mnist_mlp/step-* | sed 's/.*step-//' | sort -n | tail -2 | head -1)"
 "$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$WORK/damaged" \
+  --set checkpoint.every_steps=25 --set epochs=1 --summary "$WORK/fellback.json" \
+  >"$WORK/fellback.out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || fail "a job whose newest checkpoint is damaged exited with $rc: $(tail -3 "$WORK/fellback.out")"
+[ "$(field "$WORK/fellback.json" resumed_from_step)" = "$previous" ] ||
+  fail "did not resume from step $previous: $(cat "$WORK/fellback.json")"
+grep -q "checkpoint $(basename "$damaged_step") is damaged (.*): resuming from step-$previous" \
+  "$WORK/fellback.out" || fail "the fallback is not said: $(grep -m3 "damaged\|resumed" "$WORK/fellback.out")"
+mkdir -p "$WORK/damaged_only/fashion_mnist_mlp"
+cp -r "$CK/fashion_mnist_mlp/LATEST" "$latest" "$WORK/damaged_only/fashion_mnist_mlp/"
+damaged_step="$(damage_latest "$WORK/damaged_only")"
+"$RINGCTL" local --workers 2 "$SPEC" --set checkpoint.dir="$WORK/damaged_only" \
   --set checkpoint.every_steps=25 --set epochs=1 --summary "$WORK/damaged.json" \
   >"$WORK/damaged.out" 2>&1
 rc=$?
-[ "$rc" -eq 1 ] || fail "a job resuming a damaged checkpoint exited with $rc, expected 1"
+[ "$rc" -eq 1 ] || fail "a job resuming its only checkpoint, damaged, exited with $rc, expected 1"
 grep -q "failed: error on local/[0-9] that no restart can fix: DATA_LOSS: the checkpoint to resume from is damaged: $damaged_step/shard-0-of-" \
   "$WORK/damaged.out" || fail "the damage is not named first: $(tail -3 "$WORK/damaged.out")"
 [ "$(field "$WORK/damaged.json" restarts)" = 0 ] || fail "restarts were spent: $(cat "$WORK/damaged.json")"

@@ -1,6 +1,9 @@
 #include "train/restore.h"
 
 #include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -135,12 +138,38 @@ absl::Status UnlessRestartable(const absl::Status& status) {
       "; resuming cannot work until checkpoint.dir points elsewhere or resume is set to never")));
 }
 
+// Whether any rank found its part of the checkpoint damaged. Every rank calls it after its
+// read, so that all of them go on from the same checkpoint.
+absl::StatusOr<bool> DamagedOnAnyRank(const RestoreOptions& o, bool damaged_here) {
+  if (o.comm == nullptr || o.comm->size() == 1) return damaged_here;
+  const int64_t mine = damaged_here ? 1 : 0;
+  int64_t any = 0;
+  RM_RETURN_IF_ERROR(o.comm->AllReduce(&mine, &any, 1, DataType::kInt64, comm::ReduceOp::kMax,
+                                       absl::Now() + o.op_timeout));
+  return any != 0;
+}
+
+// The newest committed checkpoint of the job before `step`; nullopt when there is none.
+std::optional<int64_t> CommittedStepBefore(const RestoreOptions& o, int64_t step) {
+  const TrainConfig& config = *o.config;
+  absl::StatusOr<std::vector<int64_t>> steps = checkpoint::ListCommittedSteps(
+      o.env != nullptr ? o.env : Env::Default(),
+      checkpoint::JobDir(config.checkpoint.dir, config.name));
+  std::optional<int64_t> before;
+  if (!steps.ok()) return before;
+  for (int64_t s : *steps) {
+    if (s < step) before = s;
+  }
+  return before;
+}
+
 absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
                                                        int64_t agreed_step) {
   const TrainConfig& config = *o.config;
   const CheckpointConfig& cs = config.checkpoint;
   const bool extend = cs.resume.kind == ResumeConfig::Kind::kExtend;
   checkpoint::LoadOptions lo;
+  if (o.env != nullptr) lo.env = o.env;
   lo.root = cs.dir;
   lo.job = config.name;
   lo.spec_hash = cs.spec_hash;
@@ -158,14 +187,6 @@ absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
   if (cs.resume.kind == ResumeConfig::Kind::kStep) lo.step = cs.resume.step;
   // The ranks agreed on rank 0's latest checkpoint (they all read that one).
   if (agreed_step >= 0) lo.step = agreed_step;
-  auto opened = checkpoint::OpenCheckpoint(lo);
-  if (absl::IsNotFound(opened.status()) &&
-      (cs.resume.kind == ResumeConfig::Kind::kAuto || extend)) {
-    o.say(absl::StrCat("resume: ", cs.resume.text, ": no checkpoint of job ", config.name, " in ",
-                       cs.dir, " yet; starting from scratch"));
-    return std::optional<Restored>();
-  }
-  RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
   std::vector<checkpoint::LoadTarget> targets;
   if (o.param_pieces.empty()) {
     const state::FlatRange all = state::FullRange(*o.table);
@@ -175,7 +196,47 @@ absl::StatusOr<std::optional<Restored>> FromCheckpoint(const RestoreOptions& o,
     targets.push_back({"params", p.range, o.params->span().subspan(p.at, p.range.size())});
   }
   for (StateBuffer& b : *o.optimizer_buffers) targets.push_back({b.name, b.range, b.data});
-  auto read_or = checkpoint::ReadBuffers(lo, *opened, targets);
+  // A damaged checkpoint (DATA_LOSS on any rank) is passed over for the newest one before it,
+  // on every rank alike, unless resume names the step; with none before it, the damage is
+  // the job's permanent error (UnlessRestartable).
+  absl::StatusOr<checkpoint::OpenedCheckpoint> opened;
+  absl::StatusOr<checkpoint::ReadStats> read_or;
+  bool fell_back = false;
+  while (true) {
+    opened = checkpoint::OpenCheckpoint(lo);
+    read_or = opened.ok() ? checkpoint::ReadBuffers(lo, *opened, targets)
+                          : absl::StatusOr<checkpoint::ReadStats>(opened.status());
+    const bool damaged_here = absl::IsDataLoss(read_or.status());
+    RM_ASSIGN_OR_RETURN(const bool damaged, DamagedOnAnyRank(o, damaged_here));
+    if (!damaged || cs.resume.kind == ResumeConfig::Kind::kStep) break;
+    const int64_t step =
+        opened.ok() ? opened->state.step
+                    : lo.step.value_or(checkpoint::ReadLatest(
+                                           o.env, checkpoint::JobDir(cs.dir, config.name))
+                                           .value_or(-1));
+    const std::optional<int64_t> before =
+        step >= 0 ? CommittedStepBefore(o, step) : std::optional<int64_t>();
+    if (!before) {
+      if (damaged_here) break;
+      return MarkPermanent(absl::DataLossError(absl::StrCat(
+          "the checkpoint to resume from (step ", step, ") is damaged on another rank, and "
+          "there is none before it; `ringctl checkpoint verify` names each damaged file")));
+    }
+    o.say(absl::StrCat("checkpoint step-", step, " is damaged (",
+                       damaged_here ? read_or.status().message() : "on another rank",
+                       "): resuming from step-", *before,
+                       ", the newest before it; `ringctl checkpoint verify` names each damaged "
+                       "file"));
+    lo.step = *before;
+    fell_back = true;
+  }
+  if (absl::IsNotFound(opened.status()) && !fell_back &&
+      (cs.resume.kind == ResumeConfig::Kind::kAuto || extend)) {
+    o.say(absl::StrCat("resume: ", cs.resume.text, ": no checkpoint of job ", config.name, " in ",
+                       cs.dir, " yet; starting from scratch"));
+    return std::optional<Restored>();
+  }
+  RM_RETURN_IF_ERROR(UnlessRestartable(opened.status()));
   RM_RETURN_IF_ERROR(UnlessRestartable(read_or.status()));
   const checkpoint::ReadStats& read = *read_or;
   const checkpoint::TrainingState& ts = opened->state;

@@ -107,9 +107,12 @@ std::string RestoredFromText(const Restored& restored);
 // The state to start from: a survivor's memory when some rank holds a step at least as
 // recent as rank 0's latest checkpoint (resume auto or extend, whole_state), else the
 // checkpoint that checkpoint.resume names (none: from scratch, said so for auto/extend).
-// Every rank calls it. Errors: the collectives'; a checkpoint that does not belong to this
-// job (another spec, other tensors, a newer format) is FAILED_PRECONDITION marked permanent;
-// data loss and I/O errors are left restartable.
+// A damaged checkpoint (DATA_LOSS: a checksum mismatch, a truncated or missing shard, on any
+// rank) is passed over by every rank alike for the newest committed one before it, said so,
+// unless resume names its step. Every rank calls it. Errors: the collectives'; a checkpoint
+// that does not belong to this job (another spec, other tensors, a newer format) is
+// FAILED_PRECONDITION, and a damaged one with none before it (or named by resume) DATA_LOSS,
+// both marked permanent; I/O errors are left restartable.
 absl::StatusOr<Restored> RestoreTrainingState(const RestoreOptions& options);
 
 // Fills `resident` with the state after `step`: the parameters (host copy, unpadded), the

@@ -8,11 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/writer.h"
 #include "common/env.h"
+#include "common/fault_injection_env.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -271,23 +273,30 @@ TEST(Restore, AnotherJobsCheckpointIsPermanentlyRefused) {
                         "is set to never"));
 }
 
+// Flips a byte in the middle of `step`'s shard of `config`'s one-rank checkpoint; returns
+// the shard's path.
+std::string DamageShard(const TrainConfig& config, int64_t step) {
+  const std::string shard =
+      absl::StrCat(config.checkpoint.dir, "/job/step-", step, "/shard-0-of-1.bin");
+  std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+  EXPECT_TRUE(file.good()) << shard;
+  file.seekg(0, std::ios::end);
+  const std::streamoff middle = file.tellg() / 2;
+  char byte = 0;
+  file.seekg(middle);
+  file.get(byte);
+  file.seekp(middle);
+  file.put(static_cast<char>(byte ^ 0x5a));
+  return shard;
+}
+
 // Issue 36 point 21: a corrupt shard was caught precisely, but restartable: every restart
-// read it again until the budget ran out, and the job's reason led with the budget.
+// read it again until the budget ran out, and the job's reason led with the budget. With no
+// checkpoint before it, it is permanent, the damage named first.
 TEST(Restore, ADamagedCheckpointIsPermanentAndNamedFirst) {
   const TrainConfig config = testing::CheckpointedJob("damaged");
   SaveCheckpoint(config, 4);
-  const std::string shard = config.checkpoint.dir + "/job/step-4/shard-0-of-1.bin";
-  {
-    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(file.good()) << shard;
-    file.seekg(0, std::ios::end);
-    const std::streamoff middle = file.tellg() / 2;
-    char byte = 0;
-    file.seekg(middle);
-    file.get(byte);
-    file.seekp(middle);
-    file.put(static_cast<char>(byte ^ 0x5a));
-  }
+  const std::string shard = DamageShard(config, 4);
   RankState s;
   Said said;
   absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
@@ -296,6 +305,59 @@ TEST(Restore, ADamagedCheckpointIsPermanentAndNamedFirst) {
   EXPECT_THAT(std::string(r.status().message()),
               StartsWith("the checkpoint to resume from is damaged: "));
   EXPECT_THAT(r.status().message(), HasSubstr(shard));
+}
+
+// Issue 36 point 21: the newest checkpoint damaged, the one before it intact: the job resumes
+// from that one and says why; a resume that names the damaged step gets its error.
+TEST(Restore, FallsBackFromADamagedCheckpointToTheOneBefore) {
+  TrainConfig config = testing::CheckpointedJob("fallback");
+  SaveCheckpoint(config, 3);
+  SaveCheckpoint(config, 7);
+  const std::string shard = DamageShard(config, 7);
+  RankState s;
+  Said said;
+  absl::StatusOr<Restored> r = RestoreTrainingState(Options(config, s, said));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step, 3);
+  EXPECT_EQ(r->resumed_from_step, 3);
+  EXPECT_EQ(s.Mismatch(3), "");
+  EXPECT_THAT(said.all(), HasSubstr("checkpoint step-7 is damaged (" + shard));
+  EXPECT_THAT(said.all(), HasSubstr("): resuming from step-3, the newest before it"));
+
+  config.checkpoint.resume = {ResumeConfig::Kind::kStep, 7, "7"};
+  RankState t;
+  r = RestoreTrainingState(Options(config, t, said));
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  EXPECT_TRUE(IsPermanent(r.status())) << r.status();
+}
+
+// The damage seen by one rank only (its reads of step 7's shard fail with DATA_LOSS): both
+// ranks pass over step 7 together, and both resume from step 3.
+TEST(Restore, RanksFallBackTogetherWhenOneFindsTheCheckpointDamaged) {
+  const TrainConfig config = testing::CheckpointedJob("fallback2");
+  SaveCheckpoint(config, 3);
+  SaveCheckpoint(config, 7);
+  testing::ExpectOkOnRanks(2, [&](comm::TcpCommunicator& comm) -> absl::Status {
+    FaultInjectionEnv damaging(Env::Default(), [&comm](const FileOp& op) {
+      const bool hit = comm.rank() == 1 && op.kind == FileOp::Kind::kPRead &&
+                       absl::StrContains(op.path, "step-7/shard");
+      return hit ? absl::DataLossError(absl::StrCat(op.path, ": checksum mismatch (injected)"))
+                 : absl::OkStatus();
+    });
+    RankState s;
+    Said said;
+    RestoreOptions o = Options(config, s, said, &comm);
+    o.env = &damaging;
+    RM_ASSIGN_OR_RETURN(Restored r, RestoreTrainingState(o));
+    const std::string why = comm.rank() == 1 ? "checksum mismatch (injected)" : "on another rank";
+    if (r.step != 3 || !s.Mismatch(3).empty() ||
+        said.all().find("checkpoint step-7 is damaged (") == std::string::npos ||
+        said.all().find(why) == std::string::npos) {
+      return absl::InternalError(absl::StrCat("rank ", comm.rank(), " restored step ", r.step,
+                                              ": ", said.all()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 TEST(Restore, KeepResidentKeepsTheTablesElementsAndTheState) {
