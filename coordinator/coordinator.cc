@@ -381,6 +381,9 @@ void Coordinator::Apply(const std::vector<Action>& actions, Completions* complet
       r->set_reason(a->reason);
       r->set_old_world(world_[a->job]);
       r->set_began_ms(Ms(now));
+      if (a->failed_at != absl::InfinitePast() && a->failed_at <= now) {
+        r->set_detect_s(absl::ToDoubleSeconds(now - a->failed_at));
+      }
       r->set_lost_steps(-1);
       r->set_step_before(job.step());
       r->set_resumed_from_step(-1);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -423,6 +424,52 @@ TEST_F(CoordinatorTest, AHeartbeatAnswerStaysUnderTheReceiveLimit) {
   }
   EXPECT_EQ(starts, 200);
   EXPECT_GT(answers, 1);
+}
+
+// A hang is detected after the member's silence bound (5 s here: the floor, over 10 x the
+// 0.25 s steps); its recovery record says so: detection = last progress -> decision
+// (issue 36 point 21: it said 0 s).
+TEST_F(CoordinatorTest, AHangsRecoveryRecordGivesTheRealDetectionTime) {
+  StartFourRanks();
+  for (auto [node, slot, rank] : {std::tuple{"a", 0, 0}, std::tuple{"a", 1, 1},
+                                  std::tuple{"b", 0, 2}, std::tuple{"b", 1, 3}}) {
+    ASSERT_TRUE(Progress(node, slot, 1, rank, 1).ok());
+  }
+  // a/0 falls silent; the others go on, and both agents heartbeat.
+  for (int second = 1; second <= 5 && coordinator_->Get("mlp")->epoch() == 1; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("a");
+    Heartbeat("b");
+    for (auto [node, slot, rank] :
+         {std::tuple{"a", 1, 1}, std::tuple{"b", 0, 2}, std::tuple{"b", 1, 3}}) {
+      ASSERT_TRUE(Progress(node, slot, 1, rank, 1 + second).ok());
+    }
+    coordinator_->Tick();
+  }
+  const Job job = *coordinator_->Get("mlp");
+  ASSERT_EQ(job.epoch(), 2) << "a/0 was not found hung";
+  ASSERT_EQ(job.recoveries_size(), 1);
+  const Recovery& r = job.recoveries(0);
+  EXPECT_NE(r.reason().find("hung"), std::string::npos) << r.reason();
+  EXPECT_DOUBLE_EQ(r.detect_s(), 5.0) << "a/0's last progress was 5 s before the decision";
+}
+
+// A node whose agent falls silent is lost when its lease (3 s) runs out: detection is the
+// time from its last heartbeat.
+TEST_F(CoordinatorTest, ALeasesRecoveryRecordGivesTheTimeSinceTheLastHeartbeat) {
+  StartFourRanks();
+  Heartbeat("b");
+  for (int second = 1; second <= 4 && coordinator_->Get("mlp")->epoch() == 1; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("a");
+    coordinator_->Tick();
+  }
+  const Job job = *coordinator_->Get("mlp");
+  ASSERT_EQ(job.epoch(), 2) << "b's lease did not expire";
+  ASSERT_EQ(job.recoveries_size(), 1);
+  EXPECT_NE(job.recoveries(0).reason().find("lease expired"), std::string::npos)
+      << job.recoveries(0).reason();
+  EXPECT_DOUBLE_EQ(job.recoveries(0).detect_s(), 3.0);
 }
 
 TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {

@@ -264,7 +264,7 @@ void Membership::TrainerGone(NodeState& node, int slot, const std::string& job) 
 
 void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotRef>& leaving,
                         const std::string& reason, absl::Time now,
-                        std::vector<Action>* actions) {
+                        std::vector<Action>* actions, absl::Time failed_at) {
   const bool was_live = job.phase == JobPhase::kCommitted || job.phase == JobPhase::kRunning;
   if (was_live || job.epoch == 0) {
     ++job.epoch;
@@ -298,7 +298,8 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
         reason.empty() ? "" : "; ", reason);
     actions->push_back(PersistJob{job});
     if (was_live) {
-      actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, job.reason});
+      actions->push_back(
+          AnnounceEpoch{job.request.id, job.epoch, cause, leaving, job.reason, failed_at});
     }
     return;
   }
@@ -329,7 +330,8 @@ void Membership::Reform(JobState& job, EpochCause cause, const std::vector<SlotR
   job.reason = reason;
   actions->push_back(PersistJob{job});
   if (was_live) {
-    actions->push_back(AnnounceEpoch{job.request.id, job.epoch, cause, leaving, reason});
+    actions->push_back(
+        AnnounceEpoch{job.request.id, job.epoch, cause, leaving, reason, failed_at});
   }
   for (const SlotRef& s : added) {
     nodes_[s.node].started[s.slot] = job.epoch;
@@ -379,7 +381,7 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
                          " exhausted; last failure: ", loss.reason),
             now, actions);
       } else {
-        Reform(job, loss.cause, {}, loss.reason, now, actions);
+        Reform(job, loss.cause, {}, loss.reason, now, actions, loss.failed_at);
       }
       break;
     case JobPhase::kForming:
@@ -914,7 +916,13 @@ void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
         if (m.slot.node == node_id) lost.insert(m.slot);
       }
       if (!lost.empty() && !IsTerminal(job.phase)) {
-        LoseMembers(job, lost, Loss{.reason = reason}, now, actions);
+        // Its last heartbeat, unless its lease is the grace a restart gave it.
+        const NodeState& node = nodes_[node_id];
+        LoseMembers(job, lost,
+                    Loss{.reason = reason,
+                         .failed_at = node.restored ? absl::InfinitePast()
+                                                    : node.lease_expiry - options_.lease},
+                    now, actions);
       }
     }
     actions->push_back(NodeGone{node_id, "lease expired"});
@@ -929,6 +937,7 @@ void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
     JobState& job = jobs_[id];
     std::set<SlotRef> lost;
     std::string reason;
+    absl::Time failed_at = absl::InfinitePast();  // known for a hang: the last progress
     if (job.phase == JobPhase::kForming && now - job.phase_since >= options_.join_timeout) {
       for (const Member& m : job.members) {
         if (!m.joined) lost.insert(m.slot);
@@ -945,7 +954,11 @@ void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
     } else if (job.phase == JobPhase::kRunning && options_.hang_timeout > absl::ZeroDuration()) {
       const absl::Duration bound = SilenceBound(job);
       for (const Member& m : job.members) {
-        if (now - m.last_progress >= bound) lost.insert(m.slot);
+        if (now - m.last_progress >= bound) {
+          lost.insert(m.slot);
+          failed_at = failed_at == absl::InfinitePast() ? m.last_progress
+                                                        : std::min(failed_at, m.last_progress);
+        }
       }
       reason = absl::StrCat("sent nothing for ", absl::FormatDuration(bound),
                             ", not even a keep-alive (stopped or frozen: hung)");
@@ -962,7 +975,10 @@ void Membership::Tick(absl::Time now, std::vector<Action>* actions) {
       absl::StrAppend(out, ToString(s));
     });
     LoseMembers(job, lost,
-                Loss{.reason = absl::StrCat(who, " ", reason), .backoff = true, .stop = true},
+                Loss{.reason = absl::StrCat(who, " ", reason),
+                     .backoff = true,
+                     .stop = true,
+                     .failed_at = failed_at},
                 now, actions);
   }
   Schedule(now, actions);

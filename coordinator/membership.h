@@ -201,6 +201,10 @@ struct AnnounceEpoch {
   EpochCause cause;
   std::vector<SlotRef> leaving;
   std::string reason;
+  // When the failure happened, where the state machine knows it: a hung member's last
+  // progress, an expired node's last heartbeat. InfinitePast: not known (a reported exit
+  // or error is detected as it happens).
+  absl::Time failed_at = absl::InfinitePast();
 };
 // Epoch committed: the joiners get their ranks (the members carry them).
 struct CommitEpoch {
@@ -381,6 +385,7 @@ class Membership {
     bool backoff = false;  // keep the slots from being offered for slot_backoff
     bool stop = false;     // the trainers may still run (hung, late): stop them
     bool trainer_gone = false;  // the agent saw the trainers exit: the slots are free at once
+    absl::Time failed_at = absl::InfinitePast();  // AnnounceEpoch::failed_at
   };
   // Removes the members on `lost` slots (freeing them), stops their trainers when asked
   // (after the decision is persisted), and re-forms the job.
@@ -388,8 +393,10 @@ class Membership {
                    absl::Time now, std::vector<Action>* actions);
   // Forms epoch+1 from the remaining members plus free slots (up to max); or goes pending
   // when below min; or fails when the budget is spent.
+  // `failed_at`: AnnounceEpoch::failed_at.
   void Reform(JobState& job, EpochCause cause, const std::vector<SlotRef>& leaving,
-              const std::string& reason, absl::Time now, std::vector<Action>* actions);
+              const std::string& reason, absl::Time now, std::vector<Action>* actions,
+              absl::Time failed_at = absl::InfinitePast());
   void MaybeCommit(JobState& job, absl::Time now, std::vector<Action>* actions);
   void End(JobState& job, JobPhase phase, const std::string& reason, absl::Time now,
            std::vector<Action>* actions);
