@@ -59,6 +59,33 @@ int PrintMessage(const Io& io, const google::protobuf::Message& message, OutputF
 
 bool MachineFormat(OutputFormat f) { return f == OutputFormat::kJson || f == OutputFormat::kYaml; }
 
+// A job with a mesh trains on a multiple of its tp × pp ranks: where the cluster's slots (or
+// elastic.max_ranks) are not one, a few of them would idle beside it. Said before the job
+// starts (issue 36 point 11); empty when all can be used, or the nodes cannot be listed.
+std::string MeshIdleNote(const JobSpec& spec, UserCalls& client) {
+  const int tp = std::max(1, spec.parallelism().mesh().tp());
+  const int pp = std::max(1, spec.parallelism().mesh().pp());
+  const int group = tp * pp;
+  if (group == 1) return "";
+  absl::StatusOr<ListNodesResponse> nodes = client.ListNodes();
+  if (!nodes.ok()) return "";
+  int slots = 0;
+  for (const NodeInfo& node : nodes->nodes()) {
+    if (!node.draining()) slots += node.slots_size();
+  }
+  const int max_ranks = spec.elastic().max_ranks();
+  const int cap = max_ranks > 0 ? std::min(max_ranks, slots) : slots;
+  if (cap % group == 0) return "";
+  const int used = cap / group * group;
+  return absl::StrCat(
+      "note: its ranks come in groups of parallelism.mesh.tp × pp (", tp, " × ", pp, " = ", group,
+      "): of the cluster's ", slots, " slots",
+      max_ranks > 0 && max_ranks < slots ? absl::StrCat(" (elastic.max_ranks ", max_ranks, ")")
+                                         : "",
+      " it trains on at most ", used, "; ", cap - used,
+      " would idle beside it (unless another job takes them)");
+}
+
 int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
   std::vector<std::string> overrides = line.overrides;
   if (line.extend) overrides.push_back("resume=extend");  // last: it wins
@@ -78,6 +105,9 @@ int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
   if (!estimate.empty() && !MachineFormat(line.output)) fprintf(io.out, "%s\n", estimate.c_str());
   if (MachineFormat(line.output) && !line.wait) return PrintMessage(io, *job, line.output);
   fprintf(io.out, "submitted %s: %s\n", job->id().c_str(), PhaseName(job->phase()).c_str());
+  if (const std::string note = MeshIdleNote(*spec, client); !note.empty()) {
+    fprintf(io.out, "%s\n", note.c_str());
+  }
   fflush(io.out);
   if (!line.wait) return 0;
   Job last = *job;

@@ -275,6 +275,32 @@ TEST_F(JobsTest, SubmitSendsTheSpecWithTheOverridesAndPrintsTheJob) {
   EXPECT_EQ(fake_.watch.calls(), 0) << "no --wait";
 }
 
+// Issue 36 point 11: a tp-2 job on 3 slots trained on 2 and said nothing of the third.
+TEST_F(JobsTest, SubmitSaysWhatSlotsAMeshJobWouldLeaveIdle) {
+  fake_.submit.Always(MakeJob("tiny_gpt", JOB_PHASE_PENDING));
+  ListNodesResponse nodes;
+  for (const char* name : {"a", "b"}) {
+    NodeInfo* node = nodes.add_nodes();
+    node->set_node(name);
+    node->add_slots()->set_slot(0);
+  }
+  nodes.mutable_nodes(1)->add_slots()->set_slot(1);  // 3 slots
+  fake_.list_nodes.Always(nodes);
+  const std::string spec =
+      std::string(getenv("TEST_SRCDIR")) + "/ringmaster/examples/tiny_gpt.yaml";
+  Ran ran = Run({"submit", spec, "--set", "parallelism.mesh.tp=2"});
+  EXPECT_EQ(ran.status, 0) << ran.err;
+  EXPECT_TRUE(absl::StrContains(
+      ran.out, "note: its ranks come in groups of parallelism.mesh.tp × pp (2 × 1 = 2): of the "
+               "cluster's 3 slots it trains on at most 2; 1 would idle beside it"))
+      << ran.out;
+  Ran capped = Run({"submit", spec, "--set", "parallelism.mesh.tp=2", "--set",
+                    "elastic.max_ranks=2"});
+  EXPECT_FALSE(absl::StrContains(capped.out, "note:")) << capped.out;
+  Ran plain = Run({"submit", spec});
+  EXPECT_FALSE(absl::StrContains(plain.out, "note:")) << plain.out;
+}
+
 TEST_F(JobsTest, SubmitOfABadSpecIsExitStatus2WithoutACall) {
   Ran ran = Run({"submit", Spec(), "--set", "no_such_field=1"});
   EXPECT_EQ(ran.status, 2);
