@@ -133,8 +133,9 @@ TEST(TrainConfigFromSpecTest, EveryScheduleMapsToItsOwn) {
            {"1f1b", PipelineScheduleKind::kOneFOneB},
            {"interleaved_1f1b", PipelineScheduleKind::kInterleaved1F1B},
            {"zero_bubble", PipelineScheduleKind::kZeroBubble}}) {
-    const TrainConfig c =
-        ConfigOf({"parallelism.mesh.pp=2", "parallelism.pipeline.schedule=" + text});
+    // 4 layers: interleaved_1f1b's default of 2 virtual stages on 2 ranks needs 4 blocks.
+    const TrainConfig c = ConfigOf({"model.gpt.layers=4", "parallelism.mesh.pp=2",
+                                    "parallelism.pipeline.schedule=" + text});
     EXPECT_EQ(c.pipeline.schedule, kind) << text;
   }
 }

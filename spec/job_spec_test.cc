@@ -179,14 +179,14 @@ optimizer:
   lr: 0.001
 batch:
   micro_max: 8
-schedule: {warmup_steps: 20}
+schedule: {warmup_steps: -20}
 )";
   EXPECT_THAT(
       absl::StrSplit(ErrorOf(LoadJobSpecText(yaml)), '\n'),
       ElementsAre("3:3: model.gpt.width: must be divisible by model.gpt.heads (3), got 128",
                   "4:1: data: model.gpt needs data.text or data.tokens, got data.fashion_mnist",
                   "7:18: optimizer.adamw.beta1: must be in [0, 1), got 1.5",
-                  "11:26: schedule.warmup_steps: must be <= steps (10), got 20",
+                  "11:26: schedule.warmup_steps: must be >= 0, got -20",
                   "9:1: batch.global: required: samples per step over all ranks, > 0"));
 }
 
