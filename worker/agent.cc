@@ -111,8 +111,13 @@ absl::Status Agent::EndLeftovers() {
           "(stuck in the kernel?): no trainer may start on its slot; end it, then start the "
           "agent again"));
     }
-    Log(absl::StrCat("ended ", what, ", left running by an earlier agent of this node, with ",
-                     e.signal == SIGKILL ? "SIGKILL (it outlived SIGTERM's grace)" : "SIGTERM"));
+    if (e.signal == 0) {
+      Log(absl::StrCat(what, ", started by an earlier agent of this node, is gone (it died with "
+                       "that agent): reporting it"));
+    } else {
+      Log(absl::StrCat("ended ", what, ", left running by an earlier agent of this node, with ",
+                       e.signal == SIGKILL ? "SIGKILL (it outlived SIGTERM's grace)" : "SIGTERM"));
+    }
   }
   return absl::OkStatus();
 }
@@ -164,6 +169,9 @@ absl::Status Agent::Register() {
         absl::IsUnauthenticated(response.status())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator refuses node ", options_.node, ": ", response.status().message()));
+    }
+    if (absl::IsUnavailable(response.status()) && options_.diagnose_unreachable) {
+      RM_RETURN_IF_ERROR(options_.diagnose_unreachable(response.status()));
     }
     // Said at once, and again when it changes or every minute: an agent that cannot
     // register is of no use, and its operator must learn why.
@@ -382,14 +390,19 @@ absl::Status Agent::Connect() {
     exited.set_node_credential(credential_);
     exited.set_slot(e.record.slot);
     exited.set_job(e.record.job);
-    exited.set_exit_code(-e.signal);
+    // One gone already died with its agent: by the parent-death signal, SIGKILL.
+    exited.set_exit_code(-(e.signal == 0 ? SIGKILL : e.signal));
     exited.set_start_epoch(e.record.epoch);
     exited.set_log_path(
         absl::StrCat(options_.work_dir, "/", e.record.job, "/slot-", e.record.slot, ".log"));
-    exited.set_detail(absl::StrCat("left running by an earlier agent of node ", options_.node,
-                                   " (pid ", e.record.pid, "); ended by ",
-                                   e.signal == SIGKILL ? "SIGKILL" : "SIGTERM",
-                                   " when the agent started again"));
+    exited.set_detail(
+        e.signal == 0
+            ? absl::StrCat("died with the earlier agent of node ", options_.node, " (pid ",
+                           e.record.pid, "); found gone when the agent started again")
+            : absl::StrCat("left running by an earlier agent of node ", options_.node, " (pid ",
+                           e.record.pid, "); ended by ",
+                           e.signal == SIGKILL ? "SIGKILL" : "SIGTERM",
+                           " when the agent started again"));
     unreported_.push_back(std::move(exited));
   }
   return absl::OkStatus();

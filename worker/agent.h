@@ -34,6 +34,7 @@
 #define RINGMASTER_WORKER_AGENT_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,9 +89,15 @@ struct AgentOptions {
   std::string node_token;
   // Line-oriented event log (stdout of ringworker).
   std::function<void(const std::string&)> log;
+  // Asked when a registration fails with UNAVAILABLE (the coordinator cannot be reached):
+  // a non-OK answer (FAILED_PRECONDITION: a person must fix the flags, e.g. a client
+  // certificate that mutual TLS asks for and the agent lacks) ends the retries with it.
+  // Null or OK: retry.
+  std::function<absl::Status(const absl::Status& failure)> diagnose_unreachable;
   // Where the agent records each running trainer (worker/trainer_records.h), so that an
   // agent restarted on this work directory ends what its predecessor left running before it
-  // registers (each such trainer is reported as exited); ringworker gives
+  // registers, and reports each trainer its predecessor started as exited (those that died
+  // with it too: the coordinator re-forms their jobs at once); ringworker gives
   // <work_dir>/@trainers. Empty: no records (a fake launcher's pids are no processes).
   std::string trainer_records_dir;
   // How a trainer left running by an earlier agent is ended (SIGTERM, then SIGKILL).
@@ -171,7 +178,8 @@ class Agent {
   std::string log_address_;  // registered with the node
   absl::Time drain_deadline_;
   int lock_fd_ = -1;  // <work_dir>/@agent.lock, flock'ed
-  // Trainers an earlier agent left running, ended by Connect: reported once registered.
+  // Trainers an earlier agent started, ended by Connect or found gone: reported once
+  // registered.
   std::vector<EndedTrainer> leftovers_;
   bool stopping_ = false;  // stop requested: the trainers were killed
 };

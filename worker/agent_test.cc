@@ -604,6 +604,16 @@ TEST_F(AgentTest, ARestartedAgentEndsTheTrainersItsPredecessorLeftAndReportsThem
   close(ready[0]);
   const std::string records = work_dir_ + "/@trainers";
   ASSERT_TRUE(RecordTrainer(records, 1, left, 4, "job-a").ok());
+  // And one that died with the earlier agent: its record is all that is left of it.
+  const pid_t died = fork();
+  ASSERT_GE(died, 0);
+  if (died == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_TRUE(RecordTrainer(records, 0, died, 3, "job-b").ok());
+  kill(died, SIGKILL);
+  ASSERT_EQ(waitpid(died, nullptr, 0), died);
 
   AgentOptions o = Options();
   o.trainer_records_dir = records;
@@ -630,8 +640,14 @@ TEST_F(AgentTest, ARestartedAgentEndsTheTrainersItsPredecessorLeftAndReportsThem
                                   "), left running by an earlier agent of this node, with "
                                   "SIGTERM")));
   StepOn(agent);
-  ASSERT_EQ(fake_.trainer_exited.calls(), 1);
-  const TrainerExitedRequest exited = fake_.trainer_exited.requests()[0];
+  ASSERT_EQ(fake_.trainer_exited.calls(), 2);
+  const TrainerExitedRequest gone = fake_.trainer_exited.requests()[0];
+  EXPECT_EQ(gone.slot(), 0);
+  EXPECT_EQ(gone.job(), "job-b");
+  EXPECT_EQ(gone.start_epoch(), 3);
+  EXPECT_EQ(gone.exit_code(), -SIGKILL);
+  EXPECT_TRUE(absl::StrContains(gone.detail(), "died with the earlier agent")) << gone.detail();
+  const TrainerExitedRequest exited = fake_.trainer_exited.requests()[1];
   EXPECT_EQ(exited.slot(), 1);
   EXPECT_EQ(exited.job(), "job-a");
   EXPECT_EQ(exited.start_epoch(), 4);
@@ -668,6 +684,25 @@ TEST_F(AgentTest, EachRunningTrainerIsRecordedUntilItIsGone) {
     EXPECT_TRUE(start.ok()) << "the record names no running process: " << start.status();
   }
   EXPECT_TRUE(ReadTrainerRecords(o.trainer_records_dir).empty());
+}
+
+// Issue 36: a failure the agent's diagnosis finds a person must fix (ringworker's: the
+// coordinator asks for a client certificate the agent lacks) ends the retries with it.
+TEST_F(AgentTest, AnUnreachableCoordinatorThatNeedsAPersonEndsTheRetries) {
+  FakeCoordinator away;
+  away.register_node.Always(absl::UnavailableError("failed to connect: Socket closed"));
+  AgentOptions o = Options();
+  o.client = &away;
+  absl::Status diagnosed;
+  o.diagnose_unreachable = [&](const absl::Status& failure) {
+    diagnosed = failure;
+    return absl::FailedPreconditionError("it asks for a client certificate");
+  };
+  absl::Status s = Agent(o).Connect();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_EQ(s.message(), "it asks for a client certificate");
+  EXPECT_TRUE(absl::StrContains(diagnosed.message(), "Socket closed")) << diagnosed;
+  EXPECT_EQ(away.register_node.calls(), 1);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@
 // GPU per slot (worker/gpu_check.h) and otherwise exits at once naming the cause (a build
 // without CUDA, no driver, no GPU visible, fewer than --slots), rather than registering
 // slots whose trainers would train on the CPU.
-// Exit status: 0 after a drain or stop, 1 when the coordinator refuses the node, 2 for
+// Exit status: 0 after a drain or stop, 1 when the coordinator refuses the node (or, under
+// mutual TLS, asks for a client certificate that --tls_client_cert does not give), 2 for
 // bad flags, 3 when --gpus=required finds the GPUs unusable.
 #include <limits.h>
 #include <pthread.h>
@@ -48,6 +49,7 @@
 #include "common/version.h"
 #include "worker/agent.h"
 #include "worker/gpu_check.h"
+#include "worker/tls_probe.h"
 #include "client/grpc_coordinator_client.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator's host:port");
@@ -161,7 +163,8 @@ int Main(int argc, char** argv) {
   if (absl::Status s = client::ReadTlsFiles(tls, &co); !s.ok()) {
     return Fail(2, std::string(s.message()));
   }
-  co.retry_for = absl::Seconds(5);  // the loop retries by itself
+  // The loop retries by itself; a short retry keeps it responsive to SIGTERM.
+  co.retry_for = absl::Seconds(2);
   auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
   if (!client.ok()) return Fail(2, std::string(client.status().message()));
 
@@ -208,6 +211,19 @@ int Main(int argc, char** argv) {
                              : absl::StrCat("[", options.advertise_host, "]:0");
   } else if (options.log_listen == "off") {
     options.log_listen.clear();
+  }
+  if (!tls.ca.empty() && tls.client_cert.empty()) {
+    // gRPC says only "Socket closed" when a coordinator under mutual TLS turns away a client
+    // without a certificate: ask the server itself, and stop (exit 1) naming the flags.
+    options.diagnose_unreachable = [address = co.address](const absl::Status&) {
+      absl::StatusOr<bool> asks = worker::AsksForClientCertificate(address, absl::Seconds(2));
+      if (!asks.ok() || !*asks) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator at ", address, " asks for a client certificate (mutual TLS: "
+          "ringmaster --tls_client_ca) and this agent offers none, so the TLS handshake "
+          "fails: give --tls_client_cert and --tls_client_key (a certificate signed by the "
+          "CA of its --tls_client_ca)"));
+    };
   }
   options.preemption_notice_file = absl::GetFlag(FLAGS_preemption_notice_file);
   options.drain_requested = &g_drain;

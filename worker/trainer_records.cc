@@ -149,15 +149,13 @@ std::vector<TrainerRecord> ReadTrainerRecords(const std::string& dir) {
 std::vector<EndedTrainer> EndRecordedTrainers(const std::string& dir,
                                               const EndOptions& options) {
   std::vector<Pinned> pinned;
+  std::vector<EndedTrainer> ended;
   for (TrainerRecord& record : ReadTrainerRecords(dir)) {
     const int fd = Pin(record);
+    ended.push_back({record, fd >= 0 ? SIGTERM : 0, false});
     if (fd >= 0) pinned.push_back({std::move(record), fd});
   }
-  std::vector<EndedTrainer> ended;
-  for (const Pinned& p : pinned) {
-    Send(p, SIGTERM);
-    ended.push_back({p.record, SIGTERM, false});
-  }
+  for (const Pinned& p : pinned) Send(p, SIGTERM);
   WaitForExits(&pinned, absl::Now() + options.term_grace);
   for (const Pinned& p : pinned) {
     Send(p, SIGKILL);

@@ -56,7 +56,8 @@ struct EndOptions {
 
 struct EndedTrainer {
   TrainerRecord record;
-  // What ended it: SIGTERM, or SIGKILL when it outlived term_grace.
+  // What ended it: SIGTERM, or SIGKILL when it outlived term_grace; 0 when it was gone
+  // already (it died with the agent that recorded it, or its pid names another process).
   int signal = 0;
   // Still there after kill_wait (unkillable: stuck in the kernel). The caller must not
   // start a trainer on its slot.
@@ -66,8 +67,8 @@ struct EndedTrainer {
 // Ends every trainer recorded in `dir` that still runs (the same pid and start time):
 // SIGTERM to its process group, SIGKILL after term_grace, then waits up to kill_wait for it
 // to be gone. Waits on all of them together (the longest is term_grace + kill_wait). The
-// records are removed, those of processes already gone included. Returns the trainers it
-// signalled.
+// records are removed, those of processes already gone included. Returns every trainer
+// recorded, by slot: those it signalled, and those gone already (signal 0).
 std::vector<EndedTrainer> EndRecordedTrainers(const std::string& dir, const EndOptions& options);
 
 }  // namespace ringmaster::worker

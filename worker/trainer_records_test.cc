@@ -154,7 +154,12 @@ TEST_F(TrainerRecordsTest, ARecordWhosePidNamesAnotherProcessNowIsDroppedWithout
     fprintf(f, "%d 12345 3 job-a\n", gone);
     fclose(f);
   }
-  EXPECT_TRUE(EndRecordedTrainers(dir_, {}).empty());
+  const std::vector<EndedTrainer> ended = EndRecordedTrainers(dir_, {});
+  ASSERT_EQ(ended.size(), 2u);
+  EXPECT_EQ(ended[0].record.slot, 0);
+  EXPECT_EQ(ended[0].signal, 0) << "gone already: not signalled";
+  EXPECT_EQ(ended[1].record.slot, 1);
+  EXPECT_EQ(ended[1].signal, 0);
   EXPECT_TRUE(Runs(pid)) << "a process the record does not name was signalled";
   EXPECT_TRUE(ReadTrainerRecords(dir_).empty()) << "stale records are removed";
 }
