@@ -92,6 +92,7 @@ nlohmann::ordered_json MemoryPlansJson(const EstimateHeading& h,
     row["optimizer_bytes"] = p.optimizer_bytes;
     row["unit_buffer_bytes"] = p.unit_buffer_bytes;
     row["activation_bytes"] = p.activation_bytes;
+    row["activation_method"] = train::ActivationMethodName(p.activation_method);
     row["total_bytes"] = p.total_bytes();
     rows.push_back(std::move(row));
   }
@@ -113,13 +114,17 @@ std::string FormatMemoryPlans(const EstimateHeading& h,
                     MiB(p.gradient_bytes), MiB(p.optimizer_bytes), MiB(p.unit_buffer_bytes),
                     MiB(p.activation_bytes), MiB(p.total_bytes())});
   }
+  const bool computed = !plans.empty() &&
+                        plans[0].activation_method == train::ActivationMethod::kComputed;
   return absl::StrCat(
       h.job, ": ", h.model, " (", h.parameters, " parameters) on ", h.world, " rank(s)\n",
       h.precision, ", ", h.optimizer, "; ", h.batch, "\n", h.strategies, "\n",
       FormatTable(rows),
       "PARAMETERS: the fp32 step buffer, with ZeRO-2's whole compute copy and, in bf16/fp16 at\n"
       "ZeRO-0/1, the model's rounded copy. UNIT BUFFERS: gathered units, gradients before\n"
-      "their reduce-scatter and staging, at most. ACTIVATIONS: measured on one micro-batch.\n"
+      "their reduce-scatter and staging, at most (what the trainer plans).\n",
+      computed ? "ACTIVATIONS: computed from the GPT's buffer sizes (exact; nothing run).\n"
+               : "ACTIVATIONS: measured on one micro-batch.\n",
       "CPU ranks (a GPU's activations differ); train/memory_plan.h has the details.\n");
 }
 
@@ -222,7 +227,13 @@ absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,
   if (!plans.ok()) return InSpec(file, plans.status());
   EstimateHeading h = Heading(*spec, *config, **model, world);
   h.batch = batches->DebugString();
-  h.strategies = Strategies(*config);
+  h.strategies = absl::StrCat(Strategies(*config), "; unit buffers for ",
+                              train::PlannedDevice(*config) == train::TrainConfig::Device::kCpu
+                                  ? "CPU ranks"
+                                  : "GPU ranks",
+                              config->device == train::TrainConfig::Device::kAuto
+                                  ? " (device auto, as the trainer resolves it here)"
+                                  : "");
   return FormatMemoryPlans(h, *plans, format);
 }
 

@@ -69,6 +69,7 @@ TEST(EstimateSpecMemory, EveryStageAndWrappingOfTheExampleGpt) {
   // The whole model as one unit gathers it whole: more buffers than a block at a time.
   EXPECT_GT(rows[5]["unit_buffer_bytes"].get<double>(), rows[4]["unit_buffer_bytes"].get<double>());
   EXPECT_GT(rows[0]["activation_bytes"].get<double>(), 0);
+  EXPECT_EQ(rows[0]["activation_method"], "computed");
 }
 
 TEST(EstimateSpecMemory, TheTableForPeople) {
@@ -81,6 +82,14 @@ TEST(EstimateSpecMemory, TheTableForPeople) {
                                "UNIT BUFFERS   ACTIVATIONS   TOTAL"));
   EXPECT_THAT(*text, HasSubstr("\nZeRO-3 block "));
   EXPECT_THAT(*text, HasSubstr("fp32, sgd with momentum; B=512 W=2"));
+  // Which figures came from where: an MLP's activations are measured; the unit buffers
+  // are planned for the device the trainer would take (auto: the CPU in this build).
+  EXPECT_THAT(*text, HasSubstr("ACTIVATIONS: measured on one micro-batch."));
+  EXPECT_THAT(*text, HasSubstr("unit buffers for CPU ranks (device auto, as the trainer"));
+  const absl::StatusOr<std::string> gpt = EstimateSpecMemory(
+      {.spec_file = "examples/tiny_gpt.yaml", .world = 2}, OutputFormat::kTable);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  EXPECT_THAT(*gpt, HasSubstr("ACTIVATIONS: computed from the GPT's buffer sizes"));
 }
 
 // A job with a mesh: a row per (pp, tp) coordinate, each with its stages' share; the first

@@ -15,6 +15,7 @@
 #include "train/fsdp.h"
 #include "train/grad_sync.h"
 #include "train/model_factory.h"
+#include "train/nn/gpt.h"
 
 namespace ringmaster::train {
 namespace {
@@ -225,6 +226,10 @@ absl::StatusOr<data::BatchPlan> PlanRankBatches(const TrainConfig& config, int w
   return plan;
 }
 
+const char* ActivationMethodName(ActivationMethod method) {
+  return method == ActivationMethod::kComputed ? "computed" : "measured";
+}
+
 std::string RankMemoryPlan::Name() const {
   return zero_stage == 3 ? absl::StrCat("ZeRO-3 ", WrapName(wrap)) : absl::StrCat("ZeRO-", zero_stage);
 }
@@ -319,13 +324,37 @@ absl::StatusOr<int64_t> MeasureActivationBytes(const TrainConfig& config, int wo
   }
 }
 
+absl::StatusOr<PlannedActivations> PlanActivationBytes(const TrainConfig& config, int world) {
+  RM_RETURN_IF_ERROR(CheckWorld(world));
+  RM_ASSIGN_OR_RETURN(const data::BatchPlan plan, PlanRankBatches(config, world));
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                      CreateModel(config.model, DescribeJobData(config)));
+  const int64_t evaluation_samples = EvaluationSamples(config);
+  int64_t evaluated = 0;  // the largest evaluation batch a rank runs
+  if (evaluation_samples > 0) {
+    const int64_t batch = EvaluationBatchSamples(config, plan);
+    for (const data::Range& r : data::EvaluationBatches(evaluation_samples, batch, world, 0)) {
+      evaluated = std::max(evaluated, r.end - r.begin);
+    }
+  }
+  const auto* gpt = dynamic_cast<const nn::GptModel*>(model.get());
+  if (gpt != nullptr && evaluated <= plan.max_micro_batch) {
+    return PlannedActivations{gpt->ActivationBytesFor(plan.max_micro_batch),
+                              ActivationMethod::kComputed};
+  }
+  RM_ASSIGN_OR_RETURN(const int64_t bytes,
+                      MeasureActivationBytes(config, world, evaluation_samples));
+  return PlannedActivations{bytes, ActivationMethod::kMeasured};
+}
+
 absl::StatusOr<RankMemoryPlan> PlanRankMemory(const TrainConfig& config, int world,
                                               int zero_stage, FsdpConfig::Wrap wrap) {
   RM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                       CreateModel(config.model, DescribeJobData(config)));
   RM_ASSIGN_OR_RETURN(RankMemoryPlan plan, PlanRankState(config, *model, world, zero_stage, wrap));
-  RM_ASSIGN_OR_RETURN(plan.activation_bytes,
-                      MeasureActivationBytes(config, world, EvaluationSamples(config)));
+  RM_ASSIGN_OR_RETURN(const PlannedActivations activations, PlanActivationBytes(config, world));
+  plan.activation_bytes = activations.bytes;
+  plan.activation_method = activations.method;
   return plan;
 }
 
@@ -347,9 +376,11 @@ absl::StatusOr<std::vector<RankMemoryPlan>> PlanEveryConfiguration(const TrainCo
     RM_ASSIGN_OR_RETURN(RankMemoryPlan plan, PlanRankState(config, *model, world, stage, wrap));
     plans.push_back(plan);
   }
-  RM_ASSIGN_OR_RETURN(const int64_t activations,
-                      MeasureActivationBytes(config, world, EvaluationSamples(config)));
-  for (RankMemoryPlan& plan : plans) plan.activation_bytes = activations;
+  RM_ASSIGN_OR_RETURN(const PlannedActivations activations, PlanActivationBytes(config, world));
+  for (RankMemoryPlan& plan : plans) {
+    plan.activation_bytes = activations.bytes;
+    plan.activation_method = activations.method;
+  }
   return plans;
 }
 

@@ -42,12 +42,12 @@
 //                  On top the staging: with gradient accumulation one fp32 shard of U, and
 //                  with bf16/fp16 gathers or a bf16 reduction one unit and one shard in 16
 //                  bits. 0 for stages 0 and 1.
-//   activations    measured, not computed (MeasureActivationBytes): what the model reports
-//                  as MemoryStats.activation_bytes_peak after running what the trainer runs.
-//                  The measurement is exact (it is the number the trainer's memory line
-//                  prints for the CPU) and cheap for the example specs (one micro-batch,
-//                  well under a second); the documented per-token formulas of gpt.h and
-//                  sequential.h would have to be kept in step with the models by hand.
+//   activations    what the model reports as MemoryStats.activation_bytes_peak after what
+//                  the trainer runs (the number the trainer's memory line prints for the
+//                  CPU): for a GPT computed from its buffers' sizes (ActivationBytesFor, the
+//                  arena's layout checked against the one it allocates at every pass), for
+//                  the other models measured on one micro-batch (MeasureActivationBytes;
+//                  cheap for their sizes). PlanActivationBytes; the plan says which.
 // Not counted: the half-precision staging of one layer's gradients under accumulation
 // (stages 0 and 1), batches, the data set, the allocator's overhead. On a GPU the
 // activations are the device's arena (GptCuda, SequentialCuda) and differ.
@@ -67,6 +67,14 @@
 
 namespace ringmaster::train {
 
+// Where a plan's activation figure came from.
+enum class ActivationMethod {
+  kMeasured,  // a model of the job's shape run on one micro-batch (MeasureActivationBytes)
+  kComputed,  // the GPT's buffer sizes (nn::GptModel::ActivationBytesFor), nothing run
+};
+// "measured", "computed".
+const char* ActivationMethodName(ActivationMethod method);
+
 struct RankMemoryPlan {
   int world = 1;
   int rank = 0;  // the rank planned for (0: the largest share)
@@ -77,7 +85,8 @@ struct RankMemoryPlan {
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t unit_buffer_bytes = 0;
-  int64_t activation_bytes = 0;  // 0 until measured (PlanRankState leaves it so)
+  int64_t activation_bytes = 0;  // 0 until planned (PlanRankState leaves it so)
+  ActivationMethod activation_method = ActivationMethod::kMeasured;
 
   // Parameters with the compute copy, gradients and optimizer state: what the trainer
   // allocates before its first step.
@@ -140,13 +149,25 @@ int64_t EvaluationBatchSamples(const TrainConfig& config, const data::BatchPlan&
 absl::StatusOr<int64_t> MeasureActivationBytes(const TrainConfig& config, int world,
                                                int64_t evaluation_samples);
 
-// PlanRankState for the job's model with measured activations (EvaluationSamples(config)).
+// A rank's activations for `config` on `world` ranks, and how they were found: for a GPT
+// (whose evaluation batches are no larger than its micro-batches) computed from its buffer
+// sizes, exact and immediate at any size (a 350M-parameter model in milliseconds, where
+// running one micro-batch took minutes and gigabytes); for the other models (MLP, ResNet-18,
+// whose activations are small) measured by MeasureActivationBytes. Errors as
+// MeasureActivationBytes's.
+struct PlannedActivations {
+  int64_t bytes = 0;
+  ActivationMethod method = ActivationMethod::kMeasured;
+};
+absl::StatusOr<PlannedActivations> PlanActivationBytes(const TrainConfig& config, int world);
+
+// PlanRankState for the job's model with its activations (PlanActivationBytes).
 absl::StatusOr<RankMemoryPlan> PlanRankMemory(const TrainConfig& config, int world,
                                               int zero_stage, FsdpConfig::Wrap wrap);
 
 // Every configuration `ringctl estimate memory` prints, in this order: stages 0, 1, 2, then
 // 3 with layer, block and model wrapping (a model with buffers, model.resnet18: 0 and 1
-// only, the stages it can run); the activations measured once.
+// only, the stages it can run); the activations planned once (PlanActivationBytes).
 absl::StatusOr<std::vector<RankMemoryPlan>> PlanEveryConfiguration(const TrainConfig& config,
                                                                    int world);
 

@@ -171,6 +171,11 @@ class GptModel final : public Model {
   // tied head).
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
+  // MemoryStats.activation_bytes_peak after one ForwardBackward of `batch` samples (whole
+  // model) on a model that ran nothing larger, computed from the buffers' sizes without
+  // allocating them (train/memory_plan.h plans a model too large to run with it). Equal to
+  // the measured figure: memory_plan_test holds it to that.
+  int64_t ActivationBytesFor(int64_t batch) const;
 
   // Pipeline stages: one micro-batch through this slice, in three calls. The slice keeps one
   // micro-batch's activations (a stage with several in flight holds one GptModel each).
@@ -287,6 +292,8 @@ class GptModel final : public Model {
   absl::StatusOr<Pass> Prepare(const Batch& batch, absl::Span<const float> params,
                                Precision precision, ParameterStore* store, bool rounded = false);
   void PlaceActivations(int64_t batch);
+  // The floats of PlaceActivations' arena for `batch` samples (it checks the two agree).
+  int64_t ArenaFloats(int64_t batch) const;
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
   float* Stream(int64_t block) const;
   BlockActivations& Slot(int64_t block) { return slots_[block % segment_]; }
