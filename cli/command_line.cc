@@ -290,8 +290,8 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   CLI::Option* spec_option = memory->add_option(
       "--spec", line.estimate_spec.spec_file,
       "a job spec (YAML): the per-rank memory of its model, batch, precision and optimizer "
-      "under ZeRO-0, 1, 2 and 3 with layer, block and model wrapping (activations measured "
-      "on one micro-batch)");
+      "under ZeRO-0, 1, 2 and 3 with layer, block and model wrapping (a GPT's activations "
+      "computed from its buffer sizes, other models' measured on one micro-batch)");
   CLI::Option* params_option =
       memory->add_option("--params", params, "parameters: 7B, 1.5M, 13e9, 124000000")
           ->excludes(spec_option);
