@@ -59,31 +59,46 @@ int PrintMessage(const Io& io, const google::protobuf::Message& message, OutputF
 
 bool MachineFormat(OutputFormat f) { return f == OutputFormat::kJson || f == OutputFormat::kYaml; }
 
-// A job with a mesh trains on a multiple of its tp × pp ranks: where the cluster's slots (or
-// elastic.max_ranks) are not one, a few of them would idle beside it. Said before the job
-// starts (issue 36 point 11); empty when all can be used, or the nodes cannot be listed.
-std::string MeshIdleNote(const JobSpec& spec, UserCalls& client) {
+// What the cluster's nodes say of the job before it starts, one note each (empty when all is
+// well, or the nodes cannot be listed):
+//   - a job with a mesh trains on a multiple of its tp × pp ranks: where the usable slots (or
+//     elastic.max_ranks) are not one, a few would idle beside it (issue 36 point 11);
+//   - device: cuda where no node reports a GPU: its trainers would fail at start with a
+//     configuration error (point 10).
+std::vector<std::string> SubmitNotes(const JobSpec& spec, UserCalls& client) {
   const int tp = std::max(1, spec.parallelism().mesh().tp());
   const int pp = std::max(1, spec.parallelism().mesh().pp());
   const int group = tp * pp;
-  if (group == 1) return "";
+  const bool cuda = spec.device() == JobSpec::DEVICE_CUDA;
+  std::vector<std::string> notes;
+  if (group == 1 && !cuda) return notes;
   absl::StatusOr<ListNodesResponse> nodes = client.ListNodes();
-  if (!nodes.ok()) return "";
-  int slots = 0;
+  if (!nodes.ok() || nodes->nodes().empty()) return notes;
+  int slots = 0, gpus = 0;
   for (const NodeInfo& node : nodes->nodes()) {
-    if (!node.draining()) slots += node.slots_size();
+    if (node.draining()) continue;
+    slots += node.slots_size();
+    for (const SlotInfo& slot : node.slots()) gpus += slot.gpu().empty() ? 0 : 1;
   }
   const int max_ranks = spec.elastic().max_ranks();
   const int cap = max_ranks > 0 ? std::min(max_ranks, slots) : slots;
-  if (cap % group == 0) return "";
-  const int used = cap / group * group;
-  return absl::StrCat(
-      "note: its ranks come in groups of parallelism.mesh.tp × pp (", tp, " × ", pp, " = ", group,
-      "): of the cluster's ", slots, " slots",
-      max_ranks > 0 && max_ranks < slots ? absl::StrCat(" (elastic.max_ranks ", max_ranks, ")")
-                                         : "",
-      " it trains on at most ", used, "; ", cap - used,
-      " would idle beside it (unless another job takes them)");
+  if (cap % group != 0) {
+    const int used = cap / group * group;
+    notes.push_back(absl::StrCat(
+        "note: its ranks come in groups of parallelism.mesh.tp × pp (", tp, " × ", pp, " = ",
+        group, "): of the cluster's ", slots, " slots",
+        max_ranks > 0 && max_ranks < slots ? absl::StrCat(" (elastic.max_ranks ", max_ranks, ")")
+                                           : "",
+        " it trains on at most ", used, "; ", cap - used,
+        " would idle beside it (unless another job takes them)"));
+  }
+  if (cuda && gpus == 0) {
+    notes.push_back(absl::StrCat(
+        "note: device: cuda, but none of the cluster's ", slots,
+        " slots is a GPU (ringmaster's nodes list none): a trainer placed on one fails at "
+        "start with a configuration error; set device: cpu or auto, or add GPU nodes"));
+  }
+  return notes;
 }
 
 int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
@@ -105,9 +120,7 @@ int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
   if (!estimate.empty() && !MachineFormat(line.output)) fprintf(io.out, "%s\n", estimate.c_str());
   if (MachineFormat(line.output) && !line.wait) return PrintMessage(io, *job, line.output);
   fprintf(io.out, "submitted %s: %s\n", job->id().c_str(), PhaseName(job->phase()).c_str());
-  if (const std::string note = MeshIdleNote(*spec, client); !note.empty()) {
-    fprintf(io.out, "%s\n", note.c_str());
-  }
+  for (const std::string& note : SubmitNotes(*spec, client)) fprintf(io.out, "%s\n", note.c_str());
   fflush(io.out);
   if (!line.wait) return 0;
   Job last = *job;

@@ -276,7 +276,7 @@ TEST_F(JobsTest, SubmitSendsTheSpecWithTheOverridesAndPrintsTheJob) {
 }
 
 // Issue 36 point 11: a tp-2 job on 3 slots trained on 2 and said nothing of the third.
-TEST_F(JobsTest, SubmitSaysWhatSlotsAMeshJobWouldLeaveIdle) {
+TEST_F(JobsTest, SubmitSaysWhatTheClusterCannotGiveTheJob) {
   fake_.submit.Always(MakeJob("tiny_gpt", JOB_PHASE_PENDING));
   ListNodesResponse nodes;
   for (const char* name : {"a", "b"}) {
@@ -299,6 +299,16 @@ TEST_F(JobsTest, SubmitSaysWhatSlotsAMeshJobWouldLeaveIdle) {
   EXPECT_FALSE(absl::StrContains(capped.out, "note:")) << capped.out;
   Ran plain = Run({"submit", spec});
   EXPECT_FALSE(absl::StrContains(plain.out, "note:")) << plain.out;
+
+  // Issue 36 point 10: device: cuda where no node has a GPU.
+  Ran cuda = Run({"submit", spec, "--set", "device=cuda"});
+  EXPECT_TRUE(absl::StrContains(cuda.out, "note: device: cuda, but none of the cluster's 3 "
+                                          "slots is a GPU"))
+      << cuda.out;
+  nodes.mutable_nodes(0)->mutable_slots(0)->set_gpu("NVIDIA H200");
+  fake_.list_nodes.Always(nodes);
+  Ran gpu = Run({"submit", spec, "--set", "device=cuda"});
+  EXPECT_FALSE(absl::StrContains(gpu.out, "note:")) << gpu.out;
 }
 
 TEST_F(JobsTest, SubmitOfABadSpecIsExitStatus2WithoutACall) {
