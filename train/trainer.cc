@@ -1003,10 +1003,12 @@ absl::StatusOr<TrainResult> Trainer::State::Finish() {
                               : device != nullptr ? device->activation_bytes()
                                                   : StepModel().memory().activation_bytes_peak;
   result.set_activation_bytes_peak(static_cast<double>(activations));
-  if (pipeline != nullptr && config.mesh.pp > 1) {  // a tp-only mesh has no pipeline to tell of
+  if (pipeline != nullptr) {
     result.set_pipeline_bubble(pipeline->measured_bubble());
     result.set_pipeline_bubble_formula(pipeline->formula_bubble());
     result.set_pipeline_peak_in_flight(pipeline->peak_in_flight());
+  }
+  if (pipeline != nullptr && config.mesh.pp > 1) {  // a tp-only mesh has no pipeline to tell of
     const std::string line = absl::StrFormat(
         "pipeline on rank %d (stage-rank %d of %d): bubble %.1f %% measured (the schedule's "
         "formula %.1f %%), at most %d micro-batch(es) of activations in flight (%.2f MiB)",
