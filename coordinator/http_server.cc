@@ -1,6 +1,11 @@
 #include "coordinator/http_server.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -8,6 +13,9 @@
 #include <openssl/x509.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -15,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "coordinator/auth.h"
@@ -90,6 +99,225 @@ bool UseTlsMaterial(const HttpServerOptions& options, SSL_CTX& ctx) {
   return added > 0;
 }
 
+// A connection's bytes for httplib's request parser, plain or over TLS, on a non-blocking
+// socket: every read and write waits at most until the deadline of the request in progress
+// (set_deadline), so a client that sends its headers a byte at a time, or half a request and
+// then nothing, cannot hold the thread past it (httplib's own timeouts are per read).
+class DeadlineStream final : public httplib::Stream {
+ public:
+  DeadlineStream(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+
+  bool is_readable() const override {
+    return (ssl_ != nullptr && SSL_pending(ssl_) > 0) || Wait(POLLIN);
+  }
+  bool is_writable() const override { return Wait(POLLOUT); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    while (true) {
+      ssize_t n;
+      int want = POLLIN;
+      if (ssl_ == nullptr) {
+        n = recv(fd_, ptr, size, 0);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      } else {
+        n = SSL_read(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+        if (n > 0) return n;
+        const int error = SSL_get_error(ssl_, static_cast<int>(n));
+        if (error == SSL_ERROR_ZERO_RETURN) return 0;
+        if (error == SSL_ERROR_WANT_WRITE) {
+          want = POLLOUT;
+        } else if (error != SSL_ERROR_WANT_READ) {
+          return -1;
+        }
+      }
+      if (!Wait(want)) return -1;
+    }
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    while (true) {
+      ssize_t n;
+      int want = POLLOUT;
+      if (ssl_ == nullptr) {
+        n = send(fd_, ptr, size, MSG_NOSIGNAL);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      } else {
+        n = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+        if (n > 0) return n;
+        const int error = SSL_get_error(ssl_, static_cast<int>(n));
+        if (error == SSL_ERROR_WANT_READ) {
+          want = POLLIN;
+        } else if (error != SSL_ERROR_WANT_WRITE) {
+          return -1;
+        }
+      }
+      if (!Wait(want)) return -1;
+    }
+  }
+
+  // The TLS handshake, by the same deadline. False: failed or too slow.
+  bool Accept() {
+    while (true) {
+      const int rc = SSL_accept(ssl_);
+      if (rc == 1) return true;
+      const int error = SSL_get_error(ssl_, rc);
+      if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) return false;
+      if (!Wait(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT)) return false;
+    }
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(&getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(&getsockname, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  // Until the socket is ready for `events` or the deadline passes.
+  bool Wait(short events) const {
+    while (true) {
+      const absl::Duration left = deadline_ - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      pollfd p{fd_, events, 0};
+      const int rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+      if (rc > 0) return true;
+      if (rc < 0 && errno != EINTR) return false;
+    }
+  }
+
+  void Address(int (*get)(int, sockaddr*, socklen_t*), std::string& ip, int& port) const {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    ip.clear();
+    port = 0;
+    if (get(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (address.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+      port = ntohs(v4->sin_port);
+    } else if (address.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  const int fd_;
+  SSL* const ssl_;
+  absl::Time deadline_ = absl::InfinitePast();
+};
+
+// httplib's server with its connection handling replaced: at most
+// max_connections_per_client connections per client address (more are refused at once),
+// the TLS handshake (with a context of our own) and each request bounded by
+// request_timeout (DeadlineStream), httplib's parser and routing otherwise.
+class GuardedServer final : public httplib::Server {
+ public:
+  // Takes `tls` (null: plain HTTP).
+  GuardedServer(const HttpServerOptions& options, SSL_CTX* tls)
+      : options_(options), tls_(tls) {}
+  ~GuardedServer() override {
+    if (tls_ != nullptr) SSL_CTX_free(tls_);
+  }
+
+  // httplib listens with a backlog of 5: a burst of connections (a client opening hundreds)
+  // would have the kernel drop everyone's connection attempts until the accept loop caught
+  // up. Call after binding.
+  bool EnlargeBacklog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    DeadlineStream peer_of(sock, nullptr);
+    std::string client;
+    int client_port = 0;
+    peer_of.get_remote_ip_and_port(client, client_port);
+    const bool admitted = Admit(client);
+    bool ok = false;
+    if (!admitted) {
+      Refuse(sock, client);
+    } else {
+      const int flags = fcntl(sock, F_GETFL);
+      if (flags >= 0 && fcntl(sock, F_SETFL, flags | O_NONBLOCK) == 0) ok = Serve(sock);
+      Release(client);
+    }
+    shutdown(sock, SHUT_RDWR);
+    close(sock);
+    return ok;
+  }
+
+  // The requests of one connection, kept alive as httplib would.
+  bool Serve(int sock) {
+    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, &SSL_free);
+    if (tls_ != nullptr) {
+      ssl.reset(SSL_new(tls_));
+      if (ssl == nullptr || SSL_set_fd(ssl.get(), sock) != 1) return false;
+    }
+    DeadlineStream stream(sock, ssl.get());
+    if (ssl != nullptr) {
+      stream.set_deadline(absl::Now() + options_.request_timeout);
+      if (!stream.Accept()) return false;
+    }
+    bool ok = false;
+    for (size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+      // The next request has keep_alive to begin, then request_timeout to arrive whole and be
+      // answered.
+      stream.set_deadline(absl::Now() + options_.keep_alive);
+      if (!stream.is_readable()) break;
+      stream.set_deadline(absl::Now() + options_.request_timeout);
+      bool closed = false;
+      ok = process_request(stream, /*close_connection=*/left == 1, closed, nullptr);
+      if (!ok || closed) break;
+    }
+    if (ssl != nullptr && ok) SSL_shutdown(ssl.get());
+    return ok;
+  }
+
+  bool Admit(const std::string& client) {
+    absl::MutexLock lock(&mu_);
+    int& open = open_[client];
+    if (open >= options_.max_connections_per_client) return false;
+    ++open;
+    return true;
+  }
+  void Release(const std::string& client) {
+    absl::MutexLock lock(&mu_);
+    if (--open_[client] <= 0) open_.erase(client);
+  }
+
+  // Says why before closing (plain HTTP only: a TLS client would not read it).
+  void Refuse(int sock, const std::string& client) const {
+    // What the client sent already is read first: closing a socket with unread data resets
+    // the connection, and the answer below could be lost.
+    char discard[4096];
+    for (int i = 0; i < 16 && recv(sock, discard, sizeof(discard), MSG_DONTWAIT) > 0; ++i) {
+    }
+    if (tls_ != nullptr) return;
+    const std::string body = absl::StrCat(
+        "more than ", options_.max_connections_per_client, " connections from ", client,
+        " at once; close some and retry\n");
+    const std::string response = absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "Retry-After: 1\r\nConnection: close\r\nContent-Length: ", body.size(), "\r\n\r\n",
+        body);
+    send(sock, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
+  const HttpServerOptions options_;
+  SSL_CTX* const tls_;
+  absl::Mutex mu_;
+  std::map<std::string, int> open_ ABSL_GUARDED_BY(mu_);  // connections per client address
+};
+
 // The route serving `path`: an exact one first, else the longest prefix route.
 const HttpRoute* FindRoute(const std::vector<HttpRoute>& routes, const std::string& path) {
   const HttpRoute* best = nullptr;
@@ -129,29 +357,38 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
         absl::StrCat("HttpServerOptions.threads must be at least 1, got ", options.threads));
   }
 
+  if (options.max_connections_per_client < 1 ||
+      options.max_connections_per_client >= options.threads ||
+      options.request_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HttpServerOptions.max_connections_per_client must be 1 to threads - 1 (", options.threads,
+        " - 1), got ", options.max_connections_per_client, ", and request_timeout positive"));
+  }
+
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->routes_ = std::move(routes);
   server->user_token_ = options.user_token;
   server->tls_ = !options.tls_cert.empty();
+  SSL_CTX* tls = nullptr;
   if (server->tls_) {
-    server->server_ = std::make_unique<httplib::SSLServer>(
-        [options](SSL_CTX& ctx) { return UseTlsMaterial(options, ctx); });
-  } else {
-    server->server_ = std::make_unique<httplib::Server>();
+    tls = SSL_CTX_new(TLS_server_method());
+    if (tls == nullptr || !UseTlsMaterial(options, *tls)) {
+      if (tls != nullptr) SSL_CTX_free(tls);
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          "OpenSSL refused --tls_cert / --tls_key for the metrics port; give an unencrypted "
+          "PEM key and its certificate");
+    }
   }
-  if (!server->server_->is_valid()) {
-    return absl::InvalidArgumentError(
-        "OpenSSL refused --tls_cert / --tls_key for the metrics port; give an unencrypted PEM "
-        "key and its certificate");
-  }
+  auto guarded = std::make_unique<GuardedServer>(options, tls);
+  GuardedServer* guarded_server = guarded.get();
+  server->server_ = std::move(guarded);
   // httplib's default also sets SO_REUSEPORT, which would let a second coordinator share
   // the port unnoticed: only SO_REUSEADDR (a restart need not wait for TIME_WAIT).
   server->server_->set_socket_options([](socket_t sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->server_->set_keep_alive_timeout(
-      std::max<time_t>(1, absl::ToInt64Seconds(options.keep_alive)));
   const int threads = options.threads;
   server->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 
@@ -193,6 +430,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   if (port <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on --metrics_listen ",
                                                options.listen, " (in use, or not this host's)"));
+  }
+  if (!guarded_server->EnlargeBacklog()) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on --metrics_listen ",
+                                               options.listen, ": ", strerror(errno)));
   }
   server->port_ = port;
   server->host_ = host;

@@ -13,6 +13,12 @@
 // Threads: handlers run on the server's own threads (`threads` of them), several at once;
 // a handler must be thread-safe and return quickly (take a snapshot, format it, return:
 // never wait on the coordinator for long).
+//
+// Slow and idle clients (before any token check): one client address holds at most
+// max_connections_per_client connections (more are refused at once), and every request must
+// arrive whole and be answered within request_timeout (the TLS handshake too), so neither a
+// client sending its headers a byte at a time nor hundreds of half-sent requests can take
+// every thread.
 #ifndef RINGMASTER_COORDINATOR_HTTP_SERVER_H_
 #define RINGMASTER_COORDINATOR_HTTP_SERVER_H_
 
@@ -65,8 +71,15 @@ struct HttpServerOptions {
   std::string tls_client_ca;
   // Connections served at once (a browser opens several; an idle kept-alive one holds a
   // thread for up to keep_alive).
-  int threads = 8;
+  int threads = 16;
   absl::Duration keep_alive = absl::Seconds(2);
+  // Each request must arrive whole (after the TLS handshake, which has as long) and its
+  // response be sent within this: a client sending its headers a byte at a time, or half a
+  // request and then nothing, is cut off instead of holding a thread.
+  absl::Duration request_timeout = absl::Seconds(10);
+  // Connections one client address may hold at once; more are answered 503 (over plain
+  // HTTP) and closed at once, so one client cannot take every thread. Below `threads`.
+  int max_connections_per_client = 6;
 };
 
 class HttpServer {
