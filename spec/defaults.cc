@@ -125,6 +125,18 @@ void FillCheckpoint(CheckpointSpec* checkpoint) {
   }
 }
 
+void FillElastic(ElasticSpec* elastic) {
+  if (!elastic->has_min_ranks()) elastic->set_min_ranks(kDefaultMinRanks);
+  if (!elastic->has_restart_budget()) elastic->set_restart_budget(kDefaultRestartBudget);
+}
+
+void FillCommandJob(JobSpec* spec) {
+  CommandSpec* command = spec->mutable_command();
+  if (!command->has_stop_grace_s()) command->set_stop_grace_s(kDefaultCommandStopGraceSeconds);
+  if (!spec->checkpoint().dir().empty()) FillCheckpoint(spec->mutable_checkpoint());
+  FillElastic(spec->mutable_elastic());
+}
+
 }  // namespace
 
 void ApplyJobSpecDefaults(JobSpec* spec) {
@@ -132,6 +144,10 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (spec->backend() == JobSpec::BACKEND_UNSPECIFIED) spec->set_backend(kDefaultBackend);
   if (spec->device() == JobSpec::DEVICE_UNSPECIFIED) spec->set_device(kDefaultDevice);
   if (spec->resume().empty()) spec->set_resume(std::string(kDefaultResume));
+  if (spec->has_command()) {
+    FillCommandJob(spec);
+    return;
+  }
   if (spec->has_model()) FillModel(spec->mutable_model());
   if (spec->has_data()) FillData(spec->mutable_data());
 
@@ -162,9 +178,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   }
   if (!diagnostics->has_log_every()) diagnostics->set_log_every(kDefaultLogEvery);
 
-  ElasticSpec* elastic = spec->mutable_elastic();
-  if (!elastic->has_min_ranks()) elastic->set_min_ranks(kDefaultMinRanks);
-  if (!elastic->has_restart_budget()) elastic->set_restart_budget(kDefaultRestartBudget);
+  FillElastic(spec->mutable_elastic());
 }
 
 }  // namespace ringmaster::spec

@@ -100,7 +100,13 @@ inline constexpr int64_t kDefaultLogEvery = 10;
 inline constexpr int32_t kDefaultMinRanks = 1;
 inline constexpr int32_t kDefaultRestartBudget = 3;
 
-// Fills every unset field listed above. Required parts that have no default (model, data,
+// command (a command job): SIGTERM to SIGKILL.
+inline constexpr double kDefaultCommandStopGraceSeconds = 30;
+
+// Fills every unset field listed above. A command job (`command` set) gets only the fields
+// it uses: name, backend, device, resume, command.stop_grace_s, checkpoint and elastic; the
+// built-in trainer's sections (schedule, precision, parallelism, diagnostics) stay unset, so
+// that ValidateJobSpec can tell a section the user wrote. Required parts that have no default (model, data,
 // optimizer and its lr, batch.global, steps or epochs) are left for ValidateJobSpec to
 // report. Idempotent.
 void ApplyJobSpecDefaults(JobSpec* spec);

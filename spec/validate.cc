@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
@@ -595,6 +596,42 @@ void CheckMetrics(const JobSpec& spec, Checker* check) {
   }
 }
 
+// A command job: the program to run, and none of the built-in trainer's sections.
+void CheckCommand(const JobSpec& spec, Checker* check) {
+  const CommandSpec& command = spec.command();
+  if (command.argv().empty()) {
+    check->Fail("command.argv", "required: the program and its arguments, e.g. [python3, train.py]");
+  } else if (command.argv(0).empty()) {
+    check->Fail("command.argv[0]", "must name the program to run, got an empty string");
+  }
+  for (const auto& [name, value] : command.env()) {
+    if (IsReservedCommandEnvName(name)) {
+      check->Fail(absl::StrCat("command.env.", name),
+                  "is set by ringmaster for every rank (torchrun's worker environment and "
+                  "RINGMASTER_*); remove it from command.env");
+    } else if (name.empty() || name.find('=') != std::string::npos) {
+      check->Fail(absl::StrCat("command.env.", name),
+                  "must be a variable name without '=' and not empty");
+    }
+  }
+  check->Expect(command.stop_grace_s() > 0 && command.stop_grace_s() <= 3600,
+                "command.stop_grace_s", "in (0, 3600] seconds", command.stop_grace_s());
+  // The built-in trainer's sections mean nothing to the user's program.
+  std::vector<std::string> built_in;
+  for (const char* section : {"model", "data", "optimizer", "schedule", "batch", "precision",
+                              "parallelism", "diagnostics"}) {
+    const auto* field = JobSpec::descriptor()->FindFieldByName(section);
+    if (spec.GetReflection()->HasField(spec, field)) built_in.push_back(section);
+  }
+  if (spec.length_case() == JobSpec::kSteps) built_in.push_back("steps");
+  if (spec.length_case() == JobSpec::kEpochs) built_in.push_back("epochs");
+  if (!spec.init_from().empty()) built_in.push_back("init_from");
+  for (const std::string& section : built_in) {
+    check->Fail(section, "is a built-in model's setting; a job with command runs its own "
+                         "program: remove " + section + " or the command section");
+  }
+}
+
 void CheckRest(const JobSpec& spec, Checker* check) {
   if (spec.backend() == JobSpec::BACKEND_UNSPECIFIED) check->Fail("backend", "required");
   if (spec.device() == JobSpec::DEVICE_UNSPECIFIED) check->Fail("device", "required");
@@ -678,10 +715,27 @@ bool IsValidJobName(absl::string_view name) {
          });
 }
 
+bool IsReservedCommandEnvName(absl::string_view name) {
+  static constexpr absl::string_view kTorchrun[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+      "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+      "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+      "TORCHELASTIC_ENABLE_FILE_TIMER", "TORCHELASTIC_TIMER_FILE"};
+  return absl::StartsWith(name, "RINGMASTER_") ||
+         std::find(std::begin(kTorchrun), std::end(kTorchrun), name) != std::end(kTorchrun);
+}
+
 std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {
   Checker check;
   CheckRepresentable(spec, "", &check);
   CheckName(spec, &check);
+  if (spec.has_command()) {
+    CheckCommand(spec, &check);
+    CheckCheckpoint(spec, &check);
+    CheckRest(spec, &check);
+    return check.Take();
+  }
   CheckLength(spec, &check);
   CheckModel(spec, &check);
   CheckData(spec, &check);

@@ -24,6 +24,11 @@ inline constexpr int32_t kMaxFsdpPrefetchLimit = 8;
 // '_' and '-', not "." or ".." (it names directories).
 bool IsValidJobName(absl::string_view name);
 
+// Whether a command job's command.env may not set `name`: the variables of torchrun's worker
+// environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) and every RINGMASTER_* name, which the
+// trainer sets for each rank (worker/command_runner.h).
+bool IsReservedCommandEnvName(absl::string_view name);
+
 // Every problem found; each names the field's path and the reason. The
 // locations are empty (the spec does not know where its fields were written; the loader
 // fills them in).

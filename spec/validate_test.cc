@@ -720,5 +720,73 @@ metrics: {tensorboard: /runs/tb}
               IsEmpty());
 }
 
+// Command jobs (issue 37): the user's program instead of a built-in model.
+TEST(ValidateJobSpecTest, CommandJobs) {
+  const absl::StatusOr<JobSpec> spec = LoadJobSpecText(R"(
+name: ddp
+command:
+  argv: [python3, train.py, --epochs, "3"]
+  env: {PYTHONUNBUFFERED: "1"}
+  permanent_exit_codes: [2]
+elastic: {min_ranks: 2, max_ranks: 4, restart_budget: 3}
+checkpoint: {dir: /shared/ck}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->command().stop_grace_s(), 30);  // the default
+  EXPECT_EQ(spec->command().env().at("PYTHONUNBUFFERED"), "1");
+  EXPECT_FALSE(spec->has_schedule());  // the built-in trainer's defaults are not filled
+  EXPECT_FALSE(spec->has_parallelism());
+  // The effective spec (what the agent hands its trainers) reads back the same.
+  const absl::StatusOr<JobSpec> back = LoadJobSpecText(JobSpecToYaml(*spec));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << JobSpecToYaml(*spec);
+  EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(ValidateJobSpecTest, CommandJobErrorsNameTheField) {
+  JobSpec spec = Effective(kMinimalMlp);
+  spec.mutable_command()->add_argv("python3");
+  EXPECT_THAT(Errors(spec),
+              ::testing::IsSupersetOf(
+                  {HasSubstr("model: is a built-in model's setting; a job with command runs its "
+                             "own program: remove model or the command section"),
+                   HasSubstr("data: is a built-in"), HasSubstr("optimizer: is a built-in"),
+                   HasSubstr("batch: is a built-in"), HasSubstr("steps: is a built-in")}));
+
+  JobSpec empty;
+  empty.set_name("x");
+  empty.mutable_command();
+  ApplyJobSpecDefaults(&empty);
+  EXPECT_THAT(Errors(empty), ElementsAre(HasSubstr("command.argv: required")));
+
+  JobSpec bad = empty;
+  bad.mutable_command()->add_argv("");
+  (*bad.mutable_command()->mutable_env())["MASTER_PORT"] = "1";
+  (*bad.mutable_command()->mutable_env())["RINGMASTER_JOB"] = "1";
+  (*bad.mutable_command()->mutable_env())["OK_NAME"] = "1";
+  bad.mutable_command()->set_stop_grace_s(0);
+  EXPECT_THAT(Errors(bad),
+              UnorderedElementsAre(
+                  HasSubstr("command.argv[0]: must name the program"),
+                  HasSubstr("command.env.MASTER_PORT: is set by ringmaster for every rank"),
+                  HasSubstr("command.env.RINGMASTER_JOB: is set by ringmaster"),
+                  "command.stop_grace_s: must be in (0, 3600] seconds, got 0"));
+  bad.mutable_command()->set_stop_grace_s(3601);
+  EXPECT_THAT(Errors(bad), Contains("command.stop_grace_s: must be in (0, 3600] seconds, got 3601"));
+}
+
+TEST(ValidateJobSpecTest, ReservedCommandEnvNames) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
+                           "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+                           "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+                           "RINGMASTER_ANYTHING"}) {
+    EXPECT_TRUE(IsReservedCommandEnvName(name)) << name;
+  }
+  for (const char* name : {"PYTHONPATH", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "RANKS"}) {
+    EXPECT_FALSE(IsReservedCommandEnvName(name)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace ringmaster::spec

@@ -390,7 +390,9 @@ class YamlReader {
                  Message* message, const FieldDescriptor& field) {
     Record(path, at);
     const Reflection* reflection = message->GetReflection();
-    if (field.is_repeated()) {
+    if (field.is_map()) {
+      ReadMap(value, path, message, field);
+    } else if (field.is_repeated()) {
       ReadList(value, path, message, field);
     } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       ReadMessage(value, path, reflection->MutableMessage(message, &field));
@@ -462,6 +464,28 @@ class YamlReader {
       } else {
         ReadScalar(element, element_path, Slot{message, &field, kAppend});
       }
+    }
+  }
+
+  // A map field (map<K, V> with scalar V) from a YAML mapping {key: value, ...}; replaces
+  // what it held.
+  void ReadMap(const YAML::Node& value, const std::string& path, Message* message,
+               const FieldDescriptor& field) {
+    message->GetReflection()->ClearField(message, &field);
+    if (value.IsNull()) return;
+    if (!value.IsMap()) {
+      Error(value.Mark(), path, absl::StrCat("expected a mapping, got ", Describe(value)));
+      return;
+    }
+    const FieldDescriptor& key_field = *field.message_type()->map_key();
+    const FieldDescriptor& value_field = *field.message_type()->map_value();
+    for (const auto& item : value) {
+      const std::string item_path =
+          JoinPath(path, item.first.IsScalar() ? item.first.Scalar() : "?");
+      Record(item_path, item.first.Mark());
+      Message* entry = message->GetReflection()->AddMessage(message, &field);
+      ReadScalar(item.first, item_path, Slot{entry, &key_field, kSingular});
+      ReadScalar(item.second, item_path, Slot{entry, &value_field, kSingular});
     }
   }
 
@@ -657,6 +681,21 @@ bool ShouldEmit(const Message& message, const FieldDescriptor& field) {
   return true;
 }
 
+// A map field's entries by key (a map's wire order is unspecified; the text must not be).
+std::vector<const Message*> SortedMapEntries(const Message& message,
+                                             const FieldDescriptor& field) {
+  const Reflection* reflection = message.GetReflection();
+  std::vector<const Message*> entries;
+  for (int j = 0; j < reflection->FieldSize(message, &field); ++j) {
+    entries.push_back(&reflection->GetRepeatedMessage(message, &field, j));
+  }
+  const FieldDescriptor& key = *field.message_type()->map_key();
+  std::stable_sort(entries.begin(), entries.end(), [&key](const Message* a, const Message* b) {
+    return ScalarText(*a, key, kSingular) < ScalarText(*b, key, kSingular);
+  });
+  return entries;
+}
+
 void EmitMessage(const Message& message, YAML::Emitter* out) {
   const Descriptor& descriptor = *message.GetDescriptor();
   const Reflection* reflection = message.GetReflection();
@@ -666,7 +705,16 @@ void EmitMessage(const Message& message, YAML::Emitter* out) {
     if (!ShouldEmit(message, field)) continue;
     *out << YAML::Key << field.name() << YAML::Value;
     const bool is_message = field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
-    if (field.is_repeated()) {
+    if (field.is_map()) {
+      const FieldDescriptor& key = *field.message_type()->map_key();
+      const FieldDescriptor& value = *field.message_type()->map_value();
+      *out << YAML::BeginMap;
+      for (const Message* entry : SortedMapEntries(message, field)) {
+        *out << YAML::Key << ScalarText(*entry, key, kSingular) << YAML::Value
+             << YAML::DoubleQuoted << ScalarText(*entry, value, kSingular);
+      }
+      *out << YAML::EndMap;
+    } else if (field.is_repeated()) {
       if (!is_message) *out << YAML::Flow;
       *out << YAML::BeginSeq;
       for (int j = 0; j < reflection->FieldSize(message, &field); ++j) {
@@ -696,7 +744,14 @@ void EmitFieldLines(const Message& message, const std::string& prefix,
     if (!ShouldEmit(message, field)) continue;
     const std::string path = absl::StrCat(prefix, field.name());
     const bool is_message = field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
-    if (field.is_repeated() && is_message) {
+    if (field.is_map()) {
+      const FieldDescriptor& key = *field.message_type()->map_key();
+      const FieldDescriptor& value = *field.message_type()->map_value();
+      for (const Message* entry : SortedMapEntries(message, field)) {
+        lines->push_back(absl::StrCat(path, ".", ScalarText(*entry, key, kSingular), ": ",
+                                      ScalarText(*entry, value, kSingular)));
+      }
+    } else if (field.is_repeated() && is_message) {
       for (int j = 0; j < reflection->FieldSize(message, &field); ++j) {
         EmitFieldLines(reflection->GetRepeatedMessage(message, &field, j),
                        absl::StrCat(path, "[", j, "]."), lines);
