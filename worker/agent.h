@@ -13,6 +13,9 @@
 //   - NOT_FOUND (coordinator restarted, or lease lost): register again; running trainers
 //     are left alone (the coordinator restored their job);
 //   - UNAVAILABLE: keep going (the coordinator is not on the data path).
+// Trainers die with the agent (LaunchSpec::parent_death_signal); each running one is
+// recorded in trainer_records_dir, so that an agent started again on the same work
+// directory ends what its predecessor left running and reports every trainer it started.
 // Drain (SIGTERM, or the preemption notice file appears): DrainNode, then SIGTERM to the
 // trainers (each takes part in the job's drain save and exits); the agent returns once
 // they have all exited, or after drain_grace, killing what is left. A stop request (a
@@ -121,9 +124,10 @@ class Agent {
   // FAILED_PRECONDITION when another agent holds it), ends the trainers an earlier agent
   // left running (trainer_records_dir), starts the log service, and registers the node,
   // retrying every second until the coordinator answers. FAILED_PRECONDITION when the
-  // coordinator refuses the node (bad name or slot count: a person must fix the flags), or
-  // when a trainer left running survives SIGKILL; CANCELLED when asked to drain or stop
-  // first (observed within 50 ms of the agent's clock between attempts).
+  // coordinator refuses the node (bad name or slot count: a person must fix the flags),
+  // when diagnose_unreachable finds such a cause of an UNAVAILABLE, or when a trainer left
+  // running survives SIGKILL; CANCELLED when asked to drain or stop first (observed within
+  // 50 ms of the agent's clock between attempts).
   absl::Status Connect();
   // One pass of the loop at the clock's now: reaps and reports exits, carries out a stop or
   // drain request, and heartbeats when one is due (registering again when the coordinator
