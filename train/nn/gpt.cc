@@ -485,27 +485,27 @@ int64_t GptModel::ArenaFloats(int64_t batch) const {
   };
   // PlaceActivations' buffers, in its order.
   const int64_t stream = aligned(rows * c);
-  const int64_t slot = 3 * aligned(rows * c) + 4 * aligned(rows) +
-                       aligned(rows * 3 * attn_width_) + aligned(rows * attn_width_) +
-                       aligned(stats) + 2 * aligned(rows * hidden_);
-  int64_t floats = static_cast<int64_t>(streams_.size()) * stream +
-                   static_cast<int64_t>(slots_.size()) * slot;
+  const int64_t slot = 3 * aligned(rows * c) + 4 * aligned(rows) + aligned(rows * 3 * attn_width_) +
+                       aligned(rows * attn_width_) + aligned(stats) + 2 * aligned(rows * hidden_);
+  int64_t floats =
+      static_cast<int64_t>(streams_.size()) * stream + static_cast<int64_t>(slots_.size()) * slot;
   if (has_head()) floats += aligned(rows * c) + 2 * aligned(rows) + aligned(rows * options_.vocab);
   return floats;
 }
 
 int64_t GptModel::ActivationBytesFor(int64_t batch) const {
   const int64_t rows = batch * options_.context, c = options_.width;
-  constexpr int64_t kFloat = sizeof(float);
-  // What memory() sums after ForwardBackward (Prepare's, Forward's, backward's buffers).
-  int64_t bytes = ArenaFloats(batch) * kFloat;
-  bytes += 2 * rows * static_cast<int64_t>(sizeof(int32_t));                   // tokens_
-  bytes += kernels::AttentionScratchFloats(options_.context) * kFloat;         // attention
-  if (has_head()) bytes += rows * (kFloat + static_cast<int64_t>(sizeof(int32_t)));  // loss_
-  bytes += 2 * rows * c * kFloat;                                              // dresidual_, dsmall_
-  bytes += rows * std::max({hidden_, 3 * attn_width_, options_.vocab}) * kFloat;  // dbig_
-  bytes += 2 * c * kFloat;                                                     // layer_norm_sums_
-  if (head_is_wte()) bytes += options_.vocab * c * kFloat;                    // tied_grad_
+  constexpr int64_t kFloat = sizeof(float), kInt = sizeof(int32_t);
+  // What memory() sums after ForwardBackward: the arena, tokens_ (inputs and targets), the
+  // attention's scratch, loss_'s per-token loss and prediction, dresidual_ and dsmall_,
+  // dbig_, layer_norm_sums_ and, with a tied head, tied_grad_.
+  int64_t bytes = ArenaFloats(batch) * kFloat + 2 * rows * kInt +
+                  kernels::AttentionScratchFloats(options_.context) * kFloat;
+  if (has_head()) bytes += rows * (kFloat + kInt);
+  bytes += 2 * rows * c * kFloat;
+  bytes += rows * std::max({hidden_, 3 * attn_width_, options_.vocab}) * kFloat;
+  bytes += 2 * c * kFloat;
+  if (head_is_wte()) bytes += options_.vocab * c * kFloat;
   return bytes;
 }
 
