@@ -18,6 +18,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +40,7 @@
 #include "spec/job_spec.h"
 #include "train/trainer.h"
 #include "client/grpc_coordinator_client.h"
+#include "worker/command_runner.h"
 #include "worker/elastic_trainer.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec (YAML), already with every override applied");
@@ -128,6 +131,35 @@ void InitTrainerLogging() {
   InitLogging(lo);
 }
 
+// A command job (worker/command_runner.h): the user's program instead of the built-in
+// trainer; its output is this trainer's (the agent's slot log).
+int CommandMain(JobSpec spec, client::TrainerCalls* client) {
+  worker::CommandRunnerOptions co;
+  co.client = client;
+  co.job = absl::GetFlag(FLAGS_job);
+  co.slot.set_node(absl::GetFlag(FLAGS_node));
+  co.slot.set_slot(absl::GetFlag(FLAGS_slot));
+  co.first_epoch = absl::GetFlag(FLAGS_epoch);
+  co.spec = std::move(spec);
+  co.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  for (char** e = environ; *e != nullptr; ++e) co.base_env.push_back(*e);
+  // The job's directory on this node (the agent writes the spec there): the error files go
+  // there, and the program runs there unless command.workdir says where.
+  const std::string& spec_path = absl::GetFlag(FLAGS_spec);
+  const size_t slash = spec_path.find_last_of('/');
+  co.error_file_dir = slash == std::string::npos ? "." : spec_path.substr(0, slash);
+  if (co.spec.command().workdir().empty()) co.spec.mutable_command()->set_workdir(co.error_file_dir);
+  co.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  co.leave_requested = &g_drain;
+  auto result = worker::RunCommandJob(co);
+  if (!result.ok()) return Fail(1, result.status());
+  if (result->left) {
+    printf("ringtrainer %s/%d: left job %s (its program stopped)\n", co.slot.node().c_str(),
+           co.slot.slot(), co.job.c_str());
+  }
+  return 0;
+}
+
 int ElasticMain() {
   if (absl::GetFlag(FLAGS_spec).empty()) return Fail(2, "--spec is required");
   if (absl::GetFlag(FLAGS_job).empty()) return Fail(2, "--job is required with --coordinator");
@@ -154,6 +186,8 @@ int ElasticMain() {
   }
   auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
   if (!client.ok()) return Fail(2, std::string(client.status().message()));
+
+  if (spec->has_command()) return CommandMain(*std::move(spec), client->get());
 
   worker::ElasticTrainerOptions eo;
   eo.client = client->get();
@@ -197,6 +231,10 @@ int Main() {
 
   auto spec = spec::LoadJobSpecFile(absl::GetFlag(FLAGS_spec), {});
   if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
+  if (spec->has_command()) {
+    return Fail(2, "a job with command runs under a coordinator (ringctl local, or ringworker "
+                   "with --coordinator), not with --rank and --world_size");
+  }
 
   auto store = comm::FileStore::Create({absl::GetFlag(FLAGS_store_dir)});
   if (!store.ok()) return Fail(1, store.status());

@@ -1,0 +1,473 @@
+#include "worker/command_runner.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/coordinator_store.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+extern char** environ;
+
+namespace ringmaster::worker {
+
+absl::StatusOr<CommandPlacement> PlacementFromMembers(const JoinResponse& joined,
+                                                      const ringmaster::SlotRef& self) {
+  std::vector<const Member*> members;
+  for (const Member& m : joined.members()) members.push_back(&m);
+  if (static_cast<int>(members.size()) != joined.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the coordinator sent ", members.size(), " members for a world of ",
+        joined.world_size(), "; command jobs run on at most 64 ranks in this version"));
+  }
+  std::sort(members.begin(), members.end(),
+            [](const Member* a, const Member* b) { return a->rank() < b->rank(); });
+  CommandPlacement p;
+  p.rank = joined.rank();
+  p.world_size = joined.world_size();
+  p.local_world_size = 0;
+  std::vector<std::string> nodes;  // in the order of their lowest rank
+  bool found = false;
+  for (const Member* m : members) {
+    const std::string& node = m->slot().node();
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+    if (node != self.node()) continue;
+    if (m->slot().slot() == self.slot()) {
+      found = true;
+      p.local_rank = p.local_world_size;
+    }
+    ++p.local_world_size;
+  }
+  if (!found) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", self.node(), "/", self.slot(),
+                                                   " is not among the epoch's members"));
+  }
+  p.group_world_size = static_cast<int>(nodes.size());
+  p.group_rank =
+      static_cast<int>(std::find(nodes.begin(), nodes.end(), self.node()) - nodes.begin());
+  return p;
+}
+
+std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
+  std::map<std::string, std::string> env;
+  for (const std::string& entry : in.base_env) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : in.user_env) env[name] = value;
+  // What torchrun inherits or defaults (run.py, local_elastic_agent.py _start_workers).
+  auto inherit_or = [&env](const std::string& name, const std::string& fallback) {
+    if (env.find(name) == env.end()) env[name] = fallback;
+  };
+  inherit_or("NCCL_ASYNC_ERROR_HANDLING", "1");
+  inherit_or("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (in.placement.local_world_size > 1) inherit_or("OMP_NUM_THREADS", "1");
+  const CommandPlacement& p = in.placement;
+  env["RANK"] = absl::StrCat(p.rank);
+  env["WORLD_SIZE"] = absl::StrCat(p.world_size);
+  env["LOCAL_RANK"] = absl::StrCat(p.local_rank);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(p.local_world_size);
+  env["GROUP_RANK"] = absl::StrCat(p.group_rank);
+  env["GROUP_WORLD_SIZE"] = absl::StrCat(p.group_world_size);
+  env["ROLE_RANK"] = absl::StrCat(p.rank);  // one role: every rank's
+  env["ROLE_NAME"] = "default";
+  env["ROLE_WORLD_SIZE"] = absl::StrCat(p.world_size);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = absl::StrCat(in.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(in.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(in.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = in.job;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  env["RINGMASTER_JOB"] = in.job;
+  env["RINGMASTER_EPOCH"] = absl::StrCat(in.epoch);
+  env["RINGMASTER_NODE"] = in.slot.node();
+  env["RINGMASTER_SLOT"] = absl::StrCat(in.slot.slot());
+  env["RINGMASTER_STOP_GRACE_S"] = absl::StrCat(in.stop_grace_s);
+  if (!in.checkpoint_dir.empty()) env["RINGMASTER_CHECKPOINT_DIR"] = in.checkpoint_dir;
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [name, value] : env) out.push_back(absl::StrCat(name, "=", value));
+  return out;
+}
+
+namespace {
+
+// A port free now on `host` (the kernel's choice). The program binds it moments later;
+// a port fresh for each epoch never meets the last epoch's store.
+absl::StatusOr<int> PickFreePort(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resolve the advertise host ", host, ": ", gai_strerror(rc)));
+  }
+  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  absl::Status status = absl::OkStatus();
+  int port = 0;
+  if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    status = absl::UnavailableError(
+        absl::StrCat("cannot bind a port on ", host, ": ", strerror(errno)));
+  } else {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (!status.ok()) return status;
+  return port;
+}
+
+// MASTER_ADDR:MASTER_PORT of this epoch: rank 0 publishes it, the others wait for it.
+absl::StatusOr<std::pair<std::string, int>> AgreeOnMaster(const CommandRunnerOptions& o,
+                                                          const JoinResponse& joined) {
+  client::CoordinatorStore store(o.client, o.job, o.slot, joined.epoch());
+  const std::string key = absl::StrCat(joined.store_prefix(), "command/master");
+  if (joined.rank() == 0) {
+    RM_ASSIGN_OR_RETURN(const int port, PickFreePort(o.advertise_host));
+    RM_RETURN_IF_ERROR(store.Set(key, absl::StrCat(o.advertise_host, ":", port)));
+    return std::make_pair(o.advertise_host, port);
+  }
+  RM_ASSIGN_OR_RETURN(const std::string value, store.Get(key, absl::Now() + o.connect_timeout));
+  const size_t colon = value.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(value.substr(colon + 1), &port)) {
+    return absl::InternalError(absl::StrCat("rank 0 published a bad master address: ", value));
+  }
+  return std::make_pair(value.substr(0, colon), port);
+}
+
+// The program, started. Its exec's failure (errno) comes back through a close-on-exec pipe.
+struct Child {
+  pid_t pid = -1;
+};
+
+absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector<std::string>& env,
+                                   const ringmaster::SlotRef& slot) {
+  std::vector<char*> argv, envp;
+  for (const std::string& a : command.argv()) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("pipe: ", strerror(errno)));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return absl::UnavailableError(absl::StrCat("fork: ", strerror(errno)));
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls from here on.
+    close(fds[0]);
+    setpgid(0, 0);  // its own group: the stop reaches the program's own children too
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+    int stage = 0;  // 0: chdir, 1: exec
+    if (!command.workdir().empty() && chdir(command.workdir().c_str()) != 0) {
+      const int err[2] = {stage, errno};
+      (void)!write(fds[1], err, sizeof(err));
+      _exit(127);
+    }
+    stage = 1;
+    environ = envp.data();
+    execvp(argv[0], argv.data());
+    const int err[2] = {stage, errno};
+    (void)!write(fds[1], err, sizeof(err));
+    _exit(127);
+  }
+  close(fds[1]);
+  int err[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = read(fds[0], err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(fds[0]);
+  if (n == static_cast<ssize_t>(sizeof(err))) {
+    waitpid(pid, nullptr, 0);
+    const std::string where = absl::StrCat(" on node ", slot.node(), " (slot ", slot.slot(), ")");
+    if (err[0] == 0) {
+      return MarkPermanent(absl::FailedPreconditionError(
+          absl::StrCat("command.workdir ", command.workdir(), " cannot be entered", where, ": ",
+                       strerror(err[1]), "; it must exist on every node")));
+    }
+    return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
+        "command.argv[0] ", command.argv(0), " cannot be run", where, ": ", strerror(err[1]),
+        command.argv(0).find('/') == std::string::npos ? " (looked up in PATH)" : "",
+        "; install it there or fix command.argv")));
+  }
+  return Child{pid};
+}
+
+std::string DescribeExit(int wstatus) {
+  if (WIFEXITED(wstatus)) return absl::StrCat("exit code ", WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus)) {
+    const int sig = WTERMSIG(wstatus);
+    const char* name = sigabbrev_np(sig);
+    return absl::StrCat("killed by signal ", sig, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+  }
+  return absl::StrCat("wait status ", wstatus);
+}
+
+// Waits for the child until `deadline`; its wait status, or nullopt when it still runs.
+std::optional<int> WaitUntil(pid_t pid, absl::Time deadline) {
+  while (true) {
+    int wstatus = 0;
+    const pid_t r = waitpid(pid, &wstatus, WNOHANG);
+    if (r == pid) return wstatus;
+    if (r < 0 && errno != EINTR) return 0;  // not our child any more: nothing to wait for
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// SIGTERM to the program's group, stop_grace, then SIGKILL. Returns its wait status.
+int StopProgram(pid_t pid, absl::Duration grace) {
+  kill(-pid, SIGTERM);
+  std::optional<int> status = WaitUntil(pid, absl::Now() + grace);
+  if (status) {
+    kill(-pid, SIGKILL);  // whatever of its group is left
+    return *status;
+  }
+  LOG(WARNING) << "the program did not exit within " << absl::FormatDuration(grace)
+               << " of SIGTERM: SIGKILL";
+  kill(-pid, SIGKILL);
+  return WaitUntil(pid, absl::InfiniteFuture()).value_or(0);
+}
+
+void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Status& error) {
+  ReportErrorRequest request;
+  request.set_job(o.job);
+  request.set_epoch(epoch);
+  *request.mutable_slot() = o.slot;
+  request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
+  request.set_permanent(IsPermanent(error));
+  absl::Status s = o.client->ReportError(request);
+  if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
+}
+
+// The epoch after `epoch`, asked of the coordinator until it has formed one.
+absl::StatusOr<int64_t> NextEpoch(const CommandRunnerOptions& o, int64_t epoch) {
+  const absl::Time give_up = absl::Now() + o.join_timeout;
+  while (true) {
+    ProgressRequest request;
+    request.set_job(o.job);
+    request.set_epoch(epoch);
+    *request.mutable_slot() = o.slot;
+    request.mutable_stats()->set_step(-1);
+    auto response = o.client->Progress(request);
+    if (!response.ok() && !absl::IsNotFound(response.status())) return response.status();
+    if (response.ok() && response->epoch() > epoch) return response->epoch();
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no epoch after ", epoch, " formed within ",
+                       absl::FormatDuration(o.join_timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+// How one epoch of the program ended.
+struct EpochEnd {
+  enum Kind { kExited, kStopped, kLeft, kJobOver } kind = kExited;
+  int wstatus = 0;           // kExited: the program's own exit
+  int64_t next_epoch = 0;    // kStopped: the epoch the coordinator announced
+  std::string why;           // kJobOver
+};
+
+// Watches the running program: keep-alive progress, the coordinator's answers, our SIGTERM.
+EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t pid) {
+  const absl::Duration grace = absl::Seconds(o.spec.command().stop_grace_s());
+  absl::Time next_report = absl::Now();
+  while (true) {
+    if (std::optional<int> status = WaitUntil(pid, std::min(next_report, absl::Now() +
+                                                                             absl::Milliseconds(100)))) {
+      return {EpochEnd::kExited, *status, 0, ""};
+    }
+    if (o.leave_requested != nullptr && o.leave_requested->load()) {
+      LOG(INFO) << "SIGTERM: stopping the program (stop_grace_s " << grace << ")";
+      StopProgram(pid, grace);
+      return {EpochEnd::kLeft, 0, 0, ""};
+    }
+    if (absl::Now() < next_report) continue;
+    next_report = absl::Now() + o.progress_interval;
+    ProgressRequest request;
+    request.set_job(o.job);
+    request.set_epoch(epoch);
+    *request.mutable_slot() = o.slot;
+    request.mutable_stats()->set_rank(rank);
+    request.mutable_stats()->set_step(-1);  // a keep-alive: the program reports no steps
+    auto response = o.client->Progress(request);
+    if (absl::IsFailedPrecondition(response.status())) {
+      StopProgram(pid, grace);
+      return {EpochEnd::kJobOver, 0, 0, std::string(response.status().message())};
+    }
+    if (!response.ok()) {
+      LOG(WARNING) << "progress report failed: " << response.status();
+      continue;
+    }
+    if (response->epoch() > epoch) {
+      LOG(INFO) << "the coordinator formed epoch " << response->epoch()
+                << ": stopping the program (stop_grace_s " << grace << ")";
+      StopProgram(pid, grace);
+      if (response->leave()) return {EpochEnd::kLeft, 0, 0, ""};
+      return {EpochEnd::kStopped, 0, response->epoch(), ""};
+    }
+  }
+}
+
+absl::Status Finish(const CommandRunnerOptions& o, int64_t epoch, int rank) {
+  FinishedRequest finished;
+  finished.set_job(o.job);
+  finished.set_epoch(epoch);
+  *finished.mutable_slot() = o.slot;
+  finished.mutable_stats()->set_rank(rank);
+  finished.mutable_stats()->set_step(0);
+  return o.client->Finished(finished);
+}
+
+// RINGMASTER_CHECKPOINT_DIR: checkpoint.dir/<job>, created; empty without checkpoint.dir.
+absl::StatusOr<std::string> CheckpointDir(const CommandRunnerOptions& o) {
+  if (o.spec.checkpoint().dir().empty()) return std::string();
+  const std::string dir = absl::StrCat(o.spec.checkpoint().dir(), "/", o.job);
+  for (const std::string& d : {o.spec.checkpoint().dir(), dir}) {
+    if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.dir: cannot create ", d, " on node ", o.slot.node(), ": ", strerror(errno)));
+    }
+  }
+  return dir;
+}
+
+}  // namespace
+
+absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
+  if (o.client == nullptr || !o.spec.has_command() || o.spec.command().argv().empty()) {
+    return absl::InvalidArgumentError("no coordinator client, or a spec without command.argv");
+  }
+  CommandResult result;
+  int64_t epoch = o.first_epoch;
+  while (true) {
+    JoinRequest join;
+    join.set_job(o.job);
+    join.set_epoch(epoch);
+    *join.mutable_slot() = o.slot;
+    auto joined = o.client->Join(join, absl::Now() + o.join_timeout);
+    if (absl::IsAborted(joined.status())) {
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+    if (!joined.ok()) return joined.status();
+    epoch = joined->epoch();
+    LOG(INFO) << "job " << o.job << " membership epoch " << epoch << ": rank " << joined->rank()
+              << " of " << joined->world_size();
+    absl::StatusOr<CommandEnvInput> input = [&]() -> absl::StatusOr<CommandEnvInput> {
+      CommandEnvInput in;
+      RM_ASSIGN_OR_RETURN(in.placement, PlacementFromMembers(*joined, o.slot));
+      RM_ASSIGN_OR_RETURN(in.checkpoint_dir, CheckpointDir(o));
+      RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port), AgreeOnMaster(o, *joined));
+      return in;
+    }();
+    if (!input.ok()) {
+      LOG(WARNING) << "epoch " << epoch << " could not start: " << input.status();
+      ReportFailure(o, epoch, input.status());
+      if (absl::IsFailedPrecondition(input.status()) || absl::IsInvalidArgument(input.status())) {
+        return input.status();
+      }
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+    input->base_env = o.base_env;
+    input->job = o.job;
+    input->epoch = epoch;
+    // Every rank of an epoch computes the same count: the epochs re-formed before this one.
+    input->restart_count = epoch - 1;
+    input->max_restarts = o.spec.elastic().restart_budget();
+    input->error_file = absl::StrCat(o.error_file_dir, "/error-", o.job, "-epoch", epoch, "-",
+                                     o.slot.node(), "-", o.slot.slot(), ".json");
+    input->slot = o.slot;
+    input->stop_grace_s = o.spec.command().stop_grace_s();
+    for (const auto& [name, value] : o.spec.command().env()) input->user_env[name] = value;
+    unlink(input->error_file.c_str());
+    absl::StatusOr<Child> child = StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot);
+    if (!child.ok()) {
+      LOG(ERROR) << child.status();
+      ReportFailure(o, epoch, child.status());
+      if (IsPermanent(child.status())) return child.status();
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+      continue;
+    }
+    ++result.epochs;
+    ReadyRequest ready;
+    ready.set_job(o.job);
+    ready.set_epoch(epoch);
+    *ready.mutable_slot() = o.slot;
+    if (absl::Status s = o.client->Ready(ready); !s.ok()) {
+      LOG(WARNING) << "Ready refused in epoch " << epoch << ": " << s;
+    }
+    const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid);
+    switch (end.kind) {
+      case EpochEnd::kLeft:
+        result.left = true;
+        return result;
+      case EpochEnd::kJobOver:
+        return absl::FailedPreconditionError(absl::StrCat("job ", o.job, " is over: ", end.why));
+      case EpochEnd::kStopped:
+        epoch = end.next_epoch;
+        continue;
+      case EpochEnd::kExited:
+        break;
+    }
+    kill(-child->pid, SIGKILL);  // whatever the program left behind in its group
+    if (WIFEXITED(end.wstatus) && WEXITSTATUS(end.wstatus) == 0) {
+      RM_RETURN_IF_ERROR(Finish(o, epoch, joined->rank()));
+      return result;
+    }
+    const auto& permanent_codes = o.spec.command().permanent_exit_codes();
+    const bool permanent =
+        WIFEXITED(end.wstatus) && std::find(permanent_codes.begin(), permanent_codes.end(),
+                                            WEXITSTATUS(end.wstatus)) != permanent_codes.end();
+    absl::Status failure = absl::AbortedError(absl::StrCat(
+        "rank ", joined->rank(), " (node ", o.slot.node(), ", slot ", o.slot.slot(), ") ",
+        o.spec.command().argv(0), ": ", DescribeExit(end.wstatus),
+        permanent ? " (in command.permanent_exit_codes: no restart)" : ""));
+    if (permanent) failure = MarkPermanent(absl::FailedPreconditionError(failure.message()));
+    LOG(WARNING) << "epoch " << epoch << ": " << failure;
+    ReportFailure(o, epoch, failure);
+    if (permanent) return failure;
+    RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
+  }
+}
+
+}  // namespace ringmaster::worker

@@ -1,0 +1,121 @@
+// A command job's rank (issue 37): the user's own program, run under the coordinator's epoch
+// protocol with torchrun's worker environment.
+//
+//   per membership epoch e:
+//     join e → rank, world, the members (node, slot by rank)
+//     rank 0 picks a free TCP port on its advertise host and publishes "host:port" in the
+//     coordinator's store under the epoch's prefix; the others read it (MASTER_ADDR/PORT:
+//     fresh for every epoch, so no stale store and no clash with the last epoch's)
+//     fork/exec command.argv (no shell) in command.workdir, in its own process group, with
+//     BuildCommandEnv's environment; stdout and stderr are this trainer's; report Ready
+//     while it runs: keep-alive progress every progress_interval; the coordinator's answer
+//     names a later epoch (failure elsewhere, resize, drain) or the job's end → SIGTERM to
+//     the program's group, stop_grace, SIGKILL, then join that epoch; this trainer's own
+//     SIGTERM (leave_requested) → the same, then leave.
+//     the program exits by itself: 0 → Finished (the job succeeds when every rank of an
+//     epoch did); a non-zero code or a signal ringmaster did not send → ReportError
+//     (permanent for command.permanent_exit_codes) and, unless permanent, the next epoch.
+//   A program that cannot be started (not found, not executable, workdir missing) is a
+//   permanent error naming the node and the path: the job fails once, no restart loop.
+//   An exit after ringmaster's own SIGTERM is never a failure.
+//
+// Not thread-safe; one call per trainer process. Blocks until the job is over for this rank.
+#ifndef RINGMASTER_WORKER_COMMAND_RUNNER_H_
+#define RINGMASTER_WORKER_COMMAND_RUNNER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/coordinator.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job_spec.pb.h"
+
+namespace ringmaster::worker {
+
+// Where one rank sits in its epoch, as torchrun counts it: a group is a node (torchrun's
+// agent), numbered in the order of the nodes' lowest ranks.
+struct CommandPlacement {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // among the epoch's ranks on this node
+  int local_world_size = 1;  // the epoch's ranks on this node
+  int group_rank = 0;        // this node's index
+  int group_world_size = 1;  // nodes in the epoch
+};
+
+// From a JoinResponse's members (which the coordinator sends for worlds of at most 64).
+// INVALID_ARGUMENT when `self` is not among them or the members are missing.
+absl::StatusOr<CommandPlacement> PlacementFromMembers(const JoinResponse& joined,
+                                                      const ringmaster::SlotRef& self);
+
+struct CommandEnvInput {
+  // The trainer's own environment ("NAME=value"), inherited by the program.
+  std::vector<std::string> base_env;
+  CommandPlacement placement;
+  std::string master_addr;
+  int master_port = 0;
+  std::string job;
+  int64_t epoch = 1;
+  // TORCHELASTIC_RESTART_COUNT (the same on every rank) and _MAX_RESTARTS.
+  int64_t restart_count = 0;
+  int64_t max_restarts = 0;
+  std::string error_file;      // TORCHELASTIC_ERROR_FILE
+  std::string checkpoint_dir;  // RINGMASTER_CHECKPOINT_DIR; empty: not set
+  ringmaster::SlotRef slot;
+  double stop_grace_s = 30;
+  // command.env (validated: no reserved names).
+  std::map<std::string, std::string> user_env;
+};
+
+// The program's environment, sorted by name: base_env, then command.env, then torchrun's
+// worker variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+// GROUP_WORLD_SIZE, ROLE_RANK, ROLE_NAME=default, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID (the job),
+// TORCHELASTIC_USE_AGENT_STORE=False (rank 0's program hosts the store at MASTER_PORT, as
+// init_process_group(init_method="env://") does), TORCHELASTIC_ERROR_FILE,
+// NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING (inherited, else 1),
+// OMP_NUM_THREADS (inherited, else 1 when the node runs more than one rank, as torchrun)) and
+// RINGMASTER_JOB, RINGMASTER_EPOCH, RINGMASTER_NODE, RINGMASTER_SLOT,
+// RINGMASTER_STOP_GRACE_S and RINGMASTER_CHECKPOINT_DIR. Later entries win.
+std::vector<std::string> BuildCommandEnv(const CommandEnvInput& input);
+
+struct CommandRunnerOptions {
+  // Not owned; carries this trainer's membership token.
+  client::TrainerCalls* client = nullptr;
+  std::string job;
+  ringmaster::SlotRef slot;
+  int64_t first_epoch = 1;
+  // Effective and validated, with `command` set.
+  JobSpec spec;
+  std::string advertise_host = "127.0.0.1";
+  // This process's environment, passed on to the program.
+  std::vector<std::string> base_env;
+  // Where TORCHELASTIC_ERROR_FILE files go (one per epoch); must exist.
+  std::string error_file_dir = ".";
+  absl::Duration progress_interval = absl::Milliseconds(500);
+  // Rank 0's publication of MASTER_ADDR:MASTER_PORT is awaited this long.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Duration join_timeout = absl::Minutes(30);
+  // Set (SIGTERM) to leave: the program gets SIGTERM, then this trainer exits.
+  const std::atomic<bool>* leave_requested = nullptr;
+};
+
+struct CommandResult {
+  int64_t epochs = 0;  // epochs in which the program ran
+  bool left = false;   // left (drain) before the job finished
+};
+
+// Errors: FAILED_PRECONDITION when the job ended without this rank (cancelled, failed
+// elsewhere) or the program cannot be started here (permanent); the program's exit with a
+// permanent code; DEADLINE_EXCEEDED when no epoch formed within join_timeout.
+absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& options);
+
+}  // namespace ringmaster::worker
+
+#endif  // RINGMASTER_WORKER_COMMAND_RUNNER_H_

@@ -1,0 +1,317 @@
+#include "worker/command_runner.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/testing/fake_coordinator.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spec/validate.h"
+
+namespace ringmaster::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+ringmaster::SlotRef Slot(const std::string& node, int slot) {
+  ringmaster::SlotRef s;
+  s.set_node(node);
+  s.set_slot(slot);
+  return s;
+}
+
+std::map<std::string, std::string> AsMap(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const std::string& e : env) m[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  return m;
+}
+
+// Rank 2 of 4: nodes a (ranks 0, 1) and b (ranks 2, 3), this rank on b's slot 5.
+JoinResponse TwoNodes() {
+  JoinResponse j;
+  j.set_epoch(3);
+  j.set_rank(2);
+  j.set_world_size(4);
+  const std::pair<const char*, int> slots[] = {{"b", 7}, {"a", 0}, {"b", 5}, {"a", 1}};
+  const int ranks[] = {3, 0, 2, 1};
+  for (int i = 0; i < 4; ++i) {
+    Member* m = j.add_members();
+    *m->mutable_slot() = Slot(slots[i].first, slots[i].second);
+    m->set_rank(ranks[i]);
+  }
+  return j;
+}
+
+TEST(PlacementFromMembersTest, CountsRanksAndGroupsByNode) {
+  auto p = PlacementFromMembers(TwoNodes(), Slot("b", 5));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rank, 2);
+  EXPECT_EQ(p->world_size, 4);
+  EXPECT_EQ(p->local_rank, 0);  // b's lowest rank
+  EXPECT_EQ(p->local_world_size, 2);
+  EXPECT_EQ(p->group_rank, 1);  // node a holds rank 0
+  EXPECT_EQ(p->group_world_size, 2);
+  auto q = PlacementFromMembers(TwoNodes(), Slot("b", 7));
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->local_rank, 1);
+  EXPECT_FALSE(PlacementFromMembers(TwoNodes(), Slot("c", 0)).ok());
+  JoinResponse no_members = TwoNodes();
+  no_members.clear_members();
+  EXPECT_THAT(PlacementFromMembers(no_members, Slot("b", 5)).status().message(),
+              HasSubstr("at most 64 ranks"));
+}
+
+CommandEnvInput Input() {
+  CommandEnvInput in;
+  in.base_env = {"PATH=/usr/bin:/bin", "HOME=/home/u", "RANK=99"};
+  in.placement = *PlacementFromMembers(TwoNodes(), Slot("b", 5));
+  in.master_addr = "10.0.0.1";
+  in.master_port = 29517;
+  in.job = "ddp";
+  in.epoch = 3;
+  in.restart_count = 2;
+  in.max_restarts = 3;
+  in.error_file = "/w/error.json";
+  in.checkpoint_dir = "/ck/ddp";
+  in.slot = Slot("b", 5);
+  in.stop_grace_s = 7.5;
+  in.user_env = {{"PYTHONUNBUFFERED", "1"}};
+  return in;
+}
+
+TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
+  const std::map<std::string, std::string> want = {
+      {"PATH", "/usr/bin:/bin"},
+      {"HOME", "/home/u"},
+      {"PYTHONUNBUFFERED", "1"},
+      {"RANK", "2"},  // ours, not the inherited 99
+      {"WORLD_SIZE", "4"},
+      {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "2"},
+      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_RANK", "2"},
+      {"ROLE_NAME", "default"},
+      {"ROLE_WORLD_SIZE", "4"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29517"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "ddp"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", "/w/error.json"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"OMP_NUM_THREADS", "1"},  // two ranks on the node, none inherited
+      {"RINGMASTER_JOB", "ddp"},
+      {"RINGMASTER_EPOCH", "3"},
+      {"RINGMASTER_NODE", "b"},
+      {"RINGMASTER_SLOT", "5"},
+      {"RINGMASTER_STOP_GRACE_S", "7.5"},
+      {"RINGMASTER_CHECKPOINT_DIR", "/ck/ddp"},
+  };
+  const std::vector<std::string> env = BuildCommandEnv(Input());
+  EXPECT_EQ(AsMap(env), want);
+  EXPECT_TRUE(std::is_sorted(env.begin(), env.end()));
+  // Every variable ringmaster sets is one command.env may not set.
+  for (const auto& [name, value] : want) {
+    const bool ours = name != "PATH" && name != "HOME" && name != "PYTHONUNBUFFERED" &&
+                      name.find("NCCL") == std::string::npos && name != "OMP_NUM_THREADS";
+    EXPECT_EQ(spec::IsReservedCommandEnvName(name), ours) << name;
+  }
+}
+
+TEST(BuildCommandEnvTest, InheritsOmpAndNcclAsTorchrunDoes) {
+  CommandEnvInput in = Input();
+  in.base_env = {"OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0"};
+  in.checkpoint_dir.clear();
+  auto env = AsMap(BuildCommandEnv(in));
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
+  EXPECT_EQ(env.count("RINGMASTER_CHECKPOINT_DIR"), 0u);
+  in.base_env.clear();
+  in.placement.local_world_size = 1;  // one rank on the node: torchrun leaves it unset
+  EXPECT_EQ(AsMap(BuildCommandEnv(in)).count("OMP_NUM_THREADS"), 0u);
+}
+
+// RunCommandJob against a scripted coordinator, running real programs (/bin/sh).
+class RunCommandJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/command_runner_test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fake_.ready.Always(ReadyResponse());
+    fake_.finished.Always(FinishedResponse());
+    fake_.report_error.Otherwise([this](const ReportErrorRequest& r) {
+      errors_.push_back(r);
+      return ReportErrorResponse();
+    });
+    fake_.progress.Always(AtEpoch(1));
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static JoinResponse Joined(int64_t epoch) {
+    JoinResponse j;
+    j.set_epoch(epoch);
+    j.set_rank(0);
+    j.set_world_size(1);
+    j.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
+    Member* m = j.add_members();
+    *m->mutable_slot() = Slot("n1", 0);
+    m->set_rank(0);
+    return j;
+  }
+  static ProgressResponse AtEpoch(int64_t epoch) {
+    ProgressResponse p;
+    p.set_epoch(epoch);
+    return p;
+  }
+
+  CommandRunnerOptions Options(std::vector<std::string> argv) {
+    CommandRunnerOptions o;
+    o.client = &fake_;
+    o.job = "cmd";
+    o.slot = Slot("n1", 0);
+    o.spec.mutable_command()->mutable_argv()->Assign(argv.begin(), argv.end());
+    o.spec.mutable_command()->set_stop_grace_s(30);
+    o.spec.mutable_command()->set_workdir(dir_);
+    o.spec.mutable_elastic()->set_restart_budget(3);
+    o.base_env = {"PATH=/usr/bin:/bin"};
+    o.error_file_dir = dir_;
+    o.progress_interval = absl::Milliseconds(50);
+    o.join_timeout = absl::Seconds(10);
+    return o;
+  }
+
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  client::testing::FakeCoordinator fake_;
+  std::string dir_;
+  std::vector<ReportErrorRequest> errors_;
+};
+
+TEST_F(RunCommandJobTest, ExitZeroFinishesWithTheEnvironmentInWorkdir) {
+  fake_.join.Then(Joined(1));
+  auto r = RunCommandJob(Options(
+      {"/bin/sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $RINGMASTER_EPOCH > env.txt"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->left);
+  EXPECT_EQ(Read("env.txt"), "0 1 127.0.0.1 1\n");
+  EXPECT_EQ(fake_.finished.calls(), 1);
+  EXPECT_TRUE(errors_.empty());
+}
+
+TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
+  auto r = RunCommandJob(Options(
+      {"/bin/sh", "-c", "echo $RINGMASTER_EPOCH >> epochs.txt; [ $RINGMASTER_EPOCH = 2 ]"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Read("epochs.txt"), "1\n2\n");
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_EQ(errors_[0].epoch(), 1);
+  EXPECT_FALSE(errors_[0].permanent());
+  EXPECT_THAT(errors_[0].detail(), HasSubstr("rank 0 (node n1, slot 0) /bin/sh: exit code 1"));
+  EXPECT_EQ(fake_.finished.calls(), 1);
+}
+
+TEST_F(RunCommandJobTest, APermanentExitCodeFailsAtOnce) {
+  fake_.join.Then(Joined(1));
+  CommandRunnerOptions o = Options({"/bin/sh", "-c", "exit 3"});
+  o.spec.mutable_command()->add_permanent_exit_codes(3);
+  auto r = RunCommandJob(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsPermanent(r.status()));
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_TRUE(errors_[0].permanent());
+  EXPECT_THAT(errors_[0].detail(), HasSubstr("exit code 3 (in command.permanent_exit_codes"));
+  EXPECT_EQ(fake_.join.calls(), 1);
+}
+
+TEST_F(RunCommandJobTest, AMissingProgramIsPermanentNamingNodeAndPath) {
+  fake_.join.Then(Joined(1));
+  auto r = RunCommandJob(Options({"./no-such-program", "--x"}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsPermanent(r.status()));
+  EXPECT_THAT(r.status().message(), HasSubstr("command.argv[0] ./no-such-program cannot be run "
+                                              "on node n1 (slot 0): No such file or directory"));
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_TRUE(errors_[0].permanent());
+}
+
+TEST_F(RunCommandJobTest, AMissingWorkdirIsPermanent) {
+  fake_.join.Then(Joined(1));
+  CommandRunnerOptions o = Options({"/bin/true"});
+  o.spec.mutable_command()->set_workdir(dir_ + "/absent");
+  auto r = RunCommandJob(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("command.workdir " + dir_ + "/absent"));
+  EXPECT_TRUE(IsPermanent(r.status()));
+}
+
+// A new epoch announced while the program runs: SIGTERM; a program that ignores it is
+// killed at stop_grace_s, and its exit is no failure.
+TEST_F(RunCommandJobTest, ANewEpochStopsTheProgramKillingItAtStopGrace) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  const std::string started = dir_ + "/started";
+  fake_.progress.Otherwise([started](const ProgressRequest&) {
+    return AtEpoch(access(started.c_str(), F_OK) == 0 ? 2 : 1);
+  });
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c",
+       "if [ $RINGMASTER_EPOCH = 1 ]; then trap '' TERM; touch started; sleep 30; fi; exit 0"});
+  o.spec.mutable_command()->set_stop_grace_s(1);
+  const absl::Time start = absl::Now();
+  auto r = RunCommandJob(o);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(errors_.empty());
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_EQ(fake_.finished.calls(), 1);
+  EXPECT_GE(took, absl::Seconds(1));  // the grace was given
+  EXPECT_LT(took, absl::Seconds(10));  // and not the program's 30 s
+}
+
+TEST_F(RunCommandJobTest, LeavingSendsSigtermToTheProgram) {
+  fake_.join.Then(Joined(1));
+  std::atomic<bool> leave{false};
+  CommandRunnerOptions o =
+      Options({"/bin/sh", "-c", "trap 'echo saved > saved.txt; exit 0' TERM; "
+                                "touch started; while true; do sleep 0.05; done"});
+  o.leave_requested = &leave;
+  std::thread trigger([&] {
+    for (int i = 0; i < 200 && access((dir_ + "/started").c_str(), F_OK) != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    leave = true;
+  });
+  auto r = RunCommandJob(o);
+  trigger.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->left);
+  EXPECT_EQ(Read("saved.txt"), "saved\n");
+  EXPECT_TRUE(errors_.empty());
+  EXPECT_EQ(fake_.finished.calls(), 0);
+}
+
+}  // namespace
+}  // namespace ringmaster::worker
