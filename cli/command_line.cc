@@ -21,6 +21,8 @@ constexpr char kFooter[] =
     "Run `ringctl COMMAND --help` for a command's flags. In short:\n"
     "  ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE]"
     " [--run_dir DIR] [--keep_run_dir] [--rank_memory_limit 200M]\n"
+    "  ringctl local --workers N [--set key=value ...] -- PROGRAM [ARGS...]   (your own"
+    " program on every rank, with torchrun's environment: a command job)\n"
     "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait]"
     " [-o json|yaml]\n"
     "  ringctl list [--all] [-o json|yaml|wide]\n"
@@ -146,6 +148,18 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   }
   CommandLine line;
   OutputFlags output;
+  // `ringctl local [flags] -- PROGRAM ARGS...`: what follows "--" is the command job's argv,
+  // never ringctl's flags.
+  if (!args.empty() && args[0] == "local") {
+    if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+      line.local.command.assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+      if (line.local.command.empty()) {
+        return UsageError("local", "nothing after --: give the program to run, e.g. -- "
+                                   "/usr/bin/python3 train.py");
+      }
+    }
+  }
 
   CLI::App app("ringctl: runs and manages ringmaster training jobs.", "ringctl");
   app.set_version_flag("--version", VersionLine("ringctl"));
@@ -153,7 +167,9 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
 
   CLI::App* local = app.add_subcommand(
       "local", "run a job on this machine under its own coordinator and agent");
-  local->add_option("JOB_SPEC", line.local.spec_file, "the job spec (YAML)")->required();
+  local->add_option("JOB_SPEC", line.local.spec_file,
+                    "the job spec (YAML); or, after --, the program each rank runs (a command "
+                    "job named after its script: ringctl local --workers 2 -- python3 train.py)");
   local->add_option("--workers", line.local.workers, "trainer processes (slots), 1..256")
       ->check(CLI::Range(1, 256));
   local->add_option("--set", line.local.overrides, "override a spec field: path=value")
@@ -570,6 +586,17 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       }
       line.slot = std::make_pair(slot.substr(0, at), index);
     }
+  }
+  if (line.command == Command::kLocal && line.local.spec_file.empty() &&
+      line.local.command.empty()) {
+    return UsageError(path, "give the job spec (ringctl local JOB.yaml) or the program to run "
+                            "after -- (ringctl local --workers 2 -- python3 train.py)");
+  }
+  if (line.command == Command::kLocal && !line.local.spec_file.empty() &&
+      !line.local.command.empty()) {
+    return UsageError(path, absl::StrCat("give the job spec ", line.local.spec_file,
+                                         " or a program after --, not both (a spec runs its "
+                                         "program from command.argv)"));
   }
   if (line.command == Command::kLocal && !rank_memory_limit.empty()) {
     auto mib = ParseMemoryLimitMib(rank_memory_limit);

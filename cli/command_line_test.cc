@@ -77,6 +77,23 @@ TEST(CommandLineTest, AllConnectionFlags) {
   EXPECT_EQ(c.connection.config, "cfg.yaml");
 }
 
+// A command job: what follows "--" is the program's argv, flags included, never ringctl's.
+TEST(CommandLineTest, LocalWithAProgram) {
+  const CommandLine c =
+      Ok("local --workers 2 --set command.stop_grace_s=5 -- /usr/bin/python3 train.py "
+         "--workers 9 --set x -- y");
+  EXPECT_EQ(c.command, Command::kLocal);
+  EXPECT_EQ(c.local.workers, 2);
+  EXPECT_TRUE(c.local.spec_file.empty());
+  EXPECT_THAT(c.local.overrides, ElementsAre("command.stop_grace_s=5"));
+  EXPECT_THAT(c.local.command, ElementsAre("/usr/bin/python3", "train.py", "--workers", "9",
+                                           "--set", "x", "--", "y"));
+  EXPECT_THAT(Parse("local --workers 2").err, HasSubstr("give the job spec"));
+  EXPECT_THAT(Parse("local --workers 2 --").err, HasSubstr("nothing after --"));
+  EXPECT_THAT(Parse("local job.yaml -- python3 t.py").err,
+              HasSubstr("give the job spec job.yaml or a program after --, not both"));
+}
+
 TEST(CommandLineTest, Local) {
   const CommandLine c = Ok(
       "local --workers 2 job.yaml --set steps=120 --set a.b=1 --summary s.json --run_dir d "

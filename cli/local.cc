@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -136,14 +137,49 @@ class LogFollower {
   std::map<std::string, int64_t> offsets_;
 };
 
+// The job spec of the run: the file, or for `-- PROGRAM ARGS...` a command job; --set,
+// defaults and validation apply to either.
+absl::StatusOr<JobSpec> LoadLocalSpec(const LocalOptions& options) {
+  if (options.command.empty()) return spec::LoadJobSpecFile(options.spec_file, options.overrides);
+  JobSpec spec;
+  spec.set_name(CommandJobName(options.command));
+  spec.mutable_command()->mutable_argv()->Assign(options.command.begin(), options.command.end());
+  return spec::LoadJobSpecText(spec::JobSpecToYaml(spec), options.overrides);
+}
+
 }  // namespace
+
+std::string CommandJobName(const std::vector<std::string>& argv) {
+  std::string script = argv.empty() ? "" : argv[0];
+  bool module = false;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "-m") {
+      module = true;
+      continue;
+    }
+    if (argv[i] == "-c") break;  // code, not a script: the program names the job
+    if (!argv[i].empty() && argv[i][0] != '-') {
+      script = argv[i];
+      break;
+    }
+    module = false;
+  }
+  std::string name = script.substr(script.find_last_of('/') + 1);
+  if (!module) name = name.substr(0, name.find_last_of('.') == 0 ? name.size()
+                                                                  : name.find_last_of('.'));
+  for (char& c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  if (name.empty() || name == "." || name == "..") return "command";
+  return name.substr(0, 64);
+}
 
 int LocalCommand(const LocalOptions& options) {
   const int workers = options.workers;
   if (workers < 1 || workers > 256) {
     return Usage(absl::StrCat("--workers: ", workers, " is not a number of workers in [1, 256]"));
   }
-  auto spec = spec::LoadJobSpecFile(options.spec_file, options.overrides);
+  auto spec = LoadLocalSpec(options);
   if (!spec.ok()) {
     fprintf(stderr, "ringctl: the job spec is not valid:\n%s\n",
             std::string(spec.status().message()).c_str());
@@ -151,10 +187,14 @@ int LocalCommand(const LocalOptions& options) {
   }
   // The coordinator places ranks within the node's memory (the agent reports it).
   FillMemoryEstimate(&*spec);
-  char cwd[4096];
+  char cwd[4096] = "";
   const absl::StatusOr<std::string> metrics_file =
       NameRun(&*spec, absl::Now(), getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "");
   if (!metrics_file.ok()) return Usage(std::string(metrics_file.status().message()));
+  // A command job's relative paths are the user's: it runs where ringctl was run.
+  if (spec->has_command() && spec->command().workdir().empty() && cwd[0] != '\0') {
+    spec->mutable_command()->set_workdir(cwd);
+  }
   // This machine's N workers are the job's slots: elastic between min_ranks and N.
   ElasticSpec* elastic = spec->mutable_elastic();
   if (elastic->max_ranks() == 0 || elastic->max_ranks() > workers) elastic->set_max_ranks(workers);
@@ -199,7 +239,9 @@ int LocalCommand(const LocalOptions& options) {
   const bool own_checkpoints = spec->checkpoint().dir().empty();
   if (own_checkpoints) {
     spec->mutable_checkpoint()->set_dir(run_dir + "/checkpoints");
-    if (spec->checkpoint().every_steps() == 0 && spec->checkpoint().every_seconds() == 0) {
+    // (A command job's program checkpoints by itself, to RINGMASTER_CHECKPOINT_DIR.)
+    if (spec->checkpoint().every_steps() == 0 && spec->checkpoint().every_seconds() == 0 &&
+        !spec->has_command()) {
       spec->mutable_checkpoint()->set_every_steps(100);
     }
     checkpoint_note = absl::StrCat("; checkpoints in ", run_dir, "/checkpoints (no checkpoint.dir given)");
@@ -288,7 +330,9 @@ int LocalCommand(const LocalOptions& options) {
   // One agent with N slots.
   const int agent_log =
       open((run_dir + "/ringworker.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const double grace = spec->checkpoint().drain_grace_seconds() + 10;
+  // A command job's program gets command.stop_grace_s between SIGTERM and SIGKILL.
+  const double grace =
+      std::max(spec->checkpoint().drain_grace_seconds(), spec->command().stop_grace_s()) + 10;
   std::vector<std::string> agent_args = {
       ringworker, "--coordinator=" + address, "--node=local",
       absl::StrCat("--slots=", workers), "--work_dir=" + run_dir + "/node",
@@ -452,6 +496,16 @@ int LocalCommand(const LocalOptions& options) {
     if (!s.ok()) fprintf(stderr, "ringctl: --summary: %s\n", s.ToString().c_str());
   }
   printf("ringctl local: %s\n", run_dir_note.c_str());
+  if (status == "succeeded" && spec->has_command()) {
+    printf("ringctl local: succeeded: %s (%s) on %s%s\n", spec->command().argv(0).c_str(),
+           job.reason().empty() ? "every rank exited 0" : job.reason().c_str(),
+           Plural(workers, "worker").c_str(),
+           job.recoveries_size() > 0
+               ? absl::StrCat(" (", Plural(job.recoveries_size(), "recovery", "recoveries"), ")")
+                     .c_str()
+               : "");
+    return 0;
+  }
   if (status == "succeeded") {
     // Numbers as a person reads them; "none" for what the trainer did not tell.
     auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {

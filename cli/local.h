@@ -1,5 +1,7 @@
 // `ringctl local JOB.yaml [--workers N] [--set key=value ...] [--summary FILE] [--run_dir DIR]
-// [--keep_run_dir] [--rank_memory_limit SIZE]`: the embedded default. Starts a coordinator (ringmaster, its database in
+// [--keep_run_dir] [--rank_memory_limit SIZE]`, or `ringctl local --workers N [--set ...] --
+// PROGRAM ARGS...` (a command job: the program on every rank, with torchrun's environment,
+// worker/command_runner.h; relative paths from where ringctl runs): the embedded default. Starts a coordinator (ringmaster, its database in
 // the run directory) and one node agent (ringworker) with N slots on this machine, prints
 // where the coordinator listens (so that `ringctl top JOB --coordinator ADDRESS` works on
 // it), submits the job to them (elastic: min 1, max N ranks, unless the spec says
@@ -40,6 +42,9 @@ namespace ringmaster::cli {
 
 struct LocalOptions {
   std::string spec_file;
+  // `ringctl local ... -- PROGRAM ARGS...` (instead of spec_file): a command job running
+  // this argv on every rank, named after its script (CommandJobName), --set applying to it.
+  std::vector<std::string> command;
   std::vector<std::string> overrides;  // --set, in order
   int workers = 1;
   std::string summary;   // --summary: write the summary JSON here
@@ -53,6 +58,12 @@ struct LocalOptions {
   // Where the temporary run directory is made when run_dir is empty ($TMPDIR, or /tmp).
   std::string temp_dir = "/tmp";
 };
+
+// The name of `ringctl local -- ARGV...`'s job: the stem of its script (the first argument
+// after the program that is not a flag: "python3 -u examples/train.py" → "train"; "python3 -m
+// pkg.train" → "pkg.train"), else of the program ("sh -c CODE" → "sh"); at most 64
+// characters, those other than [A-Za-z0-9._-] made '_'.
+std::string CommandJobName(const std::vector<std::string>& argv);
 
 // Runs the job; returns the exit status above. Blocks until the job ends.
 int LocalCommand(const LocalOptions& options);

@@ -184,5 +184,14 @@ TEST(EvaluationTextTest, NoTestAccuracyForALanguageModel) {
   EXPECT_EQ(EvaluationText(LocalSummary(), mlp), "no test accuracy (not evaluated)");
 }
 
+TEST(CommandJobNameTest, TheScriptsStem) {
+  EXPECT_EQ(CommandJobName({"/usr/bin/python3", "-u", "examples/torch_ddp/train.py", "--x"}),
+            "train");
+  EXPECT_EQ(CommandJobName({"python3", "-m", "pkg.train", "--steps", "3"}), "pkg.train");
+  EXPECT_EQ(CommandJobName({"./run me.sh"}), "run_me");
+  EXPECT_EQ(CommandJobName({"/bin/sh", "-c", "echo $RANK"}), "sh");
+  EXPECT_EQ(CommandJobName({"/"}), "command");
+}
+
 }  // namespace
 }  // namespace ringmaster::cli
