@@ -7,7 +7,9 @@
 #   4. (with PyTorch) examples/torch_ddp/train.py, a DDP program written for torchrun,
 #      trains on 2 ranks with parameters equal on every rank;
 #   5. (with PyTorch) kill -9 of one rank: the whole group restarts, resumes from the
-#      program's own checkpoint and ends with the parameters of the uninterrupted run.
+#      program's own checkpoint and ends with the parameters of the uninterrupted run;
+#   6. (with PyTorch) a drain (SIGTERM to ringctl local) stops every rank's program with
+#      SIGTERM, it saves, and the next run resumes at that step: nothing lost.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -102,6 +104,32 @@ else
   [ "$(checksums "$WORK/kill" | wc -l)" = 1 ] || fail "kill: checksums differ: $(checksums "$WORK/kill")"
   [ "$(checksums "$WORK/kill")" = "$(checksums "$WORK/ddp")" ] ||
     fail "kill: parameters $(checksums "$WORK/kill") differ from the uninterrupted run's $(checksums "$WORK/ddp")"
+
+  # 6. A drain (SIGTERM to ringctl local: its agent drains) stops every rank's program with
+  #    SIGTERM; the program saves at the step they agree on, and a new run resumes there: no
+  #    step lost.
+  "$RINGCTL" local --workers 2 --run_dir "$WORK/drain" --set checkpoint.dir="$WORK/ck" \
+    -- /usr/bin/python3 "$TRAIN" "${ARGS[@]}" >"$WORK/drain.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    grep -qs "rank 0: step [3-9]0 " "$WORK"/drain/node/train/slot-0.log && break
+    sleep 0.1
+  done
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  [ "$rc" = 130 ] || fail "drain: exit status $rc, want 130 (cancelled; see $WORK/drain.out)"
+  stopped=$(grep -ho "stopped at step [0-9]*" "$WORK"/drain/node/train/slot-*.log | sort -u)
+  [ "$(grep -c . <<<"$stopped")" = 1 ] && [ -n "$stopped" ] ||
+    fail "drain: the ranks did not stop at one step: '$stopped'"
+  step=${stopped##* }
+  "$RINGCTL" local --workers 2 --run_dir "$WORK/resume" --set checkpoint.dir="$WORK/ck" \
+    -- /usr/bin/python3 "$TRAIN" "${ARGS[@]}" >"$WORK/resume.out" 2>&1 ||
+    fail "drain: the resumed run failed (see $WORK/resume.out)"
+  grep -q "rank 0: resumed from step $step " "$WORK"/resume/node/train/slot-0.log ||
+    fail "drain: the new run did not resume from step $step"
+  [ "$(checksums "$WORK/resume")" = "$(checksums "$WORK/ddp")" ] ||
+    fail "drain: parameters $(checksums "$WORK/resume") differ from the uninterrupted run's"
 fi
 
 if [ "$failures" -gt 0 ]; then
