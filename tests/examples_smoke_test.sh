@@ -45,6 +45,21 @@ for spec in "${examples[@]}"; do
     larger_than_a_rank) flags=(--workers 4 --rank_memory_limit 700M) ;;
   esac
   start=$SECONDS
+  if grep -q '^command:' "$spec"; then
+    # A command job (its own program, no built-in steps): 2 of its program's steps, from the
+    # examples' directory; it needs PyTorch.
+    if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+      echo "$name: SKIP (/usr/bin/python3 cannot import torch)"
+      continue
+    fi
+    "$RINGCTL" local --workers 2 "$spec" --set 'command.argv[3]=2' --set command.workdir="$BIN" \
+      --summary "$WORK/$name.json" >"$name.out" 2>&1
+    rc=$?
+    echo "$name: exit $rc in $((SECONDS - start)) s"
+    [ "$rc" -eq 0 ] || fail "$name (2 steps) exited with $rc: $(tail -5 "$name.out")"
+    grep -q "done at step 2," "$name.out" || fail "$name: no 'done at step 2' from rank 0"
+    continue
+  fi
   "$RINGCTL" local "${flags[@]}" "$spec" --set steps=2 --set data.eval_samples=64 \
     --summary "$WORK/$name.json" >"$name.out" 2>&1
   rc=$?
