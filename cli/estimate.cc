@@ -179,8 +179,9 @@ std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::M
       units ? "Under ZeRO-3 each rank holds 1/dp of its shard's state, and UNIT BUFFERS its\n"
               "gathered units and unreduced gradients at most.\n"
             : "",
-      "ACTIVATIONS: one micro-batch measured through the rank's stages, times the schedule's\n"
-      "peak of micro-batches in flight (IN FLIGHT, simulated). CPU ranks.\n");
+      "ACTIVATIONS: one micro-batch through the rank's stages, computed from their buffer\n"
+      "sizes (exact; nothing run), times the schedule's peak of micro-batches in flight (IN\n"
+      "FLIGHT, simulated); zero_bubble's deferred weight gradients not counted. CPU ranks.\n");
 }
 
 absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,

@@ -32,7 +32,8 @@ struct MeshRankPlan {
   // the rank's 1/dp pieces of its shard, and its units are gathered into unit buffers
   // (PlanRankState's for the shard over dp ranks); 0 otherwise.
   int64_t unit_buffer_bytes = 0;
-  // Measured: one micro-batch's activations through each of the rank's stages (summed), and
+  // Computed: one micro-batch's activations through each of the rank's stages (summed;
+  // nn::GptModel::ActivationBytesFor, what a run of the stage measures), and
   // the schedule's peak of micro-batches in flight on this rank (pipeline::Simulate; a
   // chunk of an interleaved schedule counted as 1/v); activation_bytes is their product.
   int64_t activation_bytes_per_micro_batch = 0;
@@ -46,10 +47,11 @@ struct MeshRankPlan {
 };
 
 // Every (pp, tp) coordinate's plan for `config` (HasMesh) on `world` ranks, pp-major. The
-// activations come from a fresh slice of each stage run forward and backward on one
-// synthetic micro-batch of the job's size. INVALID_ARGUMENT naming parallelism.mesh when
-// the world is not a multiple of tp × pp, or the batch fields the pipeline's plan refuses;
-// the model's errors; RESOURCE_EXHAUSTED when a micro-batch does not fit this machine.
+// activations are computed from each stage's buffer sizes for one micro-batch of the job's
+// size (nothing is run or allocated: a model of any size plans at once). Not counted: the
+// zero_bubble schedule's deferred weight gradients (train/pipeline/schedule.h), which a run
+// also holds. INVALID_ARGUMENT naming parallelism.mesh when the world is not a multiple of
+// tp × pp, or the batch fields the pipeline's plan refuses; the model's errors.
 absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& config, int world);
 
 }  // namespace ringmaster::train

@@ -493,10 +493,10 @@ int64_t GptModel::ArenaFloats(int64_t batch) const {
   return floats;
 }
 
-int64_t GptModel::ActivationBytesFor(int64_t batch) const {
+int64_t GptModel::ActivationBytesFor(int64_t batch, ActivationRun run) const {
   const int64_t rows = batch * options_.context, c = options_.width;
   constexpr int64_t kFloat = sizeof(float), kInt = sizeof(int32_t);
-  // What memory() sums after ForwardBackward: the arena, tokens_ (inputs and targets), the
+  // What memory() sums after the pass: the arena, tokens_ (inputs and targets), the
   // attention's scratch, loss_'s per-token loss and prediction, dresidual_ and dsmall_,
   // dbig_, layer_norm_sums_ and, with a tied head, tied_grad_.
   int64_t bytes = ArenaFloats(batch) * kFloat + 2 * rows * kInt +
@@ -504,7 +504,9 @@ int64_t GptModel::ActivationBytesFor(int64_t batch) const {
   if (has_head()) bytes += rows * (kFloat + kInt);
   bytes += 2 * rows * c * kFloat;
   bytes += rows * std::max({hidden_, 3 * attn_width_, options_.vocab}) * kFloat;
-  bytes += 2 * c * kFloat;
+  // ForwardBackward holds LayerNorm's sums whether or not it has a store; a slice's pass
+  // sums them only into a store, which a pipeline stage does not have.
+  if (run == ActivationRun::kForwardBackward) bytes += 2 * c * kFloat;
   if (head_is_wte()) bytes += options_.vocab * c * kFloat;
   return bytes;
 }

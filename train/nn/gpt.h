@@ -171,11 +171,16 @@ class GptModel final : public Model {
   // tied head).
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
-  // MemoryStats.activation_bytes_peak after one ForwardBackward of `batch` samples (whole
-  // model) on a model that ran nothing larger, computed from the buffers' sizes without
-  // allocating them (train/memory_plan.h plans a model too large to run with it). Equal to
-  // the measured figure: memory_plan_test holds it to that.
-  int64_t ActivationBytesFor(int64_t batch) const;
+  // How a pass runs, for ActivationBytesFor: ForwardBackward (the whole model), or
+  // SliceForward and SliceBackward without deferred weights (a pipeline or tensor-parallel
+  // stage, pipeline::GptStage).
+  enum class ActivationRun { kForwardBackward, kSlice };
+  // MemoryStats.activation_bytes_peak after one such pass of `batch` samples on a model that
+  // ran nothing larger, computed from the buffers' sizes without allocating them
+  // (train/memory_plan.h and mesh_memory.h plan models too large to run with it). Equal to
+  // the measured figure: memory_plan_test and mesh_memory_test hold it to that.
+  int64_t ActivationBytesFor(int64_t batch,
+                             ActivationRun run = ActivationRun::kForwardBackward) const;
 
   // Pipeline stages: one micro-batch through this slice, in three calls. The slice keeps one
   // micro-batch's activations (a stage with several in flight holds one GptModel each).
