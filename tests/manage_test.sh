@@ -84,9 +84,21 @@ cmp -s "$WORK/ext-rank0.log" "$WORK/node-a/ext/slot-0.log" ||
 ctl logs ext --rank 1 >"$WORK/ext-rank1.log" 2>&1 || fail "logs --rank 1: $(cat "$WORK/ext-rank1.log")"
 cmp -s "$WORK/ext-rank1.log" "$WORK/node-a/ext/slot-1.log" ||
   fail "ringctl logs ext --rank 1 is not slot 1's log"
-ctl logs ext --slot a/1 --tail_bytes 20 >"$WORK/tail.out" 2>&1
-[ "$(cat "$WORK/tail.out")" = "$(tail -c 20 "$WORK/node-a/ext/slot-1.log")" ] ||
-  fail "--tail_bytes 20: $(cat "$WORK/tail.out")"
+# --tail_bytes N: the whole lines within the log's last N bytes (a line cut by the N is left
+# out); --tail N: the last N lines.
+ctl logs ext --slot a/1 --tail_bytes 2000 >"$WORK/tail.out" 2>&1
+python3 - "$WORK/node-a/ext/slot-1.log" >"$WORK/tail.expected" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+tail = data[-2001:]
+sys.stdout.buffer.write(tail[tail.find(b"\n") + 1:] if len(data) > 2000 else data)
+PY
+[ -s "$WORK/tail.expected" ] || fail "--tail_bytes 2000: the log's last 2000 bytes hold no whole line"
+cmp -s "$WORK/tail.out" "$WORK/tail.expected" ||
+  fail "--tail_bytes 2000: $(cat "$WORK/tail.out") (expected $(cat "$WORK/tail.expected"))"
+ctl logs ext --slot a/1 --tail 2 >"$WORK/tail2.out" 2>&1
+tail -n 2 "$WORK/node-a/ext/slot-1.log" | cmp -s "$WORK/tail2.out" - ||
+  fail "--tail 2: $(cat "$WORK/tail2.out")"
 timeout 20 "$RINGCTL" logs ext -f --coordinator "$COORD" >/dev/null 2>&1 ||
   fail "logs -f of a finished job does not return at once"
 ctl logs ext --rank 5 >"$WORK/rank5.out" 2>&1 && fail "logs --rank 5 succeeded"
