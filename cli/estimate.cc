@@ -181,7 +181,7 @@ std::string FormatMeshPlans(const EstimateHeading& h, const std::vector<train::M
             : "",
       "ACTIVATIONS: one micro-batch through the rank's stages, computed from their buffer\n"
       "sizes (exact; nothing run), times the schedule's peak of micro-batches in flight (IN\n"
-      "FLIGHT, simulated); zero_bubble's deferred weight gradients not counted. CPU ranks.\n");
+      "FLIGHT, simulated; under zero_bubble with what each keeps for its W). CPU ranks.\n");
 }
 
 absl::StatusOr<std::string> EstimateSpecMemory(const EstimateSpecFlags& flags,

@@ -56,9 +56,12 @@ absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& conf
         const state::TensorTable& table = stage->model().table();
         p.elements += table.total_elements();
         p.block_elements += BlockElements(table);
-        // Computed from the stage's buffer sizes, nothing run (exact: mesh_memory_test).
+        // Computed from the stage's buffer sizes, nothing run (exact: mesh_memory_test);
+        // under zero_bubble with the output gradients each micro-batch keeps for its W.
         p.activation_bytes_per_micro_batch += stage->model().ActivationBytesFor(
-            plan.max_micro_batch, nn::GptModel::ActivationRun::kSlice);
+            plan.max_micro_batch, so.kind == pipeline::ScheduleKind::kZeroBubble
+                                      ? nn::GptModel::ActivationRun::kSliceDeferringWeights
+                                      : nn::GptModel::ActivationRun::kSlice);
       }
       p.parameter_bytes = p.gradient_bytes = p.elements * 4;
       p.optimizer_bytes = p.elements * 4 * moments / (config.zero_stage >= 1 ? dp : 1);

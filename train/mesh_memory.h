@@ -48,10 +48,11 @@ struct MeshRankPlan {
 
 // Every (pp, tp) coordinate's plan for `config` (HasMesh) on `world` ranks, pp-major. The
 // activations are computed from each stage's buffer sizes for one micro-batch of the job's
-// size (nothing is run or allocated: a model of any size plans at once). Not counted: the
-// zero_bubble schedule's deferred weight gradients (train/pipeline/schedule.h), which a run
-// also holds. INVALID_ARGUMENT naming parallelism.mesh when the world is not a multiple of
-// tp × pp, or the batch fields the pipeline's plan refuses; the model's errors.
+// size (nothing is run or allocated: a model of any size plans at once), under zero_bubble
+// with the linear layers' output gradients each micro-batch keeps for its deferred weights
+// (train/pipeline/schedule.h). INVALID_ARGUMENT naming parallelism.mesh when the world is
+// not a multiple of tp × pp, or the batch fields the pipeline's plan refuses; the model's
+// errors.
 absl::StatusOr<std::vector<MeshRankPlan>> PlanMeshMemory(const TrainConfig& config, int world);
 
 }  // namespace ringmaster::train

@@ -508,7 +508,17 @@ int64_t GptModel::ActivationBytesFor(int64_t batch, ActivationRun run) const {
   // sums them only into a store, which a pipeline stage does not have.
   if (run == ActivationRun::kForwardBackward) bytes += 2 * c * kFloat;
   if (head_is_wte()) bytes += options_.vocab * c * kFloat;
+  if (run == ActivationRun::kSliceDeferringWeights) bytes += DeferredFloats(rows) * kFloat;
   return bytes;
+}
+
+int64_t GptModel::DeferredFloats(int64_t rows) const {
+  // Each linear layer's output gradient, and with checkpointing its input too.
+  const int64_t c = options_.width;
+  const int64_t outs = c + hidden_ + c + 3 * attn_width_, ins = hidden_ + c + attn_width_ + c;
+  int64_t per_row = static_cast<int64_t>(blocks_.size()) * (outs + (segments_ > 1 ? ins : 0));
+  if (has_head()) per_row += options_.vocab + (segments_ > 1 ? c : 0);
+  return rows * per_row;
 }
 
 float* GptModel::Stream(int64_t block) const {
@@ -918,13 +928,7 @@ absl::StatusOr<StepStats> GptModel::SliceBackward(absl::Span<float> grads,
   deferring_ = defer_weights;
   deferred_.clear();
   deferred_used_ = 0;
-  if (defer_weights) {
-    // Each linear layer's output gradient, and with checkpointing its input too.
-    const int64_t outs = c + hidden_ + c + 3 * attn_width_, ins = hidden_ + c + attn_width_ + c;
-    int64_t per_row = static_cast<int64_t>(blocks_.size()) * (outs + (segments_ > 1 ? ins : 0));
-    if (has_head()) per_row += options_.vocab + (segments_ > 1 ? c : 0);
-    deferred_buffers_.Reserve(rows * per_row);
-  }
+  if (defer_weights) deferred_buffers_.Reserve(DeferredFloats(rows));
   GradWriter writer(*this, o, grads.data(),
                     IsHalf(o.precision) ? staged_grads_.Reserve(largest_group_) : nullptr);
   StepStats stats;

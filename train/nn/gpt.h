@@ -172,9 +172,9 @@ class GptModel final : public Model {
   std::vector<ParameterGroup> parameter_groups() const override { return groups_; }
   MemoryStats memory() const override;
   // How a pass runs, for ActivationBytesFor: ForwardBackward (the whole model), or
-  // SliceForward and SliceBackward without deferred weights (a pipeline or tensor-parallel
-  // stage, pipeline::GptStage).
-  enum class ActivationRun { kForwardBackward, kSlice };
+  // SliceForward and SliceBackward (a pipeline or tensor-parallel stage, pipeline::GptStage),
+  // without or with deferred weights (the zero_bubble schedule's split backward).
+  enum class ActivationRun { kForwardBackward, kSlice, kSliceDeferringWeights };
   // MemoryStats.activation_bytes_peak after one such pass of `batch` samples on a model that
   // ran nothing larger, computed from the buffers' sizes without allocating them
   // (train/memory_plan.h and mesh_memory.h plan models too large to run with it). Equal to
@@ -299,6 +299,8 @@ class GptModel final : public Model {
   void PlaceActivations(int64_t batch);
   // The floats of PlaceActivations' arena for `batch` samples (it checks the two agree).
   int64_t ArenaFloats(int64_t batch) const;
+  // The floats SliceBackward keeps for deferred weights over `rows` tokens.
+  int64_t DeferredFloats(int64_t rows) const;
   // The residual-stream buffer at the input of block `block` (block == layers: of lnf).
   float* Stream(int64_t block) const;
   BlockActivations& Slot(int64_t block) { return slots_[block % segment_]; }
