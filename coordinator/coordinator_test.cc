@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
@@ -160,6 +161,7 @@ class CoordinatorTest : public ::testing::Test {
       ASSERT_TRUE(joins[k].value->ok()) << joins[k].value->status();
       EXPECT_EQ((*joins[k].value)->rank(), k);
       EXPECT_EQ((*joins[k].value)->world_size(), 4);
+      EXPECT_FALSE((*joins[k].value)->continues_run()) << "the first epoch starts the run";
     }
     for (const char* node : {"a", "b"}) {
       for (int slot = 0; slot < 2; ++slot) ASSERT_TRUE(Ready(node, slot, 1).ok());
@@ -503,6 +505,7 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
   ASSERT_TRUE(joins[2].value.has_value() && joins[2].value->ok());
   EXPECT_EQ((*joins[2].value)->rank(), 2);
   EXPECT_EQ((*joins[2].value)->world_size(), 3);
+  EXPECT_TRUE((*joins[2].value)->continues_run()) << "a re-formed epoch continues the run";
   clock_.Advance(absl::Milliseconds(300));
   for (auto [node, slot] : {std::pair{"a", 0}, std::pair{"a", 1}, std::pair{"b", 1}}) {
     ASSERT_TRUE(Ready(node, slot, 2).ok());
@@ -522,6 +525,35 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
   error.set_epoch(1);
   *error.mutable_slot() = Slot("a", 0);
   EXPECT_EQ(coordinator_->ReportError(error).code(), absl::StatusCode::kAborted);
+}
+
+// A job whose new ranks could not be given its state (sharded, no checkpoint.dir) says so
+// and does not grow (coordinator/testdata/nogrow.txt); any other layout grows.
+TEST_F(CoordinatorTest, AShardedJobWithoutCheckpointsSaysItCannotGrow) {
+  JobSpec sharded = spec_;
+  sharded.set_name("sharded");
+  sharded.mutable_checkpoint()->clear_dir();
+  sharded.mutable_parallelism()->set_zero_stage(2);
+  auto job = coordinator_->Submit(sharded);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(absl::StrContains(job->cannot_grow(), "parallelism.zero_stage 2"))
+      << job->cannot_grow();
+  EXPECT_TRUE(absl::StrContains(job->cannot_grow(), "checkpoint.dir")) << job->cannot_grow();
+
+  JobSpec whole = spec_;
+  whole.set_name("whole");
+  whole.mutable_checkpoint()->clear_dir();
+  whole.mutable_parallelism()->set_zero_stage(0);
+  job = coordinator_->Submit(whole);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->cannot_grow(), "") << "a whole state is given to new ranks from memory";
+
+  JobSpec checkpointed = sharded;
+  checkpointed.set_name("checkpointed");
+  checkpointed.mutable_checkpoint()->set_dir(dir_ + "/ck");
+  job = coordinator_->Submit(checkpointed);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->cannot_grow(), "");
 }
 
 TEST_F(CoordinatorTest, PermanentErrorFailsTheJobAtOnce) {
