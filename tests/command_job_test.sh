@@ -9,7 +9,9 @@
 #   5. (with PyTorch) kill -9 of one rank: the whole group restarts, resumes from the
 #      program's own checkpoint and ends with the parameters of the uninterrupted run;
 #   6. (with PyTorch) a drain (SIGTERM to ringctl local) stops every rank's program with
-#      SIGTERM, it saves, and the next run resumes at that step: nothing lost.
+#      SIGTERM, it saves, and the next run resumes at that step: nothing lost;
+#   7. (with PyTorch) under a coordinator with two agents of 2 slots: ringctl submit --wait of
+#      examples/torch_ddp.yaml trains 4 ranks on 2 nodes to equal parameters.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -81,7 +83,8 @@ else
     >"$WORK/kill.out" 2>&1 &
   pid=$!
   killed=""
-  for _ in $(seq 1 600); do
+  deadline=$((SECONDS + 240))  # generous: torch imports slowly on a loaded machine
+  while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
     if grep -qs "rank 1: step [3-9]0 " "$WORK"/kill/node/train/slot-*.log; then
       for p in $(pgrep -f "$TRAIN"); do
         if tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx RANK=1; then
@@ -94,7 +97,8 @@ else
   done
   wait "$pid"
   rc=$?
-  [ -n "$killed" ] || fail "kill: rank 1's program was not found to kill"
+  [ -n "$killed" ] || fail "kill: rank 1's program was not found to kill (pgrep: $(pgrep -af \
+    "$TRAIN" | head -3); logs: $(tail -2 "$WORK"/kill/node/train/slot-*.log))"
   [ "$rc" = 0 ] || fail "kill: exit status $rc (see $WORK/kill.out)"
   grep -q "(1 recovery)" "$WORK/kill.out" || fail "kill: not one recovery"
   [ "$(grep -l "resumed from step [1-9]" "$WORK"/kill/node/train/slot-*.log | wc -l)" = 2 ] ||
@@ -111,7 +115,8 @@ else
   "$RINGCTL" local --workers 2 --run_dir "$WORK/drain" --set checkpoint.dir="$WORK/ck" \
     -- /usr/bin/python3 "$TRAIN" "${ARGS[@]}" >"$WORK/drain.out" 2>&1 &
   pid=$!
-  for _ in $(seq 1 600); do
+  deadline=$((SECONDS + 240))
+  while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
     grep -qs "rank 0: step [3-9]0 " "$WORK"/drain/node/train/slot-0.log && break
     sleep 0.1
   done
@@ -130,6 +135,38 @@ else
     fail "drain: the new run did not resume from step $step"
   [ "$(checksums "$WORK/resume")" = "$(checksums "$WORK/ddp")" ] ||
     fail "drain: parameters $(checksums "$WORK/resume") differ from the uninterrupted run's"
+
+  # 7. Under a coordinator with two agents of 2 slots each: ringctl submit --wait, 4 ranks on
+  #    2 nodes, equal parameters.
+  BIN="$TEST_SRCDIR/ringmaster"
+  "$BIN/coordinator/ringmaster" --listen=127.0.0.1:0 --db="$WORK/cluster.db" --heartbeat_s=0.5 \
+    --lease_s=3 >"$WORK/ringmaster.out" 2>"$WORK/ringmaster.err" &
+  pids=($!)
+  trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(grep -o "(port [0-9]*)" "$WORK/ringmaster.out" 2>/dev/null | grep -o "[0-9]*")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  for node in a b; do
+    "$BIN/worker/ringworker" --coordinator="127.0.0.1:$port" --node="$node" --slots=2 \
+      --work_dir="$WORK/cluster/$node" --trainer="$BIN/worker/ringtrainer" \
+      >"$WORK/ringworker-$node.log" 2>&1 &
+    pids+=($!)
+  done
+  "$RINGCTL" submit "$BIN/examples/torch_ddp.yaml" --coordinator "127.0.0.1:$port" \
+    --set command.workdir="$BIN" --set 'command.argv[3]=40' --set elastic.min_ranks=4 \
+    --set checkpoint.dir="$WORK/cluster-ck" --wait >"$WORK/submit.out" 2>&1
+  rc=$?
+  [ "$rc" = 0 ] || fail "cluster: ringctl submit --wait exited $rc: $(tail -3 "$WORK/submit.out")"
+  logs=("$WORK"/cluster/*/torch_ddp/slot-*.log)
+  [ "$(grep -l "of 4: training" "${logs[@]}" | wc -l)" = 4 ] || fail "cluster: not 4 ranks of 4"
+  sums=$(grep -ho "done at step 40, params checksum [-0-9.]*" "${logs[@]}" | sort | uniq -c)
+  [ "$(awk '{print $1}' <<<"$sums")" = 4 ] || fail "cluster: checksums of 4 ranks differ: $sums"
+  kill "${pids[@]}" 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
+  trap - EXIT
 fi
 
 if [ "$failures" -gt 0 ]; then

@@ -143,8 +143,8 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
 
 // MASTER_ADDR:MASTER_PORT of this epoch: rank 0 publishes it, the others wait for it.
 absl::StatusOr<std::pair<std::string, int>> AgreeOnMaster(const CommandRunnerOptions& o,
-                                                          const JoinResponse& joined) {
-  client::CoordinatorStore store(o.client, o.job, o.slot, joined.epoch());
+                                                          const JoinResponse& joined,
+                                                          comm::Store& store) {
   const std::string key = absl::StrCat(joined.store_prefix(), "command/master");
   if (joined.rank() == 0) {
     RM_ASSIGN_OR_RETURN(const int port, PickFreePort(o.advertise_host));
@@ -347,6 +347,11 @@ EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t
   }
 }
 
+// Where rank `rank` says, after the coordinator took its Ready, that it did.
+std::string ReadyKey(const JoinResponse& joined, int rank) {
+  return absl::StrCat(joined.store_prefix(), "command/ready/", rank);
+}
+
 absl::Status Finish(const CommandRunnerOptions& o, int64_t epoch, int rank) {
   FinishedRequest finished;
   finished.set_job(o.job);
@@ -392,11 +397,13 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     epoch = joined->epoch();
     LOG(INFO) << "job " << o.job << " membership epoch " << epoch << ": rank " << joined->rank()
               << " of " << joined->world_size();
+    client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
     absl::StatusOr<CommandEnvInput> input = [&]() -> absl::StatusOr<CommandEnvInput> {
       CommandEnvInput in;
       RM_ASSIGN_OR_RETURN(in.placement, PlacementFromMembers(*joined, o.slot));
       RM_ASSIGN_OR_RETURN(in.checkpoint_dir, CheckpointDir(o));
-      RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port), AgreeOnMaster(o, *joined));
+      RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port),
+                          AgreeOnMaster(o, *joined, store));
       return in;
     }();
     if (!input.ok()) {
@@ -435,6 +442,8 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     *ready.mutable_slot() = o.slot;
     if (absl::Status s = o.client->Ready(ready); !s.ok()) {
       LOG(WARNING) << "Ready refused in epoch " << epoch << ": " << s;
+    } else if (absl::Status s = store.Set(ReadyKey(*joined, joined->rank()), "1"); !s.ok()) {
+      LOG(WARNING) << "cannot say Ready through the store in epoch " << epoch << ": " << s;
     }
     const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid);
     switch (end.kind) {
@@ -451,6 +460,13 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     }
     kill(-child->pid, SIGKILL);  // whatever the program left behind in its group
     if (WIFEXITED(end.wstatus) && WEXITSTATUS(end.wstatus) == 0) {
+      // The coordinator takes Finished from a running epoch only: one whose every rank said
+      // Ready. A program that ends at once may end before a slower peer's trainer said it.
+      std::vector<std::string> ready_keys;
+      for (int r = 0; r < joined->world_size(); ++r) ready_keys.push_back(ReadyKey(*joined, r));
+      if (absl::Status s = store.Wait(ready_keys, absl::Now() + o.connect_timeout); !s.ok()) {
+        LOG(WARNING) << "not every rank said Ready in epoch " << epoch << ": " << s;
+      }
       RM_RETURN_IF_ERROR(Finish(o, epoch, joined->rank()));
       return result;
     }

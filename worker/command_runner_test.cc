@@ -220,6 +220,37 @@ TEST_F(RunCommandJobTest, ExitZeroFinishesWithTheEnvironmentInWorkdir) {
   EXPECT_TRUE(errors_.empty());
 }
 
+// The coordinator takes Finished from a running epoch only (every rank Ready): a program
+// that ends at once waits for its peers' Ready before its trainer says Finished.
+TEST_F(RunCommandJobTest, FinishedWaitsForEveryRanksReady) {
+  JoinResponse joined = Joined(1);
+  joined.set_world_size(2);
+  Member* peer = joined.add_members();
+  *peer->mutable_slot() = Slot("n2", 0);
+  peer->set_rank(1);
+  fake_.join.Then(joined);
+  absl::Time finished_at = absl::InfinitePast();
+  fake_.finished.Otherwise([&finished_at](const FinishedRequest&) {
+    finished_at = absl::Now();
+    return FinishedResponse();
+  });
+  const absl::Time start = absl::Now();
+  std::thread peer_ready([this] {
+    absl::SleepFor(absl::Milliseconds(500));
+    StoreSetRequest set;
+    set.set_job("cmd");
+    set.set_epoch(1);
+    *set.mutable_slot() = Slot("n2", 0);
+    set.set_key("epoch-1/command/ready/1");
+    set.set_value("1");
+    ASSERT_TRUE(fake_.StoreSet(set).ok());
+  });
+  auto r = RunCommandJob(Options({"/bin/true"}));
+  peer_ready.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(finished_at - start, absl::Milliseconds(500));
+}
+
 TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
   fake_.join.Then(Joined(1)).Then(Joined(2));
   fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
