@@ -1,5 +1,5 @@
 // The peers are compared with ringbench over the same transport: a peer over TCP is never
-// the "best peer" of a shared-memory run (issue 36 point 9: ringbench comm called itself 19x
+// the "best peer" of a shared-memory run (ringbench comm once called itself 19x
 // faster than the best peer at 1 KiB, comparing its shared memory with the peers' TCP).
 #include "bench/peers.h"
 

@@ -62,7 +62,7 @@ bool MachineFormat(OutputFormat f) { return f == OutputFormat::kJson || f == Out
 // What the cluster's nodes say of the job before it starts, one note each (empty when all is
 // well, or the nodes cannot be listed):
 //   - a job with a mesh trains on a multiple of its tp × pp ranks: where the usable slots (or
-//     elastic.max_ranks) are not one, a few would idle beside it (issue 36 point 11);
+//     elastic.max_ranks) are not one, a few would idle beside it;
 //   - device: cuda where no node reports a GPU: its trainers would fail at start with a
 //     configuration error (point 10).
 std::vector<std::string> SubmitNotes(const JobSpec& spec, UserCalls& client) {

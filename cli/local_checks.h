@@ -1,4 +1,4 @@
-// What `ringctl local` refuses before it starts anything (issue 36, points 10, 11 and 13),
+// What `ringctl local` refuses before it starts anything,
 // so that a mistake costs a message instead of a coordinator, an agent, a restart budget or a
 // whole training run:
 //   - --workers that the job's mesh cannot use all of: every rank group is tp × pp ranks

@@ -430,7 +430,7 @@ TEST_F(CoordinatorTest, AHeartbeatAnswerStaysUnderTheReceiveLimit) {
 
 // A hang is detected after the member's silence bound (5 s here: the floor, over 10 x the
 // 0.25 s steps); its recovery record says so: detection = last progress -> decision
-// (issue 36 point 21: it said 0 s).
+// (it once said 0 s).
 TEST_F(CoordinatorTest, AHangsRecoveryRecordGivesTheRealDetectionTime) {
   StartFourRanks();
   for (auto [node, slot, rank] : {std::tuple{"a", 0, 0}, std::tuple{"a", 1, 1},

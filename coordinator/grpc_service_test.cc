@@ -226,8 +226,7 @@ TEST_F(GrpcServiceTest, BadInputNamesTheField) {
             grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
-// What ringctl's YAML loader refuses is refused when it comes over raw gRPC (issue 36 point
-// 21): the coordinator's Submit runs the same spec::ValidateJobSpec.
+// What ringctl's YAML loader refuses is refused when it comes over raw gRPC: the coordinator's Submit runs the same spec::ValidateJobSpec.
 TEST_F(GrpcServiceTest, ASubmitOverRawGrpcIsValidatedAsRingctlDoes) {
   const std::vector<std::pair<std::function<void(JobSpec*)>, std::string>> cases = {
       {[](JobSpec* s) { s->mutable_optimizer()->set_lr(std::numeric_limits<double>::infinity()); },
@@ -387,7 +386,7 @@ TEST(ServerOptions, NonLoopbackNeedsTokens) {
   EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:7070"));
   EXPECT_FALSE(IsLoopbackAddress("[::]:7070"));
   ServerOptions options;
-  // A host name starting with "127." is not loopback (issue 36 point 21): any name resolves
+  // A host name starting with "127." is not loopback: any name resolves
   // wherever its owner points it.
   for (const char* listen : {"0.0.0.0:0", "127.example.invalid:0"}) {
     options.listen = listen;

@@ -413,7 +413,7 @@ TEST(HttpServer, ServesHttpsWithCertificate) {
 }
 
 // Over TLS the handshake is bounded too: a client that starts one and stops is cut off
-// within 2x request_timeout, and others are served meanwhile (issue 36 point 18).
+// within 2x request_timeout, and others are served meanwhile.
 TEST(HttpServer, AStalledTlsHandshakeIsCutOff) {
   HttpServerOptions options;
   const Pem server_pem = Certificate("127.0.0.1");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The node agent (ringworker) as a real process, with its coordinator and trainers on
-# loopback (issue 36):
+# loopback:
 #   - SIGTERM while the coordinator cannot be reached: the agent says why it cannot
 #     register, and the first SIGTERM ends it (exit 0) within seconds;
 #   - a coordinator under mutual TLS and an agent without a client certificate: the agent

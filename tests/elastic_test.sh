@@ -322,7 +322,7 @@ mesh | mesh_tp)
     fail "epoch 2 did not run on one replica: $(grep -h "mesh" "$WORK"/node-a/pipe/slot-0.log)"
   grep -q "resumed from .*step-" "$WORK"/node-a/pipe/slot-0.log ||
     fail "epoch 2 did not resume from a checkpoint: $(grep -h "resum\|restor" "$WORK"/node-a/pipe/slot-0.log)"
-  # Where it resumed from, the steps lost and why (issue 36 point 8): in the recovery, in
+  # Where it resumed from, the steps lost and why: in the recovery, in
   # `ringctl status`, and once in rank 0's progress lines, the same words.
   [ "$(field pipe '(r:=j["recoveries"][0])["resumed_from"]=="step %d\x27s checkpoint" % int(r["resumed_from_step"]) and int(r["lost_steps"])==int(r["step_before"])-int(r["resumed_from_step"]) and "sharded over the ranks" in r["lost_because"]')" = True ] ||
     fail "the recovery does not say where it resumed from and why: $(ctl status pipe --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["recoveries"])')"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every example of examples/ runs as a short smoke run (issue 36 point 12): `ringctl local`
+# Every example of examples/ runs as a short smoke run: `ringctl local`
 # with --set steps=2 (and data.eval_samples=64, so that the evaluation stays short), with the
 # workers and flags its header gives, after the token files its header says to make. Each must
 # succeed with 2 steps, and a spec whose warm-up is longer than 2 steps says it was clamped

@@ -91,7 +91,7 @@ grep -q "^ringctl local: --workers 3 is not a multiple of parallelism.mesh.tp" o
   fail "--workers 3 with tp 2: $(cat out.txt)"
 expect 2 "$RINGCTL" local "$SPEC" --summary "$WORK/no/such/dir/summary.json"
 grep -q -- "--summary $WORK/no/such/dir/summary.json" out.txt || fail "--summary: $(cat out.txt)"
-# Nothing listens at the address: said so, not "it may serve TLS" (issue 36 point 13).
+# Nothing listens at the address: said so, not "it may serve TLS".
 FREE_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 expect 1 "$RINGCTL" list --coordinator "127.0.0.1:$FREE_PORT"
 grep -q "nothing listens there" out.txt || fail "list without a coordinator: $(cat out.txt)"

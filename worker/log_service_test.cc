@@ -161,7 +161,7 @@ TEST_F(LogServiceTest, LogsOfAnEarlierRunStayReadableUntilTheJobIsForgotten) {
 }
 
 TEST_F(LogServiceTest, WithoutANodeTokenOnlyLoopbackIsServed) {
-  // "127.example.invalid" is a host name, not an address in 127.0.0.0/8 (issue 36 point 21).
+  // "127.example.invalid" is a host name, not an address in 127.0.0.0/8.
   for (const char* listen : {"0.0.0.0:0", "127.example.invalid:0"}) {
     auto s = LogService::Start({.listen = listen, .node_token = "", .work_dir = work_});
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << listen;
