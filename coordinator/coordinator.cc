@@ -473,6 +473,8 @@ void Coordinator::Resolve(Completions* completions) {
         response.set_store_prefix(absl::StrCat("epoch-", state->epoch, "/"));
         response.set_restore_step(-1);
         response.set_continues_run(state->cause != EpochCause::kStart);
+        response.set_restarts(state->restarts);
+        response.set_epoch_cause(EpochCauseName(state->cause));
         const Job& job = jobs_[r.job()];
         if (job.checkpoints_size() > 0) {
           response.set_restore_step(job.checkpoints(job.checkpoints_size() - 1).step());

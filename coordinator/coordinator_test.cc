@@ -162,6 +162,8 @@ class CoordinatorTest : public ::testing::Test {
       EXPECT_EQ((*joins[k].value)->rank(), k);
       EXPECT_EQ((*joins[k].value)->world_size(), 4);
       EXPECT_FALSE((*joins[k].value)->continues_run()) << "the first epoch starts the run";
+      EXPECT_EQ((*joins[k].value)->restarts(), 0);
+      EXPECT_EQ((*joins[k].value)->epoch_cause(), "start");
     }
     for (const char* node : {"a", "b"}) {
       for (int slot = 0; slot < 2; ++slot) ASSERT_TRUE(Ready(node, slot, 1).ok());
@@ -506,6 +508,8 @@ TEST_F(CoordinatorTest, TrainerDeathFormsTheNextEpochAndRecordsTheRecovery) {
   EXPECT_EQ((*joins[2].value)->rank(), 2);
   EXPECT_EQ((*joins[2].value)->world_size(), 3);
   EXPECT_TRUE((*joins[2].value)->continues_run()) << "a re-formed epoch continues the run";
+  EXPECT_EQ((*joins[2].value)->restarts(), 1) << "the failure spent a restart";
+  EXPECT_EQ((*joins[2].value)->epoch_cause(), "failure");
   clock_.Advance(absl::Milliseconds(300));
   for (auto [node, slot] : {std::pair{"a", 0}, std::pair{"a", 1}, std::pair{"b", 1}}) {
     ASSERT_TRUE(Ready(node, slot, 2).ok());

@@ -65,6 +65,13 @@ absl::StatusOr<CommandPlacement> PlacementFromMembers(const JoinResponse& joined
   return p;
 }
 
+std::string RestartReason(absl::string_view epoch_cause) {
+  if (epoch_cause == "grow") return "resize";
+  if (epoch_cause == "restore") return "coordinator_restart";
+  if (epoch_cause.empty()) return "start";  // a coordinator older than the field
+  return std::string(epoch_cause);
+}
+
 std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   std::map<std::string, std::string> env;
   for (const std::string& entry : in.base_env) {
@@ -102,6 +109,7 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   env["RINGMASTER_NODE"] = in.slot.node();
   env["RINGMASTER_SLOT"] = absl::StrCat(in.slot.slot());
   env["RINGMASTER_STOP_GRACE_S"] = absl::StrCat(in.stop_grace_s);
+  env["RINGMASTER_RESTART_REASON"] = in.restart_reason;
   if (!in.checkpoint_dir.empty()) env["RINGMASTER_CHECKPOINT_DIR"] = in.checkpoint_dir;
   std::vector<std::string> out;
   out.reserve(env.size());
@@ -418,8 +426,10 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     input->base_env = o.base_env;
     input->job = o.job;
     input->epoch = epoch;
-    // Every rank of an epoch computes the same count: the epochs re-formed before this one.
-    input->restart_count = epoch - 1;
+    // The coordinator's count, the same for every rank of the epoch: failure-caused epochs
+    // (torchrun's meaning: a resize is no restart).
+    input->restart_count = joined->restarts();
+    input->restart_reason = RestartReason(joined->epoch_cause());
     input->max_restarts = o.spec.elastic().restart_budget();
     input->error_file = absl::StrCat(o.error_file_dir, "/error-", o.job, "-epoch", epoch, "-",
                                      o.slot.node(), "-", o.slot.slot(), ".json");

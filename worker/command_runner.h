@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/coordinator.h"
 #include "proto/coordinator.pb.h"
@@ -65,6 +66,7 @@ struct CommandEnvInput {
   // TORCHELASTIC_RESTART_COUNT (the same on every rank) and _MAX_RESTARTS.
   int64_t restart_count = 0;
   int64_t max_restarts = 0;
+  std::string restart_reason = "start";  // RINGMASTER_RESTART_REASON (RestartReason)
   std::string error_file;      // TORCHELASTIC_ERROR_FILE
   std::string checkpoint_dir;  // RINGMASTER_CHECKPOINT_DIR; empty: not set
   ringmaster::SlotRef slot;
@@ -72,6 +74,10 @@ struct CommandEnvInput {
   // command.env (validated: no reserved names).
   std::map<std::string, std::string> user_env;
 };
+
+// RINGMASTER_RESTART_REASON for an epoch formed for JoinResponse.epoch_cause: start,
+// failure, drain, resize (the coordinator's "grow") or coordinator_restart ("restore").
+std::string RestartReason(absl::string_view epoch_cause);
 
 // The program's environment, sorted by name: base_env, then command.env, then torchrun's
 // worker variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
@@ -82,7 +88,8 @@ struct CommandEnvInput {
 // NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING (inherited, else 1),
 // OMP_NUM_THREADS (inherited, else 1 when the node runs more than one rank, as torchrun)) and
 // RINGMASTER_JOB, RINGMASTER_EPOCH, RINGMASTER_NODE, RINGMASTER_SLOT,
-// RINGMASTER_STOP_GRACE_S and RINGMASTER_CHECKPOINT_DIR. Later entries win.
+// RINGMASTER_STOP_GRACE_S, RINGMASTER_RESTART_REASON and RINGMASTER_CHECKPOINT_DIR. Later
+// entries win.
 std::vector<std::string> BuildCommandEnv(const CommandEnvInput& input);
 
 struct CommandRunnerOptions {

@@ -88,6 +88,7 @@ CommandEnvInput Input() {
   in.checkpoint_dir = "/ck/ddp";
   in.slot = Slot("b", 5);
   in.stop_grace_s = 7.5;
+  in.restart_reason = "failure";
   in.user_env = {{"PYTHONUNBUFFERED", "1"}};
   return in;
 }
@@ -121,6 +122,7 @@ TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
       {"RINGMASTER_NODE", "b"},
       {"RINGMASTER_SLOT", "5"},
       {"RINGMASTER_STOP_GRACE_S", "7.5"},
+      {"RINGMASTER_RESTART_REASON", "failure"},
       {"RINGMASTER_CHECKPOINT_DIR", "/ck/ddp"},
   };
   const std::vector<std::string> env = BuildCommandEnv(Input());
@@ -132,6 +134,15 @@ TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
                       name.find("NCCL") == std::string::npos && name != "OMP_NUM_THREADS";
     EXPECT_EQ(spec::IsReservedCommandEnvName(name), ours) << name;
   }
+}
+
+TEST(RestartReasonTest, TheCoordinatorsCausesInTheIssuesWords) {
+  EXPECT_EQ(RestartReason("start"), "start");
+  EXPECT_EQ(RestartReason("failure"), "failure");
+  EXPECT_EQ(RestartReason("drain"), "drain");
+  EXPECT_EQ(RestartReason("grow"), "resize");
+  EXPECT_EQ(RestartReason("restore"), "coordinator_restart");
+  EXPECT_EQ(RestartReason(""), "start");
 }
 
 TEST(BuildCommandEnvTest, InheritsOmpAndNcclAsTorchrunDoes) {
@@ -252,12 +263,17 @@ TEST_F(RunCommandJobTest, FinishedWaitsForEveryRanksReady) {
 }
 
 TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
-  fake_.join.Then(Joined(1)).Then(Joined(2));
+  JoinResponse second = Joined(2);
+  second.set_restarts(1);
+  second.set_epoch_cause("failure");
+  fake_.join.Then(Joined(1)).Then(second);
   fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
   auto r = RunCommandJob(Options(
-      {"/bin/sh", "-c", "echo $RINGMASTER_EPOCH >> epochs.txt; [ $RINGMASTER_EPOCH = 2 ]"}));
+      {"/bin/sh", "-c",
+       "echo $RINGMASTER_EPOCH $TORCHELASTIC_RESTART_COUNT $RINGMASTER_RESTART_REASON >> "
+       "epochs.txt; [ $RINGMASTER_EPOCH = 2 ]"}));
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Read("epochs.txt"), "1\n2\n");
+  EXPECT_EQ(Read("epochs.txt"), "1 0 start\n2 1 failure\n");
   ASSERT_EQ(errors_.size(), 1u);
   EXPECT_EQ(errors_[0].epoch(), 1);
   EXPECT_FALSE(errors_[0].permanent());
