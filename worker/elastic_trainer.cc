@@ -251,13 +251,123 @@ void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }
 
+// Reads the spec and loads the data once (the first epoch this trainer joins), and checks
+// that a run continued in this epoch can be restored. An error is reported to the
+// coordinator (permanent, or this node's) and ends the trainer.
+absl::Status PrepareEpoch(const ElasticTrainerOptions& o, int64_t epoch, bool continues_run,
+                          bool trained_an_epoch, std::optional<train::TrainConfig>& config,
+                          std::optional<train::JobData>& data) {
+  if (!config) {
+    // A spec the engine cannot run fails the same way on every node and every restart.
+    absl::StatusOr<train::TrainConfig> c = config::TrainConfigFromSpec(o.spec);
+    if (!c.ok()) {
+      const absl::Status s = MarkPermanent(c.status());
+      ReportCollectiveError(o, epoch, s);
+      return s;
+    }
+    config = *std::move(c);
+  }
+  if (!data) {
+    absl::StatusOr<train::JobData> loaded =
+        o.load_data ? o.load_data(*config) : train::LoadJobData(*config);
+    if (!loaded.ok()) {
+      // Out of memory, say: the epoch is committed, so the job fails at once instead of
+      // restarting into it again. Any other failure to read the data (missing, unreadable,
+      // corrupt) is this node's: another node may have it, a restart here would not.
+      absl::Status s = loaded.status();
+      if (!IsPermanent(s)) s = MarkNodeLocal(s);
+      ReportCollectiveError(o, epoch, s);
+      return s;
+    }
+    data = *std::move(loaded);
+  }
+  // A later epoch of the run continues it. Without checkpoint.dir only a survivor's memory
+  // holds the state, and only a whole state (plain data parallelism) can be handed to every
+  // rank of another world from it.
+  if (continues_run && o.spec.checkpoint().dir().empty() && !spec::RanksHoldWholeState(o.spec)) {
+    const std::string why = absl::StrCat(
+        "job ", o.job, " has no checkpoint.dir and its state is sharded over its ranks, so "
+        "no rank can restore it in another world; set checkpoint.dir in the job spec");
+    if (trained_an_epoch) {
+      // This trainer left its last epoch in order (a drain): the run would be thrown away.
+      const absl::Status s = MarkPermanent(absl::FailedPreconditionError(why));
+      ReportCollectiveError(o, epoch, s);
+      return s;
+    }
+    LOG(WARNING) << why << "; epoch " << epoch << " restarts the training from step 0";
+  }
+  return absl::OkStatus();
+}
+
+// Where the epoch's trainer finds its data, communicators and progress output.
+void SetEpochPlaces(const ElasticTrainerOptions& o, const train::JobData& data,
+                    comm::Communicator* comm, client::CoordinatorStore* store,
+                    const std::string& store_prefix, int rank, train::TrainerOptions* to) {
+  to->comm = comm;
+  to->train_data = data.train;
+  to->test_data = data.test;
+  to->local_ranks = o.local_ranks;
+  to->gpu = o.slot.slot();
+  // NCCL for the gradients when every rank has its own GPU; its unique id goes through the
+  // coordinator under this epoch's prefix.
+  to->nccl_store = store;
+  to->nccl_prefix = absl::StrCat(store_prefix, "nccl");
+  to->op_timeout = o.op_timeout;
+  if (rank == 0) to->progress = o.progress;
+}
+
+// Tells the coordinator that this rank trained the job to its end in `epoch`: the last step
+// (the job's length) and its loss, whether or not the progress thread reported them yet.
+absl::Status ReportFinished(const ElasticTrainerOptions& o, int64_t epoch, int rank,
+                            const train::TrainResult& trained) {
+  FinishedRequest finished;
+  finished.set_job(o.job);
+  finished.set_epoch(epoch);
+  *finished.mutable_slot() = o.slot;
+  finished.mutable_stats()->set_rank(rank);
+  finished.mutable_stats()->set_step(trained.steps());
+  finished.mutable_stats()->set_loss(trained.final_loss());
+  finished.set_total_steps(trained.steps());
+  return o.client->Finished(finished);
+}
+
+// Sets the trainer's restore callbacks: where the state came from is kept in `restored` (for
+// the coordinator's recovery record; rank 0 says it, and the steps lost when the job had gone
+// further, in its progress lines), and Ready is reported once the state is restored
+// (`ready_refused` when the coordinator refused it).
+void SetReadyReport(const ElasticTrainerOptions& o, int64_t epoch, int rank,
+                    const JoinResponse& joined, std::optional<train::Restored>* restored,
+                    bool* ready_refused, train::TrainerOptions* to) {
+  to->on_resumed = [&o, epoch, rank, joined, restored](const train::Restored& r) {
+    *restored = r;
+    if (!joined.has_step_before()) return;
+    const std::string line = ResumeText(joined.step_before(), r.step,
+                                        train::RestoredFromText(r), r.not_from_memory);
+    LOG(INFO) << "membership epoch " << epoch << ": " << line;
+    if (rank == 0 && o.progress) o.progress(line);
+  };
+  to->on_restored = [&o, epoch, restored, ready_refused](int64_t) -> absl::Status {
+    ReadyRequest ready;
+    ready.set_job(o.job);
+    ready.set_epoch(epoch);
+    *ready.mutable_slot() = o.slot;
+    if (*restored) {
+      ready.set_restored_step((*restored)->step);
+      ready.set_restored_from(train::RestoredFromText(**restored));
+      ready.set_restore_note((*restored)->not_from_memory);
+    }
+    absl::Status s = o.client->Ready(ready);
+    *ready_refused = !s.ok();
+    return s;
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) {
   if (o.client == nullptr || o.clock == nullptr) {
     return absl::InvalidArgumentError("no coordinator client or no clock");
   }
-  const bool checkpointing = !o.spec.checkpoint().dir().empty();
   // Loaded once, in the first epoch joined: every epoch trains on the same data (a recovery
   // then pays no reload).
   std::optional<train::JobData> data;
@@ -287,44 +397,10 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     result.last_rank = rank;
     LOG(INFO) << "job " << o.job << " membership epoch " << epoch << ": rank " << rank << " of "
               << world;
-    if (!config) {
-      // A spec the engine cannot run fails the same way on every node and every restart.
-      absl::StatusOr<train::TrainConfig> c = config::TrainConfigFromSpec(o.spec);
-      if (!c.ok()) {
-        const absl::Status s = MarkPermanent(c.status());
-        ReportCollectiveError(o, epoch, s);
-        return s;
-      }
-      config = *std::move(c);
-    }
-    if (!data) {
-      absl::StatusOr<train::JobData> loaded =
-          o.load_data ? o.load_data(*config) : train::LoadJobData(*config);
-      if (!loaded.ok()) {
-        // Out of memory, say: the epoch is committed, so the job fails at once instead of
-        // restarting into it again. Any other failure to read the data (missing, unreadable,
-        // corrupt) is this node's: another node may have it, a restart here would not.
-        absl::Status s = loaded.status();
-        if (!IsPermanent(s)) s = MarkNodeLocal(s);
-        ReportCollectiveError(o, epoch, s);
-        return s;
-      }
-      data = *std::move(loaded);
-    }
-    // A later epoch of the run continues it. Without checkpoint.dir only a survivor's memory
-    // holds the state, and only a whole state (plain data parallelism) can be handed to
-    // every rank of another world from it.
-    if (joined->continues_run() && !checkpointing && !spec::RanksHoldWholeState(o.spec)) {
-      const std::string why = absl::StrCat(
-          "job ", o.job, " has no checkpoint.dir and its state is sharded over its ranks, so "
-          "no rank can restore it in another world; set checkpoint.dir in the job spec");
-      if (result.epochs > 0) {
-        // This trainer left its last epoch in order (a drain): the run would be thrown away.
-        const absl::Status s = MarkPermanent(absl::FailedPreconditionError(why));
-        ReportCollectiveError(o, epoch, s);
-        return s;
-      }
-      LOG(WARNING) << why << "; epoch " << epoch << " restarts the training from step 0";
+    if (absl::Status s = PrepareEpoch(o, epoch, joined->continues_run(), result.epochs > 0,
+                                      config, data);
+        !s.ok()) {
+      return s;
     }
 
     client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
@@ -348,48 +424,15 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     if (joined->continues_run()) {
       to.config.checkpoint.resume = {train::ResumeConfig::Kind::kAuto, 0, "auto"};
     }
-    to.comm = comm->get();
-    to.train_data = data->train;
-    to.test_data = data->test;
-    to.local_ranks = o.local_ranks;
-    to.gpu = o.slot.slot();
-    // NCCL for the gradients when every rank has its own GPU; its unique id goes through
-    // the coordinator under this epoch's prefix.
-    to.nccl_store = &store;
-    to.nccl_prefix = absl::StrCat(joined->store_prefix(), "nccl");
-    to.op_timeout = o.op_timeout;
-    if (rank == 0) to.progress = o.progress;
+    SetEpochPlaces(o, *data, comm->get(), &store, joined->store_prefix(), rank, &to);
     to.drain_requested = &drain;
     to.preemption_rate_per_hour = &preemption_rate;
     to.resident = &resident;
     // Ready once the state is restored (checkpoint read, data loaded): the coordinator's
     // restore phase ends here.
     bool ready_refused = false;
-    // Where the state came from, for the coordinator's recovery record; rank 0 says it
-    // (and the steps lost, when the job had gone further) in its progress lines.
     std::optional<train::Restored> restored;
-    to.on_resumed = [&](const train::Restored& r) {
-      restored = r;
-      if (!joined->has_step_before()) return;
-      const std::string line = ResumeText(joined->step_before(), r.step,
-                                          train::RestoredFromText(r), r.not_from_memory);
-      LOG(INFO) << "membership epoch " << epoch << ": " << line;
-      if (rank == 0 && o.progress) o.progress(line);
-    };
-    to.on_restored = [&](int64_t) -> absl::Status {
-      ReadyRequest ready;
-      ready.set_job(o.job);
-      ready.set_epoch(epoch);
-      *ready.mutable_slot() = o.slot;
-      if (restored) {
-        ready.set_restored_step(restored->step);
-        ready.set_restored_from(train::RestoredFromText(*restored));
-        ready.set_restore_note(restored->not_from_memory);
-      }
-      absl::Status s = o.client->Ready(ready);
-      ready_refused = !s.ok();
-      return s;
-    };
+    SetReadyReport(o, epoch, rank, *joined, &restored, &ready_refused, &to);
     absl::StatusOr<train::TrainResult> trained;
     int64_t announced = 0;
     bool leave = false;
@@ -432,17 +475,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     ++result.epochs;
     if (!trained->drained()) {
       if (o.before_finished) RM_RETURN_IF_ERROR(o.before_finished(result));
-      FinishedRequest finished;
-      finished.set_job(o.job);
-      finished.set_epoch(epoch);
-      *finished.mutable_slot() = o.slot;
-      // The last step (the job's length) and its loss, whether or not the progress thread
-      // reported them yet.
-      finished.mutable_stats()->set_rank(rank);
-      finished.mutable_stats()->set_step(trained->steps());
-      finished.mutable_stats()->set_loss(trained->final_loss());
-      finished.set_total_steps(trained->steps());
-      RM_RETURN_IF_ERROR(o.client->Finished(finished));
+      RM_RETURN_IF_ERROR(ReportFinished(o, epoch, rank, *trained));
       return result;
     }
     if (leave) {
