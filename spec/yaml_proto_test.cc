@@ -368,6 +368,28 @@ TEST(MessageToYamlTest, LeavesOutUnsetFieldsWithPresenceAndEnumZero) {
   EXPECT_THAT(yaml, Not(HasSubstr("numbers")));
 }
 
+// Map fields (JobSpec.command.env): a YAML mapping of scalars, keys sorted on the way out.
+TEST(YamlProtoTest, MapsReadAndWriteAsMappings) {
+  const absl::StatusOr<Everything> m =
+      Parse("labels: {b: \"2\", a: x y, c: 3}\ncounts: {one: 1}\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->labels().size(), 3u);
+  EXPECT_EQ(m->labels().at("a"), "x y");
+  EXPECT_EQ(m->labels().at("c"), "3");
+  EXPECT_EQ(m->counts().at("one"), 1);
+  const std::string yaml = MessageToYaml(*m);
+  EXPECT_THAT(yaml, HasSubstr("labels:\n  a: \"x y\"\n  b: \"2\"\n  c: \"3\""));
+  const absl::StatusOr<Everything> back = Parse(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, *m)) << yaml;
+  EXPECT_THAT(absl::StrSplit(MessageToFieldLines(*m), '\n'),
+              ::testing::IsSupersetOf({"labels.a: x y", "labels.b: 2", "counts.one: 1"}));
+
+  EXPECT_THAT(ParseError("labels: [a, b]"), HasSubstr("labels: expected a mapping, got"));
+  EXPECT_THAT(ParseError("counts: {one: x}"), HasSubstr("counts.one:"));
+  EXPECT_THAT(ParseError("labels: {a: [1]}"), HasSubstr("labels.a: expected"));
+}
+
 TEST(FormatNumberTest, ShortestTextThatReadsBackExactly) {
   EXPECT_EQ(FormatNumber(0.05), "0.05");
   EXPECT_EQ(FormatNumber(25), "25");
