@@ -281,6 +281,7 @@ void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Sta
   *request.mutable_slot() = o.slot;
   request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
   request.set_permanent(IsPermanent(error));
+  request.set_node_local(IsNodeLocal(error));
   absl::Status s = o.client->ReportError(request);
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }
@@ -408,8 +409,16 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
     absl::StatusOr<CommandEnvInput> input = [&]() -> absl::StatusOr<CommandEnvInput> {
       CommandEnvInput in;
-      RM_ASSIGN_OR_RETURN(in.placement, PlacementFromMembers(*joined, o.slot));
-      RM_ASSIGN_OR_RETURN(in.checkpoint_dir, CheckpointDir(o));
+      // The same on every node and every restart: the job fails once, saying why.
+      absl::StatusOr<CommandPlacement> placement = PlacementFromMembers(*joined, o.slot);
+      if (!placement.ok()) {
+        return MarkPermanent(absl::FailedPreconditionError(placement.status().message()));
+      }
+      in.placement = *placement;
+      // This node's: another node may create it.
+      absl::StatusOr<std::string> checkpoint_dir = CheckpointDir(o);
+      if (!checkpoint_dir.ok()) return MarkNodeLocal(checkpoint_dir.status());
+      in.checkpoint_dir = *checkpoint_dir;
       RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port),
                           AgreeOnMaster(o, *joined, store));
       return in;
@@ -417,9 +426,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     if (!input.ok()) {
       LOG(WARNING) << "epoch " << epoch << " could not start: " << input.status();
       ReportFailure(o, epoch, input.status());
-      if (absl::IsFailedPrecondition(input.status()) || absl::IsInvalidArgument(input.status())) {
-        return input.status();
-      }
+      if (IsPermanent(input.status()) || IsNodeLocal(input.status())) return input.status();
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
       continue;
     }

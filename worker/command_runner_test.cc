@@ -305,6 +305,31 @@ TEST_F(RunCommandJobTest, AMissingProgramIsPermanentNamingNodeAndPath) {
   EXPECT_TRUE(errors_[0].permanent());
 }
 
+TEST_F(RunCommandJobTest, AWorldWithoutItsMemberListFailsOnceSayingWhy) {
+  JoinResponse joined = Joined(1);
+  joined.set_world_size(65);  // the coordinator sends members for up to 64 ranks
+  joined.clear_members();
+  fake_.join.Then(joined);
+  auto r = RunCommandJob(Options({"/bin/true"}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsPermanent(r.status()));
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_TRUE(errors_[0].permanent());
+  EXPECT_THAT(errors_[0].detail(), HasSubstr("command jobs run on at most 64 ranks"));
+}
+
+TEST_F(RunCommandJobTest, ACheckpointDirThatCannotBeMadeIsThisNodes) {
+  fake_.join.Then(Joined(1));
+  CommandRunnerOptions o = Options({"/bin/true"});
+  o.spec.mutable_checkpoint()->set_dir("/proc/no-checkpoints-here");
+  auto r = RunCommandJob(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("checkpoint.dir: cannot create"));
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_TRUE(errors_[0].node_local());
+  EXPECT_FALSE(errors_[0].permanent());
+}
+
 TEST_F(RunCommandJobTest, AMissingWorkdirIsPermanent) {
   fake_.join.Then(Joined(1));
   CommandRunnerOptions o = Options({"/bin/true"});
