@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -101,6 +102,41 @@ std::string DefaultTrainer(const char* argv0) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string exe = n > 0 ? std::string(self, n) : std::string(argv0);
   return (std::filesystem::path(exe).parent_path() / "ringtrainer").string();
+}
+
+// The host memory the node offers its ranks: --memory_mib when given (>= 0), else the
+// machine's physical memory (0 when unknown: not stated).
+int64_t NodeMemoryBytes(int64_t memory_mib) {
+  if (memory_mib >= 0) return memory_mib << 20;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+// Where the agent serves its trainers' logs (--log_listen): "off" for nowhere; by default
+// loopback without tokens (the coordinator listens on loopback, so it is on this machine),
+// else the advertised host on a free port.
+std::string LogListen(const std::string& flag, const std::string& advertise_host, bool tokens) {
+  if (flag == "off") return "";
+  if (!flag.empty()) return flag;
+  if (!tokens) return "127.0.0.1:0";
+  return advertise_host.find(':') == std::string::npos ? absl::StrCat(advertise_host, ":0")
+                                                       : absl::StrCat("[", advertise_host, "]:0");
+}
+
+// gRPC says only "Socket closed" when a coordinator under mutual TLS turns away a client
+// without a certificate: the agent asks the server itself, and stops (exit 1) naming the
+// flags.
+std::function<absl::Status(const absl::Status&)> DiagnoseMissingClientCertificate(
+    const std::string& address) {
+  return [address](const absl::Status&) {
+    absl::StatusOr<bool> asks = worker::AsksForClientCertificate(address, absl::Seconds(2));
+    if (!asks.ok() || !*asks) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator at ", address, " asks for a client certificate (mutual TLS: "
+        "ringmaster --tls_client_ca) and this agent offers none, so the TLS handshake "
+        "fails: give --tls_client_cert and --tls_client_key (a certificate signed by the "
+        "CA of its --tls_client_ca)"));
+  };
 }
 
 int Main(int argc, char** argv) {
@@ -184,12 +220,7 @@ int Main(int argc, char** argv) {
   options.tls_client_key_file = tls.client_key;
   options.node = node;
   options.slots = absl::GetFlag(FLAGS_slots);
-  if (const int64_t mib = absl::GetFlag(FLAGS_memory_mib); mib >= 0) {
-    options.memory_bytes = mib << 20;
-  } else if (const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-             pages > 0 && page > 0) {
-    options.memory_bytes = static_cast<int64_t>(pages) * page;
-  }
+  options.memory_bytes = NodeMemoryBytes(absl::GetFlag(FLAGS_memory_mib));
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.trainer_binary = trainer;
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
@@ -201,29 +232,10 @@ int Main(int argc, char** argv) {
   options.trainer_memory_limit_bytes = limit_mib << 20;
   options.drain_grace = absl::Seconds(absl::GetFlag(FLAGS_drain_grace_s));
   options.node_token = co.token;
-  options.log_listen = absl::GetFlag(FLAGS_log_listen);
-  if (options.log_listen.empty() && co.token.empty()) {
-    // Without tokens the coordinator listens on loopback, so it is on this machine.
-    options.log_listen = "127.0.0.1:0";
-  } else if (options.log_listen.empty()) {
-    options.log_listen = options.advertise_host.find(':') == std::string::npos
-                             ? absl::StrCat(options.advertise_host, ":0")
-                             : absl::StrCat("[", options.advertise_host, "]:0");
-  } else if (options.log_listen == "off") {
-    options.log_listen.clear();
-  }
+  options.log_listen = LogListen(absl::GetFlag(FLAGS_log_listen), options.advertise_host,
+                                 !co.token.empty());
   if (!tls.ca.empty() && tls.client_cert.empty()) {
-    // gRPC says only "Socket closed" when a coordinator under mutual TLS turns away a client
-    // without a certificate: ask the server itself, and stop (exit 1) naming the flags.
-    options.diagnose_unreachable = [address = co.address](const absl::Status&) {
-      absl::StatusOr<bool> asks = worker::AsksForClientCertificate(address, absl::Seconds(2));
-      if (!asks.ok() || !*asks) return absl::OkStatus();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator at ", address, " asks for a client certificate (mutual TLS: "
-          "ringmaster --tls_client_ca) and this agent offers none, so the TLS handshake "
-          "fails: give --tls_client_cert and --tls_client_key (a certificate signed by the "
-          "CA of its --tls_client_ca)"));
-    };
+    options.diagnose_unreachable = DiagnoseMissingClientCertificate(co.address);
   }
   options.preemption_notice_file = absl::GetFlag(FLAGS_preemption_notice_file);
   options.drain_requested = &g_drain;
