@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/coordinator_store.h"
 #include "common/status_macros.h"
@@ -54,6 +55,7 @@ absl::StatusOr<CommandPlacement> PlacementFromMembers(const JoinResponse& joined
       p.local_rank = p.local_world_size;
     }
     ++p.local_world_size;
+    p.local_slots.push_back(m->slot().slot());
   }
   if (!found) {
     return absl::InvalidArgumentError(absl::StrCat("slot ", self.node(), "/", self.slot(),
@@ -88,6 +90,18 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   inherit_or("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (in.placement.local_world_size > 1) inherit_or("OMP_NUM_THREADS", "1");
   const CommandPlacement& p = in.placement;
+  if (!p.local_slots.empty()) {
+    std::vector<std::string> inherited;
+    if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end() && !it->second.empty()) {
+      inherited = absl::StrSplit(it->second, ',');
+    }
+    std::vector<std::string> visible;
+    for (int slot : p.local_slots) {
+      visible.push_back(slot < static_cast<int>(inherited.size()) ? inherited[slot]
+                                                                   : absl::StrCat(slot));
+    }
+    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(visible, ",");
+  }
   env["RANK"] = absl::StrCat(p.rank);
   env["WORLD_SIZE"] = absl::StrCat(p.world_size);
   env["LOCAL_RANK"] = absl::StrCat(p.local_rank);

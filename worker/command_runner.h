@@ -48,6 +48,8 @@ struct CommandPlacement {
   int local_world_size = 1;  // the epoch's ranks on this node
   int group_rank = 0;        // this node's index
   int group_world_size = 1;  // nodes in the epoch
+  // The agent's slots of this node's ranks, by local rank (slot i is GPU i on a GPU node).
+  std::vector<int> local_slots;
 };
 
 // From a JoinResponse's members (which the coordinator sends for worlds of at most 64).
@@ -86,7 +88,10 @@ std::string RestartReason(absl::string_view epoch_cause);
 // TORCHELASTIC_USE_AGENT_STORE=False (rank 0's program hosts the store at MASTER_PORT, as
 // init_process_group(init_method="env://") does), TORCHELASTIC_ERROR_FILE,
 // NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING (inherited, else 1),
-// OMP_NUM_THREADS (inherited, else 1 when the node runs more than one rank, as torchrun)) and
+// OMP_NUM_THREADS (inherited, else 1 when the node runs more than one rank, as torchrun)),
+// CUDA_VISIBLE_DEVICES (the node's ranks' slots in local-rank order, each mapped through the
+// inherited CUDA_VISIBLE_DEVICES when there is one: a torchrun program's cuda:LOCAL_RANK is
+// then its own slot's GPU, whichever slots the epoch got) and
 // RINGMASTER_JOB, RINGMASTER_EPOCH, RINGMASTER_NODE, RINGMASTER_SLOT,
 // RINGMASTER_STOP_GRACE_S, RINGMASTER_RESTART_REASON and RINGMASTER_CHECKPOINT_DIR. Later
 // entries win.

@@ -64,6 +64,7 @@ TEST(PlacementFromMembersTest, CountsRanksAndGroupsByNode) {
   EXPECT_EQ(p->local_world_size, 2);
   EXPECT_EQ(p->group_rank, 1);  // node a holds rank 0
   EXPECT_EQ(p->group_world_size, 2);
+  EXPECT_EQ(p->local_slots, (std::vector<int>{5, 7}));  // b's ranks 2 and 3
   auto q = PlacementFromMembers(TwoNodes(), Slot("b", 7));
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->local_rank, 1);
@@ -117,6 +118,7 @@ TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"OMP_NUM_THREADS", "1"},  // two ranks on the node, none inherited
+      {"CUDA_VISIBLE_DEVICES", "5,7"},  // cuda:LOCAL_RANK is the slot's GPU
       {"RINGMASTER_JOB", "ddp"},
       {"RINGMASTER_EPOCH", "3"},
       {"RINGMASTER_NODE", "b"},
@@ -131,7 +133,8 @@ TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
   // Every variable ringmaster sets is one command.env may not set.
   for (const auto& [name, value] : want) {
     const bool ours = name != "PATH" && name != "HOME" && name != "PYTHONUNBUFFERED" &&
-                      name.find("NCCL") == std::string::npos && name != "OMP_NUM_THREADS";
+                      name.find("NCCL") == std::string::npos && name != "OMP_NUM_THREADS" &&
+                      name != "CUDA_VISIBLE_DEVICES";
     EXPECT_EQ(spec::IsReservedCommandEnvName(name), ours) << name;
   }
 }
@@ -151,6 +154,9 @@ TEST(BuildCommandEnvTest, InheritsOmpAndNcclAsTorchrunDoes) {
   in.checkpoint_dir.clear();
   auto env = AsMap(BuildCommandEnv(in));
   EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  in.base_env.push_back("CUDA_VISIBLE_DEVICES=3,2,1,0,9,8,7,6");  // the agent's own mapping
+  EXPECT_EQ(AsMap(BuildCommandEnv(in))["CUDA_VISIBLE_DEVICES"], "8,6");
+  in.base_env.pop_back();
   EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
   EXPECT_EQ(env.count("RINGMASTER_CHECKPOINT_DIR"), 0u);
   in.base_env.clear();
