@@ -50,7 +50,9 @@ std::map<std::string, double> ParseExposition(const std::string& text) {
       std::vector<std::string> parts = absl::StrSplit(l.substr(7), ' ');
       EXPECT_EQ(parts.size(), 2u) << l;
       EXPECT_TRUE(types.emplace(parts[0], parts[1]).second) << "two TYPEs for " << parts[0];
-      if (parts[1] == "counter") EXPECT_TRUE(absl::EndsWith(parts[0], "_total")) << parts[0];
+      if (parts[1] == "counter") {
+        EXPECT_TRUE(absl::EndsWith(parts[0], "_total")) << parts[0];
+      }
       continue;
     }
     std::smatch m;

@@ -74,7 +74,9 @@ TEST(Schedule, ActivationsKeptPerRank) {
             EXPECT_EQ(t->peak_activations[r], one_f_one_b) << Name(o) << " rank " << r;
           } else {
             EXPECT_LE(t->peak_activations[r], std::min(p, m)) << Name(o) << " rank " << r;
-            if (r == 0) EXPECT_EQ(t->peak_activations[r], one_f_one_b) << Name(o);
+            if (r == 0) {
+              EXPECT_EQ(t->peak_activations[r], one_f_one_b) << Name(o);
+            }
           }
         }
       }
