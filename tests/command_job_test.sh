@@ -11,7 +11,9 @@
 #   6. (with PyTorch) a drain (SIGTERM to ringctl local) stops every rank's program with
 #      SIGTERM, it saves, and the next run resumes at that step: nothing lost;
 #   7. (with PyTorch) under a coordinator with two agents of 2 slots: ringctl submit --wait of
-#      examples/torch_ddp.yaml trains 4 ranks on 2 nodes to equal parameters.
+#      examples/torch_ddp.yaml trains 4 ranks on 2 nodes to equal parameters;
+#   8. (with PyTorch's torchrun) the same program under torchrun ends with the same parameters
+#      as under ringctl local.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -135,6 +137,20 @@ else
     fail "drain: the new run did not resume from step $step"
   [ "$(checksums "$WORK/resume")" = "$(checksums "$WORK/ddp")" ] ||
     fail "drain: parameters $(checksums "$WORK/resume") differ from the uninterrupted run's"
+
+  # 8. The same program runs unchanged under torchrun, to the same parameters (Debian's
+  #    torchrun 1.13 on Python 3.11 needs --redirects 2 --tee 2).
+  if [ -x /usr/bin/torchrun ]; then
+    (cd "$WORK" && timeout 300 /usr/bin/torchrun --standalone --nproc_per_node 2 --redirects 2 \
+      --tee 2 "$TRAIN" "${ARGS[@]}" --ckpt "$WORK/torchrun-ck" >"$WORK/torchrun.out" 2>&1) ||
+      fail "torchrun: exited $? (see $WORK/torchrun.out)"
+    trsums=$(grep -o "params checksum [-0-9.]*" "$WORK/torchrun.out" | sort | uniq -c)
+    [ "$(awk '{print $1}' <<<"$trsums")" = 2 ] &&
+      [ "$(awk '{print $2, $3, $4}' <<<"$trsums")" = "$(checksums "$WORK/ddp")" ] ||
+      fail "torchrun: checksums '$trsums' are not ringmaster's $(checksums "$WORK/ddp")"
+  else
+    echo "SKIP: part 8: no /usr/bin/torchrun"
+  fi
 
   # 7. Under a coordinator with two agents of 2 slots each: ringctl submit --wait, 4 ranks on
   #    2 nodes, equal parameters.
