@@ -285,7 +285,11 @@ int StopProgram(pid_t pid, absl::Duration grace) {
   LOG(WARNING) << "the program did not exit within " << absl::FormatDuration(grace)
                << " of SIGTERM: SIGKILL";
   kill(-pid, SIGKILL);
-  return WaitUntil(pid, absl::InfiniteFuture()).value_or(0);
+  // SIGKILL ends a process unless it is stuck in the kernel (a hung device or mount): then it
+  // is left behind, said so, rather than blocking this rank for ever.
+  std::optional<int> killed = WaitUntil(pid, absl::Now() + absl::Seconds(30));
+  if (!killed) LOG(ERROR) << "the program (pid " << pid << ") outlived SIGKILL by 30 s; left behind";
+  return killed.value_or(SIGKILL);
 }
 
 void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Status& error) {
