@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "client/coordinator_store.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "nlohmann/json.hpp"
 
 extern char** environ;
 
@@ -128,6 +130,28 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(absl::StrCat(name, "=", value));
+  return out;
+}
+
+std::string ErrorFileMessage(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string text(1 << 20, '\0');  // a traceback fits; more is not read
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) return "";
+  auto it = json.find("message");
+  if (it == json.end()) return "";
+  const nlohmann::json* message = &*it;
+  if (message->is_object()) {
+    auto inner = message->find("message");
+    if (inner == message->end()) return "";
+    message = &*inner;
+  }
+  if (!message->is_string()) return "";
+  std::string out = message->get<std::string>();
+  if (out.size() > 2000) out = out.substr(0, 2000) + "...";
   return out;
 }
 
@@ -509,10 +533,12 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     const bool permanent =
         WIFEXITED(end.wstatus) && std::find(permanent_codes.begin(), permanent_codes.end(),
                                             WEXITSTATUS(end.wstatus)) != permanent_codes.end();
+    const std::string error_message = ErrorFileMessage(input->error_file);
     absl::Status failure = absl::AbortedError(absl::StrCat(
         "rank ", joined->rank(), " (node ", o.slot.node(), ", slot ", o.slot.slot(), ") ",
         o.spec.command().argv(0), ": ", DescribeExit(end.wstatus),
-        permanent ? " (in command.permanent_exit_codes: no restart)" : ""));
+        permanent ? " (in command.permanent_exit_codes: no restart)" : "",
+        error_message.empty() ? "" : absl::StrCat("; its error file says: ", error_message)));
     if (permanent) failure = MarkPermanent(absl::FailedPreconditionError(failure.message()));
     LOG(WARNING) << "epoch " << epoch << ": " << failure;
     ReportFailure(o, epoch, failure);

@@ -13,8 +13,9 @@
 //     the program's group, stop_grace, SIGKILL, then join that epoch; this trainer's own
 //     SIGTERM (leave_requested) → the same, then leave.
 //     the program exits by itself: 0 → Finished (the job succeeds when every rank of an
-//     epoch did); a non-zero code or a signal ringmaster did not send → ReportError
-//     (permanent for command.permanent_exit_codes) and, unless permanent, the next epoch.
+//     epoch did); a non-zero code or a signal ringmaster did not send → ReportError, with
+//     the message of its TORCHELASTIC_ERROR_FILE when it wrote one (@record), permanent for
+//     command.permanent_exit_codes, and, unless permanent, the next epoch.
 //   A program that cannot be started (not found, not executable, workdir missing) is a
 //   permanent error naming the node and the path: the job fails once, no restart loop.
 //   An exit after ringmaster's own SIGTERM is never a failure.
@@ -96,6 +97,11 @@ std::string RestartReason(absl::string_view epoch_cause);
 // RINGMASTER_STOP_GRACE_S, RINGMASTER_RESTART_REASON and RINGMASTER_CHECKPOINT_DIR. Later
 // entries win.
 std::vector<std::string> BuildCommandEnv(const CommandEnvInput& input);
+
+// The message of a TORCHELASTIC_ERROR_FILE as torchelastic's @record writes it
+// ({"message": {"message": "RuntimeError: ...", "extraInfo": {...}}}), at most 2000
+// characters; empty when the file is missing, unreadable or not of that form.
+std::string ErrorFileMessage(const std::string& path);
 
 struct CommandRunnerOptions {
   // Not owned; carries this trainer's membership token.

@@ -287,6 +287,39 @@ TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
   EXPECT_EQ(fake_.finished.calls(), 1);
 }
 
+// torchelastic's @record writes the exception to TORCHELASTIC_ERROR_FILE: it is in the report.
+TEST_F(RunCommandJobTest, TheErrorFilesMessageIsReported) {
+  fake_.join.Then(Joined(1));
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c",
+       "printf '{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+       "{\"py_callstack\": \"Traceback...\", \"timestamp\": \"1\"}}}' "
+       "> \"$TORCHELASTIC_ERROR_FILE\"; exit 1"});
+  o.spec.mutable_command()->add_permanent_exit_codes(1);
+  auto r = RunCommandJob(o);
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_THAT(errors_[0].detail(),
+              HasSubstr("exit code 1 (in command.permanent_exit_codes: no restart); its error "
+                        "file says: RuntimeError: boom"));
+}
+
+TEST(ErrorFileMessageTest, TorchelasticsFormOnly) {
+  const std::string path = ::testing::TempDir() + "/error.json";
+  auto write = [&path](const std::string& text) { std::ofstream(path) << text; };
+  write(R"({"message": {"message": "ValueError: x", "extraInfo": {"timestamp": "5"}}})");
+  EXPECT_EQ(ErrorFileMessage(path), "ValueError: x");
+  write(R"({"message": "SignalException: got SIGTERM"})");
+  EXPECT_EQ(ErrorFileMessage(path), "SignalException: got SIGTERM");
+  write("not json");
+  EXPECT_EQ(ErrorFileMessage(path), "");
+  write(R"({"message": {"extraInfo": {}}})");
+  EXPECT_EQ(ErrorFileMessage(path), "");
+  write(absl::StrCat(R"({"message": {"message": ")", std::string(5000, 'a'), R"("}})"));
+  EXPECT_EQ(ErrorFileMessage(path).size(), 2003u);
+  EXPECT_EQ(ErrorFileMessage(path + ".missing"), "");
+}
+
 TEST_F(RunCommandJobTest, APermanentExitCodeFailsAtOnce) {
   fake_.join.Then(Joined(1));
   CommandRunnerOptions o = Options({"/bin/sh", "-c", "exit 3"});
