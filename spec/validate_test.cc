@@ -720,7 +720,7 @@ metrics: {tensorboard: /runs/tb}
               IsEmpty());
 }
 
-// Command jobs (issue 37): the user's program instead of a built-in model.
+// Command jobs: the user's program instead of a built-in model.
 TEST(ValidateJobSpecTest, CommandJobs) {
   const absl::StatusOr<JobSpec> spec = LoadJobSpecText(R"(
 name: ddp

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end, real processes on loopback: command jobs (issue 37) under `ringctl local`.
+# End to end, real processes on loopback: command jobs under `ringctl local`.
 #   1. a program that cannot be run fails once, naming the node and the path;
 #   2. an exit code in command.permanent_exit_codes fails the job at once, no restart;
 #   3. after a rank's failure, a program that ignores SIGTERM is killed at stop_grace_s and the

@@ -1,4 +1,4 @@
-// A command job's rank (issue 37): the user's own program, run under the coordinator's epoch
+// A command job's rank: the user's own program, run under the coordinator's epoch
 // protocol with torchrun's worker environment.
 //
 //   per membership epoch e:
