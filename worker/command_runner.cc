@@ -426,6 +426,38 @@ absl::StatusOr<std::string> CheckpointDir(const CommandRunnerOptions& o) {
   return dir;
 }
 
+// What the program of this rank sees in epoch `joined`: its placement, MASTER_ADDR:PORT (rank
+// 0 publishes it), the checkpoint directory (created) and the rest of BuildCommandEnv's input.
+absl::StatusOr<CommandEnvInput> EpochEnvironment(const CommandRunnerOptions& o,
+                                                 const JoinResponse& joined, comm::Store& store) {
+  CommandEnvInput in;
+  // The same on every node and every restart: the job fails once, saying why.
+  absl::StatusOr<CommandPlacement> placement = PlacementFromMembers(joined, o.slot);
+  if (!placement.ok()) {
+    return MarkPermanent(absl::FailedPreconditionError(placement.status().message()));
+  }
+  in.placement = *placement;
+  // This node's: another node may create it.
+  absl::StatusOr<std::string> checkpoint_dir = CheckpointDir(o);
+  if (!checkpoint_dir.ok()) return MarkNodeLocal(checkpoint_dir.status());
+  in.checkpoint_dir = *checkpoint_dir;
+  RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port), AgreeOnMaster(o, joined, store));
+  in.base_env = o.base_env;
+  in.job = o.job;
+  in.epoch = joined.epoch();
+  // The coordinator's count, the same for every rank of the epoch: failure-caused epochs
+  // (torchrun's meaning: a resize is no restart).
+  in.restart_count = joined.restarts();
+  in.restart_reason = RestartReason(joined.epoch_cause());
+  in.max_restarts = o.spec.elastic().restart_budget();
+  in.error_file = absl::StrCat(o.error_file_dir, "/error-", o.job, "-epoch", joined.epoch(), "-",
+                               o.slot.node(), "-", o.slot.slot(), ".json");
+  in.slot = o.slot;
+  in.stop_grace_s = o.spec.command().stop_grace_s();
+  for (const auto& [name, value] : o.spec.command().env()) in.user_env[name] = value;
+  return in;
+}
+
 }  // namespace
 
 absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
@@ -449,22 +481,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     LOG(INFO) << "job " << o.job << " membership epoch " << epoch << ": rank " << joined->rank()
               << " of " << joined->world_size();
     client::CoordinatorStore store(o.client, o.job, o.slot, epoch);
-    absl::StatusOr<CommandEnvInput> input = [&]() -> absl::StatusOr<CommandEnvInput> {
-      CommandEnvInput in;
-      // The same on every node and every restart: the job fails once, saying why.
-      absl::StatusOr<CommandPlacement> placement = PlacementFromMembers(*joined, o.slot);
-      if (!placement.ok()) {
-        return MarkPermanent(absl::FailedPreconditionError(placement.status().message()));
-      }
-      in.placement = *placement;
-      // This node's: another node may create it.
-      absl::StatusOr<std::string> checkpoint_dir = CheckpointDir(o);
-      if (!checkpoint_dir.ok()) return MarkNodeLocal(checkpoint_dir.status());
-      in.checkpoint_dir = *checkpoint_dir;
-      RM_ASSIGN_OR_RETURN(std::tie(in.master_addr, in.master_port),
-                          AgreeOnMaster(o, *joined, store));
-      return in;
-    }();
+    absl::StatusOr<CommandEnvInput> input = EpochEnvironment(o, *joined, store);
     if (!input.ok()) {
       LOG(WARNING) << "epoch " << epoch << " could not start: " << input.status();
       ReportFailure(o, epoch, input.status());
@@ -472,19 +489,6 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
       continue;
     }
-    input->base_env = o.base_env;
-    input->job = o.job;
-    input->epoch = epoch;
-    // The coordinator's count, the same for every rank of the epoch: failure-caused epochs
-    // (torchrun's meaning: a resize is no restart).
-    input->restart_count = joined->restarts();
-    input->restart_reason = RestartReason(joined->epoch_cause());
-    input->max_restarts = o.spec.elastic().restart_budget();
-    input->error_file = absl::StrCat(o.error_file_dir, "/error-", o.job, "-epoch", epoch, "-",
-                                     o.slot.node(), "-", o.slot.slot(), ".json");
-    input->slot = o.slot;
-    input->stop_grace_s = o.spec.command().stop_grace_s();
-    for (const auto& [name, value] : o.spec.command().env()) input->user_env[name] = value;
     unlink(input->error_file.c_str());
     absl::StatusOr<Child> child = StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot);
     if (!child.ok()) {
