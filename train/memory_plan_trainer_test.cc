@@ -156,6 +156,11 @@ TEST(PlanRankMemory, UnitBuffersAreWhatTheEstimateSaysAndThePoolHolds) {
     SCOPED_TRACE(absl::StrCat(c.layers, " blocks, checkpointing every ", c.checkpoint_every, ", ",
                               PrecisionName(c.precision), ", wrap ", WrapName(c.wrap)));
     ASSERT_EQ(config.device, TrainConfig::Device::kAuto);  // the examples' default
+    // Under --config=cudaemu this process sees an emulated GPU that the forked ranks below
+    // cannot use (CUDA initialised before fork): they train on the CPU, so plan for it there.
+    if (PlannedDevice(config) != TrainConfig::Device::kCpu) {
+      config.device = TrainConfig::Device::kCpu;
+    }
     absl::StatusOr<std::vector<RankMemoryPlan>> estimate = PlanEveryConfiguration(config, 2);
     ASSERT_TRUE(estimate.ok()) << estimate.status();
     const auto row = std::find_if(estimate->begin(), estimate->end(), [&](const RankMemoryPlan& p) {
