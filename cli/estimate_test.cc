@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "train/memory_plan.h"
 
 namespace ringmaster::cli {
 namespace {
@@ -83,9 +84,12 @@ TEST(EstimateSpecMemory, TheTableForPeople) {
   EXPECT_THAT(*text, HasSubstr("\nZeRO-3 block "));
   EXPECT_THAT(*text, HasSubstr("fp32, sgd with momentum; B=512 W=2"));
   // Which figures came from where: an MLP's activations are measured; the unit buffers
-  // are planned for the device the trainer would take (auto: the CPU in this build).
+  // are planned for the device the trainer would take (auto: the CPU in the default build, the
+  // emulated GPU under --config=cudaemu).
   EXPECT_THAT(*text, HasSubstr("ACTIVATIONS: measured on one micro-batch."));
-  EXPECT_THAT(*text, HasSubstr("unit buffers for CPU ranks (device auto, as the trainer"));
+  const bool gpu = train::PlannedDevice(train::TrainConfig()) == train::TrainConfig::Device::kCuda;
+  EXPECT_THAT(*text, HasSubstr(absl::StrCat("unit buffers for ", gpu ? "GPU" : "CPU",
+                                            " ranks (device auto, as the trainer")));
   const absl::StatusOr<std::string> gpt = EstimateSpecMemory(
       {.spec_file = "examples/tiny_gpt.yaml", .world = 2}, OutputFormat::kTable);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
