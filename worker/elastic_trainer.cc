@@ -299,6 +299,14 @@ absl::Status PrepareEpoch(const ElasticTrainerOptions& o, int64_t epoch, bool co
   return absl::OkStatus();
 }
 
+// The job's configuration for an epoch: one that continues the run resumes it (from a
+// survivor's memory, else the latest checkpoint), whatever spec.resume says.
+train::TrainConfig EpochConfig(const train::TrainConfig& config, bool continues_run) {
+  train::TrainConfig c = config;
+  if (continues_run) c.checkpoint.resume = {train::ResumeConfig::Kind::kAuto, 0, "auto"};
+  return c;
+}
+
 // Where the epoch's trainer finds its data, communicators and progress output.
 void SetEpochPlaces(const ElasticTrainerOptions& o, const train::JobData& data,
                     comm::Communicator* comm, client::CoordinatorStore* store,
@@ -420,10 +428,7 @@ absl::StatusOr<ElasticResult> RunElasticTrainer(const ElasticTrainerOptions& o) 
     }
     std::atomic<bool> drain{false};
     train::TrainerOptions to;
-    to.config = *config;
-    if (joined->continues_run()) {
-      to.config.checkpoint.resume = {train::ResumeConfig::Kind::kAuto, 0, "auto"};
-    }
+    to.config = EpochConfig(*config, joined->continues_run());
     SetEpochPlaces(o, *data, comm->get(), &store, joined->store_prefix(), rank, &to);
     to.drain_requested = &drain;
     to.preemption_rate_per_hour = &preemption_rate;
