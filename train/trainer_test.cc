@@ -1689,8 +1689,10 @@ TEST(TrainerEvaluation, ThroughputCountsTheTrainingStepsAndTheEvaluationIsTimedA
       o.progress = [&](const std::string& l) {
         line = line || absl::StartsWith(l, "evaluation after step ");
       };
-      RM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o));
+      // From before Create: whatever the trainer counts as training lies between here and
+      // the end of the last Step(), and the final evaluation after it.
       const absl::Time start = absl::Now();
+      RM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o));
       while (!trainer->finished()) RM_RETURN_IF_ERROR(trainer->Step());
       const absl::Time steps_end = absl::Now();
       RM_ASSIGN_OR_RETURN(TrainResult result, trainer->Run());
@@ -1710,23 +1712,24 @@ TEST(TrainerEvaluation, ThroughputCountsTheTrainingStepsAndTheEvaluationIsTimedA
     out.evaluation_line = line != 0;
     return out;
   };
-  // 40 steps of a wider MLP (some 0.1 s); one evaluation, of 200,000 samples, after the last
-  // (some 8 times as long).
+  // 40 steps of a wider MLP; one evaluation, of 200,000 samples, after the last (some 0.5 s
+  // here, longer under load). No ratio of times is assumed (the machine is shared): the
+  // training time must lie within the steps' span, which the evaluation follows.
   const Outcome final_eval =
       run({"steps=40", "model.mlp.hidden=[512, 512]", "parallelism.bucket_mb=25"}, 200000);
   const TrainResult& r = final_eval.result;
   ASSERT_EQ(r.steps(), 40);
-  ASSERT_GT(final_eval.finish_seconds, 4 * final_eval.steps_seconds)
-      << "the evaluation should take far longer than the steps for this test to mean anything";
+  ASSERT_GT(r.final_eval_seconds(), 0.05)
+      << "the evaluation must take a measurable time for this test to mean anything";
   // 250 samples in batches of 60: an epoch is 4 full batches and one of 10; 40 steps are 8
   // epochs.
   const double samples = 8 * 250;
-  EXPECT_GE(r.samples_per_second(), 0.5 * samples / final_eval.steps_seconds)
+  EXPECT_LE(r.training_seconds(), final_eval.steps_seconds + 0.01)
       << "the throughput counted the evaluation: " << TrainResultJson(r)
       << "steps took " << final_eval.steps_seconds << " s, the end " << final_eval.finish_seconds
       << " s";
+  EXPECT_GE(r.samples_per_second(), 0.99 * samples / (final_eval.steps_seconds + 0.01));
   EXPECT_NEAR(r.samples_per_second() * r.training_seconds(), samples, 1e-6 * samples);
-  EXPECT_LE(r.training_seconds(), 1.1 * final_eval.steps_seconds + 0.25);
   EXPECT_EQ(r.evaluations(), 1);
   EXPECT_EQ(r.eval_step(), 40);
   EXPECT_TRUE(r.has_eval_accuracy());
