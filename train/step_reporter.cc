@@ -114,6 +114,8 @@ void StepReporter::StartAt(int64_t first_step) {
   counted_step_ = first_step;
   rate_.Clear();
   rate_.Add(start_, first_step);
+  sample_rate_.Clear();
+  sample_rate_.Add(start_, total_samples_);
   // Once, so that each figure of the lines below is read as meant.
   if (options_.rank == 0) {
     Say(absl::StrCat("progress lines: samples/s (or tokens/s) and eta ", RateWindowText(),
@@ -133,6 +135,7 @@ void StepReporter::Count(int64_t samples, const GradientSyncStats& stats) {
   batch_ = samples;
   window_samples_ += samples;
   total_samples_ += samples;
+  sample_rate_.Add(now, total_samples_);
   window_comm_ += stats.comm_time;
   window_exposed_ += stats.exposed_wait;
 }
@@ -140,7 +143,7 @@ void StepReporter::Count(int64_t samples, const GradientSyncStats& stats) {
 StepReporter::Rates StepReporter::rates() const {
   Rates r;
   r.steps_per_s = rate_.steps_per_s();
-  r.samples_per_s = r.steps_per_s * static_cast<double>(batch_);
+  r.samples_per_s = sample_rate_.steps_per_s();  // "steps" of this rate are samples
   r.tokens_per_s = r.samples_per_s * static_cast<double>(options_.context);
   return r;
 }

@@ -82,14 +82,16 @@ class StepReporter {
     window_start_ += d;
     excluded_ += d;
     rate_.Exclude(d);
+    sample_rate_.Exclude(d);
   }
 
   // The run's samples and wall time so far.
   int64_t total_samples() const { return total_samples_; }
   // The rate now (common/progress_rate.h: over the last 30 s of steps), all ranks together:
-  // steps per second, samples per second (steps per second times the global batch) and
-  // tokens per second (times the context; 0 but for language models). Zeros before the
-  // first step.
+  // steps per second, samples per second (the samples the window's steps took, over its
+  // time: the global batch times the steps' rate but where a data epoch's last step took a
+  // smaller batch) and tokens per second (times the context; 0 but for language models).
+  // Zeros before the first step.
   struct Rates {
     double steps_per_s = 0;
     double samples_per_s = 0;
@@ -125,6 +127,9 @@ class StepReporter {
   absl::Time window_start_;
   int64_t window_samples_ = 0, total_samples_ = 0;
   ProgressRate rate_;
+  // The samples done, over the same window: a data epoch's last step may take a smaller
+  // batch, so samples per second are counted, not the steps' rate times the last batch.
+  ProgressRate sample_rate_;
   int64_t counted_step_ = 0;  // steps done as of the last Count
   int64_t batch_ = 0;         // the last step's samples
   absl::Duration window_comm_, window_exposed_;

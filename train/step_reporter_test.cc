@@ -223,5 +223,28 @@ TEST(StepReporter, TrainingTimeIsTheStepsLessEvaluations) {
   EXPECT_EQ(r.total_samples(), 128);
 }
 
+// A data epoch's last step may take a smaller batch: samples per second count the samples the
+// window's steps took (the summary's figure), not the steps' rate times the last batch (a
+// 96-sample last step of 512-sample ones printed a fifth of the true figure).
+TEST(StepReporter, SamplesPerSecondCountTheSamplesNotTheLastBatch) {
+  TrainConfig config;
+  StepReporterOptions options;
+  options.config = &config;
+  options.total_steps = 10;
+  auto reporter = StepReporter::Create(options);
+  ASSERT_TRUE(reporter.ok()) << reporter.status();
+  StepReporter& r = **reporter;
+  GradientSyncStats stats;
+  r.StartAt(0);
+  r.Count(64, stats);
+  r.Count(64, stats);
+  absl::SleepFor(absl::Milliseconds(1));  // a positive span whatever the clock's grain
+  r.Count(16, stats);
+  const StepReporter::Rates rates = r.rates();
+  ASSERT_GT(rates.steps_per_s, 0);
+  // Both rates span the same points: their ratio is the samples per step, 144 / 3.
+  EXPECT_NEAR(rates.samples_per_s / rates.steps_per_s, 48, 1e-9 * 48);
+}
+
 }  // namespace
 }  // namespace ringmaster::train
