@@ -25,6 +25,7 @@
 #include "client/coordinator_store.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/epoch_calls.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -317,36 +318,11 @@ int StopProgram(pid_t pid, absl::Duration grace) {
 }
 
 void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Status& error) {
-  ReportErrorRequest request;
-  request.set_job(o.job);
-  request.set_epoch(epoch);
-  *request.mutable_slot() = o.slot;
-  request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
-  request.set_permanent(IsPermanent(error));
-  request.set_node_local(IsNodeLocal(error));
-  absl::Status s = o.client->ReportError(request);
-  if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
+  ReportEpochError({o.client, o.job, o.slot}, epoch, error);
 }
 
-// The epoch after `epoch`, asked of the coordinator until it has formed one.
 absl::StatusOr<int64_t> NextEpoch(const CommandRunnerOptions& o, int64_t epoch) {
-  const absl::Time give_up = absl::Now() + o.join_timeout;
-  while (true) {
-    ProgressRequest request;
-    request.set_job(o.job);
-    request.set_epoch(epoch);
-    *request.mutable_slot() = o.slot;
-    request.mutable_stats()->set_step(-1);
-    auto response = o.client->Progress(request);
-    if (!response.ok() && !absl::IsNotFound(response.status())) return response.status();
-    if (response.ok() && response->epoch() > epoch) return response->epoch();
-    if (absl::Now() >= give_up) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no epoch after ", epoch, " formed within ",
-                       absl::FormatDuration(o.join_timeout)));
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  return worker::NextEpoch({o.client, o.job, o.slot}, epoch, o.join_timeout, Clock::Real());
 }
 
 // How one epoch of the program ended.

@@ -16,6 +16,7 @@
 #include "glog/logging.h"
 #include "train/model_factory.h"
 #include "worker/comm_report.h"
+#include "worker/epoch_calls.h"
 #include "client/coordinator_store.h"
 
 namespace ringmaster::worker {
@@ -214,41 +215,13 @@ class ProgressReporter {
   std::thread thread_;
 };
 
-// The epoch after `epoch`, asked of the coordinator until it has formed one.
 absl::StatusOr<int64_t> NextEpoch(const ElasticTrainerOptions& o, int64_t epoch) {
-  const absl::Time give_up = o.clock->Now() + o.join_timeout;
-  while (true) {
-    ProgressRequest request;
-    request.set_job(o.job);
-    request.set_epoch(epoch);
-    *request.mutable_slot() = o.slot;
-    request.mutable_stats()->set_step(-1);
-    auto response = o.client->Progress(request);
-    if (!response.ok() && !absl::IsNotFound(response.status())) return response.status();
-    if (response.ok() && response->epoch() > epoch) return response->epoch();
-    const absl::Time now = o.clock->Now();
-    if (now >= give_up) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no epoch after ", epoch, " formed within ",
-                       absl::FormatDuration(o.join_timeout)));
-    }
-    o.clock->SleepUntil(now + absl::Milliseconds(100));
-  }
+  return worker::NextEpoch({o.client, o.job, o.slot}, epoch, o.join_timeout, o.clock);
 }
 
-// Tells the coordinator that this epoch failed under this trainer: it re-forms the job, or
-// fails it at once when the error is permanent (no restart can fix it).
 void ReportCollectiveError(const ElasticTrainerOptions& o, int64_t epoch,
                            const absl::Status& error) {
-  ReportErrorRequest request;
-  request.set_job(o.job);
-  request.set_epoch(epoch);
-  *request.mutable_slot() = o.slot;
-  request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
-  request.set_permanent(IsPermanent(error));
-  request.set_node_local(IsNodeLocal(error));
-  absl::Status s = o.client->ReportError(request);
-  if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
+  ReportEpochError({o.client, o.job, o.slot}, epoch, error);
 }
 
 // Reads the spec and loads the data once (the first epoch this trainer joins), and checks
