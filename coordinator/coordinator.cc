@@ -94,7 +94,7 @@ JobPhase PhaseFromProto(ringmaster::JobPhase phase) {
 
 EpochCause CauseFromName(const std::string& name) {
   for (EpochCause c : {EpochCause::kStart, EpochCause::kFailure, EpochCause::kDrain,
-                       EpochCause::kGrow, EpochCause::kRestore}) {
+                       EpochCause::kGrow, EpochCause::kRestore, EpochCause::kResubmit}) {
     if (name == EpochCauseName(c)) return c;
   }
   return EpochCause::kStart;
@@ -168,6 +168,7 @@ void ToProto(const JobState& state, Job* job) {
   job->set_phase_since_ms(Ms(state.phase_since));
   job->set_below_min_since_ms(Ms(state.below_min_since));
   job->set_ever_started(state.ever_started);
+  job->set_resubmitted(state.resubmitted);
   job->clear_excluded_nodes();
   for (const std::string& node : state.excluded_nodes) job->add_excluded_nodes(node);
   job->clear_members();
@@ -223,6 +224,7 @@ JobState FromProto(const Job& job) {
   state.phase_since = FromMs(job.phase_since_ms());
   state.below_min_since = FromMs(job.below_min_since_ms());
   state.ever_started = job.ever_started();
+  state.resubmitted = job.resubmitted();
   state.excluded_nodes.insert(job.excluded_nodes().begin(), job.excluded_nodes().end());
   for (const ringmaster::Member& m : job.members()) {
     Member member;
@@ -472,7 +474,9 @@ void Coordinator::Resolve(Completions* completions) {
         }
         response.set_store_prefix(absl::StrCat("epoch-", state->epoch, "/"));
         response.set_restore_step(-1);
-        response.set_continues_run(state->cause != EpochCause::kStart);
+        // A resubmitted job's first epoch starts as spec.resume says, like any first epoch.
+        response.set_continues_run(state->cause != EpochCause::kStart &&
+                                   state->cause != EpochCause::kResubmit);
         response.set_restarts(state->restarts);
         response.set_epoch_cause(EpochCauseName(state->cause));
         const Job& job = jobs_[r.job()];

@@ -1087,6 +1087,16 @@ TEST_F(CoordinatorTest, SubmittingTheNameOfAnEndedJobReplacesIt) {
   }
   ASSERT_TRUE(joins[3].value.has_value() && joins[3].value->ok());
   EXPECT_EQ(coordinator_->Get("mlp")->phase(), JOB_PHASE_COMMITTED);
+  // Its first epoch is a resubmit (a command job's RINGMASTER_RESTART_REASON), for every
+  // rank; like a start, it continues no run of its own and has spent no restart.
+  for (const Result<JoinResponse>& join : joins) {
+    ASSERT_TRUE(join.value.has_value() && join.value->ok());
+    EXPECT_EQ((*join.value)->epoch_cause(), "resubmit");
+    EXPECT_FALSE((*join.value)->continues_run());
+    EXPECT_EQ((*join.value)->restarts(), 0);
+  }
+  EXPECT_TRUE(coordinator_->Get("mlp")->resubmitted());
+  EXPECT_EQ(coordinator_->Get("mlp")->epoch_cause(), "resubmit");
   // One job of that name, in memory and after a restart.
   ListJobsRequest all;
   all.set_include_finished(true);
@@ -1094,6 +1104,8 @@ TEST_F(CoordinatorTest, SubmittingTheNameOfAnEndedJobReplacesIt) {
   Reopen();
   EXPECT_EQ(coordinator_->List(all)->jobs_size(), 1);
   EXPECT_EQ(coordinator_->Get("mlp")->spec().steps(), spec_.steps());
+  EXPECT_TRUE(coordinator_->Get("mlp")->resubmitted());
+  EXPECT_EQ(coordinator_->Get("mlp")->epoch_cause(), "resubmit");
 }
 
 TEST_F(CoordinatorTest, ListNodesShowsSlotsRanksExitingTrainersAndHeartbeatAge) {

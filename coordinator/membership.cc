@@ -114,6 +114,8 @@ const char* EpochCauseName(EpochCause cause) {
       return "grow";
     case EpochCause::kRestore:
       return "restore";
+    case EpochCause::kResubmit:
+      return "resubmit";
   }
   return "unknown";
 }
@@ -441,8 +443,8 @@ void Membership::Schedule(absl::Time now, std::vector<Action>* actions) {
     const int64_t available =
         static_cast<int64_t>(job.members.size() + FreeSlotsFor(job, now).size());
     if (WorldFor(job, available) > 0) {
-      Reform(job, job.ever_started ? EpochCause::kFailure : EpochCause::kStart, {}, "", now,
-             actions);
+      const EpochCause first = job.resubmitted ? EpochCause::kResubmit : EpochCause::kStart;
+      Reform(job, job.ever_started ? EpochCause::kFailure : first, {}, "", now, actions);
     }
   }
   for (const std::string& id : order_) {
@@ -746,7 +748,9 @@ absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
                      " ranks (parallelism.mesh tp x pp), but max_ranks is ", request.max_ranks,
                      ": no world fits; raise elastic.max_ranks or shrink the mesh"));
   }
-  if (const JobState* old = FindJob(request.id); old != nullptr) {
+  const JobState* old = FindJob(request.id);
+  const bool replaces = old != nullptr;
+  if (replaces) {
     if (!IsTerminal(old->phase)) {
       return absl::AlreadyExistsError(absl::StrCat("job ", request.id, " already exists (",
                                                    JobPhaseName(old->phase), ")"));
@@ -757,6 +761,7 @@ absl::Status Membership::SubmitJob(const JobRequest& request, absl::Time now,
   }
   JobState job;
   job.request = request;
+  job.resubmitted = replaces;
   job.submitted = job.phase_since = job.below_min_since = now;
   job.reason = absl::StrCat(
       "waiting for ", request.min_ranks, " free slots",

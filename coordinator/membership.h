@@ -130,8 +130,10 @@ enum class JobPhase {
 const char* JobPhaseName(JobPhase phase);
 bool IsTerminal(JobPhase phase);
 
-// Why an epoch was formed.
-enum class EpochCause { kStart, kFailure, kDrain, kGrow, kRestore };
+// Why an epoch was formed. kResubmit: the first epoch of a job whose name was submitted again
+// after an earlier job of that name ended (JobState::resubmitted); like kStart, it continues
+// no run of its own (the program finds the earlier job's checkpoints, if it kept any).
+enum class EpochCause { kStart, kFailure, kDrain, kGrow, kRestore, kResubmit };
 const char* EpochCauseName(EpochCause cause);
 
 struct Member {
@@ -160,6 +162,9 @@ struct JobState {
   absl::Time phase_since;       // when the phase was entered
   absl::Time below_min_since;   // when it last fell below min (kPending after a start)
   bool ever_started = false;
+  // Submitted under the name of an ended job, which it replaced (SubmitJob): its first epoch
+  // is kResubmit instead of kStart.
+  bool resubmitted = false;
   // The epoch in which a member reported its last step: the job is completing, so a slot
   // that a finished trainer frees is not a reason to grow. In memory only (after a
   // coordinator restart a finishing job may grow once more, harmlessly).
@@ -272,7 +277,8 @@ class Membership {
 
   // --- Jobs (from users) ---
   // A job id that names a job that has ended replaces it (the old one is forgotten, as by
-  // DeleteJob); one that names a live job is ALREADY_EXISTS.
+  // DeleteJob; the new one is `resubmitted`, its first epoch kResubmit); one that names a
+  // live job is ALREADY_EXISTS.
   absl::Status SubmitJob(const JobRequest& request, absl::Time now, std::vector<Action>* actions);
   // A job whose last step is done (a rank reported Finished in the current epoch) is not
   // cancelled but succeeds: what the user asked to stop has completed.

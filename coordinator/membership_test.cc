@@ -209,6 +209,12 @@ class Scenario {
       std::vector<std::string> lines;
       for (const Membership::NodeView& n : machine_->Nodes(now_)) lines.push_back(NodeLine(n));
       return lines.empty() ? "(none)" : absl::StrJoin(lines, "\n");
+    } else if (verb == "cause") {
+      // Why the job's current epoch formed (a command job's RINGMASTER_RESTART_REASON).
+      const JobState* job = machine_->job(pos.at(0));
+      if (job == nullptr) return std::string("(no job)");
+      return absl::StrCat(pos.at(0), " epoch=", job->epoch, " cause=", EpochCauseName(job->cause),
+                          job->resubmitted ? " resubmitted" : "");
     } else if (verb == "show") {
       return std::string(absl::StripSuffix(machine_->DebugString(now_), "\n"));
     } else if (verb == "restart") {

@@ -19,6 +19,12 @@
 //   A program that cannot be started (not found, not executable, workdir missing) is a
 //   permanent error naming the node and the path: the job fails once, no restart loop.
 //   An exit after ringmaster's own SIGTERM is never a failure.
+//   A resubmit (`ringctl submit` of the name of a job that has ended, which the new job
+//   replaces): the new job's first epoch has RINGMASTER_RESTART_REASON=resubmit and the same
+//   RINGMASTER_CHECKPOINT_DIR (checkpoint.dir/<job>), where the program finds what the earlier
+//   job saved; RINGMASTER_EPOCH starts at 1 and TORCHELASTIC_RESTART_COUNT at 0 again, as a
+//   new torchrun run's does: they count the epochs and the restart budget of this submission.
+//   (A name deleted with `ringctl delete` is forgotten: submitted again, its reason is start.)
 //
 // Not thread-safe; one call per trainer process. Blocks until the job is over for this rank.
 #ifndef RINGMASTER_WORKER_COMMAND_RUNNER_H_
@@ -79,7 +85,8 @@ struct CommandEnvInput {
 };
 
 // RINGMASTER_RESTART_REASON for an epoch formed for JoinResponse.epoch_cause: start,
-// failure, drain, resize (the coordinator's "grow") or coordinator_restart ("restore").
+// failure, drain, resize (the coordinator's "grow"), coordinator_restart ("restore") or
+// resubmit (the first epoch of a job submitted again under the name of one that ended).
 std::string RestartReason(absl::string_view epoch_cause);
 
 // The program's environment, sorted by name: base_env, then command.env, then torchrun's

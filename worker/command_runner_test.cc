@@ -145,6 +145,7 @@ TEST(RestartReasonTest, TheCoordinatorsCausesInTheIssuesWords) {
   EXPECT_EQ(RestartReason("drain"), "drain");
   EXPECT_EQ(RestartReason("grow"), "resize");
   EXPECT_EQ(RestartReason("restore"), "coordinator_restart");
+  EXPECT_EQ(RestartReason("resubmit"), "resubmit");
   EXPECT_EQ(RestartReason(""), "start");
 }
 
