@@ -372,7 +372,7 @@ void Membership::LoseMembers(JobState& job, const std::set<SlotRef>& lost, const
     if (loss.stop && node != nullptr && node->lease_expiry > now) {
       stops.push_back(StopTrainer{s, job.request.id, loss.reason});
     }
-    Release(job, s, loss.backoff, loss.trainer_gone, now);
+    if (!loss.keep_slots) Release(job, s, loss.backoff, loss.trainer_gone, now);
   }
   switch (job.phase) {
     case JobPhase::kCommitted:
@@ -627,8 +627,10 @@ absl::Status Membership::TrainerExited(const SlotRef& slot, const std::string& j
   }
   const Member* member = FindMember(*job, slot);
   if (member == nullptr || IsTerminal(job->phase)) {
-    // A leaver after its drain save, or a trainer of a finished job: the slot is free again.
+    // A leaver after its drain save, or a trainer of a finished job, or a rejoining one
+    // (LeaveToRejoin) that gave up: the slot is free again.
     node->assigned.erase(it);
+    std::erase(job->rejoining, slot);
     if (blamed) actions->push_back(PersistJob{*job});
   } else if (exit_code == 0 && (member->finished || job->finishing_epoch == job->epoch)) {
     // It reported the last step and left before the others (or left cleanly once another
@@ -798,6 +800,11 @@ absl::Status Membership::CancelJob(const std::string& id, absl::Time now,
 
 absl::Status Membership::Join(const std::string& id, int64_t epoch, const SlotRef& slot,
                               absl::Time now, std::vector<Action>* actions) {
+  if (JobState* job = FindJob(id); job != nullptr && !IsTerminal(job->phase) &&
+                                   std::find(job->rejoining.begin(), job->rejoining.end(),
+                                             slot) != job->rejoining.end()) {
+    return Rejoin(*job, epoch, slot, now, actions);
+  }
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   auto [job_ptr, m] = *live;
@@ -882,6 +889,61 @@ absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, c
     Reform(job, EpochCause::kFailure, {}, reason, now, actions);
   }
   Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::LeaveToRejoin(const std::string& id, int64_t epoch,
+                                       const SlotRef& slot, const std::string& detail,
+                                       absl::Time now, std::vector<Action>* actions) {
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  JobState& job = *live->first;
+  job.rejoining.push_back(slot);
+  // As any member's failure: one restart for a live epoch; in a forming one only when the
+  // slot was new to it (LoseMembers).
+  LoseMembers(job, {slot},
+              Loss{.reason = absl::StrCat("program on ", ToString(slot), " failed (", detail,
+                                          "); its peers recover in-process"),
+                   .keep_slots = true},
+              now, actions);
+  if (IsTerminal(job.phase)) job.rejoining.clear();  // the budget ran out: the job failed
+  Schedule(now, actions);
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Rejoin(JobState& job, int64_t epoch, const SlotRef& slot,
+                                absl::Time now, std::vector<Action>* actions) {
+  RM_RETURN_IF_ERROR(CheckLiveEpoch(job.request.id, epoch));
+  std::erase(job.rejoining, slot);
+  if (const NodeState* node = FindNode(slot.node); node == nullptr || node->draining) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", slot.node, " is draining or gone: ", ToString(slot), " does not rejoin job ",
+        job.request.id));
+  }
+  Member m;
+  m.slot = slot;
+  m.fresh = true;
+  m.last_progress = now;
+  if (job.phase == JobPhase::kForming || job.phase == JobPhase::kPending) {
+    // An epoch not yet committed takes it as it is: it joined that epoch.
+    m.joined = true;
+    job.members.push_back(m);
+    std::sort(job.members.begin(), job.members.end(),
+              [](const Member& a, const Member& b) { return a.slot < b.slot; });
+    actions->push_back(PersistJob{job});
+    if (job.phase == JobPhase::kForming) {
+      MaybeCommit(job, now, actions);
+    } else {
+      Schedule(now, actions);
+    }
+    return absl::OkStatus();
+  }
+  job.members.push_back(m);
+  Reform(job, EpochCause::kGrow, {},
+         absl::StrCat(ToString(slot), " rejoins: its program is up again"), now, actions);
+  if (Member* back = FindMember(job, slot); back != nullptr) back->fresh = true;
+  // The Join asked for the epoch just superseded: the service answers it ABORTED (join the
+  // new one), as every waiting Join of a superseded epoch.
   return absl::OkStatus();
 }
 
@@ -1070,6 +1132,14 @@ std::string Membership::DebugString(absl::Time now) const {
     const JobState& job = jobs_.at(id);
     absl::StrAppend(&out, "job ", id, ": ", JobPhaseName(job.phase), " epoch=", job.epoch,
                     " members=[", MembersString(job.members), "] restarts=", job.restarts);
+    if (!job.rejoining.empty()) {
+      absl::StrAppend(&out, " rejoining=[",
+                      absl::StrJoin(job.rejoining, " ",
+                                    [](std::string* o, const SlotRef& s) {
+                                      absl::StrAppend(o, ToString(s));
+                                    }),
+                      "]");
+    }
     if (!job.reason.empty()) absl::StrAppend(&out, " (", job.reason, ")");
     absl::StrAppend(&out, "\n");
   }

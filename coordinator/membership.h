@@ -175,6 +175,11 @@ struct JobState {
   std::string reason;           // why it is pending, failed or cancelled
   // Nodes the job is not placed on (an error no restart there fixes: its data is missing).
   std::set<std::string> excluded_nodes;
+  // In-process recovery (LeaveToRejoin): slots still the job's, whose trainers are alive and
+  // restarting their programs out of the current epoch; each comes back by a Join (a growth
+  // epoch). In memory only: after a coordinator restart the slot is no longer the job's and
+  // its agent stops the trainer (the job grows into the slot again the ordinary way).
+  std::vector<SlotRef> rejoining;
 };
 
 // How far an error reaches: a restart fixes it, or a restart on another node may, or none.
@@ -305,6 +310,21 @@ class Membership {
                                const std::string& detail, absl::Time now,
                                std::vector<Action>* actions,
                                ErrorScope scope = ErrorScope::kRestartable);
+  // In-process recovery: the program of this member died, but its peers' programs carry on
+  // in their own processes (they tear down their process group and build one for the next
+  // epoch). The job re-forms without the slot (cause kFailure, spending one restart when the
+  // epoch was committed or running, as a whole-group restart would; none while it forms:
+  // that re-formation is paid for), but the slot stays the job's, in `rejoining`: its trainer
+  // stays alive, restarts the program and, once the program is up (its heavy imports done),
+  // calls Join with the job's current epoch, which forms a growth epoch (kGrow, no restart
+  // spent) with the slot back in (the Join, of the superseded epoch, is then answered
+  // ABORTED by the service, as any: join the new one); or, while an epoch forms or the job
+  // waits below min_ranks, takes the slot into it. A rejoining slot's trainer that exits
+  // frees the slot; one on a draining node is refused (FAILED_PRECONDITION: leave).
+  // Errors: those of Join, and NOT_FOUND when the slot is no member.
+  absl::Status LeaveToRejoin(const std::string& job, int64_t epoch, const SlotRef& slot,
+                             const std::string& detail, absl::Time now,
+                             std::vector<Action>* actions);
   // The trainer finished the job's last step.
   absl::Status Finished(const std::string& job, int64_t epoch, const SlotRef& slot,
                         absl::Time now, std::vector<Action>* actions);
@@ -392,7 +412,11 @@ class Membership {
     bool stop = false;     // the trainers may still run (hung, late): stop them
     bool trainer_gone = false;  // the agent saw the trainers exit: the slots are free at once
     absl::Time failed_at = absl::InfinitePast();  // AnnounceEpoch::failed_at
+    bool keep_slots = false;  // the slots stay the job's (LeaveToRejoin): nothing released
   };
+  // Join of a rejoining slot (LeaveToRejoin).
+  absl::Status Rejoin(JobState& job, int64_t epoch, const SlotRef& slot, absl::Time now,
+                      std::vector<Action>* actions);
   // Removes the members on `lost` slots (freeing them), stops their trainers when asked
   // (after the decision is persisted), and re-forms the job.
   void LoseMembers(JobState& job, const std::set<SlotRef>& lost, const Loss& loss,

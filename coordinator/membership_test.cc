@@ -12,7 +12,7 @@
 //   delete JOB                     nodes   (the Nodes() query, one line per node)
 //   join|ready|finished JOB EPOCH NODE/SLOT...
 //   progress JOB EPOCH step=N [step_time=DURATION] NODE/SLOT...
-//   error JOB EPOCH NODE/SLOT [permanent=1|node_local=1] DETAIL...
+//   error JOB EPOCH NODE/SLOT [permanent=1|node_local=1|rejoin=1] DETAIL...
 //   advance DURATION               (then Tick)
 //   show                           (DebugString)
 //   restart                        (a new machine restored from the last PersistJob of
@@ -198,11 +198,16 @@ class Scenario {
       int64_t epoch = 0;
       EXPECT_TRUE(absl::SimpleAtoi(pos.at(1), &epoch)) << command;
       std::vector<std::string> detail(pos.begin() + 3, pos.end());
-      check(machine_->CollectiveError(pos[0], epoch, ParseSlot(pos.at(2)),
-                                      absl::StrJoin(detail, " "), now_, &actions,
-                                      IntArg(kv, "permanent", 0) != 0    ? ErrorScope::kPermanent
-                                      : IntArg(kv, "node_local", 0) != 0 ? ErrorScope::kNodeLocal
-                                                                         : ErrorScope::kRestartable));
+      if (IntArg(kv, "rejoin", 0) != 0) {
+        check(machine_->LeaveToRejoin(pos[0], epoch, ParseSlot(pos.at(2)),
+                                      absl::StrJoin(detail, " "), now_, &actions));
+      } else {
+        check(machine_->CollectiveError(
+            pos[0], epoch, ParseSlot(pos.at(2)), absl::StrJoin(detail, " "), now_, &actions,
+            IntArg(kv, "permanent", 0) != 0    ? ErrorScope::kPermanent
+            : IntArg(kv, "node_local", 0) != 0 ? ErrorScope::kNodeLocal
+                                               : ErrorScope::kRestartable));
+      }
     } else if (verb == "delete") {
       check(machine_->DeleteJob(pos.at(0)));
     } else if (verb == "nodes") {
