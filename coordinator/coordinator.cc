@@ -153,6 +153,49 @@ absl::Status ValidateAgentInfo(const RegisterNodeRequest& r) {
 
 }  // namespace
 
+namespace {
+
+void ToProto(const RankFailure& f, ringmaster::RankFailure* out) {
+  out->set_epoch(f.epoch);
+  out->set_rank(f.rank);
+  ToProto(f.slot, out->mutable_slot());
+  out->set_program(f.program);
+  out->set_how(f.how);
+  out->set_exit_code(f.exit_code);
+  out->set_signal(f.signal);
+  out->set_signal_name(f.signal_name);
+  out->set_error_message(f.error_message);
+  out->set_last_output_line(f.last_output_line);
+  out->set_failed_at_s(static_cast<double>(absl::ToUnixMicros(f.failed_at)) / 1e6);
+  out->set_failed_at_from_error_file(f.failed_at_from_error_file);
+  out->set_stopped_after(f.stopped_after);
+}
+
+// A runner's report, every text bounded as stored details are; a time that is not one (NaN, or
+// 0: an older runner) is `now`.
+RankFailure FromProto(const ringmaster::RankFailure& f, absl::Time now) {
+  RankFailure out;
+  out.epoch = f.epoch();
+  out.rank = f.rank();
+  out.slot = FromProto(f.slot());
+  out.program = Bounded(f.program());
+  out.how = Bounded(f.how());
+  out.exit_code = f.exit_code();
+  out.signal = f.signal();
+  out.signal_name = Bounded(f.signal_name());
+  out.error_message = Bounded(f.error_message());
+  out.last_output_line = Bounded(f.last_output_line());
+  const double at = f.failed_at_s();
+  out.failed_at = at > 0 && at < 1e11 ? absl::FromUnixMicros(static_cast<int64_t>(at * 1e6)) : now;
+  out.failed_at_from_error_file = f.failed_at_from_error_file();
+  out.stopped_after = f.stopped_after();
+  return out;
+}
+
+RankFailure FromProto(const ringmaster::RankFailure& f) { return FromProto(f, absl::UnixEpoch()); }
+
+}  // namespace
+
 void ToProto(const JobState& state, Job* job) {
   job->set_id(state.request.id);
   job->set_min_ranks(state.request.min_ranks);
@@ -181,6 +224,11 @@ void ToProto(const JobState& state, Job* job) {
     out->set_finished(m.finished);
     out->set_step(m.step);
     out->set_last_progress_ms(Ms(m.last_progress));
+  }
+  if (state.first_failure.has_value()) {
+    ToProto(*state.first_failure, job->mutable_first_failure());
+  } else {
+    job->clear_first_failure();
   }
 }
 
@@ -237,6 +285,7 @@ JobState FromProto(const Job& job) {
     member.last_progress = FromMs(m.last_progress_ms());
     state.members.push_back(member);
   }
+  if (job.has_first_failure()) state.first_failure = FromProto(job.first_failure());
   return state;
 }
 
@@ -1102,6 +1151,13 @@ void Coordinator::UpdateStragglers(Job& job) {
 
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (r.has_failure()) {
+      return machine_.ProgramFailed(r.job(), r.epoch(), FromProto(r.slot()),
+                                    FromProto(r.failure(), Now()), Now(), actions,
+                                    r.permanent()    ? ErrorScope::kPermanent
+                                    : r.node_local() ? ErrorScope::kNodeLocal
+                                                     : ErrorScope::kRestartable);
+    }
     return machine_.CollectiveError(r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()),
                                     Now(), actions,
                                     r.permanent()    ? ErrorScope::kPermanent

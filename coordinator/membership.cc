@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/out_of_memory.h"
 #include "common/plural.h"
 #include "common/status_macros.h"
@@ -76,6 +77,17 @@ struct ActionPrinter {
 }  // namespace
 
 std::string ToString(const SlotRef& s) { return absl::StrCat(s.node, "/", s.slot); }
+
+std::string Describe(const RankFailure& f) {
+  std::string out = absl::StrCat("rank ", f.rank, " (node ", f.slot.node, ", slot ", f.slot.slot,
+                                 ") failed first in membership epoch ", f.epoch, ": ", f.program,
+                                 f.program.empty() ? "" : ": ", f.how);
+  if (!f.error_message.empty()) absl::StrAppend(&out, "; its error file says: ", f.error_message);
+  if (!f.last_output_line.empty() && f.last_output_line != f.error_message) {
+    absl::StrAppend(&out, "; its last output line: ", f.last_output_line);
+  }
+  return out;
+}
 
 const char* JobPhaseName(JobPhase phase) {
   switch (phase) {
@@ -944,6 +956,49 @@ absl::Status Membership::Rejoin(JobState& job, int64_t epoch, const SlotRef& slo
   if (Member* back = FindMember(job, slot); back != nullptr) back->fresh = true;
   // The Join asked for the epoch just superseded: the service answers it ABORTED (join the
   // new one), as every waiting Join of a superseded epoch.
+  return absl::OkStatus();
+}
+
+absl::Status Membership::ProgramFailed(const std::string& id, int64_t epoch, const SlotRef& slot,
+                                       RankFailure failure, absl::Time now,
+                                       std::vector<Action>* actions, ErrorScope scope) {
+  failure.epoch = epoch;
+  failure.slot = slot;
+  JobState* job = FindJob(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  if (IsTerminal(job->phase) || epoch < job->epoch) {
+    // A late report of an epoch that failed already: the earliest failure wins.
+    if (job->first_failure.has_value() && job->first_failure->epoch == epoch &&
+        failure.failed_at < job->first_failure->failed_at) {
+      const std::string was = Describe(*job->first_failure);
+      job->first_failure = std::move(failure);
+      job->reason = absl::StrReplaceAll(job->reason, {{was, Describe(*job->first_failure)}});
+      actions->push_back(PersistJob{*job});
+    }
+    return CheckLiveEpoch(id, epoch);
+  }
+  auto live = LiveMember(id, epoch, slot);
+  if (!live.ok()) return live.status();
+  if (job->phase != JobPhase::kCommitted && job->phase != JobPhase::kRunning) {
+    return absl::OkStatus();  // already re-forming
+  }
+  job->first_failure = std::move(failure);
+  const std::string reason = Describe(*job->first_failure);
+  if (scope == ErrorScope::kNodeLocal) {
+    NodeLocalError(*job, slot, reason, now, actions);
+  } else if (scope == ErrorScope::kPermanent) {
+    End(*job, JobPhase::kFailed,
+        absl::StrCat("error on ", ToString(slot), " that no restart can fix: ", reason), now,
+        actions);
+  } else if (++job->restarts > job->request.restart_budget) {
+    End(*job, JobPhase::kFailed,
+        absl::StrCat("restart budget of ", job->request.restart_budget,
+                     " exhausted; last failure: ", reason),
+        now, actions);
+  } else {
+    Reform(*job, EpochCause::kFailure, {}, reason, now, actions);
+  }
+  Schedule(now, actions);
   return absl::OkStatus();
 }
 

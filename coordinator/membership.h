@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -150,6 +151,30 @@ struct Member {
   absl::Time last_progress;   // when it last reported (Join, Ready or Progress)
 };
 
+// How a command job's program failed on one rank, as its runner reports it (ReportError with
+// a RankFailure): what the job's status names as the epoch's first failure.
+struct RankFailure {
+  int64_t epoch = 0;
+  int rank = -1;
+  SlotRef slot;
+  std::string program;  // command.argv[0]
+  std::string how;      // "exit code 1", "killed by signal 9 (SIGKILL)", ...
+  int exit_code = -1;   // -1: a signal ended it
+  int signal = 0;       // 0: it exited
+  std::string signal_name;
+  std::string error_message;     // its TORCHELASTIC_ERROR_FILE's (@record); empty: none
+  std::string last_output_line;  // its last non-empty line of output
+  // Its error file's timestamp, else when its runner saw it exit: the earliest of an epoch's
+  // failures is its first (as torchelastic's ChildFailedError.get_first_failure).
+  absl::Time failed_at = absl::InfinitePast();
+  bool failed_at_from_error_file = false;
+  bool stopped_after = false;  // it had raised before ringmaster stopped it
+};
+// One line: "rank 2 (node b, slot 0) failed first in membership epoch 3: python3: exit code
+// 1; its error file says: RuntimeError: boom; its last output line: ..." (the last line only
+// when it is not the error file's message).
+std::string Describe(const RankFailure& failure);
+
 // Everything the machine knows about a job: what a Persist action carries and Restore takes.
 struct JobState {
   JobRequest request;
@@ -175,6 +200,9 @@ struct JobState {
   std::string reason;           // why it is pending, failed or cancelled
   // Nodes the job is not placed on (an error no restart there fixes: its data is missing).
   std::set<std::string> excluded_nodes;
+  // The first rank to fail (earliest RankFailure::failed_at) in the last epoch whose failure
+  // was a command job's program's (ProgramFailed); kept after later epochs form.
+  std::optional<RankFailure> first_failure;
   // In-process recovery (LeaveToRejoin): slots still the job's, whose trainers are alive and
   // restarting their programs out of the current epoch; each comes back by a Join (a growth
   // epoch). In memory only: after a coordinator restart the slot is no longer the job's and
@@ -325,6 +353,17 @@ class Membership {
   absl::Status LeaveToRejoin(const std::string& job, int64_t epoch, const SlotRef& slot,
                              const std::string& detail, absl::Time now,
                              std::vector<Action>* actions);
+  // A command job's program failed on this member (worker/command_runner's report): as
+  // CollectiveError, but the job's reason is Describe(failure), naming the rank, how its
+  // program ended and what it said. Each epoch's earliest failure is kept in
+  // JobState::first_failure, whatever order the reports arrive in: a report of an epoch that
+  // already failed (re-formed since, or the job failed) replaces the recorded one when it
+  // failed earlier, and the job's reason then names it instead; it causes nothing else, and is
+  // answered as a stale report is (ABORTED, or FAILED_PRECONDITION for an ended job).
+  // `failure`'s epoch and slot are the report's.
+  absl::Status ProgramFailed(const std::string& job, int64_t epoch, const SlotRef& slot,
+                             RankFailure failure, absl::Time now, std::vector<Action>* actions,
+                             ErrorScope scope = ErrorScope::kRestartable);
   // The trainer finished the job's last step.
   absl::Status Finished(const std::string& job, int64_t epoch, const SlotRef& slot,
                         absl::Time now, std::vector<Action>* actions);

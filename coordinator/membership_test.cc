@@ -310,5 +310,119 @@ INSTANTIATE_TEST_SUITE_P(Scripts, MembershipScenarioTest, ::testing::ValuesIn(Sc
 
 TEST(MembershipScripts, ThereAreScripts) { EXPECT_GE(Scripts().size(), 5u); }
 
+// Command jobs (ProgramFailed): rank 2's program raised first; ranks 0, 1 and 3 failed in Gloo
+// a moment later, but their reports reach the coordinator first. Whatever the order, the
+// epoch's first failure is rank 2's, and the job's reason names it.
+class ProgramFailedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(machine_.RegisterNode("a", 4, now_, &actions_).ok());
+    JobRequest r;
+    r.id = "j";
+    r.min_ranks = r.max_ranks = 4;
+    r.restart_budget = budget_;
+    ASSERT_TRUE(machine_.SubmitJob(r, now_, &actions_).ok());
+    StartEpoch(1);
+  }
+  void StartEpoch(int64_t epoch) {
+    for (int s = 0; s < 4; ++s) ASSERT_TRUE(machine_.Join("j", epoch, {"a", s}, now_, &actions_).ok());
+    for (int s = 0; s < 4; ++s) ASSERT_TRUE(machine_.Ready("j", epoch, {"a", s}, now_, &actions_).ok());
+    ASSERT_EQ(machine_.job("j")->phase, JobPhase::kRunning);
+  }
+  // Rank `rank` (slot `rank`) failed `ms` milliseconds after t0.
+  static RankFailure Failure(int rank, int ms, const std::string& message) {
+    RankFailure f;
+    f.rank = rank;
+    f.program = "python3";
+    f.how = "exit code 1";
+    f.exit_code = 1;
+    f.error_message = message;
+    f.last_output_line = absl::StrCat("rank ", rank, " last words");
+    f.failed_at = absl::FromUnixSeconds(1000) + absl::Milliseconds(ms);
+    f.failed_at_from_error_file = true;
+    return f;
+  }
+  absl::Status Report(int64_t epoch, int rank, int ms, const std::string& message,
+                      ErrorScope scope = ErrorScope::kRestartable) {
+    return machine_.ProgramFailed("j", epoch, {"a", rank}, Failure(rank, ms, message), now_,
+                                  &actions_, scope);
+  }
+
+  int budget_ = 3;
+  Membership machine_{MembershipOptions()};
+  absl::Time now_ = absl::FromUnixSeconds(5000);
+  std::vector<Action> actions_;
+};
+
+TEST_F(ProgramFailedTest, TheEarliestFailureWinsWhateverOrderTheReportsArriveIn) {
+  const std::string gloo = "RuntimeError: Connection closed by peer";
+  ASSERT_TRUE(Report(1, 0, 40, gloo).ok());  // the first to arrive re-forms the job
+  const JobState* job = machine_.job("j");
+  EXPECT_EQ(job->epoch, 2);
+  EXPECT_EQ(job->restarts, 1);
+  ASSERT_TRUE(job->first_failure.has_value());
+  EXPECT_EQ(job->first_failure->rank, 0);
+  // The others arrive after the epoch was re-formed: answered as stale, but still counted.
+  actions_.clear();
+  EXPECT_TRUE(absl::IsAborted(Report(1, 3, 30, gloo)));
+  EXPECT_TRUE(absl::IsAborted(Report(1, 2, 10, "ValueError: bad batch")));
+  EXPECT_TRUE(absl::IsAborted(Report(1, 1, 20, gloo)));
+  EXPECT_EQ(job->epoch, 2) << "late reports re-form nothing";
+  EXPECT_EQ(job->restarts, 1) << "late reports spend no budget";
+  ASSERT_TRUE(job->first_failure.has_value());
+  EXPECT_EQ(job->first_failure->rank, 2);
+  EXPECT_EQ(job->first_failure->epoch, 1);
+  EXPECT_EQ(job->first_failure->slot, (SlotRef{"a", 2}));
+  EXPECT_EQ(job->first_failure->error_message, "ValueError: bad batch");
+  EXPECT_EQ(job->reason,
+            "rank 2 (node a, slot 2) failed first in membership epoch 1: python3: exit code 1; "
+            "its error file says: ValueError: bad batch; its last output line: rank 2 last words");
+  // Each change was persisted (rank 3's, then rank 2's; rank 1's was later than rank 2's).
+  int persisted = 0;
+  for (const Action& a : actions_) persisted += std::holds_alternative<PersistJob>(a);
+  EXPECT_EQ(persisted, 2);
+  // A report of an epoch without a recorded failure (or of a later one) changes nothing.
+  EXPECT_TRUE(absl::IsAborted(Report(0, 1, 0, gloo)));
+  EXPECT_EQ(job->first_failure->rank, 2);
+}
+
+TEST_F(ProgramFailedTest, AJobThatFailedNamesTheEarliestInItsFinalReason) {
+  ASSERT_TRUE(Report(1, 1, 50, "RuntimeError: gloo", ErrorScope::kPermanent).ok());
+  const JobState* job = machine_.job("j");
+  EXPECT_EQ(job->phase, JobPhase::kFailed);
+  EXPECT_TRUE(absl::IsFailedPrecondition(Report(1, 3, 5, "ZeroDivisionError: division by zero")));
+  EXPECT_EQ(job->first_failure->rank, 3);
+  EXPECT_EQ(job->reason,
+            "error on a/1 that no restart can fix: rank 3 (node a, slot 3) failed first in "
+            "membership epoch 1: python3: exit code 1; its error file says: ZeroDivisionError: "
+            "division by zero; its last output line: rank 3 last words");
+}
+
+TEST_F(ProgramFailedTest, ALaterEpochsFailureReplacesTheLastOnesAndDescribeSaysHowItEnded) {
+  ASSERT_TRUE(Report(1, 2, 10, "RuntimeError: first").ok());
+  StartEpoch(2);
+  RankFailure killed = Failure(0, 999999, "");
+  killed.how = "killed by signal 9 (SIGKILL)";
+  killed.last_output_line = "step 7";
+  ASSERT_TRUE(machine_.ProgramFailed("j", 2, {"a", 0}, killed, now_, &actions_).ok());
+  const JobState* job = machine_.job("j");
+  EXPECT_EQ(job->first_failure->epoch, 2);
+  EXPECT_EQ(job->first_failure->rank, 0);
+  EXPECT_EQ(job->reason,
+            "rank 0 (node a, slot 0) failed first in membership epoch 2: python3: killed by "
+            "signal 9 (SIGKILL); its last output line: step 7");
+  // A late report of epoch 1 cannot take it back, however early.
+  EXPECT_TRUE(absl::IsAborted(Report(1, 1, 0, "RuntimeError: older")));
+  EXPECT_EQ(job->first_failure->epoch, 2);
+  // The last line is left out of the reason when it is the error file's message.
+  RankFailure same = Failure(1, 0, "RuntimeError: x");
+  same.last_output_line = "RuntimeError: x";
+  same.epoch = 4;
+  same.slot = {"b", 1};
+  EXPECT_EQ(Describe(same),
+            "rank 1 (node b, slot 1) failed first in membership epoch 4: python3: exit code 1; "
+            "its error file says: RuntimeError: x");
+}
+
 }  // namespace
 }  // namespace ringmaster::coordinator
