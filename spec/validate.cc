@@ -11,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/repeated_field.h"
@@ -596,6 +598,28 @@ void CheckMetrics(const JobSpec& spec, Checker* check) {
   }
 }
 
+// command.preload: module names, for a python SCRIPT command.
+void CheckPreload(const CommandSpec& command, Checker* check) {
+  if (!IsPythonScriptArgv({command.argv().begin(), command.argv().end()})) {
+    check->Fail("command.preload", "needs command.argv of the form [python3, SCRIPT, ARGS...] "
+                                   "(a warm interpreter runs SCRIPT); remove command.preload or "
+                                   "run the script with python directly");
+  }
+  for (int i = 0; i < command.preload_size(); ++i) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(command.preload(i), '.');
+    const bool ok = std::all_of(parts.begin(), parts.end(), [](absl::string_view part) {
+      return !part.empty() && !absl::ascii_isdigit(part[0]) &&
+             std::all_of(part.begin(), part.end(),
+                         [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+    });
+    if (!ok) {
+      check->Fail(absl::StrCat("command.preload[", i, "]"),
+                  absl::StrCat("'", command.preload(i), "' is not a Python module name "
+                               "(e.g. torch, torch.distributed)"));
+    }
+  }
+}
+
 // A command job: the program to run, and none of the built-in trainer's sections.
 void CheckCommand(const JobSpec& spec, Checker* check) {
   const CommandSpec& command = spec.command();
@@ -616,6 +640,7 @@ void CheckCommand(const JobSpec& spec, Checker* check) {
   }
   check->Expect(command.stop_grace_s() > 0 && command.stop_grace_s() <= 3600,
                 "command.stop_grace_s", "in (0, 3600] seconds", command.stop_grace_s());
+  if (!command.preload().empty()) CheckPreload(command, check);
   // The built-in trainer's sections mean nothing to the user's program.
   std::vector<std::string> built_in;
   for (const char* section : {"model", "data", "optimizer", "schedule", "batch", "precision",
@@ -724,6 +749,20 @@ bool IsReservedCommandEnvName(absl::string_view name) {
       "TORCHELASTIC_ENABLE_FILE_TIMER", "TORCHELASTIC_TIMER_FILE"};
   return absl::StartsWith(name, "RINGMASTER_") ||
          std::find(std::begin(kTorchrun), std::end(kTorchrun), name) != std::end(kTorchrun);
+}
+
+bool IsPythonScriptArgv(const std::vector<std::string>& argv) {
+  if (argv.size() < 2 || argv[1].empty() || argv[1][0] == '-') return false;
+  absl::string_view name = argv[0];
+  name = name.substr(name.find_last_of('/') + 1);
+  if (!absl::ConsumePrefix(&name, "python")) return false;
+  // Nothing, or digits with at most one '.' between digits: 3, 3.11.
+  const std::vector<absl::string_view> version = absl::StrSplit(name, '.');
+  if (name.empty()) return true;
+  if (version.size() > 2) return false;
+  return std::all_of(version.begin(), version.end(), [](absl::string_view v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), absl::ascii_isdigit);
+  });
 }
 
 std::vector<FieldError> FindJobSpecErrors(const JobSpec& spec) {

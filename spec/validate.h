@@ -5,6 +5,7 @@
 #define RINGMASTER_SPEC_VALIDATE_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +29,11 @@ bool IsValidJobName(absl::string_view name);
 // environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) and every RINGMASTER_* name, which the
 // trainer sets for each rank (worker/command_runner.h).
 bool IsReservedCommandEnvName(absl::string_view name);
+
+// Whether argv is [PYTHON, SCRIPT, ARGS...], what command.preload needs: PYTHON's file name is
+// python, python3 or python3.11 (any directory) and SCRIPT does not start with '-' (not -m,
+// -c, -u...).
+bool IsPythonScriptArgv(const std::vector<std::string>& argv);
 
 // Every problem found; each names the field's path and the reason. The
 // locations are empty (the spec does not know where its fields were written; the loader

@@ -774,6 +774,50 @@ TEST(ValidateJobSpecTest, CommandJobErrorsNameTheField) {
   EXPECT_THAT(Errors(bad), Contains("command.stop_grace_s: must be in (0, 3600] seconds, got 3601"));
 }
 
+TEST(ValidateJobSpecTest, PreloadNeedsAPythonScriptAndModuleNames) {
+  JobSpec spec;
+  spec.set_name("x");
+  for (const char* a : {"/usr/bin/python3", "train.py", "--epochs", "3"}) {
+    spec.mutable_command()->add_argv(a);
+  }
+  spec.mutable_command()->add_preload("torch");
+  spec.mutable_command()->add_preload("torch.distributed");
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_THAT(Errors(spec), IsEmpty());
+
+  spec.mutable_command()->add_preload("torch..nn");
+  spec.mutable_command()->add_preload("2to3");
+  EXPECT_THAT(Errors(spec),
+              UnorderedElementsAre(
+                  "command.preload[2]: 'torch..nn' is not a Python module name (e.g. torch, "
+                  "torch.distributed)",
+                  HasSubstr("command.preload[3]: '2to3' is not a Python module name")));
+
+  JobSpec module = spec;
+  module.mutable_command()->clear_preload();
+  module.mutable_command()->add_preload("torch");
+  module.mutable_command()->set_argv(1, "-m");
+  EXPECT_THAT(Errors(module),
+              ElementsAre(HasSubstr("command.preload: needs command.argv of the form [python3, "
+                                    "SCRIPT, ARGS...]")));
+  module.mutable_command()->set_argv(0, "torchrun");
+  module.mutable_command()->set_argv(1, "train.py");
+  EXPECT_THAT(Errors(module), ElementsAre(HasSubstr("command.preload: needs command.argv")));
+}
+
+TEST(ValidateJobSpecTest, PythonScriptArgv) {
+  EXPECT_TRUE(IsPythonScriptArgv({"python3", "train.py"}));
+  EXPECT_TRUE(IsPythonScriptArgv({"/usr/bin/python3.11", "t.py", "--epochs", "3"}));
+  EXPECT_TRUE(IsPythonScriptArgv({"python", "dir/t.py"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"python3"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"python3", "-m", "train"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"python3", "-u", "train.py"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"torchrun", "train.py"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"/opt/pythonista", "train.py"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"python3.", "train.py"}));
+  EXPECT_FALSE(IsPythonScriptArgv({"python3.1.2", "train.py"}));
+}
+
 TEST(ValidateJobSpecTest, ReservedCommandEnvNames) {
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                            "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
