@@ -14,6 +14,11 @@
 #      examples/torch_ddp.yaml trains 4 ranks on 2 nodes to equal parameters;
 #   8. (with PyTorch's torchrun) the same program under torchrun ends with the same parameters
 #      as under ringctl local.
+#   9. (with PyTorch) under a coordinator, one elastic job (min_ranks 2, max_ranks 4): agent
+#      b comes, the group re-forms on 4 ranks (resize); kill -9 of a rank's program, the whole
+#      group restarts from the checkpoint (failure); agent b's SIGTERM (drain): every rank
+#      stops at once, 0 steps lost, no budget spent; its name submitted again (resubmit):
+#      epoch 1, restart 0, the same checkpoint directory.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -182,6 +187,130 @@ else
   [ "$(awk '{print $1}' <<<"$sums")" = 4 ] || fail "cluster: checksums of 4 ranks differ: $sums"
   kill "${pids[@]}" 2>/dev/null
   wait "${pids[@]}" 2>/dev/null
+  trap - EXIT
+
+  # 9. Under a coordinator, one job through every lifecycle event, each epoch's environment
+  #    seen by the program (a shell prints it, then execs train.py): min_ranks 2, max_ranks
+  #    4, on agent a's 2 slots; agent b comes: the group re-forms on 4 ranks (resize, no
+  #    budget spent); kill -9 of one rank's program: the whole group restarts from the
+  #    program's checkpoint (failure, restart 1); agent b gets SIGTERM (a drain): every rank's
+  #    program gets SIGTERM within a second of the others, they save at one step and the 2
+  #    ranks left resume there (drain, still restart 1: no budget spent, no step lost); the
+  #    job ends with equal parameters. Then its name again, with more steps: epoch 1,
+  #    restart 0, reason resubmit, the same checkpoint directory, resumed where it ended.
+  "$BIN/coordinator/ringmaster" --listen=127.0.0.1:0 --db="$WORK/elastic.db" --heartbeat_s=0.5 \
+    --lease_s=3 --grow_after_s=1 >"$WORK/elastic-ringmaster.out" 2>"$WORK/elastic-ringmaster.err" &
+  epids=($!)
+  trap 'kill "${epids[@]}" 2>/dev/null' EXIT
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(grep -o "(port [0-9]*)" "$WORK/elastic-ringmaster.out" 2>/dev/null | grep -o "[0-9]*")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  ctl() { "$RINGCTL" "$@" --coordinator "127.0.0.1:$port"; }
+  source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"  # field, wait_until (they call ctl)
+  agent() {  # agent NODE: 2 slots
+    "$BIN/worker/ringworker" --coordinator="127.0.0.1:$port" --node="$1" --slots=2 \
+      --work_dir="$WORK/elastic/$1" --trainer="$BIN/worker/ringtrainer" \
+      >>"$WORK/elastic-ringworker-$1.log" 2>&1 &
+    epids+=($!)
+  }
+  elastic_spec() {  # elastic_spec STEPS
+    cat >"$WORK/elastic.yaml" <<SPEC
+name: elastic
+command:
+  argv:
+    - /bin/sh
+    - -c
+    - 'echo "env: epoch=\$RINGMASTER_EPOCH reason=\$RINGMASTER_RESTART_REASON restart=\$TORCHELASTIC_RESTART_COUNT rank=\$RANK of \$WORLD_SIZE ckpt=\$RINGMASTER_CHECKPOINT_DIR"; exec /usr/bin/python3 "\$0" "\$@"'
+    - $TRAIN
+    - --steps
+    - "$1"
+    - --step_time
+    - "0.03"
+    - --save_every
+    - "10"
+  env: {PYTHONUNBUFFERED: "1"}
+elastic: {min_ranks: 2, max_ranks: 4, restart_budget: 3}
+checkpoint: {dir: $WORK/elastic-ck}
+SPEC
+  }
+  # since EPOCH: each slot's log from its program's start in that epoch (its env line) on.
+  since() {
+    for f in "$WORK"/elastic/*/elastic/slot-*.log; do
+      awk -v e="env: epoch=$1 " 'index($0, e) == 1 {on = 1} on' "$f" 2>/dev/null
+    done
+  }
+  # await WHAT EPOCH EXTENDED_REGEX: until a line of `since EPOCH` matches (not once the job
+  # has ended).
+  await() {
+    local deadline=$((SECONDS + 240))  # generous: torch imports slowly on a loaded machine
+    while [ "$SECONDS" -lt "$deadline" ]; do
+      since "$2" | grep -E "$3" >/dev/null && return 0  # not -q: pipefail, SIGPIPE
+      case "$(field elastic 'j["phase"]')" in
+        JOB_PHASE_SUCCEEDED | JOB_PHASE_FAILED | JOB_PHASE_CANCELLED) break ;;
+      esac
+      sleep 0.2
+    done
+    since "$2" | grep -E "$3" >/dev/null && return 0  # not -q: pipefail, SIGPIPE
+    fail "elastic: $1: no line /$3/ since epoch $2; last: $(since 1 | tail -3)"
+    return 1
+  }
+  envs() { since "$1" | grep "^env: epoch=$1 " | sort -u; }
+  restarts() { field elastic 'j.get("restarts", 0)'; }
+  elastic_spec 300
+  agent a
+  ctl submit "$WORK/elastic.yaml" >"$WORK/elastic-submit.out" 2>&1 ||
+    fail "elastic: submit: $(cat "$WORK/elastic-submit.out")"
+  if await "2 ranks train" 1 "rank 0: step 20 "; then
+    agent b  # capacity comes
+    await "4 ranks train" 2 "rank 3: step [0-9]*0 "
+    [ "$(envs 2 | grep -c "reason=resize restart=0 rank=[0-3] of 4 ckpt=$WORK/elastic-ck/elastic$")" = 4 ] ||
+      fail "elastic: resize: not 4 ranks with reason resize, restart 0: $(envs 2)"
+    [ "$(restarts)" = 0 ] || fail "elastic: the resize spent restart budget ($(restarts))"
+    # kill -9 of rank 3's program (on node b).
+    for p in $(pgrep -f "$TRAIN"); do
+      if tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx RANK=3; then kill -9 "$p"; fi
+    done
+    await "4 ranks train again" 3 "rank 3: step [0-9]*0 "
+    [ "$(envs 3 | grep -c "reason=failure restart=1 rank=[0-3] of 4")" = 4 ] ||
+      fail "elastic: kill -9: not 4 ranks with reason failure, restart 1: $(envs 3)"
+    [ "$(since 3 | grep -c "^rank [0-3]: resumed from step [1-9]")" = 4 ] ||
+      fail "elastic: kill -9: not every rank resumed from the program's checkpoint"
+    kill -TERM "${epids[2]}"  # agent b: a drain
+    await "2 ranks train after the drain" 4 "rank 1: step [0-9]*0 "
+    wait_until elastic 'j["phase"] == "JOB_PHASE_SUCCEEDED"' 240
+    [ "$(envs 4 | grep -c "reason=drain restart=1 rank=[01] of 2")" = 2 ] ||
+      fail "elastic: drain: not 2 ranks with reason drain, restart 1: $(envs 4)"
+    [ "$(restarts)" = 1 ] || fail "elastic: the drain spent restart budget ($(restarts))"
+    stopped=$(since 3 | grep -o "^rank [0-3]: stopped at step [0-9]*" | sort -u)
+    step=$(grep -o "[0-9]*$" <<<"$stopped" | sort -u)
+    [ "$(grep -c . <<<"$stopped")" = 4 ] && [ "$(grep -c . <<<"$step")" = 1 ] ||
+      fail "elastic: drain: the 4 ranks did not stop at one step: $stopped"
+    [ "$(since 4 | grep -c "^rank [01]: resumed from step $step ")" = 2 ] ||
+      fail "elastic: drain: the 2 ranks left did not resume at step $step (steps lost)"
+    # The drain's SIGTERMs (the runners' glog lines, time of day) within a second.
+    times=$(grep -h "formed epoch 4: stopping the program\|SIGTERM: stopping the program" \
+      "$WORK"/elastic/*/elastic/slot-*.log | awk '{print $2}' | sort)
+    spread=$(awk -F: 'NR == 1 {a = $1 * 3600 + $2 * 60 + $3} {b = $1 * 3600 + $2 * 60 + $3}
+      END {print b - a}' <<<"$times")
+    [ "$(grep -c . <<<"$times")" = 4 ] && (( $(echo "$spread < 1" | bc) )) ||
+      fail "elastic: drain: not 4 programs stopped within a second: '$times'"
+    echo "elastic: the drain's SIGTERMs spread over ${spread} s"
+    sums=$(since 4 | grep -o "done at step 300, params checksum [-0-9.]*" | sort | uniq -c)
+    [ "$(awk '{print $1}' <<<"$sums")" = 2 ] || fail "elastic: checksums of 2 ranks differ: $sums"
+    # Its name again, 40 steps more.
+    elastic_spec 340
+    ctl submit "$WORK/elastic.yaml" --wait >"$WORK/elastic-resubmit.out" 2>&1 ||
+      fail "elastic: resubmit: $(tail -3 "$WORK/elastic-resubmit.out")"
+    [ "$(envs 1 | grep -c "reason=resubmit restart=0 rank=[01] of 2 ckpt=$WORK/elastic-ck/elastic$")" = 2 ] ||
+      fail "elastic: resubmit: not epoch 1, reason resubmit, restart 0, the same directory: $(envs 1)"
+    [ "$(grep -h "^rank [01]: resumed from step 300 " "$WORK"/elastic/*/elastic/slot-*.log | wc -l)" = 2 ] ||
+      fail "elastic: resubmit: not resumed from step 300"
+  fi
+  kill "${epids[@]}" 2>/dev/null
+  wait "${epids[@]}" 2>/dev/null
   trap - EXIT
 fi
 
