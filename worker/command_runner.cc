@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/epoch_calls.h"
+#include "worker/program_output.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -134,26 +136,67 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   return out;
 }
 
-std::string ErrorFileMessage(const std::string& path) {
+namespace {
+
+// torchelastic's "timestamp" (ProcessFailure._get_error_data): a string or a number of seconds.
+std::optional<int64_t> TimestampField(const nlohmann::json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end()) return std::nullopt;
+  int64_t seconds = 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string() && absl::SimpleAtoi(it->get<std::string>(), &seconds)) return seconds;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ErrorFile ReadErrorFile(const std::string& path) {
+  ErrorFile out;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
+  if (!in) return out;
   std::string text(1 << 20, '\0');  // a traceback fits; more is not read
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) return "";
+  if (json.is_discarded() || !json.is_object()) return out;
   auto it = json.find("message");
-  if (it == json.end()) return "";
+  if (it == json.end()) return out;
   const nlohmann::json* message = &*it;
+  std::optional<int64_t> seconds;
   if (message->is_object()) {
+    if (auto extra = message->find("extraInfo"); extra != message->end() && extra->is_object()) {
+      seconds = TimestampField(*extra, "timestamp");
+    }
     auto inner = message->find("message");
-    if (inner == message->end()) return "";
+    if (inner == message->end()) return out;
     message = &*inner;
+  } else {
+    seconds = TimestampField(json, "timestamp");
   }
-  if (!message->is_string()) return "";
-  std::string out = message->get<std::string>();
-  if (out.size() > 2000) out = out.substr(0, 2000) + "...";
+  if (!message->is_string()) return out;
+  out.message = message->get<std::string>();
+  if (out.message.size() > 2000) out.message = out.message.substr(0, 2000) + "...";
+  out.message = ValidUtf8(out.message);
+  if (seconds.has_value()) {
+    out.timestamp = absl::FromUnixSeconds(*seconds);
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      const absl::Time modified = absl::TimeFromTimespec(st.st_mtim);
+      if (modified >= out.timestamp && modified < out.timestamp + absl::Seconds(1)) {
+        out.timestamp = modified;
+      }
+    }
+  }
   return out;
+}
+
+std::string ErrorFileMessage(const std::string& path) { return ReadErrorFile(path).message; }
+
+std::string EpochHeader(const CommandEnvInput& in) {
+  return absl::StrCat("==== ringmaster: job ", in.job, " membership epoch ", in.epoch, ": rank ",
+                      in.placement.rank, " of ", in.placement.world_size, " on ", in.slot.node(),
+                      " slot ", in.slot.slot(), " (restart ", in.restart_count, ", reason ",
+                      in.restart_reason, ") ====\n");
 }
 
 namespace {
@@ -210,10 +253,13 @@ absl::StatusOr<std::pair<std::string, int>> AgreeOnMaster(const CommandRunnerOpt
 // The program, started. Its exec's failure (errno) comes back through a close-on-exec pipe.
 struct Child {
   pid_t pid = -1;
+  std::unique_ptr<ProgramOutput> output;  // its stdout and stderr, passed through
 };
 
 absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector<std::string>& env,
-                                   const ringmaster::SlotRef& slot) {
+                                   const ringmaster::SlotRef& slot, int output_fd, int error_fd) {
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<ProgramOutput> output,
+                      ProgramOutput::Create({.out_fd = output_fd, .err_fd = error_fd}));
   std::vector<char*> argv, envp;
   for (const std::string& a : command.argv()) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -241,6 +287,9 @@ absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGTERM, SIG_DFL);
     signal(SIGUSR1, SIG_DFL);
+    if (dup2(output->child_stdout_fd(), 1) < 0 || dup2(output->child_stderr_fd(), 2) < 0) {
+      _exit(127);
+    }
     int stage = 0;  // 0: chdir, 1: exec
     if (!command.workdir().empty() && chdir(command.workdir().c_str()) != 0) {
       const int err[2] = {stage, errno};
@@ -274,7 +323,8 @@ absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector
         command.argv(0).find('/') == std::string::npos ? " (looked up in PATH)" : "",
         "; install it there or fix command.argv")));
   }
-  return Child{pid};
+  output->Start();
+  return Child{pid, std::move(output)};
 }
 
 std::string DescribeExit(int wstatus) {
@@ -317,8 +367,54 @@ int StopProgram(pid_t pid, absl::Duration grace) {
   return killed.value_or(SIGKILL);
 }
 
-void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Status& error) {
-  ReportEpochError({o.client, o.job, o.slot}, epoch, error);
+void ReportFailure(const CommandRunnerOptions& o, int64_t epoch, const absl::Status& error,
+                   const ringmaster::RankFailure* failure = nullptr) {
+  ReportEpochError({o.client, o.job, o.slot}, epoch, error, failure);
+}
+
+// How the program failed in `epoch`, for the coordinator: its exit `wstatus` seen at
+// `exited_at`, its error file, its last line of output.
+ringmaster::RankFailure DescribeFailure(const CommandRunnerOptions& o, int64_t epoch, int rank,
+                                        int wstatus, absl::Time exited_at, const ErrorFile& error,
+                                        const std::string& last_line) {
+  ringmaster::RankFailure f;
+  f.set_epoch(epoch);
+  f.set_rank(rank);
+  *f.mutable_slot() = o.slot;
+  f.set_program(ValidUtf8(o.spec.command().argv(0)));
+  f.set_how(DescribeExit(wstatus));
+  f.set_exit_code(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  if (WIFSIGNALED(wstatus)) {
+    f.set_signal(WTERMSIG(wstatus));
+    if (const char* name = sigabbrev_np(WTERMSIG(wstatus)); name != nullptr) {
+      f.set_signal_name(absl::StrCat("SIG", name));
+    }
+  }
+  f.set_error_message(error.message);
+  f.set_last_output_line(last_line);
+  const bool from_file = error.timestamp != absl::InfinitePast();
+  f.set_failed_at_s(static_cast<double>(absl::ToUnixMicros(from_file ? error.timestamp : exited_at)) /
+                    1e6);
+  f.set_failed_at_from_error_file(from_file);
+  return f;
+}
+
+// A program stopped by ringmaster (a later epoch, the job's end) that had written an error
+// file failed by itself, only slower to exit than the rank whose report ended the epoch: its
+// failure is reported for its epoch (the coordinator keeps the epoch's earliest).
+void ReportStoppedFailure(const CommandRunnerOptions& o, int64_t epoch, int rank,
+                          const std::string& error_file, const std::string& last_line) {
+  const ErrorFile error = ReadErrorFile(error_file);
+  if (error.message.empty()) return;
+  ringmaster::RankFailure f = DescribeFailure(o, epoch, rank, SIGTERM, absl::Now(), error, last_line);
+  f.set_how("raised (its error file) before ringmaster stopped it");
+  f.set_stopped_after(true);
+  LOG(WARNING) << "epoch " << epoch << ": the stopped program had failed: " << error.message;
+  ReportFailure(o, epoch,
+                absl::AbortedError(absl::StrCat("rank ", rank, " (node ", o.slot.node(), ", slot ",
+                                                o.slot.slot(), ") ", f.program(), ": ", f.how(),
+                                                "; its error file says: ", error.message)),
+                &f);
 }
 
 absl::StatusOr<int64_t> NextEpoch(const CommandRunnerOptions& o, int64_t epoch) {
@@ -466,7 +562,12 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       continue;
     }
     unlink(input->error_file.c_str());
-    absl::StatusOr<Child> child = StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot);
+    const std::string header = EpochHeader(*input);
+    if (write(o.output_fd, header.data(), header.size()) < 0) {
+      LOG(WARNING) << "cannot write the epoch's header line: " << strerror(errno);
+    }
+    absl::StatusOr<Child> child = StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot,
+                                               o.output_fd, o.error_fd);
     if (!child.ok()) {
       LOG(ERROR) << child.status();
       ReportFailure(o, epoch, child.status());
@@ -485,19 +586,28 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       LOG(WARNING) << "cannot say Ready through the store in epoch " << epoch << ": " << s;
     }
     const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid);
+    const absl::Time ended_at = absl::Now();
+    if (end.kind == EpochEnd::kExited) kill(-child->pid, SIGKILL);  // what it left in its group
+    // The rest of its output (a process it left outside its group may hold the pipes: not
+    // waited for long).
+    if (!child->output->Finish(absl::Now() + absl::Seconds(2))) {
+      LOG(WARNING) << "a process the program left behind still holds its output; not copied";
+    }
+    const std::string last_line = child->output->last_line();
     switch (end.kind) {
       case EpochEnd::kLeft:
         result.left = true;
         return result;
       case EpochEnd::kJobOver:
+        ReportStoppedFailure(o, epoch, joined->rank(), input->error_file, last_line);
         return absl::FailedPreconditionError(absl::StrCat("job ", o.job, " is over: ", end.why));
       case EpochEnd::kStopped:
+        ReportStoppedFailure(o, epoch, joined->rank(), input->error_file, last_line);
         epoch = end.next_epoch;
         continue;
       case EpochEnd::kExited:
         break;
     }
-    kill(-child->pid, SIGKILL);  // whatever the program left behind in its group
     if (WIFEXITED(end.wstatus) && WEXITSTATUS(end.wstatus) == 0) {
       // The coordinator takes Finished from a running epoch only: one whose every rank said
       // Ready. A program that ends at once may end before a slower peer's trainer said it.
@@ -513,15 +623,19 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     const bool permanent =
         WIFEXITED(end.wstatus) && std::find(permanent_codes.begin(), permanent_codes.end(),
                                             WEXITSTATUS(end.wstatus)) != permanent_codes.end();
-    const std::string error_message = ErrorFileMessage(input->error_file);
+    const ErrorFile error_file = ReadErrorFile(input->error_file);
+    const std::string& error_message = error_file.message;
+    ringmaster::RankFailure report = DescribeFailure(o, epoch, joined->rank(), end.wstatus,
+                                                     ended_at, error_file, last_line);
+    if (permanent) report.set_how(absl::StrCat(report.how(), " (in command.permanent_exit_codes: no restart)"));
     absl::Status failure = absl::AbortedError(absl::StrCat(
         "rank ", joined->rank(), " (node ", o.slot.node(), ", slot ", o.slot.slot(), ") ",
-        o.spec.command().argv(0), ": ", DescribeExit(end.wstatus),
-        permanent ? " (in command.permanent_exit_codes: no restart)" : "",
-        error_message.empty() ? "" : absl::StrCat("; its error file says: ", error_message)));
+        o.spec.command().argv(0), ": ", report.how(),
+        error_message.empty() ? "" : absl::StrCat("; its error file says: ", error_message),
+        last_line.empty() ? "" : absl::StrCat("; its last output line: ", last_line)));
     if (permanent) failure = MarkPermanent(absl::FailedPreconditionError(failure.message()));
     LOG(WARNING) << "epoch " << epoch << ": " << failure;
-    ReportFailure(o, epoch, failure);
+    ReportFailure(o, epoch, failure, &report);
     if (permanent) return failure;
     RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
   }

@@ -7,18 +7,26 @@
 //     coordinator's store under the epoch's prefix; the others read it (MASTER_ADDR/PORT:
 //     fresh for every epoch, so no stale store and no clash with the last epoch's)
 //     fork/exec command.argv (no shell) in command.workdir, in its own process group, with
-//     BuildCommandEnv's environment; stdout and stderr are this trainer's; report Ready
+//     BuildCommandEnv's environment, after a header line in the output (EpochHeader); its
+//     stdout and stderr pass through this trainer's own (worker/program_output), byte for
+//     byte as they come, the last non-empty line remembered; report Ready
 //     while it runs: keep-alive progress every progress_interval; the coordinator's answer
 //     names a later epoch (failure elsewhere, resize, drain) or the job's end → SIGTERM to
 //     the program's group, stop_grace, SIGKILL, then join that epoch; this trainer's own
 //     SIGTERM (leave_requested) → the same, then leave.
 //     the program exits by itself: 0 → Finished (the job succeeds when every rank of an
 //     epoch did); a non-zero code or a signal ringmaster did not send → ReportError, with
-//     the message of its TORCHELASTIC_ERROR_FILE when it wrote one (@record), permanent for
+//     the message of its TORCHELASTIC_ERROR_FILE when it wrote one (@record), and a
+//     RankFailure (rank, slot, how it ended, that message, its last output line, and when:
+//     the error file's timestamp, else when its exit was seen; the coordinator names the
+//     earliest of an epoch the first failure), permanent for
 //     command.permanent_exit_codes, and, unless permanent, the next epoch.
 //   A program that cannot be started (not found, not executable, workdir missing) is a
 //   permanent error naming the node and the path: the job fails once, no restart loop.
-//   An exit after ringmaster's own SIGTERM is never a failure.
+//   An exit after ringmaster's own SIGTERM is never a failure. But a program stopped because a
+//   later epoch formed, or the job ended, that had written an error file had failed by itself
+//   (slower to exit than the rank whose report re-formed the job): its RankFailure is reported
+//   for the epoch it ran in, and the coordinator takes it only if it is that epoch's earliest.
 //   A resubmit (`ringctl submit` of the name of a job that has ended, which the new job
 //   replaces): the new job's first epoch has RINGMASTER_RESTART_REASON=resubmit and the same
 //   RINGMASTER_CHECKPOINT_DIR (checkpoint.dir/<job>), where the program finds what the earlier
@@ -110,6 +118,22 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& input);
 // characters; empty when the file is missing, unreadable or not of that form.
 std::string ErrorFileMessage(const std::string& path);
 
+// What a TORCHELASTIC_ERROR_FILE says: ErrorFileMessage's message, and when the program failed:
+// torchelastic's timestamp (message.extraInfo.timestamp; the top-level "timestamp" where
+// "message" is a string; whole seconds, as a string or a number), refined by the file's
+// modification time when that lies within the same second (@record writes the file just after
+// reading the clock); InfinitePast when the file has no timestamp or is not of that form.
+struct ErrorFile {
+  std::string message;
+  absl::Time timestamp = absl::InfinitePast();
+};
+ErrorFile ReadErrorFile(const std::string& path);
+
+// The line the runner writes to the program's output before starting it in an epoch, e.g.
+// "==== ringmaster: job J membership epoch 3: rank 1 of 4 on node-b slot 0 (restart 1,
+// reason failure) ====" (with a newline): where each epoch starts in `ringctl logs`.
+std::string EpochHeader(const CommandEnvInput& input);
+
 struct CommandRunnerOptions {
   // Not owned; carries this trainer's membership token.
   client::TrainerCalls* client = nullptr;
@@ -129,6 +153,9 @@ struct CommandRunnerOptions {
   absl::Duration join_timeout = absl::Minutes(30);
   // Set (SIGTERM) to leave: the program gets SIGTERM, then this trainer exits.
   const std::atomic<bool>* leave_requested = nullptr;
+  // Where the program's stdout and stderr go (not owned), and each epoch's header line.
+  int output_fd = 1;
+  int error_fd = 2;
 };
 
 struct CommandResult {

@@ -1,6 +1,8 @@
 #include "worker/command_runner.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -423,6 +425,139 @@ TEST_F(RunCommandJobTest, LeavingSendsSigtermToTheProgram) {
   EXPECT_EQ(Read("saved.txt"), "saved\n");
   EXPECT_TRUE(errors_.empty());
   EXPECT_EQ(fake_.finished.calls(), 0);
+}
+
+// The program's output passes through the runner unchanged, after the epoch's header line;
+// its last non-empty line, its exit and when it was seen go into a structured failure report.
+TEST_F(RunCommandJobTest, OutputPassesThroughAndTheFailureReportSaysWhoHowAndTheLastLine) {
+  fake_.join.Then(Joined(1));
+  const std::string out_path = dir_ + "/runner.out", err_path = dir_ + "/runner.err";
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0);
+  ASSERT_GE(err, 0);
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c", "echo step 1; printf 'warn\\n' >&2; printf 'x\\n\\nlast words  \\n\\n' >&2; "
+                        "exit 3"});
+  o.output_fd = out;
+  o.error_fd = err;
+  o.spec.mutable_command()->add_permanent_exit_codes(3);
+  const double before = static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6;
+  auto r = RunCommandJob(o);
+  const double after = static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6;
+  close(out);
+  close(err);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(Read("runner.out"),
+            "==== ringmaster: job cmd membership epoch 1: rank 0 of 1 on n1 slot 0 (restart 0, "
+            "reason start) ====\nstep 1\n");
+  EXPECT_EQ(Read("runner.err"), "warn\nx\n\nlast words  \n\n");
+  ASSERT_EQ(errors_.size(), 1u);
+  ASSERT_TRUE(errors_[0].has_failure());
+  const ringmaster::RankFailure& f = errors_[0].failure();
+  EXPECT_EQ(f.epoch(), 1);
+  EXPECT_EQ(f.rank(), 0);
+  EXPECT_EQ(f.slot().node(), "n1");
+  EXPECT_EQ(f.slot().slot(), 0);
+  EXPECT_EQ(f.program(), "/bin/sh");
+  EXPECT_EQ(f.how(), "exit code 3 (in command.permanent_exit_codes: no restart)");
+  EXPECT_EQ(f.exit_code(), 3);
+  EXPECT_EQ(f.signal(), 0);
+  EXPECT_EQ(f.error_message(), "");
+  EXPECT_EQ(f.last_output_line(), "last words");
+  EXPECT_FALSE(f.failed_at_from_error_file());
+  EXPECT_GE(f.failed_at_s(), before);  // when the runner saw the exit
+  EXPECT_LE(f.failed_at_s(), after);
+  EXPECT_THAT(errors_[0].detail(), HasSubstr("; its last output line: last words"));
+}
+
+// torchelastic's @record: the failure's time is its error file's timestamp.
+TEST_F(RunCommandJobTest, AKilledProgramAndAnErrorFilesTimestamp) {
+  JoinResponse second = Joined(2);
+  second.set_restarts(1);
+  second.set_epoch_cause("failure");
+  fake_.join.Then(Joined(1)).Then(second);
+  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
+  const std::string out_path = dir_ + "/runner.out";
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0);
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c",
+       "if [ $RINGMASTER_EPOCH = 1 ]; then echo about to die; kill -9 $$; fi; "
+       "printf '{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+       "{\"py_callstack\": \"Traceback...\", \"timestamp\": \"7\"}}}' "
+       "> \"$TORCHELASTIC_ERROR_FILE\"; echo RuntimeError: boom >&2; exit 2"});
+  o.output_fd = out;
+  o.spec.mutable_command()->add_permanent_exit_codes(2);
+  auto r = RunCommandJob(o);
+  close(out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Read("runner.out"),
+              HasSubstr("about to die\n==== ringmaster: job cmd membership epoch 2: rank 0 of 1 "
+                        "on n1 slot 0 (restart 1, reason failure) ====\n"));
+  ASSERT_EQ(errors_.size(), 2u);
+  const ringmaster::RankFailure& killed = errors_[0].failure();
+  EXPECT_EQ(killed.how(), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(killed.exit_code(), -1);
+  EXPECT_EQ(killed.signal(), 9);
+  EXPECT_EQ(killed.signal_name(), "SIGKILL");
+  EXPECT_EQ(killed.last_output_line(), "about to die");
+  const ringmaster::RankFailure& raised = errors_[1].failure();
+  EXPECT_EQ(raised.epoch(), 2);
+  EXPECT_EQ(raised.error_message(), "RuntimeError: boom");
+  EXPECT_EQ(raised.last_output_line(), "RuntimeError: boom");
+  EXPECT_TRUE(raised.failed_at_from_error_file());
+  EXPECT_EQ(raised.failed_at_s(), 7.0);  // the file was written long after second 7
+}
+
+// A program that had raised (its error file) but was slower to exit than a peer whose report
+// re-formed the job: stopped by the runner, its failure is still reported for its epoch.
+TEST_F(RunCommandJobTest, AStoppedProgramThatHadRaisedIsReportedForItsEpoch) {
+  fake_.join.Then(Joined(1)).Then(Joined(2));
+  const std::string raised = dir_ + "/raised";
+  fake_.progress.Otherwise([raised](const ProgressRequest&) {
+    return AtEpoch(access(raised.c_str(), F_OK) == 0 ? 2 : 1);
+  });
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c",
+       "if [ $RINGMASTER_EPOCH = 1 ]; then "
+       "printf '{\"message\": {\"message\": \"ValueError: first\", \"extraInfo\": "
+       "{\"timestamp\": \"5\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"; echo ValueError: first; "
+       "touch raised; sleep 30; fi; exit 0"});
+  auto r = RunCommandJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_EQ(errors_[0].epoch(), 1);
+  const ringmaster::RankFailure& f = errors_[0].failure();
+  EXPECT_TRUE(f.stopped_after());
+  EXPECT_EQ(f.error_message(), "ValueError: first");
+  EXPECT_EQ(f.last_output_line(), "ValueError: first");
+  EXPECT_EQ(f.failed_at_s(), 5.0);
+  EXPECT_EQ(fake_.finished.calls(), 1);
+}
+
+TEST(ReadErrorFileTest, TheTimestampIsRefinedByTheFilesModificationTimeWithinItsSecond) {
+  const std::string path = ::testing::TempDir() + "/error-time.json";
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  std::ofstream(path) << R"({"message": {"message": "E: x", "extraInfo": {"timestamp": ")"
+                      << now << R"("}}})";
+  auto set_mtime = [&path](absl::Time t) {
+    const timespec times[2] = {absl::ToTimespec(t), absl::ToTimespec(t)};
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  };
+  set_mtime(absl::FromUnixSeconds(now) + absl::Milliseconds(250));
+  ErrorFile e = ReadErrorFile(path);
+  EXPECT_EQ(e.message, "E: x");
+  EXPECT_EQ(e.timestamp, absl::FromUnixSeconds(now) + absl::Milliseconds(250));
+  set_mtime(absl::FromUnixSeconds(now + 3));  // not the same second: the timestamp alone
+  EXPECT_EQ(ReadErrorFile(path).timestamp, absl::FromUnixSeconds(now));
+  // The newer form: "message" a string, "timestamp" beside it (a number here).
+  std::ofstream(path) << R"({"message": "E: y", "timestamp": 9})";
+  e = ReadErrorFile(path);
+  EXPECT_EQ(e.message, "E: y");
+  EXPECT_EQ(e.timestamp, absl::FromUnixSeconds(9));
+  std::ofstream(path) << R"({"message": {"message": "E: z"}})";  // no timestamp
+  EXPECT_EQ(ReadErrorFile(path).timestamp, absl::InfinitePast());
 }
 
 }  // namespace

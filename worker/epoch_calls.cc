@@ -27,7 +27,8 @@ absl::StatusOr<int64_t> NextEpoch(const EpochCaller& caller, int64_t epoch,
   }
 }
 
-void ReportEpochError(const EpochCaller& caller, int64_t epoch, const absl::Status& error) {
+void ReportEpochError(const EpochCaller& caller, int64_t epoch, const absl::Status& error,
+                      const ringmaster::RankFailure* failure) {
   ReportErrorRequest request;
   request.set_job(caller.job);
   request.set_epoch(epoch);
@@ -35,6 +36,7 @@ void ReportEpochError(const EpochCaller& caller, int64_t epoch, const absl::Stat
   request.set_detail(error.ToString(absl::StatusToStringMode::kWithNoExtraData));
   request.set_permanent(IsPermanent(error));
   request.set_node_local(IsNodeLocal(error));
+  if (failure != nullptr) *request.mutable_failure() = *failure;
   absl::Status s = caller.client->ReportError(request);
   if (!s.ok() && !absl::IsAborted(s)) LOG(WARNING) << "reporting the error failed: " << s;
 }

@@ -34,7 +34,10 @@ absl::StatusOr<int64_t> NextEpoch(const EpochCaller& caller, int64_t epoch,
 // Tells the coordinator that `epoch` failed under this rank: it re-forms the job, or fails it
 // at once when the error is permanent (no restart can fix it) or excludes the node when it is
 // this node's. A failure to report is logged (ABORTED: the epoch is over anyway).
-void ReportEpochError(const EpochCaller& caller, int64_t epoch, const absl::Status& error);
+// `failure`: a command job's program's failure, structured (ReportErrorRequest.failure); the
+// coordinator keeps the earliest of an epoch's, also one reported after the epoch ended.
+void ReportEpochError(const EpochCaller& caller, int64_t epoch, const absl::Status& error,
+                      const ringmaster::RankFailure* failure = nullptr);
 
 }  // namespace ringmaster::worker
 
