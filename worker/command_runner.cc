@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/epoch_calls.h"
+#include "worker/program_channel.h"
+#include "worker/program_progress.h"
 #include "worker/program_output.h"
 #include "nlohmann/json.hpp"
 
@@ -130,6 +133,11 @@ std::vector<std::string> BuildCommandEnv(const CommandEnvInput& in) {
   env["RINGMASTER_STOP_GRACE_S"] = absl::StrCat(in.stop_grace_s);
   env["RINGMASTER_RESTART_REASON"] = in.restart_reason;
   if (!in.checkpoint_dir.empty()) env["RINGMASTER_CHECKPOINT_DIR"] = in.checkpoint_dir;
+  if (!in.control_socket.empty()) env["RINGMASTER_CONTROL_SOCKET"] = in.control_socket;
+  if (!in.python_path.empty()) {
+    std::string& python_path = env["PYTHONPATH"];
+    python_path = python_path.empty() ? in.python_path : absl::StrCat(in.python_path, ":", python_path);
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(absl::StrCat(name, "=", value));
@@ -349,9 +357,20 @@ std::optional<int> WaitUntil(pid_t pid, absl::Time deadline) {
   }
 }
 
-// SIGTERM to the program's group, stop_grace, then SIGKILL. Returns its wait status.
-int StopProgram(pid_t pid, absl::Duration grace) {
+// The stop message on the program's channel when it is connected ({"type":"stop",
+// "reason":...}), SIGTERM and SIGCONT to its group (a stopped program handles its SIGTERM only
+// once it runs), stop_grace, then SIGKILL. Returns its wait status.
+int StopProgram(pid_t pid, absl::Duration grace, ProgramChannel* channel, const char* reason) {
+  if (channel != nullptr) {
+    channel->Poll();  // takes a connection the program has just made
+    if (channel->connected()) {
+      if (absl::Status s = channel->Send({{"type", "stop"}, {"reason", reason}}); !s.ok()) {
+        LOG(WARNING) << "cannot send the program its stop: " << s;
+      }
+    }
+  }
   kill(-pid, SIGTERM);
+  kill(-pid, SIGCONT);
   std::optional<int> status = WaitUntil(pid, absl::Now() + grace);
   if (status) {
     kill(-pid, SIGKILL);  // whatever of its group is left
@@ -427,33 +446,113 @@ struct EpochEnd {
   int wstatus = 0;           // kExited: the program's own exit
   int64_t next_epoch = 0;    // kStopped: the epoch the coordinator announced
   std::string why;           // kJobOver
+  std::optional<RankStats> stats;  // kExited: the program's last report, if it reported
 };
 
-// Watches the running program: keep-alive progress, the coordinator's answers, our SIGTERM.
-EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t pid) {
+// The program's channel of one epoch: listening at <error_file_dir>/control-<node>-<slot>.sock,
+// or, where that path is too long for a Unix socket, in a directory made under
+// short_socket_dir, removed with it. No channel (logged) when it cannot listen: the program
+// then runs as one that never connects.
+struct ControlSocket {
+  std::unique_ptr<ProgramChannel> channel;
+  std::string temp_dir;
+  ~ControlSocket() {
+    channel.reset();
+    if (!temp_dir.empty()) rmdir(temp_dir.c_str());
+  }
+};
+
+std::unique_ptr<ControlSocket> OpenControlSocket(const CommandRunnerOptions& o) {
+  auto control = std::make_unique<ControlSocket>();
+  std::string path =
+      absl::StrCat(o.error_file_dir, "/control-", o.slot.node(), "-", o.slot.slot(), ".sock");
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    std::string dir = absl::StrCat(o.short_socket_dir, "/ringmaster-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) {
+      LOG(WARNING) << "cannot make a directory for the program channel in "
+                   << o.short_socket_dir << ": " << strerror(errno) << "; the program runs without";
+      return control;
+    }
+    control->temp_dir = dir;
+    path = absl::StrCat(dir, "/control-", o.slot.slot(), ".sock");
+  }
+  absl::StatusOr<std::unique_ptr<ProgramChannel>> channel = ProgramChannel::Listen(path);
+  if (!channel.ok()) {
+    LOG(WARNING) << channel.status() << "; the program runs without its channel";
+  } else {
+    control->channel = *std::move(channel);
+  }
+  return control;
+}
+
+// What the program's reports become (worker/program_progress.h), for this rank of the epoch.
+std::unique_ptr<ProgramProgress> NewProgramProgress(const CommandRunnerOptions& o, int rank) {
+  ProgramProgressOptions po;
+  po.rank = rank;
+  po.metrics_jsonl = o.spec.metrics().jsonl();
+  po.job = o.job;
+  po.run = o.spec.metrics().run();
+  if (o.spec.diagnostics().has_log_every()) {
+    po.log_every = std::max<int64_t>(1, o.spec.diagnostics().log_every());
+  }
+  po.heartbeat_timeout = o.heartbeat_timeout;
+  absl::StatusOr<std::unique_ptr<ProgramProgress>> progress = ProgramProgress::Create(po);
+  if (progress.ok()) return *std::move(progress);
+  LOG(WARNING) << progress.status() << "; the program's reports are not recorded there";
+  po.metrics_jsonl.clear();
+  return *ProgramProgress::Create(po);
+}
+
+// Watches the running program: its reports (or keep-alives while it lives), the coordinator's
+// answers, our SIGTERM.
+EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t pid,
+                   ProgramChannel* channel) {
   const absl::Duration grace = absl::Seconds(o.spec.command().stop_grace_s());
+  std::unique_ptr<ProgramProgress> progress = NewProgramProgress(o, rank);
+  auto poll = [&] {
+    if (channel == nullptr) return;
+    for (const nlohmann::json& m : channel->Poll()) progress->Take(m, absl::Now());
+  };
   absl::Time next_report = absl::Now();
+  bool silent = false;
   while (true) {
     if (std::optional<int> status = WaitUntil(pid, std::min(next_report, absl::Now() +
                                                                              absl::Milliseconds(100)))) {
-      return {EpochEnd::kExited, *status, 0, ""};
+      poll();  // what it said last
+      return {EpochEnd::kExited, *status, 0, "", progress->last_stats()};
     }
+    poll();
     if (o.leave_requested != nullptr && o.leave_requested->load()) {
       LOG(INFO) << "SIGTERM: stopping the program (stop_grace_s " << grace << ")";
-      StopProgram(pid, grace);
+      StopProgram(pid, grace, channel, "drain");
       return {EpochEnd::kLeft, 0, 0, ""};
     }
-    if (absl::Now() < next_report) continue;
-    next_report = absl::Now() + o.progress_interval;
+    const absl::Time now = absl::Now();
+    if (now < next_report) continue;
+    next_report = now + o.progress_interval;
     ProgressRequest request;
     request.set_job(o.job);
     request.set_epoch(epoch);
     *request.mutable_slot() = o.slot;
-    request.mutable_stats()->set_rank(rank);
-    request.mutable_stats()->set_step(-1);  // a keep-alive: the program reports no steps
+    if (std::optional<RankStats> stats = progress->TakeStats()) {
+      *request.mutable_stats() = *stats;  // its report
+    } else if (progress->Alive(now)) {
+      request.mutable_stats()->set_rank(rank);
+      request.mutable_stats()->set_step(-1);  // a keep-alive
+    } else {
+      // Said hello, then fell silent: frozen (SIGSTOP) or hung. No keep-alive for it.
+      if (!silent) {
+        LOG(WARNING) << "the program has sent nothing on its channel for over "
+                     << o.heartbeat_timeout << " (stopped or frozen): no keep-alive for it";
+      }
+      silent = true;
+      continue;
+    }
+    if (silent) LOG(INFO) << "the program is heard again";
+    silent = false;
     auto response = o.client->Progress(request);
     if (absl::IsFailedPrecondition(response.status())) {
-      StopProgram(pid, grace);
+      StopProgram(pid, grace, channel, "job_over");
       return {EpochEnd::kJobOver, 0, 0, std::string(response.status().message())};
     }
     if (!response.ok()) {
@@ -463,7 +562,7 @@ EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t
     if (response->epoch() > epoch) {
       LOG(INFO) << "the coordinator formed epoch " << response->epoch()
                 << ": stopping the program (stop_grace_s " << grace << ")";
-      StopProgram(pid, grace);
+      StopProgram(pid, grace, channel, response->leave() ? "drain" : "epoch");
       if (response->leave()) return {EpochEnd::kLeft, 0, 0, ""};
       return {EpochEnd::kStopped, 0, response->epoch(), ""};
     }
@@ -475,13 +574,17 @@ std::string ReadyKey(const JoinResponse& joined, int rank) {
   return absl::StrCat(joined.store_prefix(), "command/ready/", rank);
 }
 
-absl::Status Finish(const CommandRunnerOptions& o, int64_t epoch, int rank) {
+// With the program's last report, so that the job's end keeps its figures (no step without
+// one: a step 0 would overwrite the job's step and loss).
+absl::Status Finish(const CommandRunnerOptions& o, int64_t epoch, int rank,
+                    const std::optional<RankStats>& stats) {
   FinishedRequest finished;
   finished.set_job(o.job);
   finished.set_epoch(epoch);
   *finished.mutable_slot() = o.slot;
+  if (stats) *finished.mutable_stats() = *stats;
   finished.mutable_stats()->set_rank(rank);
-  finished.mutable_stats()->set_step(0);
+  if (!stats) finished.mutable_stats()->set_step(-1);
   return o.client->Finished(finished);
 }
 
@@ -526,6 +629,7 @@ absl::StatusOr<CommandEnvInput> EpochEnvironment(const CommandRunnerOptions& o,
                                o.slot.node(), "-", o.slot.slot(), ".json");
   in.slot = o.slot;
   in.stop_grace_s = o.spec.command().stop_grace_s();
+  in.python_path = o.python_module_dir;
   for (const auto& [name, value] : o.spec.command().env()) in.user_env[name] = value;
   return in;
 }
@@ -561,6 +665,9 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
       continue;
     }
+    // The program channel listens before the program starts.
+    const std::unique_ptr<ControlSocket> control = OpenControlSocket(o);
+    if (control->channel != nullptr) input->control_socket = control->channel->path();
     unlink(input->error_file.c_str());
     const std::string header = EpochHeader(*input);
     if (write(o.output_fd, header.data(), header.size()) < 0) {
@@ -585,7 +692,8 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     } else if (absl::Status s = store.Set(ReadyKey(*joined, joined->rank()), "1"); !s.ok()) {
       LOG(WARNING) << "cannot say Ready through the store in epoch " << epoch << ": " << s;
     }
-    const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid);
+    const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid,
+                                    control->channel.get());
     const absl::Time ended_at = absl::Now();
     if (end.kind == EpochEnd::kExited) kill(-child->pid, SIGKILL);  // what it left in its group
     // The rest of its output (a process it left outside its group may hold the pipes: not
@@ -616,7 +724,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       if (absl::Status s = store.Wait(ready_keys, absl::Now() + o.connect_timeout); !s.ok()) {
         LOG(WARNING) << "not every rank said Ready in epoch " << epoch << ": " << s;
       }
-      RM_RETURN_IF_ERROR(Finish(o, epoch, joined->rank()));
+      RM_RETURN_IF_ERROR(Finish(o, epoch, joined->rank(), end.stats));
       return result;
     }
     const auto& permanent_codes = o.spec.command().permanent_exit_codes();

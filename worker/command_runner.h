@@ -35,6 +35,16 @@
 //   (A name deleted with `ringctl delete` is forgotten: submitted again, its reason is start.)
 //
 // Not thread-safe; one call per trainer process. Blocks until the job is over for this rank.
+//
+// The program channel (worker/program_channel.h, python/ringmaster): before it starts the
+// program the runner listens at RINGMASTER_CONTROL_SOCKET. The program's reports replace the
+// keep-alive: they reach the coordinator as a built-in trainer's RankStats
+// (worker/program_progress.h) and rank 0's metrics.jsonl. Once the program said hello,
+// keep-alives go only while its heartbeats are fresh (heartbeat_timeout): a frozen program
+// (SIGSTOP) falls silent and the coordinator's silence detection re-forms the group; a
+// program that never connects gets keep-alives while it runs. A stop is
+// {"type":"stop","reason":"drain"|"epoch"|"job_over"} on the channel, then SIGTERM and SIGCONT
+// to its group (a stopped program must run to handle its SIGTERM).
 #ifndef RINGMASTER_WORKER_COMMAND_RUNNER_H_
 #define RINGMASTER_WORKER_COMMAND_RUNNER_H_
 
@@ -90,6 +100,12 @@ struct CommandEnvInput {
   double stop_grace_s = 30;
   // command.env (validated: no reserved names).
   std::map<std::string, std::string> user_env;
+  // RINGMASTER_CONTROL_SOCKET: the program channel's socket (worker/program_channel.h);
+  // empty: not set.
+  std::string control_socket;
+  // Prepended to the inherited (or command.env's) PYTHONPATH: the directory of the ringmaster
+  // Python module (python/ringmaster); empty: PYTHONPATH as it is.
+  std::string python_path;
 };
 
 // RINGMASTER_RESTART_REASON for an epoch formed for JoinResponse.epoch_cause: start,
@@ -109,8 +125,8 @@ std::string RestartReason(absl::string_view epoch_cause);
 // inherited CUDA_VISIBLE_DEVICES when there is one: a torchrun program's cuda:LOCAL_RANK is
 // then its own slot's GPU, whichever slots the epoch got) and
 // RINGMASTER_JOB, RINGMASTER_EPOCH, RINGMASTER_NODE, RINGMASTER_SLOT,
-// RINGMASTER_STOP_GRACE_S, RINGMASTER_RESTART_REASON and RINGMASTER_CHECKPOINT_DIR. Later
-// entries win.
+// RINGMASTER_STOP_GRACE_S, RINGMASTER_RESTART_REASON, RINGMASTER_CHECKPOINT_DIR and
+// RINGMASTER_CONTROL_SOCKET, and python_path prepended to PYTHONPATH. Later entries win.
 std::vector<std::string> BuildCommandEnv(const CommandEnvInput& input);
 
 // The message of a TORCHELASTIC_ERROR_FILE as torchelastic's @record writes it
@@ -143,6 +159,14 @@ struct CommandRunnerOptions {
   // Effective and validated, with `command` set.
   JobSpec spec;
   std::string advertise_host = "127.0.0.1";
+  // The program channel (worker/program_channel.h): its socket goes in error_file_dir, or,
+  // where that path is too long for a Unix socket, in a directory made under
+  // short_socket_dir; the ringmaster Python module's directory (python_module_dir, empty:
+  // none) is prepended to the program's PYTHONPATH. A program that said hello is alive while
+  // its messages are at most heartbeat_timeout apart; silent longer, it gets no keep-alive.
+  std::string python_module_dir;
+  std::string short_socket_dir = "/tmp";
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
   // This process's environment, passed on to the program.
   std::vector<std::string> base_env;
   // Where TORCHELASTIC_ERROR_FILE files go (one per epoch); must exist.

@@ -64,6 +64,11 @@ class ProgramProgress {
   // The stats of the newest report not yet taken; nullopt when no report came since.
   std::optional<RankStats> TakeStats();
 
+  // The newest report's stats, taken or not; nullopt before any.
+  std::optional<RankStats> last_stats() const {
+    return step_ >= 0 ? std::optional<RankStats>(stats_) : std::nullopt;
+  }
+
   // Whether the runner keeps sending keep-alives for the program at `now`.
   bool Alive(absl::Time now) const;
   bool said_hello() const { return said_hello_; }

@@ -15,7 +15,9 @@
 // Exit status: 0 when the job finished, 1 when it failed (the error on stderr), 2 for bad
 // flags or a bad spec, 3 (kExitCodePermanent) when memory ran out on a thread that could not
 // report it.
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -24,6 +26,7 @@ extern char** environ;
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -131,6 +134,33 @@ void InitTrainerLogging() {
   InitLogging(lo);
 }
 
+// The directory holding the ringmaster Python module (ringmaster/__init__.py) that a command
+// job's program may import: python/ beside bin/ in the release bundle, else in this binary's
+// Bazel runfiles (a build tree's, a test's). Empty (logged) when there is none.
+std::string PythonModuleDir() {
+  std::vector<std::string> candidates;
+  char self[4096];
+  if (const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1); n > 0) {
+    const std::string exe(self, static_cast<size_t>(n));
+    candidates.push_back(exe.substr(0, exe.find_last_of('/')) + "/../python");
+    candidates.push_back(exe + ".runfiles/ringmaster/python");
+  }
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    const char* dir = getenv(var);
+    if (dir != nullptr && *dir != '\0') candidates.push_back(absl::StrCat(dir, "/ringmaster/python"));
+  }
+  for (const std::string& c : candidates) {
+    if (access((c + "/ringmaster/__init__.py").c_str(), R_OK) != 0) continue;
+    char real[PATH_MAX];
+    return realpath(c.c_str(), real) != nullptr ? std::string(real) : c;
+  }
+  fprintf(stderr,
+          "ringtrainer: the ringmaster Python module (python/ringmaster/__init__.py) is neither "
+          "beside this binary's bin/ nor in its runfiles: a command job's program cannot import "
+          "ringmaster unless its own PYTHONPATH finds it\n");
+  return "";
+}
+
 // A command job (worker/command_runner.h): the user's program instead of the built-in
 // trainer; its output is this trainer's (the agent's slot log).
 int CommandMain(JobSpec spec, client::TrainerCalls* client) {
@@ -151,6 +181,7 @@ int CommandMain(JobSpec spec, client::TrainerCalls* client) {
   if (co.spec.command().workdir().empty()) co.spec.mutable_command()->set_workdir(co.error_file_dir);
   co.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   co.leave_requested = &g_drain;
+  co.python_module_dir = PythonModuleDir();
   auto result = worker::RunCommandJob(co);
   if (!result.ok()) return Fail(1, result.status());
   if (result->left) {
