@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -25,6 +27,8 @@ constexpr char kFooter[] =
     " program on every rank, with torchrun's environment: a command job)\n"
     "  ringctl submit JOB.yaml|JOB.json [--set key=value ...] [--extend] [--wait]"
     " [-o json|yaml]\n"
+    "  ringctl submit [--set key=value ...] [--wait] -- PROGRAM [ARGS...]   (a command job;"
+    " --set command.workdir=DIR for relative paths)\n"
     "  ringctl list [--all] [-o json|yaml|wide]\n"
     "  ringctl status JOB [-o json|yaml|wide]\n"
     "  ringctl cancel JOB | delete JOB | top JOB | checkpoints JOB\n"
@@ -139,6 +143,21 @@ ParsedCommandLine UsageError(const std::string& command, const std::string& prob
 
 }  // namespace
 
+namespace {
+
+// The Usage lines of a command with two forms (CLI11 2.1 has no App::usage()): a spec, or a
+// program after --.
+class TwoFormUsage : public CLI::Formatter {
+ public:
+  explicit TwoFormUsage(std::string usage) : usage_(std::move(usage)) {}
+  std::string make_usage(const CLI::App*, std::string) const override { return usage_; }
+
+ private:
+  std::string usage_;
+};
+
+}  // namespace
+
 ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   std::vector<std::string> args = args_in;
   // `ringctl help [COMMAND...]` is `ringctl [COMMAND...] --help`.
@@ -148,14 +167,16 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   }
   CommandLine line;
   OutputFlags output;
-  // `ringctl local [flags] -- PROGRAM ARGS...`: what follows "--" is the command job's argv,
-  // never ringctl's flags.
-  if (!args.empty() && args[0] == "local") {
+  // `ringctl local|submit [flags] -- PROGRAM ARGS...`: what follows "--" is the command job's
+  // argv, never ringctl's flags.
+  if (!args.empty() && (args[0] == "local" || args[0] == "submit")) {
     if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
-      line.local.command.assign(dashes + 1, args.end());
+      std::vector<std::string>& program =
+          args[0] == "local" ? line.local.command : line.program;
+      program.assign(dashes + 1, args.end());
       args.erase(dashes, args.end());
-      if (line.local.command.empty()) {
-        return UsageError("local", "nothing after --: give the program to run, e.g. -- "
+      if (program.empty()) {
+        return UsageError(args[0], "nothing after --: give the program to run, e.g. -- "
                                    "/usr/bin/python3 train.py");
       }
     }
@@ -167,6 +188,12 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
 
   CLI::App* local = app.add_subcommand(
       "local", "run a job on this machine under its own coordinator and agent");
+  local->formatter(std::make_shared<TwoFormUsage>(
+      "Usage: ringctl local [OPTIONS] JOB_SPEC\n"
+      "   or: ringctl local [OPTIONS] -- PROGRAM [ARGS...]\n"
+      "       your own program on every rank, with torchrun's environment (a command job\n"
+      "       named after its script, run in this directory), e.g.\n"
+      "       ringctl local --workers 4 -- /usr/bin/python3 examples/torch_ddp/train.py\n"));
   local->add_option("JOB_SPEC", line.local.spec_file,
                     "the job spec (YAML); or, after --, the program each rank runs (a command "
                     "job named after its script: ringctl local --workers 2 -- python3 train.py)");
@@ -189,8 +216,15 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                     "(port 0 picks one; the URL is printed)");
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job to a coordinator");
-  submit->add_option("JOB_SPEC", line.target, "the job spec (YAML, or JSON as -o json prints)")
-      ->required();
+  submit->formatter(std::make_shared<TwoFormUsage>(
+      "Usage: ringctl submit [OPTIONS] JOB_SPEC\n"
+      "   or: ringctl submit [OPTIONS] -- PROGRAM [ARGS...]\n"
+      "       your own program on every rank, with torchrun's environment (a command job\n"
+      "       named after its script; relative paths are from command.workdir on each\n"
+      "       node), e.g. ringctl submit --set command.workdir=/srv/code -- python3 train.py\n"));
+  submit->add_option("JOB_SPEC", line.target,
+                     "the job spec (YAML, or JSON as -o json prints); or, after --, the program "
+                     "each rank runs");
   submit->add_option("--set", line.overrides, "override a spec field: path=value")
       ->allow_extra_args(false);
   submit->add_flag("--wait", line.wait,
@@ -595,6 +629,16 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   if (line.command == Command::kLocal && !line.local.spec_file.empty() &&
       !line.local.command.empty()) {
     return UsageError(path, absl::StrCat("give the job spec ", line.local.spec_file,
+                                         " or a program after --, not both (a spec runs its "
+                                         "program from command.argv)"));
+  }
+  if (line.command == Command::kSubmit && line.target.empty() && line.program.empty()) {
+    return UsageError(path, "give the job spec (ringctl submit JOB.yaml) or the program to run "
+                            "after -- (ringctl submit --set command.workdir=/srv/code -- "
+                            "python3 train.py)");
+  }
+  if (line.command == Command::kSubmit && !line.target.empty() && !line.program.empty()) {
+    return UsageError(path, absl::StrCat("give the job spec ", line.target,
                                          " or a program after --, not both (a spec runs its "
                                          "program from command.argv)"));
   }

@@ -149,6 +149,9 @@ struct CommandLine {
   // local.
   std::string target;
   std::vector<std::string> overrides;  // submit --set, in order
+  // `ringctl submit [--set ...] -- PROGRAM ARGS...` (instead of the spec file): a command
+  // job running this argv on every rank, named after its script (CommandJobName).
+  std::vector<std::string> program;
   bool wait = false;                   // submit --wait
   bool extend = false;                 // submit --extend: resume=extend after the --set ones
   bool all = false;                    // list --all

@@ -94,6 +94,33 @@ TEST(CommandLineTest, LocalWithAProgram) {
               HasSubstr("give the job spec job.yaml or a program after --, not both"));
 }
 
+TEST(CommandLineTest, SubmitWithAProgram) {
+  const CommandLine c = Ok("submit --set command.workdir=/srv --wait -- python3 train.py --wait x");
+  EXPECT_EQ(c.command, Command::kSubmit);
+  EXPECT_TRUE(c.target.empty());
+  EXPECT_TRUE(c.wait);
+  EXPECT_THAT(c.overrides, ElementsAre("command.workdir=/srv"));
+  EXPECT_THAT(c.program, ElementsAre("python3", "train.py", "--wait", "x"));
+  EXPECT_TRUE(Ok("submit job.yaml").program.empty());
+}
+
+// Both forms, a spec and a program after --, are in the Usage lines of local and submit.
+TEST(CommandLineTest, LocalAndSubmitHelpShowBothForms) {
+  for (const char* command : {"local", "submit"}) {
+    const std::string help = Parse(absl::StrCat(command, " --help")).out;
+    EXPECT_THAT(help, AllOf(HasSubstr(absl::StrCat("Usage: ringctl ", command,
+                                                   " [OPTIONS] JOB_SPEC\n")),
+                            HasSubstr(absl::StrCat("   or: ringctl ", command,
+                                                   " [OPTIONS] -- PROGRAM [ARGS...]\n")),
+                            HasSubstr("--set")))
+        << help;
+  }
+  EXPECT_THAT(Parse("local --help").out,
+              HasSubstr("ringctl local --workers 4 -- /usr/bin/python3 examples/torch_ddp/train.py"));
+  EXPECT_THAT(Parse("--help").out, HasSubstr("ringctl submit [--set key=value ...] [--wait] -- "
+                                             "PROGRAM [ARGS...]"));
+}
+
 TEST(CommandLineTest, Local) {
   const CommandLine c = Ok(
       "local --workers 2 job.yaml --set steps=120 --set a.b=1 --summary s.json --run_dir d "
@@ -280,7 +307,9 @@ TEST(CommandLineTest, BadUsageExitsTwoNamingTheProblem) {
       {"list --bogus", "--bogus"},
       {"list --set a=1", "--set"},
       {"submit job.yaml --set", "--set"},
-      {"submit", "JOB_SPEC is required"},
+      {"submit", "give the job spec (ringctl submit JOB.yaml) or the program to run after --"},
+      {"submit --", "nothing after --"},
+      {"submit job.yaml -- python3 t.py", "give the job spec job.yaml or a program after --, not both"},
       {"checkpoint", "A subcommand is required"},
       {"checkpoint frob d", "frob"},
       {"delete", "JOB is required"},

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/local.h"
 #include "cli/output.h"
 #include "cli/resources.h"
 #include "cli/run_name.h"
@@ -104,7 +105,8 @@ std::vector<std::string> SubmitNotes(const JobSpec& spec, UserCalls& client) {
 int Submit(const CommandLine& line, UserCalls& client, const Io& io) {
   std::vector<std::string> overrides = line.overrides;
   if (line.extend) overrides.push_back("resume=extend");  // last: it wins
-  auto spec = spec::LoadJobSpecFile(line.target, overrides);
+  auto spec = line.program.empty() ? spec::LoadJobSpecFile(line.target, overrides)
+                                    : CommandJobSpec(line.program, overrides);
   if (!spec.ok()) {
     fprintf(io.err, "ringctl: %s\n", std::string(spec.status().message()).c_str());
     return 2;

@@ -311,6 +311,26 @@ TEST_F(JobsTest, SubmitSaysWhatTheClusterCannotGiveTheJob) {
   EXPECT_FALSE(absl::StrContains(gpu.out, "note:")) << gpu.out;
 }
 
+// `ringctl submit -- PROGRAM ARGS...`: a command job named after its script, --set applied.
+TEST_F(JobsTest, SubmitOfAProgramSendsACommandJob) {
+  fake_.submit.Always(MakeJob("train", JOB_PHASE_PENDING));
+  Ran ran = Run({"submit", "--set", "command.workdir=/srv/code", "--set", "elastic.min_ranks=2",
+                 "--", "/usr/bin/python3", "train.py", "--epochs", "3"});
+  EXPECT_EQ(ran.status, 0) << ran.err;
+  EXPECT_TRUE(absl::StrContains(ran.out, "submitted train: pending")) << ran.out;
+  const JobSpec sent = fake_.submit.requests().at(0).spec();
+  EXPECT_EQ(sent.name(), "train");
+  EXPECT_EQ(std::vector<std::string>(sent.command().argv().begin(), sent.command().argv().end()),
+            (std::vector<std::string>{"/usr/bin/python3", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(sent.command().workdir(), "/srv/code");
+  EXPECT_EQ(sent.elastic().min_ranks(), 2);
+  // A bad override names the field, and nothing is sent.
+  Ran bad = Run({"submit", "--set", "command.stop_grace_s=-1", "--", "python3", "t.py"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(absl::StrContains(bad.err, "stop_grace_s")) << bad.err;
+  EXPECT_EQ(fake_.submit.calls(), 1);
+}
+
 TEST_F(JobsTest, SubmitOfABadSpecIsExitStatus2WithoutACall) {
   Ran ran = Run({"submit", Spec(), "--set", "no_such_field=1"});
   EXPECT_EQ(ran.status, 2);

@@ -141,10 +141,7 @@ class LogFollower {
 // defaults and validation apply to either.
 absl::StatusOr<JobSpec> LoadLocalSpec(const LocalOptions& options) {
   if (options.command.empty()) return spec::LoadJobSpecFile(options.spec_file, options.overrides);
-  JobSpec spec;
-  spec.set_name(CommandJobName(options.command));
-  spec.mutable_command()->mutable_argv()->Assign(options.command.begin(), options.command.end());
-  return spec::LoadJobSpecText(spec::JobSpecToYaml(spec), options.overrides);
+  return CommandJobSpec(options.command, options.overrides);
 }
 
 }  // namespace
@@ -172,6 +169,14 @@ std::string CommandJobName(const std::vector<std::string>& argv) {
   }
   if (name.empty() || name == "." || name == "..") return "command";
   return name.substr(0, 64);
+}
+
+absl::StatusOr<JobSpec> CommandJobSpec(const std::vector<std::string>& argv,
+                                       const std::vector<std::string>& overrides) {
+  JobSpec spec;
+  spec.set_name(CommandJobName(argv));
+  spec.mutable_command()->mutable_argv()->Assign(argv.begin(), argv.end());
+  return spec::LoadJobSpecText(spec::JobSpecToYaml(spec), overrides);
 }
 
 int LocalCommand(const LocalOptions& options) {

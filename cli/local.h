@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "cli/local_summary.pb.h"
 #include "proto/coordinator.pb.h"
 #include "train/result.pb.h"
@@ -64,6 +65,12 @@ struct LocalOptions {
 // pkg.train" → "pkg.train"), else of the program ("sh -c CODE" → "sh"); at most 64
 // characters, those other than [A-Za-z0-9._-] made '_'.
 std::string CommandJobName(const std::vector<std::string>& argv);
+
+// The command job of `ringctl local|submit ... -- ARGV...`: named CommandJobName(argv), running
+// argv on every rank, with `overrides` (--set) applied, defaults filled and validated.
+// INVALID_ARGUMENT naming the field when an override or the result is not valid.
+absl::StatusOr<JobSpec> CommandJobSpec(const std::vector<std::string>& argv,
+                                       const std::vector<std::string>& overrides);
 
 // Runs the job; returns the exit status above. Blocks until the job ends.
 int LocalCommand(const LocalOptions& options);
