@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
@@ -395,11 +396,32 @@ std::string ProgressLine(const Job& job, absl::Time now) {
   return line;
 }
 
+// A command job's first failure (Job.first_failure): who, how and when on one line; what its
+// error file and its last output line said below.
+std::string FirstFailureText(const RankFailure& f, absl::Time now) {
+  const absl::Time at = absl::FromUnixMicros(static_cast<int64_t>(f.failed_at_s() * 1e6));
+  std::string out = absl::StrCat(
+      "  first failure: rank ", f.rank(), " (node ", f.slot().node(), ", slot ", f.slot().slot(),
+      ") in membership epoch ", f.epoch(), ": ", f.program(), f.program().empty() ? "" : ": ",
+      f.how(), "\n    at ", absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", at, absl::UTCTimeZone()),
+      " (", Age(absl::ToUnixMillis(at), now), " ago; ",
+      f.failed_at_from_error_file() ? "its error file's time" : "when its exit was seen", ")\n");
+  if (!f.error_message().empty()) {
+    absl::StrAppend(&out, "    error file: ",
+                    absl::StrReplaceAll(f.error_message(), {{"\n", "\n      "}}), "\n");
+  }
+  if (!f.last_output_line().empty()) {
+    absl::StrAppend(&out, "    last output line: ", f.last_output_line(), "\n");
+  }
+  return out;
+}
+
 std::string JobDescription(const Job& job, absl::Time now, bool wide) {
   std::string out = absl::StrFormat("job %s: %s for %s (submitted %s ago)\n", job.id(),
                                     PhaseName(job.phase()), Age(job.phase_since_ms(), now),
                                     Age(job.submitted_ms(), now));
   if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
+  if (job.has_first_failure()) absl::StrAppend(&out, FirstFailureText(job.first_failure(), now));
   if (!job.cannot_grow().empty() && job.members_size() < job.max_ranks() &&
       job.phase() != JOB_PHASE_SUCCEEDED && job.phase() != JOB_PHASE_FAILED &&
       job.phase() != JOB_PHASE_CANCELLED) {

@@ -282,6 +282,34 @@ TEST(JobDescriptionTest, MembersTableAndWideExtras) {
   EXPECT_THAT(wide, HasSubstr("decay: linear"));
 }
 
+// A command job's status names the first rank to fail: where, how, when, what it said.
+TEST(JobDescriptionTest, ACommandJobsFirstFailure) {
+  Job job = ExampleJob();
+  EXPECT_THAT(JobDescription(job, kNow, false), Not(HasSubstr("first failure")));
+  RankFailure* f = job.mutable_first_failure();
+  f->set_epoch(2);
+  f->set_rank(3);
+  f->mutable_slot()->set_node("b");
+  f->mutable_slot()->set_slot(1);
+  f->set_program("python3");
+  f->set_how("exit code 1");
+  f->set_error_message("ValueError: bad batch");
+  f->set_last_output_line("step 7");
+  f->set_failed_at_s(static_cast<double>(absl::ToUnixMicros(kNow - absl::Milliseconds(90'750))) / 1e6);
+  f->set_failed_at_from_error_file(true);
+  EXPECT_THAT(JobDescription(job, kNow, false),
+              HasSubstr("  first failure: rank 3 (node b, slot 1) in membership epoch 2: python3: "
+                        "exit code 1\n    at 2027-01-15 07:58:29.250 UTC (90s ago; its error "
+                        "file's time)\n    error file: ValueError: bad batch\n    last output "
+                        "line: step 7\n"));
+  f->set_how("killed by signal 9 (SIGKILL)");
+  f->clear_error_message();
+  f->set_failed_at_from_error_file(false);
+  const std::string text = JobDescription(job, kNow, false);
+  EXPECT_THAT(text, HasSubstr("python3: killed by signal 9 (SIGKILL)\n"));
+  EXPECT_THAT(text, HasSubstr("ago; when its exit was seen)\n    last output line: step 7\n"));
+}
+
 // One rate and one ETA (common/progress_rate.h) in every view of the same job: the job's
 // steps_per_s as the trainer measured it, never a figure of its own (such as 1 / a rank's
 // last step time), and the ETA of EtaSeconds.

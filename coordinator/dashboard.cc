@@ -302,6 +302,24 @@ HttpResponse Index(const Snapshot& snapshot, const DashboardOptions& options) {
 
 // --- A job's page --------------------------------------------------------------------------
 
+// A command job's first failure (Job.first_failure): who, how, what it said, when.
+std::string FirstFailure(const ringmaster::RankFailure& f) {
+  const absl::Time at = absl::FromUnixMicros(static_cast<int64_t>(f.failed_at_s() * 1e6));
+  std::string out = absl::StrCat(
+      "<div id=\"first-failure\"><b>rank ", f.rank(), "</b> on node ", Html(f.slot().node()),
+      " slot ", f.slot().slot(), " in membership epoch ", f.epoch(), ": ", Html(f.program()),
+      f.program().empty() ? "" : ": ", Html(f.how()), " <span class=\"muted\">at ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", at, absl::UTCTimeZone()),
+      f.failed_at_from_error_file() ? " (its error file's time)" : " (its exit seen)", "</span>");
+  if (!f.error_message().empty()) {
+    absl::StrAppend(&out, "<br>error file: <code>", Html(f.error_message()), "</code>");
+  }
+  if (!f.last_output_line().empty()) {
+    absl::StrAppend(&out, "<br>last output line: <code>", Html(f.last_output_line()), "</code>");
+  }
+  return out + "</div>";
+}
+
 std::string Summary(const Job& job, const std::vector<RankStats>& ranks) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"Phase", absl::StrCat(PhaseBadge(job.phase()),
@@ -334,6 +352,7 @@ std::string Summary(const Job& job, const std::vector<RankStats>& ranks) {
     for (const std::string& n : job.excluded_nodes()) nodes.push_back(Html(n));
     rows.emplace_back("Excluded nodes", absl::StrJoin(nodes, ", "));
   }
+  if (job.has_first_failure()) rows.emplace_back("First failure", FirstFailure(job.first_failure()));
   std::string out = "<table class=\"summary\" id=\"summary\">\n";
   for (const auto& [name, value] : rows) {
     absl::StrAppend(&out, "<tr><td>", name, "</td><td>", value, "</td></tr>\n");

@@ -314,6 +314,30 @@ TEST(DashboardTest, WhatUsersAndNodesWroteIsEscaped) {
       absl::StrContains(Render("/jobs/mlp", snapshot).body, "&lt;img src=x onerror=alert(1)&gt;"));
 }
 
+TEST(DashboardTest, AJobPageNamesACommandJobsFirstFailure) {
+  Snapshot snapshot = MakeSnapshot();
+  EXPECT_FALSE(absl::StrContains(Render("/jobs/mlp", snapshot).body, "First failure"));
+  ringmaster::RankFailure* f = snapshot.state.jobs[0].mutable_first_failure();
+  f->set_epoch(2);
+  f->set_rank(3);
+  f->mutable_slot()->set_node("b");
+  f->mutable_slot()->set_slot(1);
+  f->set_program("python3");
+  f->set_how("exit code 1");
+  f->set_error_message("ValueError: <bad> batch");
+  f->set_last_output_line("step 7 & counting");
+  f->set_failed_at_s(1767225600.25);  // 2026-01-01 00:00:00.250 UTC
+  f->set_failed_at_from_error_file(true);
+  const std::string body = Render("/jobs/mlp", snapshot).body;
+  EXPECT_TRUE(absl::StrContains(
+      body,
+      "<td>First failure</td><td><div id=\"first-failure\"><b>rank 3</b> on node b slot 1 in "
+      "membership epoch 2: python3: exit code 1 <span class=\"muted\">at 2026-01-01 "
+      "00:00:00.250 UTC (its error file's time)</span><br>error file: <code>ValueError: "
+      "&lt;bad&gt; batch</code><br>last output line: <code>step 7 &amp; counting</code></div>"))
+      << body.substr(body.find("<table class=\"summary\""), 3000);
+}
+
 TEST(DashboardTest, AnUnknownJobOrPageIsNotFound) {
   HttpResponse r = Render("/jobs/nosuchjob", MakeSnapshot());
   EXPECT_EQ(r.status, 404);
