@@ -196,8 +196,9 @@ else
   #    program's checkpoint (failure, restart 1); agent b gets SIGTERM (a drain): every rank's
   #    program gets SIGTERM within a second of the others, they save at one step and the 2
   #    ranks left resume there (drain, still restart 1: no budget spent, no step lost); the
-  #    job ends with equal parameters. Then its name again, with more steps: epoch 1,
-  #    restart 0, reason resubmit, the same checkpoint directory, resumed where it ended.
+  #    job ends with equal parameters. Then its name again (ringctl submit -- PROGRAM ARGS),
+  #    more steps: epoch 1, restart 0, reason resubmit, the same checkpoint directory,
+  #    resumed where it ended.
   "$BIN/coordinator/ringmaster" --listen=127.0.0.1:0 --db="$WORK/elastic.db" --heartbeat_s=0.5 \
     --lease_s=3 --grow_after_s=1 >"$WORK/elastic-ringmaster.out" 2>"$WORK/elastic-ringmaster.err" &
   epids=($!)
@@ -216,6 +217,8 @@ else
       >>"$WORK/elastic-ringworker-$1.log" 2>&1 &
     epids+=($!)
   }
+  # The program: a shell prints the environment, then execs train.py ($0) with its arguments.
+  show_env='echo "env: epoch=$RINGMASTER_EPOCH reason=$RINGMASTER_RESTART_REASON restart=$TORCHELASTIC_RESTART_COUNT rank=$RANK of $WORLD_SIZE ckpt=$RINGMASTER_CHECKPOINT_DIR"; exec /usr/bin/python3 "$0" "$@"'
   elastic_spec() {  # elastic_spec STEPS
     cat >"$WORK/elastic.yaml" <<SPEC
 name: elastic
@@ -223,7 +226,7 @@ command:
   argv:
     - /bin/sh
     - -c
-    - 'echo "env: epoch=\$RINGMASTER_EPOCH reason=\$RINGMASTER_RESTART_REASON restart=\$TORCHELASTIC_RESTART_COUNT rank=\$RANK of \$WORLD_SIZE ckpt=\$RINGMASTER_CHECKPOINT_DIR"; exec /usr/bin/python3 "\$0" "\$@"'
+    - '$show_env'
     - $TRAIN
     - --steps
     - "$1"
@@ -300,9 +303,10 @@ SPEC
     echo "elastic: the drain's SIGTERMs spread over ${spread} s"
     sums=$(since 4 | grep -o "done at step 300, params checksum [-0-9.]*" | sort | uniq -c)
     [ "$(awk '{print $1}' <<<"$sums")" = 2 ] || fail "elastic: checksums of 2 ranks differ: $sums"
-    # Its name again, 40 steps more.
-    elastic_spec 340
-    ctl submit "$WORK/elastic.yaml" --wait >"$WORK/elastic-resubmit.out" 2>&1 ||
+    # Its name again, 40 steps more, as `ringctl submit [--set ...] -- PROGRAM ARGS...`.
+    "$RINGCTL" submit --coordinator "127.0.0.1:$port" --set name=elastic --set elastic.min_ranks=2 \
+      --set checkpoint.dir="$WORK/elastic-ck" --wait -- /bin/sh -c "$show_env" "$TRAIN" \
+      --steps 340 --step_time 0.03 --save_every 10 >"$WORK/elastic-resubmit.out" 2>&1 ||
       fail "elastic: resubmit: $(tail -3 "$WORK/elastic-resubmit.out")"
     [ "$(envs 1 | grep -c "reason=resubmit restart=0 rank=[01] of 2 ckpt=$WORK/elastic-ck/elastic$")" = 2 ] ||
       fail "elastic: resubmit: not epoch 1, reason resubmit, restart 0, the same directory: $(envs 1)"
