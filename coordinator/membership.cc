@@ -966,8 +966,10 @@ absl::Status Membership::ProgramFailed(const std::string& id, int64_t epoch, con
   failure.slot = slot;
   JobState* job = FindJob(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
-  if (IsTerminal(job->phase) || epoch < job->epoch) {
-    // A late report of an epoch that failed already: the earliest failure wins.
+  if (IsTerminal(job->phase) || epoch < job->epoch || failure.stopped_after) {
+    // A late report of an epoch that failed already: the earliest failure wins. (One of a
+    // program that ringmaster stopped re-forms nothing, even in the epoch it ran in: a drain's
+    // stop is no failure.)
     if (job->first_failure.has_value() && job->first_failure->epoch == epoch &&
         failure.failed_at < job->first_failure->failed_at) {
       const std::string was = Describe(*job->first_failure);

@@ -168,7 +168,7 @@ struct RankFailure {
   // failures is its first (as torchelastic's ChildFailedError.get_first_failure).
   absl::Time failed_at = absl::InfinitePast();
   bool failed_at_from_error_file = false;
-  bool stopped_after = false;  // it had raised before ringmaster stopped it
+  bool stopped_after = false;  // ringmaster stopped it, and found its error file
 };
 // One line: "rank 2 (node b, slot 0) failed first in membership epoch 3: python3: exit code
 // 1; its error file says: RuntimeError: boom; its last output line: ..." (the last line only
@@ -359,7 +359,9 @@ class Membership {
   // JobState::first_failure, whatever order the reports arrive in: a report of an epoch that
   // already failed (re-formed since, or the job failed) replaces the recorded one when it
   // failed earlier, and the job's reason then names it instead; it causes nothing else, and is
-  // answered as a stale report is (ABORTED, or FAILED_PRECONDITION for an ended job).
+  // answered as a stale report is (ABORTED, or FAILED_PRECONDITION for an ended job). So is
+  // a report with `stopped_after` (the program had failed, but ringmaster stopped it: it
+  // may name the first failure, it causes none), also in the current epoch.
   // `failure`'s epoch and slot are the report's.
   absl::Status ProgramFailed(const std::string& job, int64_t epoch, const SlotRef& slot,
                              RankFailure failure, absl::Time now, std::vector<Action>* actions,

@@ -386,6 +386,22 @@ TEST_F(ProgramFailedTest, TheEarliestFailureWinsWhateverOrderTheReportsArriveIn)
   EXPECT_EQ(job->first_failure->rank, 2);
 }
 
+// A program ringmaster stopped (a drain, say) that had written an error file: it may name the
+// first failure of an epoch that failed, but never makes one.
+TEST_F(ProgramFailedTest, AStoppedProgramsReportCausesNoFailure) {
+  RankFailure stopped = Failure(1, 0, "RuntimeError: Connection closed by peer");
+  stopped.stopped_after = true;
+  EXPECT_TRUE(machine_.ProgramFailed("j", 1, {"a", 1}, stopped, now_, &actions_).ok());
+  const JobState* job = machine_.job("j");
+  EXPECT_EQ(job->phase, JobPhase::kRunning);
+  EXPECT_EQ(job->restarts, 0);
+  EXPECT_FALSE(job->first_failure.has_value());
+  ASSERT_TRUE(Report(1, 3, 50, "ValueError: x").ok());
+  EXPECT_TRUE(absl::IsAborted(machine_.ProgramFailed("j", 1, {"a", 1}, stopped, now_, &actions_)));
+  EXPECT_EQ(job->first_failure->rank, 1) << "earlier than rank 3's: named";
+  EXPECT_EQ(job->restarts, 1);
+}
+
 TEST_F(ProgramFailedTest, AJobThatFailedNamesTheEarliestInItsFinalReason) {
   ASSERT_TRUE(Report(1, 1, 50, "RuntimeError: gloo", ErrorScope::kPermanent).ok());
   const JobState* job = machine_.job("j");

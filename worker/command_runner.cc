@@ -418,9 +418,10 @@ ringmaster::RankFailure DescribeFailure(const CommandRunnerOptions& o, int64_t e
   return f;
 }
 
-// A program stopped by ringmaster (a later epoch, the job's end) that had written an error
-// file failed by itself, only slower to exit than the rank whose report ended the epoch: its
-// failure is reported for its epoch (the coordinator keeps the epoch's earliest).
+// A program stopped by ringmaster (a later epoch, the job's end, this trainer leaving) that had
+// written an error file may have failed by itself, only slower to exit than the rank whose
+// report ended the epoch: its failure is reported for its epoch, as stopped_after (the
+// coordinator keeps the epoch's earliest failure; such a report never makes one).
 void ReportStoppedFailure(const CommandRunnerOptions& o, int64_t epoch, int rank,
                           const std::string& error_file, const std::string& last_line) {
   const ErrorFile error = ReadErrorFile(error_file);
@@ -704,6 +705,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     const std::string last_line = child->output->last_line();
     switch (end.kind) {
       case EpochEnd::kLeft:
+        ReportStoppedFailure(o, epoch, joined->rank(), input->error_file, last_line);
         result.left = true;
         return result;
       case EpochEnd::kJobOver:

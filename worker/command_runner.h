@@ -23,10 +23,11 @@
 //     command.permanent_exit_codes, and, unless permanent, the next epoch.
 //   A program that cannot be started (not found, not executable, workdir missing) is a
 //   permanent error naming the node and the path: the job fails once, no restart loop.
-//   An exit after ringmaster's own SIGTERM is never a failure. But a program stopped because a
-//   later epoch formed, or the job ended, that had written an error file had failed by itself
-//   (slower to exit than the rank whose report re-formed the job): its RankFailure is reported
-//   for the epoch it ran in, and the coordinator takes it only if it is that epoch's earliest.
+//   An exit after ringmaster's own SIGTERM is never a failure. But a program stopped (a later
+//   epoch, the job's end, this trainer leaving) that had written an error file may have failed
+//   by itself, only slower to exit than the rank whose report re-formed the job: its
+//   RankFailure is reported for the epoch it ran in, as stopped_after, and the coordinator
+//   names it only if it is the earliest failure of an epoch that failed.
 //   A resubmit (`ringctl submit` of the name of a job that has ended, which the new job
 //   replaces): the new job's first epoch has RINGMASTER_RESTART_REASON=resubmit and the same
 //   RINGMASTER_CHECKPOINT_DIR (checkpoint.dir/<job>), where the program finds what the earlier

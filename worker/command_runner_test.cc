@@ -536,6 +536,31 @@ TEST_F(RunCommandJobTest, AStoppedProgramThatHadRaisedIsReportedForItsEpoch) {
   EXPECT_EQ(fake_.finished.calls(), 1);
 }
 
+// So is one stopped because its trainer leaves (a drain): as stopped_after, which the
+// coordinator never counts as a failure of its own.
+TEST_F(RunCommandJobTest, AProgramThatHadRaisedWhenItsTrainerLeavesIsReportedAsStopped) {
+  fake_.join.Then(Joined(1));
+  std::atomic<bool> leave{false};
+  CommandRunnerOptions o = Options(
+      {"/bin/sh", "-c",
+       "printf '{\"message\": {\"message\": \"RuntimeError: peer gone\", \"extraInfo\": "
+       "{\"timestamp\": \"6\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"; touch started; sleep 30"});
+  o.leave_requested = &leave;
+  std::thread trigger([&] {
+    for (int i = 0; i < 200 && access((dir_ + "/started").c_str(), F_OK) != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    leave = true;
+  });
+  auto r = RunCommandJob(o);
+  trigger.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->left);
+  ASSERT_EQ(errors_.size(), 1u);
+  EXPECT_TRUE(errors_[0].failure().stopped_after());
+  EXPECT_EQ(errors_[0].failure().error_message(), "RuntimeError: peer gone");
+}
+
 TEST(ReadErrorFileTest, TheTimestampIsRefinedByTheFilesModificationTimeWithinItsSecond) {
   const std::string path = ::testing::TempDir() + "/error-time.json";
   const int64_t now = absl::ToUnixSeconds(absl::Now());
