@@ -39,13 +39,19 @@ absl::StatusOr<std::unique_ptr<ProgramChannel>> ProgramChannel::Listen(std::stri
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot listen at program channel socket ", socket_path, ": ", strerror(err)));
   }
-  return std::unique_ptr<ProgramChannel>(new ProgramChannel(std::move(socket_path), fd, clock));
+  std::unique_ptr<ProgramChannel> channel(new ProgramChannel(std::move(socket_path), fd, clock));
+  if (stat(channel->path_.c_str(), &st) == 0) channel->socket_inode_ = st.st_ino;
+  return channel;
 }
 
 ProgramChannel::~ProgramChannel() {
   CloseConnection();
   if (listen_fd_ >= 0) close(listen_fd_);
-  unlink(path_.c_str());
+  // Only its own socket file: a newer channel may listen at the same path already.
+  struct stat st;
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == socket_inode_) {
+    unlink(path_.c_str());
+  }
 }
 
 void ProgramChannel::CloseConnection() {

@@ -17,6 +17,8 @@
 #ifndef RINGMASTER_WORKER_PROGRAM_CHANNEL_H_
 #define RINGMASTER_WORKER_PROGRAM_CHANNEL_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -40,7 +42,7 @@ class ProgramChannel {
   // last_heard().
   static absl::StatusOr<std::unique_ptr<ProgramChannel>> Listen(std::string socket_path,
                                                                 Clock* clock = Clock::Real());
-  // Closes the sockets and removes the socket file.
+  // Closes the sockets and removes the socket file, unless another channel has replaced it.
   ~ProgramChannel();
   ProgramChannel(const ProgramChannel&) = delete;
   ProgramChannel& operator=(const ProgramChannel&) = delete;
@@ -76,6 +78,7 @@ class ProgramChannel {
   std::string path_;
   int listen_fd_ = -1;
   int conn_fd_ = -1;
+  ino_t socket_inode_ = 0;  // of the socket file it bound (the destructor removes only that)
   Clock* clock_;
   std::string buffer_;         // bytes after the last complete line
   bool skipping_long_ = false;  // dropping a line longer than kMaxLineBytes until its end

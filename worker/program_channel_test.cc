@@ -219,6 +219,25 @@ TEST(ProgramChannelListenTest, ReplacesAStaleSocketAndRemovesItsOwn) {
   rmdir(path.substr(0, path.rfind('/')).c_str());
 }
 
+// A runner that opens the next epoch's channel before it drops the last one: the old one's
+// destructor leaves the new socket file alone.
+TEST(ProgramChannelListenTest, AnOlderChannelAtThePathDoesNotRemoveTheNewersSocket) {
+  const std::string path = TempDir() + "/control.sock";
+  auto old_channel = ProgramChannel::Listen(path);
+  ASSERT_TRUE(old_channel.ok()) << old_channel.status();
+  auto new_channel = ProgramChannel::Listen(path);
+  ASSERT_TRUE(new_channel.ok()) << new_channel.status();
+  old_channel->reset();
+  const int fd = Connect(path);
+  Write(fd, "{\"type\":\"heartbeat\"}\n");
+  EXPECT_EQ(PollFor(**new_channel, 1).size(), 1u);
+  close(fd);
+  new_channel->reset();
+  struct stat st;
+  EXPECT_NE(lstat(path.c_str(), &st), 0);  // the newer one removed its own
+  rmdir(path.substr(0, path.rfind('/')).c_str());
+}
+
 TEST(ProgramChannelListenTest, BadPathsAreRefusedNamingThem) {
   const std::string long_path = "/tmp/" + std::string(200, 'a');
   auto too_long = ProgramChannel::Listen(long_path);
