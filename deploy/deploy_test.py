@@ -29,6 +29,9 @@
   that finds no GPU. A bad --gpus exits 2.
 - A CUDA bundle (bazel build --config=cuda //deploy:bundle) carries the CUDA runtime,
   cuBLASLt and NCCL in lib/ and never the driver's libcuda.
+- Command jobs: the README's example program, examples/torch_ddp/train.py, is there with its
+  spec; where /usr/bin/python3 has torch, the bundle's ringctl runs it from the bundle's
+  directory, as the README says, on 2 ranks to equal parameters.
 """
 import os
 import re
@@ -426,6 +429,22 @@ if cuda_bundle and os.path.isfile(os.path.join(fake_driver, "libcuda.so.1")):
               f"{r.returncode} {r.stderr}")
 elif cuda_bundle:
     print("SKIP: no fake driver given; the old-driver and no-GPU cases were not run")
+
+# Command jobs: the example program and its spec, run from the unpacked bundle.
+for f in ["examples/torch_ddp/train.py", "examples/torch_ddp.yaml"]:
+    check(os.path.isfile(os.path.join(root, f)), f"{f} is missing")
+if run(["/usr/bin/python3", "-c", "import torch"]).returncode != 0:
+    print("SKIP: command job from the bundle: /usr/bin/python3 cannot import torch")
+else:
+    r = run([os.path.join(root, "bin", "ringctl"), "local", "--workers", "2", "--run_dir",
+             f"{work}/ddp", "examples/torch_ddp.yaml", "--set", "command.argv[3]=20"],
+            cwd=root, timeout=300)
+    logs = "".join(open(os.path.join(d, f)).read() for d, _, fs in os.walk(f"{work}/ddp")
+                   for f in fs if f.startswith("slot-") and f.endswith(".log"))
+    sums = set(re.findall(r"done at step 20, params checksum (\S+)", logs))
+    check(r.returncode == 0 and len(re.findall(r"done at step 20,", logs)) == 2 and len(sums) == 1,
+          f"ringctl local examples/torch_ddp.yaml from the bundle: exit {r.returncode}, "
+          f"checksums {sums}: {(r.stdout + r.stderr)[-600:]}")
 
 print(f"deploy_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

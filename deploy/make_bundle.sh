@@ -4,7 +4,8 @@
 # ringmaster's build dependencies installed.
 #
 #   make_bundle.sh OUT.tar.gz BIN... -- FILE...   (FILEs keep their path below deploy/ or
-#                                                  the workspace: examples/*.yaml, ...)
+#                                                  the workspace: examples/*.yaml,
+#                                                  examples/torch_ddp/train.py, ...)
 #
 # ringmaster/bin/   the binaries, debug info stripped; their RUNPATH is $ORIGIN/../lib
 # ringmaster/lib/   every shared library they load (found with ldd, not listed by hand)
@@ -12,7 +13,9 @@
 #                   NVIDIA driver's; with --config=cuda that includes the CUDA runtime,
 #                   cuBLASLt and NCCL from /usr/local/cuda (the bundle's RPATH comes first,
 #                   so a host's other CUDA install is not used)
-# ringmaster/...    the other files: examples, systemd units, Kubernetes manifests, README
+# ringmaster/...    the other files: examples (the job specs, and the command job's example
+#                   program examples/torch_ddp/train.py), systemd units, Kubernetes
+#                   manifests, README
 set -euo pipefail
 
 out="$1"
