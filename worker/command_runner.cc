@@ -31,6 +31,7 @@
 #include "worker/program_channel.h"
 #include "worker/program_progress.h"
 #include "worker/program_output.h"
+#include "worker/zygote.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -345,6 +346,52 @@ std::string DescribeExit(int wstatus) {
   return absl::StrCat("wait status ", wstatus);
 }
 
+// command.preload: the program forked from this rank's warm interpreter (worker/zygote.h),
+// started with the first epoch's environment and kept for the next epochs; one that has
+// died since is started again once. A preload that fails in a fresh interpreter is permanent.
+// A rank other than 0 first waits (up to 1 s) for rank 0's program to listen at MASTER_PORT.
+absl::StatusOr<Child> StartPreloaded(const CommandRunnerOptions& o, const CommandEnvInput& in,
+                                     std::unique_ptr<Zygote>& zygote) {
+  const CommandSpec& command = o.spec.command();
+  const std::vector<std::string> env = BuildCommandEnv(in);
+  RM_ASSIGN_OR_RETURN(std::unique_ptr<ProgramOutput> output,
+                      ProgramOutput::Create({.out_fd = o.output_fd, .err_fd = o.error_fd}));
+  for (int attempt = 0;; ++attempt) {
+    const bool fresh = zygote == nullptr;
+    if (fresh) {
+      ZygoteOptions zo;
+      zo.argv = {command.argv().begin(), command.argv().end()};
+      zo.preload = {command.preload().begin(), command.preload().end()};
+      zo.env = env;
+      zo.workdir = command.workdir();
+      zo.slot = o.slot;
+      RM_ASSIGN_OR_RETURN(zygote, Zygote::Start(zo));
+    }
+    absl::Status ready = zygote->WaitReady();
+    if (ready.ok() && in.placement.rank != 0 &&
+        !WaitForListener(in.master_addr, in.master_port, absl::Now() + absl::Seconds(1))) {
+      VLOG(1) << "rank 0's program does not listen at " << in.master_addr << ":"
+              << in.master_port << " yet; starting anyway";
+    }
+    absl::StatusOr<pid_t> pid =
+        ready.ok() ? zygote->Spawn(env, command.workdir(),
+                                   {STDIN_FILENO, output->child_stdout_fd(),
+                                    output->child_stderr_fd()})
+                   : absl::StatusOr<pid_t>(ready);
+    if (pid.ok()) {
+      output->Start();
+      return Child{*pid, std::move(output)};
+    }
+    zygote.reset();
+    if (fresh || attempt > 0) {
+      return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
+          pid.status().message(), " on node ", o.slot.node(), " (slot ", o.slot.slot(),
+          "): check command.preload [", absl::StrJoin(command.preload(), ", "), "]")));
+    }
+    LOG(WARNING) << pid.status() << "; starting it again";
+  }
+}
+
 // Waits for the child until `deadline`; its wait status, or nullopt when it still runs.
 std::optional<int> WaitUntil(pid_t pid, absl::Time deadline) {
   while (true) {
@@ -642,6 +689,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     return absl::InvalidArgumentError("no coordinator client, or a spec without command.argv");
   }
   CommandResult result;
+  std::unique_ptr<Zygote> zygote;  // command.preload's warm interpreter, from the first epoch
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -674,8 +722,11 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
     if (write(o.output_fd, header.data(), header.size()) < 0) {
       LOG(WARNING) << "cannot write the epoch's header line: " << strerror(errno);
     }
-    absl::StatusOr<Child> child = StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot,
-                                               o.output_fd, o.error_fd);
+    absl::StatusOr<Child> child =
+        o.spec.command().preload().empty()
+            ? StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot, o.output_fd,
+                           o.error_fd)
+            : StartPreloaded(o, *input, zygote);
     if (!child.ok()) {
       LOG(ERROR) << child.status();
       ReportFailure(o, epoch, child.status());

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -127,6 +128,24 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 }  // namespace
 
 const char* ZygoteSource() { return kSource; }
+
+bool WaitForListener(const std::string& host, int port, absl::Time deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints, &found) != 0) return false;
+  bool listening = false;
+  while (!listening) {
+    const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    listening = connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+    close(fd);
+    if (listening || absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  freeaddrinfo(found);
+  return listening;
+}
 
 bool IsPythonScriptCommand(const std::vector<std::string>& argv) {
   return spec::IsPythonScriptArgv(argv);
@@ -274,12 +293,36 @@ absl::StatusOr<pid_t> Zygote::Spawn(const std::vector<std::string>& env,
     if (more < 0) sent = -1; else sent += more;
   }
   if (sent < 0) return Gone(absl::StrCat("cannot be written to: ", strerror(errno)));
-  // Its answers, line by line: "ready" (once), then this request's "pid N".
-  const absl::Time deadline = absl::Now() + options_.reply_timeout;
+  // Its answer (after "ready" when WaitReady did not read it).
+  RM_ASSIGN_OR_RETURN(std::string line, ReadLine(absl::Now() + options_.reply_timeout));
+  if (line == "ready") {
+    ready_ = true;
+    RM_ASSIGN_OR_RETURN(line, ReadLine(absl::Now() + options_.reply_timeout));
+  }
+  int pid = 0;
+  if (absl::StartsWith(line, "pid ") && absl::SimpleAtoi(line.substr(4), &pid) && pid > 0) {
+    return static_cast<pid_t>(pid);
+  }
+  return Gone(absl::StrCat("could not fork the program (it said '", line, "')"));
+}
+
+absl::Status Zygote::WaitReady() {
+  if (ready_) return absl::OkStatus();
+  RM_ASSIGN_OR_RETURN(const std::string line, ReadLine(absl::Now() + options_.reply_timeout));
+  if (line != "ready") return Gone(absl::StrCat("said '", line, "' before it was ready"));
+  ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Zygote::ReadLine(absl::Time deadline) {
+  if (socket_ < 0) return absl::UnavailableError("the preloaded interpreter is gone");
   std::string line;
   while (true) {
     const int64_t wait_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (wait_ms <= 0) return Gone(absl::StrCat("did not answer within ", absl::FormatDuration(options_.reply_timeout)));
+    if (wait_ms <= 0) {
+      return Gone(absl::StrCat("did not answer within ",
+                               absl::FormatDuration(options_.reply_timeout)));
+    }
     pollfd p{socket_, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(std::min<int64_t>(wait_ms, 1000))) <= 0) continue;
     char c;
@@ -290,19 +333,8 @@ absl::StatusOr<pid_t> Zygote::Spawn(const std::vector<std::string>& env,
       socket_ = -1;
       return Gone("exited");
     }
-    if (c != '\n') {
-      line.push_back(c);
-      continue;
-    }
-    if (line == "ready") {
-      line.clear();
-      continue;
-    }
-    int pid = 0;
-    if (absl::StartsWith(line, "pid ") && absl::SimpleAtoi(line.substr(4), &pid) && pid > 0) {
-      return static_cast<pid_t>(pid);
-    }
-    return Gone(absl::StrCat("could not fork the program (it said '", line, "')"));
+    if (c == '\n') return line;
+    line.push_back(c);
   }
 }
 

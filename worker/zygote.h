@@ -46,6 +46,13 @@ bool IsPythonScriptCommand(const std::vector<std::string>& argv);
 // The Python source the zygote runs (python -c), for tests and the README.
 const char* ZygoteSource();
 
+// Whether `host`:`port` accepts a TCP connection before `deadline`, tried every 5 ms (each
+// connection closed at once). A rank other than 0 waits so for rank 0's program to host the
+// torch.distributed store at MASTER_PORT before its program starts: a warm program reaches
+// init_process_group within milliseconds, and torch's store client that finds no listener
+// sleeps a whole second before it tries again.
+bool WaitForListener(const std::string& host, int port, absl::Time deadline);
+
 struct ZygoteOptions {
   // [PYTHON, SCRIPT, ARGS...] (IsPythonScriptCommand).
   std::vector<std::string> argv;
@@ -78,16 +85,21 @@ class Zygote {
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& env, const std::string& workdir,
                               const std::array<int, 3>& stdio);
 
+  // Waits until the preload is done (Spawn waits for it too). UNAVAILABLE as Spawn.
+  absl::Status WaitReady();
+
   pid_t pid() const { return pid_; }
 
  private:
   Zygote(const ZygoteOptions& options, pid_t pid, int socket)
       : options_(options), pid_(pid), socket_(socket) {}
   absl::Status Gone(const std::string& what);
+  absl::StatusOr<std::string> ReadLine(absl::Time deadline);
 
   ZygoteOptions options_;
   pid_t pid_ = -1;
   int socket_ = -1;
+  bool ready_ = false;  // its "ready" was read
 };
 
 }  // namespace ringmaster::worker

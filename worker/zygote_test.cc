@@ -1,6 +1,9 @@
 #include "worker/zygote.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,9 +11,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,6 +82,7 @@ sys.exit(7)
 )"));
   auto zygote = Zygote::Start(Options(script, {"--epochs", "3"}));
   ASSERT_TRUE(zygote.ok()) << zygote.status();
+  ASSERT_TRUE((*zygote)->WaitReady().ok());
   const std::string work = (dir_ / "work").string();
   auto pid = (*zygote)->Spawn({"PATH=/usr/bin:/bin", "WHO=epoch1", "X=1"}, work, {0, 1, 2});
   ASSERT_TRUE(pid.ok()) << pid.status();
@@ -154,6 +160,11 @@ TEST_F(ZygoteTest, APreloadThatRaisesIsReported) {
   o.preload = {"no_such_module_for_the_zygote"};
   auto zygote = Zygote::Start(o);
   ASSERT_TRUE(zygote.ok()) << zygote.status();
+  const absl::Status ready = (*zygote)->WaitReady();
+  EXPECT_TRUE(absl::IsUnavailable(ready)) << ready;
+  EXPECT_THAT(ready.message(), HasSubstr("exit code 1"));
+  zygote = Zygote::Start(o);
+  ASSERT_TRUE(zygote.ok()) << zygote.status();
   auto pid = (*zygote)->Spawn({}, "", {0, 1, 2});
   ASSERT_FALSE(pid.ok());
   EXPECT_TRUE(absl::IsUnavailable(pid.status())) << pid.status();
@@ -174,6 +185,29 @@ TEST_F(ZygoteTest, AnInterpreterOrWorkdirThatCannotBeUsedIsPermanentAndNamed) {
   ASSERT_FALSE(zygote.ok());
   EXPECT_TRUE(IsPermanent(zygote.status()));
   EXPECT_THAT(zygote.status().message(), HasSubstr("command.workdir /nonexistent/dir"));
+}
+
+TEST(WaitForListenerTest, TrueOnceAPortAcceptsFalseAtTheDeadline) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  // Bound, not listening: refused until the deadline.
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(WaitForListener("127.0.0.1", port, start + absl::Milliseconds(100)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  std::thread later([fd] {
+    absl::SleepFor(absl::Milliseconds(50));
+    listen(fd, 4);
+  });
+  EXPECT_TRUE(WaitForListener("127.0.0.1", port, absl::Now() + absl::Seconds(30)));
+  later.join();
+  close(fd);
 }
 
 }  // namespace
