@@ -391,6 +391,18 @@ void Coordinator::Persist(const JobState& state) {
       last->set_reason(state.reason);
     }
   }
+  // A command job's recovery names the first failure of the epoch it left, which a later report
+  // of an earlier failure may have changed (Membership::ProgramFailed: the earliest wins).
+  if (state.first_failure.has_value()) {
+    const std::string named =
+        absl::StrCat(" failed first in membership epoch ", state.first_failure->epoch, ":");
+    for (Recovery& r : *job.mutable_recoveries()) {
+      if (r.epoch() > state.first_failure->epoch && absl::StartsWith(r.reason(), "rank ") &&
+          absl::StrContains(r.reason(), named)) {
+        r.set_reason(Describe(*state.first_failure));
+      }
+    }
+  }
   Bump(job);
   // A decision that is not durable must not be announced: stop, and let the restarted
   // coordinator resume from the last durable state.

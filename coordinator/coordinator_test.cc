@@ -907,6 +907,50 @@ TEST_F(CoordinatorTest, OnlyANodesOwnAgentActsForIt) {
   EXPECT_TRUE(coordinator_->RegisterNode(take).ok());
 }
 
+// A command job: rank 1's report (a Gloo error, a second after rank 2 raised) arrives first and
+// re-forms the job; rank 2's, earlier, arrives after. The job's first failure, the recovery and
+// the reason name rank 2; a restarted coordinator still does.
+TEST_F(CoordinatorTest, TheEarliestProgramFailureIsNamedWhateverTheOrderOfTheReports) {
+  StartFourRanks();
+  auto report = [&](const std::string& node, int slot, int rank, double at,
+                    const std::string& message) {
+    ReportErrorRequest error;
+    error.set_job("mlp");
+    error.set_epoch(1);
+    *error.mutable_slot() = Slot(node, slot);
+    error.set_detail("ABORTED: the runner's words");
+    ringmaster::RankFailure* f = error.mutable_failure();
+    f->set_rank(rank);
+    f->set_program("python3");
+    f->set_how("exit code 1");
+    f->set_exit_code(1);
+    f->set_error_message(message);
+    f->set_last_output_line(absl::StrCat("rank ", rank, " was here"));
+    f->set_failed_at_s(at);
+    f->set_failed_at_from_error_file(true);
+    return coordinator_->ReportError(error);
+  };
+  ASSERT_TRUE(report("a", 1, 1, 1700000001.5, "RuntimeError: Connection closed by peer").ok());
+  EXPECT_TRUE(report("b", 0, 2, 1700000000.25, "ValueError: bad batch").ok());  // late: taken
+  const std::string want =
+      "rank 2 (node b, slot 0) failed first in membership epoch 1: python3: exit code 1; its "
+      "error file says: ValueError: bad batch; its last output line: rank 2 was here";
+  for (int restart = 0; restart < 2; ++restart) {
+    const Job job = *coordinator_->Get("mlp");
+    EXPECT_EQ(job.epoch(), 2);
+    EXPECT_EQ(job.restarts(), 1);
+    ASSERT_TRUE(job.has_first_failure());
+    EXPECT_EQ(job.first_failure().rank(), 2);
+    EXPECT_EQ(job.first_failure().epoch(), 1);
+    EXPECT_EQ(job.first_failure().slot().node(), "b");
+    EXPECT_DOUBLE_EQ(job.first_failure().failed_at_s(), 1700000000.25);
+    EXPECT_EQ(job.reason(), want);
+    ASSERT_EQ(job.recoveries_size(), 1);
+    EXPECT_EQ(job.recoveries(0).reason(), want);
+    Reopen();
+  }
+}
+
 // kill -9 of a trainer: a survivor's collective error arrives first, the agent's exit report
 // a moment later. The recovery names the member that died, how, its last log line and
 // where its log is, then what the survivors saw (issue 17, point 12).

@@ -359,9 +359,9 @@ class Membership {
   // JobState::first_failure, whatever order the reports arrive in: a report of an epoch that
   // already failed (re-formed since, or the job failed) replaces the recorded one when it
   // failed earlier, and the job's reason then names it instead; it causes nothing else, and is
-  // answered as a stale report is (ABORTED, or FAILED_PRECONDITION for an ended job). So is
-  // a report with `stopped_after` (the program had failed, but ringmaster stopped it: it
-  // may name the first failure, it causes none), also in the current epoch.
+  // answered OK (taken: a late report is no error of the caller's). So is a report with
+  // `stopped_after` (the program had failed, but ringmaster stopped it: it may name the first
+  // failure, it causes none), also in the current epoch.
   // `failure`'s epoch and slot are the report's.
   absl::Status ProgramFailed(const std::string& job, int64_t epoch, const SlotRef& slot,
                              RankFailure failure, absl::Time now, std::vector<Action>* actions,
