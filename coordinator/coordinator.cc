@@ -1163,6 +1163,10 @@ void Coordinator::UpdateStragglers(Job& job) {
 
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (r.rejoin() && !r.permanent() && !r.node_local()) {
+      return machine_.LeaveToRejoin(r.job(), r.epoch(), FromProto(r.slot()),
+                                    Bounded(r.detail()), Now(), actions);
+    }
     if (r.has_failure()) {
       return machine_.ProgramFailed(r.job(), r.epoch(), FromProto(r.slot()),
                                     FromProto(r.failure(), Now()), Now(), actions,
