@@ -19,6 +19,9 @@
 #      group restarts from the checkpoint (failure); agent b's SIGTERM (drain): every rank
 #      stops at once, 0 steps lost, no budget spent; its name submitted again (resubmit):
 #      epoch 1, restart 0, the same checkpoint directory.
+#  10. (with PyTorch) the culprit, named: the rank that failed first (its @record error file's
+#      time), though its report came last, in status and the final reason; the epochs' header
+#      lines in ringctl logs --rank; submit --wait exits 1 for a failed job.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -315,6 +318,67 @@ SPEC
   fi
   kill "${epids[@]}" 2>/dev/null
   wait "${epids[@]}" 2>/dev/null
+  trap - EXIT
+  # 10. The culprit, named: 4 ranks of tests/first_failure.py under a coordinator with one
+  #     agent of 4 slots, restart budget 1. Epoch 1: rank 2 raises under @record but is slow
+  #     to exit; the others fail in Gloo a second later and their reports reach the coordinator
+  #     first. Still, status names rank 2 as the first failure (node, slot, its error file's
+  #     message, its last output line). Epoch 2: rank 1 raises and exits at once; the budget is
+  #     spent: ringctl submit --wait exits 1 and the job's final reason names rank 1 of epoch 2.
+  #     ringctl logs --rank 2 shows each epoch's header line; an unknown rank is refused,
+  #     saying which there are.
+  FF="$TEST_SRCDIR/ringmaster/tests/first_failure.py"
+  "$BIN/coordinator/ringmaster" --listen=127.0.0.1:0 --db="$WORK/ff.db" --heartbeat_s=0.5 \
+    --lease_s=3 >"$WORK/ff-ringmaster.out" 2>"$WORK/ff-ringmaster.err" &
+  fpids=($!)
+  trap 'kill "${fpids[@]}" 2>/dev/null' EXIT
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(grep -o "(port [0-9]*)" "$WORK/ff-ringmaster.out" 2>/dev/null | grep -o "[0-9]*")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  "$BIN/worker/ringworker" --coordinator="127.0.0.1:$port" --node=a --slots=4 \
+    --work_dir="$WORK/ff" --trainer="$BIN/worker/ringtrainer" >"$WORK/ff-ringworker.log" 2>&1 &
+  fpids+=($!)
+  "$RINGCTL" submit --coordinator "127.0.0.1:$port" --set name=ff --set elastic.min_ranks=4 \
+    --set elastic.max_ranks=4 --set elastic.restart_budget=1 --wait -- /usr/bin/python3 "$FF" \
+    --culprit 2 --then_culprit 1 --linger_s 1 --go_file "$WORK/ff-go" >"$WORK/ff-submit.out" 2>&1 &
+  submit=$!
+  wait_until ff 'j.get("first_failure", {}).get("rank") == 2 and str(j["first_failure"]["epoch"]) == "1"' 240
+  ctl status ff >"$WORK/ff-status-1.out" 2>&1
+  for want in "first failure: rank 2 (node a, slot 2) in membership epoch 1: /usr/bin/python3: " \
+    "error file: ValueError: rank 2 found a bad batch at step 3" \
+    "last output line: rank 2: closing the process group"; do
+    grep -qF "$want" "$WORK/ff-status-1.out" ||
+      fail "culprit: status does not say '$want': $(cat "$WORK/ff-status-1.out")"
+  done
+  # The others' reports did come first (their failures re-formed the job).
+  grep -q "epoch 1: the stopped program had failed: ValueError: rank 2" "$WORK"/ff/ff/slot-2.log ||
+    fail "culprit: rank 2's failure was not the last reported (see $WORK/ff/ff/slot-2.log)"
+  touch "$WORK/ff-go"
+  wait "$submit"
+  rc=$?
+  [ "$rc" = 1 ] || fail "culprit: ringctl submit --wait exited $rc, want 1: $(tail -3 "$WORK/ff-submit.out")"
+  ctl status ff >"$WORK/ff-status-2.out" 2>&1
+  grep -qF "reason: restart budget of 1 exhausted; last failure: rank 1 (node a, slot 1) failed first in membership epoch 2: /usr/bin/python3: exit code 1; its error file says: ValueError: rank 1 found a bad batch at step 3" \
+    "$WORK/ff-status-2.out" || fail "culprit: the final reason does not name rank 1: $(cat "$WORK/ff-status-2.out")"
+  grep -qF "first failure: rank 1 (node a, slot 1) in membership epoch 2" "$WORK/ff-status-2.out" ||
+    fail "culprit: the first failure is not epoch 2's rank 1: $(cat "$WORK/ff-status-2.out")"
+  timeout 60 "$RINGCTL" logs ff --rank 2 -f --coordinator "127.0.0.1:$port" >"$WORK/ff-logs.out" 2>&1 ||
+    fail "culprit: ringctl logs ff --rank 2 -f: $(tail -3 "$WORK/ff-logs.out")"
+  for e in "1: rank 2 of 4 on a slot 2 (restart 0, reason start)" \
+    "2: rank 2 of 4 on a slot 2 (restart 1, reason failure)"; do
+    grep -qxF "==== ringmaster: job ff membership epoch $e ====" "$WORK/ff-logs.out" ||
+      fail "culprit: ringctl logs --rank 2 has no header '... epoch $e ...'"
+  done
+  grep -qx "rank 2: closing the process group" "$WORK/ff-logs.out" ||
+    fail "culprit: ringctl logs --rank 2 lacks the program's output"
+  ctl logs ff --rank 7 >"$WORK/ff-logs-7.out" 2>&1 && fail "culprit: ringctl logs --rank 7 succeeded"
+  grep -q "has no rank 7: its ranks are 0 to 3" "$WORK/ff-logs-7.out" ||
+    fail "culprit: ringctl logs --rank 7 does not say which ranks there are: $(cat "$WORK/ff-logs-7.out")"
+  kill "${fpids[@]}" 2>/dev/null
+  wait "${fpids[@]}" 2>/dev/null
   trap - EXIT
 fi
 
