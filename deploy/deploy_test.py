@@ -446,5 +446,22 @@ else:
           f"ringctl local examples/torch_ddp.yaml from the bundle: exit {r.returncode}, "
           f"checksums {sums}: {(r.stdout + r.stderr)[-600:]}")
 
+# The ringmaster Python module: in the bundle, and on a command job's program's PYTHONPATH.
+check(os.path.isfile(os.path.join(root, "python", "ringmaster", "__init__.py")),
+      "python/ringmaster/__init__.py is missing")
+with open(f"{work}/uses_module.py", "w") as f:
+    f.write("import ringmaster\nringmaster.report(1, loss=0.5)\n"
+            "print('module at', ringmaster.__file__, 'enabled', ringmaster.enabled(), flush=True)\n")
+r = run([os.path.join(root, "bin", "ringctl"), "local", "--workers", "1", "--run_dir",
+         f"{work}/module", "--", "/usr/bin/python3", f"{work}/uses_module.py"],
+        cwd=work, env={k: v for k, v in os.environ.items()
+                       if k not in ("PYTHONPATH", "RUNFILES_DIR", "TEST_SRCDIR")}, timeout=120)
+logs = "".join(open(os.path.join(d, f)).read() for d, _, fs in os.walk(f"{work}/module")
+               for f in fs if f.startswith("slot-") and f.endswith(".log"))
+want = f"module at {os.path.realpath(root)}/python/ringmaster/__init__.py enabled True"
+check(r.returncode == 0 and want in logs,
+      f"a command job's program from the bundle did not use the bundle's module ({want!r}): "
+      f"exit {r.returncode}: {(r.stdout + r.stderr)[-300:]} {logs[-600:]}")
+
 print(f"deploy_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -16,6 +16,8 @@
 # ringmaster/...    the other files: examples (the job specs, and the command job's example
 #                   program examples/torch_ddp/train.py), systemd units, Kubernetes
 #                   manifests, README
+# ringmaster/python/ringmaster/   the Python module command jobs' programs import (ringtrainer
+#                   finds it at ../python beside its bin/ and puts it on their PYTHONPATH)
 set -euo pipefail
 
 out="$1"
