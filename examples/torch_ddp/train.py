@@ -12,6 +12,11 @@ $RINGMASTER_CHECKPOINT_DIR when ringmaster sets it (else --ckpt), resumes from t
 on SIGTERM (a drain, or the group being re-formed) saves at the next step boundary, agreed by
 all ranks, and exits 0. At the end every rank prints its parameters' checksum: equal on every
 rank when data parallelism kept the replicas in step.
+
+Where ringmaster's module can be imported (ringmaster puts it on PYTHONPATH), the program also
+reports each step's loss and samples through it (`ringctl top`, the dashboard, the metrics
+file, hang detection) and asks it whether a stop was requested; without it (under torchrun)
+it runs exactly as before.
 """
 import argparse
 import os
@@ -22,6 +27,11 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+try:
+    import ringmaster  # optional: progress reports and the stop request under ringmaster
+except ImportError:
+    ringmaster = None
 
 STOP = False
 
@@ -80,9 +90,11 @@ def main():
           f"(restart {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')})", flush=True)
 
     stop = torch.zeros(1)
+    first_step = step
     while step < args.steps:
         # Every rank stops at the same step: a SIGTERM seen by any rank stops them all.
-        stop[0] = 1.0 if STOP else 0.0
+        stopping = STOP or (ringmaster is not None and ringmaster.stop_requested())
+        stop[0] = 1.0 if stopping else 0.0
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop[0] > 0:
             if rank == 0:
@@ -96,6 +108,10 @@ def main():
         loss.backward()
         optimizer.step()
         step += 1
+        if ringmaster is not None:
+            ringmaster.report(step, loss=loss.item(), samples=args.batch * world)
+        if step == first_step + 1:
+            print(f"rank {rank}: trained step {step}, the first of this run", flush=True)
         if args.step_time > 0:
             time.sleep(args.step_time)
         if step % 10 == 0:
