@@ -47,7 +47,7 @@ struct ProgramProgressOptions {
   // first at or past the last record's step plus log_every.
   int64_t log_every = 10;
   // A program that said hello and sent nothing for longer is not alive (0.5 s heartbeats).
-  absl::Duration heartbeat_timeout = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Milliseconds(750);
 };
 
 class ProgramProgress {
