@@ -28,6 +28,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/epoch_calls.h"
+#include "worker/inprocess_world.h"
 #include "worker/program_channel.h"
 #include "worker/program_progress.h"
 #include "worker/program_output.h"
@@ -495,6 +496,8 @@ struct EpochEnd {
   int64_t next_epoch = 0;    // kStopped: the epoch the coordinator announced
   std::string why;           // kJobOver
   std::optional<RankStats> stats;  // kExited: the program's last report, if it reported
+  // With kStopped (in-process recovery): not stopped; the program lives on into next_epoch.
+  bool go_on = false;
 };
 
 // The program's channel of one epoch: listening at <error_file_dir>/control-<node>-<slot>.sock,
@@ -554,12 +557,15 @@ std::unique_ptr<ProgramProgress> NewProgramProgress(const CommandRunnerOptions& 
 // Watches the running program: its reports (or keep-alives while it lives), the coordinator's
 // answers, our SIGTERM.
 EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t pid,
-                   ProgramChannel* channel) {
+                   ProgramChannel* channel, InProcessWorld* inprocess = nullptr) {
   const absl::Duration grace = absl::Seconds(o.spec.command().stop_grace_s());
   std::unique_ptr<ProgramProgress> progress = NewProgramProgress(o, rank);
   auto poll = [&] {
     if (channel == nullptr) return;
-    for (const nlohmann::json& m : channel->Poll()) progress->Take(m, absl::Now());
+    for (const nlohmann::json& m : channel->Poll()) {
+      progress->Take(m, absl::Now());
+      if (inprocess != nullptr) inprocess->Take(m, channel);
+    }
   };
   absl::Time next_report = absl::Now();
   bool silent = false;
@@ -606,6 +612,14 @@ EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t
     if (!response.ok()) {
       LOG(WARNING) << "progress report failed: " << response.status();
       continue;
+    }
+    if (response->epoch() > epoch && !response->leave() && inprocess != nullptr &&
+        inprocess->opted_in()) {
+      LOG(INFO) << "the coordinator formed epoch " << response->epoch()
+                << ": the program goes on in its process (in-process recovery)";
+      EpochEnd go_on{EpochEnd::kStopped, 0, response->epoch(), ""};
+      go_on.go_on = true;
+      return go_on;
     }
     if (response->epoch() > epoch) {
       LOG(INFO) << "the coordinator formed epoch " << response->epoch()
@@ -682,6 +696,146 @@ absl::StatusOr<CommandEnvInput> EpochEnvironment(const CommandRunnerOptions& o,
   return in;
 }
 
+// An in-process program that lives on into the next epoch (in-process recovery), with the
+// error file its environment names.
+struct Carried {
+  Child child;
+  std::string error_file;
+};
+
+// In-process recovery (worker/inprocess_world.h): this rank's program died while its peers'
+// programs live on. Tells the coordinator to re-form the job without this slot and keep it
+// for a rejoin (ReportErrorRequest.rejoin). An error (ABORTED: the epoch moved on already)
+// leaves this rank a member of the next epoch: the ordinary path applies.
+absl::Status ReportRejoin(const CommandRunnerOptions& o, int64_t epoch,
+                          const absl::Status& failure, const ringmaster::RankFailure& report) {
+  ReportErrorRequest request;
+  request.set_job(o.job);
+  request.set_epoch(epoch);
+  *request.mutable_slot() = o.slot;
+  request.set_detail(failure.ToString(absl::StatusToStringMode::kWithNoExtraData));
+  request.set_rejoin(true);
+  *request.mutable_failure() = report;
+  return o.client->ReportError(request);
+}
+
+// After ReportRejoin: the program is started again at once, in the environment of the epoch
+// it failed in (its world comes on the channel), and returned once it said hello with
+// "inprocess" (its imports done); the caller then joins the job's current epoch, which takes
+// the slot back. Errors: the start's, its exit or join_timeout before its hello
+// (DEADLINE_EXCEEDED), this trainer's SIGTERM (CANCELLED).
+absl::StatusOr<Carried> RestartToRejoin(const CommandRunnerOptions& o, CommandEnvInput input,
+                                        ProgramChannel& channel, std::unique_ptr<Zygote>& zygote,
+                                        InProcessWorld& inprocess) {
+  inprocess.ProgramGone();
+  input.restart_reason = "failure";
+  input.error_file = absl::StrCat(input.error_file, ".rejoin");
+  unlink(input.error_file.c_str());
+  const std::string header = absl::StrCat(
+      "==== ringmaster: job ", o.job, ": the program of ", o.slot.node(), " slot ",
+      o.slot.slot(), " started again after its failure in membership epoch ", input.epoch,
+      "; it rejoins its peers, which went on in their processes (in-process recovery) ====\n");
+  if (write(o.output_fd, header.data(), header.size()) < 0) {
+    LOG(WARNING) << "cannot write the epoch's header line: " << strerror(errno);
+  }
+  const absl::Time began = absl::Now();
+  absl::StatusOr<Child> child =
+      o.spec.command().preload().empty()
+          ? StartProgram(o.spec.command(), BuildCommandEnv(input), o.slot, o.output_fd,
+                         o.error_fd)
+          : StartPreloaded(o, input, zygote);
+  if (!child.ok()) return child.status();
+  const absl::Time deadline = absl::Now() + o.join_timeout;
+  while (!inprocess.opted_in()) {
+    if (std::optional<int> status = WaitUntil(child->pid, absl::Now() + absl::Milliseconds(10))) {
+      kill(-child->pid, SIGKILL);
+      child->output->Finish(absl::Now() + absl::Seconds(2));
+      return absl::AbortedError(absl::StrCat("the program started again to rejoin ended before "
+                                             "it said hello: ", DescribeExit(*status)));
+    }
+    for (const nlohmann::json& m : channel.Poll()) inprocess.Take(m, &channel);
+    const bool leave = o.leave_requested != nullptr && o.leave_requested->load();
+    if (leave || absl::Now() > deadline) {
+      StopProgram(child->pid, absl::Seconds(o.spec.command().stop_grace_s()), &channel, "drain");
+      child->output->Finish(absl::Now() + absl::Seconds(2));
+      if (leave) return absl::CancelledError("SIGTERM while the program started again");
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the program started again did not say hello within ",
+          absl::FormatDuration(o.join_timeout)));
+    }
+  }
+  LOG(INFO) << "the program started again said hello after " << absl::Now() - began
+            << ": rejoining the job";
+  return Carried{*std::move(child), input.error_file};
+}
+
+// What a rank keeps across epochs for its program: its channel, in-process recovery's worlds,
+// and the program that lives on into the next epoch (in-process recovery).
+struct ProgramState {
+  InProcessWorld inprocess;
+  std::unique_ptr<ControlSocket> control;
+  std::optional<Carried> carried;
+};
+
+// The program of the epoch `input` describes, its channel listening before it starts; or the
+// in-process program that goes on (keeping its channel and the error file its environment
+// names), given the epoch's world.
+absl::StatusOr<Child> ProgramForEpoch(const CommandRunnerOptions& o, CommandEnvInput& input,
+                                      ProgramState& p, std::unique_ptr<Zygote>& zygote) {
+  const bool goes_on = p.carried.has_value();
+  if (!goes_on) {
+    p.control = OpenControlSocket(o);
+    p.inprocess.ProgramGone();
+  }
+  if (p.control->channel != nullptr) input.control_socket = p.control->channel->path();
+  if (goes_on) input.error_file = p.carried->error_file;
+  if (!goes_on) unlink(input.error_file.c_str());
+  const std::string header = EpochHeader(input);
+  if (write(o.output_fd, header.data(), header.size()) < 0) {
+    LOG(WARNING) << "cannot write the epoch's header line: " << strerror(errno);
+  }
+  absl::StatusOr<Child> child =
+      goes_on ? absl::StatusOr<Child>(std::move(p.carried->child))
+      : o.spec.command().preload().empty()
+          ? StartProgram(o.spec.command(), BuildCommandEnv(input), o.slot, o.output_fd,
+                         o.error_fd)
+          : StartPreloaded(o, input, zygote);
+  p.carried.reset();
+  if (child.ok() && p.control->channel != nullptr) {
+    // An in-process program gets the epoch's world now, or when it says hello.
+    if (absl::Status s = p.inprocess.SetWorld(input, p.control->channel.get()); !s.ok()) {
+      LOG(WARNING) << "cannot send the program the world of epoch " << input.epoch << ": " << s;
+    }
+  }
+  return child;
+}
+
+// In-process recovery after this rank's program failed (not permanently) in `epoch`: its
+// peers go on without it, and it rejoins once its program is up again. nullopt: the ordinary
+// path applies (the program did not opt in, the world is one rank, or the coordinator did not
+// take the rejoin); OK: p.carried holds the program started again (join the next epoch);
+// else the error to end with (CANCELLED: this trainer leaves; else it exits, which frees the
+// slot).
+std::optional<absl::Status> TryRejoin(const CommandRunnerOptions& o, int64_t epoch,
+                                      int world_size, const absl::Status& failure,
+                                      const ringmaster::RankFailure& report,
+                                      const CommandEnvInput& input, ProgramState& p,
+                                      std::unique_ptr<Zygote>& zygote) {
+  if (!p.inprocess.opted_in() || world_size < 2 || p.control->channel == nullptr) {
+    return std::nullopt;
+  }
+  if (absl::Status s = ReportRejoin(o, epoch, failure, report); !s.ok()) {
+    LOG(WARNING) << "the coordinator did not take the rejoin (" << s
+                 << "): the program starts again in the next epoch";
+    return std::nullopt;
+  }
+  absl::StatusOr<Carried> again = RestartToRejoin(o, input, *p.control->channel, zygote,
+                                                  p.inprocess);
+  if (!again.ok()) return again.status();
+  p.carried = *std::move(again);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
@@ -690,6 +844,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
   }
   CommandResult result;
   std::unique_ptr<Zygote> zygote;  // command.preload's warm interpreter, from the first epoch
+  ProgramState program;  // its channel, and an in-process program that lives on
   int64_t epoch = o.first_epoch;
   while (true) {
     JoinRequest join;
@@ -714,19 +869,7 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));
       continue;
     }
-    // The program channel listens before the program starts.
-    const std::unique_ptr<ControlSocket> control = OpenControlSocket(o);
-    if (control->channel != nullptr) input->control_socket = control->channel->path();
-    unlink(input->error_file.c_str());
-    const std::string header = EpochHeader(*input);
-    if (write(o.output_fd, header.data(), header.size()) < 0) {
-      LOG(WARNING) << "cannot write the epoch's header line: " << strerror(errno);
-    }
-    absl::StatusOr<Child> child =
-        o.spec.command().preload().empty()
-            ? StartProgram(o.spec.command(), BuildCommandEnv(*input), o.slot, o.output_fd,
-                           o.error_fd)
-            : StartPreloaded(o, *input, zygote);
+    absl::StatusOr<Child> child = ProgramForEpoch(o, *input, program, zygote);
     if (!child.ok()) {
       LOG(ERROR) << child.status();
       ReportFailure(o, epoch, child.status());
@@ -745,7 +888,12 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       LOG(WARNING) << "cannot say Ready through the store in epoch " << epoch << ": " << s;
     }
     const EpochEnd end = Supervise(o, epoch, joined->rank(), child->pid,
-                                    control->channel.get());
+                                    program.control->channel.get(), &program.inprocess);
+    if (end.go_on) {  // in-process: the program lives on into the next epoch
+      program.carried = Carried{*std::move(child), input->error_file};
+      epoch = end.next_epoch;
+      continue;
+    }
     const absl::Time ended_at = absl::Now();
     if (end.kind == EpochEnd::kExited) kill(-child->pid, SIGKILL);  // what it left in its group
     // The rest of its output (a process it left outside its group may hold the pipes: not
@@ -796,6 +944,16 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
         last_line.empty() ? "" : absl::StrCat("; its last output line: ", last_line)));
     if (permanent) failure = MarkPermanent(absl::FailedPreconditionError(failure.message()));
     LOG(WARNING) << "epoch " << epoch << ": " << failure;
+    if (std::optional<absl::Status> rejoin =
+            permanent ? std::nullopt
+                      : TryRejoin(o, epoch, joined->world_size(), failure, report, *input,
+                                  program, zygote)) {
+      result.left = absl::IsCancelled(*rejoin);
+      if (result.left) return result;
+      RM_RETURN_IF_ERROR(*rejoin);
+      RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));  // the epoch that takes it back
+      continue;
+    }
     ReportFailure(o, epoch, failure, &report);
     if (permanent) return failure;
     RM_ASSIGN_OR_RETURN(epoch, NextEpoch(o, epoch));

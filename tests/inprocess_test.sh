@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# End to end, real processes on loopback: in-process recovery (python/ringmaster/inprocess.py,
+# worker/inprocess_world.h). examples/torch_inprocess/train.py on 3 ranks under `ringctl local`
+# (elastic.min_ranks 2); kill -9 of rank 1's program once it passed step 50:
+#   - the survivors train on without it in their own processes (the same pids to the end),
+#     and the time from the kill to their first step trained after it is printed (and must be
+#     under 5 s here; the goal, measured on an idle machine, is 1 s);
+#   - rank 1's program is started again and rejoins (a growth: it gets a survivor's state);
+#   - the job succeeds with the parameters equal on every rank, one restart spent (the
+#     rejoin is a growth, reason resize).
+# Skipped, saying why, where /usr/bin/python3 has no torch.
+set -uo pipefail
+
+RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
+TRAIN="$TEST_SRCDIR/ringmaster/examples/torch_inprocess/train.py"
+WORK="${TEST_TMPDIR:-/tmp}/inprocess_test"
+rm -rf "$WORK" && mkdir -p "$WORK/tmp"
+export TMPDIR="$WORK/tmp"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+now() { date +%s.%N; }
+
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "SKIP: /usr/bin/python3 cannot import torch (apt-get install python3-torch)"
+  exit 0
+fi
+
+RUN="$WORK/run"
+LOGS="$RUN/node/train"
+"$RINGCTL" local --workers 3 --run_dir "$RUN" --set elastic.min_ranks=2 \
+  -- /usr/bin/python3 "$TRAIN" --steps 400 --step_time 0.03 >"$WORK/out" 2>&1 &
+pid=$!
+
+# The programs' pids by rank, from their first lines ("rank R of 3: pid P training ...").
+pid_of() { grep -ho "^rank $1 of 3: pid [0-9]* training from step 0" "$LOGS"/slot-*.log | awk '{print $6}'; }
+killed="" killed_at=""
+deadline=$((SECONDS + 240))  # generous: torch imports slowly on a loaded machine
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
+  if grep -qs "rank 1: step [5-9]0 \|rank 1: step 1[0-9]0 " "$LOGS"/slot-*.log; then
+    killed=$(pid_of 1)
+    survivors="$(pid_of 0) $(pid_of 2)"
+    killed_at=$(now)
+    kill -9 "$killed"
+    break
+  fi
+  sleep 0.05
+done
+wait "$pid"
+rc=$?
+[ -n "$killed" ] || fail "rank 1's program was not found to kill (logs: $(tail -2 "$LOGS"/slot-*.log))"
+[ "$rc" = 0 ] || fail "exit status $rc (see $WORK/out and $RUN)"
+
+# The survivors: the same processes from the first step to the last.
+for p in $survivors; do
+  grep -q "done at step 400, params checksum [-0-9.]*, pid $p\$" "$LOGS"/slot-*.log ||
+    fail "survivor pid $p did not train to the end in its own process"
+  grep -q "pid $p recovered into epoch 2" "$LOGS"/slot-*.log ||
+    fail "survivor pid $p did not recover in-process into epoch 2"
+done
+# The time from the kill to the survivors training again (their first step after it).
+first=$(grep -ho "trained step [0-9]* at [0-9.]*" "$LOGS"/slot-*.log | awk '{print $5}' | sort -n | head -1)
+last=$(grep -ho "trained step [0-9]* at [0-9.]*" "$LOGS"/slot-*.log | awk '{print $5}' | sort -n | tail -1)
+if [ -z "$first" ] || [ -z "$killed_at" ]; then
+  fail "no survivor said when it trained again"
+else
+  again=$(echo "$last - $killed_at" | bc)
+  echo "in-process recovery: kill -9 to every survivor training again: ${again} s (first: $(echo "$first - $killed_at" | bc) s)"
+  grep -ho "recovered in [0-9.]*s" "$LOGS"/slot-*.log | sed 's/^/  in the program: /'
+  (( $(echo "$again < 5" | bc) )) || fail "the survivors trained again only ${again} s after the kill"
+fi
+# The replacement: started again (a new pid), joined the group with a survivor's state.
+replacement=$(grep -ho "^rank 1 of 3: pid [0-9]* training from step [1-9][0-9]*" "$LOGS"/slot-*.log | awk '{print $6}')
+[ -n "$replacement" ] && [ "$replacement" != "$killed" ] ||
+  fail "rank 1's replacement did not join with the survivors' state"
+grep -q "switched to epoch 3" "$LOGS"/slot-*.log || fail "the survivors did not grow into epoch 3"
+# Every rank ends with the same parameters; one restart was spent, none for the rejoin.
+[ "$(grep -ho "done at step 400, params checksum [-0-9.]*" "$LOGS"/slot-*.log | wc -l)" = 3 ] ||
+  fail "not all 3 ranks finished step 400"
+[ "$(grep -ho "done at step 400, params checksum [-0-9.]*" "$LOGS"/slot-*.log | sort -u | wc -l)" = 1 ] ||
+  fail "checksums differ: $(grep -ho "params checksum [-0-9.]*" "$LOGS"/slot-*.log)"
+grep -q "membership epoch 3: rank 1 of 3 on local slot 1 (restart 1, reason resize)" "$LOGS"/slot-1.log ||
+  fail "the rejoin was not a growth epoch after one restart: $(grep -h "^====" "$LOGS"/slot-1.log)"
+grep -q "(2 recoveries)" "$WORK/out" || fail "not 2 recoveries (the failure, the rejoin): $(tail -1 "$WORK/out")"
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failure(s); logs in $WORK" >&2
+  exit 1
+fi
+echo PASS
