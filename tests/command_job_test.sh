@@ -22,6 +22,9 @@
 #  10. (with PyTorch) the culprit, named: the rank that failed first (its @record error file's
 #      time), though its report came last, in status and the final reason; the epochs' header
 #      lines in ringctl logs --rank; submit --wait exits 1 for a failed job.
+#  11. (with PyTorch) progress and hangs: a program that reports through python/ringmaster shows
+#      its step and loss in ringctl status and top, /metrics and the metrics file; SIGSTOP of
+#      one rank: the group trains again within 10 s.
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -380,6 +383,68 @@ SPEC
   kill "${fpids[@]}" 2>/dev/null
   wait "${fpids[@]}" 2>/dev/null
   trap - EXIT
+fi
+
+# 11. (with PyTorch) progress and hangs through the ringmaster module (python/ringmaster, on
+#     the program's PYTHONPATH): train.py reports every step; ringctl status and top, /metrics
+#     and the metrics file show its step and loss; SIGSTOP of rank 1's program: its runner
+#     stops the keep-alives, the coordinator finds it hung, and the group trains again within
+#     10 s (the time is printed); then SIGTERM to ringctl local ends the run.
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  H="$WORK/hang"
+  "$RINGCTL" local --workers 2 --run_dir "$H" --metrics_listen 127.0.0.1:0 \
+    --set checkpoint.dir="$WORK/hang-ck" --set metrics.jsonl="$WORK/hang.metrics.jsonl" \
+    -- /usr/bin/python3 "$TRAIN" --steps 5000 --step_time 0.03 --save_every 20 \
+    >"$WORK/hang.out" 2>&1 &
+  pid=$!
+  deadline=$((SECONDS + 240))
+  while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
+    grep -qs "rank 1: step [3-9]0 " "$H"/node/train/slot-1.log && break
+    sleep 0.1
+  done
+  coord=$(grep -o "coordinator at [0-9.:]*" "$WORK/hang.out" | awk '{print $3}')
+  metrics_url=$(grep -o "metrics at http[^ ]*" "$WORK/hang.out" | awk '{print $3}')
+  "$RINGCTL" status train --coordinator "$coord" >"$WORK/hang-status.out" 2>&1
+  grep -Eq "step [1-9][0-9]*, loss [0-9]" "$WORK/hang-status.out" ||
+    fail "progress: ringctl status shows no step and loss: $(head -5 "$WORK/hang-status.out")"
+  timeout 2 "$RINGCTL" top train --coordinator "$coord" >"$WORK/hang-top.out" 2>&1
+  grep -Eq "^  1 +local/1 +[1-9][0-9]* +[0-9.]+ms +[0-9]+% +[0-9]" "$WORK/hang-top.out" ||
+    fail "progress: ringctl top shows no step, step time and loss of rank 1: $(head -4 "$WORK/hang-top.out")"
+  /usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+    "$metrics_url" >"$WORK/hang-metrics.out" 2>&1
+  grep -Eq '^ringmaster_job_step\{job="train"\} [1-9]' "$WORK/hang-metrics.out" &&
+    grep -Eq '^ringmaster_job_loss\{job="train"\} [0-9]' "$WORK/hang-metrics.out" ||
+    fail "progress: /metrics has no step and loss of the job ($metrics_url)"
+  records=$(grep -c '"samples_per_second":[0-9]' "$WORK/hang.metrics.jsonl" 2>/dev/null)
+  [ "${records:-0}" -ge 2 ] && grep -q '"job":"train".*"loss":[0-9]' "$WORK/hang.metrics.jsonl" ||
+    fail "progress: the metrics file has ${records:-no} records with samples/s"
+  frozen=""  # rank 1's program of this run (its error file is in the run directory)
+  for p in $(pgrep -f "$TRAIN"); do
+    env_of=$(tr '\0' '\n' </proc/"$p"/environ 2>/dev/null)
+    grep -qx RANK=1 <<<"$env_of" && grep -q "^TORCHELASTIC_ERROR_FILE=$H/" <<<"$env_of" &&
+      frozen="$p"
+  done
+  runs=$(cat "$H"/node/train/slot-*.log | grep -c "the first of this run")
+  start=$(now)
+  [ -n "$frozen" ] && kill -STOP "$frozen"
+  took=""
+  while [ -n "$frozen" ] && (( $(echo "$(elapsed "$start") < 60" | bc) )); do
+    if [ "$(cat "$H"/node/train/slot-*.log | grep -c "the first of this run")" -gt "$runs" ]; then
+      took=$(elapsed "$start")
+      break
+    fi
+    sleep 0.05
+  done
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  echo "progress and hangs: SIGSTOP of rank 1's program -> the group trained again after ${took:-(never)} s"
+  [ -n "$frozen" ] || fail "hang: rank 1's program was not found to stop"
+  [ -n "$took" ] && (( $(echo "$took <= 10" | bc) )) ||
+    fail "hang: the group trained again after ${took:-more than 60} s, not within 10 s"
+  grep -q "no keep-alive for it" "$H"/node/train/slot-1.log ||
+    fail "hang: rank 1's runner did not stop its keep-alives"
+  [ "$rc" = 130 ] || fail "hang: exit status $rc, want 130 (cancelled; see $WORK/hang.out)"
 fi
 
 if [ "$failures" -gt 0 ]; then
