@@ -25,6 +25,7 @@
 #  11. (with PyTorch) progress and hangs: a program that reports through python/ringmaster shows
 #      its step and loss in ringctl status and top, /metrics and the metrics file; SIGSTOP of
 #      one rank: the group trains again within 10 s.
+#  12. stragglers and the dashboard's curves of a reporting program (no PyTorch needed).
 set -uo pipefail
 
 RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
@@ -446,6 +447,46 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     fail "hang: rank 1's runner did not stop its keep-alives"
   [ "$rc" = 130 ] || fail "hang: exit status $rc, want 130 (cancelled; see $WORK/hang.out)"
 fi
+
+# 12. Stragglers and the dashboard's curves of a program that reports (python/ringmaster; no
+#     PyTorch needed): 3 ranks of a program whose rank 2 takes 4x as long a step; ringctl
+#     status flags rank 2 a straggler, and the job's dashboard page draws rank 0's reports.
+cat >"$WORK/straggler.py" <<'PROGRAM'
+import time, ringmaster
+step_time = 0.12 if ringmaster.rank() == 2 else 0.03
+step = 0
+while not ringmaster.stop_requested():
+    time.sleep(step_time)
+    step += 1
+    ringmaster.report(step, loss=1.0 / step, samples=8)
+PROGRAM
+"$RINGCTL" local --workers 3 --run_dir "$WORK/straggler" --metrics_listen 127.0.0.1:0 \
+  -- /usr/bin/python3 "$WORK/straggler.py" >"$WORK/straggler.out" 2>&1 &
+pid=$!
+flagged=""
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
+  coord=$(grep -o "coordinator at [0-9.:]*" "$WORK/straggler.out" | awk '{print $3}')
+  if [ -n "$coord" ] && "$RINGCTL" status straggler --coordinator "$coord" \
+      >"$WORK/straggler-status.out" 2>&1 &&
+      grep -q "straggler: local/2 (rank 2, compute [3-5]\.[0-9]x the median)" "$WORK/straggler-status.out"; then
+    flagged=1
+    break
+  fi
+  sleep 0.5
+done
+[ -n "$flagged" ] ||
+  fail "stragglers: rank 2 of a reporting program was not flagged: $(cat "$WORK/straggler-status.out")"
+dashboard=$(grep -o "dashboard at http[^ ]*" "$WORK/straggler.out" | awk '{print $3}')
+/usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "$dashboard" >"$WORK/straggler-dashboard.html" 2>&1
+grep -q "<svg" "$WORK/straggler-dashboard.html" &&
+  grep -Eq "Rank 0's reports: [1-9][0-9]* kept" "$WORK/straggler-dashboard.html" ||
+  fail "stragglers: the dashboard ($dashboard) draws no curves of the program's reports"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 130 ] || fail "stragglers: exit status $rc, want 130 (cancelled; see $WORK/straggler.out)"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s); outputs in $WORK" >&2
