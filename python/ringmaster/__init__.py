@@ -241,8 +241,10 @@ def report(step, loss=None, samples=None, tokens=None, **scalars):
 
     loss: the step's loss (a number; NaN allowed). samples, tokens: what this step took,
     all ranks together (the global batch; tokens for a language model), from which the
-    job's samples/s and tokens/s are measured. scalars: any other named numbers (lr=...,
-    grad_norm=...), written to the job's metrics JSONL. Call it once a step, from any
+    job's samples/s and tokens/s are measured. scalars: any other named numbers, written to
+    the job's metrics JSONL; lr, grad_norm and comm_fraction (the step's share spent in
+    collectives, which lets ringmaster tell a slow rank's compute from its peers': a
+    straggler) also fill those columns of its views. Call it once a step, from any
     thread; rank 0's reports make the job's curves, every rank's its hang and straggler
     detection. Raises TypeError or ValueError, naming the argument, for a bad value; a no-op
     outside ringmaster.
