@@ -341,8 +341,9 @@ class Membership {
   // In-process recovery: the program of this member died, but its peers' programs carry on
   // in their own processes (they tear down their process group and build one for the next
   // epoch). The job re-forms without the slot (cause kFailure, spending one restart when the
-  // epoch was committed or running, as a whole-group restart would; none while it forms:
-  // that re-formation is paid for), but the slot stays the job's, in `rejoining`: its trainer
+  // epoch was committed or running, as a whole-group restart would; while it forms, only when
+  // the slot was new to it, as LoseMembers counts), but the slot stays the job's, in
+  // `rejoining`: its trainer
   // stays alive, restarts the program and, once the program is up (its heavy imports done),
   // calls Join with the job's current epoch, which forms a growth epoch (kGrow, no restart
   // spent) with the slot back in (the Join, of the superseded epoch, is then answered

@@ -67,6 +67,29 @@ else
   echo "in-process recovery: kill -9 to every survivor training again: ${again} s (first: $(echo "$first - $killed_at" | bc) s)"
   grep -ho "recovered in [0-9.]*s" "$LOGS"/slot-*.log | sed 's/^/  in the program: /'
   (( $(echo "$again < 5" | bc) )) || fail "the survivors trained again only ${again} s after the kill"
+  # Where the time went, from the runners' logs (glog, local time) and the programs' lines.
+  /usr/bin/python3 - "$killed_at" "$LOGS"/slot-*.log <<'PY'
+import datetime, re, sys
+killed = float(sys.argv[1])
+def at(pattern):
+    times = []
+    for path in sys.argv[2:]:
+        for line in open(path, errors="replace"):
+            if re.search(pattern, line):
+                m = re.match(r"[IWE](\d{8} \d\d:\d\d:\d\d\.\d+)", line)
+                if m:
+                    times.append(datetime.datetime.strptime(m.group(1), "%Y%m%d %H:%M:%S.%f").timestamp())
+                elif (t := re.search(r"trained step \d+ at ([0-9.]+)", line)):
+                    times.append(float(t.group(1)))
+    return max(times) - killed if times else float("nan")
+print("  where the time went (s after the kill, the last survivor):")
+print(f"    the dead rank's runner saw its program's exit   {at(r'killed by signal 9'):.3f}")
+print(f"    the survivors' runners learnt of epoch 2         {at(r'formed epoch 2: the program goes on'):.3f}")
+print(f"    ... joined it and sent their programs its world  {at(r'world of epoch 2 '):.3f}")
+print(f"    the programs trained a step in the new group     {at(r'trained step'):.3f}")
+print(f"    the replacement said hello (its imports done)    {at(r'started again said hello'):.3f}")
+print(f"    the replacement was sent its world (epoch 3)     {at(r'world of epoch 3 .rank 1 '):.3f}")
+PY
 fi
 # The replacement: started again (a new pid), joined the group with a survivor's state.
 replacement=$(grep -ho "^rank 1 of 3: pid [0-9]* training from step [1-9][0-9]*" "$LOGS"/slot-*.log | awk '{print $6}')
