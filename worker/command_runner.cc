@@ -449,8 +449,13 @@ ringmaster::RankFailure DescribeFailure(const CommandRunnerOptions& o, int64_t e
   f.set_rank(rank);
   *f.mutable_slot() = o.slot;
   f.set_program(ValidUtf8(o.spec.command().argv(0)));
-  f.set_how(DescribeExit(wstatus));
   f.set_exit_code(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  const auto& codes = o.spec.command().permanent_exit_codes();
+  f.set_how(absl::StrCat(DescribeExit(wstatus),
+                         WIFEXITED(wstatus) && std::find(codes.begin(), codes.end(),
+                                                         f.exit_code()) != codes.end()
+                             ? " (in command.permanent_exit_codes: no restart)"
+                             : ""));
   if (WIFSIGNALED(wstatus)) {
     f.set_signal(WTERMSIG(wstatus));
     if (const char* name = sigabbrev_np(WTERMSIG(wstatus)); name != nullptr) {
@@ -464,6 +469,22 @@ ringmaster::RankFailure DescribeFailure(const CommandRunnerOptions& o, int64_t e
                     1e6);
   f.set_failed_at_from_error_file(from_file);
   return f;
+}
+
+// The program's own failure (DescribeFailure) as a status: ABORTED (the next epoch), or, for an
+// exit code in command.permanent_exit_codes, a permanent FAILED_PRECONDITION.
+absl::Status FailureStatus(const CommandRunnerOptions& o, const ringmaster::RankFailure& f) {
+  const auto& codes = o.spec.command().permanent_exit_codes();
+  const bool permanent = f.signal() == 0 && f.exit_code() >= 0 &&
+                         std::find(codes.begin(), codes.end(), f.exit_code()) != codes.end();
+  const std::string message = absl::StrCat(
+      "rank ", f.rank(), " (node ", o.slot.node(), ", slot ", o.slot.slot(), ") ",
+      o.spec.command().argv(0), ": ", f.how(),
+      f.error_message().empty() ? "" : absl::StrCat("; its error file says: ", f.error_message()),
+      f.last_output_line().empty() ? ""
+                                   : absl::StrCat("; its last output line: ", f.last_output_line()));
+  if (permanent) return MarkPermanent(absl::FailedPreconditionError(message));
+  return absl::AbortedError(message);
 }
 
 // A program stopped by ringmaster (a later epoch, the job's end, this trainer leaving) that had
@@ -928,21 +949,10 @@ absl::StatusOr<CommandResult> RunCommandJob(const CommandRunnerOptions& o) {
       RM_RETURN_IF_ERROR(Finish(o, epoch, joined->rank(), end.stats));
       return result;
     }
-    const auto& permanent_codes = o.spec.command().permanent_exit_codes();
-    const bool permanent =
-        WIFEXITED(end.wstatus) && std::find(permanent_codes.begin(), permanent_codes.end(),
-                                            WEXITSTATUS(end.wstatus)) != permanent_codes.end();
-    const ErrorFile error_file = ReadErrorFile(input->error_file);
-    const std::string& error_message = error_file.message;
-    ringmaster::RankFailure report = DescribeFailure(o, epoch, joined->rank(), end.wstatus,
-                                                     ended_at, error_file, last_line);
-    if (permanent) report.set_how(absl::StrCat(report.how(), " (in command.permanent_exit_codes: no restart)"));
-    absl::Status failure = absl::AbortedError(absl::StrCat(
-        "rank ", joined->rank(), " (node ", o.slot.node(), ", slot ", o.slot.slot(), ") ",
-        o.spec.command().argv(0), ": ", report.how(),
-        error_message.empty() ? "" : absl::StrCat("; its error file says: ", error_message),
-        last_line.empty() ? "" : absl::StrCat("; its last output line: ", last_line)));
-    if (permanent) failure = MarkPermanent(absl::FailedPreconditionError(failure.message()));
+    const ringmaster::RankFailure report = DescribeFailure(
+        o, epoch, joined->rank(), end.wstatus, ended_at, ReadErrorFile(input->error_file), last_line);
+    const absl::Status failure = FailureStatus(o, report);
+    const bool permanent = IsPermanent(failure);
     LOG(WARNING) << "epoch " << epoch << ": " << failure;
     if (std::optional<absl::Status> rejoin =
             permanent ? std::nullopt
