@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Tests of python/ringmaster/inprocess.py against sockets that play the ranks' runners.
+
+The end-to-end test with ringmaster's own runners and coordinator is tests/inprocess_test.sh;
+this one drives the module alone, with worlds this test decides: three real programs
+(examples/torch_inprocess/train.py, Gloo on loopback), kill -9 of one, the survivors given a
+world of two, its replacement a world of three. Skipped, saying why, without torch.
+"""
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TRAIN = os.path.join(ROOT, "examples", "torch_inprocess", "train.py")
+DEADLINE_S = 120  # bounds a broken case; torch imports slowly on a loaded machine
+
+sys.path.insert(0, HERE)
+import ringmaster  # noqa: E402
+import ringmaster.inprocess as inprocess  # noqa: E402
+
+
+def has_torch():
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                          capture_output=True).returncode == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeRunner:
+    """One rank's runner: its channel's socket and its program."""
+
+    def __init__(self, directory, index, args, log_dir):
+        self.path = os.path.join(directory, f"rank{index}.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.listener.settimeout(DEADLINE_S)
+        self.args = args
+        self.log_path = os.path.join(log_dir, f"rank{index}.log")
+        self.conn = None
+        self.buffer = b""
+        self.proc = None
+
+    def start(self):
+        env = dict(os.environ, RINGMASTER_CONTROL_SOCKET=self.path, PYTHONPATH=HERE,
+                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(["/usr/bin/python3", TRAIN] + self.args, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        self.conn, _ = self.listener.accept()
+        self.buffer = b""
+
+    def messages(self):
+        """What the program sent since the last call (it must be read: its reports would
+        otherwise fill the socket and block it)."""
+        out = []
+        while select.select([self.conn], [], [], 0)[0]:
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                break
+            self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines]
+
+    def send(self, message):
+        self.conn.sendall((json.dumps(message) + "\n").encode())
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+
+def send_world(runners, epoch):
+    port = free_port()
+    for rank, runner in enumerate(runners):
+        runner.send({"type": "world", "epoch": epoch, "rank": rank, "world_size": len(runners),
+                     "master_addr": "127.0.0.1", "master_port": port})
+
+
+def pump_until(runners, done, what):
+    """Reads every runner's channel until done(message_seen) or the deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    seen = []
+    while time.monotonic() < deadline:
+        for r in runners:
+            seen += [(r, m) for m in r.messages()]
+        if done(seen):
+            return seen
+        time.sleep(0.01)
+    raise AssertionError(f"waited {DEADLINE_S} s for {what}")
+
+
+class RecoverTest(unittest.TestCase):
+    def test_an_error_no_collective_raised_is_raised_again(self):
+        group = inprocess.Group(state=dict, load_state=lambda s: None)
+        group._queue = object()  # as under a runner: recover() would wait for a world
+        error = RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)")
+        with self.assertRaises(RuntimeError) as raised:
+            group.recover(error, 7)
+        self.assertIs(raised.exception, error)
+
+    def test_outside_ringmaster_recover_raises_again(self):
+        group = inprocess.Group(state=dict, load_state=lambda s: None)
+        error = RuntimeError("[../gloo/transport/tcp/pair.cc:598] Connection closed by peer")
+        with self.assertRaises(RuntimeError):
+            group.recover(error, 7)
+
+
+@unittest.skipUnless(has_torch(), "/usr/bin/python3 cannot import torch "
+                     "(apt-get install python3-torch)")
+class ThreeRanksTest(unittest.TestCase):
+    def test_survivors_go_on_and_a_replacement_rejoins(self):
+        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
+                tempfile.TemporaryDirectory() as logs:
+            args = ["--steps", "150", "--step_time", "0.02"]
+            runners = [FakeRunner(sockets, i, args, logs) for i in range(3)]
+            try:
+                self.run_case(runners)
+            finally:
+                for r in runners:
+                    if r.proc is not None and r.proc.poll() is None:
+                        r.proc.kill()
+                        r.proc.wait()
+                    r.close()
+
+    def run_case(self, runners):
+        for r in runners:
+            r.start()
+        pump_until(runners, lambda seen: sum(m["type"] == "hello" and m.get("inprocess")
+                                             for _, m in seen) == 3, "three hellos")
+        send_world(runners, 1)
+        pump_until(runners, lambda seen: any(r is runners[1] and m["type"] == "report" and
+                                             m["step"] >= 30 for r, m in seen),
+                   "rank 1 at step 30")
+        survivors = [runners[0], runners[2]]
+        pids = [r.proc.pid for r in survivors]
+        runners[1].proc.kill()
+        runners[1].proc.wait()
+        send_world(survivors, 2)
+        pump_until(survivors, lambda seen: sum(m["type"] == "world_done" and m["epoch"] == 2
+                                               for _, m in seen) == 2, "the survivors' group")
+        runners[1].start()  # the replacement: says hello, then waits for its world
+        pump_until([runners[1]], lambda seen: any(m["type"] == "hello" for _, m in seen),
+                   "the replacement's hello")
+        send_world(runners, 3)
+        deadline = time.monotonic() + DEADLINE_S
+        while any(r.proc.poll() is None for r in runners) and time.monotonic() < deadline:
+            for r in runners:
+                r.messages()
+            time.sleep(0.05)
+        for r in runners:
+            self.assertEqual(r.proc.wait(timeout=1), 0, r.log())
+        self.assertEqual([r.proc.pid for r in survivors], pids)
+        for r in survivors:
+            self.assertIn("recovered into epoch 2", r.log())
+            self.assertIn("switched to epoch 3", r.log())
+        self.assertRegex(runners[1].log(), r"rank 1 of 3: pid \d+ training from step [1-9]\d*")
+        sums = {line.split("params checksum ")[1].split(",")[0]
+                for r in runners for line in r.log().splitlines() if "done at step 150" in line}
+        self.assertEqual(len(sums), 1, [r.log()[-400:] for r in runners])
+
+
+if __name__ == "__main__":
+    unittest.main()
