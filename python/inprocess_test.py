@@ -3,8 +3,9 @@
 
 The end-to-end test with ringmaster's own runners and coordinator is tests/inprocess_test.sh;
 this one drives the module alone, with worlds this test decides: three real programs
-(examples/torch_inprocess/train.py, Gloo on loopback), kill -9 of one, the survivors given a
-world of two, its replacement a world of three. Skipped, saying why, without torch.
+(examples/torch_inprocess/train.py, Gloo on loopback); kill -9 of one, the survivors given a
+world of two, its replacement a world of three; or the stop of one (its node drained), the
+others given a world of two. Skipped, saying why, without torch.
 """
 import json
 import os
@@ -140,6 +141,50 @@ class ThreeRanksTest(unittest.TestCase):
                         r.proc.wait()
                     r.close()
 
+    def test_a_drained_rank_leaves_and_its_peers_go_on(self):
+        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
+                tempfile.TemporaryDirectory() as logs:
+            args = ["--steps", "100", "--step_time", "0.02"]
+            runners = [FakeRunner(sockets, i, args, logs) for i in range(3)]
+            try:
+                for r in runners:
+                    r.start()
+                pump_until(runners, lambda seen: sum(m["type"] == "hello" and m["inprocess"]
+                                                     for _, m in seen) == 3, "three hellos")
+                send_world(runners, 1)
+                pump_until(runners, lambda seen: any(m["type"] == "report" and m["step"] >= 20
+                                                     for _, m in seen), "step 20")
+                runners[2].send({"type": "stop", "reason": "drain"})
+                send_world(runners[:2], 2)
+                self.wait_all(runners)
+                self.assertRegex(runners[2].log(), r"rank 2: stopped at step \d+")
+                for r in runners[:2]:
+                    self.assertRegex(r.log(), r"(recovered into|switched to) epoch 2")
+                self.assertEqual(len(self.checksums(runners[:2], 100)), 1,
+                                 [r.log()[-400:] for r in runners])
+            finally:
+                for r in runners:
+                    if r.proc is not None and r.proc.poll() is None:
+                        r.proc.kill()
+                        r.proc.wait()
+                    r.close()
+
+    def wait_all(self, runners):
+        deadline = time.monotonic() + DEADLINE_S
+        while any(r.proc.poll() is None for r in runners) and time.monotonic() < deadline:
+            for r in runners:
+                r.messages()
+            time.sleep(0.05)
+        for r in runners:
+            if r.proc.poll() is None:
+                r.proc.kill()
+            self.assertEqual(r.proc.wait(), 0, r.log())
+
+    def checksums(self, runners, steps):
+        return {line.split("params checksum ")[1].split(",")[0]
+                for r in runners for line in r.log().splitlines()
+                if f"done at step {steps}" in line}
+
     def run_case(self, runners):
         for r in runners:
             r.start()
@@ -160,21 +205,13 @@ class ThreeRanksTest(unittest.TestCase):
         pump_until([runners[1]], lambda seen: any(m["type"] == "hello" for _, m in seen),
                    "the replacement's hello")
         send_world(runners, 3)
-        deadline = time.monotonic() + DEADLINE_S
-        while any(r.proc.poll() is None for r in runners) and time.monotonic() < deadline:
-            for r in runners:
-                r.messages()
-            time.sleep(0.05)
-        for r in runners:
-            self.assertEqual(r.proc.wait(timeout=1), 0, r.log())
+        self.wait_all(runners)
         self.assertEqual([r.proc.pid for r in survivors], pids)
         for r in survivors:
             self.assertIn("recovered into epoch 2", r.log())
             self.assertIn("switched to epoch 3", r.log())
         self.assertRegex(runners[1].log(), r"rank 1 of 3: pid \d+ training from step [1-9]\d*")
-        sums = {line.split("params checksum ")[1].split(",")[0]
-                for r in runners for line in r.log().splitlines() if "done at step 150" in line}
-        self.assertEqual(len(sums), 1, [r.log()[-400:] for r in runners])
+        self.assertEqual(len(self.checksums(runners, 150)), 1, [r.log()[-400:] for r in runners])
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ later step boundary with the state a survivor sends it. No re-import, no checkpo
     while step < steps:
         try:
             step = group.sync(step)      # the step boundary: a new world, agreed by all ranks
-            if group.stop_requested:     # a drain or the job's end, agreed by all ranks
+            if group.stop_requested:     # this rank's drain, or the job's end
                 save(step); break
             train_one_step(step, group.rank, group.world_size)   # collectives as usual
             step += 1
@@ -25,7 +25,7 @@ later step boundary with the state a survivor sends it. No re-import, no checkpo
             step = group.recover(error, step)
 
 Outside ringmaster (torchrun, plain python) start() is init_process_group(env://), sync()
-agrees on SIGTERM only, and recover() raises the error again: the program runs unchanged.
+does nothing, and recover() raises the error again: the program runs unchanged.
 
 How it works, with the runner (worker/command_runner, worker/inprocess_world):
   - start() says hello with "inprocess": true; the runner answers with the epoch's world
@@ -43,8 +43,14 @@ How it works, with the runner (worker/command_runner, worker/inprocess_world):
   - The replacement's runner restarts the program; its start() says hello and waits; its
     runner then joins the job's epoch, which grows the job by it (no budget spent). Every
     rank's runner sends the new world. The survivors are training: they switch at a step
-    boundary that all agree on: sync() all-reduces (MAX) [stop, -latest epoch received], so
-    every rank learns at the same step the newest world that every rank has, and switches.
+    boundary that all agree on: sync() all-reduces (MAX) minus the latest epoch each has
+    received, so every rank learns at the same step the newest world that every rank has,
+    and switches.
+  - A stop (the runner's stop message or SIGTERM: a drain of this rank's node, the job's
+    end) is this rank's: sync() and recover() return at once with stop_requested set, the
+    program saves if it keeps checkpoints (any rank's state is the whole model's) and exits
+    0. Its peers, when the job goes on, see it leave as any departure: their runners bring
+    them the world without it.
   - The state after a new group: the ranks all-gather their steps; when they differ (a
     replacement has none; a survivor may have finished one more step than another when the
     failure came between their collectives), the lowest rank holding the highest step
@@ -77,6 +83,10 @@ class _NoWorld(Exception):
     """No newer world came within world_timeout_s."""
 
 
+class _Stopped(Exception):
+    """This rank was asked to stop while it waited for a world."""
+
+
 class Group:
     """A data-parallel group that a peer's failure does not end (see the module's doc).
 
@@ -107,12 +117,16 @@ class Group:
     @property
     def rank(self):
         import torch.distributed as dist
-        return dist.get_rank()
+        if dist.is_initialized():
+            return dist.get_rank()
+        return int(self._world["rank"]) if self._world else ringmaster.rank()
 
     @property
     def world_size(self):
         import torch.distributed as dist
-        return dist.get_world_size()
+        if dist.is_initialized():
+            return dist.get_world_size()
+        return int(self._world["world_size"]) if self._world else ringmaster.world_size()
 
     @property
     def epoch(self):
@@ -122,10 +136,18 @@ class Group:
     # --- the loop's calls ---
     def start(self, step=0):
         """Joins the job's world (a replacement: when the survivors let it in) and returns the
-        step to train from: `step`, or the newest a peer holds (its state then loaded)."""
+        step to train from: `step`, or the newest a peer holds (its state then loaded).
+        Returns `step` with stop_requested set, and no group, when asked to stop meanwhile;
+        raises RuntimeError when the runner sends no world within world_timeout_s."""
         import torch.distributed as dist
         if self._enabled():
-            world = self._await_world(newer_than=0)
+            try:
+                world = self._await_world(newer_than=0)
+            except _Stopped:
+                return step
+            except _NoWorld:
+                raise RuntimeError(f"ringmaster.inprocess: no world from the runner within "
+                                   f"{self._world_timeout_s} s") from None
             return self._build(world, step)
         dist.init_process_group(self._backend, init_method="env://",
                                 timeout=datetime.timedelta(seconds=self._timeout_s))
@@ -133,24 +155,26 @@ class Group:
         return step
 
     def sync(self, step):
-        """The step boundary: every rank learns, at the same step, whether to stop
-        (stop_requested) and whether a newer world is here for all; then switches to it
-        (returning the step the group goes on from). A failed peer raises here as in any
-        collective (catch self.errors and call recover())."""
+        """The step boundary: every rank learns, at the same step, whether a newer world is
+        here for all; then switches to it (returning the step the group goes on from). A
+        failed peer raises here as in any collective (catch self.errors and call recover()).
+        Sets stop_requested, doing nothing else, when this rank was asked to stop."""
         import torch
         import torch.distributed as dist
+        if self._stopping():
+            return step
+        if self._queue is None:
+            return step  # outside ringmaster: no world but torchrun's
         while True:
             # Every rank, in every group, begins with this all-reduce after start(), sync()
             # and recover(): a newcomer's first collective meets the survivors' first one in
             # the new group (so after a switch, sync() all-reduces again, in the new group).
             self._drain_queue()
             latest = max(self._worlds) if self._worlds else self.epoch
-            stop = 1.0 if ringmaster.stop_requested() else 0.0
-            flags = torch.tensor([stop, -float(latest)])
+            flags = torch.tensor([-float(latest)])
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-            self.stop_requested = flags[0].item() > 0
-            target = int(-flags[1].item())  # the newest world every rank has received
-            if self._queue is None or target <= self.epoch or self.stop_requested:
+            target = int(-flags[0].item())  # the newest world every rank has received
+            if target <= self.epoch:
                 return step
             world = self._worlds.get(target)
             if world is None:  # this rank skipped that epoch: it cannot take part
@@ -164,7 +188,8 @@ class Group:
         """After a collective raised `error`: tears the process group down, waits for the new
         world, builds it and agrees on the state; returns the step to go on from. Raises
         `error` again when it is not a collective's failure, outside ringmaster, or when no
-        new world comes within world_timeout_s."""
+        new world comes within world_timeout_s. Returns `step` at once, stop_requested set and
+        no group, when this rank is asked to stop meanwhile."""
         if self._queue is None or not _is_collective_error(error):
             raise error
         began = time.monotonic()
@@ -173,6 +198,8 @@ class Group:
             world = self._await_world(newer_than=self.epoch)
         except _NoWorld:
             raise error
+        except _Stopped:
+            return step
         step = self._build(world, step)
         self.recoveries += 1
         self.last_recovery_s = time.monotonic() - began
@@ -187,6 +214,11 @@ class Group:
         self._queue = ringmaster._subscribe("world")
         ringmaster._set_inprocess(True)
         return True
+
+    def _stopping(self):
+        if not self.stop_requested and self._queue is not None and ringmaster.stop_requested():
+            self.stop_requested = True
+        return self.stop_requested
 
     def _drain_queue(self):
         if self._queue is None:
@@ -208,11 +240,13 @@ class Group:
         deadline = time.monotonic() + self._world_timeout_s
         self._drain_queue()
         while not any(e > newer_than for e in self._worlds):
+            if self._stopping():
+                raise _Stopped()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _NoWorld()
             try:
-                self._keep(self._queue.get(timeout=left))
+                self._keep(self._queue.get(timeout=min(left, 0.1)))
             except queue.Empty:
                 pass
         self._drain_queue()  # the newest, when several came (a growth right after a failure)
