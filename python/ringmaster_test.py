@@ -271,6 +271,40 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(out, "0\n")
         self.assertEqual(steps, [1, 2])
 
+    def test_a_socket_path_longer_than_a_socket_address_is_reached(self):
+        deep = os.path.join(self.dir, "d" * 120)
+        os.mkdir(deep)
+        path = os.path.join(deep, "control.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd = os.open(deep, os.O_PATH | os.O_DIRECTORY)
+        try:  # bound as the runner binds it (worker/program_channel.cc)
+            listener.bind(f"/proc/self/fd/{fd}/control.sock")
+        finally:
+            os.close(fd)
+        listener.listen(1)
+        listener.settimeout(DEADLINE_S)
+        self.runner.path = path
+        proc = self.start("""
+            import ringmaster
+            ringmaster.report(5)
+            """)
+        conn, _ = listener.accept()
+        conn.settimeout(DEADLINE_S)
+        received = b""
+        while received.count(b"\n") < 2:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        rc, _, err = self.finish(proc)
+        conn.close()
+        listener.close()
+        os.unlink(path)
+        os.rmdir(deep)
+        self.assertEqual(rc, 0, err)
+        lines = [json.loads(x) for x in received.split(b"\n") if x]
+        self.assertEqual([m["type"] for m in lines[:2]], ["hello", "report"], err)
+
     def test_a_missing_runner_is_said_once_and_the_program_runs_on(self):
         self.runner.close()
         os.unlink(self.runner.path)

@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -521,34 +520,17 @@ struct EpochEnd {
   bool go_on = false;
 };
 
-// The program's channel of one epoch: listening at <error_file_dir>/control-<node>-<slot>.sock,
-// or, where that path is too long for a Unix socket, in a directory made under
-// short_socket_dir, removed with it. No channel (logged) when it cannot listen: the program
-// then runs as one that never connects.
+// The program's channel of one epoch, listening at <error_file_dir>/control-<node>-<slot>.sock
+// (a path too long for a socket address is bound through /proc/self/fd: ProgramChannel). No
+// channel (logged) when it cannot listen: the program then runs as one that never connects.
 struct ControlSocket {
   std::unique_ptr<ProgramChannel> channel;
-  std::string temp_dir;
-  ~ControlSocket() {
-    channel.reset();
-    if (!temp_dir.empty()) rmdir(temp_dir.c_str());
-  }
 };
 
 std::unique_ptr<ControlSocket> OpenControlSocket(const CommandRunnerOptions& o) {
   auto control = std::make_unique<ControlSocket>();
-  std::string path =
-      absl::StrCat(o.error_file_dir, "/control-", o.slot.node(), "-", o.slot.slot(), ".sock");
-  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    std::string dir = absl::StrCat(o.short_socket_dir, "/ringmaster-XXXXXX");
-    if (mkdtemp(dir.data()) == nullptr) {
-      LOG(WARNING) << "cannot make a directory for the program channel in "
-                   << o.short_socket_dir << ": " << strerror(errno) << "; the program runs without";
-      return control;
-    }
-    control->temp_dir = dir;
-    path = absl::StrCat(dir, "/control-", o.slot.slot(), ".sock");
-  }
-  absl::StatusOr<std::unique_ptr<ProgramChannel>> channel = ProgramChannel::Listen(path);
+  absl::StatusOr<std::unique_ptr<ProgramChannel>> channel = ProgramChannel::Listen(
+      absl::StrCat(o.error_file_dir, "/control-", o.slot.node(), "-", o.slot.slot(), ".sock"));
   if (!channel.ok()) {
     LOG(WARNING) << channel.status() << "; the program runs without its channel";
   } else {

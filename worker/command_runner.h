@@ -160,13 +160,11 @@ struct CommandRunnerOptions {
   // Effective and validated, with `command` set.
   JobSpec spec;
   std::string advertise_host = "127.0.0.1";
-  // The program channel (worker/program_channel.h): its socket goes in error_file_dir, or,
-  // where that path is too long for a Unix socket, in a directory made under
-  // short_socket_dir; the ringmaster Python module's directory (python_module_dir, empty:
-  // none) is prepended to the program's PYTHONPATH. A program that said hello is alive while
-  // its messages are at most heartbeat_timeout apart; silent longer, it gets no keep-alive.
+  // The program channel (worker/program_channel.h): its socket goes in error_file_dir; the
+  // ringmaster Python module's directory (python_module_dir, empty: none) is prepended to the
+  // program's PYTHONPATH. A program that said hello is alive while its messages are at most
+  // heartbeat_timeout apart; silent longer, it gets no keep-alive.
   std::string python_module_dir;
-  std::string short_socket_dir = "/tmp";
   absl::Duration heartbeat_timeout = absl::Milliseconds(750);
   // This process's environment, passed on to the program.
   std::vector<std::string> base_env;

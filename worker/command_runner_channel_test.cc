@@ -221,8 +221,8 @@ open("stopped", "w").write(ringmaster.stop_reason())
   EXPECT_GT(calls_when_frozen, 5);
   EXPECT_EQ(calls_later, calls_when_frozen) << "keep-alives went on for a frozen program";
   // Stopped (SIGSTOP) it could handle neither; SIGCONT let it see the stop, well within the
-  // 20 s grace.
-  EXPECT_EQ(Read("stopped"), "drain");
+  // 20 s grace (the SIGTERM or the stop message first: both come when it runs again).
+  EXPECT_THAT(Read("stopped"), ::testing::AnyOf("drain", "sigterm"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }
 
@@ -237,7 +237,9 @@ TEST_F(ChannelRunTest, AProgramThatNeverConnectsKeepsItsKeepAlives) {
   EXPECT_EQ(fake_.finished.requests()[0].stats().step(), -1);  // no step to record
 }
 
-TEST_F(ChannelRunTest, ASocketPathTooLongForTheErrorFileDirectoryGoesUnderTheShortDir) {
+// A job directory deeper than a socket address holds (a test's TMPDIR): the socket is made
+// there all the same, and the module reaches it.
+TEST_F(ChannelRunTest, ASocketPathTooLongForASocketAddressWorks) {
   fake_.join.Then(Joined(1));
   const std::string deep = dir_ + "/" + std::string(100, 'd');
   std::filesystem::create_directories(deep);
@@ -247,16 +249,11 @@ ringmaster.report(7)
 open("socket", "w").write(os.environ["RINGMASTER_CONTROL_SOCKET"])
 )");
   o.error_file_dir = deep;
-  o.short_socket_dir = dir_;
   auto r = RunCommandJob(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(Read("socket"), HasSubstr(dir_ + "/ringmaster-"));
+  EXPECT_EQ(Read("socket"), deep + "/control-n1-0.sock");
   EXPECT_EQ(fake_.finished.requests()[0].stats().step(), 7);
-  int left = 0;  // the directory went with the epoch
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-    left += e.path().filename().string().rfind("ringmaster-", 0) == 0;
-  }
-  EXPECT_EQ(left, 0);
+  EXPECT_FALSE(std::filesystem::exists(deep + "/control-n1-0.sock"));  // gone with the epoch
 }
 
 }  // namespace

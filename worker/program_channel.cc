@@ -1,6 +1,7 @@
 #include "worker/program_channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,25 +16,60 @@
 
 namespace ringmaster::worker {
 
-absl::StatusOr<std::unique_ptr<ProgramChannel>> ProgramChannel::Listen(std::string socket_path,
-                                                                       Clock* clock) {
+namespace {
+
+// Binds `fd` to `path`. A path longer than a sockaddr_un holds is bound through its
+// directory's /proc/self/fd entry (the socket file is still made at `path`).
+absl::Status BindUnix(int fd, const std::string& path) {
   sockaddr_un address = {};
   address.sun_family = AF_UNIX;
-  if (socket_path.empty() || socket_path.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "program channel socket path '", socket_path, "' is ", socket_path.size(),
-        " bytes; a Unix socket path must have 1 to ", sizeof(address.sun_path) - 1,
-        " (use a shorter error-file directory)"));
+  std::string bind_path = path;
+  int dir_fd = -1;
+  if (path.size() >= sizeof(address.sun_path)) {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    dir_fd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot listen at program channel socket ", path, ": its directory: ", strerror(errno)));
+    }
+    bind_path = absl::StrCat("/proc/self/fd/", dir_fd, "/", path.substr(slash + 1));
   }
-  std::memcpy(address.sun_path, socket_path.data(), socket_path.size());
+  if (bind_path.size() >= sizeof(address.sun_path)) {
+    if (dir_fd >= 0) close(dir_fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program channel socket path '", path, "': its file name is too long for a Unix socket"));
+  }
+  std::memcpy(address.sun_path, bind_path.data(), bind_path.size());
+  const int rc = bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  const int err = errno;
+  if (dir_fd >= 0) close(dir_fd);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot listen at program channel socket ", path, ": ", strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProgramChannel>> ProgramChannel::Listen(std::string socket_path,
+                                                                       Clock* clock) {
+  if (socket_path.empty() || socket_path.back() == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("program channel socket path '", socket_path, "' names no file"));
+  }
   // A socket file left by an earlier epoch's runner (or a crashed one) is stale: nobody
   // listens there. Anything else at the path is not ours to remove.
   struct stat st;
   if (lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(socket_path.c_str());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
-      listen(fd, 4) != 0) {
+  if (absl::Status s = BindUnix(fd, socket_path); !s.ok()) {
+    close(fd);
+    return s;
+  }
+  if (listen(fd, 4) != 0) {
     const int err = errno;
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat(

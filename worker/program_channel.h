@@ -36,10 +36,12 @@ class ProgramChannel {
   static constexpr size_t kMaxLineBytes = 1 << 20;
   static constexpr absl::Duration kSendTimeout = absl::Seconds(1);
 
-  // Listens at `socket_path` (a stale socket file there is replaced). INVALID_ARGUMENT when
-  // the path does not fit a sockaddr_un (107 bytes); FAILED_PRECONDITION when it cannot be
-  // bound (its directory missing or not writable). `clock` (not owned, never null) dates
-  // last_heard().
+  // Listens at `socket_path` (a stale socket file there is replaced). A path longer than a
+  // sockaddr_un holds (107 bytes) is bound through its directory's /proc/self/fd entry; the
+  // program connects to it the same way (python/ringmaster does). INVALID_ARGUMENT when the
+  // path names no file, or its file name alone is too long; FAILED_PRECONDITION when it
+  // cannot be bound (its directory missing or not writable). `clock` (not owned, never
+  // null) dates last_heard().
   static absl::StatusOr<std::unique_ptr<ProgramChannel>> Listen(std::string socket_path,
                                                                 Clock* clock = Clock::Real());
   // Closes the sockets and removes the socket file, unless another channel has replaced it.

@@ -1,6 +1,7 @@
 #include "worker/program_channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -239,13 +240,43 @@ TEST(ProgramChannelListenTest, AnOlderChannelAtThePathDoesNotRemoveTheNewersSock
 }
 
 TEST(ProgramChannelListenTest, BadPathsAreRefusedNamingThem) {
-  const std::string long_path = "/tmp/" + std::string(200, 'a');
-  auto too_long = ProgramChannel::Listen(long_path);
-  EXPECT_TRUE(absl::IsInvalidArgument(too_long.status())) << too_long.status();
+  auto no_name = ProgramChannel::Listen("/tmp/");
+  EXPECT_TRUE(absl::IsInvalidArgument(no_name.status())) << no_name.status();
+  auto long_name = ProgramChannel::Listen("/tmp/" + std::string(120, 'a'));
+  EXPECT_TRUE(absl::IsInvalidArgument(long_name.status())) << long_name.status();
   auto no_dir = ProgramChannel::Listen("/nonexistent-dir-for-ringmaster/control.sock");
   EXPECT_TRUE(absl::IsFailedPrecondition(no_dir.status())) << no_dir.status();
   EXPECT_NE(no_dir.status().message().find("/nonexistent-dir-for-ringmaster/control.sock"),
             std::string::npos);
+  const std::string deep_missing = "/nonexistent-dir-for-ringmaster/" + std::string(120, 'd') + "/c.sock";
+  auto deep = ProgramChannel::Listen(deep_missing);
+  EXPECT_TRUE(absl::IsFailedPrecondition(deep.status())) << deep.status();
+}
+
+// A path longer than a sockaddr_un holds (a job directory deep in a test's TMPDIR): the socket
+// is made there all the same, and a program reaches it through /proc/self/fd, as the module does.
+TEST(ProgramChannelListenTest, APathLongerThanASocketAddressWorks) {
+  const std::string top = TempDir();
+  const std::string dir = top + "/" + std::string(100, 'd');
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << strerror(errno);
+  const std::string path = dir + "/control.sock";
+  ASSERT_GT(path.size(), 108u);
+  auto channel = ProgramChannel::Listen(path);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  const int dir_fd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  const int fd = Connect(absl::StrCat("/proc/self/fd/", dir_fd, "/control.sock"));
+  close(dir_fd);
+  Write(fd, "{\"type\":\"hello\",\"pid\":1,\"inprocess\":false}\n");
+  EXPECT_EQ(PollFor(**channel, 1).size(), 1u);
+  close(fd);
+  channel->reset();
+  EXPECT_NE(lstat(path.c_str(), &st), 0);  // removed
+  rmdir(dir.c_str());
+  rmdir(top.c_str());
 }
 
 }  // namespace

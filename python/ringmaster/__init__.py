@@ -130,6 +130,20 @@ def _line(message):
     return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
 
 
+def _connect_unix(sock, path):
+    """Connects `sock` to the socket at `path`; a path longer than a Unix socket address holds
+    (108 bytes) is reached through its directory's /proc/self/fd entry, as the runner binds it."""
+    if len(os.fsencode(path)) < 108:
+        sock.connect(path)
+        return
+    directory, name = os.path.split(path)
+    fd = os.open(directory or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{name}")
+    finally:
+        os.close(fd)
+
+
 def _connect():
     """Connects on first use; True when connected in this process."""
     global _sock, _pid, _failed
@@ -144,7 +158,7 @@ def _connect():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(_CONNECT_TIMEOUT_S)
         try:
-            sock.connect(path)
+            _connect_unix(sock, path)
             sock.sendall(_line(_hello_message()))  # the first message, before any other
         except OSError as e:
             sock.close()
@@ -188,8 +202,8 @@ def _reader(sock):
                 _warn(f"skipped a message from the runner that is not JSON with a type: {line!r}")
                 continue
             if kind == "stop":
-                with _lock:
-                    if _stop_reason is None:
+                with _lock:  # the runner's reason says more than the SIGTERM that follows it
+                    if _stop_reason in (None, "sigterm"):
                         _stop_reason = message.get("reason", "stop")
                 _stop.set()
             q = _subscribers.get(kind)
@@ -272,8 +286,8 @@ def stop_requested():
 
 def stop_reason():
     """Why the stop came: "drain" (the node is drained, or the job cancelled), "epoch" (the
-    group re-forms: a peer failed, or it resizes), "job_over", "sigterm" (a SIGTERM before
-    any message); None before a stop."""
+    group re-forms: a peer failed, or it resizes), "job_over", "sigterm" (a SIGTERM, and
+    no stop message yet); None before a stop."""
     return _stop_reason
 
 
