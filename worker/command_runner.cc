@@ -563,6 +563,11 @@ EpochEnd Supervise(const CommandRunnerOptions& o, int64_t epoch, int rank, pid_t
                    ProgramChannel* channel, InProcessWorld* inprocess = nullptr) {
   const absl::Duration grace = absl::Seconds(o.spec.command().stop_grace_s());
   std::unique_ptr<ProgramProgress> progress = NewProgramProgress(o, rank);
+  if (inprocess != nullptr && inprocess->opted_in()) {
+    // An in-process program that lives on said hello in an earlier epoch: its heartbeats
+    // keep telling whether it is alive (a frozen one gets no keep-alive).
+    progress->Take({{"type", "hello"}, {"inprocess", true}}, absl::Now());
+  }
   auto poll = [&] {
     if (channel == nullptr) return;
     for (const nlohmann::json& m : channel->Poll()) {
