@@ -7,7 +7,8 @@
 #     under 5 s here; the goal, measured on an idle machine, is 1 s);
 #   - rank 1's program is started again and rejoins (a growth: it gets a survivor's state);
 #   - the job succeeds with the parameters equal on every rank, one restart spent (the
-#     rejoin is a growth, reason resize).
+#     rejoin is a growth, reason resize);
+# and (part 2) SIGSTOP of a survivor after the rejoin: found hung, the others recover.
 # Skipped, saying why, where /usr/bin/python3 has no torch.
 set -uo pipefail
 
@@ -104,6 +105,50 @@ grep -q "switched to epoch 3" "$LOGS"/slot-*.log || fail "the survivors did not 
 grep -q "membership epoch 3: rank 1 of 3 on local slot 1 (restart 1, reason resize)" "$LOGS"/slot-1.log ||
   fail "the rejoin was not a growth epoch after one restart: $(grep -h "^====" "$LOGS"/slot-1.log)"
 grep -q "(2 recoveries)" "$WORK/out" || fail "not 2 recoveries (the failure, the rejoin): $(tail -1 "$WORK/out")"
+
+# 2. A program that lives on into later epochs is still found when it freezes: after the
+#    rejoin, SIGSTOP of a survivor (its process carried through epochs 2 and 3). Its heartbeats
+#    stop, so its runner's keep-alives stop, the coordinator finds it hung and re-forms the job
+#    without it; the others recover in-process (after their process group's timeout) and the
+#    slot gets a new trainer (a growth). Without its hello carried over, its runner kept it
+#    alive, and its peers waited for a world for ever.
+RUN2="$WORK/freeze"
+LOGS2="$RUN2/node/train"
+"$RINGCTL" local --workers 3 --run_dir "$RUN2" --set elastic.min_ranks=2 \
+  -- /usr/bin/python3 "$TRAIN" --steps 500 --step_time 0.03 >"$WORK/freeze.out" 2>&1 &
+pid=$!
+pid2_of() { grep -ho "^rank $1 of 3: pid [0-9]* training from step 0" "$LOGS2"/slot-*.log | awk '{print $6}'; }
+frozen=""
+deadline=$((SECONDS + 240))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
+  if [ -z "$frozen" ] && grep -qs "rank 1: step [5-9]0 " "$LOGS2"/slot-*.log &&
+     ! grep -qs "started again after its failure" "$LOGS2"/slot-1.log; then
+    kill -9 "$(pid2_of 1)" 2>/dev/null
+  fi
+  if grep -qs "rank 2 of 3: pid [0-9]* switched to epoch 3" "$LOGS2"/slot-*.log; then
+    frozen=$(pid2_of 2)
+    kill -STOP "$frozen"
+    break
+  fi
+  sleep 0.05
+done
+# Bounded: without the fix the job never ends.
+deadline=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "freeze: the job did not end within 120 s of the freeze (the frozen rank kept alive?)"
+  kill -CONT "$frozen" 2>/dev/null
+  kill -TERM "$pid"
+fi
+wait "$pid"
+rc=$?
+[ -n "$frozen" ] || fail "freeze: rank 2 never reached epoch 3 (see $RUN2)"
+[ "$rc" = 0 ] || fail "freeze: exit status $rc (see $WORK/freeze.out and $RUN2)"
+grep -q "recovered into epoch 4" "$LOGS2"/slot-0.log ||
+  fail "freeze: rank 0 did not recover in-process from the frozen peer"
+[ "$(grep -ho "done at step 500, params checksum [-0-9.]*" "$LOGS2"/slot-*.log | sort -u | wc -l)" = 1 ] &&
+  [ "$(grep -ho "done at step 500, params checksum" "$LOGS2"/slot-*.log | wc -l)" = 3 ] ||
+  fail "freeze: not 3 ranks at step 500 with equal parameters: $(grep -h "done at" "$LOGS2"/slot-*.log)"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s); logs in $WORK" >&2
