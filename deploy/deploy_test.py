@@ -431,7 +431,8 @@ elif cuda_bundle:
     print("SKIP: no fake driver given; the old-driver and no-GPU cases were not run")
 
 # Command jobs: the example program and its spec, run from the unpacked bundle.
-for f in ["examples/torch_ddp/train.py", "examples/torch_ddp.yaml"]:
+for f in ["examples/torch_ddp/train.py", "examples/torch_ddp.yaml",
+          "examples/torch_inprocess/train.py", "examples/torch_inprocess.yaml"]:
     check(os.path.isfile(os.path.join(root, f)), f"{f} is missing")
 if run(["/usr/bin/python3", "-c", "import torch"]).returncode != 0:
     print("SKIP: command job from the bundle: /usr/bin/python3 cannot import torch")

@@ -14,7 +14,8 @@
 #                   cuBLASLt and NCCL from /usr/local/cuda (the bundle's RPATH comes first,
 #                   so a host's other CUDA install is not used)
 # ringmaster/...    the other files: examples (the job specs, and the command job's example
-#                   program examples/torch_ddp/train.py), systemd units, Kubernetes
+#                   programs examples/torch_ddp/train.py and, recovering in its process,
+#                   examples/torch_inprocess/train.py), systemd units, Kubernetes
 #                   manifests, README
 # ringmaster/python/ringmaster/   the Python module command jobs' programs import (ringtrainer
 #                   finds it at ../python beside its bin/ and puts it on their PYTHONPATH)
