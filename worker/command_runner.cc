@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/epoch_calls.h"
+#include "worker/exec_failure.h"
 #include "worker/inprocess_world.h"
 #include "worker/program_channel.h"
 #include "worker/program_progress.h"
@@ -259,7 +260,8 @@ absl::StatusOr<std::pair<std::string, int>> AgreeOnMaster(const CommandRunnerOpt
   return std::make_pair(value.substr(0, colon), port);
 }
 
-// The program, started. Its exec's failure (errno) comes back through a close-on-exec pipe.
+// The program, started. Its exec's failure comes back through a close-on-exec pipe
+// (worker/exec_failure.h).
 struct Child {
   pid_t pid = -1;
   std::unique_ptr<ProgramOutput> output;  // its stdout and stderr, passed through
@@ -299,39 +301,15 @@ absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector
     if (dup2(output->child_stdout_fd(), 1) < 0 || dup2(output->child_stderr_fd(), 2) < 0) {
       _exit(127);
     }
-    int stage = 0;  // 0: chdir, 1: exec
     if (!command.workdir().empty() && chdir(command.workdir().c_str()) != 0) {
-      const int err[2] = {stage, errno};
-      (void)!write(fds[1], err, sizeof(err));
-      _exit(127);
+      ExitWithExecFailure(fds[1], ExecStage::kChdir);
     }
-    stage = 1;
     environ = envp.data();
     execvp(argv[0], argv.data());
-    const int err[2] = {stage, errno};
-    (void)!write(fds[1], err, sizeof(err));
-    _exit(127);
+    ExitWithExecFailure(fds[1], ExecStage::kExec);
   }
   close(fds[1]);
-  int err[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = read(fds[0], err, sizeof(err));
-  } while (n < 0 && errno == EINTR);
-  close(fds[0]);
-  if (n == static_cast<ssize_t>(sizeof(err))) {
-    waitpid(pid, nullptr, 0);
-    const std::string where = absl::StrCat(" on node ", slot.node(), " (slot ", slot.slot(), ")");
-    if (err[0] == 0) {
-      return MarkPermanent(absl::FailedPreconditionError(
-          absl::StrCat("command.workdir ", command.workdir(), " cannot be entered", where, ": ",
-                       strerror(err[1]), "; it must exist on every node")));
-    }
-    return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
-        "command.argv[0] ", command.argv(0), " cannot be run", where, ": ", strerror(err[1]),
-        command.argv(0).find('/') == std::string::npos ? " (looked up in PATH)" : "",
-        "; install it there or fix command.argv")));
-  }
+  RM_RETURN_IF_ERROR(AwaitExec(fds[0], pid, command.argv(0), command.workdir(), slot));
   output->Start();
   return Child{pid, std::move(output)};
 }

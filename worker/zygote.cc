@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "spec/validate.h"
+#include "worker/exec_failure.h"
 
 extern char** environ;
 
@@ -189,19 +190,13 @@ absl::StatusOr<std::unique_ptr<Zygote>> Zygote::Start(const ZygoteOptions& o) {
     signal(SIGUSR1, SIG_DFL);
     const int err_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
     const int sock = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
-    int stage = 0;  // 0: chdir, 1: exec
     if (!o.workdir.empty() && chdir(o.workdir.c_str()) != 0) {
-      const int err[2] = {stage, errno};
-      (void)!write(err_fd, err, sizeof(err));
-      _exit(127);
+      ExitWithExecFailure(err_fd, ExecStage::kChdir);
     }
-    stage = 1;
     dup2(sock, 3);  // without close-on-exec
     environ = envp.data();
     execvp(argv[0], argv.data());
-    const int err[2] = {stage, errno};
-    (void)!write(err_fd, err, sizeof(err));
-    _exit(127);
+    ExitWithExecFailure(err_fd, ExecStage::kExec);
   }
   close(sv[1]);
   close(fds[1]);
@@ -210,25 +205,9 @@ absl::StatusOr<std::unique_ptr<Zygote>> Zygote::Start(const ZygoteOptions& o) {
     close(fds[0]);
     return absl::UnavailableError(absl::StrCat("fork: ", strerror(errno)));
   }
-  int err[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = read(fds[0], err, sizeof(err));
-  } while (n < 0 && errno == EINTR);
-  close(fds[0]);
-  if (n == static_cast<ssize_t>(sizeof(err))) {
-    waitpid(pid, nullptr, 0);
+  if (absl::Status exec = AwaitExec(fds[0], pid, o.argv[0], o.workdir, o.slot); !exec.ok()) {
     close(sv[0]);
-    const std::string where = absl::StrCat(" on node ", o.slot.node(), " (slot ", o.slot.slot(), ")");
-    if (err[0] == 0) {
-      return MarkPermanent(absl::FailedPreconditionError(
-          absl::StrCat("command.workdir ", o.workdir, " cannot be entered", where, ": ",
-                       strerror(err[1]), "; it must exist on every node")));
-    }
-    return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
-        "command.argv[0] ", o.argv[0], " cannot be run", where, ": ", strerror(err[1]),
-        o.argv[0].find('/') == std::string::npos ? " (looked up in PATH)" : "",
-        "; install it there or fix command.argv")));
+    return exec;
   }
   return std::unique_ptr<Zygote>(new Zygote(o, pid, sv[0]));
 }
