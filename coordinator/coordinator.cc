@@ -399,7 +399,10 @@ void Coordinator::Persist(const JobState& state) {
     for (Recovery& r : *job.mutable_recoveries()) {
       if (r.epoch() > state.first_failure->epoch && absl::StartsWith(r.reason(), "rank ") &&
           absl::StrContains(r.reason(), named)) {
-        r.set_reason(Describe(*state.first_failure));
+        // An in-process recovery's (Membership::LeaveToRejoin) keeps saying so.
+        constexpr absl::string_view kInProcess = "; its peers recover in-process";
+        r.set_reason(absl::StrCat(Describe(*state.first_failure),
+                                  absl::EndsWith(r.reason(), kInProcess) ? kInProcess : ""));
       }
     }
   }
@@ -1164,8 +1167,9 @@ void Coordinator::UpdateStragglers(Job& job) {
 absl::Status Coordinator::ReportError(const ReportErrorRequest& r) {
   return Decide([&](std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (r.rejoin() && !r.permanent() && !r.node_local()) {
-      return machine_.LeaveToRejoin(r.job(), r.epoch(), FromProto(r.slot()),
-                                    Bounded(r.detail()), Now(), actions);
+      return machine_.LeaveToRejoin(
+          r.job(), r.epoch(), FromProto(r.slot()), Bounded(r.detail()), Now(), actions,
+          r.has_failure() ? std::make_optional(FromProto(r.failure(), Now())) : std::nullopt);
     }
     if (r.has_failure()) {
       return machine_.ProgramFailed(r.job(), r.epoch(), FromProto(r.slot()),

@@ -951,6 +951,64 @@ TEST_F(CoordinatorTest, TheEarliestProgramFailureIsNamedWhateverTheOrderOfTheRep
   }
 }
 
+// In-process recovery: rank 1's program was killed, its runner reports it with rejoin (its
+// peers go on in their processes); rank 2's report of an earlier failure in the same epoch
+// arrives after. As for a whole-group restart, the job's first failure and the recovery name
+// the earliest, and the recovery still says its peers recover in-process.
+TEST_F(CoordinatorTest, AnInProcessRecoveryNamesTheEarliestProgramFailure) {
+  StartFourRanks();
+  auto failure = [](ReportErrorRequest* error, int rank, double at, const std::string& how) {
+    ringmaster::RankFailure* f = error->mutable_failure();
+    f->set_rank(rank);
+    f->set_program("python3");
+    f->set_how(how);
+    f->set_last_output_line(absl::StrCat("rank ", rank, " was here"));
+    f->set_failed_at_s(at);
+  };
+  ReportErrorRequest rejoin;
+  rejoin.set_job("mlp");
+  rejoin.set_epoch(1);
+  *rejoin.mutable_slot() = Slot("a", 1);
+  rejoin.set_detail("ABORTED: killed by signal 9 (SIGKILL)");
+  rejoin.set_rejoin(true);
+  failure(&rejoin, 1, 1700000001.5, "killed by signal 9 (SIGKILL)");
+  ASSERT_TRUE(coordinator_->ReportError(rejoin).ok());
+  {
+    const Job job = *coordinator_->Get("mlp");
+    EXPECT_EQ(job.epoch(), 2);
+    EXPECT_EQ(job.restarts(), 1);
+    ASSERT_TRUE(job.has_first_failure());
+    EXPECT_EQ(job.first_failure().rank(), 1);
+    EXPECT_EQ(job.first_failure().slot().node(), "a");
+    EXPECT_EQ(job.first_failure().slot().slot(), 1);
+    ASSERT_EQ(job.recoveries_size(), 1);
+    EXPECT_EQ(job.recoveries(0).reason(),
+              "rank 1 (node a, slot 1) failed first in membership epoch 1: python3: killed by "
+              "signal 9 (SIGKILL); its last output line: rank 1 was here; its peers recover "
+              "in-process");
+  }
+  ReportErrorRequest late;
+  late.set_job("mlp");
+  late.set_epoch(1);
+  *late.mutable_slot() = Slot("b", 0);
+  late.set_detail("ABORTED: exit code 1");
+  failure(&late, 2, 1700000000.25, "exit code 1");
+  EXPECT_TRUE(coordinator_->ReportError(late).ok());
+  for (int restart = 0; restart < 2; ++restart) {
+    const Job job = *coordinator_->Get("mlp");
+    EXPECT_EQ(job.epoch(), 2) << "the late report re-forms nothing";
+    EXPECT_EQ(job.restarts(), 1);
+    ASSERT_TRUE(job.has_first_failure());
+    EXPECT_EQ(job.first_failure().rank(), 2);
+    EXPECT_EQ(job.first_failure().epoch(), 1);
+    ASSERT_EQ(job.recoveries_size(), 1);
+    EXPECT_EQ(job.recoveries(0).reason(),
+              "rank 2 (node b, slot 0) failed first in membership epoch 1: python3: exit code 1; "
+              "its last output line: rank 2 was here; its peers recover in-process");
+    Reopen();
+  }
+}
+
 // kill -9 of a trainer: a survivor's collective error arrives first, the agent's exit report
 // a moment later. The recovery names the member that died, how, its last log line and
 // where its log is, then what the survivors saw (issue 17, point 12).

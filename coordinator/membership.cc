@@ -906,16 +906,27 @@ absl::Status Membership::CollectiveError(const std::string& id, int64_t epoch, c
 
 absl::Status Membership::LeaveToRejoin(const std::string& id, int64_t epoch,
                                        const SlotRef& slot, const std::string& detail,
-                                       absl::Time now, std::vector<Action>* actions) {
+                                       absl::Time now, std::vector<Action>* actions,
+                                       std::optional<RankFailure> failure) {
   auto live = LiveMember(id, epoch, slot);
   if (!live.ok()) return live.status();
   JobState& job = *live->first;
   job.rejoining.push_back(slot);
+  std::string cause = absl::StrCat("program on ", ToString(slot), " failed (", detail, ")");
+  if (failure.has_value()) {
+    failure->epoch = epoch;
+    failure->slot = slot;
+    // The epoch's earliest failure wins, as in ProgramFailed.
+    if (!job.first_failure.has_value() || job.first_failure->epoch != epoch ||
+        failure->failed_at < job.first_failure->failed_at) {
+      job.first_failure = *std::move(failure);
+    }
+    cause = Describe(*job.first_failure);
+  }
   // As any member's failure: one restart for a live epoch; in a forming one only when the
   // slot was new to it (LoseMembers).
   LoseMembers(job, {slot},
-              Loss{.reason = absl::StrCat("program on ", ToString(slot), " failed (", detail,
-                                          "); its peers recover in-process"),
+              Loss{.reason = absl::StrCat(cause, "; its peers recover in-process"),
                    .keep_slots = true},
               now, actions);
   if (IsTerminal(job.phase)) job.rejoining.clear();  // the budget ran out: the job failed

@@ -350,10 +350,15 @@ class Membership {
   // ABORTED by the service, as any: join the new one); or, while an epoch forms or the job
   // waits below min_ranks, takes the slot into it. A rejoining slot's trainer that exits
   // frees the slot; one on a draining node is refused (FAILED_PRECONDITION: leave).
+  // `failure` (a command job's program's, as ProgramFailed's; its epoch and slot are the
+  // report's) is kept in JobState::first_failure as ProgramFailed keeps it, unless the epoch
+  // already has an earlier one, and the job's reason (and so the recovery's) is
+  // Describe(failure); it changes nothing of what is re-formed or spent.
   // Errors: those of Join, and NOT_FOUND when the slot is no member.
   absl::Status LeaveToRejoin(const std::string& job, int64_t epoch, const SlotRef& slot,
                              const std::string& detail, absl::Time now,
-                             std::vector<Action>* actions);
+                             std::vector<Action>* actions,
+                             std::optional<RankFailure> failure = std::nullopt);
   // A command job's program failed on this member (worker/command_runner's report): as
   // CollectiveError, but the job's reason is Describe(failure), naming the rank, how its
   // program ended and what it said. Each epoch's earliest failure is kept in

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -384,6 +385,56 @@ TEST_F(ProgramFailedTest, TheEarliestFailureWinsWhateverOrderTheReportsArriveIn)
   // A report of an epoch without a recorded failure (or of a later one) changes nothing.
   EXPECT_TRUE(Report(0, 1, 0, gloo).ok());
   EXPECT_EQ(job->first_failure->rank, 2);
+}
+
+// In-process recovery (LeaveToRejoin): the dead rank's failure is the epoch's first failure,
+// named in the job's reason, as a whole-group restart's; re-forming and spending as without it.
+TEST_F(ProgramFailedTest, AnInProcessRecoveryNamesTheRankWhoseProgramDied) {
+  RankFailure killed = Failure(1, 30, "");
+  killed.how = "killed by signal 9 (SIGKILL)";
+  killed.exit_code = -1;
+  killed.signal = 9;
+  killed.signal_name = "SIGKILL";
+  killed.failed_at_from_error_file = false;
+  ASSERT_TRUE(machine_
+                  .LeaveToRejoin("j", 1, {"a", 1}, "killed by signal 9 (SIGKILL)", now_,
+                                 &actions_, killed)
+                  .ok());
+  const JobState* job = machine_.job("j");
+  EXPECT_EQ(job->phase, JobPhase::kPending) << "3 of min_ranks 4 left";
+  EXPECT_EQ(job->epoch, 2);
+  EXPECT_EQ(job->restarts, 1);
+  EXPECT_EQ(job->rejoining, (std::vector<SlotRef>{{"a", 1}}));
+  ASSERT_TRUE(job->first_failure.has_value());
+  EXPECT_EQ(job->first_failure->rank, 1);
+  EXPECT_EQ(job->first_failure->epoch, 1);
+  EXPECT_EQ(job->first_failure->slot, (SlotRef{"a", 1}));
+  EXPECT_TRUE(absl::EndsWith(
+      job->reason,
+      "; rank 1 (node a, slot 1) failed first in membership epoch 1: python3: killed by "
+      "signal 9 (SIGKILL); its last output line: rank 1 last words; its peers recover "
+      "in-process"))
+      << job->reason;
+  // A peer's report of an earlier failure in that epoch, arriving late, is named instead.
+  actions_.clear();
+  EXPECT_TRUE(Report(1, 3, 10, "ValueError: bad batch").ok());
+  EXPECT_EQ(job->first_failure->rank, 3);
+  EXPECT_EQ(job->epoch, 2);
+  EXPECT_EQ(job->restarts, 1);
+  EXPECT_TRUE(absl::StrContains(job->reason, "; rank 3 (node a, slot 3) failed first in "
+                                              "membership epoch 1: python3: exit code 1"))
+      << job->reason;
+  EXPECT_TRUE(absl::EndsWith(job->reason, "; its peers recover in-process")) << job->reason;
+}
+
+// Without a failure (a trainer that sent none), the reason says what the trainer said.
+TEST_F(ProgramFailedTest, AnInProcessRecoveryWithoutAFailureNamesTheSlot) {
+  ASSERT_TRUE(machine_.LeaveToRejoin("j", 1, {"a", 2}, "exit code 1", now_, &actions_).ok());
+  const JobState* job = machine_.job("j");
+  EXPECT_FALSE(job->first_failure.has_value());
+  EXPECT_TRUE(absl::EndsWith(job->reason,
+                             "; program on a/2 failed (exit code 1); its peers recover in-process"))
+      << job->reason;
 }
 
 // A program ringmaster stopped (a drain, say) that had written an error file: it may name the
