@@ -8,7 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -16,109 +16,56 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/testing/fake_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/command_runner.h"
+#include "worker/command_runner_test_util.h"
 
 namespace ringmaster::worker {
 namespace {
 
-using ::testing::HasSubstr;
-
-std::map<std::string, std::string> AsMap(const std::vector<std::string>& env) {
-  std::map<std::string, std::string> m;
-  for (const std::string& e : env) m[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
-  return m;
-}
+using testing::AtEpoch;
+using testing::EnvMap;
+using testing::Joined;
 
 TEST(BuildCommandEnvChannelTest, TheSocketAndTheModulesPathPrependedToPythonpath) {
   CommandEnvInput in;
   in.base_env = {"PYTHONPATH=/inherited", "PATH=/bin"};
   in.control_socket = "/run/x/control.sock";
   in.python_path = "/opt/ringmaster/python";
-  std::map<std::string, std::string> env = AsMap(BuildCommandEnv(in));
+  std::map<std::string, std::string> env = EnvMap(BuildCommandEnv(in));
   EXPECT_EQ(env["RINGMASTER_CONTROL_SOCKET"], "/run/x/control.sock");
   EXPECT_EQ(env["PYTHONPATH"], "/opt/ringmaster/python:/inherited");
 
   in.user_env["PYTHONPATH"] = "/users";  // command.env's wins over the inherited one
-  EXPECT_EQ(AsMap(BuildCommandEnv(in))["PYTHONPATH"], "/opt/ringmaster/python:/users");
+  EXPECT_EQ(EnvMap(BuildCommandEnv(in))["PYTHONPATH"], "/opt/ringmaster/python:/users");
 
   in.base_env = {"PATH=/bin"};
   in.user_env.clear();
-  EXPECT_EQ(AsMap(BuildCommandEnv(in))["PYTHONPATH"], "/opt/ringmaster/python");
+  EXPECT_EQ(EnvMap(BuildCommandEnv(in))["PYTHONPATH"], "/opt/ringmaster/python");
 
   in.control_socket.clear();
   in.python_path.clear();
-  env = AsMap(BuildCommandEnv(in));
+  env = EnvMap(BuildCommandEnv(in));
   EXPECT_EQ(env.count("RINGMASTER_CONTROL_SOCKET"), 0u);
   EXPECT_EQ(env.count("PYTHONPATH"), 0u);
 }
 
-class ChannelRunTest : public ::testing::Test {
+class ChannelRunTest : public testing::RunCommandJobFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/command_runner_channel_test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    fake_.ready.Always(ReadyResponse());
-    fake_.finished.Always(FinishedResponse());
-    fake_.report_error.Always(ReportErrorResponse());
-    fake_.progress.Always(AtEpoch(1));
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  ChannelRunTest() : RunCommandJobFixture("command_runner_channel_test") {}
 
-  static JoinResponse Joined(int64_t epoch) {
-    JoinResponse j;
-    j.set_epoch(epoch);
-    j.set_rank(0);
-    j.set_world_size(1);
-    j.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
-    Member* m = j.add_members();
-    m->mutable_slot()->set_node("n1");
-    m->mutable_slot()->set_slot(0);
-    m->set_rank(0);
-    return j;
-  }
-  static ProgressResponse AtEpoch(int64_t epoch) {
-    ProgressResponse p;
-    p.set_epoch(epoch);
-    return p;
-  }
-
-  // /usr/bin/python3 running `code`, with the module from this test's runfiles.
+  // /usr/bin/python3 running `code`, with the module from this test's runfiles; a stop grace
+  // of 20 s and heartbeats 0.8 s old taken for a frozen program.
   CommandRunnerOptions Python(const std::string& code) {
-    std::ofstream(dir_ + "/prog.py") << code;
-    CommandRunnerOptions o;
-    o.client = &fake_;
-    o.job = "cmd";
-    o.slot.set_node("n1");
-    o.slot.set_slot(0);
-    o.spec.mutable_command()->add_argv("/usr/bin/python3");
-    o.spec.mutable_command()->add_argv("prog.py");
+    Write("prog.py", code);
+    CommandRunnerOptions o = Options({"/usr/bin/python3", "prog.py"});
     o.spec.mutable_command()->set_stop_grace_s(20);
-    o.spec.mutable_command()->set_workdir(dir_);
-    o.spec.mutable_elastic()->set_restart_budget(3);
-    o.base_env = {"PATH=/usr/bin:/bin"};
-    o.error_file_dir = dir_;
-    o.progress_interval = absl::Milliseconds(50);
     o.heartbeat_timeout = absl::Milliseconds(800);
-    o.join_timeout = absl::Seconds(10);
     o.python_module_dir = absl::StrCat(getenv("TEST_SRCDIR"), "/ringmaster/python");
     return o;
   }
-
-  bool Exists(const std::string& name) const { return access((dir_ + "/" + name).c_str(), F_OK) == 0; }
-  std::string Read(const std::string& name) const {
-    std::ifstream in(dir_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  client::testing::FakeCoordinator fake_;
-  std::string dir_;
 };
 
 TEST_F(ChannelRunTest, ReportsReachTheCoordinatorAndRankZerosMetricsFile) {

@@ -5,98 +5,40 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/testing/fake_coordinator.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/command_runner.h"
+#include "worker/command_runner_test_util.h"
 
 namespace ringmaster::worker {
 namespace {
 
+using testing::AtEpoch;
 using ::testing::HasSubstr;
+using testing::Joined;
 
 constexpr char kPython[] = "/usr/bin/python3";
 
-ringmaster::SlotRef Slot(const std::string& node, int slot) {
-  ringmaster::SlotRef s;
-  s.set_node(node);
-  s.set_slot(slot);
-  return s;
-}
-
-class PreloadTest : public ::testing::Test {
+class PreloadTest : public testing::RunCommandJobFixture {
  protected:
+  PreloadTest() : RunCommandJobFixture("command_runner_preload_test") {}
   void SetUp() override {
     if (access(kPython, X_OK) != 0) GTEST_SKIP() << "no " << kPython;
-    char tmpl[] = "/tmp/command_runner_preload_test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    fake_.ready.Always(ReadyResponse());
-    fake_.finished.Always(FinishedResponse());
-    fake_.report_error.Otherwise([this](const ReportErrorRequest& r) {
-      errors_.push_back(r);
-      return ReportErrorResponse();
-    });
-    fake_.progress.Always(AtEpoch(1));
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    RunCommandJobFixture::SetUp();
   }
 
-  static JoinResponse Joined(int64_t epoch) {
-    JoinResponse j;
-    j.set_epoch(epoch);
-    j.set_rank(0);
-    j.set_world_size(1);
-    j.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
-    Member* m = j.add_members();
-    *m->mutable_slot() = Slot("n1", 0);
-    m->set_rank(0);
-    return j;
-  }
-  static ProgressResponse AtEpoch(int64_t epoch) {
-    ProgressResponse p;
-    p.set_epoch(epoch);
-    return p;
-  }
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ + "/" + name) << text;
-  }
-  std::string Read(const std::string& name) {
-    std::ifstream in(dir_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  CommandRunnerOptions Options(std::vector<std::string> preload) {
-    CommandRunnerOptions o;
-    o.client = &fake_;
-    o.job = "cmd";
-    o.slot = Slot("n1", 0);
-    for (const char* a : {kPython, "prog.py", "--flag"}) o.spec.mutable_command()->add_argv(a);
+  // kPython prog.py --flag, with these modules preloaded.
+  CommandRunnerOptions PreloadOptions(const std::vector<std::string>& preload) {
+    CommandRunnerOptions o = Options({kPython, "prog.py", "--flag"});
     o.spec.mutable_command()->mutable_preload()->Assign(preload.begin(), preload.end());
-    o.spec.mutable_command()->set_stop_grace_s(30);
-    o.spec.mutable_command()->set_workdir(dir_);
-    o.spec.mutable_elastic()->set_restart_budget(3);
-    o.base_env = {"PATH=/usr/bin:/bin"};
-    o.error_file_dir = dir_;
-    o.progress_interval = absl::Milliseconds(50);
-    o.join_timeout = absl::Seconds(10);
     return o;
   }
-
-  client::testing::FakeCoordinator fake_;
-  std::string dir_;
-  std::vector<ReportErrorRequest> errors_;
 };
 
 // warm.py (next to the script) is preloaded: it was imported once, in one interpreter, for
@@ -113,12 +55,8 @@ with open("epochs.txt", "a") as f:
             f"{warm.IMPORTED_BY != os.getpid()} {sys.argv[1:]}\n")
 sys.exit(0 if os.environ["RINGMASTER_EPOCH"] == "2" else 3)
 )");
-  JoinResponse second = Joined(2);
-  second.set_restarts(1);
-  second.set_epoch_cause("failure");
-  fake_.join.Then(Joined(1)).Then(second);
-  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
-  auto r = RunCommandJob(Options({"warm"}));
+  ScriptEpochTwoAfterAFailure();
+  auto r = RunCommandJob(PreloadOptions({"warm"}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->epochs, 2);
   const std::string epochs = Read("epochs.txt");
@@ -134,7 +72,7 @@ sys.exit(0 if os.environ["RINGMASTER_EPOCH"] == "2" else 3)
 TEST_F(PreloadTest, APreloadThatFailsIsPermanent) {
   Write("prog.py", "pass\n");
   fake_.join.Then(Joined(1));
-  auto r = RunCommandJob(Options({"no_such_module_for_preload"}));
+  auto r = RunCommandJob(PreloadOptions({"no_such_module_for_preload"}));
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(IsPermanent(r.status())) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("command.preload"));
@@ -153,10 +91,8 @@ TEST_F(PreloadTest, KeepAlivesComeEveryTenthOfASecondByDefault) {
     return AtEpoch(1);
   });
   fake_.join.Then(Joined(1));
-  CommandRunnerOptions o = Options({});
+  CommandRunnerOptions o = Options({"/bin/sleep", "1"});
   o.progress_interval = CommandRunnerOptions().progress_interval;  // the default
-  o.spec.mutable_command()->clear_argv();
-  for (const char* a : {"/bin/sleep", "1"}) o.spec.mutable_command()->add_argv(a);
   auto r = RunCommandJob(o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_GE(calls.size(), 3u);

@@ -1,45 +1,31 @@
 #include "worker/command_runner.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <filesystem>
 #include <fstream>
-#include <thread>
 #include <map>
-#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/testing/fake_coordinator.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "spec/validate.h"
+#include "worker/command_runner_test_util.h"
 
 namespace ringmaster::worker {
 namespace {
 
+using testing::AtEpoch;
 using ::testing::HasSubstr;
-using ::testing::UnorderedElementsAreArray;
-
-ringmaster::SlotRef Slot(const std::string& node, int slot) {
-  ringmaster::SlotRef s;
-  s.set_node(node);
-  s.set_slot(slot);
-  return s;
-}
-
-std::map<std::string, std::string> AsMap(const std::vector<std::string>& env) {
-  std::map<std::string, std::string> m;
-  for (const std::string& e : env) m[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
-  return m;
-}
+using testing::Joined;
+using testing::Slot;
+using testing::WriteErrorFileShell;
 
 // Rank 2 of 4: nodes a (ranks 0, 1) and b (ranks 2, 3), this rank on b's slot 5.
 JoinResponse TwoNodes() {
@@ -130,7 +116,7 @@ TEST(BuildCommandEnvTest, TorchrunsVariablesAndOurs) {
       {"RINGMASTER_CHECKPOINT_DIR", "/ck/ddp"},
   };
   const std::vector<std::string> env = BuildCommandEnv(Input());
-  EXPECT_EQ(AsMap(env), want);
+  EXPECT_EQ(testing::EnvMap(env), want);
   EXPECT_TRUE(std::is_sorted(env.begin(), env.end()));
   // Every variable ringmaster sets is one command.env may not set.
   for (const auto& [name, value] : want) {
@@ -155,78 +141,35 @@ TEST(BuildCommandEnvTest, InheritsOmpAndNcclAsTorchrunDoes) {
   CommandEnvInput in = Input();
   in.base_env = {"OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0"};
   in.checkpoint_dir.clear();
-  auto env = AsMap(BuildCommandEnv(in));
+  auto env = testing::EnvMap(BuildCommandEnv(in));
   EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
   in.base_env.push_back("CUDA_VISIBLE_DEVICES=3,2,1,0,9,8,7,6");  // the agent's own mapping
-  EXPECT_EQ(AsMap(BuildCommandEnv(in))["CUDA_VISIBLE_DEVICES"], "8,6");
+  EXPECT_EQ(testing::EnvMap(BuildCommandEnv(in))["CUDA_VISIBLE_DEVICES"], "8,6");
   in.base_env.pop_back();
   EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
   EXPECT_EQ(env.count("RINGMASTER_CHECKPOINT_DIR"), 0u);
   in.base_env.clear();
   in.placement.local_world_size = 1;  // one rank on the node: torchrun leaves it unset
-  EXPECT_EQ(AsMap(BuildCommandEnv(in)).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(testing::EnvMap(BuildCommandEnv(in)).count("OMP_NUM_THREADS"), 0u);
 }
 
 // RunCommandJob against a scripted coordinator, running real programs (/bin/sh).
-class RunCommandJobTest : public ::testing::Test {
+class RunCommandJobTest : public testing::RunCommandJobFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/command_runner_test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    fake_.ready.Always(ReadyResponse());
-    fake_.finished.Always(FinishedResponse());
-    fake_.report_error.Otherwise([this](const ReportErrorRequest& r) {
-      errors_.push_back(r);
-      return ReportErrorResponse();
-    });
-    fake_.progress.Always(AtEpoch(1));
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  RunCommandJobTest() : RunCommandJobFixture("command_runner_test") {}
 
-  static JoinResponse Joined(int64_t epoch) {
-    JoinResponse j;
-    j.set_epoch(epoch);
-    j.set_rank(0);
-    j.set_world_size(1);
-    j.set_store_prefix(absl::StrCat("epoch-", epoch, "/"));
-    Member* m = j.add_members();
-    *m->mutable_slot() = Slot("n1", 0);
-    m->set_rank(0);
-    return j;
+  // Runs the job, which must fail at once with an error no restart can fix: reported once,
+  // as permanent. Returns the runner's status.
+  absl::Status RunToAPermanentFailure(const CommandRunnerOptions& o) {
+    auto r = RunCommandJob(o);
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(IsPermanent(r.status())) << r.status();
+    EXPECT_EQ(errors_.size(), 1u);
+    if (!errors_.empty()) {
+      EXPECT_TRUE(errors_[0].permanent());
+    }
+    return r.status();
   }
-  static ProgressResponse AtEpoch(int64_t epoch) {
-    ProgressResponse p;
-    p.set_epoch(epoch);
-    return p;
-  }
-
-  CommandRunnerOptions Options(std::vector<std::string> argv) {
-    CommandRunnerOptions o;
-    o.client = &fake_;
-    o.job = "cmd";
-    o.slot = Slot("n1", 0);
-    o.spec.mutable_command()->mutable_argv()->Assign(argv.begin(), argv.end());
-    o.spec.mutable_command()->set_stop_grace_s(30);
-    o.spec.mutable_command()->set_workdir(dir_);
-    o.spec.mutable_elastic()->set_restart_budget(3);
-    o.base_env = {"PATH=/usr/bin:/bin"};
-    o.error_file_dir = dir_;
-    o.progress_interval = absl::Milliseconds(50);
-    o.join_timeout = absl::Seconds(10);
-    return o;
-  }
-
-  std::string Read(const std::string& name) {
-    std::ifstream in(dir_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  client::testing::FakeCoordinator fake_;
-  std::string dir_;
-  std::vector<ReportErrorRequest> errors_;
 };
 
 TEST_F(RunCommandJobTest, ExitZeroFinishesWithTheEnvironmentInWorkdir) {
@@ -272,11 +215,7 @@ TEST_F(RunCommandJobTest, FinishedWaitsForEveryRanksReady) {
 }
 
 TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
-  JoinResponse second = Joined(2);
-  second.set_restarts(1);
-  second.set_epoch_cause("failure");
-  fake_.join.Then(Joined(1)).Then(second);
-  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
+  ScriptEpochTwoAfterAFailure();
   auto r = RunCommandJob(Options(
       {"/bin/sh", "-c",
        "echo $RINGMASTER_EPOCH $TORCHELASTIC_RESTART_COUNT $RINGMASTER_RESTART_REASON >> "
@@ -293,11 +232,8 @@ TEST_F(RunCommandJobTest, ANonZeroExitIsReportedAndTheNextEpochRunsAgain) {
 // torchelastic's @record writes the exception to TORCHELASTIC_ERROR_FILE: it is in the report.
 TEST_F(RunCommandJobTest, TheErrorFilesMessageIsReported) {
   fake_.join.Then(Joined(1));
-  CommandRunnerOptions o = Options(
-      {"/bin/sh", "-c",
-       "printf '{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
-       "{\"py_callstack\": \"Traceback...\", \"timestamp\": \"1\"}}}' "
-       "> \"$TORCHELASTIC_ERROR_FILE\"; exit 1"});
+  CommandRunnerOptions o =
+      Options({"/bin/sh", "-c", WriteErrorFileShell("RuntimeError: boom", "1") + "; exit 1"});
   o.spec.mutable_command()->add_permanent_exit_codes(1);
   auto r = RunCommandJob(o);
   ASSERT_FALSE(r.ok());
@@ -327,24 +263,17 @@ TEST_F(RunCommandJobTest, APermanentExitCodeFailsAtOnce) {
   fake_.join.Then(Joined(1));
   CommandRunnerOptions o = Options({"/bin/sh", "-c", "exit 3"});
   o.spec.mutable_command()->add_permanent_exit_codes(3);
-  auto r = RunCommandJob(o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(IsPermanent(r.status()));
+  EXPECT_THAT(RunToAPermanentFailure(o).message(), HasSubstr("exit code 3"));
   ASSERT_EQ(errors_.size(), 1u);
-  EXPECT_TRUE(errors_[0].permanent());
   EXPECT_THAT(errors_[0].detail(), HasSubstr("exit code 3 (in command.permanent_exit_codes"));
   EXPECT_EQ(fake_.join.calls(), 1);
 }
 
 TEST_F(RunCommandJobTest, AMissingProgramIsPermanentNamingNodeAndPath) {
   fake_.join.Then(Joined(1));
-  auto r = RunCommandJob(Options({"./no-such-program", "--x"}));
-  ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(IsPermanent(r.status()));
-  EXPECT_THAT(r.status().message(), HasSubstr("command.argv[0] ./no-such-program cannot be run "
-                                              "on node n1 (slot 0): No such file or directory"));
-  ASSERT_EQ(errors_.size(), 1u);
-  EXPECT_TRUE(errors_[0].permanent());
+  const absl::Status status = RunToAPermanentFailure(Options({"./no-such-program", "--x"}));
+  EXPECT_THAT(status.message(), HasSubstr("command.argv[0] ./no-such-program cannot be run "
+                                          "on node n1 (slot 0): No such file or directory"));
 }
 
 TEST_F(RunCommandJobTest, AWorldWithoutItsMemberListFailsOnceSayingWhy) {
@@ -352,11 +281,9 @@ TEST_F(RunCommandJobTest, AWorldWithoutItsMemberListFailsOnceSayingWhy) {
   joined.set_world_size(65);  // the coordinator sends members for up to 64 ranks
   joined.clear_members();
   fake_.join.Then(joined);
-  auto r = RunCommandJob(Options({"/bin/true"}));
-  ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(IsPermanent(r.status()));
+  EXPECT_THAT(RunToAPermanentFailure(Options({"/bin/true"})).message(),
+              HasSubstr("command jobs run on at most 64 ranks"));
   ASSERT_EQ(errors_.size(), 1u);
-  EXPECT_TRUE(errors_[0].permanent());
   EXPECT_THAT(errors_[0].detail(), HasSubstr("command jobs run on at most 64 ranks"));
 }
 
@@ -376,20 +303,15 @@ TEST_F(RunCommandJobTest, AMissingWorkdirIsPermanent) {
   fake_.join.Then(Joined(1));
   CommandRunnerOptions o = Options({"/bin/true"});
   o.spec.mutable_command()->set_workdir(dir_ + "/absent");
-  auto r = RunCommandJob(o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("command.workdir " + dir_ + "/absent"));
-  EXPECT_TRUE(IsPermanent(r.status()));
+  const absl::Status status = RunToAPermanentFailure(o);
+  EXPECT_THAT(status.message(), HasSubstr("command.workdir " + dir_ + "/absent"));
 }
 
 // A new epoch announced while the program runs: SIGTERM; a program that ignores it is
 // killed at stop_grace_s, and its exit is no failure.
 TEST_F(RunCommandJobTest, ANewEpochStopsTheProgramKillingItAtStopGrace) {
   fake_.join.Then(Joined(1)).Then(Joined(2));
-  const std::string started = dir_ + "/started";
-  fake_.progress.Otherwise([started](const ProgressRequest&) {
-    return AtEpoch(access(started.c_str(), F_OK) == 0 ? 2 : 1);
-  });
+  ScriptEpochTwoOnceExists("started");
   CommandRunnerOptions o = Options(
       {"/bin/sh", "-c",
        "if [ $RINGMASTER_EPOCH = 1 ]; then trap '' TERM; touch started; sleep 30; fi; exit 0"});
@@ -407,19 +329,10 @@ TEST_F(RunCommandJobTest, ANewEpochStopsTheProgramKillingItAtStopGrace) {
 
 TEST_F(RunCommandJobTest, LeavingSendsSigtermToTheProgram) {
   fake_.join.Then(Joined(1));
-  std::atomic<bool> leave{false};
-  CommandRunnerOptions o =
+  auto r = RunLeavingOnceExists(
       Options({"/bin/sh", "-c", "trap 'echo saved > saved.txt; exit 0' TERM; "
-                                "touch started; while true; do sleep 0.05; done"});
-  o.leave_requested = &leave;
-  std::thread trigger([&] {
-    for (int i = 0; i < 200 && access((dir_ + "/started").c_str(), F_OK) != 0; ++i) {
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    leave = true;
-  });
-  auto r = RunCommandJob(o);
-  trigger.join();
+                                "touch started; while true; do sleep 0.05; done"}),
+      "started");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->left);
   EXPECT_EQ(Read("saved.txt"), "saved\n");
@@ -431,9 +344,8 @@ TEST_F(RunCommandJobTest, LeavingSendsSigtermToTheProgram) {
 // its last non-empty line, its exit and when it was seen go into a structured failure report.
 TEST_F(RunCommandJobTest, OutputPassesThroughAndTheFailureReportSaysWhoHowAndTheLastLine) {
   fake_.join.Then(Joined(1));
-  const std::string out_path = dir_ + "/runner.out", err_path = dir_ + "/runner.err";
-  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int out = OpenForOutput("runner.out");
+  const int err = OpenForOutput("runner.err");
   ASSERT_GE(out, 0);
   ASSERT_GE(err, 0);
   CommandRunnerOptions o = Options(
@@ -473,20 +385,14 @@ TEST_F(RunCommandJobTest, OutputPassesThroughAndTheFailureReportSaysWhoHowAndThe
 
 // torchelastic's @record: the failure's time is its error file's timestamp.
 TEST_F(RunCommandJobTest, AKilledProgramAndAnErrorFilesTimestamp) {
-  JoinResponse second = Joined(2);
-  second.set_restarts(1);
-  second.set_epoch_cause("failure");
-  fake_.join.Then(Joined(1)).Then(second);
-  fake_.progress.Then(AtEpoch(1)).Always(AtEpoch(2));
-  const std::string out_path = dir_ + "/runner.out";
-  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ScriptEpochTwoAfterAFailure();
+  const int out = OpenForOutput("runner.out");
   ASSERT_GE(out, 0);
-  CommandRunnerOptions o = Options(
-      {"/bin/sh", "-c",
-       "if [ $RINGMASTER_EPOCH = 1 ]; then echo about to die; kill -9 $$; fi; "
-       "printf '{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
-       "{\"py_callstack\": \"Traceback...\", \"timestamp\": \"7\"}}}' "
-       "> \"$TORCHELASTIC_ERROR_FILE\"; echo RuntimeError: boom >&2; exit 2"});
+  CommandRunnerOptions o =
+      Options({"/bin/sh", "-c",
+               "if [ $RINGMASTER_EPOCH = 1 ]; then echo about to die; kill -9 $$; fi; " +
+                   WriteErrorFileShell("RuntimeError: boom", "7") +
+                   "; echo RuntimeError: boom >&2; exit 2"});
   o.output_fd = out;
   o.spec.mutable_command()->add_permanent_exit_codes(2);
   auto r = RunCommandJob(o);
@@ -514,16 +420,11 @@ TEST_F(RunCommandJobTest, AKilledProgramAndAnErrorFilesTimestamp) {
 // re-formed the job: stopped by the runner, its failure is still reported for its epoch.
 TEST_F(RunCommandJobTest, AStoppedProgramThatHadRaisedIsReportedForItsEpoch) {
   fake_.join.Then(Joined(1)).Then(Joined(2));
-  const std::string raised = dir_ + "/raised";
-  fake_.progress.Otherwise([raised](const ProgressRequest&) {
-    return AtEpoch(access(raised.c_str(), F_OK) == 0 ? 2 : 1);
-  });
+  ScriptEpochTwoOnceExists("raised");
   CommandRunnerOptions o = Options(
       {"/bin/sh", "-c",
-       "if [ $RINGMASTER_EPOCH = 1 ]; then "
-       "printf '{\"message\": {\"message\": \"ValueError: first\", \"extraInfo\": "
-       "{\"timestamp\": \"5\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"; echo ValueError: first; "
-       "touch raised; sleep 30; fi; exit 0"});
+       "if [ $RINGMASTER_EPOCH = 1 ]; then " + WriteErrorFileShell("ValueError: first", "5") +
+           "; echo ValueError: first; touch raised; sleep 30; fi; exit 0"});
   auto r = RunCommandJob(o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(errors_.size(), 1u);
@@ -540,20 +441,10 @@ TEST_F(RunCommandJobTest, AStoppedProgramThatHadRaisedIsReportedForItsEpoch) {
 // coordinator never counts as a failure of its own.
 TEST_F(RunCommandJobTest, AProgramThatHadRaisedWhenItsTrainerLeavesIsReportedAsStopped) {
   fake_.join.Then(Joined(1));
-  std::atomic<bool> leave{false};
-  CommandRunnerOptions o = Options(
-      {"/bin/sh", "-c",
-       "printf '{\"message\": {\"message\": \"RuntimeError: peer gone\", \"extraInfo\": "
-       "{\"timestamp\": \"6\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"; touch started; sleep 30"});
-  o.leave_requested = &leave;
-  std::thread trigger([&] {
-    for (int i = 0; i < 200 && access((dir_ + "/started").c_str(), F_OK) != 0; ++i) {
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    leave = true;
-  });
-  auto r = RunCommandJob(o);
-  trigger.join();
+  auto r = RunLeavingOnceExists(
+      Options({"/bin/sh", "-c",
+               WriteErrorFileShell("RuntimeError: peer gone", "6") + "; touch started; sleep 30"}),
+      "started");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->left);
   ASSERT_EQ(errors_.size(), 1u);
