@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -290,14 +289,7 @@ absl::StatusOr<Child> StartProgram(const CommandSpec& command, const std::vector
   if (pid == 0) {
     // Only async-signal-safe calls from here on.
     close(fds[0]);
-    setpgid(0, 0);  // its own group: the stop reaches the program's own children too
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGUSR1, SIG_DFL);
+    PrepareForkedChild(parent);  // its own group: the stop reaches the program's own children
     if (dup2(output->child_stdout_fd(), 1) < 0 || dup2(output->child_stderr_fd(), 2) < 0) {
       _exit(127);
     }

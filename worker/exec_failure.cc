@@ -1,6 +1,8 @@
 #include "worker/exec_failure.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,17 @@
 #include "common/status_macros.h"
 
 namespace ringmaster::worker {
+
+void PrepareForkedChild(pid_t parent) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
+}
 
 void ExitWithExecFailure(int fd, ExecStage stage) {
   const int err[2] = {static_cast<int>(stage), errno};

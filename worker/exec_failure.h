@@ -1,8 +1,10 @@
-// How a child forked to run a command job's program (or its preloaded interpreter) tells its
-// parent that it never became that program, and the error the parent makes of it.
+// A child forked to run a command job's program (or its preloaded interpreter): how it is
+// set up, how it tells its parent that it never became that program, and the error the
+// parent makes of it.
 //
 //   int fds[2]; pipe2(fds, O_CLOEXEC);
-//   fork(); in the child:  if (chdir(workdir) != 0) ExitWithExecFailure(fds[1], ExecStage::kChdir);
+//   fork(); in the child:  PrepareForkedChild(parent);
+//                          if (chdir(workdir) != 0) ExitWithExecFailure(fds[1], ExecStage::kChdir);
 //                          execvp(...); ExitWithExecFailure(fds[1], ExecStage::kExec);
 //   in the parent:         close(fds[1]); RM_RETURN_IF_ERROR(AwaitExec(fds[0], pid, ...));
 //
@@ -18,6 +20,12 @@
 #include "proto/coordinator.pb.h"
 
 namespace ringmaster::worker {
+
+// In the forked child, first (`parent`: the forking process's pid, taken before the fork):
+// a process group of its own (a signal to -pid reaches the program's own children too),
+// SIGKILL when the parent dies (exits with code 127 at once if it already has), no blocked
+// signals, SIGTERM and SIGUSR1 back to their defaults. Async-signal-safe.
+void PrepareForkedChild(pid_t parent);
 
 // Where the child failed.
 enum class ExecStage : int { kChdir = 0, kExec = 1 };

@@ -1,6 +1,7 @@
 #include "worker/exec_failure.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +62,44 @@ TEST(AwaitExecTest, AProgramThatCannotBeRunIsPermanentAndSaysWhereItWasLookedFor
   s = ForkAndExec("/nonexistent/prog", "/");
   EXPECT_THAT(s.message(), HasSubstr("/nonexistent/prog cannot be run on node n1 (slot 2): No "
                                      "such file or directory; install"));
+}
+
+// The child's exit code: 0 when it is a process group leader with no blocked signals and
+// SIGTERM's default action, though its parent blocked and ignored SIGTERM before the fork.
+int ExitCodeOfPreparedChild(pid_t parent_to_name) {
+  sigset_t term, before;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_BLOCK, &term, &before);
+  struct sigaction ignore = {}, old_action;
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGTERM, &ignore, &old_action);
+  const pid_t parent = parent_to_name == 0 ? getpid() : parent_to_name;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    PrepareForkedChild(parent);
+    sigset_t blocked;
+    sigprocmask(SIG_SETMASK, nullptr, &blocked);
+    struct sigaction action;
+    sigaction(SIGTERM, nullptr, &action);
+    const bool ok = getpgrp() == getpid() && !sigismember(&blocked, SIGTERM) &&
+                    action.sa_handler == SIG_DFL;
+    _exit(ok ? 0 : 1);
+  }
+  sigaction(SIGTERM, &old_action, nullptr);
+  sigprocmask(SIG_SETMASK, &before, nullptr);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
+
+TEST(PrepareForkedChildTest, ItsOwnGroupAndDefaultSignals) {
+  EXPECT_EQ(ExitCodeOfPreparedChild(0), 0);
+}
+
+TEST(PrepareForkedChildTest, ExitsAtOnceWhenItsParentIsGone) {
+  // A parent other than its own: as if the forking process had died before the child ran.
+  EXPECT_EQ(ExitCodeOfPreparedChild(getpid() + 1000000), 127);
 }
 
 }  // namespace

@@ -180,14 +180,7 @@ absl::StatusOr<std::unique_ptr<Zygote>> Zygote::Start(const ZygoteOptions& o) {
   const pid_t pid = fork();
   if (pid == 0) {
     // Only async-signal-safe calls from here on.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGUSR1, SIG_DFL);
+    PrepareForkedChild(parent);
     const int err_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
     const int sock = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
     if (!o.workdir.empty() && chdir(o.workdir.c_str()) != 0) {
