@@ -7,19 +7,14 @@
 #     under 5 s here; the goal, measured on an idle machine, is 1 s);
 #   - rank 1's program is started again and rejoins (a growth: it gets a survivor's state);
 #   - the job succeeds with the parameters equal on every rank, one restart spent (the
-#     rejoin is a growth, reason resize);
+#     rejoin is a growth, reason resize), and `ringctl status` names rank 1 as the first failure;
 # and (part 2) SIGSTOP of a survivor after the rejoin: found hung, the others recover.
 # Skipped, saying why, where /usr/bin/python3 has no torch.
 set -uo pipefail
 
-RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
+source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"
+test_setup inprocess_test
 TRAIN="$TEST_SRCDIR/ringmaster/examples/torch_inprocess/train.py"
-WORK="${TEST_TMPDIR:-/tmp}/inprocess_test"
-rm -rf "$WORK" && mkdir -p "$WORK/tmp"
-export TMPDIR="$WORK/tmp"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-now() { date +%s.%N; }
 
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "SKIP: /usr/bin/python3 cannot import torch (apt-get install python3-torch)"
@@ -46,9 +41,20 @@ while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
   fi
   sleep 0.05
 done
+# ringctl status names the rank whose program died (its failure, though its peers recovered
+# in-process), while the job runs on.
+coord=$(grep -o "coordinator at [0-9.:]*" "$WORK/out" | head -1 | awk '{print $3}')
+named=""
+while [ -n "$killed" ] && [ -z "$named" ] && kill -0 "$pid" 2>/dev/null; do
+  "$RINGCTL" status train --coordinator "$coord" >"$WORK/status.out" 2>&1
+  grep -qE "first failure: rank 1 \(node [^)]*\) in membership epoch 1: .*killed by signal 9" \
+    "$WORK/status.out" && named=1 || sleep 0.2
+done
 wait "$pid"
 rc=$?
 [ -n "$killed" ] || fail "rank 1's program was not found to kill (logs: $(tail -2 "$LOGS"/slot-*.log))"
+[ -z "$killed" ] || [ -n "$named" ] ||
+  fail "ringctl status did not name rank 1's failure while the job ran: $(cat "$WORK/status.out")"
 [ "$rc" = 0 ] || fail "exit status $rc (see $WORK/out and $RUN)"
 
 # The survivors: the same processes from the first step to the last.
