@@ -28,14 +28,9 @@
 #  12. stragglers and the dashboard's curves of a reporting program (no PyTorch needed).
 set -uo pipefail
 
-RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
+source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"  # field, wait_until (they call ctl)
+test_setup command_job_test
 TRAIN="$TEST_SRCDIR/ringmaster/examples/torch_ddp/train.py"
-WORK="${TEST_TMPDIR:-/tmp}/command_job_test"
-rm -rf "$WORK" && mkdir -p "$WORK/tmp"
-export TMPDIR="$WORK/tmp"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 
 # 1. A missing program: permanent, named, at once.
@@ -217,7 +212,6 @@ else
     sleep 0.1
   done
   ctl() { "$RINGCTL" "$@" --coordinator "127.0.0.1:$port"; }
-  source "$TEST_SRCDIR/ringmaster/tests/job_helpers.sh"  # field, wait_until (they call ctl)
   agent() {  # agent NODE: 2 slots
     "$BIN/worker/ringworker" --coordinator="127.0.0.1:$port" --node="$1" --slots=2 \
       --work_dir="$WORK/elastic/$1" --trainer="$BIN/worker/ringtrainer" \

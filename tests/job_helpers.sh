@@ -1,5 +1,18 @@
 # Sourced by the end-to-end tests. The caller defines ctl (ringctl with its coordinator and
-# token flags) and fail (counts a failure).
+# token flags) and fail (counts a failure), or calls test_setup, which defines fail.
+
+# test_setup NAME: RINGCTL (this build's ringctl); WORK, ${TEST_TMPDIR:-/tmp}/NAME emptied,
+# with WORK/tmp as TMPDIR; failures=0 and fail MESSAGE (prints it, counts it); now (the
+# time in seconds, with nanoseconds).
+test_setup() {
+  RINGCTL="$TEST_SRCDIR/ringmaster/cli/ringctl"
+  WORK="${TEST_TMPDIR:-/tmp}/$1"
+  rm -rf "$WORK" && mkdir -p "$WORK/tmp"
+  export TMPDIR="$WORK/tmp"
+  failures=0
+  fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+  now() { date +%s.%N; }
+}
 
 # field JOB PYTHON_EXPRESSION_OF_j: the expression over `ringctl status JOB --json`.
 field() {
