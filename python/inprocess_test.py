@@ -9,6 +9,7 @@ others given a world of two. Skipped, saying why, without torch.
 """
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -162,6 +163,40 @@ class ThreeRanksTest(unittest.TestCase):
                     self.assertRegex(r.log(), r"(recovered into|switched to) epoch 2")
                 self.assertEqual(len(self.checksums(runners[:2], 100)), 1,
                                  [r.log()[-400:] for r in runners])
+            finally:
+                for r in runners:
+                    if r.proc is not None and r.proc.poll() is None:
+                        r.proc.kill()
+                        r.proc.wait()
+                    r.close()
+
+    def test_a_survivor_that_was_not_exchanging_with_the_dead_rank_recovers_at_once(self):
+        # 4 ranks, the last killed: a survivor waiting on another survivor (not on the dead
+        # rank) in the collective under way is freed when that one tears its group down, not
+        # after the group's 5 s timeout.
+        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
+                tempfile.TemporaryDirectory() as logs:
+            args = ["--steps", "100", "--step_time", "0.02"]
+            runners = [FakeRunner(sockets, i, args, logs) for i in range(4)]
+            try:
+                for r in runners:
+                    r.start()
+                pump_until(runners, lambda seen: sum(m["type"] == "hello" and m["inprocess"]
+                                                     for _, m in seen) == 4, "four hellos")
+                send_world(runners, 1)
+                pump_until(runners, lambda seen: any(r is runners[3] and m["type"] == "report"
+                                                     and m["step"] >= 20 for r, m in seen),
+                           "rank 3 at step 20")
+                runners[3].proc.kill()
+                runners[3].proc.wait()
+                send_world(runners[:3], 2)
+                self.wait_all(runners[:3])
+                took = [float(t) for r in runners[:3]
+                        for t in re.findall(r"recovered in ([0-9.]+)s", r.log())]
+                self.assertEqual(len(took), 3, [r.log()[-400:] for r in runners[:3]])
+                self.assertLess(max(took), 2.5, took)
+                self.assertEqual(len(self.checksums(runners[:3], 100)), 1,
+                                 [r.log()[-400:] for r in runners[:3]])
             finally:
                 for r in runners:
                     if r.proc is not None and r.proc.poll() is None:

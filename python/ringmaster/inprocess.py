@@ -65,6 +65,7 @@ Only the standard library is imported here; torch is imported when start() runs.
 """
 
 import datetime
+import gc
 import os
 import queue
 import socket
@@ -193,6 +194,10 @@ class Group:
         if self._queue is None or not _is_collective_error(error):
             raise error
         began = time.monotonic()
+        # The frames of the failed collective, kept by the error's traceback, hold the broken
+        # group: while they live, destroying it closes none of its connections, and a peer
+        # that was waiting on this rank (not on the dead one) waits out the group's timeout.
+        error.__traceback__ = None
         self._teardown()
         try:
             world = self._await_world(newer_than=self.epoch)
@@ -259,6 +264,7 @@ class Group:
                 dist.destroy_process_group()
             except Exception as e:  # a group that a dead peer broke may not close cleanly
                 ringmaster._warn(f"destroying the process group: {e}")
+            gc.collect()  # what still holds the group in a cycle: its connections close now
 
     def _build(self, world, step):
         """The process group of `world`, then the state agreed; returns the step."""
