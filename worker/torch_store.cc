@@ -30,6 +30,9 @@ struct TorchStoreServer::Connection {
 
 namespace {
 
+// What a newer PyTorch (2.x) client sends after its first byte (c10d::detail::validationMagicNumber).
+constexpr uint64_t kValidateMagic = 0x3C85F7CE;
+
 std::string Errno(const char* what) { return absl::StrCat(what, ": ", strerror(errno)); }
 
 int PollTimeoutMs(absl::Time deadline) {
@@ -296,6 +299,12 @@ absl::StatusOr<std::string> TorchStoreServer::ReadString(Connection& connection)
   uint64_t size = 0;
   absl::Status status = ReadFull(connection.fd, reinterpret_cast<char*>(&size), 8, deadline);
   if (!status.ok()) return status;
+  if (size > options_.max_value_bytes && (size & 0xffffffffu) == kValidateMagic) {
+    // A newer PyTorch's (2.x) first message: VALIDATE (0, read as SET here) and a uint32 magic.
+    return absl::FailedPreconditionError(
+        "a newer PyTorch client (its VALIDATE message, magic 0x3C85F7CE): this store speaks "
+        "PyTorch 1.13's TCPStore protocol only");
+  }
   if (size > options_.max_value_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a key or value of ", size, " bytes, more than Options.max_value_bytes (",
@@ -423,7 +432,7 @@ absl::Status TorchStoreServer::HandleRequest(Connection& connection, uint8_t que
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown query type ", static_cast<int>(query),
-          " (PyTorch 1.13's TCPStore protocol has 0..8; a PyTorch >= 2.3 client, which sends "
+          " (PyTorch 1.13's TCPStore protocol has 0..8; a newer 2.x client, which sends "
           "VALIDATE first, is not supported)"));
   }
   return WriteFull(connection.fd, reply, absl::Now() + options_.send_timeout);

@@ -28,15 +28,18 @@
 //   is not a decimal integer, or a GET of a missing key: the error is logged naming the peer and
 //   the query byte, and only that connection is closed; the store and other clients go on.
 //
-// How current PyTorch differs (not implemented; a 2.x client is refused at its first byte):
-// since about 2.3 the client's first message is VALIDATE (query byte 0) followed by a uint32
-// magic number 0x3C85F7CE, and the query numbering is VALIDATE, SET, COMPARE_SET, GET, ADD,
-// CHECK, WAIT, GETNUMKEYS, DELETE_KEY, APPEND, MULTI_GET, MULTI_SET, CANCEL_WAIT, PING (WATCH_KEY
-// is gone), so every query byte is one higher than 1.13's; WaitResponseType gained
-// WAIT_CANCELED. Since 2.0 (before VALIDATE) 1.13's numbering was kept and APPEND (9),
-// MULTI_GET (10), MULTI_SET (11), CANCEL_WAIT (12) were added after DELETE_KEY. A 2.3+ client's
-// first bytes (0x00 then a uint64 key length of 0x3C85F7CE.. would be read as SET) are not
-// reliably distinguishable from a 1.13 SET, so this server speaks 1.13 only.
+// How current PyTorch differs (not implemented): in later 2.x releases (about 2.2-2.3; the exact
+// release was not checked) the client's first message is VALIDATE (query byte 0) followed by a uint32 magic number 0x3C85F7CE, and the query numbering
+// is VALIDATE, SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, DELETE_KEY, APPEND,
+// MULTI_GET, MULTI_SET, CANCEL_WAIT, PING (WATCH_KEY is gone), so every shared query's byte is
+// one higher than 1.13's; WaitResponseType gained WAIT_CANCELED. From 2.0 until then 1.13's
+// numbering was kept, with APPEND (9), MULTI_GET (10), MULTI_SET (11), CANCEL_WAIT (12) added
+// after DELETE_KEY. This server reads a newer client's VALIDATE as a SET whose key length's low
+// 32 bits are the magic, and refuses it with FAILED_PRECONDITION naming the client's version.
+//
+// What torch 1.13's init_process_group stores here (env://, agent store, seen in
+// torch_store_torch_test): "init/" (its TCPStore's own ADD, outside the prefix) and keys
+// "//worker/attempt_<N>/default_pg/..." (the PrefixStores' joins).
 //
 // Threads: one accept thread, and one thread per connection (requests on one connection are
 // answered in order; a WAIT blocks only its own connection). All public methods are

@@ -220,6 +220,12 @@ TEST_F(TorchStoreTest, RefusedRequestsCloseTheConnection) {
     c.Send(kAdd, Str("text") + U64(1));
     EXPECT_TRUE(c.ClosedByServer());
   }
+  {
+    // A newer PyTorch's (2.x) first message: VALIDATE (0) and a uint32 magic, then its next query.
+    RawClient c(server_->port());
+    c.Send(0, std::string("\xce\xf7\x85\x3c", 4) + "\x04" + U64(0) + "\x00\x00");
+    EXPECT_TRUE(c.ClosedByServer());
+  }
   RawClient c(server_->port());
   c.Send(kGet, Str("text"));
   EXPECT_EQ(c.RecvValue(), "abc");
