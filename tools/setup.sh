@@ -23,7 +23,7 @@ install_debian_packages() (
     # peers measured by `ringbench comm`
     libgloo-dev openmpi-bin libopenmpi-dev
     # tools used by scripts and tests
-    iproute2 procps python3
+    iproute2 procps python3 bc
     # CRC-32C of TensorBoard's event files (train/tensorboard_writer)
     libisal-dev
     # the coordinator's HTTP port (metrics, dashboard) and the check of its exposition
@@ -33,8 +33,10 @@ install_debian_packages() (
   )
 
   # Wanted, not required: Debian's clang 14 (bookworm), for tools/test.sh's build with
-  # -Werror=thread-safety (--config=clang), and PyTorch (python3-torch, CPU), the peer that
-  # tests/gpt2_peer_test and tests/resnet_torch_test compare with (and trainbench measures).
+  # -Werror=thread-safety (--config=clang), and PyTorch (python3-torch, CPU, with torchrun), the
+  # peer that tests/gpt2_peer_test and tests/resnet_torch_test compare with (and trainbench
+  # measures), and the programs the command-job tests run (tests/command_job_test,
+  # inprocess_test, command_preload_test, worker/torch_store_torch_test).
   # Where they cannot be installed, this says so, and tools/test.sh skips the clang build and
   # the peer checks skip, saying why.
   OPTIONAL_PACKAGES=(clang-14 python3-torch)
