@@ -7,6 +7,7 @@ this one drives the module alone, with worlds this test decides: three real prog
 world of two, its replacement a world of three; or the stop of one (its node drained), the
 others given a world of two. Skipped, saying why, without torch.
 """
+import contextlib
 import json
 import os
 import re
@@ -109,6 +110,34 @@ def pump_until(runners, done, what):
     raise AssertionError(f"waited {DEADLINE_S} s for {what}")
 
 
+@contextlib.contextmanager
+def fake_runners(count, steps):
+    """`count` runners of train.py for `steps` steps; every program killed and every socket
+    closed at the end, whatever the test did."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
+            tempfile.TemporaryDirectory() as logs:
+        args = ["--steps", str(steps), "--step_time", "0.02"]
+        runners = [FakeRunner(sockets, i, args, logs) for i in range(count)]
+        try:
+            yield runners
+        finally:
+            for r in runners:
+                if r.proc is not None and r.proc.poll() is None:
+                    r.proc.kill()
+                    r.proc.wait()
+                r.close()
+
+
+def start_in_world_one(runners):
+    """Starts every program, waits for each one's in-process hello, sends them epoch 1."""
+    for r in runners:
+        r.start()
+    pump_until(runners, lambda seen: sum(m["type"] == "hello" and bool(m.get("inprocess"))
+                                         for _, m in seen) == len(runners),
+               f"{len(runners)} hellos")
+    send_world(runners, 1)
+
+
 class RecoverTest(unittest.TestCase):
     def test_an_error_no_collective_raised_is_raised_again(self):
         group = inprocess.Group(state=dict, load_state=lambda s: None)
@@ -129,80 +158,42 @@ class RecoverTest(unittest.TestCase):
                      "(apt-get install python3-torch)")
 class ThreeRanksTest(unittest.TestCase):
     def test_survivors_go_on_and_a_replacement_rejoins(self):
-        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
-                tempfile.TemporaryDirectory() as logs:
-            args = ["--steps", "150", "--step_time", "0.02"]
-            runners = [FakeRunner(sockets, i, args, logs) for i in range(3)]
-            try:
-                self.run_case(runners)
-            finally:
-                for r in runners:
-                    if r.proc is not None and r.proc.poll() is None:
-                        r.proc.kill()
-                        r.proc.wait()
-                    r.close()
+        with fake_runners(3, 150) as runners:
+            self.run_case(runners)
 
     def test_a_drained_rank_leaves_and_its_peers_go_on(self):
-        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
-                tempfile.TemporaryDirectory() as logs:
-            args = ["--steps", "100", "--step_time", "0.02"]
-            runners = [FakeRunner(sockets, i, args, logs) for i in range(3)]
-            try:
-                for r in runners:
-                    r.start()
-                pump_until(runners, lambda seen: sum(m["type"] == "hello" and m["inprocess"]
-                                                     for _, m in seen) == 3, "three hellos")
-                send_world(runners, 1)
-                pump_until(runners, lambda seen: any(m["type"] == "report" and m["step"] >= 20
-                                                     for _, m in seen), "step 20")
-                runners[2].send({"type": "stop", "reason": "drain"})
-                send_world(runners[:2], 2)
-                self.wait_all(runners)
-                self.assertRegex(runners[2].log(), r"rank 2: stopped at step \d+")
-                for r in runners[:2]:
-                    self.assertRegex(r.log(), r"(recovered into|switched to) epoch 2")
-                self.assertEqual(len(self.checksums(runners[:2], 100)), 1,
-                                 [r.log()[-400:] for r in runners])
-            finally:
-                for r in runners:
-                    if r.proc is not None and r.proc.poll() is None:
-                        r.proc.kill()
-                        r.proc.wait()
-                    r.close()
+        with fake_runners(3, 100) as runners:
+            start_in_world_one(runners)
+            pump_until(runners, lambda seen: any(m["type"] == "report" and m["step"] >= 20
+                                                 for _, m in seen), "step 20")
+            runners[2].send({"type": "stop", "reason": "drain"})
+            send_world(runners[:2], 2)
+            self.wait_all(runners)
+            self.assertRegex(runners[2].log(), r"rank 2: stopped at step \d+")
+            for r in runners[:2]:
+                self.assertRegex(r.log(), r"(recovered into|switched to) epoch 2")
+            self.assertEqual(len(self.checksums(runners[:2], 100)), 1,
+                             [r.log()[-400:] for r in runners])
 
     def test_a_survivor_that_was_not_exchanging_with_the_dead_rank_recovers_at_once(self):
         # 4 ranks, the last killed: a survivor waiting on another survivor (not on the dead
         # rank) in the collective under way is freed when that one tears its group down, not
         # after the group's 5 s timeout.
-        with tempfile.TemporaryDirectory(dir="/tmp") as sockets, \
-                tempfile.TemporaryDirectory() as logs:
-            args = ["--steps", "100", "--step_time", "0.02"]
-            runners = [FakeRunner(sockets, i, args, logs) for i in range(4)]
-            try:
-                for r in runners:
-                    r.start()
-                pump_until(runners, lambda seen: sum(m["type"] == "hello" and m["inprocess"]
-                                                     for _, m in seen) == 4, "four hellos")
-                send_world(runners, 1)
-                pump_until(runners, lambda seen: any(r is runners[3] and m["type"] == "report"
-                                                     and m["step"] >= 20 for r, m in seen),
-                           "rank 3 at step 20")
-                runners[3].proc.kill()
-                runners[3].proc.wait()
-                send_world(runners[:3], 2)
-                self.wait_all(runners[:3])
-                took = [float(t) for r in runners[:3]
-                        for t in re.findall(r"recovered in ([0-9.]+)s", r.log())]
-                self.assertEqual(len(took), 3, [r.log()[-400:] for r in runners[:3]])
-                self.assertLess(max(took), 2.5, took)
-                self.assertEqual(len(self.checksums(runners[:3], 100)), 1,
-                                 [r.log()[-400:] for r in runners[:3]])
-            finally:
-                for r in runners:
-                    if r.proc is not None and r.proc.poll() is None:
-                        r.proc.kill()
-                        r.proc.wait()
-                    r.close()
+        with fake_runners(4, 100) as runners:
+            start_in_world_one(runners)
+            pump_until(runners, lambda seen: any(r is runners[3] and m["type"] == "report"
+                                                 and m["step"] >= 20 for r, m in seen),
+                       "rank 3 at step 20")
+            runners[3].proc.kill()
+            runners[3].proc.wait()
+            send_world(runners[:3], 2)
+            self.wait_all(runners[:3])
+            took = [float(t) for r in runners[:3]
+                    for t in re.findall(r"recovered in ([0-9.]+)s", r.log())]
+            self.assertEqual(len(took), 3, [r.log()[-400:] for r in runners[:3]])
+            self.assertLess(max(took), 2.5, took)
+            self.assertEqual(len(self.checksums(runners[:3], 100)), 1,
+                             [r.log()[-400:] for r in runners[:3]])
 
     def wait_all(self, runners):
         deadline = time.monotonic() + DEADLINE_S
@@ -221,11 +212,7 @@ class ThreeRanksTest(unittest.TestCase):
                 if f"done at step {steps}" in line}
 
     def run_case(self, runners):
-        for r in runners:
-            r.start()
-        pump_until(runners, lambda seen: sum(m["type"] == "hello" and m.get("inprocess")
-                                             for _, m in seen) == 3, "three hellos")
-        send_world(runners, 1)
+        start_in_world_one(runners)
         pump_until(runners, lambda seen: any(r is runners[1] and m["type"] == "report" and
                                              m["step"] >= 30 for r, m in seen),
                    "rank 1 at step 30")
