@@ -99,7 +99,8 @@ void ProgramProgress::TakeReport(const nlohmann::json& m, absl::Time now) {
     at = absl::FromUnixMicros(static_cast<int64_t>(t->get<double>() * 1e6));
   }
   if (*step < step_ || (step_ >= 0 && at < step_at_)) {  // an older checkpoint restored
-    window_.clear();
+    sample_rate_.Clear();
+    token_rate_.Clear();
   }
   RankStats& s = stats_;
   if (step_ >= 0 && *step > step_ && at > step_at_) {
@@ -110,16 +111,14 @@ void ProgramProgress::TakeReport(const nlohmann::json& m, absl::Time now) {
   rate_.Add(at, *step);
   samples_ += samples.value_or(0);
   tokens_ += tokens.value_or(0);
-  window_.push_back({at, samples_, tokens_});
-  // Keep the last point before the window, as ProgressRate does.
-  while (window_.size() > 2 && window_[1].at <= at - kRateWindow) window_.pop_front();
-  const double span = absl::ToDoubleSeconds(window_.back().at - window_.front().at);
+  sample_rate_.Add(at, samples_);
+  token_rate_.Add(at, tokens_);
   s.set_rank(options_.rank);
   s.set_step(*step);
   if (loss) s.set_loss(*loss);
   s.set_steps_per_s(rate_.steps_per_s());
-  s.set_samples_per_s(span > 0 ? (window_.back().samples - window_.front().samples) / span : 0);
-  s.set_tokens_per_s(span > 0 ? (window_.back().tokens - window_.front().tokens) / span : 0);
+  s.set_samples_per_s(sample_rate_.steps_per_s());
+  s.set_tokens_per_s(token_rate_.steps_per_s());
   if (auto scalars = m.find("scalars"); scalars != m.end() && scalars->is_object()) {
     auto scalar = [&](const char* name, void (RankStats::*set)(double)) {
       if (auto v = scalars->find(name); v != scalars->end()) {

@@ -23,7 +23,6 @@
 #define RINGMASTER_WORKER_PROGRAM_PROGRESS_H_
 
 #include <cstdint>
-#include <deque>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -87,12 +86,9 @@ class ProgramProgress {
   int64_t step_ = -1;
   absl::Time step_at_ = absl::InfinitePast();
   ProgressRate rate_;
-  // The reports in the rate's window: when, and the samples and tokens counted up to them.
-  struct Point {
-    absl::Time at;
-    int64_t samples = 0, tokens = 0;
-  };
-  std::deque<Point> window_;
+  // The samples and tokens counted up to each report, over the same window (the "steps" of
+  // these rates are samples and tokens, as train/step_reporter's samples rate).
+  ProgressRate sample_rate_, token_rate_;
   int64_t samples_ = 0, tokens_ = 0;
   RankStats stats_;
   bool fresh_ = false;
