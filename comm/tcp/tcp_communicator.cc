@@ -153,6 +153,273 @@ uint32_t GroupId(uint32_t parent, uint64_t split, int color) {
   return id == 0 ? 1 : id;
 }
 
+// The bootstrap of a communicator made by Create (TcpCommunicator::Connect), for more than
+// one rank: listens and publishes this rank's address, then connects to and accepts every
+// peer, one connection per direction, with the handshakes. Fills `send_sockets` and
+// `recv_sockets` ([peer]), which outlive it.
+class Bootstrap {
+ public:
+  // The deadline of the whole bootstrap starts now.
+  Bootstrap(const TcpCommunicatorOptions& options, std::vector<tcp::Fd>* send_sockets,
+            std::vector<tcp::Fd>* recv_sockets)
+      : options_(options),
+        n_(options.size),
+        r_(options.rank),
+        deadline_(absl::Now() + options.connect_timeout),
+        advertise_(options.advertise_host.empty() ? options.listen_host : options.advertise_host),
+        comm_id_(Fnv1a(options.prefix)),
+        send_sockets_(*send_sockets),
+        recv_sockets_(*recv_sockets),
+        addresses_(n_),
+        same_host_(n_, false),
+        answered_(n_, false) {
+    answered_[r_] = true;
+  }
+
+  absl::Time deadline() const { return deadline_; }
+  // [peer]: advertises this rank's host (known for every peer once Exchange succeeds).
+  const std::vector<bool>& same_host() const { return same_host_; }
+
+  // Listens and publishes "<prefix>/rank-<r>/addr".
+  absl::Status ListenAndPublish() {
+    int port = 0;
+    RM_ASSIGN_OR_RETURN(listener_,
+                        tcp::Listen(options_.listen_host, options_.listen_port, n_ + 16, &port));
+    my_address_ = tcp::HostPort{advertise_, port}.ToString();
+    return options_.store->Set(KeyOf(r_), my_address_);
+  }
+
+  // Everything here runs in one event loop, so that no step waits on a peer that is itself
+  // waiting on us: connect to each peer as soon as its address appears (connect()
+  // completes against the peer's listen backlog) and send our handshake; accept and judge
+  // incoming handshakes; read each peer's verdict on ours.
+  absl::Status Exchange() {
+    while (accepted_ < n_ - 1 || answers_ < n_ - 1) {
+      RM_RETURN_IF_ERROR(ConnectPublished());
+      if (absl::Now() >= deadline_) return DeadlineError();
+      RM_RETURN_IF_ERROR(PollOnce());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string KeyOf(int rank) const {
+    return absl::StrCat(options_.prefix, "/rank-", rank, "/addr");
+  }
+  std::string Context(absl::string_view what) const {
+    return absl::StrCat("TCP bootstrap of rank ", r_, "/", n_, " (", options_.prefix, "): ", what);
+  }
+  std::string WithRejected(std::string why) const {
+    if (!rejected_.empty()) {
+      absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected_, "; "));
+    }
+    return why;
+  }
+
+  // Connects to every peer whose address has appeared in the store since (without waiting
+  // for the others) and sends it our handshake.
+  absl::Status ConnectPublished() {
+    for (int i = 1; i < n_; ++i) {
+      int p = (r_ + i) % n_;
+      if (send_sockets_[p].valid()) continue;
+      auto address = options_.store->Get(KeyOf(p), absl::Now());  // don't wait here
+      if (absl::IsDeadlineExceeded(address.status())) continue;
+      if (!address.ok()) {
+        return absl::Status(
+            address.status().code(),
+            Context(absl::StrCat("reading rank ", p, "'s address: ", address.status().message())));
+      }
+      addresses_[p] = *address;
+      RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
+      if (hp.host == advertise_) same_host_[p] = true;
+      auto fd =
+          tcp::Connect(hp, std::min(deadline_, absl::Now() + options_.refused_retry), deadline_);
+      if (!fd.ok()) {
+        return absl::Status(
+            fd.status().code(),
+            Context(WithRejected(absl::StrCat("connecting to rank ", p, " at ", *address, ": ",
+                                              fd.status().message()))));
+      }
+      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options_.socket_buffer_bytes));
+      Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id_, n_, r_, p, 0};
+      RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline_));
+      send_sockets_[p] = std::move(fd).value();
+    }
+    return absl::OkStatus();
+  }
+
+  // DEADLINE_EXCEEDED naming the peers that never published, connected or answered.
+  absl::Status DeadlineError() const {
+    std::vector<std::string> unpublished, missing, silent;
+    for (int p = 0; p < n_; ++p) {
+      if (p == r_) continue;
+      if (!send_sockets_[p].valid()) unpublished.push_back(absl::StrCat(p));
+      if (!recv_sockets_[p].valid()) missing.push_back(absl::StrCat(p));
+      if (send_sockets_[p].valid() && !answered_[p]) silent.push_back(absl::StrCat(p));
+    }
+    std::string why = "deadline passed";
+    if (!unpublished.empty()) {
+      absl::StrAppend(&why, "; ranks ", absl::StrJoin(unpublished, ", "),
+                      " never published their address under ", options_.prefix);
+    }
+    if (!missing.empty()) {
+      absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "), " never connected to ",
+                      my_address_);
+    }
+    if (!silent.empty()) {
+      absl::StrAppend(&why, "; ranks ", absl::StrJoin(silent, ", "),
+                      " never answered our handshake");
+    }
+    return absl::DeadlineExceededError(Context(WithRejected(why)));
+  }
+
+  // One poll() of the listener and the connections still awaiting a handshake reply, and
+  // the handling of whatever is ready.
+  absl::Status PollOnce() {
+    std::vector<pollfd> polls;
+    std::vector<int> poll_peer;
+    if (accepted_ < n_ - 1) {
+      polls.push_back({listener_.get(), POLLIN, 0});
+      poll_peer.push_back(-1);
+    }
+    bool all_connected = true;
+    for (int p = 0; p < n_; ++p) {
+      if (p == r_) continue;
+      all_connected &= send_sockets_[p].valid();
+      if (send_sockets_[p].valid() && !answered_[p]) {
+        polls.push_back({send_sockets_[p].get(), POLLIN, 0});
+        poll_peer.push_back(p);
+      }
+    }
+    // While addresses are still missing, come back soon to look at the store
+    // again.
+    absl::Duration wait = deadline_ - absl::Now();
+    if (!all_connected) {
+      wait = std::min(wait, store_poll_);
+      store_poll_ = std::min(store_poll_ * 2, absl::Milliseconds(20));
+    }
+    int wait_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wait + absl::Microseconds(999)), 0, 1000));
+    if (poll(polls.data(), polls.size(), wait_ms) < 0 && errno != EINTR) {
+      return ErrnoToStatus(errno, Context("poll"));
+    }
+    for (size_t i = 0; i < polls.size(); ++i) {
+      if (polls[i].revents == 0) continue;
+      const int p = poll_peer[i];
+      RM_RETURN_IF_ERROR(p >= 0 ? ReadReply(p) : AcceptOne());
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads peer p's verdict on our handshake; a rejection fails the bootstrap.
+  absl::Status ReadReply(int p) {
+    HandshakeReply reply;
+    absl::Status read = tcp::ReadFull(send_sockets_[p].get(), &reply, sizeof(reply),
+                                      std::min(deadline_, absl::Now() + absl::Seconds(5)));
+    if (!read.ok()) {
+      return absl::Status(read.code(),
+                          Context(absl::StrCat("no handshake reply from rank ", p, " at ",
+                                               addresses_[p], ": ", read.message())));
+    }
+    if (reply.magic != kReplyMagic) {
+      return absl::FailedPreconditionError(Context(
+          absl::StrCat("garbled handshake reply from ", addresses_[p], " (published as rank ", p,
+                       "): it is not a ringmaster rank; is the "
+                       "store's address stale?")));
+    }
+    if (reply.accepted != 1) {
+      reply.reason[sizeof(reply.reason) - 1] = '\0';
+      return absl::FailedPreconditionError(Context(absl::StrCat(
+          "rank ", p, " at ", addresses_[p], " rejected our connection: ", reply.reason)));
+    }
+    answered_[p] = true;
+    ++answers_;
+    return absl::OkStatus();
+  }
+
+  // Accepts one connection, judges its handshake and answers it. A connection that is not
+  // one of our peers is told why, dropped and remembered in `rejected_`; we keep waiting.
+  absl::Status AcceptOne() {
+    std::string from;
+    auto fd = tcp::Accept(listener_.get(), absl::Now(), -1, &from);
+    if (!fd.ok()) return absl::OkStatus();  // nothing to accept after all
+    RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options_.socket_buffer_bytes));
+    Handshake hs;
+    absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
+                                      std::min(deadline_, absl::Now() + absl::Seconds(5)));
+    std::string reason =
+        read.ok() ? WhyReject(hs, from)
+                  : absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
+    HandshakeReply reply;
+    std::memset(&reply, 0, sizeof(reply));
+    reply.magic = kReplyMagic;
+    reply.accepted = reason.empty() ? 1 : 0;
+    std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
+    absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
+                                        std::min(deadline_, absl::Now() + absl::Seconds(5)));
+    if (!reason.empty() || !wrote.ok()) {
+      if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
+      LOG(WARNING) << Context(absl::StrCat("rejected a connection: ", reason));
+      rejected_.push_back(reason);
+      return absl::OkStatus();
+    }
+    recv_sockets_[hs.from_rank] = std::move(fd).value();
+    ++accepted_;
+    return absl::OkStatus();
+  }
+
+  // Why a complete handshake from `from` is not one of our peers'; empty if it is.
+  std::string WhyReject(const Handshake& hs, absl::string_view from) const {
+    if (hs.magic != kHandshakeMagic) {
+      return absl::StrCat("garbled handshake from ", from, " (bad magic 0x", absl::Hex(hs.magic),
+                          "): not a ringmaster rank");
+    }
+    if (hs.version != kProtocolVersion) {
+      return absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
+                          ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
+    }
+    if (hs.comm_id != comm_id_) {
+      return absl::StrCat("wrong peer: ", from,
+                          " belongs to another communicator (its store prefix is not \"",
+                          options_.prefix, "\")");
+    }
+    if (hs.world_size != n_) {
+      return absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
+                          ", this communicator ", n_);
+    }
+    if (hs.to_rank != r_) {
+      return absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank, ", this is rank ", r_);
+    }
+    if (hs.from_rank < 0 || hs.from_rank >= n_ || hs.from_rank == r_) {
+      return absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank, ", outside [0, ", n_,
+                          ") or equal to this rank");
+    }
+    if (recv_sockets_[hs.from_rank].valid()) {
+      return absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
+                          " (two processes started with the same rank?)");
+    }
+    return "";
+  }
+
+  const TcpCommunicatorOptions& options_;
+  const int n_, r_;
+  const absl::Time deadline_;
+  const std::string advertise_;
+  const uint64_t comm_id_;
+  std::vector<tcp::Fd>& send_sockets_;  // [peer]: our messages to peer
+  std::vector<tcp::Fd>& recv_sockets_;  // [peer]: peer's messages to us
+  tcp::Fd listener_;
+  std::string my_address_;              // as published
+  std::vector<std::string> addresses_;  // [peer]: as published, once read
+  std::vector<bool> same_host_;
+  // Reasons for the connections we dropped. They go into any error of this bootstrap (they
+  // are usually its cause: a wrong peer that gave up leaves a refused connection behind).
+  std::vector<std::string> rejected_;
+  std::vector<bool> answered_;  // [peer]: accepted our handshake (true for this rank)
+  int accepted_ = 0, answers_ = 0;
+  absl::Duration store_poll_ = absl::Microseconds(500);
+};
+
 }  // namespace
 
 struct TcpCommunicator::Family {
@@ -306,215 +573,23 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
 }
 
 absl::Status TcpCommunicator::Connect(const TcpCommunicatorOptions& options) {
-  const int n = options.size, r = options.rank;
-  std::vector<tcp::Fd>& send_sockets = family_->send_sockets;
-  std::vector<tcp::Fd>& recv_sockets = family_->recv_sockets;
-  send_sockets.resize(n);
-  recv_sockets.resize(n);
+  const int n = options.size;
+  family_->send_sockets.resize(n);
+  family_->recv_sockets.resize(n);
   family_->links.assign(n, tcp::Link{});
   family_->same_host.assign(n, false);
   if (n == 1) return absl::OkStatus();
 
-  const absl::Time deadline = absl::Now() + options.connect_timeout;
-  const std::string advertise =
-      options.advertise_host.empty() ? options.listen_host : options.advertise_host;
-  const uint64_t comm_id = Fnv1a(options.prefix);
-  auto key_of = [&](int rank) { return absl::StrCat(options.prefix, "/rank-", rank, "/addr"); };
-  auto context = [&](absl::string_view what) {
-    return absl::StrCat("TCP bootstrap of rank ", r, "/", n, " (", options.prefix, "): ", what);
-  };
-
-  int port = 0;
-  RM_ASSIGN_OR_RETURN(tcp::Fd listener,
-                      tcp::Listen(options.listen_host, options.listen_port, n + 16, &port));
-  const std::string my_address = tcp::HostPort{advertise, port}.ToString();
-  RM_RETURN_IF_ERROR(options.store->Set(key_of(r), my_address));
-
-  // Everything below runs in one event loop, so that no step waits on a peer
-  // that is itself waiting on us: connect to each peer as soon as its address
-  // appears (connect() completes against the peer's listen backlog) and send
-  // our handshake; accept and judge incoming handshakes; read each peer's
-  // verdict on ours.
-  std::vector<std::string> addresses(n);
-  std::vector<bool> same_host(n, false);
-  // Connections that are not our peers are told why and dropped; we keep waiting. Their
-  // reasons go into any error of this bootstrap (they are usually its cause: a wrong peer
-  // that gave up leaves a refused connection behind).
-  std::vector<std::string> rejected;
-  auto with_rejected = [&](std::string why) {
-    if (!rejected.empty()) {
-      absl::StrAppend(&why, "; rejected meanwhile: ", absl::StrJoin(rejected, "; "));
-    }
-    return why;
-  };
-  auto connect_published = [&]() -> absl::Status {
-    for (int i = 1; i < n; ++i) {
-      int p = (r + i) % n;
-      if (send_sockets[p].valid()) continue;
-      auto address = options.store->Get(key_of(p), absl::Now());  // don't wait here
-      if (absl::IsDeadlineExceeded(address.status())) continue;
-      if (!address.ok()) {
-        return absl::Status(
-            address.status().code(),
-            context(absl::StrCat("reading rank ", p, "'s address: ", address.status().message())));
-      }
-      addresses[p] = *address;
-      RM_ASSIGN_OR_RETURN(tcp::HostPort hp, tcp::ParseHostPort(*address));
-      if (hp.host == advertise) same_host[p] = true;
-      auto fd = tcp::Connect(hp, std::min(deadline, absl::Now() + options.refused_retry), deadline);
-      if (!fd.ok()) {
-        return absl::Status(fd.status().code(),
-                            context(with_rejected(absl::StrCat("connecting to rank ", p, " at ",
-                                                               *address, ": ",
-                                                               fd.status().message()))));
-      }
-      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
-      Handshake hs{kHandshakeMagic, kProtocolVersion, comm_id, n, r, p, 0};
-      RM_RETURN_IF_ERROR(tcp::WriteFull(fd->get(), &hs, sizeof(hs), deadline));
-      send_sockets[p] = std::move(fd).value();
-    }
-    return absl::OkStatus();
-  };
-
-  std::vector<bool> answered(n, false);
-  answered[r] = true;
-  int accepted = 0, answers = 0;
-  absl::Duration store_poll = absl::Microseconds(500);
-  while (accepted < n - 1 || answers < n - 1) {
-    RM_RETURN_IF_ERROR(connect_published());
-    if (absl::Now() >= deadline) {
-      std::vector<std::string> unpublished, missing, silent;
-      for (int p = 0; p < n; ++p) {
-        if (p == r) continue;
-        if (!send_sockets[p].valid()) unpublished.push_back(absl::StrCat(p));
-        if (!recv_sockets[p].valid()) missing.push_back(absl::StrCat(p));
-        if (send_sockets[p].valid() && !answered[p]) silent.push_back(absl::StrCat(p));
-      }
-      std::string why = "deadline passed";
-      if (!unpublished.empty()) {
-        absl::StrAppend(&why, "; ranks ", absl::StrJoin(unpublished, ", "),
-                        " never published their address under ", options.prefix);
-      }
-      if (!missing.empty()) {
-        absl::StrAppend(&why, "; ranks ", absl::StrJoin(missing, ", "), " never connected to ",
-                        my_address);
-      }
-      if (!silent.empty()) {
-        absl::StrAppend(&why, "; ranks ", absl::StrJoin(silent, ", "),
-                        " never answered our handshake");
-      }
-      return absl::DeadlineExceededError(context(with_rejected(why)));
-    }
-    std::vector<pollfd> polls;
-    std::vector<int> poll_peer;
-    if (accepted < n - 1) {
-      polls.push_back({listener.get(), POLLIN, 0});
-      poll_peer.push_back(-1);
-    }
-    bool all_connected = true;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      all_connected &= send_sockets[p].valid();
-      if (send_sockets[p].valid() && !answered[p]) {
-        polls.push_back({send_sockets[p].get(), POLLIN, 0});
-        poll_peer.push_back(p);
-      }
-    }
-    // While addresses are still missing, come back soon to look at the store
-    // again.
-    absl::Duration wait = deadline - absl::Now();
-    if (!all_connected) {
-      wait = std::min(wait, store_poll);
-      store_poll = std::min(store_poll * 2, absl::Milliseconds(20));
-    }
-    int wait_ms = static_cast<int>(
-        std::clamp<int64_t>(absl::ToInt64Milliseconds(wait + absl::Microseconds(999)), 0, 1000));
-    if (poll(polls.data(), polls.size(), wait_ms) < 0 && errno != EINTR) {
-      return ErrnoToStatus(errno, context("poll"));
-    }
-    for (size_t i = 0; i < polls.size(); ++i) {
-      if (polls[i].revents == 0) continue;
-      int p = poll_peer[i];
-      if (p >= 0) {
-        HandshakeReply reply;
-        absl::Status read = tcp::ReadFull(send_sockets[p].get(), &reply, sizeof(reply),
-                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
-        if (!read.ok()) {
-          return absl::Status(read.code(),
-                              context(absl::StrCat("no handshake reply from rank ", p, " at ",
-                                                   addresses[p], ": ", read.message())));
-        }
-        if (reply.magic != kReplyMagic) {
-          return absl::FailedPreconditionError(context(
-              absl::StrCat("garbled handshake reply from ", addresses[p], " (published as rank ", p,
-                           "): it is not a ringmaster rank; is the "
-                           "store's address stale?")));
-        }
-        if (reply.accepted != 1) {
-          reply.reason[sizeof(reply.reason) - 1] = '\0';
-          return absl::FailedPreconditionError(context(absl::StrCat(
-              "rank ", p, " at ", addresses[p], " rejected our connection: ", reply.reason)));
-        }
-        answered[p] = true;
-        ++answers;
-        continue;
-      }
-      std::string from;
-      auto fd = tcp::Accept(listener.get(), absl::Now(), -1, &from);
-      if (!fd.ok()) continue;  // nothing to accept after all
-      RM_RETURN_IF_ERROR(tcp::ConfigureDataSocket(fd->get(), options.socket_buffer_bytes));
-      Handshake hs;
-      absl::Status read = tcp::ReadFull(fd->get(), &hs, sizeof(hs),
-                                        std::min(deadline, absl::Now() + absl::Seconds(5)));
-      std::string reason;
-      if (!read.ok()) {
-        reason = absl::StrCat("no complete handshake from ", from, " (", read.message(), ")");
-      } else if (hs.magic != kHandshakeMagic) {
-        reason = absl::StrCat("garbled handshake from ", from, " (bad magic 0x",
-                              absl::Hex(hs.magic), "): not a ringmaster rank");
-      } else if (hs.version != kProtocolVersion) {
-        reason = absl::StrCat("handshake from ", from, " speaks protocol version ", hs.version,
-                              ", this rank ", kProtocolVersion, ": mixed ringmaster versions");
-      } else if (hs.comm_id != comm_id) {
-        reason = absl::StrCat("wrong peer: ", from,
-                              " belongs to another communicator (its store prefix is not \"",
-                              options.prefix, "\")");
-      } else if (hs.world_size != n) {
-        reason = absl::StrCat("wrong peer: ", from, " has world size ", hs.world_size,
-                              ", this communicator ", n);
-      } else if (hs.to_rank != r) {
-        reason =
-            absl::StrCat("wrong peer: ", from, " wanted rank ", hs.to_rank, ", this is rank ", r);
-      } else if (hs.from_rank < 0 || hs.from_rank >= n || hs.from_rank == r) {
-        reason = absl::StrCat("wrong peer: ", from, " claims rank ", hs.from_rank, ", outside [0, ",
-                              n, ") or equal to this rank");
-      } else if (recv_sockets[hs.from_rank].valid()) {
-        reason = absl::StrCat("wrong peer: duplicate rank ", hs.from_rank, " from ", from,
-                              " (two processes started with the same rank?)");
-      }
-      HandshakeReply reply;
-      std::memset(&reply, 0, sizeof(reply));
-      reply.magic = kReplyMagic;
-      reply.accepted = reason.empty() ? 1 : 0;
-      std::strncpy(reply.reason, reason.c_str(), sizeof(reply.reason) - 1);
-      absl::Status wrote = tcp::WriteFull(fd->get(), &reply, sizeof(reply),
-                                          std::min(deadline, absl::Now() + absl::Seconds(5)));
-      if (!reason.empty() || !wrote.ok()) {
-        if (reason.empty()) reason = absl::StrCat("could not answer ", from, ": ", wrote.message());
-        LOG(WARNING) << context(absl::StrCat("rejected a connection: ", reason));
-        rejected.push_back(reason);
-        continue;
-      }
-      recv_sockets[hs.from_rank] = std::move(fd).value();
-      ++accepted;
-    }
-  }
+  Bootstrap bootstrap(options, &family_->send_sockets, &family_->recv_sockets);
+  RM_RETURN_IF_ERROR(bootstrap.ListenAndPublish());
+  RM_RETURN_IF_ERROR(bootstrap.Exchange());
   for (int p = 0; p < n; ++p) {
-    family_->links[p].send_fd = send_sockets[p].get();
-    family_->links[p].recv_fd = recv_sockets[p].get();
+    family_->links[p].send_fd = family_->send_sockets[p].get();
+    family_->links[p].recv_fd = family_->recv_sockets[p].get();
   }
+  const std::vector<bool> same_host = bootstrap.same_host();
   family_->same_host = same_host;
-  return SetUpRings(options, same_host, deadline);
+  return SetUpRings(options, same_host, bootstrap.deadline());
 }
 
 absl::Status TcpCommunicator::SetUpRings(const TcpCommunicatorOptions& options,
