@@ -1,15 +1,18 @@
 #include "cli/command_line.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -158,17 +161,71 @@ class TwoFormUsage : public CLI::Formatter {
 
 }  // namespace
 
-ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
-  std::vector<std::string> args = args_in;
-  // `ringctl help [COMMAND...]` is `ringctl [COMMAND...] --help`.
-  if (!args.empty() && args[0] == "help") {
-    args.erase(args.begin());
-    args.push_back("--help");
-  }
+namespace {
+
+// One of `estimate cost`'s optional numbers: parsed into `value`, copied into `into` when given.
+struct CostNumber {
+  const char* name;
+  std::optional<double>* into;
+  const char* help;
+  double value = 0;
+  CLI::Option* option = nullptr;
+};
+
+// What the parse fills besides `line`: the commands' CLI11 apps, the options whose counts the
+// checks after the parse read, and the flags parsed into locals before they are converted.
+// CLI11 binds to its members, so it stays where it was made.
+struct ParseState {
   CommandLine line;
   OutputFlags output;
-  // `ringctl local|submit [flags] -- PROGRAM ARGS...`: what follows "--" is the command job's
-  // argv, never ringctl's flags.
+
+  CLI::App* local = nullptr;
+  CLI::App* submit = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* status = nullptr;
+  CLI::App* cancel = nullptr;
+  CLI::App* del = nullptr;
+  CLI::App* logs = nullptr;
+  CLI::App* nodes = nullptr;
+  CLI::App* top = nullptr;
+  CLI::App* checkpoints = nullptr;
+  CLI::App* checkpoint_list = nullptr;
+  CLI::App* checkpoint_inspect = nullptr;
+  CLI::App* checkpoint_verify = nullptr;
+  CLI::App* export_command = nullptr;
+  CLI::App* memory = nullptr;
+  CLI::App* pipeline = nullptr;
+  CLI::App* cost = nullptr;
+  CLI::App* prepare = nullptr;
+  CLI::App* plot_command = nullptr;
+
+  // local
+  std::string rank_memory_limit;
+  // logs and top
+  int rank = -1;
+  // logs
+  std::string slot;
+  int64_t tail_lines = -1;
+  CLI::Option* tail_option = nullptr;
+  // estimate memory
+  std::string params, precision = "mixed", optimizer = "adam";
+  CLI::Option* params_option = nullptr;
+  CLI::Option* world_option = nullptr;
+  // estimate pipeline
+  CLI::Option* stages_option = nullptr;
+  CLI::Option* micro_option = nullptr;
+  // estimate cost
+  CLI::Option* cost_spec = nullptr;
+  CLI::Option* cost_params = nullptr;
+  CLI::Option* cost_flops = nullptr;
+  std::array<CostNumber, 7> cost_numbers{};
+  // plot
+  CLI::Option* labels_option = nullptr;
+};
+
+// `ringctl local|submit [flags] -- PROGRAM ARGS...`: what follows "--" is the command job's
+// argv, never ringctl's flags; it moves from `args` into `line`.
+absl::Status TakeProgramAfterDashes(std::vector<std::string>& args, CommandLine& line) {
   if (!args.empty() && (args[0] == "local" || args[0] == "submit")) {
     if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
       std::vector<std::string>& program =
@@ -176,17 +233,17 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       program.assign(dashes + 1, args.end());
       args.erase(dashes, args.end());
       if (program.empty()) {
-        return UsageError(args[0], "nothing after --: give the program to run, e.g. -- "
-                                   "/usr/bin/python3 train.py");
+        return absl::InvalidArgumentError(
+            "nothing after --: give the program to run, e.g. -- /usr/bin/python3 train.py");
       }
     }
   }
+  return absl::OkStatus();
+}
 
-  CLI::App app("ringctl: runs and manages ringmaster training jobs.", "ringctl");
-  app.set_version_flag("--version", VersionLine("ringctl"));
-  app.require_subcommand(1);
-
-  CLI::App* local = app.add_subcommand(
+void AddLocalCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* local = s.local = app.add_subcommand(
       "local", "run a job on this machine under its own coordinator and agent");
   local->formatter(std::make_shared<TwoFormUsage>(
       "Usage: ringctl local [OPTIONS] JOB_SPEC\n"
@@ -207,15 +264,17 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                     "default: a temporary directory, removed at the end");
   local->add_flag("--keep_run_dir", line.local.keep_run_dir,
                   "keep the temporary run directory");
-  std::string rank_memory_limit;
-  local->add_option("--rank_memory_limit", rank_memory_limit,
+  local->add_option("--rank_memory_limit", s.rank_memory_limit,
                     "each rank's memory limit (its heap: RLIMIT_DATA), e.g. 200M or 1.5G; a "
                     "rank whose training state does not fit fails with RESOURCE_EXHAUSTED");
   local->add_option("--metrics_listen", line.local.metrics_listen,
                     "serve the coordinator's Prometheus metrics on this loopback host:port "
                     "(port 0 picks one; the URL is printed)");
+}
 
-  CLI::App* submit = app.add_subcommand("submit", "submit a job to a coordinator");
+void AddSubmitCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* submit = s.submit = app.add_subcommand("submit", "submit a job to a coordinator");
   submit->formatter(std::make_shared<TwoFormUsage>(
       "Usage: ringctl submit [OPTIONS] JOB_SPEC\n"
       "   or: ringctl submit [OPTIONS] -- PROGRAM [ARGS...]\n"
@@ -233,92 +292,93 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                    "train a job that ended longer: resume from its last checkpoint although "
                    "its steps or epochs changed (sets resume=extend; the learning-rate "
                    "schedule is the new length's)");
-  AddOutputFlags(submit, {"json", "yaml"}, &output);
+  AddOutputFlags(submit, {"json", "yaml"}, &s.output);
   AddConnectionFlags(submit, &line.connection);
+}
 
-  CLI::App* list = app.add_subcommand("list", "list the jobs");
+void AddListCommand(CLI::App& app, ParseState& s) {
+  CLI::App* list = s.list = app.add_subcommand("list", "list the jobs");
   list->footer(
       "-o wide: MEMBERSHIP-EPOCH is the job's rendezvous round (not a data epoch); STEPS/S and "
       "ETA are rank 0's over the last 30 s of steps, the figures of its progress lines, "
       "`status`, `top`, the dashboard and /metrics.");
-  list->add_flag("--all", line.all, "include finished jobs");
-  AddOutputFlags(list, {"json", "yaml", "wide"}, &output);
-  AddConnectionFlags(list, &line.connection);
+  list->add_flag("--all", s.line.all, "include finished jobs");
+  AddOutputFlags(list, {"json", "yaml", "wide"}, &s.output);
+  AddConnectionFlags(list, &s.line.connection);
+}
 
-  CLI::App* status = app.add_subcommand("status", "show a job");
-  status->add_option("JOB", line.target, "the job's name")->required();
-  AddOutputFlags(status, {"json", "yaml", "wide"}, &output);
-  AddConnectionFlags(status, &line.connection);
+// A coordinator command on one job: `ringctl NAME JOB [-o FORMAT]` (status, cancel, delete,
+// checkpoints).
+CLI::App* AddJobCommand(CLI::App& app, const std::string& name, const std::string& description,
+                        const std::vector<std::string>& formats, ParseState& s) {
+  CLI::App* command = app.add_subcommand(name, description);
+  command->add_option("JOB", s.line.target, "the job's name")->required();
+  AddOutputFlags(command, formats, &s.output);
+  AddConnectionFlags(command, &s.line.connection);
+  return command;
+}
 
-  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
-  cancel->add_option("JOB", line.target, "the job's name")->required();
-  AddOutputFlags(cancel, {"json", "yaml"}, &output);
-  AddConnectionFlags(cancel, &line.connection);
-
-  CLI::App* del = app.add_subcommand(
-      "delete", "forget a job that has ended (its checkpoints stay on disk)");
-  del->add_option("JOB", line.target, "the job's name")->required();
-  AddOutputFlags(del, {"json", "yaml"}, &output);
-  AddConnectionFlags(del, &line.connection);
-
-  CLI::App* logs = app.add_subcommand(
+void AddLogsCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* logs = s.logs = app.add_subcommand(
       "logs", "a trainer's log (stdout and stderr), from the agent of its node");
   logs->add_option("JOB", line.target, "the job's name")->required();
   logs->add_flag("-f,--follow", line.follow,
                  "keep printing what the trainer writes until the job ends (or Ctrl-C)");
-  int rank = -1;
-  std::string slot;
   CLI::Option* rank_option =
-      logs->add_option("--rank", rank, "whose log: this rank of the job's current (or last) "
-                                       "membership epoch; default 0")
+      logs->add_option("--rank", s.rank, "whose log: this rank of the job's current (or last) "
+                                         "membership epoch; default 0")
           ->check(CLI::NonNegativeNumber);
-  logs->add_option("--slot", slot, "whose log: the trainer that ran on this slot, NODE/SLOT")
+  logs->add_option("--slot", s.slot, "whose log: the trainer that ran on this slot, NODE/SLOT")
       ->excludes(rank_option);
   CLI::Option* tail_bytes_option =
       logs->add_option("--tail_bytes", line.tail_bytes,
                        "start at the first line that begins within this many bytes of the end")
           ->check(CLI::NonNegativeNumber);
-  int64_t tail_lines = -1;
-  CLI::Option* tail_option =
-      logs->add_option("--tail", tail_lines, "start this many lines before the end")
+  s.tail_option =
+      logs->add_option("--tail", s.tail_lines, "start this many lines before the end")
           ->check(CLI::NonNegativeNumber)
           ->excludes(tail_bytes_option);
   AddConnectionFlags(logs, &line.connection);
+}
 
-  CLI::App* nodes = app.add_subcommand(
+void AddNodesCommand(CLI::App& app, ParseState& s) {
+  CLI::App* nodes = s.nodes = app.add_subcommand(
       "nodes", "the nodes: their slots, what runs on each, draining, last heartbeat");
-  AddOutputFlags(nodes, {"json", "yaml", "wide"}, &output);
-  AddConnectionFlags(nodes, &line.connection);
+  AddOutputFlags(nodes, {"json", "yaml", "wide"}, &s.output);
+  AddConnectionFlags(nodes, &s.line.connection);
+}
 
-  CLI::App* top = app.add_subcommand(
+void AddTopCommand(CLI::App& app, ParseState& s) {
+  CLI::App* top = s.top = app.add_subcommand(
       "top", "live per-rank figures until the job ends or Ctrl-C (redrawn in a terminal)");
-  top->add_option("JOB", line.target, "the job's name")->required();
-  AddOutputFlags(top, {"json"}, &output);
-  AddConnectionFlags(top, &line.connection);
-  top->add_option("--rank", rank, "the communication table of this rank only, with its buckets")
+  top->add_option("JOB", s.line.target, "the job's name")->required();
+  AddOutputFlags(top, {"json"}, &s.output);
+  AddConnectionFlags(top, &s.line.connection);
+  top->add_option("--rank", s.rank, "the communication table of this rank only, with its buckets")
       ->check(CLI::NonNegativeNumber);
+}
 
-  CLI::App* checkpoints =
-      app.add_subcommand("checkpoints", "the checkpoints the coordinator knows of a job");
-  checkpoints->add_option("JOB", line.target, "the job's name")->required();
-  AddOutputFlags(checkpoints, {"json", "yaml"}, &output);
-  AddConnectionFlags(checkpoints, &line.connection);
-
+void AddCheckpointCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
   CLI::App* checkpoint =
       app.add_subcommand("checkpoint", "look at checkpoints on disk (no coordinator needed)");
   checkpoint->require_subcommand(1);
-  CLI::App* checkpoint_list =
+  s.checkpoint_list =
       checkpoint->add_subcommand("list", "the committed checkpoints of a job directory");
-  checkpoint_list->add_option("JOB_DIR", line.target, "checkpoint.dir/<job name>")->required();
-  CLI::App* checkpoint_inspect =
+  s.checkpoint_list->add_option("JOB_DIR", line.target, "checkpoint.dir/<job name>")->required();
+  s.checkpoint_inspect =
       checkpoint->add_subcommand("inspect", "a checkpoint's manifest: tensors, state");
-  checkpoint_inspect->add_option("STEP_DIR", line.target, "JOB_DIR/step-<N>")->required();
-  CLI::App* checkpoint_verify = checkpoint->add_subcommand(
+  s.checkpoint_inspect->add_option("STEP_DIR", line.target, "JOB_DIR/step-<N>")->required();
+  s.checkpoint_verify = checkpoint->add_subcommand(
       "verify", "read every byte and check every checksum of a checkpoint, or of every "
                 "committed checkpoint of a job directory");
-  checkpoint_verify->add_option("DIR", line.target, "JOB_DIR/step-<N>, or JOB_DIR")->required();
+  s.checkpoint_verify->add_option("DIR", line.target, "JOB_DIR/step-<N>, or JOB_DIR")->required();
+}
 
-  CLI::App* export_command = app.add_subcommand(
+void AddExportCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* export_command = s.export_command = app.add_subcommand(
       "export",
       "write a GPT checkpoint's weights as a safetensors file in Hugging Face GPT-2's layout "
       "(no coordinator needed)");
@@ -329,23 +389,23 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   export_command->add_option("-o,--output", line.export_flags.out, "the file to write")->required();
   export_command->add_option("--dtype", line.export_flags.dtype, "f32 (default) or bf16 (rounded)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+}
 
-  CLI::App* estimate = app.add_subcommand("estimate", "estimates");
-  estimate->require_subcommand(1);
-  CLI::App* memory = estimate->add_subcommand(
+void AddEstimateMemoryCommand(CLI::App* estimate, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* memory = s.memory = estimate->add_subcommand(
       "memory",
       "per-rank memory: of a job spec's buffers for every ZeRO stage and wrapping (--spec), "
       "or of parameters, gradients and optimizer state by the ZeRO formula (--params)");
-  std::string params, precision = "mixed", optimizer = "adam";
   CLI::Option* spec_option = memory->add_option(
       "--spec", line.estimate_spec.spec_file,
       "a job spec (YAML): the per-rank memory of its model, batch, precision and optimizer "
       "under ZeRO-0, 1, 2 and 3 with layer, block and model wrapping (a GPT's activations "
       "computed from its buffer sizes, other models' measured on one micro-batch)");
-  CLI::Option* params_option =
-      memory->add_option("--params", params, "parameters: 7B, 1.5M, 13e9, 124000000")
+  CLI::Option* params_option = s.params_option =
+      memory->add_option("--params", s.params, "parameters: 7B, 1.5M, 13e9, 124000000")
           ->excludes(spec_option);
-  CLI::Option* world_option =
+  s.world_option =
       memory->add_option("--world", line.estimate.world_size,
                          "ranks (data parallel); with --spec default its elastic.min_ranks")
           ->check(CLI::Range(1, 1 << 24));
@@ -357,19 +417,23 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       ->check(CLI::Range(0, 3))
       ->needs(params_option);
   memory
-      ->add_option("--precision", precision,
+      ->add_option("--precision", s.precision,
                    "mixed (16-bit compute, fp32 master weights) or fp32; " + formula_only)
       ->check(CLI::IsMember({"mixed", "fp32"}))
       ->needs(params_option);
-  memory->add_option("--optimizer", optimizer, "adam or sgd (with momentum); " + formula_only)
+  memory->add_option("--optimizer", s.optimizer, "adam or sgd (with momentum); " + formula_only)
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->needs(params_option);
-  AddOutputFlags(memory, {"json", "yaml"}, &output);
-  CLI::App* pipeline = estimate->add_subcommand(
+  AddOutputFlags(memory, {"json", "yaml"}, &s.output);
+}
+
+void AddEstimatePipelineCommand(CLI::App* estimate, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* pipeline = s.pipeline = estimate->add_subcommand(
       "pipeline",
       "a pipeline schedule: each rank's timeline, the bubble (simulated and the formula) and "
       "the activations each rank keeps; or with --sweep the bubble against the micro-batches");
-  CLI::Option* stages_option =
+  s.stages_option =
       pipeline
           ->add_option("--stages", line.pipeline.stages,
                        "pipeline ranks P (with --sweep a list, default 4,8,16)")
@@ -378,7 +442,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   CLI::Option* sweep_option =
       pipeline->add_flag("--sweep", line.pipeline.sweep,
                          "the bubble for m = 1, 2, 4, ... 256 and the smallest m below 10 %");
-  CLI::Option* micro_option =
+  s.micro_option =
       pipeline
           ->add_option("--micro_batches,--micro-batches", line.pipeline.micro_batches,
                        "micro-batches m")
@@ -391,35 +455,33 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                    "model chunks per rank for interleaved_1f1b (default 2)")
       ->check(CLI::Range(1, 64));
   pipeline->add_option("-o,--svg", line.pipeline.svg, "also draw it into this SVG file");
+}
 
-  CLI::App* cost = estimate->add_subcommand(
+void AddEstimateCostCommand(CLI::App* estimate, ParseState& s) {
+  CLI::App* cost = s.cost = estimate->add_subcommand(
       "cost",
       "GPU-hours, wall time and dollars of a training run (6·N·D FLOPs), on demand and on "
       "spot with preemptions: the lost work, the break-even preemption rate and the "
       "Young/Daly checkpoint interval (cli/estimate_cost.h has the model)");
-  EstimateCostFlags& cf = line.cost;
-  CLI::Option* cost_spec = cost->add_option(
+  EstimateCostFlags& cf = s.line.cost;
+  CLI::Option* cost_spec = s.cost_spec = cost->add_option(
       "--spec", cf.spec_file,
       "a job spec: its model's parameters and steps x batch.global x model.gpt.context tokens");
   cost->add_option("--set", cf.overrides, "override a spec field: path=value")
       ->allow_extra_args(false)
       ->needs(cost_spec);
-  CLI::Option* cost_params =
+  CLI::Option* cost_params = s.cost_params =
       cost->add_option("--params", cf.params, "parameters N: 7B, 1.5M, 13e9")->excludes(cost_spec);
   CLI::Option* cost_tokens =
       cost->add_option("--tokens", cf.tokens, "training tokens D: 1.4T, 300B, 2e12");
-  CLI::Option* cost_flops = cost->add_option("--flops", cf.flops, "the work in FLOPs: 1e21, 5.9e22")
-                                ->excludes(cost_spec)
-                                ->excludes(cost_params)
-                                ->excludes(cost_tokens);
-  // The optional numbers: into locals, copied when given.
-  struct {
-    const char* name;
-    std::optional<double>* into;
-    const char* help;
-    double value = 0;
-    CLI::Option* option = nullptr;
-  } cost_numbers[] = {
+  CLI::Option* cost_flops = s.cost_flops =
+      cost->add_option("--flops", cf.flops, "the work in FLOPs: 1e21, 5.9e22")
+          ->excludes(cost_spec)
+          ->excludes(cost_params)
+          ->excludes(cost_tokens);
+  // The optional numbers: into s.cost_numbers' values, copied when given.
+  std::array<CostNumber, 7>& cost_numbers = s.cost_numbers;
+  cost_numbers = {{
       {"--gpu_hours", &cf.gpu_hours,
        "the work as GPU-hours measured on --gpu (e.g. 8 GPUs for 24 h: 192)"},
       {"--peak_tflops", &cf.peak_tflops, "peak dense bf16 TFLOP/s per GPU (default: the table's)"},
@@ -430,7 +492,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
       {"--preemptions_per_day", &cf.preemptions_per_day,
        "spot preemptions of the job (any of its machines) per day of wall time"},
       {"--budget", &cf.budget, "dollars: the FLOPs they buy on demand and on spot"},
-  };
+  }};
   for (auto& n : cost_numbers) n.option = cost->add_option(n.name, n.value, n.help);
   cost_numbers[0].option->excludes(cost_spec)->excludes(cost_params)->excludes(cost_tokens)
       ->excludes(cost_flops);
@@ -451,11 +513,22 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   cost->add_option("--lost_per_preemption", cf.lost_per_preemption,
                    "the work one preemption loses, e.g. 30m (default: half the checkpoint "
                    "interval plus the restart)");
-  AddOutputFlags(cost, {"json", "yaml"}, &output);
+  AddOutputFlags(cost, {"json", "yaml"}, &s.output);
+}
 
+void AddEstimateCommand(CLI::App& app, ParseState& s) {
+  CLI::App* estimate = app.add_subcommand("estimate", "estimates");
+  estimate->require_subcommand(1);
+  AddEstimateMemoryCommand(estimate, s);
+  AddEstimatePipelineCommand(estimate, s);
+  AddEstimateCostCommand(estimate, s);
+}
+
+void AddDataCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
   CLI::App* data = app.add_subcommand("data", "data sets");
   data->require_subcommand(1);
-  CLI::App* prepare = data->add_subcommand(
+  CLI::App* prepare = s.prepare = data->add_subcommand(
       "prepare",
       "text files and folders into token files in llm.c's format, for a job's data.tokens. "
       "Each INPUT file is one document; a folder contributes each .txt file below it "
@@ -484,8 +557,11 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                    "the fraction of the documents for a validation file, in [0, 1); default 0 "
                    "(one file)")
       ->check(CLI::Range(0.0, 0.999999));
+}
 
-  CLI::App* plot_command = app.add_subcommand(
+void AddPlotCommand(CLI::App& app, ParseState& s) {
+  CommandLine& line = s.line;
+  CLI::App* plot_command = s.plot_command = app.add_subcommand(
       "plot",
       "training curves of one or more runs from their metrics files (metrics.jsonl) into one "
       "SVG: a panel per quantity (loss and test loss, test accuracy, test perplexity, "
@@ -497,7 +573,7 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
   plot_command->add_option("METRICS", line.plot.files, "metrics.jsonl files, one run each")
       ->required();
   plot_command->add_option("-o,--output", line.plot.out, "the SVG file to write")->required();
-  CLI::Option* labels_option =
+  s.labels_option =
       plot_command
           ->add_option("--labels", line.plot.labels,
                        "the runs' names in the legends, one per file, comma-separated "
@@ -514,12 +590,39 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                    "the x axis: step (default) or seconds (training time, summed over the "
                    "logged windows)")
       ->check(CLI::IsMember(std::vector<std::string>(kPlotXAxes.begin(), kPlotXAxes.end())));
+}
 
+// Every command, in the order of `ringctl --help`, and the shared footer.
+void AddCommands(CLI::App& app, ParseState& s) {
+  AddLocalCommand(app, s);
+  AddSubmitCommand(app, s);
+  AddListCommand(app, s);
+  s.status = AddJobCommand(app, "status", "show a job", {"json", "yaml", "wide"}, s);
+  s.cancel = AddJobCommand(app, "cancel", "cancel a job", {"json", "yaml"}, s);
+  s.del = AddJobCommand(app, "delete",
+                        "forget a job that has ended (its checkpoints stay on disk)",
+                        {"json", "yaml"}, s);
+  AddLogsCommand(app, s);
+  AddNodesCommand(app, s);
+  AddTopCommand(app, s);
+  s.checkpoints = AddJobCommand(app, "checkpoints",
+                                "the checkpoints the coordinator knows of a job",
+                                {"json", "yaml"}, s);
+  AddCheckpointCommand(app, s);
+  AddExportCommand(app, s);
+  AddEstimateCommand(app, s);
+  AddDataCommand(app, s);
+  AddPlotCommand(app, s);
   app.footer(kFooter);  // after the subcommands, which would inherit it
+}
 
-  // An unknown command word (CLI11 would only say that a subcommand is required).
+// An unknown command word, or an unknown flag, named as such before CLI11 parses: CLI11 would
+// only say that a subcommand is required, or name whichever argument was left over (after
+// `--nproc_per_node 2 spec.yaml`, the spec). Sets `words` to the command words it read.
+absl::Status CheckWordsAndFlags(CLI::App& app, const CLI::App* local,
+                                const std::vector<std::string>& args,
+                                std::vector<std::string>& words) {
   CLI::App* at = &app;
-  std::vector<std::string> words;
   for (const std::string& word : args) {
     if (word.empty() || word[0] == '-') break;  // flags and what follows are CLI11's
     const std::vector<CLI::App*> commands = at->get_subcommands([](CLI::App*) { return true; });
@@ -528,15 +631,13 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
     for (const CLI::App* c : commands) names.push_back(c->get_name());
     auto found = std::find(names.begin(), names.end(), word);
     if (found == names.end()) {
-      return UsageError(absl::StrJoin(words, " "),
-                        absl::StrCat("unknown command \"", word, "\" (the commands are ",
-                                     absl::StrJoin(names, ", "), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown command \"", word,
+                                                     "\" (the commands are ",
+                                                     absl::StrJoin(names, ", "), ")"));
     }
     at = commands[found - names.begin()];
     words.push_back(word);
   }
-  // An unknown flag, named as such (CLI11 would name whichever argument was left over: after
-  // `--nproc_per_node 2 spec.yaml`, the spec).
   for (const std::string& word : args) {
     if (word == "--") break;
     if (word.size() <= 2 || !absl::StartsWith(word, "--")) continue;
@@ -550,8 +651,201 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
                         name == "--np" || name == "--gpus")) {
       hint = "; ringctl local starts --workers N trainer processes (slots) on this machine";
     }
-    return UsageError(absl::StrJoin(words, " "),
-                      absl::StrCat("unknown flag ", name, hint));
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name, hint));
+  }
+  return absl::OkStatus();
+}
+
+// -o and --json into line.output, and which command was parsed into line.command.
+absl::Status SetOutputAndCommand(ParseState& s) {
+  CommandLine& line = s.line;
+  OutputFlags& output = s.output;
+  if (output.json) {
+    if (!output.text.empty() && output.text != "json") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--json and -o ", output.text, " disagree"));
+    }
+    output.text = "json";
+  }
+  auto format = ParseOutputFormat(output.text);
+  if (!format.ok()) return absl::InvalidArgumentError(format.status().message());
+  line.output = *format;
+
+  const struct {
+    CLI::App* app;
+    Command command;
+  } commands[] = {
+      {s.local, Command::kLocal},
+      {s.submit, Command::kSubmit},
+      {s.list, Command::kList},
+      {s.status, Command::kStatus},
+      {s.cancel, Command::kCancel},
+      {s.del, Command::kDelete},
+      {s.logs, Command::kLogs},
+      {s.nodes, Command::kNodes},
+      {s.top, Command::kTop},
+      {s.checkpoints, Command::kCheckpoints},
+      {s.checkpoint_list, Command::kCheckpointList},
+      {s.checkpoint_inspect, Command::kCheckpointInspect},
+      {s.checkpoint_verify, Command::kCheckpointVerify},
+      {s.memory, Command::kEstimateMemory},
+      {s.pipeline, Command::kEstimatePipeline},
+      {s.export_command, Command::kExport},
+      {s.prepare, Command::kDataPrepare},
+      {s.plot_command, Command::kPlot},
+      {s.cost, Command::kEstimateCost},
+  };
+  for (const auto& c : commands) {
+    if (c.app->parsed()) line.command = c.command;
+  }
+  return absl::OkStatus();
+}
+
+// `logs` and `top`: --rank, --tail and --slot NODE/SLOT.
+absl::Status FinishRankAndSlot(ParseState& s) {
+  CommandLine& line = s.line;
+  if (line.command == Command::kTop && s.rank >= 0) line.rank = s.rank;
+  if (line.command == Command::kLogs) {
+    if (s.rank >= 0) line.rank = s.rank;
+    if (s.tail_option->count() > 0) line.tail_lines = s.tail_lines;
+    if (!s.slot.empty()) {
+      const size_t at = s.slot.rfind('/');
+      int index = -1;
+      if (at == std::string::npos || at == 0 ||
+          !absl::SimpleAtoi(s.slot.substr(at + 1), &index) || index < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--slot: expected NODE/SLOT (e.g. a/0), got \"", s.slot, "\""));
+      }
+      line.slot = std::make_pair(s.slot.substr(0, at), index);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `local` and `submit`: a spec or a program after --, not both; --rank_memory_limit.
+absl::Status FinishLocalAndSubmit(ParseState& s) {
+  CommandLine& line = s.line;
+  if (line.command == Command::kLocal && line.local.spec_file.empty() &&
+      line.local.command.empty()) {
+    return absl::InvalidArgumentError(
+        "give the job spec (ringctl local JOB.yaml) or the program to run "
+        "after -- (ringctl local --workers 2 -- python3 train.py)");
+  }
+  if (line.command == Command::kLocal && !line.local.spec_file.empty() &&
+      !line.local.command.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "give the job spec ", line.local.spec_file,
+        " or a program after --, not both (a spec runs its program from command.argv)"));
+  }
+  if (line.command == Command::kSubmit && line.target.empty() && line.program.empty()) {
+    return absl::InvalidArgumentError(
+        "give the job spec (ringctl submit JOB.yaml) or the program to run "
+        "after -- (ringctl submit --set command.workdir=/srv/code -- python3 train.py)");
+  }
+  if (line.command == Command::kSubmit && !line.target.empty() && !line.program.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "give the job spec ", line.target,
+        " or a program after --, not both (a spec runs its program from command.argv)"));
+  }
+  if (line.command == Command::kLocal && !s.rank_memory_limit.empty()) {
+    auto mib = ParseMemoryLimitMib(s.rank_memory_limit);
+    if (!mib.ok()) return absl::InvalidArgumentError(mib.status().message());
+    line.local.rank_memory_limit_mib = *mib;
+  }
+  return absl::OkStatus();
+}
+
+// `estimate memory`, `estimate pipeline` and `estimate cost`.
+absl::Status FinishEstimate(ParseState& s) {
+  CommandLine& line = s.line;
+  if (line.command == Command::kEstimateMemory && !line.estimate_spec.spec_file.empty()) {
+    if (s.world_option->count() > 0) line.estimate_spec.world = line.estimate.world_size;
+  } else if (line.command == Command::kEstimateMemory) {
+    if (s.params_option->count() == 0) {
+      return absl::InvalidArgumentError(
+          "give --spec JOB.yaml (the job's buffers per rank, every ZeRO "
+          "stage) or --params COUNT (the ZeRO formula)");
+    }
+    if (line.output != OutputFormat::kTable) {
+      return absl::InvalidArgumentError(
+          "-o: --params prints text only; -o json and yaml go with --spec");
+    }
+    auto count = train::ParseParameterCount(s.params);
+    if (!count.ok()) return absl::InvalidArgumentError(count.status().message());
+    line.estimate.parameters = *count;
+    line.estimate.mixed_precision = s.precision == "mixed";
+    line.estimate.optimizer = s.optimizer == "adam"
+                                  ? train::MemoryEstimateOptions::Optimizer::kAdam
+                                  : train::MemoryEstimateOptions::Optimizer::kSgdMomentum;
+  }
+  if (line.command == Command::kEstimatePipeline) {
+    EstimatePipelineFlags& p = line.pipeline;
+    if (p.sweep && p.stages.empty()) p.stages = {4, 8, 16};
+    if (!p.sweep && (s.stages_option->count() == 0 || s.micro_option->count() == 0)) {
+      return absl::InvalidArgumentError(
+          "give --stages P and --micro_batches M (a schedule's timeline), "
+          "or --sweep (the bubble against M)");
+    }
+    if (!p.sweep && p.stages.size() != 1) {
+      return absl::InvalidArgumentError("--stages: one count without --sweep");
+    }
+    if (p.virtual_stages == 0) p.virtual_stages = p.schedule == "interleaved_1f1b" ? 2 : 1;
+  }
+  if (line.command == Command::kEstimateCost) {
+    for (auto& n : s.cost_numbers) {
+      if (n.option->count() > 0) *n.into = n.value;
+    }
+    if (s.cost_spec->count() + s.cost_params->count() + s.cost_flops->count() +
+            s.cost_numbers[0].option->count() == 0) {
+      return absl::InvalidArgumentError(
+          "give the work: --params N --tokens D, --flops F, --gpu_hours H or --spec JOB.yaml");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The checks and conversions after CLI11's parse, in order; the first problem is returned.
+absl::Status FinishParse(ParseState& s) {
+  CommandLine& line = s.line;
+  if (absl::Status status = SetOutputAndCommand(s); !status.ok()) return status;
+  if (absl::Status status = FinishRankAndSlot(s); !status.ok()) return status;
+  if (absl::Status status = FinishLocalAndSubmit(s); !status.ok()) return status;
+  if (absl::Status status = FinishEstimate(s); !status.ok()) return status;
+  if (line.command == Command::kDataPrepare && line.data_prepare.inputs.empty() &&
+      line.data_prepare.corpus.empty()) {
+    return absl::InvalidArgumentError("give INPUT files or folders, or --corpus sotu");
+  }
+  if (line.command == Command::kPlot && s.labels_option->count() > 0 &&
+      line.plot.labels.size() != line.plot.files.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--labels: ", line.plot.labels.size(), " labels for ",
+                     line.plot.files.size(), " metrics files; give one per file, in order"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
+  std::vector<std::string> args = args_in;
+  // `ringctl help [COMMAND...]` is `ringctl [COMMAND...] --help`.
+  if (!args.empty() && args[0] == "help") {
+    args.erase(args.begin());
+    args.push_back("--help");
+  }
+  ParseState s;
+  if (absl::Status status = TakeProgramAfterDashes(args, s.line); !status.ok()) {
+    return UsageError(args[0], std::string(status.message()));
+  }
+
+  CLI::App app("ringctl: runs and manages ringmaster training jobs.", "ringctl");
+  app.set_version_flag("--version", VersionLine("ringctl"));
+  app.require_subcommand(1);
+  AddCommands(app, s);
+
+  std::vector<std::string> words;
+  if (absl::Status status = CheckWordsAndFlags(app, s.local, args, words); !status.ok()) {
+    return UsageError(absl::StrJoin(words, " "), std::string(status.message()));
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them so
   try {
@@ -567,140 +861,11 @@ ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args_in) {
     }
     return UsageError(CommandPath(app), e.what());
   }
-
-  const std::string path = CommandPath(app);
-  if (output.json) {
-    if (!output.text.empty() && output.text != "json") {
-      return UsageError(path, absl::StrCat("--json and -o ", output.text, " disagree"));
-    }
-    output.text = "json";
-  }
-  auto format = ParseOutputFormat(output.text);
-  if (!format.ok()) return UsageError(path, std::string(format.status().message()));
-  line.output = *format;
-
-  const struct {
-    CLI::App* app;
-    Command command;
-  } commands[] = {
-      {local, Command::kLocal},
-      {submit, Command::kSubmit},
-      {list, Command::kList},
-      {status, Command::kStatus},
-      {cancel, Command::kCancel},
-      {del, Command::kDelete},
-      {logs, Command::kLogs},
-      {nodes, Command::kNodes},
-      {top, Command::kTop},
-      {checkpoints, Command::kCheckpoints},
-      {checkpoint_list, Command::kCheckpointList},
-      {checkpoint_inspect, Command::kCheckpointInspect},
-      {checkpoint_verify, Command::kCheckpointVerify},
-      {memory, Command::kEstimateMemory},
-      {pipeline, Command::kEstimatePipeline},
-      {export_command, Command::kExport},
-      {prepare, Command::kDataPrepare},
-      {plot_command, Command::kPlot},
-      {cost, Command::kEstimateCost},
-  };
-  for (const auto& c : commands) {
-    if (c.app->parsed()) line.command = c.command;
-  }
-  if (line.command == Command::kTop && rank >= 0) line.rank = rank;
-  if (line.command == Command::kLogs) {
-    if (rank >= 0) line.rank = rank;
-    if (tail_option->count() > 0) line.tail_lines = tail_lines;
-    if (!slot.empty()) {
-      const size_t at = slot.rfind('/');
-      int index = -1;
-      if (at == std::string::npos || at == 0 ||
-          !absl::SimpleAtoi(slot.substr(at + 1), &index) || index < 0) {
-        return UsageError(path, absl::StrCat("--slot: expected NODE/SLOT (e.g. a/0), got \"",
-                                             slot, "\""));
-      }
-      line.slot = std::make_pair(slot.substr(0, at), index);
-    }
-  }
-  if (line.command == Command::kLocal && line.local.spec_file.empty() &&
-      line.local.command.empty()) {
-    return UsageError(path, "give the job spec (ringctl local JOB.yaml) or the program to run "
-                            "after -- (ringctl local --workers 2 -- python3 train.py)");
-  }
-  if (line.command == Command::kLocal && !line.local.spec_file.empty() &&
-      !line.local.command.empty()) {
-    return UsageError(path, absl::StrCat("give the job spec ", line.local.spec_file,
-                                         " or a program after --, not both (a spec runs its "
-                                         "program from command.argv)"));
-  }
-  if (line.command == Command::kSubmit && line.target.empty() && line.program.empty()) {
-    return UsageError(path, "give the job spec (ringctl submit JOB.yaml) or the program to run "
-                            "after -- (ringctl submit --set command.workdir=/srv/code -- "
-                            "python3 train.py)");
-  }
-  if (line.command == Command::kSubmit && !line.target.empty() && !line.program.empty()) {
-    return UsageError(path, absl::StrCat("give the job spec ", line.target,
-                                         " or a program after --, not both (a spec runs its "
-                                         "program from command.argv)"));
-  }
-  if (line.command == Command::kLocal && !rank_memory_limit.empty()) {
-    auto mib = ParseMemoryLimitMib(rank_memory_limit);
-    if (!mib.ok()) return UsageError(path, std::string(mib.status().message()));
-    line.local.rank_memory_limit_mib = *mib;
-  }
-  if (line.command == Command::kEstimateMemory && !line.estimate_spec.spec_file.empty()) {
-    if (world_option->count() > 0) line.estimate_spec.world = line.estimate.world_size;
-  } else if (line.command == Command::kEstimateMemory) {
-    if (params_option->count() == 0) {
-      return UsageError(path, "give --spec JOB.yaml (the job's buffers per rank, every ZeRO "
-                              "stage) or --params COUNT (the ZeRO formula)");
-    }
-    if (line.output != OutputFormat::kTable) {
-      return UsageError(path, "-o: --params prints text only; -o json and yaml go with --spec");
-    }
-    auto count = train::ParseParameterCount(params);
-    if (!count.ok()) {
-      return UsageError(path, std::string(count.status().message()));
-    }
-    line.estimate.parameters = *count;
-    line.estimate.mixed_precision = precision == "mixed";
-    line.estimate.optimizer = optimizer == "adam"
-                                  ? train::MemoryEstimateOptions::Optimizer::kAdam
-                                  : train::MemoryEstimateOptions::Optimizer::kSgdMomentum;
-  }
-  if (line.command == Command::kEstimatePipeline) {
-    EstimatePipelineFlags& p = line.pipeline;
-    if (p.sweep && p.stages.empty()) p.stages = {4, 8, 16};
-    if (!p.sweep && (stages_option->count() == 0 || micro_option->count() == 0)) {
-      return UsageError(path, "give --stages P and --micro_batches M (a schedule's timeline), "
-                              "or --sweep (the bubble against M)");
-    }
-    if (!p.sweep && p.stages.size() != 1) {
-      return UsageError(path, "--stages: one count without --sweep");
-    }
-    if (p.virtual_stages == 0) p.virtual_stages = p.schedule == "interleaved_1f1b" ? 2 : 1;
-  }
-  if (line.command == Command::kEstimateCost) {
-    for (auto& n : cost_numbers) {
-      if (n.option->count() > 0) *n.into = n.value;
-    }
-    if (cost_spec->count() + cost_params->count() + cost_flops->count() +
-            cost_numbers[0].option->count() == 0) {
-      return UsageError(path, "give the work: --params N --tokens D, --flops F, --gpu_hours H "
-                              "or --spec JOB.yaml");
-    }
-  }
-  if (line.command == Command::kDataPrepare && line.data_prepare.inputs.empty() &&
-      line.data_prepare.corpus.empty()) {
-    return UsageError(path, "give INPUT files or folders, or --corpus sotu");
-  }
-  if (line.command == Command::kPlot && labels_option->count() > 0 &&
-      line.plot.labels.size() != line.plot.files.size()) {
-    return UsageError(path, absl::StrCat("--labels: ", line.plot.labels.size(),
-                                         " labels for ", line.plot.files.size(),
-                                         " metrics files; give one per file, in order"));
+  if (absl::Status status = FinishParse(s); !status.ok()) {
+    return UsageError(CommandPath(app), std::string(status.message()));
   }
   ParsedCommandLine result;
-  result.line = std::move(line);
+  result.line = std::move(s.line);
   return result;
 }
 
