@@ -179,7 +179,33 @@ absl::StatusOr<JobSpec> CommandJobSpec(const std::vector<std::string>& argv,
   return spec::LoadJobSpecText(spec::JobSpecToYaml(spec), overrides);
 }
 
-int LocalCommand(const LocalOptions& options) {
+namespace {
+
+using CoordinatorClient = std::unique_ptr<client::GrpcCoordinatorClient>;
+
+// What one `ringctl local` run holds between its parts.
+struct LocalRun {
+  JobSpec spec;
+  std::string metrics_file;  // NameRun's: empty without metrics
+  std::string ringmaster, ringworker, trainer;
+  std::string run_dir;
+  bool temporary = false;        // a run directory ringctl made, not --run_dir
+  bool own_checkpoints = false;  // checkpoints in the run directory (no checkpoint.dir)
+  pid_t master = -1, agent = -1;
+  std::string address;  // the coordinator's
+  double grace = 0;     // the agent's --drain_grace_s
+};
+
+// How following the job ended.
+struct FollowedJob {
+  Job job;
+  bool cancelling = false;  // Ctrl-C (or SIGTERM) reached ringctl
+  bool agent_gone = false;  // the agent exited (and was reaped)
+};
+
+// The spec of the run, checked against this machine's --workers, and the binaries that run
+// it. Returns the exit code when the run cannot start.
+std::optional<int> ResolveSpec(const LocalOptions& options, LocalRun* run) {
   const int workers = options.workers;
   if (workers < 1 || workers > 256) {
     return Usage(absl::StrCat("--workers: ", workers, " is not a number of workers in [1, 256]"));
@@ -214,19 +240,27 @@ int LocalCommand(const LocalOptions& options) {
   if (absl::Status s = CheckLocalRun(*spec, checks); !s.ok()) {
     return Usage(std::string(s.message()));
   }
-  const std::string ringmaster = FindBinary("coordinator", "ringmaster");
-  const std::string ringworker = FindBinary("worker", "ringworker");
-  const std::string trainer = FindBinary("worker", "ringtrainer");
-  if (ringmaster.empty() || ringworker.empty() || trainer.empty()) {
+  run->ringmaster = FindBinary("coordinator", "ringmaster");
+  run->ringworker = FindBinary("worker", "ringworker");
+  run->trainer = FindBinary("worker", "ringtrainer");
+  if (run->ringmaster.empty() || run->ringworker.empty() || run->trainer.empty()) {
     fprintf(stderr,
             "ringctl: cannot find ringmaster, ringworker and ringtrainer next to ringctl; build "
             "them: bazel build //cli:ringctl\n");
     return 1;
   }
+  run->spec = *std::move(spec);
+  run->metrics_file = *metrics_file;
+  return std::nullopt;
+}
 
+// Makes the run directory (--run_dir, or a temporary one), writes the effective spec into it
+// and says where things are. Returns the exit code when it cannot.
+std::optional<int> PrepareRunDir(const LocalOptions& options, LocalRun* run) {
+  JobSpec* spec = &run->spec;
   std::string run_dir = options.run_dir;
-  const bool temporary = run_dir.empty();
-  if (temporary) {
+  run->temporary = run_dir.empty();
+  if (run->temporary) {
     std::string tmpl = absl::StrCat(options.temp_dir, "/ringctl-local-XXXXXX");
     if (mkdtemp(tmpl.data()) == nullptr) {
       fprintf(stderr, "ringctl: cannot create a run directory in %s: %s\n",
@@ -238,11 +272,12 @@ int LocalCommand(const LocalOptions& options) {
     fprintf(stderr, "ringctl: --run_dir %s: %s\n", run_dir.c_str(), strerror(errno));
     return 1;
   }
+  run->run_dir = run_dir;
   // Recovering from a lost trainer needs a checkpoint: without checkpoint.dir the job gets
   // one in the run directory, every 100 steps.
   std::string checkpoint_note;
-  const bool own_checkpoints = spec->checkpoint().dir().empty();
-  if (own_checkpoints) {
+  run->own_checkpoints = spec->checkpoint().dir().empty();
+  if (run->own_checkpoints) {
     spec->mutable_checkpoint()->set_dir(run_dir + "/checkpoints");
     // (A command job's program checkpoints by itself, to RINGMASTER_CHECKPOINT_DIR.)
     if (spec->checkpoint().every_steps() == 0 && spec->checkpoint().every_seconds() == 0 &&
@@ -260,41 +295,49 @@ int LocalCommand(const LocalOptions& options) {
   unlink((run_dir + "/ringmaster.db-wal").c_str());
   printf("ringctl local: job %s on %s (a coordinator and one agent on this machine)%s; "
          "run directory %s (effective spec, logs%s)%s\n",
-         spec->name().c_str(), Plural(workers, "worker").c_str(),
+         spec->name().c_str(), Plural(options.workers, "worker").c_str(),
          options.rank_memory_limit_mib > 0
              ? absl::StrCat(", each rank limited to ", options.rank_memory_limit_mib,
                             " MiB of memory (RLIMIT_DATA)")
                    .c_str()
              : "",
          run_dir.c_str(),
-         temporary && !options.keep_run_dir ? "; removed at the end, --keep_run_dir keeps it"
-                                            : "",
+         run->temporary && !options.keep_run_dir ? "; removed at the end, --keep_run_dir keeps it"
+                                                 : "",
          checkpoint_note.c_str());
-  if (!metrics_file->empty()) {
+  if (!run->metrics_file.empty()) {
     printf("ringctl local: metrics of run %s in %s\n", spec->metrics().run().c_str(),
-           metrics_file->c_str());
+           run->metrics_file.c_str());
   }
   fflush(stdout);
+  return std::nullopt;
+}
 
+// Ctrl-C and SIGTERM reach ringctl (g_cancel), which decides: it cancels the job.
+void InstallSignalHandlers() {
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
 
-  // The coordinator, on a free loopback port that it prints on stdout.
+// Starts the coordinator, on a free loopback port that it prints on stdout, and says where it
+// is. Returns the exit code when it did not start.
+std::optional<int> StartCoordinator(const LocalOptions& options, LocalRun* run) {
+  const std::string& run_dir = run->run_dir;
   int port_pipe[2];
   if (pipe2(port_pipe, O_CLOEXEC) != 0) return 1;
   const int master_log =
       open((run_dir + "/ringmaster.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  std::vector<std::string> master_args = {ringmaster, "--listen=127.0.0.1:0",
+  std::vector<std::string> master_args = {run->ringmaster, "--listen=127.0.0.1:0",
                                           "--db=" + run_dir + "/ringmaster.db",
                                           "--heartbeat_s=0.5", "--lease_s=3",
                                           "--slot_backoff_s=2", "--grow_after_s=2"};
   // With a metrics port, ringmaster prints its URL on a second line.
   const size_t lines = options.metrics_listen.empty() ? 1 : 2;
   if (lines == 2) master_args.push_back("--metrics_listen=" + options.metrics_listen);
-  const pid_t master = Spawn(master_args, port_pipe[1], master_log);
+  run->master = Spawn(master_args, port_pipe[1], master_log);
   close(port_pipe[1]);
   std::string first_line;
   const absl::Time started = absl::Now();
@@ -314,34 +357,40 @@ int LocalCommand(const LocalOptions& options) {
       !absl::SimpleAtoi(first_line.substr(at + 6, first_line.find(')', at) - at - 6), &port)) {
     fprintf(stderr, "ringctl: the coordinator did not start (see %s/ringmaster.log)\n",
             run_dir.c_str());
-    kill(master, SIGKILL);
-    Reap(master, absl::Seconds(1));
+    kill(run->master, SIGKILL);
+    Reap(run->master, absl::Seconds(1));
     return 1;
   }
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string& name = run->spec.name();
+  run->address = absl::StrCat("127.0.0.1:", port);
   printf("ringctl local: coordinator at %s (ringctl top %s --coordinator %s)\n",
-         address.c_str(), spec->name().c_str(), address.c_str());
+         run->address.c_str(), name.c_str(), run->address.c_str());
   if (const size_t url = first_line.find("metrics on "); url != std::string::npos) {
     const std::string metrics = first_line.substr(url + 11, first_line.find('\n', url) - url - 11);
     printf("ringctl local: metrics at %s\n", metrics.c_str());
     // The dashboard is served on the same port (coordinator/dashboard.h).
     if (absl::EndsWith(metrics, "/metrics")) {
       printf("ringctl local: dashboard at %s/jobs/%s\n",
-             metrics.substr(0, metrics.size() - 8).c_str(), spec->name().c_str());
+             metrics.substr(0, metrics.size() - 8).c_str(), name.c_str());
     }
   }
   fflush(stdout);
+  return std::nullopt;
+}
 
-  // One agent with N slots.
-  const int agent_log =
-      open((run_dir + "/ringworker.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// Starts one agent with --workers slots, against the coordinator.
+void StartAgent(const LocalOptions& options, LocalRun* run) {
+  const int workers = options.workers;
+  const JobSpec& spec = run->spec;
+  const int agent_log = open((run->run_dir + "/ringworker.log").c_str(),
+                             O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   // A command job's program gets command.stop_grace_s between SIGTERM and SIGKILL.
-  const double grace =
-      std::max(spec->checkpoint().drain_grace_seconds(), spec->command().stop_grace_s()) + 10;
+  run->grace =
+      std::max(spec.checkpoint().drain_grace_seconds(), spec.command().stop_grace_s()) + 10;
   std::vector<std::string> agent_args = {
-      ringworker, "--coordinator=" + address, "--node=local",
-      absl::StrCat("--slots=", workers), "--work_dir=" + run_dir + "/node",
-      "--trainer=" + trainer, absl::StrCat("--drain_grace_s=", grace)};
+      run->ringworker, "--coordinator=" + run->address, "--node=local",
+      absl::StrCat("--slots=", workers), "--work_dir=" + run->run_dir + "/node",
+      "--trainer=" + run->trainer, absl::StrCat("--drain_grace_s=", run->grace)};
   if (options.rank_memory_limit_mib > 0) {
     agent_args.push_back(
         absl::StrCat("--trainer_memory_limit_mib=", options.rank_memory_limit_mib));
@@ -353,48 +402,68 @@ int LocalCommand(const LocalOptions& options) {
       setenv("OPENBLAS_NUM_THREADS", absl::StrCat(std::max(1, cores / workers)).c_str(), 1);
     }
   }
-  const pid_t agent = Spawn(agent_args, agent_log, agent_log);
+  run->agent = Spawn(agent_args, agent_log, agent_log);
+}
 
+// Stops the agent (the second SIGTERM kills the trainers), then the coordinator.
+void StopAgentAndCoordinator(const LocalRun& run, bool agent_gone) {
+  if (!agent_gone) {
+    kill(run.agent, SIGTERM);
+    kill(run.agent, SIGTERM);  // the second SIGTERM: kill the trainers and leave
+    Reap(run.agent, absl::Seconds(10));
+  }
+  kill(run.master, SIGTERM);
+  Reap(run.master, absl::Seconds(5));
+}
+
+// Submits the job once the agent has registered. On a refusal stops everything and returns
+// the exit code (2 for an invalid job); sets `*client` and `*submitted` otherwise.
+std::optional<int> SubmitJob(const LocalOptions& options, const LocalRun& run,
+                             absl::StatusOr<CoordinatorClient>* coordinator, Job* submitted) {
   client::CoordinatorClientOptions co;
-  co.address = address;
-  auto client = ringmaster::client::GrpcCoordinatorClient::Create(co);
-  auto stop_all = [&] {
-    kill(agent, SIGTERM);
-    kill(agent, SIGTERM);  // the second SIGTERM: kill the trainers and leave
-    Reap(agent, absl::Seconds(10));
-    kill(master, SIGTERM);
-    Reap(master, absl::Seconds(5));
-  };
+  co.address = run.address;
+  *coordinator = ringmaster::client::GrpcCoordinatorClient::Create(co);
   // The agent registers first (with its memory), so that the coordinator judges the job
   // against this machine: one it cannot hold is refused, not left pending for ever.
-  if (client.ok()) {
+  if (coordinator->ok()) {
     for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
-      auto nodes = (*client)->ListNodes();
+      auto nodes = (**coordinator)->ListNodes();
       if (nodes.ok() && nodes->nodes_size() > 0) break;
-      if (waitpid(agent, nullptr, WNOHANG) == agent) break;  // said why in its log
+      if (waitpid(run.agent, nullptr, WNOHANG) == run.agent) break;  // said why in its log
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
-  absl::StatusOr<Job> submitted = client.ok() ? (*client)->Submit(*spec) : client.status();
-  if (!submitted.ok()) {
-    fprintf(stderr, "ringctl: %s\n", std::string(submitted.status().message()).c_str());
-    stop_all();
+  absl::StatusOr<Job> job =
+      coordinator->ok() ? (**coordinator)->Submit(run.spec) : coordinator->status();
+  if (!job.ok()) {
+    fprintf(stderr, "ringctl: %s\n", std::string(job.status().message()).c_str());
+    StopAgentAndCoordinator(run, /*agent_gone=*/false);
     // Refused, nothing ran: a temporary run directory holds nothing worth keeping.
-    if (absl::IsInvalidArgument(submitted.status()) && temporary && !options.keep_run_dir) {
-      (void)DeleteRecursively(Env::Default(), run_dir);
+    if (absl::IsInvalidArgument(job.status()) && run.temporary && !options.keep_run_dir) {
+      (void)DeleteRecursively(Env::Default(), run.run_dir);
     }
-    return absl::IsInvalidArgument(submitted.status()) ? 2 : 1;
+    return absl::IsInvalidArgument(job.status()) ? 2 : 1;
   }
+  *submitted = *std::move(job);
+  return std::nullopt;
+}
 
-  // Follow the job: rank 0's lines, until it ends or we are told to stop.
-  const std::string job_dir = absl::StrCat(run_dir, "/node/", spec->name());
+// Follows the job: prints rank 0's lines until it ends, the agent exits, or a Ctrl-C's
+// cancellation is done (the trainers drain first).
+FollowedJob FollowJob(const LocalRun& run, client::GrpcCoordinatorClient& client,
+                      const Job& submitted) {
+  const JobSpec& spec = run.spec;
+  const std::string job_dir = absl::StrCat(run.run_dir, "/node/", spec.name());
   LogFollower follower;
   std::string rank0_log;
-  Job job = *submitted;
-  bool cancelling = false, agent_gone = false;
+  FollowedJob followed;
+  followed.job = submitted;
+  Job& job = followed.job;
+  bool& cancelling = followed.cancelling;
+  bool& agent_gone = followed.agent_gone;
   absl::Time cancel_deadline = absl::InfiniteFuture();
   while (true) {
-    auto got = (*client)->Get(spec->name());
+    auto got = client.Get(spec.name());
     if (got.ok()) job = *got;
     for (const Member& m : job.members()) {
       if (m.rank() != 0) continue;
@@ -416,84 +485,134 @@ int LocalCommand(const LocalOptions& options) {
     if (g_cancel && !cancelling) {
       cancelling = true;
       fprintf(stderr, "ringctl: cancelling the job (the trainers drain, saving a checkpoint "
-              "within %g s)\n", spec->checkpoint().drain_grace_seconds());
-      kill(agent, SIGTERM);  // drain the node: the trainers save and leave
-      cancel_deadline = absl::Now() + absl::Seconds(grace + 5);
+              "within %g s)\n", spec.checkpoint().drain_grace_seconds());
+      kill(run.agent, SIGTERM);  // drain the node: the trainers save and leave
+      cancel_deadline = absl::Now() + absl::Seconds(run.grace + 5);
     }
-    if (!agent_gone && waitpid(agent, nullptr, WNOHANG) == agent) agent_gone = true;
+    if (!agent_gone && waitpid(run.agent, nullptr, WNOHANG) == run.agent) agent_gone = true;
     if (cancelling && (agent_gone || absl::Now() > cancel_deadline)) {
       if (!rank0_log.empty()) follower.Print(rank0_log);
       // The job's own word: one whose last step was done before the Ctrl-C has succeeded
       // (the coordinator says so, and refuses to cancel it).
-      auto cancelled = (*client)->Cancel(spec->name());
+      auto cancelled = client.Cancel(spec.name());
       if (cancelled.ok()) {
         job = *cancelled;
-      } else if (auto got = (*client)->Get(spec->name()); got.ok()) {
+      } else if (auto got = client.Get(spec.name()); got.ok()) {
         job = *got;
       }
       break;
     }
     if (agent_gone && !cancelling) {
       fprintf(stderr, "ringctl: the agent exited unexpectedly (see %s/ringworker.log)\n",
-              run_dir.c_str());
+              run.run_dir.c_str());
       break;
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
   if (!rank0_log.empty()) follower.Print(rank0_log);
-  if (!agent_gone) {
-    kill(agent, SIGTERM);
-    kill(agent, SIGTERM);
-    Reap(agent, absl::Seconds(10));
-  }
-  kill(master, SIGTERM);
-  Reap(master, absl::Seconds(5));
+  return followed;
+}
 
-  // Cancelled here (Ctrl-C) or by `ringctl cancel` on its coordinator; a job whose last
-  // step was done before the Ctrl-C has succeeded.
-  const std::string status = job.phase() == JOB_PHASE_SUCCEEDED                ? "succeeded"
-                             : cancelling || job.phase() == JOB_PHASE_CANCELLED ? "cancelled"
-                                                                                : "failed";
-  std::optional<train::TrainResult> result;  // rank 0's summary, when there is one
-  if (status == "succeeded") {
-    const std::string path = job_dir + "/summary.json";
-    if (auto read = ReadFile(path); read.ok()) {
-      result.emplace();
-      if (absl::Status s = FromJson(*read, &*result, path); !s.ok()) {
-        fprintf(stderr, "ringctl: the trainer's summary: %s\n", std::string(s.message()).c_str());
-        result.reset();
-      }
+// Rank 0's summary.json in `job_dir`, when there is one and it reads.
+std::optional<train::TrainResult> ReadTrainResult(const std::string& job_dir) {
+  std::optional<train::TrainResult> result;
+  const std::string path = job_dir + "/summary.json";
+  if (auto read = ReadFile(path); read.ok()) {
+    result.emplace();
+    if (absl::Status s = FromJson(*read, &*result, path); !s.ok()) {
+      fprintf(stderr, "ringctl: the trainer's summary: %s\n", std::string(s.message()).c_str());
+      result.reset();
     }
   }
+  return result;
+}
 
-  // The run directory: a temporary one goes, unless asked to keep it or the job failed
-  // (its logs say why).
-  LocalOutcome outcome;
-  outcome.status = status;
-  outcome.workers = workers;
-  outcome.job = job;
-  outcome.run_dir = run_dir;
-  outcome.run_dir_kept = !temporary || options.keep_run_dir || status == "failed";
+// The run directory: a temporary one goes, unless asked to keep it or the job failed (its
+// logs say why). Sets outcome->run_dir_kept; returns what to say about it.
+std::string FinishRunDir(const LocalOptions& options, const LocalRun& run,
+                         LocalOutcome* outcome) {
+  const std::string& run_dir = run.run_dir;
+  outcome->run_dir_kept = !run.temporary || options.keep_run_dir || outcome->status == "failed";
   std::string run_dir_note;
-  if (!outcome.run_dir_kept) {
+  if (!outcome->run_dir_kept) {
     if (absl::Status s = DeleteRecursively(Env::Default(), run_dir); s.ok()) {
       run_dir_note = absl::StrCat("removed the run directory ", run_dir,
                                   " (--keep_run_dir keeps it)");
     } else {
-      outcome.run_dir_kept = true;
+      outcome->run_dir_kept = true;
       run_dir_note = absl::StrCat("could not remove the run directory ", run_dir, ": ",
                                   s.ToString());
     }
   } else {
     run_dir_note = absl::StrCat(
         "kept the run directory ", run_dir, " (spec, logs",
-        own_checkpoints ? ", checkpoints" : "", ")",
-        temporary && !options.keep_run_dir ? ": the job failed, its logs say why" : "");
+        run.own_checkpoints ? ", checkpoints" : "", ")",
+        run.temporary && !options.keep_run_dir ? ": the job failed, its logs say why" : "");
   }
-  if (!own_checkpoints) {
-    absl::StrAppend(&run_dir_note, "; checkpoints in ", spec->checkpoint().dir(), "/",
-                    spec->name());
+  if (!run.own_checkpoints) {
+    absl::StrAppend(&run_dir_note, "; checkpoints in ", run.spec.checkpoint().dir(), "/",
+                    run.spec.name());
   }
+  return run_dir_note;
+}
+
+// The line of a succeeded training job (and, for tp or pp, the ranks' table).
+void PrintTrainingSuccess(const LocalSummary& summary, const JobSpec& spec, const Job& job,
+                          const train::TrainResult* result) {
+  // Numbers as a person reads them; "none" for what the trainer did not tell.
+  auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {
+    return has ? absl::StrFormat(format, v) : std::string("none");
+  };
+  const std::string evaluation = EvaluationText(summary, spec);
+  // The throughput is the training steps' (TrainResult.training_seconds); evaluations
+  // are timed apart.
+  const std::string timing =
+      summary.has_training_seconds()
+          ? absl::StrFormat("; %.1f s training, %.1f s in %s%s",
+                            summary.training_seconds(), summary.eval_seconds(),
+                            Plural(summary.evaluations(), "evaluation"),
+                            spec.data().final_eval() ? "" : " (data.final_eval: false)")
+          : std::string();
+  printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s%s%s\n",
+         number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
+         number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
+         evaluation.c_str(),
+         number(summary.has_samples_per_second(), summary.samples_per_second(), "%.0f").c_str(),
+         summary.has_world_size() ? Plural(summary.world_size(), "worker").c_str()
+                                  : "an unknown number of workers",
+         job.recoveries_size() > 0
+             ? absl::StrCat(" (", Plural(job.recoveries_size(), "recovery", "recoveries"), ")")
+                   .c_str()
+             : "",
+         timing.c_str());
+  const ParallelismSpec& parallelism = spec.parallelism();
+  if (result != nullptr && (parallelism.mesh().tp() > 1 || parallelism.mesh().pp() > 1)) {
+    printf("%s", RanksTable(*result).c_str());
+  }
+}
+
+// Writes --summary, says how the job ended and what became of the run directory. Returns
+// the exit code: 0 succeeded, 130 cancelled, 1 failed.
+int ReportOutcome(const LocalOptions& options, const LocalRun& run, const FollowedJob& followed) {
+  const JobSpec& spec = run.spec;
+  const Job& job = followed.job;
+  const int workers = options.workers;
+  // Cancelled here (Ctrl-C) or by `ringctl cancel` on its coordinator; a job whose last
+  // step was done before the Ctrl-C has succeeded.
+  const std::string status = job.phase() == JOB_PHASE_SUCCEEDED ? "succeeded"
+                             : followed.cancelling || job.phase() == JOB_PHASE_CANCELLED
+                                 ? "cancelled"
+                                 : "failed";
+  std::optional<train::TrainResult> result;  // rank 0's summary, when there is one
+  if (status == "succeeded") {
+    result = ReadTrainResult(absl::StrCat(run.run_dir, "/node/", spec.name()));
+  }
+  LocalOutcome outcome;
+  outcome.status = status;
+  outcome.workers = workers;
+  outcome.job = job;
+  outcome.run_dir = run.run_dir;
+  const std::string run_dir_note = FinishRunDir(options, run, &outcome);
 
   const LocalSummary summary = MakeLocalSummary(outcome, result ? &*result : nullptr);
   if (!options.summary.empty()) {
@@ -501,8 +620,8 @@ int LocalCommand(const LocalOptions& options) {
     if (!s.ok()) fprintf(stderr, "ringctl: --summary: %s\n", s.ToString().c_str());
   }
   printf("ringctl local: %s\n", run_dir_note.c_str());
-  if (status == "succeeded" && spec->has_command()) {
-    printf("ringctl local: succeeded: %s (%s) on %s%s\n", spec->command().argv(0).c_str(),
+  if (status == "succeeded" && spec.has_command()) {
+    printf("ringctl local: succeeded: %s (%s) on %s%s\n", spec.command().argv(0).c_str(),
            job.reason().empty() ? "every rank exited 0" : job.reason().c_str(),
            Plural(workers, "worker").c_str(),
            job.recoveries_size() > 0
@@ -512,42 +631,30 @@ int LocalCommand(const LocalOptions& options) {
     return 0;
   }
   if (status == "succeeded") {
-    // Numbers as a person reads them; "none" for what the trainer did not tell.
-    auto number = [](bool has, double v, const absl::FormatSpec<double>& format) -> std::string {
-      return has ? absl::StrFormat(format, v) : std::string("none");
-    };
-    const std::string evaluation = EvaluationText(summary, *spec);
-    // The throughput is the training steps' (TrainResult.training_seconds); evaluations
-    // are timed apart.
-    const std::string timing =
-        summary.has_training_seconds()
-            ? absl::StrFormat("; %.1f s training, %.1f s in %s%s",
-                              summary.training_seconds(), summary.eval_seconds(),
-                              Plural(summary.evaluations(), "evaluation"),
-                              spec->data().final_eval() ? "" : " (data.final_eval: false)")
-            : std::string();
-    printf("ringctl local: succeeded: %s steps, final loss %s, %s, %s samples/s on %s%s%s\n",
-           number(summary.has_steps(), summary.steps(), "%.0f").c_str(),
-           number(summary.has_final_loss(), summary.final_loss(), "%.6g").c_str(),
-           evaluation.c_str(),
-           number(summary.has_samples_per_second(), summary.samples_per_second(), "%.0f").c_str(),
-           summary.has_world_size() ? Plural(summary.world_size(), "worker").c_str()
-                                    : "an unknown number of workers",
-           job.recoveries_size() > 0
-               ? absl::StrCat(" (", Plural(job.recoveries_size(), "recovery", "recoveries"), ")")
-                     .c_str()
-               : "",
-           timing.c_str());
-    const ParallelismSpec& parallelism = spec->parallelism();
-    if (result && (parallelism.mesh().tp() > 1 || parallelism.mesh().pp() > 1)) {
-      printf("%s", RanksTable(*result).c_str());
-    }
+    PrintTrainingSuccess(summary, spec, job, result ? &*result : nullptr);
     return 0;
   }
   fprintf(stderr, "ringctl local: %s%s%s%s\n", status.c_str(), job.reason().empty() ? "" : ": ",
           job.reason().c_str(),
-          outcome.run_dir_kept ? absl::StrCat(" (logs in ", run_dir, ")").c_str() : "");
+          outcome.run_dir_kept ? absl::StrCat(" (logs in ", run.run_dir, ")").c_str() : "");
   return status == "cancelled" ? 130 : 1;
+}
+
+}  // namespace
+
+int LocalCommand(const LocalOptions& options) {
+  LocalRun run;
+  if (std::optional<int> code = ResolveSpec(options, &run)) return *code;
+  if (std::optional<int> code = PrepareRunDir(options, &run)) return *code;
+  InstallSignalHandlers();
+  if (std::optional<int> code = StartCoordinator(options, &run)) return *code;
+  StartAgent(options, &run);
+  absl::StatusOr<CoordinatorClient> client = absl::UnknownError("not created");
+  Job submitted;
+  if (std::optional<int> code = SubmitJob(options, run, &client, &submitted)) return *code;
+  const FollowedJob followed = FollowJob(run, **client, submitted);
+  StopAgentAndCoordinator(run, followed.agent_gone);
+  return ReportOutcome(options, run, followed);
 }
 
 std::string EvaluationText(const LocalSummary& summary, const JobSpec& spec) {
